@@ -1,0 +1,13 @@
+//! topomgr host library: discovery, policy engine, merge, admission, plugin loading.
+//!
+//! See ARCHITECTURE.md at the repository root for the data flow of one admission.
+
+pub mod admission;
+pub mod config;
+pub mod discover;
+pub mod manifest;
+pub mod merge;
+pub mod plugin;
+pub mod policy;
+pub mod provider;
+pub mod quantity;

@@ -1,0 +1,34 @@
+//! [`HintProvider`]: the host's view of one loaded provider.
+//!
+//! The admission pipeline talks to providers only through this trait, so it
+//! can be tested with in-process fakes; [`crate::plugin`] implements it for
+//! providers loaded from `.so` files.
+
+use topomgr_sdk::{Allocation, ContainerView, PodView, ProviderError, ProviderHints, TopologyHint};
+
+/// One hint provider as the host drives it.
+pub trait HintProvider: Send {
+    /// The provider's name (its `[providers.NAME]` key).
+    fn name(&self) -> &str;
+    /// Hints for one container (container scope).
+    fn topology_hints(
+        &mut self,
+        pod: &PodView,
+        container: &ContainerView,
+    ) -> Result<ProviderHints, ProviderError>;
+    /// Hints for the whole pod (pod scope).
+    fn pod_topology_hints(&mut self, pod: &PodView) -> Result<ProviderHints, ProviderError>;
+    /// Reserve resources for a container honouring the merged hint.
+    fn allocate(
+        &mut self,
+        pod: &PodView,
+        container: &ContainerView,
+        hint: &TopologyHint,
+    ) -> Result<Allocation, ProviderError>;
+    /// Release a container's resources.
+    fn release(&mut self, pod_uid: &str, container: &str) -> Result<(), ProviderError>;
+    /// Serialize the provider's state.
+    fn checkpoint(&self) -> Result<Vec<u8>, ProviderError>;
+    /// Restore the provider's state.
+    fn restore(&mut self, data: &[u8]) -> Result<(), ProviderError>;
+}
