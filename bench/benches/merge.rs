@@ -1,1 +1,97 @@
-fn main() {}
+//! Merge benchmarks: topomgr's set-based merge against the kubelet's cross product.
+//!
+//! Run: `cargo bench -p topomgr-bench --bench merge`. Figures in BENCHMARKS.md.
+
+use std::collections::BTreeMap;
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use topomgr::merge::{cross_product_merge, merge, MergeMode};
+use topomgr::policy::NumaInfo;
+use topomgr_sdk::{for_each_mask_in_kubelet_order, CompactHints, HintSet, NumaMask, ProviderHints, TopologyHint};
+
+/// One provider, one resource, every mask of `nodes` in the kubelet's order;
+/// masks of width `preferred_width` are preferred (0: none is).
+fn all_masks(nodes: &[u32], preferred_width: u32) -> ProviderHints {
+    let mut v = Vec::new();
+    for_each_mask_in_kubelet_order(nodes, |m| v.push(TopologyHint::new(m, m.count() == preferred_width)));
+    Some(BTreeMap::from([("r".to_string(), Some(HintSet::Explicit(v)))]))
+}
+
+fn compact(minimal: Vec<NumaMask>, w: u32) -> ProviderHints {
+    Some(BTreeMap::from([(
+        "r".to_string(),
+        Some(HintSet::Compact(CompactHints { minimal, preferred_width: w })),
+    )]))
+}
+
+fn bench(c: &mut Criterion) {
+    let n8: Vec<u32> = (0..8).collect();
+    let numa8 = NumaInfo::new(n8.clone(), None).unwrap();
+    let md = MergeMode::default();
+
+    // 8 NUMA nodes x 4 providers x all 255 masks.
+    let pref: Vec<ProviderHints> = (0..4).map(|_| all_masks(&n8, 1)).collect();
+    let pref_refs: Vec<&ProviderHints> = pref.iter().collect();
+    c.bench_function("merge/8n_4p_255_preferred_single", |b| {
+        b.iter(|| merge(black_box(&numa8), black_box(&pref_refs), md))
+    });
+    let nopref: Vec<ProviderHints> = (0..4).map(|_| all_masks(&n8, 0)).collect();
+    let nopref_refs: Vec<&ProviderHints> = nopref.iter().collect();
+    c.bench_function("merge/8n_4p_255_none_preferred", |b| {
+        b.iter(|| merge(black_box(&numa8), black_box(&nopref_refs), md))
+    });
+    let closest = MergeMode { single_numa_node: false, prefer_closest: true };
+    let dist: Vec<Vec<u64>> = (0..8u64)
+        .map(|i| (0..8u64).map(|j| if i == j { 10 } else if i / 4 == j / 4 { 12 } else { 20 }).collect())
+        .collect();
+    let numa8d = NumaInfo::new(n8.clone(), Some(dist)).unwrap();
+    c.bench_function("merge/8n_4p_255_none_preferred_closest", |b| {
+        b.iter(|| merge(black_box(&numa8d), black_box(&nopref_refs), closest))
+    });
+
+    // The kubelet's cross product, on inputs it can finish.
+    let two: Vec<&ProviderHints> = nopref.iter().take(2).collect();
+    c.bench_function("cross_product/8n_2p_255_none_preferred", |b| {
+        b.iter(|| cross_product_merge(black_box(&numa8), black_box(&two), md))
+    });
+    c.bench_function("merge/8n_2p_255_none_preferred", |b| {
+        b.iter(|| merge(black_box(&numa8), black_box(&two), md))
+    });
+    let n4: Vec<u32> = (0..4).collect();
+    let numa4 = NumaInfo::new(n4.clone(), None).unwrap();
+    let four4: Vec<ProviderHints> = (0..4).map(|_| all_masks(&n4, 0)).collect();
+    let four4_refs: Vec<&ProviderHints> = four4.iter().collect();
+    c.bench_function("cross_product/4n_4p_15_none_preferred", |b| {
+        b.iter(|| cross_product_merge(black_box(&numa4), black_box(&four4_refs), md))
+    });
+    c.bench_function("merge/4n_4p_15_none_preferred", |b| {
+        b.iter(|| merge(black_box(&numa4), black_box(&four4_refs), md))
+    });
+
+    // 64 NUMA nodes, compact hints (a 4-CPU request per provider: any single node).
+    let n64: Vec<u32> = (0..64).collect();
+    let numa64 = NumaInfo::new(n64.clone(), None).unwrap();
+    let singles: Vec<NumaMask> = n64.iter().map(|&n| NumaMask::single(n).unwrap()).collect();
+    let c64: Vec<ProviderHints> = (0..4).map(|_| compact(singles.clone(), 1)).collect();
+    let c64_refs: Vec<&ProviderHints> = c64.iter().collect();
+    c.bench_function("merge/64n_4p_compact_preferred", |b| {
+        b.iter(|| merge(black_box(&numa64), black_box(&c64_refs), md))
+    });
+    // 64 nodes, no common preferred mask: each provider needs a different pair.
+    let pairs: Vec<ProviderHints> = (0..4u32)
+        .map(|p| {
+            let mins = (0..16u32)
+                .map(|k| NumaMask::from_nodes([i64::from(4 * k + p % 4), i64::from((4 * k + p + 1) % 64)]).unwrap())
+                .collect();
+            compact(mins, 1)
+        })
+        .collect();
+    let pairs_refs: Vec<&ProviderHints> = pairs.iter().collect();
+    c.bench_function("merge/64n_4p_compact_none_preferred", |b| {
+        b.iter(|| merge(black_box(&numa64), black_box(&pairs_refs), md))
+    });
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -3,6 +3,7 @@
 //! See ARCHITECTURE.md at the repository root for the data flow of one admission.
 
 pub mod admission;
+pub mod checkpoint;
 pub mod config;
 pub mod discover;
 pub mod manifest;

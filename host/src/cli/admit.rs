@@ -1,0 +1,242 @@
+//! `topomgr admit` and `topomgr explain`.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+use serde_json::{json, Value};
+use topomgr::admission::{AdmitResult, TraceStep};
+use topomgr::checkpoint;
+use topomgr_sdk::{HintSet, TopologyHint};
+
+use super::{host, Output};
+
+/// Arguments of `topomgr admit`.
+#[derive(Debug, Args)]
+pub struct AdmitArgs {
+    /// sysfs directory to read (default: config sysfs_root).
+    #[arg(long)]
+    sysfs_root: Option<PathBuf>,
+    /// Restore admitted pods and provider state from DIR before, save after.
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// Do not save state (only meaningful with --state-dir).
+    #[arg(long)]
+    dry_run: bool,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "json")]
+    output: Output,
+    /// Pod manifests (YAML or JSON, multi-document; `-` for stdin).
+    #[arg(required = true)]
+    pods: Vec<String>,
+}
+
+/// Arguments of `topomgr explain`.
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// sysfs directory to read (default: config sysfs_root).
+    #[arg(long)]
+    sysfs_root: Option<PathBuf>,
+    /// Restore state from DIR first (never saved).
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// Pod manifests (YAML or JSON, multi-document; `-` for stdin).
+    #[arg(required = true)]
+    pods: Vec<String>,
+}
+
+fn hint_json(h: &TopologyHint) -> (Value, bool) {
+    (json!(h.affinity), h.preferred)
+}
+
+/// The SPEC section 6 JSON of one admission.
+pub fn result_json(r: &AdmitResult) -> Value {
+    let containers: Vec<Value> = r
+        .containers
+        .iter()
+        .map(|c| {
+            let (affinity, preferred) = hint_json(&c.hint);
+            json!({
+                "name": c.name,
+                "affinity": affinity,
+                "preferred": preferred,
+                "cpus": c.allocation.cpus.to_string(),
+                "exclusive": c.allocation.exclusive,
+                "mems": c.allocation.mems.to_string(),
+                "devices": c.allocation.devices,
+                "env": c.allocation.env,
+            })
+        })
+        .collect();
+    json!({
+        "uid": r.pod.uid,
+        "name": r.pod.name,
+        "namespace": r.pod.namespace,
+        "qos": r.pod.qos.as_str(),
+        "admitted": r.admitted,
+        "reason": r.reason,
+        "message": r.message,
+        "containers": containers,
+    })
+}
+
+fn print_table(results: &[AdmitResult]) {
+    println!(
+        "{:<24} {:<11} {:<9} {:<12} {:<9} {:<10} {:<9} {:<6} DEVICES",
+        "POD", "QOS", "ADMITTED", "CONTAINER", "AFFINITY", "PREFERRED", "CPUS", "MEMS"
+    );
+    for r in results {
+        let pod = format!("{}/{}", r.pod.namespace, r.pod.name);
+        if !r.admitted {
+            println!(
+                "{:<24} {:<11} {:<9} {}: {}",
+                pod,
+                r.pod.qos.as_str(),
+                "no",
+                r.reason.as_deref().unwrap_or(""),
+                r.message.as_deref().unwrap_or("")
+            );
+            continue;
+        }
+        for c in &r.containers {
+            let devices: Vec<String> = c
+                .allocation
+                .devices
+                .iter()
+                .map(|(k, v)| format!("{k}={}", v.join(",")))
+                .collect();
+            let cpus = if c.allocation.cpus.is_empty() {
+                "-".to_string()
+            } else if c.allocation.exclusive {
+                format!("{}*", c.allocation.cpus)
+            } else {
+                c.allocation.cpus.to_string()
+            };
+            println!(
+                "{:<24} {:<11} {:<9} {:<12} {:<9} {:<10} {:<9} {:<6} {}",
+                pod,
+                r.pod.qos.as_str(),
+                "yes",
+                c.name,
+                c.hint.affinity.map_or("any".to_string(), |m| m.to_string()),
+                c.hint.preferred,
+                cpus,
+                if c.allocation.mems.is_empty() { "-".to_string() } else { c.allocation.mems.to_string() },
+                if devices.is_empty() { "-".to_string() } else { devices.join(" ") }
+            );
+        }
+    }
+}
+
+fn restore(state_dir: Option<&Path>, adm: &mut topomgr::admission::Admitter) -> anyhow::Result<()> {
+    if let Some(dir) = state_dir {
+        checkpoint::restore(dir, adm).context("restoring state")?;
+    }
+    Ok(())
+}
+
+/// Admit every pod in order and print the results.
+pub fn run(config: &Path, args: AdmitArgs) -> anyhow::Result<ExitCode> {
+    let cfg = host::load_config(config)?;
+    let pods = topomgr::manifest::read_pods(&args.pods)?;
+    let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
+    let mut adm = host::admitter(&cfg, &machine)?;
+    restore(args.state_dir.as_deref(), &mut adm)?;
+    let results: Vec<AdmitResult> = pods.iter().map(|p| adm.admit(p)).collect();
+    if let (Some(dir), false) = (&args.state_dir, args.dry_run) {
+        checkpoint::save(dir, &adm).context("saving state")?;
+    }
+    match args.output {
+        Output::Json => {
+            let pods: Vec<Value> = results.iter().map(result_json).collect();
+            println!("{}", serde_json::to_string_pretty(&json!({ "pods": pods }))?);
+        }
+        Output::Table => print_table(&results),
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn describe_hints(set: &Option<HintSet>) -> String {
+    match set {
+        None => "no preference".to_string(),
+        Some(HintSet::Explicit(v)) if v.is_empty() => "[] (cannot be satisfied)".to_string(),
+        Some(HintSet::Explicit(v)) => v
+            .iter()
+            .map(|h| {
+                format!(
+                    "{}{}",
+                    h.affinity.map_or("any".to_string(), |m| format!("{{{m}}}")),
+                    if h.preferred { "*" } else { "" }
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+        Some(HintSet::Compact(c)) => format!(
+            "supersets of {} (preferred at width {})",
+            c.minimal.iter().map(|m| format!("{{{m}}}")).collect::<Vec<_>>().join(" "),
+            c.preferred_width
+        ),
+    }
+}
+
+fn print_step(step: &TraceStep) {
+    println!("  {}:", step.container.as_deref().map_or("pod scope".to_string(), |c| format!("container {c}")));
+    for (provider, hints) in &step.hints {
+        match hints {
+            None => println!("    {provider}: no hints (no preference)"),
+            Some(map) if map.is_empty() => println!("    {provider}: no hints (no preference)"),
+            Some(map) => {
+                for (res, set) in map {
+                    println!("    {provider} / {res}: {}", describe_hints(set));
+                }
+            }
+        }
+    }
+    if let Some(m) = &step.merge {
+        println!(
+            "    merge: {} hint list(s), best non-preferred width {}, decided by {:?}",
+            m.lists, m.best_non_preferred_count, m.rule
+        );
+    }
+    let h = step.decision.hint;
+    println!(
+        "    => affinity {} preferred {} -> {}",
+        h.affinity.map_or("any".to_string(), |m| format!("{{{m}}}")),
+        h.preferred,
+        if step.decision.admit { "admit" } else { "reject" }
+    );
+}
+
+/// Admit (without saving) and print each decision's trace.
+pub fn explain(config: &Path, args: ExplainArgs) -> anyhow::Result<ExitCode> {
+    let cfg = host::load_config(config)?;
+    let pods = topomgr::manifest::read_pods(&args.pods)?;
+    let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
+    let mut adm = host::admitter(&cfg, &machine)?;
+    restore(args.state_dir.as_deref(), &mut adm)?;
+    println!(
+        "policy {} scope {} on NUMA nodes {}",
+        adm.policy().name(),
+        adm.scope().as_str(),
+        adm.policy().numa().default_mask()
+    );
+    for pod in &pods {
+        let mut trace = Vec::new();
+        let r = adm.admit_traced(pod, &mut trace);
+        println!("pod {}/{} ({}, uid {}):", pod.namespace, pod.name, pod.qos.as_str(), pod.uid);
+        for step in &trace {
+            print_step(step);
+        }
+        if r.admitted {
+            println!("  admitted");
+        } else {
+            println!(
+                "  rejected: {}: {}",
+                r.reason.as_deref().unwrap_or(""),
+                r.message.as_deref().unwrap_or("")
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

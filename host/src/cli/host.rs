@@ -1,0 +1,58 @@
+//! Shared set-up for commands: config, machine, policy, providers, state.
+
+use std::path::Path;
+
+use anyhow::Context;
+use topomgr::admission::Admitter;
+use topomgr::config::HostConfig;
+use topomgr::plugin;
+use topomgr::policy::{NumaInfo, Policy, Scope};
+use topomgr::provider::HintProvider;
+use topomgr_sdk::Machine;
+
+/// Load the config file; the default path may be absent (built-in defaults).
+pub fn load_config(path: &Path) -> anyhow::Result<HostConfig> {
+    if path == Path::new(super::DEFAULT_CONFIG) && !path.exists() {
+        tracing::info!(path = %path.display(), "no config file; using built-in defaults");
+        return Ok(HostConfig::default());
+    }
+    topomgr::config::load(path).map_err(anyhow::Error::from)
+}
+
+/// Discover the machine from `--sysfs-root` or the configured root.
+pub fn discover(cfg: &HostConfig, sysfs_root: Option<&Path>) -> anyhow::Result<Machine> {
+    let root = sysfs_root.unwrap_or(&cfg.sysfs_root);
+    topomgr::discover::discover(root)
+        .with_context(|| format!("discovering the machine from {}", root.display()))
+}
+
+/// Load one configured provider.
+pub fn load_provider(
+    cfg: &HostConfig,
+    name: &str,
+    machine: &Machine,
+) -> anyhow::Result<Box<dyn HintProvider>> {
+    let entry = cfg.providers.get(name).with_context(|| {
+        let known: Vec<&str> = cfg.providers.keys().map(String::as_str).collect();
+        format!(
+            "no provider {name:?} is configured (configured: {})",
+            if known.is_empty() { "none".to_string() } else { known.join(", ") }
+        )
+    })?;
+    let dirs = plugin::search_dirs(cfg);
+    let p = plugin::load_provider(name, entry, &dirs, machine, &cfg.state_dir.join(name))?;
+    Ok(Box::new(p))
+}
+
+/// The policy, scope and every configured provider (in name order).
+pub fn admitter(cfg: &HostConfig, machine: &Machine) -> anyhow::Result<Admitter> {
+    let numa = NumaInfo::from_machine(machine).context("reading NUMA information")?;
+    let policy = Policy::new(&cfg.policy, &cfg.policy_options, numa).context("cannot create policy")?;
+    let scope: Scope = cfg.scope.parse().context("invalid scope in config")?;
+    let providers = cfg
+        .providers
+        .keys()
+        .map(|name| load_provider(cfg, name, machine))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(Admitter::new(policy, scope, providers))
+}

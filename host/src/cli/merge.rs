@@ -1,0 +1,70 @@
+//! `topomgr merge`: the what-if merge of SPEC section 6.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use serde::Deserialize;
+use topomgr::policy::{NumaInfo, Policy};
+use topomgr_sdk::{HintSet, ProviderHints};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MergeInput {
+    numa_nodes: Vec<i64>,
+    #[serde(default)]
+    distances: Option<BTreeMap<String, Vec<u64>>>,
+    policy: String,
+    #[serde(default)]
+    options: BTreeMap<String, String>,
+    providers: Vec<Option<BTreeMap<String, Option<HintSet>>>>,
+}
+
+/// Read the input, merge, print `{"affinity", "preferred", "admit"}`.
+pub fn run() -> anyhow::Result<ExitCode> {
+    let mut text = String::new();
+    std::io::stdin()
+        .read_to_string(&mut text)
+        .context("reading merge input from stdin")?;
+    let input: MergeInput = serde_json::from_str(&text).context("invalid merge input")?;
+    let mut nodes = Vec::with_capacity(input.numa_nodes.len());
+    for &n in &input.numa_nodes {
+        if !(0..64).contains(&n) {
+            bail!("invalid merge input: numa_nodes: node id {n} is out of range 0-63");
+        }
+        nodes.push(n as u32);
+    }
+    let distances = match &input.distances {
+        None => None,
+        Some(map) => {
+            for key in map.keys() {
+                if !nodes.iter().any(|n| n.to_string() == *key) {
+                    bail!("invalid merge input: distances: {key:?} is not one of numa_nodes");
+                }
+            }
+            let rows = nodes
+                .iter()
+                .map(|n| {
+                    map.get(&n.to_string()).cloned().with_context(|| {
+                        format!("invalid merge input: distances: no row for node {n}")
+                    })
+                })
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            Some(rows)
+        }
+    };
+    let numa = NumaInfo::new(nodes, distances).context("invalid merge input")?;
+    let policy = Policy::new(&input.policy, &input.options, numa).context("cannot create policy")?;
+    let names: Vec<String> = (0..input.providers.len()).map(|i| format!("providers[{i}]")).collect();
+    let hints: Vec<ProviderHints> = input.providers;
+    let refs: Vec<(&str, &ProviderHints)> = names.iter().map(String::as_str).zip(hints.iter()).collect();
+    let decision = policy.decide(&refs).context("invalid merge input")?;
+    let out = serde_json::json!({
+        "affinity": decision.hint.affinity,
+        "preferred": decision.hint.preferred,
+        "admit": decision.admit,
+    });
+    println!("{out}");
+    Ok(ExitCode::SUCCESS)
+}

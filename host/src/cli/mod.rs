@@ -1,0 +1,88 @@
+//! Command-line definitions and dispatch (the binary's edge: `anyhow` here only).
+
+mod admit;
+mod host;
+mod merge;
+mod provider;
+mod topology;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Default configuration file.
+pub const DEFAULT_CONFIG: &str = "/etc/topomgr/topomgr.toml";
+
+/// topomgr: a node-level NUMA topology manager with kubelet Topology Manager semantics.
+#[derive(Debug, Parser)]
+#[command(name = "topomgr", version, about)]
+pub struct Cli {
+    /// Configuration file (drop-ins are read from its plugins.d/).
+    #[arg(long, global = true, default_value = DEFAULT_CONFIG)]
+    pub config: PathBuf,
+    /// More logging on stderr (-v info, -vv debug, -vvv trace; RUST_LOG overrides).
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// Stable JSON (the documented contract).
+    Json,
+    /// A table for people.
+    Table,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// What-if merge: read providers' hints as JSON on stdin, print the merged hint.
+    Merge,
+    /// Show what discovery finds on this machine (or a recorded sysfs tree).
+    Topology {
+        /// sysfs directory to read (default: config sysfs_root, /sys).
+        #[arg(long)]
+        sysfs_root: Option<PathBuf>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "json")]
+        output: Output,
+    },
+    /// Admit Kubernetes Pod manifests in order through every enabled provider.
+    Admit(admit::AdmitArgs),
+    /// Show the decision trace of admitting pods: each provider's hints, the merge, the verdict.
+    Explain(admit::ExplainArgs),
+    /// Call one loaded provider directly.
+    Provider(provider::ProviderArgs),
+}
+
+/// Install the stderr logger.
+pub fn init_logging(verbose: u8) {
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+/// Run one command.
+pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Merge => merge::run(),
+        Command::Topology { sysfs_root, output } => {
+            topology::run(&cli.config, sysfs_root.as_deref(), output)
+        }
+        Command::Admit(args) => admit::run(&cli.config, args),
+        Command::Explain(args) => admit::explain(&cli.config, args),
+        Command::Provider(args) => provider::run(&cli.config, args),
+    }
+}

@@ -1,0 +1,165 @@
+//! `topomgr provider NAME hints|allocate`: call one provider directly.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use clap::{Args, Subcommand};
+use serde_json::json;
+use topomgr::checkpoint;
+use topomgr_sdk::{HintSet, PodView, ProviderHints, TopologyHint};
+
+use super::host;
+
+/// Arguments of `topomgr provider`.
+#[derive(Debug, Args)]
+pub struct ProviderArgs {
+    /// The provider's name (its `[providers.NAME]` key).
+    name: String,
+    /// sysfs directory to read (default: config sysfs_root).
+    #[arg(long, global = true)]
+    sysfs_root: Option<PathBuf>,
+    /// Restore the provider's state from DIR before the call and save it after.
+    #[arg(long, global = true)]
+    state_dir: Option<PathBuf>,
+    #[command(subcommand)]
+    call: Call,
+}
+
+#[derive(Debug, Subcommand)]
+enum Call {
+    /// Print the provider's hints for a container (or the pod with --pod-scope).
+    Hints {
+        /// Ask for pod-scope hints.
+        #[arg(long)]
+        pod_scope: bool,
+        /// Pod manifest (the first pod in the file; `-` for stdin).
+        #[arg(long)]
+        pod: String,
+        /// Container name (default: the pod's only container).
+        #[arg(long)]
+        container: Option<String>,
+    },
+    /// Allocate a container with a given hint and print the allocation.
+    Allocate {
+        /// Pod manifest (the first pod in the file; `-` for stdin).
+        #[arg(long)]
+        pod: String,
+        /// Container name.
+        #[arg(long)]
+        container: String,
+        /// The hint, as JSON: {"affinity": [0] | null, "preferred": true}.
+        #[arg(long)]
+        hint: String,
+    },
+}
+
+fn read_pod(path: &str) -> anyhow::Result<PodView> {
+    let mut pods = topomgr::manifest::read_pods(&[path.to_string()])?;
+    if pods.is_empty() {
+        bail!("{path}: no pod found");
+    }
+    Ok(pods.swap_remove(0))
+}
+
+fn container_name(pod: &PodView, given: Option<String>) -> anyhow::Result<String> {
+    if let Some(c) = given {
+        return Ok(c);
+    }
+    let all: Vec<&str> = pod
+        .init_containers
+        .iter()
+        .chain(&pod.containers)
+        .map(|c| c.name.as_str())
+        .collect();
+    match all.as_slice() {
+        [one] => Ok(one.to_string()),
+        _ => bail!(
+            "pod {} has {} containers ({}); name one with --container",
+            pod.name,
+            all.len(),
+            all.join(", ")
+        ),
+    }
+}
+
+/// Expand compact hint sets on machines of up to 8 NUMA nodes.
+fn printable(hints: ProviderHints, nodes: &[u32]) -> ProviderHints {
+    let expand = nodes.len() <= 8;
+    hints.map(|map| {
+        map.into_iter()
+            .map(|(k, v)| match v {
+                Some(HintSet::Compact(c)) if expand => (k, Some(HintSet::Explicit(c.expand(nodes)))),
+                other => (k, other),
+            })
+            .collect()
+    })
+}
+
+/// Run one provider call.
+pub fn run(config: &Path, args: ProviderArgs) -> anyhow::Result<ExitCode> {
+    let cfg = host::load_config(config)?;
+    let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
+    let mut provider = host::load_provider(&cfg, &args.name, &machine)?;
+    if let Some(dir) = &args.state_dir {
+        checkpoint::restore_provider(dir, provider.as_mut()).context("restoring provider state")?;
+    }
+    let nodes = machine.numa_ids();
+    let code = match args.call {
+        Call::Hints { pod_scope, pod, container } => {
+            let pod = read_pod(&pod)?;
+            let result = if pod_scope {
+                provider.pod_topology_hints(&pod)
+            } else {
+                let name = container_name(&pod, container)?;
+                let c = pod
+                    .container(&name)
+                    .with_context(|| format!("pod {} has no container {name:?}", pod.name))?;
+                provider.topology_hints(&pod, c)
+            };
+            match result {
+                Ok(h) => {
+                    println!("{}", serde_json::to_string(&printable(h, &nodes))?);
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("topomgr: provider {:?} refused: {}: {}", args.name, e.reason, e.message);
+                    ExitCode::from(1)
+                }
+            }
+        }
+        Call::Allocate { pod, container, hint } => {
+            let pod = read_pod(&pod)?;
+            let hint: TopologyHint = serde_json::from_str(&hint).context("invalid --hint")?;
+            if let Some(m) = hint.affinity {
+                let extra = m.and_not(machine.numa_mask());
+                if !extra.is_empty() {
+                    bail!("invalid --hint: NUMA node(s) {extra} do not exist on this machine (nodes: {})", machine.numa_mask());
+                }
+            }
+            let c = pod
+                .container(&container)
+                .with_context(|| format!("pod {} has no container {container:?}", pod.name))?;
+            match provider.allocate(&pod, c, &hint) {
+                Ok(a) => {
+                    let out = json!({
+                        "cpus": a.cpus.to_string(),
+                        "mems": a.mems.to_string(),
+                        "devices": a.devices,
+                        "env": a.env,
+                    });
+                    println!("{out}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("topomgr: provider {:?} refused: {}: {}", args.name, e.reason, e.message);
+                    ExitCode::from(1)
+                }
+            }
+        }
+    };
+    if let Some(dir) = &args.state_dir {
+        checkpoint::save_provider(dir, provider.as_ref()).context("saving provider state")?;
+    }
+    Ok(code)
+}

@@ -1,0 +1,145 @@
+//! `topomgr merge`: the JSON contract of SPEC section 6, run as a user would.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+
+fn merge(input: &str) -> (i32, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_topomgr"))
+        .arg("merge")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn topomgr");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap().trim().to_string(),
+        String::from_utf8(out.stderr).unwrap().trim().to_string(),
+    )
+}
+
+fn ok(input: &str) -> String {
+    let (code, out, err) = merge(input);
+    assert_eq!(code, 0, "stderr: {err}");
+    out
+}
+
+#[test]
+fn spec_example() {
+    let out = ok(r#"{"numa_nodes": [0, 1], "distances": null,
+        "policy": "best-effort", "options": {"prefer-closest-numa-nodes": "true"},
+        "providers": [ {"cpu": [{"affinity": [0], "preferred": true}], "gpu": null}, null ]}"#);
+    assert_eq!(out, r#"{"affinity":[0],"preferred":true,"admit":true}"#);
+}
+
+#[test]
+fn kubelet_documentation_cross_product_example() {
+    // cpu offers {0}, {1} preferred and {0,1}; the GPU only {0} preferred or {0,1}.
+    let input = r#"{"numa_nodes": [0, 1], "policy": "restricted", "providers": [
+        {"cpu": [{"affinity": [0], "preferred": true}, {"affinity": [1], "preferred": true},
+                 {"affinity": [0, 1], "preferred": false}]},
+        {"nvidia.com/gpu": [{"affinity": [0], "preferred": true}, {"affinity": [0, 1], "preferred": false}]}]}"#;
+    assert_eq!(ok(input), r#"{"affinity":[0],"preferred":true,"admit":true}"#);
+}
+
+#[test]
+fn null_empty_and_no_map_are_distinct() {
+    let base = |p: &str, policy: &str| {
+        format!(r#"{{"numa_nodes": [0, 1], "policy": "{policy}", "providers": [{p}]}}"#)
+    };
+    // No map: any, preferred.
+    assert_eq!(ok(&base("null", "restricted")), r#"{"affinity":[0,1],"preferred":true,"admit":true}"#);
+    assert_eq!(ok(&base("{}", "restricted")), r#"{"affinity":[0,1],"preferred":true,"admit":true}"#);
+    // Resource -> null: no preference.
+    assert_eq!(ok(&base(r#"{"cpu": null}"#, "restricted")), r#"{"affinity":[0,1],"preferred":true,"admit":true}"#);
+    // Resource -> []: cannot be satisfied: not preferred, rejected by restricted.
+    assert_eq!(ok(&base(r#"{"cpu": []}"#, "restricted")), r#"{"affinity":[0,1],"preferred":false,"admit":false}"#);
+    assert_eq!(ok(&base(r#"{"cpu": []}"#, "best-effort")), r#"{"affinity":[0,1],"preferred":false,"admit":true}"#);
+}
+
+#[test]
+fn single_numa_node_whole_machine_is_null() {
+    let input = r#"{"numa_nodes": [0, 1], "policy": "single-numa-node", "providers": [{"cpu": null}]}"#;
+    assert_eq!(ok(input), r#"{"affinity":null,"preferred":true,"admit":true}"#);
+    let input = r#"{"numa_nodes": [0, 1], "policy": "single-numa-node",
+        "providers": [{"cpu": [{"affinity": [0, 1], "preferred": true}]}]}"#;
+    assert_eq!(ok(input), r#"{"affinity":null,"preferred":false,"admit":false}"#);
+}
+
+#[test]
+fn none_policy() {
+    let input = r#"{"numa_nodes": [0, 1], "policy": "none", "providers": [{"cpu": []}]}"#;
+    assert_eq!(ok(input), r#"{"affinity":null,"preferred":false,"admit":true}"#);
+}
+
+#[test]
+fn prefer_closest_uses_distances() {
+    // Two-node masks only: {0,1} is 21 apart, {0,2} 11 apart.
+    let hints = r#"[{"affinity": [0, 1], "preferred": true}, {"affinity": [0, 2], "preferred": true}]"#;
+    let input = |opt: &str| {
+        format!(
+            r#"{{"numa_nodes": [0, 1, 2], "distances": {{"0": [10, 21, 11], "1": [21, 10, 21], "2": [11, 21, 10]}},
+            "policy": "best-effort", "options": {{"prefer-closest-numa-nodes": "{opt}"}}, "providers": [{{"mem": {hints}}}]}}"#
+        )
+    };
+    assert_eq!(ok(&input("true")), r#"{"affinity":[0,2],"preferred":true,"admit":true}"#);
+    assert_eq!(ok(&input("false")), r#"{"affinity":[0,1],"preferred":true,"admit":true}"#);
+}
+
+#[test]
+fn compact_form_merges() {
+    let input = r#"{"numa_nodes": [0, 1, 2, 3], "policy": "restricted", "providers": [
+        {"cpu": {"minimal": [[1], [2]], "preferred_width": 1}},
+        {"gpu": [{"affinity": [2], "preferred": true}, {"affinity": [2, 3], "preferred": false}]}]}"#;
+    assert_eq!(ok(input), r#"{"affinity":[2],"preferred":true,"admit":true}"#);
+}
+
+#[test]
+fn bad_input_exits_2_with_one_line() {
+    let cases = [
+        ("not json", "topomgr: error: invalid merge input: expected ident at line 1 column 2"),
+        (
+            r#"{"numa_nodes": [0], "policy": "strict", "providers": []}"#,
+            "topomgr: error: cannot create policy: unknown policy: \"strict\" (expected none, best-effort, restricted or single-numa-node)",
+        ),
+        (
+            r#"{"numa_nodes": [0], "policy": "restricted", "options": {"max-allowable-numa-nodes": "4"}, "providers": []}"#,
+            "topomgr: error: cannot create policy: the minimum value of \"max-allowable-numa-nodes\" should not be less than 8 (got 4)",
+        ),
+        (
+            r#"{"numa_nodes": [0, 1], "policy": "restricted", "providers": [{"cpu": [{"affinity": [7], "preferred": true}]}]}"#,
+            "topomgr: error: invalid merge input: provider \"providers[0]\" returned hints for resource \"cpu\" naming NUMA node(s) 7, which this machine does not have (its nodes: 0-1)",
+        ),
+        (
+            r#"{"numa_nodes": [0, 64], "policy": "restricted", "providers": []}"#,
+            "topomgr: error: invalid merge input: numa_nodes: node id 64 is out of range 0-63",
+        ),
+        (
+            r#"{"numa_nodes": [0, 1], "distances": {"0": [10, 20]}, "policy": "restricted", "providers": []}"#,
+            "topomgr: error: invalid merge input: distances: no row for node 1",
+        ),
+    ];
+    for (input, want) in cases {
+        let (code, out, err) = merge(input);
+        assert_eq!(code, 2, "input {input}");
+        assert_eq!(out, "");
+        assert_eq!(err, want);
+    }
+}
+
+#[test]
+fn nine_nodes_need_the_option_raised_only_past_64() {
+    let nodes: Vec<String> = (0..9).map(|n| n.to_string()).collect();
+    let input = format!(
+        r#"{{"numa_nodes": [{}], "policy": "restricted", "providers": [{{"cpu": [{{"affinity": [8], "preferred": true}}]}}]}}"#,
+        nodes.join(",")
+    );
+    assert_eq!(ok(&input), r#"{"affinity":[8],"preferred":true,"admit":true}"#);
+}
