@@ -1,0 +1,119 @@
+//! Shared harness of the plugin integration tests: builds the plugin
+//! libraries once per test binary and hands out their paths.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// Paths of the built plugin libraries.
+#[derive(Debug)]
+pub struct Plugins {
+    /// `libtopomgr_mock_provider.so`.
+    pub mock: PathBuf,
+    /// `libnuma_widgets.so` (the SDK example).
+    pub widgets: PathBuf,
+    /// The plugin of `tests/incompatible-sdk` (built against a changed SDK shape).
+    pub incompatible: PathBuf,
+}
+
+/// The workspace root.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+fn cargo() -> String {
+    std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned())
+}
+
+/// Runs `cargo build <args> --message-format=json-render-diagnostics` and
+/// returns `(target name, .so path)` of every cdylib artifact.
+fn build(args: &[&str]) -> Vec<(String, PathBuf)> {
+    let out = Command::new(cargo())
+        .args(["build", "--message-format=json-render-diagnostics"])
+        .args(args)
+        .current_dir(workspace_root())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", cargo()));
+    assert!(
+        out.status.success(),
+        "cargo build {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut found = Vec::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if msg["reason"] != "compiler-artifact" {
+            continue;
+        }
+        let is_cdylib = msg["target"]["crate_types"]
+            .as_array()
+            .is_some_and(|k| k.iter().any(|k| k == "cdylib"));
+        if !is_cdylib {
+            continue;
+        }
+        let name = msg["target"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        for f in msg["filenames"].as_array().into_iter().flatten() {
+            if let Some(f) = f.as_str().filter(|f| f.ends_with(".so")) {
+                found.push((name.clone(), PathBuf::from(f)));
+            }
+        }
+    }
+    found
+}
+
+fn pick(found: &[(String, PathBuf)], name: &str) -> PathBuf {
+    found
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, p)| p.clone())
+        .unwrap_or_else(|| panic!("cargo built no cdylib named {name}: {found:?}"))
+}
+
+/// Builds the plugins (once per test binary) and returns their paths.
+pub fn plugins() -> &'static Plugins {
+    static PLUGINS: OnceLock<Plugins> = OnceLock::new();
+    PLUGINS.get_or_init(|| {
+        let main = build(&[
+            "-p",
+            "topomgr-mock-provider",
+            "-p",
+            "topomgr-sdk",
+            "--lib",
+            "--example",
+            "numa_widgets",
+        ]);
+        let root = workspace_root();
+        let manifest = root.join("tests/incompatible-sdk/Cargo.toml");
+        let target = root.join("target/incompatible-sdk");
+        let other = build(&[
+            "--manifest-path",
+            &manifest.to_string_lossy(),
+            "--target-dir",
+            &target.to_string_lossy(),
+        ]);
+        Plugins {
+            mock: pick(&main, "topomgr_mock_provider"),
+            widgets: pick(&main, "numa_widgets"),
+            incompatible: pick(&other, "topomgr_sdk"),
+        }
+    })
+}
+
+/// A fresh directory under cargo's per-target temporary directory (never a
+/// world-writable place, so plugins copied there pass the ownership check).
+pub fn scratch_dir(tag: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("cannot create {}: {e}", d.display()));
+    d
+}

@@ -1,0 +1,516 @@
+//! Loads the real plugin libraries (mock, SDK example, a plugin built against
+//! an incompatible SDK) the way the host does and checks every failure path.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use serde_json::json;
+use topomgr::config::{HostConfig, ProviderEntry};
+use topomgr::plugin::{load_provider, search_dirs, LoadedProvider, PluginError};
+use topomgr::provider::HintProvider;
+use topomgr_sdk::{testkit, NumaMask, ProviderError, TopologyHint};
+
+const W: &str = "example.com/widget";
+
+fn entry(library: &Path, config: serde_json::Value) -> ProviderEntry {
+    ProviderEntry {
+        library: library.to_string_lossy().into_owned(),
+        enabled: true,
+        config,
+        defined_in: PathBuf::from("test"),
+    }
+}
+
+fn state_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugin-state")
+}
+
+fn load(
+    name: &str,
+    library: &Path,
+    config: serde_json::Value,
+) -> Result<LoadedProvider, PluginError> {
+    load_provider(
+        name,
+        &entry(library, config),
+        &[],
+        &testkit::machine(2, 2),
+        &state_dir(),
+    )
+}
+
+fn load_ok(name: &str, library: &Path, config: serde_json::Value) -> LoadedProvider {
+    load(name, library, config).unwrap_or_else(|e| panic!("loading {name}: {e}"))
+}
+
+fn hint_strings(h: &topomgr_sdk::ProviderHints, resource: &str) -> Option<Vec<String>> {
+    testkit::hint_strings(h, resource, &[0, 1])
+}
+
+#[test]
+fn mock_answers_what_its_config_scripts() {
+    let p = common::plugins();
+    let mut mock = load_ok(
+        "mock",
+        &p.mock,
+        json!({
+            "hints": {
+                "example.com/foo": [{"affinity": [0], "preferred": true}, {"affinity": [0, 1], "preferred": false}],
+                "example.com/bar": "none",
+                "example.com/baz": {"minimal": [[1]], "preferred_width": 1},
+                "example.com/none-fit": []
+            },
+            "allocation": {"cpus": "0-1", "exclusive": true, "mems": [0],
+                           "devices": {"example.com/foo": ["foo-0"]}, "env": {"FOO": "foo-0"}}
+        }),
+    );
+    assert_eq!(mock.name(), "mock");
+    assert_eq!(mock.path(), p.mock.canonicalize().unwrap());
+    let pod = testkit::guaranteed_pod("a", &[("example.com/foo", 1)]);
+    let h = mock.topology_hints(&pod, &pod.containers[0]).unwrap();
+    assert_eq!(
+        hint_strings(&h, "example.com/foo"),
+        Some(vec!["0:true".to_owned(), "0-1:false".to_owned()])
+    );
+    assert_eq!(hint_strings(&h, "example.com/bar"), None);
+    assert!(h.as_ref().unwrap().contains_key("example.com/bar"));
+    assert_eq!(
+        hint_strings(&h, "example.com/baz"),
+        Some(vec!["1:true".to_owned(), "0-1:false".to_owned()])
+    );
+    assert_eq!(hint_strings(&h, "example.com/none-fit"), Some(vec![]));
+    let a = mock
+        .allocate(
+            &pod,
+            &pod.containers[0],
+            &TopologyHint::new(NumaMask::from_bits(1), true),
+        )
+        .unwrap();
+    assert_eq!(a.cpus.to_string(), "0-1");
+    assert!(a.exclusive);
+    assert_eq!(a.mems.to_string(), "0");
+    assert_eq!(
+        a.devices,
+        BTreeMap::from([("example.com/foo".to_owned(), vec!["foo-0".to_owned()])])
+    );
+    assert_eq!(
+        a.env,
+        BTreeMap::from([("FOO".to_owned(), "foo-0".to_owned())])
+    );
+    mock.release("a-uid", "app").unwrap();
+    let cp = mock.checkpoint().unwrap();
+    assert_eq!(
+        String::from_utf8(cp.clone()).unwrap(),
+        r#"{"calls":["allocate a-uid app","release a-uid app"]}"#
+    );
+    let mut again = load_ok("mock2", &p.mock, json!({"no_map": true}));
+    assert_eq!(
+        again.topology_hints(&pod, &pod.containers[0]).unwrap(),
+        None
+    );
+    again.restore(&cp).unwrap();
+    assert_eq!(again.checkpoint().unwrap(), cp);
+    assert_eq!(
+        again.restore(b"[]").unwrap_err().reason,
+        "InvalidCheckpoint"
+    );
+}
+
+#[test]
+fn example_provider_hints_allocates_and_checkpoints() {
+    let p = common::plugins();
+    let mut w = load_ok("widgets", &p.widgets, json!({"widgets_per_node": 2}));
+    let pod = testkit::guaranteed_pod("a", &[(W, 2)]);
+    let h = w.topology_hints(&pod, &pod.containers[0]).unwrap();
+    assert_eq!(
+        hint_strings(&h, W),
+        Some(vec![
+            "0:true".to_owned(),
+            "1:true".to_owned(),
+            "0-1:false".to_owned()
+        ])
+    );
+    let none = testkit::guaranteed_pod("n", &[("cpu", 1000)]);
+    assert_eq!(
+        w.pod_topology_hints(&none).unwrap(),
+        Some(BTreeMap::from([(W.to_owned(), None)]))
+    );
+    let a = w
+        .allocate(
+            &pod,
+            &pod.containers[0],
+            &TopologyHint::new(NumaMask::from_bits(0b10), true),
+        )
+        .unwrap();
+    assert_eq!(
+        a.env.get("WIDGET_DEVICES").map(String::as_str),
+        Some("widget-1-0,widget-1-1")
+    );
+    assert_eq!(
+        a.devices,
+        BTreeMap::from([(
+            W.to_owned(),
+            vec!["widget-1-0".to_owned(), "widget-1-1".to_owned()]
+        )])
+    );
+    assert_eq!(a.mems.to_string(), "1");
+    let pod2 = testkit::guaranteed_pod("b", &[(W, 2)]);
+    let h = w.topology_hints(&pod2, &pod2.containers[0]).unwrap();
+    let after = Some(vec!["0:true".to_owned(), "0-1:false".to_owned()]);
+    assert_eq!(hint_strings(&h, W), after);
+    let cp = w.checkpoint().unwrap();
+    // A second instance of the same library is independent; restoring the
+    // checkpoint gives it the same view.
+    let mut w2 = load_ok("widgets2", &p.widgets, json!({"widgets_per_node": 2}));
+    let h = w2.topology_hints(&pod2, &pod2.containers[0]).unwrap();
+    assert_eq!(hint_strings(&h, W).map(|v| v.len()), Some(3));
+    w2.restore(&cp).unwrap();
+    let h = w2.topology_hints(&pod2, &pod2.containers[0]).unwrap();
+    assert_eq!(hint_strings(&h, W), after);
+    w.release("a-uid", "app").unwrap();
+    let big = testkit::guaranteed_pod("c", &[(W, 5)]);
+    let h = w.topology_hints(&big, &big.containers[0]).unwrap();
+    assert_eq!(hint_strings(&h, W), Some(vec![]));
+}
+
+#[test]
+fn example_provider_answers_compact_hints_beyond_eight_nodes() {
+    let p = common::plugins();
+    let mut w = load_provider(
+        "widgets",
+        &entry(
+            &p.widgets,
+            json!({"widgets_per_node": 1, "resource": "example.com/w"}),
+        ),
+        &[],
+        &testkit::machine(10, 1),
+        &state_dir(),
+    )
+    .unwrap();
+    let pod = testkit::guaranteed_pod("a", &[("example.com/w", 2)]);
+    let h = w.topology_hints(&pod, &pod.containers[0]).unwrap();
+    let Some(Some(topomgr_sdk::HintSet::Compact(c))) =
+        h.as_ref().and_then(|m| m.get("example.com/w"))
+    else {
+        panic!("expected compact hints, got {h:?}");
+    };
+    assert_eq!(c.minimal.len(), 45);
+    assert_eq!(c.preferred_width, 2);
+}
+
+#[test]
+fn a_panic_in_any_method_is_an_error_and_the_provider_keeps_working() {
+    let p = common::plugins();
+    let pod = testkit::guaranteed_pod("a", &[]);
+    let c = &pod.containers[0];
+    for point in [
+        "hints",
+        "pod_hints",
+        "allocate",
+        "release",
+        "checkpoint",
+        "restore",
+    ] {
+        let mut m = load_ok(
+            "mock",
+            &p.mock,
+            json!({"panic_in": point, "hints": {"r": "none"}}),
+        );
+        let call = |m: &mut LoadedProvider, what: &str| -> Result<(), ProviderError> {
+            match what {
+                "hints" => m.topology_hints(&pod, c).map(drop),
+                "pod_hints" => m.pod_topology_hints(&pod).map(drop),
+                "allocate" => m.allocate(&pod, c, &TopologyHint::ANY).map(drop),
+                "release" => m.release("a-uid", "app"),
+                "checkpoint" => m.checkpoint().map(drop),
+                _ => m.restore(br#"{"calls":[]}"#),
+            }
+        };
+        let method = match point {
+            "hints" => "topology_hints",
+            "pod_hints" => "pod_topology_hints",
+            other => other,
+        };
+        assert_eq!(
+            call(&mut m, point),
+            Err(ProviderError::new(
+                "ProviderPanic",
+                format!(
+                    "the provider panicked in {method}: mock provider scripted to panic in {point}"
+                )
+            ))
+        );
+        // The same call again, and every other call, still get answers.
+        assert_eq!(call(&mut m, point).unwrap_err().reason, "ProviderPanic");
+        for other in [
+            "hints",
+            "pod_hints",
+            "allocate",
+            "release",
+            "checkpoint",
+            "restore",
+        ] {
+            if other != point {
+                assert_eq!(
+                    call(&mut m, other),
+                    Ok(()),
+                    "{other} after a panic in {point}"
+                );
+            }
+        }
+    }
+    let err = load("mock", &p.mock, json!({"panic_in": "new"})).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "provider `mock` ({}) failed to start: ProviderPanic: the provider panicked in new: \
+             mock provider scripted to panic in new",
+            p.mock.canonicalize().unwrap().display()
+        )
+    );
+}
+
+#[test]
+fn scripted_errors_come_back_unchanged() {
+    let p = common::plugins();
+    let mut m = load_ok(
+        "mock",
+        &p.mock,
+        json!({"fail_hints": "no topology today", "fail_allocate": "full", "fail_reason": "OutOfWidgets"}),
+    );
+    let pod = testkit::guaranteed_pod("a", &[]);
+    assert_eq!(
+        m.topology_hints(&pod, &pod.containers[0]),
+        Err(ProviderError::new("OutOfWidgets", "no topology today"))
+    );
+    assert_eq!(
+        m.allocate(&pod, &pod.containers[0], &TopologyHint::ANY),
+        Err(ProviderError::new("OutOfWidgets", "full"))
+    );
+}
+
+#[test]
+fn config_errors_name_the_provider_and_the_key() {
+    let p = common::plugins();
+    let err = load(
+        "widgets",
+        &p.widgets,
+        json!({"widgets_per_node": 2, "colour": "red"}),
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "provider `widgets` ({}) failed to start: InvalidConfig: numa_widgets config: unknown field \
+             `colour`, expected `widgets_per_node` or `resource`",
+            p.widgets.canonicalize().unwrap().display()
+        )
+    );
+    let err = load("mock", &p.mock, json!({"sleep_ms": "soon"})).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "provider `mock` ({}) failed to start: InvalidConfig: mock config: invalid type: string \
+             \"soon\", expected u64",
+            p.mock.canonicalize().unwrap().display()
+        )
+    );
+}
+
+#[test]
+fn a_missing_library_lists_every_place_searched() {
+    let dirs = [PathBuf::from("/opt/a"), PathBuf::from("/opt/b")];
+    let e = ProviderEntry {
+        library: "topomgr_provider_nothing".to_owned(),
+        enabled: true,
+        config: serde_json::Value::Null,
+        defined_in: PathBuf::from("x"),
+    };
+    let err =
+        load_provider("nothing", &e, &dirs, &testkit::machine(1, 1), &state_dir()).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "provider `nothing`: plugin library `topomgr_provider_nothing` not found; looked for \
+         /opt/a/libtopomgr_provider_nothing.so, /opt/b/libtopomgr_provider_nothing.so"
+    );
+    let err = load("p", Path::new("/opt/none/libp.so"), json!(null)).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "provider `p`: plugin library `/opt/none/libp.so` not found; looked for /opt/none/libp.so"
+    );
+}
+
+#[test]
+fn bare_library_names_are_found_in_search_dirs() {
+    let p = common::plugins();
+    let dir = p.mock.parent().unwrap().to_path_buf();
+    let e = ProviderEntry {
+        library: "topomgr_mock_provider".to_owned(),
+        enabled: true,
+        config: json!({"no_map": true}),
+        defined_in: PathBuf::from("x"),
+    };
+    let dirs = [PathBuf::from("/opt/nowhere"), dir];
+    let m = load_provider("mock", &e, &dirs, &testkit::machine(1, 1), &state_dir()).unwrap();
+    assert_eq!(m.path(), p.mock.canonicalize().unwrap());
+    let cfg = HostConfig {
+        plugin_dirs: vec![PathBuf::from("/opt/x")],
+        ..HostConfig::default()
+    };
+    let dirs = search_dirs(&cfg);
+    assert_eq!(dirs[0], PathBuf::from("/opt/x"));
+    assert_eq!(
+        dirs.get(1),
+        std::env::current_exe()
+            .unwrap()
+            .parent()
+            .map(Path::to_path_buf)
+            .as_ref()
+    );
+}
+
+#[test]
+fn writable_plugins_and_directories_are_refused() {
+    let p = common::plugins();
+    let dir = common::scratch_dir("perm");
+    let lib = dir.join("libmock.so");
+    std::fs::copy(&p.mock, &lib).unwrap();
+    std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let err = load("mock", &lib, json!(null)).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "provider `mock`: refusing plugin {0}: {0} is writable by everyone (mode 0666); run chmod o-w on it",
+            lib.display()
+        )
+    );
+    std::fs::set_permissions(&lib, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o775)).unwrap();
+    let err = load("mock", &lib, json!(null)).unwrap_err();
+    let gid = std::fs::metadata(&dir)
+        .map(|m| std::os::unix::fs::MetadataExt::gid(&m))
+        .unwrap();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "provider `mock`: refusing plugin {}: {} is writable by its group (gid {gid}, mode 0775); run chmod g-w on it",
+            lib.display(),
+            dir.display()
+        )
+    );
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    assert!(load("mock", &lib, json!(null)).is_ok());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_plugin_built_against_an_incompatible_sdk_is_refused_in_one_line() {
+    let p = common::plugins();
+    let err = load("old", &p.incompatible, json!(null)).unwrap_err();
+    assert!(matches!(err, PluginError::Incompatible { .. }), "{err:?}");
+    let msg = err.to_string();
+    assert!(!msg.contains('\n'), "{msg}");
+    assert_eq!(
+        msg,
+        format!(
+            "provider `old`: {} was built against an incompatible topomgr SDK: type FfiHint (via \
+             new.topology_hints.hints): too many fields, host 3, plugin 4; rebuild it with topomgr-sdk {}",
+            p.incompatible.canonicalize().unwrap().display(),
+            topomgr_sdk::SDK_VERSION
+        )
+    );
+}
+
+#[test]
+fn a_library_that_is_not_a_plugin_is_refused() {
+    let Some(libm) = [
+        "/lib/x86_64-linux-gnu/libm.so.6",
+        "/usr/lib/x86_64-linux-gnu/libm.so.6",
+        "/lib64/libm.so.6",
+    ]
+    .iter()
+    .map(Path::new)
+    .find(|p| p.exists()) else {
+        eprintln!("no libm.so.6 found; skipping");
+        return;
+    };
+    let err = load("m", libm, json!(null)).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "provider `m`: {} is not a topomgr plugin (it exports no topomgr root module; build it with \
+             topomgr_sdk::export_provider!)",
+            libm.canonicalize().unwrap().display()
+        )
+    );
+}
+
+/// A writer collecting the formatted log of this test's thread.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if let Ok(mut v) = self.0.lock() {
+            v.extend_from_slice(buf);
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_plugins_tracing_events_reach_the_host_log() {
+    let p = common::plugins();
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_ansi(false)
+        .without_time()
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let _m = load_ok(
+        "mock",
+        &p.mock,
+        json!({"log_message": "mock says hello 4711"}),
+    );
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(
+        log.lines().any(|l| l
+            == " INFO topomgr::plugin: mock says hello 4711 nodes=2 plugin_target=\"topomgr_mock_provider\""),
+        "{log}"
+    );
+}
+
+#[test]
+fn the_repository_config_loads_the_example_provider() {
+    let _ = common::plugins();
+    let root = common::workspace_root();
+    let cfg = topomgr::config::load_with_env(&root.join("topomgr.toml"), &|_| None).unwrap();
+    assert_eq!(cfg.policy, "best-effort");
+    assert_eq!(cfg.scope, "container");
+    assert_eq!(cfg.plugin_dirs[0], root.join("target/debug/examples"));
+    let e = &cfg.providers["widgets"];
+    assert_eq!(e.library, "numa_widgets");
+    assert_eq!(e.config, json!({"widgets_per_node": 2, "resource": W}));
+    let mut w = load_provider(
+        "widgets",
+        e,
+        &search_dirs(&cfg),
+        &testkit::machine(2, 2),
+        &state_dir(),
+    )
+    .unwrap();
+    let pod = testkit::guaranteed_pod("a", &[(W, 3)]);
+    let h = w.topology_hints(&pod, &pod.containers[0]).unwrap();
+    assert_eq!(hint_strings(&h, W), Some(vec!["0-1:true".to_owned()]));
+}
