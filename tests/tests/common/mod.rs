@@ -117,3 +117,57 @@ pub fn scratch_dir(tag: &str) -> PathBuf {
     std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("cannot create {}: {e}", d.display()));
     d
 }
+
+/// Builds the `topomgr` binary (once per test binary) and returns its path.
+pub fn topomgr_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let out = Command::new(cargo())
+            .args(["build", "--message-format=json-render-diagnostics"])
+            .args(["-p", "topomgr", "--bin", "topomgr"])
+            .current_dir(workspace_root())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", cargo()));
+        assert!(
+            out.status.success(),
+            "cargo build -p topomgr failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+            .expect("cargo reported no topomgr executable")
+    })
+}
+
+/// The shared corpus of recorded machines, if present beside the repository.
+pub fn corpus_dir() -> Option<PathBuf> {
+    let d = workspace_root().join("../shared/corpus/hwloc-linux");
+    d.is_dir().then_some(d)
+}
+
+/// Unpacks a recorded machine of the corpus into a scratch directory and
+/// returns its `sys` directory; `None` (with a message) when the corpus is absent.
+pub fn unpack_corpus_machine(name: &str) -> Option<PathBuf> {
+    let Some(corpus) = corpus_dir() else {
+        eprintln!("SKIP: ../shared/corpus/hwloc-linux is absent; cannot unpack {name}");
+        return None;
+    };
+    let dest = scratch_dir(&format!("corpus-{name}"));
+    let status = Command::new("tar")
+        .arg("xjf")
+        .arg(corpus.join(format!("{name}.tar.bz2")))
+        .arg("-C")
+        .arg(&dest)
+        .status()
+        .expect("run tar");
+    assert!(status.success(), "tar xjf {name}.tar.bz2 failed");
+    let sys = std::fs::read_dir(&dest)
+        .expect("read unpacked dir")
+        .filter_map(|e| e.ok())
+        .map(|e| e.path().join("sys"))
+        .find(|p| p.is_dir())
+        .unwrap_or_else(|| dest.join("sys"));
+    Some(sys)
+}
