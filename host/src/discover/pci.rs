@@ -1,0 +1,175 @@
+//! PCI devices: `bus/pci/devices/<address>` (links into `devices/`).
+
+use std::fs;
+use std::io;
+use std::path::Path;
+
+use topomgr_sdk::{PciDevice, Sriov};
+
+use super::sysfs::{
+    clean, dir_names, link_name, numbered_entries, parse_error, parse_num, read_optional,
+    read_optional_num,
+};
+use super::DiscoveryError;
+
+/// Read every PCI device, ascending by address. No `bus/pci/devices`
+/// directory means no PCI devices.
+///
+/// `node_ids` are the machine's NUMA nodes: a `numa_node` naming another node
+/// (firmware bugs) is reported as -1, so every device's `numa` is -1 or a
+/// node of the machine.
+pub(super) fn read_pci(root: &Path, node_ids: &[u32]) -> Result<Vec<PciDevice>, DiscoveryError> {
+    let dir = root.join("bus/pci/devices");
+    let Some(addresses) = dir_names(&dir)? else {
+        tracing::debug!(path = %dir.display(), "no PCI bus in sysfs");
+        return Ok(Vec::new());
+    };
+    addresses
+        .iter()
+        .map(|address| read_device(&dir.join(address), address, node_ids))
+        .collect()
+}
+
+fn read_device(dir: &Path, address: &str, node_ids: &[u32]) -> Result<PciDevice, DiscoveryError> {
+    let ids = read_ids(dir)?;
+    let numa_path = dir.join("numa_node");
+    let numa = match read_optional_num::<i32>(&numa_path, "an integer")? {
+        None => -1,
+        Some(n) if n < -1 => {
+            return Err(parse_error(
+                &numa_path,
+                "a NUMA node id or -1",
+                &n.to_string(),
+            ))
+        }
+        Some(-1) => -1,
+        Some(n) if node_ids.iter().any(|id| i64::from(*id) == i64::from(n)) => n,
+        Some(n) => {
+            tracing::warn!(
+                path = %numa_path.display(),
+                numa_node = n,
+                "PCI device names a NUMA node the machine does not have; treating it as -1"
+            );
+            -1
+        }
+    };
+    let driver = link_name(&dir.join("driver"))?;
+    let net = dir_names(&dir.join("net"))?.unwrap_or_default();
+    let sriov = read_sriov(dir)?;
+    let physfn = link_name(&dir.join("physfn"))?;
+    Ok(PciDevice {
+        address: address.to_string(),
+        vendor: ids.vendor,
+        device: ids.device,
+        class: ids.class,
+        numa,
+        driver,
+        net,
+        sriov,
+        physfn,
+    })
+}
+
+struct Ids {
+    vendor: String,
+    device: String,
+    class: String,
+}
+
+/// Vendor, device and class as sysfs writes them (`0x10de`, `0x20b0`,
+/// `0x030200`). When the attribute files are absent (trimmed recordings) the
+/// first bytes of `config` are used; without either, the ids read 0 like
+/// hwloc reports them.
+fn read_ids(dir: &Path) -> Result<Ids, DiscoveryError> {
+    let vendor = read_hex(&dir.join("vendor"), 4)?;
+    let device = read_hex(&dir.join("device"), 4)?;
+    let class = read_hex(&dir.join("class"), 6)?;
+    if let (Some(vendor), Some(device), Some(class)) = (&vendor, &device, &class) {
+        return Ok(Ids {
+            vendor: vendor.clone(),
+            device: device.clone(),
+            class: class.clone(),
+        });
+    }
+    let config_path = dir.join("config");
+    let config = match fs::read(&config_path) {
+        Ok(bytes) => Some(bytes),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => {
+            return Err(DiscoveryError::Read {
+                path: config_path,
+                source: e,
+            })
+        }
+    };
+    let from_config = |offset: usize, len: usize| -> Option<u32> {
+        let bytes = config.as_ref()?.get(offset..offset + len)?;
+        Some(
+            bytes
+                .iter()
+                .rev()
+                .fold(0u32, |acc, b| (acc << 8) | u32::from(*b)),
+        )
+    };
+    if config.is_none() {
+        tracing::warn!(
+            path = %dir.display(),
+            "PCI device has neither vendor/device/class files nor config space; its ids read 0"
+        );
+    }
+    Ok(Ids {
+        vendor: vendor.unwrap_or_else(|| format!("{:#06x}", from_config(0, 2).unwrap_or(0))),
+        device: device.unwrap_or_else(|| format!("{:#06x}", from_config(2, 2).unwrap_or(0))),
+        class: class.unwrap_or_else(|| format!("{:#08x}", from_config(9, 3).unwrap_or(0))),
+    })
+}
+
+/// An optional `0x`-prefixed hex attribute of `digits` digits.
+fn read_hex(path: &Path, digits: usize) -> Result<Option<String>, DiscoveryError> {
+    let Some(text) = read_optional(path)? else {
+        return Ok(None);
+    };
+    let value = clean(&text);
+    let ok = value
+        .strip_prefix("0x")
+        .is_some_and(|h| h.len() == digits && h.bytes().all(|b| b.is_ascii_hexdigit()));
+    if !ok {
+        let expected = if digits == 4 {
+            "a hex id like 0x10de"
+        } else {
+            "a hex class like 0x030200"
+        };
+        return Err(parse_error(path, expected, &text));
+    }
+    Ok(Some(value.to_ascii_lowercase()))
+}
+
+/// SR-IOV capability: present when the device has `sriov_totalvfs` or
+/// `virtfn<N>` links.
+fn read_sriov(dir: &Path) -> Result<Option<Sriov>, DiscoveryError> {
+    let total_path = dir.join("sriov_totalvfs");
+    let total = read_optional(&total_path)?
+        .map(|text| parse_num::<u32>(&total_path, &text, "a VF count"))
+        .transpose()?;
+    let links = numbered_entries(dir, "virtfn")?.unwrap_or_default();
+    if total.is_none() && links.is_empty() {
+        return Ok(None);
+    }
+    let num_path = dir.join("sriov_numvfs");
+    let num_vfs = match read_optional(&num_path)? {
+        Some(text) => parse_num::<u32>(&num_path, &text, "a VF count")?,
+        None => u32::try_from(links.len()).unwrap_or(u32::MAX),
+    };
+    let mut vfs = Vec::with_capacity(links.len());
+    for (_, link) in &links {
+        if let Some(address) = link_name(link)? {
+            vfs.push(address);
+        }
+    }
+    let total_vfs = total.unwrap_or(num_vfs);
+    Ok(Some(Sriov {
+        total_vfs,
+        num_vfs,
+        vfs,
+    }))
+}

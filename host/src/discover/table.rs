@@ -1,0 +1,205 @@
+//! The table view of a [`Machine`] (`topomgr topology --output table`).
+
+use std::collections::BTreeSet;
+use std::fmt::{self, Display, Formatter};
+
+use topomgr_sdk::{Machine, NumaNode, PciDevice};
+
+/// Render `machine` for operators: a summary line, then per NUMA node its
+/// CPUs, memory, hugepages and PCI devices, then devices without a node,
+/// offline CPUs, and the distance matrix.
+pub fn render_table(machine: &Machine) -> String {
+    MachineTable(machine).to_string()
+}
+
+struct MachineTable<'a>(&'a Machine);
+
+impl Display for MachineTable<'_> {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        let m = self.0;
+        let sockets: BTreeSet<u32> = m
+            .cpus
+            .iter()
+            .filter(|c| c.online)
+            .map(|c| c.socket)
+            .collect();
+        writeln!(
+            f,
+            "{} NUMA node{}, {} socket{}, {} CPU{} ({} online), {} PCI device{}",
+            m.numa_nodes.len(),
+            plural(m.numa_nodes.len()),
+            sockets.len(),
+            plural(sockets.len()),
+            m.cpus.len(),
+            plural(m.cpus.len()),
+            m.online_cpus().len(),
+            m.pci_devices.len(),
+            plural(m.pci_devices.len()),
+        )?;
+        for node in &m.numa_nodes {
+            writeln!(f)?;
+            write_node(f, node)?;
+            for dev in m
+                .pci_devices
+                .iter()
+                .filter(|d| i64::from(d.numa) == i64::from(node.id))
+            {
+                writeln!(f, "  {}", PciLine(dev))?;
+            }
+        }
+        let unattached: Vec<&PciDevice> = m
+            .pci_devices
+            .iter()
+            .filter(|d| {
+                !m.numa_nodes
+                    .iter()
+                    .any(|n| i64::from(d.numa) == i64::from(n.id))
+            })
+            .collect();
+        if !unattached.is_empty() {
+            writeln!(f)?;
+            writeln!(f, "PCI devices without a NUMA node:")?;
+            for dev in unattached {
+                writeln!(f, "  {}", PciLine(dev))?;
+            }
+        }
+        let offline: topomgr_sdk::CpuSet =
+            m.cpus.iter().filter(|c| !c.online).map(|c| c.id).collect();
+        if !offline.is_empty() {
+            writeln!(f)?;
+            writeln!(f, "Offline CPUs: {offline}")?;
+        }
+        writeln!(f)?;
+        write_distances(f, &m.numa_nodes)
+    }
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+fn write_node(f: &mut Formatter<'_>, node: &NumaNode) -> fmt::Result {
+    let cpus = if node.cpus.is_empty() {
+        "none".to_string()
+    } else {
+        format!("{} ({})", node.cpus, node.cpus.len())
+    };
+    writeln!(
+        f,
+        "NUMA node {}: CPUs {}, memory {} ({} free)",
+        node.id,
+        cpus,
+        Bytes(node.memory_bytes),
+        Bytes(node.memory_free_bytes)
+    )?;
+    let mut sizes: Vec<(&String, _)> = node.hugepages.iter().collect();
+    sizes.sort_by_key(|(key, _)| NumaNode::hugepage_size_bytes(key));
+    for (size, pages) in sizes {
+        writeln!(
+            f,
+            "  hugepages {size}: {} total, {} free",
+            pages.total, pages.free
+        )?;
+    }
+    Ok(())
+}
+
+struct PciLine<'a>(&'a PciDevice);
+
+impl Display for PciLine<'_> {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        let d = self.0;
+        fn hex(s: &str) -> &str {
+            s.strip_prefix("0x").unwrap_or(s)
+        }
+        write!(
+            f,
+            "PCI {} {}:{} class {}",
+            d.address,
+            hex(&d.vendor),
+            hex(&d.device),
+            d.class
+        )?;
+        if let Some(driver) = &d.driver {
+            write!(f, " driver {driver}")?;
+        }
+        if !d.net.is_empty() {
+            write!(f, " net {}", d.net.join(","))?;
+        }
+        if let Some(sriov) = &d.sriov {
+            write!(f, " SR-IOV {}/{} VFs", sriov.num_vfs, sriov.total_vfs)?;
+        }
+        if let Some(pf) = &d.physfn {
+            write!(f, " VF of {pf}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Bytes in binary units with one decimal (`8.0 GiB`), plain below 1 KiB.
+struct Bytes(u64);
+
+impl Display for Bytes {
+    fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
+        const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+        if self.0 < 1024 {
+            return write!(f, "{} B", self.0);
+        }
+        let mut value = self.0 as f64 / 1024.0;
+        let mut unit = 0;
+        while value >= 1024.0 && unit + 1 < UNITS.len() {
+            value /= 1024.0;
+            unit += 1;
+        }
+        write!(f, "{value:.1} {}", UNITS[unit])
+    }
+}
+
+fn write_distances(f: &mut Formatter<'_>, nodes: &[NumaNode]) -> fmt::Result {
+    writeln!(f, "NUMA distances:")?;
+    let width = nodes
+        .iter()
+        .flat_map(|n| {
+            std::iter::once(n.id.to_string().len())
+                .chain(n.distances.values().map(|d| d.to_string().len()))
+        })
+        .max()
+        .unwrap_or(1)
+        .max(2);
+    let first = width.max(4);
+    write!(f, "  {:>first$}", "node")?;
+    for n in nodes {
+        write!(f, " {:>width$}", n.id)?;
+    }
+    writeln!(f)?;
+    for row in nodes {
+        write!(f, "  {:>first$}", row.id)?;
+        for col in nodes {
+            match row.distances.get(&col.id) {
+                Some(d) => write!(f, " {d:>width$}")?,
+                None => write!(f, " {:>width$}", "-")?,
+            }
+        }
+        writeln!(f)?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Bytes;
+
+    #[test]
+    fn byte_sizes() {
+        assert_eq!(Bytes(0).to_string(), "0 B");
+        assert_eq!(Bytes(1023).to_string(), "1023 B");
+        assert_eq!(Bytes(1536).to_string(), "1.5 KiB");
+        assert_eq!(Bytes(8 << 30).to_string(), "8.0 GiB");
+        assert_eq!(Bytes(7 << 29).to_string(), "3.5 GiB");
+        assert_eq!(Bytes(u64::MAX).to_string(), "16.0 EiB");
+    }
+}
