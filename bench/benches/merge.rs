@@ -8,20 +8,30 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, Criterion};
 use topomgr::merge::{cross_product_merge, merge, MergeMode};
 use topomgr::policy::NumaInfo;
-use topomgr_sdk::{for_each_mask_in_kubelet_order, CompactHints, HintSet, NumaMask, ProviderHints, TopologyHint};
+use topomgr_sdk::{
+    for_each_mask_in_kubelet_order, CompactHints, HintSet, NumaMask, ProviderHints, TopologyHint,
+};
 
 /// One provider, one resource, every mask of `nodes` in the kubelet's order;
 /// masks of width `preferred_width` are preferred (0: none is).
 fn all_masks(nodes: &[u32], preferred_width: u32) -> ProviderHints {
     let mut v = Vec::new();
-    for_each_mask_in_kubelet_order(nodes, |m| v.push(TopologyHint::new(m, m.count() == preferred_width)));
-    Some(BTreeMap::from([("r".to_string(), Some(HintSet::Explicit(v)))]))
+    for_each_mask_in_kubelet_order(nodes, |m| {
+        v.push(TopologyHint::new(m, m.count() == preferred_width))
+    });
+    Some(BTreeMap::from([(
+        "r".to_string(),
+        Some(HintSet::Explicit(v)),
+    )]))
 }
 
 fn compact(minimal: Vec<NumaMask>, w: u32) -> ProviderHints {
     Some(BTreeMap::from([(
         "r".to_string(),
-        Some(HintSet::Compact(CompactHints { minimal, preferred_width: w })),
+        Some(HintSet::Compact(CompactHints {
+            minimal,
+            preferred_width: w,
+        })),
     )]))
 }
 
@@ -41,9 +51,24 @@ fn bench(c: &mut Criterion) {
     c.bench_function("merge/8n_4p_255_none_preferred", |b| {
         b.iter(|| merge(black_box(&numa8), black_box(&nopref_refs), md))
     });
-    let closest = MergeMode { single_numa_node: false, prefer_closest: true };
+    let closest = MergeMode {
+        single_numa_node: false,
+        prefer_closest: true,
+    };
     let dist: Vec<Vec<u64>> = (0..8u64)
-        .map(|i| (0..8u64).map(|j| if i == j { 10 } else if i / 4 == j / 4 { 12 } else { 20 }).collect())
+        .map(|i| {
+            (0..8u64)
+                .map(|j| {
+                    if i == j {
+                        10
+                    } else if i / 4 == j / 4 {
+                        12
+                    } else {
+                        20
+                    }
+                })
+                .collect()
+        })
         .collect();
     let numa8d = NumaInfo::new(n8.clone(), Some(dist)).unwrap();
     c.bench_function("merge/8n_4p_255_none_preferred_closest", |b| {
@@ -82,7 +107,13 @@ fn bench(c: &mut Criterion) {
     let pairs: Vec<ProviderHints> = (0..4u32)
         .map(|p| {
             let mins = (0..16u32)
-                .map(|k| NumaMask::from_nodes([i64::from(4 * k + p % 4), i64::from((4 * k + p + 1) % 64)]).unwrap())
+                .map(|k| {
+                    NumaMask::from_nodes([
+                        i64::from(4 * k + p % 4),
+                        i64::from((4 * k + p + 1) % 64),
+                    ])
+                    .unwrap()
+                })
                 .collect();
             compact(mins, 1)
         })

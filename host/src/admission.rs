@@ -20,8 +20,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
-use tracing::{debug, info, warn};
 use topomgr_sdk::{Allocation, ContainerView, HintSet, PodView, ProviderHints, TopologyHint};
+use tracing::{debug, info, warn};
 
 use crate::merge::MergeOutcome;
 use crate::policy::{Decision, Policy, PolicyName, Scope};
@@ -244,9 +244,7 @@ impl Admitter {
     /// Ask every provider for hints.
     fn collect(
         &mut self,
-        mut ask: impl FnMut(
-            &mut dyn HintProvider,
-        ) -> Result<ProviderHints, topomgr_sdk::ProviderError>,
+        mut ask: impl FnMut(&mut dyn HintProvider) -> Result<ProviderHints, topomgr_sdk::ProviderError>,
     ) -> Result<Vec<(String, ProviderHints)>, Rejection> {
         let mut all = Vec::with_capacity(self.providers.len());
         for p in &mut self.providers {
@@ -255,7 +253,11 @@ impl Admitter {
                 Err(e) => {
                     return Err(Rejection {
                         reason: e.reason.clone(),
-                        message: format!("provider {:?} failed to give hints: {}", p.name(), e.message),
+                        message: format!(
+                            "provider {:?} failed to give hints: {}",
+                            p.name(),
+                            e.message
+                        ),
                     })
                 }
             }
@@ -269,7 +271,8 @@ impl Admitter {
         hints: Vec<(String, ProviderHints)>,
         trace: &mut Vec<TraceStep>,
     ) -> Result<Decision, Rejection> {
-        let refs: Vec<(&str, &ProviderHints)> = hints.iter().map(|(n, h)| (n.as_str(), h)).collect();
+        let refs: Vec<(&str, &ProviderHints)> =
+            hints.iter().map(|(n, h)| (n.as_str(), h)).collect();
         let (decision, merge) = self.policy.decide_traced(&refs).map_err(|e| Rejection {
             reason: UNEXPECTED_ADMISSION_ERROR.to_string(),
             message: e.to_string(),
@@ -402,7 +405,11 @@ fn describe(set: &Option<HintSet>) -> String {
                 format!("no preferred placement (fits on {})", widths.join(" or "))
             } else {
                 let n = preferred.len();
-                let mut s = preferred.into_iter().take(4).collect::<Vec<_>>().join(" or ");
+                let mut s = preferred
+                    .into_iter()
+                    .take(4)
+                    .collect::<Vec<_>>()
+                    .join(" or ");
                 if n > 4 {
                     let _ = write!(s, " (+{} more)", n - 4);
                 }
@@ -410,7 +417,12 @@ fn describe(set: &Option<HintSet>) -> String {
             }
         }
         Some(HintSet::Compact(c)) => {
-            let mins: Vec<String> = c.minimal.iter().take(4).map(|m| format!("{{{m}}}")).collect();
+            let mins: Vec<String> = c
+                .minimal
+                .iter()
+                .take(4)
+                .map(|m| format!("{{{m}}}"))
+                .collect();
             format!(
                 "fits on any superset of {} (preferred at {} node(s))",
                 mins.join(" or "),
@@ -480,19 +492,40 @@ mod tests {
         fn name(&self) -> &str {
             &self.name
         }
-        fn topology_hints(&mut self, _: &PodView, c: &ContainerView) -> Result<ProviderHints, ProviderError> {
-            self.log.lock().unwrap().push(format!("{}:hints:{}", self.name, c.name));
+        fn topology_hints(
+            &mut self,
+            _: &PodView,
+            c: &ContainerView,
+        ) -> Result<ProviderHints, ProviderError> {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("{}:hints:{}", self.name, c.name));
             Ok(self.hints.get(&c.name).cloned().flatten())
         }
         fn pod_topology_hints(&mut self, _: &PodView) -> Result<ProviderHints, ProviderError> {
-            self.log.lock().unwrap().push(format!("{}:pod_hints", self.name));
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("{}:pod_hints", self.name));
             Ok(self.pod_hints.clone())
         }
-        fn allocate(&mut self, _: &PodView, c: &ContainerView, hint: &TopologyHint) -> Result<Allocation, ProviderError> {
+        fn allocate(
+            &mut self,
+            _: &PodView,
+            c: &ContainerView,
+            hint: &TopologyHint,
+        ) -> Result<Allocation, ProviderError> {
             let aff = hint.affinity.map_or("any".to_string(), |m| m.to_string());
-            self.log.lock().unwrap().push(format!("{}:allocate:{}:{}", self.name, c.name, aff));
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("{}:allocate:{}:{}", self.name, c.name, aff));
             if self.fail_for.as_deref() == Some(c.name.as_str()) {
-                return Err(ProviderError::new("OutOfWidgets", "no widgets left on node 1"));
+                return Err(ProviderError::new(
+                    "OutOfWidgets",
+                    "no widgets left on node 1",
+                ));
             }
             Ok(Allocation {
                 cpus: CpuSet::parse("2-3").unwrap(),
@@ -501,7 +534,10 @@ mod tests {
             })
         }
         fn release(&mut self, _: &str, c: &str) -> Result<(), ProviderError> {
-            self.log.lock().unwrap().push(format!("{}:release:{}", self.name, c));
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("{}:release:{}", self.name, c));
             Ok(())
         }
         fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
@@ -538,16 +574,29 @@ mod tests {
             Some(HintSet::Explicit(
                 masks
                     .iter()
-                    .map(|(n, p)| TopologyHint::new(NumaMask::from_nodes(n.iter().map(|&x| i64::from(x))).unwrap(), *p))
+                    .map(|(n, p)| {
+                        TopologyHint::new(
+                            NumaMask::from_nodes(n.iter().map(|&x| i64::from(x))).unwrap(),
+                            *p,
+                        )
+                    })
                     .collect(),
             )),
         )]))
     }
 
-    fn fake(name: &str, per: &[(&str, ProviderHints)], fail_for: Option<&str>, log: &Log) -> Box<dyn HintProvider> {
+    fn fake(
+        name: &str,
+        per: &[(&str, ProviderHints)],
+        fail_for: Option<&str>,
+        log: &Log,
+    ) -> Box<dyn HintProvider> {
         Box::new(Fake {
             name: name.into(),
-            hints: per.iter().map(|(c, h)| (c.to_string(), h.clone())).collect(),
+            hints: per
+                .iter()
+                .map(|(c, h)| (c.to_string(), h.clone()))
+                .collect(),
             pod_hints: hints(&[(&[1], true)]),
             fail_for: fail_for.map(str::to_string),
             log: log.clone(),
@@ -556,13 +605,25 @@ mod tests {
 
     fn admitter(policy: &str, scope: Scope, providers: Vec<Box<dyn HintProvider>>) -> Admitter {
         let numa = NumaInfo::new(vec![0, 1], None).unwrap();
-        Admitter::new(Policy::new(policy, &BTreeMap::new(), numa).unwrap(), scope, providers)
+        Admitter::new(
+            Policy::new(policy, &BTreeMap::new(), numa).unwrap(),
+            scope,
+            providers,
+        )
     }
 
     #[test]
     fn container_scope_goes_init_first_and_allocates_each_in_turn() {
         let log: Log = Default::default();
-        let a = fake("a", &[("init", hints(&[(&[0], true)])), ("app", hints(&[(&[1], true)]))], None, &log);
+        let a = fake(
+            "a",
+            &[
+                ("init", hints(&[(&[0], true)])),
+                ("app", hints(&[(&[1], true)])),
+            ],
+            None,
+            &log,
+        );
         let mut adm = admitter("restricted", Scope::Container, vec![a]);
         let r = adm.admit(&pod());
         assert!(r.admitted);
@@ -577,7 +638,10 @@ mod tests {
                 "a:allocate:side:0-1"
             ]
         );
-        assert_eq!(r.containers[1].hint, TopologyHint::new(NumaMask::single(1).unwrap(), true));
+        assert_eq!(
+            r.containers[1].hint,
+            TopologyHint::new(NumaMask::single(1).unwrap(), true)
+        );
         assert_eq!(r.containers[1].allocation.mems.to_string(), "1");
         // Idempotent: the same uid returns the stored result without provider calls.
         let n = log.lock().unwrap().len();
@@ -594,7 +658,12 @@ mod tests {
         assert!(r.admitted);
         assert_eq!(
             *log.lock().unwrap(),
-            ["a:pod_hints", "a:allocate:init:1", "a:allocate:app:1", "a:allocate:side:1"]
+            [
+                "a:pod_hints",
+                "a:allocate:init:1",
+                "a:allocate:app:1",
+                "a:allocate:side:1"
+            ]
         );
     }
 
@@ -612,16 +681,38 @@ mod tests {
             Some("provider \"b\" could not allocate container \"app\": no widgets left on node 1")
         );
         let l = log.lock().unwrap().clone();
-        let tail: Vec<&str> = l.iter().skip_while(|s| *s != "b:allocate:app:0-1").map(String::as_str).collect();
-        assert_eq!(tail, ["b:allocate:app:0-1", "a:release:app", "a:release:init", "b:release:init"]);
+        let tail: Vec<&str> = l
+            .iter()
+            .skip_while(|s| *s != "b:allocate:app:0-1")
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            tail,
+            [
+                "b:allocate:app:0-1",
+                "a:release:app",
+                "a:release:init",
+                "b:release:init"
+            ]
+        );
         assert!(adm.pods().is_empty());
     }
 
     #[test]
     fn topology_rejection_names_resources_and_releases() {
         let log: Log = Default::default();
-        let a = fake("cpu", &[("app", hints(&[(&[0], true), (&[0, 1], false)]))], None, &log);
-        let b = fake("gpu", &[("app", hints(&[(&[1], true), (&[0, 1], false)]))], None, &log);
+        let a = fake(
+            "cpu",
+            &[("app", hints(&[(&[0], true), (&[0, 1], false)]))],
+            None,
+            &log,
+        );
+        let b = fake(
+            "gpu",
+            &[("app", hints(&[(&[1], true), (&[0, 1], false)]))],
+            None,
+            &log,
+        );
         let mut adm = admitter("single-numa-node", Scope::Container, vec![a, b]);
         let r = adm.admit(&pod());
         assert!(!r.admitted);
@@ -630,7 +721,10 @@ mod tests {
             r.message.as_deref(),
             Some("Resources cannot be allocated with Topology Locality: container \"app\" needs every resource on one common NUMA node (policy single-numa-node); example.com/r (cpu): preferred on {0}; example.com/r (gpu): preferred on {1}")
         );
-        assert!(log.lock().unwrap().contains(&"gpu:release:init".to_string()));
+        assert!(log
+            .lock()
+            .unwrap()
+            .contains(&"gpu:release:init".to_string()));
     }
 
     #[test]
@@ -654,6 +748,9 @@ mod tests {
         // `none` asks for no hints and hands "any" to allocate.
         assert_eq!(log.lock().unwrap()[0], "a:allocate:init:any");
         adm.release("u1").unwrap();
-        assert_eq!(adm.release("u1").unwrap_err().to_string(), "no admitted pod with uid \"u1\"");
+        assert_eq!(
+            adm.release("u1").unwrap_err().to_string(),
+            "no admitted pod with uid \"u1\""
+        );
     }
 }

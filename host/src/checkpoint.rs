@@ -57,14 +57,19 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
 pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), CheckpointError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir).map_err(io(dir))?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
     let mut f = fs::File::create(&tmp).map_err(io(&tmp))?;
     f.write_all(data).map_err(io(&tmp))?;
     f.sync_all().map_err(io(&tmp))?;
     drop(f);
     fs::rename(&tmp, path).map_err(io(path))?;
-    fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io(dir))?;
+    fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(dir))?;
     Ok(())
 }
 
@@ -79,11 +84,13 @@ pub fn restore_provider(
 ) -> Result<(), CheckpointError> {
     let path = provider_file(dir, provider.name());
     match fs::read(&path) {
-        Ok(bytes) => provider.restore(&bytes).map_err(|e| CheckpointError::Provider {
-            provider: provider.name().to_string(),
-            message: e.to_string(),
-            path,
-        }),
+        Ok(bytes) => provider
+            .restore(&bytes)
+            .map_err(|e| CheckpointError::Provider {
+                provider: provider.name().to_string(),
+                message: e.to_string(),
+                path,
+            }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(io(&path)(e)),
     }
@@ -95,11 +102,13 @@ pub fn save_provider(
     provider: &dyn crate::provider::HintProvider,
 ) -> Result<(), CheckpointError> {
     let path = provider_file(dir, provider.name());
-    let bytes = provider.checkpoint().map_err(|e| CheckpointError::Provider {
-        provider: provider.name().to_string(),
-        message: e.to_string(),
-        path: path.clone(),
-    })?;
+    let bytes = provider
+        .checkpoint()
+        .map_err(|e| CheckpointError::Provider {
+            provider: provider.name().to_string(),
+            message: e.to_string(),
+            path: path.clone(),
+        })?;
     write_atomic(&path, &bytes)
 }
 
@@ -127,10 +136,11 @@ pub fn save(dir: &Path, admitter: &Admitter) -> Result<(), CheckpointError> {
         save_provider(dir, p.as_ref())?;
     }
     let path = dir.join("pods.json");
-    let bytes = serde_json::to_vec_pretty(admitter.pods()).map_err(|e| CheckpointError::Corrupt {
-        path: path.clone(),
-        reason: e.to_string(),
-    })?;
+    let bytes =
+        serde_json::to_vec_pretty(admitter.pods()).map_err(|e| CheckpointError::Corrupt {
+            path: path.clone(),
+            reason: e.to_string(),
+        })?;
     write_atomic(&path, &bytes)
 }
 
@@ -145,7 +155,10 @@ mod tests {
         write_atomic(&p, b"one").unwrap();
         write_atomic(&p, b"two").unwrap();
         assert_eq!(fs::read(&p).unwrap(), b"two");
-        let names: Vec<_> = fs::read_dir(dir.join("a")).unwrap().map(|e| e.unwrap().file_name()).collect();
+        let names: Vec<_> = fs::read_dir(dir.join("a"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
         assert_eq!(names, ["b.json"]);
         fs::remove_dir_all(dir).unwrap();
     }

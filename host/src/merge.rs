@@ -209,10 +209,9 @@ impl Ranker<'_> {
             return a.count() < b.count();
         }
         if self.closest {
-            if let (Some(da), Some(db)) = (
-                self.numa.average_distance(a),
-                self.numa.average_distance(b),
-            ) {
+            if let (Some(da), Some(db)) =
+                (self.numa.average_distance(a), self.numa.average_distance(b))
+            {
                 if da != db {
                     return da < db;
                 }
@@ -238,9 +237,10 @@ impl Ranker<'_> {
         if !self.closest || !self.numa.has_distances() || extra == 0 || extra == free.count() {
             // Lowest extra ids give the smallest value; without distances
             // (or with nothing to choose) that is also the best.
-            let add = free.iter().take(extra as usize).fold(NumaMask::EMPTY, |m, n| {
-                m.or(NumaMask::from_bits(1u64 << n))
-            });
+            let add = free
+                .iter()
+                .take(extra as usize)
+                .fold(NumaMask::EMPTY, |m, n| m.or(NumaMask::from_bits(1u64 << n)));
             return Some(lo.or(add));
         }
         let mut best = None;
@@ -313,7 +313,11 @@ fn best_preferred(lists: &[List<'_>], numa: &NumaInfo, ranker: &Ranker<'_>) -> O
         // Every list picks "any": the merged mask is the whole machine.
         ranker.offer(&mut best, machine);
     }
-    if let Some(strict) = explicit.iter().filter(|e| !e.any).min_by_key(|e| e.masks.len()) {
+    if let Some(strict) = explicit
+        .iter()
+        .filter(|e| !e.any)
+        .min_by_key(|e| e.masks.len())
+    {
         // That list must pick one of its own preferred masks.
         for &m in &strict.masks {
             let m = NumaMask::from_bits(m);
@@ -545,7 +549,8 @@ pub fn merge(numa: &NumaInfo, providers: &[&ProviderHints], mode: MergeMode) -> 
 /// Its cost is the product of the list lengths: it exists as the reference
 /// that [`merge`] is tested against and as the baseline of the benchmark.
 /// Never use it to make decisions.
-pub fn cross_product_merge(numa: &NumaInfo,
+pub fn cross_product_merge(
+    numa: &NumaInfo,
     providers: &[&ProviderHints],
     mode: MergeMode,
 ) -> TopologyHint {
@@ -577,7 +582,10 @@ pub fn cross_product_merge(numa: &NumaInfo,
         closest: mode.prefer_closest,
     };
     let fitter = |cur: TopologyHint, cand: TopologyHint| {
-        let (a, c) = (cur.affinity.unwrap_or_default(), cand.affinity.unwrap_or_default());
+        let (a, c) = (
+            cur.affinity.unwrap_or_default(),
+            cand.affinity.unwrap_or_default(),
+        );
         if a == c || !ranker.better(c, a) {
             cur
         } else {
@@ -819,11 +827,18 @@ mod tests {
                 .map(|i| {
                     let c = CompactHints {
                         minimal: (0..1 + rng.below(3))
-                            .map(|_| NumaMask::from_bits(1 << rng.below(8) | (rng.next() & rng.next() & 0xff)))
+                            .map(|_| {
+                                NumaMask::from_bits(
+                                    1 << rng.below(8) | (rng.next() & rng.next() & 0xff),
+                                )
+                            })
                             .collect(),
                         preferred_width: 1 + rng.below(3) as u32,
                     };
-                    Some(BTreeMap::from([(format!("r{i}"), Some(HintSet::Compact(c)))]))
+                    Some(BTreeMap::from([(
+                        format!("r{i}"),
+                        Some(HintSet::Compact(c)),
+                    )]))
                 })
                 .collect();
             let explicit: Vec<ProviderHints> = compact
@@ -843,12 +858,18 @@ mod tests {
                 .collect();
             for mode in [
                 MergeMode::default(),
-                MergeMode { single_numa_node: true, prefer_closest: false },
+                MergeMode {
+                    single_numa_node: true,
+                    prefer_closest: false,
+                },
             ] {
                 let a: Vec<&ProviderHints> = compact.iter().collect();
                 let b: Vec<&ProviderHints> = explicit.iter().collect();
                 assert_eq!(merge(&numa, &a, mode).hint, merge(&numa, &b, mode).hint);
-                assert_eq!(merge(&numa, &b, mode).hint, cross_product_merge(&numa, &b, mode));
+                assert_eq!(
+                    merge(&numa, &b, mode).hint,
+                    cross_product_merge(&numa, &b, mode)
+                );
             }
         }
     }

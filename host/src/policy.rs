@@ -235,7 +235,9 @@ impl NumaInfo {
         for &n in &nodes {
             let bit = NumaMask::single(n).map_err(|e| PolicyError::InvalidNuma(e.to_string()))?;
             if !mask.and(bit).is_empty() {
-                return Err(PolicyError::InvalidNuma(format!("NUMA node {n} is listed twice")));
+                return Err(PolicyError::InvalidNuma(format!(
+                    "NUMA node {n} is listed twice"
+                )));
             }
             mask = mask.or(bit);
         }
@@ -435,7 +437,10 @@ mod tests {
 
     #[test]
     fn option_validation_matches_the_kubelet() {
-        assert_eq!(PolicyOptions::parse(&opts(&[])).unwrap(), PolicyOptions::default());
+        assert_eq!(
+            PolicyOptions::parse(&opts(&[])).unwrap(),
+            PolicyOptions::default()
+        );
         for t in ["1", "t", "T", "TRUE", "true", "True"] {
             assert!(
                 PolicyOptions::parse(&opts(&[(PREFER_CLOSEST_NUMA_NODES, t)]))
@@ -476,14 +481,23 @@ mod tests {
     #[test]
     fn too_many_nodes_for_the_limit() {
         let numa = NumaInfo::new((0..9).collect(), None).unwrap();
-        let err = Policy::new("restricted", &opts(&[(MAX_ALLOWABLE_NUMA_NODES, "8")]), numa.clone())
-            .unwrap_err();
+        let err = Policy::new(
+            "restricted",
+            &opts(&[(MAX_ALLOWABLE_NUMA_NODES, "8")]),
+            numa.clone(),
+        )
+        .unwrap_err();
         assert_eq!(
             err.to_string(),
             "unsupported on machines with more than 8 NUMA Nodes (this machine has 9; raise max-allowable-numa-nodes, up to 64)"
         );
         // `none` never checks, and the default limit is 64.
-        assert!(Policy::new("none", &opts(&[(MAX_ALLOWABLE_NUMA_NODES, "8")]), numa.clone()).is_ok());
+        assert!(Policy::new(
+            "none",
+            &opts(&[(MAX_ALLOWABLE_NUMA_NODES, "8")]),
+            numa.clone()
+        )
+        .is_ok());
         assert!(Policy::new("restricted", &opts(&[]), numa).is_ok());
         assert_eq!(
             Policy::new("strict", &opts(&[]), NumaInfo::new(vec![0], None).unwrap())
@@ -499,6 +513,9 @@ mod tests {
         let numa = NumaInfo::new(vec![0, 4], Some(vec![vec![10, 21], vec![21, 10]])).unwrap();
         let m = NumaMask::from_nodes([0, 4]).unwrap();
         assert_eq!(numa.average_distance(m), Some(15.5));
-        assert_eq!(numa.average_distance(NumaMask::single(4).unwrap()), Some(10.0));
+        assert_eq!(
+            numa.average_distance(NumaMask::single(4).unwrap()),
+            Some(10.0)
+        );
     }
 }

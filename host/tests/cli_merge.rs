@@ -46,7 +46,10 @@ fn kubelet_documentation_cross_product_example() {
         {"cpu": [{"affinity": [0], "preferred": true}, {"affinity": [1], "preferred": true},
                  {"affinity": [0, 1], "preferred": false}]},
         {"nvidia.com/gpu": [{"affinity": [0], "preferred": true}, {"affinity": [0, 1], "preferred": false}]}]}"#;
-    assert_eq!(ok(input), r#"{"affinity":[0],"preferred":true,"admit":true}"#);
+    assert_eq!(
+        ok(input),
+        r#"{"affinity":[0],"preferred":true,"admit":true}"#
+    );
 }
 
 #[test]
@@ -55,42 +58,74 @@ fn null_empty_and_no_map_are_distinct() {
         format!(r#"{{"numa_nodes": [0, 1], "policy": "{policy}", "providers": [{p}]}}"#)
     };
     // No map: any, preferred.
-    assert_eq!(ok(&base("null", "restricted")), r#"{"affinity":[0,1],"preferred":true,"admit":true}"#);
-    assert_eq!(ok(&base("{}", "restricted")), r#"{"affinity":[0,1],"preferred":true,"admit":true}"#);
+    assert_eq!(
+        ok(&base("null", "restricted")),
+        r#"{"affinity":[0,1],"preferred":true,"admit":true}"#
+    );
+    assert_eq!(
+        ok(&base("{}", "restricted")),
+        r#"{"affinity":[0,1],"preferred":true,"admit":true}"#
+    );
     // Resource -> null: no preference.
-    assert_eq!(ok(&base(r#"{"cpu": null}"#, "restricted")), r#"{"affinity":[0,1],"preferred":true,"admit":true}"#);
+    assert_eq!(
+        ok(&base(r#"{"cpu": null}"#, "restricted")),
+        r#"{"affinity":[0,1],"preferred":true,"admit":true}"#
+    );
     // Resource -> []: cannot be satisfied: not preferred, rejected by restricted.
-    assert_eq!(ok(&base(r#"{"cpu": []}"#, "restricted")), r#"{"affinity":[0,1],"preferred":false,"admit":false}"#);
-    assert_eq!(ok(&base(r#"{"cpu": []}"#, "best-effort")), r#"{"affinity":[0,1],"preferred":false,"admit":true}"#);
+    assert_eq!(
+        ok(&base(r#"{"cpu": []}"#, "restricted")),
+        r#"{"affinity":[0,1],"preferred":false,"admit":false}"#
+    );
+    assert_eq!(
+        ok(&base(r#"{"cpu": []}"#, "best-effort")),
+        r#"{"affinity":[0,1],"preferred":false,"admit":true}"#
+    );
 }
 
 #[test]
 fn single_numa_node_whole_machine_is_null() {
-    let input = r#"{"numa_nodes": [0, 1], "policy": "single-numa-node", "providers": [{"cpu": null}]}"#;
-    assert_eq!(ok(input), r#"{"affinity":null,"preferred":true,"admit":true}"#);
+    let input =
+        r#"{"numa_nodes": [0, 1], "policy": "single-numa-node", "providers": [{"cpu": null}]}"#;
+    assert_eq!(
+        ok(input),
+        r#"{"affinity":null,"preferred":true,"admit":true}"#
+    );
     let input = r#"{"numa_nodes": [0, 1], "policy": "single-numa-node",
         "providers": [{"cpu": [{"affinity": [0, 1], "preferred": true}]}]}"#;
-    assert_eq!(ok(input), r#"{"affinity":null,"preferred":false,"admit":false}"#);
+    assert_eq!(
+        ok(input),
+        r#"{"affinity":null,"preferred":false,"admit":false}"#
+    );
 }
 
 #[test]
 fn none_policy() {
     let input = r#"{"numa_nodes": [0, 1], "policy": "none", "providers": [{"cpu": []}]}"#;
-    assert_eq!(ok(input), r#"{"affinity":null,"preferred":false,"admit":true}"#);
+    assert_eq!(
+        ok(input),
+        r#"{"affinity":null,"preferred":false,"admit":true}"#
+    );
 }
 
 #[test]
 fn prefer_closest_uses_distances() {
     // Two-node masks only: {0,1} is 21 apart, {0,2} 11 apart.
-    let hints = r#"[{"affinity": [0, 1], "preferred": true}, {"affinity": [0, 2], "preferred": true}]"#;
+    let hints =
+        r#"[{"affinity": [0, 1], "preferred": true}, {"affinity": [0, 2], "preferred": true}]"#;
     let input = |opt: &str| {
         format!(
             r#"{{"numa_nodes": [0, 1, 2], "distances": {{"0": [10, 21, 11], "1": [21, 10, 21], "2": [11, 21, 10]}},
             "policy": "best-effort", "options": {{"prefer-closest-numa-nodes": "{opt}"}}, "providers": [{{"mem": {hints}}}]}}"#
         )
     };
-    assert_eq!(ok(&input("true")), r#"{"affinity":[0,2],"preferred":true,"admit":true}"#);
-    assert_eq!(ok(&input("false")), r#"{"affinity":[0,1],"preferred":true,"admit":true}"#);
+    assert_eq!(
+        ok(&input("true")),
+        r#"{"affinity":[0,2],"preferred":true,"admit":true}"#
+    );
+    assert_eq!(
+        ok(&input("false")),
+        r#"{"affinity":[0,1],"preferred":true,"admit":true}"#
+    );
 }
 
 #[test]
@@ -98,7 +133,10 @@ fn compact_form_merges() {
     let input = r#"{"numa_nodes": [0, 1, 2, 3], "policy": "restricted", "providers": [
         {"cpu": {"minimal": [[1], [2]], "preferred_width": 1}},
         {"gpu": [{"affinity": [2], "preferred": true}, {"affinity": [2, 3], "preferred": false}]}]}"#;
-    assert_eq!(ok(input), r#"{"affinity":[2],"preferred":true,"admit":true}"#);
+    assert_eq!(
+        ok(input),
+        r#"{"affinity":[2],"preferred":true,"admit":true}"#
+    );
 }
 
 #[test]
@@ -141,5 +179,8 @@ fn nine_nodes_need_the_option_raised_only_past_64() {
         r#"{{"numa_nodes": [{}], "policy": "restricted", "providers": [{{"cpu": [{{"affinity": [8], "preferred": true}}]}}]}}"#,
         nodes.join(",")
     );
-    assert_eq!(ok(&input), r#"{"affinity":[8],"preferred":true,"admit":true}"#);
+    assert_eq!(
+        ok(&input),
+        r#"{"affinity":[8],"preferred":true,"admit":true}"#
+    );
 }

@@ -72,7 +72,10 @@ impl CompactHints {
         let mut out = Vec::new();
         for_each_mask_in_kubelet_order(nodes, |mask| {
             if self.contains(mask) {
-                out.push(TopologyHint::new(mask, mask.count() == self.preferred_width));
+                out.push(TopologyHint::new(
+                    mask,
+                    mask.count() == self.preferred_width,
+                ));
             }
         });
         out
@@ -114,7 +117,11 @@ impl HintSet {
                 .iter()
                 .filter_map(|h| h.affinity)
                 .fold(NumaMask::EMPTY, NumaMask::or),
-            HintSet::Compact(c) => c.minimal.iter().copied().fold(NumaMask::EMPTY, NumaMask::or),
+            HintSet::Compact(c) => c
+                .minimal
+                .iter()
+                .copied()
+                .fold(NumaMask::EMPTY, NumaMask::or),
         }
     }
 }
@@ -139,7 +146,10 @@ mod tests {
     #[test]
     fn compact_expands_to_supersets() {
         let c = CompactHints {
-            minimal: vec![NumaMask::single(1).unwrap(), NumaMask::from_nodes([0, 2]).unwrap()],
+            minimal: vec![
+                NumaMask::single(1).unwrap(),
+                NumaMask::from_nodes([0, 2]).unwrap(),
+            ],
             preferred_width: 1,
         };
         let got: Vec<String> = c
@@ -147,19 +157,26 @@ mod tests {
             .iter()
             .map(|h| format!("{}:{}", h.affinity.unwrap(), h.preferred))
             .collect();
-        assert_eq!(got, ["1:true", "0-1:false", "0,2:false", "1-2:false", "0-2:false"]);
+        assert_eq!(
+            got,
+            ["1:true", "0-1:false", "0,2:false", "1-2:false", "0-2:false"]
+        );
     }
 
     #[test]
     fn json_forms() {
-        let explicit: HintSet =
-            serde_json::from_str(r#"[{"affinity":[0],"preferred":true},{"affinity":null,"preferred":false}]"#)
-                .unwrap();
+        let explicit: HintSet = serde_json::from_str(
+            r#"[{"affinity":[0],"preferred":true},{"affinity":null,"preferred":false}]"#,
+        )
+        .unwrap();
         assert_eq!(
             explicit,
             HintSet::Explicit(vec![
                 TopologyHint::new(NumaMask::single(0).unwrap(), true),
-                TopologyHint { affinity: None, preferred: false }
+                TopologyHint {
+                    affinity: None,
+                    preferred: false
+                }
             ])
         );
         let compact: HintSet =

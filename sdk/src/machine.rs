@@ -39,7 +39,10 @@ pub struct NumaNode {
 impl NumaNode {
     /// Hugepage size in bytes for a key such as `"2048kB"`.
     pub fn hugepage_size_bytes(key: &str) -> Option<u64> {
-        key.strip_suffix("kB")?.parse::<u64>().ok()?.checked_mul(1024)
+        key.strip_suffix("kB")?
+            .parse::<u64>()
+            .ok()?
+            .checked_mul(1024)
     }
 }
 
@@ -114,9 +117,9 @@ pub struct Machine {
 impl Machine {
     /// The mask of all NUMA nodes (the kubelet's default affinity).
     pub fn numa_mask(&self) -> NumaMask {
-        self.numa_nodes
-            .iter()
-            .fold(NumaMask::EMPTY, |m, n| m.or(NumaMask::from_bits(1u64 << (n.id % 64))))
+        self.numa_nodes.iter().fold(NumaMask::EMPTY, |m, n| {
+            m.or(NumaMask::from_bits(1u64 << (n.id % 64)))
+        })
     }
 
     /// NUMA node ids, ascending.
@@ -131,6 +134,10 @@ impl Machine {
 
     /// Online CPUs.
     pub fn online_cpus(&self) -> CpuSet {
-        self.cpus.iter().filter(|c| c.online).map(|c| c.id).collect()
+        self.cpus
+            .iter()
+            .filter(|c| c.online)
+            .map(|c| c.id)
+            .collect()
     }
 }

@@ -22,7 +22,9 @@ fn config_dir(tag: &str, policy: &str, scope: &str, mocks: &[(&str, &str)]) -> P
     for (i, (name, config)) in mocks.iter().enumerate() {
         std::fs::write(
             dir.join(format!("plugins.d/{i:02}-{name}.toml")),
-            format!("[providers.{name}]\nlibrary = \"{lib}\"\n[providers.{name}.config]\n{config}\n"),
+            format!(
+                "[providers.{name}]\nlibrary = \"{lib}\"\n[providers.{name}.config]\n{config}\n"
+            ),
         )
         .unwrap();
     }
@@ -125,8 +127,14 @@ fn pod_scope_single_numa_node_and_rejection() {
         "single-numa-node",
         "pod",
         &[
-            ("mocka", r#"hints = { "cpu" = [{affinity = [1], preferred = true}, {affinity = [3], preferred = true}] }"#),
-            ("mockb", r#"hints = { "example.com/foo" = [{affinity = [3], preferred = true}, {affinity = [0, 1], preferred = false}] }"#),
+            (
+                "mocka",
+                r#"hints = { "cpu" = [{affinity = [1], preferred = true}, {affinity = [3], preferred = true}] }"#,
+            ),
+            (
+                "mockb",
+                r#"hints = { "example.com/foo" = [{affinity = [3], preferred = true}, {affinity = [0, 1], preferred = false}] }"#,
+            ),
         ],
     );
     pod_file(&dir, POD);
@@ -138,8 +146,14 @@ fn pod_scope_single_numa_node_and_rejection() {
         "single-numa-node",
         "pod",
         &[
-            ("mocka", r#"hints = { "cpu" = [{affinity = [1], preferred = true}] }"#),
-            ("mockb", r#"hints = { "example.com/foo" = [{affinity = [0], preferred = true}] }"#),
+            (
+                "mocka",
+                r#"hints = { "cpu" = [{affinity = [1], preferred = true}] }"#,
+            ),
+            (
+                "mockb",
+                r#"hints = { "example.com/foo" = [{affinity = [0], preferred = true}] }"#,
+            ),
         ],
     );
     pod_file(&dir, POD);
@@ -173,14 +187,21 @@ fn failing_allocate_rolls_back_every_provider() {
         "container",
         &[
             ("mocka", ""),
-            ("mockb", r#"fail_allocate = "no foo left on node 2"
+            (
+                "mockb",
+                r#"fail_allocate = "no foo left on node 2"
 fail_allocate_for = ["app"]
-fail_reason = "OutOfFoo""#),
+fail_reason = "OutOfFoo""#,
+            ),
         ],
     );
     pod_file(&dir, &format!("{POD}{SECOND_POD}"));
     let state = dir.join("state");
-    let out = admit(&dir, &["--state-dir", state.to_str().unwrap()], &example_machine());
+    let out = admit(
+        &dir,
+        &["--state-dir", state.to_str().unwrap()],
+        &example_machine(),
+    );
     let p1 = &out["pods"][0];
     assert_eq!(p1["admitted"], false);
     assert_eq!(p1["reason"], "OutOfFoo");
@@ -202,11 +223,19 @@ fail_reason = "OutOfFoo""#),
     );
     assert_eq!(
         mock_calls(&state, "mockb"),
-        ["allocate uid-1 init", "release uid-1 init", "allocate uid-2 web"]
+        [
+            "allocate uid-1 init",
+            "release uid-1 init",
+            "allocate uid-2 web"
+        ]
     );
     // The saved state holds only the admitted pod; admitting it again is idempotent.
-    let pods: Value = serde_json::from_slice(&std::fs::read(state.join("pods.json")).unwrap()).unwrap();
-    assert_eq!(pods.as_object().unwrap().keys().collect::<Vec<_>>(), ["uid-2"]);
+    let pods: Value =
+        serde_json::from_slice(&std::fs::read(state.join("pods.json")).unwrap()).unwrap();
+    assert_eq!(
+        pods.as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["uid-2"]
+    );
 }
 
 #[test]
@@ -236,7 +265,10 @@ fn hints_naming_a_missing_node_are_refused() {
         "e2e-badmask",
         "best-effort",
         "container",
-        &[("mock", r#"hints = { "example.com/foo" = [{affinity = [0, 9], preferred = true}] }"#)],
+        &[(
+            "mock",
+            r#"hints = { "example.com/foo" = [{affinity = [0, 9], preferred = true}] }"#,
+        )],
     );
     pod_file(&dir, POD);
     let out = admit(&dir, &[], &example_machine());
@@ -268,10 +300,22 @@ fn compact_hints_on_the_recorded_64_node_machine() {
         "restricted",
         "pod",
         &[
-            ("mocka", &format!("hints = {{ \"cpu\" = {} }}", singles(&[0, 1, 2]))),
-            ("mockb", &format!("hints = {{ \"memory\" = {} }}", singles(&[3, 4]))),
-            ("mockc", &format!("hints = {{ \"example.com/foo\" = {} }}", singles(&[]))),
-            ("mockd", &format!("hints = {{ \"hugepages-2Mi\" = {} }}", singles(&[0]))),
+            (
+                "mocka",
+                &format!("hints = {{ \"cpu\" = {} }}", singles(&[0, 1, 2])),
+            ),
+            (
+                "mockb",
+                &format!("hints = {{ \"memory\" = {} }}", singles(&[3, 4])),
+            ),
+            (
+                "mockc",
+                &format!("hints = {{ \"example.com/foo\" = {} }}", singles(&[])),
+            ),
+            (
+                "mockd",
+                &format!("hints = {{ \"hugepages-2Mi\" = {} }}", singles(&[0])),
+            ),
         ],
     );
     pod_file(&dir, POD);

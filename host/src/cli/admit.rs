@@ -122,8 +122,16 @@ fn print_table(results: &[AdmitResult]) {
                 c.hint.affinity.map_or("any".to_string(), |m| m.to_string()),
                 c.hint.preferred,
                 cpus,
-                if c.allocation.mems.is_empty() { "-".to_string() } else { c.allocation.mems.to_string() },
-                if devices.is_empty() { "-".to_string() } else { devices.join(" ") }
+                if c.allocation.mems.is_empty() {
+                    "-".to_string()
+                } else {
+                    c.allocation.mems.to_string()
+                },
+                if devices.is_empty() {
+                    "-".to_string()
+                } else {
+                    devices.join(" ")
+                }
             );
         }
     }
@@ -150,7 +158,10 @@ pub fn run(config: &Path, args: AdmitArgs) -> anyhow::Result<ExitCode> {
     match args.output {
         Output::Json => {
             let pods: Vec<Value> = results.iter().map(result_json).collect();
-            println!("{}", serde_json::to_string_pretty(&json!({ "pods": pods }))?);
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&json!({ "pods": pods }))?
+            );
         }
         Output::Table => print_table(&results),
     }
@@ -174,14 +185,23 @@ fn describe_hints(set: &Option<HintSet>) -> String {
             .join(" "),
         Some(HintSet::Compact(c)) => format!(
             "supersets of {} (preferred at width {})",
-            c.minimal.iter().map(|m| format!("{{{m}}}")).collect::<Vec<_>>().join(" "),
+            c.minimal
+                .iter()
+                .map(|m| format!("{{{m}}}"))
+                .collect::<Vec<_>>()
+                .join(" "),
             c.preferred_width
         ),
     }
 }
 
 fn print_step(step: &TraceStep) {
-    println!("  {}:", step.container.as_deref().map_or("pod scope".to_string(), |c| format!("container {c}")));
+    println!(
+        "  {}:",
+        step.container
+            .as_deref()
+            .map_or("pod scope".to_string(), |c| format!("container {c}"))
+    );
     for (provider, hints) in &step.hints {
         match hints {
             None => println!("    {provider}: no hints (no preference)"),
@@ -204,7 +224,11 @@ fn print_step(step: &TraceStep) {
         "    => affinity {} preferred {} -> {}",
         h.affinity.map_or("any".to_string(), |m| format!("{{{m}}}")),
         h.preferred,
-        if step.decision.admit { "admit" } else { "reject" }
+        if step.decision.admit {
+            "admit"
+        } else {
+            "reject"
+        }
     );
 }
 
@@ -224,7 +248,13 @@ pub fn explain(config: &Path, args: ExplainArgs) -> anyhow::Result<ExitCode> {
     for pod in &pods {
         let mut trace = Vec::new();
         let r = adm.admit_traced(pod, &mut trace);
-        println!("pod {}/{} ({}, uid {}):", pod.namespace, pod.name, pod.qos.as_str(), pod.uid);
+        println!(
+            "pod {}/{} ({}, uid {}):",
+            pod.namespace,
+            pod.name,
+            pod.qos.as_str(),
+            pod.uid
+        );
         for step in &trace {
             print_step(step);
         }

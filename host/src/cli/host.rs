@@ -36,7 +36,11 @@ pub fn load_provider(
         let known: Vec<&str> = cfg.providers.keys().map(String::as_str).collect();
         format!(
             "no provider {name:?} is configured (configured: {})",
-            if known.is_empty() { "none".to_string() } else { known.join(", ") }
+            if known.is_empty() {
+                "none".to_string()
+            } else {
+                known.join(", ")
+            }
         )
     })?;
     let dirs = plugin::search_dirs(cfg);
@@ -47,7 +51,8 @@ pub fn load_provider(
 /// The policy, scope and every configured provider (in name order).
 pub fn admitter(cfg: &HostConfig, machine: &Machine) -> anyhow::Result<Admitter> {
     let numa = NumaInfo::from_machine(machine).context("reading NUMA information")?;
-    let policy = Policy::new(&cfg.policy, &cfg.policy_options, numa).context("cannot create policy")?;
+    let policy =
+        Policy::new(&cfg.policy, &cfg.policy_options, numa).context("cannot create policy")?;
     let scope: Scope = cfg.scope.parse().context("invalid scope in config")?;
     let providers = cfg
         .providers

@@ -55,10 +55,14 @@ pub fn run() -> anyhow::Result<ExitCode> {
         }
     };
     let numa = NumaInfo::new(nodes, distances).context("invalid merge input")?;
-    let policy = Policy::new(&input.policy, &input.options, numa).context("cannot create policy")?;
-    let names: Vec<String> = (0..input.providers.len()).map(|i| format!("providers[{i}]")).collect();
+    let policy =
+        Policy::new(&input.policy, &input.options, numa).context("cannot create policy")?;
+    let names: Vec<String> = (0..input.providers.len())
+        .map(|i| format!("providers[{i}]"))
+        .collect();
     let hints: Vec<ProviderHints> = input.providers;
-    let refs: Vec<(&str, &ProviderHints)> = names.iter().map(String::as_str).zip(hints.iter()).collect();
+    let refs: Vec<(&str, &ProviderHints)> =
+        names.iter().map(String::as_str).zip(hints.iter()).collect();
     let decision = policy.decide(&refs).context("invalid merge input")?;
     let out = serde_json::json!({
         "affinity": decision.hint.affinity,

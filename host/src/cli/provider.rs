@@ -89,7 +89,9 @@ fn printable(hints: ProviderHints, nodes: &[u32]) -> ProviderHints {
     hints.map(|map| {
         map.into_iter()
             .map(|(k, v)| match v {
-                Some(HintSet::Compact(c)) if expand => (k, Some(HintSet::Explicit(c.expand(nodes)))),
+                Some(HintSet::Compact(c)) if expand => {
+                    (k, Some(HintSet::Explicit(c.expand(nodes))))
+                }
                 other => (k, other),
             })
             .collect()
@@ -106,7 +108,11 @@ pub fn run(config: &Path, args: ProviderArgs) -> anyhow::Result<ExitCode> {
     }
     let nodes = machine.numa_ids();
     let code = match args.call {
-        Call::Hints { pod_scope, pod, container } => {
+        Call::Hints {
+            pod_scope,
+            pod,
+            container,
+        } => {
             let pod = read_pod(&pod)?;
             let result = if pod_scope {
                 provider.pod_topology_hints(&pod)
@@ -123,12 +129,19 @@ pub fn run(config: &Path, args: ProviderArgs) -> anyhow::Result<ExitCode> {
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
-                    eprintln!("topomgr: provider {:?} refused: {}: {}", args.name, e.reason, e.message);
+                    eprintln!(
+                        "topomgr: provider {:?} refused: {}: {}",
+                        args.name, e.reason, e.message
+                    );
                     ExitCode::from(1)
                 }
             }
         }
-        Call::Allocate { pod, container, hint } => {
+        Call::Allocate {
+            pod,
+            container,
+            hint,
+        } => {
             let pod = read_pod(&pod)?;
             let hint: TopologyHint = serde_json::from_str(&hint).context("invalid --hint")?;
             if let Some(m) = hint.affinity {
@@ -152,7 +165,10 @@ pub fn run(config: &Path, args: ProviderArgs) -> anyhow::Result<ExitCode> {
                     ExitCode::SUCCESS
                 }
                 Err(e) => {
-                    eprintln!("topomgr: provider {:?} refused: {}: {}", args.name, e.reason, e.message);
+                    eprintln!(
+                        "topomgr: provider {:?} refused: {}: {}",
+                        args.name, e.reason, e.message
+                    );
                     ExitCode::from(1)
                 }
             }
