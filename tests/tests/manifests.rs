@@ -187,6 +187,7 @@ fn every_example_has_an_explicit_unique_uid() {
             "guaranteed-2cpu.yaml",
             "guaranteed-widgets.yaml",
             "init-and-sidecar.yaml",
+            "too-wide.yaml",
             "two-pods.yaml"
         ]
     );
@@ -196,7 +197,7 @@ fn every_example_has_an_explicit_unique_uid() {
         .collect();
     // read_pods checks uids are unique across all files.
     let pods = read_pods(&paths).expect("all examples read together");
-    assert_eq!(pods.len(), 7);
+    assert_eq!(pods.len(), 8);
     assert!(pods.iter().all(|p| p.uid.starts_with("6f1c2a3e-")));
 }
 
