@@ -98,6 +98,15 @@ fn printable(hints: ProviderHints, nodes: &[u32]) -> ProviderHints {
     })
 }
 
+/// Report a provider's refusal on stderr; exit status 1.
+fn refused(name: &str, e: &topomgr_sdk::ProviderError) -> ExitCode {
+    eprintln!(
+        "topomgr: provider {name:?} refused: {}: {}",
+        e.reason, e.message
+    );
+    ExitCode::from(1)
+}
+
 /// Run one provider call.
 pub fn run(config: &Path, args: ProviderArgs) -> anyhow::Result<ExitCode> {
     let cfg = host::load_config(config)?;
@@ -128,13 +137,7 @@ pub fn run(config: &Path, args: ProviderArgs) -> anyhow::Result<ExitCode> {
                     println!("{}", serde_json::to_string(&printable(h, &nodes))?);
                     ExitCode::SUCCESS
                 }
-                Err(e) => {
-                    eprintln!(
-                        "topomgr: provider {:?} refused: {}: {}",
-                        args.name, e.reason, e.message
-                    );
-                    ExitCode::from(1)
-                }
+                Err(e) => refused(&args.name, &e),
             }
         }
         Call::Allocate {
@@ -164,13 +167,7 @@ pub fn run(config: &Path, args: ProviderArgs) -> anyhow::Result<ExitCode> {
                     println!("{out}");
                     ExitCode::SUCCESS
                 }
-                Err(e) => {
-                    eprintln!(
-                        "topomgr: provider {:?} refused: {}: {}",
-                        args.name, e.reason, e.message
-                    );
-                    ExitCode::from(1)
-                }
+                Err(e) => refused(&args.name, &e),
             }
         }
     };

@@ -31,8 +31,8 @@ fn cargo() -> String {
 }
 
 /// Runs `cargo build <args> --message-format=json-render-diagnostics` and
-/// returns `(target name, .so path)` of every cdylib artifact.
-fn build(args: &[&str]) -> Vec<(String, PathBuf)> {
+/// returns its `compiler-artifact` messages.
+fn build_artifacts(args: &[&str]) -> Vec<serde_json::Value> {
     let out = Command::new(cargo())
         .args(["build", "--message-format=json-render-diagnostics"])
         .args(args)
@@ -44,14 +44,17 @@ fn build(args: &[&str]) -> Vec<(String, PathBuf)> {
         "cargo build {args:?} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact")
+        .collect()
+}
+
+/// Builds with `args` and returns `(target name, .so path)` of every cdylib.
+fn build(args: &[&str]) -> Vec<(String, PathBuf)> {
     let mut found = Vec::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let Ok(msg) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        if msg["reason"] != "compiler-artifact" {
-            continue;
-        }
+    for msg in build_artifacts(args) {
         let is_cdylib = msg["target"]["crate_types"]
             .as_array()
             .is_some_and(|k| k.iter().any(|k| k == "cdylib"));
@@ -122,20 +125,8 @@ pub fn scratch_dir(tag: &str) -> PathBuf {
 pub fn topomgr_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let out = Command::new(cargo())
-            .args(["build", "--message-format=json-render-diagnostics"])
-            .args(["-p", "topomgr", "--bin", "topomgr"])
-            .current_dir(workspace_root())
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", cargo()));
-        assert!(
-            out.status.success(),
-            "cargo build -p topomgr failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        build_artifacts(&["-p", "topomgr", "--bin", "topomgr"])
+            .into_iter()
             .find_map(|m| m["executable"].as_str().map(PathBuf::from))
             .expect("cargo reported no topomgr executable")
     })
