@@ -496,7 +496,7 @@ fn the_repository_config_loads_the_example_provider() {
     let _ = common::plugins();
     let root = common::workspace_root();
     let cfg = topomgr::config::load_with_env(&root.join("topomgr.toml"), &|_| None).unwrap();
-    assert_eq!(cfg.policy, "best-effort");
+    assert_eq!(cfg.policy, "single-numa-node");
     assert_eq!(cfg.scope, "container");
     assert_eq!(cfg.plugin_dirs[0], root.join("target/debug/examples"));
     let e = &cfg.providers["widgets"];
