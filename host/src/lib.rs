@@ -3,6 +3,7 @@
 //! See ARCHITECTURE.md at the repository root for the data flow of one admission.
 
 pub mod admission;
+pub mod cgroup;
 pub mod checkpoint;
 pub mod config;
 pub mod discover;
@@ -12,3 +13,4 @@ pub mod plugin;
 pub mod policy;
 pub mod provider;
 pub mod quantity;
+pub mod run_state;

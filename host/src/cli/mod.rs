@@ -4,6 +4,7 @@ mod admit;
 mod host;
 mod merge;
 mod provider;
+mod run;
 mod topology;
 
 use std::path::PathBuf;
@@ -56,6 +57,9 @@ pub enum Command {
     Explain(admit::ExplainArgs),
     /// Call one loaded provider directly.
     Provider(provider::ProviderArgs),
+    /// Run a command NUMA-aligned: admit a one-container Guaranteed pod,
+    /// start the command in its cgroup with the cpuset applied, release when it ends.
+    Run(run::RunArgs),
 }
 
 /// Install the stderr logger.
@@ -84,5 +88,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Admit(args) => admit::run(&cli.config, args),
         Command::Explain(args) => admit::explain(&cli.config, args),
         Command::Provider(args) => provider::run(&cli.config, args),
+        Command::Run(args) => run::run(&cli.config, args),
     }
 }

@@ -1,0 +1,408 @@
+//! The cgroup module: v1 and v2 layouts against directory trees (exact file
+//! contents), path-escape refusals, the shared pool, and a real cgroup on this
+//! machine (root with a cpuset controller; skipped with a `SKIP:` line otherwise).
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use topomgr::cgroup::pool::{apply_shared_pool, PoolMember};
+use topomgr::cgroup::{CgroupManager, CgroupPath, CgroupVersion, Cpuset};
+use topomgr_sdk::{CpuSet, NumaMask};
+
+fn cpus(s: &str) -> CpuSet {
+    CpuSet::parse(s).unwrap()
+}
+
+fn mems(s: &str) -> NumaMask {
+    NumaMask::parse_list(s).unwrap()
+}
+
+fn path(s: &str) -> CgroupPath {
+    CgroupPath::new(s).unwrap()
+}
+
+fn read(p: &Path) -> String {
+    fs::read_to_string(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+}
+
+fn write(p: &Path, s: &str) {
+    fs::write(p, s).unwrap_or_else(|e| panic!("write {}: {e}", p.display()));
+}
+
+/// A v1 tree: `<dir>/cpuset` with cpus 0-3 and mems 0-1.
+fn v1_tree(tag: &str) -> (PathBuf, PathBuf) {
+    let dir = common::scratch_dir(tag);
+    let cpuset = dir.join("cpuset");
+    fs::create_dir_all(&cpuset).unwrap();
+    write(&cpuset.join("cpuset.cpus"), "0-3\n");
+    write(&cpuset.join("cpuset.mems"), "0-1\n");
+    write(&cpuset.join("cgroup.procs"), "");
+    let canonical = cpuset.canonicalize().unwrap();
+    (dir, canonical)
+}
+
+/// A v2 tree whose root offers `controllers`.
+fn v2_tree(tag: &str, controllers: &str) -> PathBuf {
+    let dir = common::scratch_dir(tag);
+    write(&dir.join("cgroup.controllers"), controllers);
+    write(&dir.join("cgroup.subtree_control"), "");
+    dir.canonicalize().unwrap()
+}
+
+#[test]
+fn v1_tree_create_set_move_read_remove() {
+    let (dir, root) = v1_tree("cg-v1");
+    let mgr = CgroupManager::detect(&dir).unwrap();
+    assert_eq!(mgr.version(), CgroupVersion::V1);
+    assert_eq!(mgr.root(), root);
+    assert!(mgr.emulated());
+
+    let app = mgr.create(&path("topomgr/pod-1/app")).unwrap();
+    assert_eq!(app.dir(), root.join("topomgr/pod-1/app"));
+    // Every level was initialised from its parent before the next was made.
+    for level in ["topomgr", "topomgr/pod-1", "topomgr/pod-1/app"] {
+        assert_eq!(
+            read(&root.join(level).join("cpuset.cpus")),
+            "0-3",
+            "{level}"
+        );
+        assert_eq!(
+            read(&root.join(level).join("cpuset.mems")),
+            "0-1",
+            "{level}"
+        );
+    }
+
+    mgr.set_cpuset(&app, &cpus("2-3"), &mems("1")).unwrap();
+    assert_eq!(read(&app.dir().join("cpuset.cpus")), "2-3");
+    assert_eq!(read(&app.dir().join("cpuset.mems")), "1");
+    assert_eq!(read(&root.join("topomgr/pod-1/cpuset.cpus")), "0-3");
+
+    mgr.add_process(&app, 4242).unwrap();
+    assert_eq!(read(&app.procs_file()), "4242");
+    assert_eq!(mgr.procs(&app).unwrap(), vec![4242]);
+
+    // What the kernel would report.
+    write(&app.dir().join("cpuset.effective_cpus"), "2-3\n");
+    write(&app.dir().join("cpuset.effective_mems"), "1\n");
+    assert_eq!(
+        mgr.effective(&app).unwrap(),
+        Cpuset {
+            cpus: cpus("2-3"),
+            mems: mems("1")
+        }
+    );
+
+    // Re-creating an existing cgroup keeps its values.
+    let again = mgr.create(&path("topomgr/pod-1/app")).unwrap();
+    assert_eq!(again, app);
+    assert_eq!(read(&app.dir().join("cpuset.cpus")), "2-3");
+
+    let side = mgr.create(&path("topomgr/pod-1/side")).unwrap();
+    let pod = mgr.open(&path("topomgr/pod-1")).unwrap();
+    assert_eq!(
+        mgr.remove(&pod, 0).unwrap_err().to_string(),
+        format!(
+            "cannot remove cgroup {}: it has child cgroups (app, side); remove them first",
+            root.join("topomgr/pod-1").display()
+        )
+    );
+    // Leaf first; the pod level stays while `side` is in it.
+    mgr.remove(&app, 1).unwrap();
+    assert!(!app.dir().exists());
+    assert!(root.join("topomgr/pod-1").is_dir());
+    mgr.remove(&side, 1).unwrap();
+    assert!(!root.join("topomgr/pod-1").exists());
+    assert!(root.join("topomgr").is_dir(), "only one parent is pruned");
+    assert_eq!(
+        mgr.open(&path("topomgr/pod-1/app"))
+            .unwrap_err()
+            .to_string(),
+        format!(
+            "cgroup {} does not exist",
+            root.join("topomgr/pod-1/app").display()
+        )
+    );
+}
+
+#[test]
+fn v1_detected_when_the_root_is_the_cpuset_mount() {
+    let (_dir, root) = v1_tree("cg-v1-mount");
+    let mgr = CgroupManager::detect(&root).unwrap();
+    assert_eq!(mgr.version(), CgroupVersion::V1);
+    assert_eq!(mgr.root(), root);
+}
+
+#[test]
+fn v2_tree_enables_cpuset_in_every_ancestor() {
+    let root = v2_tree("cg-v2", "cpuset cpu io memory pids\n");
+    let mgr = CgroupManager::detect(&root).unwrap();
+    assert_eq!(mgr.version(), CgroupVersion::V2);
+    assert_eq!(mgr.root(), root);
+
+    let app = mgr.create(&path("topomgr/pod-2/app")).unwrap();
+    assert_eq!(read(&root.join("cgroup.subtree_control")), "+cpuset");
+    assert_eq!(
+        read(&root.join("topomgr/cgroup.subtree_control")),
+        "+cpuset"
+    );
+    assert_eq!(
+        read(&root.join("topomgr/pod-2/cgroup.subtree_control")),
+        "+cpuset"
+    );
+    assert!(
+        !app.dir().join("cgroup.subtree_control").exists(),
+        "the leaf holds processes: no controllers enabled below it"
+    );
+    // v2 cgroups inherit an empty cpuset: nothing copied down.
+    assert!(!root.join("topomgr/cpuset.cpus").exists());
+
+    mgr.set_cpuset(&app, &cpus("0,2"), &mems("0")).unwrap();
+    assert_eq!(read(&app.dir().join("cpuset.cpus")), "0,2");
+    assert_eq!(read(&app.dir().join("cpuset.mems")), "0");
+    mgr.add_process(&app, 77).unwrap();
+    assert_eq!(read(&app.procs_file()), "77");
+
+    write(&app.dir().join("cpuset.cpus.effective"), "0,2\n");
+    write(&app.dir().join("cpuset.mems.effective"), "0\n");
+    assert_eq!(
+        mgr.effective(&app).unwrap(),
+        Cpuset {
+            cpus: cpus("0,2"),
+            mems: mems("0")
+        }
+    );
+
+    // A sibling: the ancestors already list cpuset and are left alone.
+    mgr.create(&path("topomgr/pod-2/other")).unwrap();
+    assert_eq!(read(&root.join("cgroup.subtree_control")), "+cpuset");
+
+    mgr.remove(&app, 2).unwrap();
+    assert!(!app.dir().exists());
+    assert!(root.join("topomgr/pod-2/other").is_dir());
+}
+
+#[test]
+fn v2_without_cpuset_is_refused() {
+    let root = v2_tree("cg-v2-nocpuset", "cpu memory\n");
+    let mgr = CgroupManager::detect(&root).unwrap();
+    assert_eq!(
+        mgr.create(&path("topomgr/p/app")).unwrap_err().to_string(),
+        format!(
+            "the cgroup v2 hierarchy at {} does not offer the cpuset controller (cgroup.controllers: \"cpu memory\"); enable cpuset for it (e.g. in its parent's cgroup.subtree_control)",
+            root.display()
+        )
+    );
+    assert!(!root.join("topomgr").exists());
+}
+
+#[test]
+fn no_hierarchy_is_a_clear_error() {
+    let dir = common::scratch_dir("cg-none");
+    assert_eq!(
+        CgroupManager::detect(&dir).unwrap_err().to_string(),
+        format!(
+            "no cgroup hierarchy with a cpuset controller under {}: expected cgroup v2 (cgroup.controllers) or a cgroup v1 cpuset controller (cpuset/cpuset.cpus); set cgroup_root to the cgroup mount point (usually /sys/fs/cgroup)",
+            dir.display()
+        )
+    );
+}
+
+#[test]
+fn paths_outside_the_root_are_refused() {
+    let msg = |p: &str| CgroupPath::new(p).unwrap_err().to_string();
+    assert_eq!(
+        msg("/etc"),
+        "cgroup path \"/etc\": absolute paths are refused; give a path relative to the cgroup root"
+    );
+    assert_eq!(
+        msg("topomgr/../../etc"),
+        "cgroup path \"topomgr/../../etc\": \"..\" components are refused; the path must stay under the cgroup root"
+    );
+    assert_eq!(
+        msg("./topomgr"),
+        "cgroup path \"./topomgr\": \".\" components are refused; write the path without them"
+    );
+    assert_eq!(
+        msg(""),
+        "cgroup path \"\": the path is empty; give a path relative to the cgroup root such as topomgr/<pod>/<container>"
+    );
+}
+
+#[test]
+fn symlink_escapes_are_refused() {
+    let (dir, root) = v1_tree("cg-escape");
+    let outside = dir.join("outside");
+    fs::create_dir_all(&outside).unwrap();
+    std::os::unix::fs::symlink(&outside, root.join("topomgr")).unwrap();
+    let mgr = CgroupManager::detect(&dir).unwrap();
+    let want = format!(
+        "cgroup path \"topomgr/pod-1/app\": {} resolves to {}, outside the cgroup root {}; symlinks out of the cgroup root are refused",
+        root.join("topomgr").display(),
+        outside.canonicalize().unwrap().display(),
+        root.display()
+    );
+    assert_eq!(
+        mgr.create(&path("topomgr/pod-1/app"))
+            .unwrap_err()
+            .to_string(),
+        want
+    );
+    assert_eq!(
+        fs::read_dir(&outside).unwrap().count(),
+        0,
+        "nothing written outside"
+    );
+    // A symlink deeper down, to a directory outside.
+    fs::remove_file(root.join("topomgr")).unwrap();
+    fs::create_dir_all(root.join("topomgr")).unwrap();
+    std::os::unix::fs::symlink(&outside, root.join("topomgr/pod-1")).unwrap();
+    assert_eq!(
+        mgr.open(&path("topomgr/pod-1")).unwrap_err().to_string(),
+        format!(
+            "cgroup path \"topomgr/pod-1\": {} resolves to {}, outside the cgroup root {}; symlinks out of the cgroup root are refused",
+            root.join("topomgr/pod-1").display(),
+            outside.canonicalize().unwrap().display(),
+            root.display()
+        )
+    );
+}
+
+#[test]
+fn shared_pool_follows_exclusive_assignments() {
+    let (dir, root) = v1_tree("cg-pool");
+    let mgr = CgroupManager::detect(&dir).unwrap();
+    let online = cpus("0-3");
+    let mut members = Vec::new();
+    for (name, exclusive, set) in [("a", true, "1-2"), ("b", false, "0-3"), ("c", false, "0-3")] {
+        let p = path(&format!("topomgr/{name}/main"));
+        let cg = mgr.create(&p).unwrap();
+        mgr.set_cpuset(&cg, &cpus(set), &mems("0")).unwrap();
+        members.push(PoolMember {
+            path: p,
+            exclusive,
+            cpus: cpus(set),
+        });
+    }
+    let pool = apply_shared_pool(&mgr, &online, &members).unwrap();
+    assert_eq!(pool.to_string(), "0,3");
+    assert_eq!(read(&root.join("topomgr/a/main/cpuset.cpus")), "1-2");
+    assert_eq!(read(&root.join("topomgr/b/main/cpuset.cpus")), "0,3");
+    assert_eq!(read(&root.join("topomgr/c/main/cpuset.cpus")), "0,3");
+
+    // The exclusive container goes away: the pool grows back.
+    let pool = apply_shared_pool(&mgr, &online, &members[1..]).unwrap();
+    assert_eq!(pool.to_string(), "0-3");
+    assert_eq!(read(&root.join("topomgr/b/main/cpuset.cpus")), "0-3");
+
+    // Exclusive CPUs cover everything: refused, nothing written.
+    members[0].cpus = cpus("0-3");
+    assert_eq!(
+        apply_shared_pool(&mgr, &online, &members)
+            .unwrap_err()
+            .to_string(),
+        "the shared CPU pool would be empty: exclusive CPUs 0-3 cover every online CPU (0-3); shared-pool containers cannot run"
+    );
+    assert_eq!(read(&root.join("topomgr/b/main/cpuset.cpus")), "0-3");
+}
+
+/// Effective uid from /proc/self/status.
+fn is_root() -> bool {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// The machine's real cgroup hierarchy, or `None` with a `SKIP:` line.
+fn real_hierarchy(test: &str) -> Option<CgroupManager> {
+    if !is_root() {
+        eprintln!("SKIP: {test}: not running as root; real cgroups cannot be created");
+        return None;
+    }
+    match CgroupManager::detect(Path::new("/sys/fs/cgroup")) {
+        Ok(m) if !m.emulated() => Some(m),
+        Ok(m) => {
+            eprintln!(
+                "SKIP: {test}: {} is not a mounted cgroup filesystem",
+                m.root().display()
+            );
+            None
+        }
+        Err(e) => {
+            eprintln!("SKIP: {test}: {e}");
+            None
+        }
+    }
+}
+
+fn status_field(pid: u32, field: &str) -> String {
+    let text = read(Path::new(&format!("/proc/{pid}/status")));
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .map(|v| v.trim().to_string())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
+#[test]
+fn real_cgroup_applies_the_cpuset_to_a_process() {
+    let Some(mgr) = real_hierarchy("real_cgroup_applies_the_cpuset_to_a_process") else {
+        return;
+    };
+    let (cpus_file, mems_file) = match mgr.version() {
+        CgroupVersion::V1 => ("cpuset.effective_cpus", "cpuset.effective_mems"),
+        CgroupVersion::V2 => ("cpuset.cpus.effective", "cpuset.mems.effective"),
+    };
+    let root_cpus = cpus(read(&mgr.root().join(cpus_file)).trim());
+    let root_mems = mems(read(&mgr.root().join(mems_file)).trim());
+    let cpu = root_cpus.iter().last().expect("the root cpuset has CPUs");
+    let mem = root_mems
+        .iter()
+        .next()
+        .expect("the root cpuset has memory nodes");
+    let one_cpu: CpuSet = std::iter::once(cpu).collect();
+    let one_mem = NumaMask::single(mem).unwrap();
+
+    let p = path(&format!("topomgr-test/cgroup-{}/app", std::process::id()));
+    let cg = mgr.create(&p).unwrap();
+    mgr.set_cpuset(&cg, &one_cpu, &one_mem).unwrap();
+    let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = child.id();
+    let moved = mgr.add_process(&cg, pid);
+    let observed = (
+        status_field(pid, "Cpus_allowed_list"),
+        status_field(pid, "Mems_allowed_list"),
+        mgr.procs(&cg).ok(),
+        mgr.effective(&cg).ok(),
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let removed = mgr.remove(&cg, 2);
+
+    moved.unwrap();
+    assert_eq!(
+        observed,
+        (
+            cpu.to_string(),
+            mem.to_string(),
+            Some(vec![pid]),
+            Some(Cpuset {
+                cpus: one_cpu,
+                mems: one_mem
+            })
+        )
+    );
+    removed.unwrap();
+    assert!(!cg.dir().exists());
+    assert!(!mgr
+        .root()
+        .join(format!("topomgr-test/cgroup-{}", std::process::id()))
+        .exists());
+}

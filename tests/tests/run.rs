@@ -1,0 +1,343 @@
+//! `topomgr run` end to end: the real binary, the mock provider scripted to
+//! give CPU 1 exclusively on the live machine, real cgroups under
+//! /sys/fs/cgroup. Skipped with a `SKIP:` line when not root or without a
+//! cpuset controller.
+
+mod common;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use topomgr::cgroup::CgroupManager;
+
+const ALLOCATION: &str =
+    "allocation = { cpus = \"1\", exclusive = true, mems = [0], env = { TOPOMGR_TEST = \"aligned\" } }";
+
+fn is_root() -> bool {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// The real hierarchy's root (v1: its cpuset directory), or `None` with a `SKIP:` line.
+fn live(test: &str) -> Option<PathBuf> {
+    if !is_root() {
+        eprintln!("SKIP: {test}: not running as root; topomgr run cannot create cgroups");
+        return None;
+    }
+    let online = fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    if !topomgr_sdk::CpuSet::parse(online.trim()).is_ok_and(|c| c.contains(1)) {
+        eprintln!("SKIP: {test}: CPU 1 is not online here (the mock gives CPU 1)");
+        return None;
+    }
+    match CgroupManager::detect(Path::new("/sys/fs/cgroup")) {
+        Ok(m) if !m.emulated() => Some(m.root().to_path_buf()),
+        Ok(m) => {
+            eprintln!(
+                "SKIP: {test}: {} is not a mounted cgroup filesystem",
+                m.root().display()
+            );
+            None
+        }
+        Err(e) => {
+            eprintln!("SKIP: {test}: {e}");
+            None
+        }
+    }
+}
+
+/// A config dir: cgroup_root /sys/fs/cgroup, state in `<dir>/state`, the mock.
+fn config_dir(tag: &str, mock_config: &str) -> PathBuf {
+    let dir = common::scratch_dir(tag);
+    fs::write(
+        dir.join("topomgr.toml"),
+        format!(
+            "policy = \"best-effort\"\nplugin_dirs = []\nsysfs_root = \"/sys\"\ncgroup_root = \"/sys/fs/cgroup\"\nstate_dir = \"{}\"\n",
+            dir.join("state").display()
+        ),
+    )
+    .unwrap();
+    fs::create_dir_all(dir.join("plugins.d")).unwrap();
+    fs::write(
+        dir.join("plugins.d/mock.toml"),
+        format!(
+            "[providers.mock]\nlibrary = \"{}\"\n[providers.mock.config]\n{mock_config}\n",
+            common::plugins().mock.display()
+        ),
+    )
+    .unwrap();
+    dir
+}
+
+fn command(dir: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(common::topomgr_bin());
+    c.arg("--config")
+        .arg(dir.join("topomgr.toml"))
+        .arg("run")
+        .args(args);
+    c
+}
+
+/// Runs `topomgr run ARGS`; returns its pid and output.
+fn run(dir: &Path, args: &[&str]) -> (u32, Output) {
+    let child = command(dir, args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    (pid, child.wait_with_output().unwrap())
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Cgroups under `<root>/topomgr` made by the topomgr process `pid`.
+fn cgroups_of(root: &Path, pid: u32) -> Vec<String> {
+    let prefix = format!("run-{pid}-");
+    fs::read_dir(root.join("topomgr"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The state directory holds no admitted pod.
+fn assert_no_pods(dir: &Path) {
+    let pods: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(dir.join("state/pods.json")).unwrap()).unwrap();
+    assert_eq!(pods, serde_json::json!({}));
+}
+
+#[test]
+fn command_runs_on_the_allocated_cpu() {
+    let Some(root) = live("command_runs_on_the_allocated_cpu") else {
+        return;
+    };
+    let dir = config_dir("run-cpu", ALLOCATION);
+    let (pid, out) = run(
+        &dir,
+        &["--", "grep", "Cpus_allowed_list", "/proc/self/status"],
+    );
+    assert_eq!(text(&out.stderr), "");
+    assert_eq!(text(&out.stdout), "Cpus_allowed_list:\t1\n");
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(cgroups_of(&root, pid), Vec::<String>::new());
+    assert_no_pods(&dir);
+}
+
+#[test]
+fn memory_nodes_cgroup_and_environment() {
+    let Some(root) = live("memory_nodes_cgroup_and_environment") else {
+        return;
+    };
+    let dir = config_dir("run-mems", ALLOCATION);
+    let script = "grep Mems_allowed_list /proc/self/status; \
+                  grep -E ':cpuset:|^0::' /proc/self/cgroup | head -n 1; echo \"$TOPOMGR_TEST\"";
+    let (pid, out) = run(
+        &dir,
+        &["--cpus", "1", "--memory", "64Mi", "--", "sh", "-c", script],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    assert_eq!(lines[0], "Mems_allowed_list:\t0");
+    assert_eq!(lines[2], "aligned");
+    let cgroup = lines[1].rsplit(':').next().unwrap();
+    let prefix = format!("/topomgr/run-{pid}-");
+    assert!(
+        cgroup.starts_with(&prefix) && cgroup.ends_with("/main"),
+        "cgroup {cgroup:?} is not {prefix}<nanos>/main"
+    );
+    let nanos = &cgroup[prefix.len()..cgroup.len() - "/main".len()];
+    assert!(nanos.chars().all(|c| c.is_ascii_digit()), "{cgroup}");
+    assert!(!root.join(cgroup.trim_start_matches('/')).exists());
+    assert!(!root.join(format!("topomgr/run-{pid}-{nanos}")).exists());
+    assert_no_pods(&dir);
+}
+
+#[test]
+fn exit_status_is_propagated() {
+    let Some(root) = live("exit_status_is_propagated") else {
+        return;
+    };
+    let dir = config_dir("run-exit", ALLOCATION);
+    let (pid, out) = run(&dir, &["--", "sh", "-c", "exit 7"]);
+    assert_eq!(out.status.code(), Some(7));
+    assert_eq!(text(&out.stderr), "");
+    assert_eq!(cgroups_of(&root, pid), Vec::<String>::new());
+    assert_no_pods(&dir);
+}
+
+#[test]
+fn sigterm_is_forwarded_and_everything_cleaned_up() {
+    let Some(root) = live("sigterm_is_forwarded_and_everything_cleaned_up") else {
+        return;
+    };
+    let dir = config_dir("run-sigterm", ALLOCATION);
+    let child = command(&dir, &["--", "sleep", "60"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // Wait until the command is inside its cgroup.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let sleeper = loop {
+        let procs = cgroups_of(&root, pid).first().and_then(|name| {
+            fs::read_to_string(root.join("topomgr").join(name).join("main/cgroup.procs")).ok()
+        });
+        if let Some(p) = procs.and_then(|p| p.split_whitespace().next().map(str::to_string)) {
+            break p;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the command never started in its cgroup"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(
+        fs::read_to_string(format!("/proc/{sleeper}/comm")).unwrap(),
+        "sleep\n"
+    );
+    let status = Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(text(&out.stderr), "");
+    assert_eq!(out.status.code(), Some(128 + 15));
+    // The sleep was killed by the forwarded signal and reaped.
+    assert!(fs::read_to_string(format!("/proc/{sleeper}/comm")).map_or(true, |c| c != "sleep\n"));
+    assert_eq!(cgroups_of(&root, pid), Vec::<String>::new());
+    assert_no_pods(&dir);
+}
+
+#[test]
+fn rejected_pod_never_runs_the_command() {
+    let Some(root) = live("rejected_pod_never_runs_the_command") else {
+        return;
+    };
+    let dir = config_dir("run-reject", "fail_allocate = \"no widgets left\"");
+    let marker = dir.join("ran");
+    let (pid, out) = run(
+        &dir,
+        &["--cpus", "1", "--", "touch", &marker.to_string_lossy()],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        "topomgr: pod rejected: UnexpectedAdmissionError: provider \"mock\" could not allocate container \"main\": no widgets left\n"
+    );
+    assert_eq!(text(&out.stdout), "");
+    assert!(!marker.exists());
+    assert_eq!(cgroups_of(&root, pid), Vec::<String>::new());
+}
+
+#[test]
+fn a_missing_command_exits_127_and_cleans_up() {
+    let Some(root) = live("a_missing_command_exits_127_and_cleans_up") else {
+        return;
+    };
+    let dir = config_dir("run-missing", ALLOCATION);
+    let (pid, out) = run(&dir, &["--", "/nonexistent/command"]);
+    assert_eq!(out.status.code(), Some(127));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.starts_with("topomgr: cannot start \"/nonexistent/command\" in cgroup ")
+            && stderr.ends_with(": No such file or directory (os error 2)\n"),
+        "{stderr}"
+    );
+    assert_eq!(cgroups_of(&root, pid), Vec::<String>::new());
+    assert_no_pods(&dir);
+}
+
+/// Like [`config_dir`], with the state directory of `shared_with`.
+fn config_dir_sharing_state(tag: &str, mock_config: &str, shared_with: &Path) -> PathBuf {
+    let dir = config_dir(tag, mock_config);
+    fs::write(
+        dir.join("topomgr.toml"),
+        format!(
+            "policy = \"best-effort\"\nplugin_dirs = []\nsysfs_root = \"/sys\"\ncgroup_root = \"/sys/fs/cgroup\"\nstate_dir = \"{}\"\n",
+            shared_with.join("state").display()
+        ),
+    )
+    .unwrap();
+    dir
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn shared_pool_shrinks_and_grows_around_an_exclusive_run() {
+    let Some(root) = live("shared_pool_shrinks_and_grows_around_an_exclusive_run") else {
+        return;
+    };
+    let online_text = fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    let online = topomgr_sdk::CpuSet::parse(online_text.trim()).unwrap();
+    let mut pool = online.clone();
+    pool.remove(1);
+    if pool.is_empty() {
+        eprintln!(
+            "SKIP: shared_pool_shrinks_and_grows_around_an_exclusive_run: only CPU 1 is online"
+        );
+        return;
+    }
+    let shared = config_dir("run-pool-shared", "allocation = { exclusive = false }");
+    let exclusive = config_dir_sharing_state("run-pool-excl", ALLOCATION, &shared);
+    let flag = |n: u32| {
+        shared
+            .join(format!("flag{n}"))
+            .to_string_lossy()
+            .into_owned()
+    };
+    let (f1, f2, f3) = (flag(1), flag(2), flag(3));
+    let script = format!(
+        "grep Cpus_allowed_list /proc/self/status; \
+         while [ ! -e {f1} ]; do sleep 0.02; done; grep Cpus_allowed_list /proc/self/status; touch {f2}; \
+         while [ ! -e {f3} ]; do sleep 0.02; done; grep Cpus_allowed_list /proc/self/status"
+    );
+    let a = command(&shared, &["--", "sh", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let a_pid = a.id();
+    wait_for("the shared-pool command to start", || {
+        cgroups_of(&root, a_pid).first().is_some_and(|n| {
+            fs::read_to_string(root.join("topomgr").join(n).join("main/cgroup.procs"))
+                .is_ok_and(|p| !p.trim().is_empty())
+        })
+    });
+    // The exclusive run takes CPU 1, lets the shared command look, then ends.
+    let b_script = format!("touch {f1}; while [ ! -e {f2} ]; do sleep 0.02; done");
+    let (_, b) = run(&exclusive, &["--", "sh", "-c", &b_script]);
+    assert_eq!(b.status.code(), Some(0), "{}", text(&b.stderr));
+    fs::write(&f3, "").unwrap();
+    let out = a.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        format!("Cpus_allowed_list:\t{online}\nCpus_allowed_list:\t{pool}\nCpus_allowed_list:\t{online}\n")
+    );
+    assert_no_pods(&shared);
+}
