@@ -1,5 +1,6 @@
 //! The README's main command: the example pods on the example machine with
-//! the repository's own `topomgr.toml` and `plugins.d/`.
+//! the repository's own `topomgr.toml` and `plugins.d/` (CPU, memory and the
+//! SDK example provider).
 
 mod common;
 
@@ -7,9 +8,11 @@ use std::process::Command;
 
 #[test]
 fn readme_demo_admits_and_rejects_as_documented() {
-    // Builds the example provider into target/debug/examples, where the
-    // repository's topomgr.toml looks for it.
+    // Builds the providers into target/debug and target/debug/examples, where
+    // the repository's topomgr.toml looks for them.
     let _ = common::plugins();
+    let _ = common::cpu_plugin();
+    let _ = common::memory_plugin();
     let root = common::workspace_root();
     let mut pods: Vec<_> = std::fs::read_dir(root.join("examples/pods"))
         .unwrap()
@@ -44,7 +47,15 @@ fn readme_demo_admits_and_rejects_as_documented() {
                 .as_array()
                 .unwrap()
                 .iter()
-                .map(|c| format!("{}@{}", c["name"].as_str().unwrap(), c["affinity"]))
+                .map(|c| {
+                    format!(
+                        "{}@{}:{}{}",
+                        c["name"].as_str().unwrap(),
+                        c["affinity"],
+                        c["cpus"].as_str().unwrap(),
+                        if c["exclusive"] == true { "*" } else { "" }
+                    )
+                })
                 .collect();
             format!(
                 "{} {} {}",
@@ -61,14 +72,14 @@ fn readme_demo_admits_and_rejects_as_documented() {
     assert_eq!(
         summary,
         [
-            "besteffort admitted batch@null",
-            "burstable admitted web@null",
-            "guaranteed-2cpu admitted app@[0]",
-            "guaranteed-widgets admitted trainer@[1]",
-            "init-and-sidecar admitted fetch-model@[0],log-shipper@null,server@[2]",
+            "besteffort admitted batch@null:0-15",
+            "burstable admitted web@null:0-15",
+            "guaranteed-2cpu admitted app@[0]:1,9*",
+            "guaranteed-widgets admitted trainer@[1]:2-3,10-11*",
+            "init-and-sidecar admitted fetch-model@[0]:8*,log-shipper@[0]:8*,server@[2]:4,12*",
             "too-wide TopologyAffinityError ",
-            "first admitted app@[2]",
-            "second admitted app@null",
+            "first admitted app@[2]:5*",
+            "second admitted app@null:0,6-7,13-15",
         ]
     );
 }

@@ -71,7 +71,7 @@ fn example_guaranteed_2cpu() {
 
 #[test]
 fn example_guaranteed_widgets() {
-    let both = [("cpu", 4000), ("example.com/widget", 2), ("memory", 8 * GI)];
+    let both = [("cpu", 4000), ("example.com/widget", 2), ("memory", 4 * GI)];
     let mut want = pod(
         "6f1c2a3e-0002-4c8e-9a51-000000000002",
         "guaranteed-widgets",

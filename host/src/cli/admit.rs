@@ -83,7 +83,7 @@ pub fn result_json(r: &AdmitResult) -> Value {
 
 fn print_table(results: &[AdmitResult]) {
     println!(
-        "{:<24} {:<11} {:<9} {:<12} {:<9} {:<10} {:<9} {:<6} DEVICES",
+        "{:<24} {:<11} {:<9} {:<12} {:<9} {:<10} {:<14} {:<6} DEVICES",
         "POD", "QOS", "ADMITTED", "CONTAINER", "AFFINITY", "PREFERRED", "CPUS", "MEMS"
     );
     for r in results {
@@ -114,7 +114,7 @@ fn print_table(results: &[AdmitResult]) {
                 c.allocation.cpus.to_string()
             };
             println!(
-                "{:<24} {:<11} {:<9} {:<12} {:<9} {:<10} {:<9} {:<6} {}",
+                "{:<24} {:<11} {:<9} {:<12} {:<9} {:<10} {:<14} {:<6} {}",
                 pod,
                 r.pod.qos.as_str(),
                 "yes",

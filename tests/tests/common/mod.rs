@@ -162,3 +162,20 @@ pub fn unpack_corpus_machine(name: &str) -> Option<PathBuf> {
         .unwrap_or_else(|| dest.join("sys"));
     Some(sys)
 }
+
+/// Builds one provider crate's cdylib (once per test binary, cached in `cell`).
+fn provider_so(cell: &'static OnceLock<PathBuf>, package: &str, lib: &str) -> &'static Path {
+    cell.get_or_init(|| pick(&build(&["-p", package, "--lib"]), lib))
+}
+
+/// Builds the CPU manager provider and returns its `.so`.
+pub fn cpu_plugin() -> &'static Path {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    provider_so(&SO, "topomgr-provider-cpu", "topomgr_provider_cpu")
+}
+
+/// Builds the memory provider and returns its `.so`.
+pub fn memory_plugin() -> &'static Path {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    provider_so(&SO, "topomgr-provider-memory", "topomgr_provider_memory")
+}

@@ -1,0 +1,717 @@
+//! The kubelet's `takeByTopology`: which free CPUs to hand out, packed
+//! (`takeByTopologyNUMAPacked`) or distributed evenly over NUMA nodes
+//! (`takeByTopologyNUMADistributed`).
+//!
+//! Packed order, as the kubelet's CPU accumulator:
+//! 1. whole NUMA nodes, then whole sockets (sockets first when a socket holds
+//!    several NUMA nodes), when at least that many CPUs are still needed;
+//! 2. with `prefer-align-cpus-by-uncorecache`: whole uncore (L3) caches, then
+//!    the first uncore cache that can hold the rest on whole cores;
+//! 3. whole cores (skipped with `distribute-cpus-across-cores`);
+//! 4. single threads, filling partly used cores first.
+//!
+//! Every candidate list is sorted by the kubelet's rule: fewest free CPUs
+//! first, then lowest id, nested NUMA node > socket > core (or socket >
+//! NUMA node > core when sockets are the larger unit).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::topology::{CpuTopology, Cpus, Level};
+
+/// How single threads are picked in the last step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SortingStrategy {
+    /// Fill cores (the default).
+    Packed,
+    /// Spread over cores (`distribute-cpus-across-cores`).
+    Spread,
+}
+
+/// Why a take failed (the kubelet's messages).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TakeError {
+    /// Fewer CPUs are available than requested.
+    #[error("not enough cpus available to satisfy request: requested={requested}, available={available}")]
+    NotEnough {
+        /// CPUs requested.
+        requested: usize,
+        /// CPUs available.
+        available: usize,
+    },
+    /// The accumulator ran out of candidates (uneven topologies).
+    #[error("failed to allocate cpus")]
+    Failed,
+    /// The distributed algorithm's bookkeeping did not add up.
+    #[error("accounting error, {what} CPUs allocated, remaining: {remaining}")]
+    Accounting {
+        /// "not enough" or "too many".
+        what: &'static str,
+        /// CPUs still needed (negative: taken too many).
+        remaining: i64,
+    },
+}
+
+struct Accumulator<'t> {
+    topo: &'t CpuTopology,
+    avail: Cpus,
+    needed: i64,
+    result: Cpus,
+    numa_first: bool,
+    strategy: SortingStrategy,
+}
+
+impl<'t> Accumulator<'t> {
+    fn new(topo: &'t CpuTopology, available: &Cpus, num: usize, strategy: SortingStrategy) -> Self {
+        let avail = available
+            .iter()
+            .copied()
+            .filter(|c| topo.info(*c).is_some())
+            .collect();
+        Accumulator {
+            topo,
+            avail,
+            needed: num as i64,
+            result: Cpus::new(),
+            numa_first: topo.num_sockets() >= topo.num_numa_nodes(),
+            strategy,
+        }
+    }
+
+    fn take(&mut self, cpus: &Cpus) {
+        self.result.extend(cpus.iter().copied());
+        for c in cpus {
+            self.avail.remove(c);
+        }
+        self.needed -= cpus.len() as i64;
+        tracing::trace!(taken = ?cpus, needed = self.needed, "cpu accumulator take");
+    }
+
+    fn needs_at_least(&self, n: usize) -> bool {
+        self.needed >= n as i64
+    }
+
+    fn is_satisfied(&self) -> bool {
+        self.needed < 1
+    }
+
+    fn is_failed(&self) -> bool {
+        self.needed > self.avail.len() as i64
+    }
+
+    /// Sorts group ids by free CPUs in the group (ascending), then id.
+    fn sorted(&self, ids: impl IntoIterator<Item = u32>, level: Level) -> Vec<u32> {
+        let counts = self.topo.count_by(&self.avail, level);
+        let mut v: Vec<u32> = ids.into_iter().collect();
+        v.sort_by_key(|id| (counts.get(id).copied().unwrap_or(0), *id));
+        v
+    }
+
+    /// outer id -> inner ids, over the free CPUs.
+    fn children(&self, outer: Level, inner: Level) -> BTreeMap<u32, BTreeSet<u32>> {
+        let mut m: BTreeMap<u32, BTreeSet<u32>> = BTreeMap::new();
+        for c in &self.avail {
+            if let Some(i) = self.topo.info(*c) {
+                m.entry(i.at(outer)).or_default().insert(i.at(inner));
+            }
+        }
+        m
+    }
+
+    fn nested(&self, outer_order: Vec<u32>, outer: Level, inner: Level) -> Vec<u32> {
+        let kids = self.children(outer, inner);
+        let mut out = Vec::new();
+        for o in outer_order {
+            if let Some(k) = kids.get(&o) {
+                out.extend(self.sorted(k.iter().copied(), inner));
+            }
+        }
+        out
+    }
+
+    fn sorted_numas(&self) -> Vec<u32> {
+        if self.numa_first {
+            self.sorted(self.topo.groups_of(&self.avail, Level::Numa), Level::Numa)
+        } else {
+            self.nested(self.sorted_sockets(), Level::Socket, Level::Numa)
+        }
+    }
+
+    fn sorted_sockets(&self) -> Vec<u32> {
+        if self.numa_first {
+            self.nested(self.sorted_numas(), Level::Numa, Level::Socket)
+        } else {
+            self.sorted(
+                self.topo.groups_of(&self.avail, Level::Socket),
+                Level::Socket,
+            )
+        }
+    }
+
+    fn sorted_cores(&self) -> Vec<u32> {
+        if self.numa_first {
+            self.nested(self.sorted_sockets(), Level::Socket, Level::Core)
+        } else {
+            self.nested(self.sorted_numas(), Level::Numa, Level::Core)
+        }
+    }
+
+    fn sorted_uncores(&self) -> Vec<u32> {
+        self.nested(self.sorted_numas(), Level::Numa, Level::Uncore)
+    }
+
+    /// Free CPUs grouped by `level`, each group ascending.
+    fn cpus_by(&self, level: Level) -> BTreeMap<u32, Vec<u32>> {
+        let mut m: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        for c in &self.avail {
+            if let Some(i) = self.topo.info(*c) {
+                m.entry(i.at(level)).or_default().push(*c);
+            }
+        }
+        m
+    }
+
+    /// The kubelet's `sortAvailableCPUsPacked`: by core order, ids ascending within a core.
+    fn cpus_packed(&self) -> Vec<u32> {
+        let by_core = self.cpus_by(Level::Core);
+        self.sorted_cores()
+            .into_iter()
+            .flat_map(|core| by_core.get(&core).cloned().unwrap_or_default())
+            .collect()
+    }
+
+    /// The kubelet's `sortAvailableCPUsSpread`: by socket order, ids ascending within a socket.
+    fn cpus_spread(&self) -> Vec<u32> {
+        let by_socket = self.cpus_by(Level::Socket);
+        self.sorted_sockets()
+            .into_iter()
+            .flat_map(|s| by_socket.get(&s).cloned().unwrap_or_default())
+            .collect()
+    }
+
+    fn is_free(&self, level: Level, id: u32, have: usize) -> bool {
+        match level {
+            Level::Socket => have == self.topo.cpus_per_socket(),
+            Level::Core => have == self.topo.cpus_per_core(),
+            Level::Numa | Level::Uncore => have == self.topo.size_of(level, id),
+        }
+    }
+
+    /// Takes every free group at `level`, in `order`, while at least a whole group is needed.
+    fn take_full(&mut self, order: Vec<u32>, level: Level) {
+        let counts = self.topo.count_by(&self.avail, level);
+        let free: Vec<u32> = order
+            .into_iter()
+            .filter(|id| self.is_free(level, *id, counts.get(id).copied().unwrap_or(0)))
+            .collect();
+        for id in free {
+            let cpus = self.topo.all_cpus_in(level, id);
+            if !self.needs_at_least(cpus.len()) {
+                continue;
+            }
+            tracing::debug!(?level, id, "takeByTopology: claiming a whole group");
+            self.take(&cpus);
+        }
+    }
+
+    fn take_full_numa_nodes(&mut self) {
+        let order = self.sorted_numas();
+        self.take_full(order, Level::Numa);
+    }
+
+    fn take_full_sockets(&mut self) {
+        let order = self.sorted_sockets();
+        self.take_full(order, Level::Socket);
+    }
+
+    fn take_full_cores(&mut self) {
+        let order = self.sorted_cores();
+        self.take_full(order, Level::Core);
+    }
+
+    fn take_full_uncores(&mut self) {
+        let order = self.sorted_uncores();
+        self.take_full(order, Level::Uncore);
+    }
+
+    /// Takes the rest from one uncore cache if its lowest free cores hold exactly what is needed.
+    fn take_partial_uncore(&mut self, uncore: u32) {
+        let per_core = self.topo.cpus_per_core();
+        if per_core == 0 || self.needed < 1 {
+            return;
+        }
+        let needed = self.needed as usize;
+        let cores_needed = needed.div_ceil(per_core);
+        let cores: BTreeSet<u32> = self
+            .avail
+            .iter()
+            .filter_map(|c| self.topo.info(*c))
+            .filter(|i| i.uncore == uncore)
+            .map(|i| i.core)
+            .collect();
+        if cores.len() < cores_needed {
+            return;
+        }
+        let chosen: BTreeSet<u32> = cores.into_iter().take(cores_needed).collect();
+        let mut free: Vec<u32> = self
+            .avail
+            .iter()
+            .copied()
+            .filter(|c| self.topo.info(*c).is_some_and(|i| chosen.contains(&i.core)))
+            .collect();
+        if !needed.is_multiple_of(2) && per_core > 1 && free.len() > needed {
+            free.truncate(free.len() - 1);
+        }
+        if free.len() == needed {
+            tracing::debug!(uncore, cpus = ?free, "takeByTopology: claiming part of an uncore cache");
+            let set: Cpus = free.into_iter().collect();
+            self.take(&set);
+        }
+    }
+
+    fn take_uncore_caches(&mut self) {
+        self.take_full_uncores();
+        if self.is_satisfied() {
+            return;
+        }
+        for u in self.sorted_uncores() {
+            self.take_partial_uncore(u);
+            if self.is_satisfied() {
+                return;
+            }
+        }
+    }
+
+    fn take_remaining(&mut self) {
+        let order = match self.strategy {
+            SortingStrategy::Packed => self.cpus_packed(),
+            SortingStrategy::Spread => self.cpus_spread(),
+        };
+        for c in order {
+            self.take(&Cpus::from([c]));
+            if self.is_satisfied() {
+                return;
+            }
+        }
+    }
+}
+
+/// The kubelet's `takeByTopologyNUMAPacked`: `num` CPUs from `available`.
+pub fn take_packed(
+    topo: &CpuTopology,
+    available: &Cpus,
+    num: usize,
+    strategy: SortingStrategy,
+    prefer_uncore: bool,
+) -> Result<Cpus, TakeError> {
+    let mut acc = Accumulator::new(topo, available, num, strategy);
+    if acc.is_satisfied() {
+        return Ok(acc.result);
+    }
+    if acc.is_failed() {
+        return Err(TakeError::NotEnough {
+            requested: num,
+            available: available.len(),
+        });
+    }
+    if acc.numa_first {
+        acc.take_full_numa_nodes();
+    } else {
+        acc.take_full_sockets();
+    }
+    if acc.is_satisfied() {
+        return Ok(acc.result);
+    }
+    if acc.numa_first {
+        acc.take_full_sockets();
+    } else {
+        acc.take_full_numa_nodes();
+    }
+    if acc.is_satisfied() {
+        return Ok(acc.result);
+    }
+    if prefer_uncore {
+        acc.take_uncore_caches();
+        if acc.is_satisfied() {
+            return Ok(acc.result);
+        }
+    }
+    if strategy != SortingStrategy::Spread {
+        acc.take_full_cores();
+        if acc.is_satisfied() {
+            return Ok(acc.result);
+        }
+    }
+    acc.take_remaining();
+    if acc.is_satisfied() {
+        return Ok(acc.result);
+    }
+    Err(TakeError::Failed)
+}
+
+/// Calls `f` on every `k`-subset of `items` in lexicographic order of
+/// positions; `f` returns true to stop.
+fn combinations(items: &[u32], k: usize, f: &mut dyn FnMut(&[u32]) -> bool) {
+    fn rec(
+        items: &[u32],
+        k: usize,
+        start: usize,
+        acc: &mut Vec<u32>,
+        f: &mut dyn FnMut(&[u32]) -> bool,
+    ) -> bool {
+        if k == 0 {
+            return f(acc);
+        }
+        if items.len() < k {
+            return false;
+        }
+        for i in start..=items.len() - k {
+            acc.push(items[i]);
+            let stop = rec(items, k - 1, i + 1, acc, f);
+            acc.pop();
+            if stop {
+                return true;
+            }
+        }
+        false
+    }
+    let mut acc = Vec::with_capacity(k);
+    rec(items, k, 0, &mut acc, f);
+}
+
+/// The kubelet's standard deviation, rounded to 3 decimals (mean too).
+fn standard_deviation(xs: &[i64]) -> f64 {
+    if xs.is_empty() {
+        return 0.0;
+    }
+    let n = xs.len() as f64;
+    let mean = (xs.iter().map(|&x| x as f64).sum::<f64>() / n * 1000.0).round() / 1000.0;
+    let var = xs
+        .iter()
+        .map(|&x| (x as f64 - mean) * (x as f64 - mean))
+        .sum::<f64>()
+        / n;
+    (var.sqrt() * 1000.0).round() / 1000.0
+}
+
+/// The kubelet's `takeByTopologyNUMADistributed`: spread `num` CPUs evenly,
+/// in groups of `group` CPUs, over the fewest NUMA nodes that balance best;
+/// falls back to [`take_packed`].
+pub fn take_distributed(
+    topo: &CpuTopology,
+    available: &Cpus,
+    num: usize,
+    group: usize,
+    strategy: SortingStrategy,
+) -> Result<Cpus, TakeError> {
+    let group = group.max(1);
+    if !num.is_multiple_of(group) {
+        return take_packed(topo, available, num, strategy, false);
+    }
+    let mut acc = Accumulator::new(topo, available, num, strategy);
+    if acc.is_satisfied() {
+        return Ok(acc.result);
+    }
+    if acc.is_failed() {
+        return Err(TakeError::NotEnough {
+            requested: num,
+            available: available.len(),
+        });
+    }
+    let numas = acc.sorted_numas();
+    let free_on: BTreeMap<u32, usize> = acc.topo.count_by(&acc.avail, Level::Numa);
+    let free = |n: u32| free_on.get(&n).copied().unwrap_or(0);
+
+    // rangeNUMANodesNeededToSatisfy
+    let num_nodes = topo.num_numa_nodes().max(1);
+    let groups_total = (topo.num_cpus().max(1) - 1) / group + 1;
+    let groups_per_node = (groups_total - 1) / num_nodes + 1;
+    let groups_needed = (num - 1) / group + 1;
+    let min_numas = (groups_needed - 1) / groups_per_node + 1;
+    let max_numas = groups_needed.min(numas.len());
+
+    for k in min_numas..=max_numas {
+        let mut best_balance = f64::MAX;
+        let mut best_remainder: Option<Vec<u32>> = None;
+        let mut best_combo: Option<Vec<u32>> = None;
+        combinations(&numas, k, &mut |combo| {
+            if best_balance == 0.0 {
+                return true;
+            }
+            let total: usize = combo.iter().map(|n| free(*n)).sum();
+            if total < num {
+                return false;
+            }
+            let groups: usize = combo.iter().map(|n| free(*n) / group).sum();
+            if groups * group < num {
+                return false;
+            }
+            let distribution = (num / combo.len() / group) * group;
+            if combo.iter().any(|n| free(*n) < distribution) {
+                return false;
+            }
+            let mut after: BTreeMap<u32, i64> =
+                numas.iter().map(|n| (*n, free(*n) as i64)).collect();
+            for n in combo {
+                if let Some(v) = after.get_mut(n) {
+                    *v -= distribution as i64;
+                }
+            }
+            let remainder = num as i64 - (distribution * combo.len()) as i64;
+            let remainder_combo: Vec<u32> = combo
+                .iter()
+                .copied()
+                .filter(|n| after.get(n).copied().unwrap_or(0) >= group as i64)
+                .collect();
+            let mut best_local = f64::MAX;
+            let mut best_local_remainder: Option<Vec<u32>> = None;
+            if remainder == 0 {
+                best_local = standard_deviation(&after.values().copied().collect::<Vec<_>>());
+            }
+            let mut j = remainder_combo.len();
+            while remainder > 0 && j >= 1 {
+                combinations(&remainder_combo, j, &mut |subset| {
+                    let mut left = remainder;
+                    let mut after = after.clone();
+                    let groups: i64 = subset
+                        .iter()
+                        .map(|n| after.get(n).copied().unwrap_or(0) / group as i64)
+                        .sum();
+                    if groups * (group as i64) < left {
+                        return false;
+                    }
+                    while left > 0 {
+                        for n in subset {
+                            if left == 0 {
+                                break;
+                            }
+                            let v = after.entry(*n).or_insert(0);
+                            if *v < group as i64 {
+                                continue;
+                            }
+                            *v -= group as i64;
+                            left -= group as i64;
+                        }
+                    }
+                    let balance = standard_deviation(&after.values().copied().collect::<Vec<_>>());
+                    if balance < best_local {
+                        best_local = balance;
+                        best_local_remainder = Some(subset.to_vec());
+                    }
+                    false
+                });
+                j -= 1;
+            }
+            if best_local < best_balance {
+                best_balance = best_local;
+                best_remainder = best_local_remainder;
+                best_combo = Some(combo.to_vec());
+            }
+            false
+        });
+        let Some(combo) = best_combo else {
+            continue;
+        };
+        let distribution = (num / combo.len() / group) * group;
+        for n in &combo {
+            let on_node = topo.cpus_in(&acc.avail, Level::Numa, *n);
+            let cpus =
+                take_packed(topo, &on_node, distribution, strategy, false).unwrap_or_default();
+            acc.take(&cpus);
+        }
+        let mut remainder = num as i64 - (distribution * combo.len()) as i64;
+        let remainder_nodes = best_remainder.unwrap_or_default();
+        while remainder > 0 {
+            let before = remainder;
+            for n in &remainder_nodes {
+                if remainder == 0 {
+                    break;
+                }
+                let on_node = topo.cpus_in(&acc.avail, Level::Numa, *n);
+                if on_node.len() < group {
+                    continue;
+                }
+                let cpus = take_packed(topo, &on_node, group, strategy, false).unwrap_or_default();
+                acc.take(&cpus);
+                remainder -= group as i64;
+            }
+            if remainder == before {
+                break;
+            }
+        }
+        if acc.needed > 0 {
+            return Err(TakeError::Accounting {
+                what: "not enough",
+                remaining: acc.needed,
+            });
+        }
+        if acc.needed < 0 {
+            return Err(TakeError::Accounting {
+                what: "too many",
+                remaining: acc.needed,
+            });
+        }
+        return Ok(acc.result);
+    }
+    take_packed(topo, available, num, strategy, false)
+}
+
+/// The order in which single threads would be taken from `available` (the
+/// kubelet's `freeCPUs`), for tests and diagnostics.
+pub fn packed_cpu_order(topo: &CpuTopology, available: &Cpus) -> Vec<u32> {
+    Accumulator::new(topo, available, 0, SortingStrategy::Packed).cpus_packed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testmachines::{
+        adjacent_siblings, dual_socket_ht, dual_socket_multi_numa_ht, layered, single_socket_ht,
+    };
+    use topomgr_sdk::CpuSet;
+
+    fn topo(m: &topomgr_sdk::Machine) -> CpuTopology {
+        CpuTopology::from_machine(m)
+    }
+
+    fn set(s: &str) -> Cpus {
+        CpuSet::parse(s)
+            .map(|c| c.iter().collect())
+            .unwrap_or_default()
+    }
+
+    fn show(c: &Cpus) -> String {
+        crate::topology::to_cpuset(c).to_string()
+    }
+
+    fn packed(t: &CpuTopology, avail: &str, n: usize) -> String {
+        match take_packed(t, &set(avail), n, SortingStrategy::Packed, false) {
+            Ok(c) => show(&c),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn free_cpu_order_like_the_kubelet() {
+        let single = topo(&single_socket_ht());
+        assert_eq!(packed_cpu_order(&single, &set("3-7")), vec![4, 5, 6, 3, 7]);
+        assert_eq!(
+            packed_cpu_order(&single, &set("0-7")),
+            vec![0, 4, 1, 5, 2, 6, 3, 7]
+        );
+        let dual = topo(&dual_socket_ht());
+        assert_eq!(
+            packed_cpu_order(&dual, &set("0-11")),
+            vec![0, 6, 2, 8, 4, 10, 1, 7, 3, 9, 5, 11]
+        );
+        assert_eq!(
+            packed_cpu_order(&dual, &set("1-11")),
+            vec![6, 2, 8, 4, 10, 1, 7, 3, 9, 5, 11]
+        );
+        assert_eq!(
+            packed_cpu_order(&dual, &set("1-5,7-11")),
+            vec![2, 8, 4, 10, 1, 7, 3, 9, 5, 11]
+        );
+    }
+
+    #[test]
+    fn packed_takes_sockets_cores_then_threads() {
+        let dual = topo(&dual_socket_ht());
+        assert_eq!(packed(&dual, "0-11", 1), "0");
+        assert_eq!(packed(&dual, "0-11", 6), "0,2,4,6,8,10");
+        assert_eq!(packed(&dual, "1-11", 6), "1,3,5,7,9,11");
+        // Whole socket 1 (6 CPUs), then a whole core of socket 0 with the fewest free CPUs.
+        assert_eq!(packed(&dual, "1-11", 8), "1-3,5,7-9,11");
+        // Partly used core 0 (CPU 6) is filled first when a single thread is needed.
+        assert_eq!(packed(&dual, "1-11", 1), "6");
+        assert_eq!(packed(&dual, "0-11", 12), "0-11");
+        assert_eq!(
+            packed(&dual, "0-3", 5),
+            "not enough cpus available to satisfy request: requested=5, available=4"
+        );
+        assert_eq!(packed(&dual, "0-3", 0), "");
+    }
+
+    #[test]
+    fn packed_takes_whole_numa_nodes_on_multi_numa_sockets() {
+        let m = topo(&dual_socket_multi_numa_ht());
+        // Sockets first (2 NUMA nodes per socket): 40 CPUs = socket 0.
+        assert_eq!(packed(&m, "0-79", 40), "0-19,40-59");
+        // 20 CPUs = NUMA node 0.
+        assert_eq!(packed(&m, "0-79", 20), "0-9,40-49");
+        // NUMA node 0 partly used: node 1 is whole.
+        assert_eq!(packed(&m, "1-79", 20), "10-19,50-59");
+        // 4 CPUs on a partly used socket 0: fewest free first, whole cores.
+        assert_eq!(packed(&m, "2-79", 4), "2-3,42-43");
+    }
+
+    #[test]
+    fn spread_takes_one_thread_per_core_first() {
+        let m = topo(&adjacent_siblings(1, 4));
+        let got = take_packed(&m, &set("0-7"), 4, SortingStrategy::Spread, false).unwrap();
+        // Spread lists CPUs of a socket by id: threads of a core are adjacent here.
+        assert_eq!(show(&got), "0-3");
+        let x86 = topo(&layered(1, 1, 4, 2));
+        let got = take_packed(&x86, &set("0-7"), 4, SortingStrategy::Spread, false).unwrap();
+        assert_eq!(show(&got), "0-3");
+        let packed = take_packed(&x86, &set("0-7"), 4, SortingStrategy::Packed, false).unwrap();
+        assert_eq!(show(&packed), "0-1,4-5");
+    }
+
+    #[test]
+    fn uncore_cache_alignment_prefers_one_l3() {
+        // 1 socket, 1 NUMA node, 16 cores of 2 threads, 4 L3 caches of 4 cores.
+        let mut m = layered(1, 1, 16, 2);
+        for c in &mut m.cpus {
+            c.l3 = Some(c.core / 4);
+        }
+        let t = topo(&m);
+        // CPUs 0 and 16 (core 0) are taken: cache 0 has 3 free cores.
+        let avail = set("1-15,17-31");
+        let with = take_packed(&t, &avail, 8, SortingStrategy::Packed, true).unwrap();
+        // A whole free uncore cache (cache 1: cores 4-7).
+        assert_eq!(show(&with), "4-7,20-23");
+        let without = take_packed(&t, &avail, 8, SortingStrategy::Packed, false).unwrap();
+        // Plain packing takes whole cores in socket order: cores 1-4.
+        assert_eq!(show(&without), "1-4,17-20");
+        // 6 CPUs fit in cache 0's 3 free cores.
+        let six = take_packed(&t, &avail, 6, SortingStrategy::Packed, true).unwrap();
+        assert_eq!(show(&six), "1-3,17-19");
+        // Odd request: 3 CPUs from 2 cores of cache 0, dropping the highest id.
+        let three = take_packed(&t, &avail, 3, SortingStrategy::Packed, true).unwrap();
+        assert_eq!(show(&three), "1-2,17");
+    }
+
+    #[test]
+    fn distributed_balances_over_numa_nodes() {
+        let m = topo(&dual_socket_multi_numa_ht());
+        let all = set("0-79");
+        // 4 CPUs fit one NUMA node: no distribution needed.
+        let got = take_distributed(&m, &all, 4, 1, SortingStrategy::Packed).unwrap();
+        assert_eq!(show(&got), "0-1,40-41");
+        // 24 CPUs need 2 nodes: 12 from each of nodes 0 and 1.
+        let got = take_distributed(&m, &all, 24, 1, SortingStrategy::Packed).unwrap();
+        assert_eq!(show(&got), "0-5,10-15,40-45,50-55");
+        // Odd request with groups of 2 falls back to packing.
+        let got = take_distributed(&m, &all, 3, 2, SortingStrategy::Packed).unwrap();
+        assert_eq!(show(&got), "0-1,40");
+    }
+
+    #[test]
+    fn distributed_remainder_goes_where_balance_is_best() {
+        let m = topo(&dual_socket_multi_numa_ht());
+        // Node 0 has 20 free, node 1 has 18 free (CPUs 10 and 11 taken).
+        let avail = set("0-9,12-79");
+        let got = take_distributed(&m, &avail, 25, 1, SortingStrategy::Packed).unwrap();
+        // Nodes 0 and 2 leave the most even free counts (18, 7, 8, 20 after
+        // 12 + 12 and the remainder CPU from node 0).
+        assert_eq!(got.len(), 25);
+        let on = |n: u32| m.cpus_in(&got, Level::Numa, n).len();
+        assert_eq!((on(0), on(1), on(2), on(3)), (13, 0, 12, 0));
+    }
+
+    #[test]
+    fn standard_deviation_is_rounded_like_the_kubelet() {
+        assert_eq!(standard_deviation(&[1, 2, 3, 4]), 1.118);
+        assert_eq!(standard_deviation(&[5, 5]), 0.0);
+    }
+}

@@ -1,0 +1,98 @@
+//! The CPU provider's errors and the admission reasons they map to.
+//!
+//! Reasons (the `reason` of the [`ProviderError`] the host shows):
+//! - `SMTAlignmentError` — full-pcpus-only refusals (the kubelet's reason);
+//! - `UnexpectedAdmissionError` — not enough free CPUs, or a take that
+//!   could not complete (the kubelet's reason for allocation failures);
+//! - `InvalidConfig` — bad config or policy options;
+//! - `InvalidCheckpoint` — a checkpoint that does not fit this machine.
+
+use topomgr_sdk::ProviderError;
+
+use crate::assignment::TakeError;
+use crate::options::OptionsError;
+
+/// The kubelet's reason for full-pcpus-only refusals.
+pub const SMT_ALIGNMENT_ERROR: &str = "SMTAlignmentError";
+/// The kubelet's reason for other allocation failures.
+pub const UNEXPECTED_ADMISSION_ERROR: &str = "UnexpectedAdmissionError";
+
+/// Everything the CPU provider can refuse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CpuError {
+    /// full-pcpus-only: the request is not a whole number of cores.
+    #[error("SMT alignment: request of {requested} CPUs is not a multiple of {per_core} threads per core")]
+    SmtNotMultiple {
+        /// CPUs requested.
+        requested: usize,
+        /// Threads per core.
+        per_core: usize,
+    },
+    /// full-pcpus-only: not enough CPUs outside the cores of reserved CPUs.
+    #[error("SMT alignment: request of {requested} CPUs needs whole cores, but only {available} free CPUs lie outside the cores of the reserved CPUs ({per_core} threads per core)")]
+    SmtNotEnoughPhysical {
+        /// CPUs requested.
+        requested: usize,
+        /// Free CPUs outside reserved cores.
+        available: usize,
+        /// Threads per core.
+        per_core: usize,
+    },
+    /// Fewer free (non-reserved) CPUs than requested.
+    #[error("not enough free CPUs: requested {requested}, {free} free{location}")]
+    NotEnough {
+        /// CPUs requested.
+        requested: usize,
+        /// Free CPUs (reusable ones included, reserved ones excluded).
+        free: usize,
+        /// `" on NUMA node 1"`, `" on NUMA nodes 0-1"` or empty.
+        location: String,
+    },
+    /// The topology-aware take failed.
+    #[error("allocating {requested} CPUs: {source}")]
+    Take {
+        /// CPUs requested.
+        requested: usize,
+        /// Why.
+        source: TakeError,
+    },
+    /// Compact hints would list too many masks.
+    #[error("more than {max} minimal NUMA node combinations satisfy a request of {requested} CPUs; request fewer CPUs per container or use fewer NUMA nodes")]
+    TooManyCombinations {
+        /// CPUs requested.
+        requested: usize,
+        /// The cap.
+        max: usize,
+    },
+    /// Bad `[config]`.
+    #[error("cpu provider config: {0}")]
+    Config(String),
+    /// Bad `[config.options]`.
+    #[error("cpu provider config: {0}")]
+    Options(#[from] OptionsError),
+    /// A checkpoint that does not fit.
+    #[error("cpu provider checkpoint: {0}")]
+    Checkpoint(String),
+}
+
+impl CpuError {
+    /// The admission reason of this error.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            CpuError::SmtNotMultiple { .. } | CpuError::SmtNotEnoughPhysical { .. } => {
+                SMT_ALIGNMENT_ERROR
+            }
+            CpuError::NotEnough { .. }
+            | CpuError::Take { .. }
+            | CpuError::TooManyCombinations { .. } => UNEXPECTED_ADMISSION_ERROR,
+            CpuError::Config(_) | CpuError::Options(_) => "InvalidConfig",
+            CpuError::Checkpoint(_) => "InvalidCheckpoint",
+        }
+    }
+}
+
+impl From<CpuError> for ProviderError {
+    fn from(e: CpuError) -> Self {
+        ProviderError::new(e.reason(), e.to_string())
+    }
+}

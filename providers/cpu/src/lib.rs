@@ -1,0 +1,233 @@
+//! # topomgr-provider-cpu
+//!
+//! The CPU manager hint provider: the kubelet CPU Manager's `static` policy
+//! (or `none`) as a topomgr plugin.
+//!
+//! * Guaranteed pods' containers with a whole number of CPUs get exclusive
+//!   CPUs, chosen topology-aware exactly as the kubelet's `takeByTopology`
+//!   ([`assignment`]), honouring the merged hint (hinted NUMA nodes first,
+//!   then the rest). Every other container gets the shared pool (the
+//!   kubelet's default CPU set) with `exclusive = false`.
+//! * `reserved_cpus` are never handed out exclusively.
+//! * Hints are the kubelet's `GetTopologyHints` / `GetPodTopologyHints`
+//!   ([`hints`]); above 8 NUMA nodes in the SDK's compact form.
+//! * The options ([`options`]) and their conflicts are the kubelet's.
+//! * `Allocation.mems` stays empty: the memory provider owns `cpuset.mems`.
+//!
+//! Config (`[providers.cpu.config]`, SPEC section 9):
+//!
+//! ```toml
+//! policy = "static"          # or "none" (default "static")
+//! reserved_cpus = "0"        # Linux list of online CPUs; may be empty
+//! [providers.cpu.config.options]
+//! full-pcpus-only = "true"
+//! ```
+//!
+//! Refusal reasons: `SMTAlignmentError` (full-pcpus-only),
+//! `UnexpectedAdmissionError` (not enough free CPUs), `InvalidConfig`,
+//! `InvalidCheckpoint` (see [`error`]).
+//!
+//! Differences from the kubelet: no feature gates (every option is
+//! accepted); an empty reserved set is allowed; align-by-socket under the
+//! host's single-numa-node policy is not refused (the provider cannot see
+//! the host policy); the CPUs reusable from init containers are part of the
+//! checkpoint, so chained `topomgr provider cpu allocate --state-dir` calls
+//! behave as one kubelet process would.
+
+pub mod assignment;
+pub mod error;
+pub mod hints;
+pub mod options;
+pub mod policy;
+pub mod state;
+#[cfg(test)]
+mod testmachines;
+pub mod topology;
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+use topomgr_sdk::{
+    Allocation, ContainerView, CpuSet, HintSet, PodView, Provider, ProviderContext, ProviderError,
+    ProviderHints, TopologyHint,
+};
+
+use crate::error::CpuError;
+use crate::options::{OptionsError, StaticOptions};
+use crate::policy::StaticPolicy;
+use crate::state::Checkpoint;
+use crate::topology::{from_cpuset, to_cpuset, CpuTopology};
+
+/// The resource name the provider answers for.
+pub const RESOURCE: &str = "cpu";
+
+/// The provider's config table.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Config {
+    #[serde(default = "default_policy")]
+    policy: String,
+    #[serde(default)]
+    reserved_cpus: String,
+    #[serde(default)]
+    options: BTreeMap<String, serde_json::Value>,
+}
+
+fn default_policy() -> String {
+    "static".to_owned()
+}
+
+/// The CPU manager provider.
+#[derive(Debug)]
+pub enum CpuManager {
+    /// `policy = "none"`: no hints, every container on all online CPUs.
+    None {
+        /// All online CPUs.
+        all: CpuSet,
+    },
+    /// `policy = "static"`.
+    Static(Box<StaticPolicy>),
+}
+
+impl CpuManager {
+    /// Builds the provider from the machine and its config table.
+    pub fn from_config(
+        machine: &topomgr_sdk::Machine,
+        config: &topomgr_sdk::ProviderConfig,
+    ) -> Result<Self, CpuError> {
+        let cfg: Config = config.parse().map_err(|e| CpuError::Config(e.message))?;
+        let topo = CpuTopology::from_machine(machine);
+        match cfg.policy.as_str() {
+            "none" => {
+                if !cfg.options.is_empty() {
+                    let names: Vec<&str> = cfg.options.keys().map(String::as_str).collect();
+                    return Err(OptionsError::NoneWithOptions(names.join(",")).into());
+                }
+                Ok(CpuManager::None {
+                    all: to_cpuset(&topo.all_cpus()),
+                })
+            }
+            "static" => {
+                let options = StaticOptions::parse(&cfg.options)?;
+                options.validate(&topo)?;
+                let reserved = CpuSet::parse(&cfg.reserved_cpus).map_err(|e| {
+                    CpuError::Config(format!(
+                        "reserved_cpus = {:?} is not a Linux CPU list like \"0,64\" ({e})",
+                        cfg.reserved_cpus
+                    ))
+                })?;
+                let reserved = from_cpuset(&reserved);
+                let all = topo.all_cpus();
+                let missing: crate::topology::Cpus = reserved.difference(&all).copied().collect();
+                if !missing.is_empty() {
+                    return Err(CpuError::Config(format!(
+                        "reserved_cpus = {:?} names CPUs {} that are not online on this machine (online CPUs: {})",
+                        cfg.reserved_cpus,
+                        to_cpuset(&missing),
+                        to_cpuset(&all)
+                    )));
+                }
+                if options.align_by_socket && topo.num_numa_nodes() > hints::EXPLICIT_MAX_NODES {
+                    tracing::warn!(numa_nodes = topo.num_numa_nodes(),
+                        "align-by-socket: above 8 NUMA nodes hints are compact and only the narrowest masks are marked preferred");
+                }
+                tracing::info!(reserved = %to_cpuset(&reserved), ?options, cpus = all.len(),
+                    "cpu provider: static policy ready");
+                Ok(CpuManager::Static(Box::new(StaticPolicy::new(
+                    topo, reserved, options,
+                ))))
+            }
+            other => Err(CpuError::Config(format!(
+                "policy = {other:?} is unknown; use \"static\" or \"none\""
+            ))),
+        }
+    }
+
+    fn answer(set: Option<HintSet>) -> ProviderHints {
+        set.map(|s| BTreeMap::from([(RESOURCE.to_owned(), Some(s))]))
+    }
+}
+
+impl Provider for CpuManager {
+    fn new(ctx: &ProviderContext<'_>) -> Result<Self, ProviderError> {
+        CpuManager::from_config(ctx.machine, ctx.config).map_err(Into::into)
+    }
+
+    fn topology_hints(
+        &mut self,
+        pod: &PodView,
+        container: &ContainerView,
+    ) -> Result<ProviderHints, ProviderError> {
+        match self {
+            CpuManager::None { .. } => Ok(None),
+            CpuManager::Static(p) => Ok(Self::answer(p.hints(pod, container)?)),
+        }
+    }
+
+    fn pod_topology_hints(&mut self, pod: &PodView) -> Result<ProviderHints, ProviderError> {
+        match self {
+            CpuManager::None { .. } => Ok(None),
+            CpuManager::Static(p) => Ok(Self::answer(p.pod_hints(pod)?)),
+        }
+    }
+
+    fn allocate(
+        &mut self,
+        pod: &PodView,
+        container: &ContainerView,
+        hint: &TopologyHint,
+    ) -> Result<Allocation, ProviderError> {
+        match self {
+            CpuManager::None { all } => Ok(Allocation {
+                cpus: all.clone(),
+                ..Allocation::default()
+            }),
+            CpuManager::Static(p) => {
+                let placed = p.allocate(pod, container, hint.affinity)?;
+                Ok(Allocation {
+                    cpus: to_cpuset(&placed.cpus),
+                    exclusive: placed.exclusive,
+                    ..Allocation::default()
+                })
+            }
+        }
+    }
+
+    fn release(&mut self, pod_uid: &str, container: &str) -> Result<(), ProviderError> {
+        if let CpuManager::Static(p) = self {
+            p.remove(pod_uid, container);
+        }
+        Ok(())
+    }
+
+    fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
+        let cp = match self {
+            CpuManager::None { .. } => Checkpoint::none(),
+            CpuManager::Static(p) => p.checkpoint(),
+        };
+        cp.to_bytes().map_err(Into::into)
+    }
+
+    fn restore(&mut self, data: &[u8]) -> Result<(), ProviderError> {
+        let cp = Checkpoint::parse(data)?;
+        match self {
+            CpuManager::None { .. } => {
+                if cp.policy_name != "none" {
+                    return Err(CpuError::Checkpoint(format!(
+                        "configured policy \"none\" differs from state checkpoint policy {:?}; \
+                         drain the node and remove the provider's state file",
+                        cp.policy_name
+                    ))
+                    .into());
+                }
+                Ok(())
+            }
+            CpuManager::Static(p) => p.restore(&cp).map_err(Into::into),
+        }
+    }
+}
+
+topomgr_sdk::export_provider!(CpuManager);
+
+#[cfg(test)]
+mod tests;

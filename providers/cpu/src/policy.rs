@@ -1,0 +1,391 @@
+//! The kubelet CPU Manager's static policy: exclusive CPUs for Guaranteed
+//! containers with integer CPU requests, the shared pool (the "default
+//! set") for everything else, reserved CPUs never handed out exclusively,
+//! init-container CPU reuse, and hints for container and pod scope.
+
+use std::collections::BTreeMap;
+
+use topomgr_sdk::{ContainerView, HintSet, NumaMask, PodView, QosClass};
+
+use crate::assignment::{take_distributed, take_packed, SortingStrategy};
+use crate::error::CpuError;
+use crate::hints::{generate, HintRequest};
+use crate::options::StaticOptions;
+use crate::topology::{CpuTopology, Cpus, Level};
+
+/// Exclusive assignments: pod uid -> container name -> CPUs.
+pub type Assignments = BTreeMap<String, BTreeMap<String, Cpus>>;
+
+/// What a container runs on after `allocate`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// The CPUs.
+    pub cpus: Cpus,
+    /// True when they are the container's alone.
+    pub exclusive: bool,
+}
+
+/// The static policy and its state.
+#[derive(Debug, Clone)]
+pub struct StaticPolicy {
+    pub(crate) topo: CpuTopology,
+    pub(crate) options: StaticOptions,
+    pub(crate) reserved: Cpus,
+    reserved_physical: Cpus,
+    pub(crate) default_set: Cpus,
+    pub(crate) assignments: Assignments,
+    pub(crate) cpus_to_reuse: BTreeMap<String, Cpus>,
+}
+
+/// The kubelet's `guaranteedCPUs`: the container's integer CPU request in
+/// a Guaranteed pod, else 0.
+pub fn guaranteed_cpus(pod: &PodView, container: &ContainerView) -> usize {
+    if pod.qos != QosClass::Guaranteed {
+        return 0;
+    }
+    let milli = container.request("cpu");
+    if !milli.is_multiple_of(1000) {
+        return 0;
+    }
+    usize::try_from(milli / 1000).unwrap_or(0)
+}
+
+/// The kubelet's `podGuaranteedCPUs`: max(largest init container counting
+/// the sidecars started before it, app containers + sidecars).
+pub fn pod_guaranteed_cpus(pod: &PodView) -> usize {
+    let mut init_max = 0usize;
+    let mut sidecars = 0usize;
+    for c in &pod.init_containers {
+        if !c.requests.contains_key("cpu") {
+            continue;
+        }
+        let n = guaranteed_cpus(pod, c);
+        if c.sidecar {
+            sidecars += n;
+        } else if sidecars + n > init_max {
+            init_max = sidecars + n;
+        }
+    }
+    let apps: usize = pod
+        .containers
+        .iter()
+        .filter(|c| c.requests.contains_key("cpu"))
+        .map(|c| guaranteed_cpus(pod, c))
+        .sum();
+    init_max.max(apps + sidecars)
+}
+
+impl StaticPolicy {
+    /// A fresh policy: every CPU in the shared pool (reserved ones too,
+    /// unless `strict-cpu-reservation`).
+    pub fn new(topo: CpuTopology, reserved: Cpus, options: StaticOptions) -> Self {
+        let mut reserved_physical = Cpus::new();
+        for c in &reserved {
+            if let Some(i) = topo.info(*c) {
+                reserved_physical.extend(topo.all_cpus_in(Level::Core, i.core));
+            }
+        }
+        let mut p = StaticPolicy {
+            topo,
+            options,
+            reserved,
+            reserved_physical,
+            default_set: Cpus::new(),
+            assignments: Assignments::new(),
+            cpus_to_reuse: BTreeMap::new(),
+        };
+        p.default_set = p.initial_default_set();
+        p
+    }
+
+    /// The shared pool of a fresh state.
+    pub(crate) fn initial_default_set(&self) -> Cpus {
+        let all = self.topo.all_cpus();
+        if self.options.strict_cpu_reservation {
+            all.difference(&self.reserved).copied().collect()
+        } else {
+            all
+        }
+    }
+
+    /// The shared pool (the kubelet's default CPU set).
+    pub fn default_set(&self) -> &Cpus {
+        &self.default_set
+    }
+
+    /// Free CPUs for exclusive use: the shared pool minus reserved CPUs.
+    pub fn available(&self) -> Cpus {
+        self.default_set
+            .difference(&self.reserved)
+            .copied()
+            .collect()
+    }
+
+    fn group_size(&self) -> usize {
+        self.topo.cpus_per_core().max(1)
+    }
+
+    fn assigned(&self, pod: &str, container: &str) -> Option<&Cpus> {
+        self.assignments.get(pod).and_then(|m| m.get(container))
+    }
+
+    fn hint_set(
+        &self,
+        available: &Cpus,
+        reusable: &Cpus,
+        request: usize,
+    ) -> Result<HintSet, CpuError> {
+        generate(
+            &self.topo,
+            &HintRequest {
+                available,
+                reusable,
+                request,
+                align_by_socket: self.options.align_by_socket,
+            },
+        )
+    }
+
+    /// Container-scope hints (`GetTopologyHints`); `None`: no hints (not exclusive).
+    pub fn hints(
+        &self,
+        pod: &PodView,
+        container: &ContainerView,
+    ) -> Result<Option<HintSet>, CpuError> {
+        let requested = guaranteed_cpus(pod, container);
+        if requested == 0 {
+            return Ok(None);
+        }
+        if let Some(held) = self.assigned(&pod.uid, &container.name) {
+            if held.len() != requested {
+                tracing::info!(pod = %pod.uid, container = %container.name, requested, allocated = held.len(),
+                    "CPUs already allocated to container with different number than request");
+                return Ok(Some(HintSet::Explicit(Vec::new())));
+            }
+            return self.hint_set(held, &Cpus::new(), requested).map(Some);
+        }
+        let reusable = self
+            .cpus_to_reuse
+            .get(&pod.uid)
+            .cloned()
+            .unwrap_or_default();
+        self.hint_set(&self.available(), &reusable, requested)
+            .map(Some)
+    }
+
+    /// Pod-scope hints (`GetPodTopologyHints`).
+    pub fn pod_hints(&self, pod: &PodView) -> Result<Option<HintSet>, CpuError> {
+        let requested = pod_guaranteed_cpus(pod);
+        if requested == 0 {
+            return Ok(None);
+        }
+        let mut assigned = Cpus::new();
+        for c in pod.init_containers.iter().chain(&pod.containers) {
+            let wanted = guaranteed_cpus(pod, c);
+            if let Some(held) = self.assigned(&pod.uid, &c.name) {
+                if held.len() != wanted {
+                    tracing::info!(pod = %pod.uid, container = %c.name, wanted, allocated = held.len(),
+                        "CPUs already allocated to container with different number than request");
+                    return Ok(Some(HintSet::Explicit(Vec::new())));
+                }
+                assigned.extend(held.iter().copied());
+            }
+        }
+        if assigned.len() == requested {
+            return self.hint_set(&assigned, &Cpus::new(), requested).map(Some);
+        }
+        let mut reusable = self
+            .cpus_to_reuse
+            .get(&pod.uid)
+            .cloned()
+            .unwrap_or_default();
+        reusable.extend(assigned);
+        self.hint_set(&self.available(), &reusable, requested)
+            .map(Some)
+    }
+
+    fn update_cpus_to_reuse(&mut self, pod: &PodView, container: &ContainerView, cpus: &Cpus) {
+        self.cpus_to_reuse.retain(|uid, _| *uid == pod.uid);
+        let entry = self.cpus_to_reuse.entry(pod.uid.clone()).or_default();
+        let init = pod
+            .init_containers
+            .iter()
+            .find(|c| c.name == container.name);
+        if let Some(init) = init {
+            if !init.sidecar {
+                entry.extend(cpus.iter().copied());
+                return;
+            }
+        }
+        for c in cpus {
+            entry.remove(c);
+        }
+    }
+
+    /// Where `container` runs; exclusive CPUs are taken honouring `affinity`.
+    pub fn allocate(
+        &mut self,
+        pod: &PodView,
+        container: &ContainerView,
+        affinity: Option<NumaMask>,
+    ) -> Result<Placement, CpuError> {
+        let num = guaranteed_cpus(pod, container);
+        if num == 0 {
+            return Ok(Placement {
+                cpus: self.default_set.clone(),
+                exclusive: false,
+            });
+        }
+        if self.options.full_pcpus_only {
+            let per_core = self.group_size();
+            if !num.is_multiple_of(per_core) {
+                return Err(CpuError::SmtNotMultiple {
+                    requested: num,
+                    per_core,
+                });
+            }
+            let physical = self.default_set.difference(&self.reserved_physical).count();
+            if num > physical {
+                return Err(CpuError::SmtNotEnoughPhysical {
+                    requested: num,
+                    available: physical,
+                    per_core,
+                });
+            }
+        }
+        if let Some(held) = self.assigned(&pod.uid, &container.name).cloned() {
+            self.update_cpus_to_reuse(pod, container, &held);
+            tracing::info!(pod = %pod.uid, container = %container.name, "container already present in state, skipping");
+            return Ok(Placement {
+                cpus: held,
+                exclusive: true,
+            });
+        }
+        let reusable = self
+            .cpus_to_reuse
+            .get(&pod.uid)
+            .cloned()
+            .unwrap_or_default();
+        let cpus = self.allocate_cpus(num, affinity, &reusable)?;
+        self.assignments
+            .entry(pod.uid.clone())
+            .or_default()
+            .insert(container.name.clone(), cpus.clone());
+        self.update_cpus_to_reuse(pod, container, &cpus);
+        tracing::info!(pod = %pod.uid, container = %container.name, cpus = %crate::topology::to_cpuset(&cpus), "allocated exclusive CPUs");
+        Ok(Placement {
+            cpus,
+            exclusive: true,
+        })
+    }
+
+    fn aligned_cpus(&self, affinity: NumaMask, allocatable: &Cpus) -> Cpus {
+        let nodes: std::collections::BTreeSet<u32> = affinity.iter().collect();
+        if self.options.align_by_socket {
+            let sockets = self.topo.sockets_in_numa_nodes(&nodes);
+            return allocatable
+                .iter()
+                .copied()
+                .filter(|c| {
+                    self.topo
+                        .info(*c)
+                        .is_some_and(|i| sockets.contains(&i.socket))
+                })
+                .collect();
+        }
+        allocatable
+            .iter()
+            .copied()
+            .filter(|c| self.topo.info(*c).is_some_and(|i| nodes.contains(&i.numa)))
+            .collect()
+    }
+
+    fn take(&self, available: &Cpus, num: usize) -> Result<Cpus, CpuError> {
+        let strategy = if self.options.distribute_cpus_across_cores {
+            SortingStrategy::Spread
+        } else {
+            SortingStrategy::Packed
+        };
+        let r = if self.options.distribute_cpus_across_numa {
+            let group = if self.options.full_pcpus_only {
+                self.group_size()
+            } else {
+                1
+            };
+            take_distributed(&self.topo, available, num, group, strategy)
+        } else {
+            take_packed(
+                &self.topo,
+                available,
+                num,
+                strategy,
+                self.options.prefer_align_by_uncore_cache,
+            )
+        };
+        r.map_err(|source| CpuError::Take {
+            requested: num,
+            source,
+        })
+    }
+
+    /// The kubelet's `allocateCPUs`: hinted nodes first, then the rest.
+    fn allocate_cpus(
+        &mut self,
+        num: usize,
+        affinity: Option<NumaMask>,
+        reusable: &Cpus,
+    ) -> Result<Cpus, CpuError> {
+        let mut allocatable = self.available();
+        allocatable.extend(reusable.iter().copied());
+        if allocatable.len() < num {
+            let nodes = self
+                .topo
+                .groups_of(&allocatable, Level::Numa)
+                .into_iter()
+                .fold(NumaMask::EMPTY, |m, n| {
+                    m.or(NumaMask::from_bits(1u64.checked_shl(n).unwrap_or(0)))
+                });
+            let location = match nodes.count() {
+                0 => String::new(),
+                1 => format!(" on NUMA node {nodes}"),
+                _ => format!(" on NUMA nodes {nodes}"),
+            };
+            return Err(CpuError::NotEnough {
+                requested: num,
+                free: allocatable.len(),
+                location,
+            });
+        }
+        let mut result = Cpus::new();
+        if let Some(mask) = affinity {
+            let aligned = self.aligned_cpus(mask, &allocatable);
+            let n = num.min(aligned.len());
+            result = self.take(&aligned, n)?;
+        }
+        let rest: Cpus = allocatable.difference(&result).copied().collect();
+        let more = self.take(&rest, num - result.len())?;
+        result.extend(more);
+        for c in &result {
+            self.default_set.remove(c);
+        }
+        Ok(result)
+    }
+
+    /// The kubelet's `RemoveContainer`: the container's CPUs not used by
+    /// its pod's other containers go back to the shared pool.
+    pub fn remove(&mut self, pod_uid: &str, container: &str) {
+        let Some(pod) = self.assignments.get_mut(pod_uid) else {
+            return;
+        };
+        let Some(released) = pod.remove(container) else {
+            return;
+        };
+        let in_use: Cpus = pod.values().flatten().copied().collect();
+        if pod.is_empty() {
+            self.assignments.remove(pod_uid);
+        }
+        let back: Cpus = released.difference(&in_use).copied().collect();
+        tracing::info!(pod = %pod_uid, container, cpus = %crate::topology::to_cpuset(&back), "released CPUs to the shared pool");
+        self.default_set.extend(back);
+    }
+}

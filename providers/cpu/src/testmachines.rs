@@ -1,0 +1,112 @@
+//! Hand-built machines for the unit tests, shaped like the kubelet's own
+//! test topologies.
+
+use std::collections::BTreeMap;
+
+use topomgr_sdk::{Cpu, CpuSet, Machine, NumaNode};
+
+/// A machine of `sockets` sockets, each with `numa_per_socket` NUMA nodes of
+/// `cores_per_numa` cores of `threads` threads. CPU ids are numbered as Linux
+/// does on x86: the first thread of every core first (0..cores), then the
+/// second threads, and so on; core `k` is CPU `k` plus its siblings
+/// `k + cores`, `k + 2*cores`, ... Every NUMA node has its own L3.
+pub fn layered(sockets: u32, numa_per_socket: u32, cores_per_numa: u32, threads: u32) -> Machine {
+    let nodes = sockets * numa_per_socket;
+    let cores = nodes * cores_per_numa;
+    let mut cpus = Vec::new();
+    for t in 0..threads {
+        for k in 0..cores {
+            let numa = k / cores_per_numa;
+            cpus.push(Cpu {
+                id: t * cores + k,
+                online: true,
+                socket: numa / numa_per_socket,
+                die: 0,
+                core: k,
+                numa,
+                l3: Some(numa),
+            });
+        }
+    }
+    finish(cpus, nodes)
+}
+
+/// The kubelet's `topoDualSocketHT`: 12 CPUs, 2 sockets = 2 NUMA nodes,
+/// 6 cores of 2 threads; socket 0 has cores 0, 2, 4 (CPUs 0,6 / 2,8 / 4,10),
+/// socket 1 has cores 1, 3, 5 (CPUs 1,7 / 3,9 / 5,11).
+pub fn dual_socket_ht() -> Machine {
+    let cpus = (0..12u32)
+        .map(|id| Cpu {
+            id,
+            online: true,
+            socket: id % 2,
+            die: 0,
+            core: id % 6,
+            numa: id % 2,
+            l3: Some(id % 2),
+        })
+        .collect();
+    finish(cpus, 2)
+}
+
+/// The kubelet's `topoSingleSocketHT`: 8 CPUs, one socket and NUMA node,
+/// 4 cores of 2 threads (CPUs k and k+4).
+pub fn single_socket_ht() -> Machine {
+    layered(1, 1, 4, 2)
+}
+
+/// The kubelet's `topoDualSocketMultiNumaPerSocketHT`: 80 CPUs, 2 sockets,
+/// 4 NUMA nodes (CPUs 0-9,40-49 / 10-19,50-59 / 20-29,60-69 / 30-39,70-79).
+pub fn dual_socket_multi_numa_ht() -> Machine {
+    layered(2, 2, 10, 2)
+}
+
+/// A machine of `nodes` NUMA nodes, each its own socket, `cores` cores of
+/// 2 threads per node, with siblings adjacent (CPU 2k and 2k+1).
+pub fn adjacent_siblings(nodes: u32, cores: u32) -> Machine {
+    let mut cpus = Vec::new();
+    for n in 0..nodes {
+        for k in 0..cores {
+            let first = (n * cores + k) * 2;
+            for id in [first, first + 1] {
+                cpus.push(Cpu {
+                    id,
+                    online: true,
+                    socket: n,
+                    die: 0,
+                    core: first,
+                    numa: n,
+                    l3: Some(n),
+                });
+            }
+        }
+    }
+    cpus.sort_by_key(|c| c.id);
+    finish(cpus, nodes)
+}
+
+/// Sorts the CPUs and derives the NUMA nodes from them.
+pub fn finish(mut cpus: Vec<Cpu>, nodes: u32) -> Machine {
+    cpus.sort_by_key(|c| c.id);
+    let numa_nodes = (0..nodes)
+        .map(|n| NumaNode {
+            id: n,
+            cpus: cpus
+                .iter()
+                .filter(|c| c.numa == n)
+                .map(|c| c.id)
+                .collect::<CpuSet>(),
+            memory_bytes: 1 << 30,
+            memory_free_bytes: 1 << 30,
+            hugepages: BTreeMap::new(),
+            distances: (0..nodes)
+                .map(|o| (o, if o == n { 10 } else { 20 }))
+                .collect(),
+        })
+        .collect();
+    Machine {
+        numa_nodes,
+        cpus,
+        pci_devices: Vec::new(),
+    }
+}

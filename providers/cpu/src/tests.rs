@@ -1,0 +1,446 @@
+//! Provider-level tests: the static policy through the SDK's `Provider` trait.
+
+use serde_json::json;
+use topomgr_sdk::{testkit, ContainerView, NumaMask, PodView, Provider, QosClass, TopologyHint};
+
+use crate::testmachines::{dual_socket_ht, dual_socket_multi_numa_ht};
+use crate::CpuManager;
+
+fn provider(machine: &topomgr_sdk::Machine, config: serde_json::Value) -> CpuManager {
+    match testkit::new_provider::<CpuManager>(machine, config) {
+        Ok(p) => p,
+        Err(e) => panic!("provider: {e}"),
+    }
+}
+
+fn config_error(machine: &topomgr_sdk::Machine, config: serde_json::Value) -> String {
+    match testkit::new_provider::<CpuManager>(machine, config) {
+        Ok(_) => panic!("config accepted"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn cpus(n: u64) -> Vec<(&'static str, u64)> {
+    vec![("cpu", n * 1000), ("memory", 1 << 30)]
+}
+
+fn pod(name: &str, qos: QosClass, init: Vec<ContainerView>, apps: Vec<ContainerView>) -> PodView {
+    PodView {
+        uid: format!("{name}-uid"),
+        name: name.to_owned(),
+        namespace: "default".to_owned(),
+        qos,
+        init_containers: init,
+        containers: apps,
+    }
+}
+
+fn hint(nodes: &[u32]) -> TopologyHint {
+    TopologyHint::new(NumaMask::from_nodes(nodes.iter().copied()).unwrap(), true)
+}
+
+fn alloc(
+    p: &mut CpuManager,
+    pod: &PodView,
+    container: &str,
+    nodes: Option<&[u32]>,
+) -> Result<(String, bool), String> {
+    let c = pod.container(container).unwrap().clone();
+    let h = match nodes {
+        Some(n) => hint(n),
+        None => TopologyHint {
+            affinity: None,
+            preferred: true,
+        },
+    };
+    p.allocate(pod, &c, &h)
+        .map(|a| {
+            assert!(a.mems.is_empty(), "the CPU provider sets no mems");
+            (a.cpus.to_string(), a.exclusive)
+        })
+        .map_err(|e| e.to_string())
+}
+
+fn hints(p: &mut CpuManager, pod: &PodView, container: &str) -> Option<Vec<String>> {
+    let c = pod.container(container).unwrap().clone();
+    let h = p.topology_hints(pod, &c).unwrap();
+    testkit::hint_strings(&h, "cpu", &[0, 1])
+}
+
+#[test]
+fn exclusive_cpus_follow_the_hint_and_skip_reserved() {
+    let m = dual_socket_ht();
+    let mut p = provider(&m, json!({"reserved_cpus": "0"}));
+    let g = testkit::guaranteed_pod("g", &cpus(2));
+    assert_eq!(
+        hints(&mut p, &g, "app"),
+        Some(vec!["0:true".into(), "1:true".into(), "0-1:false".into()])
+    );
+    // Node 0 without reserved CPU 0: core 0 is half reserved, core 2 is whole.
+    assert_eq!(
+        alloc(&mut p, &g, "app", Some(&[0])),
+        Ok(("2,8".into(), true))
+    );
+    let shared = testkit::guaranteed_pod("s", &[("cpu", 1500), ("memory", 1 << 30)]);
+    assert_eq!(hints(&mut p, &shared, "app"), None);
+    assert_eq!(
+        alloc(&mut p, &shared, "app", None),
+        Ok(("0-1,3-7,9-11".into(), false))
+    );
+    let g2 = testkit::guaranteed_pod("g2", &cpus(3));
+    assert_eq!(
+        alloc(&mut p, &g2, "app", Some(&[1])),
+        Ok(("1,3,7".into(), true))
+    );
+    // Allocating again returns the same CPUs.
+    assert_eq!(
+        alloc(&mut p, &g2, "app", Some(&[0])),
+        Ok(("1,3,7".into(), true))
+    );
+}
+
+#[test]
+fn burstable_and_besteffort_share_the_pool() {
+    let m = dual_socket_ht();
+    let mut p = provider(&m, json!({}));
+    let b = pod(
+        "b",
+        QosClass::Burstable,
+        vec![],
+        vec![testkit::container("web", &cpus(2))],
+    );
+    assert_eq!(hints(&mut p, &b, "web"), None);
+    assert_eq!(p.pod_topology_hints(&b).unwrap(), None);
+    assert_eq!(
+        alloc(&mut p, &b, "web", Some(&[0])),
+        Ok(("0-11".into(), false))
+    );
+}
+
+#[test]
+fn not_enough_cpus_and_smt_errors_say_what_to_do() {
+    let m = dual_socket_ht();
+    let mut p = provider(&m, json!({}));
+    let big = testkit::guaranteed_pod("big", &cpus(6));
+    assert_eq!(
+        alloc(&mut p, &big, "app", Some(&[0])),
+        Ok(("0,2,4,6,8,10".into(), true))
+    );
+    let eight = testkit::guaranteed_pod("eight", &cpus(8));
+    assert_eq!(hints(&mut p, &eight, "app"), Some(vec![]));
+    let c = eight.containers[0].clone();
+    let err = p.allocate(&eight, &c, &hint(&[0, 1])).unwrap_err();
+    assert_eq!(err.reason, "UnexpectedAdmissionError");
+    assert_eq!(
+        err.message,
+        "not enough free CPUs: requested 8, 6 free on NUMA node 1"
+    );
+
+    let mut strict = provider(&m, json!({"options": {"full-pcpus-only": "true"}}));
+    let three = testkit::guaranteed_pod("three", &cpus(3));
+    let c = three.containers[0].clone();
+    let err = strict.allocate(&three, &c, &hint(&[0])).unwrap_err();
+    assert_eq!(err.reason, "SMTAlignmentError");
+    assert_eq!(
+        err.message,
+        "SMT alignment: request of 3 CPUs is not a multiple of 2 threads per core"
+    );
+    // Reserved CPU 0 takes its whole core (0 and 6) out of full-core use.
+    let mut r = provider(
+        &m,
+        json!({"reserved_cpus": "0", "options": {"full-pcpus-only": "true"}}),
+    );
+    let twelve = testkit::guaranteed_pod("twelve", &cpus(12));
+    let c = twelve.containers[0].clone();
+    let err = r.allocate(&twelve, &c, &hint(&[0, 1])).unwrap_err();
+    assert_eq!(
+        err.message,
+        "SMT alignment: request of 12 CPUs needs whole cores, but only 10 free CPUs lie outside \
+         the cores of the reserved CPUs (2 threads per core)"
+    );
+    let four = testkit::guaranteed_pod("four", &cpus(4));
+    assert_eq!(
+        alloc(&mut r, &four, "app", Some(&[0])),
+        Ok(("2,4,8,10".into(), true))
+    );
+}
+
+#[test]
+fn init_container_cpus_are_reused_by_app_containers() {
+    let m = dual_socket_ht();
+    let mut p = provider(&m, json!({}));
+    let pd = pod(
+        "p",
+        QosClass::Guaranteed,
+        vec![testkit::container("init", &cpus(4))],
+        vec![
+            testkit::container("app", &cpus(4)),
+            testkit::container("side", &cpus(2)),
+        ],
+    );
+    assert_eq!(
+        alloc(&mut p, &pd, "init", Some(&[1])),
+        Ok(("1,3,7,9".into(), true))
+    );
+    // The init container's CPUs are reusable: they pin the app's hints to node 1.
+    assert_eq!(
+        hints(&mut p, &pd, "app"),
+        Some(vec!["1:true".into(), "0-1:false".into()])
+    );
+    assert_eq!(
+        alloc(&mut p, &pd, "app", Some(&[1])),
+        Ok(("1,3,7,9".into(), true))
+    );
+    // Reused CPUs are no longer reusable for the next app container.
+    assert_eq!(
+        alloc(&mut p, &pd, "side", Some(&[1])),
+        Ok(("5,11".into(), true))
+    );
+    // Releasing the init container keeps CPUs the app still uses.
+    p.release("p-uid", "init").unwrap();
+    let shared = testkit::guaranteed_pod("s", &[("cpu", 500)]);
+    assert_eq!(
+        alloc(&mut p, &shared, "app", None),
+        Ok(("0,2,4,6,8,10".into(), false))
+    );
+    p.release("p-uid", "app").unwrap();
+    assert_eq!(
+        alloc(&mut p, &shared, "app", None),
+        Ok(("0-4,6-10".into(), false))
+    );
+}
+
+#[test]
+fn sidecar_cpus_are_not_reused() {
+    let m = dual_socket_ht();
+    let mut p = provider(&m, json!({}));
+    let mut side = testkit::container("side", &cpus(2));
+    side.sidecar = true;
+    let pd = pod(
+        "p",
+        QosClass::Guaranteed,
+        vec![side],
+        vec![testkit::container("app", &cpus(2))],
+    );
+    assert_eq!(
+        alloc(&mut p, &pd, "side", Some(&[0])),
+        Ok(("0,6".into(), true))
+    );
+    assert_eq!(
+        alloc(&mut p, &pd, "app", Some(&[0])),
+        Ok(("2,8".into(), true))
+    );
+}
+
+#[test]
+fn pod_scope_hints_count_sidecars_and_regenerate() {
+    let m = dual_socket_ht();
+    let mut p = provider(&m, json!({}));
+    let mut side = testkit::container("side", &cpus(2));
+    side.sidecar = true;
+    let pd = pod(
+        "p",
+        QosClass::Guaranteed,
+        vec![side, testkit::container("init", &cpus(5))],
+        vec![testkit::container("app", &cpus(3))],
+    );
+    // max(2 + 5, 3 + 2) = 7: more than one node.
+    let h = p.pod_topology_hints(&pd).unwrap();
+    testkit::assert_hints(&h, "cpu", &[0, 1], Some(&["0-1:true"]));
+    let small = pod(
+        "q",
+        QosClass::Guaranteed,
+        vec![],
+        vec![
+            testkit::container("a", &cpus(2)),
+            testkit::container("b", &cpus(2)),
+        ],
+    );
+    assert_eq!(
+        alloc(&mut p, &small, "a", Some(&[1])),
+        Ok(("1,7".into(), true))
+    );
+    assert_eq!(
+        alloc(&mut p, &small, "b", Some(&[1])),
+        Ok(("3,9".into(), true))
+    );
+    // Everything allocated: hints come from the assigned CPUs only.
+    let h = p.pod_topology_hints(&small).unwrap();
+    testkit::assert_hints(&h, "cpu", &[0, 1], Some(&["1:true", "0-1:false"]));
+    // Container scope regenerates from the container's own CPUs.
+    assert_eq!(
+        hints(&mut p, &small, "a"),
+        Some(vec!["1:true".into(), "0-1:false".into()])
+    );
+    // A changed request no longer matches the assignment: no hint.
+    let mut grown = small.clone();
+    grown.containers[0].requests.insert("cpu".into(), 3000);
+    assert_eq!(hints(&mut p, &grown, "a"), Some(vec![]));
+    testkit::assert_hints(
+        &p.pod_topology_hints(&grown).unwrap(),
+        "cpu",
+        &[0, 1],
+        Some(&[]),
+    );
+}
+
+#[test]
+fn align_by_socket_takes_from_the_whole_socket() {
+    let m = dual_socket_multi_numa_ht();
+    let mut p = provider(&m, json!({"options": {"align-by-socket": "true"}}));
+    let first = testkit::guaranteed_pod("f", &cpus(18));
+    assert_eq!(
+        alloc(&mut p, &first, "app", Some(&[0])),
+        Ok(("0-8,40-48".into(), true))
+    );
+    // Node 0 has 2 free CPUs; the hint (node 0) widens to socket 0 (nodes 0-1).
+    let g = testkit::guaranteed_pod("g", &cpus(4));
+    assert_eq!(
+        alloc(&mut p, &g, "app", Some(&[0])),
+        Ok(("9-10,49-50".into(), true))
+    );
+}
+
+#[test]
+fn strict_reservation_keeps_reserved_cpus_out_of_the_pool() {
+    let m = dual_socket_ht();
+    let mut p = provider(
+        &m,
+        json!({"reserved_cpus": "0,6", "options": {"strict-cpu-reservation": "true"}}),
+    );
+    let shared = testkit::guaranteed_pod("s", &[("cpu", 500)]);
+    assert_eq!(
+        alloc(&mut p, &shared, "app", None),
+        Ok(("1-5,7-11".into(), false))
+    );
+}
+
+#[test]
+fn distribute_across_numa_splits_evenly() {
+    let m = dual_socket_multi_numa_ht();
+    let mut p = provider(
+        &m,
+        json!({"options": {"distribute-cpus-across-numa": "true"}}),
+    );
+    let g = testkit::guaranteed_pod("g", &cpus(24));
+    assert_eq!(
+        alloc(&mut p, &g, "app", Some(&[0, 1])),
+        Ok(("0-5,10-15,40-45,50-55".into(), true))
+    );
+}
+
+#[test]
+fn none_policy_has_no_hints_and_shares_everything() {
+    let m = dual_socket_ht();
+    let mut p = provider(&m, json!({"policy": "none"}));
+    let g = testkit::guaranteed_pod("g", &cpus(2));
+    assert_eq!(p.topology_hints(&g, &g.containers[0]).unwrap(), None);
+    assert_eq!(p.pod_topology_hints(&g).unwrap(), None);
+    assert_eq!(
+        alloc(&mut p, &g, "app", Some(&[0])),
+        Ok(("0-11".into(), false))
+    );
+    assert_eq!(
+        String::from_utf8(p.checkpoint().unwrap()).unwrap(),
+        r#"{"policy_name":"none","default_cpu_set":"","entries":{},"cpus_to_reuse":{}}"#
+    );
+}
+
+#[test]
+fn config_errors_name_the_key() {
+    let m = dual_socket_ht();
+    assert_eq!(
+        config_error(&m, json!({"policy": "dynamic"})),
+        "InvalidConfig: cpu provider config: policy = \"dynamic\" is unknown; use \"static\" or \"none\""
+    );
+    assert_eq!(
+        config_error(&m, json!({"reserved": "0"})),
+        "InvalidConfig: cpu provider config: unknown field `reserved`, expected one of `policy`, `reserved_cpus`, `options`"
+    );
+    assert_eq!(
+        config_error(&m, json!({"reserved_cpus": "12-13"})),
+        "InvalidConfig: cpu provider config: reserved_cpus = \"12-13\" names CPUs 12-13 that are not online on this machine (online CPUs: 0-11)"
+    );
+    assert!(config_error(&m, json!({"reserved_cpus": "x"})).starts_with(
+        "InvalidConfig: cpu provider config: reserved_cpus = \"x\" is not a Linux CPU list like \"0,64\""
+    ));
+    assert_eq!(
+        config_error(&m, json!({"policy": "none", "options": {"full-pcpus-only": "true"}})),
+        "InvalidConfig: cpu provider config: None policy: received unsupported options=full-pcpus-only; options apply to policy \"static\" only"
+    );
+    assert_eq!(
+        config_error(&m, json!({"options": {"full-pcpus-only": "true", "distribute-cpus-across-cores": "true"}})),
+        "InvalidConfig: cpu provider config: static policy options full-pcpus-only and distribute-cpus-across-cores can not be used at the same time"
+    );
+}
+
+#[test]
+fn checkpoint_round_trip_and_validation() {
+    let m = dual_socket_ht();
+    let mut p = provider(&m, json!({"reserved_cpus": "0"}));
+    let pd = pod(
+        "p",
+        QosClass::Guaranteed,
+        vec![testkit::container("init", &cpus(2))],
+        vec![testkit::container("app", &cpus(2))],
+    );
+    alloc(&mut p, &pd, "init", Some(&[1])).unwrap();
+    let cp = p.checkpoint().unwrap();
+    assert_eq!(
+        String::from_utf8(cp.clone()).unwrap(),
+        r#"{"policy_name":"static","default_cpu_set":"0,2-6,8-11","entries":{"p-uid":{"init":"1,7"}},"cpus_to_reuse":{"p-uid":"1,7"}}"#
+    );
+    let mut q = provider(&m, json!({"reserved_cpus": "0"}));
+    q.restore(&cp).unwrap();
+    assert_eq!(
+        alloc(&mut q, &pd, "app", Some(&[1])),
+        Ok(("1,7".into(), true))
+    );
+
+    let mut fresh = provider(&m, json!({"reserved_cpus": "0"}));
+    let before = fresh.checkpoint().unwrap();
+    let bad = |data: &str, fresh: &mut CpuManager| {
+        fresh.restore(data.as_bytes()).unwrap_err().to_string()
+    };
+    assert_eq!(
+        bad(r#"{"policy_name":"static","default_cpu_set":"0-11,12","entries":{}}"#, &mut fresh),
+        "InvalidCheckpoint: cpu provider checkpoint: it names CPUs 12 that this machine does not have \
+         (online CPUs: 0-11); drain the node and remove the provider's state file"
+    );
+    assert_eq!(
+        bad(r#"{"policy_name":"static","default_cpu_set":"1-11","entries":{"u":{"c":"0"}}}"#, &mut fresh),
+        "InvalidCheckpoint: cpu provider checkpoint: not all reserved cpus: \"0\" are present in defaultCpuSet: \"1-11\""
+    );
+    assert_eq!(
+        bad(r#"{"policy_name":"static","default_cpu_set":"0-5","entries":{"u":{"c":"5-6"}}}"#, &mut fresh),
+        "InvalidCheckpoint: cpu provider checkpoint: pod: u, container: c cpuset: \"5-6\" overlaps with default cpuset \"0-5\""
+    );
+    assert_eq!(
+        bad(r#"{"policy_name":"static","default_cpu_set":"0-5","entries":{}}"#, &mut fresh),
+        "InvalidCheckpoint: cpu provider checkpoint: current set of available CPUs \"0-11\" doesn't match with CPUs in state \"0-5\""
+    );
+    assert_eq!(
+        bad(r#"{"policy_name":"none","default_cpu_set":""}"#, &mut fresh),
+        "InvalidCheckpoint: cpu provider checkpoint: configured policy \"static\" differs from state checkpoint \
+         policy \"none\"; drain the node and remove the provider's state file"
+    );
+    assert_eq!(fresh.checkpoint().unwrap(), before);
+}
+
+#[test]
+fn works_through_the_plugin_boundary() {
+    let m = dual_socket_ht();
+    let p = provider(&m, json!({}));
+    let mut h = testkit::through_boundary(p);
+    let g = testkit::guaranteed_pod("g", &cpus(2));
+    let hints = h.topology_hints(&g, &g.containers[0]).unwrap();
+    testkit::assert_hints(
+        &hints,
+        "cpu",
+        &[0, 1],
+        Some(&["0:true", "1:true", "0-1:false"]),
+    );
+    let a = h.allocate(&g, &g.containers[0], &hint(&[1])).unwrap();
+    assert_eq!(a.cpus.to_string(), "1,7");
+    assert!(a.exclusive);
+}

@@ -1,0 +1,219 @@
+//! The provider's `[providers.memory.config]` table (SPEC section 9).
+//!
+//! ```toml
+//! [providers.memory.config]
+//! policy = "static"                 # or "none"
+//! [providers.memory.config.reserved_memory.0]   # per NUMA node id
+//! memory = "1Gi"
+//! hugepages-1Gi = "2Gi"
+//! ```
+//!
+//! Quantities are Kubernetes quantities (see [`crate::quantity`]); a plain
+//! integer is a number of bytes.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+use crate::quantity::{self, QuantityError};
+
+/// The memory manager policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Policy {
+    /// The kubelet's static policy: NUMA-pinned memory for Guaranteed pods.
+    #[default]
+    Static,
+    /// No memory management: no hints, empty allocations.
+    None,
+}
+
+impl Policy {
+    /// The kubelet's policy name, as written in its state file.
+    pub fn kubelet_name(self) -> &'static str {
+        match self {
+            Policy::Static => "Static",
+            Policy::None => "None",
+        }
+    }
+}
+
+/// A quantity as written in the config: Kubernetes text or whole bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+enum RawQuantity {
+    Bytes(u64),
+    Text(String),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    policy: Policy,
+    #[serde(default)]
+    reserved_memory: BTreeMap<String, BTreeMap<String, RawQuantity>>,
+}
+
+/// The validated config (not yet checked against the machine; see
+/// [`crate::machine::MachineMemory::new`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The policy.
+    pub policy: Policy,
+    /// Bytes reserved for the system, by NUMA node id and resource name.
+    pub reserved: BTreeMap<u32, BTreeMap<String, u64>>,
+}
+
+/// Why the config table is unusable.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The table does not deserialize (unknown key, wrong type).
+    #[error("{0}")]
+    Shape(String),
+    /// A `reserved_memory` key that is not a node id.
+    #[error(
+        "reserved_memory.{0}: not a NUMA node id; name the table after the node's number, \
+         e.g. [providers.memory.config.reserved_memory.0]"
+    )]
+    NodeKey(String),
+    /// A resource that is not memory or hugepages.
+    #[error(
+        "reserved_memory.{node}.{resource}: not a memory resource; use \"memory\" or \
+         \"hugepages-<size>\" (e.g. hugepages-1Gi)"
+    )]
+    Resource {
+        /// Node id as written.
+        node: u32,
+        /// The resource name.
+        resource: String,
+    },
+    /// A quantity that does not parse.
+    #[error("reserved_memory.{node}.{resource}: {source}")]
+    Quantity {
+        /// Node id.
+        node: u32,
+        /// The resource name.
+        resource: String,
+        /// The parse error.
+        source: QuantityError,
+    },
+}
+
+/// True for the resources this provider manages: `memory` and `hugepages-*`
+/// (the kubelet's `IsHugePageResourceName` is a prefix test).
+pub fn is_memory_resource(name: &str) -> bool {
+    name == "memory" || name.starts_with("hugepages-")
+}
+
+impl Config {
+    /// Reads the config table (as JSON).
+    pub fn from_value(value: &serde_json::Value) -> Result<Config, ConfigError> {
+        let value = if value.is_null() {
+            serde_json::Value::Object(Default::default())
+        } else {
+            value.clone()
+        };
+        let raw: RawConfig =
+            serde_json::from_value(value).map_err(|e| ConfigError::Shape(e.to_string()))?;
+        let mut reserved = BTreeMap::new();
+        for (key, table) in raw.reserved_memory {
+            let node: u32 = key.parse().map_err(|_| ConfigError::NodeKey(key.clone()))?;
+            let mut per = BTreeMap::new();
+            for (resource, q) in table {
+                if !is_memory_resource(&resource) {
+                    return Err(ConfigError::Resource { node, resource });
+                }
+                let bytes = match q {
+                    RawQuantity::Bytes(b) => b,
+                    RawQuantity::Text(t) => {
+                        quantity::parse_bytes(t.trim()).map_err(|source| ConfigError::Quantity {
+                            node,
+                            resource: resource.clone(),
+                            source,
+                        })?
+                    }
+                };
+                per.insert(resource, bytes);
+            }
+            reserved.insert(node, per);
+        }
+        Ok(Config {
+            policy: raw.policy,
+            reserved,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn err(v: serde_json::Value) -> String {
+        match Config::from_value(&v) {
+            Ok(c) => panic!("accepted: {c:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn reads_the_spec_example() {
+        let c = Config::from_value(&json!({
+            "policy": "static",
+            "reserved_memory": {"0": {"memory": "1Gi", "hugepages-1Gi": "2Gi"}, "1": {"memory": 1024}}
+        }))
+        .unwrap();
+        assert_eq!(c.policy, Policy::Static);
+        assert_eq!(
+            c.reserved,
+            BTreeMap::from([
+                (
+                    0,
+                    BTreeMap::from([
+                        ("hugepages-1Gi".to_owned(), 2u64 << 30),
+                        ("memory".to_owned(), 1 << 30)
+                    ])
+                ),
+                (1, BTreeMap::from([("memory".to_owned(), 1024)])),
+            ])
+        );
+        assert_eq!(
+            Config::from_value(&serde_json::Value::Null).unwrap().policy,
+            Policy::Static
+        );
+        assert_eq!(
+            Config::from_value(&json!({"policy": "none"}))
+                .unwrap()
+                .policy,
+            Policy::None
+        );
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        assert_eq!(
+            err(json!({"policy": "dynamic"})),
+            "unknown variant `dynamic`, expected `static` or `none`"
+        );
+        assert_eq!(
+            err(json!({"reserved": {}})),
+            "unknown field `reserved`, expected `policy` or `reserved_memory`"
+        );
+        assert_eq!(
+            err(json!({"reserved_memory": {"node0": {"memory": "1Gi"}}})),
+            "reserved_memory.node0: not a NUMA node id; name the table after the node's number, \
+             e.g. [providers.memory.config.reserved_memory.0]"
+        );
+        assert_eq!(
+            err(json!({"reserved_memory": {"0": {"cpu": "1"}}})),
+            "reserved_memory.0.cpu: not a memory resource; use \"memory\" or \"hugepages-<size>\" \
+             (e.g. hugepages-1Gi)"
+        );
+        assert_eq!(
+            err(json!({"reserved_memory": {"1": {"memory": "1GB"}}})),
+            "reserved_memory.1.memory: invalid quantity \"1GB\": expected a number with an optional \
+             suffix (Ki, Mi, Gi, Ti, Pi, Ei, k, M, G, T, P, E, m or an exponent such as e9), e.g. \"1Gi\""
+        );
+    }
+}

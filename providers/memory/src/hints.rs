@@ -1,0 +1,506 @@
+//! Topology hints as the kubelet's static memory policy generates them.
+//!
+//! A NUMA mask is a hint for a request when, for every requested resource,
+//! the mask's *allocatable* bytes reach the request, the kubelet's
+//! multi-NUMA group rules allow the mask (a node that already holds a
+//! multi-node allocation can only be used with exactly that group; a node
+//! with single-node allocations cannot join a multi-node mask) and the
+//! mask's *free* bytes (plus init-container memory the pod may reuse on
+//! exactly that mask) reach the request. Hints are listed in the kubelet's
+//! `IterateBitMasks` order; a hint is preferred when its width equals the
+//! smallest width whose allocatable bytes could hold the request. Every
+//! requested resource gets the same list. When no mask qualifies the answer
+//! is an empty map, which the Topology Manager reads as "no preference" (the
+//! allocation then fails, as in the kubelet).
+//!
+//! On machines with more than [`EXPLICIT_MAX_NODES`] nodes the hints are
+//! returned in the SDK's compact form: the minimal hint masks and the
+//! preferred width. That form stands for every superset of a minimal mask;
+//! it equals the explicit list while no node holds an allocation, and under
+//! the `single-numa-node` policy (which only looks at one-node hints) always.
+//! Once allocations exist, the group rules remove some supersets that the
+//! compact form still implies; for `best-effort` / `restricted` the merged
+//! hint can then differ from the kubelet's, and `allocate` still enforces
+//! the group rules (it extends or refuses the merged hint as the kubelet does).
+
+use std::collections::BTreeMap;
+
+use topomgr_sdk::{
+    for_each_mask_in_kubelet_order, CompactHints, ContainerView, HintSet, NumaMask, PodView,
+    ProviderError, ProviderHints, TopologyHint,
+};
+
+use crate::config::is_memory_resource;
+use crate::state::{allocatable, free, sum_over, Block, MachineState};
+
+/// Machines with more NUMA nodes than this get compact hints.
+pub const EXPLICIT_MAX_NODES: usize = 8;
+/// The most minimal masks a compact answer may hold.
+pub const MAX_MINIMAL_MASKS: usize = 65_536;
+/// The most search steps one question about a large machine may take.
+pub const MAX_SEARCH_STEPS: u64 = 4_000_000;
+
+/// Requested bytes by resource (`memory`, `hugepages-*`).
+pub type Requested = BTreeMap<String, u64>;
+
+/// Reusable init-container memory of one pod: node set -> resource -> bytes.
+pub type PodReusable = BTreeMap<NumaMask, BTreeMap<String, u64>>;
+
+/// The memory and hugepages requests of a container (every listed request,
+/// zero included, like the kubelet's `getRequestedResources`).
+pub fn container_requests(c: &ContainerView) -> Requested {
+    c.requests
+        .iter()
+        .filter(|(k, _)| is_memory_resource(k))
+        .map(|(k, v)| (k.clone(), *v))
+        .collect()
+}
+
+/// The pod-scope requests (the kubelet's `getPodRequestedResources`): for
+/// every resource the app containers request, the larger of the app
+/// containers plus sidecars and the largest regular init container plus the
+/// sidecars started before it. Resources only init containers request are
+/// left out, as in the kubelet.
+pub fn pod_requests(pod: &PodView) -> Requested {
+    let mut init_max: Requested = BTreeMap::new();
+    let mut sidecars: Requested = BTreeMap::new();
+    for c in &pod.init_containers {
+        for (r, q) in container_requests(c) {
+            let max = init_max.entry(r.clone()).or_insert(0);
+            let side = sidecars.entry(r).or_insert(0);
+            if c.sidecar {
+                *side = side.saturating_add(q);
+            } else if side.saturating_add(q) > *max {
+                *max = side.saturating_add(q);
+            }
+        }
+    }
+    let mut apps: Requested = BTreeMap::new();
+    for c in &pod.containers {
+        for (r, q) in container_requests(c) {
+            let e = apps.entry(r).or_insert(0);
+            *e = e.saturating_add(q);
+        }
+    }
+    apps.into_iter()
+        .map(|(r, q)| {
+            let long_running = q.saturating_add(sidecars.get(&r).copied().unwrap_or(0));
+            let v = long_running.max(init_max.get(&r).copied().unwrap_or(0));
+            (r, v)
+        })
+        .collect()
+}
+
+/// The hints the kubelet regenerates for a container that already holds
+/// memory: each block's mask, preferred; no map when the blocks do not
+/// match the requests exactly.
+pub fn regenerate(blocks: &[Block], requested: &Requested) -> ProviderHints {
+    if blocks.len() != requested.len() {
+        tracing::info!(
+            blocks = blocks.len(),
+            requested = requested.len(),
+            "memory blocks differ from the requested resources; no hints"
+        );
+        return None;
+    }
+    let mut lists: BTreeMap<String, Vec<TopologyHint>> =
+        requested.keys().map(|r| (r.clone(), Vec::new())).collect();
+    for b in blocks {
+        match (requested.get(&b.resource), lists.get_mut(&b.resource)) {
+            (Some(&want), Some(list)) if want == b.size => {
+                list.push(TopologyHint::new(b.numa_affinity, true));
+            }
+            _ => {
+                tracing::info!(resource = %b.resource, size = b.size, "memory already allocated with other numbers than requested; no hints");
+                return None;
+            }
+        }
+    }
+    Some(
+        lists
+            .into_iter()
+            .map(|(r, v)| (r, Some(HintSet::Explicit(v))))
+            .collect(),
+    )
+}
+
+/// Asks questions about one request against one machine state.
+#[derive(Debug, Clone, Copy)]
+pub struct Hinter<'a> {
+    /// The machine state.
+    pub state: &'a MachineState,
+    /// The pod's reusable init-container memory, if any.
+    pub reusable: Option<&'a PodReusable>,
+    /// The request.
+    pub requested: &'a Requested,
+}
+
+impl<'a> Hinter<'a> {
+    /// Node ids, ascending.
+    pub fn nodes(&self) -> Vec<u32> {
+        self.state.keys().copied().collect()
+    }
+
+    fn reusable_on(&self, mask: NumaMask, resource: &str) -> u64 {
+        self.reusable
+            .and_then(|m| m.get(&mask))
+            .and_then(|m| m.get(resource))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Every resource's allocatable bytes on `mask` reach the request.
+    pub fn allocatable_fits(&self, mask: NumaMask) -> bool {
+        self.requested
+            .iter()
+            .all(|(r, &q)| sum_over(mask, |n| allocatable(self.state, n, r)) >= q)
+    }
+
+    /// Every resource's free bytes on `mask` reach the request (no reuse:
+    /// the kubelet's `isAffinitySatisfyRequest`).
+    pub fn free_fits(&self, mask: NumaMask) -> bool {
+        self.requested
+            .iter()
+            .all(|(r, &q)| sum_over(mask, |n| free(self.state, n, r)) >= q)
+    }
+
+    fn free_fits_with_reuse(&self, mask: NumaMask) -> bool {
+        self.requested.iter().all(|(r, &q)| {
+            sum_over(mask, |n| free(self.state, n, r)).saturating_add(self.reusable_on(mask, r))
+                >= q
+        })
+    }
+
+    /// The kubelet's group rules allow `mask` as a hint.
+    pub fn groups_allow(&self, mask: NumaMask) -> bool {
+        if mask.count() == 1 {
+            return mask
+                .iter()
+                .all(|n| self.state.get(&n).is_none_or(|s| s.cells.count() <= 1));
+        }
+        mask.iter().all(|n| match self.state.get(&n) {
+            Some(s) if s.number_of_assignments > 0 => s.cells.count() > 1 && s.cells == mask,
+            _ => true,
+        })
+    }
+
+    /// `mask` is a hint.
+    pub fn is_hint(&self, mask: NumaMask) -> bool {
+        self.allocatable_fits(mask) && self.groups_allow(mask) && self.free_fits_with_reuse(mask)
+    }
+
+    /// The explicit hints, in the kubelet's order (its `calculateHints`).
+    pub fn explicit(&self) -> Vec<TopologyHint> {
+        let nodes = self.nodes();
+        let mut min_width = nodes.len() as u32;
+        let mut masks = Vec::new();
+        for_each_mask_in_kubelet_order(&nodes, |mask| {
+            if !self.allocatable_fits(mask) {
+                return;
+            }
+            min_width = min_width.min(mask.count());
+            if self.groups_allow(mask) && self.free_fits_with_reuse(mask) {
+                masks.push(mask);
+            }
+        });
+        masks
+            .into_iter()
+            .map(|m| TopologyHint::new(m, m.count() == min_width))
+            .collect()
+    }
+
+    /// The smallest width whose allocatable bytes could hold the request
+    /// (the machine's node count when none can).
+    pub fn min_width(&self) -> Result<u32, ProviderError> {
+        let nodes = self.nodes();
+        let mut steps = 0u64;
+        for k in 1..=nodes.len() {
+            if self.exists_width(&nodes, k, 0, NumaMask::EMPTY, &mut steps)? {
+                return Ok(k as u32);
+            }
+        }
+        Ok(nodes.len() as u32)
+    }
+
+    fn exists_width(
+        &self,
+        nodes: &[u32],
+        left: usize,
+        start: usize,
+        acc: NumaMask,
+        steps: &mut u64,
+    ) -> Result<bool, ProviderError> {
+        tick(steps)?;
+        if left == 0 {
+            return Ok(self.allocatable_fits(acc));
+        }
+        // Prune: even all remaining nodes cannot reach the request.
+        let rest = nodes[start..]
+            .iter()
+            .fold(acc, |m, &n| m.or(NumaMask::from_bits(1u64 << n)));
+        if !self.allocatable_fits(rest) {
+            return Ok(false);
+        }
+        for i in start..=nodes.len().saturating_sub(left) {
+            let m = acc.or(NumaMask::from_bits(1u64 << nodes[i]));
+            if self.exists_width(nodes, left - 1, i + 1, m, steps)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// The hints in compact form: the minimal hint masks (kubelet order) and
+    /// the preferred width; `None` when no mask is a hint.
+    pub fn compact(&self) -> Result<Option<CompactHints>, ProviderError> {
+        let preferred_width = self.min_width()?;
+        let mut candidates: Vec<NumaMask> = Vec::new();
+        // Masks of unused nodes: upward-closed, search their minimal members.
+        let unused: Vec<u32> = self
+            .state
+            .iter()
+            .filter(|(_, s)| s.number_of_assignments <= 0 && s.cells.count() <= 1)
+            .map(|(&n, _)| n)
+            .filter(|&n| {
+                let m = NumaMask::from_bits(1u64 << n);
+                self.requested.iter().any(|(r, &q)| {
+                    q > 0 && free(self.state, n, r) > 0 && allocatable(self.state, n, r) > 0
+                }) || self.free_fits(m) && self.allocatable_fits(m)
+            })
+            .collect();
+        let mut steps = 0u64;
+        let both = |m: NumaMask| self.allocatable_fits(m) && self.free_fits(m);
+        minimal_sets(
+            &unused,
+            &both,
+            0,
+            NumaMask::EMPTY,
+            &mut candidates,
+            &mut steps,
+        )?;
+        // Used nodes alone, existing groups, and masks with reusable memory.
+        for (&n, s) in self.state {
+            if s.number_of_assignments > 0 {
+                candidates.push(if s.cells.count() > 1 {
+                    s.cells
+                } else {
+                    NumaMask::from_bits(1u64 << n)
+                });
+            }
+        }
+        if let Some(r) = self.reusable {
+            candidates.extend(r.keys().copied());
+        }
+        candidates.retain(|&m| self.is_hint(m));
+        candidates.sort_by_key(|m| (m.count(), m.nodes()));
+        candidates.dedup();
+        let mut minimal: Vec<NumaMask> = Vec::new();
+        for m in candidates {
+            if !minimal.iter().any(|x| x.is_subset_of(m)) {
+                minimal.push(m);
+            }
+        }
+        if minimal.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(CompactHints {
+            minimal,
+            preferred_width,
+        }))
+    }
+
+    /// The hints as the provider answers them: explicit up to
+    /// [`EXPLICIT_MAX_NODES`] nodes, compact beyond; an empty map when no
+    /// mask qualifies.
+    pub fn answer(&self) -> Result<ProviderHints, ProviderError> {
+        let set = if self.state.len() <= EXPLICIT_MAX_NODES {
+            let list = self.explicit();
+            (!list.is_empty()).then_some(HintSet::Explicit(list))
+        } else {
+            self.compact()?.map(HintSet::Compact)
+        };
+        let mut map = BTreeMap::new();
+        if let Some(set) = set {
+            for r in self.requested.keys() {
+                map.insert(r.clone(), Some(set.clone()));
+            }
+        }
+        Ok(Some(map))
+    }
+
+    /// The best hint containing `base` (the kubelet's `findBestHint` over the
+    /// hints that include `base`; `base` empty: over all hints): preferred
+    /// first, then the narrowest. Since a hint is preferred exactly when it
+    /// has the smallest possible width, that is the narrowest hint.
+    pub fn best_containing(&self, base: NumaMask) -> Result<Option<TopologyHint>, ProviderError> {
+        if self.state.len() <= EXPLICIT_MAX_NODES {
+            let mut best: Option<TopologyHint> = None;
+            for h in self.explicit() {
+                let Some(m) = h.affinity else { continue };
+                if !base.is_subset_of(m) {
+                    continue;
+                }
+                best = match best {
+                    None => Some(h),
+                    Some(b) if h.preferred && !b.preferred => Some(h),
+                    Some(b)
+                        if h.preferred == b.preferred
+                            && b.affinity.is_some_and(|bm| m.is_narrower_than(bm)) =>
+                    {
+                        Some(h)
+                    }
+                    keep => keep,
+                };
+            }
+            return Ok(best);
+        }
+        let min_width = self.min_width()?;
+        let mut found: Option<NumaMask> = None;
+        let consider = |m: NumaMask, found: &mut Option<NumaMask>| {
+            if base.is_subset_of(m)
+                && self.is_hint(m)
+                && found.is_none_or(|f| m.is_narrower_than(f))
+            {
+                *found = Some(m);
+            }
+        };
+        for (&n, s) in self.state {
+            if s.number_of_assignments > 0 {
+                let m = if s.cells.count() > 1 {
+                    s.cells
+                } else {
+                    NumaMask::from_bits(1u64 << n)
+                };
+                consider(m, &mut found);
+            }
+        }
+        if let Some(r) = self.reusable {
+            for &m in r.keys() {
+                consider(m, &mut found);
+            }
+        }
+        let unused: Vec<u32> = self
+            .state
+            .iter()
+            .filter(|(&n, s)| {
+                s.number_of_assignments <= 0 && s.cells.count() <= 1 && !base.is_set(n)
+            })
+            .map(|(&n, _)| n)
+            .collect();
+        let base_unused = base.iter().all(|n| {
+            self.state
+                .get(&n)
+                .is_some_and(|s| s.number_of_assignments <= 0 && s.cells.count() <= 1)
+        });
+        if base_unused {
+            let mut steps = 0u64;
+            let limit = found.map_or(u32::MAX, |f| f.count());
+            let from = base.count().max(1);
+            for k in from..=(base.count() + unused.len() as u32).min(limit) {
+                let extra = (k - base.count()) as usize;
+                let search = ValueOrderSearch {
+                    nodes: &unused,
+                    ok: &|m| self.is_hint(m),
+                    could: &|m| self.allocatable_fits(m) && self.free_fits(m),
+                };
+                if let Some(m) = search.first(extra, unused.len(), base, &mut steps)? {
+                    consider(m, &mut found);
+                    break;
+                }
+            }
+        }
+        Ok(found.map(|m| TopologyHint::new(m, m.count() == min_width)))
+    }
+}
+
+fn tick(steps: &mut u64) -> Result<(), ProviderError> {
+    *steps += 1;
+    if *steps > MAX_SEARCH_STEPS {
+        return Err(ProviderError::admission(format!(
+            "the memory request needs more than {MAX_SEARCH_STEPS} steps to search the NUMA \
+             combinations of this machine; request memory that fits on fewer NUMA nodes"
+        )));
+    }
+    Ok(())
+}
+
+/// Collects the minimal sets (over `nodes[start..]`, added to `acc`) that
+/// satisfy the monotone predicate `fits`.
+fn minimal_sets(
+    nodes: &[u32],
+    fits: &dyn Fn(NumaMask) -> bool,
+    start: usize,
+    acc: NumaMask,
+    out: &mut Vec<NumaMask>,
+    steps: &mut u64,
+) -> Result<(), ProviderError> {
+    let rest = nodes[start..]
+        .iter()
+        .fold(acc, |m, &n| m.or(NumaMask::from_bits(1u64 << n)));
+    if !fits(rest) {
+        return Ok(());
+    }
+    for i in start..nodes.len() {
+        tick(steps)?;
+        let m = acc.or(NumaMask::from_bits(1u64 << nodes[i]));
+        if fits(m) {
+            let minimal = m
+                .iter()
+                .all(|n| !fits(m.and_not(NumaMask::from_bits(1u64 << n))));
+            if minimal {
+                out.push(m);
+                if out.len() > MAX_MINIMAL_MASKS {
+                    return Err(ProviderError::admission(format!(
+                        "more than {MAX_MINIMAL_MASKS} minimal NUMA combinations can hold the \
+                         memory request; request memory that fits on fewer NUMA nodes"
+                    )));
+                }
+            }
+        } else {
+            minimal_sets(nodes, fits, i + 1, m, out, steps)?;
+        }
+    }
+    Ok(())
+}
+
+/// A search over subsets of `nodes` (ascending ids) in increasing mask value.
+struct ValueOrderSearch<'s> {
+    nodes: &'s [u32],
+    /// The condition sought.
+    ok: &'s dyn Fn(NumaMask) -> bool,
+    /// A monotone necessary condition, to prune: when a mask with every
+    /// remaining node added fails it, no subset of them succeeds (masks whose
+    /// only chance is reusable memory are checked by the caller on their own).
+    could: &'s dyn Fn(NumaMask) -> bool,
+}
+
+impl ValueOrderSearch<'_> {
+    /// The `k`-subset of `nodes[..end]` which, added to `base`, gives the
+    /// smallest mask value satisfying `ok`, if any: the highest node as low
+    /// as possible first, then recursively below it.
+    fn first(
+        &self,
+        k: usize,
+        end: usize,
+        base: NumaMask,
+        steps: &mut u64,
+    ) -> Result<Option<NumaMask>, ProviderError> {
+        tick(steps)?;
+        if k == 0 {
+            return Ok((self.ok)(base).then_some(base));
+        }
+        let all = self.nodes[..end]
+            .iter()
+            .fold(base, |m, &n| m.or(NumaMask::from_bits(1u64 << n)));
+        if !(self.could)(all) {
+            return Ok(None);
+        }
+        for top in (k - 1)..end {
+            let m = base.or(NumaMask::from_bits(1u64 << self.nodes[top]));
+            if let Some(found) = self.first(k - 1, top, m, steps)? {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
+    }
+}

@@ -1,0 +1,261 @@
+//! # topomgr-provider-memory
+//!
+//! The memory and hugepages hint provider of topomgr: the kubelet Memory
+//! Manager's **static** policy, as a plugin (`libtopomgr_provider_memory.so`).
+//!
+//! * Resources: `memory` and every `hugepages-<size>` the machine has
+//!   (sizes from sysfs: `2048kB` -> `hugepages-2Mi`, `1048576kB` ->
+//!   `hugepages-1Gi`).
+//! * Per NUMA node and resource: total (MemTotal, or pages x page size),
+//!   system-reserved (config), allocatable = total - reserved (for regular
+//!   memory also minus every hugepage byte of the node), reserved and free.
+//! * Only Guaranteed pods are managed; other pods get no hint map and an
+//!   empty allocation.
+//! * Hints, allocation, release and the multi-NUMA group rules follow the
+//!   kubelet (see [`hints`] and [`allocate`]); the allocation's `mems` is
+//!   the NUMA set of the container's memory.
+//! * State is checkpointed in the kubelet's `memory_manager_state` JSON shape
+//!   (plus reusable init-container memory) and validated on restore the way
+//!   the kubelet validates its state file; a refused restore changes nothing.
+//!
+//! Config (`[providers.memory.config]`, SPEC section 9):
+//!
+//! ```toml
+//! policy = "static"                 # or "none"
+//! [providers.memory.config.reserved_memory.0]
+//! memory = "1Gi"
+//! hugepages-1Gi = "2Gi"
+//! ```
+//!
+//! Like the kubelet, the static policy needs some reserved `memory`.
+//!
+//! Deliberate differences from the kubelet, all for inputs the kubelet never
+//! sees or would mishandle: reserved memory above what a node has is a
+//! config error (the kubelet's unsigned arithmetic would wrap); a hugepage
+//! size the machine lacks counts as zero bytes (the kubelet would crash); a
+//! container that requests neither memory nor hugepages (impossible in a
+//! Guaranteed pod) gets an empty allocation; error messages name the node,
+//! the resource and the amounts.
+
+pub mod allocate;
+pub mod config;
+pub mod hints;
+pub mod machine;
+pub mod quantity;
+pub mod state;
+
+use topomgr_sdk::{
+    Allocation, ContainerView, PodView, Provider, ProviderContext, ProviderError, ProviderHints,
+    QosClass, TopologyHint,
+};
+
+use crate::config::{Config, Policy};
+use crate::hints::{container_requests, pod_requests, regenerate, Hinter, Requested};
+use crate::machine::{MachineMemory, MEMORY};
+use crate::state::{
+    compare, default_state, expected_state, reusable_entries, reusable_from_entries, Assignments,
+    Checkpoint, MachineState, Reusable,
+};
+
+/// The memory provider.
+#[derive(Debug, Clone)]
+pub struct MemoryProvider {
+    policy: Policy,
+    machine: MachineMemory,
+    state: MachineState,
+    assignments: Assignments,
+    reusable: Reusable,
+}
+
+fn config_error(message: impl std::fmt::Display) -> ProviderError {
+    ProviderError::config(format!("memory provider config: {message}"))
+}
+
+fn checkpoint_error(message: impl std::fmt::Display) -> ProviderError {
+    ProviderError::new(
+        "InvalidCheckpoint",
+        format!("memory provider state: {message}"),
+    )
+}
+
+impl MemoryProvider {
+    /// The current machine state.
+    pub fn machine_state(&self) -> &MachineState {
+        &self.state
+    }
+
+    /// The current container assignments.
+    pub fn assignments(&self) -> &Assignments {
+        &self.assignments
+    }
+
+    fn hints_for(
+        &self,
+        pod_uid: &str,
+        requested: &Requested,
+    ) -> Result<ProviderHints, ProviderError> {
+        if requested.is_empty() {
+            return Ok(Some(Default::default()));
+        }
+        Hinter {
+            state: &self.state,
+            reusable: self.reusable.get(pod_uid),
+            requested,
+        }
+        .answer()
+    }
+
+    fn managed(&self, pod: &PodView) -> bool {
+        self.policy == Policy::Static && pod.qos == QosClass::Guaranteed
+    }
+}
+
+impl Provider for MemoryProvider {
+    fn new(ctx: &ProviderContext<'_>) -> Result<Self, ProviderError> {
+        let config = Config::from_value(&ctx.config.0).map_err(config_error)?;
+        let machine = MachineMemory::new(ctx.machine, &config.reserved).map_err(config_error)?;
+        if config.policy == Policy::Static {
+            let reserved: u64 = config
+                .reserved
+                .values()
+                .filter_map(|m| m.get(MEMORY))
+                .fold(0u64, |a, b| a.saturating_add(*b));
+            if reserved == 0 {
+                return Err(config_error(
+                    "policy \"static\" needs system-reserved memory (the kubelet refuses it \
+                     without); add e.g. [providers.memory.config.reserved_memory.0] memory = \"1Gi\"",
+                ));
+            }
+        }
+        let state = default_state(&machine);
+        tracing::info!(
+            policy = config.policy.kubelet_name(),
+            nodes = machine.nodes.len(),
+            "memory provider ready"
+        );
+        Ok(MemoryProvider {
+            policy: config.policy,
+            machine,
+            state,
+            assignments: Assignments::new(),
+            reusable: Reusable::new(),
+        })
+    }
+
+    fn topology_hints(
+        &mut self,
+        pod: &PodView,
+        container: &ContainerView,
+    ) -> Result<ProviderHints, ProviderError> {
+        if !self.managed(pod) {
+            return Ok(None);
+        }
+        let requested = container_requests(container);
+        if let Some(blocks) = self
+            .assignments
+            .get(&pod.uid)
+            .and_then(|m| m.get(&container.name))
+        {
+            return Ok(regenerate(blocks, &requested));
+        }
+        self.hints_for(&pod.uid, &requested)
+    }
+
+    fn pod_topology_hints(&mut self, pod: &PodView) -> Result<ProviderHints, ProviderError> {
+        if !self.managed(pod) {
+            return Ok(None);
+        }
+        let requested = pod_requests(pod);
+        if let Some(per_pod) = self.assignments.get(&pod.uid) {
+            for c in pod.init_containers.iter().chain(&pod.containers) {
+                if let Some(blocks) = per_pod.get(&c.name) {
+                    return Ok(regenerate(blocks, &requested));
+                }
+            }
+        }
+        self.hints_for(&pod.uid, &requested)
+    }
+
+    fn allocate(
+        &mut self,
+        pod: &PodView,
+        container: &ContainerView,
+        hint: &TopologyHint,
+    ) -> Result<Allocation, ProviderError> {
+        if !self.managed(pod) {
+            return Ok(Allocation::default());
+        }
+        self.allocate_static(pod, container, hint)
+    }
+
+    fn release(&mut self, pod_uid: &str, container: &str) -> Result<(), ProviderError> {
+        self.release_static(pod_uid, container);
+        Ok(())
+    }
+
+    fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
+        let cp = Checkpoint {
+            policy_name: self.policy.kubelet_name().to_owned(),
+            machine_state: if self.policy == Policy::Static {
+                self.state.clone()
+            } else {
+                MachineState::new()
+            },
+            entries: self.assignments.clone(),
+            reusable: reusable_entries(&self.reusable),
+        };
+        serde_json::to_vec(&cp).map_err(|e| {
+            ProviderError::new("CheckpointError", format!("encoding the memory state: {e}"))
+        })
+    }
+
+    fn restore(&mut self, data: &[u8]) -> Result<(), ProviderError> {
+        let cp: Checkpoint = serde_json::from_slice(data).map_err(checkpoint_error)?;
+        let ours = self.policy.kubelet_name();
+        if cp.policy_name != ours {
+            return Err(checkpoint_error(format!(
+                "configured policy {ours:?} differs from the saved state's policy {:?}; \
+                 release the pods or remove the state file before changing the policy",
+                cp.policy_name
+            )));
+        }
+        if self.policy == Policy::None {
+            return Ok(());
+        }
+        let expected = expected_state(&self.machine, &cp.entries).map_err(checkpoint_error)?;
+        let state = if cp.machine_state.is_empty() {
+            if !cp.entries.is_empty() {
+                return Err(checkpoint_error(
+                    crate::state::StateError::EmptyWithAssignments,
+                ));
+            }
+            default_state(&self.machine)
+        } else {
+            compare(&cp.machine_state, &expected)
+                .map_err(|d| checkpoint_error(crate::state::StateError::Mismatch(d)))?;
+            cp.machine_state
+        };
+        let all = self.machine.mask();
+        if let Some(e) = cp
+            .reusable
+            .iter()
+            .find(|e| e.numa_affinity.is_empty() || !e.numa_affinity.is_subset_of(all))
+        {
+            return Err(checkpoint_error(format!(
+                "reusable memory of pod {} is on NUMA nodes {:?}, not a set of this machine's \
+                 nodes ({all})",
+                e.pod,
+                e.numa_affinity.to_string()
+            )));
+        }
+        self.state = state;
+        self.assignments = cp.entries;
+        self.reusable = reusable_from_entries(&cp.reusable);
+        Ok(())
+    }
+}
+
+topomgr_sdk::export_provider!(MemoryProvider);
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,428 @@
+//! The memory manager's machine state and container assignments, in the
+//! kubelet's model and JSON shape (`memory_manager_state`): per NUMA node
+//! and resource the total, system-reserved, allocatable, reserved and free
+//! bytes, the node's assignment count and its *cells* (the group of nodes it
+//! is allocated with); per container the memory blocks it holds.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use topomgr_sdk::NumaMask;
+
+use crate::machine::{MachineMemory, MEMORY};
+use crate::quantity::Bytes;
+
+/// One resource on one node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MemoryTable {
+    /// Everything the node has of the resource.
+    pub total: u64,
+    /// Reserved for the system by config.
+    pub system_reserved: u64,
+    /// `total - system_reserved` (minus all hugepages for regular memory).
+    pub allocatable: u64,
+    /// Held by containers.
+    pub reserved: u64,
+    /// Still free for containers.
+    pub free: u64,
+}
+
+/// One NUMA node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct NodeState {
+    /// Memory blocks placed on this node (a container with memory and
+    /// hugepages counts twice).
+    pub number_of_assignments: i64,
+    /// Resources of the node.
+    pub memory_map: BTreeMap<String, MemoryTable>,
+    /// The node and every node it is grouped with for multi-NUMA allocations.
+    pub cells: NumaMask,
+}
+
+/// The whole machine, by node id.
+pub type MachineState = BTreeMap<u32, NodeState>;
+
+/// Memory of one resource held by a container on a set of nodes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Block {
+    /// The nodes of the block.
+    pub numa_affinity: NumaMask,
+    /// Resource name.
+    #[serde(rename = "type")]
+    pub resource: String,
+    /// Bytes.
+    pub size: u64,
+}
+
+/// Blocks by pod uid and container name.
+pub type Assignments = BTreeMap<String, BTreeMap<String, Vec<Block>>>;
+
+/// Init-container memory that later containers of the same pod may reuse:
+/// pod uid -> node set -> resource -> bytes.
+pub type Reusable = BTreeMap<String, BTreeMap<NumaMask, BTreeMap<String, u64>>>;
+
+/// The provider's checkpoint: the kubelet's state-file fields plus the
+/// reusable init-container memory (the kubelet keeps that in memory only;
+/// checkpointing it lets chained `--state-dir` calls behave like one process).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Checkpoint {
+    /// `"Static"` or `"None"`.
+    pub policy_name: String,
+    /// The machine state.
+    pub machine_state: MachineState,
+    /// Container assignments.
+    pub entries: Assignments,
+    /// Reusable init-container memory.
+    #[serde(default)]
+    pub reusable: Vec<ReusableEntry>,
+}
+
+/// One entry of [`Reusable`] in a checkpoint.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReusableEntry {
+    /// Pod uid.
+    pub pod: String,
+    /// The node set of the init container's block.
+    pub numa_affinity: NumaMask,
+    /// Resource name.
+    #[serde(rename = "type")]
+    pub resource: String,
+    /// Bytes.
+    pub size: u64,
+}
+
+/// [`Reusable`] as checkpoint entries.
+pub fn reusable_entries(r: &Reusable) -> Vec<ReusableEntry> {
+    let mut out = Vec::new();
+    for (pod, masks) in r {
+        for (mask, per) in masks {
+            for (resource, size) in per {
+                out.push(ReusableEntry {
+                    pod: pod.clone(),
+                    numa_affinity: *mask,
+                    resource: resource.clone(),
+                    size: *size,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Checkpoint entries back into [`Reusable`].
+pub fn reusable_from_entries(entries: &[ReusableEntry]) -> Reusable {
+    let mut r = Reusable::new();
+    for e in entries {
+        r.entry(e.pod.clone())
+            .or_default()
+            .entry(e.numa_affinity)
+            .or_default()
+            .insert(e.resource.clone(), e.size);
+    }
+    r
+}
+
+/// The state of an empty machine (the kubelet's `getDefaultMachineState`).
+pub fn default_state(machine: &MachineMemory) -> MachineState {
+    let mut state = MachineState::new();
+    for node in &machine.nodes {
+        let mut map = BTreeMap::new();
+        for (resource, &total) in &node.hugepages {
+            let system_reserved = machine.reserved_on(node.id, resource);
+            let allocatable = total.saturating_sub(system_reserved);
+            map.insert(
+                resource.clone(),
+                MemoryTable {
+                    total,
+                    system_reserved,
+                    allocatable,
+                    reserved: 0,
+                    free: allocatable,
+                },
+            );
+        }
+        let system_reserved = machine.reserved_on(node.id, MEMORY);
+        let allocatable = node
+            .memory_total
+            .saturating_sub(system_reserved)
+            .saturating_sub(node.hugepage_bytes());
+        map.insert(
+            MEMORY.to_owned(),
+            MemoryTable {
+                total: node.memory_total,
+                system_reserved,
+                allocatable,
+                reserved: 0,
+                free: allocatable,
+            },
+        );
+        state.insert(
+            node.id,
+            NodeState {
+                number_of_assignments: 0,
+                memory_map: map,
+                cells: NumaMask::from_bits(1u64 << (node.id % 64)),
+            },
+        );
+    }
+    state
+}
+
+/// Free bytes of `resource` on `node` (0 when the node lacks it).
+pub fn free(state: &MachineState, node: u32, resource: &str) -> u64 {
+    table(state, node, resource).map_or(0, |t| t.free)
+}
+
+/// Allocatable bytes of `resource` on `node` (0 when the node lacks it).
+pub fn allocatable(state: &MachineState, node: u32, resource: &str) -> u64 {
+    table(state, node, resource).map_or(0, |t| t.allocatable)
+}
+
+fn table<'a>(state: &'a MachineState, node: u32, resource: &str) -> Option<&'a MemoryTable> {
+    state.get(&node)?.memory_map.get(resource)
+}
+
+/// Sum of `f(node)` over the nodes of `mask`.
+pub fn sum_over(mask: NumaMask, mut f: impl FnMut(u32) -> u64) -> u64 {
+    mask.iter().fold(0u64, |a, n| a.saturating_add(f(n)))
+}
+
+/// Places `size` bytes of `resource` on the nodes of `mask`, lowest node
+/// first, and records one more assignment with cells `mask` on every node of
+/// the mask (the kubelet's `updateMachineState`). Nodes the state lacks are
+/// skipped.
+pub fn reserve(state: &mut MachineState, mask: NumaMask, resource: &str, mut size: u64) {
+    for id in mask {
+        let Some(node) = state.get_mut(&id) else {
+            continue;
+        };
+        node.number_of_assignments += 1;
+        node.cells = mask;
+        if size == 0 {
+            continue;
+        }
+        let Some(t) = node.memory_map.get_mut(resource) else {
+            continue;
+        };
+        if t.free == 0 {
+            continue;
+        }
+        let take = t.free.min(size);
+        t.reserved += take;
+        t.free -= take;
+        size -= take;
+    }
+}
+
+/// Gives back a container's block (the kubelet's `RemoveContainer` loop):
+/// one assignment less on every node of the block (cells reset to the node
+/// itself when none is left) and `size` bytes moved from reserved to free,
+/// lowest node first.
+pub fn unreserve(state: &mut MachineState, block: &Block) {
+    let mut size = block.size;
+    for id in block.numa_affinity {
+        let Some(node) = state.get_mut(&id) else {
+            continue;
+        };
+        node.number_of_assignments -= 1;
+        if node.number_of_assignments == 0 {
+            node.cells = NumaMask::from_bits(1u64 << (id % 64));
+        }
+        if size == 0 {
+            continue;
+        }
+        let Some(t) = node.memory_map.get_mut(&block.resource) else {
+            continue;
+        };
+        let give = t.reserved.min(size);
+        t.free += give;
+        t.reserved -= give;
+        size -= give;
+    }
+}
+
+/// Why a restored state is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StateError {
+    /// An assignment names a node the machine lacks.
+    #[error(
+        "pod {pod} container {container}: its {resource} block is on NUMA nodes {mask}, \
+         but this machine has no NUMA node {node}"
+    )]
+    UnknownNode {
+        /// Pod uid.
+        pod: String,
+        /// Container.
+        container: String,
+        /// Resource.
+        resource: String,
+        /// The block's nodes.
+        mask: NumaMask,
+        /// The missing node.
+        node: u32,
+    },
+    /// An assignment of a resource the node lacks.
+    #[error(
+        "pod {pod} container {container}: it holds {resource} on NUMA node {node}, \
+         which has no {resource}"
+    )]
+    UnknownResource {
+        /// Pod uid.
+        pod: String,
+        /// Container.
+        container: String,
+        /// Resource.
+        resource: String,
+        /// Node.
+        node: u32,
+    },
+    /// An empty block mask.
+    #[error("pod {pod} container {container}: a {resource} block has no NUMA node")]
+    EmptyBlock {
+        /// Pod uid.
+        pod: String,
+        /// Container.
+        container: String,
+        /// Resource.
+        resource: String,
+    },
+    /// Assignments without a machine state.
+    #[error("the machine state is empty although it has memory assignments")]
+    EmptyWithAssignments,
+    /// The stored machine state is not what the machine, the config and the
+    /// assignments give.
+    #[error(
+        "the expected machine state is different from the stored one: {0}; \
+         the machine or reserved_memory changed since the state was saved — \
+         release the pods or remove the state file"
+    )]
+    Mismatch(String),
+}
+
+/// The machine state the assignments imply on an empty machine (the
+/// kubelet's `validateState` computation).
+pub fn expected_state(
+    machine: &MachineMemory,
+    assignments: &Assignments,
+) -> Result<MachineState, StateError> {
+    let mut state = default_state(machine);
+    for (pod, containers) in assignments {
+        for (container, blocks) in containers {
+            for b in blocks {
+                if b.numa_affinity.is_empty() {
+                    return Err(StateError::EmptyBlock {
+                        pod: pod.clone(),
+                        container: container.clone(),
+                        resource: b.resource.clone(),
+                    });
+                }
+                for id in b.numa_affinity {
+                    let Some(node) = state.get(&id) else {
+                        return Err(StateError::UnknownNode {
+                            pod: pod.clone(),
+                            container: container.clone(),
+                            resource: b.resource.clone(),
+                            mask: b.numa_affinity,
+                            node: id,
+                        });
+                    };
+                    if !node.memory_map.contains_key(&b.resource) {
+                        return Err(StateError::UnknownResource {
+                            pod: pod.clone(),
+                            container: container.clone(),
+                            resource: b.resource.clone(),
+                            node: id,
+                        });
+                    }
+                }
+                reserve(&mut state, b.numa_affinity, &b.resource, b.size);
+            }
+        }
+    }
+    Ok(state)
+}
+
+/// Compares a stored state with the expected one the way the kubelet does:
+/// per node the assignment count, the cells and every resource's total,
+/// system-reserved and allocatable bytes; free and reserved bytes summed
+/// over the node's cells (blocks spread over a group may sit on its nodes
+/// in another split). `Err` describes the first difference.
+pub fn compare(stored: &MachineState, expected: &MachineState) -> Result<(), String> {
+    let ids = |s: &MachineState| s.keys().map(|k| i64::from(*k)).collect::<Vec<_>>();
+    if stored.len() != expected.len() || ids(stored) != ids(expected) {
+        return Err(format!(
+            "it has NUMA nodes {} but the machine has {}",
+            NumaMask::from_nodes(ids(stored)).unwrap_or_default(),
+            NumaMask::from_nodes(ids(expected)).unwrap_or_default()
+        ));
+    }
+    for (id, s) in stored {
+        let Some(e) = expected.get(id) else {
+            continue;
+        };
+        if s.number_of_assignments != e.number_of_assignments {
+            return Err(format!(
+                "NUMA node {id} has {} assignments, expected {}",
+                s.number_of_assignments, e.number_of_assignments
+            ));
+        }
+        if s.cells != e.cells {
+            return Err(format!(
+                "NUMA node {id} is grouped with nodes {}, expected {}",
+                s.cells, e.cells
+            ));
+        }
+        let names = |n: &NodeState| n.memory_map.keys().cloned().collect::<Vec<_>>();
+        if names(s) != names(e) {
+            return Err(format!(
+                "NUMA node {id} has resources [{}], expected [{}]",
+                names(s).join(", "),
+                names(e).join(", ")
+            ));
+        }
+        for (resource, st) in &s.memory_map {
+            let Some(et) = e.memory_map.get(resource) else {
+                continue;
+            };
+            for (field, a, b) in [
+                ("total", st.total, et.total),
+                ("system-reserved", st.system_reserved, et.system_reserved),
+                ("allocatable", st.allocatable, et.allocatable),
+            ] {
+                if a != b {
+                    return Err(format!(
+                        "NUMA node {id} {resource} {field} is {}, expected {}",
+                        Bytes(a),
+                        Bytes(b)
+                    ));
+                }
+            }
+            let group = |m: &MachineState, f: fn(&MemoryTable) -> u64| {
+                sum_over(s.cells, |n| table(m, n, resource).map_or(0, f))
+            };
+            for (field, f) in [
+                (
+                    "free",
+                    (|t: &MemoryTable| t.free) as fn(&MemoryTable) -> u64,
+                ),
+                ("reserved", |t: &MemoryTable| t.reserved),
+            ] {
+                let (a, b) = (group(stored, f), group(expected, f));
+                if a != b {
+                    return Err(format!(
+                        "{resource} {field} on NUMA nodes {} is {}, expected {}",
+                        s.cells,
+                        Bytes(a),
+                        Bytes(b)
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}

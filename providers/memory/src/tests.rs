@@ -1,0 +1,419 @@
+//! Unit tests from the kubelet's documented static-policy behaviour
+//! (inputs and expected outputs re-expressed from its test tables).
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+use topomgr_sdk::{
+    testkit, ContainerView, HintSet, HugePages, Machine, NumaMask, PodView, Provider, QosClass,
+    TopologyHint,
+};
+
+use crate::MemoryProvider;
+
+const MB: u64 = 1 << 20;
+const GB: u64 = 1 << 30;
+
+/// `nodes` NUMA nodes of `mem` bytes each with `gi_pages` 1Gi hugepages.
+fn machine(nodes: u32, mem: u64, gi_pages: u64) -> Machine {
+    let mut m = testkit::machine(nodes, 2);
+    for n in &mut m.numa_nodes {
+        n.memory_bytes = mem;
+        n.hugepages.insert(
+            "1048576kB".to_owned(),
+            HugePages {
+                total: gi_pages,
+                free: gi_pages,
+            },
+        );
+    }
+    m
+}
+
+fn provider(m: &Machine, cfg: serde_json::Value) -> MemoryProvider {
+    match testkit::new_provider::<MemoryProvider>(m, cfg) {
+        Ok(p) => p,
+        Err(e) => panic!("provider: {e}"),
+    }
+}
+
+/// 512Mi reserved on every node.
+fn reserved_512(nodes: u32) -> serde_json::Value {
+    let mut r = serde_json::Map::new();
+    for n in 0..nodes {
+        r.insert(n.to_string(), json!({"memory": "512Mi"}));
+    }
+    json!({ "reserved_memory": r })
+}
+
+fn pod(name: &str, mem: u64, huge_1g: u64) -> PodView {
+    let mut res = vec![("cpu", 1000), ("memory", mem)];
+    if huge_1g > 0 {
+        res.push(("hugepages-1Gi", huge_1g));
+    }
+    testkit::guaranteed_pod(name, &res)
+}
+
+fn mask(nodes: &[u32]) -> NumaMask {
+    NumaMask::from_nodes(nodes.iter().map(|&n| i64::from(n))).unwrap()
+}
+
+fn hints(p: &mut MemoryProvider, pod: &PodView, r: &str, nodes: &[u32]) -> Option<Vec<String>> {
+    let h = p.topology_hints(pod, &pod.containers[0]).unwrap();
+    testkit::hint_strings(&h, r, nodes)
+}
+
+#[test]
+fn machine_state_like_the_kubelet() {
+    // 2Gi per node with one 1Gi page; 512Mi reserved.
+    let p = provider(&machine(2, 2 * GB, 1), reserved_512(2));
+    let s = &p.machine_state()[&0];
+    let mem = s.memory_map["memory"];
+    assert_eq!(
+        (mem.total, mem.system_reserved, mem.allocatable, mem.free),
+        (2 * GB, 512 * MB, 512 * MB, 512 * MB)
+    );
+    let huge = s.memory_map["hugepages-1Gi"];
+    assert_eq!((huge.total, huge.allocatable, huge.free), (GB, GB, GB));
+    assert_eq!(s.cells, mask(&[0]));
+}
+
+#[test]
+fn hints_narrowest_first_and_preferred_by_capacity() {
+    // 4 nodes of 2Gi with a 1Gi page each: memory allocatable 512Mi per node.
+    let m = machine(4, 2 * GB, 1);
+    let mut p = provider(&m, reserved_512(4));
+    let nodes = [0, 1, 2, 3];
+    let small = pod("a", 512 * MB, GB);
+    assert_eq!(
+        hints(&mut p, &small, "memory", &nodes).unwrap()[..5],
+        ["0:true", "1:true", "2:true", "3:true", "0-1:false"]
+    );
+    assert_eq!(hints(&mut p, &small, "memory", &nodes).unwrap().len(), 15);
+    // 1Gi of memory needs two nodes: preferred width 2.
+    let wide = pod("b", GB, GB);
+    let h = hints(&mut p, &wide, "memory", &nodes).unwrap();
+    assert_eq!(h[..2], ["0-1:true", "0,2:true"]);
+    assert_eq!(h.len(), 11);
+    assert_eq!(hints(&mut p, &wide, "hugepages-1Gi", &nodes), Some(h));
+    // Nothing fits: an empty map (no preference), as the kubelet answers.
+    let huge = pod("c", 4 * GB, 0);
+    let h = p.topology_hints(&huge, &huge.containers[0]).unwrap();
+    assert_eq!(h, Some(BTreeMap::new()));
+}
+
+#[test]
+fn non_guaranteed_pods_and_policy_none_get_no_map() {
+    let m = machine(2, 2 * GB, 1);
+    let mut p = provider(&m, reserved_512(2));
+    let mut burstable = pod("a", GB, 0);
+    burstable.qos = QosClass::Burstable;
+    assert_eq!(
+        p.topology_hints(&burstable, &burstable.containers[0])
+            .unwrap(),
+        None
+    );
+    let a = p
+        .allocate(&burstable, &burstable.containers[0], &TopologyHint::ANY)
+        .unwrap();
+    assert_eq!(a, Default::default());
+    let mut none = provider(&m, json!({"policy": "none"}));
+    let g = pod("b", GB, 0);
+    assert_eq!(none.topology_hints(&g, &g.containers[0]).unwrap(), None);
+    assert_eq!(none.pod_topology_hints(&g).unwrap(), None);
+    let a = none
+        .allocate(&g, &g.containers[0], &TopologyHint::new(mask(&[0]), true))
+        .unwrap();
+    assert_eq!(a, Default::default());
+}
+
+#[test]
+fn multi_numa_group_rules() {
+    // Kubelet table: nodes 0-1 hold a 0-1 group; pod2 asks for 1Gi + 1Gi pages.
+    let m = machine(4, 2 * GB, 1);
+    let mut p = provider(&m, reserved_512(4));
+    let first = pod("pod1", GB, GB);
+    let a = p
+        .allocate(
+            &first,
+            &first.containers[0],
+            &TopologyHint::new(mask(&[0, 1]), true),
+        )
+        .unwrap();
+    assert_eq!(a.mems, mask(&[0, 1]));
+    let s = p.machine_state();
+    assert_eq!(s[&0].cells, mask(&[0, 1]));
+    assert_eq!(s[&0].number_of_assignments, 2);
+    assert_eq!(s[&0].memory_map["memory"].free, 0);
+    assert_eq!(s[&1].memory_map["memory"].free, 0);
+    assert_eq!(s[&0].memory_map["hugepages-1Gi"].free, 0);
+    assert_eq!(s[&1].memory_map["hugepages-1Gi"].free, GB);
+    // A small pod: nodes 0 and 1 alone are out (they are in a group).
+    let second = pod("pod2", 512 * MB, GB);
+    assert_eq!(
+        hints(&mut p, &second, "memory", &[0, 1, 2, 3]).unwrap(),
+        ["2:true", "3:true", "2-3:false"]
+    );
+    // Allocating it on 2 makes 2 single-NUMA: 1-2 is then a violation.
+    p.allocate(
+        &second,
+        &second.containers[0],
+        &TopologyHint::new(mask(&[2]), true),
+    )
+    .unwrap();
+    let third = pod("pod3", 512 * MB, 0);
+    let err = p
+        .allocate(
+            &third,
+            &third.containers[0],
+            &TopologyHint::new(mask(&[2, 3]), false),
+        )
+        .unwrap_err();
+    assert_eq!(err.reason, "UnexpectedAdmissionError");
+    assert_eq!(
+        err.message,
+        "container \"app\" of pod default/pod3: preferred hint violates NUMA node allocation: \
+         NUMA node 2 holds single-NUMA-node memory allocations, so it cannot be part of the \
+         multi-node set 2-3"
+    );
+    // Release gives the group back: cells reset once no assignment is left.
+    p.release("pod1-uid", "app").unwrap();
+    let s = p.machine_state();
+    assert_eq!(s[&0].cells, mask(&[0]));
+    assert_eq!(s[&0].number_of_assignments, 0);
+    assert_eq!(s[&0].memory_map["memory"].free, 512 * MB);
+    assert_eq!(s[&1].memory_map["memory"].free, 512 * MB);
+}
+
+#[test]
+fn extends_a_hint_that_is_too_small_and_reports_shortfalls() {
+    let m = machine(2, 8 * GB, 0);
+    let mut p = provider(&m, json!({"reserved_memory": {"0": {"memory": "1Gi"}}}));
+    // Node 0 has 7Gi, node 1 8Gi; 6Gi first on node 1 leaves 2Gi there.
+    let a = pod("a", 6 * GB, 0);
+    p.allocate(&a, &a.containers[0], &TopologyHint::new(mask(&[1]), true))
+        .unwrap();
+    // Non-preferred hint 1 for 6Gi: extended to 0-1? No: node 1 is
+    // single-NUMA, so no set containing 1 is allowed.
+    let b = pod("b", 6 * GB, 0);
+    let err = p
+        .allocate(&b, &b.containers[0], &TopologyHint::new(mask(&[1]), false))
+        .unwrap_err();
+    assert_eq!(
+        err.message,
+        "container \"app\" of pod default/b: failed to find NUMA nodes to extend the topology \
+         hint 1: not enough memory on NUMA node 1: requested 6Gi, 2Gi free, and no NUMA node set \
+         containing 1 can hold the request (capacity, free memory and the multi-NUMA rules \
+         considered)"
+    );
+    // No affinity: the default (best) hint is node 0.
+    let got = p
+        .allocate(&b, &b.containers[0], &TopologyHint::ANY)
+        .unwrap();
+    assert_eq!(got.mems, mask(&[0]));
+    // A third 6Gi container fits nowhere.
+    let c = pod("c", 6 * GB, 0);
+    let err = p
+        .allocate(
+            &c,
+            &c.containers[0],
+            &TopologyHint {
+                affinity: None,
+                preferred: false,
+            },
+        )
+        .unwrap_err();
+    assert_eq!(
+        err.message,
+        "container \"app\" of pod default/c: failed to get the default NUMA affinity, no NUMA \
+         nodes with enough memory is available: not enough memory on NUMA nodes 0-1: requested \
+         6Gi, 3Gi free"
+    );
+}
+
+#[test]
+fn extension_of_a_fresh_machine_picks_the_narrowest_superset() {
+    let m = machine(4, 4 * GB, 0);
+    let mut p = provider(&m, json!({"reserved_memory": {"0": {"memory": "1Gi"}}}));
+    // 6Gi on a hint of node 2 (4Gi): extended to the best set containing 2.
+    let a = pod("a", 6 * GB, 0);
+    let got = p
+        .allocate(&a, &a.containers[0], &TopologyHint::new(mask(&[2]), true))
+        .unwrap();
+    assert_eq!(got.mems, mask(&[0, 2]));
+    assert_eq!(p.machine_state()[&0].memory_map["memory"].free, 0);
+    assert_eq!(p.machine_state()[&2].memory_map["memory"].free, GB);
+}
+
+#[test]
+fn regenerates_hints_for_an_allocated_container() {
+    let m = machine(2, 2 * GB, 1);
+    let mut p = provider(&m, reserved_512(2));
+    let a = pod("pod1", 512 * MB, GB);
+    p.allocate(&a, &a.containers[0], &TopologyHint::new(mask(&[0]), true))
+        .unwrap();
+    assert_eq!(
+        hints(&mut p, &a, "memory", &[0, 1]),
+        Some(vec!["0:true".to_owned()])
+    );
+    assert_eq!(
+        hints(&mut p, &a, "hugepages-1Gi", &[0, 1]),
+        Some(vec!["0:true".to_owned()])
+    );
+    // Other numbers than allocated: no map.
+    let changed = pod("pod1", 256 * MB, GB);
+    assert_eq!(
+        p.topology_hints(&changed, &changed.containers[0]).unwrap(),
+        None
+    );
+    // Allocate again is idempotent.
+    let again = p
+        .allocate(&a, &a.containers[0], &TopologyHint::new(mask(&[1]), true))
+        .unwrap();
+    assert_eq!(again.mems, mask(&[0]));
+    assert_eq!(p.machine_state()[&0].number_of_assignments, 2);
+}
+
+fn ctn(name: &str, mem: u64, sidecar: bool) -> ContainerView {
+    let mut c = testkit::container(name, &[("cpu", 1000), ("memory", mem)]);
+    c.sidecar = sidecar;
+    c
+}
+
+#[test]
+fn pod_requests_like_the_kubelet() {
+    let mut p = testkit::guaranteed_pod("p", &[]);
+    p.init_containers = vec![ctn("side", 2 * GB, true), ctn("init", 4 * GB, false)];
+    p.containers = vec![ctn("c1", GB, false), ctn("c2", 2 * GB, false)];
+    assert_eq!(crate::hints::pod_requests(&p)["memory"], 6 * GB);
+    p.containers = vec![ctn("c1", 2 * GB, false), ctn("c2", 3 * GB, false)];
+    assert_eq!(crate::hints::pod_requests(&p)["memory"], 7 * GB);
+}
+
+#[test]
+fn init_container_memory_is_reused() {
+    let m = machine(2, 8 * GB, 0);
+    let mut p = provider(&m, json!({"reserved_memory": {"0": {"memory": "1Gi"}}}));
+    let mut pod = testkit::guaranteed_pod("p", &[]);
+    pod.init_containers = vec![ctn("init", 2 * GB, false)];
+    pod.containers = vec![ctn("app", 3 * GB, false)];
+    let h = TopologyHint::new(mask(&[0]), true);
+    p.allocate(&pod, &pod.init_containers[0], &h).unwrap();
+    assert_eq!(p.machine_state()[&0].memory_map["memory"].reserved, 2 * GB);
+    p.allocate(&pod, &pod.containers[0], &h).unwrap();
+    // 2Gi reused: the pod holds 3Gi in all, the init block shrank to 0.
+    assert_eq!(p.machine_state()[&0].memory_map["memory"].reserved, 3 * GB);
+    let blocks = &p.assignments()["p-uid"];
+    assert_eq!(blocks["init"][0].size, 0);
+    assert_eq!(blocks["app"][0].size, 3 * GB);
+    // Checkpoint round trip keeps everything, and the kubelet's validation passes.
+    let cp = p.checkpoint().unwrap();
+    let mut q = provider(&m, json!({"reserved_memory": {"0": {"memory": "1Gi"}}}));
+    q.restore(&cp).unwrap();
+    assert_eq!(q.machine_state(), p.machine_state());
+    assert_eq!(q.assignments(), p.assignments());
+}
+
+#[test]
+fn restore_validates_and_changes_nothing_on_error() {
+    let m = machine(2, 8 * GB, 0);
+    let mut p = provider(&m, json!({"reserved_memory": {"0": {"memory": "1Gi"}}}));
+    let a = pod("a", 2 * GB, 0);
+    p.allocate(&a, &a.containers[0], &TopologyHint::new(mask(&[1]), true))
+        .unwrap();
+    let cp = p.checkpoint().unwrap();
+    // Another reservation: the stored state no longer matches.
+    let mut q = provider(&m, json!({"reserved_memory": {"0": {"memory": "2Gi"}}}));
+    let err = q.restore(&cp).unwrap_err();
+    assert_eq!(err.reason, "InvalidCheckpoint");
+    assert_eq!(
+        err.message,
+        "memory provider state: the expected machine state is different from the stored one: \
+         NUMA node 0 memory system-reserved is 1Gi, expected 2Gi; the machine or reserved_memory \
+         changed since the state was saved — release the pods or remove the state file"
+    );
+    assert!(q.assignments().is_empty());
+    assert_eq!(q.machine_state()[&0].memory_map["memory"].free, 6 * GB);
+    let err = q.restore(b"{").unwrap_err();
+    assert!(
+        err.message.starts_with("memory provider state: EOF"),
+        "{}",
+        err.message
+    );
+    let mut none = provider(&m, json!({"policy": "none"}));
+    assert_eq!(
+        none.restore(&cp).unwrap_err().message,
+        "memory provider state: configured policy \"None\" differs from the saved state's policy \
+         \"Static\"; release the pods or remove the state file before changing the policy"
+    );
+}
+
+#[test]
+fn config_errors() {
+    let m = machine(2, 2 * GB, 1);
+    let err = |v| match testkit::new_provider::<MemoryProvider>(&m, v) {
+        Ok(_) => panic!("accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert_eq!(
+        err(json!({})),
+        "InvalidConfig: memory provider config: policy \"static\" needs system-reserved memory \
+         (the kubelet refuses it without); add e.g. [providers.memory.config.reserved_memory.0] \
+         memory = \"1Gi\""
+    );
+    assert_eq!(
+        err(json!({"reserved_memory": {"5": {"memory": "1Gi"}}})),
+        "InvalidConfig: memory provider config: reserved_memory.5: this machine has no NUMA node 5 \
+         (its nodes are 0-1); remove the table or fix the node id"
+    );
+    assert_eq!(
+        err(json!({"reserved_memory": {"0": {"memory": "1536Mi"}}})),
+        "InvalidConfig: memory provider config: reserved_memory.0.memory = 1536Mi is more than \
+         NUMA node 0 can give: 2Gi total minus 1Gi of hugepages leaves 1Gi"
+    );
+    assert_eq!(
+        err(json!({"reserved_memory": {"0": {"memory": "1Mi", "hugepages-2Mi": "2Mi"}}})),
+        "InvalidConfig: memory provider config: reserved_memory.0.hugepages-2Mi: NUMA node 0 has \
+         no hugepages-2Mi (it has: hugepages-1Gi)"
+    );
+}
+
+#[test]
+fn compact_hints_beyond_eight_nodes() {
+    let m = machine(10, 2 * GB, 0);
+    let mut p = provider(&m, reserved_512(10));
+    let nodes: Vec<u32> = (0..10).collect();
+    // 2Gi needs two nodes of 1.5Gi: every pair is minimal.
+    let a = pod("a", 2 * GB, 0);
+    let h = p.topology_hints(&a, &a.containers[0]).unwrap();
+    let Some(Some(HintSet::Compact(c))) = h.as_ref().and_then(|m| m.get("memory")) else {
+        panic!("expected compact hints, got {h:?}");
+    };
+    assert_eq!(c.preferred_width, 2);
+    assert_eq!(c.minimal.len(), 45);
+    assert_eq!(c.minimal[0], mask(&[0, 1]));
+    // The compact form expands to what the explicit enumeration gives.
+    let explicit = crate::hints::Hinter {
+        state: p.machine_state(),
+        reusable: None,
+        requested: &crate::hints::container_requests(&a.containers[0]),
+    }
+    .explicit();
+    assert_eq!(c.expand(&nodes), explicit);
+    // Allocation without affinity takes the best pair.
+    let got = p
+        .allocate(&a, &a.containers[0], &TopologyHint::ANY)
+        .unwrap();
+    assert_eq!(got.mems, mask(&[0, 1]));
+    // Afterwards nodes 0 and 1 only come as their group 0-1 (1Gi free there).
+    let b = pod("b", 1024 * MB, 0);
+    let h = p.topology_hints(&b, &b.containers[0]).unwrap();
+    let Some(Some(HintSet::Compact(c))) = h.as_ref().and_then(|m| m.get("memory")) else {
+        panic!("expected compact hints, got {h:?}");
+    };
+    assert_eq!(c.preferred_width, 1);
+    assert_eq!(c.minimal.len(), 9);
+    assert_eq!(c.minimal[0], mask(&[2]));
+    assert_eq!(c.minimal[7], mask(&[9]));
+    assert_eq!(c.minimal[8], mask(&[0, 1]));
+}

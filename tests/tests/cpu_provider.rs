@@ -1,0 +1,389 @@
+//! The CPU manager provider through the real binary and the real `.so`:
+//! `topomgr provider cpu hints|allocate` and `topomgr admit` on the example
+//! machine and on recorded machines of the corpus.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+/// A config directory whose only drop-in enables the CPU provider with
+/// `extra` appended to its `[providers.cpu.config]` table.
+fn config_dir(tag: &str, policy: &str, extra: &str) -> PathBuf {
+    let dir = common::scratch_dir(tag);
+    let so = common::cpu_plugin();
+    std::fs::create_dir_all(dir.join("plugins.d")).unwrap();
+    std::fs::write(
+        dir.join("topomgr.toml"),
+        format!("policy = \"{policy}\"\nscope = \"container\"\nplugin_dirs = []\nplugins_d = \"plugins.d\"\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("plugins.d/20-cpu.toml"),
+        format!(
+            "[providers.cpu]\nlibrary = {:?}\n[providers.cpu.config]\npolicy = \"static\"\n{extra}\n",
+            so.display().to_string()
+        ),
+    )
+    .unwrap();
+    dir
+}
+
+fn pod_file(dir: &Path, name: &str, cpu: &str) -> PathBuf {
+    let p = dir.join(format!("{name}.yaml"));
+    std::fs::write(
+        &p,
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  uid: {name}-uid\nspec:\n  containers:\n  - name: app\n    image: x\n    resources:\n      requests: {{cpu: \"{cpu}\", memory: 1Gi}}\n      limits: {{cpu: \"{cpu}\", memory: 1Gi}}\n"
+        ),
+    )
+    .unwrap();
+    p
+}
+
+fn topomgr(dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(common::topomgr_bin())
+        .arg("--config")
+        .arg(dir.join("topomgr.toml"))
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+    )
+}
+
+fn hint_list(json: &str) -> Vec<String> {
+    let v: serde_json::Value = serde_json::from_str(json).unwrap();
+    v["cpu"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| {
+            let nodes: Vec<String> = h["affinity"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|n| n.to_string())
+                .collect();
+            format!("{}:{}", nodes.join(","), h["preferred"])
+        })
+        .collect()
+}
+
+fn example_sys() -> String {
+    common::workspace_root()
+        .join("examples/machines/2s4n/sys")
+        .display()
+        .to_string()
+}
+
+#[test]
+fn hints_and_chained_allocations_on_the_example_machine() {
+    let dir = config_dir("cpu-example", "single-numa-node", "reserved_cpus = \"0\"");
+    let state = dir.join("state");
+    let sys = example_sys();
+    let two = pod_file(&dir, "two", "2").display().to_string();
+    let three = pod_file(&dir, "three", "3").display().to_string();
+    let shared = pod_file(&dir, "shared", "500m").display().to_string();
+    let state_s = state.display().to_string();
+    let base = [
+        "provider",
+        "cpu",
+        "--sysfs-root",
+        &sys,
+        "--state-dir",
+        &state_s,
+    ];
+    let run = |extra: &[&str]| {
+        let mut a: Vec<&str> = base.to_vec();
+        a.extend_from_slice(extra);
+        topomgr(&dir, &a)
+    };
+
+    let (code, out, err) = run(&["hints", "--pod", &three]);
+    assert_eq!(code, 0, "{err}");
+    // Node 0 has 3 CPUs left beside reserved CPU 0.
+    assert_eq!(
+        hint_list(&out),
+        [
+            "0:true",
+            "1:true",
+            "2:true",
+            "3:true",
+            "0,1:false",
+            "0,2:false",
+            "0,3:false",
+            "1,2:false",
+            "1,3:false",
+            "2,3:false",
+            "0,1,2:false",
+            "0,1,3:false",
+            "0,2,3:false",
+            "1,2,3:false",
+            "0,1,2,3:false"
+        ]
+    );
+    let (code, out, err) = run(&[
+        "allocate",
+        "--pod",
+        &two,
+        "--container",
+        "app",
+        "--hint",
+        r#"{"affinity":[1],"preferred":true}"#,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v["cpus"].as_str(), v["mems"].as_str()),
+        (Some("2,10"), Some(""))
+    );
+    // The next allocation sees the first one through the state directory.
+    let (code, out, err) = run(&[
+        "allocate",
+        "--pod",
+        &three,
+        "--container",
+        "app",
+        "--hint",
+        r#"{"affinity":[1],"preferred":true}"#,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    // Core 3 on node 1, then the last CPU from the socket with the fewest
+    // free CPUs: CPU 8, the sibling of reserved CPU 0.
+    assert_eq!(v["cpus"].as_str(), Some("3,8,11"));
+    let (code, out, err) = run(&[
+        "allocate",
+        "--pod",
+        &shared,
+        "--container",
+        "app",
+        "--hint",
+        r#"{"affinity":null,"preferred":true}"#,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["cpus"].as_str(), Some("0-1,4-7,9,12-15"));
+    // The allocated pod's hints are regenerated from its own CPUs (node 1).
+    let (code, out, err) = run(&["hints", "--pod", &two]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(&hint_list(&out)[..3], ["1:true", "0,1:false", "1,2:false"]);
+    // Node 1 is now full: a new 2-CPU pod no longer gets a node-1 hint.
+    let other = pod_file(&dir, "other", "2").display().to_string();
+    let (code, out, err) = run(&["hints", "--pod", &other]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(&hint_list(&out)[..3], ["0:true", "2:true", "3:true"]);
+}
+
+#[test]
+fn refusals_name_the_reason() {
+    let dir = config_dir(
+        "cpu-refuse",
+        "single-numa-node",
+        "reserved_cpus = \"0\"\n[providers.cpu.config.options]\nfull-pcpus-only = \"true\"\n",
+    );
+    let sys = example_sys();
+    let three = pod_file(&dir, "three", "3").display().to_string();
+    let (code, _, err) = topomgr(
+        &dir,
+        &[
+            "provider",
+            "cpu",
+            "--sysfs-root",
+            &sys,
+            "allocate",
+            "--pod",
+            &three,
+            "--container",
+            "app",
+            "--hint",
+            r#"{"affinity":[1],"preferred":true}"#,
+        ],
+    );
+    assert_eq!(code, 1);
+    assert_eq!(
+        err,
+        "topomgr: provider \"cpu\" refused: SMTAlignmentError: SMT alignment: request of 3 CPUs is not a multiple of 2 threads per core"
+    );
+    let big = pod_file(&dir, "big", "16").display().to_string();
+    let plain = config_dir(
+        "cpu-refuse-plain",
+        "single-numa-node",
+        "reserved_cpus = \"0\"",
+    );
+    let (code, _, err) = topomgr(
+        &plain,
+        &[
+            "provider",
+            "cpu",
+            "--sysfs-root",
+            &sys,
+            "allocate",
+            "--pod",
+            &big,
+            "--container",
+            "app",
+            "--hint",
+            r#"{"affinity":[1],"preferred":true}"#,
+        ],
+    );
+    assert_eq!(code, 1);
+    assert_eq!(
+        err,
+        "topomgr: provider \"cpu\" refused: UnexpectedAdmissionError: not enough free CPUs: requested 16, 15 free on NUMA nodes 0-3"
+    );
+    let bad = config_dir(
+        "cpu-bad-option",
+        "best-effort",
+        "[providers.cpu.config.options]\nfull-pcpus-only = \"true\"\ndistribute-cpus-across-cores = \"true\"\n",
+    );
+    let (code, _, err) = topomgr(
+        &bad,
+        &[
+            "provider",
+            "cpu",
+            "--sysfs-root",
+            &sys,
+            "hints",
+            "--pod",
+            &three,
+        ],
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("static policy options full-pcpus-only and distribute-cpus-across-cores can not be used at the same time"),
+        "{err}"
+    );
+}
+
+fn corpus_hints(machine: &str, cpu: &str) -> Option<Vec<String>> {
+    let sys = common::unpack_corpus_machine(machine)?;
+    let dir = config_dir(
+        &format!("cpu-corpus-{machine}"),
+        "best-effort",
+        "reserved_cpus = \"\"",
+    );
+    let pod = pod_file(&dir, "p", cpu).display().to_string();
+    let sys_s = sys.display().to_string();
+    let (code, out, err) = topomgr(
+        &dir,
+        &[
+            "provider",
+            "cpu",
+            "--sysfs-root",
+            &sys_s,
+            "hints",
+            "--pod",
+            &pod,
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    Some(hint_list(&out))
+}
+
+#[test]
+fn corpus_16amd64_8n2c_hints() {
+    // 8 NUMA nodes of 2 CPUs.
+    let Some(h) = corpus_hints("16amd64-8n2c", "3") else {
+        return;
+    };
+    // Every pair is a preferred hint (28), then every wider mask (219).
+    assert_eq!(h.len(), 247);
+    assert_eq!(h[0], "0,1:true");
+    assert_eq!(h[27], "6,7:true");
+    assert_eq!(h[28], "0,1,2:false");
+    assert_eq!(h[246], "0,1,2,3,4,5,6,7:false");
+}
+
+#[test]
+fn corpus_64amd64_4s2n4ca2co_allocation() {
+    let Some(sys) = common::unpack_corpus_machine("64amd64-4s2n4ca2co") else {
+        return;
+    };
+    let dir = config_dir("cpu-corpus-64amd64", "best-effort", "reserved_cpus = \"\"");
+    let pod = pod_file(&dir, "p", "8").display().to_string();
+    let sys_s = sys.display().to_string();
+    let (code, out, err) = topomgr(
+        &dir,
+        &[
+            "provider",
+            "cpu",
+            "--sysfs-root",
+            &sys_s,
+            "hints",
+            "--pod",
+            &pod,
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let h = hint_list(&out);
+    assert_eq!(&h[..2], ["0:true", "1:true"]);
+    let (code, out, err) = topomgr(
+        &dir,
+        &[
+            "provider",
+            "cpu",
+            "--sysfs-root",
+            &sys_s,
+            "allocate",
+            "--pod",
+            &pod,
+            "--container",
+            "app",
+            "--hint",
+            r#"{"affinity":[3],"preferred":true}"#,
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    println!("64amd64-4s2n4ca2co: 8 CPUs on node 3 -> {}", v["cpus"]);
+    assert_eq!(v["cpus"].as_str(), Some(CORPUS_64AMD64_NODE3_8));
+}
+
+/// What the 8-CPU allocation on node 3 of 64amd64-4s2n4ca2co gives.
+const CORPUS_64AMD64_NODE3_8: &str = "24-31";
+
+#[test]
+fn corpus_256ia64_64n2s2c_admits_a_4_cpu_pod_quickly() {
+    let Some(sys) = common::unpack_corpus_machine("256ia64-64n2s2c") else {
+        return;
+    };
+    let dir = config_dir(
+        "cpu-corpus-256ia64",
+        "single-numa-node",
+        "reserved_cpus = \"\"",
+    );
+    let pod = pod_file(&dir, "p", "4").display().to_string();
+    let sys_s = sys.display().to_string();
+    let (code, out, err) = topomgr(
+        &dir,
+        &[
+            "provider",
+            "cpu",
+            "--sysfs-root",
+            &sys_s,
+            "hints",
+            "--pod",
+            &pod,
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["cpu"]["preferred_width"], 1);
+    assert_eq!(v["cpu"]["minimal"].as_array().map(Vec::len), Some(64));
+    let start = Instant::now();
+    let (code, out, err) = topomgr(&dir, &["admit", "--sysfs-root", &sys_s, &pod]);
+    let took = start.elapsed();
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let p = &v["pods"][0];
+    assert_eq!(p["admitted"], true, "{out}");
+    assert_eq!(p["containers"][0]["affinity"], serde_json::json!([0]));
+    assert_eq!(p["containers"][0]["cpus"], "0-3");
+    println!("256ia64-64n2s2c: admitting a 4-CPU Guaranteed pod end to end (process start included) took {took:?}");
+}

@@ -1,0 +1,320 @@
+//! The memory provider through its real `.so` and the `topomgr` binary:
+//! chained `provider memory hints|allocate --state-dir` calls and `admit`.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+/// A config dir with only the memory provider enabled (reserved 512Mi on node 0).
+fn config(tag: &str, policy: &str, scope: &str) -> PathBuf {
+    let so = common::memory_plugin();
+    let dir = common::scratch_dir(tag);
+    let plugins_d = dir.join("plugins.d");
+    std::fs::create_dir_all(&plugins_d).expect("create plugins.d");
+    let plugin_dir = so.parent().expect("plugin dir");
+    std::fs::write(
+        dir.join("topomgr.toml"),
+        format!(
+            "policy = \"{policy}\"\nscope = \"{scope}\"\nplugin_dirs = [{:?}]\nplugins_d = \"plugins.d\"\n",
+            plugin_dir.to_string_lossy()
+        ),
+    )
+    .expect("write config");
+    std::fs::write(
+        plugins_d.join("30-memory.toml"),
+        "[providers.memory]\nlibrary = \"topomgr_provider_memory\"\n\
+         [providers.memory.config]\npolicy = \"static\"\n\
+         [providers.memory.config.reserved_memory.0]\nmemory = \"512Mi\"\n",
+    )
+    .expect("write drop-in");
+    dir
+}
+
+fn fixture(name: &str) -> String {
+    common::workspace_root()
+        .join("tests/fixtures/memory")
+        .join(name)
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn example_machine() -> String {
+    common::workspace_root()
+        .join("examples/machines/2s4n/sys")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Runs the binary; returns (status code, stdout, stderr).
+fn run(cfg: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(common::topomgr_bin())
+        .arg("--config")
+        .arg(cfg.join("topomgr.toml"))
+        .args(args)
+        .output()
+        .expect("run topomgr");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The hint masks of `resource` as `"<nodes>:<preferred>"` strings.
+fn hint_list(json: &str, resource: &str) -> Vec<String> {
+    let v: Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    v[resource]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {resource} list in {json}"))
+        .iter()
+        .map(|h| {
+            let nodes: Vec<String> = h["affinity"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|n| n.to_string())
+                .collect();
+            format!("{}:{}", nodes.join(","), h["preferred"])
+        })
+        .collect()
+}
+
+#[test]
+fn chained_history_on_the_example_machine() {
+    let cfg = config("mem-chain", "single-numa-node", "container");
+    let state = cfg.join("state");
+    let st = state.to_string_lossy().into_owned();
+    let machine = example_machine();
+    let hints = |pod: &str| {
+        let (code, out, err) = run(
+            &cfg,
+            &[
+                "provider",
+                "memory",
+                "hints",
+                "--sysfs-root",
+                &machine,
+                "--state-dir",
+                &st,
+                "--pod",
+                &fixture(pod),
+                "--container",
+                "db",
+            ],
+        );
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    // Node 3 has no 2Mi pages; node 1's memory: 8Gi - 2Gi of hugepages = 6Gi.
+    let before = hints("db.yaml");
+    let want = [
+        "0:true",
+        "1:true",
+        "2:true",
+        "0,1:false",
+        "0,2:false",
+        "0,3:false",
+        "1,2:false",
+        "1,3:false",
+        "2,3:false",
+        "0,1,2:false",
+        "0,1,3:false",
+        "0,2,3:false",
+        "1,2,3:false",
+        "0,1,2,3:false",
+    ];
+    assert_eq!(hint_list(&before, "memory"), want);
+    assert_eq!(hint_list(&before, "hugepages-2Mi"), want);
+    let (code, out, err) = run(
+        &cfg,
+        &[
+            "provider",
+            "memory",
+            "allocate",
+            "--sysfs-root",
+            &machine,
+            "--state-dir",
+            &st,
+            "--pod",
+            &fixture("db.yaml"),
+            "--container",
+            "db",
+            "--hint",
+            r#"{"affinity":[1],"preferred":true}"#,
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.trim(),
+        r#"{"cpus":"","mems":"1","devices":{},"env":{}}"#
+    );
+    // The same container again: its hints are regenerated from its blocks.
+    assert_eq!(hint_list(&hints("db.yaml"), "memory"), ["1:true"]);
+    // Another pod: node 1 is single-NUMA now, so every set with 1 is out.
+    assert_eq!(
+        hint_list(&hints("db2.yaml"), "memory"),
+        [
+            "0:true",
+            "2:true",
+            "0,2:false",
+            "0,3:false",
+            "2,3:false",
+            "0,2,3:false"
+        ]
+    );
+    // A hint of node 1 for db2 cannot be extended: a clear refusal.
+    let (code, _, err) = run(
+        &cfg,
+        &[
+            "provider",
+            "memory",
+            "allocate",
+            "--sysfs-root",
+            &machine,
+            "--state-dir",
+            &st,
+            "--pod",
+            &fixture("db2.yaml"),
+            "--container",
+            "db",
+            "--hint",
+            r#"{"affinity":[1],"preferred":false}"#,
+        ],
+    );
+    assert_eq!(code, 1);
+    assert!(
+        err.contains(
+            "container \"db\" of pod default/db2: failed to find NUMA nodes to extend the \
+             topology hint 1: not enough memory on NUMA node 1: requested 4Gi, 2Gi free"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn admit_under_single_numa_node_pod_scope() {
+    let cfg = config("mem-admit", "single-numa-node", "pod");
+    let machine = example_machine();
+    let (code, out, err) = run(
+        &cfg,
+        &[
+            "admit",
+            "--sysfs-root",
+            &machine,
+            &fixture("db.yaml"),
+            &fixture("db2.yaml"),
+            &fixture("too-big.yaml"),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let pods = v["pods"].as_array().expect("pods");
+    let summary: Vec<(bool, String)> = pods
+        .iter()
+        .map(|p| {
+            (
+                p["admitted"].as_bool().unwrap_or(false),
+                p["containers"][0]["mems"]
+                    .as_str()
+                    .unwrap_or("-")
+                    .to_owned(),
+            )
+        })
+        .collect();
+    // db takes node 0 (the first preferred single node); node 0 keeps 512Mi
+    // free (8Gi - 3Gi of hugepages - 512Mi reserved - 4Gi), so db2 lands on
+    // node 1; 8Gi fits on no single node, so single-numa-node rejects it.
+    assert_eq!(summary[0], (true, "0".to_owned()), "{out}");
+    assert_eq!(summary[1], (true, "1".to_owned()), "{out}");
+    assert!(!summary[2].0, "{out}");
+    assert_eq!(pods[2]["reason"], "TopologyAffinityError", "{out}");
+}
+
+#[test]
+fn corpus_machine_history() {
+    let Some(sys) = common::unpack_corpus_machine("16amd64-8n2c") else {
+        return;
+    };
+    let cfg = config("mem-corpus", "best-effort", "container");
+    let st = cfg.join("state").to_string_lossy().into_owned();
+    let sys = sys.to_string_lossy().into_owned();
+    let hints = || {
+        let (code, out, err) = run(
+            &cfg,
+            &[
+                "provider",
+                "memory",
+                "hints",
+                "--sysfs-root",
+                &sys,
+                "--state-dir",
+                &st,
+                "--pod",
+                &fixture("big8.yaml"),
+                "--container",
+                "app",
+            ],
+        );
+        assert_eq!(code, 0, "{err}");
+        hint_list(&out, "memory")
+    };
+    // 8 nodes of 8Gi, node 0 a little less and 512Mi reserved: 8Gi fits on
+    // nodes 1-7 alone, everywhere in pairs.
+    let h = hints();
+    assert_eq!(h.len(), 254);
+    assert_eq!(
+        h[..8],
+        [
+            "1:true",
+            "2:true",
+            "3:true",
+            "4:true",
+            "5:true",
+            "6:true",
+            "7:true",
+            "0,1:false"
+        ]
+    );
+    let other = fixture("big8.yaml").replace("big8.yaml", "too-big.yaml");
+    let (code, out, err) = run(
+        &cfg,
+        &[
+            "provider",
+            "memory",
+            "allocate",
+            "--sysfs-root",
+            &sys,
+            "--state-dir",
+            &st,
+            "--pod",
+            &other,
+            "--container",
+            "app",
+            "--hint",
+            r#"{"affinity":[3],"preferred":true}"#,
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.trim(),
+        r#"{"cpus":"","mems":"3","devices":{},"env":{}}"#
+    );
+    // Node 3 is full and single-NUMA: every set with 3 is gone.
+    let h = hints();
+    assert_eq!(h.len(), 126);
+    assert_eq!(
+        h[..7],
+        [
+            "1:true",
+            "2:true",
+            "4:true",
+            "5:true",
+            "6:true",
+            "7:true",
+            "0,1:false"
+        ]
+    );
+}
