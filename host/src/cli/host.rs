@@ -44,7 +44,7 @@ pub fn load_provider(
         )
     })?;
     let dirs = plugin::search_dirs(cfg);
-    let p = plugin::load_provider(name, entry, &dirs, machine, &cfg.state_dir.join(name))?;
+    let p = plugin::load_provider(name, entry, &dirs, machine, &cfg.state_dir)?;
     Ok(Box::new(p))
 }
 

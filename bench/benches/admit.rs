@@ -1,0 +1,158 @@
+//! In-process admission through the real provider plugins (loaded from their
+//! release `.so`, as the host does) on the recorded 64-NUMA-node machine.
+//!
+//! Run: `cargo bench -p topomgr-bench --bench admit`. The bench builds the
+//! provider libraries with `cargo build --release` first and unpacks
+//! `256ia64-64n2s2c` from `../shared/corpus`; without the corpus it prints
+//! `SKIP` and measures nothing.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use topomgr::admission::Admitter;
+use topomgr::config::ProviderEntry;
+use topomgr::policy::{NumaInfo, Policy, Scope};
+use topomgr::provider::HintProvider;
+use topomgr_sdk::{ContainerView, PodView, QosClass};
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// `cargo build --release` the providers; returns lib name -> .so path.
+fn build_providers() -> BTreeMap<String, PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = Command::new(cargo)
+        .args([
+            "build",
+            "--release",
+            "--message-format=json-render-diagnostics",
+        ])
+        .args([
+            "-p",
+            "topomgr-provider-cpu",
+            "-p",
+            "topomgr-provider-memory",
+        ])
+        .current_dir(workspace())
+        .output()
+        .expect("run cargo build");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut found = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Ok(m) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        for f in m["filenames"].as_array().into_iter().flatten() {
+            if let Some(f) = f.as_str().filter(|f| f.ends_with(".so")) {
+                found.insert(
+                    m["target"]["name"].as_str().unwrap_or_default().to_string(),
+                    PathBuf::from(f),
+                );
+            }
+        }
+    }
+    found
+}
+
+fn unpack(name: &str) -> Option<PathBuf> {
+    let corpus = workspace().join("../shared/corpus/hwloc-linux");
+    if !corpus.is_dir() {
+        eprintln!("SKIP: {} is absent", corpus.display());
+        return None;
+    }
+    let dest = workspace().join("target/bench-corpus");
+    if !dest.join(name).join("sys").is_dir() {
+        std::fs::create_dir_all(&dest).unwrap();
+        let ok = Command::new("tar")
+            .arg("xjf")
+            .arg(corpus.join(format!("{name}.tar.bz2")))
+            .arg("-C")
+            .arg(&dest)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "tar failed");
+    }
+    Some(dest.join(name).join("sys"))
+}
+
+fn pod(uid: &str) -> PodView {
+    let res = BTreeMap::from([("cpu".to_string(), 4000), ("memory".to_string(), 1 << 30)]);
+    PodView {
+        uid: uid.into(),
+        name: "bench".into(),
+        namespace: "default".into(),
+        qos: QosClass::Guaranteed,
+        init_containers: vec![],
+        containers: vec![ContainerView {
+            name: "app".into(),
+            requests: res.clone(),
+            limits: res,
+            sidecar: false,
+        }],
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let Some(sys) = unpack("256ia64-64n2s2c") else {
+        return;
+    };
+    let libs = build_providers();
+    let machine = topomgr::discover::discover(&sys).expect("discover");
+    let state = workspace().join("target/bench-state");
+    let entry = |lib: &str, config: serde_json::Value| ProviderEntry {
+        library: libs[lib].display().to_string(),
+        enabled: true,
+        config,
+        defined_in: PathBuf::from("bench"),
+    };
+    let providers: Vec<Box<dyn HintProvider>> = vec![
+        Box::new(
+            topomgr::plugin::load_provider(
+                "cpu",
+                &entry("topomgr_provider_cpu", serde_json::json!({"policy": "static", "reserved_cpus": "0"})),
+                &[],
+                &machine,
+                &state,
+            )
+            .expect("load cpu"),
+        ),
+        Box::new(
+            topomgr::plugin::load_provider(
+                "memory",
+                &entry(
+                    "topomgr_provider_memory",
+                    serde_json::json!({"policy": "static", "reserved_memory": {"0": {"memory": "512Mi"}}}),
+                ),
+                &[],
+                &machine,
+                &state,
+            )
+            .expect("load memory"),
+        ),
+    ];
+    let numa = NumaInfo::from_machine(&machine).unwrap();
+    let policy = Policy::new("single-numa-node", &BTreeMap::new(), numa).unwrap();
+    let mut adm = Admitter::new(policy, Scope::Pod, providers);
+    let p = pod("bench-pod");
+    c.bench_function("admit/64n_256cpu_cpu+memory_4cpu_pod_admit+release", |b| {
+        b.iter(|| {
+            let r = adm.admit(&p);
+            assert!(r.admitted, "{:?}", r.message);
+            adm.release(&p.uid).unwrap();
+        })
+    });
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
