@@ -83,3 +83,65 @@ fn readme_demo_admits_and_rejects_as_documented() {
         ]
     );
 }
+
+/// Issue 5's end-to-end example: pod scope under single-numa-node with the
+/// CPU and memory providers (`examples/pod-scope/`, README).
+#[test]
+fn pod_scope_example_aligns_cpus_and_memory_on_one_node() {
+    let _ = common::plugins();
+    let _ = common::cpu_plugin();
+    let _ = common::memory_plugin();
+    let root = common::workspace_root();
+    let out = Command::new(common::topomgr_bin())
+        .current_dir(&root)
+        .env("TOPOMGR_SCOPE", "pod")
+        .args([
+            "--config",
+            "topomgr.toml",
+            "admit",
+            "--sysfs-root",
+            "examples/machines/2s4n/sys",
+        ])
+        .args([
+            "examples/pod-scope/batch-too-many-cpus.yaml",
+            "examples/pod-scope/cache-too-big.yaml",
+            "examples/pod-scope/db-hugepages.yaml",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let pods = v["pods"].as_array().unwrap();
+    // Rejections name the resource that could not be placed on one node.
+    assert_eq!(pods[0]["reason"], "TopologyAffinityError");
+    let m0 = pods[0]["message"].as_str().unwrap();
+    assert!(m0.contains("cpu (cpu): preferred on {0-1}"), "{m0}");
+    let m1 = pods[1]["message"].as_str().unwrap();
+    assert!(m1.contains("memory (memory): preferred on {0,2}"), "{m1}");
+    // The admitted pod: every container's CPUs and memory on node 0.
+    let db = &pods[2];
+    assert_eq!(db["admitted"], true);
+    let got: Vec<(String, String, String)> = db["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["affinity"].to_string(),
+                c["cpus"].as_str().unwrap().to_string(),
+                c["mems"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("[0]".to_string(), "1,9".to_string(), "0".to_string()),
+            ("[0]".to_string(), "8".to_string(), "0".to_string())
+        ]
+    );
+}
