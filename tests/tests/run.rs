@@ -199,8 +199,11 @@ fn sigterm_is_forwarded_and_everything_cleaned_up() {
         let procs = cgroups_of(&root, pid).first().and_then(|name| {
             fs::read_to_string(root.join("topomgr").join(name).join("main/cgroup.procs")).ok()
         });
+        // The child joins the cgroup before it execs: wait for the exec too.
         if let Some(p) = procs.and_then(|p| p.split_whitespace().next().map(str::to_string)) {
-            break p;
+            if fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c == "sleep\n") {
+                break p;
+            }
         }
         assert!(
             Instant::now() < deadline,
