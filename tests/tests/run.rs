@@ -344,3 +344,66 @@ fn shared_pool_shrinks_and_grows_around_an_exclusive_run() {
     );
     assert_no_pods(&shared);
 }
+
+/// The real CPU and memory providers: `run --cpus 1 --memory 64Mi` gets one
+/// exclusive CPU (CPU 0 is reserved, so CPU 1) and the memory nodes of its
+/// memory (this machine kind has one NUMA node: 0).
+#[test]
+fn real_cpu_and_memory_providers_set_cpus_and_mems() {
+    let Some(_root) = live("real_cpu_and_memory_providers_set_cpus_and_mems") else {
+        return;
+    };
+    let nodes = fs::read_dir("/sys/devices/system/node")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with("node"))
+                .count()
+        })
+        .unwrap_or(0);
+    if nodes != 1 {
+        eprintln!("SKIP: real_cpu_and_memory_providers_set_cpus_and_mems: expects one NUMA node, found {nodes}");
+        return;
+    }
+    let dir = common::scratch_dir("run-real-providers");
+    fs::write(
+        dir.join("topomgr.toml"),
+        format!(
+            "policy = \"single-numa-node\"\nplugin_dirs = []\nsysfs_root = \"/sys\"\ncgroup_root = \"/sys/fs/cgroup\"\nstate_dir = \"{}\"\n",
+            dir.join("state").display()
+        ),
+    )
+    .unwrap();
+    fs::create_dir_all(dir.join("plugins.d")).unwrap();
+    fs::write(
+        dir.join("plugins.d/providers.toml"),
+        format!(
+            "[providers.cpu]\nlibrary = \"{}\"\n[providers.cpu.config]\npolicy = \"static\"\nreserved_cpus = \"0\"\n\
+             [providers.memory]\nlibrary = \"{}\"\n[providers.memory.config]\npolicy = \"static\"\n\
+             [providers.memory.config.reserved_memory.0]\nmemory = \"64Mi\"\n",
+            common::cpu_plugin().display(),
+            common::memory_plugin().display()
+        ),
+    )
+    .unwrap();
+    let (_, out) = run(
+        &dir,
+        &[
+            "--cpus",
+            "1",
+            "--memory",
+            "64Mi",
+            "--",
+            "grep",
+            "-E",
+            "Cpus_allowed_list|Mems_allowed_list",
+            "/proc/self/status",
+        ],
+    );
+    assert_eq!(text(&out.stderr), "");
+    assert_eq!(
+        text(&out.stdout),
+        "Cpus_allowed_list:\t1\nMems_allowed_list:\t0\n"
+    );
+    assert_eq!(out.status.code(), Some(0));
+    assert_no_pods(&dir);
+}
