@@ -42,7 +42,7 @@ use topomgr_sdk::{CpuSet, Machine};
 
 pub use error::DiscoveryError;
 pub use node::{LOCAL_DISTANCE, REMOTE_DISTANCE};
-pub use table::render_table;
+pub use table::{render_table, DISTANCE_MATRIX_MAX_NODES};
 
 /// Read the machine's topology from the sysfs tree at `sysfs_root` (`/sys` on
 /// a live system).
@@ -74,4 +74,121 @@ pub fn discover(sysfs_root: &Path) -> Result<Machine, DiscoveryError> {
         "machine discovered"
     );
     Ok(machine)
+}
+
+#[cfg(test)]
+mod fuzz {
+    //! `discover` on randomly corrupted copies of the example machine
+    //! (`examples/machines/2s4n/sys`, ~1,000 entries): each case overwrites
+    //! up to four of its files with random or sysfs-shaped text, empties or
+    //! removes them, runs discovery, and restores the tree. Discovery must
+    //! return (a machine or an error naming a path), never panic. 500 cases
+    //! per `cargo test` (a few seconds); `PROPTEST_CASES` raises it.
+
+    use std::fs;
+    use std::path::{Path, PathBuf};
+    use std::process::Command;
+
+    use proptest::prelude::*;
+
+    use super::discover;
+
+    /// The example tree copied into a temp dir, removed on drop.
+    struct Copy {
+        dir: PathBuf,
+        files: Vec<PathBuf>,
+    }
+
+    impl Drop for Copy {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    fn regular_files(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            if kind.is_dir() {
+                regular_files(&entry.path(), out);
+            } else if kind.is_file() {
+                out.push(entry.path());
+            }
+        }
+    }
+
+    fn copy_example() -> Copy {
+        let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/machines/2s4n/sys");
+        let dir =
+            std::env::temp_dir().join(format!("topomgr-discover-fuzz-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).expect("create fuzz dir");
+        let status = Command::new("cp")
+            .arg("-a")
+            .arg(&example)
+            .arg(dir.join("sys"))
+            .status()
+            .expect("run cp");
+        assert!(status.success(), "cp -a {} failed", example.display());
+        let mut files = Vec::new();
+        regular_files(&dir.join("sys"), &mut files);
+        files.sort();
+        assert!(files.len() > 100, "the example tree has its files");
+        Copy { dir, files }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Damage {
+        Write(Vec<u8>),
+        Empty,
+        Remove,
+    }
+
+    fn damage() -> impl Strategy<Value = Damage> {
+        prop_oneof![
+            3 => "[0-9a-fx,\\- \n]{0,24}".prop_map(|s| Damage::Write(s.into_bytes())),
+            2 => proptest::collection::vec(any::<u8>(), 0..64).prop_map(Damage::Write),
+            1 => Just(Damage::Empty),
+            1 => Just(Damage::Remove),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+        #[test]
+        fn corrupted_trees_never_panic(
+            hits in proptest::collection::vec((any::<proptest::sample::Index>(), damage()), 1..5)
+        ) {
+            thread_local! {
+                static COPY: Copy = copy_example();
+            }
+            COPY.with(|copy| {
+                let mut saved = Vec::new();
+                for (index, what) in &hits {
+                    let path = index.get(&copy.files);
+                    let Ok(original) = fs::read(path) else { continue };
+                    saved.push((path.clone(), original));
+                    let _ = match what {
+                        Damage::Write(bytes) => fs::write(path, bytes),
+                        Damage::Empty => fs::write(path, b""),
+                        Damage::Remove => fs::remove_file(path),
+                    };
+                }
+                let result = discover(&copy.dir.join("sys"));
+                for (path, original) in saved {
+                    fs::write(&path, original).expect("restore the file");
+                }
+                if let Err(e) = result {
+                    let text = e.to_string();
+                    prop_assert!(text.contains(copy.dir.to_str().expect("UTF-8 temp dir")), "{}", text);
+                }
+                Ok(())
+            })?;
+        }
+    }
 }

@@ -317,6 +317,72 @@ mod tests {
         );
     }
 
+    mod fuzz {
+        //! Property tests: the parsers never panic, whatever the file holds.
+        //! Each property runs 2,000 cases per `cargo test` (about a second
+        //! in all); `PROPTEST_CASES` raises it.
+
+        use super::*;
+        use proptest::prelude::*;
+
+        fn config() -> ProptestConfig {
+            ProptestConfig {
+                cases: 2_000,
+                ..ProptestConfig::default()
+            }
+        }
+
+        /// Text shaped like sysfs content: digits, separators, hex, units,
+        /// NULs, and the odd non-ASCII character.
+        fn sysfs_text() -> impl Strategy<Value = String> {
+            prop_oneof![
+                "[0-9,\\- \n]{0,40}",
+                "[0-9a-fA-Fx,\\x00\n]{0,80}",
+                "(Node [0-9] )?(MemTotal|MemFree):? *[0-9 ]{0,25}(kB|MB)?\n?",
+                any::<String>(),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(config())]
+
+            #[test]
+            fn cpu_lists_never_panic(text in sysfs_text()) {
+                if let Ok(set) = parse_cpu_list(p(), &text) {
+                    // What parses prints back as an equal list.
+                    let again = parse_cpu_list(p(), &set.to_string()).expect("round trip");
+                    prop_assert_eq!(again, set);
+                }
+            }
+
+            #[test]
+            fn cpu_masks_never_panic(text in sysfs_text()) {
+                let _ = parse_cpu_mask(p(), &text);
+            }
+
+            #[test]
+            fn cpu_masks_of_words_parse(words in proptest::collection::vec(any::<u32>(), 1..40)) {
+                let text: Vec<String> = words.iter().map(|w| format!("{w:08x}")).collect();
+                let set = parse_cpu_mask(p(), &text.join(",")).expect("valid mask");
+                let expected: u32 = words.iter().map(|w| w.count_ones()).sum();
+                prop_assert_eq!(set.len(), expected as usize);
+            }
+
+            #[test]
+            fn meminfo_never_panics(text in sysfs_text()) {
+                let _ = meminfo_bytes(p(), &text, "MemTotal:");
+                let _ = meminfo_bytes(p(), &text, "MemFree:");
+            }
+
+            #[test]
+            fn numbers_never_panic(text in sysfs_text()) {
+                let _ = parse_num::<u32>(p(), &text, "a number");
+                let _ = parse_num::<i64>(p(), &text, "a number");
+                let _ = parse_error(p(), "anything", &text).to_string();
+            }
+        }
+    }
+
     #[test]
     fn long_content_is_shortened_in_errors() {
         let long = "x".repeat(200);

@@ -1,13 +1,15 @@
 //! The table view of a [`Machine`] (`topomgr topology --output table`).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::{self, Display, Formatter};
 
-use topomgr_sdk::{Machine, NumaNode, PciDevice};
+use topomgr_sdk::{CpuSet, Machine, NumaNode, PciDevice};
 
 /// Render `machine` for operators: a summary line, then per NUMA node its
 /// CPUs, memory, hugepages and PCI devices, then devices without a node,
-/// offline CPUs, and the distance matrix.
+/// offline CPUs, and the distances: a matrix up to
+/// [`DISTANCE_MATRIX_MAX_NODES`] nodes, else one line per node listing the
+/// nodes at each distance (`node 0:  10: 0  22: 1-3  26: 4-11`).
 pub fn render_table(machine: &Machine) -> String {
     MachineTable(machine).to_string()
 }
@@ -159,7 +161,14 @@ impl Display for Bytes {
     }
 }
 
+/// Up to this many NUMA nodes the distances print as a matrix; beyond it
+/// (a 64x64 matrix is 200 columns wide) as distance classes per node.
+pub const DISTANCE_MATRIX_MAX_NODES: usize = 16;
+
 fn write_distances(f: &mut Formatter<'_>, nodes: &[NumaNode]) -> fmt::Result {
+    if nodes.len() > DISTANCE_MATRIX_MAX_NODES {
+        return write_distance_classes(f, nodes);
+    }
     writeln!(f, "NUMA distances:")?;
     let width = nodes
         .iter()
@@ -183,6 +192,32 @@ fn write_distances(f: &mut Formatter<'_>, nodes: &[NumaNode]) -> fmt::Result {
                 Some(d) => write!(f, " {d:>width$}")?,
                 None => write!(f, " {:>width$}", "-")?,
             }
+        }
+        writeln!(f)?;
+    }
+    Ok(())
+}
+
+/// One line per node: each distance it has, ascending, with the nodes at
+/// that distance as a list (`10: 0  22: 1-3  26: 4-11`).
+fn write_distance_classes(f: &mut Formatter<'_>, nodes: &[NumaNode]) -> fmt::Result {
+    writeln!(
+        f,
+        "NUMA distances (per node, distance: nodes at that distance):"
+    )?;
+    let width = nodes
+        .iter()
+        .map(|n| n.id.to_string().len())
+        .max()
+        .unwrap_or(1);
+    for node in nodes {
+        let mut classes: BTreeMap<u32, CpuSet> = BTreeMap::new();
+        for (other, distance) in &node.distances {
+            classes.entry(*distance).or_default().insert(*other);
+        }
+        write!(f, "  node {:>width$}:", node.id)?;
+        for (distance, others) in &classes {
+            write!(f, "  {distance}: {others}")?;
         }
         writeln!(f)?;
     }
