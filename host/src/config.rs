@@ -28,6 +28,10 @@
 //! plugins_d = "plugins.d"      # main file only
 //! [policy_options]             # kubelet option names, string values
 //! prefer-closest-numa-nodes = "true"
+//! [daemon]                     # `topomgr serve`; every key optional
+//! socket = "/run/topomgr/topomgr.sock"
+//! group = "topomgr"            # may use the socket besides root
+//! provider_timeout_ms = 10000  # deadline of one provider call
 //! [providers.NAME]             # NAME: lowercase letters, digits, '-', '_'
 //! library = "topomgr_provider_cpu"   # -> libtopomgr_provider_cpu.so, or a path
 //! enabled = true               # default true
@@ -78,8 +82,38 @@ pub struct HostConfig {
     pub policy_options: BTreeMap<String, String>,
     /// Providers by name.
     pub providers: BTreeMap<String, ProviderEntry>,
+    /// The `[daemon]` table (`topomgr serve`).
+    pub daemon: DaemonConfig,
     /// The files read, in the order they were applied.
     pub files: Vec<PathBuf>,
+}
+
+/// Default socket of `topomgr serve`.
+pub const DEFAULT_SOCKET: &str = "/run/topomgr/topomgr.sock";
+/// Default group allowed on the daemon's socket besides root.
+pub const DEFAULT_GROUP: &str = "topomgr";
+/// Default deadline of one provider call in the daemon, in milliseconds.
+pub const DEFAULT_PROVIDER_TIMEOUT_MS: u64 = 10_000;
+
+/// The `[daemon]` table: settings of `topomgr serve`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DaemonConfig {
+    /// Unix socket path (relative paths resolve against the main file's directory).
+    pub socket: PathBuf,
+    /// Group that may use the socket besides root.
+    pub group: String,
+    /// Deadline of one provider call, in milliseconds (at least 1).
+    pub provider_timeout_ms: u64,
+}
+
+impl Default for DaemonConfig {
+    fn default() -> Self {
+        DaemonConfig {
+            socket: PathBuf::from(DEFAULT_SOCKET),
+            group: DEFAULT_GROUP.to_owned(),
+            provider_timeout_ms: DEFAULT_PROVIDER_TIMEOUT_MS,
+        }
+    }
 }
 
 /// One `[providers.NAME]` table.
@@ -108,6 +142,7 @@ impl Default for HostConfig {
             state_dir: PathBuf::from("/var/lib/topomgr"),
             policy_options: BTreeMap::new(),
             providers: BTreeMap::new(),
+            daemon: DaemonConfig::default(),
             files: Vec::new(),
         }
     }
@@ -253,6 +288,17 @@ pub fn load_with_env(
         cfg.state_dir = base.join(v);
     }
     cfg.policy_options = merged.policy_options.unwrap_or_default();
+    if let Some(d) = merged.daemon {
+        if let Some(v) = d.socket {
+            cfg.daemon.socket = base.join(v);
+        }
+        if let Some(v) = d.group {
+            cfg.daemon.group = v;
+        }
+        if let Some(v) = d.provider_timeout_ms {
+            cfg.daemon.provider_timeout_ms = v;
+        }
+    }
     for (name, p) in merged.providers.unwrap_or_default() {
         let defined_in = raws
             .iter()
@@ -325,6 +371,15 @@ struct RawConfig {
     state_dir: Option<String>,
     policy_options: Option<BTreeMap<String, String>>,
     providers: Option<BTreeMap<String, RawProvider>>,
+    daemon: Option<RawDaemon>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawDaemon {
+    socket: Option<String>,
+    group: Option<String>,
+    provider_timeout_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -345,6 +400,7 @@ const TOP_KEYS: &[&str] = &[
     "state_dir",
     "policy_options",
     "providers",
+    "daemon",
 ];
 
 fn kind(v: &toml::Value) -> &'static str {
@@ -423,6 +479,12 @@ fn check_file(path: &Path, is_main: bool) -> Result<RawConfig, ConfigError> {
                     }
                 }
             }
+            "daemon" => {
+                want(key, v, "a table", v.is_table())?;
+                if let Some(t) = v.as_table() {
+                    check_daemon(t, &invalid)?;
+                }
+            }
             "providers" => {
                 want(key, v, "a table", v.is_table())?;
                 if let Some(t) = v.as_table() {
@@ -443,6 +505,33 @@ fn check_file(path: &Path, is_main: bool) -> Result<RawConfig, ConfigError> {
         .try_into()
         .map_err(|e: toml::de::Error| invalid(e.message().trim().to_owned()))?;
     Ok(raw)
+}
+
+fn check_daemon(
+    t: &toml::Table,
+    invalid: &dyn Fn(String) -> ConfigError,
+) -> Result<(), ConfigError> {
+    for (k, v) in t {
+        let (ok, what) = match k.as_str() {
+            "socket" | "group" => (v.as_str().is_some_and(|s| !s.is_empty()), "a non-empty string"),
+            "provider_timeout_ms" => (
+                v.as_integer().is_some_and(|n| n >= 1),
+                "a positive integer (milliseconds)",
+            ),
+            other => {
+                return Err(invalid(format!(
+                    "unknown key `{other}` in [daemon] (known keys: socket, group, provider_timeout_ms)"
+                )))
+            }
+        };
+        if !ok {
+            return Err(invalid(format!(
+                "key `daemon.{k}` must be {what}, found {}",
+                kind(v)
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn check_provider(
@@ -692,7 +781,7 @@ nested = { a = 1, b = [1, 2] }
             err(&main),
             format!(
                 "{}: unknown key `polcy` (known keys: policy, scope, plugins_d, plugin_dirs, sysfs_root, \
-                 cgroup_root, state_dir, policy_options, providers)",
+                 cgroup_root, state_dir, policy_options, providers, daemon)",
                 f.display()
             )
         );
@@ -803,6 +892,51 @@ nested = { a = 1, b = [1, 2] }
         assert_eq!(
             e,
             "cannot read config file /nonexistent/topomgr.toml: No such file or directory (os error 2)"
+        );
+    }
+
+    #[test]
+    fn daemon_table_defaults_overrides_and_errors() {
+        let d = Dir::new("daemon");
+        let main = d.write("topomgr.toml", "");
+        assert_eq!(
+            load_with_env(&main, &no_env).unwrap().daemon,
+            DaemonConfig {
+                socket: PathBuf::from("/run/topomgr/topomgr.sock"),
+                group: "topomgr".to_owned(),
+                provider_timeout_ms: 10_000,
+            }
+        );
+        d.write(
+            "plugins.d/50-daemon.toml",
+            "[daemon]\nsocket = \"run/t.sock\"\ngroup = \"wheel\"\nprovider_timeout_ms = 250\n",
+        );
+        assert_eq!(
+            load_with_env(&main, &no_env).unwrap().daemon,
+            DaemonConfig {
+                socket: d.0.join("run/t.sock"),
+                group: "wheel".to_owned(),
+                provider_timeout_ms: 250,
+            }
+        );
+        let bad = d.write(
+            "plugins.d/60-bad.toml",
+            "[daemon]\nprovider_timeout_ms = 0\n",
+        );
+        assert_eq!(
+            err(&main),
+            format!(
+                "{}: key `daemon.provider_timeout_ms` must be a positive integer (milliseconds), found an integer",
+                bad.display()
+            )
+        );
+        d.write("plugins.d/60-bad.toml", "[daemon]\nport = 1\n");
+        assert_eq!(
+            err(&main),
+            format!(
+                "{}: unknown key `port` in [daemon] (known keys: socket, group, provider_timeout_ms)",
+                bad.display()
+            )
         );
     }
 }

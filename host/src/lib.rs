@@ -6,6 +6,7 @@ pub mod admission;
 pub mod cgroup;
 pub mod checkpoint;
 pub mod config;
+pub mod daemon;
 pub mod discover;
 pub mod manifest;
 pub mod merge;

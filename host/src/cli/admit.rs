@@ -8,13 +8,16 @@ use clap::Args;
 use serde_json::{json, Value};
 use topomgr::admission::{AdmitResult, TraceStep};
 use topomgr::checkpoint;
-use topomgr_sdk::{HintSet, TopologyHint};
+use topomgr_sdk::HintSet;
 
 use super::{host, Output};
 
 /// Arguments of `topomgr admit`.
 #[derive(Debug, Args)]
 pub struct AdmitArgs {
+    /// Send the pods to the running daemon at this socket instead of admitting in-process.
+    #[arg(long, conflicts_with_all = ["sysfs_root", "state_dir", "dry_run"])]
+    socket: Option<PathBuf>,
     /// sysfs directory to read (default: config sysfs_root).
     #[arg(long)]
     sysfs_root: Option<PathBuf>,
@@ -46,39 +49,9 @@ pub struct ExplainArgs {
     pods: Vec<String>,
 }
 
-fn hint_json(h: &TopologyHint) -> (Value, bool) {
-    (json!(h.affinity), h.preferred)
-}
-
 /// The SPEC section 6 JSON of one admission.
 pub fn result_json(r: &AdmitResult) -> Value {
-    let containers: Vec<Value> = r
-        .containers
-        .iter()
-        .map(|c| {
-            let (affinity, preferred) = hint_json(&c.hint);
-            json!({
-                "name": c.name,
-                "affinity": affinity,
-                "preferred": preferred,
-                "cpus": c.allocation.cpus.to_string(),
-                "exclusive": c.allocation.exclusive,
-                "mems": c.allocation.mems.to_string(),
-                "devices": c.allocation.devices,
-                "env": c.allocation.env,
-            })
-        })
-        .collect();
-    json!({
-        "uid": r.pod.uid,
-        "name": r.pod.name,
-        "namespace": r.pod.namespace,
-        "qos": r.pod.qos.as_str(),
-        "admitted": r.admitted,
-        "reason": r.reason,
-        "message": r.message,
-        "containers": containers,
-    })
+    r.to_json()
 }
 
 fn print_table(results: &[AdmitResult]) {
@@ -146,6 +119,9 @@ fn restore(state_dir: Option<&Path>, adm: &mut topomgr::admission::Admitter) -> 
 
 /// Admit every pod in order and print the results.
 pub fn run(config: &Path, args: AdmitArgs) -> anyhow::Result<ExitCode> {
+    if let Some(socket) = &args.socket {
+        return super::client::admit(socket, &args.pods, args.output);
+    }
     let cfg = host::load_config(config)?;
     let pods = topomgr::manifest::read_pods(&args.pods)?;
     let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;

@@ -1,10 +1,12 @@
 //! Command-line definitions and dispatch (the binary's edge: `anyhow` here only).
 
 mod admit;
+mod client;
 mod host;
 mod merge;
 mod provider;
 mod run;
+mod serve;
 mod topology;
 
 use std::path::PathBuf;
@@ -60,6 +62,14 @@ pub enum Command {
     /// Run a command NUMA-aligned: admit a one-container Guaranteed pod,
     /// start the command in its cgroup with the cpuset applied, release when it ends.
     Run(run::RunArgs),
+    /// Run the daemon: the HTTP/JSON API on a Unix socket (SPEC section 7).
+    Serve(serve::ServeArgs),
+    /// List the running daemon's pods and their allocations.
+    Pods(client::PodsArgs),
+    /// Release a pod in the running daemon.
+    Release(client::ReleaseArgs),
+    /// Apply a container's cpuset/mems to its cgroup through the running daemon.
+    Attach(client::AttachArgs),
 }
 
 /// Install the stderr logger.
@@ -89,5 +99,9 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Explain(args) => admit::explain(&cli.config, args),
         Command::Provider(args) => provider::run(&cli.config, args),
         Command::Run(args) => run::run(&cli.config, args),
+        Command::Serve(args) => serve::run(&cli.config, args),
+        Command::Pods(args) => client::pods(&cli.config, args),
+        Command::Release(args) => client::release(&cli.config, args),
+        Command::Attach(args) => client::attach(&cli.config, args),
     }
 }

@@ -1,0 +1,236 @@
+//! The CLI side of the daemon: `topomgr pods`, `release`, `attach`, and
+//! `admit --socket`. Each prints the daemon's JSON (or a table); a request
+//! the daemon refuses prints its message and exits 1.
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::Args;
+use serde_json::{json, Value};
+use topomgr::daemon::client::{encode_segment, Client, Response};
+use topomgr::manifest::{STDIN_NAME, STDIN_PATH};
+
+use super::{host, Output};
+
+/// `--socket PATH` (default: the configured `[daemon] socket`).
+#[derive(Debug, Args)]
+pub struct SocketArg {
+    /// The daemon's socket (default: config [daemon] socket, /run/topomgr/topomgr.sock).
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+}
+
+impl SocketArg {
+    fn client(&self, config: &Path) -> anyhow::Result<Client> {
+        let path = match &self.socket {
+            Some(p) => p.clone(),
+            None => host::load_config(config)?.daemon.socket,
+        };
+        Ok(Client::new(&path))
+    }
+}
+
+/// Arguments of `topomgr pods`.
+#[derive(Debug, Args)]
+pub struct PodsArgs {
+    #[command(flatten)]
+    socket: SocketArg,
+    /// Output format.
+    #[arg(long, value_enum, default_value = "json")]
+    output: Output,
+}
+
+/// Arguments of `topomgr release`.
+#[derive(Debug, Args)]
+pub struct ReleaseArgs {
+    #[command(flatten)]
+    socket: SocketArg,
+    /// Pod uid.
+    uid: String,
+}
+
+/// Arguments of `topomgr attach`.
+#[derive(Debug, Args)]
+pub struct AttachArgs {
+    #[command(flatten)]
+    socket: SocketArg,
+    /// Pod uid.
+    uid: String,
+    /// Container name.
+    container: String,
+    /// The container's cgroup, relative to the cgroup root.
+    cgroup_path: String,
+}
+
+/// Print an answer: its JSON on success, its message and exit 1 otherwise.
+fn finish(resp: &Response, print: impl FnOnce(&Value)) -> anyhow::Result<ExitCode> {
+    if (200..300).contains(&resp.status) {
+        print(&resp.json()?);
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "topomgr: error: daemon answered {}: {}",
+            resp.status,
+            resp.error_message()
+        );
+        Ok(ExitCode::from(1))
+    }
+}
+
+fn pretty(v: &Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(v).unwrap_or_else(|_| v.to_string())
+    );
+}
+
+/// A table of admission JSON objects (`topomgr pods --output table`).
+pub fn print_pods_table(pods: &[Value], attachments: &Value) {
+    println!(
+        "{:<24} {:<11} {:<9} {:<12} {:<9} {:<10} {:<9} {:<6} {:<24} CGROUP",
+        "POD", "QOS", "ADMITTED", "CONTAINER", "AFFINITY", "PREFERRED", "CPUS", "MEMS", "DEVICES"
+    );
+    let s = |v: &Value| v.as_str().unwrap_or("").to_owned();
+    for p in pods {
+        let pod = format!("{}/{}", s(&p["namespace"]), s(&p["name"]));
+        if p["admitted"] != json!(true) {
+            println!(
+                "{:<24} {:<11} {:<9} {}: {}",
+                pod,
+                s(&p["qos"]),
+                "no",
+                s(&p["reason"]),
+                s(&p["message"])
+            );
+            continue;
+        }
+        for c in p["containers"].as_array().into_iter().flatten() {
+            let affinity = match c["affinity"].as_array() {
+                Some(nodes) => nodes
+                    .iter()
+                    .map(|n| n.to_string())
+                    .collect::<Vec<_>>()
+                    .join(","),
+                None => "any".to_owned(),
+            };
+            let mut cpus = s(&c["cpus"]);
+            if cpus.is_empty() {
+                cpus = "-".to_owned();
+            } else if c["exclusive"] == json!(true) {
+                cpus.push('*');
+            }
+            let mems = Some(s(&c["mems"]))
+                .filter(|m| !m.is_empty())
+                .unwrap_or_else(|| "-".to_owned());
+            let devices: Vec<String> = c["devices"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| {
+                    let ids: Vec<String> = v
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|i| i.as_str().unwrap_or("").to_owned())
+                        .collect();
+                    format!("{k}={}", ids.join(","))
+                })
+                .collect();
+            let cgroup = attachments[s(&p["uid"])][s(&c["name"])]
+                .as_str()
+                .unwrap_or("-")
+                .to_owned();
+            println!(
+                "{:<24} {:<11} {:<9} {:<12} {:<9} {:<10} {:<9} {:<6} {:<24} {}",
+                pod,
+                s(&p["qos"]),
+                "yes",
+                s(&c["name"]),
+                affinity,
+                c["preferred"].to_string(),
+                cpus,
+                mems,
+                if devices.is_empty() {
+                    "-".to_owned()
+                } else {
+                    devices.join(" ")
+                },
+                cgroup
+            );
+        }
+    }
+}
+
+/// `topomgr pods`: the daemon's current pods and their allocations.
+pub fn pods(config: &Path, args: PodsArgs) -> anyhow::Result<ExitCode> {
+    let resp = args.socket.client(config)?.get("/v1/pods")?;
+    finish(&resp, |v| match args.output {
+        Output::Json => pretty(v),
+        Output::Table => print_pods_table(
+            v["pods"].as_array().map(Vec::as_slice).unwrap_or(&[]),
+            &v["attachments"],
+        ),
+    })
+}
+
+/// `topomgr release UID`.
+pub fn release(config: &Path, args: ReleaseArgs) -> anyhow::Result<ExitCode> {
+    let resp = args
+        .socket
+        .client(config)?
+        .delete(&format!("/v1/pods/{}", encode_segment(&args.uid)))?;
+    finish(&resp, pretty)
+}
+
+/// `topomgr attach UID CONTAINER CGROUP_PATH`.
+pub fn attach(config: &Path, args: AttachArgs) -> anyhow::Result<ExitCode> {
+    let resp = args
+        .socket
+        .client(config)?
+        .attach(&args.uid, &args.container, &args.cgroup_path)?;
+    finish(&resp, pretty)
+}
+
+/// `topomgr admit --socket`: check every input locally, then send each to
+/// the daemon in order and print the combined answer like in-process admit.
+pub fn admit(socket: &Path, inputs: &[String], output: Output) -> anyhow::Result<ExitCode> {
+    let mut texts = Vec::with_capacity(inputs.len());
+    for path in inputs {
+        let (text, origin) = if path == STDIN_PATH {
+            let mut t = String::new();
+            std::io::stdin()
+                .read_to_string(&mut t)
+                .context("reading standard input")?;
+            (t, STDIN_NAME.to_owned())
+        } else {
+            (
+                std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?,
+                path.clone(),
+            )
+        };
+        topomgr::manifest::parse_pods(&text, &origin)?;
+        texts.push(text);
+    }
+    let mut client = Client::new(socket);
+    let mut all = Vec::new();
+    for text in &texts {
+        let resp = client.admit(text)?;
+        if !(200..300).contains(&resp.status) {
+            eprintln!(
+                "topomgr: error: daemon answered {}: {}",
+                resp.status,
+                resp.error_message()
+            );
+            return Ok(ExitCode::from(1));
+        }
+        let v = resp.json()?;
+        all.extend(v["pods"].as_array().cloned().unwrap_or_default());
+    }
+    match output {
+        Output::Json => pretty(&json!({ "pods": all })),
+        Output::Table => print_pods_table(&all, &Value::Null),
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,59 @@
+//! `topomgr serve`: lock the state directory, discover, load providers, run the daemon.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use topomgr::daemon::{self, lock::StateLock, Daemon};
+use topomgr::policy::{NumaInfo, Policy, Scope};
+
+use super::host;
+
+/// Arguments of `topomgr serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Unix socket to listen on (default: config [daemon] socket, /run/topomgr/topomgr.sock).
+    #[arg(long)]
+    socket: Option<PathBuf>,
+    /// sysfs directory to read (default: config sysfs_root).
+    #[arg(long)]
+    sysfs_root: Option<PathBuf>,
+    /// State directory (default: config state_dir); one daemon per directory.
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+}
+
+/// Run the daemon until SIGTERM or SIGINT.
+pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let mut cfg = host::load_config(config)?;
+    if let Some(dir) = args.state_dir {
+        cfg.state_dir = dir;
+    }
+    // Lock first: providers may read their state directories while loading.
+    let lock = StateLock::acquire(&cfg.state_dir)?;
+    let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
+    let numa = NumaInfo::from_machine(&machine).context("reading NUMA information")?;
+    let policy =
+        Policy::new(&cfg.policy, &cfg.policy_options, numa).context("cannot create policy")?;
+    let scope: Scope = cfg.scope.parse().context("invalid scope in config")?;
+    let providers = cfg
+        .providers
+        .keys()
+        .map(|name| host::load_provider(&cfg, name, &machine))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    daemon::run(Daemon {
+        socket: args.socket.unwrap_or_else(|| cfg.daemon.socket.clone()),
+        group: cfg.daemon.group.clone(),
+        provider_timeout: Duration::from_millis(cfg.daemon.provider_timeout_ms),
+        state_dir: cfg.state_dir.clone(),
+        cgroup_root: cfg.cgroup_root.clone(),
+        machine,
+        policy,
+        scope,
+        providers,
+        lock,
+    })?;
+    Ok(ExitCode::SUCCESS)
+}

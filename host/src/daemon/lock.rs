@@ -1,0 +1,122 @@
+//! The state-directory lock: one daemon per state directory.
+//!
+//! `flock(LOCK_EX | LOCK_NB)` on `<state_dir>/topomgr.lock`, held for the
+//! process's lifetime (the kernel drops it when the process dies, kill -9
+//! included, so a crash never leaves a stale lock). The holder writes its pid
+//! into the file so a refused second instance can say who holds it.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
+use std::path::{Path, PathBuf};
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+
+/// File name of the lock inside the state directory.
+pub const LOCK_FILE: &str = "topomgr.lock";
+
+/// Why the state directory could not be locked.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    /// Another process holds the lock.
+    #[error("state directory {} is in use by another topomgr daemon{} (lock {}); stop it, or give this one another state_dir", dir.display(), holder.map(|p| format!(" (pid {p})")).unwrap_or_default(), path.display())]
+    Busy {
+        /// The state directory.
+        dir: PathBuf,
+        /// The lock file.
+        path: PathBuf,
+        /// The pid written by the holder, if readable.
+        holder: Option<u32>,
+    },
+    /// The lock file could not be created, locked or written.
+    #[error("cannot {op} lock file {}: {source}", path.display())]
+    Io {
+        /// What was attempted.
+        op: &'static str,
+        /// The lock file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+/// The held lock; dropping it releases the lock.
+#[derive(Debug)]
+pub struct StateLock {
+    _lock: Flock<File>,
+    path: PathBuf,
+}
+
+impl StateLock {
+    /// Take the lock of `state_dir` (created if missing) or fail at once.
+    pub fn acquire(state_dir: &Path) -> Result<StateLock, LockError> {
+        let path = state_dir.join(LOCK_FILE);
+        let io = |op: &'static str, path: &Path| {
+            let path = path.to_path_buf();
+            move |source: std::io::Error| LockError::Io { op, path, source }
+        };
+        fs::create_dir_all(state_dir).map_err(io("create the directory of", &path))?;
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io("open", &path))?;
+        let mut lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(l) => l,
+            Err((mut file, Errno::EWOULDBLOCK)) => {
+                let mut text = String::new();
+                let holder = file
+                    .read_to_string(&mut text)
+                    .ok()
+                    .and_then(|_| text.trim().parse().ok());
+                return Err(LockError::Busy {
+                    dir: state_dir.to_path_buf(),
+                    path,
+                    holder,
+                });
+            }
+            Err((_, errno)) => return Err(io("lock", &path)(std::io::Error::from(errno))),
+        };
+        lock.set_len(0).map_err(io("truncate", &path))?;
+        lock.seek(SeekFrom::Start(0)).map_err(io("write", &path))?;
+        writeln!(lock, "{}", std::process::id()).map_err(io("write", &path))?;
+        lock.sync_all().map_err(io("sync", &path))?;
+        Ok(StateLock { _lock: lock, path })
+    }
+
+    /// The lock file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn second_lock_is_refused_naming_the_holder() {
+        let dir = std::env::temp_dir().join(format!("topomgr-lock-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let held = StateLock::acquire(&dir).unwrap();
+        // flock locks belong to the open file description: a second open in
+        // the same process conflicts like another process would.
+        let err = StateLock::acquire(&dir).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "state directory {} is in use by another topomgr daemon (pid {}) (lock {}); stop it, or give this one another state_dir",
+                dir.display(),
+                std::process::id(),
+                dir.join(LOCK_FILE).display()
+            )
+        );
+        drop(held);
+        let again = StateLock::acquire(&dir).unwrap();
+        assert_eq!(again.path(), dir.join(LOCK_FILE));
+        drop(again);
+        fs::remove_dir_all(dir).unwrap();
+    }
+}

@@ -1,0 +1,177 @@
+//! `topomgr serve`: the node daemon.
+//!
+//! - [`lock`]: one daemon per state directory (`flock`);
+//! - [`timed`]: every provider on its own thread, each call with a deadline;
+//! - [`engine`]: the serialized admission engine with group-committed,
+//!   checksummed state ([`crate::checkpoint::save_state`]);
+//! - [`server`]: the HTTP/JSON API on a Unix socket;
+//! - [`access`]: socket ownership/mode and the peer-credential check;
+//! - [`metrics`]: Prometheus metrics;
+//! - [`client`]: a small blocking HTTP/1.1 client for the CLI, tests and benches.
+//!
+//! Start-up order matters: the caller takes the [`lock::StateLock`] before
+//! loading providers (they may read the state directory); [`run`] then
+//! restores the state (verify, check against the machine; nothing is
+//! re-admitted or released), binds the socket and serves until SIGTERM or
+//! SIGINT.
+
+pub mod access;
+pub mod client;
+pub mod engine;
+pub mod lock;
+pub mod metrics;
+pub mod server;
+pub mod timed;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::UnixListener;
+use topomgr_sdk::Machine;
+use tracing::{info, warn};
+
+use crate::admission::Admitter;
+use crate::policy::{Policy, Scope};
+use crate::provider::HintProvider;
+use access::AccessPolicy;
+use engine::{Engine, EngineSettings};
+use lock::StateLock;
+use metrics::Metrics;
+use server::AppState;
+use timed::TimedProvider;
+
+/// Everything the daemon needs, prepared by `topomgr serve`.
+pub struct Daemon {
+    /// Socket path.
+    pub socket: PathBuf,
+    /// Group allowed besides root.
+    pub group: String,
+    /// Deadline of one provider call.
+    pub provider_timeout: Duration,
+    /// State directory (locked by `lock`).
+    pub state_dir: PathBuf,
+    /// Root of the cgroup hierarchy (`attach`).
+    pub cgroup_root: PathBuf,
+    /// The discovered machine.
+    pub machine: Machine,
+    /// The Topology Manager policy.
+    pub policy: Policy,
+    /// The scope.
+    pub scope: Scope,
+    /// Loaded providers, in call order.
+    pub providers: Vec<Box<dyn HintProvider>>,
+    /// The held state-directory lock (kept for the daemon's lifetime).
+    pub lock: StateLock,
+}
+
+/// Why the daemon could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// A provider thread could not be started.
+    #[error("cannot start the thread of provider {provider:?}: {source}")]
+    ProviderThread {
+        /// Provider name.
+        provider: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The engine could not start (e.g. damaged state).
+    #[error(transparent)]
+    Engine(#[from] engine::StartError),
+    /// The socket could not be prepared or secured.
+    #[error(transparent)]
+    Socket(#[from] access::SocketError),
+    /// Binding the socket failed.
+    #[error("cannot listen on {}: {source}", path.display())]
+    Bind {
+        /// The socket.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// The async runtime could not be built or serving failed.
+    #[error("{what}: {source}")]
+    Runtime {
+        /// What failed.
+        what: &'static str,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            warn!(error = %e, "cannot watch SIGTERM; stopping on SIGINT only");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM: shutting down"),
+        _ = tokio::signal::ctrl_c() => info!("SIGINT: shutting down"),
+    }
+}
+
+/// Restore state, bind the socket and serve until SIGTERM/SIGINT.
+pub fn run(d: Daemon) -> Result<(), DaemonError> {
+    let metrics = Arc::new(Metrics::new());
+    let mut providers: Vec<Box<dyn HintProvider>> = Vec::with_capacity(d.providers.len());
+    for p in d.providers {
+        let name = p.name().to_owned();
+        let t = TimedProvider::spawn(p, d.provider_timeout, Arc::clone(&metrics)).map_err(
+            |source| DaemonError::ProviderThread {
+                provider: name,
+                source,
+            },
+        )?;
+        providers.push(Box::new(t));
+    }
+    let admitter = Admitter::new(d.policy, d.scope, providers);
+    let settings = EngineSettings {
+        state_dir: d.state_dir.clone(),
+        cgroup_root: d.cgroup_root,
+        boot_id: crate::checkpoint::boot_id(),
+    };
+    let (engine, restored) = Engine::start(admitter, &d.machine, settings, Arc::clone(&metrics))?;
+    let access = Arc::new(AccessPolicy::for_group(&d.group));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("topomgr-http")
+        .build()
+        .map_err(|source| DaemonError::Runtime {
+            what: "cannot start the async runtime",
+            source,
+        })?;
+    let socket = d.socket;
+    let lock = d.lock;
+    let lock_path = lock.path().to_path_buf();
+    let state_dir = d.state_dir;
+    let machine = d.machine;
+    runtime.block_on(async move {
+        access::prepare_socket_path(&socket)?;
+        let listener = UnixListener::bind(&socket).map_err(|source| DaemonError::Bind {
+            path: socket.clone(),
+            source,
+        })?;
+        access::secure_socket(&socket, &access)?;
+        info!(socket = %socket.display(), state_dir = %state_dir.display(), lock = %lock_path.display(), pods = restored.pods, group = %access.group, "topomgr daemon listening");
+        let state = AppState {
+            engine,
+            machine: Arc::new(machine),
+            metrics,
+            access,
+        };
+        server::serve(listener, socket, state, shutdown_signal())
+            .await
+            .map_err(|source| DaemonError::Runtime {
+                what: "serving failed",
+                source,
+            })
+    })?;
+    drop(lock);
+    Ok(())
+}

@@ -1,0 +1,305 @@
+//! The HTTP/JSON API on the Unix socket (axum over `tokio::net::UnixListener`).
+//!
+//! | method | path | what |
+//! |---|---|---|
+//! | GET | `/v1/health` | `{"status": "ok"|"degraded"|"failing", "pods", "notes", "failure"}` |
+//! | GET | `/v1/machine` | the discovered machine (the JSON of `topomgr topology`) |
+//! | POST | `/v1/pods` | admit the Pod manifest(s) of the body (YAML or JSON): the JSON of `topomgr admit` |
+//! | GET | `/v1/pods` | `{"pods": [...], "attachments": {uid: {container: cgroup}}}` |
+//! | GET | `/v1/pods/{uid}` | one pod's admission JSON |
+//! | DELETE | `/v1/pods/{uid}` | release the pod; answers its admission JSON |
+//! | POST | `/v1/pods/{uid}/containers/{container}/attach` | body `{"cgroup": "path"}`: write the container's cpuset/mems |
+//! | GET | `/metrics` | Prometheus text |
+//!
+//! Errors are `{"error": "<message>", "reason": "<code>"}` with status 400
+//! (bad input), 403 (peer not allowed), 404 (unknown pod or container), 422
+//! (cgroup problem), 500 (provider errors on release), 503 (state cannot be
+//! saved, or shutting down). `docs/api/openapi.yaml` documents the same.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::connect_info::Connected;
+use axum::extract::{ConnectInfo, Path as UrlPath, Request, State};
+use axum::http::{header, StatusCode};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::serve::IncomingStream;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use tokio::net::UnixListener;
+use topomgr_sdk::Machine;
+use tracing::{debug, info};
+
+use super::access::{AccessPolicy, Peer};
+use super::engine::{Command, Engine, EngineError, Reply};
+use super::metrics::Metrics;
+
+/// Shared state of the handlers.
+#[derive(Clone)]
+pub struct AppState {
+    /// The admission engine.
+    pub engine: Engine,
+    /// The discovered machine.
+    pub machine: Arc<Machine>,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Who may connect.
+    pub access: Arc<AccessPolicy>,
+}
+
+/// Credentials of the peer of one connection, taken at accept.
+#[derive(Debug, Clone, Copy)]
+pub struct PeerConn(pub Option<Peer>);
+
+impl Connected<IncomingStream<'_, UnixListener>> for PeerConn {
+    fn connect_info(stream: IncomingStream<'_, UnixListener>) -> Self {
+        PeerConn(stream.io().peer_cred().ok().map(|c| Peer {
+            uid: c.uid(),
+            gid: c.gid(),
+            pid: c.pid(),
+        }))
+    }
+}
+
+/// An error answer.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    reason: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, reason: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(json!({"error": self.message, "reason": self.reason})),
+        )
+            .into_response()
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> ApiError {
+        let (status, reason) = match &e {
+            EngineError::UnknownPod(_) => (StatusCode::NOT_FOUND, "UnknownPod"),
+            EngineError::UnknownContainer { .. } => (StatusCode::NOT_FOUND, "UnknownContainer"),
+            EngineError::ReleaseErrors(_) => (StatusCode::INTERNAL_SERVER_ERROR, "ReleaseErrors"),
+            EngineError::Cgroup(_) => (StatusCode::UNPROCESSABLE_ENTITY, "CgroupError"),
+            EngineError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "StateNotSaved"),
+            EngineError::Stopped => (StatusCode::SERVICE_UNAVAILABLE, "ShuttingDown"),
+        };
+        ApiError::new(status, reason, e.to_string())
+    }
+}
+
+/// The router with every endpoint and the peer-credential check.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/health", get(health))
+        .route("/v1/machine", get(machine))
+        .route("/v1/pods", post(admit).get(list_pods))
+        .route("/v1/pods/{uid}", get(get_pod).delete(release_pod))
+        .route("/v1/pods/{uid}/containers/{container}/attach", post(attach))
+        .route("/metrics", get(metrics))
+        .layer(middleware::from_fn_with_state(state.clone(), check_peer))
+        .with_state(state)
+}
+
+async fn check_peer(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<PeerConn>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let allowed = match peer.0 {
+        Some(p) => state.access.check(&p),
+        None => {
+            tracing::warn!("connection refused: peer credentials unavailable");
+            false
+        }
+    };
+    if !allowed {
+        let who = peer
+            .0
+            .map(|p| format!("uid {} gid {}", p.uid, p.gid))
+            .unwrap_or_else(|| "unknown peer".to_owned());
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            format!(
+                "{who} may not use topomgr: only root and members of group {:?} may",
+                state.access.group
+            ),
+        )
+        .into_response();
+    }
+    next.run(req).await
+}
+
+async fn health(State(state): State<AppState>) -> Response {
+    let snap = state.engine.snapshot();
+    let status = if snap.failure.is_some() {
+        "failing"
+    } else if snap.restore_notes.is_empty() {
+        "ok"
+    } else {
+        "degraded"
+    };
+    let code = if snap.failure.is_some() {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    };
+    (
+        code,
+        Json(json!({
+            "status": status,
+            "pods": snap.pods.len(),
+            "exclusive_cpus": snap.exclusive_cpus.to_string(),
+            "shared_pool": snap.shared_pool.to_string(),
+            "notes": snap.restore_notes,
+            "failure": snap.failure,
+        })),
+    )
+        .into_response()
+}
+
+async fn machine(State(state): State<AppState>) -> Json<Machine> {
+    Json(state.machine.as_ref().clone())
+}
+
+async fn admit(State(state): State<AppState>, body: Bytes) -> Result<Json<Value>, ApiError> {
+    let text = std::str::from_utf8(&body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "BadManifest",
+            format!("request body is not UTF-8: {e}"),
+        )
+    })?;
+    let pods = crate::manifest::parse_pods(text, "<request body>")
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "BadManifest", e.to_string()))?;
+    debug!(pods = pods.len(), "admission requested");
+    match state.engine.submit(Command::Admit(pods)).await? {
+        Reply::Admitted(results) => {
+            let pods: Vec<Value> = results.iter().map(|r| r.to_json()).collect();
+            Ok(Json(json!({ "pods": pods })))
+        }
+        other => Err(unexpected(&other)),
+    }
+}
+
+fn unexpected(reply: &Reply) -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "Internal",
+        format!("the engine answered with an unexpected reply: {reply:?}"),
+    )
+}
+
+async fn list_pods(State(state): State<AppState>) -> Json<Value> {
+    let snap = state.engine.snapshot();
+    let pods: Vec<Value> = snap.pods.values().map(|r| r.to_json()).collect();
+    Json(json!({ "pods": pods, "attachments": snap.attachments }))
+}
+
+async fn get_pod(
+    State(state): State<AppState>,
+    UrlPath(uid): UrlPath<String>,
+) -> Result<Json<Value>, ApiError> {
+    let snap = state.engine.snapshot();
+    snap.pods
+        .get(&uid)
+        .map(|r| Json(r.to_json()))
+        .ok_or_else(|| EngineError::UnknownPod(uid).into())
+}
+
+async fn release_pod(
+    State(state): State<AppState>,
+    UrlPath(uid): UrlPath<String>,
+) -> Result<Json<Value>, ApiError> {
+    match state.engine.submit(Command::Release(uid)).await? {
+        Reply::Released(r) => Ok(Json(r.to_json())),
+        other => Err(unexpected(&other)),
+    }
+}
+
+/// Body of the attach endpoint.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AttachBody {
+    cgroup: String,
+}
+
+async fn attach(
+    State(state): State<AppState>,
+    UrlPath((uid, container)): UrlPath<(String, String)>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let b: AttachBody = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            format!("attach body must be {{\"cgroup\": \"<path under the cgroup root>\"}}: {e}"),
+        )
+    })?;
+    let cmd = Command::Attach {
+        uid,
+        container,
+        cgroup: b.cgroup,
+    };
+    match state.engine.submit(cmd).await? {
+        Reply::Attached(a) => Ok(Json(json!({
+            "uid": a.uid,
+            "container": a.container,
+            "cgroup": a.cgroup,
+            "cpus": a.cpus.to_string(),
+            "mems": a.mems.to_string(),
+        }))),
+        other => Err(unexpected(&other)),
+    }
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.render(),
+    )
+        .into_response()
+}
+
+/// Serve `state` on `listener` until `shutdown` completes, then remove `socket`.
+pub async fn serve(
+    listener: UnixListener,
+    socket: PathBuf,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = router(state).into_make_service_with_connect_info::<PeerConn>();
+    let result = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await;
+    if let Err(e) = std::fs::remove_file(&socket) {
+        debug!(socket = %socket.display(), error = %e, "socket not removed");
+    }
+    info!(socket = %socket.display(), "stopped serving");
+    result
+}

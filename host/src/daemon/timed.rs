@@ -1,0 +1,231 @@
+//! Provider calls with a deadline, off the async runtime.
+//!
+//! [`TimedProvider`] wraps one loaded provider: the provider lives on its own
+//! OS thread and every call is a job sent there; the caller waits at most the
+//! configured deadline. A call that misses it fails with reason
+//! [`PROVIDER_TIMEOUT`] (so that admission fails and is rolled back), the
+//! provider is marked *stuck*, and every later call fails at once with the
+//! same reason until the stuck call returns. An `allocate` that completes
+//! after its caller gave up is released again on the provider's thread, so a
+//! late answer never leaks resources.
+//!
+//! Every call's duration is recorded in [`Metrics`] as
+//! `provider_call_duration_seconds{provider, call}`.
+
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use topomgr_sdk::{Allocation, ContainerView, PodView, ProviderError, ProviderHints, TopologyHint};
+use tracing::{error, info, warn};
+
+use super::metrics::Metrics;
+use crate::provider::HintProvider;
+
+/// Reason of a provider call that missed its deadline or hit a stuck provider.
+pub const PROVIDER_TIMEOUT: &str = "ProviderTimeout";
+
+/// A call that its caller gave up on.
+#[derive(Debug, Clone)]
+struct Abandoned {
+    call: &'static str,
+    since: Instant,
+}
+
+type Job = Box<dyn FnOnce(&mut dyn HintProvider, &Mutex<Option<Abandoned>>) + Send>;
+
+/// Undoes a call that succeeded after its caller gave up.
+type Undo = Box<dyn FnOnce(&mut dyn HintProvider) + Send>;
+
+/// One provider on its own thread, called with a deadline.
+pub struct TimedProvider {
+    name: String,
+    timeout: Duration,
+    jobs: mpsc::Sender<Job>,
+    abandoned: Arc<Mutex<Option<Abandoned>>>,
+    metrics: Arc<Metrics>,
+}
+
+fn lock(m: &Mutex<Option<Abandoned>>) -> MutexGuard<'_, Option<Abandoned>> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl TimedProvider {
+    /// Move `provider` onto its own thread; calls wait at most `timeout`.
+    pub fn spawn(
+        provider: Box<dyn HintProvider>,
+        timeout: Duration,
+        metrics: Arc<Metrics>,
+    ) -> std::io::Result<TimedProvider> {
+        let name = provider.name().to_owned();
+        let (jobs, rx) = mpsc::channel::<Job>();
+        let abandoned = Arc::new(Mutex::new(None));
+        let slot = Arc::clone(&abandoned);
+        thread::Builder::new()
+            .name(format!("provider-{name}"))
+            .spawn(move || {
+                let mut provider = provider;
+                while let Ok(job) = rx.recv() {
+                    job(provider.as_mut(), &slot);
+                }
+            })?;
+        Ok(TimedProvider {
+            name,
+            timeout,
+            jobs,
+            abandoned,
+            metrics,
+        })
+    }
+
+    /// Whether a call that timed out is still running in the provider.
+    pub fn is_stuck(&self) -> bool {
+        lock(&self.abandoned).is_some()
+    }
+
+    fn timeout_error(&self, call: &str) -> ProviderError {
+        ProviderError::new(
+            PROVIDER_TIMEOUT,
+            format!(
+                "provider {:?} did not answer {call} within {} ms; it is not called again until that call returns",
+                self.name,
+                self.timeout.as_millis()
+            ),
+        )
+    }
+
+    /// Run `f` on the provider's thread with the deadline. `undo` runs on
+    /// that thread when the call succeeds after its caller gave up.
+    fn call<T: Send + 'static>(
+        &self,
+        call: &'static str,
+        f: impl FnOnce(&mut dyn HintProvider) -> Result<T, ProviderError> + Send + 'static,
+        undo: Option<Undo>,
+    ) -> Result<T, ProviderError> {
+        if let Some(a) = lock(&self.abandoned).as_ref() {
+            return Err(ProviderError::new(
+                PROVIDER_TIMEOUT,
+                format!(
+                    "provider {:?} is still running a {} call that timed out {} ms ago; it is not called until that call returns",
+                    self.name,
+                    a.call,
+                    a.since.elapsed().as_millis()
+                ),
+            ));
+        }
+        let (tx, rx) = mpsc::sync_channel::<Result<T, ProviderError>>(1);
+        let name = self.name.clone();
+        let job: Job = Box::new(move |p, slot| {
+            let result = f(p);
+            let mut gave_up = lock(slot);
+            if let Some(a) = gave_up.take() {
+                warn!(provider = %name, call = a.call, late_ms = a.since.elapsed().as_millis() as u64, "provider answered after its deadline; the provider is usable again");
+                if result.is_ok() {
+                    if let Some(undo) = undo {
+                        undo(p);
+                        info!(provider = %name, call = a.call, "late allocation released");
+                    }
+                }
+            } else {
+                let _ = tx.send(result);
+            }
+        });
+        let start = Instant::now();
+        if self.jobs.send(job).is_err() {
+            error!(provider = %self.name, "provider thread is gone");
+            return Err(ProviderError::new(
+                "ProviderUnavailable",
+                format!("provider {:?} is not running (its thread ended)", self.name),
+            ));
+        }
+        let result = match rx.recv_timeout(self.timeout) {
+            Ok(r) => r,
+            Err(RecvTimeoutError::Timeout) => {
+                let mut slot = lock(&self.abandoned);
+                // The answer may have arrived between the timeout and the lock.
+                match rx.try_recv() {
+                    Ok(r) => r,
+                    Err(_) => {
+                        *slot = Some(Abandoned {
+                            call,
+                            since: start + self.timeout,
+                        });
+                        drop(slot);
+                        warn!(provider = %self.name, call, timeout_ms = self.timeout.as_millis() as u64, "provider call timed out");
+                        self.metrics.provider_timeout(&self.name, call);
+                        Err(self.timeout_error(call))
+                    }
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => Err(ProviderError::new(
+                "ProviderUnavailable",
+                format!("provider {:?} dropped a {call} call", self.name),
+            )),
+        };
+        self.metrics
+            .provider_call(&self.name, call, start.elapsed().as_secs_f64());
+        result
+    }
+}
+
+impl HintProvider for TimedProvider {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn topology_hints(
+        &mut self,
+        pod: &PodView,
+        container: &ContainerView,
+    ) -> Result<ProviderHints, ProviderError> {
+        let (pod, container) = (pod.clone(), container.clone());
+        self.call(
+            "topology_hints",
+            move |p| p.topology_hints(&pod, &container),
+            None,
+        )
+    }
+
+    fn pod_topology_hints(&mut self, pod: &PodView) -> Result<ProviderHints, ProviderError> {
+        let pod = pod.clone();
+        self.call(
+            "pod_topology_hints",
+            move |p| p.pod_topology_hints(&pod),
+            None,
+        )
+    }
+
+    fn allocate(
+        &mut self,
+        pod: &PodView,
+        container: &ContainerView,
+        hint: &TopologyHint,
+    ) -> Result<Allocation, ProviderError> {
+        let (uid, cname) = (pod.uid.clone(), container.name.clone());
+        let (pod, container, hint) = (pod.clone(), container.clone(), *hint);
+        self.call(
+            "allocate",
+            move |p| p.allocate(&pod, &container, &hint),
+            Some(Box::new(move |p| {
+                if let Err(e) = p.release(&uid, &cname) {
+                    warn!(provider = p.name(), pod = %uid, container = %cname, error = %e, "releasing a late allocation failed");
+                }
+            })),
+        )
+    }
+
+    fn release(&mut self, pod_uid: &str, container: &str) -> Result<(), ProviderError> {
+        let (uid, cname) = (pod_uid.to_owned(), container.to_owned());
+        self.call("release", move |p| p.release(&uid, &cname), None)
+    }
+
+    fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
+        self.call("checkpoint", |p| p.checkpoint(), None)
+    }
+
+    fn restore(&mut self, data: &[u8]) -> Result<(), ProviderError> {
+        let data = data.to_vec();
+        self.call("restore", move |p| p.restore(&data), None)
+    }
+}

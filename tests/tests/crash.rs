@@ -1,0 +1,278 @@
+//! Crash test of `topomgr serve`: a storm of admissions and releases from
+//! several client threads while the daemon is killed with SIGKILL at random
+//! moments, restarted each time, and checked:
+//! - every admission a client saw acknowledged is present after the restart,
+//!   with the same devices; every acknowledged release stays released;
+//! - no widget is assigned twice (the SDK's example widget provider has 8
+//!   widgets on the example 4-node machine, so double assignment shows);
+//! - released widgets are free again (at the end every pod is released and 8
+//!   one-widget pods must all be admitted).
+//!
+//! A request in flight at the kill may or may not have happened; its pod is
+//! then taken as the daemon reports it.
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::Value;
+use topomgr::daemon::client::Client;
+
+const KILLS: usize = 50;
+const THREADS: usize = 4;
+const PODS_PER_THREAD: usize = 4;
+const WIDGETS: usize = 8;
+
+/// What the client side knows about one pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Known {
+    /// Acknowledged admitted with these widgets.
+    Admitted(Vec<String>),
+    /// Acknowledged absent (released, rejected, or never admitted).
+    Absent,
+    /// A request was in flight when the daemon died.
+    Unknown,
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+fn uid(t: usize, i: usize) -> String {
+    format!("crash-{t}-{i}")
+}
+
+fn manifest(uid: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {uid}\n  namespace: crash\n  uid: {uid}\nspec:\n  containers:\n  - name: app\n    resources:\n      limits:\n        cpu: \"1\"\n        memory: 1Gi\n        example.com/widget: 1\n"
+    )
+}
+
+fn widgets_of(pod: &Value) -> Vec<String> {
+    pod["containers"][0]["devices"]["example.com/widget"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.as_str().map(str::to_owned))
+        .collect()
+}
+
+fn start(config: &Path, socket: &Path) -> Child {
+    let mut child = Command::new(common::topomgr_bin())
+        .arg("--config")
+        .arg(config)
+        .arg("serve")
+        .arg("--socket")
+        .arg(socket)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start topomgr serve");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if Client::new(socket)
+            .get("/v1/health")
+            .is_ok_and(|r| r.status == 200)
+        {
+            return child;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    panic!("daemon did not become ready on {}", socket.display());
+}
+
+/// One client thread: flip its pods between admitted and released until a
+/// request fails (the daemon was killed).
+fn storm(
+    socket: PathBuf,
+    t: usize,
+    mut known: Vec<Known>,
+    seed: u64,
+    stop: Arc<AtomicBool>,
+) -> Vec<Known> {
+    let mut rng = Rng(seed | 1);
+    let mut c = Client::new(&socket);
+    while !stop.load(Ordering::Relaxed) {
+        let i = rng.below(PODS_PER_THREAD as u64) as usize;
+        let u = uid(t, i);
+        let admit = known[i] == Known::Absent;
+        let before = known[i].clone();
+        known[i] = Known::Unknown;
+        let resp = if admit {
+            c.admit(&manifest(&u))
+        } else {
+            c.release(&u)
+        };
+        let Ok(resp) = resp else {
+            return known;
+        };
+        known[i] = match (admit, resp.status) {
+            (true, 200) => {
+                let v = resp.json().expect("admit answer is JSON");
+                let pod = &v["pods"][0];
+                if pod["admitted"] == true {
+                    Known::Admitted(widgets_of(pod))
+                } else {
+                    assert_eq!(pod["reason"], "TopologyAffinityError", "{pod}");
+                    Known::Absent
+                }
+            }
+            (false, 200) => Known::Absent,
+            (_, s) => panic!(
+                "pod {u}: {} answered {s}: {} (was {before:?})",
+                if admit { "admit" } else { "release" },
+                resp.error_message()
+            ),
+        };
+    }
+    known
+}
+
+/// Check the restarted daemon against what clients saw; returns the truth.
+fn verify(socket: &Path, known: &[Vec<Known>], kill: usize) -> Vec<Vec<Known>> {
+    let listed = Client::new(socket).get("/v1/pods").unwrap().json().unwrap();
+    let mut present: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut taken: BTreeSet<String> = BTreeSet::new();
+    for pod in listed["pods"].as_array().unwrap() {
+        let w = widgets_of(pod);
+        assert_eq!(w.len(), 1, "after kill {kill}: {pod}");
+        for id in &w {
+            assert!(
+                taken.insert(id.clone()),
+                "after kill {kill}: widget {id} assigned twice: {listed}"
+            );
+        }
+        present.insert(pod["uid"].as_str().unwrap().to_owned(), w);
+    }
+    let mut truth = Vec::new();
+    for (t, pods) in known.iter().enumerate() {
+        let mut row = Vec::new();
+        for (i, k) in pods.iter().enumerate() {
+            let u = uid(t, i);
+            match (k, present.get(&u)) {
+                (Known::Admitted(w), Some(p)) => {
+                    assert_eq!(w, p, "after kill {kill}: pod {u} changed widgets")
+                }
+                (Known::Admitted(w), None) => {
+                    panic!("after kill {kill}: acknowledged pod {u} ({w:?}) is gone")
+                }
+                (Known::Absent, Some(p)) => {
+                    panic!("after kill {kill}: released pod {u} is back with {p:?}")
+                }
+                (Known::Absent, None) | (Known::Unknown, _) => {}
+            }
+            row.push(match present.get(&u) {
+                Some(w) => Known::Admitted(w.clone()),
+                None => Known::Absent,
+            });
+        }
+        truth.push(row);
+    }
+    truth
+}
+
+#[test]
+fn kill_9_storm_loses_nothing_and_never_double_assigns() {
+    let p = common::plugins();
+    let dir = common::scratch_dir("crash");
+    let config = dir.join("topomgr.toml");
+    fs::write(
+        &config,
+        format!(
+            "policy = \"single-numa-node\"\nsysfs_root = \"{}\"\nstate_dir = \"state\"\n[providers.widgets]\nlibrary = \"{}\"\n[providers.widgets.config]\nwidgets_per_node = 2\n",
+            common::workspace_root().join("examples/machines/2s4n/sys").display(),
+            p.widgets.display()
+        ),
+    )
+    .unwrap();
+    let socket = dir.join("t.sock");
+    let seed = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(42);
+    println!("crash test seed {seed}");
+    let mut rng = Rng(seed | 1);
+    let mut known: Vec<Vec<Known>> = vec![vec![Known::Absent; PODS_PER_THREAD]; THREADS];
+    let (mut acked_ops, mut kills) = (0usize, 0usize);
+    let started = Instant::now();
+    while kills < KILLS {
+        let mut child = start(&config, &socket);
+        if kills > 0 {
+            known = verify(&socket, &known, kills);
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let handles: Vec<_> = known
+            .iter()
+            .cloned()
+            .enumerate()
+            .map(|(t, k)| {
+                let (s, stop, seed) = (socket.clone(), Arc::clone(&stop), rng.next());
+                std::thread::spawn(move || storm(s, t, k, seed, stop))
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(10 + rng.below(120)));
+        child.kill().expect("kill -9 the daemon");
+        let _ = child.wait();
+        kills += 1;
+        stop.store(true, Ordering::Relaxed);
+        let before = known.clone();
+        known = handles
+            .into_iter()
+            .map(|h| h.join().expect("client thread"))
+            .collect();
+        acked_ops += before
+            .iter()
+            .flatten()
+            .zip(known.iter().flatten())
+            .filter(|(a, b)| a != b && **b != Known::Unknown)
+            .count();
+    }
+    // Last restart: check, then release everything and prove all widgets are free.
+    let child = start(&config, &socket);
+    let truth = verify(&socket, &known, kills);
+    let mut c = Client::new(&socket);
+    for (t, row) in truth.iter().enumerate() {
+        for (i, k) in row.iter().enumerate() {
+            if matches!(k, Known::Admitted(_)) {
+                assert_eq!(c.release(&uid(t, i)).unwrap().status, 200);
+            }
+        }
+    }
+    let mut all = BTreeSet::new();
+    for n in 0..WIDGETS {
+        let v = c
+            .admit(&manifest(&format!("free-{n}")))
+            .unwrap()
+            .json()
+            .unwrap();
+        assert_eq!(v["pods"][0]["admitted"], true, "widget {n} not free: {v}");
+        all.extend(widgets_of(&v["pods"][0]));
+    }
+    assert_eq!(all.len(), WIDGETS);
+    let mut child = child;
+    let _ = child.kill();
+    let _ = child.wait();
+    println!(
+        "crash test: survived {kills} kill -9s, {acked_ops} pods changed state under acknowledged requests, {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+}

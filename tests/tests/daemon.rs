@@ -1,0 +1,471 @@
+//! `topomgr serve` end to end: the real binary on a Unix socket, the SDK's
+//! example widget provider (or the mock), the example 2-socket 4-node machine.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt as _;
+use std::os::unix::process::CommandExt as _;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use topomgr::daemon::client::Client;
+
+/// A running daemon; killed when dropped.
+pub struct Daemon {
+    child: Child,
+    pub socket: PathBuf,
+    pub config: PathBuf,
+}
+
+impl Daemon {
+    pub fn start(config: &Path, socket: &Path) -> Daemon {
+        let child = Command::new(common::topomgr_bin())
+            .arg("--config")
+            .arg(config)
+            .arg("serve")
+            .arg("--socket")
+            .arg(socket)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start topomgr serve");
+        let d = Daemon {
+            child,
+            socket: socket.to_path_buf(),
+            config: config.to_path_buf(),
+        };
+        d.wait_ready();
+        d
+    }
+
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if Client::new(&self.socket)
+                .get("/v1/health")
+                .is_ok_and(|r| r.status == 200)
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("daemon on {} did not become ready", self.socket.display());
+    }
+
+    pub fn client(&self) -> Client {
+        Client::new(&self.socket)
+    }
+
+    /// SIGTERM and wait; returns stderr.
+    pub fn stop(mut self) -> String {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let out = std::mem::replace(
+            &mut self.child,
+            Command::new("true").spawn().expect("spawn true"),
+        )
+        .wait_with_output()
+        .expect("wait for daemon");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A config dir using the 2s4n example machine and `providers` (TOML).
+fn config_dir(tag: &str, providers: &str) -> PathBuf {
+    let dir = common::scratch_dir(tag);
+    let root = common::workspace_root();
+    fs::write(
+        dir.join("topomgr.toml"),
+        format!(
+            "policy = \"single-numa-node\"\nsysfs_root = \"{}\"\nstate_dir = \"state\"\ncgroup_root = \"cgroup\"\n{providers}",
+            root.join("examples/machines/2s4n/sys").display()
+        ),
+    )
+    .unwrap();
+    dir
+}
+
+fn widgets_config(tag: &str) -> PathBuf {
+    let p = common::plugins();
+    config_dir(
+        tag,
+        &format!(
+            "[providers.widgets]\nlibrary = \"{}\"\n[providers.widgets.config]\nwidgets_per_node = 2\n",
+            p.widgets.display()
+        ),
+    )
+}
+
+fn example_pod(name: &str) -> String {
+    fs::read_to_string(common::workspace_root().join("examples/pods").join(name)).unwrap()
+}
+
+const WIDGETS_UID: &str = "6f1c2a3e-0002-4c8e-9a51-000000000002";
+
+fn widgets_pod_json(node: u32, ids: &[&str]) -> Value {
+    json!({
+        "uid": WIDGETS_UID, "name": "guaranteed-widgets", "namespace": "ml",
+        "qos": "Guaranteed", "admitted": true, "reason": null, "message": null,
+        "containers": [{
+            "name": "trainer", "affinity": [node], "preferred": true,
+            "cpus": "", "exclusive": false, "mems": node.to_string(),
+            "devices": {"example.com/widget": ids},
+            "env": {"WIDGET_DEVICES": ids.join(",")}
+        }]
+    })
+}
+
+#[test]
+fn api_admit_list_get_release_metrics_and_machine() {
+    let dir = widgets_config("daemon-api");
+    let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
+    let mut c = d.client();
+
+    let mode = fs::metadata(&d.socket).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o660);
+
+    let r = c.admit(&example_pod("guaranteed-widgets.yaml")).unwrap();
+    assert_eq!(r.status, 200);
+    let expected = widgets_pod_json(0, &["widget-0-0", "widget-0-1"]);
+    assert_eq!(r.json().unwrap(), json!({"pods": [expected.clone()]}));
+
+    // Admitting the same uid again is idempotent.
+    let r = c.admit(&example_pod("guaranteed-widgets.yaml")).unwrap();
+    assert_eq!(r.json().unwrap(), json!({"pods": [expected.clone()]}));
+
+    let r = c.get("/v1/pods").unwrap();
+    assert_eq!(
+        r.json().unwrap(),
+        json!({"pods": [expected.clone()], "attachments": {}})
+    );
+    let r = c.get(&format!("/v1/pods/{WIDGETS_UID}")).unwrap();
+    assert_eq!((r.status, r.json().unwrap()), (200, expected.clone()));
+
+    let machine = c.get("/v1/machine").unwrap().json().unwrap();
+    assert_eq!(machine["numa_nodes"].as_array().unwrap().len(), 4);
+    assert_eq!(machine["cpus"].as_array().unwrap().len(), 16);
+
+    let r = c
+        .post("/v1/pods", "application/yaml", b"kind: Pod\nspec: 3\n")
+        .unwrap();
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json().unwrap()["reason"], "BadManifest");
+
+    let metrics = String::from_utf8(c.get("/metrics").unwrap().body).unwrap();
+    for line in [
+        "topomgr_topology_manager_admission_requests_total 2",
+        "topomgr_topology_manager_admission_duration_seconds_count 2",
+        "topomgr_provider_call_duration_seconds_count{provider=\"widgets\",call=\"topology_hints\"} 1",
+        "topomgr_provider_call_duration_seconds_count{provider=\"widgets\",call=\"allocate\"} 1",
+        "topomgr_cpu_manager_exclusive_cpu_allocation_count 0",
+        "topomgr_cpu_manager_shared_pool_size_millicores 16000",
+        "topomgr_admitted_pods 1",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line:?} missing:\n{metrics}");
+    }
+
+    let r = c.release(WIDGETS_UID).unwrap();
+    assert_eq!((r.status, r.json().unwrap()), (200, expected));
+    let r = c.get(&format!("/v1/pods/{WIDGETS_UID}")).unwrap();
+    assert_eq!(
+        (r.status, r.json().unwrap()),
+        (
+            404,
+            json!({"error": format!("no admitted pod with uid {WIDGETS_UID:?}"), "reason": "UnknownPod"})
+        )
+    );
+    let health = c.get("/v1/health").unwrap().json().unwrap();
+    assert_eq!(
+        health,
+        json!({"status": "ok", "pods": 0, "exclusive_cpus": "", "shared_pool": "0-15", "notes": [], "failure": null})
+    );
+    d.stop();
+    assert!(!dir.join("t.sock").exists(), "socket removed on SIGTERM");
+}
+
+#[test]
+fn cli_clients_match_in_process_admit() {
+    let dir = widgets_config("daemon-cli");
+    let config = dir.join("topomgr.toml");
+    let d = Daemon::start(&config, &dir.join("t.sock"));
+    let pods = common::workspace_root().join("examples/pods/two-pods.yaml");
+    let topomgr = |args: &[&str]| {
+        Command::new(common::topomgr_bin())
+            .arg("--config")
+            .arg(&config)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let via_daemon = topomgr(&[
+        "admit",
+        "--socket",
+        &d.socket.to_string_lossy(),
+        &pods.to_string_lossy(),
+    ]);
+    assert!(
+        via_daemon.status.success(),
+        "{}",
+        String::from_utf8_lossy(&via_daemon.stderr)
+    );
+    let in_process = topomgr(&["admit", &pods.to_string_lossy()]);
+    assert!(in_process.status.success());
+    assert_eq!(
+        String::from_utf8_lossy(&via_daemon.stdout),
+        String::from_utf8_lossy(&in_process.stdout)
+    );
+
+    let listed = topomgr(&["pods", "--socket", &d.socket.to_string_lossy()]);
+    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
+    let admitted: Value = serde_json::from_slice(&via_daemon.stdout).unwrap();
+    let mut want = admitted["pods"].as_array().unwrap().clone();
+    want.sort_by_key(|p| p["uid"].as_str().unwrap().to_owned());
+    assert_eq!(listed, json!({"pods": want, "attachments": {}}));
+
+    let uid = want[0]["uid"].as_str().unwrap().to_owned();
+    let out = topomgr(&["release", "--socket", &d.socket.to_string_lossy(), &uid]);
+    assert!(out.status.success());
+    let out = topomgr(&["release", "--socket", &d.socket.to_string_lossy(), &uid]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!("topomgr: error: daemon answered 404: no admitted pod with uid {uid:?}\n")
+    );
+    let missing = topomgr(&["pods", "--socket", &dir.join("none.sock").to_string_lossy()]);
+    assert_eq!(missing.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).starts_with(&format!(
+            "topomgr: error: cannot connect to the topomgr daemon at {}: ",
+            dir.join("none.sock").display()
+        ))
+    );
+}
+
+#[test]
+fn second_daemon_on_same_state_dir_is_refused_and_restart_restores() {
+    let dir = widgets_config("daemon-lock");
+    let config = dir.join("topomgr.toml");
+    let d = Daemon::start(&config, &dir.join("a.sock"));
+    let r = d
+        .client()
+        .admit(&example_pod("guaranteed-widgets.yaml"))
+        .unwrap();
+    assert_eq!(r.status, 200);
+
+    let out = Command::new(common::topomgr_bin())
+        .arg("--config")
+        .arg(&config)
+        .args(["serve", "--socket"])
+        .arg(dir.join("b.sock"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let state = dir.join("state");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "topomgr: error: state directory {} is in use by another topomgr daemon (pid {}) (lock {}); stop it, or give this one another state_dir\n",
+            state.display(),
+            d.child.id(),
+            state.join("topomgr.lock").display()
+        )
+    );
+
+    // kill -9, restart: the pod is still there, its widgets still taken.
+    drop(d);
+    let d = Daemon::start(&config, &dir.join("a.sock"));
+    let mut c = d.client();
+    let r = c.get(&format!("/v1/pods/{WIDGETS_UID}")).unwrap();
+    assert_eq!(
+        r.json().unwrap(),
+        widgets_pod_json(0, &["widget-0-0", "widget-0-1"])
+    );
+    let other = example_pod("guaranteed-widgets.yaml")
+        .replace(WIDGETS_UID, "other-uid")
+        .replace("name: guaranteed-widgets", "name: other");
+    let r = c.admit(&other).unwrap().json().unwrap();
+    assert_eq!(
+        r["pods"][0]["containers"][0]["devices"],
+        json!({"example.com/widget": ["widget-1-0", "widget-1-1"]})
+    );
+
+    // A damaged state file stops the next start with a clear message.
+    d.stop();
+    let path = state.join("state.ckpt");
+    let mut bytes = fs::read(&path).unwrap();
+    let n = bytes.len();
+    bytes[n - 5] ^= 0x20;
+    fs::write(&path, bytes).unwrap();
+    let out = Command::new(common::topomgr_bin())
+        .arg("--config")
+        .arg(&config)
+        .args(["serve", "--socket"])
+        .arg(dir.join("a.sock"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with(&format!(
+            "topomgr: error: restoring state: {}: state file is damaged: SHA-256 of the body is ",
+            path.display()
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn provider_timeout_fails_the_admission_not_the_daemon() {
+    let p = common::plugins();
+    let dir = config_dir(
+        "daemon-timeout",
+        &format!(
+            "[daemon]\nprovider_timeout_ms = 200\n[providers.mock]\nlibrary = \"{}\"\n[providers.mock.config]\nsleep_ms = 1500\n",
+            p.mock.display()
+        ),
+    );
+    let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
+    let mut c = d.client();
+    let pod = example_pod("guaranteed-widgets.yaml");
+    let r = c.admit(&pod).unwrap().json().unwrap();
+    assert_eq!(r["pods"][0]["admitted"], false);
+    assert_eq!(r["pods"][0]["reason"], "ProviderTimeout");
+    assert_eq!(
+        r["pods"][0]["message"],
+        "provider \"mock\" failed to give hints: provider \"mock\" did not answer topology_hints within 200 ms; it is not called again until that call returns"
+    );
+    // While the call is stuck, the next admission fails at once.
+    let start = Instant::now();
+    let r = c.admit(&pod).unwrap().json().unwrap();
+    assert!(start.elapsed() < Duration::from_millis(1000));
+    assert_eq!(r["pods"][0]["reason"], "ProviderTimeout");
+    let msg = r["pods"][0]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with("provider \"mock\" failed to give hints: provider \"mock\" is still running a topology_hints call that timed out "),
+        "{msg}"
+    );
+    let health = c.get("/v1/health").unwrap();
+    assert_eq!(health.status, 200);
+    let metrics = String::from_utf8(c.get("/metrics").unwrap().body).unwrap();
+    assert!(
+        metrics.lines().any(|l| l
+            == "topomgr_topology_manager_admission_errors_total{reason=\"ProviderTimeout\"} 2"),
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l
+                == "topomgr_provider_timeouts_total{provider=\"mock\",call=\"topology_hints\"} 1"),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn attach_writes_cpuset_and_mems_of_the_container() {
+    let dir = widgets_config("daemon-attach");
+    // An emulated cgroup v1 cpuset hierarchy (a plain directory tree).
+    let cg = dir.join("cgroup");
+    fs::create_dir_all(cg.join("kubepods/pod-w/trainer")).unwrap();
+    fs::write(cg.join("cpuset.cpus"), "0-15\n").unwrap();
+    fs::write(cg.join("cpuset.mems"), "0-3\n").unwrap();
+    let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
+    let mut c = d.client();
+    c.admit(&example_pod("guaranteed-widgets.yaml")).unwrap();
+    let r = c
+        .attach(WIDGETS_UID, "trainer", "kubepods/pod-w/trainer")
+        .unwrap();
+    assert_eq!(
+        (r.status, r.json().unwrap()),
+        (
+            200,
+            json!({"uid": WIDGETS_UID, "container": "trainer", "cgroup": "kubepods/pod-w/trainer", "cpus": "0-15", "mems": "0"})
+        )
+    );
+    let leaf = cg.join("kubepods/pod-w/trainer");
+    assert_eq!(
+        fs::read_to_string(leaf.join("cpuset.cpus")).unwrap().trim(),
+        "0-15"
+    );
+    assert_eq!(
+        fs::read_to_string(leaf.join("cpuset.mems")).unwrap().trim(),
+        "0"
+    );
+    let listed = c.get("/v1/pods").unwrap().json().unwrap();
+    assert_eq!(
+        listed["attachments"],
+        json!({WIDGETS_UID: {"trainer": "kubepods/pod-w/trainer"}})
+    );
+    let r = c.attach(WIDGETS_UID, "nope", "kubepods/x").unwrap();
+    assert_eq!(
+        (r.status, r.json().unwrap()),
+        (
+            404,
+            json!({"error": format!("pod {WIDGETS_UID:?} has no container \"nope\" (containers: trainer)"), "reason": "UnknownContainer"})
+        )
+    );
+    let r = c.attach(WIDGETS_UID, "trainer", "../escape").unwrap();
+    assert_eq!(r.status, 422);
+}
+
+#[test]
+fn peers_outside_root_and_the_group_get_403() {
+    if !fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
+    {
+        eprintln!("SKIP: peers_outside_root_and_the_group_get_403: not root");
+        return;
+    }
+    let dir = widgets_config("daemon-access");
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+    let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
+    // Open the file mode so only the peer-credential check stands in the way.
+    fs::set_permissions(&d.socket, fs::Permissions::from_mode(0o666)).unwrap();
+    let mut parent = dir.parent();
+    while let Some(p) = parent {
+        let m = fs::metadata(p).unwrap().permissions().mode();
+        if m & 0o001 == 0 {
+            eprintln!(
+                "SKIP: peers_outside_root_and_the_group_get_403: {} is not searchable by others",
+                p.display()
+            );
+            return;
+        }
+        parent = p.parent();
+    }
+    let out = Command::new("curl")
+        .args(["-s", "-w", "\n%{http_code}", "--unix-socket"])
+        .arg(&d.socket)
+        .arg("http://topomgr/v1/pods")
+        .uid(65534)
+        .gid(65534)
+        .output();
+    let Ok(out) = out else {
+        eprintln!("SKIP: peers_outside_root_and_the_group_get_403: curl not available");
+        return;
+    };
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        text,
+        "{\"error\":\"uid 65534 gid 65534 may not use topomgr: only root and members of group \\\"topomgr\\\" may\",\"reason\":\"Forbidden\"}\n403"
+    );
+    let log = d.stop();
+    assert!(
+        log.contains("connection refused: peer is neither root nor in the socket group"),
+        "{log}"
+    );
+}
