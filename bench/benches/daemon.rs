@@ -15,9 +15,10 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use topomgr::config::ProviderEntry;
 use topomgr::daemon::client::Client;
-use topomgr::daemon::{self, lock::StateLock, Daemon};
+use topomgr::daemon::{self, Daemon};
 use topomgr::policy::{NumaInfo, Policy, Scope};
 use topomgr::provider::HintProvider;
+use topomgr::state_lock::StateLock;
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

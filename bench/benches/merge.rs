@@ -30,6 +30,7 @@ fn compact(minimal: Vec<NumaMask>, w: u32) -> ProviderHints {
         "r".to_string(),
         Some(HintSet::Compact(CompactHints {
             minimal,
+            within: Vec::new(),
             preferred_width: w,
         })),
     )]))

@@ -449,20 +449,33 @@ fn describe(set: &Option<HintSet>) -> String {
                 format!("preferred on {s}")
             }
         }
-        Some(HintSet::Compact(c)) => {
-            let mins: Vec<String> = c
-                .minimal
-                .iter()
-                .take(4)
-                .map(|m| format!("{{{m}}}"))
-                .collect();
-            format!(
-                "fits on any superset of {} (preferred at {} node(s))",
-                mins.join(" or "),
-                c.preferred_width
-            )
-        }
+        Some(HintSet::Compact(c)) => format!(
+            "fits on {} (preferred at {} node(s))",
+            compact_summary(c, 4),
+            c.preferred_width
+        ),
     }
+}
+
+/// A compact hint set in words: each interval as `{0} or larger` (no bound)
+/// or `{0} up to {0-3}`, at most `limit` of them.
+pub fn compact_summary(c: &topomgr_sdk::CompactHints, limit: usize) -> String {
+    let all = c.minimal.len();
+    let mut parts: Vec<String> = c
+        .intervals()
+        .take(limit)
+        .map(|(lo, hi)| {
+            if c.within.is_empty() {
+                format!("{{{lo}}} or larger")
+            } else {
+                format!("{{{lo}}} up to {{{hi}}}")
+            }
+        })
+        .collect();
+    if all > limit {
+        parts.push(format!("{} more", all - limit));
+    }
+    parts.join(", ")
 }
 
 /// Which resources could not be aligned, and what each provider offered.

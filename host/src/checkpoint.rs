@@ -1,16 +1,15 @@
-//! Persisting admitted pods and provider state between runs (`--state-dir`).
+//! Persisting admitted pods and provider state (`state_dir`, `--state-dir`).
 //!
-//! Layout of a state directory:
-//! - `pods.json`: the admitted pods and their allocations;
-//! - `providers/<name>.state`: each provider's `checkpoint()` bytes.
-//!
-//! Every file is written atomically: a temporary file in the same directory,
+//! The daemon (`topomgr serve`) and the one-shot commands (`admit
+//! --state-dir`, `run`, `provider ... --state-dir`) share one format and one
+//! lock ([`crate::state_lock`]), so they can take turns on a state directory.
+//! Files are written atomically: a temporary file in the same directory,
 //! fsync, rename over the old file, fsync of the directory. A crash leaves
 //! either the old or the new file, never a torn one.
 //!
-//! # The daemon's state file
+//! # The state file
 //!
-//! `topomgr serve` keeps everything in ONE file, [`STATE_FILE`], so the host's
+//! Everything is kept in ONE file, [`STATE_FILE`], so the host's
 //! pod table and every provider's state change together in one atomic rename
 //! (two files could disagree after a crash between their renames, which
 //! could assign a CPU twice). The file is a versioned envelope:
@@ -113,35 +112,65 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), CheckpointError> {
     Ok(())
 }
 
-fn provider_file(dir: &Path, name: &str) -> PathBuf {
-    dir.join("providers").join(format!("{name}.state"))
+/// Restore the state of a one-shot command (`admit --state-dir`, `run`) from
+/// the same [`STATE_FILE`] the daemon uses; what the machine no longer has is
+/// logged and returned in [`Restored::issues`]. Take the
+/// [`crate::state_lock::StateLock`] first.
+pub fn restore(
+    dir: &Path,
+    admitter: &mut Admitter,
+    machine: &Machine,
+) -> Result<Restored, CheckpointError> {
+    let restored = restore_state(dir, admitter, machine, &boot_id())?;
+    for issue in &restored.issues {
+        tracing::warn!(state_dir = %dir.display(), %issue, "restored state names something this machine lacks");
+    }
+    Ok(restored)
 }
 
-/// Restore one provider's state from `dir` if a file exists for it.
+/// Save after a one-shot command, keeping the daemon's cgroup attachments.
+pub fn save(
+    dir: &Path,
+    admitter: &Admitter,
+    attachments: &Attachments,
+) -> Result<(), CheckpointError> {
+    save_state(dir, admitter, attachments, &boot_id())
+}
+
+/// Restore one provider (`topomgr provider NAME ... --state-dir`) from its
+/// part of [`STATE_FILE`], if the file has one.
 pub fn restore_provider(
     dir: &Path,
     provider: &mut dyn crate::provider::HintProvider,
 ) -> Result<(), CheckpointError> {
-    let path = provider_file(dir, provider.name());
-    match fs::read(&path) {
-        Ok(bytes) => provider
-            .restore(&bytes)
-            .map_err(|e| CheckpointError::Provider {
-                provider: provider.name().to_string(),
-                message: e.to_string(),
-                path,
-            }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(io(&path)(e)),
-    }
+    let path = dir.join(STATE_FILE);
+    let Some((_, mut body)) = read_state(&path)? else {
+        return Ok(());
+    };
+    let Some(hex) = body.providers.remove(provider.name()) else {
+        return Ok(());
+    };
+    let bytes = from_hex(&hex).ok_or_else(|| CheckpointError::Corrupt {
+        path: path.clone(),
+        reason: format!("provider {:?}: state is not hex", provider.name()),
+    })?;
+    provider
+        .restore(&bytes)
+        .map_err(|e| CheckpointError::Provider {
+            provider: provider.name().to_string(),
+            message: e.to_string(),
+            path,
+        })
 }
 
-/// Save one provider's state into `dir`.
+/// Save one provider's state into [`STATE_FILE`], keeping everything else
+/// the file holds (pods, other providers, attachments).
 pub fn save_provider(
     dir: &Path,
     provider: &dyn crate::provider::HintProvider,
 ) -> Result<(), CheckpointError> {
-    let path = provider_file(dir, provider.name());
+    let path = dir.join(STATE_FILE);
+    let mut body = read_state(&path)?.map(|(_, b)| b).unwrap_or_default();
     let bytes = provider
         .checkpoint()
         .map_err(|e| CheckpointError::Provider {
@@ -149,39 +178,9 @@ pub fn save_provider(
             message: e.to_string(),
             path: path.clone(),
         })?;
-    write_atomic(&path, &bytes)
-}
-
-/// Restore the admitted pods and every provider's state from `dir`.
-pub fn restore(dir: &Path, admitter: &mut Admitter) -> Result<(), CheckpointError> {
-    let path = dir.join("pods.json");
-    let pods: BTreeMap<String, AdmitResult> = match fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| CheckpointError::Corrupt {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
-        Err(e) => return Err(io(&path)(e)),
-    };
-    for p in admitter.providers_mut() {
-        restore_provider(dir, p.as_mut())?;
-    }
-    admitter.set_pods(pods);
-    Ok(())
-}
-
-/// Save the admitted pods and every provider's state into `dir`.
-pub fn save(dir: &Path, admitter: &Admitter) -> Result<(), CheckpointError> {
-    for p in admitter.providers() {
-        save_provider(dir, p.as_ref())?;
-    }
-    let path = dir.join("pods.json");
-    let bytes =
-        serde_json::to_vec_pretty(admitter.pods()).map_err(|e| CheckpointError::Corrupt {
-            path: path.clone(),
-            reason: e.to_string(),
-        })?;
-    write_atomic(&path, &bytes)
+    body.providers
+        .insert(provider.name().to_string(), to_hex(&bytes));
+    write_atomic(&path, &encode(&body, &boot_id())?)
 }
 
 /// File name of the daemon's single-file state in its state directory.
@@ -270,7 +269,13 @@ pub fn encode_state(
         })?;
         body.providers.insert(p.name().to_string(), to_hex(&bytes));
     }
-    let body = serde_json::to_vec(&body).map_err(|e| CheckpointError::Corrupt {
+    encode(&body, boot_id)
+}
+
+/// The envelope: a header line (format, version, boot id, SHA-256, length)
+/// and the JSON body.
+fn encode(body: &Body, boot_id: &str) -> Result<Vec<u8>, CheckpointError> {
+    let body = serde_json::to_vec(body).map_err(|e| CheckpointError::Corrupt {
         path: PathBuf::from(STATE_FILE),
         reason: format!("cannot serialize the state: {e}"),
     })?;

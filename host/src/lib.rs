@@ -14,4 +14,4 @@ pub mod plugin;
 pub mod policy;
 pub mod provider;
 pub mod quantity;
-pub mod run_state;
+pub mod state_lock;

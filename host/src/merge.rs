@@ -25,24 +25,42 @@
 //!    (dynamic programming over distinct masks), so the cost is
 //!    `providers x hints x distinct reachable masks`, never the product.
 //!
-//! Compact hint sets ("every superset of these minimal masks, preferred at
-//! width w") are merged without expanding them: reachable sets are kept as
-//! lattice intervals `[lo, hi]` (every mask between `lo` and `hi` is
-//! reachable): an explicit mask `x` maps `[lo, hi]` to `[lo & x, hi & x]`, a
-//! minimal mask `a` maps it to `[lo & a, hi]`. The best mask of a given width
-//! inside an interval is found directly (lowest extra node ids for the
-//! default comparator; an enumeration of the free nodes for prefer-closest).
+//! Compact hint sets (unions of intervals "every mask `M` with
+//! `a ⊆ M ⊆ u`", preferred at width w) are merged without expanding them:
+//! reachable sets are kept as lattice intervals `[lo, hi]` (every mask
+//! between `lo` and `hi` is reachable): an explicit mask `x` maps `[lo, hi]`
+//! to `[lo & x, hi & x]`, a compact interval `[a, u]` maps it to
+//! `[lo & a, hi & u]` (every `M` in between is `(M | lo) & (M | a)`, so the
+//! image is exactly that interval; it is dropped when `hi & u` is empty).
+//! Preferred candidates of compact lists are the width-`w` masks of
+//! `[a_1 | .. | a_k, u_1 & .. & u_k]`, one interval per list. The best mask
+//! of a given width inside an interval is found directly (lowest extra node
+//! ids for the default comparator; an enumeration of the free nodes for
+//! prefer-closest).
 
 use std::borrow::Cow;
 use std::collections::HashSet;
 
-use topomgr_sdk::{CompactHints, HintSet, NumaMask, ProviderHints, TopologyHint};
+use topomgr_sdk::{
+    CompactHints, CompactHintsError, HintSet, NumaMask, ProviderHints, TopologyHint,
+};
 
 use crate::policy::NumaInfo;
 
-/// A provider's hints name NUMA nodes the machine does not have.
+/// A provider's hints cannot be merged: they name NUMA nodes the machine
+/// does not have, or a compact set is malformed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MergeError {
+    /// A compact hint set whose `within` bounds are malformed.
+    #[error("provider {provider:?} returned invalid hints for resource {resource:?}: {source}; fix the provider's compact answer")]
+    InvalidCompact {
+        /// Provider name.
+        provider: String,
+        /// Resource name.
+        resource: String,
+        /// What is wrong with the set.
+        source: CompactHintsError,
+    },
     /// Hints naming nodes outside the machine.
     #[error("provider {provider:?} returned hints for resource {resource:?} naming NUMA node(s) {nodes}, which this machine does not have (its nodes: {machine})")]
     UnknownNode {
@@ -94,13 +112,21 @@ pub struct MergeOutcome {
     pub rule: MergeRule,
 }
 
-/// Refuse hints that name NUMA nodes the machine does not have.
+/// Refuse malformed compact sets and hints that name NUMA nodes the machine
+/// does not have (for a compact set: in a minimal mask or a bound).
 pub fn validate(numa: &NumaInfo, providers: &[(&str, &ProviderHints)]) -> Result<(), MergeError> {
     let machine = numa.default_mask();
     for (name, hints) in providers {
         let Some(map) = hints else { continue };
         for (resource, set) in map {
             let Some(set) = set else { continue };
+            if let HintSet::Compact(c) = set {
+                c.validate().map_err(|source| MergeError::InvalidCompact {
+                    provider: name.to_string(),
+                    resource: resource.clone(),
+                    source,
+                })?;
+            }
             let bad = set.nodes_named().and_not(machine);
             if !bad.is_empty() {
                 return Err(MergeError::UnknownNode {
@@ -339,23 +365,26 @@ fn best_preferred(lists: &[List<'_>], numa: &NumaInfo, ranker: &Ranker<'_>) -> O
     if let Some(first) = compact.first() {
         let width = first.preferred_width;
         if compact.iter().all(|c| c.preferred_width == width) {
-            // Unions of one minimal mask per compact list, at most `width` wide;
-            // every width-`width` superset of such a union is offered by all.
-            let mut unions: HashSet<u64> = HashSet::from([0]);
+            // One interval per compact list: the union `U` of their minimal
+            // masks and the intersection `V` of their bounds (and the
+            // machine). Every width-`width` mask between `U` and `V` is
+            // offered by all of them, and every mask they all offer is one.
+            let mut meets: HashSet<(u64, u64)> = HashSet::from([(0, machine.bits())]);
             for c in &compact {
                 let mut next = HashSet::new();
-                for &u in &unions {
-                    for a in &c.minimal {
-                        let v = NumaMask::from_bits(u).or(*a);
-                        if v.count() <= width {
-                            next.insert(v.bits());
+                for &(u, v) in &meets {
+                    for (a, w) in c.intervals() {
+                        let (u, v) = (NumaMask::from_bits(u).or(a), NumaMask::from_bits(v).and(w));
+                        if u.count() <= width && v.count() >= width && u.is_subset_of(v) {
+                            next.insert((u.bits(), v.bits()));
                         }
                     }
                 }
-                unions = next;
+                meets = next;
             }
-            for u in unions {
-                if let Some(m) = ranker.best_in_interval(NumaMask::from_bits(u), machine, width) {
+            for (u, v) in meets {
+                let (u, v) = (NumaMask::from_bits(u), NumaMask::from_bits(v));
+                if let Some(m) = ranker.best_in_interval(u, v, width) {
                     ranker.offer(&mut best, m);
                 }
             }
@@ -380,8 +409,10 @@ fn reachable_intervals(lists: &[List<'_>], machine: NumaMask) -> Vec<(NumaMask, 
                     }
                 }
                 List::Compact(c) => {
-                    for a in &c.minimal {
-                        next.insert((lo & a.bits(), hi));
+                    for (a, u) in c.intervals() {
+                        if hi & u.bits() != 0 {
+                            next.insert((lo & a.bits(), hi & u.bits()));
+                        }
                     }
                 }
             }
@@ -780,10 +811,9 @@ mod tests {
                             let set = match rng.below(8) {
                                 0 => None,
                                 1 => Some(HintSet::Explicit(vec![])),
-                                2 => Some(HintSet::Compact(CompactHints {
-                                    minimal: (0..rng.below(3)).map(|_| random_mask(rng)).collect(),
-                                    preferred_width: 1 + rng.below(2) as u32,
-                                })),
+                                2 => {
+                                    Some(HintSet::Compact(random_compact(rng, full, &random_mask)))
+                                }
                                 _ => Some(HintSet::Explicit(
                                     (0..1 + rng.below(5))
                                         .map(|_| TopologyHint {
@@ -806,6 +836,43 @@ mod tests {
         (numa, providers, mode)
     }
 
+    /// A random valid compact set over the nodes `full`: half the time
+    /// without bounds, else each bound the minimal mask itself, a random
+    /// superset of it, or every node.
+    fn random_compact(
+        rng: &mut Rng,
+        full: u64,
+        random_mask: &dyn Fn(&mut Rng) -> NumaMask,
+    ) -> CompactHints {
+        let minimal: Vec<NumaMask> = (0..rng.below(3)).map(|_| random_mask(rng)).collect();
+        let within = if rng.below(2) == 0 {
+            Vec::new()
+        } else {
+            minimal
+                .iter()
+                .map(|&a| {
+                    let u = match rng.below(3) {
+                        0 => a,
+                        1 => a.or(random_mask(rng)),
+                        _ => NumaMask::from_bits(full),
+                    };
+                    if u.is_empty() {
+                        NumaMask::from_bits(full)
+                    } else {
+                        u
+                    }
+                })
+                .collect()
+        };
+        let c = CompactHints {
+            minimal,
+            within,
+            preferred_width: 1 + rng.below(2) as u32,
+        };
+        assert_eq!(c.validate(), Ok(()), "{c:?}");
+        c
+    }
+
     #[test]
     fn equals_the_cross_product_on_random_inputs() {
         let mut rng = Rng(0x5eed_1234_abcd_ef01);
@@ -825,14 +892,28 @@ mod tests {
         for _ in 0..300 {
             let compact: Vec<ProviderHints> = (0..1 + rng.below(3))
                 .map(|i| {
-                    let c = CompactHints {
-                        minimal: (0..1 + rng.below(3))
-                            .map(|_| {
-                                NumaMask::from_bits(
-                                    1 << rng.below(8) | (rng.next() & rng.next() & 0xff),
-                                )
+                    let minimal: Vec<NumaMask> = (0..1 + rng.below(3))
+                        .map(|_| {
+                            NumaMask::from_bits(
+                                1 << rng.below(8) | (rng.next() & rng.next() & 0xff),
+                            )
+                        })
+                        .collect();
+                    let within = if rng.below(2) == 0 {
+                        Vec::new()
+                    } else {
+                        minimal
+                            .iter()
+                            .map(|a| match rng.below(3) {
+                                0 => *a,
+                                1 => a.or(NumaMask::from_bits(rng.next() & 0xff)),
+                                _ => NumaMask::from_bits(0xff),
                             })
-                            .collect(),
+                            .collect()
+                    };
+                    let c = CompactHints {
+                        minimal,
+                        within,
                         preferred_width: 1 + rng.below(3) as u32,
                     };
                     Some(BTreeMap::from([(
@@ -872,6 +953,95 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn bounded_compact_sets_merge_like_the_kubelet() {
+        // Memory-manager shape on 4 nodes: node 0 holds a single-node
+        // allocation (alone only), 2-3 are a group, node 1 is unused.
+        let numa = NumaInfo::new(vec![0, 1, 2, 3], None).unwrap();
+        let memory: ProviderHints = Some(BTreeMap::from([(
+            "memory".to_string(),
+            Some(HintSet::Compact(CompactHints {
+                minimal: vec![m(&[0]), m(&[1]), m(&[2, 3])],
+                within: vec![m(&[0]), m(&[1]), m(&[2, 3])],
+                preferred_width: 1,
+            })),
+        )]));
+        // The CPUs only fit on two nodes, and prefer 0-1.
+        let cpu = one(
+            "cpu",
+            vec![h(&[0, 1], true), h(&[2, 3], true), h(&[0, 1, 2, 3], false)],
+        );
+        let md = MergeMode::default();
+        // Without bounds 0-1 would be preferred by both; with them, nothing is:
+        // the narrowest reachable masks at B = 2 are 2-3 (and 0, 1 narrower).
+        let out = merge(&numa, &[&memory, &cpu], md);
+        assert_eq!(out.hint, h(&[2, 3], false));
+        assert_eq!(out.rule, MergeRule::NonPreferredAtBestCount);
+        assert_eq!(out.hint, cross_product_merge(&numa, &[&memory, &cpu], md));
+        // A memory request preferring width 2 agrees with the CPUs on 2-3 only.
+        let memory2: ProviderHints = Some(BTreeMap::from([(
+            "memory".to_string(),
+            Some(HintSet::Compact(CompactHints {
+                minimal: vec![m(&[1, 2]), m(&[2, 3])],
+                within: vec![m(&[0, 1, 2]), m(&[2, 3])],
+                preferred_width: 2,
+            })),
+        )]));
+        let out = merge(&numa, &[&memory2, &cpu], md);
+        assert_eq!(out.hint, h(&[2, 3], true));
+        assert_eq!(out.rule, MergeRule::Preferred);
+        assert_eq!(out.hint, cross_product_merge(&numa, &[&memory2, &cpu], md));
+    }
+
+    #[test]
+    fn malformed_compact_sets_are_refused_naming_the_provider() {
+        let numa = NumaInfo::new(vec![0, 1, 2, 3], None).unwrap();
+        let set = |minimal, within| -> ProviderHints {
+            Some(BTreeMap::from([(
+                "memory".to_string(),
+                Some(HintSet::Compact(CompactHints {
+                    minimal,
+                    within,
+                    preferred_width: 1,
+                })),
+            )]))
+        };
+        let short = set(vec![m(&[0]), m(&[1])], vec![m(&[0, 1])]);
+        assert_eq!(
+            validate(&numa, &[("memory", &short)])
+                .unwrap_err()
+                .to_string(),
+            "provider \"memory\" returned invalid hints for resource \"memory\": compact hints \
+             have 2 minimal mask(s) but 1 `within` bound(s); give one bound per minimal mask, or \
+             leave `within` out; fix the provider's compact answer"
+        );
+        let outside = set(vec![m(&[0, 1])], vec![m(&[1, 2])]);
+        assert_eq!(
+            validate(&numa, &[("memory", &outside)])
+                .unwrap_err()
+                .to_string(),
+            "provider \"memory\" returned invalid hints for resource \"memory\": compact hints: \
+             minimal[0] (nodes 0-1) is not inside within[0] (nodes 1-2); every bound must be a \
+             non-empty superset of its minimal mask; fix the provider's compact answer"
+        );
+        // A bound naming a node the machine lacks is refused like any hint.
+        let far = set(vec![m(&[0])], vec![m(&[0, 7])]);
+        assert_eq!(
+            validate(&numa, &[("memory", &far)]).unwrap_err(),
+            MergeError::UnknownNode {
+                provider: "memory".to_string(),
+                resource: "memory".to_string(),
+                nodes: m(&[7]),
+                machine: m(&[0, 1, 2, 3]),
+            }
+        );
+        let good = set(
+            vec![m(&[0]), m(&[1, 2])],
+            vec![m(&[0, 1, 2, 3]), m(&[1, 2])],
+        );
+        assert_eq!(validate(&numa, &[("memory", &good)]), Ok(()));
     }
 
     #[test]

@@ -150,6 +150,7 @@ impl NumaWidgets {
             } else {
                 HintSet::Compact(CompactHints {
                     minimal,
+                    within: Vec::new(),
                     preferred_width: min_width,
                 })
             }

@@ -127,10 +127,13 @@ impl From<FfiHint> for TopologyHint {
 pub enum FfiHintSet {
     /// An explicit list of hints.
     Explicit(RVec<FfiHint>),
-    /// The compact form: minimal masks (as bits) and the preferred width.
+    /// The compact form: minimal masks and their bounds (as bits) and the
+    /// preferred width; see [`CompactHints`].
     Compact {
         /// Minimal masks, as bits.
         minimal: RVec<u64>,
+        /// Upper bounds, as bits: empty, or one per minimal mask.
+        within: RVec<u64>,
         /// Width at which a hint is preferred.
         preferred_width: u32,
     },
@@ -144,6 +147,7 @@ impl From<&HintSet> for FfiHintSet {
             }
             HintSet::Compact(c) => FfiHintSet::Compact {
                 minimal: c.minimal.iter().map(|m| m.bits()).collect(),
+                within: c.within.iter().map(|m| m.bits()).collect(),
                 preferred_width: c.preferred_width,
             },
         }
@@ -158,9 +162,11 @@ impl From<FfiHintSet> for HintSet {
             }
             FfiHintSet::Compact {
                 minimal,
+                within,
                 preferred_width,
             } => HintSet::Compact(CompactHints {
                 minimal: minimal.into_iter().map(NumaMask::from_bits).collect(),
+                within: within.into_iter().map(NumaMask::from_bits).collect(),
                 preferred_width,
             }),
         }
@@ -781,12 +787,20 @@ mod tests {
         map.insert("b".to_owned(), None);
         map.insert(
             "c".to_owned(),
-            Some(HintSet::Compact(CompactHints {
-                minimal: vec![NumaMask::from_bits(1 << 63)],
-                preferred_width: 2,
-            })),
+            Some(HintSet::Compact(CompactHints::upward_closed(
+                vec![NumaMask::from_bits(1 << 63)],
+                2,
+            ))),
         );
         map.insert("d".to_owned(), Some(HintSet::Explicit(vec![])));
+        map.insert(
+            "e".to_owned(),
+            Some(HintSet::Compact(CompactHints {
+                minimal: vec![NumaMask::from_bits(0b1), NumaMask::from_bits(0b110)],
+                within: vec![NumaMask::from_bits(0b1111), NumaMask::from_bits(0b110)],
+                preferred_width: 1,
+            })),
+        );
         let hints: ProviderHints = Some(map);
         assert_eq!(hints_from_ffi(hints_to_ffi(&hints)), Ok(hints));
         assert_eq!(hints_from_ffi(hints_to_ffi(&None)), Ok(None));

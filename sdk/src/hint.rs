@@ -35,33 +35,143 @@ impl TopologyHint {
     };
 }
 
-/// The hints of one resource in compact form: every superset of one of the
-/// `minimal` masks (within the machine's nodes) is a hint, preferred exactly
-/// when its width (node count) equals `preferred_width`.
+/// The hints of one resource in compact form: a union of lattice intervals.
 ///
-/// A provider's hints are upward-closed (a NUMA set that can satisfy a request
-/// still can when nodes are added), so this describes the same list the
-/// kubelet would enumerate, without its `2^N` size. The explicit order it
-/// stands for is the kubelet's enumeration order: by width, then by the
-/// lexicographic order of node ids (see [`CompactHints::expand`]).
+/// Interval `i` is every mask `M` with `minimal[i] ⊆ M ⊆ within[i]` (and `M`
+/// within the machine's nodes); a mask is a hint when it lies in at least one
+/// interval, and it is preferred exactly when its width (node count) equals
+/// `preferred_width`. An empty `within` means "no upper bounds": every
+/// superset of a minimal mask is a hint, which is the shape of most
+/// providers' hints (a NUMA set that can satisfy a request still can when
+/// nodes are added). Upper bounds express hint sets that are not
+/// upward-closed, such as the kubelet Memory Manager's once memory is
+/// allocated (a node holding a single-node allocation may only appear alone:
+/// the interval `[{n}, {n}]`).
+///
+/// This describes the same list the kubelet would enumerate, without its
+/// `2^N` size. The explicit order it stands for is the kubelet's enumeration
+/// order: by width, then by the lexicographic order of node ids (see
+/// [`CompactHints::expand`]); a mask lying in several intervals is listed
+/// once.
+///
+/// JSON form (`within` may be left out):
+/// `{"minimal": [[0], [1, 2]], "within": [[0, 1, 2, 3], [1, 2]], "preferred_width": 1}`.
+/// The host refuses a set that fails [`CompactHints::validate`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CompactHints {
-    /// Minimal masks; every superset of one of them is a hint.
+    /// Lower ends of the intervals; with no bounds, every superset of one of
+    /// them is a hint.
     pub minimal: Vec<NumaMask>,
+    /// Upper ends of the intervals, one per minimal mask; empty: every
+    /// minimal mask may grow to all of the machine's nodes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub within: Vec<NumaMask>,
     /// Width at which a hint is preferred.
     pub preferred_width: u32,
 }
 
+/// Why a [`CompactHints`] is malformed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CompactHintsError {
+    /// `within` is neither empty nor as long as `minimal`.
+    #[error(
+        "compact hints have {minimal} minimal mask(s) but {within} `within` bound(s); give one \
+         bound per minimal mask, or leave `within` out"
+    )]
+    BoundCount {
+        /// Number of minimal masks.
+        minimal: usize,
+        /// Number of bounds.
+        within: usize,
+    },
+    /// A minimal mask is not a subset of its bound, or the bound is empty.
+    #[error(
+        "compact hints: minimal[{index}] ({}) is not inside within[{index}] ({}); every \
+         bound must be a non-empty superset of its minimal mask",
+        describe(*minimal),
+        describe(*within)
+    )]
+    OutsideBound {
+        /// Position of the interval.
+        index: usize,
+        /// Its minimal mask.
+        minimal: NumaMask,
+        /// Its bound.
+        within: NumaMask,
+    },
+}
+
+fn describe(m: NumaMask) -> String {
+    if m.is_empty() {
+        "no nodes".to_owned()
+    } else {
+        format!("nodes {m}")
+    }
+}
+
+/// Every node id a [`NumaMask`] can hold: the bound of an interval without one.
+const ALL_NODES: NumaMask = NumaMask::from_bits(u64::MAX);
+
 impl CompactHints {
-    /// True when `mask` is a hint of this set (a superset of a minimal mask).
-    pub fn contains(&self, mask: NumaMask) -> bool {
-        self.minimal.iter().any(|m| m.is_subset_of(mask))
+    /// Every superset of the `minimal` masks (no upper bounds).
+    pub fn upward_closed(minimal: Vec<NumaMask>, preferred_width: u32) -> Self {
+        CompactHints {
+            minimal,
+            within: Vec::new(),
+            preferred_width,
+        }
     }
 
-    /// The smallest width of any hint (`None` when there are no minimal masks).
+    /// Checks the shape: `within` empty or one bound per minimal mask, and
+    /// every bound a non-empty superset of its minimal mask.
+    pub fn validate(&self) -> Result<(), CompactHintsError> {
+        if self.within.is_empty() {
+            return Ok(());
+        }
+        if self.within.len() != self.minimal.len() {
+            return Err(CompactHintsError::BoundCount {
+                minimal: self.minimal.len(),
+                within: self.within.len(),
+            });
+        }
+        for (index, (&minimal, &within)) in self.minimal.iter().zip(&self.within).enumerate() {
+            if within.is_empty() || !minimal.is_subset_of(within) {
+                return Err(CompactHintsError::OutsideBound {
+                    index,
+                    minimal,
+                    within,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The intervals `(minimal, bound)`; an interval without a bound gets
+    /// every node id. On a malformed set (see [`CompactHints::validate`]) an
+    /// interval whose bound is missing gets an empty bound, so it adds no
+    /// hint.
+    pub fn intervals(&self) -> impl Iterator<Item = (NumaMask, NumaMask)> + '_ {
+        self.minimal.iter().enumerate().map(|(i, &lo)| {
+            let hi = if self.within.is_empty() {
+                ALL_NODES
+            } else {
+                self.within.get(i).copied().unwrap_or(NumaMask::EMPTY)
+            };
+            (lo, hi)
+        })
+    }
+
+    /// True when `mask` is a hint of this set (inside one of its intervals).
+    pub fn contains(&self, mask: NumaMask) -> bool {
+        self.intervals()
+            .any(|(lo, hi)| lo.is_subset_of(mask) && mask.is_subset_of(hi))
+    }
+
+    /// The smallest width of any hint (`None` when there are no minimal
+    /// masks). An empty minimal mask stands for hints of width 1 and up.
     pub fn min_width(&self) -> Option<u32> {
-        self.minimal.iter().map(|m| m.count()).min()
+        self.minimal.iter().map(|m| m.count().max(1)).min()
     }
 
     /// The explicit list this compact form stands for on a machine whose NUMA
@@ -105,12 +215,13 @@ pub fn for_each_mask_in_kubelet_order(nodes: &[u32], mut f: impl FnMut(NumaMask)
 pub enum HintSet {
     /// The hints listed one by one (the kubelet's form).
     Explicit(Vec<TopologyHint>),
-    /// Every superset of minimal masks (see [`CompactHints`]).
+    /// A union of lattice intervals (see [`CompactHints`]).
     Compact(CompactHints),
 }
 
 impl HintSet {
-    /// Every NUMA node named by any hint of the set.
+    /// Every NUMA node named by any hint of the set (for a compact set: by
+    /// any minimal mask or bound).
     pub fn nodes_named(&self) -> NumaMask {
         match self {
             HintSet::Explicit(v) => v
@@ -120,6 +231,7 @@ impl HintSet {
             HintSet::Compact(c) => c
                 .minimal
                 .iter()
+                .chain(&c.within)
                 .copied()
                 .fold(NumaMask::EMPTY, NumaMask::or),
         }
@@ -145,13 +257,13 @@ mod tests {
 
     #[test]
     fn compact_expands_to_supersets() {
-        let c = CompactHints {
-            minimal: vec![
+        let c = CompactHints::upward_closed(
+            vec![
                 NumaMask::single(1).unwrap(),
                 NumaMask::from_nodes([0, 2]).unwrap(),
             ],
-            preferred_width: 1,
-        };
+            1,
+        );
         let got: Vec<String> = c
             .expand(&[0, 1, 2])
             .iter()
@@ -181,6 +293,127 @@ mod tests {
         );
         let compact: HintSet =
             serde_json::from_str(r#"{"minimal":[[0],[1,2]],"preferred_width":1}"#).unwrap();
-        assert!(matches!(compact, HintSet::Compact(_)));
+        assert_eq!(
+            compact,
+            HintSet::Compact(CompactHints::upward_closed(
+                vec![mask(&[0]), mask(&[1, 2])],
+                1
+            ))
+        );
+        let bounded: HintSet = serde_json::from_str(
+            r#"{"minimal":[[0],[1,2]],"within":[[0,1,2,3],[1,2]],"preferred_width":1}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            bounded,
+            HintSet::Compact(CompactHints {
+                minimal: vec![mask(&[0]), mask(&[1, 2])],
+                within: vec![mask(&[0, 1, 2, 3]), mask(&[1, 2])],
+                preferred_width: 1,
+            })
+        );
+        // `within` is left out when empty, kept otherwise.
+        assert_eq!(
+            serde_json::to_string(&compact).unwrap(),
+            r#"{"minimal":[[0],[1,2]],"preferred_width":1}"#
+        );
+        assert_eq!(
+            serde_json::to_string(&bounded).unwrap(),
+            r#"{"minimal":[[0],[1,2]],"within":[[0,1,2,3],[1,2]],"preferred_width":1}"#
+        );
+    }
+
+    fn mask(nodes: &[i64]) -> NumaMask {
+        NumaMask::from_nodes(nodes.iter().copied()).unwrap()
+    }
+
+    fn strings(hints: &[TopologyHint]) -> Vec<String> {
+        hints
+            .iter()
+            .map(|h| format!("{}:{}", h.affinity.unwrap(), h.preferred))
+            .collect()
+    }
+
+    #[test]
+    fn bounded_intervals_expand_to_their_members_once() {
+        // {0} alone, any superset of {1} inside 1-3, and the group 2-3.
+        let c = CompactHints {
+            minimal: vec![mask(&[0]), mask(&[1]), mask(&[2, 3])],
+            within: vec![mask(&[0]), mask(&[1, 2, 3]), mask(&[2, 3])],
+            preferred_width: 1,
+        };
+        assert_eq!(c.validate(), Ok(()));
+        assert_eq!(
+            strings(&c.expand(&[0, 1, 2, 3])),
+            [
+                "0:true",
+                "1:true",
+                "1-2:false",
+                "1,3:false",
+                "2-3:false",
+                "1-3:false"
+            ]
+        );
+        assert!(c.contains(mask(&[0])));
+        assert!(!c.contains(mask(&[0, 1])));
+        assert!(c.contains(mask(&[2, 3])));
+        assert!(!c.contains(mask(&[3])));
+        assert_eq!(c.min_width(), Some(1));
+        assert_eq!(HintSet::Compact(c).nodes_named(), mask(&[0, 1, 2, 3]));
+    }
+
+    #[test]
+    fn min_width_counts_an_empty_minimal_mask_as_one_node() {
+        let c = CompactHints::upward_closed(vec![NumaMask::EMPTY, mask(&[0, 1])], 2);
+        assert_eq!(c.min_width(), Some(1));
+        assert_eq!(
+            strings(&c.expand(&[0, 1])),
+            ["0:false", "1:false", "0-1:true"]
+        );
+        assert_eq!(CompactHints::upward_closed(vec![], 1).min_width(), None);
+    }
+
+    #[test]
+    fn malformed_bounds_are_refused_with_exact_messages() {
+        let count = CompactHints {
+            minimal: vec![mask(&[0]), mask(&[1])],
+            within: vec![mask(&[0, 1])],
+            preferred_width: 1,
+        };
+        assert_eq!(
+            count.validate().unwrap_err().to_string(),
+            "compact hints have 2 minimal mask(s) but 1 `within` bound(s); give one bound per \
+             minimal mask, or leave `within` out"
+        );
+        // The missing bound adds nothing rather than everything.
+        assert!(!count.contains(mask(&[1])));
+        let outside = CompactHints {
+            minimal: vec![mask(&[0]), mask(&[1, 2])],
+            within: vec![mask(&[0, 1]), mask(&[1, 3])],
+            preferred_width: 1,
+        };
+        assert_eq!(
+            outside.validate().unwrap_err().to_string(),
+            "compact hints: minimal[1] (nodes 1-2) is not inside within[1] (nodes 1,3); every \
+             bound must be a non-empty superset of its minimal mask"
+        );
+        let empty = CompactHints {
+            minimal: vec![NumaMask::EMPTY],
+            within: vec![NumaMask::EMPTY],
+            preferred_width: 1,
+        };
+        assert_eq!(
+            empty.validate(),
+            Err(CompactHintsError::OutsideBound {
+                index: 0,
+                minimal: NumaMask::EMPTY,
+                within: NumaMask::EMPTY
+            })
+        );
+        assert_eq!(
+            empty.validate().unwrap_err().to_string(),
+            "compact hints: minimal[0] (no nodes) is not inside within[0] (no nodes); every \
+             bound must be a non-empty superset of its minimal mask"
+        );
     }
 }

@@ -31,9 +31,14 @@
 //!
 //!   Hints are listed in the kubelet's order
 //!   ([`for_each_mask_in_kubelet_order`]). On machines with many NUMA nodes
-//!   an explicit list of every mask explodes (`2^N`); a provider whose hints
-//!   are upward-closed may answer [`HintSet::Compact`] instead: the minimal
-//!   masks plus the width at which hints are preferred. The host's merge is
+//!   an explicit list of every mask explodes (`2^N`); a provider may answer
+//!   [`HintSet::Compact`] instead: a union of lattice intervals
+//!   `minimal[i] ⊆ M ⊆ within[i]` plus the width at which hints are
+//!   preferred. Hints that are upward-closed (still a hint when nodes are
+//!   added) need only the minimal masks ([`CompactHints::upward_closed`]);
+//!   the `within` bounds express the rest exactly (a node usable only alone,
+//!   a group usable only as a whole). The host refuses a compact set that
+//!   fails [`CompactHints::validate`], naming the provider, and its merge is
 //!   exact over both forms.
 //! * [`Provider::allocate`] reserves resources for a container honouring the
 //!   merged hint and returns an [`Allocation`] (CPUs, memory nodes, device
@@ -118,7 +123,8 @@ pub use cpuset::{CpuSet, ListParseError, MAX_CPU_ID};
 pub use export::ROOT_MODULE_SYMBOL;
 pub use ffi::{SDK_ABI_VERSION, SDK_VERSION};
 pub use hint::{
-    for_each_mask_in_kubelet_order, CompactHints, HintSet, ProviderHints, TopologyHint,
+    for_each_mask_in_kubelet_order, CompactHints, CompactHintsError, HintSet, ProviderHints,
+    TopologyHint,
 };
 pub use machine::{Cpu, HugePages, Machine, NumaNode, PciDevice, Sriov};
 pub use mask::{NodeOutOfRange, NumaMask, NumaMaskIter, MAX_NUMA_NODES};

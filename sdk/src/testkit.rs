@@ -169,10 +169,10 @@ mod tests {
         map.insert("empty".to_owned(), Some(HintSet::Explicit(vec![])));
         map.insert(
             "c".to_owned(),
-            Some(HintSet::Compact(CompactHints {
-                minimal: vec![NumaMask::from_bits(0b10)],
-                preferred_width: 1,
-            })),
+            Some(HintSet::Compact(CompactHints::upward_closed(
+                vec![NumaMask::from_bits(0b10)],
+                1,
+            ))),
         );
         let h: ProviderHints = Some(map);
         assert_eq!(hint_strings(&h, "none", &[0, 1]), None);

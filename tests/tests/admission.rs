@@ -169,8 +169,7 @@ fn pod_scope_single_numa_node_and_rejection() {
 }
 
 fn mock_calls(state: &Path, name: &str) -> Vec<String> {
-    let bytes = std::fs::read(state.join(format!("providers/{name}.state"))).unwrap();
-    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    let v: Value = serde_json::from_slice(&common::provider_state(state, name)).unwrap();
     v["calls"]
         .as_array()
         .unwrap()
@@ -230,8 +229,7 @@ fail_reason = "OutOfFoo""#,
         ]
     );
     // The saved state holds only the admitted pod; admitting it again is idempotent.
-    let pods: Value =
-        serde_json::from_slice(&std::fs::read(state.join("pods.json")).unwrap()).unwrap();
+    let pods = common::state_body(&state)["pods"].clone();
     assert_eq!(
         pods.as_object().unwrap().keys().collect::<Vec<_>>(),
         ["uid-2"]

@@ -276,7 +276,7 @@ fn second_daemon_on_same_state_dir_is_refused_and_restart_restores() {
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
         format!(
-            "topomgr: error: state directory {} is in use by another topomgr daemon (pid {}) (lock {}); stop it, or give this one another state_dir\n",
+            "topomgr: error: state directory {} is in use by another topomgr process (pid {}) (lock {}); if a daemon serves it, use the daemon (--socket) or stop it; otherwise give this one another state_dir\n",
             state.display(),
             d.child.id(),
             state.join("topomgr.lock").display()

@@ -115,9 +115,10 @@ fn cgroups_of(root: &Path, pid: u32) -> Vec<String> {
 
 /// The state directory holds no admitted pod.
 fn assert_no_pods(dir: &Path) {
-    let pods: serde_json::Value =
-        serde_json::from_str(&fs::read_to_string(dir.join("state/pods.json")).unwrap()).unwrap();
-    assert_eq!(pods, serde_json::json!({}));
+    assert_eq!(
+        common::state_body(&dir.join("state"))["pods"],
+        serde_json::json!({})
+    );
 }
 
 #[test]

@@ -3,11 +3,9 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::Args;
 use serde_json::{json, Value};
 use topomgr::admission::{AdmitResult, TraceStep};
-use topomgr::checkpoint;
 use topomgr_sdk::HintSet;
 
 use super::{host, Output};
@@ -110,13 +108,6 @@ fn print_table(results: &[AdmitResult]) {
     }
 }
 
-fn restore(state_dir: Option<&Path>, adm: &mut topomgr::admission::Admitter) -> anyhow::Result<()> {
-    if let Some(dir) = state_dir {
-        checkpoint::restore(dir, adm).context("restoring state")?;
-    }
-    Ok(())
-}
-
 /// Admit every pod in order and print the results.
 pub fn run(config: &Path, args: AdmitArgs) -> anyhow::Result<ExitCode> {
     if let Some(socket) = &args.socket {
@@ -126,10 +117,13 @@ pub fn run(config: &Path, args: AdmitArgs) -> anyhow::Result<ExitCode> {
     let pods = topomgr::manifest::read_pods(&args.pods)?;
     let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
     let mut adm = host::admitter(&cfg, &machine)?;
-    restore(args.state_dir.as_deref(), &mut adm)?;
+    let held = match &args.state_dir {
+        Some(dir) => Some(host::open_state(dir, &mut adm, &machine)?),
+        None => None,
+    };
     let results: Vec<AdmitResult> = pods.iter().map(|p| adm.admit(p)).collect();
-    if let (Some(dir), false) = (&args.state_dir, args.dry_run) {
-        checkpoint::save(dir, &adm).context("saving state")?;
+    if let (Some(held), false) = (&held, args.dry_run) {
+        held.save(&adm)?;
     }
     match args.output {
         Output::Json => {
@@ -160,12 +154,8 @@ fn describe_hints(set: &Option<HintSet>) -> String {
             .collect::<Vec<_>>()
             .join(" "),
         Some(HintSet::Compact(c)) => format!(
-            "supersets of {} (preferred at width {})",
-            c.minimal
-                .iter()
-                .map(|m| format!("{{{m}}}"))
-                .collect::<Vec<_>>()
-                .join(" "),
+            "{} (preferred at width {})",
+            topomgr::admission::compact_summary(c, usize::MAX),
             c.preferred_width
         ),
     }
@@ -214,7 +204,10 @@ pub fn explain(config: &Path, args: ExplainArgs) -> anyhow::Result<ExitCode> {
     let pods = topomgr::manifest::read_pods(&args.pods)?;
     let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
     let mut adm = host::admitter(&cfg, &machine)?;
-    restore(args.state_dir.as_deref(), &mut adm)?;
+    let _held = match &args.state_dir {
+        Some(dir) => Some(host::open_state(dir, &mut adm, &machine)?),
+        None => None,
+    };
     println!(
         "policy {} scope {} on NUMA nodes {}",
         adm.policy().name(),

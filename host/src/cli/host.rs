@@ -61,3 +61,36 @@ pub fn admitter(cfg: &HostConfig, machine: &Machine) -> anyhow::Result<Admitter>
         .collect::<anyhow::Result<Vec<_>>>()?;
     Ok(Admitter::new(policy, scope, providers))
 }
+
+/// How long a one-shot command waits for another holder of the state lock.
+pub const STATE_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// A state directory held by one command: its lock (released on drop) and
+/// the daemon's cgroup attachments, kept when saving.
+pub struct HeldState {
+    _lock: topomgr::state_lock::StateLock,
+    dir: std::path::PathBuf,
+    attachments: topomgr::checkpoint::Attachments,
+}
+
+/// Lock `dir` (waiting up to [`STATE_LOCK_WAIT`]) and restore it into `adm`.
+pub fn open_state(
+    dir: &Path,
+    adm: &mut topomgr::admission::Admitter,
+    machine: &Machine,
+) -> anyhow::Result<HeldState> {
+    let lock = topomgr::state_lock::StateLock::acquire_within(dir, STATE_LOCK_WAIT)?;
+    let restored = topomgr::checkpoint::restore(dir, adm, machine).context("restoring state")?;
+    Ok(HeldState {
+        _lock: lock,
+        dir: dir.to_path_buf(),
+        attachments: restored.attachments,
+    })
+}
+
+impl HeldState {
+    /// Save `adm` (pods and every provider) into the held directory.
+    pub fn save(&self, adm: &topomgr::admission::Admitter) -> anyhow::Result<()> {
+        topomgr::checkpoint::save(&self.dir, adm, &self.attachments).context("saving state")
+    }
+}

@@ -112,9 +112,15 @@ pub fn run(config: &Path, args: ProviderArgs) -> anyhow::Result<ExitCode> {
     let cfg = host::load_config(config)?;
     let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
     let mut provider = host::load_provider(&cfg, &args.name, &machine)?;
-    if let Some(dir) = &args.state_dir {
-        checkpoint::restore_provider(dir, provider.as_mut()).context("restoring provider state")?;
-    }
+    let _lock = match &args.state_dir {
+        Some(dir) => {
+            let lock = topomgr::state_lock::StateLock::acquire_within(dir, host::STATE_LOCK_WAIT)?;
+            checkpoint::restore_provider(dir, provider.as_mut())
+                .context("restoring provider state")?;
+            Some(lock)
+        }
+        None => None,
+    };
     let nodes = machine.numa_ids();
     let code = match args.call {
         Call::Hints {

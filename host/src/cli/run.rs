@@ -39,10 +39,8 @@ use signal_hook::low_level::siginfo::Cause;
 use topomgr::admission::{AdmitResult, Admitter};
 use topomgr::cgroup::pool::{apply_shared_pool, PoolMember};
 use topomgr::cgroup::{Cgroup, CgroupManager, CgroupPath};
-use topomgr::checkpoint;
 use topomgr::config::HostConfig;
 use topomgr::quantity::parse_resource_amount;
-use topomgr::run_state::StateLock;
 use topomgr_sdk::{ContainerView, CpuSet, Machine, NumaMask, PodView, QosClass, ResourceList};
 use tracing::{debug, info, warn};
 
@@ -257,13 +255,12 @@ impl Session {
 
     /// Restore, admit, save and set up the cgroup, under the lock.
     fn admit(&mut self, pod: &PodView) -> anyhow::Result<AdmitResult> {
-        let _lock = StateLock::acquire(&self.cfg.state_dir)?;
-        checkpoint::restore(&self.cfg.state_dir, &mut self.adm).context("restoring state")?;
+        let held = host::open_state(&self.cfg.state_dir, &mut self.adm, &self.machine)?;
         let result = self.adm.admit(pod);
         if !result.admitted {
             return Ok(result);
         }
-        checkpoint::save(&self.cfg.state_dir, &self.adm).context("saving state")?;
+        held.save(&self.adm)?;
         let cpus = result
             .containers
             .first()
@@ -283,22 +280,15 @@ impl Session {
     /// collected, every step is attempted.
     fn teardown(&mut self, admitted: bool) -> Vec<String> {
         let mut errors = Vec::new();
-        let _lock = match StateLock::acquire(&self.cfg.state_dir) {
-            Ok(l) => Some(l),
-            Err(e) => {
-                errors.push(e.to_string());
-                None
-            }
-        };
-        if admitted && _lock.is_some() {
-            match checkpoint::restore(&self.cfg.state_dir, &mut self.adm) {
-                Err(e) => errors.push(format!("restoring state: {e}")),
-                Ok(()) => {
+        if admitted {
+            match host::open_state(&self.cfg.state_dir, &mut self.adm, &self.machine) {
+                Err(e) => errors.push(format!("{e:#}")),
+                Ok(held) => {
                     if let Err(e) = self.adm.release(&self.uid) {
                         errors.push(format!("releasing the pod: {e}"));
                     }
-                    if let Err(e) = checkpoint::save(&self.cfg.state_dir, &self.adm) {
-                        errors.push(format!("saving state: {e}"));
+                    if let Err(e) = held.save(&self.adm) {
+                        errors.push(format!("{e:#}"));
                     }
                 }
             }

@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
-use topomgr::daemon::{self, lock::StateLock, Daemon};
+use topomgr::daemon::{self, Daemon};
 use topomgr::policy::{NumaInfo, Policy, Scope};
+use topomgr::state_lock::StateLock;
 
 use super::host;
 

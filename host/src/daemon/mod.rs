@@ -9,7 +9,7 @@
 //! - [`metrics`]: Prometheus metrics;
 //! - [`client`]: a small blocking HTTP/1.1 client for the CLI, tests and benches.
 //!
-//! Start-up order matters: the caller takes the [`lock::StateLock`] before
+//! Start-up order matters: the caller takes the [`crate::state_lock::StateLock`] before
 //! loading providers (they may read the state directory); [`run`] then
 //! restores the state (verify, check against the machine; nothing is
 //! re-admitted or released), binds the socket and serves until SIGTERM or
@@ -18,7 +18,6 @@
 pub mod access;
 pub mod client;
 pub mod engine;
-pub mod lock;
 pub mod metrics;
 pub mod server;
 pub mod timed;
@@ -34,9 +33,9 @@ use tracing::{info, warn};
 use crate::admission::Admitter;
 use crate::policy::{Policy, Scope};
 use crate::provider::HintProvider;
+use crate::state_lock::StateLock;
 use access::AccessPolicy;
 use engine::{Engine, EngineSettings};
-use lock::StateLock;
 use metrics::Metrics;
 use server::AppState;
 use timed::TimedProvider;

@@ -109,6 +109,7 @@ pub fn generate(topo: &CpuTopology, req: &HintRequest<'_>) -> Result<HintSet, Cp
     }
     Ok(HintSet::Compact(CompactHints {
         minimal,
+        within: Vec::new(),
         preferred_width: min_size,
     }))
 }
@@ -350,6 +351,7 @@ mod tests {
                     let minimal = minimal_masks(&nodes, &free, base, r.len(), request).unwrap();
                     let compact = CompactHints {
                         minimal,
+                        within: Vec::new(),
                         preferred_width: min_affinity_size(&t, request),
                     };
                     let expanded: Vec<String> = compact

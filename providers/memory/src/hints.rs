@@ -14,14 +14,14 @@
 //! allocation then fails, as in the kubelet).
 //!
 //! On machines with more than [`EXPLICIT_MAX_NODES`] nodes the hints are
-//! returned in the SDK's compact form: the minimal hint masks and the
-//! preferred width. That form stands for every superset of a minimal mask;
-//! it equals the explicit list while no node holds an allocation, and under
-//! the `single-numa-node` policy (which only looks at one-node hints) always.
-//! Once allocations exist, the group rules remove some supersets that the
-//! compact form still implies; for `best-effort` / `restricted` the merged
-//! hint can then differ from the kubelet's, and `allocate` still enforces
-//! the group rules (it extends or refuses the merged hint as the kubelet does).
+//! returned in the SDK's compact form, a union of lattice intervals
+//! `[minimal, within]` and the preferred width (see [`Hinter::compact`]). It
+//! stands for exactly the masks, order and preferred flags of the explicit
+//! list, allocations and group rules included: a node holding a
+//! single-node allocation appears only alone (`[{n}, {n}]`), a multi-node
+//! group only as a whole (`[G, G]`), and growing masks are bounded by the
+//! nodes that hold no allocation. So the host's merge gives the kubelet's
+//! merged hint on every machine size.
 
 use std::collections::BTreeMap;
 
@@ -250,61 +250,124 @@ impl<'a> Hinter<'a> {
         Ok(false)
     }
 
-    /// The hints in compact form: the minimal hint masks (kubelet order) and
-    /// the preferred width; `None` when no mask is a hint.
+    /// The hints in compact form, exactly the set [`Hinter::explicit`]
+    /// lists; `None` when no mask is a hint.
+    ///
+    /// The set splits along the kubelet's group rules. With `F` the nodes
+    /// holding no assignment:
+    ///
+    /// * multi-node masks inside `F` are hints when their free (and
+    ///   allocatable) bytes reach the request, which only grows with the
+    ///   mask: the intervals `[a, F]` for every minimal such mask `a` (a
+    ///   minimal single node that may not stand alone, because it is grouped,
+    ///   gives `[{n, m}, F]` for every other `m` of `F`);
+    /// * a single node `{n}` not grouped with others: `[{n}, {n}]`;
+    /// * a multi-node group `G` some node holds: `[G, G]`;
+    /// * a mask with reusable init-container memory: `[R, R]`;
+    ///
+    /// each point interval kept only when that mask is a hint. Intervals
+    /// inside another are dropped; when every bound is the whole machine the
+    /// bounds are left out (the plain upward-closed form).
     pub fn compact(&self) -> Result<Option<CompactHints>, ProviderError> {
         let preferred_width = self.min_width()?;
-        let mut candidates: Vec<NumaMask> = Vec::new();
-        // Masks of unused nodes: upward-closed, search their minimal members.
-        let unused: Vec<u32> = self
+        let machine = self
+            .state
+            .keys()
+            .fold(NumaMask::EMPTY, |m, &n| m.or(node_bit(n)));
+        let free_nodes: Vec<u32> = self
             .state
             .iter()
-            .filter(|(_, s)| s.number_of_assignments <= 0 && s.cells.count() <= 1)
+            .filter(|(_, s)| s.number_of_assignments <= 0)
             .map(|(&n, _)| n)
+            .collect();
+        let f_mask = free_nodes
+            .iter()
+            .fold(NumaMask::EMPTY, |m, &n| m.or(node_bit(n)));
+        // Only nodes that add free bytes of a requested resource can be in a
+        // minimal mask (free never exceeds allocatable), unless one node
+        // alone already fits (a zero request).
+        let contributing: Vec<u32> = free_nodes
+            .iter()
+            .copied()
             .filter(|&n| {
-                let m = NumaMask::from_bits(1u64 << n);
                 self.requested.iter().any(|(r, &q)| {
                     q > 0 && free(self.state, n, r) > 0 && allocatable(self.state, n, r) > 0
-                }) || self.free_fits(m) && self.allocatable_fits(m)
+                }) || self.free_fits(node_bit(n)) && self.allocatable_fits(node_bit(n))
             })
             .collect();
+        let mut lows: Vec<NumaMask> = Vec::new();
         let mut steps = 0u64;
         let both = |m: NumaMask| self.allocatable_fits(m) && self.free_fits(m);
-        minimal_sets(
-            &unused,
-            &both,
-            0,
-            NumaMask::EMPTY,
-            &mut candidates,
-            &mut steps,
-        )?;
-        // Used nodes alone, existing groups, and masks with reusable memory.
-        for (&n, s) in self.state {
-            if s.number_of_assignments > 0 {
-                candidates.push(if s.cells.count() > 1 {
-                    s.cells
-                } else {
-                    NumaMask::from_bits(1u64 << n)
-                });
+        if both(NumaMask::EMPTY) {
+            // Nothing is requested: every mask fits, the minimal ones are
+            // the single nodes.
+            lows.extend(free_nodes.iter().map(|&n| node_bit(n)));
+        } else {
+            minimal_sets(
+                &contributing,
+                &both,
+                0,
+                NumaMask::EMPTY,
+                &mut lows,
+                &mut steps,
+            )?;
+        }
+        // The minimal masks are an antichain sharing the bound `F`: no
+        // interval among them lies inside another, so only the few pairs and
+        // points below are checked for containment.
+        let mut kept: Vec<(NumaMask, NumaMask)> = Vec::with_capacity(lows.len());
+        let mut extra: Vec<(NumaMask, NumaMask)> = Vec::new();
+        for a in lows {
+            if a.count() != 1 || self.groups_allow(a) {
+                kept.push((a, f_mask));
+            } else {
+                for &m in &free_nodes {
+                    let pair = a.or(node_bit(m));
+                    if pair != a {
+                        extra.push((pair, f_mask));
+                    }
+                }
             }
         }
+        // Point intervals: single nodes, existing groups, reusable masks.
+        let mut points: Vec<NumaMask> = self.state.keys().map(|&n| node_bit(n)).collect();
+        points.extend(
+            self.state
+                .values()
+                .filter(|s| s.number_of_assignments > 0 && s.cells.count() > 1)
+                .map(|s| s.cells),
+        );
         if let Some(r) = self.reusable {
-            candidates.extend(r.keys().copied());
+            points.extend(r.keys().copied());
         }
-        candidates.retain(|&m| self.is_hint(m));
-        candidates.sort_by_key(|m| (m.count(), m.nodes()));
-        candidates.dedup();
-        let mut minimal: Vec<NumaMask> = Vec::new();
-        for m in candidates {
-            if !minimal.iter().any(|x| x.is_subset_of(m)) {
-                minimal.push(m);
+        extra.extend(
+            points
+                .into_iter()
+                .filter(|&m| self.is_hint(m))
+                .map(|m| (m, m)),
+        );
+        // Wider intervals first, so a narrower one is checked against them.
+        extra.sort_by_key(|&(lo, hi)| (lo.count(), lo.nodes(), u32::MAX - hi.count(), hi.nodes()));
+        extra.dedup();
+        for (lo, hi) in extra {
+            let inside = |&(l, h): &(NumaMask, NumaMask)| l.is_subset_of(lo) && hi.is_subset_of(h);
+            if !kept.iter().any(inside) {
+                kept.push((lo, hi));
             }
         }
-        if minimal.is_empty() {
+        kept.sort_by_cached_key(|&(lo, hi)| {
+            (lo.count(), lo.nodes(), u32::MAX - hi.count(), hi.nodes())
+        });
+        if kept.is_empty() {
             return Ok(None);
+        }
+        let (minimal, mut within): (Vec<NumaMask>, Vec<NumaMask>) = kept.into_iter().unzip();
+        if within.iter().all(|&u| u == machine) {
+            within.clear();
         }
         Ok(Some(CompactHints {
             minimal,
+            within,
             preferred_width,
         }))
     }
@@ -413,6 +476,11 @@ impl<'a> Hinter<'a> {
     }
 }
 
+/// The mask of node `n` alone.
+fn node_bit(n: u32) -> NumaMask {
+    NumaMask::from_bits(1u64 << (n % 64))
+}
+
 fn tick(steps: &mut u64) -> Result<(), ProviderError> {
     *steps += 1;
     if *steps > MAX_SEARCH_STEPS {
@@ -502,5 +570,255 @@ impl ValueOrderSearch<'_> {
             }
         }
         Ok(None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{reserve, MemoryTable, NodeState};
+
+    const GB: u64 = 1 << 30;
+    const HUGE: &str = "hugepages-1Gi";
+
+    /// A tiny deterministic PRNG (xorshift).
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+        fn below(&mut self, n: u64) -> u64 {
+            self.next() % n
+        }
+    }
+
+    fn table(allocatable: u64) -> MemoryTable {
+        MemoryTable {
+            total: allocatable + GB / 2,
+            system_reserved: GB / 2,
+            allocatable,
+            reserved: 0,
+            free: allocatable,
+        }
+    }
+
+    /// `n` nodes with 1-4Gi of memory and 0-2 1Gi hugepages each.
+    fn random_state(rng: &mut Rng, n: u32) -> MachineState {
+        (0..n)
+            .map(|id| {
+                let mut map = BTreeMap::new();
+                map.insert(MEMORY_KEY.to_owned(), table((1 + rng.below(4)) * GB));
+                map.insert(HUGE.to_owned(), table(rng.below(3) * GB));
+                let node = NodeState {
+                    number_of_assignments: 0,
+                    memory_map: map,
+                    cells: node_bit(id),
+                };
+                (id, node)
+            })
+            .collect()
+    }
+
+    const MEMORY_KEY: &str = "memory";
+
+    fn random_mask(rng: &mut Rng, n: u32) -> NumaMask {
+        loop {
+            let m = NumaMask::from_bits(rng.next() & ((1u64 << n) - 1));
+            if !m.is_empty() {
+                return m;
+            }
+        }
+    }
+
+    /// Prior allocations: mostly the kubelet's shapes (a single node, or a
+    /// group of nodes without assignments, or an existing group again),
+    /// sometimes arbitrary masks, sometimes a node left with a stale group
+    /// and no assignment (a state only a restore can produce).
+    fn allocate_randomly(rng: &mut Rng, state: &mut MachineState, n: u32) {
+        for _ in 0..rng.below(5) {
+            let mask = match rng.below(4) {
+                0 => node_bit(rng.below(u64::from(n)) as u32),
+                1 => {
+                    let free: Vec<u32> = state
+                        .iter()
+                        .filter(|(_, s)| s.number_of_assignments == 0)
+                        .map(|(&id, _)| id)
+                        .collect();
+                    let m = free
+                        .iter()
+                        .filter(|_| rng.below(2) == 0)
+                        .fold(NumaMask::EMPTY, |m, &id| m.or(node_bit(id)));
+                    if m.is_empty() {
+                        continue;
+                    }
+                    m
+                }
+                2 => {
+                    let id = rng.below(u64::from(n)) as u32;
+                    state[&id].cells
+                }
+                _ => random_mask(rng, n),
+            };
+            let resource = if rng.below(3) == 0 { HUGE } else { MEMORY_KEY };
+            reserve(state, mask, resource, rng.below(4) * GB / 2);
+        }
+        if rng.below(8) == 0 {
+            let id = rng.below(u64::from(n)) as u32;
+            if let Some(s) = state.get_mut(&id) {
+                if s.number_of_assignments == 0 {
+                    s.cells = s.cells.or(random_mask(rng, n));
+                }
+            }
+        }
+    }
+
+    fn random_request(rng: &mut Rng) -> Requested {
+        let mut r = Requested::new();
+        r.insert(MEMORY_KEY.to_owned(), rng.below(9) * GB / 2);
+        if rng.below(3) == 0 {
+            r.insert(HUGE.to_owned(), rng.below(4) * GB);
+        }
+        r
+    }
+
+    fn random_reusable(rng: &mut Rng, n: u32) -> Option<PodReusable> {
+        (rng.below(3) == 0).then(|| {
+            (0..1 + rng.below(2))
+                .map(|_| {
+                    let per = BTreeMap::from([(MEMORY_KEY.to_owned(), rng.below(5) * GB / 2)]);
+                    (random_mask(rng, n), per)
+                })
+                .collect()
+        })
+    }
+
+    fn expanded(h: &Hinter<'_>) -> Vec<TopologyHint> {
+        match h.compact() {
+            Ok(Some(c)) => {
+                assert_eq!(c.validate(), Ok(()), "{c:?}");
+                c.expand(&h.nodes())
+            }
+            Ok(None) => Vec::new(),
+            Err(e) => panic!("compact: {e}"),
+        }
+    }
+
+    #[test]
+    fn compact_is_exactly_the_explicit_list_after_random_allocations() {
+        let mut rng = Rng(0x6d65_6d6f_7279_0005);
+        let mut bounded = 0;
+        for case in 0..3000 {
+            let n = 1 + rng.below(10) as u32;
+            let mut state = random_state(&mut rng, n);
+            allocate_randomly(&mut rng, &mut state, n);
+            let requested = random_request(&mut rng);
+            let reusable = random_reusable(&mut rng, n);
+            let h = Hinter {
+                state: &state,
+                reusable: reusable.as_ref(),
+                requested: &requested,
+            };
+            if let Ok(Some(c)) = h.compact() {
+                bounded += usize::from(!c.within.is_empty());
+            }
+            assert_eq!(
+                expanded(&h),
+                h.explicit(),
+                "case {case}: {state:?} {requested:?} {reusable:?}"
+            );
+        }
+        // The generator does reach the bounded form, and often.
+        assert!(bounded > 500, "only {bounded} bounded answers");
+    }
+
+    fn strings(c: &CompactHints) -> (Vec<String>, Vec<String>) {
+        (
+            c.minimal.iter().map(|m| m.to_string()).collect(),
+            c.within.iter().map(|m| m.to_string()).collect(),
+        )
+    }
+
+    #[test]
+    fn group_rules_become_bounds() {
+        // Four nodes of 2Gi; node 0 holds a single-node block, 2-3 a group.
+        let mut state: MachineState = (0..4)
+            .map(|id| {
+                let map = BTreeMap::from([(MEMORY_KEY.to_owned(), table(2 * GB))]);
+                let node = NodeState {
+                    number_of_assignments: 0,
+                    memory_map: map,
+                    cells: node_bit(id),
+                };
+                (id, node)
+            })
+            .collect();
+        reserve(&mut state, node_bit(0), MEMORY_KEY, GB);
+        reserve(&mut state, node_bit(2).or(node_bit(3)), MEMORY_KEY, GB);
+        let requested = Requested::from([(MEMORY_KEY.to_owned(), GB)]);
+        let h = Hinter {
+            state: &state,
+            reusable: None,
+            requested: &requested,
+        };
+        let c = h.compact().unwrap().unwrap();
+        // 0 alone, 1 alone (no other unused node to grow with), 2-3 as a group.
+        assert_eq!(
+            strings(&c),
+            (
+                vec!["0".into(), "1".into(), "2-3".into()],
+                vec!["0".into(), "1".into(), "2-3".into()]
+            )
+        );
+        assert_eq!(c.preferred_width, 1);
+        let got: Vec<String> = c
+            .expand(&h.nodes())
+            .iter()
+            .map(topomgr_sdk::testkit::hint_string)
+            .collect();
+        assert_eq!(got, ["0:true", "1:true", "2-3:false"]);
+        assert_eq!(c.expand(&h.nodes()), h.explicit());
+        // 3Gi needs two nodes: only 2-3 (3Gi free) is left; 0-1 would be
+        // one if node 0 were unused.
+        let requested = Requested::from([(MEMORY_KEY.to_owned(), 3 * GB)]);
+        let h = Hinter {
+            state: &state,
+            reusable: None,
+            requested: &requested,
+        };
+        let c = h.compact().unwrap().unwrap();
+        assert_eq!(strings(&c), (vec!["2-3".into()], vec!["2-3".into()]));
+        assert_eq!(c.preferred_width, 2);
+        assert_eq!(c.expand(&h.nodes()), h.explicit());
+    }
+
+    #[test]
+    fn a_fresh_machine_keeps_the_unbounded_form() {
+        let state: MachineState = (0..10)
+            .map(|id| {
+                let map = BTreeMap::from([(MEMORY_KEY.to_owned(), table(GB))]);
+                let node = NodeState {
+                    number_of_assignments: 0,
+                    memory_map: map,
+                    cells: node_bit(id),
+                };
+                (id, node)
+            })
+            .collect();
+        let requested = Requested::from([(MEMORY_KEY.to_owned(), 3 * GB)]);
+        let h = Hinter {
+            state: &state,
+            reusable: None,
+            requested: &requested,
+        };
+        let c = h.compact().unwrap().unwrap();
+        assert_eq!(c.within, Vec::<NumaMask>::new());
+        assert_eq!(c.minimal.len(), 120);
+        assert_eq!(c.minimal[0].to_string(), "0-2");
+        assert_eq!(c.minimal[119].to_string(), "7-9");
+        assert_eq!(c.preferred_width, 3);
+        assert_eq!(c.expand(&h.nodes()), h.explicit());
     }
 }

@@ -416,4 +416,20 @@ fn compact_hints_beyond_eight_nodes() {
     assert_eq!(c.minimal[0], mask(&[2]));
     assert_eq!(c.minimal[7], mask(&[9]));
     assert_eq!(c.minimal[8], mask(&[0, 1]));
+    // Exact bounds: unused nodes grow among themselves, the group stays whole.
+    let unused = mask(&[2, 3, 4, 5, 6, 7, 8, 9]);
+    assert_eq!(c.within.len(), 9);
+    assert!(c.within[..8].iter().all(|&u| u == unused));
+    assert_eq!(c.within[8], mask(&[0, 1]));
+    let explicit = crate::hints::Hinter {
+        state: p.machine_state(),
+        reusable: None,
+        requested: &crate::hints::container_requests(&b.containers[0]),
+    }
+    .explicit();
+    assert_eq!(c.expand(&nodes), explicit);
+    assert!(!c.contains(mask(&[0, 1, 2])));
+    assert!(!c.contains(mask(&[0])));
+    // Every non-empty subset of the eight unused nodes, and the group.
+    assert_eq!(explicit.len(), 255 + 1);
 }

@@ -41,10 +41,13 @@ pub struct FfiHint {
 pub enum FfiHintSet {
     /// An explicit list of hints.
     Explicit(RVec<FfiHint>),
-    /// The compact form: minimal masks (as bits) and the preferred width.
+    /// The compact form: minimal masks and their bounds (as bits) and the
+    /// preferred width.
     Compact {
         /// Minimal masks, as bits.
         minimal: RVec<u64>,
+        /// Upper bounds, as bits: empty, or one per minimal mask.
+        within: RVec<u64>,
         /// Width at which a hint is preferred.
         preferred_width: u32,
     },

@@ -140,7 +140,7 @@ fn parse_hints(
                         &full,
                         format!(
                             "expected \"none\", a list of {{affinity, preferred}} hints or \
-                         {{minimal, preferred_width}}: {e}"
+                         {{minimal, within?, preferred_width}}: {e}"
                         ),
                     )
                 })?,

@@ -179,3 +179,23 @@ pub fn memory_plugin() -> &'static Path {
     static SO: OnceLock<PathBuf> = OnceLock::new();
     provider_so(&SO, "topomgr-provider-memory", "topomgr_provider_memory")
 }
+
+/// The JSON body of a state directory's `state.ckpt` (after its header line).
+pub fn state_body(dir: &Path) -> serde_json::Value {
+    let bytes = std::fs::read(dir.join("state.ckpt"))
+        .unwrap_or_else(|e| panic!("read {}/state.ckpt: {e}", dir.display()));
+    let nl = bytes.iter().position(|b| *b == b'\n').expect("header line");
+    serde_json::from_slice(&bytes[nl + 1..]).expect("state body is JSON")
+}
+
+/// One provider's checkpoint bytes from a state directory.
+pub fn provider_state(dir: &Path, provider: &str) -> Vec<u8> {
+    let hex = state_body(dir)["providers"][provider]
+        .as_str()
+        .unwrap_or_else(|| panic!("no state for provider {provider}"))
+        .to_string();
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
+        .collect()
+}

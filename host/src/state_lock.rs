@@ -1,13 +1,17 @@
-//! The state-directory lock: one daemon per state directory.
+//! The state-directory lock: one writer of a state directory at a time.
 //!
-//! `flock(LOCK_EX | LOCK_NB)` on `<state_dir>/topomgr.lock`, held for the
-//! process's lifetime (the kernel drops it when the process dies, kill -9
-//! included, so a crash never leaves a stale lock). The holder writes its pid
-//! into the file so a refused second instance can say who holds it.
+//! `flock(LOCK_EX)` on `<state_dir>/topomgr.lock`. The daemon takes it once,
+//! without waiting, and holds it for its lifetime (a second daemon is
+//! refused); `topomgr run` and `topomgr admit --state-dir` take it around
+//! each restore -> change -> save, waiting a bounded time for another command
+//! to finish. The kernel drops the lock when its holder dies (kill -9
+//! included), so a crash never leaves a stale lock. The holder writes its pid
+//! into the file so a refused process can say who holds it.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
@@ -19,7 +23,7 @@ pub const LOCK_FILE: &str = "topomgr.lock";
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
     /// Another process holds the lock.
-    #[error("state directory {} is in use by another topomgr daemon{} (lock {}); stop it, or give this one another state_dir", dir.display(), holder.map(|p| format!(" (pid {p})")).unwrap_or_default(), path.display())]
+    #[error("state directory {} is in use by another topomgr process{} (lock {}); if a daemon serves it, use the daemon (--socket) or stop it; otherwise give this one another state_dir", dir.display(), holder.map(|p| format!(" (pid {p})")).unwrap_or_default(), path.display())]
     Busy {
         /// The state directory.
         dir: PathBuf,
@@ -48,6 +52,20 @@ pub struct StateLock {
 }
 
 impl StateLock {
+    /// Take the lock of `state_dir`, retrying while another process holds it,
+    /// for at most `wait`; then fail naming the holder.
+    pub fn acquire_within(state_dir: &Path, wait: Duration) -> Result<StateLock, LockError> {
+        let deadline = Instant::now() + wait;
+        loop {
+            match Self::acquire(state_dir) {
+                Err(LockError::Busy { .. }) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Take the lock of `state_dir` (created if missing) or fail at once.
     pub fn acquire(state_dir: &Path) -> Result<StateLock, LockError> {
         let path = state_dir.join(LOCK_FILE);
@@ -107,14 +125,23 @@ mod tests {
         assert_eq!(
             err.to_string(),
             format!(
-                "state directory {} is in use by another topomgr daemon (pid {}) (lock {}); stop it, or give this one another state_dir",
+                "state directory {} is in use by another topomgr process (pid {}) (lock {}); if a daemon serves it, use the daemon (--socket) or stop it; otherwise give this one another state_dir",
                 dir.display(),
                 std::process::id(),
                 dir.join(LOCK_FILE).display()
             )
         );
+        // A bounded wait gives up with the same error.
+        let err = StateLock::acquire_within(&dir, Duration::from_millis(30)).unwrap_err();
+        assert!(matches!(
+            err,
+            LockError::Busy {
+                holder: Some(_),
+                ..
+            }
+        ));
         drop(held);
-        let again = StateLock::acquire(&dir).unwrap();
+        let again = StateLock::acquire_within(&dir, Duration::from_secs(1)).unwrap();
         assert_eq!(again.path(), dir.join(LOCK_FILE));
         drop(again);
         fs::remove_dir_all(dir).unwrap();
