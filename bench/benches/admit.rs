@@ -7,7 +7,7 @@
 //! `SKIP` and measures nothing.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -17,51 +17,11 @@ use topomgr::policy::{NumaInfo, Policy, Scope};
 use topomgr::provider::HintProvider;
 use topomgr_sdk::{ContainerView, PodView, QosClass};
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
+use topomgr_bench::workspace_root as workspace;
 
 /// `cargo build --release` the providers; returns lib name -> .so path.
 fn build_providers() -> BTreeMap<String, PathBuf> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let out = Command::new(cargo)
-        .args([
-            "build",
-            "--release",
-            "--message-format=json-render-diagnostics",
-        ])
-        .args([
-            "-p",
-            "topomgr-provider-cpu",
-            "-p",
-            "topomgr-provider-memory",
-        ])
-        .current_dir(workspace())
-        .output()
-        .expect("run cargo build");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut found = BTreeMap::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let Ok(m) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        for f in m["filenames"].as_array().into_iter().flatten() {
-            if let Some(f) = f.as_str().filter(|f| f.ends_with(".so")) {
-                found.insert(
-                    m["target"]["name"].as_str().unwrap_or_default().to_string(),
-                    PathBuf::from(f),
-                );
-            }
-        }
-    }
-    found
+    topomgr_bench::build_release_plugins(&["topomgr-provider-cpu", "topomgr-provider-memory"])
 }
 
 fn unpack(name: &str) -> Option<PathBuf> {

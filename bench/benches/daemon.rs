@@ -9,7 +9,6 @@
 //! Run: `cargo bench -p topomgr-bench --bench daemon`. Figures in BENCHMARKS.md.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -20,42 +19,13 @@ use topomgr::policy::{NumaInfo, Policy, Scope};
 use topomgr::provider::HintProvider;
 use topomgr::state_lock::StateLock;
 
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_else(|| PathBuf::from("."))
-}
+use topomgr_bench::workspace_root;
 
 /// Build the CPU provider in release mode and return its .so.
 fn cpu_plugin() -> PathBuf {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let out = Command::new(cargo)
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "topomgr-provider-cpu",
-            "--message-format=json-render-diagnostics",
-        ])
-        .current_dir(workspace_root())
-        .output()
-        .expect("run cargo build");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|m| {
-            m["reason"] == "compiler-artifact" && m["target"]["name"] == "topomgr_provider_cpu"
-        })
-        .flat_map(|m| m["filenames"].as_array().cloned().unwrap_or_default())
-        .filter_map(|f| f.as_str().map(PathBuf::from))
-        .find(|f| f.extension().is_some_and(|e| e == "so"))
-        .expect("cargo built no provider .so")
+    topomgr_bench::build_release_plugins(&["topomgr-provider-cpu"])
+        .remove("topomgr_provider_cpu")
+        .expect("cargo built no CPU provider .so")
 }
 
 /// Start a daemon on its own thread; returns its socket.

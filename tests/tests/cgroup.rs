@@ -309,21 +309,9 @@ fn shared_pool_follows_exclusive_assignments() {
     assert_eq!(read(&root.join("topomgr/b/main/cpuset.cpus")), "0-3");
 }
 
-/// Effective uid from /proc/self/status.
-fn is_root() -> bool {
-    fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
-        })
-        .unwrap_or(false)
-}
-
 /// The machine's real cgroup hierarchy, or `None` with a `SKIP:` line.
 fn real_hierarchy(test: &str) -> Option<CgroupManager> {
-    if !is_root() {
+    if !common::is_root() {
         eprintln!("SKIP: {test}: not running as root; real cgroups cannot be created");
         return None;
     }

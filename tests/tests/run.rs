@@ -15,20 +15,9 @@ use topomgr::cgroup::CgroupManager;
 const ALLOCATION: &str =
     "allocation = { cpus = \"1\", exclusive = true, mems = [0], env = { TOPOMGR_TEST = \"aligned\" } }";
 
-fn is_root() -> bool {
-    fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .and_then(|l| l.split_whitespace().nth(2).map(|u| u == "0"))
-        })
-        .unwrap_or(false)
-}
-
 /// The real hierarchy's root (v1: its cpuset directory), or `None` with a `SKIP:` line.
 fn live(test: &str) -> Option<PathBuf> {
-    if !is_root() {
+    if !common::is_root() {
         eprintln!("SKIP: {test}: not running as root; topomgr run cannot create cgroups");
         return None;
     }

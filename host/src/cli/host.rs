@@ -48,8 +48,11 @@ pub fn load_provider(
     Ok(Box::new(p))
 }
 
-/// The policy, scope and every configured provider (in name order).
-pub fn admitter(cfg: &HostConfig, machine: &Machine) -> anyhow::Result<Admitter> {
+/// What an admitter is made of: the policy, the scope and the providers.
+pub type EngineParts = (Policy, Scope, Vec<Box<dyn HintProvider>>);
+
+/// The policy, the scope and every configured provider (in name order).
+pub fn engine_parts(cfg: &HostConfig, machine: &Machine) -> anyhow::Result<EngineParts> {
     let numa = NumaInfo::from_machine(machine).context("reading NUMA information")?;
     let policy =
         Policy::new(&cfg.policy, &cfg.policy_options, numa).context("cannot create policy")?;
@@ -59,6 +62,12 @@ pub fn admitter(cfg: &HostConfig, machine: &Machine) -> anyhow::Result<Admitter>
         .keys()
         .map(|name| load_provider(cfg, name, machine))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok((policy, scope, providers))
+}
+
+/// An admitter over [`engine_parts`].
+pub fn admitter(cfg: &HostConfig, machine: &Machine) -> anyhow::Result<Admitter> {
+    let (policy, scope, providers) = engine_parts(cfg, machine)?;
     Ok(Admitter::new(policy, scope, providers))
 }
 

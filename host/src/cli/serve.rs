@@ -4,10 +4,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Args;
 use topomgr::daemon::{self, Daemon};
-use topomgr::policy::{NumaInfo, Policy, Scope};
+
 use topomgr::state_lock::StateLock;
 
 use super::host;
@@ -35,15 +34,7 @@ pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
     // Lock first: providers may read their state directories while loading.
     let lock = StateLock::acquire(&cfg.state_dir)?;
     let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
-    let numa = NumaInfo::from_machine(&machine).context("reading NUMA information")?;
-    let policy =
-        Policy::new(&cfg.policy, &cfg.policy_options, numa).context("cannot create policy")?;
-    let scope: Scope = cfg.scope.parse().context("invalid scope in config")?;
-    let providers = cfg
-        .providers
-        .keys()
-        .map(|name| host::load_provider(&cfg, name, &machine))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+    let (policy, scope, providers) = host::engine_parts(&cfg, &machine)?;
     daemon::run(Daemon {
         socket: args.socket.unwrap_or_else(|| cfg.daemon.socket.clone()),
         group: cfg.daemon.group.clone(),
