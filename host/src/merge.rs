@@ -426,13 +426,10 @@ fn reachable_intervals(lists: &[List<'_>], machine: NumaMask) -> Vec<(NumaMask, 
 
 /// Reachable merged masks when every list is explicit: a dense bitset over
 /// small node ids, a hash set otherwise.
-fn reachable_points(lists: &[List<'_>], machine: NumaMask) -> Vec<NumaMask> {
+fn reachable_points(lists: &[&[TopologyHint]], machine: NumaMask) -> Vec<NumaMask> {
     let options: Vec<Vec<u64>> = lists
         .iter()
-        .map(|l| {
-            let List::Explicit(v) = l else {
-                unreachable!("reachable_points is only called for explicit lists")
-            };
+        .map(|v| {
             let mut o: Vec<u64> = v
                 .iter()
                 .map(|h| h.affinity.map_or(machine.bits(), NumaMask::bits))
@@ -559,15 +556,21 @@ pub fn merge(numa: &NumaInfo, providers: &[&ProviderHints], mode: MergeMode) -> 
     if let Some(m) = best_preferred(&lists, numa, &ranker) {
         return outcome(TopologyHint::new(m, true), MergeRule::Preferred);
     }
-    let intervals: Vec<(NumaMask, NumaMask)> =
-        if lists.iter().all(|l| matches!(l, List::Explicit(_))) {
-            reachable_points(&lists, machine)
-                .into_iter()
-                .map(|m| (m, m))
-                .collect()
-        } else {
-            reachable_intervals(&lists, machine)
-        };
+    let explicit: Vec<&[TopologyHint]> = lists
+        .iter()
+        .filter_map(|l| match l {
+            List::Explicit(v) => Some(v.as_ref()),
+            List::Compact(_) => None,
+        })
+        .collect();
+    let intervals: Vec<(NumaMask, NumaMask)> = if explicit.len() == lists.len() {
+        reachable_points(&explicit, machine)
+            .into_iter()
+            .map(|m| (m, m))
+            .collect()
+    } else {
+        reachable_intervals(&lists, machine)
+    };
     match best_non_preferred(&intervals, b, &ranker) {
         Some((m, rule)) => outcome(TopologyHint::new(m, false), rule),
         None => outcome(TopologyHint::new(machine, false), MergeRule::NoCandidate),
