@@ -20,8 +20,12 @@ fn main() -> ExitCode {
             // One line: the error and its causes.
             let mut msg = e.to_string();
             for cause in e.chain().skip(1) {
-                msg.push_str(": ");
-                msg.push_str(&cause.to_string());
+                // Many errors already print their source; don't say it twice.
+                let cause = cause.to_string();
+                if !msg.contains(&cause) {
+                    msg.push_str(": ");
+                    msg.push_str(&cause);
+                }
             }
             eprintln!("topomgr: error: {msg}");
             ExitCode::from(2)
