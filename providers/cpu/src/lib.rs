@@ -33,6 +33,21 @@
 //! the host policy); the CPUs reusable from init containers are part of the
 //! checkpoint, so chained `topomgr provider cpu allocate --state-dir` calls
 //! behave as one kubelet process would.
+//!
+//! Reference version: the kubelet's add (non-resize) path as released in
+//! Kubernetes v1.36: `takeByTopologyNUMAPacked(topo, available, n,
+//! sortingStrategy, preferAlignByUncoreCache)` and
+//! `takeByTopologyNUMADistributed(topo, available, n, cpuGroupSize,
+//! sortingStrategy)`. The align-by-socket preference among NUMA-node
+//! combinations and the "minimum NUMA nodes from the hint" raise of
+//! `rangeNUMANodesNeededToSatisfy` exist upstream only in the later
+//! in-place-resize distributed take (`takeByTopologyNUMADistributedForResize`),
+//! not in the add path, so they are deliberately not applied here. Pods
+//! with pod-level `spec.resources` (the `PodLevelResourceManagers` gate,
+//! off by default) cannot be expressed in the SDK's `PodView`; every pod is
+//! treated as having container-level resources only. Where the kubelet's
+//! distributed remainder loop never ends (fragmented availability), this
+//! crate stops and reports an accounting error instead of hanging.
 
 pub mod assignment;
 pub mod error;
