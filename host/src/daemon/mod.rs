@@ -1,6 +1,6 @@
 //! `topomgr serve`: the node daemon.
 //!
-//! - [`lock`]: one daemon per state directory (`flock`);
+//! - [`crate::state_lock`]: one daemon per state directory (`flock`);
 //! - [`timed`]: every provider on its own thread, each call with a deadline;
 //! - [`engine`]: the serialized admission engine with group-committed,
 //!   checksummed state ([`crate::checkpoint::save_state`]);
