@@ -5,7 +5,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Instant;
 
 /// A config directory whose only drop-in enables the CPU provider with
@@ -42,43 +41,18 @@ fn pod_file(dir: &Path, name: &str, cpu: &str) -> PathBuf {
     p
 }
 
+/// `common::topomgr` with trimmed output.
 fn topomgr(dir: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(common::topomgr_bin())
-        .arg("--config")
-        .arg(dir.join("topomgr.toml"))
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).trim().to_owned(),
-        String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-    )
+    let (code, out, err) = common::topomgr(dir, args);
+    (code, out.trim().to_owned(), err.trim().to_owned())
 }
 
 fn hint_list(json: &str) -> Vec<String> {
-    let v: serde_json::Value = serde_json::from_str(json).unwrap();
-    v["cpu"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| {
-            let nodes: Vec<String> = h["affinity"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|n| n.to_string())
-                .collect();
-            format!("{}:{}", nodes.join(","), h["preferred"])
-        })
-        .collect()
+    common::hint_list(json, "cpu")
 }
 
 fn example_sys() -> String {
-    common::workspace_root()
-        .join("examples/machines/2s4n/sys")
-        .display()
-        .to_string()
+    common::example_sys()
 }
 
 #[test]

@@ -3,8 +3,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
 use serde_json::Value;
 
@@ -41,55 +40,14 @@ fn fixture(name: &str) -> String {
         .into_owned()
 }
 
-fn example_machine() -> String {
-    common::workspace_root()
-        .join("examples/machines/2s4n/sys")
-        .to_string_lossy()
-        .into_owned()
-}
-
-/// Runs the binary; returns (status code, stdout, stderr).
-fn run(cfg: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(common::topomgr_bin())
-        .arg("--config")
-        .arg(cfg.join("topomgr.toml"))
-        .args(args)
-        .output()
-        .expect("run topomgr");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// The hint masks of `resource` as `"<nodes>:<preferred>"` strings.
-fn hint_list(json: &str, resource: &str) -> Vec<String> {
-    let v: Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {json}"));
-    v[resource]
-        .as_array()
-        .unwrap_or_else(|| panic!("no {resource} list in {json}"))
-        .iter()
-        .map(|h| {
-            let nodes: Vec<String> = h["affinity"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|n| n.to_string())
-                .collect();
-            format!("{}:{}", nodes.join(","), h["preferred"])
-        })
-        .collect()
-}
-
 #[test]
 fn chained_history_on_the_example_machine() {
     let cfg = config("mem-chain", "single-numa-node", "container");
     let state = cfg.join("state");
     let st = state.to_string_lossy().into_owned();
-    let machine = example_machine();
+    let machine = common::example_sys();
     let hints = |pod: &str| {
-        let (code, out, err) = run(
+        let (code, out, err) = common::topomgr(
             &cfg,
             &[
                 "provider",
@@ -126,9 +84,9 @@ fn chained_history_on_the_example_machine() {
         "1,2,3:false",
         "0,1,2,3:false",
     ];
-    assert_eq!(hint_list(&before, "memory"), want);
-    assert_eq!(hint_list(&before, "hugepages-2Mi"), want);
-    let (code, out, err) = run(
+    assert_eq!(common::hint_list(&before, "memory"), want);
+    assert_eq!(common::hint_list(&before, "hugepages-2Mi"), want);
+    let (code, out, err) = common::topomgr(
         &cfg,
         &[
             "provider",
@@ -152,10 +110,10 @@ fn chained_history_on_the_example_machine() {
         r#"{"cpus":"","mems":"1","devices":{},"env":{}}"#
     );
     // The same container again: its hints are regenerated from its blocks.
-    assert_eq!(hint_list(&hints("db.yaml"), "memory"), ["1:true"]);
+    assert_eq!(common::hint_list(&hints("db.yaml"), "memory"), ["1:true"]);
     // Another pod: node 1 is single-NUMA now, so every set with 1 is out.
     assert_eq!(
-        hint_list(&hints("db2.yaml"), "memory"),
+        common::hint_list(&hints("db2.yaml"), "memory"),
         [
             "0:true",
             "2:true",
@@ -166,7 +124,7 @@ fn chained_history_on_the_example_machine() {
         ]
     );
     // A hint of node 1 for db2 cannot be extended: a clear refusal.
-    let (code, _, err) = run(
+    let (code, _, err) = common::topomgr(
         &cfg,
         &[
             "provider",
@@ -197,8 +155,8 @@ fn chained_history_on_the_example_machine() {
 #[test]
 fn admit_under_single_numa_node_pod_scope() {
     let cfg = config("mem-admit", "single-numa-node", "pod");
-    let machine = example_machine();
-    let (code, out, err) = run(
+    let machine = common::example_sys();
+    let (code, out, err) = common::topomgr(
         &cfg,
         &[
             "admit",
@@ -242,7 +200,7 @@ fn corpus_machine_history() {
     let st = cfg.join("state").to_string_lossy().into_owned();
     let sys = sys.to_string_lossy().into_owned();
     let hints = || {
-        let (code, out, err) = run(
+        let (code, out, err) = common::topomgr(
             &cfg,
             &[
                 "provider",
@@ -259,7 +217,7 @@ fn corpus_machine_history() {
             ],
         );
         assert_eq!(code, 0, "{err}");
-        hint_list(&out, "memory")
+        common::hint_list(&out, "memory")
     };
     // 8 nodes of 8Gi, node 0 a little less and 512Mi reserved: 8Gi fits on
     // nodes 1-7 alone, everywhere in pairs.
@@ -279,7 +237,7 @@ fn corpus_machine_history() {
         ]
     );
     let other = fixture("big8.yaml").replace("big8.yaml", "too-big.yaml");
-    let (code, out, err) = run(
+    let (code, out, err) = common::topomgr(
         &cfg,
         &[
             "provider",

@@ -211,3 +211,45 @@ pub fn is_root() -> bool {
         })
         .unwrap_or(false)
 }
+
+/// The example machine's sysfs directory, as a string argument.
+pub fn example_sys() -> String {
+    workspace_root()
+        .join("examples/machines/2s4n/sys")
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Runs `topomgr --config <dir>/topomgr.toml ARGS`; returns (status code, stdout, stderr).
+pub fn topomgr(config_dir: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(topomgr_bin())
+        .arg("--config")
+        .arg(config_dir.join("topomgr.toml"))
+        .args(args)
+        .output()
+        .expect("run topomgr");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The hints of `resource` in a `provider ... hints` answer, as `"<nodes>:<preferred>"`.
+pub fn hint_list(json: &str, resource: &str) -> Vec<String> {
+    let v: serde_json::Value = serde_json::from_str(json).unwrap_or_else(|e| panic!("{e}: {json}"));
+    v[resource]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {resource} list in {json}"))
+        .iter()
+        .map(|h| {
+            let nodes: Vec<String> = h["affinity"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|n| n.to_string())
+                .collect();
+            format!("{}:{}", nodes.join(","), h["preferred"])
+        })
+        .collect()
+}
