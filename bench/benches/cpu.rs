@@ -12,7 +12,7 @@ use topomgr_provider_cpu::options::StaticOptions;
 use topomgr_provider_cpu::policy::StaticPolicy;
 use topomgr_provider_cpu::state::Checkpoint;
 use topomgr_provider_cpu::topology::{CpuTopology, Cpus};
-use topomgr_sdk::{testkit, Cpu, CpuSet, Machine, NumaMask, NumaNode};
+use topomgr_sdk::{testkit, Cpu, CpuSet, Machine, NumaMask};
 
 const NODES: u32 = 8;
 const NODES_PER_SOCKET: u32 = 4;
@@ -35,24 +35,7 @@ fn machine() -> Machine {
             });
         }
     }
-    cpus.sort_by_key(|c| c.id);
-    let numa_nodes = (0..NODES)
-        .map(|n| NumaNode {
-            id: n,
-            cpus: cpus.iter().filter(|c| c.numa == n).map(|c| c.id).collect(),
-            memory_bytes: 1 << 34,
-            memory_free_bytes: 1 << 34,
-            hugepages: BTreeMap::new(),
-            distances: (0..NODES)
-                .map(|o| (o, if o == n { 10 } else { 20 }))
-                .collect(),
-        })
-        .collect();
-    Machine {
-        numa_nodes,
-        cpus,
-        pci_devices: Vec::new(),
-    }
+    testkit::machine_from_cpus(cpus, NODES)
 }
 
 /// Cores 2k+1 (both threads) are taken: half the CPUs, spread over every node.

@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use crate::{
-    ContainerView, Cpu, CpuSet, HintSet, Machine, NumaNode, PodView, Provider, ProviderConfig,
+    ContainerView, Cpu, HintSet, Machine, NumaNode, PodView, Provider, ProviderConfig,
     ProviderContext, ProviderError, ProviderHints, QosClass, ResourceList, TopologyHint,
 };
 
@@ -30,22 +30,10 @@ pub const NODE_MEMORY_BYTES: u64 = 16 << 30;
 /// node has [`NODE_MEMORY_BYTES`] (all free) and distances are 10 (local) /
 /// 20 (remote). No PCI devices.
 pub fn machine(nodes: u32, cpus_per_node: u32) -> Machine {
-    let mut m = Machine::default();
-    for n in 0..nodes {
-        let first = n * cpus_per_node;
-        let cpus: CpuSet = (first..first + cpus_per_node).collect();
-        m.numa_nodes.push(NumaNode {
-            id: n,
-            cpus,
-            memory_bytes: NODE_MEMORY_BYTES,
-            memory_free_bytes: NODE_MEMORY_BYTES,
-            hugepages: BTreeMap::new(),
-            distances: (0..nodes)
-                .map(|o| (o, if o == n { 10 } else { 20 }))
-                .collect(),
-        });
-        for id in first..first + cpus_per_node {
-            m.cpus.push(Cpu {
+    let cpus = (0..nodes * cpus_per_node)
+        .map(|id| {
+            let n = id / cpus_per_node.max(1);
+            Cpu {
                 id,
                 online: true,
                 socket: n,
@@ -53,10 +41,35 @@ pub fn machine(nodes: u32, cpus_per_node: u32) -> Machine {
                 core: id,
                 numa: n,
                 l3: Some(n),
-            });
-        }
+            }
+        })
+        .collect();
+    machine_from_cpus(cpus, nodes)
+}
+
+/// A machine with the given CPUs (any topology: sockets, cores, threads,
+/// L3) on NUMA nodes `0..nodes`: each node gets the CPUs whose `numa` is its
+/// id, [`NODE_MEMORY_BYTES`] (all free) and distances 10 (local) / 20
+/// (remote). CPUs are sorted by id. No PCI devices.
+pub fn machine_from_cpus(mut cpus: Vec<Cpu>, nodes: u32) -> Machine {
+    cpus.sort_by_key(|c| c.id);
+    let numa_nodes = (0..nodes)
+        .map(|n| NumaNode {
+            id: n,
+            cpus: cpus.iter().filter(|c| c.numa == n).map(|c| c.id).collect(),
+            memory_bytes: NODE_MEMORY_BYTES,
+            memory_free_bytes: NODE_MEMORY_BYTES,
+            hugepages: BTreeMap::new(),
+            distances: (0..nodes)
+                .map(|o| (o, if o == n { 10 } else { 20 }))
+                .collect(),
+        })
+        .collect();
+    Machine {
+        numa_nodes,
+        cpus,
+        pci_devices: Vec::new(),
     }
-    m
 }
 
 /// A container whose requests and limits are both `resources`.

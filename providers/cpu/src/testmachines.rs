@@ -1,9 +1,7 @@
 //! Hand-built machines for the unit tests, shaped like the kubelet's own
 //! test topologies.
 
-use std::collections::BTreeMap;
-
-use topomgr_sdk::{Cpu, CpuSet, Machine, NumaNode};
+use topomgr_sdk::{Cpu, Machine};
 
 /// A machine of `sockets` sockets, each with `numa_per_socket` NUMA nodes of
 /// `cores_per_numa` cores of `threads` threads. CPU ids are numbered as Linux
@@ -86,27 +84,6 @@ pub fn adjacent_siblings(nodes: u32, cores: u32) -> Machine {
 }
 
 /// Sorts the CPUs and derives the NUMA nodes from them.
-pub fn finish(mut cpus: Vec<Cpu>, nodes: u32) -> Machine {
-    cpus.sort_by_key(|c| c.id);
-    let numa_nodes = (0..nodes)
-        .map(|n| NumaNode {
-            id: n,
-            cpus: cpus
-                .iter()
-                .filter(|c| c.numa == n)
-                .map(|c| c.id)
-                .collect::<CpuSet>(),
-            memory_bytes: 1 << 30,
-            memory_free_bytes: 1 << 30,
-            hugepages: BTreeMap::new(),
-            distances: (0..nodes)
-                .map(|o| (o, if o == n { 10 } else { 20 }))
-                .collect(),
-        })
-        .collect();
-    Machine {
-        numa_nodes,
-        cpus,
-        pci_devices: Vec::new(),
-    }
+pub fn finish(cpus: Vec<Cpu>, nodes: u32) -> Machine {
+    topomgr_sdk::testkit::machine_from_cpus(cpus, nodes)
 }
