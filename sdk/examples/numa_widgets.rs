@@ -22,8 +22,11 @@
 //! resource = "example.com/widget"      # optional
 //! ```
 //!
-//! Built as a cdylib: `cargo build -p topomgr-sdk --example numa_widgets`
-//! gives `target/debug/examples/libnuma_widgets.so`.
+//! Built as a cdylib by the workspace member `examples/numa-widgets`: a plain
+//! `cargo build --workspace` gives `target/debug/libnuma_widgets.so` (or
+//! `target/release/...`), beside the `topomgr` binary. Its own `Cargo.toml`
+//! is all a vendor's crate needs: `crate-type = ["cdylib"]` and a dependency
+//! on `topomgr-sdk`.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -54,9 +54,9 @@
 //!
 //! ## A complete provider
 //!
-//! `sdk/examples/numa_widgets.rs` (build it with
-//! `cargo build -p topomgr-sdk --example numa_widgets`; the plugin is
-//! `target/debug/examples/libnuma_widgets.so`) manages `widgets_per_node`
+//! `sdk/examples/numa_widgets.rs` (built as the plugin
+//! `target/debug/libnuma_widgets.so` by `cargo build --workspace`, through the
+//! workspace member `examples/numa-widgets`) manages `widgets_per_node`
 //! widgets on every NUMA node and answers hints like the kubelet's Device
 //! Manager:
 //!

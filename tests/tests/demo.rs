@@ -8,8 +8,8 @@ use std::process::Command;
 
 #[test]
 fn readme_demo_admits_and_rejects_as_documented() {
-    // Builds the providers into target/debug and target/debug/examples, where
-    // the repository's topomgr.toml looks for them.
+    // Builds the providers into target/debug, beside the topomgr binary,
+    // where the host looks for them.
     let _ = common::plugins();
     let _ = common::cpu_plugin();
     let _ = common::memory_plugin();

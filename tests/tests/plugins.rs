@@ -498,18 +498,17 @@ fn the_repository_config_loads_the_example_provider() {
     let cfg = topomgr::config::load_with_env(&root.join("topomgr.toml"), &|_| None).unwrap();
     assert_eq!(cfg.policy, "single-numa-node");
     assert_eq!(cfg.scope, "container");
-    assert_eq!(cfg.plugin_dirs[0], root.join("target/debug/examples"));
+    // No plugin_dirs: the host finds the plugins beside its own binary
+    // (target/debug or target/release), where `cargo build --workspace`
+    // puts them. A test binary lives in target/debug/deps, so the test adds
+    // the directory the harness built the plugin into, as the binary would.
+    assert!(cfg.plugin_dirs.is_empty(), "{:?}", cfg.plugin_dirs);
     let e = &cfg.providers["widgets"];
     assert_eq!(e.library, "numa_widgets");
     assert_eq!(e.config, json!({"widgets_per_node": 2, "resource": W}));
-    let mut w = load_provider(
-        "widgets",
-        e,
-        &search_dirs(&cfg),
-        &testkit::machine(2, 2),
-        &state_dir(),
-    )
-    .unwrap();
+    let mut dirs = search_dirs(&cfg);
+    dirs.push(common::plugins().widgets.parent().unwrap().to_path_buf());
+    let mut w = load_provider("widgets", e, &dirs, &testkit::machine(2, 2), &state_dir()).unwrap();
     let pod = testkit::guaranteed_pod("a", &[(W, 3)]);
     let h = w.topology_hints(&pod, &pod.containers[0]).unwrap();
     assert_eq!(hint_strings(&h, W), Some(vec!["0-1:true".to_owned()]));

@@ -12,7 +12,7 @@ use std::sync::OnceLock;
 pub struct Plugins {
     /// `libtopomgr_mock_provider.so`.
     pub mock: PathBuf,
-    /// `libnuma_widgets.so` (the SDK example).
+    /// `libnuma_widgets.so` (the SDK's worked example, `examples/numa-widgets`).
     pub widgets: PathBuf,
     /// The plugin of `tests/incompatible-sdk` (built against a changed SDK shape).
     pub incompatible: PathBuf,
@@ -90,10 +90,7 @@ pub fn plugins() -> &'static Plugins {
             "-p",
             "topomgr-mock-provider",
             "-p",
-            "topomgr-sdk",
-            "--lib",
-            "--example",
-            "numa_widgets",
+            "topomgr-example-widgets",
         ]);
         let root = workspace_root();
         let manifest = root.join("tests/incompatible-sdk/Cargo.toml");
