@@ -188,12 +188,15 @@ impl<'t> Accumulator<'t> {
             .collect()
     }
 
+    /// A group is free when every CPU it has in the topology is available.
+    ///
+    /// The group's own size is the measure, never a machine-wide average
+    /// (`CPUsPerCore`, `CPUsPerSocket`): on hybrid machines (two-thread
+    /// P-cores beside one-thread E-cores) the average is 1 and a P-core
+    /// with one thread reserved would pass for free (kubernetes #140495,
+    /// fixed upstream by #140498).
     fn is_free(&self, level: Level, id: u32, have: usize) -> bool {
-        match level {
-            Level::Socket => have == self.topo.cpus_per_socket(),
-            Level::Core => have == self.topo.cpus_per_core(),
-            Level::Numa | Level::Uncore => have == self.topo.size_of(level, id),
-        }
+        have > 0 && have == self.topo.size_of(level, id)
     }
 
     /// Takes every free group at `level`, in `order`, while at least a whole group is needed.
@@ -204,7 +207,9 @@ impl<'t> Accumulator<'t> {
             .filter(|id| self.is_free(level, *id, counts.get(id).copied().unwrap_or(0)))
             .collect();
         for id in free {
-            let cpus = self.topo.all_cpus_in(level, id);
+            // A free group is wholly available; taking only its available
+            // CPUs keeps an unavailable CPU out whatever `is_free` says.
+            let cpus = self.topo.cpus_in(&self.avail, level, id);
             if !self.needs_at_least(cpus.len()) {
                 continue;
             }
@@ -565,7 +570,8 @@ pub fn packed_cpu_order(topo: &CpuTopology, available: &Cpus) -> Vec<u32> {
 mod tests {
     use super::*;
     use crate::testmachines::{
-        adjacent_siblings, dual_socket_ht, dual_socket_multi_numa_ht, layered, single_socket_ht,
+        adjacent_siblings, dual_socket_ht, dual_socket_multi_numa_ht, hybrid, layered,
+        single_socket_ht,
     };
     use topomgr_sdk::CpuSet;
 
@@ -707,6 +713,83 @@ mod tests {
         assert_eq!(got.len(), 25);
         let on = |n: u32| m.cpus_in(&got, Level::Numa, n).len();
         assert_eq!((on(0), on(1), on(2), on(3)), (13, 0, 12, 0));
+    }
+
+    #[test]
+    fn hybrid_machine_never_takes_a_reserved_sibling() {
+        // kubernetes #140495: 8 two-thread P-cores (CPUs 0-15) and 12
+        // one-thread E-cores (16-27), CPU 0 reserved. CPUsPerCore is
+        // 28 / 20 = 1, so P-core 0 with only CPU 1 free looked "free".
+        let h = topo(&hybrid(8, 12));
+        assert_eq!(h.cpus_per_core(), 1);
+        assert_eq!(packed(&h, "1-27", 2), "16-17");
+        // Whole P-cores are taken as whole cores once E-cores run out.
+        assert_eq!(packed(&h, "1-15", 2), "2-3");
+        assert_eq!(packed(&h, "1-15", 3), "1-3");
+        // Distributed take on one NUMA node falls back to the same packing.
+        let got = take_distributed(&h, &set("1-27"), 2, 1, SortingStrategy::Packed).unwrap();
+        assert_eq!(show(&got), "16-17");
+        // A NUMA node (= socket) with one CPU missing is not free: node 0 is.
+        let dual = topo(&dual_socket_ht());
+        assert_eq!(packed(&dual, "0-10", 6), "0,2,4,6,8,10");
+    }
+
+    /// A machine of `cores` cores on `nodes` NUMA nodes (one socket each),
+    /// core `k` having `threads[k]` threads (ids dense, siblings adjacent).
+    fn uneven(nodes: u32, threads: &[u32]) -> topomgr_sdk::Machine {
+        let per_node = (threads.len() as u32).div_ceil(nodes.max(1)).max(1);
+        let mut cpus = Vec::new();
+        let mut id = 0;
+        for (k, t) in threads.iter().enumerate() {
+            let core = id;
+            let numa = (k as u32 / per_node).min(nodes.max(1) - 1);
+            for _ in 0..*t {
+                cpus.push(topomgr_sdk::Cpu {
+                    id,
+                    online: true,
+                    socket: numa,
+                    die: 0,
+                    core,
+                    numa,
+                    l3: Some(numa),
+                });
+                id += 1;
+            }
+        }
+        crate::testmachines::finish(cpus, nodes.max(1))
+    }
+
+    proptest::proptest! {
+        /// Whatever the machine (uneven threads per core, any free set),
+        /// every take hands out exactly the CPUs asked for, all of them
+        /// from the available set.
+        #[test]
+        fn takes_stay_inside_the_available_set(
+            nodes in 1u32..4,
+            threads in proptest::collection::vec(1u32..5, 1..24),
+            holes in proptest::collection::vec(proptest::bool::weighted(0.3), 96),
+            want in 0usize..96,
+            group in 1usize..3,
+            spread in proptest::bool::ANY,
+            uncore in proptest::bool::ANY,
+        ) {
+            let t = topo(&uneven(nodes, &threads));
+            let avail: Cpus = t.all_cpus().into_iter().filter(|c| !holes[*c as usize % holes.len()]).collect();
+            let n = want % (t.num_cpus() + 1);
+            let strategy = if spread { SortingStrategy::Spread } else { SortingStrategy::Packed };
+            for r in [
+                take_packed(&t, &avail, n, strategy, uncore && !spread),
+                take_distributed(&t, &avail, n, group, strategy),
+            ] {
+                match r {
+                    Ok(got) => {
+                        proptest::prop_assert_eq!(got.len(), n);
+                        proptest::prop_assert!(got.is_subset(&avail), "took {:?} outside {:?}", got, avail);
+                    }
+                    Err(e) => proptest::prop_assert!(n > avail.len() || matches!(e, TakeError::Accounting { .. }), "{e}"),
+                }
+            }
+        }
     }
 
     #[test]
