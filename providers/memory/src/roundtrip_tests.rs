@@ -403,3 +403,192 @@ proptest! {
         prop_assert_eq!(p.machine_state(), &crate::state::default_state(&p.machine));
     }
 }
+
+/// A machine of nodes `(memory bytes, 1Gi hugepages)`.
+fn machine_of(nodes: &[(u64, u64)]) -> Machine {
+    let mut m = testkit::machine(nodes.len() as u32, 2);
+    for (n, &(mem, pages)) in m.numa_nodes.iter_mut().zip(nodes) {
+        n.memory_bytes = mem;
+        n.hugepages.insert(
+            "1048576kB".to_owned(),
+            HugePages {
+                total: pages,
+                free: pages,
+            },
+        );
+    }
+    m
+}
+
+/// A memory table as the checkpoint writes it.
+fn table(allocatable: u64, free: u64, reserved: u64, system: u64, total: u64) -> serde_json::Value {
+    json!({"total": total, "systemReserved": system, "allocatable": allocatable,
+           "reserved": reserved, "free": free})
+}
+
+fn node(
+    count: i64,
+    cells: &[u32],
+    memory: serde_json::Value,
+    huge: Option<serde_json::Value>,
+) -> serde_json::Value {
+    let mut map = serde_json::Map::new();
+    map.insert("memory".to_owned(), memory);
+    if let Some(h) = huge {
+        map.insert("hugepages-1Gi".to_owned(), h);
+    }
+    json!({"numberOfAssignments": count, "memoryMap": map, "cells": cells})
+}
+
+fn block(nodes: &[u32], resource: &str, size: u64) -> serde_json::Value {
+    json!({"numaAffinity": nodes, "type": resource, "size": size})
+}
+
+/// The kubelet's `TestStaticPolicyStart` table (memorymanager
+/// `policy_static_test.go`), case names kept: a stored state and
+/// assignments restored on a machine; `Ok` or the start of the refusal.
+#[test]
+fn kubelet_static_policy_start_table() {
+    let m = MB;
+    let g = GB;
+    let one = |mem: u64, pages: u64| machine_of(&[(mem, pages)]);
+    let r512 = json!({"reserved_memory": {"0": {"memory": "512Mi"}}});
+    let r512x2 = json!({"reserved_memory": {"0": {"memory": "512Mi"}, "1": {"memory": "512Mi"}}});
+    let free_node = node(
+        0,
+        &[0],
+        table(1536 * m, 1536 * m, 0, 512 * m, 2 * g),
+        Some(table(g, g, 0, 0, g)),
+    );
+    let mismatch =
+        "memory provider state: the expected machine state is different from the stored one: ";
+    #[allow(clippy::type_complexity)]
+    let cases: Vec<(&str, Machine, serde_json::Value, serde_json::Value, serde_json::Value, Result<(), String>)> = vec![
+        (
+            "should fail, if machine state is empty, but it has memory assignments",
+            one(2 * g, 1), r512.clone(), json!({}),
+            json!({"pod": {"container1": [block(&[0], "memory", 512 * m)]}}),
+            Err("memory provider state: the machine state is empty although it has memory assignments".into()),
+        ),
+        (
+            "should fill the state with default values, when the state is empty",
+            one(3 * g, 1), r512.clone(), json!({}), json!({}), Ok(()),
+        ),
+        (
+            "should fail when machine state does not have all NUMA nodes",
+            machine_of(&[(2 * g, 1), (2 * g, 1)]), r512.clone(), json!({"0": free_node.clone()}), json!({}),
+            Err(format!("{mismatch}it has NUMA nodes 0 but the machine has 0-1")),
+        ),
+        (
+            "should fail when machine state does not have memory resource",
+            one(2 * g, 1), r512.clone(),
+            json!({"0": {"numberOfAssignments": 0, "cells": [0], "memoryMap": {"hugepages-1Gi": table(g, g, 0, 0, g)}}}),
+            json!({}),
+            Err(format!("{mismatch}NUMA node 0 has resources [hugepages-1Gi], expected [hugepages-1Gi, memory]")),
+        ),
+        (
+            "should fail when machine state has wrong size of total memory",
+            one(2 * g, 1), r512.clone(),
+            json!({"0": node(0, &[0], table(1536 * m, 1536 * m, 0, 512 * m, 1536 * m), Some(table(g, g, 0, 0, g)))}),
+            json!({}),
+            Err(format!("{mismatch}NUMA node 0 memory total is 1536Mi, expected 2Gi")),
+        ),
+        (
+            "should fail when machine state has wrong size of system reserved memory",
+            one(2 * g, 1), r512.clone(),
+            json!({"0": node(0, &[0], table(1536 * m, 1536 * m, 0, 1024, 2 * g), Some(table(g, g, 0, 0, g)))}),
+            json!({}),
+            Err(format!("{mismatch}NUMA node 0 memory system-reserved is 1Ki, expected 512Mi")),
+        ),
+        (
+            // Upstream's machine (2Gi with 1Gi of hugepages) leaves 512Mi
+            // allocatable, not the stored 1536Mi; 3Gi here so that the
+            // reserved bytes are what differ.
+            "should fail when machine state reserved memory is different from the memory of all containers memory assignments",
+            one(3 * g, 1), r512.clone(),
+            json!({"0": node(1, &[0], table(1536 * m, 1536 * m, 0, 512 * m, 3 * g), Some(table(g, g, 0, 0, g)))}),
+            json!({"pod": {"container1": [block(&[0], "memory", 512 * m)]}}),
+            Err(format!("{mismatch}memory reserved on NUMA nodes 0 is 0, but the containers' blocks there add up to 512Mi")),
+        ),
+        (
+            // Upstream: 2Gi of memory with 2Gi of hugepages, which topomgr
+            // refuses as config (nothing left for the 512Mi reservation);
+            // here 4Gi, with the stored memory table to match.
+            "should fail when machine state has wrong size of hugepages",
+            one(4 * g, 2), r512.clone(),
+            json!({"0": node(0, &[0], table(1536 * m, 1536 * m, 0, 512 * m, 4 * g), Some(table(g, g, 0, 0, g)))}),
+            json!({}),
+            Err(format!("{mismatch}NUMA node 0 hugepages-1Gi total is 1Gi, expected 2Gi")),
+        ),
+        (
+            "should fail when machine state has wrong size of system reserved hugepages",
+            one(4 * g, 2), r512.clone(),
+            json!({"0": node(0, &[0], table(1536 * m, 1536 * m, 0, 512 * m, 4 * g), Some(table(g, g, 0, g, 2 * g)))}),
+            json!({}),
+            Err(format!("{mismatch}NUMA node 0 hugepages-1Gi system-reserved is 1Gi, expected 0")),
+        ),
+        (
+            "should fail when the hugepages reserved machine state is different from the hugepages of all containers memory assignments",
+            // Upstream: 2Gi of memory with 4Gi of hugepages (a config
+            // topomgr refuses); here 6Gi, with the memory table to match.
+            one(6 * g, 4), r512.clone(),
+            json!({"0": node(2, &[0], table(1536 * m, 1536 * m, 0, 512 * m, 6 * g), Some(table(4 * g, g, 3 * g, 0, 4 * g)))}),
+            json!({"pod1": {"container1": [block(&[0], "hugepages-1Gi", g)]},
+                   "pod2": {"container2": [block(&[0], "hugepages-1Gi", g)]}}),
+            Err(format!("{mismatch}hugepages-1Gi reserved on NUMA nodes 0 is 3Gi, but the containers' blocks there add up to 2Gi")),
+        ),
+        (
+            "should fail when machine state does not have NUMA node that used under the memory assignment",
+            one(2 * g, 1), r512.clone(), json!({"0": free_node.clone()}),
+            json!({"pod1": {"container1": [block(&[1], "memory", g)]}}),
+            Err("memory provider state: pod pod1 container container1: its memory block is on NUMA nodes 1, but this machine has no NUMA node 1".into()),
+        ),
+        (
+            "should fail when machine state does not have resource that used under the memory assignment",
+            one(2 * g, 1), r512.clone(),
+            json!({"0": node(2, &[0], table(1536 * m, 1536 * m, 0, 512 * m, 2 * g), Some(table(g, g, 0, 0, g)))}),
+            json!({"pod1": {"container1": [block(&[0], "memory", g), block(&[0], "hugepages-2Mi", g)]}}),
+            Err("memory provider state: pod pod1 container container1: it holds hugepages-2Mi on NUMA node 0, which has no hugepages-2Mi".into()),
+        ),
+        (
+            // Upstream's machine (2Gi with 1Gi of hugepages) leaves 512Mi
+            // allocatable, not the stored 1536Mi; 3Gi here so that the
+            // assignment count is what differs.
+            "should fail when machine state number of assignments is different from the expected one",
+            one(3 * g, 1), r512.clone(),
+            json!({"0": node(1, &[0], table(1536 * m, 1536 * m, 0, 512 * m, 3 * g), Some(table(g, g, 0, 0, g)))}),
+            json!({"pod1": {"container1": [block(&[0], "memory", g), block(&[0], "hugepages-1Gi", g)]}}),
+            Err(format!("{mismatch}NUMA node 0 has 1 assignments, but 2 memory blocks of the containers are on it")),
+        ),
+        (
+            "should validate cross NUMA reserved memory vs container assignments",
+            machine_of(&[(2176 * m, 1), (2176 * m, 1)]), r512x2.clone(),
+            json!({"0": node(4, &[0, 1], table(640 * m, 0, 640 * m, 512 * m, 2176 * m), Some(table(g, 0, g, 0, g))),
+                   "1": node(4, &[0, 1], table(640 * m, 256 * m, 384 * m, 512 * m, 2176 * m), Some(table(g, 0, g, 0, g)))}),
+            json!({"pod1": {"container1": [block(&[0, 1], "memory", 768 * m), block(&[0, 1], "hugepages-1Gi", g)]},
+                   "pod2": {"container2": [block(&[0, 1], "memory", 256 * m), block(&[0, 1], "hugepages-1Gi", g)]}}),
+            Ok(()),
+        ),
+    ];
+    for (name, machine, cfg, state, entries, want) in cases {
+        let mut p = testkit::new_provider::<MemoryProvider>(&machine, cfg).unwrap();
+        let cp = json!({"policyName": "Static", "machineState": state, "entries": entries});
+        let got = p.restore(&serde_json::to_vec(&cp).unwrap());
+        match (&want, got) {
+            (Ok(()), Ok(())) => {
+                let back: serde_json::Value =
+                    serde_json::from_slice(&p.checkpoint().unwrap()).unwrap();
+                if cp["machineState"] != json!({}) {
+                    assert_eq!(back["machineState"], cp["machineState"], "{name}");
+                }
+                assert_eq!(back["entries"], cp["entries"], "{name}");
+            }
+            (Err(w), Err(e)) => assert!(
+                e.message.starts_with(w.as_str()),
+                "{name}:\n got {}\nwant {w}",
+                e.message
+            ),
+            (w, g) => panic!("{name}: want {w:?}, got {g:?}"),
+        }
+    }
+}
