@@ -15,8 +15,11 @@
 //!   kubelet (see [`hints`] and [`allocate`]); the allocation's `mems` is
 //!   the NUMA set of the container's memory.
 //! * State is checkpointed in the kubelet's `memory_manager_state` JSON shape
-//!   (plus reusable init-container memory) and validated on restore the way
-//!   the kubelet validates its state file; a refused restore changes nothing.
+//!   (plus reusable init-container memory) and validated on restore with the
+//!   checks of the kubelet's `validateState` that do not depend on the order
+//!   containers were allocated in (see [`state::validate`]): every state a
+//!   history of allocations and releases writes restores; a refused restore
+//!   changes nothing.
 //!
 //! Config (`[providers.memory.config]`, SPEC section 9):
 //!

@@ -190,13 +190,13 @@ fn restore_refuses_states_no_history_gives() {
     );
     assert_eq!(
         refused(&|v| {
-            v["machineState"]["1"]["memoryMap"]["memory"]["reserved"] = json!(2 * GB);
-            v["machineState"]["1"]["memoryMap"]["memory"]["free"] = json!(2 * GB);
+            v["machineState"]["1"]["memoryMap"]["memory"]["reserved"] = json!(512 * MB);
+            v["machineState"]["1"]["memoryMap"]["memory"]["free"] = json!(3584 * MB);
         }),
         format!(
             "memory provider state: the expected machine state is different from the stored \
-             one: memory reserved on NUMA nodes 1 is 2Gi, but the containers' blocks there add \
-             up to 1Gi{tail}"
+             one: memory reserved on all NUMA nodes is 512Mi, less than the containers' blocks \
+             hold (1Gi){tail}"
         )
     );
 }
@@ -393,14 +393,17 @@ proptest! {
             prop_assert_eq!(p2.machine_state(), q.machine_state());
             no_overcommit(&q)?;
         }
-        // Releasing everything gives the empty machine back.
+        // Releasing everything leaves no assignment, and the state still
+        // restores (bytes the kubelet's release accounting strands stay
+        // reserved, as in the kubelet).
         for pod in admitted {
             for c in pod.init_containers.iter().chain(&pod.containers) {
                 p.release(&pod.uid, &c.name).unwrap();
+                no_overcommit(&p)?;
+                round_trip(&m, &p)?;
             }
         }
         prop_assert!(p.assignments().is_empty());
-        prop_assert_eq!(p.machine_state(), &crate::state::default_state(&p.machine));
     }
 }
 
@@ -508,7 +511,7 @@ fn kubelet_static_policy_start_table() {
             one(3 * g, 1), r512.clone(),
             json!({"0": node(1, &[0], table(1536 * m, 1536 * m, 0, 512 * m, 3 * g), Some(table(g, g, 0, 0, g)))}),
             json!({"pod": {"container1": [block(&[0], "memory", 512 * m)]}}),
-            Err(format!("{mismatch}memory reserved on NUMA nodes 0 is 0, but the containers' blocks there add up to 512Mi")),
+            Err(format!("{mismatch}memory reserved on all NUMA nodes is 0, less than the containers' blocks hold (512Mi)")),
         ),
         (
             // Upstream: 2Gi of memory with 2Gi of hugepages, which topomgr
@@ -535,7 +538,10 @@ fn kubelet_static_policy_start_table() {
             json!({"0": node(2, &[0], table(1536 * m, 1536 * m, 0, 512 * m, 6 * g), Some(table(4 * g, g, 3 * g, 0, 4 * g)))}),
             json!({"pod1": {"container1": [block(&[0], "hugepages-1Gi", g)]},
                    "pod2": {"container2": [block(&[0], "hugepages-1Gi", g)]}}),
-            Err(format!("{mismatch}hugepages-1Gi reserved on NUMA nodes 0 is 3Gi, but the containers' blocks there add up to 2Gi")),
+            // Refused upstream. Accepted here on purpose: more bytes
+            // reserved than blocks hold is a state the kubelet's own
+            // release accounting reaches (`releases_can_strand_bytes_*`).
+            Ok(()),
         ),
         (
             "should fail when machine state does not have NUMA node that used under the memory assignment",
@@ -591,4 +597,43 @@ fn kubelet_static_policy_start_table() {
             (w, g) => panic!("{name}: want {w:?}, got {g:?}"),
         }
     }
+}
+
+#[test]
+fn releases_can_strand_bytes_like_the_kubelet_and_still_restore() {
+    // Found by the property test. Nodes 1 (3Gi allocatable) and 2 (4Gi).
+    let m = machine(&[5, 5, 4], &[0, 2, 0]);
+    let mut p = provider(&m);
+    let at = |nodes: &[u32]| TopologyHint::new(mask(nodes), false);
+    let reserved = |p: &MemoryProvider| -> Vec<u64> {
+        p.machine_state()
+            .values()
+            .map(|n| n.memory_map["memory"].reserved / MB)
+            .collect()
+    };
+    let a = testkit::guaranteed_pod("a", &[("cpu", 1000), ("memory", 512 * MB)]);
+    p.allocate(&a, &a.containers[0], &at(&[1, 2])).unwrap();
+    let mut b = testkit::guaranteed_pod("b", &[]);
+    b.containers = vec![ctn("app", 3 * GB, 0, false)];
+    p.allocate(&b, &b.containers[0], &at(&[1, 2])).unwrap();
+    assert_eq!(reserved(&p), [0, 3072, 512]);
+    // Releasing b gives back node 1 first: a's bytes now count on node 2.
+    p.release("b-uid", "app").unwrap();
+    assert_eq!(reserved(&p), [0, 0, 512]);
+    // Another provider narrows c's hint to node 1 alone.
+    let c = testkit::guaranteed_pod("c", &[("cpu", 1000), ("memory", 512 * MB)]);
+    p.allocate(&c, &c.containers[0], &at(&[1])).unwrap();
+    // a's release takes node 1's bytes (c's), c's release finds none left.
+    p.release("a-uid", "app").unwrap();
+    p.release("c-uid", "app").unwrap();
+    assert!(p.assignments().is_empty());
+    assert_eq!(reserved(&p), [0, 0, 512]);
+    let q = round_trip_plain(&m, &p);
+    assert_eq!(q.machine_state(), p.machine_state());
+}
+
+fn round_trip_plain(m: &Machine, p: &MemoryProvider) -> MemoryProvider {
+    let mut q = provider(m);
+    q.restore(&p.checkpoint().unwrap()).unwrap();
+    q
 }

@@ -328,9 +328,13 @@ pub enum StateError {
 ///   have been released, so it is not otherwise derivable);
 /// * per node and resource, free + reserved = allocatable (nothing
 ///   over-committed);
-/// * per group of nodes linked by blocks and resource, the reserved bytes
-///   equal the bytes of the blocks there (a block's bytes stay within its
-///   nodes, whatever the order).
+/// * per resource, at least as many bytes reserved over the machine as the
+///   blocks hold. Not "exactly as many", and not per node: the kubelet's
+///   release gives a block's bytes back lowest node first from whatever its
+///   nodes hold, so when a single-node block shares a node with a group's
+///   block, releases can leave bytes reserved on a node no block names
+///   (the kubelet's own replay then refuses its state file; here it
+///   restores, and the accounting goes on exactly as the kubelet's).
 pub fn validate(
     machine: &MachineMemory,
     stored: &MachineState,
@@ -346,7 +350,6 @@ pub fn validate(
         )));
     }
     let mut count: BTreeMap<u32, i64> = BTreeMap::new();
-    let mut groups = Groups::new(fresh.keys().copied());
     for (pod, containers) in assignments {
         for (container, blocks) in containers {
             for b in blocks {
@@ -377,7 +380,6 @@ pub fn validate(
                     }
                     *count.entry(id).or_insert(0) += 1;
                 }
-                groups.join(b.numa_affinity);
             }
         }
     }
@@ -447,91 +449,22 @@ pub fn validate(
             }
         }
     }
-    for (group, resources) in groups.sums(assignments, stored) {
-        for (resource, (held, blocks)) in resources {
-            if held != blocks {
-                return Err(StateError::Mismatch(format!(
-                    "{resource} reserved on NUMA nodes {group} is {}, but the containers' \
-                     blocks there add up to {}",
-                    Bytes(u64::try_from(held).unwrap_or(u64::MAX)),
-                    Bytes(u64::try_from(blocks).unwrap_or(u64::MAX))
-                )));
-            }
+    let mut sums: BTreeMap<&str, (u128, u128)> = BTreeMap::new();
+    for (resource, t) in stored.values().flat_map(|n| n.memory_map.iter()) {
+        sums.entry(resource.as_str()).or_default().0 += u128::from(t.reserved);
+    }
+    for b in assignments.values().flat_map(|c| c.values()).flatten() {
+        sums.entry(b.resource.as_str()).or_default().1 += u128::from(b.size);
+    }
+    for (resource, (held, blocks)) in sums {
+        if held < blocks {
+            return Err(StateError::Mismatch(format!(
+                "{resource} reserved on all NUMA nodes is {}, less than the containers' blocks \
+                 hold ({})",
+                Bytes(u64::try_from(held).unwrap_or(u64::MAX)),
+                Bytes(u64::try_from(blocks).unwrap_or(u64::MAX))
+            )));
         }
     }
     Ok(())
-}
-
-/// Nodes linked by multi-NUMA blocks (a union-find over node ids).
-struct Groups {
-    parent: BTreeMap<u32, u32>,
-}
-
-impl Groups {
-    fn new(nodes: impl Iterator<Item = u32>) -> Self {
-        Groups {
-            parent: nodes.map(|n| (n, n)).collect(),
-        }
-    }
-
-    fn root(&self, mut n: u32) -> u32 {
-        while let Some(&p) = self.parent.get(&n) {
-            if p == n {
-                break;
-            }
-            n = p;
-        }
-        n
-    }
-
-    fn join(&mut self, mask: NumaMask) {
-        let mut nodes = mask.iter();
-        let Some(first) = nodes.next() else {
-            return;
-        };
-        let r = self.root(first);
-        for n in nodes {
-            let rn = self.root(n);
-            if rn != r {
-                self.parent.insert(rn, r);
-            }
-        }
-    }
-
-    /// Per group (as a mask) and resource: reserved bytes of the stored
-    /// state and bytes of the blocks.
-    fn sums(
-        &self,
-        assignments: &Assignments,
-        stored: &MachineState,
-    ) -> BTreeMap<NumaMask, BTreeMap<String, (u128, u128)>> {
-        let mut masks: BTreeMap<u32, NumaMask> = BTreeMap::new();
-        for &n in self.parent.keys() {
-            let m = masks.entry(self.root(n)).or_default();
-            *m = m.or(NumaMask::from_bits(1u64 << (n % 64)));
-        }
-        let mut out: BTreeMap<NumaMask, BTreeMap<String, (u128, u128)>> = BTreeMap::new();
-        for (id, s) in stored {
-            let group = masks.get(&self.root(*id)).copied().unwrap_or_default();
-            for (resource, t) in &s.memory_map {
-                out.entry(group)
-                    .or_default()
-                    .entry(resource.clone())
-                    .or_default()
-                    .0 += u128::from(t.reserved);
-            }
-        }
-        for b in assignments.values().flat_map(|c| c.values()).flatten() {
-            let Some(first) = b.numa_affinity.iter().next() else {
-                continue;
-            };
-            let group = masks.get(&self.root(first)).copied().unwrap_or_default();
-            out.entry(group)
-                .or_default()
-                .entry(b.resource.clone())
-                .or_default()
-                .1 += u128::from(b.size);
-        }
-        out
-    }
 }
