@@ -361,3 +361,49 @@ fn corpus_256ia64_64n2s2c_admits_a_4_cpu_pod_quickly() {
     assert_eq!(p["containers"][0]["cpus"], "0-3");
     println!("256ia64-64n2s2c: admitting a 4-CPU Guaranteed pod end to end (process start included) took {took:?}");
 }
+
+#[test]
+fn corpus_hybrid_machine_never_hands_out_the_reserved_cpu() {
+    // A real i7-1370P: 6 two-thread P-cores (CPUs 0-11) and 8 one-thread
+    // E-cores (12-19); 20 CPUs on 14 cores make the kubelet's CPUsPerCore 1.
+    // With CPU 0 reserved, P-core 0 is not whole: 2 CPUs come from the
+    // E-cores (kubernetes #140495), never 0-1.
+    let Some(sys) = common::unpack_corpus_machine("20em64t-hybrid-1p6c2t+2ca4co1t") else {
+        return;
+    };
+    let dir = config_dir("cpu-corpus-hybrid", "best-effort", "reserved_cpus = \"0\"");
+    let sys_s = sys.display().to_string();
+    let state = dir.join("state");
+    let state_s = state.display().to_string();
+    let mut held: Vec<String> = Vec::new();
+    for (name, cpus, want) in [
+        ("a", "2", "12-13"),
+        ("b", "2", "14-15"),
+        ("c", "3", "16-18"),
+    ] {
+        let pod = pod_file(&dir, name, cpus).display().to_string();
+        let (code, out, err) = topomgr(
+            &dir,
+            &[
+                "provider",
+                "cpu",
+                "--sysfs-root",
+                &sys_s,
+                "--state-dir",
+                &state_s,
+                "allocate",
+                "--pod",
+                &pod,
+                "--container",
+                "app",
+                "--hint",
+                r#"{"affinity":[0],"preferred":true}"#,
+            ],
+        );
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["cpus"].as_str(), Some(want), "pod {name}");
+        held.push(want.to_owned());
+    }
+    assert_eq!(held, ["12-13", "14-15", "16-18"]);
+}

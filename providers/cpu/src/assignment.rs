@@ -179,21 +179,37 @@ impl<'t> Accumulator<'t> {
             .collect()
     }
 
-    /// The kubelet's `sortAvailableCPUsSpread`: by socket order, ids ascending within a socket.
+    /// The kubelet's `sortAvailableCPUsSpread` (since kubernetes #140766):
+    /// sockets in socket order; within a socket, round robin over its cores
+    /// in core-id order (the first free thread of every core, then the
+    /// second, ...), threads ascending within a core. Spreading follows the
+    /// topology, not the CPU numbering (siblings may have adjacent ids).
     fn cpus_spread(&self) -> Vec<u32> {
-        let by_socket = self.cpus_by(Level::Socket);
-        self.sorted_sockets()
-            .into_iter()
-            .flat_map(|s| by_socket.get(&s).cloned().unwrap_or_default())
-            .collect()
+        let by_core = self.cpus_by(Level::Core);
+        let cores = self.children(Level::Socket, Level::Core);
+        let mut out = Vec::with_capacity(self.avail.len());
+        for socket in self.sorted_sockets() {
+            let Some(cores) = cores.get(&socket) else {
+                continue;
+            };
+            let threads: Vec<&Vec<u32>> = cores.iter().filter_map(|c| by_core.get(c)).collect();
+            let deepest = threads.iter().map(|t| t.len()).max().unwrap_or(0);
+            for i in 0..deepest {
+                out.extend(threads.iter().filter_map(|t| t.get(i).copied()));
+            }
+        }
+        out
     }
 
+    /// A group is free when every CPU it has in the topology is available.
+    ///
+    /// The group's own size is the measure, never a machine-wide average
+    /// (`CPUsPerCore`, `CPUsPerSocket`): on hybrid machines (two-thread
+    /// P-cores beside one-thread E-cores) the average is 1 and a P-core
+    /// with one thread reserved would pass for free (kubernetes #140495,
+    /// fixed upstream by #140498).
     fn is_free(&self, level: Level, id: u32, have: usize) -> bool {
-        match level {
-            Level::Socket => have == self.topo.cpus_per_socket(),
-            Level::Core => have == self.topo.cpus_per_core(),
-            Level::Numa | Level::Uncore => have == self.topo.size_of(level, id),
-        }
+        have > 0 && have == self.topo.size_of(level, id)
     }
 
     /// Takes every free group at `level`, in `order`, while at least a whole group is needed.
@@ -204,7 +220,9 @@ impl<'t> Accumulator<'t> {
             .filter(|id| self.is_free(level, *id, counts.get(id).copied().unwrap_or(0)))
             .collect();
         for id in free {
-            let cpus = self.topo.all_cpus_in(level, id);
+            // A free group is wholly available; taking only its available
+            // CPUs keeps an unavailable CPU out whatever `is_free` says.
+            let cpus = self.topo.cpus_in(&self.avail, level, id);
             if !self.needs_at_least(cpus.len()) {
                 continue;
             }
@@ -393,17 +411,43 @@ fn standard_deviation(xs: &[i64]) -> f64 {
     (var.sqrt() * 1000.0).round() / 1000.0
 }
 
+/// How [`take_distributed`] spreads CPUs over NUMA nodes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Distribution {
+    /// CPUs handed out together (threads per core with `full-pcpus-only`, else 1).
+    pub group: usize,
+    /// `align-by-socket`: a NUMA-node combination inside one socket beats
+    /// any cross-socket one, whatever their balance (kubernetes #139778).
+    pub align_by_socket: bool,
+    /// The NUMA nodes of the merged hint: the search starts at this many
+    /// nodes when that is feasible, so a multi-node hint chosen for devices
+    /// is not shrunk back (kubernetes #139456); 0 when there is no hint.
+    pub min_numas_from_hint: usize,
+}
+
+impl Distribution {
+    /// Groups of `group` CPUs, no socket preference, no hint.
+    pub fn groups_of(group: usize) -> Self {
+        Distribution {
+            group,
+            align_by_socket: false,
+            min_numas_from_hint: 0,
+        }
+    }
+}
+
 /// The kubelet's `takeByTopologyNUMADistributed`: spread `num` CPUs evenly,
-/// in groups of `group` CPUs, over the fewest NUMA nodes that balance best;
-/// falls back to [`take_packed`].
+/// in groups of `group` CPUs, over the fewest NUMA nodes that balance best
+/// (inside one socket first with `align-by-socket`); falls back to
+/// [`take_packed`].
 pub fn take_distributed(
     topo: &CpuTopology,
     available: &Cpus,
     num: usize,
-    group: usize,
+    how: Distribution,
     strategy: SortingStrategy,
 ) -> Result<Cpus, TakeError> {
-    let group = group.max(1);
+    let group = how.group.max(1);
     if !num.is_multiple_of(group) {
         return take_packed(topo, available, num, strategy, false);
     }
@@ -426,15 +470,32 @@ pub fn take_distributed(
     let groups_total = (topo.num_cpus().max(1) - 1) / group + 1;
     let groups_per_node = (groups_total - 1) / num_nodes + 1;
     let groups_needed = (num - 1) / group + 1;
-    let min_numas = (groups_needed - 1) / groups_per_node + 1;
+    let mut min_numas = (groups_needed - 1) / groups_per_node + 1;
     let max_numas = groups_needed.min(numas.len());
+    if how.min_numas_from_hint > min_numas && how.min_numas_from_hint <= max_numas {
+        min_numas = how.min_numas_from_hint;
+    }
+    let same_socket = |combo: &[u32]| {
+        how.align_by_socket
+            && topo
+                .sockets_in_numa_nodes(&combo.iter().copied().collect())
+                .len()
+                == 1
+    };
+    // A node can give at most its free CPUs, in whole groups.
+    let capped = |distribution: usize, combo: &[u32]| {
+        combo
+            .iter()
+            .fold(distribution, |d, n| d.min(free(*n) / group * group))
+    };
 
     for k in min_numas..=max_numas {
         let mut best_balance = f64::MAX;
         let mut best_remainder: Option<Vec<u32>> = None;
         let mut best_combo: Option<Vec<u32>> = None;
+        let mut best_in_one_socket = false;
         combinations(&numas, k, &mut |combo| {
-            if best_balance == 0.0 {
+            if best_balance == 0.0 && (!how.align_by_socket || best_in_one_socket) {
                 return true;
             }
             let total: usize = combo.iter().map(|n| free(*n)).sum();
@@ -445,7 +506,10 @@ pub fn take_distributed(
             if groups * group < num {
                 return false;
             }
-            let distribution = (num / combo.len() / group) * group;
+            let mut distribution = (num / combo.len() / group) * group;
+            if how.align_by_socket {
+                distribution = capped(distribution, combo);
+            }
             if combo.iter().any(|n| free(*n) < distribution) {
                 return false;
             }
@@ -501,17 +565,25 @@ pub fn take_distributed(
                 });
                 j -= 1;
             }
-            if best_local < best_balance {
+            let in_one_socket = same_socket(combo);
+            let better = if how.align_by_socket && in_one_socket != best_in_one_socket {
+                in_one_socket
+            } else {
+                best_local < best_balance
+            };
+            if better {
                 best_balance = best_local;
                 best_remainder = best_local_remainder;
                 best_combo = Some(combo.to_vec());
+                best_in_one_socket = in_one_socket;
             }
             false
         });
         let Some(combo) = best_combo else {
             continue;
         };
-        let distribution = (num / combo.len() / group) * group;
+        // Past the choice of nodes: never ask a node for more than it has.
+        let distribution = capped((num / combo.len() / group) * group, &combo);
         for n in &combo {
             let on_node = topo.cpus_in(&acc.avail, Level::Numa, *n);
             let cpus =
@@ -555,6 +627,24 @@ pub fn take_distributed(
     take_packed(topo, available, num, strategy, false)
 }
 
+/// The wholly free groups at `level` in the accumulator's order (the
+/// kubelet's `freeNUMANodes`, `freeSockets`, `freeCores`), for tests.
+#[cfg(test)]
+pub(crate) fn free_groups(topo: &CpuTopology, available: &Cpus, level: Level) -> Vec<u32> {
+    let acc = Accumulator::new(topo, available, 0, SortingStrategy::Packed);
+    let order = match level {
+        Level::Numa => acc.sorted_numas(),
+        Level::Socket => acc.sorted_sockets(),
+        Level::Core => acc.sorted_cores(),
+        Level::Uncore => acc.sorted_uncores(),
+    };
+    let counts = topo.count_by(&acc.avail, level);
+    order
+        .into_iter()
+        .filter(|id| acc.is_free(level, *id, counts.get(id).copied().unwrap_or(0)))
+        .collect()
+}
+
 /// The order in which single threads would be taken from `available` (the
 /// kubelet's `freeCPUs`), for tests and diagnostics.
 pub fn packed_cpu_order(topo: &CpuTopology, available: &Cpus) -> Vec<u32> {
@@ -565,7 +655,8 @@ pub fn packed_cpu_order(topo: &CpuTopology, available: &Cpus) -> Vec<u32> {
 mod tests {
     use super::*;
     use crate::testmachines::{
-        adjacent_siblings, dual_socket_ht, dual_socket_multi_numa_ht, layered, single_socket_ht,
+        adjacent_siblings, dual_socket_ht, dual_socket_multi_numa_ht, hybrid, layered,
+        single_socket_ht,
     };
     use topomgr_sdk::CpuSet;
 
@@ -648,8 +739,9 @@ mod tests {
     fn spread_takes_one_thread_per_core_first() {
         let m = topo(&adjacent_siblings(1, 4));
         let got = take_packed(&m, &set("0-7"), 4, SortingStrategy::Spread, false).unwrap();
-        // Spread lists CPUs of a socket by id: threads of a core are adjacent here.
-        assert_eq!(show(&got), "0-3");
+        // One thread of every core first, though siblings have adjacent ids
+        // (kubernetes #140688/#140766).
+        assert_eq!(show(&got), "0,2,4,6");
         let x86 = topo(&layered(1, 1, 4, 2));
         let got = take_packed(&x86, &set("0-7"), 4, SortingStrategy::Spread, false).unwrap();
         assert_eq!(show(&got), "0-3");
@@ -686,13 +778,34 @@ mod tests {
         let m = topo(&dual_socket_multi_numa_ht());
         let all = set("0-79");
         // 4 CPUs fit one NUMA node: no distribution needed.
-        let got = take_distributed(&m, &all, 4, 1, SortingStrategy::Packed).unwrap();
+        let got = take_distributed(
+            &m,
+            &all,
+            4,
+            Distribution::groups_of(1),
+            SortingStrategy::Packed,
+        )
+        .unwrap();
         assert_eq!(show(&got), "0-1,40-41");
         // 24 CPUs need 2 nodes: 12 from each of nodes 0 and 1.
-        let got = take_distributed(&m, &all, 24, 1, SortingStrategy::Packed).unwrap();
+        let got = take_distributed(
+            &m,
+            &all,
+            24,
+            Distribution::groups_of(1),
+            SortingStrategy::Packed,
+        )
+        .unwrap();
         assert_eq!(show(&got), "0-5,10-15,40-45,50-55");
         // Odd request with groups of 2 falls back to packing.
-        let got = take_distributed(&m, &all, 3, 2, SortingStrategy::Packed).unwrap();
+        let got = take_distributed(
+            &m,
+            &all,
+            3,
+            Distribution::groups_of(2),
+            SortingStrategy::Packed,
+        )
+        .unwrap();
         assert_eq!(show(&got), "0-1,40");
     }
 
@@ -701,12 +814,131 @@ mod tests {
         let m = topo(&dual_socket_multi_numa_ht());
         // Node 0 has 20 free, node 1 has 18 free (CPUs 10 and 11 taken).
         let avail = set("0-9,12-79");
-        let got = take_distributed(&m, &avail, 25, 1, SortingStrategy::Packed).unwrap();
+        let got = take_distributed(
+            &m,
+            &avail,
+            25,
+            Distribution::groups_of(1),
+            SortingStrategy::Packed,
+        )
+        .unwrap();
         // Nodes 0 and 2 leave the most even free counts (18, 7, 8, 20 after
         // 12 + 12 and the remainder CPU from node 0).
         assert_eq!(got.len(), 25);
         let on = |n: u32| m.cpus_in(&got, Level::Numa, n).len();
         assert_eq!((on(0), on(1), on(2), on(3)), (13, 0, 12, 0));
+    }
+
+    #[test]
+    fn hybrid_machine_never_takes_a_reserved_sibling() {
+        // kubernetes #140495: 8 two-thread P-cores (CPUs 0-15) and 12
+        // one-thread E-cores (16-27), CPU 0 reserved. CPUsPerCore is
+        // 28 / 20 = 1, so P-core 0 with only CPU 1 free looked "free".
+        let h = topo(&hybrid(8, 12));
+        assert_eq!(h.cpus_per_core(), 1);
+        assert_eq!(packed(&h, "1-27", 2), "16-17");
+        // Whole P-cores are taken as whole cores once E-cores run out.
+        assert_eq!(packed(&h, "1-15", 2), "2-3");
+        assert_eq!(packed(&h, "1-15", 3), "1-3");
+        // Distributed take on one NUMA node falls back to the same packing.
+        let got = take_distributed(
+            &h,
+            &set("1-27"),
+            2,
+            Distribution::groups_of(1),
+            SortingStrategy::Packed,
+        )
+        .unwrap();
+        assert_eq!(show(&got), "16-17");
+        // A NUMA node (= socket) with one CPU missing is not free: node 0 is.
+        let dual = topo(&dual_socket_ht());
+        assert_eq!(packed(&dual, "0-10", 6), "0,2,4,6,8,10");
+    }
+
+    /// A machine of `cores` cores on `nodes` NUMA nodes (one socket each),
+    /// core `k` having `threads[k]` threads (ids dense, siblings adjacent).
+    fn uneven(nodes: u32, threads: &[u32]) -> topomgr_sdk::Machine {
+        let per_node = (threads.len() as u32).div_ceil(nodes.max(1)).max(1);
+        let mut cpus = Vec::new();
+        let mut id = 0;
+        for (k, t) in threads.iter().enumerate() {
+            let core = id;
+            let numa = (k as u32 / per_node).min(nodes.max(1) - 1);
+            for _ in 0..*t {
+                cpus.push(topomgr_sdk::Cpu {
+                    id,
+                    online: true,
+                    socket: numa,
+                    die: 0,
+                    core,
+                    numa,
+                    l3: Some(numa),
+                });
+                id += 1;
+            }
+        }
+        crate::testmachines::finish(cpus, nodes.max(1))
+    }
+
+    proptest::proptest! {
+        /// Whatever the machine (uneven threads per core, any free set),
+        /// every take hands out exactly the CPUs asked for, all of them
+        /// from the available set.
+        #[test]
+        fn takes_stay_inside_the_available_set(
+            nodes in 1u32..4,
+            threads in proptest::collection::vec(1u32..5, 1..24),
+            holes in proptest::collection::vec(proptest::bool::weighted(0.3), 96),
+            want in 0usize..96,
+            group in 1usize..3,
+            spread in proptest::bool::ANY,
+            uncore in proptest::bool::ANY,
+        ) {
+            let t = topo(&uneven(nodes, &threads));
+            let avail: Cpus = t.all_cpus().into_iter().filter(|c| !holes[*c as usize % holes.len()]).collect();
+            let n = want % (t.num_cpus() + 1);
+            let strategy = if spread { SortingStrategy::Spread } else { SortingStrategy::Packed };
+            for r in [
+                take_packed(&t, &avail, n, strategy, uncore && !spread),
+                take_distributed(&t, &avail, n, Distribution { group, align_by_socket: uncore, min_numas_from_hint: want % 4 }, strategy),
+            ] {
+                match r {
+                    Ok(got) => {
+                        proptest::prop_assert_eq!(got.len(), n);
+                        proptest::prop_assert!(got.is_subset(&avail), "took {:?} outside {:?}", got, avail);
+                    }
+                    Err(e) => proptest::prop_assert!(n > avail.len() || matches!(e, TakeError::Accounting { .. }), "{e}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn distributed_honours_the_hint_width_and_socket_alignment() {
+        let m = topo(&dual_socket_multi_numa_ht());
+        let all = set("0-79");
+        let hinted = |min: usize, socket: bool, avail: &Cpus, n: usize, group: usize| {
+            let how = Distribution {
+                group,
+                align_by_socket: socket,
+                min_numas_from_hint: min,
+            };
+            show(&take_distributed(&m, avail, n, how, SortingStrategy::Packed).unwrap())
+        };
+        // kubernetes #139456: a 4-node hint spreads 8 CPUs over 4 nodes
+        // instead of packing them on one.
+        assert_eq!(hinted(0, false, &all, 8, 1), "0-3,40-43");
+        assert_eq!(hinted(4, false, &all, 8, 1), "0,10,20,30,40,50,60,70");
+        assert_eq!(hinted(2, false, &all, 8, 1), "0-1,10-11,40-41,50-51");
+        // A hint wider than the request can use is ignored.
+        assert_eq!(hinted(4, false, &all, 2, 2), "0,40");
+        // kubernetes #139778: nodes 0 (20 free) and 1 (10 free) share socket
+        // 0; node 2 (20 free) is on socket 1, node 3 is full. Nodes 0 and 2
+        // balance best, but align-by-socket keeps to socket 0, giving node 1
+        // all it has and node 0 the rest.
+        let avail = set("0-14,20-29,40-54,60-69");
+        assert_eq!(hinted(0, false, &avail, 24, 2), "0-5,20-25,40-45,60-65");
+        assert_eq!(hinted(0, true, &avail, 24, 2), "0-6,10-14,40-46,50-54");
     }
 
     #[test]

@@ -34,15 +34,15 @@
 //! checkpoint, so chained `topomgr provider cpu allocate --state-dir` calls
 //! behave as one kubelet process would.
 //!
-//! Reference version: the kubelet's add (non-resize) path as released in
-//! Kubernetes v1.36: `takeByTopologyNUMAPacked(topo, available, n,
-//! sortingStrategy, preferAlignByUncoreCache)` and
-//! `takeByTopologyNUMADistributed(topo, available, n, cpuGroupSize,
-//! sortingStrategy)`. The align-by-socket preference among NUMA-node
-//! combinations and the "minimum NUMA nodes from the hint" raise of
-//! `rangeNUMANodesNeededToSatisfy` exist upstream only in the later
-//! in-place-resize distributed take (`takeByTopologyNUMADistributedForResize`),
-//! not in the add path, so they are deliberately not applied here. Pods
+//! Reference version: the kubelet's add (non-resize) path of kubernetes
+//! master as of 2026-08, past the changes that alter choices: whole
+//! cores and sockets are free only when all their own CPUs are (#140498,
+//! hybrid P/E-core machines); `distribute-cpus-across-cores` spreads round
+//! robin over cores in core-id order (#140766); `distribute-cpus-across-numa`
+//! prefers NUMA-node combinations inside one socket with `align-by-socket`
+//! (#139778) and starts at the merged hint's node count (#139456). The
+//! kubelet's `cpu_assignment_test.go` tables are ported in the crate's
+//! tests (`upstream_tables`). Pods
 //! with pod-level `spec.resources` (the `PodLevelResourceManagers` gate,
 //! off by default) cannot be expressed in the SDK's `PodView`; every pod is
 //! treated as having container-level resources only. Where the kubelet's
@@ -246,3 +246,5 @@ topomgr_sdk::export_provider!(CpuManager);
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod upstream_tables;

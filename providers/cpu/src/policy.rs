@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use topomgr_sdk::{ContainerView, HintSet, NumaMask, PodView, QosClass};
 
-use crate::assignment::{take_distributed, take_packed, SortingStrategy};
+use crate::assignment::{take_distributed, take_packed, Distribution, SortingStrategy};
 use crate::error::CpuError;
 use crate::hints::{generate, HintRequest};
 use crate::options::StaticOptions;
@@ -300,7 +300,9 @@ impl StaticPolicy {
             .collect()
     }
 
-    fn take(&self, available: &Cpus, num: usize) -> Result<Cpus, CpuError> {
+    /// The kubelet's `takeByTopology`; `hint_numas` is the NUMA node count
+    /// of the merged hint for the take from the aligned CPUs, 0 otherwise.
+    fn take(&self, available: &Cpus, num: usize, hint_numas: usize) -> Result<Cpus, CpuError> {
         let strategy = if self.options.distribute_cpus_across_cores {
             SortingStrategy::Spread
         } else {
@@ -312,7 +314,12 @@ impl StaticPolicy {
             } else {
                 1
             };
-            take_distributed(&self.topo, available, num, group, strategy)
+            let how = Distribution {
+                group,
+                align_by_socket: self.options.align_by_socket,
+                min_numas_from_hint: hint_numas,
+            };
+            take_distributed(&self.topo, available, num, how, strategy)
         } else {
             take_packed(
                 &self.topo,
@@ -360,10 +367,10 @@ impl StaticPolicy {
         if let Some(mask) = affinity {
             let aligned = self.aligned_cpus(mask, &allocatable);
             let n = num.min(aligned.len());
-            result = self.take(&aligned, n)?;
+            result = self.take(&aligned, n, mask.count() as usize)?;
         }
         let rest: Cpus = allocatable.difference(&result).copied().collect();
-        let more = self.take(&rest, num - result.len())?;
+        let more = self.take(&rest, num - result.len(), 0)?;
         result.extend(more);
         for c in &result {
             self.default_set.remove(c);

@@ -87,3 +87,38 @@ pub fn adjacent_siblings(nodes: u32, cores: u32) -> Machine {
 pub fn finish(cpus: Vec<Cpu>, nodes: u32) -> Machine {
     topomgr_sdk::testkit::machine_from_cpus(cpus, nodes)
 }
+
+/// A hybrid (P/E-core) machine like the i7-14700 of kubernetes #140495:
+/// one socket, one NUMA node, 28 CPUs; `p_cores` two-thread P-cores with
+/// adjacent siblings (CPUs 2k, 2k+1) followed by `e_cores` one-thread
+/// E-cores (`2 * p_cores` onwards). Core ids are the lowest CPU id of the
+/// core, as the SDK's discovery names them.
+pub fn hybrid(p_cores: u32, e_cores: u32) -> Machine {
+    let mut cpus = Vec::new();
+    for k in 0..p_cores {
+        for id in [2 * k, 2 * k + 1] {
+            cpus.push(Cpu {
+                id,
+                online: true,
+                socket: 0,
+                die: 0,
+                core: 2 * k,
+                numa: 0,
+                l3: Some(0),
+            });
+        }
+    }
+    for e in 0..e_cores {
+        let id = 2 * p_cores + e;
+        cpus.push(Cpu {
+            id,
+            online: true,
+            socket: 0,
+            die: 0,
+            core: id,
+            numa: 0,
+            l3: Some(0),
+        });
+    }
+    finish(cpus, 1)
+}

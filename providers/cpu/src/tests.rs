@@ -285,6 +285,45 @@ fn pod_scope_hints_count_sidecars_and_regenerate() {
 }
 
 #[test]
+fn hybrid_machine_never_hands_out_the_reserved_cpu() {
+    // kubernetes #140495: i7-14700-like, 8 two-thread P-cores and 12
+    // one-thread E-cores, `--reserved-cpus=0`, a Guaranteed pod of 2 CPUs.
+    let m = crate::testmachines::hybrid(8, 12);
+    for options in [
+        json!({}),
+        json!({"distribute-cpus-across-numa": "true"}),
+        json!({"prefer-align-cpus-by-uncorecache": "true"}),
+    ] {
+        let mut p = provider(&m, json!({"reserved_cpus": "0", "options": options}));
+        let g = testkit::guaranteed_pod("g", &cpus(2));
+        assert_eq!(
+            alloc(&mut p, &g, "app", Some(&[0])),
+            Ok(("16-17".into(), true)),
+            "options {options}"
+        );
+        // Fill the machine one pod at a time: CPU 0 is never handed out.
+        let mut held = topomgr_sdk::CpuSet::parse("16-17").unwrap();
+        for i in 0..25 {
+            let pod = testkit::guaranteed_pod(&format!("p{i}"), &cpus(1));
+            let (got, exclusive) = alloc(&mut p, &pod, "app", None).unwrap();
+            assert!(exclusive);
+            let got = topomgr_sdk::CpuSet::parse(&got).unwrap();
+            assert!(
+                !got.contains(0),
+                "pod {i} got the reserved CPU 0 ({options})"
+            );
+            assert!(
+                got.iter().all(|c| !held.contains(c)),
+                "pod {i} got a held CPU"
+            );
+            held = held.iter().chain(got.iter()).collect();
+        }
+        let last = testkit::guaranteed_pod("last", &cpus(1));
+        assert!(alloc(&mut p, &last, "app", None).is_err());
+    }
+}
+
+#[test]
 fn align_by_socket_takes_from_the_whole_socket() {
     let m = dual_socket_multi_numa_ht();
     let mut p = provider(&m, json!({"options": {"align-by-socket": "true"}}));

@@ -15,8 +15,11 @@
 //!   kubelet (see [`hints`] and [`allocate`]); the allocation's `mems` is
 //!   the NUMA set of the container's memory.
 //! * State is checkpointed in the kubelet's `memory_manager_state` JSON shape
-//!   (plus reusable init-container memory) and validated on restore the way
-//!   the kubelet validates its state file; a refused restore changes nothing.
+//!   (plus reusable init-container memory) and validated on restore with the
+//!   checks of the kubelet's `validateState` that do not depend on the order
+//!   containers were allocated in (see [`state::validate`]): every state a
+//!   history of allocations and releases writes restores; a refused restore
+//!   changes nothing.
 //!
 //! Config (`[providers.memory.config]`, SPEC section 9):
 //!
@@ -53,8 +56,8 @@ use crate::config::{Config, Policy};
 use crate::hints::{container_requests, pod_requests, regenerate, Hinter, Requested};
 use crate::machine::{MachineMemory, MEMORY};
 use crate::state::{
-    compare, default_state, expected_state, reusable_entries, reusable_from_entries, Assignments,
-    Checkpoint, MachineState, Reusable,
+    default_state, reusable_entries, reusable_from_entries, validate, Assignments, Checkpoint,
+    MachineState, Reusable,
 };
 
 /// The memory provider.
@@ -222,7 +225,6 @@ impl Provider for MemoryProvider {
         if self.policy == Policy::None {
             return Ok(());
         }
-        let expected = expected_state(&self.machine, &cp.entries).map_err(checkpoint_error)?;
         let state = if cp.machine_state.is_empty() {
             if !cp.entries.is_empty() {
                 return Err(checkpoint_error(
@@ -231,8 +233,7 @@ impl Provider for MemoryProvider {
             }
             default_state(&self.machine)
         } else {
-            compare(&cp.machine_state, &expected)
-                .map_err(|d| checkpoint_error(crate::state::StateError::Mismatch(d)))?;
+            validate(&self.machine, &cp.machine_state, &cp.entries).map_err(checkpoint_error)?;
             cp.machine_state
         };
         let all = self.machine.mask();
@@ -257,5 +258,7 @@ impl Provider for MemoryProvider {
 
 topomgr_sdk::export_provider!(MemoryProvider);
 
+#[cfg(test)]
+mod roundtrip_tests;
 #[cfg(test)]
 mod tests;

@@ -304,13 +304,52 @@ pub enum StateError {
     Mismatch(String),
 }
 
-/// The machine state the assignments imply on an empty machine (the
-/// kubelet's `validateState` computation).
-pub fn expected_state(
+/// Checks a stored machine state against this machine, the config and the
+/// stored assignments, the way the kubelet's `validateState` does, but
+/// without depending on the order the containers were allocated in.
+///
+/// The kubelet replays every block on an empty machine, iterating Go maps
+/// (a random order), sets each node's cells to the affinity of the last
+/// block replayed on it, and compares with the stored state: per node the
+/// assignment count, the cells, every resource's total, system-reserved and
+/// allocatable bytes, and free and reserved bytes summed over the node's
+/// cells. The replayed cells and byte split depend on the replay order, so
+/// a state reached by real allocations (an init container on nodes 0,3,
+/// then an app container of the same pod on node 0) passes or fails at
+/// random there. Here the order-free part of each check is kept:
+///
+/// * the same NUMA nodes and, per node and resource, the same total,
+///   system-reserved and allocatable bytes as a fresh state of this machine
+///   and config (memory added or removed, reservations changed);
+/// * per node, as many assignments as blocks touching it;
+/// * per node, cells that contain the node, name only nodes of the machine
+///   and are the node alone when nothing is allocated there (a group keeps
+///   the affinity of the last block placed on the node, which may since
+///   have been released, so it is not otherwise derivable);
+/// * per node and resource, free + reserved = allocatable (nothing
+///   over-committed);
+/// * per resource, at least as many bytes reserved over the machine as the
+///   blocks hold. Not "exactly as many", and not per node: the kubelet's
+///   release gives a block's bytes back lowest node first from whatever its
+///   nodes hold, so when a single-node block shares a node with a group's
+///   block, releases can leave bytes reserved on a node no block names
+///   (the kubelet's own replay then refuses its state file; here it
+///   restores, and the accounting goes on exactly as the kubelet's).
+pub fn validate(
     machine: &MachineMemory,
+    stored: &MachineState,
     assignments: &Assignments,
-) -> Result<MachineState, StateError> {
-    let mut state = default_state(machine);
+) -> Result<(), StateError> {
+    let fresh = default_state(machine);
+    let ids = |s: &MachineState| s.keys().map(|k| i64::from(*k)).collect::<Vec<_>>();
+    if ids(stored) != ids(&fresh) {
+        return Err(StateError::Mismatch(format!(
+            "it has NUMA nodes {} but the machine has {}",
+            NumaMask::from_nodes(ids(stored)).unwrap_or_default(),
+            NumaMask::from_nodes(ids(&fresh)).unwrap_or_default()
+        )));
+    }
+    let mut count: BTreeMap<u32, i64> = BTreeMap::new();
     for (pod, containers) in assignments {
         for (container, blocks) in containers {
             for b in blocks {
@@ -322,7 +361,7 @@ pub fn expected_state(
                     });
                 }
                 for id in b.numa_affinity {
-                    let Some(node) = state.get(&id) else {
+                    let Some(node) = fresh.get(&id) else {
                         return Err(StateError::UnknownNode {
                             pod: pod.clone(),
                             container: container.clone(),
@@ -339,51 +378,23 @@ pub fn expected_state(
                             node: id,
                         });
                     }
+                    *count.entry(id).or_insert(0) += 1;
                 }
-                reserve(&mut state, b.numa_affinity, &b.resource, b.size);
             }
         }
     }
-    Ok(state)
-}
-
-/// Compares a stored state with the expected one the way the kubelet does:
-/// per node the assignment count, the cells and every resource's total,
-/// system-reserved and allocatable bytes; free and reserved bytes summed
-/// over the node's cells (blocks spread over a group may sit on its nodes
-/// in another split). `Err` describes the first difference.
-pub fn compare(stored: &MachineState, expected: &MachineState) -> Result<(), String> {
-    let ids = |s: &MachineState| s.keys().map(|k| i64::from(*k)).collect::<Vec<_>>();
-    if stored.len() != expected.len() || ids(stored) != ids(expected) {
-        return Err(format!(
-            "it has NUMA nodes {} but the machine has {}",
-            NumaMask::from_nodes(ids(stored)).unwrap_or_default(),
-            NumaMask::from_nodes(ids(expected)).unwrap_or_default()
-        ));
-    }
+    let all = machine.mask();
     for (id, s) in stored {
-        let Some(e) = expected.get(id) else {
+        let Some(e) = fresh.get(id) else {
             continue;
         };
-        if s.number_of_assignments != e.number_of_assignments {
-            return Err(format!(
-                "NUMA node {id} has {} assignments, expected {}",
-                s.number_of_assignments, e.number_of_assignments
-            ));
-        }
-        if s.cells != e.cells {
-            return Err(format!(
-                "NUMA node {id} is grouped with nodes {}, expected {}",
-                s.cells, e.cells
-            ));
-        }
         let names = |n: &NodeState| n.memory_map.keys().cloned().collect::<Vec<_>>();
         if names(s) != names(e) {
-            return Err(format!(
+            return Err(StateError::Mismatch(format!(
                 "NUMA node {id} has resources [{}], expected [{}]",
                 names(s).join(", "),
                 names(e).join(", ")
-            ));
+            )));
         }
         for (resource, st) in &s.memory_map {
             let Some(et) = e.memory_map.get(resource) else {
@@ -395,33 +406,64 @@ pub fn compare(stored: &MachineState, expected: &MachineState) -> Result<(), Str
                 ("allocatable", st.allocatable, et.allocatable),
             ] {
                 if a != b {
-                    return Err(format!(
+                    return Err(StateError::Mismatch(format!(
                         "NUMA node {id} {resource} {field} is {}, expected {}",
                         Bytes(a),
                         Bytes(b)
-                    ));
+                    )));
                 }
             }
-            let group = |m: &MachineState, f: fn(&MemoryTable) -> u64| {
-                sum_over(s.cells, |n| table(m, n, resource).map_or(0, f))
-            };
-            for (field, f) in [
-                (
-                    "free",
-                    (|t: &MemoryTable| t.free) as fn(&MemoryTable) -> u64,
-                ),
-                ("reserved", |t: &MemoryTable| t.reserved),
-            ] {
-                let (a, b) = (group(stored, f), group(expected, f));
-                if a != b {
-                    return Err(format!(
-                        "{resource} {field} on NUMA nodes {} is {}, expected {}",
-                        s.cells,
-                        Bytes(a),
-                        Bytes(b)
-                    ));
-                }
+        }
+        let expected = count.get(id).copied().unwrap_or(0);
+        if s.number_of_assignments != expected {
+            return Err(StateError::Mismatch(format!(
+                "NUMA node {id} has {} assignments, but {expected} memory blocks of the \
+                 containers are on it",
+                s.number_of_assignments
+            )));
+        }
+        let alone = NumaMask::from_bits(1u64 << (id % 64));
+        if !s.cells.is_set(*id) || !s.cells.is_subset_of(all) {
+            return Err(StateError::Mismatch(format!(
+                "NUMA node {id} is grouped with nodes {}, which must include it and be nodes of \
+                 the machine ({all})",
+                s.cells
+            )));
+        }
+        if expected == 0 && s.cells != alone {
+            return Err(StateError::Mismatch(format!(
+                "NUMA node {id} is grouped with nodes {} although no memory is allocated on it \
+                 (expected {id} alone)",
+                s.cells
+            )));
+        }
+        for (resource, st) in &s.memory_map {
+            if st.free.checked_add(st.reserved) != Some(st.allocatable) {
+                return Err(StateError::Mismatch(format!(
+                    "NUMA node {id} {resource}: {} free and {} reserved do not add up to its \
+                     allocatable {}",
+                    Bytes(st.free),
+                    Bytes(st.reserved),
+                    Bytes(st.allocatable)
+                )));
             }
+        }
+    }
+    let mut sums: BTreeMap<&str, (u128, u128)> = BTreeMap::new();
+    for (resource, t) in stored.values().flat_map(|n| n.memory_map.iter()) {
+        sums.entry(resource.as_str()).or_default().0 += u128::from(t.reserved);
+    }
+    for b in assignments.values().flat_map(|c| c.values()).flatten() {
+        sums.entry(b.resource.as_str()).or_default().1 += u128::from(b.size);
+    }
+    for (resource, (held, blocks)) in sums {
+        if held < blocks {
+            return Err(StateError::Mismatch(format!(
+                "{resource} reserved on all NUMA nodes is {}, less than the containers' blocks \
+                 hold ({})",
+                Bytes(u64::try_from(held).unwrap_or(u64::MAX)),
+                Bytes(u64::try_from(blocks).unwrap_or(u64::MAX))
+            )));
         }
     }
     Ok(())
