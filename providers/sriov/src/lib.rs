@@ -22,7 +22,9 @@
 //! The `Provider` implementation (hints and allocation through the SDK's
 //! device toolkit) and the filling of [`device::DeviceView`] from the host's
 //! discovered machine are not in this crate yet: until they are, the cdylib
-//! exports no provider and no drop-in enables it.
+//! exports no provider and no drop-in enables it. `DISCOVERY.md` in this
+//! crate lists, field by field, where the view comes from and what discovery
+//! must add.
 
 pub mod config;
 pub mod device;
