@@ -263,28 +263,19 @@ mod tests {
             address: "0000:86:00.0".into(),
             ..vf("iavf")
         };
-        let got = device_info(
-            &other,
-            DeviceType::NetDevice,
-            &sel,
-            Some(&additional),
-            &host,
-        );
-        assert_eq!(
-            render(&got),
-            "extra[site=a token=original] generic[deviceID=0000:3b:02.6]"
-        );
-        let got = device_info(
-            &specific,
-            DeviceType::NetDevice,
-            &sel,
-            Some(&additional),
-            &host,
-        );
-        assert_eq!(
-            render(&got),
-            "extra[site=a token=specific] generic[deviceID=0000:86:00.0]"
-        );
+        for (dev, want) in [
+            (
+                &other,
+                "extra[site=a token=original] generic[deviceID=0000:3b:02.6]",
+            ),
+            (
+                &specific,
+                "extra[site=a token=specific] generic[deviceID=0000:86:00.0]",
+            ),
+        ] {
+            let got = device_info(dev, DeviceType::NetDevice, &sel, Some(&additional), &host);
+            assert_eq!(render(&got), want);
+        }
         let empty = AdditionalInfo::new();
         let got = device_info(&other, DeviceType::Accelerator, &sel, Some(&empty), &host);
         assert_eq!(render(&got), "extra[] generic[deviceID=0000:3b:02.6]");

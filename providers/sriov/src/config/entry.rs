@@ -75,6 +75,8 @@ const ENTRY_KEYS: &[&str] = &[
     "SelectorObj",
 ];
 
+/// Every selector key the device plugin knows: first the `accelerator`
+/// ones, then the rest of the `netDevice` ones, then the unsupported ones.
 const SELECTOR_KEYS: &[&str] = &[
     "vendors",
     "devices",
@@ -91,6 +93,12 @@ const SELECTOR_KEYS: &[&str] = &[
     "pKeys",
     "auxTypes",
 ];
+
+/// The selector keys of `accelerator` resources.
+const ACCELERATOR_KEYS: &[&str] = SELECTOR_KEYS.split_at(4).0;
+
+/// The selector keys of `netDevice` resources that topomgr implements.
+const NET_DEVICE_KEYS: &[&str] = SELECTOR_KEYS.split_at(10).0;
 
 /// Selector keys of `netDevice` resources that are not implemented, and why.
 const UNSUPPORTED: &[(&str, &str)] = &[
@@ -442,19 +450,8 @@ impl<'a> EntryReader<'a> {
 
 fn allowed(ty: DeviceType) -> &'static [&'static str] {
     match ty {
-        DeviceType::NetDevice => &[
-            "vendors",
-            "devices",
-            "drivers",
-            "pciAddresses",
-            "acpiIndexes",
-            "pfNames",
-            "rootDevices",
-            "linkTypes",
-            "isRdma",
-            "needVhostNet",
-        ],
-        DeviceType::Accelerator => &["vendors", "devices", "drivers", "pciAddresses"],
+        DeviceType::NetDevice => NET_DEVICE_KEYS,
+        DeviceType::Accelerator => ACCELERATOR_KEYS,
     }
 }
 
