@@ -30,10 +30,10 @@ pub fn run() -> anyhow::Result<ExitCode> {
     let input: MergeInput = serde_json::from_str(&text).context("invalid merge input")?;
     let mut nodes = Vec::with_capacity(input.numa_nodes.len());
     for &n in &input.numa_nodes {
-        if !(0..64).contains(&n) {
-            bail!("invalid merge input: numa_nodes: node id {n} is out of range 0-63");
-        }
-        nodes.push(n as u32);
+        let Ok(id) = u32::try_from(n) else {
+            bail!("invalid merge input: numa_nodes: node id {n} is negative or too large");
+        };
+        nodes.push(id);
     }
     let distances = match &input.distances {
         None => None,
