@@ -568,7 +568,14 @@ mod tests {
     fn creation_table_from_the_kubelet() {
         let two = || NumaInfo::new(vec![0, 1], None).unwrap();
         let nine = || NumaInfo::new((0..9).collect(), None).unwrap();
-        let cases: &[(&str, &str, &[(&str, &str)], NumaInfo, Result<&str, &str>)] = &[
+        type Case<'a> = (
+            &'a str,
+            &'a str,
+            &'a [(&'a str, &'a str)],
+            NumaInfo,
+            Result<&'a str, &'a str>,
+        );
+        let cases: &[Case] = &[
             ("none", "container", &[], two(), Ok("none")),
             ("best-effort", "container", &[], two(), Ok("best-effort")),
             ("restricted", "container", &[], two(), Ok("restricted")),
@@ -828,7 +835,8 @@ mod tests {
             vec![12, 12, 10, 11],
             vec![12, 12, 11, 10],
         ];
-        let cases: &[(Vec<u32>, Vec<Vec<u64>>, &[u32], f64)] = &[
+        type Case<'a> = (Vec<u32>, Vec<Vec<u64>>, &'a [u32], f64);
+        let cases: &[Case] = &[
             (vec![0], vec![vec![10]], &[0], 10.0),
             (vec![0, 1], vec![vec![10, 11], vec![11, 10]], &[0], 10.0),
             (vec![0, 1], vec![vec![10, 11], vec![11, 10]], &[0, 1], 10.5),
