@@ -87,14 +87,14 @@ pub enum PluginError {
         what: String,
     },
     /// The provider's constructor refused (usually its config).
-    #[error("provider `{provider}` ({}) failed to start: {source}", path.display())]
+    #[error("provider `{provider}` ({}) failed to start: {error}", path.display())]
     Init {
         /// The provider name.
         provider: String,
         /// The plugin file.
         path: PathBuf,
-        /// The provider's error.
-        source: ProviderError,
+        /// The provider's error (part of the message).
+        error: ProviderError,
     },
     /// The machine description could not be encoded for the plugin.
     #[error("provider `{provider}`: cannot encode the machine description: {reason}")]
@@ -281,10 +281,10 @@ pub fn load_provider(
         log: host_log,
         log_max_level: host_max_level(),
     };
-    let handle = ffi::construct(module, init).map_err(|source| PluginError::Init {
+    let handle = ffi::construct(module, init).map_err(|error| PluginError::Init {
         provider: name.to_owned(),
         path: path.clone(),
-        source,
+        error,
     })?;
     tracing::info!(provider = name, path = %path.display(), "provider loaded");
     Ok(LoadedProvider {
