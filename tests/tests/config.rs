@@ -123,18 +123,22 @@ fn world_writable_dropin_directory_is_refused() {
     );
     let socket = dir.join("tm.sock").display().to_string();
     let state = dir.join("state").display().to_string();
-    let (code, _, err) = common::topomgr(
-        &dir,
-        &[
-            "serve",
-            "--socket",
-            &socket,
-            "--state-dir",
-            &state,
-            "--sysfs-root",
-            &common::example_sys(),
-        ],
-    );
+    let sys = common::example_sys();
+    let serve = || {
+        common::topomgr(
+            &dir,
+            &[
+                "serve",
+                "--socket",
+                &socket,
+                "--state-dir",
+                &state,
+                "--sysfs-root",
+                &sys,
+            ],
+        )
+    };
+    let (code, _, err) = serve();
     assert_eq!(code, 2, "{err}");
     assert_eq!(err.trim_end(), want);
     assert!(!Path::new(&socket).exists());
@@ -155,18 +159,7 @@ fn world_writable_dropin_directory_is_refused() {
     fs::set_permissions(&dropins, fs::Permissions::from_mode(0o755)).expect("chmod");
     let file = dropins.join("10-widgets.toml");
     fs::set_permissions(&file, fs::Permissions::from_mode(0o664)).expect("chmod");
-    let (code, _, err) = common::topomgr(
-        &dir,
-        &[
-            "serve",
-            "--socket",
-            &socket,
-            "--state-dir",
-            &state,
-            "--sysfs-root",
-            &common::example_sys(),
-        ],
-    );
+    let (code, _, err) = serve();
     assert_eq!(code, 2, "{err}");
     assert!(
         err.starts_with(&format!(

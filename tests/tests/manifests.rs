@@ -724,6 +724,11 @@ fn resources(requests: &[(&str, u64)], limits: &[(&str, u64)]) -> PodResources {
 /// got the wrong class with the container-level rule.
 #[test]
 fn kubernetes_docs_pod_level_resources() {
+    // The pod-level-resource-managers examples' budget: 4 CPUs and 4Gi, requests = limits.
+    let budget_4cpu_4gi = resources(
+        &[("cpu", 4000), ("memory", 4 * GI)],
+        &[("cpu", 4000), ("memory", 4 * GI)],
+    );
     let cases: &[(&str, QosClass, Option<PodResources>, PodResources)] = &[
         (
             "pod-level-resources.yaml",
@@ -771,38 +776,20 @@ fn kubernetes_docs_pod_level_resources() {
         (
             "pod-level-resource-managers-container-scope-mixed.yaml",
             QosClass::Guaranteed,
-            Some(resources(
-                &[("cpu", 4000), ("memory", 4 * GI)],
-                &[("cpu", 4000), ("memory", 4 * GI)],
-            )),
-            resources(
-                &[("cpu", 4000), ("memory", 4 * GI)],
-                &[("cpu", 4000), ("memory", 4 * GI)],
-            ),
+            Some(budget_4cpu_4gi.clone()),
+            budget_4cpu_4gi.clone(),
         ),
         (
             "pod-level-resource-managers-empty-shared-pool.yaml",
             QosClass::Guaranteed,
-            Some(resources(
-                &[("cpu", 4000), ("memory", 4 * GI)],
-                &[("cpu", 4000), ("memory", 4 * GI)],
-            )),
-            resources(
-                &[("cpu", 4000), ("memory", 4 * GI)],
-                &[("cpu", 4000), ("memory", 4 * GI)],
-            ),
+            Some(budget_4cpu_4gi.clone()),
+            budget_4cpu_4gi.clone(),
         ),
         (
             "pod-level-resource-managers-pod-scope-mixed.yaml",
             QosClass::Guaranteed,
-            Some(resources(
-                &[("cpu", 4000), ("memory", 4 * GI)],
-                &[("cpu", 4000), ("memory", 4 * GI)],
-            )),
-            resources(
-                &[("cpu", 4000), ("memory", 4 * GI)],
-                &[("cpu", 4000), ("memory", 4 * GI)],
-            ),
+            Some(budget_4cpu_4gi.clone()),
+            budget_4cpu_4gi.clone(),
         ),
     ];
     for (file, qos, pod_level, effective) in cases {
