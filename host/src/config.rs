@@ -2,7 +2,7 @@
 //!
 //! # One layered load
 //!
-//! Each source is parsed once, on its own, into the typed [`Layer`] shape;
+//! Each source is parsed once, on its own, into one typed layer shape;
 //! the layers are then merged in order (later wins):
 //!
 //! 1. The main file (`--config FILE`, default [`DEFAULT_CONFIG_PATH`]).

@@ -2,7 +2,7 @@
 //! [`PodView`]).
 //!
 //! Three parts, one concept each:
-//! - [`reader`](self::reader): input bytes (at most [`MAX_MANIFEST_BYTES`],
+//! - [`reader`]: input bytes (at most [`MAX_MANIFEST_BYTES`],
 //!   the API server's request limit), UTF-8 text, the documents in it (YAML
 //!   1.2 with serde-saphyr under a node budget, or JSON), and typed
 //!   deserialization with field paths;

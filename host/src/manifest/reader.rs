@@ -11,7 +11,7 @@
 //! port) accepts; yaml-rust2 0.13 and saphyr 0.3 refuse 14 of them
 //! ("invalid indentation in quoted scalar"); the libyaml ports
 //! (serde_yaml_ng, serde_norway) read them too but are YAML 1.1 and unsafe
-//! code. serde-saphyr also enforces a resource [`budget`](yaml_options)
+//! code. serde-saphyr also enforces a resource budget (the `MAX_YAML_*` constants)
 //! against alias and nesting bombs.
 
 use std::io::Read;
@@ -33,6 +33,9 @@ pub const MAX_YAML_NODES: usize = 500_000;
 
 /// Scalar bytes one document may hold, aliases expanded.
 pub const MAX_YAML_SCALAR_BYTES: usize = 4 * MAX_MANIFEST_BYTES as usize;
+
+/// Documents one input may hold.
+pub const MAX_YAML_DOCUMENTS: usize = 10_000;
 
 /// Events an alias may replay, over the whole input.
 pub const MAX_YAML_ALIAS_EVENTS: usize = 100_000;
@@ -71,6 +74,7 @@ fn yaml_options() -> serde_saphyr::Options {
             max_depth: MAX_YAML_DEPTH,
             max_nodes: MAX_YAML_NODES,
             max_total_scalar_bytes: MAX_YAML_SCALAR_BYTES,
+            max_documents: MAX_YAML_DOCUMENTS,
         },
         alias_limits: serde_saphyr::alias_limits! {
             max_total_replayed_events: MAX_YAML_ALIAS_EVENTS,
