@@ -1,6 +1,9 @@
 //! Host configuration: `topomgr.toml`, its drop-ins, environment overrides.
 //!
-//! # Sources, in order (later wins)
+//! # One layered load
+//!
+//! Each source is parsed once, on its own, into one typed layer shape;
+//! the layers are then merged in order (later wins):
 //!
 //! 1. The main file (`--config FILE`, default [`DEFAULT_CONFIG_PATH`]).
 //! 2. Every `*.toml` file of the drop-in directory, in byte order of the file
@@ -14,7 +17,7 @@
 //!    variables are not configuration and are ignored.
 //!
 //! Tables merge key by key (a drop-in may set one option of a provider's
-//! `config` table); a later array replaces an earlier one.
+//! `config` table); a later array or value replaces an earlier one.
 //!
 //! # Keys
 //!
@@ -34,31 +37,41 @@
 //! provider_timeout_ms = 10000  # deadline of one provider call
 //! [providers.NAME]             # NAME: lowercase letters, digits, '-', '_'
 //! library = "topomgr_provider_cpu"   # -> libtopomgr_provider_cpu.so, or a path
-//! enabled = true               # default true
+//! enabled = true               # default true; false: the provider is not loaded
 //! [providers.NAME.config]      # handed to the provider as JSON
 //! ```
 //!
 //! # Relative paths
 //!
 //! Relative paths in files (`plugin_dirs`, `sysfs_root`, `cgroup_root`,
-//! `state_dir`, `plugins_d`, and a provider `library` that is a path) are
-//! resolved against the directory of the main config file, so the repository's
-//! `topomgr.toml` works from any working directory. Relative paths in
-//! environment variables are resolved against the working directory.
+//! `state_dir`, `plugins_d`, `daemon.socket` and a provider `library` that is
+//! a path) are resolved against the directory of the main config file, so the
+//! repository's `topomgr.toml` works from any working directory. Relative
+//! paths in environment variables are resolved against the working directory.
 //!
 //! # Errors
 //!
-//! Each file is checked on its own before merging, so an unknown key or a
-//! value of the wrong type is reported with the file and the full key
-//! (`plugins.d/10-x.toml: key `providers.x.enabled` must be a boolean, found
-//! a string`). Policy and scope names are not checked here; the policy
-//! module does that.
+//! Because each file is parsed on its own, an unknown key or a value of the
+//! wrong type is reported with the file, the line and the full key path
+//! (`plugins.d/10-x.toml: line 3: providers.x.enabled: invalid type: string
+//! "yes", expected a boolean`). Policy and scope names are not checked here;
+//! the policy module does that, in the kubelet's order.
+//!
+//! # Protection
+//!
+//! With [`LoadOptions::protected`] (`topomgr serve`, and every command run as
+//! root) the main file, the drop-in directory and every drop-in must pass
+//! [`crate::ownership::check_ownership`], as plugin libraries do: a drop-in is
+//! configuration with the power of the daemon (its socket group, its plugins).
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::path::{Path, PathBuf};
 
-use config::{Config, File, FileFormat};
+use serde::de::{self, Deserializer};
 use serde::Deserialize;
+
+use crate::ownership::check_ownership;
 
 /// Where `topomgr` looks for its config when `--config` is not given.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/topomgr/topomgr.toml";
@@ -80,7 +93,7 @@ pub struct HostConfig {
     pub state_dir: PathBuf,
     /// Topology Manager policy options (kubelet names, string values).
     pub policy_options: BTreeMap<String, String>,
-    /// Providers by name.
+    /// Providers by name, enabled or not (see [`HostConfig::enabled_providers`]).
     pub providers: BTreeMap<String, ProviderEntry>,
     /// The `[daemon]` table (`topomgr serve`).
     pub daemon: DaemonConfig,
@@ -123,7 +136,7 @@ pub struct ProviderEntry {
     /// or a path (contains `/` or ends in `.so`; relative paths are already
     /// resolved against the main config file's directory).
     pub library: String,
-    /// Whether the provider is loaded.
+    /// Whether the provider is loaded (`enabled = false` disables it).
     pub enabled: bool,
     /// The `[providers.NAME.config]` table as JSON (`Null` when absent).
     pub config: serde_json::Value,
@@ -149,39 +162,45 @@ impl Default for HostConfig {
 }
 
 impl HostConfig {
-    /// The providers to load, in name order.
+    /// The providers to load, in name order (those with `enabled = false`
+    /// are left out).
     pub fn enabled_providers(&self) -> impl Iterator<Item = (&String, &ProviderEntry)> {
         self.providers.iter().filter(|(_, p)| p.enabled)
     }
 }
 
-/// Why the configuration could not be loaded.
+/// Why the configuration could not be loaded. Every message names the file
+/// (or variable) and, for a bad value, the full key path.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// A file could not be read.
-    #[error("cannot read config file {}: {source}", path.display())]
+    #[error("cannot read config file {}: {error}", path.display())]
     Read {
         /// The file.
         path: PathBuf,
-        /// The IO error.
-        source: std::io::Error,
+        /// The IO error (part of the message).
+        error: std::io::Error,
     },
     /// The drop-in directory could not be listed.
-    #[error("cannot list drop-in directory {} ({why}): {source}", path.display())]
+    #[error("cannot list drop-in directory {} ({why}): {error}", path.display())]
     DropInDir {
         /// The directory.
         path: PathBuf,
         /// Where the directory came from.
         why: String,
-        /// The IO error.
-        source: std::io::Error,
+        /// The IO error (part of the message).
+        error: std::io::Error,
     },
-    /// A file is not valid TOML or has a bad key or value.
-    #[error("{}: {message}", path.display())]
+    /// A file is not valid TOML, or a key is unknown or has a bad value.
+    #[error("{}: {}{}{message}", path.display(), line.map(|l| format!("line {l}: ")).unwrap_or_default(), if key.is_empty() { String::new() } else { format!("{key}: ") })]
     Invalid {
         /// The file.
         path: PathBuf,
-        /// What is wrong, naming the key.
+        /// The line of the offending value, when the parser knows it.
+        line: Option<usize>,
+        /// The full key path (`providers.x.enabled`), empty for syntax errors.
+        key: String,
+        /// What is wrong.
         message: String,
     },
     /// An environment variable has a bad value.
@@ -203,19 +222,51 @@ pub enum ConfigError {
         /// The last file that mentioned it.
         path: PathBuf,
     },
-    /// Merging the checked files failed (should not happen after the per-file checks).
-    #[error("merging {files}: {message}")]
-    Merge {
-        /// The files, comma-separated.
-        files: String,
-        /// The config crate's message.
-        message: String,
+    /// A config file or directory could be replaced by someone else.
+    #[error("refusing {what} {}: {why}", path.display())]
+    Insecure {
+        /// `config file`, `drop-in directory` or `drop-in`.
+        what: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// Which path is unsafe and why, with the command that fixes it.
+        why: String,
     },
+}
+
+/// How [`load_with`] loads.
+pub struct LoadOptions<'a> {
+    /// Environment lookup (the process environment for [`load`]).
+    pub env: &'a dyn Fn(&str) -> Option<String>,
+    /// Refuse a config file, drop-in directory or drop-in that anyone but
+    /// root (or the user running topomgr) could replace.
+    pub protected: bool,
+}
+
+fn process_env(var: &str) -> Option<String> {
+    std::env::var(var).ok()
 }
 
 /// Loads `path`, its drop-ins and the process environment's overrides.
 pub fn load(path: &Path) -> Result<HostConfig, ConfigError> {
-    load_with_env(path, &|var| std::env::var(var).ok())
+    load_with(
+        path,
+        &LoadOptions {
+            env: &process_env,
+            protected: false,
+        },
+    )
+}
+
+/// [`load`], refusing files and directories others could replace.
+pub fn load_protected(path: &Path) -> Result<HostConfig, ConfigError> {
+    load_with(
+        path,
+        &LoadOptions {
+            env: &process_env,
+            protected: true,
+        },
+    )
 }
 
 /// [`load`] with an explicit environment lookup (for tests).
@@ -223,27 +274,54 @@ pub fn load_with_env(
     path: &Path,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<HostConfig, ConfigError> {
+    load_with(
+        path,
+        &LoadOptions {
+            env,
+            protected: false,
+        },
+    )
+}
+
+/// Loads with explicit [`LoadOptions`].
+pub fn load_with(path: &Path, opts: &LoadOptions<'_>) -> Result<HostConfig, ConfigError> {
     let main = absolute(path);
     let base = main
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("/"));
-    let main_raw = check_file(&main, true)?;
+    let guard = |what: &'static str, p: &Path| -> Result<(), ConfigError> {
+        if !opts.protected {
+            return Ok(());
+        }
+        let canonical = p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
+        check_ownership(&canonical).map_err(|why| ConfigError::Insecure {
+            what,
+            path: p.to_path_buf(),
+            why,
+        })
+    };
 
-    let (dropin_dir, explicit) = match &main_raw.plugins_d {
-        Some(d) => (base.join(d), true),
+    let mut sources = Sources::default();
+    if main.exists() {
+        guard("config file", &main)?;
+    }
+    let main_layer = read_layer(&main, &base)?;
+    let (dropin_dir, explicit) = match &main_layer.plugins_d {
+        Some(d) => (d.clone(), true),
         None => (base.join("plugins.d"), false),
     };
-    let mut files = vec![main.clone()];
-    let mut raws = vec![(main.clone(), main_raw)];
+    sources.add(main.clone(), main_layer);
+
     match std::fs::read_dir(&dropin_dir) {
         Ok(entries) => {
+            guard("drop-in directory", &dropin_dir)?;
             let mut names = Vec::new();
             for entry in entries {
-                let entry = entry.map_err(|source| ConfigError::DropInDir {
+                let entry = entry.map_err(|error| ConfigError::DropInDir {
                     path: dropin_dir.clone(),
                     why: dropin_reason(&main, explicit),
-                    source,
+                    error,
                 })?;
                 let p = entry.path();
                 if p.extension().is_some_and(|e| e == "toml") && p.is_file() {
@@ -252,93 +330,124 @@ pub fn load_with_env(
             }
             names.sort();
             for p in names {
-                let raw = check_file(&p, false)?;
-                files.push(p.clone());
-                raws.push((p, raw));
+                guard("drop-in", &p)?;
+                let layer = read_layer(&p, &base)?;
+                if layer.plugins_d.is_some() {
+                    return Err(ConfigError::Invalid {
+                        path: p,
+                        line: None,
+                        key: "plugins_d".to_owned(),
+                        message: "is only allowed in the main config file".to_owned(),
+                    });
+                }
+                sources.add(p, layer);
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {}
-        Err(source) => {
+        Err(error) => {
             return Err(ConfigError::DropInDir {
                 path: dropin_dir,
                 why: dropin_reason(&main, explicit),
-                source,
+                error,
             })
         }
+    }
+    let env = env_layer(opts.env)?;
+    sources.merged.merge(env);
+    sources.finish(main)
+}
+
+/// The layers read so far, merged, with which file set each provider.
+#[derive(Default)]
+struct Sources {
+    merged: Layer,
+    files: Vec<PathBuf>,
+    /// Provider -> (last file that set `library`, last file that mentioned it).
+    provenance: BTreeMap<String, (Option<PathBuf>, PathBuf)>,
+}
+
+impl Sources {
+    fn add(&mut self, file: PathBuf, layer: Layer) {
+        for (name, p) in layer.providers.iter().flatten() {
+            let entry = self
+                .provenance
+                .entry(name.0.clone())
+                .or_insert((None, file.clone()));
+            entry.1 = file.clone();
+            if p.library.is_some() {
+                entry.0 = Some(file.clone());
+            }
+        }
+        self.merged.merge(layer);
+        self.files.push(file);
     }
 
-    let merged = merge(&files)?;
-    let mut cfg = HostConfig::default();
-    if let Some(v) = merged.policy {
-        cfg.policy = v;
-    }
-    if let Some(v) = merged.scope {
-        cfg.scope = v;
-    }
-    if let Some(v) = merged.plugin_dirs {
-        cfg.plugin_dirs = v.iter().map(|d| base.join(d)).collect();
-    }
-    if let Some(v) = merged.sysfs_root {
-        cfg.sysfs_root = base.join(v);
-    }
-    if let Some(v) = merged.cgroup_root {
-        cfg.cgroup_root = base.join(v);
-    }
-    if let Some(v) = merged.state_dir {
-        cfg.state_dir = base.join(v);
-    }
-    cfg.policy_options = merged.policy_options.unwrap_or_default();
-    if let Some(d) = merged.daemon {
-        if let Some(v) = d.socket {
-            cfg.daemon.socket = base.join(v);
+    fn finish(self, main: PathBuf) -> Result<HostConfig, ConfigError> {
+        let mut cfg = HostConfig::default();
+        let m = self.merged;
+        if let Some(v) = m.policy {
+            cfg.policy = v;
         }
-        if let Some(v) = d.group {
-            cfg.daemon.group = v;
+        if let Some(v) = m.scope {
+            cfg.scope = v;
         }
-        if let Some(v) = d.provider_timeout_ms {
-            cfg.daemon.provider_timeout_ms = v;
+        if let Some(v) = m.plugin_dirs {
+            cfg.plugin_dirs = v;
         }
+        if let Some(v) = m.sysfs_root {
+            cfg.sysfs_root = v;
+        }
+        if let Some(v) = m.cgroup_root {
+            cfg.cgroup_root = v;
+        }
+        if let Some(v) = m.state_dir {
+            cfg.state_dir = v;
+        }
+        cfg.policy_options = m
+            .policy_options
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect();
+        if let Some(d) = m.daemon {
+            if let Some(v) = d.socket {
+                cfg.daemon.socket = v;
+            }
+            if let Some(v) = d.group {
+                cfg.daemon.group = v.0;
+            }
+            if let Some(v) = d.provider_timeout_ms {
+                cfg.daemon.provider_timeout_ms = v.0;
+            }
+        }
+        for (name, p) in m.providers.unwrap_or_default() {
+            let (library_file, last_file) = self
+                .provenance
+                .get(&name.0)
+                .cloned()
+                .unwrap_or((None, main.clone()));
+            let Some(library) = p.library else {
+                return Err(ConfigError::MissingLibrary {
+                    name: name.0,
+                    path: last_file,
+                });
+            };
+            cfg.providers.insert(
+                name.0,
+                ProviderEntry {
+                    library: library.0,
+                    enabled: p.enabled.unwrap_or(true),
+                    config: p
+                        .config
+                        .map(toml_to_json)
+                        .unwrap_or(serde_json::Value::Null),
+                    defined_in: library_file.unwrap_or(last_file),
+                },
+            );
+        }
+        cfg.files = self.files;
+        Ok(cfg)
     }
-    for (name, p) in merged.providers.unwrap_or_default() {
-        let defined_in = raws
-            .iter()
-            .rev()
-            .find(|(_, r)| {
-                r.providers
-                    .as_ref()
-                    .is_some_and(|m| m.get(&name).is_some_and(|e| e.library.is_some()))
-            })
-            .or_else(|| {
-                raws.iter()
-                    .rev()
-                    .find(|(_, r)| r.providers.as_ref().is_some_and(|m| m.contains_key(&name)))
-            })
-            .map(|(f, _)| f.clone())
-            .unwrap_or_else(|| main.clone());
-        let Some(library) = p.library else {
-            return Err(ConfigError::MissingLibrary {
-                name,
-                path: defined_in,
-            });
-        };
-        let library = if is_path(&library) {
-            base.join(&library).to_string_lossy().into_owned()
-        } else {
-            library
-        };
-        cfg.providers.insert(
-            name,
-            ProviderEntry {
-                library,
-                enabled: p.enabled.unwrap_or(true),
-                config: p.config.unwrap_or(serde_json::Value::Null),
-                defined_in,
-            },
-        );
-    }
-    cfg.files = files;
-    apply_env(&mut cfg, env)?;
-    Ok(cfg)
 }
 
 /// True when a `library` value is a path rather than a bare library name.
@@ -358,253 +467,159 @@ fn absolute(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
 }
 
-/// The shape every file must have; all keys optional.
+/// What one source may set; every key optional. Unknown keys are refused by
+/// serde (`deny_unknown_fields`), which names the keys it knows.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawConfig {
+struct Layer {
     policy: Option<String>,
     scope: Option<String>,
-    plugins_d: Option<String>,
-    plugin_dirs: Option<Vec<String>>,
-    sysfs_root: Option<String>,
-    cgroup_root: Option<String>,
-    state_dir: Option<String>,
-    policy_options: Option<BTreeMap<String, String>>,
-    providers: Option<BTreeMap<String, RawProvider>>,
-    daemon: Option<RawDaemon>,
+    plugins_d: Option<PathBuf>,
+    plugin_dirs: Option<Vec<PathBuf>>,
+    sysfs_root: Option<PathBuf>,
+    cgroup_root: Option<PathBuf>,
+    state_dir: Option<PathBuf>,
+    policy_options: Option<BTreeMap<String, OptionValue>>,
+    providers: Option<BTreeMap<ProviderName, ProviderLayer>>,
+    daemon: Option<DaemonLayer>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawDaemon {
-    socket: Option<String>,
-    group: Option<String>,
-    provider_timeout_ms: Option<u64>,
+struct DaemonLayer {
+    socket: Option<PathBuf>,
+    group: Option<NonEmpty>,
+    provider_timeout_ms: Option<Millis>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct RawProvider {
-    library: Option<String>,
+struct ProviderLayer {
+    library: Option<NonEmpty>,
     enabled: Option<bool>,
-    config: Option<serde_json::Value>,
+    config: Option<toml::Table>,
 }
 
-const TOP_KEYS: &[&str] = &[
-    "policy",
-    "scope",
-    "plugins_d",
-    "plugin_dirs",
-    "sysfs_root",
-    "cgroup_root",
-    "state_dir",
-    "policy_options",
-    "providers",
-    "daemon",
-];
+impl Layer {
+    /// Resolves relative paths of a file layer against `base`.
+    fn resolve(mut self, base: &Path) -> Layer {
+        let join = |p: &mut PathBuf| *p = base.join(&*p);
+        self.plugins_d.iter_mut().for_each(join);
+        self.plugin_dirs.iter_mut().flatten().for_each(join);
+        self.sysfs_root.iter_mut().for_each(join);
+        self.cgroup_root.iter_mut().for_each(join);
+        self.state_dir.iter_mut().for_each(join);
+        if let Some(d) = &mut self.daemon {
+            d.socket.iter_mut().for_each(join);
+        }
+        for p in self.providers.iter_mut().flat_map(|m| m.values_mut()) {
+            if let Some(lib) = &mut p.library {
+                if is_path(&lib.0) {
+                    lib.0 = base.join(&lib.0).to_string_lossy().into_owned();
+                }
+            }
+        }
+        self
+    }
 
-fn kind(v: &toml::Value) -> &'static str {
-    match v {
-        toml::Value::String(_) => "a string",
-        toml::Value::Integer(_) => "an integer",
-        toml::Value::Float(_) => "a float",
-        toml::Value::Boolean(_) => "a boolean",
-        toml::Value::Datetime(_) => "a date-time",
-        toml::Value::Array(_) => "an array",
-        toml::Value::Table(_) => "a table",
+    /// Applies `later` over `self`: values replace, tables merge key by key.
+    fn merge(&mut self, later: Layer) {
+        fn set<T>(slot: &mut Option<T>, v: Option<T>) {
+            if v.is_some() {
+                *slot = v;
+            }
+        }
+        set(&mut self.policy, later.policy);
+        set(&mut self.scope, later.scope);
+        set(&mut self.plugins_d, later.plugins_d);
+        set(&mut self.plugin_dirs, later.plugin_dirs);
+        set(&mut self.sysfs_root, later.sysfs_root);
+        set(&mut self.cgroup_root, later.cgroup_root);
+        set(&mut self.state_dir, later.state_dir);
+        if let Some(opts) = later.policy_options {
+            self.policy_options.get_or_insert_default().extend(opts);
+        }
+        if let Some(d) = later.daemon {
+            let mine = self.daemon.get_or_insert_default();
+            set(&mut mine.socket, d.socket);
+            set(&mut mine.group, d.group);
+            set(&mut mine.provider_timeout_ms, d.provider_timeout_ms);
+        }
+        for (name, p) in later.providers.into_iter().flatten() {
+            let mine = self
+                .providers
+                .get_or_insert_default()
+                .entry(name)
+                .or_default();
+            set(&mut mine.library, p.library);
+            set(&mut mine.enabled, p.enabled);
+            match (&mut mine.config, p.config) {
+                (Some(old), Some(new)) => merge_tables(old, new),
+                (slot, new) => set(slot, new),
+            }
+        }
     }
 }
 
-/// Reads one file and checks every key and value type, naming the key.
-fn check_file(path: &Path, is_main: bool) -> Result<RawConfig, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+/// Deep merge: tables key by key, anything else replaced.
+fn merge_tables(old: &mut toml::Table, new: toml::Table) {
+    for (k, v) in new {
+        match (old.get_mut(&k), v) {
+            (Some(toml::Value::Table(o)), toml::Value::Table(n)) => merge_tables(o, n),
+            (_, v) => {
+                old.insert(k, v);
+            }
+        }
+    }
+}
+
+/// A provider's `config` table as the JSON handed to the provider
+/// (date-times become their TOML text).
+fn toml_to_json(t: toml::Table) -> serde_json::Value {
+    fn value(v: toml::Value) -> serde_json::Value {
+        match v {
+            toml::Value::String(s) => s.into(),
+            toml::Value::Integer(i) => i.into(),
+            toml::Value::Float(f) => serde_json::Number::from_f64(f)
+                .map(serde_json::Value::Number)
+                .unwrap_or_else(|| f.to_string().into()),
+            toml::Value::Boolean(b) => b.into(),
+            toml::Value::Datetime(d) => d.to_string().into(),
+            toml::Value::Array(a) => a.into_iter().map(value).collect(),
+            toml::Value::Table(t) => toml_to_json(t),
+        }
+    }
+    serde_json::Value::Object(t.into_iter().map(|(k, v)| (k, value(v))).collect())
+}
+
+/// Reads and parses one file into a [`Layer`], naming file, line and key on error.
+fn read_layer(path: &Path, base: &Path) -> Result<Layer, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
         path: path.to_path_buf(),
-        source,
+        error,
     })?;
-    let invalid = |message: String| ConfigError::Invalid {
+    let line_of = |e: &toml::de::Error| {
+        e.span()
+            .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1)
+    };
+    let invalid = |line, key: String, message: &str| ConfigError::Invalid {
         path: path.to_path_buf(),
-        message,
+        line,
+        key,
+        message: message.trim().to_owned(),
     };
-    let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-        let line = e
-            .span()
-            .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
-        let msg = e.message().trim().to_owned();
-        invalid(match line {
-            Some(l) => format!("line {l}: {msg}"),
-            None => msg,
-        })
+    let de = toml::Deserializer::parse(&text)
+        .map_err(|e| invalid(line_of(&e), String::new(), e.message()))?;
+    let layer: Layer = serde_path_to_error::deserialize(de).map_err(|e| {
+        let key = e.path().to_string();
+        let key = if key == "." { String::new() } else { key };
+        invalid(line_of(e.inner()), key, e.inner().message())
     })?;
-    let want = |key: &str, v: &toml::Value, what: &str, ok: bool| -> Result<(), ConfigError> {
-        if ok {
-            Ok(())
-        } else {
-            Err(invalid(format!(
-                "key `{key}` must be {what}, found {}",
-                kind(v)
-            )))
-        }
-    };
-    for (key, v) in &table {
-        match key.as_str() {
-            "policy" | "scope" | "sysfs_root" | "cgroup_root" | "state_dir" => {
-                want(key, v, "a string", v.is_str())?
-            }
-            "plugins_d" => {
-                if !is_main {
-                    return Err(invalid(
-                        "key `plugins_d` is only allowed in the main config file".to_owned(),
-                    ));
-                }
-                want(key, v, "a string", v.is_str())?
-            }
-            "plugin_dirs" => {
-                want(key, v, "an array of strings", v.is_array())?;
-                if let Some(arr) = v.as_array() {
-                    for (i, d) in arr.iter().enumerate() {
-                        want(&format!("plugin_dirs[{i}]"), d, "a string", d.is_str())?;
-                    }
-                }
-            }
-            "policy_options" => {
-                want(key, v, "a table", v.is_table())?;
-                if let Some(t) = v.as_table() {
-                    for (k, o) in t {
-                        want(
-                            &format!("policy_options.{k}"),
-                            o,
-                            "a string (write \"true\", not true)",
-                            o.is_str(),
-                        )?;
-                    }
-                }
-            }
-            "daemon" => {
-                want(key, v, "a table", v.is_table())?;
-                if let Some(t) = v.as_table() {
-                    check_daemon(t, &invalid)?;
-                }
-            }
-            "providers" => {
-                want(key, v, "a table", v.is_table())?;
-                if let Some(t) = v.as_table() {
-                    for (name, p) in t {
-                        check_provider(name, p, &invalid)?;
-                    }
-                }
-            }
-            other => {
-                return Err(invalid(format!(
-                    "unknown key `{other}` (known keys: {})",
-                    TOP_KEYS.join(", ")
-                )))
-            }
-        }
-    }
-    let raw: RawConfig = table
-        .try_into()
-        .map_err(|e: toml::de::Error| invalid(e.message().trim().to_owned()))?;
-    Ok(raw)
+    Ok(layer.resolve(base))
 }
 
-fn check_daemon(
-    t: &toml::Table,
-    invalid: &dyn Fn(String) -> ConfigError,
-) -> Result<(), ConfigError> {
-    for (k, v) in t {
-        let (ok, what) = match k.as_str() {
-            "socket" | "group" => (v.as_str().is_some_and(|s| !s.is_empty()), "a non-empty string"),
-            "provider_timeout_ms" => (
-                v.as_integer().is_some_and(|n| n >= 1),
-                "a positive integer (milliseconds)",
-            ),
-            other => {
-                return Err(invalid(format!(
-                    "unknown key `{other}` in [daemon] (known keys: socket, group, provider_timeout_ms)"
-                )))
-            }
-        };
-        if !ok {
-            return Err(invalid(format!(
-                "key `daemon.{k}` must be {what}, found {}",
-                kind(v)
-            )));
-        }
-    }
-    Ok(())
-}
-
-fn check_provider(
-    name: &str,
-    p: &toml::Value,
-    invalid: &dyn Fn(String) -> ConfigError,
-) -> Result<(), ConfigError> {
-    let valid_name = !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
-    if !valid_name {
-        return Err(invalid(format!(
-            "provider name `{name}` in [providers.{name}] must be lowercase letters, digits, '-' or '_'"
-        )));
-    }
-    let Some(t) = p.as_table() else {
-        return Err(invalid(format!(
-            "key `providers.{name}` must be a table, found {}",
-            kind(p)
-        )));
-    };
-    for (k, v) in t {
-        let full = format!("providers.{name}.{k}");
-        let (ok, what) = match k.as_str() {
-            "library" => (v.as_str().is_some_and(|s| !s.is_empty()), "a non-empty string"),
-            "enabled" => (v.is_bool(), "a boolean"),
-            "config" => (v.is_table(), "a table"),
-            other => {
-                return Err(invalid(format!(
-                    "unknown key `{other}` in [providers.{name}] (known keys: library, enabled, config)"
-                )))
-            }
-        };
-        if !ok {
-            return Err(invalid(format!(
-                "key `{full}` must be {what}, found {}",
-                kind(v)
-            )));
-        }
-    }
-    Ok(())
-}
-
-/// Merges the (already checked) files with the `config` crate.
-fn merge(files: &[PathBuf]) -> Result<RawConfig, ConfigError> {
-    let merge_err = |e: config::ConfigError| ConfigError::Merge {
-        files: files
-            .iter()
-            .map(|f| f.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", "),
-        message: e.to_string(),
-    };
-    let mut builder = Config::builder();
-    for f in files {
-        builder = builder.add_source(
-            File::from(f.as_path())
-                .format(FileFormat::Toml)
-                .required(true),
-        );
-    }
-    builder
-        .build()
-        .map_err(merge_err)?
-        .try_deserialize::<RawConfig>()
-        .map_err(merge_err)
-}
-
-fn apply_env(
-    cfg: &mut HostConfig,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<(), ConfigError> {
+/// The environment's layer (relative paths against the working directory).
+fn env_layer(env: &dyn Fn(&str) -> Option<String>) -> Result<Layer, ConfigError> {
     let cwd = |p: &str| absolute(Path::new(p));
     let non_empty = |var: &str| -> Result<Option<String>, ConfigError> {
         match env(var) {
@@ -616,25 +631,93 @@ fn apply_env(
             Some(v) => Ok(Some(v)),
         }
     };
-    if let Some(v) = non_empty("TOPOMGR_POLICY")? {
-        cfg.policy = v;
+    Ok(Layer {
+        policy: non_empty("TOPOMGR_POLICY")?,
+        scope: non_empty("TOPOMGR_SCOPE")?,
+        sysfs_root: non_empty("TOPOMGR_SYSFS_ROOT")?.map(|v| cwd(&v)),
+        cgroup_root: non_empty("TOPOMGR_CGROUP_ROOT")?.map(|v| cwd(&v)),
+        state_dir: non_empty("TOPOMGR_STATE_DIR")?.map(|v| cwd(&v)),
+        plugin_dirs: env("TOPOMGR_PLUGIN_DIRS")
+            .map(|v| v.split(':').filter(|s| !s.is_empty()).map(cwd).collect()),
+        ..Layer::default()
+    })
+}
+
+/// A `[providers.NAME]` name: lowercase letters, digits, `-` and `_` (the
+/// environment and state directories rely on it).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+struct ProviderName(String);
+
+impl<'de> serde::Deserialize<'de> for ProviderName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let name = String::deserialize(d)?;
+        let valid = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+        if valid {
+            Ok(ProviderName(name))
+        } else {
+            Err(de::Error::custom(format!(
+                "provider name `{name}` must be lowercase letters, digits, '-' or '_'"
+            )))
+        }
     }
-    if let Some(v) = non_empty("TOPOMGR_SCOPE")? {
-        cfg.scope = v;
+}
+
+/// A string that must not be empty.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct NonEmpty(String);
+
+impl<'de> serde::Deserialize<'de> for NonEmpty {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        if s.is_empty() {
+            Err(de::Error::invalid_value(
+                de::Unexpected::Str(&s),
+                &"a non-empty string",
+            ))
+        } else {
+            Ok(NonEmpty(s))
+        }
     }
-    if let Some(v) = non_empty("TOPOMGR_SYSFS_ROOT")? {
-        cfg.sysfs_root = cwd(&v);
+}
+
+/// A deadline in milliseconds, at least 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Millis(u64);
+
+impl<'de> serde::Deserialize<'de> for Millis {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = i64::deserialize(d)?;
+        match u64::try_from(v) {
+            Ok(ms) if ms >= 1 => Ok(Millis(ms)),
+            _ => Err(de::Error::invalid_value(
+                de::Unexpected::Signed(v),
+                &"a positive number of milliseconds",
+            )),
+        }
     }
-    if let Some(v) = non_empty("TOPOMGR_CGROUP_ROOT")? {
-        cfg.cgroup_root = cwd(&v);
+}
+
+/// A policy option value: a string, as the kubelet's options are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct OptionValue(String);
+
+impl<'de> serde::Deserialize<'de> for OptionValue {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl de::Visitor<'_> for V {
+            type Value = OptionValue;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string (write \"true\", not true)")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<OptionValue, E> {
+                Ok(OptionValue(v.to_owned()))
+            }
+        }
+        d.deserialize_str(V)
     }
-    if let Some(v) = non_empty("TOPOMGR_STATE_DIR")? {
-        cfg.state_dir = cwd(&v);
-    }
-    if let Some(v) = env("TOPOMGR_PLUGIN_DIRS") {
-        cfg.plugin_dirs = v.split(':').filter(|s| !s.is_empty()).map(cwd).collect();
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -704,9 +787,12 @@ prefer-closest-numa-nodes = "true"
             "plugins.d/20-b.toml",
             r#"
 policy = "single-numa-node"
+[policy_options]
+max-allowable-numa-nodes = "16"
 [providers.mock.config]
 hints = { "example.com/foo" = "none" }
 nested = { a = 2 }
+when = 1979-05-27T07:32:00Z
 "#,
         );
         d.write(
@@ -730,7 +816,10 @@ nested = { a = 1, b = [1, 2] }
         assert_eq!(cfg.state_dir, d.0.join("state"));
         assert_eq!(
             cfg.policy_options,
-            BTreeMap::from([("prefer-closest-numa-nodes".to_owned(), "true".to_owned())])
+            BTreeMap::from([
+                ("max-allowable-numa-nodes".to_owned(), "16".to_owned()),
+                ("prefer-closest-numa-nodes".to_owned(), "true".to_owned())
+            ])
         );
         let mock = &cfg.providers["mock"];
         assert_eq!(mock.library, d.0.join("mock/libmock.so").to_string_lossy());
@@ -738,7 +827,7 @@ nested = { a = 1, b = [1, 2] }
         assert_eq!(mock.defined_in, d.0.join("plugins.d/10-a.toml"));
         assert_eq!(
             mock.config,
-            serde_json::json!({"hints": {"example.com/foo": "none"}, "nested": {"a": 2, "b": [1, 2]}})
+            serde_json::json!({"hints": {"example.com/foo": "none"}, "nested": {"a": 2, "b": [1, 2]}, "when": "1979-05-27T07:32:00Z"})
         );
         assert_eq!(
             cfg.files,
@@ -751,83 +840,84 @@ nested = { a = 1, b = [1, 2] }
     }
 
     #[test]
-    fn unknown_keys_and_types_name_file_and_key() {
+    fn enabled_false_in_a_dropin_disables_the_provider() {
+        let d = Dir::new("enabled");
+        let main = d.write("topomgr.toml", "");
+        d.write(
+            "plugins.d/10-a.toml",
+            "[providers.a]\nlibrary = \"a\"\n[providers.b]\nlibrary = \"b\"\n",
+        );
+        d.write("plugins.d/90-off.toml", "[providers.a]\nenabled = false\n");
+        let cfg = load_with_env(&main, &no_env).unwrap();
+        assert!(!cfg.providers["a"].enabled);
+        assert_eq!(
+            cfg.providers["a"].defined_in,
+            d.0.join("plugins.d/10-a.toml")
+        );
+        let enabled: Vec<&str> = cfg.enabled_providers().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(enabled, vec!["b"]);
+        // A later drop-in may enable it again.
+        d.write("plugins.d/95-on.toml", "[providers.a]\nenabled = true\n");
+        let cfg = load_with_env(&main, &no_env).unwrap();
+        assert_eq!(cfg.enabled_providers().count(), 2);
+    }
+
+    #[test]
+    fn unknown_keys_and_types_name_file_line_and_key() {
         let d = Dir::new("bad");
         let main = d.write("topomgr.toml", "");
         let f = d.write(
             "plugins.d/10-x.toml",
             "[providers.x]\nlibrary = \"x\"\nenabled = \"yes\"\n",
         );
-        assert_eq!(
-            err(&main),
-            format!(
-                "{}: key `providers.x.enabled` must be a boolean, found a string",
-                f.display()
-            )
-        );
-        d.write(
-            "plugins.d/10-x.toml",
-            "[providers.x]\nlibrary = \"x\"\ncolour = 1\n",
-        );
-        assert_eq!(
-            err(&main),
-            format!(
-                "{}: unknown key `colour` in [providers.x] (known keys: library, enabled, config)",
-                f.display()
-            )
-        );
-        d.write("plugins.d/10-x.toml", "polcy = \"none\"\n");
-        assert_eq!(
-            err(&main),
-            format!(
-                "{}: unknown key `polcy` (known keys: policy, scope, plugins_d, plugin_dirs, sysfs_root, \
-                 cgroup_root, state_dir, policy_options, providers, daemon)",
-                f.display()
-            )
-        );
-        d.write(
-            "plugins.d/10-x.toml",
-            "[policy_options]\nprefer-closest-numa-nodes = true\n",
-        );
-        assert_eq!(
-            err(&main),
-            format!(
-                "{}: key `policy_options.prefer-closest-numa-nodes` must be a string (write \"true\", not true), found a boolean",
-                f.display()
-            )
-        );
-        d.write("plugins.d/10-x.toml", "plugin_dirs = [\"a\", 3]\n");
-        assert_eq!(
-            err(&main),
-            format!(
-                "{}: key `plugin_dirs[1]` must be a string, found an integer",
-                f.display()
-            )
-        );
-        d.write("plugins.d/10-x.toml", "plugins_d = \"x\"\n");
-        assert_eq!(
-            err(&main),
-            format!(
-                "{}: key `plugins_d` is only allowed in the main config file",
-                f.display()
-            )
-        );
-        d.write("plugins.d/10-x.toml", "[providers.Mock]\nlibrary = \"x\"\n");
-        assert_eq!(
-            err(&main),
-            format!(
-                "{}: provider name `Mock` in [providers.Mock] must be lowercase letters, digits, '-' or '_'",
-                f.display()
-            )
-        );
-        d.write("plugins.d/10-x.toml", "policy = \n");
-        assert_eq!(
-            err(&main),
-            format!(
-                "{}: line 1: string values must be quoted, expected literal string",
-                f.display()
-            )
-        );
+        let cases: &[(&str, &str)] = &[
+            (
+                "[providers.x]\nlibrary = \"x\"\nenabled = \"yes\"\n",
+                "line 3: providers.x.enabled: invalid type: string \"yes\", expected a boolean",
+            ),
+            (
+                "[providers.x]\nlibrary = \"x\"\ncolour = 1\n",
+                "line 3: providers.x.colour: unknown field `colour`, expected one of `library`, `enabled`, `config`",
+            ),
+            (
+                "polcy = \"none\"\n",
+                "line 1: polcy: unknown field `polcy`, expected one of `policy`, `scope`, `plugins_d`, `plugin_dirs`, \
+                 `sysfs_root`, `cgroup_root`, `state_dir`, `policy_options`, `providers`, `daemon`",
+            ),
+            (
+                "[policy_options]\nprefer-closest-numa-nodes = true\n",
+                "line 2: policy_options.prefer-closest-numa-nodes: invalid type: boolean `true`, expected a string (write \"true\", not true)",
+            ),
+            (
+                "plugin_dirs = [\"a\", 3]\n",
+                "line 1: plugin_dirs[1]: invalid type: integer `3`, expected path string",
+            ),
+            (
+                "plugins_d = \"x\"\n",
+                "plugins_d: is only allowed in the main config file",
+            ),
+            (
+                "[providers.Mock]\nlibrary = \"x\"\n",
+                "line 1: providers.Mock: provider name `Mock` must be lowercase letters, digits, '-' or '_'",
+            ),
+            (
+                "[providers.x]\nlibrary = \"\"\n",
+                "line 2: providers.x.library: invalid value: string \"\", expected a non-empty string",
+            ),
+            (
+                "[daemon]\nprovider_timeout_ms = 0\n",
+                "line 2: daemon.provider_timeout_ms: invalid value: integer `0`, expected a positive number of milliseconds",
+            ),
+            (
+                "[daemon]\nport = 1\n",
+                "line 2: daemon.port: unknown field `port`, expected one of `socket`, `group`, `provider_timeout_ms`",
+            ),
+            ("policy = \n", "line 1: string values must be quoted, expected literal string"),
+        ];
+        for (text, want) in cases {
+            d.write("plugins.d/10-x.toml", text);
+            assert_eq!(err(&main), format!("{}: {want}", f.display()), "{text}");
+        }
         d.write("plugins.d/10-x.toml", "[providers.y]\nenabled = false\n");
         assert_eq!(
             err(&main),
@@ -896,7 +986,7 @@ nested = { a = 1, b = [1, 2] }
     }
 
     #[test]
-    fn daemon_table_defaults_overrides_and_errors() {
+    fn daemon_table_defaults_and_overrides() {
         let d = Dir::new("daemon");
         let main = d.write("topomgr.toml", "");
         assert_eq!(
@@ -911,31 +1001,64 @@ nested = { a = 1, b = [1, 2] }
             "plugins.d/50-daemon.toml",
             "[daemon]\nsocket = \"run/t.sock\"\ngroup = \"wheel\"\nprovider_timeout_ms = 250\n",
         );
+        d.write("plugins.d/60-group.toml", "[daemon]\ngroup = \"other\"\n");
         assert_eq!(
             load_with_env(&main, &no_env).unwrap().daemon,
             DaemonConfig {
                 socket: d.0.join("run/t.sock"),
-                group: "wheel".to_owned(),
+                group: "other".to_owned(),
                 provider_timeout_ms: 250,
             }
         );
-        let bad = d.write(
-            "plugins.d/60-bad.toml",
-            "[daemon]\nprovider_timeout_ms = 0\n",
-        );
+    }
+
+    #[test]
+    fn protected_load_refuses_writable_files_and_directories() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = Dir::new("protected");
+        let main = d.write("topomgr.toml", "");
+        let dropin = d.write("plugins.d/10-a.toml", "[daemon]\ngroup = \"theirs\"\n");
+        let protected = |p: &Path| {
+            load_with(
+                p,
+                &LoadOptions {
+                    env: &no_env,
+                    protected: true,
+                },
+            )
+        };
+        assert_eq!(protected(&main).unwrap().daemon.group, "theirs");
+        let dir = d.0.join("plugins.d");
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
         assert_eq!(
-            err(&main),
+            protected(&main).unwrap_err().to_string(),
             format!(
-                "{}: key `daemon.provider_timeout_ms` must be a positive integer (milliseconds), found an integer",
-                bad.display()
+                "refusing drop-in directory {0}: {0} is writable by everyone (mode 0777); run chmod o-w on it",
+                dir.display()
             )
         );
-        d.write("plugins.d/60-bad.toml", "[daemon]\nport = 1\n");
+        // Unprotected loads (a non-root user's own what-if run) still work.
+        assert!(load_with_env(&main, &no_env).is_ok());
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
+        fs::set_permissions(&dropin, fs::Permissions::from_mode(0o664)).unwrap();
+        let gid = {
+            use std::os::unix::fs::MetadataExt;
+            fs::metadata(&dropin).unwrap().gid()
+        };
         assert_eq!(
-            err(&main),
+            protected(&main).unwrap_err().to_string(),
             format!(
-                "{}: unknown key `port` in [daemon] (known keys: socket, group, provider_timeout_ms)",
-                bad.display()
+                "refusing drop-in {0}: {0} is writable by its group (gid {gid}, mode 0664); run chmod g-w on it",
+                dropin.display()
+            )
+        );
+        fs::set_permissions(&dropin, fs::Permissions::from_mode(0o644)).unwrap();
+        fs::set_permissions(&main, fs::Permissions::from_mode(0o646)).unwrap();
+        assert_eq!(
+            protected(&main).unwrap_err().to_string(),
+            format!(
+                "refusing config file {0}: {0} is writable by everyone (mode 0646); run chmod o-w on it",
+                main.display()
             )
         );
     }

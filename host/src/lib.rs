@@ -10,6 +10,7 @@ pub mod daemon;
 pub mod discover;
 pub mod manifest;
 pub mod merge;
+pub mod ownership;
 pub mod plugin;
 pub mod policy;
 pub mod provider;

@@ -17,10 +17,14 @@ fn main() -> ExitCode {
     match cli::run(args) {
         Ok(code) => code,
         Err(e) => {
-            // One line: the error and its causes.
+            // One line: the error and its causes. Library errors put their
+            // cause in their own message and do not chain it (config,
+            // manifest, policy, plugin, state lock); a few still do both
+            // (DiscoveryError::Read, merge's CompactHints, CheckpointError,
+            // the daemon's client, socket and start errors, the cgroup
+            // errors), so a cause already in the message is not repeated.
             let mut msg = e.to_string();
             for cause in e.chain().skip(1) {
-                // Many errors already print their source; don't say it twice.
                 let cause = cause.to_string();
                 if !msg.contains(&cause) {
                     msg.push_str(": ");

@@ -5,16 +5,14 @@
 //! `libtopomgr_provider_cpu.so`, looked up in [`search_dirs`] order) or a path
 //! (it contains `/` or ends in `.so`).
 //!
-//! Before a file is opened, it and every directory above it must be owned by
-//! root (or by the user running topomgr) and must not be writable by group or
-//! others; a world-writable directory is accepted only with the sticky bit
-//! (like `/tmp`), where nobody but an entry's owner can replace it. Each file
+//! Before a file is opened, it and every directory above it must pass
+//! [`crate::ownership::check_ownership`] (owned by root or the user running
+//! topomgr, not writable by group or others). Each file
 //! is loaded with its own `lib_header_from_path(..).init_root_module()` so
 //! that different plugins never share a cached root module. abi_stable checks
 //! the SDK version and every type's layout; the host then compares
 //! [`SDK_ABI_VERSION`]. Libraries are never unloaded.
 
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use topomgr_sdk::abi_stable::library::{lib_header_from_path, LibraryError};
@@ -26,6 +24,7 @@ use topomgr_sdk::{
 };
 
 use crate::config::{is_path, HostConfig, ProviderEntry};
+pub use crate::ownership::check_ownership;
 use crate::provider::HintProvider;
 
 /// Why a provider could not be loaded.
@@ -88,14 +87,14 @@ pub enum PluginError {
         what: String,
     },
     /// The provider's constructor refused (usually its config).
-    #[error("provider `{provider}` ({}) failed to start: {source}", path.display())]
+    #[error("provider `{provider}` ({}) failed to start: {error}", path.display())]
     Init {
         /// The provider name.
         provider: String,
         /// The plugin file.
         path: PathBuf,
-        /// The provider's error.
-        source: ProviderError,
+        /// The provider's error (part of the message).
+        error: ProviderError,
     },
     /// The machine description could not be encoded for the plugin.
     #[error("provider `{provider}`: cannot encode the machine description: {reason}")]
@@ -212,40 +211,6 @@ pub fn resolve_library(
         })
 }
 
-/// Checks that `path` (canonical) and every directory above it can only be
-/// replaced by root or the user running topomgr. Returns why not.
-pub fn check_ownership(path: &Path) -> Result<(), String> {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let euid = unsafe { libc::geteuid() };
-    for p in path.ancestors() {
-        let md =
-            std::fs::metadata(p).map_err(|e| format!("cannot inspect {}: {e}", p.display()))?;
-        let mode = md.mode() & 0o7777;
-        let uid = md.uid();
-        if uid != 0 && uid != euid {
-            return Err(format!(
-                "{} is owned by uid {uid}, not by root; chown it to root",
-                p.display()
-            ));
-        }
-        let sticky_dir = md.is_dir() && mode & 0o1000 != 0;
-        if mode & 0o002 != 0 && !sticky_dir {
-            return Err(format!(
-                "{} is writable by everyone (mode {mode:04o}); run chmod o-w on it",
-                p.display()
-            ));
-        }
-        if mode & 0o020 != 0 && !sticky_dir {
-            return Err(format!(
-                "{} is writable by its group (gid {}, mode {mode:04o}); run chmod g-w on it",
-                p.display(),
-                md.gid()
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// The log level the host records, as [`FfiInit::log_max_level`] encodes it.
 fn host_max_level() -> u8 {
     use tracing::level_filters::LevelFilter;
@@ -316,10 +281,10 @@ pub fn load_provider(
         log: host_log,
         log_max_level: host_max_level(),
     };
-    let handle = ffi::construct(module, init).map_err(|source| PluginError::Init {
+    let handle = ffi::construct(module, init).map_err(|error| PluginError::Init {
         provider: name.to_owned(),
         path: path.clone(),
-        source,
+        error,
     })?;
     tracing::info!(provider = name, path = %path.display(), "provider loaded");
     Ok(LoadedProvider {

@@ -5,14 +5,25 @@
 //! all providers into the merged hint and the admit decision. The merge itself
 //! lives in [`crate::merge`].
 //!
+//! # Creation, in the kubelet's order
+//!
+//! [`Policy::create`] follows the kubelet's `NewManager`
+//! (`pkg/kubelet/cm/topologymanager/topology_manager.go`):
+//!
+//! 1. Policy `none` is created at once: its options, NUMA nodes and scope are
+//!    never looked at (invalid options are only logged as a warning).
+//! 2. The options are validated ([`PolicyOptions::parse`]).
+//! 3. The NUMA information is checked: with `prefer-closest-numa-nodes` true,
+//!    a missing distance table is an error, for every policy
+//!    (`single-numa-node` included, although it never ranks by distance).
+//! 4. A machine with more NUMA nodes than `max-allowable-numa-nodes` is refused.
+//! 5. Only then is an unknown policy name an error, and after it an unknown scope.
+//!
 //! Deliberate differences from the kubelet (documented in ARCHITECTURE.md):
 //! - `max-allowable-numa-nodes` defaults to 64, not 8, because topomgr's merge
 //!   does not enumerate the cross product of hints; 64 is also the hard limit.
 //! - NUMA distances are looked up by the node's *position* in the distance
 //!   row, so machines with non-contiguous node ids work.
-//! - `prefer-closest-numa-nodes` with no distance table (the `merge` command's
-//!   `"distances": null`) ranks masks as on a machine with uniform remote
-//!   distances, which orders them exactly like the default comparator.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -80,6 +91,12 @@ pub enum PolicyError {
     /// Bad NUMA node list or distance table.
     #[error("invalid NUMA information: {0}")]
     InvalidNuma(String),
+    /// `prefer-closest-numa-nodes` is true but the NUMA distances are unknown.
+    #[error(
+        "cannot discover NUMA topology: prefer-closest-numa-nodes needs the NUMA distance table and there is none \
+         (sysfs nodeN/distance files, or \"distances\" in merge input); provide it or set the option to false"
+    )]
+    MissingDistances,
 }
 
 /// One of the four Topology Manager policies.
@@ -341,26 +358,63 @@ pub struct Policy {
 }
 
 impl Policy {
-    /// Create a policy the way the kubelet's manager does: validate options,
-    /// then refuse machines with more NUMA nodes than allowed (except `none`).
+    /// Create a policy and check a scope name the way the kubelet's
+    /// `NewManager` does, in its order (see the module documentation).
+    /// Policy `none` ignores `scope` and `options` (the scope returned is
+    /// [`Scope::Container`]; it is never used).
+    pub fn create(
+        name: &str,
+        scope: &str,
+        options: &BTreeMap<String, String>,
+        numa: NumaInfo,
+    ) -> Result<(Self, Scope), PolicyError> {
+        if name == PolicyName::None.as_str() {
+            return Ok((Policy::none(options, numa), Scope::Container));
+        }
+        let policy = Policy::new(name, options, numa)?;
+        let scope = scope.parse()?;
+        Ok((policy, scope))
+    }
+
+    /// [`Policy::create`] without the scope: `none` at once, then options,
+    /// NUMA information, the node limit, and the policy name.
     pub fn new(
         name: &str,
         options: &BTreeMap<String, String>,
         numa: NumaInfo,
     ) -> Result<Self, PolicyError> {
+        if name == PolicyName::None.as_str() {
+            return Ok(Policy::none(options, numa));
+        }
         let options = PolicyOptions::parse(options)?;
-        let name: PolicyName = name.parse()?;
-        if name != PolicyName::None && numa.nodes.len() as i64 > options.max_allowable_numa_nodes {
+        if options.prefer_closest_numa && !numa.has_distances() {
+            return Err(PolicyError::MissingDistances);
+        }
+        if numa.nodes.len() as i64 > options.max_allowable_numa_nodes {
             return Err(PolicyError::TooManyNodes {
                 max: options.max_allowable_numa_nodes,
                 nodes: numa.nodes.len(),
             });
         }
+        let name: PolicyName = name.parse()?;
         Ok(Policy {
             name,
             options,
             numa,
         })
+    }
+
+    /// Policy `none`: its options are not used (a bad one is only logged)
+    /// and the NUMA information is not checked, as in the kubelet.
+    fn none(options: &BTreeMap<String, String>, numa: NumaInfo) -> Self {
+        if let Err(e) = PolicyOptions::parse(options) {
+            tracing::warn!(error = %e, "policy none ignores its options; the other policies would refuse this one");
+        }
+        Policy {
+            name: PolicyName::None,
+            options: PolicyOptions::default(),
+            numa,
+        }
     }
 
     /// The policy's name.
@@ -504,6 +558,344 @@ mod tests {
                 .unwrap_err()
                 .to_string(),
             "unknown policy: \"strict\" (expected none, best-effort, restricted or single-numa-node)"
+        );
+    }
+
+    /// Ported from the kubelet's `TestNewManager` and `TestManagerScope`
+    /// (`topology_manager_test.go`): which names, options and machines
+    /// create a manager, and the error each refusal names.
+    #[test]
+    fn creation_table_from_the_kubelet() {
+        let two = || NumaInfo::new(vec![0, 1], None).unwrap();
+        let nine = || NumaInfo::new((0..9).collect(), None).unwrap();
+        type Case<'a> = (
+            &'a str,
+            &'a str,
+            &'a [(&'a str, &'a str)],
+            NumaInfo,
+            Result<&'a str, &'a str>,
+        );
+        let cases: &[Case] = &[
+            ("none", "container", &[], two(), Ok("none")),
+            ("best-effort", "container", &[], two(), Ok("best-effort")),
+            ("restricted", "container", &[], two(), Ok("restricted")),
+            (
+                "single-numa-node",
+                "container",
+                &[],
+                two(),
+                Ok("single-numa-node"),
+            ),
+            (
+                "unknown",
+                "container",
+                &[],
+                two(),
+                Err("unknown policy: \"unknown\""),
+            ),
+            (
+                "best-effort",
+                "container",
+                &[("unknown-option", "true")],
+                two(),
+                Err("unknown Topology Manager Policy option:"),
+            ),
+            (
+                "restricted",
+                "container",
+                &[("unknown-option", "true")],
+                two(),
+                Err("unknown Topology Manager Policy option:"),
+            ),
+            // "can't get NUMA distances": prefer-closest-numa-nodes without a table.
+            (
+                "best-effort",
+                "container",
+                &[(PREFER_CLOSEST_NUMA_NODES, "true")],
+                NumaInfo::new(vec![0], None).unwrap(),
+                Err("cannot discover NUMA topology"),
+            ),
+            // "more than 8 NUMA nodes" (topomgr's default limit is 64: set 8).
+            (
+                "best-effort",
+                "container",
+                &[(MAX_ALLOWABLE_NUMA_NODES, "8")],
+                nine(),
+                Err("unsupported on machines with more than 8 NUMA Nodes"),
+            ),
+            // TestManagerScope.
+            ("best-effort", "pod", &[], two(), Ok("best-effort")),
+            (
+                "best-effort",
+                "unknown",
+                &[],
+                two(),
+                Err("unknown scope: \"unknown\""),
+            ),
+        ];
+        for (name, scope, options, numa, want) in cases {
+            let got = Policy::create(name, scope, &opts(options), numa.clone());
+            match (got, want) {
+                (Ok((p, _)), Ok(want)) => {
+                    assert_eq!(p.name().as_str(), *want, "{name} {options:?}")
+                }
+                (Err(e), Err(want)) => {
+                    assert!(e.to_string().starts_with(want), "{name} {options:?}: {e}")
+                }
+                (got, want) => panic!("{name} {scope} {options:?}: got {got:?}, want {want:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn none_is_created_without_looking_at_options_nodes_or_scope() {
+        let nine = NumaInfo::new((0..9).collect(), None).unwrap();
+        for bad in [
+            &[("unknown-option", "x")][..],
+            &[(PREFER_CLOSEST_NUMA_NODES, "yes")],
+            &[(MAX_ALLOWABLE_NUMA_NODES, "7")],
+            &[
+                (PREFER_CLOSEST_NUMA_NODES, "true"),
+                (MAX_ALLOWABLE_NUMA_NODES, "8"),
+            ],
+        ] {
+            let (p, scope) = Policy::create("none", "bogus", &opts(bad), nine.clone())
+                .unwrap_or_else(|e| panic!("{bad:?}: {e}"));
+            assert_eq!(p.name(), PolicyName::None);
+            assert_eq!(scope, Scope::Container);
+            assert_eq!(p.options(), PolicyOptions::default());
+        }
+    }
+
+    #[test]
+    fn prefer_closest_without_distances_is_an_error_for_every_other_policy() {
+        let no_table = NumaInfo::new(vec![0, 1], None).unwrap();
+        let table = NumaInfo::new(vec![0, 1], Some(vec![vec![10, 20], vec![20, 10]])).unwrap();
+        for name in ["best-effort", "restricted", "single-numa-node", "strict"] {
+            let e = Policy::new(
+                name,
+                &opts(&[(PREFER_CLOSEST_NUMA_NODES, "true")]),
+                no_table.clone(),
+            )
+            .unwrap_err();
+            assert_eq!(e, PolicyError::MissingDistances, "{name}");
+            // The option false, or a table: no distance error.
+            let off = Policy::new(
+                name,
+                &opts(&[(PREFER_CLOSEST_NUMA_NODES, "false")]),
+                no_table.clone(),
+            );
+            let with = Policy::new(
+                name,
+                &opts(&[(PREFER_CLOSEST_NUMA_NODES, "true")]),
+                table.clone(),
+            );
+            if name == "strict" {
+                assert!(matches!(off, Err(PolicyError::UnknownPolicy(_))));
+                assert!(matches!(with, Err(PolicyError::UnknownPolicy(_))));
+            } else {
+                assert!(off.is_ok() && with.is_ok(), "{name}");
+            }
+        }
+        assert_eq!(
+            PolicyError::MissingDistances.to_string(),
+            "cannot discover NUMA topology: prefer-closest-numa-nodes needs the NUMA distance table and there is none \
+             (sysfs nodeN/distance files, or \"distances\" in merge input); provide it or set the option to false"
+        );
+    }
+
+    /// The kubelet's order of checks: options, then NUMA information, then
+    /// the node limit, and only then the policy name and the scope.
+    #[test]
+    fn order_of_checks() {
+        let nine = NumaInfo::new((0..9).collect(), None).unwrap();
+        let e = |name: &str, scope: &str, o: &[(&str, &str)], n: &NumaInfo| {
+            Policy::create(name, scope, &opts(o), n.clone()).unwrap_err()
+        };
+        assert!(matches!(
+            e("strict", "bogus", &[("x", "1")], &nine),
+            PolicyError::UnknownOption(_)
+        ));
+        assert_eq!(
+            e(
+                "strict",
+                "bogus",
+                &[(PREFER_CLOSEST_NUMA_NODES, "true")],
+                &nine
+            ),
+            PolicyError::MissingDistances
+        );
+        assert!(matches!(
+            e("strict", "bogus", &[(MAX_ALLOWABLE_NUMA_NODES, "8")], &nine),
+            PolicyError::TooManyNodes { .. }
+        ));
+        assert!(matches!(
+            e("strict", "bogus", &[], &nine),
+            PolicyError::UnknownPolicy(_)
+        ));
+        assert!(matches!(
+            e("restricted", "bogus", &[], &nine),
+            PolicyError::UnknownScope(_)
+        ));
+    }
+
+    /// Ported from the kubelet's `TestNUMAInfo` (`numa_info_test.go`): with
+    /// `prefer-closest-numa-nodes` a policy needs every node's distances; without
+    /// it they are not needed. topomgr's rows list the given nodes only, so the
+    /// kubelet's 4-column rows are cut to the nodes of each case.
+    #[test]
+    fn numa_info_table_from_the_kubelet() {
+        type Case = (&'static str, Vec<u32>, Option<Vec<Vec<u64>>>, bool, bool);
+        let cases: Vec<Case> = vec![
+            ("positive test 1 node", vec![0], None, false, true),
+            (
+                "positive test 1 node, with PreferClosestNUMA",
+                vec![0],
+                Some(vec![vec![10]]),
+                true,
+                true,
+            ),
+            ("positive test 2 nodes", vec![0, 1], None, false, true),
+            (
+                "positive test 2 nodes, with PreferClosestNUMA",
+                vec![0, 1],
+                Some(vec![vec![10, 11], vec![11, 10]]),
+                true,
+                true,
+            ),
+            ("positive test 3 nodes", vec![0, 1, 2], None, false, true),
+            (
+                "positive test 3 nodes, with PreferClosestNUMA",
+                vec![0, 1, 2],
+                Some(vec![vec![10, 11, 12], vec![11, 10, 12], vec![12, 12, 10]]),
+                true,
+                true,
+            ),
+            ("positive test 4 nodes", vec![0, 1, 2, 3], None, false, true),
+            (
+                "positive test 4 nodes, with PreferClosestNUMA",
+                vec![0, 1, 2, 3],
+                Some(vec![
+                    vec![10, 11, 12, 12],
+                    vec![11, 10, 12, 12],
+                    vec![12, 12, 10, 11],
+                    vec![12, 12, 11, 10],
+                ]),
+                true,
+                true,
+            ),
+            (
+                "negative test 1 node, no distance file with PreferClosestNUMA",
+                vec![9],
+                None,
+                true,
+                false,
+            ),
+            ("one node and its id is 1", vec![1], None, false, true),
+            (
+                "one node and its id is 1, with PreferClosestNUMA",
+                vec![1],
+                Some(vec![vec![10]]),
+                true,
+                true,
+            ),
+            (
+                "two nodes not sequential",
+                vec![0, 2],
+                Some(vec![vec![10, 12], vec![12, 10]]),
+                false,
+                true,
+            ),
+            (
+                "two nodes not sequential, with PreferClosestNUMA",
+                vec![0, 2],
+                Some(vec![vec![10, 12], vec![12, 10]]),
+                true,
+                true,
+            ),
+        ];
+        for (name, nodes, distances, prefer, ok) in cases {
+            let numa = NumaInfo::new(nodes.clone(), distances).unwrap();
+            assert_eq!(numa.nodes(), &nodes[..], "{name}");
+            let o = opts(&[(
+                PREFER_CLOSEST_NUMA_NODES,
+                if prefer { "true" } else { "false" },
+            )]);
+            let got = Policy::new("best-effort", &o, numa);
+            assert_eq!(got.is_ok(), ok, "{name}: {got:?}");
+        }
+    }
+
+    /// Ported from the kubelet's `TestCalculateAvgDistanceFor`.
+    #[test]
+    fn average_distance_table_from_the_kubelet() {
+        let four = vec![
+            vec![10, 11, 12, 12],
+            vec![11, 10, 12, 12],
+            vec![12, 12, 10, 11],
+            vec![12, 12, 11, 10],
+        ];
+        type Case<'a> = (Vec<u32>, Vec<Vec<u64>>, &'a [u32], f64);
+        let cases: &[Case] = &[
+            (vec![0], vec![vec![10]], &[0], 10.0),
+            (vec![0, 1], vec![vec![10, 11], vec![11, 10]], &[0], 10.0),
+            (vec![0, 1], vec![vec![10, 11], vec![11, 10]], &[0, 1], 10.5),
+            (vec![0, 1, 2, 3], four.clone(), &[0, 2], 11.0),
+            (
+                vec![0, 1, 2, 3],
+                four.clone(),
+                &[0, 2, 3],
+                11.11111111111111,
+            ),
+            (vec![], vec![], &[], 0.0),
+        ];
+        for (nodes, rows, mask, want) in cases {
+            let numa = NumaInfo::new(nodes.clone(), Some(rows.clone())).unwrap();
+            let mask = NumaMask::from_nodes(mask.iter().copied()).unwrap();
+            assert_eq!(numa.average_distance(mask), Some(*want), "{mask:?}");
+        }
+    }
+
+    /// Ported from the kubelet's `TestNewTopologyManagerOptions` and
+    /// `TestPolicyDefaultsAvailable` (`policy_options_test.go`); the feature
+    /// gate cases do not apply (both options are GA).
+    #[test]
+    fn options_table_from_the_kubelet() {
+        let ok = |o: &[(&str, &str)], closest: bool, max: i64| {
+            assert_eq!(
+                PolicyOptions::parse(&opts(o)).unwrap(),
+                PolicyOptions {
+                    prefer_closest_numa: closest,
+                    max_allowable_numa_nodes: max
+                },
+                "{o:?}"
+            );
+        };
+        ok(
+            &[
+                (PREFER_CLOSEST_NUMA_NODES, "true"),
+                (MAX_ALLOWABLE_NUMA_NODES, "8"),
+            ],
+            true,
+            8,
+        );
+        ok(&[(MAX_ALLOWABLE_NUMA_NODES, "12")], false, 12);
+        ok(&[], false, DEFAULT_MAX_ALLOWABLE_NUMA_NODES);
+        let err = |o: &[(&str, &str)], want: &str| {
+            let e = PolicyOptions::parse(&opts(o)).unwrap_err().to_string();
+            assert!(e.starts_with(want), "{o:?}: {e}");
+        };
+        err(
+            &[(PREFER_CLOSEST_NUMA_NODES, "not a boolean")],
+            "bad value for option",
+        );
+        err(
+            &[(MAX_ALLOWABLE_NUMA_NODES, "can't parse to int")],
+            "unable to convert policy option to integer",
+        );
+        err(
+            &[("this-option-does-not-exist", "true")],
+            "unknown Topology Manager Policy option",
         );
     }
 

@@ -33,14 +33,14 @@ pub enum LockError {
         holder: Option<u32>,
     },
     /// The lock file could not be created, locked or written.
-    #[error("cannot {op} lock file {}: {source}", path.display())]
+    #[error("cannot {op} lock file {}: {error}", path.display())]
     Io {
         /// What was attempted.
         op: &'static str,
         /// The lock file.
         path: PathBuf,
-        /// The error.
-        source: std::io::Error,
+        /// The error (part of the message).
+        error: std::io::Error,
     },
 }
 
@@ -71,7 +71,7 @@ impl StateLock {
         let path = state_dir.join(LOCK_FILE);
         let io = |op: &'static str, path: &Path| {
             let path = path.to_path_buf();
-            move |source: std::io::Error| LockError::Io { op, path, source }
+            move |error: std::io::Error| LockError::Io { op, path, error }
         };
         fs::create_dir_all(state_dir).map_err(io("create the directory of", &path))?;
         let file = OpenOptions::new()

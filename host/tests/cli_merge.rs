@@ -33,10 +33,68 @@ fn ok(input: &str) -> String {
 
 #[test]
 fn spec_example() {
-    let out = ok(r#"{"numa_nodes": [0, 1], "distances": null,
+    // SPEC section 6's example asks for prefer-closest-numa-nodes with
+    // "distances": null; like the kubelet, a policy other than `none` cannot
+    // be created without the distance table (issue 10, item 2).
+    let spec = r#"{"numa_nodes": [0, 1], "distances": null,
         "policy": "best-effort", "options": {"prefer-closest-numa-nodes": "true"},
-        "providers": [ {"cpu": [{"affinity": [0], "preferred": true}], "gpu": null}, null ]}"#);
+        "providers": [ {"cpu": [{"affinity": [0], "preferred": true}], "gpu": null}, null ]}"#;
+    let (code, out, err) = merge(spec);
+    assert_eq!((code, out.as_str()), (2, ""));
+    assert_eq!(
+        err,
+        "topomgr: error: cannot create policy: cannot discover NUMA topology: prefer-closest-numa-nodes needs the NUMA \
+         distance table and there is none (sysfs nodeN/distance files, or \"distances\" in merge input); provide it or set the option to false"
+    );
+    // With the distances, the documented answer.
+    let out = ok(&spec.replace(
+        r#""distances": null"#,
+        r#""distances": {"0": [10, 20], "1": [20, 10]}"#,
+    ));
     assert_eq!(out, r#"{"affinity":[0],"preferred":true,"admit":true}"#);
+}
+
+/// Policy creation in the kubelet's order: `none` looks at neither options
+/// nor distances; every other policy, single-numa-node included, needs the
+/// distance table when prefer-closest-numa-nodes is true.
+#[test]
+fn policy_creation_follows_the_kubelet() {
+    let input = |policy: &str, options: &str| {
+        format!(
+            r#"{{"numa_nodes": [0, 1], "policy": "{policy}", "options": {options}, "providers": [{{"cpu": [{{"affinity": [1], "preferred": true}}]}}]}}"#
+        )
+    };
+    for options in [
+        r#"{"prefer-closest-numa-nodes": "true"}"#,
+        r#"{"unknown-option": "x"}"#,
+        r#"{"max-allowable-numa-nodes": "2"}"#,
+    ] {
+        assert_eq!(
+            ok(&input("none", options)),
+            r#"{"affinity":null,"preferred":false,"admit":true}"#,
+            "{options}"
+        );
+    }
+    for policy in ["best-effort", "restricted", "single-numa-node"] {
+        let (code, _, err) = merge(&input(policy, r#"{"prefer-closest-numa-nodes": "true"}"#));
+        assert_eq!(code, 2, "{policy}");
+        assert!(
+            err.contains("cannot discover NUMA topology"),
+            "{policy}: {err}"
+        );
+        assert_eq!(
+            ok(&input(policy, r#"{"prefer-closest-numa-nodes": "false"}"#)),
+            r#"{"affinity":[1],"preferred":true,"admit":true}"#,
+            "{policy}"
+        );
+    }
+    // Options are checked before the policy name.
+    let (code, _, err) = merge(&input("strict", r#"{"unknown-option": "x"}"#));
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("unknown Topology Manager Policy option: \"unknown-option\""),
+        "{err}"
+    );
 }
 
 #[test]
@@ -157,7 +215,7 @@ fn bad_input_exits_2_with_one_line() {
         ),
         (
             r#"{"numa_nodes": [0, 64], "policy": "restricted", "providers": []}"#,
-            "topomgr: error: invalid merge input: numa_nodes: node id 64 is out of range 0-63",
+            "topomgr: error: invalid merge input: invalid NUMA information: NUMA node id 64 is out of range: topomgr supports node ids 0-63 (64 NUMA nodes at most)",
         ),
         (
             r#"{"numa_nodes": [0, 1], "distances": {"0": [10, 20]}, "policy": "restricted", "providers": []}"#,

@@ -1,11 +1,18 @@
 //! Pod manifests -> PodView: the shipped example pods, real `kubectl` output
-//! (YAML and JSON, single pods and Lists), error messages, and a no-panic loop
-//! over mangled manifests and random bytes.
+//! (YAML and JSON, single pods and Lists), real manifests from the Kubernetes
+//! docs (pod-level resources) and the SR-IOV device plugin's docs
+//! (`tests/fixtures/manifests/`), error messages, the input size limit and
+//! the YAML budget, and a no-panic loop over mangled manifests and random bytes.
+
+mod common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use topomgr::manifest::{parse_pods, read_pods, ManifestError};
+use topomgr::manifest::{
+    parse_manifests, parse_pods, read_manifests, read_pods, ManifestError, Pod, PodResources,
+    MAX_MANIFEST_BYTES,
+};
 use topomgr_sdk::{ContainerView, PodView, QosClass, ResourceList};
 
 const GI: u64 = 1 << 30;
@@ -690,4 +697,317 @@ fn never_panics_on_mangled_input() {
     record(&format!("{}{}", "- ".repeat(5_000), "x"));
     record("a: &a [1,2,3]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b]\nd: &d [*c,*c,*c,*c,*c,*c,*c,*c]\ne: [*d,*d,*d,*d,*d,*d,*d,*d]\n");
     assert!(outcomes["ok"] > 0 && outcomes["err"] > 0, "{outcomes:?}");
+}
+
+fn fixture(rel: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/manifests")
+        .join(rel)
+        .to_string_lossy()
+        .into_owned()
+}
+
+fn read_fixture(rel: &str) -> Vec<Pod> {
+    read_manifests(&[fixture(rel)]).unwrap_or_else(|e| panic!("{rel}: {e}"))
+}
+
+fn resources(requests: &[(&str, u64)], limits: &[(&str, u64)]) -> PodResources {
+    PodResources {
+        requests: list(requests),
+        limits: list(limits),
+    }
+}
+
+/// The Kubernetes docs' pod-level resources examples: the QoS class the API
+/// server computes (from `spec.resources` when present), the defaulted
+/// pod-level values and the pod's effective requests and limits. Six of them
+/// got the wrong class with the container-level rule.
+#[test]
+fn kubernetes_docs_pod_level_resources() {
+    // The pod-level-resource-managers examples' budget: 4 CPUs and 4Gi, requests = limits.
+    let budget_4cpu_4gi = resources(
+        &[("cpu", 4000), ("memory", 4 * GI)],
+        &[("cpu", 4000), ("memory", 4 * GI)],
+    );
+    let cases: &[(&str, QosClass, Option<PodResources>, PodResources)] = &[
+        (
+            "pod-level-resources.yaml",
+            QosClass::Burstable,
+            Some(resources(
+                &[("cpu", 1000), ("memory", 100 * MI)],
+                &[("cpu", 1000), ("memory", 200 * MI)],
+            )),
+            resources(
+                &[("cpu", 1000), ("memory", 100 * MI)],
+                &[("cpu", 1000), ("memory", 200 * MI)],
+            ),
+        ),
+        (
+            "pod-level-cpu-request-limit.yaml",
+            QosClass::Burstable,
+            Some(resources(&[("cpu", 500)], &[("cpu", 1000)])),
+            resources(&[("cpu", 500)], &[("cpu", 1000)]),
+        ),
+        (
+            "pod-level-memory-request-limit.yaml",
+            QosClass::Burstable,
+            Some(resources(&[("memory", 100 * MI)], &[("memory", 200 * MI)])),
+            resources(&[("memory", 100 * MI)], &[("memory", 200 * MI)]),
+        ),
+        (
+            "pod-level-resize.yaml",
+            QosClass::Guaranteed,
+            Some(resources(
+                &[("cpu", 200), ("memory", 200 * MI)],
+                &[("cpu", 200), ("memory", 200 * MI)],
+            )),
+            resources(
+                &[("cpu", 200), ("memory", 200 * MI)],
+                &[("cpu", 200), ("memory", 200 * MI)],
+            ),
+        ),
+        (
+            // pids is not a pod-level resource: no requests defaulted, BestEffort.
+            "pod-level-pid-limit.yaml",
+            QosClass::BestEffort,
+            Some(resources(&[], &[("pids", 2048)])),
+            resources(&[], &[]),
+        ),
+        (
+            "pod-level-resource-managers-container-scope-mixed.yaml",
+            QosClass::Guaranteed,
+            Some(budget_4cpu_4gi.clone()),
+            budget_4cpu_4gi.clone(),
+        ),
+        (
+            "pod-level-resource-managers-empty-shared-pool.yaml",
+            QosClass::Guaranteed,
+            Some(budget_4cpu_4gi.clone()),
+            budget_4cpu_4gi.clone(),
+        ),
+        (
+            "pod-level-resource-managers-pod-scope-mixed.yaml",
+            QosClass::Guaranteed,
+            Some(budget_4cpu_4gi.clone()),
+            budget_4cpu_4gi.clone(),
+        ),
+    ];
+    for (file, qos, pod_level, effective) in cases {
+        let pods = read_fixture(&format!("k8s-docs/{file}"));
+        assert_eq!(pods.len(), 1, "{file}");
+        assert_eq!(pods[0].view.qos, *qos, "{file}");
+        assert_eq!(&pods[0].pod_resources, pod_level, "{file}");
+        assert_eq!(&pods[0].effective, effective, "{file}");
+    }
+    // The containers keep their own values (what the kubelet's resource
+    // managers partition the pod's budget with).
+    let mixed = read_fixture("k8s-docs/pod-level-resource-managers-pod-scope-mixed.yaml");
+    let v = &mixed[0].view;
+    assert_eq!(
+        v.init_containers
+            .iter()
+            .map(|c| (c.name.as_str(), c.sidecar, c.requests.len()))
+            .collect::<Vec<_>>(),
+        vec![("metrics-sidecar", true, 0), ("logging-sidecar", true, 0)]
+    );
+    assert_eq!(
+        v.containers[0].requests,
+        list(&[("cpu", 2000), ("memory", 2 * GI)])
+    );
+}
+
+/// Pod-level limits without requests: the API server defaults the requests
+/// (cpu and memory from the containers' aggregate, the rest from the
+/// limits); hugepage limits come from the containers.
+#[test]
+fn pod_level_defaulting_and_effective_values() {
+    let text = "kind: Pod\nmetadata: {name: p}\nspec:\n  resources: {limits: {cpu: 4, memory: 4Gi}}\n  initContainers:\n  - {name: side, restartPolicy: Always, resources: {requests: {cpu: 1}}}\n  containers:\n  - {name: a, resources: {requests: {cpu: 500m, hugepages-2Mi: 4Mi}, limits: {hugepages-2Mi: 4Mi}}}\n  - {name: b}\n";
+    let pods = parse_manifests(text, "p.yaml").expect("parses");
+    let p = &pods[0];
+    assert_eq!(
+        p.pod_resources,
+        Some(resources(
+            &[("cpu", 1500), ("hugepages-2Mi", 4 * MI), ("memory", 4 * GI)],
+            &[("cpu", 4000), ("hugepages-2Mi", 4 * MI), ("memory", 4 * GI)]
+        ))
+    );
+    assert_eq!(p.view.qos, QosClass::Burstable);
+    assert_eq!(
+        p.effective,
+        resources(
+            &[("cpu", 1500), ("hugepages-2Mi", 4 * MI), ("memory", 4 * GI)],
+            &[("cpu", 4000), ("hugepages-2Mi", 4 * MI), ("memory", 4 * GI)]
+        )
+    );
+    // Without spec.resources the effective values are the containers' aggregate.
+    let text = "kind: Pod\nmetadata: {name: q}\nspec:\n  initContainers: [{name: i, resources: {limits: {cpu: 3, memory: 1Gi}}}]\n  containers: [{name: a, resources: {limits: {cpu: 1, memory: 2Gi}}}]\n";
+    let p = &parse_manifests(text, "q.yaml").expect("parses")[0];
+    assert_eq!(p.pod_resources, None);
+    assert_eq!(p.view.qos, QosClass::Guaranteed);
+    assert_eq!(
+        p.effective,
+        resources(
+            &[("cpu", 3000), ("memory", 2 * GI)],
+            &[("cpu", 3000), ("memory", 2 * GI)]
+        )
+    );
+    // A pod-level request above its limit is refused like a container's.
+    assert_eq!(
+        parse_err("kind: Pod\nmetadata: {name: p}\nspec: {resources: {requests: {cpu: 2}, limits: {cpu: 1}}, containers: [{name: a}]}\n", "p.yaml"),
+        "p.yaml: document 1: spec.resources.requests.cpu: request \"2\" is larger than the limit \"1\""
+    );
+}
+
+/// The SR-IOV network device plugin's documented pods, among them one whose
+/// multi-line quoted annotation continues in column 0 (kubectl accepts it).
+#[test]
+fn sriov_device_plugin_docs_manifests() {
+    type Case<'a> = (&'a str, &'a str, &'a [(&'a str, u64)]);
+    let cases: &[Case] = &[
+        (
+            "docs_bond_test-pod.yaml",
+            "test-pod",
+            &[("intel.com/intel_sriov_netdevice", 2)],
+        ),
+        (
+            "deployments_pod-tc1.yaml",
+            "testpod1",
+            &[("intel.com/intel_sriov_netdevice", 1)],
+        ),
+        (
+            "deployments_pod-tc2.yaml",
+            "testpod2",
+            &[("intel.com/intel_sriov_netdevice", 1)],
+        ),
+        (
+            "docs_dpdk_pod_testpmd.yaml",
+            "testpmd",
+            &[
+                ("hugepages-1Gi", 4 * GI),
+                ("intel.com/intel_x710vfio", 2),
+                ("memory", GI),
+            ],
+        ),
+        (
+            "docs_dpdk_mlnx-dpdk_mlnx-pod_testpmd_connectx5.yaml",
+            "testpmd",
+            &[
+                ("hugepages-1Gi", 2 * GI),
+                ("mellanox.com/mlnx_connectx5", 2),
+                ("memory", GI),
+            ],
+        ),
+        (
+            "docs_ddp_e800_pod-comms.yaml",
+            "testpod-comms",
+            &[("intel.com/e800_comms", 1)],
+        ),
+        (
+            "docs_rdma_pod_mlx_rdma_test.yaml",
+            "rdma-app",
+            &[("mellanox.com/mlnx_rdma", 2)],
+        ),
+    ];
+    for (file, name, requests) in cases {
+        let pods = read_fixture(&format!("sriov/{file}"));
+        assert_eq!(pods.len(), 1, "{file}");
+        assert_eq!(pods[0].view.name, *name, "{file}");
+        assert_eq!(
+            pods[0].view.containers[0].requests,
+            list(requests),
+            "{file}"
+        );
+    }
+}
+
+/// YAML that kubectl accepts: quoted scalars continued with less indentation
+/// than their key, in single and double quotes, in block mappings and lists.
+#[test]
+fn under_indented_quoted_scalars_are_accepted() {
+    for (open, close) in [("'", "'"), ("\"", "\"")] {
+        for indent in ["", " ", "  "] {
+            let text = format!(
+                "kind: Pod\nmetadata:\n  name: p\n  annotations:\n    k8s.v1.cni.cncf.io/networks: {open}[\n{indent}{{name: a}},\n{indent}{{name: b}}]{close}\nspec:\n  containers:\n  - name: c\n    args: [{open}one\n{indent}two{close}]\n"
+            );
+            let pods = parse_pods(&text, "q.yaml").unwrap_or_else(|e| panic!("{e}\n{text}"));
+            assert_eq!(pods[0].containers[0].name, "c");
+        }
+    }
+}
+
+#[test]
+fn inputs_over_the_size_limit_are_refused() {
+    let dir = scratch_dir("size");
+    let big = dir.join("big.yaml");
+    let mut text = "kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c}]}\n".to_string();
+    text.push_str(&format!("# {}\n", "x".repeat(MAX_MANIFEST_BYTES as usize)));
+    std::fs::write(&big, &text).expect("write");
+    let big = big.to_string_lossy().into_owned();
+    let want = format!("{big}: larger than 3145728 bytes (the Kubernetes API server's request limit); split it into several files");
+    assert_eq!(
+        read_pods(std::slice::from_ref(&big))
+            .expect_err("too large")
+            .to_string(),
+        want
+    );
+    // Exactly the limit is fine.
+    let fits = dir.join("fits.yaml");
+    let head = "kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: c}]}\n# ";
+    let pad = MAX_MANIFEST_BYTES as usize - head.len() - 1;
+    std::fs::write(&fits, format!("{head}{}\n", "x".repeat(pad))).expect("write");
+    assert_eq!(
+        read_pods(&[fits.to_string_lossy().into_owned()])
+            .expect("fits")
+            .len(),
+        1
+    );
+    // An endless input ends at the limit, not in a hang.
+    assert_eq!(
+        read_pods(&["/dev/zero".to_string()]).expect_err("endless").to_string(),
+        "/dev/zero: larger than 3145728 bytes (the Kubernetes API server's request limit); split it into several files"
+    );
+    // Standard input, through the CLI: exit status 2 and one line naming <stdin>.
+    let out = std::process::Command::new(common::topomgr_bin())
+        .args(["admit", "--dry-run", "-"])
+        .stdin(std::fs::File::open(&big).expect("open"))
+        .output()
+        .expect("run topomgr");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("<stdin>: larger than 3145728 bytes"),
+        "{stderr}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The YAML budget: alias bombs and deep nesting are errors naming the
+/// input, found in bounded time.
+#[test]
+fn yaml_bombs_are_bounded_errors() {
+    let mut laughs = String::from(
+        "a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n",
+    );
+    for (prev, name) in ["a", "b", "c", "d", "e", "f", "g", "h"]
+        .iter()
+        .zip(["b", "c", "d", "e", "f", "g", "h", "i"])
+    {
+        let refs = vec![format!("*{prev}"); 9].join(",");
+        laughs.push_str(&format!("{name}: &{name} [{refs}]\n"));
+    }
+    let e = parse_err(&laughs, "bomb.yaml");
+    assert!(
+        e.starts_with("bomb.yaml: invalid YAML: alias replay limit exceeded: total_replayed_events=100001 > 100000"),
+        "{e}"
+    );
+    let deep = format!(
+        "kind: Pod\nmetadata: {{name: p}}\nspec: {{containers: [{{name: c}}]}}\nx: {}1{}\n",
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    let e = parse_err(&deep, "deep.yaml");
+    assert!(
+        e.starts_with("deep.yaml: invalid YAML: budget breached: Depth { depth: 65 }"),
+        "{e}"
+    );
 }

@@ -2,15 +2,13 @@
 //! `admit --socket`. Each prints the daemon's JSON (or a table); a request
 //! the daemon refuses prints its message and exits 1.
 
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::Context;
 use clap::Args;
 use serde_json::{json, Value};
 use topomgr::daemon::client::{encode_segment, Client, Response};
-use topomgr::manifest::{STDIN_NAME, STDIN_PATH};
+use topomgr::manifest::STDIN_PATH;
 
 use super::{host, Output};
 
@@ -197,19 +195,11 @@ pub fn attach(config: &Path, args: AttachArgs) -> anyhow::Result<ExitCode> {
 /// the daemon in order and print the combined answer like in-process admit.
 pub fn admit(socket: &Path, inputs: &[String], output: Output) -> anyhow::Result<ExitCode> {
     let mut texts = Vec::with_capacity(inputs.len());
+    if inputs.iter().filter(|p| *p == STDIN_PATH).count() > 1 {
+        return Err(topomgr::manifest::ManifestError::StdinTwice.into());
+    }
     for path in inputs {
-        let (text, origin) = if path == STDIN_PATH {
-            let mut t = String::new();
-            std::io::stdin()
-                .read_to_string(&mut t)
-                .context("reading standard input")?;
-            (t, STDIN_NAME.to_owned())
-        } else {
-            (
-                std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?,
-                path.clone(),
-            )
-        };
+        let (text, origin) = topomgr::manifest::read_input(path)?;
         topomgr::manifest::parse_pods(&text, &origin)?;
         texts.push(text);
     }

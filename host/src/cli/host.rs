@@ -11,12 +11,29 @@ use topomgr::provider::HintProvider;
 use topomgr_sdk::Machine;
 
 /// Load the config file; the default path may be absent (built-in defaults).
+/// Run as root, the config file, its drop-in directory and every drop-in
+/// must be protected like plugin files (`topomgr serve` always checks, see
+/// [`load_config_protected`]).
 pub fn load_config(path: &Path) -> anyhow::Result<HostConfig> {
+    load(path, nix::unistd::geteuid().is_root())
+}
+
+/// [`load_config`] that always refuses config files others could replace.
+pub fn load_config_protected(path: &Path) -> anyhow::Result<HostConfig> {
+    load(path, true)
+}
+
+fn load(path: &Path, protected: bool) -> anyhow::Result<HostConfig> {
     if path == Path::new(super::DEFAULT_CONFIG) && !path.exists() {
         tracing::info!(path = %path.display(), "no config file; using built-in defaults");
         return Ok(HostConfig::default());
     }
-    topomgr::config::load(path).map_err(anyhow::Error::from)
+    let env = |var: &str| std::env::var(var).ok();
+    let opts = topomgr::config::LoadOptions {
+        env: &env,
+        protected,
+    };
+    Ok(topomgr::config::load_with(path, &opts)?)
 }
 
 /// Discover the machine from `--sysfs-root` or the configured root.
@@ -43,6 +60,16 @@ pub fn load_provider(
             }
         )
     })?;
+    if !entry.enabled {
+        anyhow::bail!(
+            "provider {name:?} is disabled (enabled = false in the configuration read from {})",
+            cfg.files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     let dirs = plugin::search_dirs(cfg);
     let p = plugin::load_provider(name, entry, &dirs, machine, &cfg.state_dir)?;
     Ok(Box::new(p))
@@ -54,13 +81,11 @@ pub type EngineParts = (Policy, Scope, Vec<Box<dyn HintProvider>>);
 /// The policy, the scope and every configured provider (in name order).
 pub fn engine_parts(cfg: &HostConfig, machine: &Machine) -> anyhow::Result<EngineParts> {
     let numa = NumaInfo::from_machine(machine).context("reading NUMA information")?;
-    let policy =
-        Policy::new(&cfg.policy, &cfg.policy_options, numa).context("cannot create policy")?;
-    let scope: Scope = cfg.scope.parse().context("invalid scope in config")?;
+    let (policy, scope) = Policy::create(&cfg.policy, &cfg.scope, &cfg.policy_options, numa)
+        .context("cannot create the Topology Manager policy")?;
     let providers = cfg
-        .providers
-        .keys()
-        .map(|name| load_provider(cfg, name, machine))
+        .enabled_providers()
+        .map(|(name, _)| load_provider(cfg, name, machine))
         .collect::<anyhow::Result<Vec<_>>>()?;
     Ok((policy, scope, providers))
 }

@@ -21,19 +21,26 @@ struct MergeInput {
     providers: Vec<Option<BTreeMap<String, Option<HintSet>>>>,
 }
 
+/// The largest merge input read from standard input (as for manifests).
+const MAX_INPUT_BYTES: u64 = topomgr::manifest::MAX_MANIFEST_BYTES;
+
 /// Read the input, merge, print `{"affinity", "preferred", "admit"}`.
 pub fn run() -> anyhow::Result<ExitCode> {
     let mut text = String::new();
     std::io::stdin()
+        .take(MAX_INPUT_BYTES + 1)
         .read_to_string(&mut text)
         .context("reading merge input from stdin")?;
+    if text.len() as u64 > MAX_INPUT_BYTES {
+        bail!("invalid merge input: larger than {MAX_INPUT_BYTES} bytes");
+    }
     let input: MergeInput = serde_json::from_str(&text).context("invalid merge input")?;
     let mut nodes = Vec::with_capacity(input.numa_nodes.len());
     for &n in &input.numa_nodes {
-        if !(0..64).contains(&n) {
-            bail!("invalid merge input: numa_nodes: node id {n} is out of range 0-63");
-        }
-        nodes.push(n as u32);
+        let Ok(id) = u32::try_from(n) else {
+            bail!("invalid merge input: numa_nodes: node id {n} is negative or too large");
+        };
+        nodes.push(id);
     }
     let distances = match &input.distances {
         None => None,

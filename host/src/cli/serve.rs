@@ -27,7 +27,7 @@ pub struct ServeArgs {
 
 /// Run the daemon until SIGTERM or SIGINT.
 pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let mut cfg = host::load_config(config)?;
+    let mut cfg = host::load_config_protected(config)?;
     if let Some(dir) = args.state_dir {
         cfg.state_dir = dir;
     }

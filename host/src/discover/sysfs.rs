@@ -58,13 +58,52 @@ pub(super) fn read_optional(path: &Path) -> Result<Option<String>, DiscoveryErro
     }
 }
 
-/// Read a whole (small) attribute file. Unlike `fs::read` it does not stat
-/// the file first: sysfs reports a size of 4096 for every attribute anyway,
-/// and discovery opens thousands of them.
+/// The largest attribute file read (the kernel's own are at most a page;
+/// recorded trees keep them as they were).
+pub(super) const MAX_ATTRIBUTE_BYTES: u64 = 1 << 20;
+
+/// Read a whole (small) attribute file, which must be a regular file.
+///
+/// The file is opened without blocking (a FIFO in a recorded tree would
+/// otherwise wait for a writer forever) and refused unless `fstat` says it
+/// is a regular file, so `/dev/zero`, `/dev/urandom`, FIFOs, sockets and
+/// directories are errors, not hangs; at most [`MAX_ATTRIBUTE_BYTES`] are
+/// read. The size is not used to size the buffer: sysfs reports 4096 for
+/// every attribute.
 fn read_small(path: &Path) -> io::Result<Vec<u8>> {
-    let mut file = fs::File::open(path)?;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let kind = file.metadata()?.file_type();
+    if !kind.is_file() {
+        let what = if kind.is_fifo() {
+            "a FIFO"
+        } else if kind.is_char_device() {
+            "a character device"
+        } else if kind.is_block_device() {
+            "a block device"
+        } else if kind.is_socket() {
+            "a socket"
+        } else if kind.is_dir() {
+            "a directory"
+        } else {
+            "not a regular file"
+        };
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("it is {what}; sysfs attributes are regular files"),
+        ));
+    }
     let mut bytes = Vec::with_capacity(64);
-    file.read_to_end(&mut bytes)?;
+    file.take(MAX_ATTRIBUTE_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_ATTRIBUTE_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("it is larger than {MAX_ATTRIBUTE_BYTES} bytes; sysfs attributes are small"),
+        ));
+    }
     Ok(bytes)
 }
 
@@ -381,6 +420,53 @@ mod tests {
                 let _ = parse_error(p(), "anything", &text).to_string();
             }
         }
+    }
+
+    #[test]
+    fn only_regular_files_of_bounded_size_are_read() {
+        let dir = std::env::temp_dir().join(format!("topomgr-sysfs-read-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let zero = dir.join("zero");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        let random = dir.join("random");
+        std::os::unix::fs::symlink("/dev/urandom", &random).unwrap();
+        let big = dir.join("big");
+        fs::write(&big, vec![b'1'; MAX_ATTRIBUTE_BYTES as usize + 1]).unwrap();
+        let fine = dir.join("fine");
+        fs::write(&fine, vec![b'7'; MAX_ATTRIBUTE_BYTES as usize]).unwrap();
+        let cases = [
+            (&fifo, "it is a FIFO; sysfs attributes are regular files"),
+            (
+                &zero,
+                "it is a character device; sysfs attributes are regular files",
+            ),
+            (
+                &random,
+                "it is a character device; sysfs attributes are regular files",
+            ),
+            (
+                &dir,
+                "it is a directory; sysfs attributes are regular files",
+            ),
+            (
+                &big,
+                "it is larger than 1048576 bytes; sysfs attributes are small",
+            ),
+        ];
+        for (path, why) in cases {
+            let want = format!("cannot read {}: {why}", path.display());
+            assert_eq!(read_mandatory(path).unwrap_err().to_string(), want);
+            assert_eq!(read_optional(path).unwrap_err().to_string(), want);
+        }
+        assert_eq!(
+            read_mandatory(&fine).unwrap().len(),
+            MAX_ATTRIBUTE_BYTES as usize
+        );
+        assert_eq!(read_optional(&dir.join("absent")).unwrap(), None);
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -1,13 +1,22 @@
-//! Kubernetes Pod manifests -> [`PodView`].
+//! Kubernetes Pod manifests -> the host's [`Pod`] model (and the SDK's
+//! [`PodView`]).
+//!
+//! Three parts, one concept each:
+//! - [`reader`]: input bytes (at most [`MAX_MANIFEST_BYTES`],
+//!   the API server's request limit), UTF-8 text, the documents in it (YAML
+//!   1.2 with serde-saphyr under a node budget, or JSON), and typed
+//!   deserialization with field paths;
+//! - `pod`: the typed serde structs of the Pod fields topomgr reads and the
+//!   host's [`Pod`] built from them;
+//! - `qos`: the QoS class, pod-level defaulting and the effective requests
+//!   and limits, with pod-level resources (`spec.resources`).
 //!
 //! Reads what people actually have: YAML or JSON (text starting with `{` or
-//! `[` is read as JSON, one object or several in a row as `jq` prints them;
-//! anything else as YAML, with serde-saphyr), several documents separated by
-//! `---`, `kind: List`
-//! or `kind: PodList` with the pods in `items` (what `kubectl get pods -o yaml`
-//! prints), and full `kubectl get pod -o yaml` output with `status`,
-//! `managedFields` and everything else (fields topomgr does not need are
-//! ignored).
+//! `[` is read as JSON, one object or several in a row as `jq` prints them),
+//! several documents separated by `---`, `kind: List` or `kind: PodList` with
+//! the pods in `items` (what `kubectl get pods -o yaml` prints), and full
+//! `kubectl get pod -o yaml` output with `status`, `managedFields` and
+//! everything else (fields topomgr does not need are ignored).
 //!
 //! # What is read
 //!
@@ -17,21 +26,24 @@
 //! - `spec.initContainers` (an init container with `restartPolicy: Always` is
 //!   a sidecar) and `spec.containers` (at least one), each with its `name` and
 //!   `resources.requests` / `resources.limits`.
+//! - `spec.resources` (pod-level requests and limits).
 //!
 //! # What is computed, as the API server and kubelet do
 //!
-//! - Defaulting: a resource with a limit and no request gets request = limit.
+//! - Defaulting: a container resource with a limit and no request gets
+//!   request = limit; pod-level requests and hugepage limits are defaulted as
+//!   `SetDefaults_Pod` does (see `qos`).
 //! - Quantities: see [`crate::quantity`]; `cpu` is recorded in millicores,
 //!   everything else in whole units (bytes for memory and hugepages), both
 //!   rounded up. Numbers are accepted where Kubernetes accepts them
 //!   (`cpu: 2`, `cpu: 0.5`); a YAML float goes through a 64-bit float first,
 //!   exactly as `kubectl` converts YAML to JSON. A null quantity is zero, as in
 //!   Kubernetes' JSON decoding.
-//! - The QoS class, with Kubernetes' rules: only `cpu` and `memory` count,
-//!   init containers included, zero quantities ignored; Guaranteed when every
-//!   container has non-zero cpu and memory limits and the pod's summed requests
-//!   equal its summed limits; BestEffort when there is no non-zero cpu or
-//!   memory request or limit at all; Burstable otherwise.
+//! - The QoS class, with Kubernetes' rules: from `spec.resources` when the
+//!   pod has it, otherwise from every container; only `cpu` and `memory`
+//!   count, zero quantities ignored; Guaranteed when cpu and memory limits are
+//!   all set and requests equal limits; BestEffort when there is no non-zero
+//!   cpu or memory request or limit at all; Burstable otherwise.
 //!
 //! # Checks
 //!
@@ -42,14 +54,20 @@
 //! order; empty documents are skipped and not counted) and the field path, e.g.
 //! `pods.yaml: document 2: spec.containers[0].resources.requests.cpu: invalid quantity "1.5.3"`.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+mod pod;
+mod qos;
+pub mod reader;
+
+use std::collections::HashMap;
 use std::fmt;
-use std::io::Read;
 
-use serde::de::{self, Deserialize, Deserializer, MapAccess, SeqAccess, Visitor};
-use topomgr_sdk::{ContainerView, PodView, QosClass, ResourceList};
+use serde_json::Value;
+use topomgr_sdk::PodView;
 
-use crate::quantity::{resource_amount, Quantity, QuantityError};
+pub use pod::{Pod, PodResources};
+pub use reader::MAX_MANIFEST_BYTES;
+
+use crate::quantity::QuantityError;
 
 /// The path argument that means "read standard input".
 pub const STDIN_PATH: &str = "-";
@@ -88,7 +106,7 @@ pub enum Problem {
     /// The document has no `kind`.
     #[error("is required (expected \"Pod\" or \"List\")")]
     MissingKind,
-    /// A field has the wrong YAML/JSON type.
+    /// A field has the wrong YAML/JSON type (checked before typed reading).
     #[error("expected {expected}, found {found}")]
     Type {
         /// What the field must be (`"a string"`).
@@ -96,6 +114,9 @@ pub enum Problem {
         /// What it is (`"a list"`).
         found: &'static str,
     },
+    /// A field the typed reader refused (wrong type, bad value), in serde's words.
+    #[error("{0}")]
+    Invalid(String),
     /// A string field that must not be empty is.
     #[error("must not be empty")]
     Empty,
@@ -159,7 +180,8 @@ pub enum Problem {
     },
 }
 
-/// Why manifests could not be turned into pods.
+/// Why manifests could not be turned into pods. Every message is complete:
+/// a cause is part of the message, never repeated as a separate source.
 #[derive(Debug, thiserror::Error)]
 pub enum ManifestError {
     /// No paths were given to [`read_pods`].
@@ -170,9 +192,16 @@ pub enum ManifestError {
     Read {
         /// The path as given, or `<stdin>`.
         path: String,
-        /// The I/O error.
-        #[source]
+        /// The I/O error (part of the message).
         error: std::io::Error,
+    },
+    /// The input is larger than [`MAX_MANIFEST_BYTES`].
+    #[error("{origin}: larger than {limit} bytes (the Kubernetes API server's request limit); split it into several files")]
+    TooLarge {
+        /// The path as given, or `<stdin>`.
+        origin: String,
+        /// The limit in bytes.
+        limit: u64,
     },
     /// `-` (stdin) was given more than once.
     #[error("\"-\" (standard input) is given more than once")]
@@ -217,69 +246,78 @@ pub enum ManifestError {
     },
 }
 
-/// Parse the pods in `text`, in order. `source` names the input in errors
-/// (a file path, or `<stdin>`).
+/// Parse the pods in `text`, in order, as the SDK views. `source` names the
+/// input in errors (a file path, or `<stdin>`).
 pub fn parse_pods(text: &str, source: &str) -> Result<Vec<PodView>, ManifestError> {
+    Ok(parse_manifests(text, source)?
+        .into_iter()
+        .map(|p| p.view)
+        .collect())
+}
+
+/// Parse the pods in `text`, in order, with their pod-level resources.
+pub fn parse_manifests(text: &str, source: &str) -> Result<Vec<Pod>, ManifestError> {
     let mut reader = PodReader::default();
     reader.parse(text, source)?;
     Ok(reader.pods)
 }
 
-/// Read and parse the pods of every path in order (`-` = standard input).
-/// Pod uids must be unique across all of them.
+/// Read and parse the pods of every path in order (`-` = standard input), as
+/// the SDK views. Pod uids must be unique across all of them.
 pub fn read_pods(paths: &[String]) -> Result<Vec<PodView>, ManifestError> {
+    Ok(read_manifests(paths)?.into_iter().map(|p| p.view).collect())
+}
+
+/// [`read_pods`] with the pods' pod-level resources. Each input is read with
+/// a limit of [`MAX_MANIFEST_BYTES`].
+pub fn read_manifests(paths: &[String]) -> Result<Vec<Pod>, ManifestError> {
     if paths.is_empty() {
         return Err(ManifestError::NoInputs);
     }
     if paths.iter().filter(|p| *p == STDIN_PATH).count() > 1 {
         return Err(ManifestError::StdinTwice);
     }
-    let mut reader = PodReader::default();
+    let mut pods = PodReader::default();
     for path in paths {
-        let (bytes, origin) = if path == STDIN_PATH {
-            let mut bytes = Vec::new();
-            std::io::stdin()
-                .lock()
-                .read_to_end(&mut bytes)
-                .map_err(|error| ManifestError::Read {
-                    path: STDIN_NAME.to_string(),
-                    error,
-                })?;
-            (bytes, STDIN_NAME)
-        } else {
-            let bytes = std::fs::read(path).map_err(|error| ManifestError::Read {
-                path: path.clone(),
-                error,
-            })?;
-            (bytes, path.as_str())
-        };
-        let text = String::from_utf8(bytes).map_err(|e| ManifestError::NotUtf8 {
-            origin: origin.to_string(),
-            offset: e.utf8_error().valid_up_to(),
-        })?;
-        reader.parse(&text, origin)?;
+        let (text, origin) = read_input(path)?;
+        pods.parse(&text, &origin)?;
     }
-    Ok(reader.pods)
+    Ok(pods.pods)
+}
+
+/// Read one manifest input as text: a file, or standard input for `-`, at
+/// most [`MAX_MANIFEST_BYTES`]. Returns the text and its name for errors
+/// (the path as given, or `<stdin>`).
+pub fn read_input(path: &str) -> Result<(String, String), ManifestError> {
+    if path == STDIN_PATH {
+        let text = reader::read_text(std::io::stdin().lock(), STDIN_NAME)?;
+        return Ok((text, STDIN_NAME.to_string()));
+    }
+    let file = std::fs::File::open(path).map_err(|error| ManifestError::Read {
+        path: path.to_string(),
+        error,
+    })?;
+    Ok((reader::read_text(file, path)?, path.to_string()))
 }
 
 /// Accumulates pods over several inputs, checking uids are unique.
 #[derive(Default)]
 struct PodReader {
-    pods: Vec<PodView>,
+    pods: Vec<Pod>,
     /// uid -> (namespace/name, where).
     uids: HashMap<String, (String, String)>,
 }
 
 impl PodReader {
     fn parse(&mut self, text: &str, origin: &str) -> Result<(), ManifestError> {
-        let documents = parse_documents(text, origin)?;
+        let documents = reader::documents(text, origin)?;
         if documents.is_empty() {
             return Err(ManifestError::Empty {
                 origin: origin.to_string(),
             });
         }
         let before = self.pods.len();
-        for (index, document) in documents.iter().enumerate() {
+        for (index, document) in documents.into_iter().enumerate() {
             let doc = Doc {
                 origin,
                 document: index + 1,
@@ -294,90 +332,87 @@ impl PodReader {
         Ok(())
     }
 
-    fn read_document(&mut self, doc: &Doc<'_>, node: &Node) -> Result<(), ManifestError> {
-        let map = node.as_map().ok_or_else(|| {
-            doc.err(
+    /// One document: a Pod, or a List / PodList of pods. The kind is looked
+    /// at first, so a document of another kind is named as such.
+    fn read_document(&mut self, doc: &Doc<'_>, node: Value) -> Result<(), ManifestError> {
+        let Value::Object(mut map) = node else {
+            return Err(doc.err(
                 "",
                 Problem::Type {
                     expected: "a Kubernetes object (a mapping)",
-                    found: node.kind_name(),
+                    found: kind_name(&node),
                 },
-            )
-        })?;
-        let kind = match get(map, "kind") {
-            None => return Err(doc.err("kind", Problem::MissingKind)),
-            Some(k) => doc.string("kind", k)?,
+            ));
         };
-        match kind {
-            "Pod" => self.add_pod(doc, map, ""),
+        let kind = match map.get("kind") {
+            None | Some(Value::Null) => return Err(doc.err("kind", Problem::MissingKind)),
+            Some(k) => doc.string("kind", k)?.to_string(),
+        };
+        match kind.as_str() {
+            "Pod" => self.add_pod(doc, Value::Object(map), ""),
             "List" | "PodList" => {
-                let items = match get(map, "items") {
-                    None => return Ok(()),
-                    Some(items) => items.as_seq().ok_or_else(|| {
-                        doc.err(
+                let items = match map.remove("items") {
+                    None | Some(Value::Null) => return Ok(()),
+                    Some(Value::Array(items)) => items,
+                    Some(other) => {
+                        return Err(doc.err(
                             "items",
                             Problem::Type {
                                 expected: "a list",
-                                found: items.kind_name(),
+                                found: kind_name(&other),
                             },
-                        )
-                    })?,
+                        ))
+                    }
                 };
-                for (i, item) in items.iter().enumerate() {
+                for (i, item) in items.into_iter().enumerate() {
                     let prefix = format!("items[{i}]");
-                    let item_map = item.as_map().ok_or_else(|| {
-                        doc.err(
+                    let Value::Object(item_map) = item else {
+                        return Err(doc.err(
                             &prefix,
                             Problem::Type {
                                 expected: "a Pod (a mapping)",
-                                found: item.kind_name(),
+                                found: kind_name(&item),
                             },
-                        )
-                    })?;
+                        ));
+                    };
                     // PodList items straight from the API server carry no kind.
-                    let item_kind = match get(item_map, "kind") {
-                        None if kind == "PodList" => "Pod",
-                        None => return Err(doc.err(&join(&prefix, "kind"), Problem::MissingKind)),
-                        Some(k) => doc.string(&join(&prefix, "kind"), k)?,
+                    let kind_path = join(&prefix, "kind");
+                    let item_kind = match item_map.get("kind") {
+                        None | Some(Value::Null) if kind == "PodList" => "Pod",
+                        None | Some(Value::Null) => {
+                            return Err(doc.err(&kind_path, Problem::MissingKind))
+                        }
+                        Some(k) => doc.string(&kind_path, k)?,
                     };
                     if item_kind != "Pod" {
                         return Err(doc.err(
-                            &join(&prefix, "kind"),
+                            &kind_path,
                             Problem::Kind {
                                 kind: item_kind.to_string(),
                             },
                         ));
                     }
-                    self.add_pod(doc, item_map, &prefix)?;
+                    self.add_pod(doc, Value::Object(item_map), &prefix)?;
                 }
                 Ok(())
             }
-            other => Err(doc.err(
-                "kind",
-                Problem::Kind {
-                    kind: other.to_string(),
-                },
-            )),
+            _ => Err(doc.err("kind", Problem::Kind { kind })),
         }
     }
 
-    fn add_pod(
-        &mut self,
-        doc: &Doc<'_>,
-        map: &[(Node, Node)],
-        prefix: &str,
-    ) -> Result<(), ManifestError> {
-        let pod = read_pod(doc, map, prefix)?;
+    fn add_pod(&mut self, doc: &Doc<'_>, value: Value, prefix: &str) -> Result<(), ManifestError> {
+        let read = pod::read_pod(doc, value, prefix)?;
+        let view = &read.pod.view;
         let here = Location {
             origin: doc.origin.to_string(),
             document: doc.document,
             path: String::new(),
         }
         .to_string();
-        let pod_name = format!("{}/{}", pod.view.namespace, pod.view.name);
-        if let Some((other_pod, other)) = self.uids.get(&pod.view.uid) {
-            let (uid, other_pod, other) = (pod.view.uid.clone(), other_pod.clone(), other.clone());
-            let problem = if pod.stand_in_uid {
+        let pod_name = format!("{}/{}", view.namespace, view.name);
+        if let Some((other_pod, other)) = self.uids.get(&view.uid) {
+            let (uid, other_pod, other) = (view.uid.clone(), other_pod.clone(), other.clone());
+            let problem = if read.stand_in_uid {
                 Problem::DuplicateStandInUid {
                     uid,
                     other_pod,
@@ -392,40 +427,10 @@ impl PodReader {
             };
             return Err(doc.err(&join(prefix, "metadata.uid"), problem));
         }
-        self.uids.insert(pod.view.uid.clone(), (pod_name, here));
-        self.pods.push(pod.view);
+        self.uids.insert(view.uid.clone(), (pod_name, here));
+        self.pods.push(read.pod);
         Ok(())
     }
-}
-
-/// Parse `text` into its non-empty documents. Text that starts with `{` or
-/// `[` is read as JSON first (one value, or several in a row as `jq` prints
-/// them); anything else, and JSON-looking text that is not JSON, as YAML.
-fn parse_documents(text: &str, origin: &str) -> Result<Vec<Node>, ManifestError> {
-    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-    let syntax = |language: &'static str, message: String| ManifestError::Syntax {
-        origin: origin.to_string(),
-        language,
-        message,
-    };
-    let yaml = || {
-        let options = serde_saphyr::options! {
-            with_snippet: false,
-            non_finite_float_policy: serde_saphyr::NonFiniteFloatPolicy::AsString,
-        };
-        serde_saphyr::from_multiple_with_options::<Node>(text, options)
-    };
-    if text.trim_start().starts_with(['{', '[']) {
-        let json: Result<Vec<Node>, _> = serde_json::Deserializer::from_str(text)
-            .into_iter::<Node>()
-            .filter(|d| !matches!(d, Ok(Node::Null)))
-            .collect();
-        return match json {
-            Ok(documents) => Ok(documents),
-            Err(json_error) => yaml().map_err(|_| syntax("JSON", json_error.to_string())),
-        };
-    }
-    yaml().map_err(|e| syntax("YAML", e.to_string()))
 }
 
 /// The document being read, for error locations.
@@ -447,322 +452,29 @@ impl Doc<'_> {
     }
 
     /// `node` as a string, or a type error at `path`.
-    fn string<'n>(&self, path: &str, node: &'n Node) -> Result<&'n str, ManifestError> {
-        match node {
-            Node::Str(s) => Ok(s),
-            other => Err(self.err(
+    fn string<'n>(&self, path: &str, node: &'n Value) -> Result<&'n str, ManifestError> {
+        node.as_str().ok_or_else(|| {
+            self.err(
                 path,
                 Problem::Type {
                     expected: "a string",
-                    found: other.kind_name(),
+                    found: kind_name(node),
                 },
-            )),
-        }
-    }
-
-    /// `node` as a mapping (null = empty), or a type error at `path`.
-    fn map<'n>(
-        &self,
-        path: &str,
-        node: Option<&'n Node>,
-    ) -> Result<&'n [(Node, Node)], ManifestError> {
-        match node {
-            None => Ok(&[]),
-            Some(Node::Map(entries)) => Ok(entries),
-            Some(other) => Err(self.err(
-                path,
-                Problem::Type {
-                    expected: "a mapping",
-                    found: other.kind_name(),
-                },
-            )),
-        }
-    }
-
-    /// `node` as a list (null = empty), or a type error at `path`.
-    fn seq<'n>(&self, path: &str, node: Option<&'n Node>) -> Result<&'n [Node], ManifestError> {
-        match node {
-            None => Ok(&[]),
-            Some(Node::Seq(items)) => Ok(items),
-            Some(other) => Err(self.err(
-                path,
-                Problem::Type {
-                    expected: "a list",
-                    found: other.kind_name(),
-                },
-            )),
-        }
-    }
-}
-
-/// A pod read from a manifest.
-struct ReadPod {
-    view: PodView,
-    stand_in_uid: bool,
-}
-
-/// The cpu and memory quantities of one container, for the QoS class.
-#[derive(Default)]
-struct QosInputs {
-    requests: Vec<(&'static str, Quantity)>,
-    limits: Vec<(&'static str, Quantity)>,
-}
-
-/// The resources that decide the QoS class.
-const QOS_RESOURCES: [&str; 2] = ["cpu", "memory"];
-
-fn read_pod(doc: &Doc<'_>, pod: &[(Node, Node)], prefix: &str) -> Result<ReadPod, ManifestError> {
-    let metadata_path = join(prefix, "metadata");
-    let metadata = doc.map(&metadata_path, get(pod, "metadata"))?;
-    let name_path = join(&metadata_path, "name");
-    let name = match get(metadata, "name") {
-        None => return Err(doc.err(&name_path, Problem::Missing)),
-        Some(n) => doc.string(&name_path, n)?,
-    };
-    if name.is_empty() {
-        return Err(doc.err(&name_path, Problem::Empty));
-    }
-    let namespace = match get(metadata, "namespace") {
-        None => "",
-        Some(n) => doc.string(&join(&metadata_path, "namespace"), n)?,
-    };
-    let namespace = if namespace.is_empty() {
-        "default"
-    } else {
-        namespace
-    };
-    let uid = match get(metadata, "uid") {
-        None => "",
-        Some(u) => doc.string(&join(&metadata_path, "uid"), u)?,
-    };
-    let (uid, stand_in_uid) = if uid.is_empty() {
-        (format!("{namespace}/{name}"), true)
-    } else {
-        (uid.to_string(), false)
-    };
-
-    let spec_path = join(prefix, "spec");
-    let spec = match get(pod, "spec") {
-        None => return Err(doc.err(&spec_path, Problem::Missing)),
-        Some(s) => doc.map(&spec_path, Some(s))?,
-    };
-    let mut names: HashMap<String, String> = HashMap::new();
-    let mut qos_inputs = Vec::new();
-    let mut read_list = |field: &str, init: bool| -> Result<Vec<ContainerView>, ManifestError> {
-        let list_path = join(&spec_path, field);
-        let items = doc.seq(&list_path, get(spec, field))?;
-        let mut out = Vec::with_capacity(items.len());
-        for (i, item) in items.iter().enumerate() {
-            let path = format!("{list_path}[{i}]");
-            let (view, qos) = read_container(doc, item, &path, init)?;
-            if let Some(first) = names.get(&view.name) {
-                return Err(doc.err(
-                    &join(&path, "name"),
-                    Problem::DuplicateContainer {
-                        name: view.name.clone(),
-                        first: first.clone(),
-                    },
-                ));
-            }
-            names.insert(view.name.clone(), path);
-            qos_inputs.push(qos);
-            out.push(view);
-        }
-        Ok(out)
-    };
-    let init_containers = read_list("initContainers", true)?;
-    let containers = read_list("containers", false)?;
-    if containers.is_empty() {
-        return Err(doc.err(&join(&spec_path, "containers"), Problem::NoContainers));
-    }
-    Ok(ReadPod {
-        view: PodView {
-            uid,
-            name: name.to_string(),
-            namespace: namespace.to_string(),
-            qos: qos_class(&qos_inputs),
-            init_containers,
-            containers,
-        },
-        stand_in_uid,
-    })
-}
-
-fn read_container(
-    doc: &Doc<'_>,
-    node: &Node,
-    path: &str,
-    init: bool,
-) -> Result<(ContainerView, QosInputs), ManifestError> {
-    let map = doc.map(path, Some(node))?;
-    let name_path = join(path, "name");
-    let name = match get(map, "name") {
-        None => return Err(doc.err(&name_path, Problem::Missing)),
-        Some(n) => doc.string(&name_path, n)?,
-    };
-    if name.is_empty() {
-        return Err(doc.err(&name_path, Problem::Empty));
-    }
-    let sidecar = if init {
-        let policy_path = join(path, "restartPolicy");
-        match get(map, "restartPolicy") {
-            None => false,
-            Some(p) => match doc.string(&policy_path, p)? {
-                "Always" => true,
-                other => {
-                    return Err(doc.err(
-                        &policy_path,
-                        Problem::RestartPolicy {
-                            value: other.to_string(),
-                        },
-                    ))
-                }
-            },
-        }
-    } else {
-        false
-    };
-    let resources_path = join(path, "resources");
-    let resources = doc.map(&resources_path, get(map, "resources"))?;
-    let requests_path = join(&resources_path, "requests");
-    let limits_path = join(&resources_path, "limits");
-    let mut requests = quantities(doc, &requests_path, get(resources, "requests"))?;
-    let limits = quantities(doc, &limits_path, get(resources, "limits"))?;
-
-    for (resource, (request_text, request)) in &requests {
-        if let Some((limit_text, limit)) = limits.get(resource) {
-            if request > limit {
-                return Err(doc.err(
-                    &key_path(&requests_path, resource),
-                    Problem::RequestAboveLimit {
-                        request: request_text.clone(),
-                        limit: limit_text.clone(),
-                    },
-                ));
-            }
-        }
-    }
-    // API server defaulting: a limit without a request sets the request.
-    for (resource, limit) in &limits {
-        requests
-            .entry(resource.clone())
-            .or_insert_with(|| limit.clone());
-    }
-
-    let mut qos = QosInputs::default();
-    for resource in QOS_RESOURCES {
-        if let Some((_, q)) = requests.get(resource) {
-            qos.requests.push((resource, *q));
-        }
-        if let Some((_, q)) = limits.get(resource) {
-            qos.limits.push((resource, *q));
-        }
-    }
-    // Limits first: a request defaulted from a bad limit is reported at the limit.
-    let limits = amounts(doc, &limits_path, &limits)?;
-    let view = ContainerView {
-        name: name.to_string(),
-        requests: amounts(doc, &requests_path, &requests)?,
-        limits,
-        sidecar,
-    };
-    Ok((view, qos))
-}
-
-/// Resource name -> (text as written, quantity).
-type Quantities = BTreeMap<String, (String, Quantity)>;
-
-/// Read a `requests` / `limits` mapping.
-fn quantities(doc: &Doc<'_>, path: &str, node: Option<&Node>) -> Result<Quantities, ManifestError> {
-    let mut out = Quantities::new();
-    for (key, value) in doc.map(path, node)? {
-        let resource = match key {
-            Node::Str(s) if !s.is_empty() => s.as_str(),
-            Node::Str(_) => return Err(doc.err(&format!("{path}[\"\"]"), Problem::Empty)),
-            other => {
-                return Err(doc.err(
-                    path,
-                    Problem::Type {
-                        expected: "resource names that are strings",
-                        found: other.kind_name(),
-                    },
-                ))
-            }
-        };
-        let field = key_path(path, resource);
-        let text = match value {
-            Node::Null => "0".to_string(),
-            Node::Str(s) => s.trim().to_string(),
-            Node::Int(i) => i.to_string(),
-            Node::Float(f) => f.to_string(),
-            other => {
-                return Err(doc.err(
-                    &field,
-                    Problem::Type {
-                        expected: "a quantity (a string or a number)",
-                        found: other.kind_name(),
-                    },
-                ))
-            }
-        };
-        let quantity = Quantity::parse(&text).map_err(|e| doc.err(&field, e.into()))?;
-        out.insert(resource.to_string(), (text, quantity));
-    }
-    Ok(out)
-}
-
-/// Convert quantities to the amounts a [`ResourceList`] records.
-fn amounts(
-    doc: &Doc<'_>,
-    path: &str,
-    quantities: &Quantities,
-) -> Result<ResourceList, ManifestError> {
-    quantities
-        .iter()
-        .map(|(resource, (text, quantity))| {
-            resource_amount(resource, *quantity, text)
-                .map(|amount| (resource.clone(), amount))
-                .map_err(|e| doc.err(&key_path(path, resource), e.into()))
+            )
         })
-        .collect()
+    }
 }
 
-/// The pod's QoS class, computed as Kubernetes' `ComputePodQOS` does (without
-/// pod-level resources): sums of non-zero cpu/memory requests and limits over
-/// all containers, init containers included.
-fn qos_class(containers: &[QosInputs]) -> QosClass {
-    let mut requests: BTreeMap<&str, u128> = BTreeMap::new();
-    let mut limits: BTreeMap<&str, u128> = BTreeMap::new();
-    let mut guaranteed = true;
-    for c in containers {
-        for (resource, q) in &c.requests {
-            if !q.is_zero() {
-                let sum = requests.entry(resource).or_insert(0);
-                *sum = sum.saturating_add(q.nanos());
-            }
-        }
-        let mut found = 0;
-        for (resource, q) in &c.limits {
-            if !q.is_zero() {
-                found += 1;
-                let sum = limits.entry(resource).or_insert(0);
-                *sum = sum.saturating_add(q.nanos());
-            }
-        }
-        if found < QOS_RESOURCES.len() {
-            guaranteed = false;
-        }
-    }
-    if requests.is_empty() && limits.is_empty() {
-        return QosClass::BestEffort;
-    }
-    if guaranteed
-        && requests.len() == limits.len()
-        && requests.iter().all(|(r, q)| limits.get(r) == Some(q))
-    {
-        QosClass::Guaranteed
-    } else {
-        QosClass::Burstable
+/// How a value's type is named in errors.
+fn kind_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(n) if n.is_f64() => "a number",
+        Value::Number(_) => "an integer",
+        Value::String(_) => "a string",
+        Value::Array(_) => "a list",
+        Value::Object(_) => "a mapping",
     }
 }
 
@@ -788,151 +500,10 @@ fn key_path(prefix: &str, key: &str) -> String {
     }
 }
 
-/// The value of string key `key` in a mapping; a null value counts as absent.
-fn get<'n>(map: &'n [(Node, Node)], key: &str) -> Option<&'n Node> {
-    map.iter()
-        .find(|(k, _)| matches!(k, Node::Str(s) if s == key))
-        .map(|(_, v)| v)
-        .filter(|v| !matches!(v, Node::Null))
-}
-
-/// A parsed YAML/JSON value, kept untyped so every field error can name its
-/// path.
-#[derive(Debug, Clone, PartialEq)]
-enum Node {
-    Null,
-    Bool(bool),
-    Int(i128),
-    Float(f64),
-    Str(String),
-    Seq(Vec<Node>),
-    Map(Vec<(Node, Node)>),
-}
-
-impl Node {
-    fn kind_name(&self) -> &'static str {
-        match self {
-            Node::Null => "null",
-            Node::Bool(_) => "a boolean",
-            Node::Int(_) => "an integer",
-            Node::Float(_) => "a number",
-            Node::Str(_) => "a string",
-            Node::Seq(_) => "a list",
-            Node::Map(_) => "a mapping",
-        }
-    }
-
-    fn as_map(&self) -> Option<&[(Node, Node)]> {
-        match self {
-            Node::Map(entries) => Some(entries),
-            _ => None,
-        }
-    }
-
-    fn as_seq(&self) -> Option<&[Node]> {
-        match self {
-            Node::Seq(items) => Some(items),
-            _ => None,
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Node {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer.deserialize_any(NodeVisitor)
-    }
-}
-
-struct NodeVisitor;
-
-impl<'de> Visitor<'de> for NodeVisitor {
-    type Value = Node;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("any YAML or JSON value")
-    }
-
-    fn visit_bool<E: de::Error>(self, v: bool) -> Result<Node, E> {
-        Ok(Node::Bool(v))
-    }
-
-    fn visit_i64<E: de::Error>(self, v: i64) -> Result<Node, E> {
-        Ok(Node::Int(i128::from(v)))
-    }
-
-    fn visit_u64<E: de::Error>(self, v: u64) -> Result<Node, E> {
-        Ok(Node::Int(i128::from(v)))
-    }
-
-    fn visit_i128<E: de::Error>(self, v: i128) -> Result<Node, E> {
-        Ok(Node::Int(v))
-    }
-
-    fn visit_u128<E: de::Error>(self, v: u128) -> Result<Node, E> {
-        match i128::try_from(v) {
-            Ok(i) => Ok(Node::Int(i)),
-            Err(_) => Ok(Node::Str(v.to_string())),
-        }
-    }
-
-    fn visit_f64<E: de::Error>(self, v: f64) -> Result<Node, E> {
-        Ok(Node::Float(v))
-    }
-
-    fn visit_str<E: de::Error>(self, v: &str) -> Result<Node, E> {
-        Ok(Node::Str(v.to_string()))
-    }
-
-    fn visit_string<E: de::Error>(self, v: String) -> Result<Node, E> {
-        Ok(Node::Str(v))
-    }
-
-    fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Node, E> {
-        Ok(Node::Str(String::from_utf8_lossy(v).into_owned()))
-    }
-
-    fn visit_unit<E: de::Error>(self) -> Result<Node, E> {
-        Ok(Node::Null)
-    }
-
-    fn visit_none<E: de::Error>(self) -> Result<Node, E> {
-        Ok(Node::Null)
-    }
-
-    fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Node, D::Error> {
-        Node::deserialize(deserializer)
-    }
-
-    fn visit_newtype_struct<D: Deserializer<'de>>(self, deserializer: D) -> Result<Node, D::Error> {
-        Node::deserialize(deserializer)
-    }
-
-    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Node, A::Error> {
-        let mut items = Vec::new();
-        while let Some(item) = seq.next_element()? {
-            items.push(item);
-        }
-        Ok(Node::Seq(items))
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Node, A::Error> {
-        let mut entries: Vec<(Node, Node)> = Vec::new();
-        let mut keys = HashSet::new();
-        while let Some((key, value)) = map.next_entry()? {
-            if let Node::Str(k) = &key {
-                if !keys.insert(k.clone()) {
-                    return Err(de::Error::custom(format!("duplicate key {k:?}")));
-                }
-            }
-            entries.push((key, value));
-        }
-        Ok(Node::Map(entries))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use topomgr_sdk::{ContainerView, QosClass, ResourceList};
 
     fn pods(text: &str) -> Vec<PodView> {
         match parse_pods(text, "t.yaml") {
@@ -1123,24 +694,23 @@ mod tests {
         let table: &[(&str, &str)] = &[
             ("kind: Pod\nspec: {containers: [{name: a}]}\n", "t.yaml: document 1: metadata.name: is required"),
             ("kind: Pod\nmetadata: {name: \"\"}\nspec: {containers: [{name: a}]}\n", "t.yaml: document 1: metadata.name: must not be empty"),
-            ("kind: Pod\nmetadata: {name: 5}\nspec: {containers: [{name: a}]}\n", "t.yaml: document 1: metadata.name: expected a string, found an integer"),
-            ("kind: Pod\nmetadata: []\nspec: {containers: [{name: a}]}\n", "t.yaml: document 1: metadata: expected a mapping, found a list"),
-            ("kind: Pod\nmetadata: {name: p, uid: [1]}\nspec: {containers: [{name: a}]}\n", "t.yaml: document 1: metadata.uid: expected a string, found a list"),
+            ("kind: Pod\nmetadata: {name: 5}\nspec: {containers: [{name: a}]}\n", "t.yaml: document 1: metadata.name: invalid type: integer `5`, expected a string"),
+            ("kind: Pod\nmetadata: []\nspec: {containers: [{name: a}]}\n", "t.yaml: document 1: metadata: invalid type: sequence, expected a mapping"),
+            ("kind: Pod\nmetadata: {name: p, uid: [1]}\nspec: {containers: [{name: a}]}\n", "t.yaml: document 1: metadata.uid: invalid type: sequence, expected a string"),
             ("kind: Pod\nmetadata: {name: p}\n", "t.yaml: document 1: spec: is required"),
             ("kind: Pod\nmetadata: {name: p}\nspec: {}\n", "t.yaml: document 1: spec.containers: must list at least one container"),
             ("kind: Pod\nmetadata: {name: p}\nspec: {containers: []}\n", "t.yaml: document 1: spec.containers: must list at least one container"),
-            ("kind: Pod\nmetadata: {name: p}\nspec: {containers: {name: a}}\n", "t.yaml: document 1: spec.containers: expected a list, found a mapping"),
-            ("kind: Pod\nmetadata: {name: p}\nspec: {containers: [a]}\n", "t.yaml: document 1: spec.containers[0]: expected a mapping, found a string"),
+            ("kind: Pod\nmetadata: {name: p}\nspec: {containers: {name: a}}\n", "t.yaml: document 1: spec.containers: invalid type: map, expected a sequence"),
+            ("kind: Pod\nmetadata: {name: p}\nspec: {containers: [a]}\n", "t.yaml: document 1: spec.containers[0]: invalid type: string \"a\", expected a mapping"),
             ("kind: Pod\nmetadata: {name: p}\nspec: {containers: [{image: x}]}\n", "t.yaml: document 1: spec.containers[0].name: is required"),
             ("kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a}, {name: a}]}\n", "t.yaml: document 1: spec.containers[1].name: duplicate container name \"a\" (also used by spec.containers[0])"),
             ("kind: Pod\nmetadata: {name: p}\nspec: {initContainers: [{name: a}], containers: [{name: a}]}\n", "t.yaml: document 1: spec.containers[0].name: duplicate container name \"a\" (also used by spec.initContainers[0])"),
-            ("kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, resources: []}]}\n", "t.yaml: document 1: spec.containers[0].resources: expected a mapping, found a list"),
+            ("kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, resources: []}]}\n", "t.yaml: document 1: spec.containers[0].resources: invalid type: sequence, expected a mapping"),
             ("kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, resources: {requests: {cpu: 1.5.3}}}]}\n", "t.yaml: document 1: spec.containers[0].resources.requests.cpu: invalid quantity \"1.5.3\""),
             ("kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, resources: {limits: {example.com/widget: -1}}}]}\n", "t.yaml: document 1: spec.containers[0].resources.limits[example.com/widget]: invalid quantity \"-1\": must not be negative"),
-            ("kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, resources: {limits: {cpu: true}}}]}\n", "t.yaml: document 1: spec.containers[0].resources.limits.cpu: expected a quantity (a string or a number), found a boolean"),
+            ("kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, resources: {limits: {cpu: true}}}]}\n", "t.yaml: document 1: spec.containers[0].resources.limits.cpu: invalid type: boolean `true`, expected a quantity (a string or a number)"),
             ("kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, resources: {limits: {cpu: 10P}}}]}\n", "t.yaml: document 1: spec.containers[0].resources.limits.cpu: invalid quantity \"10P\": 10000000000000000000 millicores is larger than 9223372036854775807, the largest amount of CPU Kubernetes can represent"),
             ("kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, resources: {requests: {cpu: 2}, limits: {cpu: 1}}}]}\n", "t.yaml: document 1: spec.containers[0].resources.requests.cpu: request \"2\" is larger than the limit \"1\""),
-            ("kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, resources: {requests: {1: 2}}}]}\n", "t.yaml: document 1: spec.containers[0].resources.requests: expected resource names that are strings, found an integer"),
             ("kind: Deployment\nmetadata: {name: p}\n", "t.yaml: document 1: kind: \"Deployment\" is not supported (expected \"Pod\", or a \"List\" or \"PodList\" of pods)"),
             ("metadata: {name: p}\n", "t.yaml: document 1: kind: is required (expected \"Pod\" or \"List\")"),
             ("kind: [Pod]\n", "t.yaml: document 1: kind: expected a string, found a list"),
@@ -1153,12 +723,17 @@ mod tests {
             ("kind: List\nitems: []\n", "t.yaml: no pods found (every List in it is empty)"),
             ("", "t.yaml: no Kubernetes objects found (the input is empty)"),
             ("# only a comment\n---\n", "t.yaml: no Kubernetes objects found (the input is empty)"),
-            ("kind: Pod\nkind: Pod\n", "t.yaml: invalid YAML: duplicate mapping key: kind, set DuplicateKeyPolicy in Options if acceptable at line 2, column 1"),
+            ("kind: Pod\nkind: Pod\n", "t.yaml: invalid YAML: duplicate mapping key: kind at line 2, column 1"),
             ("a: [1", "t.yaml: invalid YAML: unclosed bracket '[' at line 1, column 4"),
         ];
+        let mut bad = Vec::new();
         for (text, want) in table {
-            assert_eq!(err(text), *want, "input: {text}");
+            let got = err(text);
+            if got != *want {
+                bad.push(format!("{text:?}\n  got:  {got:?}\n  want: {want:?}"));
+            }
         }
+        assert!(bad.is_empty(), "{}", bad.join("\n"));
     }
 
     #[test]
@@ -1176,7 +751,7 @@ mod tests {
         );
         assert_eq!(
             err("{\"kind\": \"Pod\",\n \"kind\": \"Pod\"}"),
-            "t.yaml: invalid JSON: duplicate key \"kind\" at line 2 column 15"
+            "t.yaml: invalid JSON: duplicate mapping key: kind at line 2, column 2"
         );
         assert_eq!(
             err("[]"),
