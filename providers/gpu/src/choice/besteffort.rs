@@ -30,11 +30,19 @@
 //!    that order), and the first whose score plus `value` of the rest is
 //!    still optimal is taken.
 //!
-//! Cost: the memo holds at most one entry per reachable remainder (a 16-GPU
-//! machine with no twins at all: a few thousand to a few hundred thousand
-//! by size, see BENCHMARKS.md). A work limit bounds pathological inputs
-//! (dozens of GPUs without twins, where upstream would run for years):
-//! past it the choice falls back to a greedy pick and logs a warning.
+//! 4. **Branch and bound.** Half the sum, over a remainder's GPUs, of each
+//!    GPU's `size - 1` best pair scores bounds the remainder's value; a
+//!    state tries its candidate sets best bound first and stops at the
+//!    first that cannot beat the best total found. When one set remains
+//!    after the one being built, that last set's score follows from the
+//!    state's total and the built set's rows in constant time.
+//!
+//! Cost (BENCHMARKS.md): every size on a 16-GPU DGX-2-like machine in about
+//! a millisecond or less; 16 GPUs whose pair scores are all distinct (no
+//! twins, the worst case) in tens of milliseconds. A work limit bounds
+//! pathological inputs (dozens of GPUs without twins, where upstream would
+//! run for years): past it the choice falls back to a greedy pick and logs
+//! a warning.
 
 use rustc_hash::FxHashMap;
 
@@ -53,6 +61,17 @@ pub fn best_effort(
     available: &[usize],
     required: &[usize],
     size: usize,
+) -> Vec<usize> {
+    best_effort_within(scores, available, required, size, WORK_LIMIT)
+}
+
+/// [`best_effort`] with a work limit of `limit` set evaluations.
+pub(crate) fn best_effort_within(
+    scores: &Scores,
+    available: &[usize],
+    required: &[usize],
+    size: usize,
+    limit: u64,
 ) -> Vec<usize> {
     if size == 0
         || available.len() < size
@@ -75,7 +94,8 @@ pub fn best_effort(
         let position = required_positions.first().copied().unwrap_or(0);
         return vec![available[position]];
     }
-    match Search::new(scores, available, &required_positions, size).and_then(|s| s.run()) {
+    let search = Search::new(scores, available, &required_positions, size, limit);
+    match search.and_then(|mut s| s.run()) {
         Ok(positions) => positions.into_iter().map(|p| available[p]).collect(),
         Err(TooLarge) => {
             tracing::warn!(
@@ -115,8 +135,68 @@ struct Search {
     required_score: i64,
     radix: Vec<u64>,
     pad_radix: u64,
+    /// Per class, twice an upper bound of what one member adds to the
+    /// total: the sum of its `size - 1` best pair scores. Half the sum over
+    /// a remainder bounds its value (branch and bound).
+    top: Vec<i64>,
     memo: FxHashMap<u64, Option<i64>>,
     work: u64,
+    limit: u64,
+}
+
+/// A set being built in [`Search::extend`].
+#[derive(Debug, Clone, Copy)]
+struct Partial {
+    /// Score of the set so far.
+    score: i64,
+    /// Key of the remainder without the set.
+    key: u64,
+    /// [`Search::top`] summed over that remainder.
+    bound: i64,
+    /// Sum over the set's members of their scores with every GPU of the
+    /// state (see [`LastSet`]).
+    row: i64,
+}
+
+/// When exactly one set remains after the one being built, the last set's
+/// score is the state's total, plus the built set's score, minus the built
+/// set's rows (each member's score with every GPU of the state): no
+/// recursion, no memo entry.
+struct LastSet {
+    /// Per class (in [`Search::value`]) or per position (in
+    /// [`Search::run`]): score with every other GPU of the state.
+    rows: Vec<i64>,
+    /// Score of the whole state as one set.
+    total: i64,
+}
+
+/// One state of [`Search::value`] being expanded.
+struct Level {
+    /// Members left per class, without the set's anchor.
+    counts: Vec<u8>,
+    /// The non-required classes with members left, ascending.
+    present: Vec<usize>,
+    /// `suffix[i]`: members of `present[i..]`.
+    suffix: Vec<usize>,
+    last: Option<LastSet>,
+}
+
+/// A remainder and the total its partition must reach, while the first
+/// optimal partition is rebuilt.
+#[derive(Debug, Clone, Copy)]
+struct Target {
+    /// The remainder's key.
+    key: u64,
+    /// The best value of the remainder.
+    score: i64,
+    /// [`Search::top`] summed over the remainder.
+    bound: i64,
+    /// Whether the padding is still in the remainder.
+    pad: bool,
+    /// Slots (GPUs and padding) in the remainder.
+    slots: usize,
+    /// Whether the required GPUs are still in the remainder.
+    required_left: bool,
 }
 
 impl Search {
@@ -125,6 +205,7 @@ impl Search {
         available: &[usize],
         required: &[usize],
         size: usize,
+        limit: u64,
     ) -> Result<Self, TooLarge> {
         let n = available.len();
         let mut w = vec![0i64; n * n];
@@ -196,6 +277,14 @@ impl Search {
         }
         let pad_radix = r;
         r.checked_mul(2).ok_or(TooLarge)?;
+        let top = reps
+            .iter()
+            .map(|&x| {
+                let mut row: Vec<i64> = (0..n).filter(|&y| y != x).map(|y| w[x * n + y]).collect();
+                row.sort_unstable_by(|a, b| b.cmp(a));
+                row.iter().take(size - 1).sum()
+            })
+            .collect();
         Ok(Search {
             size,
             padding: (size - n % size) % size,
@@ -209,14 +298,16 @@ impl Search {
             required_score,
             radix,
             pad_radix,
+            top,
             memo: FxHashMap::default(),
             work: 0,
+            limit,
         })
     }
 
     fn count_work(&mut self, units: u64) -> Result<(), TooLarge> {
         self.work += units;
-        if self.work > WORK_LIMIT {
+        if self.work > self.limit {
             Err(TooLarge)
         } else {
             Ok(())
@@ -241,85 +332,168 @@ impl Search {
         if let Some(&v) = self.memo.get(&key) {
             return Ok(v);
         }
-        let (mut counts, pad) = self.decode(key);
+        let (counts, pad) = self.decode(key);
+        let m = counts.len();
+        let bound: i64 = counts
+            .iter()
+            .zip(&self.top)
+            .map(|(&r, &t)| i64::from(r) * t)
+            .sum();
+        let slots: usize = counts.iter().map(|&c| usize::from(c)).sum::<usize>()
+            + if pad { self.padding } else { 0 };
+        let last = (slots == 2 * self.size).then(|| {
+            let rows: Vec<i64> = (0..m)
+                .map(|c| {
+                    let all: i64 = (0..m)
+                        .map(|d| i64::from(counts[d]) * self.cw[c * m + d])
+                        .sum();
+                    all - self.cw[c * m + c]
+                })
+                .collect();
+            let twice: i64 = (0..m).map(|c| i64::from(counts[c]) * rows[c]).sum();
+            LastSet {
+                rows,
+                total: twice / 2,
+            }
+        });
+        let row_of = |last: &Option<LastSet>, c: usize| last.as_ref().map_or(0, |l| l.rows[c]);
+        let mut level = Level {
+            counts,
+            present: Vec::new(),
+            suffix: Vec::new(),
+            last,
+        };
         let mut best = INFEASIBLE;
         let mut chosen: Vec<(usize, u8)> = Vec::with_capacity(self.size);
-        let required_left = self.required.first().is_some_and(|&c| counts[c] > 0);
-        if required_left {
+        let required_left = self.required.first().is_some_and(|&c| level.counts[c] > 0);
+        let (part, need) = if required_left {
             // The set holding the required GPUs: no padding, the rest from
             // the other classes.
-            let mut k = key;
+            let mut part = Partial {
+                score: self.required_score,
+                key,
+                bound,
+                row: 0,
+            };
             for &c in &self.required {
-                counts[c] = 0;
+                level.counts[c] = 0;
                 chosen.push((c, 1));
-                k -= self.radix[c];
+                part.key -= self.radix[c];
+                part.bound -= self.top[c];
+                part.row += row_of(&level.last, c);
             }
-            let need = self.size - self.required.len();
-            let score = self.required_score;
-            self.extend(&counts, 0, need, &mut chosen, score, k, &mut best)?;
-        } else if let Some(anchor) = counts.iter().position(|&c| c > 0) {
-            counts[anchor] -= 1;
+            (part, self.size - self.required.len())
+        } else {
+            let Some(anchor) = level.counts.iter().position(|&c| c > 0) else {
+                return Ok(INFEASIBLE);
+            };
+            level.counts[anchor] -= 1;
             chosen.push((anchor, 1));
-            let k = key - self.radix[anchor];
-            if pad {
-                if let Some(need) = (self.size - 1).checked_sub(self.padding) {
-                    self.extend(&counts, 0, need, &mut chosen, 0, k - self.pad_radix, &mut best)?;
+            let part = Partial {
+                score: 0,
+                key: key - self.radix[anchor],
+                bound: bound - self.top[anchor],
+                row: row_of(&level.last, anchor),
+            };
+            (part, self.size - 1)
+        };
+        level.present = (0..m)
+            .filter(|&c| !self.is_required[c] && level.counts[c] > 0)
+            .collect();
+        level.suffix = vec![0; level.present.len() + 1];
+        for i in (0..level.present.len()).rev() {
+            level.suffix[i] = level.suffix[i + 1] + usize::from(level.counts[level.present[i]]);
+        }
+        // With one set left after this one, each candidate is scored on
+        // the spot. Otherwise the candidates are gathered, tried best bound
+        // first, and the search stops at the first whose bound cannot beat
+        // the best total found (branch and bound).
+        let mut candidates = if level.last.is_some() {
+            None
+        } else {
+            Some(Vec::new())
+        };
+        if pad && !required_left {
+            let padded = Partial {
+                key: part.key - self.pad_radix,
+                ..part
+            };
+            let need = need - self.padding;
+            self.extend(&level, 0, need, &mut chosen, padded, &mut best, &mut candidates)?;
+        }
+        self.extend(&level, 0, need, &mut chosen, part, &mut best, &mut candidates)?;
+        if let Some(mut candidates) = candidates {
+            candidates.sort_unstable_by_key(|p| std::cmp::Reverse(2 * p.score + p.bound));
+            for p in candidates {
+                if best.is_some_and(|b| 2 * p.score + p.bound <= 2 * b) {
+                    break;
+                }
+                if let Some(rest) = self.value(p.key)? {
+                    let total = p.score + rest;
+                    if best.is_none_or(|b| total > b) {
+                        best = Some(total);
+                    }
                 }
             }
-            self.extend(&counts, 0, self.size - 1, &mut chosen, 0, k, &mut best)?;
         }
         self.memo.insert(key, best);
         Ok(best)
     }
 
-    /// Adds `need` more GPUs to the set `chosen` from classes `from..`, then
-    /// scores the rest; keeps the best total in `best`.
+    /// Adds `need` more GPUs to the set `chosen` from the classes
+    /// `level.present[from..]`. Each complete set is scored with the last
+    /// set (keeping the best total in `best`) or, when more sets remain,
+    /// pushed to `candidates`.
     #[allow(clippy::too_many_arguments)]
     fn extend(
         &mut self,
-        counts: &[u8],
+        level: &Level,
         from: usize,
         need: usize,
         chosen: &mut Vec<(usize, u8)>,
-        score: i64,
-        key: u64,
+        part: Partial,
         best: &mut Option<i64>,
+        candidates: &mut Option<Vec<Partial>>,
     ) -> Result<(), TooLarge> {
         if need == 0 {
             self.count_work(1)?;
-            if let Some(rest) = self.value(key)? {
-                let total = score + rest;
-                if best.is_none_or(|b| total > b) {
-                    *best = Some(total);
+            match (&level.last, candidates) {
+                // The rest is one set: no required GPU (they are placed
+                // first), the padding whole: always valid.
+                (Some(last), _) => {
+                    let total = 2 * part.score + last.total - part.row;
+                    if best.is_none_or(|b| total > b) {
+                        *best = Some(total);
+                    }
                 }
+                (None, Some(candidates)) => candidates.push(part),
+                (None, None) => {}
             }
             return Ok(());
         }
-        let m = counts.len();
-        let capacity: usize = (from..m)
-            .filter(|&c| !self.is_required[c])
-            .map(|c| usize::from(counts[c]))
-            .sum();
-        if capacity < need {
-            return Ok(());
-        }
-        for c in from..m {
-            if self.is_required[c] || counts[c] == 0 {
-                continue;
+        let m = level.counts.len();
+        for i in from..level.present.len() {
+            if level.suffix[i] < need {
+                break;
             }
+            let c = level.present[i];
             // Score of one more member of `c` with the set so far.
             let with_set: i64 = chosen
                 .iter()
                 .map(|&(d, t)| i64::from(t) * self.cw[c * m + d])
                 .sum();
             let within = self.cw[c * m + c];
-            let mut added = 0i64;
-            for t in 1..=counts[c].min(u8::try_from(need).unwrap_or(u8::MAX)) {
+            let row = level.last.as_ref().map_or(0, |l| l.rows[c]);
+            let mut next = part;
+            let most = usize::from(level.counts[c]).min(need);
+            for t in 1..=most {
                 // The t-th member pairs with the set and the t-1 before it.
-                added += with_set + i64::from(t - 1) * within;
-                chosen.push((c, t));
-                let k = key - u64::from(t) * self.radix[c];
-                self.extend(counts, c + 1, need - usize::from(t), chosen, score + added, k, best)?;
+                next.score += with_set + (t as i64 - 1) * within;
+                next.key -= self.radix[c];
+                next.bound -= self.top[c];
+                next.row += row;
+                chosen.push((c, t as u8));
+                self.extend(level, i + 1, need - t, chosen, next, best, candidates)?;
                 chosen.pop();
             }
         }
@@ -347,31 +521,42 @@ impl Search {
     }
 
     /// The chosen set's positions (ascending).
-    fn run(mut self) -> Result<Vec<usize>, TooLarge> {
-        let mut key = self.full_key();
-        let Some(mut target) = self.value(key)? else {
+    fn run(&mut self) -> Result<Vec<usize>, TooLarge> {
+        let key = self.full_key();
+        let Some(score) = self.value(key)? else {
             return Ok(Vec::new());
         };
         let mut rest: Vec<usize> = (0..self.n).collect();
-        let mut pad = self.padding > 0;
+        let mut target = Target {
+            key,
+            score,
+            bound: rest.iter().map(|&p| self.top[self.class_of[p]]).sum(),
+            pad: self.padding > 0,
+            slots: self.n + self.padding,
+            required_left: !self.required.is_empty(),
+        };
         // The first optimal partition in upstream's order, set by set.
         let mut partition: Vec<(Vec<usize>, bool)> = Vec::new();
         while !rest.is_empty() {
+            let last = (target.slots == 2 * self.size).then(|| {
+                let rows: Vec<i64> = (0..self.n)
+                    .map(|p| rest.iter().map(|&q| self.w[p * self.n + q]).sum())
+                    .collect();
+                let twice: i64 = rest.iter().map(|&p| rows[p]).sum();
+                LastSet {
+                    rows,
+                    total: twice / 2,
+                }
+            });
             let mut first = vec![rest[0]];
-            let step = self.search_sets(&rest, pad, 1, &mut first, key, target)?;
-            let Some((set, padded, score)) = step else {
+            let found = self.search_sets(&rest, 1, &mut first, 0, target, last.as_ref())?;
+            let Some((set, padded, score)) = found else {
                 // Unreachable when `value` is exact; refuse rather than guess.
                 return Ok(Vec::new());
             };
             rest.retain(|p| !set.contains(p));
-            for &p in &set {
-                key -= self.radix[self.class_of[p]];
-            }
-            if padded {
-                key -= self.pad_radix;
-                pad = false;
-            }
-            target -= score;
+            target = self.without(target, &set, padded);
+            target.score -= score;
             partition.push((set, padded));
         }
         // The best unpadded set holding the required GPUs (all sets when
@@ -394,42 +579,67 @@ impl Search {
     }
 
     /// The first set (in upstream's order) that extends `set` (which holds
-    /// `rest[0]`) and whose score plus the best value of what remains
-    /// reaches `target`: depth-first over the GPUs after position `from` of
-    /// `rest`, then the padding block, in increasing order (upstream's
-    /// combination order).
+    /// `rest[0]`; `score` is its score so far) and whose score plus the best
+    /// value of what remains reaches `target`: depth-first over the GPUs
+    /// after position `from` of `rest`, then the padding block, in
+    /// increasing order (upstream's combination order).
     fn search_sets(
         &mut self,
         rest: &[usize],
-        pad: bool,
         from: usize,
         set: &mut Vec<usize>,
-        key: u64,
-        target: i64,
+        score: i64,
+        target: Target,
+        last: Option<&LastSet>,
     ) -> Result<Option<(Vec<usize>, bool, i64)>, TooLarge> {
         if set.len() == self.size {
-            return self.check_set(set, false, key, target);
+            return self.check_set(set, false, score, target, last);
         }
         for i in from..rest.len() {
-            set.push(rest[i]);
-            let found = self.search_sets(rest, pad, i + 1, set, key, target)?;
+            if rest.len() - i < self.size - set.len() && !target.pad {
+                break;
+            }
+            let x = rest[i];
+            let added: i64 = set.iter().map(|&y| self.w[x * self.n + y]).sum();
+            set.push(x);
+            let found = self.search_sets(rest, i + 1, set, score + added, target, last)?;
             set.pop();
             if found.is_some() {
                 return Ok(found);
             }
         }
-        if pad && set.len() + self.padding == self.size {
-            return self.check_set(set, true, key, target);
+        if target.pad && set.len() + self.padding == self.size {
+            return self.check_set(set, true, score, target, last);
         }
         Ok(None)
+    }
+
+    /// `target`'s remainder without `set` (and the padding if `padded`);
+    /// the score is left to the caller.
+    fn without(&self, mut target: Target, set: &[usize], padded: bool) -> Target {
+        for &p in set {
+            target.key -= self.radix[self.class_of[p]];
+            target.bound -= self.top[self.class_of[p]];
+        }
+        target.slots -= set.len();
+        if self.required.first().is_some_and(|&c| set.iter().any(|&p| self.class_of[p] == c)) {
+            target.required_left = false;
+        }
+        if padded {
+            target.key -= self.pad_radix;
+            target.pad = false;
+            target.slots -= self.padding;
+        }
+        target
     }
 
     fn check_set(
         &mut self,
         set: &[usize],
         padded: bool,
-        key: u64,
-        target: i64,
+        score: i64,
+        target: Target,
+        last: Option<&LastSet>,
     ) -> Result<Option<(Vec<usize>, bool, i64)>, TooLarge> {
         self.count_work(1)?;
         let required_held = self
@@ -437,22 +647,23 @@ impl Search {
             .iter()
             .filter(|&&c| set.iter().any(|&p| self.class_of[p] == c))
             .count();
-        let valid = required_held == 0
-            || (required_held == self.required.len() && !padded);
+        let valid = required_held == 0 || (required_held == self.required.len() && !padded);
         if !valid {
             return Ok(None);
         }
-        let score = self.set_score(set);
-        let mut k = key;
-        for &p in set {
-            k -= self.radix[self.class_of[p]];
-        }
-        if padded {
-            k -= self.pad_radix;
-        }
-        let found = self
-            .value(k)?
-            .is_some_and(|rest| score + rest == target);
+        let rest = self.without(target, set, padded);
+        let value = if let Some(last) = last {
+            // The rest is one set; if it holds the required GPUs it must not
+            // be padded.
+            let rest_valid = !(rest.required_left && rest.pad);
+            let rows: i64 = set.iter().map(|&p| last.rows[p]).sum();
+            rest_valid.then_some(last.total + score - rows)
+        } else if 2 * score + rest.bound < 2 * target.score {
+            return Ok(None);
+        } else {
+            self.value(rest.key)?
+        };
+        let found = value.is_some_and(|v| score + v == target.score);
         Ok(found.then(|| (set.to_vec(), padded, score)))
     }
 }

@@ -578,6 +578,30 @@ fn partitions_of_seven_sets_match_the_exhaustive_search() {
     }
 }
 
+#[test]
+fn past_the_work_limit_the_choice_is_greedy_and_complete() {
+    let scores = Scores::from_topology(&seeded_topology(12, 7));
+    let available: Vec<usize> = (0..12).collect();
+    let exact = besteffort::best_effort(&scores, &available, &[], 4);
+    assert_eq!(exact, exhaustive::best_effort(&scores, &available, &[], 4));
+    for required in [&[][..], &[5], &[2, 9]] {
+        let greedy = besteffort::best_effort_within(&scores, &available, required, 4, 10);
+        assert_eq!(greedy.len(), 4, "{required:?}");
+        assert!(required.iter().all(|r| greedy.contains(r)), "{required:?}");
+        assert!(greedy.windows(2).all(|w| w[0] < w[1]), "available order");
+    }
+}
+
+#[test]
+fn more_classes_than_a_key_holds_falls_back_to_greedy() {
+    // 70 GPUs, all pair scores distinct: no twins, 2^70 remainders.
+    let scores = Scores::from_fn(70, |a, b| (a.min(b) * 70 + a.max(b)) as i64);
+    let available: Vec<usize> = (0..70).collect();
+    let chosen = besteffort::best_effort(&scores, &available, &[3], 3);
+    assert_eq!(chosen.len(), 3);
+    assert!(chosen.contains(&3));
+}
+
 /// A random-looking topology from a fixed seed (xorshift), with few
 /// distinct labels so that ties are common.
 fn seeded_topology(n: usize, seed: u64) -> GpuTopology {
@@ -651,7 +675,7 @@ fn problem_strategy() -> impl Strategy<Value = (Scores, Vec<usize>, Vec<usize>, 
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(300))]
+    #![proptest_config(ProptestConfig::with_cases(600))]
 
     #[test]
     fn bounded_search_equals_exhaustive_search(
