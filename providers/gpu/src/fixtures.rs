@@ -24,7 +24,9 @@ pub fn from_links(n: usize, links: &[(usize, usize, &str)]) -> GpuTopology {
     let mut topology = GpuTopology::new(gpus).expect("fixture GPUs are valid");
     for &(a, b, label) in links {
         let link: Link = label.parse().expect("fixture labels are valid");
-        topology.add_link(a, b, link).expect("fixture links are valid");
+        topology
+            .add_link(a, b, link)
+            .expect("fixture links are valid");
     }
     topology
 }

@@ -107,7 +107,9 @@ impl FromStr for Link {
             return Ok(Link::Pcie(level));
         }
         s.strip_prefix("NV")
-            .filter(|k| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()) && !k.starts_with('0'))
+            .filter(|k| {
+                !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()) && !k.starts_with('0')
+            })
             .and_then(|k| k.parse::<u8>().ok())
             .filter(|k| (1..=MAX_NVLINKS).contains(k))
             .map(Link::NvLink)
@@ -143,7 +145,9 @@ mod tests {
 
     #[test]
     fn unknown_labels_are_refused() {
-        for bad in ["", "X", "NV", "NV0", "NV19", "NV01", "nv2", "NV-1", "PCI", " SYS"] {
+        for bad in [
+            "", "X", "NV", "NV0", "NV19", "NV01", "nv2", "NV-1", "PCI", " SYS",
+        ] {
             let err = bad.parse::<Link>().unwrap_err();
             assert_eq!(
                 err.to_string(),

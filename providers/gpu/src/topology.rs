@@ -172,6 +172,15 @@ impl GpuTopology {
         })
     }
 
+    /// A topology without GPUs.
+    pub fn empty() -> Self {
+        GpuTopology {
+            gpus: Vec::new(),
+            pairs: Vec::new(),
+            by_id: HashMap::new(),
+        }
+    }
+
     /// Adds `link` between GPUs `a` and `b`, both ways.
     pub fn add_link(&mut self, a: usize, b: usize, link: Link) -> Result<(), LinkError> {
         let count = self.gpus.len();
@@ -337,7 +346,8 @@ mod tests {
     #[test]
     fn links_are_symmetric_and_scored_as_upstream() {
         let mut t = GpuTopology::new(vec![gpu(0, "a"), gpu(1, "b"), gpu(2, "c")]).unwrap();
-        t.add_link(0, 1, Link::Pcie(PcieLevel::MultiSwitch)).unwrap();
+        t.add_link(0, 1, Link::Pcie(PcieLevel::MultiSwitch))
+            .unwrap();
         t.add_link(1, 0, Link::NvLink(2)).unwrap();
         assert_eq!(t.pair_score(0, 1), 240);
         assert_eq!(t.pair_score(1, 0), 240);

@@ -419,9 +419,25 @@ impl Search {
                 ..part
             };
             let need = need - self.padding;
-            self.extend(&level, 0, need, &mut chosen, padded, &mut best, &mut candidates)?;
+            self.extend(
+                &level,
+                0,
+                need,
+                &mut chosen,
+                padded,
+                &mut best,
+                &mut candidates,
+            )?;
         }
-        self.extend(&level, 0, need, &mut chosen, part, &mut best, &mut candidates)?;
+        self.extend(
+            &level,
+            0,
+            need,
+            &mut chosen,
+            part,
+            &mut best,
+            &mut candidates,
+        )?;
         if let Some(mut candidates) = candidates {
             candidates.sort_unstable_by_key(|p| std::cmp::Reverse(2 * p.score + p.bound));
             for p in candidates {
@@ -622,7 +638,11 @@ impl Search {
             target.bound -= self.top[self.class_of[p]];
         }
         target.slots -= set.len();
-        if self.required.first().is_some_and(|&c| set.iter().any(|&p| self.class_of[p] == c)) {
+        if self
+            .required
+            .first()
+            .is_some_and(|&c| set.iter().any(|&p| self.class_of[p] == c))
+        {
             target.required_left = false;
         }
         if padded {

@@ -185,7 +185,9 @@ impl Chooser {
         let available = self.indices("available", available)?;
         let required = self.indices("must-include", required)?;
         let chosen = match self.policy {
-            Policy::BestEffort => besteffort::best_effort(&self.scores, &available, &required, size),
+            Policy::BestEffort => {
+                besteffort::best_effort(&self.scores, &available, &required, size)
+            }
             Policy::Simple => simple(&available, &required, size),
         };
         Ok(chosen
@@ -194,7 +196,11 @@ impl Chooser {
             .collect())
     }
 
-    fn indices<S: AsRef<str>>(&self, list: &'static str, ids: &[S]) -> Result<Vec<usize>, ChoiceError> {
+    fn indices<S: AsRef<str>>(
+        &self,
+        list: &'static str,
+        ids: &[S],
+    ) -> Result<Vec<usize>, ChoiceError> {
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
             let id = id.as_ref();

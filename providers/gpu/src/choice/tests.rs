@@ -221,7 +221,10 @@ impl Allocator {
         let available: Vec<usize> = self.remaining.iter().copied().collect();
         let devices = besteffort::best_effort(&self.scores, &available, &[], num);
         let oracle = exhaustive::best_effort(&self.scores, &available, &[], num);
-        assert_eq!(devices, oracle, "bounded search and exhaustive search differ");
+        assert_eq!(
+            devices, oracle,
+            "bounded search and exhaustive search differ"
+        );
         for d in &devices {
             assert!(self.remaining.remove(d), "GPU {d} allocated twice");
         }
@@ -282,7 +285,13 @@ fn test_best_effort_dgx1_pascal_gpu_alloc_one() {
 fn test_best_effort_dgx1_pascal_gpu_alloc_two() {
     run_alloc_tests(
         &fixtures::dgx1_pascal(),
-        &[(2, &[0, 2]), (2, &[1, 3]), (2, &[4, 6]), (2, &[5, 7]), (1, &[])],
+        &[
+            (2, &[0, 2]),
+            (2, &[1, 3]),
+            (2, &[4, 6]),
+            (2, &[5, 7]),
+            (1, &[]),
+        ],
     );
 }
 
@@ -311,7 +320,13 @@ fn test_best_effort_dgx1_volta_gpu_alloc_one() {
 fn test_best_effort_dgx1_volta_gpu_alloc_two() {
     run_alloc_tests(
         &fixtures::dgx1_volta(),
-        &[(2, &[0, 3]), (2, &[1, 2]), (2, &[4, 7]), (2, &[5, 6]), (1, &[])],
+        &[
+            (2, &[0, 3]),
+            (2, &[1, 2]),
+            (2, &[4, 7]),
+            (2, &[5, 6]),
+            (1, &[]),
+        ],
     );
 }
 
@@ -477,7 +492,10 @@ fn padded_sets_are_never_returned() {
     // The winning partition is {0,1,2} + {3,4,pad} (150 + 1200).
     let mut best: Option<(Vec<Vec<Option<usize>>>, i64)> = None;
     iterate_partitions(&all, 3, &mut |p| {
-        let s: i64 = p.iter().map(|set| exhaustive::set_score(&scores, set)).sum();
+        let s: i64 = p
+            .iter()
+            .map(|set| exhaustive::set_score(&scores, set))
+            .sum();
         if best.as_ref().is_none_or(|(_, b)| s > *b) {
             best = Some((p.to_vec(), s));
         }
@@ -486,7 +504,10 @@ fn padded_sets_are_never_returned() {
     assert_eq!(score, 1350);
     assert_eq!(
         partition,
-        [vec![Some(0), Some(1), Some(2)], vec![Some(3), Some(4), None]]
+        [
+            vec![Some(0), Some(1), Some(2)],
+            vec![Some(3), Some(4), None]
+        ]
     );
     // ... and the choice is its complete set.
     assert_eq!(besteffort::best_effort(&scores, &all, &[], 3), [0, 1, 2]);
@@ -494,7 +515,10 @@ fn padded_sets_are_never_returned() {
     // With GPU 4 required, its set must be complete: {0,1,pad} + {2,3,4}
     // is the first partition scoring 1270 (before {0,3,4} + {1,2,pad}).
     let with_required = besteffort::best_effort(&scores, &all, &[4], 3);
-    assert_eq!(with_required, exhaustive::best_effort(&scores, &all, &[4], 3));
+    assert_eq!(
+        with_required,
+        exhaustive::best_effort(&scores, &all, &[4], 3)
+    );
     assert_eq!(with_required, [2, 3, 4]);
 }
 
@@ -510,7 +534,10 @@ fn results_follow_the_order_of_available() {
     let chooser = Chooser::new(fixtures::from_links(8, &links), Policy::BestEffort);
     let available = ids(&[5, 2, 7, 0, 1, 3, 4, 6]);
     let none: [String; 0] = [];
-    assert_eq!(chooser.choose(&available, &none, 3).unwrap(), ids(&[5, 2, 7]));
+    assert_eq!(
+        chooser.choose(&available, &none, 3).unwrap(),
+        ids(&[5, 2, 7])
+    );
     assert_eq!(
         chooser.choose(&available, &ids(&[4]), 3).unwrap(),
         ids(&[0, 1, 4])
@@ -522,15 +549,24 @@ fn unknown_and_repeated_ids_are_refused() {
     let chooser = Chooser::new(fixtures::rtx8000_x4(), Policy::BestEffort);
     let none: [&str; 0] = [];
     assert_eq!(
-        chooser.choose(&["GPU-0", "GPU-9"], &none, 1).unwrap_err().to_string(),
+        chooser
+            .choose(&["GPU-0", "GPU-9"], &none, 1)
+            .unwrap_err()
+            .to_string(),
         "available device `GPU-9` is not a GPU of this machine"
     );
     assert_eq!(
-        chooser.choose(&["GPU-0"], &["GPU-7"], 1).unwrap_err().to_string(),
+        chooser
+            .choose(&["GPU-0"], &["GPU-7"], 1)
+            .unwrap_err()
+            .to_string(),
         "must-include device `GPU-7` is not a GPU of this machine"
     );
     assert_eq!(
-        chooser.choose(&["GPU-0", "GPU-0"], &none, 1).unwrap_err().to_string(),
+        chooser
+            .choose(&["GPU-0", "GPU-0"], &none, 1)
+            .unwrap_err()
+            .to_string(),
         "available device `GPU-0` is listed twice"
     );
     assert_eq!(
@@ -573,7 +609,10 @@ fn partitions_of_seven_sets_match_the_exhaustive_search() {
     let available: Vec<usize> = (0..14).rev().collect();
     for required in [&[][..], &[3], &[5, 8]] {
         let fast = besteffort::best_effort(&scores, &available, required, 2);
-        assert_eq!(fast, exhaustive::best_effort(&scores, &available, required, 2));
+        assert_eq!(
+            fast,
+            exhaustive::best_effort(&scores, &available, required, 2)
+        );
         assert_eq!(fast.len(), 2);
     }
 }
