@@ -15,18 +15,18 @@ use topomgr_provider_gpu::fixtures;
 /// 16 GPUs whose pair scores are all distinct (no two GPUs are twins).
 fn no_twins_16() -> Scores {
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut w = vec![vec![0i64; 16]; 16];
+    let mut w = vec![0i64; 16 * 16];
     for a in 0..16 {
         for b in a + 1..16 {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
             let s = 10 + (x % 1790) as i64;
-            w[a][b] = s;
-            w[b][a] = s;
+            w[a * 16 + b] = s;
+            w[b * 16 + a] = s;
         }
     }
-    Scores::from_fn(16, |a, b| w[a][b])
+    Scores::from_fn(16, |a, b| w[a * 16 + b])
 }
 
 fn bounded(c: &mut Criterion) {

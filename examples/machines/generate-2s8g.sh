@@ -41,6 +41,16 @@ cpus_of() { # cpus_of NODE
 list_of() { # list_of NODE: Linux list of the node's CPUs
     echo "$((8 * $1))-$((8 * $1 + 7)),$((8 * $1 + 16))-$((8 * $1 + 23))"
 }
+cache() { # cache CPUDIR INDEX LEVEL TYPE SIZE ID SHARED_LIST SHARED_MAP
+    local x="$1/cache/index$2"
+    put "$x/level" "$3"
+    put "$x/type" "$4"
+    put "$x/size" "$5"
+    put "$x/id" "$6"
+    put "$x/coherency_line_size" "64"
+    put "$x/shared_cpu_list" "$7"
+    put "$x/shared_cpu_map" "$8"
+}
 
 nodes="$sys/devices/system/node"
 for f in online possible has_cpu has_memory has_normal_memory; do put "$nodes/$f" "0-1"; done
@@ -75,6 +85,7 @@ for c in $(seq 0 31); do
     node=$((core / 8))
     sibling=$((core + 16))
     pkg="$(list_of $node)"
+    coremask="$(hexmask $core $sibling)"
     # shellcheck disable=SC2046
     pkgmask="$(hexmask $(cpus_of $node))"
     if [ "$c" -ne 0 ]; then put "$d/online" "1"; fi
@@ -85,30 +96,16 @@ for c in $(seq 0 31); do
     put "$t/core_id" "$((core % 8))"
     for f in core_cpus thread_siblings; do
         put "$t/${f}_list" "$core,$sibling"
-        put "$t/$f" "$(hexmask $core $sibling)"
+        put "$t/$f" "$coremask"
     done
     for f in core_siblings package_cpus die_cpus; do
         put "$t/${f}_list" "$pkg"
         put "$t/$f" "$pkgmask"
     done
-    i=0
-    for spec in "1 Data 48K $core" "1 Instruction 32K $core" "2 Unified 2048K $core" "3 Unified 61440K $node"; do
-        read -r level type size id <<<"$spec"
-        x="$d/cache/index$i"
-        put "$x/level" "$level"
-        put "$x/type" "$type"
-        put "$x/size" "$size"
-        put "$x/id" "$id"
-        put "$x/coherency_line_size" "64"
-        if [ "$level" -eq 3 ]; then
-            put "$x/shared_cpu_list" "$pkg"
-            put "$x/shared_cpu_map" "$pkgmask"
-        else
-            put "$x/shared_cpu_list" "$core,$sibling"
-            put "$x/shared_cpu_map" "$(hexmask $core $sibling)"
-        fi
-        i=$((i + 1))
-    done
+    cache "$d" 0 1 Data 48K "$core" "$core,$sibling" "$coremask"
+    cache "$d" 1 1 Instruction 32K "$core" "$core,$sibling" "$coremask"
+    cache "$d" 2 2 Unified 2048K "$core" "$core,$sibling" "$coremask"
+    cache "$d" 3 3 Unified 61440K "$node" "$pkg" "$pkgmask"
 done
 
 gpu() { # gpu ADDRESS NODE

@@ -35,15 +35,23 @@ fn nvlink_pairs_are_chosen_inside_a_node() {
     let node0 = ["GPU-0", "GPU-1", "GPU-2", "GPU-3"];
     let node1 = ["GPU-4", "GPU-5", "GPU-6", "GPU-7"];
     let none: [&str; 0] = [];
-    assert_eq!(chooser.choose(&node0, &none, 2).unwrap(), ids(&["GPU-0", "GPU-1"]));
+    assert_eq!(
+        chooser.choose(&node0, &none, 2).unwrap(),
+        ids(&["GPU-0", "GPU-1"])
+    );
     // GPU-0 taken: the remaining bridged pair, not GPU-1 with a PCIe peer.
     assert_eq!(
-        chooser.choose(&["GPU-1", "GPU-2", "GPU-3"], &none, 2).unwrap(),
+        chooser
+            .choose(&["GPU-1", "GPU-2", "GPU-3"], &none, 2)
+            .unwrap(),
         ids(&["GPU-2", "GPU-3"])
     );
     assert_eq!(chooser.choose(&node1, &none, 4).unwrap(), ids(&node1));
     // A GPU that must be included brings its NVLink partner.
-    assert_eq!(chooser.choose(&node1, &["GPU-7"], 2).unwrap(), ids(&["GPU-6", "GPU-7"]));
+    assert_eq!(
+        chooser.choose(&node1, &["GPU-7"], 2).unwrap(),
+        ids(&["GPU-6", "GPU-7"])
+    );
     // Across nodes (best-effort topology policy), the pairs stay whole.
     let all: Vec<&str> = node0.iter().chain(&node1).copied().collect();
     assert_eq!(

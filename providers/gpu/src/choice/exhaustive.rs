@@ -5,8 +5,8 @@
 //! Source: NVIDIA/go-gpuallocator `gpuallocator/besteffort_policy.go` at
 //! commit 876e7b7609bb839919e4eb06ce00607db76e907e. Kept as the test
 //! oracle of [`super::besteffort`] and the baseline of its benchmark; its
-//! cost grows with the number of partitions (16 GPUs in sets of 3: about
-//! 2.6·10⁸ of them), so production code never calls it.
+//! cost grows with the number of partitions (16 GPUs in sets of 3: 2.2·10⁷
+//! of them), so production code never calls it.
 //!
 //! It has neither of upstream's two defects (see [`super`]): partitions are
 //! owned values (no slice aliasing), and padded sets are never returned.
@@ -131,7 +131,7 @@ pub fn iterate_partitions(devices: &[usize], size: usize, callback: &mut dyn FnM
         return;
     }
     let mut padded: Vec<Slot> = devices.iter().copied().map(Some).collect();
-    while padded.len() % size != 0 {
+    while !padded.len().is_multiple_of(size) {
         padded.push(None);
     }
     let padding = count_padding(&padded);

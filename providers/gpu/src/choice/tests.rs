@@ -418,7 +418,8 @@ fn normalized(mut partitions: Vec<Vec<Vec<usize>>>) -> Vec<Vec<Vec<usize>>> {
 #[test]
 fn test_best_effort_iterate_gpu_partitions() {
     let input = [0, 1, 2, 3];
-    let tests: [(&str, usize, Vec<Vec<Vec<usize>>>); 6] = [
+    type Partitions = Vec<Vec<Vec<usize>>>;
+    let tests: [(&str, usize, Partitions); 6] = [
         ("Iterate 0", 0, vec![]),
         (
             "Iterate 1",
@@ -541,6 +542,21 @@ fn results_follow_the_order_of_available() {
     assert_eq!(
         chooser.choose(&available, &ids(&[4]), 3).unwrap(),
         ids(&[0, 1, 4])
+    );
+}
+
+/// upstream's `TestDeviceListFilter` (device_test.go): no ids, no devices.
+#[test]
+fn test_device_list_filter() {
+    let chooser = Chooser::new(fixtures::rtx8000_x4(), Policy::BestEffort);
+    let none: [&str; 0] = [];
+    assert_eq!(
+        chooser.choose(&none, &none, 0).unwrap(),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        chooser.choose(&none, &none, 1).unwrap(),
+        Vec::<String>::new()
     );
 }
 
@@ -673,17 +689,17 @@ fn topology_strategy(max_gpus: usize) -> impl Strategy<Value = Scores> {
             proptest::collection::vec((0u8..4, prop_oneof![3 => Just(0u8), 1 => 1u8..3]), pairs),
         )
             .prop_map(|(n, labels)| {
-                let mut w = vec![vec![0i64; n]; n];
+                let mut w = vec![0i64; n * n];
                 let mut it = labels.into_iter();
                 for a in 0..n {
                     for b in a + 1..n {
                         let (pcie, nv) = it.next().unwrap_or((0, 0));
                         let s = [0, 10, 20, 50][usize::from(pcie)] + 100 * i64::from(nv);
-                        w[a][b] = s;
-                        w[b][a] = s;
+                        w[a * n + b] = s;
+                        w[b * n + a] = s;
                     }
                 }
-                Scores::from_fn(n, |a, b| w[a][b])
+                Scores::from_fn(n, |a, b| w[a * n + b])
             })
     })
 }
