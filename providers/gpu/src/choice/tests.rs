@@ -657,6 +657,44 @@ fn more_classes_than_a_key_holds_falls_back_to_greedy() {
     assert!(chosen.contains(&3));
 }
 
+#[test]
+fn eleven_gpus_every_size_match_the_exhaustive_search() {
+    // 11 GPUs: every size but 1 and 11 pads; seeded topologies with ties,
+    // one NVSwitch-like (NV12 everywhere plus a PCIe tree).
+    let nvswitch: Vec<(usize, usize, &str)> = (0..11)
+        .flat_map(|a| {
+            (a + 1..11).flat_map(move |b| {
+                let level = if a / 2 == b / 2 {
+                    "PIX"
+                } else if a / 6 == b / 6 {
+                    "NODE"
+                } else {
+                    "SYS"
+                };
+                [(a, b, "NV12"), (a, b, level)]
+            })
+        })
+        .collect();
+    let topologies = [
+        seeded_topology(11, 11),
+        seeded_topology(11, 0xdead_beef),
+        fixtures::from_links(11, &nvswitch),
+    ];
+    let available: Vec<usize> = vec![4, 9, 0, 7, 2, 10, 5, 1, 8, 3, 6];
+    for topology in &topologies {
+        let scores = Scores::from_topology(topology);
+        for size in 1..=11 {
+            for required in [&[][..], &[7], &[2, 3]] {
+                assert_eq!(
+                    besteffort::best_effort(&scores, &available, required, size),
+                    exhaustive::best_effort(&scores, &available, required, size),
+                    "size {size} required {required:?}"
+                );
+            }
+        }
+    }
+}
+
 /// A random-looking topology from a fixed seed (xorshift), with few
 /// distinct labels so that ties are common.
 fn seeded_topology(n: usize, seed: u64) -> GpuTopology {

@@ -378,6 +378,27 @@ Legend:
     }
 
     #[test]
+    fn on_a_capture_every_pair_ties_so_the_first_gpus_offered_win() {
+        let Some(text) = capture("nvidia-smi-topo-dgx-a100.txt") else {
+            return;
+        };
+        let chooser =
+            crate::choice::Chooser::new(parse(&text).unwrap(), crate::choice::Policy::BestEffort);
+        let offered = ["GPU-6", "GPU-2", "GPU-7", "GPU-0", "GPU-3"];
+        let none: [&str; 0] = [];
+        assert_eq!(
+            chooser.choose(&offered, &none, 2).unwrap(),
+            ["GPU-6", "GPU-2"]
+        );
+        // With GPU-3 required, the first valid partition is {6,2} {7,3}
+        // {0,pad}: upstream's order, not "GPU-3 plus the first offered".
+        assert_eq!(
+            chooser.choose(&offered, &["GPU-3"], 2).unwrap(),
+            ["GPU-7", "GPU-3"]
+        );
+    }
+
+    #[test]
     fn hgx_h20_capture() {
         let Some(text) = capture("nvidia-smi-topo-hgx-h20.txt") else {
             return;
