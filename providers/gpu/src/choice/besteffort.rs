@@ -41,15 +41,21 @@
 //! a millisecond or less; 16 GPUs whose pair scores are all distinct (no
 //! twins, the worst case) in tens of milliseconds. A work limit bounds
 //! pathological inputs (dozens of GPUs without twins, where upstream would
-//! run for years): past it the choice falls back to a greedy pick and logs
-//! a warning.
+//! run for years), and so do limits on the memo and on one state's
+//! candidate sets: past them the choice falls back to a greedy pick and
+//! logs a warning.
 
 use rustc_hash::FxHashMap;
 
 use super::Scores;
 
-/// Set evaluations allowed for one choice before the greedy fallback.
-pub const WORK_LIMIT: u64 = 50_000_000;
+/// Set evaluations allowed for one choice before the greedy fallback
+/// (about a second; the 16-GPU worst case needs under 10⁶).
+pub const WORK_LIMIT: u64 = 20_000_000;
+
+/// Memo entries, and candidate sets of one state, allowed before the greedy
+/// fallback (memory stays under a few hundred MiB).
+pub const MEMORY_LIMIT: usize = 1 << 22;
 
 /// go-gpuallocator's best-effort choice of `size` GPUs out of `available`
 /// (GPU indices, distinct, in the caller's order) that includes every GPU
@@ -452,6 +458,9 @@ impl Search {
                 }
             }
         }
+        if self.memo.len() >= MEMORY_LIMIT {
+            return Err(TooLarge);
+        }
         self.memo.insert(key, best);
         Ok(best)
     }
@@ -482,7 +491,12 @@ impl Search {
                         *best = Some(total);
                     }
                 }
-                (None, Some(candidates)) => candidates.push(part),
+                (None, Some(candidates)) => {
+                    if candidates.len() >= MEMORY_LIMIT {
+                        return Err(TooLarge);
+                    }
+                    candidates.push(part);
+                }
                 (None, None) => {}
             }
             return Ok(());
