@@ -200,7 +200,7 @@ mod tests {
         let cases = [
             (json!([]), "config: must be a table, found []"),
             (json!({"colour": 1}), "colour: unknown field `colour`, expected one of `resource`, `allocation_policy`, `topology_file`, `nvml_library`"),
-            (json!({"allocation_policy": "fast"}), "allocation_policy: unknown variant `fast`, expected `best-effort` or `simple`"),
+            (json!({"allocation_policy": "fast"}), "allocation_policy: unknown policy `fast` (known: best-effort, simple)"),
             (json!({"resource": 3}), "resource: invalid type: integer `3`, expected a string"),
             (json!({"resource": "gpu"}), "resource: `gpu` is not an extended resource name (<domain>/<name>, e.g. nvidia.com/gpu): no `/`"),
             (json!({"resource": "NVIDIA.com/gpu"}), "resource: `NVIDIA.com/gpu` is not an extended resource name (<domain>/<name>, e.g. nvidia.com/gpu): the domain must be a lower-case DNS subdomain"),

@@ -14,6 +14,9 @@
 //!   `GetPreferredAllocation`.
 //! * [`config`]: `resource`, `allocation_policy`, `topology_file`,
 //!   `nvml_library`.
+//! * [`gpus::Gpus`]: all of the above from the config table and the
+//!   machine: the resource, the devices (id, NUMA node) and the choice,
+//!   plus the allocation's `NVIDIA_VISIBLE_DEVICES`.
 //!
 //! Pair scores ([`link`]): SYS 10, NODE 20, PHB 30, PXB 40, PIX 50, BOARD
 //! 60, NV*k* 100·*k*, summed over a pair's links. NVSwitch crediting: see
@@ -23,6 +26,7 @@ pub mod choice;
 pub mod config;
 pub mod discovery;
 pub mod fixtures;
+pub mod gpus;
 pub mod link;
 pub mod nvml;
 pub mod pci;

@@ -41,7 +41,7 @@ use crate::topology::GpuTopology;
 
 /// `allocation_policy`: how GPUs are chosen inside the aligned set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "kebab-case")]
+#[serde(try_from = "String")]
 pub enum Policy {
     /// go-gpuallocator's best-effort policy: the NVLink/PCIe-aware
     /// partition search (the device plugin's choice).
@@ -50,6 +50,20 @@ pub enum Policy {
     /// go-gpuallocator's simple policy: the required GPUs, then the rest by
     /// index.
     Simple,
+}
+
+impl TryFrom<String> for Policy {
+    type Error = String;
+
+    fn try_from(name: String) -> Result<Self, Self::Error> {
+        match name.as_str() {
+            "best-effort" => Ok(Policy::BestEffort),
+            "simple" => Ok(Policy::Simple),
+            _ => Err(format!(
+                "unknown policy `{name}` (known: best-effort, simple)"
+            )),
+        }
+    }
 }
 
 /// Pair scores over GPU indices (upstream's `calculateGPUPairScore`).
