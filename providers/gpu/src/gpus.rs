@@ -114,8 +114,7 @@ mod tests {
 
     #[test]
     fn from_a_topology_file_relative_to_the_config_directory() {
-        let mut machine = Machine::default();
-        machine.numa_nodes = topomgr_sdk::testkit::machine_from_cpus(
+        let machine = topomgr_sdk::testkit::machine_from_cpus(
             (0..2)
                 .map(|id| topomgr_sdk::Cpu {
                     id,
@@ -128,8 +127,7 @@ mod tests {
                 })
                 .collect(),
             2,
-        )
-        .numa_nodes;
+        );
         let gpus = Gpus::new(
             &json!({"topology_file": "2s8g/gpu-topology.json", "allocation_policy": "simple"}),
             Some(&example_machine_dir()),
