@@ -7,7 +7,7 @@ use std::path::Path;
 
 use topomgr_sdk::Machine;
 
-use crate::choice::{ChoiceError, Chooser};
+use crate::choice::Chooser;
 use crate::config::{ConfigError, GpuConfig};
 use crate::discovery::{self, DiscoveryError, Source};
 
@@ -77,19 +77,8 @@ impl Gpus {
             .map(|g| (g.id.as_str(), g.numa))
     }
 
-    /// The choice of `size` GPUs out of `available` including `required`:
-    /// the device plugin's `GetPreferredAllocation` (see
-    /// [`Chooser::choose`]).
-    pub fn choose<S: AsRef<str>>(
-        &self,
-        available: &[S],
-        required: &[S],
-        size: usize,
-    ) -> Result<Vec<String>, ChoiceError> {
-        self.chooser.choose(available, required, size)
-    }
-
-    /// The chooser (topology and policy).
+    /// The choice among the GPUs: [`Chooser::choose`] is the device
+    /// plugin's `GetPreferredAllocation`.
     pub fn chooser(&self) -> &Chooser {
         &self.chooser
     }
