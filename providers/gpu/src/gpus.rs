@@ -133,7 +133,8 @@ mod tests {
         assert_eq!(devices[0], ("GPU-0", Some(0)));
         assert_eq!(devices[7], ("GPU-7", Some(1)));
         assert_eq!(
-            gpus.choose(&["GPU-3", "GPU-1", "GPU-2"], &["GPU-2"], 2)
+            gpus.chooser()
+                .choose(&["GPU-3", "GPU-1", "GPU-2"], &["GPU-2"], 2)
                 .unwrap(),
             ["GPU-2", "GPU-1"],
             "simple: required first, then by index"
