@@ -1,0 +1,195 @@
+//! Where the GPUs come from, in order: the configured `topology_file`, else
+//! NVML, else the NVIDIA display controllers among the host's PCI devices
+//! (NUMA only, no links).
+
+use std::ffi::OsStr;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use topomgr_sdk::Machine;
+
+use crate::config::GpuConfig;
+use crate::nvml;
+use crate::pci;
+use crate::topology::GpuTopology;
+use crate::topology_file::{self, TopologyFileError};
+
+/// Which source a topology came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A topology file.
+    File(PathBuf),
+    /// NVML, through this library.
+    Nvml(String),
+    /// PCI devices in sysfs.
+    Pci,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::File(p) => write!(f, "topology file {}", p.display()),
+            Source::Nvml(lib) => write!(f, "NVML ({lib})"),
+            Source::Pci => f.write_str("PCI devices"),
+        }
+    }
+}
+
+/// GPUs that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum DiscoveryError {
+    /// The topology file is unreadable or malformed.
+    #[error(transparent)]
+    File(#[from] TopologyFileError),
+    /// A GPU of the topology file is on a NUMA node the machine lacks.
+    #[error("topology file {}: GPU {index} (`{id}`) is on NUMA node {numa}, which this machine does not have (nodes: {nodes})", path.display())]
+    UnknownNuma {
+        /// The file.
+        path: PathBuf,
+        /// The GPU's index.
+        index: usize,
+        /// Its id.
+        id: String,
+        /// Its NUMA node.
+        numa: u32,
+        /// The machine's nodes, comma-separated.
+        nodes: String,
+    },
+}
+
+/// The machine's GPUs and where they came from.
+pub fn discover(
+    config: &GpuConfig,
+    config_dir: Option<&Path>,
+    machine: &Machine,
+) -> Result<(GpuTopology, Source), DiscoveryError> {
+    if let Some(path) = config.topology_path(config_dir) {
+        let topology = topology_file::load(&path)?;
+        let nodes = machine.numa_ids();
+        for g in topology.gpus() {
+            if let Some(numa) = g.numa.filter(|n| !nodes.contains(n)) {
+                return Err(DiscoveryError::UnknownNuma {
+                    path,
+                    index: g.index,
+                    id: g.id.clone(),
+                    numa,
+                    nodes: nodes
+                        .iter()
+                        .map(u32::to_string)
+                        .collect::<Vec<_>>()
+                        .join(","),
+                });
+            }
+        }
+        return Ok((topology, Source::File(path)));
+    }
+    let library = config
+        .nvml_library
+        .as_deref()
+        .map_or_else(|| OsStr::new(nvml::DEFAULT_LIBRARY), Path::as_os_str);
+    let numa_of = |address: &str| {
+        machine
+            .pci_devices
+            .iter()
+            .find(|d| d.address == address)
+            .and_then(|d| u32::try_from(d.numa).ok())
+    };
+    match nvml::discover(library, &numa_of) {
+        Ok(Some(topology)) => {
+            return Ok((
+                topology,
+                Source::Nvml(library.to_string_lossy().into_owned()),
+            ));
+        }
+        Ok(None) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "NVML discovery failed; using PCI devices (no link information)")
+        }
+    }
+    Ok((pci::from_machine(machine), Source::Pci))
+}
+
+#[cfg(test)]
+mod tests {
+    use topomgr_sdk::{testkit, PciDevice};
+
+    use super::*;
+
+    fn machine() -> Machine {
+        let mut m = testkit::machine_from_cpus(
+            (0..4)
+                .map(|id| topomgr_sdk::Cpu {
+                    id,
+                    online: true,
+                    socket: id / 2,
+                    die: 0,
+                    core: id,
+                    numa: id / 2,
+                    l3: None,
+                })
+                .collect(),
+            2,
+        );
+        m.pci_devices = vec![PciDevice {
+            address: "0000:07:00.0".into(),
+            vendor: "0x10de".into(),
+            device: "0x2330".into(),
+            class: "0x030200".into(),
+            numa: 1,
+            driver: Some("nvidia".into()),
+            net: Vec::new(),
+            sriov: None,
+            physfn: None,
+        }];
+        m
+    }
+
+    #[test]
+    fn without_file_or_nvml_the_pci_devices_are_used() {
+        let config = GpuConfig {
+            nvml_library: Some("/nonexistent/libnvidia-ml.so.1".into()),
+            ..GpuConfig::default()
+        };
+        let (t, source) = discover(&config, None, &machine()).unwrap();
+        assert_eq!(source, Source::Pci);
+        assert_eq!(t.gpus()[0].id, "0000:07:00.0");
+        assert_eq!(t.gpus()[0].numa, Some(1));
+    }
+
+    #[test]
+    fn a_topology_file_comes_first_and_its_numa_nodes_must_exist() {
+        let dir = std::env::temp_dir().join(format!("gpu-discovery-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("ok.json"),
+            r#"{"gpus": [{"index": 0, "id": "GPU-x", "numa": 0}], "links": []}"#,
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("far.json"),
+            r#"{"gpus": [{"index": 0, "id": "GPU-x", "numa": 3}], "links": []}"#,
+        )
+        .unwrap();
+        let config = |f: &str| GpuConfig {
+            topology_file: Some(f.into()),
+            ..GpuConfig::default()
+        };
+        let (t, source) = discover(&config("ok.json"), Some(&dir), &machine()).unwrap();
+        assert_eq!(source, Source::File(dir.join("ok.json")));
+        assert_eq!(t.gpus()[0].id, "GPU-x");
+        let err = discover(&config("far.json"), Some(&dir), &machine()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "topology file {}: GPU 0 (`GPU-x`) is on NUMA node 3, which this machine does not have (nodes: 0,1)",
+                dir.join("far.json").display()
+            )
+        );
+        let err = discover(&config("missing.json"), Some(&dir), &machine()).unwrap_err();
+        assert!(
+            err.to_string().starts_with("cannot read topology file"),
+            "{err}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,170 @@
+//! [`Gpus`]: everything the provider needs from its config and the machine,
+//! in one value: the resource name, the GPUs (id and NUMA node, for the
+//! device pool) and the choice among them, plus the allocation's
+//! environment.
+
+use std::path::Path;
+
+use topomgr_sdk::Machine;
+
+use crate::choice::Chooser;
+use crate::config::{ConfigError, GpuConfig};
+use crate::discovery::{self, DiscoveryError, Source};
+
+/// The environment variable NVIDIA's container runtime reads.
+pub const VISIBLE_DEVICES_ENV: &str = "NVIDIA_VISIBLE_DEVICES";
+
+/// Why the GPUs cannot be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// Bad config.
+    #[error("GPU provider config, {0}")]
+    Config(#[from] ConfigError),
+    /// Bad topology file.
+    #[error(transparent)]
+    Discovery(#[from] DiscoveryError),
+}
+
+/// The machine's GPUs under the configured resource and policy.
+#[derive(Debug, Clone)]
+pub struct Gpus {
+    resource: String,
+    source: Source,
+    chooser: Chooser,
+}
+
+impl Gpus {
+    /// Parses `config` (the `[providers.NAME.config]` table), finds the GPUs
+    /// (topology file relative to `config_dir`, else NVML, else PCI) and
+    /// logs where they came from.
+    pub fn new(
+        config: &serde_json::Value,
+        config_dir: Option<&Path>,
+        machine: &Machine,
+    ) -> Result<Self, SetupError> {
+        let config = GpuConfig::from_json(config)?;
+        let (topology, source) = discovery::discover(&config, config_dir, machine)?;
+        tracing::info!(
+            resource = %config.resource,
+            gpus = topology.len(),
+            source = %source,
+            policy = ?config.allocation_policy,
+            "GPUs found"
+        );
+        Ok(Gpus {
+            resource: config.resource,
+            source,
+            chooser: Chooser::new(topology, config.allocation_policy),
+        })
+    }
+
+    /// The resource name (`nvidia.com/gpu` by default).
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    /// Where the GPUs came from.
+    pub fn source(&self) -> &Source {
+        &self.source
+    }
+
+    /// Every GPU's device id and NUMA node, by index.
+    pub fn devices(&self) -> impl Iterator<Item = (&str, Option<u32>)> + '_ {
+        self.chooser
+            .topology()
+            .gpus()
+            .iter()
+            .map(|g| (g.id.as_str(), g.numa))
+    }
+
+    /// The choice among the GPUs: [`Chooser::choose`] is the device
+    /// plugin's `GetPreferredAllocation`.
+    pub fn chooser(&self) -> &Chooser {
+        &self.chooser
+    }
+
+    /// The allocation's environment for `ids`:
+    /// `NVIDIA_VISIBLE_DEVICES=<id>,<id>,...`.
+    pub fn env<S: AsRef<str>>(ids: &[S]) -> (String, String) {
+        let value = ids.iter().map(AsRef::as_ref).collect::<Vec<_>>().join(",");
+        (VISIBLE_DEVICES_ENV.to_owned(), value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn example_machine_dir() -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/machines")
+    }
+
+    #[test]
+    fn from_a_topology_file_relative_to_the_config_directory() {
+        let machine = topomgr_sdk::testkit::machine_from_cpus(
+            (0..2)
+                .map(|id| topomgr_sdk::Cpu {
+                    id,
+                    online: true,
+                    socket: id,
+                    die: 0,
+                    core: id,
+                    numa: id,
+                    l3: None,
+                })
+                .collect(),
+            2,
+        );
+        let gpus = Gpus::new(
+            &json!({"topology_file": "2s8g/gpu-topology.json", "allocation_policy": "simple"}),
+            Some(&example_machine_dir()),
+            &machine,
+        )
+        .unwrap();
+        assert_eq!(gpus.resource(), "nvidia.com/gpu");
+        assert_eq!(
+            gpus.source(),
+            &Source::File(example_machine_dir().join("2s8g/gpu-topology.json"))
+        );
+        let devices: Vec<_> = gpus.devices().collect();
+        assert_eq!(devices.len(), 8);
+        assert_eq!(devices[0], ("GPU-0", Some(0)));
+        assert_eq!(devices[7], ("GPU-7", Some(1)));
+        assert_eq!(
+            gpus.chooser()
+                .choose(&["GPU-3", "GPU-1", "GPU-2"], &["GPU-2"], 2)
+                .unwrap(),
+            ["GPU-2", "GPU-1"],
+            "simple: required first, then by index"
+        );
+        assert_eq!(
+            Gpus::env(&["GPU-2", "GPU-1"]),
+            (
+                "NVIDIA_VISIBLE_DEVICES".to_owned(),
+                "GPU-2,GPU-1".to_owned()
+            )
+        );
+    }
+
+    #[test]
+    fn setup_errors_name_the_key_or_file() {
+        let machine = Machine::default();
+        let err = Gpus::new(&json!({"allocation_policy": 1}), None, &machine).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "GPU provider config, allocation_policy: invalid type: integer `1`, expected a string"
+        );
+        let err = Gpus::new(
+            &json!({"topology_file": "/nonexistent/t.json"}),
+            None,
+            &machine,
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "cannot read topology file /nonexistent/t.json: No such file or directory (os error 2)"
+        );
+    }
+}

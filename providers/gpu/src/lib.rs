@@ -1,0 +1,34 @@
+//! # topomgr-provider-gpu
+//!
+//! NVIDIA GPUs for topomgr: where they come from and which ones a workload
+//! gets inside the NUMA-aligned set.
+//!
+//! * [`discovery`]: the GPUs and the links between every pair, from the
+//!   configured `topology_file` ([`topology_file`]: an `nvidia-smi topo -m`
+//!   capture or a JSON description), else NVML ([`nvml`], `libnvidia-ml`
+//!   loaded at run time), else the NVIDIA display controllers among the
+//!   host's PCI devices ([`pci`], NUMA only).
+//! * [`choice`]: go-gpuallocator's `best-effort` (NVLink/PCIe-aware
+//!   partition search, in bounded time) and `simple` policies, by device
+//!   id: [`choice::Chooser::choose`] is the device plugin's
+//!   `GetPreferredAllocation`.
+//! * [`config`]: `resource`, `allocation_policy`, `topology_file`,
+//!   `nvml_library`.
+//! * [`gpus::Gpus`]: all of the above from the config table and the
+//!   machine: the resource, the devices (id, NUMA node) and the choice,
+//!   plus the allocation's `NVIDIA_VISIBLE_DEVICES`.
+//!
+//! Pair scores ([`link`]): SYS 10, NODE 20, PHB 30, PXB 40, PIX 50, BOARD
+//! 60, NV*k* 100·*k*, summed over a pair's links. NVSwitch crediting: see
+//! [`nvml`].
+
+pub mod choice;
+pub mod config;
+pub mod discovery;
+pub mod fixtures;
+pub mod gpus;
+pub mod link;
+pub mod nvml;
+pub mod pci;
+pub mod topology;
+pub mod topology_file;

@@ -1,0 +1,157 @@
+//! `topology_file`: a machine's GPUs and links from a file, either a
+//! captured `nvidia-smi topo -m` output ([`smi`]) or the JSON description
+//! ([`json`]); a file whose first non-blank character is `{` is JSON.
+//!
+//! Every error names the file and the line, column or JSON field at fault.
+
+pub mod json;
+pub mod smi;
+
+use std::path::{Path, PathBuf};
+
+use crate::topology::GpuTopology;
+
+/// A topology file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TopologyFileError {
+    /// The file cannot be read.
+    #[error("cannot read topology file {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file's content is wrong.
+    #[error("topology file {}, {location}: {message}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// `line 4`, `line 4, column GPU3`, `gpus[2].id`, `links[5]`, ...
+        location: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Where in a file, and what is wrong: parsers return this; [`parse`] adds
+/// the file name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseError {
+    /// `line 4`, `gpus[2].id`, ...
+    pub location: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl ParseError {
+    /// An error at `location`.
+    pub fn new(location: impl Into<String>, message: impl Into<String>) -> Self {
+        ParseError {
+            location: location.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Reads and parses the topology file at `path`.
+pub fn load(path: &Path) -> Result<GpuTopology, TopologyFileError> {
+    let text = std::fs::read_to_string(path).map_err(|source| TopologyFileError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    parse(&text).map_err(|e| TopologyFileError::Invalid {
+        path: path.to_owned(),
+        location: e.location,
+        message: e.message,
+    })
+}
+
+/// Parses a topology file's text: JSON when it starts with `{`, else an
+/// `nvidia-smi topo -m` capture.
+pub fn parse(text: &str) -> Result<GpuTopology, ParseError> {
+    if text.trim_start().starts_with('{') {
+        json::parse(text)
+    } else {
+        smi::parse(text)
+    }
+}
+
+/// A PCI address as sysfs writes it (`0000:07:00.0`, lower case) from the
+/// forms NVML and people write (`00000000:07:00.0`, upper case); `None`
+/// when it is not a PCI address.
+pub fn normalize_pci_address(address: &str) -> Option<String> {
+    let lower = address.trim().to_ascii_lowercase();
+    let (domain, rest) = lower.split_once(':')?;
+    let domain = match domain.len() {
+        4 => domain,
+        8 => domain.strip_prefix("0000")?,
+        _ => return None,
+    };
+    let (bus, rest) = rest.split_once(':')?;
+    let (device, function) = rest.split_once('.')?;
+    let hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
+    let ok = hex(domain, 4)
+        && hex(bus, 2)
+        && hex(device, 2)
+        && function.len() == 1
+        && matches!(function.as_bytes()[0], b'0'..=b'7');
+    ok.then(|| format!("{domain}:{bus}:{device}.{function}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pci_addresses_normalize_to_the_sysfs_form() {
+        assert_eq!(
+            normalize_pci_address("00000000:07:00.0").as_deref(),
+            Some("0000:07:00.0")
+        );
+        assert_eq!(
+            normalize_pci_address("0000:B7:1F.7").as_deref(),
+            Some("0000:b7:1f.7")
+        );
+        for bad in [
+            "",
+            "07:00.0",
+            "00010000:07:00.0",
+            "0000:7:00.0",
+            "0000:07:00.8",
+            "0000:07:00",
+        ] {
+            assert_eq!(normalize_pci_address(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn unreadable_files_are_named() {
+        let err = load(Path::new("/nonexistent/topo.json")).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "cannot read topology file /nonexistent/topo.json: No such file or directory (os error 2)"
+        );
+    }
+
+    #[test]
+    fn content_errors_name_the_file_and_place() {
+        let dir = std::env::temp_dir().join(format!("gpu-topofile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("bad.json");
+        std::fs::write(
+            &file,
+            r#"{"gpus": [{"index": 0, "id": "a", "numa": "x"}], "links": []}"#,
+        )
+        .unwrap();
+        let err = load(&file).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "topology file {}, gpus[0].numa: invalid type: string \"x\", expected u32 at line 1 column 45",
+                file.display()
+            )
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
