@@ -576,14 +576,9 @@ fn read_pod(doc: &Doc<'_>, pod: &[(Node, Node)], prefix: &str) -> Result<ReadPod
         return Err(doc.err(&join(&spec_path, "containers"), Problem::NoContainers));
     }
     Ok(ReadPod {
-        view: PodView {
-            uid,
-            name: name.to_string(),
-            namespace: namespace.to_string(),
-            qos: qos_class(&qos_inputs),
-            init_containers,
-            containers,
-        },
+        view: PodView::new(uid, name, namespace, qos_class(&qos_inputs))
+            .with_init_containers(init_containers)
+            .with_containers(containers),
         stand_in_uid,
     })
 }
@@ -660,12 +655,10 @@ fn read_container(
     }
     // Limits first: a request defaulted from a bad limit is reported at the limit.
     let limits = amounts(doc, &limits_path, &limits)?;
-    let view = ContainerView {
-        name: name.to_string(),
-        requests: amounts(doc, &requests_path, &requests)?,
-        limits,
-        sidecar,
-    };
+    let view = ContainerView::new(name)
+        .with_requests(amounts(doc, &requests_path, &requests)?)
+        .with_limits(limits)
+        .with_sidecar(sidecar);
     Ok((view, qos))
 }
 
@@ -970,19 +963,10 @@ mod tests {
         let p = pods("kind: Pod\nmetadata: {name: web}\nspec: {containers: [{name: app}]}\n");
         assert_eq!(
             p,
-            vec![PodView {
-                uid: "default/web".to_string(),
-                name: "web".to_string(),
-                namespace: "default".to_string(),
-                qos: QosClass::BestEffort,
-                init_containers: vec![],
-                containers: vec![ContainerView {
-                    name: "app".to_string(),
-                    requests: ResourceList::new(),
-                    limits: ResourceList::new(),
-                    sidecar: false,
-                }],
-            }]
+            vec![
+                PodView::new("default/web", "web", "default", QosClass::BestEffort)
+                    .with_containers(vec![ContainerView::new("app")])
+            ]
         );
     }
 

@@ -33,7 +33,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 use topomgr_sdk::{
     for_each_mask_in_kubelet_order, Allocation, CompactHints, ContainerView, HintSet, NumaMask,
-    PodView, Provider, ProviderContext, ProviderError, ProviderHints, TopologyHint,
+    NumaNodeId, PodView, Provider, ProviderContext, ProviderError, ProviderHints, TopologyHint,
 };
 
 /// The largest `widgets_per_node` accepted.
@@ -76,24 +76,24 @@ struct Checkpoint {
 pub struct NumaWidgets {
     resource: String,
     per_node: u32,
-    nodes: Vec<u32>,
+    nodes: Vec<NumaNodeId>,
     /// Widgets in use, as `(node, index)`.
-    used: BTreeSet<(u32, u32)>,
+    used: BTreeSet<(NumaNodeId, u32)>,
     /// `(pod uid, container)` -> widgets.
-    assignments: BTreeMap<(String, String), Vec<(u32, u32)>>,
+    assignments: BTreeMap<(String, String), Vec<(NumaNodeId, u32)>>,
 }
 
-fn widget_id((node, i): (u32, u32)) -> String {
+fn widget_id((node, i): (NumaNodeId, u32)) -> String {
     format!("widget-{node}-{i}")
 }
 
 impl NumaWidgets {
-    fn free_on(&self, node: u32) -> u32 {
+    fn free_on(&self, node: NumaNodeId) -> u32 {
         let used = self.used.range((node, 0)..=(node, u32::MAX)).count() as u32;
         self.per_node.saturating_sub(used)
     }
 
-    fn parse_widget(&self, id: &str) -> Result<(u32, u32), ProviderError> {
+    fn parse_widget(&self, id: &str) -> Result<(NumaNodeId, u32), ProviderError> {
         let bad = || {
             ProviderError::new(
                 "InvalidCheckpoint",
@@ -106,7 +106,7 @@ impl NumaWidgets {
         };
         let rest = id.strip_prefix("widget-").ok_or_else(bad)?;
         let (n, i) = rest.split_once('-').ok_or_else(bad)?;
-        let n: u32 = n.parse().map_err(|_| bad())?;
+        let n: NumaNodeId = n.parse().map_err(|_| bad())?;
         let i: u32 = i.parse().map_err(|_| bad())?;
         if !self.nodes.contains(&n) || i >= self.per_node {
             return Err(bad());
@@ -116,13 +116,17 @@ impl NumaWidgets {
 
     /// Hints for a request of `k` widgets, counting `extra` (widgets already
     /// held by the container being re-admitted) as free.
-    fn hints_for(&self, k: u64, extra: &[(u32, u32)]) -> Result<ProviderHints, ProviderError> {
+    fn hints_for(
+        &self,
+        k: u64,
+        extra: &[(NumaNodeId, u32)],
+    ) -> Result<ProviderHints, ProviderError> {
         let mut map = BTreeMap::new();
         if k == 0 {
             map.insert(self.resource.clone(), None);
             return Ok(Some(map));
         }
-        let free = |n: u32| -> u64 {
+        let free = |n: NumaNodeId| -> u64 {
             u64::from(self.free_on(n)) + extra.iter().filter(|(en, _)| *en == n).count() as u64
         };
         // The narrowest width whose total widgets reach k (kubelet: the
@@ -140,7 +144,7 @@ impl NumaWidgets {
             });
             HintSet::Explicit(hints)
         } else {
-            let with_free: Vec<(u32, u64)> = self
+            let with_free: Vec<(NumaNodeId, u64)> = self
                 .nodes
                 .iter()
                 .map(|&n| (n, free(n)))
@@ -166,7 +170,7 @@ impl NumaWidgets {
 /// Collects every minimal set of nodes (from `nodes[start..]`, added to
 /// `acc`) whose free widgets reach `k`: sets where dropping any node falls short.
 fn minimal_masks(
-    nodes: &[(u32, u64)],
+    nodes: &[(NumaNodeId, u64)],
     k: u64,
     start: usize,
     acc: NumaMask,
@@ -175,7 +179,7 @@ fn minimal_masks(
 ) -> Result<(), ProviderError> {
     for i in start..nodes.len() {
         let (node, free) = nodes[i];
-        let mask = acc.or(NumaMask::from_bits(1u64 << node));
+        let mask = acc.with(node);
         let total = sum + free;
         if total >= k {
             // Minimal iff removing the node with the fewest free widgets falls short.
@@ -250,7 +254,7 @@ impl Provider for NumaWidgets {
 
     fn pod_topology_hints(&mut self, pod: &PodView) -> Result<ProviderHints, ProviderError> {
         let k = pod.effective_request(&self.resource);
-        let held: Vec<(u32, u32)> = self
+        let held: Vec<(NumaNodeId, u32)> = self
             .assignments
             .iter()
             .filter(|((uid, _), _)| *uid == pod.uid)
@@ -305,14 +309,9 @@ impl Provider for NumaWidgets {
             chosen
         };
         let ids: Vec<String> = chosen.iter().copied().map(widget_id).collect();
-        let mems = chosen.iter().fold(NumaMask::EMPTY, |m, (n, _)| {
-            m.or(NumaMask::from_bits(1u64 << n))
-        });
+        let mems: NumaMask = chosen.iter().map(|(n, _)| *n).collect();
         tracing::debug!(pod = %pod.uid, container = %container.name, widgets = %ids.join(","), "allocated");
-        let mut alloc = Allocation {
-            mems,
-            ..Allocation::default()
-        };
+        let mut alloc = Allocation::default().with_mems(mems);
         alloc.env.insert("WIDGET_DEVICES".to_owned(), ids.join(","));
         alloc.devices.insert(self.resource.clone(), ids);
         Ok(alloc)
@@ -411,7 +410,7 @@ mod tests {
     fn allocation_follows_hint_and_shrinks_free_set() {
         let mut p = provider(2, 2);
         let pod = testkit::guaranteed_pod("a", &[(W, 1)]);
-        let hint = TopologyHint::new(NumaMask::from_bits(0b10), true);
+        let hint = TopologyHint::new(NumaMask::single(NumaNodeId::from(1)), true);
         let a = p.allocate(&pod, &pod.containers[0], &hint).unwrap();
         assert_eq!(
             a.env.get("WIDGET_DEVICES").map(String::as_str),
@@ -431,7 +430,7 @@ mod tests {
         let h = p.topology_hints(&pod2, &pod2.containers[0]).unwrap();
         testkit::assert_hints(&h, W, &[0, 1], Some(&["0:true", "1:true", "0-1:false"]));
         p.restore(&cp).unwrap();
-        assert_eq!(p.free_on(1), 1);
+        assert_eq!(p.free_on(NumaNodeId::from(1)), 1);
     }
 
     #[test]

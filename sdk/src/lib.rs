@@ -106,27 +106,45 @@
 mod allocation;
 mod cpuset;
 mod export;
+#[doc(hidden)]
 pub mod ffi;
+mod gobool;
 mod hint;
+pub mod hintgen;
+mod inventory;
 pub mod log;
 mod machine;
 mod mask;
 mod pod;
+mod preferred;
 mod provider;
+pub mod quantity;
 pub mod testkit;
 
-/// The `abi_stable` crate the SDK is built with; plugins must not depend on another version.
+/// The `abi_stable` crate the SDK is built with (an implementation detail of
+/// [`export_provider!`]; plugins need no other copy).
+#[doc(hidden)]
 pub use abi_stable;
+/// The `serde_json` the SDK is built with (config tables are JSON values).
+pub use serde_json;
+/// The `tracing` the SDK forwards to the host's log; log through this one.
+pub use tracing;
 
 pub use allocation::Allocation;
 pub use cpuset::{CpuSet, ListParseError, MAX_CPU_ID};
 pub use export::ROOT_MODULE_SYMBOL;
 pub use ffi::{SDK_ABI_VERSION, SDK_VERSION};
+pub use gobool::parse_go_bool;
 pub use hint::{
-    for_each_mask_in_kubelet_order, CompactHints, CompactHintsError, HintSet, ProviderHints,
-    TopologyHint,
+    for_each_mask_in_kubelet_order, no_hints, CompactHints, CompactHintsError, HintSet,
+    HintsBuilder, ProviderHints, TopologyHint,
 };
+pub use inventory::{Amounts, Inventory, ResourceInventory, Zone};
 pub use machine::{Cpu, HugePages, Machine, NumaNode, PciDevice, Sriov};
-pub use mask::{NodeOutOfRange, NumaMask, NumaMaskIter, MAX_NUMA_NODES};
-pub use pod::{ContainerView, PodView, QosClass, ResourceList};
+pub use mask::{
+    NodeOutOfRange, NodePositions, NumaMask, NumaMaskIter, NumaNodeId, TooManyNodes,
+    MAX_NUMA_NODES, MAX_NUMA_NODE_ID,
+};
+pub use pod::{ContainerView, PodResources, PodView, QosClass, ResourceList};
+pub use preferred::PreferredAllocationRequest;
 pub use provider::{Provider, ProviderConfig, ProviderContext, ProviderError};

@@ -30,23 +30,13 @@ fn list(entries: &[(&str, u64)]) -> ResourceList {
 }
 
 fn container(name: &str, requests: &[(&str, u64)], limits: &[(&str, u64)]) -> ContainerView {
-    ContainerView {
-        name: name.to_string(),
-        requests: list(requests),
-        limits: list(limits),
-        sidecar: false,
-    }
+    ContainerView::new(name)
+        .with_requests(list(requests))
+        .with_limits(list(limits))
 }
 
 fn pod(uid: &str, name: &str, namespace: &str, qos: QosClass) -> PodView {
-    PodView {
-        uid: uid.to_string(),
-        name: name.to_string(),
-        namespace: namespace.to_string(),
-        qos,
-        init_containers: vec![],
-        containers: vec![],
-    }
+    PodView::new(uid, name, namespace, qos)
 }
 
 fn parse_err(text: &str, source: &str) -> String {
@@ -127,10 +117,7 @@ fn example_init_and_sidecar() {
     );
     want.init_containers = vec![
         container("fetch-model", &init, &init),
-        ContainerView {
-            sidecar: true,
-            ..container("log-shipper", &sidecar, &sidecar)
-        },
+        container("log-shipper", &sidecar, &sidecar).with_sidecar(true),
     ];
     want.containers = vec![container("server", &app, &app)];
     let got = read_example("init-and-sidecar.yaml");
@@ -412,10 +399,8 @@ fn json_pod_and_pod_list() {
     });
     let text = serde_json::to_string_pretty(&json).expect("serialises");
     let mut want = pod("u-json", "j", "ns", QosClass::Burstable);
-    want.init_containers = vec![ContainerView {
-        sidecar: true,
-        ..container("proxy", &[("cpu", 250), ("memory", 64 * MI)], &[])
-    }];
+    want.init_containers =
+        vec![container("proxy", &[("cpu", 250), ("memory", 64 * MI)], &[]).with_sidecar(true)];
     want.containers = vec![container(
         "main",
         &[("cpu", 1500), ("memory", GI), ("nvidia.com/gpu", 1)],

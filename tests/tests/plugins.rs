@@ -88,7 +88,7 @@ fn mock_answers_what_its_config_scripts() {
         .allocate(
             &pod,
             &pod.containers[0],
-            &TopologyHint::new(NumaMask::from_bits(1), true),
+            &TopologyHint::new(NumaMask::single(0.into()), true),
         )
         .unwrap();
     assert_eq!(a.cpus.to_string(), "0-1");
@@ -144,7 +144,7 @@ fn example_provider_hints_allocates_and_checkpoints() {
         .allocate(
             &pod,
             &pod.containers[0],
-            &TopologyHint::new(NumaMask::from_bits(0b10), true),
+            &TopologyHint::new(NumaMask::single(1.into()), true),
         )
         .unwrap();
     assert_eq!(
@@ -315,8 +315,8 @@ fn config_errors_name_the_provider_and_the_key() {
     assert_eq!(
         err.to_string(),
         format!(
-            "provider `mock` ({}) failed to start: InvalidConfig: mock config: invalid type: string \
-             \"soon\", expected u64",
+            "provider `mock` ({}) failed to start: InvalidConfig: mock config: sleep_ms: invalid type: \
+             string \"soon\", expected u64",
             p.mock.canonicalize().unwrap().display()
         )
     );
@@ -411,16 +411,30 @@ fn writable_plugins_and_directories_are_refused() {
 #[test]
 fn a_plugin_built_against_an_incompatible_sdk_is_refused_in_one_line() {
     let p = common::plugins();
-    let err = load("old", &p.incompatible, json!(null)).unwrap_err();
+    // Same SDK minor, a changed type layout: the first difference is named.
+    let err = load("changed", &p.incompatible, json!(null)).unwrap_err();
     assert!(matches!(err, PluginError::Incompatible { .. }), "{err:?}");
     let msg = err.to_string();
     assert!(!msg.contains('\n'), "{msg}");
     assert_eq!(
         msg,
         format!(
-            "provider `old`: {} was built against an incompatible topomgr SDK: type FfiHint (via \
+            "provider `changed`: {} was built against an incompatible topomgr SDK: type FfiHint (via \
              new.topology_hints.hints): too many fields, host 3, plugin 4; rebuild it with topomgr-sdk {}",
             p.incompatible.canonicalize().unwrap().display(),
+            topomgr_sdk::SDK_VERSION
+        )
+    );
+    // A plugin of the previous SDK minor (0.1): refused on the version.
+    let err = load("old", &p.older_minor, json!(null)).unwrap_err();
+    assert!(matches!(err, PluginError::Incompatible { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "provider `old`: {} was built against an incompatible topomgr SDK: plugin SDK version \
+             0.1.0, host SDK version {}; the 0.MINOR versions must match; rebuild it with topomgr-sdk {}",
+            p.older_minor.canonicalize().unwrap().display(),
+            topomgr_sdk::SDK_VERSION,
             topomgr_sdk::SDK_VERSION
         )
     );
