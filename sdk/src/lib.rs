@@ -105,6 +105,7 @@
 
 mod allocation;
 mod cpuset;
+pub mod devices;
 mod export;
 #[doc(hidden)]
 pub mod ffi;
@@ -125,6 +126,9 @@ pub mod testkit;
 /// [`export_provider!`]; plugins need no other copy).
 #[doc(hidden)]
 pub use abi_stable;
+/// The `serde` the SDK is built with (derive with
+/// `#[serde(crate = "topomgr_sdk::serde")]` to need no `serde` dependency).
+pub use serde;
 /// The `serde_json` the SDK is built with (config tables are JSON values).
 pub use serde_json;
 /// The `tracing` the SDK forwards to the host's log; log through this one.
@@ -146,5 +150,5 @@ pub use mask::{
     MAX_NUMA_NODES, MAX_NUMA_NODE_ID,
 };
 pub use pod::{ContainerView, PodResources, PodView, QosClass, ResourceList};
-pub use preferred::PreferredAllocationRequest;
+pub use preferred::{PreferredAllocationRequest, INVALID_REQUEST_REASON};
 pub use provider::{Provider, ProviderConfig, ProviderContext, ProviderError};

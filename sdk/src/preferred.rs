@@ -2,6 +2,11 @@
 
 use serde::{Deserialize, Serialize};
 
+/// The `reason` of an error about a request that cannot be answered as
+/// asked: a malformed [`PreferredAllocationRequest`], or one naming a
+/// resource or device the provider does not have.
+pub const INVALID_REQUEST_REASON: &str = "InvalidRequest";
+
 /// The kubelet device plugin call `GetPreferredAllocation`: which `size`
 /// devices of `resource` the provider would pick from `available` (in that
 /// order), always including `must_include`.

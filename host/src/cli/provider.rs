@@ -231,6 +231,10 @@ pub fn run(config: &Path, args: ProviderArgs) -> anyhow::Result<ExitCode> {
                     println!("{}", json!({ "devices": devices }));
                     ExitCode::SUCCESS
                 }
+                // Ids or a resource the provider does not have: unusable input.
+                Err(e) if e.reason == topomgr_sdk::INVALID_REQUEST_REASON => {
+                    bail!("provider {:?} cannot answer: {}", args.name, e.message)
+                }
                 Err(e) => refused(&args.name, &e),
             }
         }

@@ -19,6 +19,9 @@ pub struct Plugins {
     /// The same fixture built with `--features sdk-0-1`: it reports the
     /// previous SDK minor, 0.1.0.
     pub older_minor: PathBuf,
+    /// `tests/vendor-accelerator`: a device provider built outside the
+    /// workspace against the SDK alone.
+    pub vendor: PathBuf,
 }
 
 /// The workspace root.
@@ -96,19 +99,27 @@ pub fn plugins() -> &'static Plugins {
             "topomgr-example-widgets",
         ]);
         let root = workspace_root();
-        let manifest = root.join("tests/incompatible-sdk/Cargo.toml");
-        let target = root.join("target/incompatible-sdk");
-        let fixture = |features: &[&str]| {
+        // The out-of-workspace crates share one target directory, so their
+        // common dependencies (abi_stable) build once.
+        let target = root.join("target/fixtures");
+        let outside = |crate_dir: &str, extra: &[&str]| {
+            let manifest = root.join(crate_dir).join("Cargo.toml");
             let mut args = vec![
                 "--manifest-path".to_owned(),
                 manifest.to_string_lossy().into_owned(),
                 "--target-dir".to_owned(),
                 target.to_string_lossy().into_owned(),
             ];
-            args.extend(features.iter().map(|f| f.to_string()));
+            args.extend(extra.iter().map(|f| f.to_string()));
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            pick(&build(&args), "topomgr_sdk")
+            build(&args)
         };
+        let vendor = pick(
+            &outside("tests/vendor-accelerator", &[]),
+            "vendor_accelerator",
+        );
+        let fixture =
+            |features: &[&str]| pick(&outside("tests/incompatible-sdk", features), "topomgr_sdk");
         // Both builds write the same file: keep a copy of each.
         let kept = Path::new(env!("CARGO_TARGET_TMPDIR")).join("sdk-fixtures");
         std::fs::create_dir_all(&kept).expect("create the fixture copy dir");
@@ -128,6 +139,7 @@ pub fn plugins() -> &'static Plugins {
             widgets: pick(&main, "numa_widgets"),
             incompatible,
             older_minor,
+            vendor,
         }
     })
 }
