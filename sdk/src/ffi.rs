@@ -393,6 +393,10 @@ impl RootModule for ProviderModRef {
     const VERSION_STRINGS: VersionStrings = package_version_strings!();
 }
 
+/// A log callback that drops everything (for in-process constructions,
+/// whose events already reach the caller's own subscriber).
+pub extern "C" fn discard_log(_level: u8, _target: RStr<'_>, _message: RStr<'_>) {}
+
 /// Encodes a level for [`FfiInit::log`]: 1 = error, 2 = warn, 3 = info,
 /// 4 = debug, 5 = trace.
 pub fn level_to_u8(level: tracing::Level) -> u8 {

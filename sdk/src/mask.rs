@@ -438,6 +438,7 @@ impl<'de> Deserialize<'de> for NumaMask {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodePositions {
     ids: Vec<NumaNodeId>,
+    present: NumaMask,
     /// `Some(pos)` for each id when some id is 64 or more; `None`: identity.
     table: Option<Box<[u8; MAX_NUMA_NODE_ID as usize + 1]>>,
     all: u64,
@@ -472,7 +473,13 @@ impl NodePositions {
             };
             (Some(table), all)
         };
-        Ok(NodePositions { ids, table, all })
+        let present = ids.iter().copied().collect();
+        Ok(NodePositions {
+            ids,
+            present,
+            table,
+            all,
+        })
     }
 
     /// The present node ids, ascending.
@@ -489,12 +496,15 @@ impl NodePositions {
     pub fn to_positions(&self, mask: NumaMask) -> u64 {
         match &self.table {
             None => mask.0[0] & self.all,
-            Some(table) => mask
-                .iter()
-                .fold(0u64, |acc, id| match table[usize::from(id)] {
-                    u8::MAX => acc,
-                    pos => acc | 1u64 << pos,
-                }),
+            Some(_) if mask == NumaMask::ALL => self.all,
+            Some(table) => {
+                mask.and(self.present)
+                    .iter()
+                    .fold(0u64, |acc, id| match table[usize::from(id)] {
+                        u8::MAX => acc,
+                        pos => acc | 1u64 << pos,
+                    })
+            }
         }
     }
 

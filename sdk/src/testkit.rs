@@ -22,8 +22,6 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use abi_stable::std_types::RStr;
-
 use crate::ffi::{self, FfiInit, ProviderHandle};
 use crate::{
     Allocation, ContainerView, Cpu, HintSet, Inventory, Machine, NumaMask, NumaNode, NumaNodeId,
@@ -207,15 +205,11 @@ pub fn load<P: Provider>(
         .map_err(|e| ProviderError::new("InvalidMachine", e.to_string()))?;
     let init = FfiInit {
         init_json: ffi::init_json("testkit", &machine_json, &config, &unique_state_dir()).into(),
-        log: discard_log,
+        log: ffi::discard_log,
         log_max_level: 0,
     };
     ffi::construct_in_process::<P>(init).map(Loaded)
 }
-
-/// The log callback of [`load`]: the provider runs in the test process, so
-/// its events already reach the test's own subscriber.
-extern "C" fn discard_log(_level: u8, _target: RStr<'_>, _message: RStr<'_>) {}
 
 /// Wraps `provider` in the same boundary adapter the host calls through a
 /// loaded plugin (conversions and the `catch_unwind` guard), in-process: a

@@ -1640,6 +1640,35 @@ fn corpus_online_cpus_without_a_node_are_kept() {
     assert!(render_table(&machine).contains(
         "CPUs in no NUMA node: 4,6,8,10,12,14,16,18,20 (shared pool only, never exclusive)"
     ));
+
+    // The CPU provider runs on this machine and never hands those CPUs out:
+    // node 1's online CPUs are the only exclusive ones.
+    use topomgr::provider::HintProvider;
+    let entry = topomgr::config::ProviderEntry {
+        library: common::cpu_plugin().to_string_lossy().into_owned(),
+        enabled: true,
+        config: serde_json::json!({"policy": "static", "reserved_cpus": ""}),
+        defined_in: PathBuf::from("test"),
+    };
+    let state = Scratch::new("nonode-cpu");
+    let mut cpu = topomgr::plugin::load_provider("cpu", &entry, &[], &machine, &state.0)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let online_on_node1 = machine.numa_nodes[0]
+        .cpus
+        .intersection(&machine.online_cpus());
+    let all = online_on_node1.len() as u64;
+    let pod = topomgr_sdk::testkit::guaranteed_pod("big", &[("cpu", all * 1000)]);
+    let a = cpu
+        .allocate(&pod, &pod.containers[0], &topomgr_sdk::TopologyHint::ANY)
+        .unwrap();
+    assert!(a.exclusive);
+    assert_eq!(a.cpus, online_on_node1);
+    assert!(a.cpus.intersection(&machine.cpus_without_node()).is_empty());
+    cpu.release("big-uid", "app").unwrap();
+    let more = topomgr_sdk::testkit::guaranteed_pod("more", &[("cpu", (all + 1) * 1000)]);
+    assert!(cpu
+        .allocate(&more, &more.containers[0], &topomgr_sdk::TopologyHint::ANY)
+        .is_err());
 }
 
 #[test]

@@ -627,7 +627,6 @@ fn with_added_fields(mut machine: serde_json::Value) -> serde_json::Value {
 #[test]
 fn a_plugin_of_this_sdk_loads_into_a_host_that_added_fields() {
     use topomgr_sdk::abi_stable::library::lib_header_from_path;
-    use topomgr_sdk::abi_stable::std_types::RStr;
     use topomgr_sdk::ffi;
 
     let p = common::plugins();
@@ -647,7 +646,6 @@ fn a_plugin_of_this_sdk_loads_into_a_host_that_added_fields() {
 
     // At the boundary itself: an init request, pods and containers with
     // added fields, and a named call the plugin was built before.
-    extern "C" fn quiet(_: u8, _: RStr<'_>, _: RStr<'_>) {}
     let module = lib_header_from_path(&p.vendor)
         .and_then(|h| h.init_root_module::<ffi::ProviderModRef>())
         .expect("load the vendor plugin");
@@ -664,7 +662,7 @@ fn a_plugin_of_this_sdk_loads_into_a_host_that_added_fields() {
         module,
         ffi::FfiInit {
             init_json: init.to_string().into(),
-            log: quiet,
+            log: ffi::discard_log,
             log_max_level: 0,
         },
     )
