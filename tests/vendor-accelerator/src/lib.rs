@@ -11,8 +11,8 @@
 //!
 //! Every PCI device of that vendor is one device, named by its PCI address,
 //! on its NUMA node (devices without one have no topology). Containers get
-//! `ACCELERATOR_PCI=<comma-separated addresses>`; the preferred choice keeps
-//! devices of one PCI bus together.
+//! `ACCELERATOR_PCI=<comma-separated addresses>`; the preferred choice puts
+//! the devices on the required devices' PCI buses first.
 
 use std::collections::BTreeMap;
 
@@ -68,18 +68,21 @@ impl DeviceHooks for Accelerators {
         must_include: &[&Device],
         size: usize,
     ) -> Result<Vec<String>, ProviderError> {
-        // Required devices first, then the rest ordered by how many
-        // candidates share their bus (most first).
-        let mut per_bus: BTreeMap<&str, usize> = BTreeMap::new();
-        for d in available {
-            *per_bus.entry(bus(&d.id)).or_default() += 1;
+        // Required devices first, then the others of the required devices'
+        // PCI buses, then the rest.
+        let buses: Vec<&str> = must_include.iter().map(|d| bus(&d.id)).collect();
+        let near = available.iter().filter(|d| buses.contains(&bus(&d.id)));
+        let far = available.iter().filter(|d| !buses.contains(&bus(&d.id)));
+        let mut out: Vec<String> = must_include.iter().map(|d| d.id.clone()).collect();
+        for d in near.chain(far) {
+            if out.len() == size {
+                break;
+            }
+            if !out.contains(&d.id) {
+                out.push(d.id.clone());
+            }
         }
-        let mut rest: Vec<&&Device> = available
-            .iter()
-            .filter(|d| !must_include.iter().any(|m| m.id == d.id))
-            .collect();
-        rest.sort_by_key(|d| std::cmp::Reverse(per_bus[bus(&d.id)]));
-        Ok(must_include.iter().chain(rest).take(size).map(|d| d.id.clone()).collect())
+        Ok(out)
     }
 
     fn environment(
