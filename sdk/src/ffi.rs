@@ -981,6 +981,57 @@ mod tests {
     }
 
     #[test]
+    fn named_calls_a_plugin_does_not_know_get_their_defaults() {
+        /// A plugin of a patch release before every named call.
+        struct Earlier;
+        impl FfiProvider for Earlier {
+            fn topology_hints(
+                &mut self,
+                _: RStr<'_>,
+                _: RStr<'_>,
+            ) -> RResult<FfiProviderHints, FfiError> {
+                RResult::ROk(ROption::RNone)
+            }
+            fn pod_topology_hints(&mut self, _: RStr<'_>) -> RResult<FfiProviderHints, FfiError> {
+                RResult::ROk(ROption::RNone)
+            }
+            fn allocate(
+                &mut self,
+                _: RStr<'_>,
+                _: RStr<'_>,
+                _: FfiHint,
+            ) -> RResult<RString, FfiError> {
+                RResult::ROk("{}".into())
+            }
+            fn release(&mut self, _: RStr<'_>, _: RStr<'_>) -> RResult<(), FfiError> {
+                RResult::ROk(())
+            }
+            fn checkpoint(&self) -> RResult<RVec<u8>, FfiError> {
+                RResult::ROk(RVec::new())
+            }
+            fn restore(&mut self, _: RSlice<'_, u8>) -> RResult<(), FfiError> {
+                RResult::ROk(())
+            }
+            fn call(&mut self, _: RStr<'_>, _: RStr<'_>) -> RResult<ROption<RString>, FfiError> {
+                RResult::ROk(ROption::RNone)
+            }
+        }
+        let mut h = ProviderHandle::new(FfiProvider_TO::from_value(
+            Earlier,
+            abi_stable::sabi_trait::TD_Opaque,
+        ));
+        let req = PreferredAllocationRequest::new("x/y", vec!["a".into()], vec![], 1);
+        assert_eq!(h.preferred_allocation(&req), Ok(vec![]));
+        assert_eq!(h.inventory(), Ok(Inventory::default()));
+        // An allocation without any field is the empty allocation.
+        let pod = crate::testkit::guaranteed_pod("p", &[]);
+        assert_eq!(
+            h.allocate(&pod, &pod.containers[0], &TopologyHint::ANY),
+            Ok(Allocation::default())
+        );
+    }
+
+    #[test]
     fn bad_plugin_output_is_an_error_naming_it() {
         struct Bad;
         impl FfiProvider for Bad {
