@@ -48,19 +48,11 @@ fn unpack(name: &str) -> Option<PathBuf> {
 
 fn pod(uid: &str) -> PodView {
     let res = BTreeMap::from([("cpu".to_string(), 4000), ("memory".to_string(), 1 << 30)]);
-    PodView {
-        uid: uid.into(),
-        name: "bench".into(),
-        namespace: "default".into(),
-        qos: QosClass::Guaranteed,
-        init_containers: vec![],
-        containers: vec![ContainerView {
-            name: "app".into(),
-            requests: res.clone(),
-            limits: res,
-            sidecar: false,
-        }],
-    }
+    PodView::new(uid, "bench", "default", QosClass::Guaranteed).with_containers(vec![
+        ContainerView::new("app")
+            .with_requests(res.clone())
+            .with_limits(res),
+    ])
 }
 
 fn bench(c: &mut Criterion) {

@@ -12,7 +12,7 @@ use topomgr_provider_cpu::options::StaticOptions;
 use topomgr_provider_cpu::policy::StaticPolicy;
 use topomgr_provider_cpu::state::Checkpoint;
 use topomgr_provider_cpu::topology::{CpuTopology, Cpus};
-use topomgr_sdk::{testkit, Cpu, CpuSet, Machine, NumaMask};
+use topomgr_sdk::{testkit, Cpu, CpuSet, Machine, NumaMask, NumaNodeId};
 
 const NODES: u32 = 8;
 const NODES_PER_SOCKET: u32 = 4;
@@ -24,15 +24,12 @@ fn machine() -> Machine {
     for t in 0..2 {
         for k in 0..CORES {
             let numa = k / CORES_PER_NODE;
-            cpus.push(Cpu {
-                id: t * CORES + k,
-                online: true,
-                socket: numa / NODES_PER_SOCKET,
-                die: 0,
-                core: k,
-                numa,
-                l3: Some(numa),
-            });
+            cpus.push(
+                Cpu::new(t * CORES + k, NumaNodeId::new(numa).ok())
+                    .with_socket(numa / NODES_PER_SOCKET)
+                    .with_core(k)
+                    .with_l3(Some(numa)),
+            );
         }
     }
     testkit::machine_from_cpus(cpus, NODES)
@@ -82,7 +79,7 @@ fn bench(c: &mut Criterion) {
 
     let policy = policy_with_half_taken(&topo);
     let pod = testkit::guaranteed_pod("p", &[("cpu", 16_000), ("memory", 1 << 30)]);
-    let node3 = NumaMask::from_bits(1 << 3);
+    let node3 = NumaMask::single(NumaNodeId::from(3));
     c.bench_function("cpu/allocate_16_hinted_node_384cpu_8numa_half_taken", |b| {
         b.iter_batched(
             || policy.clone(),

@@ -9,14 +9,16 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use topomgr::merge::{cross_product_merge, merge, MergeMode};
 use topomgr::policy::NumaInfo;
 use topomgr_sdk::{
-    for_each_mask_in_kubelet_order, CompactHints, HintSet, NumaMask, ProviderHints, TopologyHint,
+    for_each_mask_in_kubelet_order, CompactHints, HintSet, NumaMask, NumaNodeId, ProviderHints,
+    TopologyHint,
 };
 
 /// One provider, one resource, every mask of `nodes` in the kubelet's order;
 /// masks of width `preferred_width` are preferred (0: none is).
 fn all_masks(nodes: &[u32], preferred_width: u32) -> ProviderHints {
+    let ids: Vec<NumaNodeId> = nodes.iter().map(|&n| NumaNodeId::new(n).unwrap()).collect();
     let mut v = Vec::new();
-    for_each_mask_in_kubelet_order(nodes, |m| {
+    for_each_mask_in_kubelet_order(&ids, |m| {
         v.push(TopologyHint::new(m, m.count() == preferred_width))
     });
     Some(BTreeMap::from([(
@@ -95,34 +97,48 @@ fn bench(c: &mut Criterion) {
         b.iter(|| merge(black_box(&numa4), black_box(&four4_refs), md))
     });
 
-    // 64 NUMA nodes, compact hints (a 4-CPU request per provider: any single node).
-    let n64: Vec<u32> = (0..64).collect();
-    let numa64 = NumaInfo::new(n64.clone(), None).unwrap();
-    let singles: Vec<NumaMask> = n64.iter().map(|&n| NumaMask::single(n).unwrap()).collect();
-    let c64: Vec<ProviderHints> = (0..4).map(|_| compact(singles.clone(), 1)).collect();
-    let c64_refs: Vec<&ProviderHints> = c64.iter().collect();
-    c.bench_function("merge/64n_4p_compact_preferred", |b| {
-        b.iter(|| merge(black_box(&numa64), black_box(&c64_refs), md))
+    // The same worst case on 8 nodes whose ids are 248-255 (node positions
+    // differ from the ids: the merge maps them).
+    let high8: Vec<u32> = (248..256).collect();
+    let numa8h = NumaInfo::new(high8.clone(), None).unwrap();
+    let nopref_high: Vec<ProviderHints> = (0..4).map(|_| all_masks(&high8, 0)).collect();
+    let nopref_high_refs: Vec<&ProviderHints> = nopref_high.iter().collect();
+    c.bench_function("merge/8n_ids248-255_4p_255_none_preferred", |b| {
+        b.iter(|| merge(black_box(&numa8h), black_box(&nopref_high_refs), md))
     });
-    // 64 nodes, no common preferred mask: each provider needs a different pair.
-    let pairs: Vec<ProviderHints> = (0..4u32)
-        .map(|p| {
-            let mins = (0..16u32)
-                .map(|k| {
-                    NumaMask::from_nodes([
-                        i64::from(4 * k + p % 4),
-                        i64::from((4 * k + p + 1) % 64),
-                    ])
-                    .unwrap()
-                })
-                .collect();
-            compact(mins, 1)
-        })
-        .collect();
-    let pairs_refs: Vec<&ProviderHints> = pairs.iter().collect();
-    c.bench_function("merge/64n_4p_compact_none_preferred", |b| {
-        b.iter(|| merge(black_box(&numa64), black_box(&pairs_refs), md))
-    });
+
+    // 64 NUMA nodes, compact hints (a 4-CPU request per provider: any
+    // single node), with ids 0-63 and with sparse ids 0, 4, ..., 252.
+    for (label, ids) in [
+        ("64n", (0..64).collect::<Vec<u32>>()),
+        ("64n_ids0-252_sparse", (0..64).map(|i| i * 4).collect()),
+    ] {
+        let numa64 = NumaInfo::new(ids.clone(), None).unwrap();
+        let id = |k: u32| i64::from(ids[k as usize]);
+        let singles: Vec<NumaMask> = (0..64)
+            .map(|k| NumaMask::from_nodes([id(k)]).unwrap())
+            .collect();
+        let c64: Vec<ProviderHints> = (0..4).map(|_| compact(singles.clone(), 1)).collect();
+        let c64_refs: Vec<&ProviderHints> = c64.iter().collect();
+        c.bench_function(&format!("merge/{label}_4p_compact_preferred"), |b| {
+            b.iter(|| merge(black_box(&numa64), black_box(&c64_refs), md))
+        });
+        // No common preferred mask: each provider needs a different pair.
+        let pairs: Vec<ProviderHints> = (0..4u32)
+            .map(|p| {
+                let mins = (0..16u32)
+                    .map(|k| {
+                        NumaMask::from_nodes([id(4 * k + p % 4), id((4 * k + p + 1) % 64)]).unwrap()
+                    })
+                    .collect();
+                compact(mins, 1)
+            })
+            .collect();
+        let pairs_refs: Vec<&ProviderHints> = pairs.iter().collect();
+        c.bench_function(&format!("merge/{label}_4p_compact_none_preferred"), |b| {
+            b.iter(|| merge(black_box(&numa64), black_box(&pairs_refs), md))
+        });
+    }
 }
 
 criterion_group!(benches, bench);

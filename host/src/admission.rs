@@ -573,11 +573,9 @@ mod tests {
                     "no widgets left on node 1",
                 ));
             }
-            Ok(Allocation {
-                cpus: CpuSet::parse("2-3").unwrap(),
-                mems: hint.affinity.unwrap_or(NumaMask::EMPTY),
-                ..Default::default()
-            })
+            Ok(Allocation::default()
+                .with_cpus(CpuSet::parse("2-3").unwrap(), false)
+                .with_mems(hint.affinity.unwrap_or(NumaMask::EMPTY)))
         }
         fn release(&mut self, _: &str, c: &str) -> Result<(), ProviderError> {
             self.log
@@ -595,23 +593,16 @@ mod tests {
     }
 
     fn container(name: &str, sidecar: bool) -> ContainerView {
-        ContainerView {
-            name: name.into(),
-            requests: BTreeMap::from([("cpu".to_string(), 1000)]),
-            limits: BTreeMap::from([("cpu".to_string(), 1000)]),
-            sidecar,
-        }
+        ContainerView::new(name)
+            .with_requests(BTreeMap::from([("cpu".to_string(), 1000)]))
+            .with_limits(BTreeMap::from([("cpu".to_string(), 1000)]))
+            .with_sidecar(sidecar)
     }
 
     fn pod() -> PodView {
-        PodView {
-            uid: "u1".into(),
-            name: "p".into(),
-            namespace: "default".into(),
-            qos: QosClass::Guaranteed,
-            init_containers: vec![container("init", false)],
-            containers: vec![container("app", false), container("side", false)],
-        }
+        PodView::new("u1", "p", "default", QosClass::Guaranteed)
+            .with_init_containers(vec![container("init", false)])
+            .with_containers(vec![container("app", false), container("side", false)])
     }
 
     fn hints(masks: &[(&[u32], bool)]) -> ProviderHints {
@@ -686,7 +677,7 @@ mod tests {
         );
         assert_eq!(
             r.containers[1].hint,
-            TopologyHint::new(NumaMask::single(1).unwrap(), true)
+            TopologyHint::new(NumaMask::single(1.into()), true)
         );
         assert_eq!(r.containers[1].allocation.mems.to_string(), "1");
         // Idempotent: the same uid returns the stored result without provider calls.

@@ -594,14 +594,11 @@ mod tests {
         Admitter::new(policy, Scope::Container, Vec::new())
     }
 
-    fn pod_result(uid: &str, cpus: &str, mems: u64, devices: &[&str]) -> AdmitResult {
+    fn pod_result(uid: &str, cpus: &str, mems: &str, devices: &[&str]) -> AdmitResult {
         let pod = testkit::guaranteed_pod(uid, &[("cpu", 2000)]);
-        let mut allocation = Allocation {
-            cpus: CpuSet::parse(cpus).unwrap(),
-            mems: NumaMask::from_bits(mems),
-            exclusive: true,
-            ..Allocation::default()
-        };
+        let mut allocation = Allocation::default()
+            .with_cpus(CpuSet::parse(cpus).unwrap(), true)
+            .with_mems(NumaMask::parse_list(mems).unwrap());
         if !devices.is_empty() {
             allocation.devices.insert(
                 "example.com/nic".to_owned(),
@@ -644,10 +641,10 @@ mod tests {
         let dir = scratch("env");
         let mut a = admitter(&machine);
         let mut pods = BTreeMap::new();
-        pods.insert("p1".to_owned(), pod_result("p1", "1-3", 0b1, &[]));
+        pods.insert("p1".to_owned(), pod_result("p1", "1-3", "0", &[]));
         pods.insert(
             "p2".to_owned(),
-            pod_result("p2", "2,7-9", 0b101, &["0000:3b:00.1", "nic-7"]),
+            pod_result("p2", "2,7-9", "0,2", &["0000:3b:00.1", "nic-7"]),
         );
         a.set_pods(pods.clone());
         let mut att = Attachments::new();
@@ -676,7 +673,7 @@ mod tests {
                     RestoreIssue::VanishedNumaNodes {
                         pod: "p2".to_owned(),
                         container: "app".to_owned(),
-                        nodes: NumaMask::from_bits(0b100),
+                        nodes: NumaMask::parse_list("2").unwrap(),
                     },
                     RestoreIssue::VanishedDevices {
                         pod: "p2".to_owned(),
@@ -704,7 +701,7 @@ mod tests {
         let dir = scratch("damaged");
         let mut a = admitter(&machine);
         let mut pods = BTreeMap::new();
-        pods.insert("p1".to_owned(), pod_result("p1", "1", 0b1, &[]));
+        pods.insert("p1".to_owned(), pod_result("p1", "1", "0", &[]));
         a.set_pods(pods);
         save_state(&dir, &a, &Attachments::new(), "boot").unwrap();
         let path = dir.join(STATE_FILE);

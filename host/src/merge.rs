@@ -37,12 +37,17 @@
 //! of a given width inside an interval is found directly (lowest extra node
 //! ids for the default comparator; an enumeration of the free nodes for
 //! prefer-closest).
+//!
+//! Node ids go up to 255, but a machine has at most 64 nodes: the merge
+//! works on 64-bit masks over the machine's node *positions*
+//! ([`NodePositions`], ascending ids), which order exactly like the id
+//! masks, so the kubelet's tie-break (the smaller bitmask value) is kept.
+//! When every id is below 64 the positions are the ids.
 
-use std::borrow::Cow;
 use std::collections::HashSet;
 
 use topomgr_sdk::{
-    CompactHints, CompactHintsError, HintSet, NumaMask, ProviderHints, TopologyHint,
+    CompactHints, CompactHintsError, HintSet, NodePositions, NumaMask, ProviderHints, TopologyHint,
 };
 
 use crate::policy::NumaInfo;
@@ -59,7 +64,7 @@ pub enum MergeError {
         /// Resource name.
         resource: String,
         /// What is wrong with the set.
-        source: CompactHintsError,
+        source: Box<CompactHintsError>,
     },
     /// Hints naming nodes outside the machine.
     #[error("provider {provider:?} returned hints for resource {resource:?} naming NUMA node(s) {nodes}, which this machine does not have (its nodes: {machine})")]
@@ -124,7 +129,7 @@ pub fn validate(numa: &NumaInfo, providers: &[(&str, &ProviderHints)]) -> Result
                 c.validate().map_err(|source| MergeError::InvalidCompact {
                     provider: name.to_string(),
                     resource: resource.clone(),
-                    source,
+                    source: Box::new(source),
                 })?;
             }
             let bad = set.nodes_named().and_not(machine);
@@ -141,154 +146,211 @@ pub fn validate(numa: &NumaInfo, providers: &[(&str, &ProviderHints)]) -> Result
     Ok(())
 }
 
-/// One resource's hints after the kubelet's filtering.
-#[derive(Debug, Clone)]
-enum List<'a> {
-    Explicit(Cow<'a, [TopologyHint]>),
-    Compact(&'a CompactHints),
+/// A hint over node *positions* (see [`NodePositions`]): `affinity` is a
+/// 64-bit mask of the machine's present nodes, `None` for "any".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Hint {
+    affinity: Option<u64>,
+    preferred: bool,
 }
 
-const ANY_PREFERRED: &[TopologyHint] = &[TopologyHint {
+/// One resource's hints after the kubelet's filtering, over node positions.
+#[derive(Debug, Clone)]
+enum List {
+    Explicit(Vec<Hint>),
+    /// Intervals `[minimal, bound]` and the preferred width.
+    Compact(Vec<(u64, u64)>, u32),
+}
+
+const ANY_PREFERRED: Hint = Hint {
     affinity: None,
     preferred: true,
-}];
-const NONE_POSSIBLE: &[TopologyHint] = &[TopologyHint {
+};
+const NONE_POSSIBLE: Hint = Hint {
     affinity: None,
     preferred: false,
-}];
+};
+
+fn width(m: u64) -> u32 {
+    m.count_ones()
+}
+
+fn is_subset(a: u64, b: u64) -> bool {
+    a & !b == 0
+}
 
 /// The kubelet's `filterProvidersHints`: no map or an empty map -> one
 /// "any, preferred"; a resource with no preference -> "any, preferred";
-/// a resource with no possible placement -> "any, not preferred".
-fn filter_providers<'a>(providers: &[&'a ProviderHints]) -> Vec<List<'a>> {
+/// a resource with no possible placement -> "any, not preferred". Masks are
+/// turned into node positions on the way.
+fn filter_providers(providers: &[&ProviderHints], pos: &NodePositions) -> Vec<List> {
     let mut lists = Vec::new();
     for hints in providers {
         match hints {
             Some(map) if !map.is_empty() => {
                 for set in map.values() {
                     lists.push(match set {
-                        None => List::Explicit(Cow::Borrowed(ANY_PREFERRED)),
+                        None => List::Explicit(vec![ANY_PREFERRED]),
                         Some(HintSet::Explicit(v)) if v.is_empty() => {
-                            List::Explicit(Cow::Borrowed(NONE_POSSIBLE))
+                            List::Explicit(vec![NONE_POSSIBLE])
                         }
-                        Some(HintSet::Explicit(v)) => List::Explicit(Cow::Borrowed(v)),
+                        Some(HintSet::Explicit(v)) => List::Explicit(
+                            v.iter()
+                                .map(|h| Hint {
+                                    affinity: h.affinity.map(|m| pos.to_positions(m)),
+                                    preferred: h.preferred,
+                                })
+                                .collect(),
+                        ),
                         Some(HintSet::Compact(c)) if c.minimal.is_empty() => {
-                            List::Explicit(Cow::Borrowed(NONE_POSSIBLE))
+                            List::Explicit(vec![NONE_POSSIBLE])
                         }
-                        Some(HintSet::Compact(c)) => List::Compact(c),
+                        Some(HintSet::Compact(c)) => compact_list(c, pos),
                     });
                 }
             }
-            _ => lists.push(List::Explicit(Cow::Borrowed(ANY_PREFERRED))),
+            _ => lists.push(List::Explicit(vec![ANY_PREFERRED])),
         }
     }
     lists
 }
 
+/// A compact set's intervals over node positions.
+fn compact_list(c: &CompactHints, pos: &NodePositions) -> List {
+    List::Compact(
+        c.intervals()
+            .map(|(lo, hi)| (pos.to_positions(lo), pos.to_positions(hi)))
+            .collect(),
+        c.preferred_width,
+    )
+}
+
+fn compact_contains(intervals: &[(u64, u64)], m: u64) -> bool {
+    intervals
+        .iter()
+        .any(|&(lo, hi)| is_subset(lo, m) && is_subset(m, hi))
+}
+
+/// The smallest width of a compact list's hints (an empty minimal mask
+/// stands for width 1).
+fn compact_min_width(intervals: &[(u64, u64)]) -> Option<u32> {
+    intervals.iter().map(|&(lo, _)| width(lo).max(1)).min()
+}
+
 /// single-numa-node's filter: keep "any, preferred" and preferred single-node hints.
-fn filter_single_numa<'a>(lists: Vec<List<'a>>, numa: &NumaInfo) -> Vec<List<'a>> {
+fn filter_single_numa(lists: Vec<List>, machine: u64) -> Vec<List> {
     lists
         .into_iter()
         .map(|l| {
-            let kept: Vec<TopologyHint> = match &l {
+            let kept: Vec<Hint> = match &l {
                 List::Explicit(v) => v
                     .iter()
-                    .filter(|h| h.preferred && h.affinity.is_none_or(|m| m.count() == 1))
+                    .filter(|h| h.preferred && h.affinity.is_none_or(|m| width(m) == 1))
                     .copied()
                     .collect(),
-                List::Compact(c) if c.preferred_width == 1 => numa
-                    .nodes()
-                    .iter()
-                    .filter_map(|&n| NumaMask::single(n).ok())
-                    .filter(|&m| c.contains(m))
-                    .map(|m| TopologyHint::new(m, true))
+                List::Compact(intervals, 1) => (0..64)
+                    .map(|p| 1u64 << p)
+                    .filter(|&m| m & machine != 0 && compact_contains(intervals, m))
+                    .map(|m| Hint {
+                        affinity: Some(m),
+                        preferred: true,
+                    })
                     .collect(),
-                List::Compact(_) => Vec::new(),
+                List::Compact(..) => Vec::new(),
             };
-            List::Explicit(Cow::Owned(kept))
+            List::Explicit(kept)
         })
         .collect()
 }
 
 /// The kubelet's `maxOfMinAffinityCounts`.
-fn best_non_preferred_count(lists: &[List<'_>]) -> u32 {
+fn best_non_preferred_count(lists: &[List]) -> u32 {
     lists
         .iter()
         .filter_map(|l| match l {
-            List::Explicit(v) => v.iter().filter_map(|h| h.affinity).map(|m| m.count()).min(),
-            List::Compact(c) => c.min_width(),
+            List::Explicit(v) => v.iter().filter_map(|h| h.affinity).map(width).min(),
+            List::Compact(intervals, _) => compact_min_width(intervals),
         })
         .max()
         .unwrap_or(0)
 }
 
 /// The comparator: fewer nodes first; then (prefer-closest) smaller average
-/// distance; then the smaller 64-bit value.
+/// distance; then the smaller numeric value (of the position mask, which
+/// orders like the node-id mask).
 struct Ranker<'a> {
     numa: &'a NumaInfo,
     closest: bool,
 }
 
 impl Ranker<'_> {
-    fn better(&self, a: NumaMask, b: NumaMask) -> bool {
-        if a.count() != b.count() {
-            return a.count() < b.count();
+    fn better(&self, a: u64, b: u64) -> bool {
+        if width(a) != width(b) {
+            return width(a) < width(b);
         }
         if self.closest {
-            if let (Some(da), Some(db)) =
-                (self.numa.average_distance(a), self.numa.average_distance(b))
-            {
+            let pos = self.numa.positions();
+            if let (Some(da), Some(db)) = (
+                self.numa.average_distance(pos.to_mask(a)),
+                self.numa.average_distance(pos.to_mask(b)),
+            ) {
                 if da != db {
                     return da < db;
                 }
             }
         }
-        a.bits() < b.bits()
+        a < b
     }
 
-    fn offer(&self, best: &mut Option<NumaMask>, m: NumaMask) {
-        if m.count() > 0 && best.is_none_or(|b| self.better(m, b)) {
+    fn offer(&self, best: &mut Option<u64>, m: u64) {
+        if m != 0 && best.is_none_or(|b| self.better(m, b)) {
             *best = Some(m);
         }
     }
 
-    /// The best mask of width `width` with `lo <= M <= hi`.
-    fn best_in_interval(&self, lo: NumaMask, hi: NumaMask, width: u32) -> Option<NumaMask> {
-        let (nlo, nhi) = (lo.count(), hi.count());
-        if width < nlo || width > nhi || !lo.is_subset_of(hi) {
+    /// The best mask of width `w` with `lo <= M <= hi`.
+    fn best_in_interval(&self, lo: u64, hi: u64, w: u32) -> Option<u64> {
+        let (nlo, nhi) = (width(lo), width(hi));
+        if w < nlo || w > nhi || !is_subset(lo, hi) {
             return None;
         }
-        let free = hi.and_not(lo);
-        let extra = width - nlo;
-        if !self.closest || !self.numa.has_distances() || extra == 0 || extra == free.count() {
-            // Lowest extra ids give the smallest value; without distances
-            // (or with nothing to choose) that is also the best.
-            let add = free
-                .iter()
-                .take(extra as usize)
-                .fold(NumaMask::EMPTY, |m, n| m.or(NumaMask::from_bits(1u64 << n)));
-            return Some(lo.or(add));
+        let free = hi & !lo;
+        let extra = w - nlo;
+        if !self.closest || !self.numa.has_distances() || extra == 0 || extra == width(free) {
+            // Lowest extra positions give the smallest value; without
+            // distances (or with nothing to choose) that is also the best.
+            let mut add = 0u64;
+            let mut rest = free;
+            for _ in 0..extra {
+                let low = rest & rest.wrapping_neg();
+                add |= low;
+                rest &= !low;
+            }
+            return Some(lo | add);
         }
         let mut best = None;
-        for_each_combination(free, extra, &mut |add| self.offer(&mut best, lo.or(add)));
+        for_each_combination(free, extra, &mut |add| self.offer(&mut best, lo | add));
         best
     }
 }
 
-/// Calls `f` on every subset of `pool` with exactly `k` nodes.
-fn for_each_combination(pool: NumaMask, k: u32, f: &mut impl FnMut(NumaMask)) {
-    fn rec(nodes: &[u32], k: usize, acc: u64, f: &mut impl FnMut(NumaMask)) {
+/// Calls `f` on every subset of `pool` with exactly `k` positions.
+fn for_each_combination(pool: u64, k: u32, f: &mut impl FnMut(u64)) {
+    fn rec(bits: &[u64], k: usize, acc: u64, f: &mut impl FnMut(u64)) {
         if k == 0 {
-            f(NumaMask::from_bits(acc));
+            f(acc);
             return;
         }
-        for i in 0..=nodes.len() - k {
-            rec(&nodes[i + 1..], k - 1, acc | (1u64 << nodes[i]), f);
+        for i in 0..=bits.len() - k {
+            rec(&bits[i + 1..], k - 1, acc | bits[i], f);
         }
     }
-    let nodes = pool.nodes();
-    if k as usize <= nodes.len() {
-        rec(&nodes, k as usize, 0, f);
+    let bits: Vec<u64> = (0..64)
+        .map(|p| 1u64 << p)
+        .filter(|b| pool & b != 0)
+        .collect();
+    if k as usize <= bits.len() {
+        rec(&bits, k as usize, 0, f);
     }
 }
 
@@ -299,11 +361,11 @@ struct PreferredIndex {
 }
 
 impl PreferredIndex {
-    fn of(hints: &[TopologyHint]) -> Self {
+    fn of(hints: &[Hint]) -> Self {
         let mut masks: Vec<u64> = hints
             .iter()
             .filter(|h| h.preferred)
-            .filter_map(|h| h.affinity.map(NumaMask::bits))
+            .filter_map(|h| h.affinity)
             .collect();
         masks.sort_unstable();
         masks.dedup();
@@ -312,27 +374,26 @@ impl PreferredIndex {
             masks,
         }
     }
-    fn offers(&self, m: NumaMask) -> bool {
-        self.any || self.masks.binary_search(&m.bits()).is_ok()
+    fn offers(&self, m: u64) -> bool {
+        self.any || self.masks.binary_search(&m).is_ok()
     }
 }
 
 /// Fact 1: the best mask that every list offers as preferred.
-fn best_preferred(lists: &[List<'_>], numa: &NumaInfo, ranker: &Ranker<'_>) -> Option<NumaMask> {
-    let machine = numa.default_mask();
+fn best_preferred(lists: &[List], machine: u64, ranker: &Ranker<'_>) -> Option<u64> {
     let mut explicit = Vec::new();
-    let mut compact = Vec::new();
+    let mut compact: Vec<(&[(u64, u64)], u32)> = Vec::new();
     for l in lists {
         match l {
             List::Explicit(v) => explicit.push(PreferredIndex::of(v)),
-            List::Compact(c) => compact.push(*c),
+            List::Compact(intervals, w) => compact.push((intervals, *w)),
         }
     }
-    let offered_by_all = |m: NumaMask| {
+    let offered_by_all = |m: u64| {
         explicit.iter().all(|e| e.offers(m))
             && compact
                 .iter()
-                .all(|c| m.count() == c.preferred_width && c.contains(m))
+                .all(|(intervals, w)| width(m) == *w && compact_contains(intervals, m))
     };
     let mut best = None;
     if compact.is_empty() && explicit.iter().all(|e| e.any) {
@@ -346,7 +407,6 @@ fn best_preferred(lists: &[List<'_>], numa: &NumaInfo, ranker: &Ranker<'_>) -> O
     {
         // That list must pick one of its own preferred masks.
         for &m in &strict.masks {
-            let m = NumaMask::from_bits(m);
             if offered_by_all(m) {
                 ranker.offer(&mut best, m);
             }
@@ -356,35 +416,32 @@ fn best_preferred(lists: &[List<'_>], numa: &NumaInfo, ranker: &Ranker<'_>) -> O
     // Every explicit list can pick "any": candidates come from any list.
     for e in &explicit {
         for &m in &e.masks {
-            let m = NumaMask::from_bits(m);
             if offered_by_all(m) {
                 ranker.offer(&mut best, m);
             }
         }
     }
-    if let Some(first) = compact.first() {
-        let width = first.preferred_width;
-        if compact.iter().all(|c| c.preferred_width == width) {
+    if let Some(&(_, w)) = compact.first() {
+        if compact.iter().all(|&(_, cw)| cw == w) {
             // One interval per compact list: the union `U` of their minimal
             // masks and the intersection `V` of their bounds (and the
-            // machine). Every width-`width` mask between `U` and `V` is
-            // offered by all of them, and every mask they all offer is one.
-            let mut meets: HashSet<(u64, u64)> = HashSet::from([(0, machine.bits())]);
-            for c in &compact {
+            // machine). Every width-`w` mask between `U` and `V` is offered
+            // by all of them, and every mask they all offer is one.
+            let mut meets: HashSet<(u64, u64)> = HashSet::from([(0, machine)]);
+            for (intervals, _) in &compact {
                 let mut next = HashSet::new();
                 for &(u, v) in &meets {
-                    for (a, w) in c.intervals() {
-                        let (u, v) = (NumaMask::from_bits(u).or(a), NumaMask::from_bits(v).and(w));
-                        if u.count() <= width && v.count() >= width && u.is_subset_of(v) {
-                            next.insert((u.bits(), v.bits()));
+                    for &(a, b) in intervals.iter() {
+                        let (u, v) = (u | a, v & b);
+                        if width(u) <= w && width(v) >= w && is_subset(u, v) {
+                            next.insert((u, v));
                         }
                     }
                 }
                 meets = next;
             }
             for (u, v) in meets {
-                let (u, v) = (NumaMask::from_bits(u), NumaMask::from_bits(v));
-                if let Some(m) = ranker.best_in_interval(u, v, width) {
+                if let Some(m) = ranker.best_in_interval(u, v, w) {
                     ranker.offer(&mut best, m);
                 }
             }
@@ -394,24 +451,24 @@ fn best_preferred(lists: &[List<'_>], numa: &NumaInfo, ranker: &Ranker<'_>) -> O
 }
 
 /// Reachable merged masks, as lattice intervals `[lo, hi]`.
-fn reachable_intervals(lists: &[List<'_>], machine: NumaMask) -> Vec<(NumaMask, NumaMask)> {
-    let mut cur: HashSet<(u64, u64)> = HashSet::from([(machine.bits(), machine.bits())]);
+fn reachable_intervals(lists: &[List], machine: u64) -> Vec<(u64, u64)> {
+    let mut cur: HashSet<(u64, u64)> = HashSet::from([(machine, machine)]);
     for l in lists {
         let mut next = HashSet::new();
         for &(lo, hi) in &cur {
             match l {
                 List::Explicit(v) => {
-                    for h in v.iter() {
-                        let x = h.affinity.map_or(machine.bits(), NumaMask::bits);
+                    for h in v {
+                        let x = h.affinity.unwrap_or(machine);
                         if hi & x != 0 {
                             next.insert((lo & x, hi & x));
                         }
                     }
                 }
-                List::Compact(c) => {
-                    for (a, u) in c.intervals() {
-                        if hi & u.bits() != 0 {
-                            next.insert((lo & a.bits(), hi & u.bits()));
+                List::Compact(intervals, _) => {
+                    for &(a, u) in intervals {
+                        if hi & u != 0 {
+                            next.insert((lo & a, hi & u));
                         }
                     }
                 }
@@ -419,51 +476,42 @@ fn reachable_intervals(lists: &[List<'_>], machine: NumaMask) -> Vec<(NumaMask, 
         }
         cur = next;
     }
-    cur.into_iter()
-        .map(|(lo, hi)| (NumaMask::from_bits(lo), NumaMask::from_bits(hi)))
-        .collect()
+    cur.into_iter().collect()
 }
 
 /// Reachable merged masks when every list is explicit: a dense bitset over
-/// small node ids, a hash set otherwise.
-fn reachable_points(lists: &[&[TopologyHint]], machine: NumaMask) -> Vec<NumaMask> {
+/// the low positions, a hash set otherwise.
+fn reachable_points(lists: &[&[Hint]], machine: u64) -> Vec<u64> {
     let options: Vec<Vec<u64>> = lists
         .iter()
         .map(|v| {
-            let mut o: Vec<u64> = v
-                .iter()
-                .map(|h| h.affinity.map_or(machine.bits(), NumaMask::bits))
-                .collect();
+            let mut o: Vec<u64> = v.iter().map(|h| h.affinity.unwrap_or(machine)).collect();
             o.sort_unstable();
             o.dedup();
             o
         })
         .collect();
-    let span = 64 - machine.bits().leading_zeros();
+    let span = 64 - machine.leading_zeros();
     if span <= 16 {
         let size = 1usize << span;
-        let mut cur = vec![false; size];
-        cur[machine.bits() as usize] = true;
-        let mut members = vec![machine.bits()];
+        let mut members = vec![machine];
         for opts in &options {
-            let mut next = vec![false; size];
+            let mut seen = vec![false; size];
             let mut next_members = Vec::new();
             for &r in &members {
                 for &x in opts {
                     let m = r & x;
-                    if m != 0 && !next[m as usize] {
-                        next[m as usize] = true;
+                    if m != 0 && !seen[m as usize] {
+                        seen[m as usize] = true;
                         next_members.push(m);
                     }
                 }
             }
-            cur = next;
             members = next_members;
         }
-        let _ = cur;
-        members.into_iter().map(NumaMask::from_bits).collect()
+        members
     } else {
-        let mut cur: HashSet<u64> = HashSet::from([machine.bits()]);
+        let mut cur: HashSet<u64> = HashSet::from([machine]);
         for opts in &options {
             let mut next = HashSet::new();
             for &r in &cur {
@@ -475,25 +523,28 @@ fn reachable_points(lists: &[&[TopologyHint]], machine: NumaMask) -> Vec<NumaMas
             }
             cur = next;
         }
-        cur.into_iter().map(NumaMask::from_bits).collect()
+        cur.into_iter().collect()
     }
 }
 
 /// Fact 2: the non-preferred answer from the set of reachable masks.
 fn best_non_preferred(
-    intervals: &[(NumaMask, NumaMask)],
+    intervals: &[(u64, u64)],
     b: u32,
     ranker: &Ranker<'_>,
-) -> Option<(NumaMask, MergeRule)> {
-    // Width exactly B.
-    if b > 0 {
+) -> Option<(u64, MergeRule)> {
+    let best_of_width = |w: u32| {
         let mut best = None;
         for &(lo, hi) in intervals {
-            if let Some(m) = ranker.best_in_interval(lo, hi, b) {
+            if let Some(m) = ranker.best_in_interval(lo, hi, w) {
                 ranker.offer(&mut best, m);
             }
         }
-        if let Some(m) = best {
+        best
+    };
+    // Width exactly B.
+    if b > 0 {
+        if let Some(m) = best_of_width(b) {
             return Some((m, MergeRule::NonPreferredAtBestCount));
         }
     }
@@ -501,35 +552,22 @@ fn best_non_preferred(
     let narrower = intervals
         .iter()
         .filter_map(|&(lo, hi)| {
-            let w = hi.count().min(b.checked_sub(1)?);
-            (w >= lo.count().max(1)).then_some(w)
+            let w = width(hi).min(b.checked_sub(1)?);
+            (w >= width(lo).max(1)).then_some(w)
         })
         .max();
     if let Some(w) = narrower {
-        let mut best = None;
-        for &(lo, hi) in intervals {
-            if let Some(m) = ranker.best_in_interval(lo, hi, w) {
-                ranker.offer(&mut best, m);
-            }
-        }
-        return best.map(|m| (m, MergeRule::NonPreferredNarrower));
+        return best_of_width(w).map(|m| (m, MergeRule::NonPreferredNarrower));
     }
     // Wider than B: the narrowest reachable width, then the best of it.
     let wider = intervals
         .iter()
         .filter_map(|&(lo, hi)| {
-            let w = lo.count().max(b + 1).max(1);
-            (w <= hi.count()).then_some(w)
+            let w = width(lo).max(b + 1).max(1);
+            (w <= width(hi)).then_some(w)
         })
         .min();
-    let w = wider?;
-    let mut best = None;
-    for &(lo, hi) in intervals {
-        if let Some(m) = ranker.best_in_interval(lo, hi, w) {
-            ranker.offer(&mut best, m);
-        }
-    }
-    best.map(|m| (m, MergeRule::NonPreferredWider))
+    best_of_width(wider?).map(|m| (m, MergeRule::NonPreferredWider))
 }
 
 /// Merge the providers' hints into the kubelet's merged hint.
@@ -537,33 +575,34 @@ fn best_non_preferred(
 /// Callers must have run [`validate`]; masks outside the machine are not
 /// expected here (they would be AND-ed away as the kubelet does).
 pub fn merge(numa: &NumaInfo, providers: &[&ProviderHints], mode: MergeMode) -> MergeOutcome {
-    let machine = numa.default_mask();
-    let mut lists = filter_providers(providers);
+    let pos = numa.positions();
+    let machine = pos.all();
+    let mut lists = filter_providers(providers, pos);
     if mode.single_numa_node {
-        lists = filter_single_numa(lists, numa);
+        lists = filter_single_numa(lists, machine);
     }
     let b = best_non_preferred_count(&lists);
     let ranker = Ranker {
         numa,
         closest: mode.prefer_closest,
     };
-    let outcome = |hint, rule| MergeOutcome {
-        hint,
+    let outcome = |mask: u64, preferred, rule| MergeOutcome {
+        hint: TopologyHint::new(pos.to_mask(mask), preferred),
         best_non_preferred_count: b,
         lists: lists.len(),
         rule,
     };
-    if let Some(m) = best_preferred(&lists, numa, &ranker) {
-        return outcome(TopologyHint::new(m, true), MergeRule::Preferred);
+    if let Some(m) = best_preferred(&lists, machine, &ranker) {
+        return outcome(m, true, MergeRule::Preferred);
     }
-    let explicit: Vec<&[TopologyHint]> = lists
+    let explicit: Vec<&[Hint]> = lists
         .iter()
         .filter_map(|l| match l {
-            List::Explicit(v) => Some(v.as_ref()),
-            List::Compact(_) => None,
+            List::Explicit(v) => Some(v.as_slice()),
+            List::Compact(..) => None,
         })
         .collect();
-    let intervals: Vec<(NumaMask, NumaMask)> = if explicit.len() == lists.len() {
+    let intervals: Vec<(u64, u64)> = if explicit.len() == lists.len() {
         reachable_points(&explicit, machine)
             .into_iter()
             .map(|m| (m, m))
@@ -572,13 +611,14 @@ pub fn merge(numa: &NumaInfo, providers: &[&ProviderHints], mode: MergeMode) -> 
         reachable_intervals(&lists, machine)
     };
     match best_non_preferred(&intervals, b, &ranker) {
-        Some((m, rule)) => outcome(TopologyHint::new(m, false), rule),
-        None => outcome(TopologyHint::new(machine, false), MergeRule::NoCandidate),
+        Some((m, rule)) => outcome(m, false, rule),
+        None => outcome(machine, false, MergeRule::NoCandidate),
     }
 }
 
 /// The kubelet's own algorithm: enumerate every permutation and fold the
-/// candidates through `HintMerger.compare`, in the kubelet's order.
+/// candidates through `HintMerger.compare`, in the kubelet's order, on full
+/// [`NumaMask`]s (no node positions).
 ///
 /// Its cost is the product of the list lengths: it exists as the reference
 /// that [`merge`] is tested against and as the baseline of the benchmark.
@@ -589,13 +629,25 @@ pub fn cross_product_merge(
     mode: MergeMode,
 ) -> TopologyHint {
     let machine = numa.default_mask();
-    let mut lists: Vec<Vec<TopologyHint>> = filter_providers(providers)
-        .into_iter()
-        .map(|l| match l {
-            List::Explicit(v) => v.into_owned(),
-            List::Compact(c) => c.expand(numa.nodes()),
-        })
-        .collect();
+    let nodes = numa.positions().ids();
+    let mut lists: Vec<Vec<TopologyHint>> = Vec::new();
+    for hints in providers {
+        match hints {
+            Some(map) if !map.is_empty() => {
+                for set in map.values() {
+                    lists.push(match set {
+                        None => vec![TopologyHint::ANY],
+                        Some(set) if set.is_unsatisfiable() => vec![TopologyHint {
+                            affinity: None,
+                            preferred: false,
+                        }],
+                        Some(set) => set.to_explicit(nodes),
+                    });
+                }
+            }
+            _ => lists.push(vec![TopologyHint::ANY]),
+        }
+    }
     if mode.single_numa_node {
         lists = lists
             .into_iter()
@@ -611,16 +663,25 @@ pub fn cross_product_merge(
         .filter_map(|v| v.iter().filter_map(|h| h.affinity).map(|m| m.count()).min())
         .max()
         .unwrap_or(0);
-    let ranker = Ranker {
-        numa,
-        closest: mode.prefer_closest,
+    let better = |a: NumaMask, c: NumaMask| {
+        if a.count() != c.count() {
+            return a.count() < c.count();
+        }
+        if mode.prefer_closest {
+            if let (Some(da), Some(dc)) = (numa.average_distance(a), numa.average_distance(c)) {
+                if da != dc {
+                    return da < dc;
+                }
+            }
+        }
+        a.is_less_than(c)
     };
     let fitter = |cur: TopologyHint, cand: TopologyHint| {
         let (a, c) = (
             cur.affinity.unwrap_or_default(),
             cand.affinity.unwrap_or_default(),
         );
-        if a == c || !ranker.better(c, a) {
+        if a == c || !better(c, a) {
             cur
         } else {
             cand
@@ -778,13 +839,29 @@ mod tests {
 
     fn random_case(rng: &mut Rng) -> (NumaInfo, Vec<ProviderHints>, MergeMode) {
         let n = 1 + rng.below(4) as u32;
-        // Occasionally sparse node ids.
-        let nodes: Vec<u32> = if rng.below(4) == 0 {
-            (0..n).map(|i| i * 2).collect()
-        } else {
-            (0..n).collect()
+        // Occasionally sparse node ids, below 64 or anywhere up to 255
+        // (POWER9's GPU memory nodes are 250-255).
+        let nodes: Vec<u32> = match rng.below(6) {
+            0 => (0..n).map(|i| i * 2).collect(),
+            1 => {
+                let mut ids: Vec<u32> = Vec::new();
+                while ids.len() < n as usize {
+                    let id = if rng.below(2) == 0 {
+                        rng.below(256) as u32
+                    } else {
+                        250 + rng.below(6) as u32
+                    };
+                    if !ids.contains(&id) {
+                        ids.push(id);
+                    }
+                }
+                ids.sort_unstable();
+                ids
+            }
+            2 => (0..n).map(|i| 64 + i * 3).collect(),
+            _ => (0..n).collect(),
         };
-        let full = nodes.iter().fold(0u64, |a, &x| a | (1 << x));
+        let full = NumaMask::from_nodes(nodes.iter().copied()).unwrap();
         let distances = (rng.below(2) == 0).then(|| {
             nodes
                 .iter()
@@ -800,9 +877,9 @@ mod tests {
         });
         let numa = NumaInfo::new(nodes.clone(), distances).unwrap();
         let random_mask = |rng: &mut Rng| loop {
-            let m = rng.next() & full;
-            if m != 0 || rng.below(10) == 0 {
-                return NumaMask::from_bits(m);
+            let m = subset(full, rng.next());
+            if !m.is_empty() || rng.below(10) == 0 {
+                return m;
             }
         };
         let providers = (0..rng.below(4))
@@ -842,9 +919,18 @@ mod tests {
     /// A random valid compact set over the nodes `full`: half the time
     /// without bounds, else each bound the minimal mask itself, a random
     /// superset of it, or every node.
+    /// The nodes of `full` at the positions set in `bits`.
+    fn subset(full: NumaMask, bits: u64) -> NumaMask {
+        full.iter()
+            .enumerate()
+            .filter(|(i, _)| bits >> i & 1 == 1)
+            .map(|(_, n)| n)
+            .collect()
+    }
+
     fn random_compact(
         rng: &mut Rng,
-        full: u64,
+        full: NumaMask,
         random_mask: &dyn Fn(&mut Rng) -> NumaMask,
     ) -> CompactHints {
         let minimal: Vec<NumaMask> = (0..rng.below(3)).map(|_| random_mask(rng)).collect();
@@ -857,10 +943,10 @@ mod tests {
                     let u = match rng.below(3) {
                         0 => a,
                         1 => a.or(random_mask(rng)),
-                        _ => NumaMask::from_bits(full),
+                        _ => full,
                     };
                     if u.is_empty() {
-                        NumaMask::from_bits(full)
+                        full
                     } else {
                         u
                     }
@@ -890,17 +976,24 @@ mod tests {
 
     #[test]
     fn compact_equals_explicit_expansion_on_eight_nodes() {
-        let numa = NumaInfo::new((0..8).collect(), None).unwrap();
+        for ids in [
+            (0..8).collect::<Vec<u32>>(),
+            vec![0, 3, 64, 100, 200, 250, 254, 255],
+        ] {
+            compact_equals_explicit_expansion_on(ids);
+        }
+    }
+
+    fn compact_equals_explicit_expansion_on(ids: Vec<u32>) {
+        let numa = NumaInfo::new(ids, None).unwrap();
+        let full = numa.default_mask();
+        let nodes = numa.positions().ids().to_vec();
         let mut rng = Rng(42);
         for _ in 0..300 {
             let compact: Vec<ProviderHints> = (0..1 + rng.below(3))
                 .map(|i| {
                     let minimal: Vec<NumaMask> = (0..1 + rng.below(3))
-                        .map(|_| {
-                            NumaMask::from_bits(
-                                1 << rng.below(8) | (rng.next() & rng.next() & 0xff),
-                            )
-                        })
+                        .map(|_| subset(full, 1 << rng.below(8) | (rng.next() & rng.next())))
                         .collect();
                     let within = if rng.below(2) == 0 {
                         Vec::new()
@@ -909,8 +1002,8 @@ mod tests {
                             .iter()
                             .map(|a| match rng.below(3) {
                                 0 => *a,
-                                1 => a.or(NumaMask::from_bits(rng.next() & 0xff)),
-                                _ => NumaMask::from_bits(0xff),
+                                1 => a.or(subset(full, rng.next())),
+                                _ => full,
                             })
                             .collect()
                     };
@@ -932,7 +1025,7 @@ mod tests {
                         map.iter()
                             .map(|(k, v)| match v {
                                 Some(HintSet::Compact(c)) => {
-                                    (k.clone(), Some(HintSet::Explicit(c.expand(numa.nodes()))))
+                                    (k.clone(), Some(HintSet::Explicit(c.expand(&nodes))))
                                 }
                                 other => (k.clone(), other.clone()),
                             })

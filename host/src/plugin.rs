@@ -19,8 +19,8 @@ use topomgr_sdk::abi_stable::library::{lib_header_from_path, LibraryError};
 use topomgr_sdk::abi_stable::std_types::RStr;
 use topomgr_sdk::ffi::{self, FfiInit, ProviderHandle, ProviderModRef};
 use topomgr_sdk::{
-    Allocation, ContainerView, Machine, PodView, ProviderError, ProviderHints, TopologyHint,
-    SDK_ABI_VERSION, SDK_VERSION,
+    Allocation, ContainerView, Inventory, Machine, PodView, PreferredAllocationRequest,
+    ProviderError, ProviderHints, TopologyHint, SDK_ABI_VERSION, SDK_VERSION,
 };
 
 use crate::config::{is_path, HostConfig, ProviderEntry};
@@ -166,6 +166,17 @@ impl HintProvider for LoadedProvider {
     fn restore(&mut self, data: &[u8]) -> Result<(), ProviderError> {
         self.handle.restore(data)
     }
+
+    fn preferred_allocation(
+        &mut self,
+        request: &PreferredAllocationRequest,
+    ) -> Result<Vec<String>, ProviderError> {
+        self.handle.preferred_allocation(request)
+    }
+
+    fn inventory(&mut self) -> Result<Inventory, ProviderError> {
+        self.handle.inventory()
+    }
 }
 
 /// Where bare library names are looked up: the config's `plugin_dirs`, then
@@ -248,6 +259,23 @@ pub fn load_provider(
     machine: &Machine,
     state_dir: &Path,
 ) -> Result<LoadedProvider, PluginError> {
+    let machine_json = serde_json::to_value(machine).map_err(|e| PluginError::Machine {
+        provider: name.to_owned(),
+        reason: e.to_string(),
+    })?;
+    load_provider_from_json(name, entry, search_dirs, &machine_json, state_dir)
+}
+
+/// [`load_provider`] with the machine description already in its JSON form
+/// (the form plugins receive: a recorded `topomgr topology` output, or one
+/// from a host with more discovery fields, which plugins ignore).
+pub fn load_provider_from_json(
+    name: &str,
+    entry: &ProviderEntry,
+    search_dirs: &[PathBuf],
+    machine_json: &serde_json::Value,
+    state_dir: &Path,
+) -> Result<LoadedProvider, PluginError> {
     let found = resolve_library(name, &entry.library, search_dirs)?;
     let path = found.canonicalize().map_err(|e| PluginError::Open {
         provider: name.to_owned(),
@@ -268,16 +296,9 @@ pub fn load_provider(
             what: format!("SDK ABI version {plugin_abi}, the host speaks {SDK_ABI_VERSION}"),
         });
     }
-    let machine_json = serde_json::to_string(machine).map_err(|e| PluginError::Machine {
-        provider: name.to_owned(),
-        reason: e.to_string(),
-    })?;
     let provider_state = state_dir.join("providers").join(name);
     let init = FfiInit {
-        name: name.into(),
-        machine_json: machine_json.into(),
-        config_json: entry.config.to_string().into(),
-        state_dir: provider_state.to_string_lossy().as_ref().into(),
+        init_json: ffi::init_json(name, machine_json, &entry.config, &provider_state).into(),
         log: host_log,
         log_max_level: host_max_level(),
     };

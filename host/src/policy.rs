@@ -29,7 +29,9 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
-use topomgr_sdk::{NumaMask, ProviderHints, TopologyHint, MAX_NUMA_NODES};
+use topomgr_sdk::{
+    parse_go_bool, NodePositions, NumaMask, NumaNodeId, ProviderHints, TopologyHint, MAX_NUMA_NODES,
+};
 
 use crate::merge::{self, MergeError, MergeOutcome};
 
@@ -191,15 +193,6 @@ impl Default for PolicyOptions {
     }
 }
 
-/// Go's `strconv.ParseBool`, which the kubelet uses for boolean options.
-fn parse_go_bool(s: &str) -> Option<bool> {
-    match s {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
-    }
-}
-
 impl PolicyOptions {
     /// Validate options the way the kubelet does (names, booleans, integers,
     /// the floor of 8), checked in name order.
@@ -240,6 +233,7 @@ impl PolicyOptions {
 pub struct NumaInfo {
     nodes: Vec<u32>,
     mask: NumaMask,
+    positions: NodePositions,
     /// `distances[i][j]`: distance from `nodes[i]` to `nodes[j]`.
     distances: Option<Vec<Vec<u64>>>,
 }
@@ -250,14 +244,16 @@ impl NumaInfo {
     pub fn new(nodes: Vec<u32>, distances: Option<Vec<Vec<u64>>>) -> Result<Self, PolicyError> {
         let mut mask = NumaMask::EMPTY;
         for &n in &nodes {
-            let bit = NumaMask::single(n).map_err(|e| PolicyError::InvalidNuma(e.to_string()))?;
-            if !mask.and(bit).is_empty() {
+            let id = NumaNodeId::new(n).map_err(|e| PolicyError::InvalidNuma(e.to_string()))?;
+            if mask.is_set(id) {
                 return Err(PolicyError::InvalidNuma(format!(
                     "NUMA node {n} is listed twice"
                 )));
             }
-            mask = mask.or(bit);
+            mask.insert(id);
         }
+        let positions =
+            NodePositions::new(mask).map_err(|e| PolicyError::InvalidNuma(e.to_string()))?;
         if let Some(rows) = &distances {
             if rows.len() != nodes.len() {
                 return Err(PolicyError::InvalidNuma(format!(
@@ -280,6 +276,7 @@ impl NumaInfo {
         Ok(NumaInfo {
             nodes,
             mask,
+            positions,
             distances,
         })
     }
@@ -298,7 +295,7 @@ impl NumaInfo {
                 .map(|n| nodes.iter().map(|id| u64::from(n.distances[id])).collect())
                 .collect()
         });
-        NumaInfo::new(nodes, distances)
+        NumaInfo::new(nodes.into_iter().map(u32::from).collect(), distances)
     }
 
     /// True when a distance table is known.
@@ -316,8 +313,13 @@ impl NumaInfo {
         self.mask
     }
 
-    fn position(&self, node: u32) -> Option<usize> {
-        self.nodes.iter().position(|&n| n == node)
+    /// The nodes' positions, for 64-bit masks over the present nodes.
+    pub fn positions(&self) -> &NodePositions {
+        &self.positions
+    }
+
+    fn position(&self, node: NumaNodeId) -> Option<usize> {
+        self.nodes.iter().position(|&n| node == n)
     }
 
     /// Average distance over all ordered pairs of nodes in `mask` (self pairs
@@ -906,7 +908,7 @@ mod tests {
         let m = NumaMask::from_nodes([0, 4]).unwrap();
         assert_eq!(numa.average_distance(m), Some(15.5));
         assert_eq!(
-            numa.average_distance(NumaMask::single(4).unwrap()),
+            numa.average_distance(NumaMask::single(NumaNodeId::from(4))),
             Some(10.0)
         );
     }

@@ -4,7 +4,10 @@
 //! can be tested with in-process fakes; [`crate::plugin`] implements it for
 //! providers loaded from `.so` files.
 
-use topomgr_sdk::{Allocation, ContainerView, PodView, ProviderError, ProviderHints, TopologyHint};
+use topomgr_sdk::{
+    Allocation, ContainerView, Inventory, PodView, PreferredAllocationRequest, ProviderError,
+    ProviderHints, TopologyHint,
+};
 
 /// One hint provider as the host drives it.
 pub trait HintProvider: Send {
@@ -31,4 +34,20 @@ pub trait HintProvider: Send {
     fn checkpoint(&self) -> Result<Vec<u8>, ProviderError>;
     /// Restore the provider's state.
     fn restore(&mut self, data: &[u8]) -> Result<(), ProviderError>;
+    /// The device plugins' `GetPreferredAllocation` (see
+    /// [`topomgr_sdk::Provider::preferred_allocation`]). The default, for
+    /// in-process fakes, has no preference; wrappers must forward it.
+    fn preferred_allocation(
+        &mut self,
+        request: &PreferredAllocationRequest,
+    ) -> Result<Vec<String>, ProviderError> {
+        let _ = request;
+        Ok(Vec::new())
+    }
+    /// What the provider owns per NUMA node and how much is free (see
+    /// [`topomgr_sdk::Provider::inventory`]). The default, for in-process
+    /// fakes, owns nothing; wrappers must forward it.
+    fn inventory(&mut self) -> Result<Inventory, ProviderError> {
+        Ok(Inventory::default())
+    }
 }

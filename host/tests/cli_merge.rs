@@ -214,8 +214,8 @@ fn bad_input_exits_2_with_one_line() {
             "topomgr: error: invalid merge input: provider \"providers[0]\" returned hints for resource \"cpu\" naming NUMA node(s) 7, which this machine does not have (its nodes: 0-1)",
         ),
         (
-            r#"{"numa_nodes": [0, 64], "policy": "restricted", "providers": []}"#,
-            "topomgr: error: invalid merge input: invalid NUMA information: NUMA node id 64 is out of range: topomgr supports node ids 0-63 (64 NUMA nodes at most)",
+            r#"{"numa_nodes": [0, 256], "policy": "restricted", "providers": []}"#,
+            "topomgr: error: invalid merge input: invalid NUMA information: NUMA node id 256 is out of range: topomgr supports node ids 0-255",
         ),
         (
             r#"{"numa_nodes": [0, 1], "distances": {"0": [10, 20]}, "policy": "restricted", "providers": []}"#,

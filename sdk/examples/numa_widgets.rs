@@ -1,19 +1,16 @@
-//! `numa_widgets`: a complete example device provider for topomgr.
+//! `numa_widgets`: a complete example device provider for topomgr, built on
+//! the SDK's device toolkit.
 //!
-//! It manages a made-up device, `example.com/widget`, of which every NUMA node
-//! has `widgets_per_node`, and answers like the kubelet's Device Manager:
+//! It manages a made-up device, `example.com/widget`, of which every NUMA
+//! node has `widgets_per_node` (ids `widget-<node>-<i>`). The toolkit
+//! answers hints, allocation, init-container reuse, release, checkpoints and
+//! the inventory exactly as the kubelet's Device Manager; the provider only
+//! lists its widgets and adds two hooks:
 //!
-//! * no request for the resource: no preference (`None`) for it;
-//! * a request of `k` widgets: every NUMA mask (kubelet order) whose *free*
-//!   widgets number at least `k`, preferred when the mask's width equals the
-//!   smallest width whose *total* widgets reach `k`;
-//! * nothing fits: an empty list (the request cannot be aligned);
-//! * more than 8 NUMA nodes: the same hints in compact form.
-//!
-//! Allocation takes free widgets from the hinted nodes first (ascending node,
-//! then index), then from the others, and returns ids `widget-<node>-<i>`,
-//! the env variable `WIDGET_DEVICES=<comma list>` and the widgets' nodes as
-//! `mems`. State is checkpointed as JSON.
+//! * `preferred_allocation` (the device plugins' `GetPreferredAllocation`):
+//!   the required widgets first, then widgets of the nodes with the most
+//!   candidates, so an allocation spans as few nodes as possible;
+//! * `environment`: `WIDGET_DEVICES=<comma-separated ids>`.
 //!
 //! Config (`[providers.widgets.config]`):
 //!
@@ -28,20 +25,14 @@
 //! is all a vendor's crate needs: `crate-type = ["cdylib"]` and a dependency
 //! on `topomgr-sdk`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-use serde::{Deserialize, Serialize};
-use topomgr_sdk::{
-    for_each_mask_in_kubelet_order, Allocation, CompactHints, ContainerView, HintSet, NumaMask,
-    PodView, Provider, ProviderContext, ProviderError, ProviderHints, TopologyHint,
-};
+use serde::Deserialize;
+use topomgr_sdk::devices::{Device, DeviceHooks, DevicePlugin, Devices};
+use topomgr_sdk::{ProviderContext, ProviderError};
 
 /// The largest `widgets_per_node` accepted.
 const MAX_WIDGETS_PER_NODE: u32 = 1024;
-/// Machines with more NUMA nodes than this get compact hints.
-const EXPLICIT_HINT_MAX_NODES: usize = 8;
-/// The most minimal masks a compact answer may hold.
-const MAX_MINIMAL_MASKS: usize = 65_536;
 
 /// The provider's config table.
 #[derive(Debug, Deserialize)]
@@ -56,338 +47,95 @@ fn default_resource() -> String {
     "example.com/widget".to_owned()
 }
 
-/// One container's widgets, as checkpointed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Assignment {
-    pod_uid: String,
-    container: String,
-    widgets: Vec<String>,
-}
+/// The widget plugin: everything else is the toolkit's.
+pub struct NumaWidgets;
 
-/// The checkpoint format.
-#[derive(Debug, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Checkpoint {
-    assignments: Vec<Assignment>,
-}
-
-/// The widget provider.
-pub struct NumaWidgets {
-    resource: String,
-    per_node: u32,
-    nodes: Vec<u32>,
-    /// Widgets in use, as `(node, index)`.
-    used: BTreeSet<(u32, u32)>,
-    /// `(pod uid, container)` -> widgets.
-    assignments: BTreeMap<(String, String), Vec<(u32, u32)>>,
-}
-
-fn widget_id((node, i): (u32, u32)) -> String {
-    format!("widget-{node}-{i}")
-}
-
-impl NumaWidgets {
-    fn free_on(&self, node: u32) -> u32 {
-        let used = self.used.range((node, 0)..=(node, u32::MAX)).count() as u32;
-        self.per_node.saturating_sub(used)
-    }
-
-    fn parse_widget(&self, id: &str) -> Result<(u32, u32), ProviderError> {
-        let bad = || {
-            ProviderError::new(
-                "InvalidCheckpoint",
-                format!(
-                    "widget id {id:?} is not `widget-<node>-<index>` with a node of this machine \
-                     ({:?}) and an index below widgets_per_node ({})",
-                    self.nodes, self.per_node
-                ),
-            )
-        };
-        let rest = id.strip_prefix("widget-").ok_or_else(bad)?;
-        let (n, i) = rest.split_once('-').ok_or_else(bad)?;
-        let n: u32 = n.parse().map_err(|_| bad())?;
-        let i: u32 = i.parse().map_err(|_| bad())?;
-        if !self.nodes.contains(&n) || i >= self.per_node {
-            return Err(bad());
-        }
-        Ok((n, i))
-    }
-
-    /// Hints for a request of `k` widgets, counting `extra` (widgets already
-    /// held by the container being re-admitted) as free.
-    fn hints_for(&self, k: u64, extra: &[(u32, u32)]) -> Result<ProviderHints, ProviderError> {
-        let mut map = BTreeMap::new();
-        if k == 0 {
-            map.insert(self.resource.clone(), None);
-            return Ok(Some(map));
-        }
-        let free = |n: u32| -> u64 {
-            u64::from(self.free_on(n)) + extra.iter().filter(|(en, _)| *en == n).count() as u64
-        };
-        // The narrowest width whose total widgets reach k (kubelet: the
-        // machine's node count when even all nodes are not enough).
-        let per_node = u64::from(self.per_node);
-        let n_nodes = self.nodes.len() as u64;
-        let min_width = k.div_ceil(per_node.max(1)).min(n_nodes) as u32;
-        let set = if self.nodes.len() <= EXPLICIT_HINT_MAX_NODES {
-            let mut hints = Vec::new();
-            for_each_mask_in_kubelet_order(&self.nodes, |mask| {
-                let avail: u64 = mask.iter().map(free).sum();
-                if avail >= k {
-                    hints.push(TopologyHint::new(mask, mask.count() == min_width));
-                }
-            });
-            HintSet::Explicit(hints)
-        } else {
-            let with_free: Vec<(u32, u64)> = self
-                .nodes
-                .iter()
-                .map(|&n| (n, free(n)))
-                .filter(|&(_, f)| f > 0)
-                .collect();
-            let mut minimal = Vec::new();
-            minimal_masks(&with_free, k, 0, NumaMask::EMPTY, 0, &mut minimal)?;
-            if minimal.is_empty() {
-                HintSet::Explicit(Vec::new())
-            } else {
-                HintSet::Compact(CompactHints {
-                    minimal,
-                    within: Vec::new(),
-                    preferred_width: min_width,
-                })
-            }
-        };
-        map.insert(self.resource.clone(), Some(set));
-        Ok(Some(map))
-    }
-}
-
-/// Collects every minimal set of nodes (from `nodes[start..]`, added to
-/// `acc`) whose free widgets reach `k`: sets where dropping any node falls short.
-fn minimal_masks(
-    nodes: &[(u32, u64)],
-    k: u64,
-    start: usize,
-    acc: NumaMask,
-    sum: u64,
-    out: &mut Vec<NumaMask>,
-) -> Result<(), ProviderError> {
-    for i in start..nodes.len() {
-        let (node, free) = nodes[i];
-        let mask = acc.or(NumaMask::from_bits(1u64 << node));
-        let total = sum + free;
-        if total >= k {
-            // Minimal iff removing the node with the fewest free widgets falls short.
-            let smallest = nodes
-                .iter()
-                .filter(|(n, _)| mask.is_set(*n))
-                .map(|&(_, f)| f)
-                .min()
-                .unwrap_or(0);
-            if total - smallest < k {
-                out.push(mask);
-                if out.len() > MAX_MINIMAL_MASKS {
-                    return Err(ProviderError::admission(format!(
-                        "more than {MAX_MINIMAL_MASKS} minimal NUMA combinations satisfy a request \
-                         of {k} widgets; request fewer widgets per container"
-                    )));
-                }
-            }
-        } else {
-            minimal_masks(nodes, k, i + 1, mask, total, out)?;
-        }
-    }
-    Ok(())
-}
-
-impl Provider for NumaWidgets {
-    fn new(ctx: &ProviderContext<'_>) -> Result<Self, ProviderError> {
-        let cfg: Config = ctx
-            .config
-            .parse()
-            .map_err(|e| ProviderError::config(format!("numa_widgets config: {}", e.message)))?;
+impl DevicePlugin for NumaWidgets {
+    fn new(ctx: &ProviderContext<'_>) -> Result<(Self, Devices), ProviderError> {
+        let cfg: Config = ctx.config.parse()?;
         if cfg.widgets_per_node == 0 || cfg.widgets_per_node > MAX_WIDGETS_PER_NODE {
             return Err(ProviderError::config(format!(
-                "numa_widgets config: widgets_per_node = {} is out of range; \
-                 set it to a value from 1 to {MAX_WIDGETS_PER_NODE}",
+                "widgets_per_node = {} is out of range; set it to a value from 1 to \
+                 {MAX_WIDGETS_PER_NODE}",
                 cfg.widgets_per_node
             )));
         }
         if cfg.resource.is_empty() {
             return Err(ProviderError::config(
-                "numa_widgets config: resource is empty; set it to a name like \"example.com/widget\"",
+                "resource is empty; set it to a name like \"example.com/widget\"",
             ));
         }
-        tracing::info!(
-            resource = %cfg.resource,
-            widgets_per_node = cfg.widgets_per_node,
-            nodes = ctx.machine.numa_nodes.len(),
-            "numa_widgets ready"
-        );
-        Ok(NumaWidgets {
-            resource: cfg.resource,
-            per_node: cfg.widgets_per_node,
-            nodes: ctx.machine.numa_ids(),
-            used: BTreeSet::new(),
-            assignments: BTreeMap::new(),
-        })
-    }
-
-    fn topology_hints(
-        &mut self,
-        pod: &PodView,
-        container: &ContainerView,
-    ) -> Result<ProviderHints, ProviderError> {
-        let k = container.request(&self.resource);
-        let held = self
-            .assignments
-            .get(&(pod.uid.clone(), container.name.clone()))
-            .cloned()
-            .unwrap_or_default();
-        self.hints_for(k, &held)
-    }
-
-    fn pod_topology_hints(&mut self, pod: &PodView) -> Result<ProviderHints, ProviderError> {
-        let k = pod.effective_request(&self.resource);
-        let held: Vec<(u32, u32)> = self
-            .assignments
-            .iter()
-            .filter(|((uid, _), _)| *uid == pod.uid)
-            .flat_map(|(_, w)| w.iter().copied())
+        let widgets = ctx
+            .machine
+            .numa_ids()
+            .into_iter()
+            .flat_map(|node| {
+                (0..cfg.widgets_per_node)
+                    .map(move |i| Device::new(format!("widget-{node}-{i}"), Some(node)))
+            })
             .collect();
-        self.hints_for(k, &held)
-    }
-
-    fn allocate(
-        &mut self,
-        pod: &PodView,
-        container: &ContainerView,
-        hint: &TopologyHint,
-    ) -> Result<Allocation, ProviderError> {
-        let k = container.request(&self.resource);
-        let key = (pod.uid.clone(), container.name.clone());
-        let chosen = if let Some(held) = self.assignments.get(&key) {
-            held.clone()
-        } else {
-            if k == 0 {
-                return Ok(Allocation::default());
-            }
-            let preferred = hint.affinity.unwrap_or(NumaMask::EMPTY);
-            let order = self
-                .nodes
-                .iter()
-                .filter(|n| preferred.is_set(**n))
-                .chain(self.nodes.iter().filter(|n| !preferred.is_set(**n)));
-            let mut chosen = Vec::new();
-            'pick: for &n in order {
-                for i in 0..self.per_node {
-                    if chosen.len() as u64 == k {
-                        break 'pick;
-                    }
-                    if !self.used.contains(&(n, i)) {
-                        chosen.push((n, i));
-                    }
-                }
-            }
-            if (chosen.len() as u64) < k {
-                return Err(ProviderError::admission(format!(
-                    "container {:?} of pod {}/{} requests {k} {} but only {} are free",
-                    container.name,
-                    pod.namespace,
-                    pod.name,
-                    self.resource,
-                    chosen.len()
-                )));
-            }
-            self.used.extend(chosen.iter().copied());
-            self.assignments.insert(key, chosen.clone());
-            chosen
-        };
-        let ids: Vec<String> = chosen.iter().copied().map(widget_id).collect();
-        let mems = chosen.iter().fold(NumaMask::EMPTY, |m, (n, _)| {
-            m.or(NumaMask::from_bits(1u64 << n))
-        });
-        tracing::debug!(pod = %pod.uid, container = %container.name, widgets = %ids.join(","), "allocated");
-        let mut alloc = Allocation {
-            mems,
-            ..Allocation::default()
-        };
-        alloc.env.insert("WIDGET_DEVICES".to_owned(), ids.join(","));
-        alloc.devices.insert(self.resource.clone(), ids);
-        Ok(alloc)
-    }
-
-    fn release(&mut self, pod_uid: &str, container: &str) -> Result<(), ProviderError> {
-        if let Some(w) = self
-            .assignments
-            .remove(&(pod_uid.to_owned(), container.to_owned()))
-        {
-            for x in w {
-                self.used.remove(&x);
-            }
-        }
-        Ok(())
-    }
-
-    fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
-        let cp = Checkpoint {
-            assignments: self
-                .assignments
-                .iter()
-                .map(|((uid, c), w)| Assignment {
-                    pod_uid: uid.clone(),
-                    container: c.clone(),
-                    widgets: w.iter().copied().map(widget_id).collect(),
-                })
-                .collect(),
-        };
-        serde_json::to_vec(&cp)
-            .map_err(|e| ProviderError::new("CheckpointError", format!("encoding widgets: {e}")))
-    }
-
-    fn restore(&mut self, data: &[u8]) -> Result<(), ProviderError> {
-        let cp: Checkpoint = serde_json::from_slice(data).map_err(|e| {
-            ProviderError::new("InvalidCheckpoint", format!("numa_widgets checkpoint: {e}"))
-        })?;
-        let mut used = BTreeSet::new();
-        let mut assignments = BTreeMap::new();
-        for a in cp.assignments {
-            let mut w = Vec::with_capacity(a.widgets.len());
-            for id in &a.widgets {
-                let x = self.parse_widget(id)?;
-                if !used.insert(x) {
-                    return Err(ProviderError::new(
-                        "InvalidCheckpoint",
-                        format!("widget {id:?} is assigned twice in the checkpoint"),
-                    ));
-                }
-                w.push(x);
-            }
-            assignments.insert((a.pod_uid, a.container), w);
-        }
-        self.used = used;
-        self.assignments = assignments;
-        Ok(())
+        tracing::info!(resource = %cfg.resource, widgets_per_node = cfg.widgets_per_node,
+            nodes = ctx.machine.numa_nodes.len(), "numa_widgets ready");
+        Ok((NumaWidgets, Devices::new().resource(cfg.resource, widgets)))
     }
 }
 
-topomgr_sdk::export_provider!(NumaWidgets);
+impl DeviceHooks for NumaWidgets {
+    fn preferred_allocation(
+        &mut self,
+        _resource: &str,
+        available: &[&Device],
+        must_include: &[&Device],
+        size: usize,
+    ) -> Result<Vec<String>, ProviderError> {
+        let mut per_node: BTreeMap<_, usize> = BTreeMap::new();
+        for d in available {
+            *per_node.entry(d.numa).or_default() += 1;
+        }
+        let mut rest: Vec<&&Device> = available
+            .iter()
+            .filter(|d| !must_include.iter().any(|m| m.id == d.id))
+            .collect();
+        // Fullest node first; the provider's order within a node.
+        rest.sort_by_key(|d| std::cmp::Reverse(per_node[&d.numa]));
+        Ok(must_include
+            .iter()
+            .chain(rest)
+            .take(size)
+            .map(|d| d.id.clone())
+            .collect())
+    }
+
+    fn environment(
+        &self,
+        _resource: &str,
+        devices: &[&Device],
+    ) -> Result<BTreeMap<String, String>, ProviderError> {
+        let ids: Vec<&str> = devices.iter().map(|d| d.id.as_str()).collect();
+        Ok(BTreeMap::from([(
+            "WIDGET_DEVICES".to_owned(),
+            ids.join(","),
+        )]))
+    }
+}
+
+topomgr_sdk::export_device_plugin!(NumaWidgets);
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
-    use topomgr_sdk::testkit;
+    use topomgr_sdk::{testkit, HintSet, PreferredAllocationRequest};
 
     const W: &str = "example.com/widget";
 
-    fn provider(nodes: u32, per_node: u32) -> NumaWidgets {
+    fn provider(nodes: u32, per_node: u32) -> testkit::Loaded {
         let m = testkit::machine(nodes, 2);
-        match testkit::new_provider::<NumaWidgets>(&m, json!({ "widgets_per_node": per_node })) {
-            Ok(p) => p,
-            Err(e) => panic!("provider: {e}"),
-        }
+        testkit::load::<topomgr_sdk::devices::DeviceProvider<NumaWidgets>>(
+            &m,
+            json!({ "widgets_per_node": per_node }),
+        )
+        .unwrap_or_else(|e| panic!("provider: {e}"))
     }
 
     #[test]
@@ -404,20 +152,18 @@ mod tests {
         testkit::assert_hints(&h, W, &[0, 1], Some(&[]));
         let none = testkit::guaranteed_pod("d", &[("cpu", 1000)]);
         let h = p.topology_hints(&none, &none.containers[0]).unwrap();
-        assert_eq!(h, Some(BTreeMap::from([(W.to_owned(), None)])));
+        assert_eq!(h, Some(BTreeMap::new()));
     }
 
     #[test]
     fn allocation_follows_hint_and_shrinks_free_set() {
         let mut p = provider(2, 2);
         let pod = testkit::guaranteed_pod("a", &[(W, 1)]);
-        let hint = TopologyHint::new(NumaMask::from_bits(0b10), true);
-        let a = p.allocate(&pod, &pod.containers[0], &hint).unwrap();
-        assert_eq!(
-            a.env.get("WIDGET_DEVICES").map(String::as_str),
-            Some("widget-1-0")
-        );
-        assert_eq!(a.mems.to_string(), "1");
+        let a = p
+            .allocate(&pod, &pod.containers[0], &testkit::hint("1:true"))
+            .unwrap();
+        assert_eq!(a.env["WIDGET_DEVICES"], "widget-1-0");
+        assert!(a.mems.is_empty(), "a device provider sets no mems");
         let pod2 = testkit::guaranteed_pod("b", &[(W, 2)]);
         let h = p.topology_hints(&pod2, &pod2.containers[0]).unwrap();
         // Node 1 has one free widget left: only node 0 and both nodes fit.
@@ -425,13 +171,41 @@ mod tests {
         let cp = p.checkpoint().unwrap();
         assert_eq!(
             String::from_utf8(cp.clone()).unwrap(),
-            r#"{"assignments":[{"pod_uid":"a-uid","container":"app","widgets":["widget-1-0"]}]}"#
+            r#"{"assignments":[{"pod_uid":"a-uid","container":"app","resource":"example.com/widget","devices":["widget-1-0"]}],"reuse":null}"#
         );
         p.release("a-uid", "app").unwrap();
         let h = p.topology_hints(&pod2, &pod2.containers[0]).unwrap();
         testkit::assert_hints(&h, W, &[0, 1], Some(&["0:true", "1:true", "0-1:false"]));
         p.restore(&cp).unwrap();
-        assert_eq!(p.free_on(1), 1);
+        let inv = p.inventory().unwrap();
+        assert_eq!(inv.resources[W].total.available, 3);
+        assert_eq!(inv.resources[W].zones[1].amounts.available, 1);
+    }
+
+    #[test]
+    fn preferred_packs_onto_the_fullest_node() {
+        let mut p = provider(2, 2);
+        let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let req = PreferredAllocationRequest::new(
+            W,
+            ids(&["widget-0-0", "widget-1-0", "widget-1-1"]),
+            ids(&["widget-0-0"]),
+            2,
+        );
+        assert_eq!(
+            p.preferred_allocation(&req).unwrap(),
+            ids(&["widget-0-0", "widget-1-0"])
+        );
+        let req = PreferredAllocationRequest::new(
+            W,
+            ids(&["widget-0-0", "widget-1-0", "widget-1-1"]),
+            vec![],
+            2,
+        );
+        assert_eq!(
+            p.preferred_allocation(&req).unwrap(),
+            ids(&["widget-1-0", "widget-1-1"])
+        );
     }
 
     #[test]
@@ -450,37 +224,43 @@ mod tests {
     #[test]
     fn config_errors_name_the_key() {
         let m = testkit::machine(1, 1);
-        let err = |v| match testkit::new_provider::<NumaWidgets>(&m, v) {
-            Ok(_) => panic!("config accepted"),
-            Err(e) => e.to_string(),
-        };
+        let err =
+            |v| match testkit::load::<topomgr_sdk::devices::DeviceProvider<NumaWidgets>>(&m, v) {
+                Ok(_) => panic!("config accepted"),
+                Err(e) => e.to_string(),
+            };
         assert_eq!(
             err(json!({})),
-            "InvalidConfig: numa_widgets config: missing field `widgets_per_node`"
+            "InvalidConfig: missing field `widgets_per_node`"
         );
         assert_eq!(
             err(json!({"widgets_per_node": 1, "colour": "red"})),
-            "InvalidConfig: numa_widgets config: unknown field `colour`, expected `widgets_per_node` or `resource`"
+            "InvalidConfig: unknown field `colour`, expected `widgets_per_node` or `resource`"
+        );
+        assert_eq!(
+            err(json!({"widgets_per_node": "two"})),
+            "InvalidConfig: widgets_per_node: invalid type: string \"two\", expected u32"
         );
         assert_eq!(
             err(json!({"widgets_per_node": 0})),
-            "InvalidConfig: numa_widgets config: widgets_per_node = 0 is out of range; set it to a value from 1 to 1024"
+            "InvalidConfig: widgets_per_node = 0 is out of range; set it to a value from 1 to 1024"
         );
     }
 
     #[test]
-    fn restore_rejects_unknown_widget_and_keeps_state() {
+    fn restore_rejects_a_widget_held_twice_and_keeps_state() {
         let mut p = provider(2, 2);
         let err = p
             .restore(
-                br#"{"assignments":[{"pod_uid":"u","container":"c","widgets":["widget-7-0"]}]}"#,
+                br#"{"assignments":[
+                    {"pod_uid":"u","container":"c","resource":"example.com/widget","devices":["widget-0-0"]},
+                    {"pod_uid":"v","container":"c","resource":"example.com/widget","devices":["widget-0-0"]}]}"#,
             )
             .unwrap_err();
         assert_eq!(
             err.message,
-            "widget id \"widget-7-0\" is not `widget-<node>-<index>` with a node of this machine ([0, 1]) \
-             and an index below widgets_per_node (2)"
+            "device \"widget-0-0\" of example.com/widget is held by pods u and v"
         );
-        assert!(p.assignments.is_empty());
+        assert_eq!(p.inventory().unwrap().resources[W].total.available, 4);
     }
 }

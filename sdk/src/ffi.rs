@@ -1,36 +1,50 @@
 //! The stable binary interface between the host and a provider plugin.
 //!
 //! This is the only module of the SDK that uses `abi_stable` types. Vendors
-//! never touch it: [`export_provider!`](crate::export_provider) builds the
-//! root module from a safe [`Provider`], and the host's loader converts back
-//! to the SDK's ordinary types.
+//! never touch it (it is hidden from the documentation):
+//! [`export_provider!`](crate::export_provider) builds the root module from a
+//! safe [`Provider`], and the host's loader converts back to the SDK's
+//! ordinary types through [`ProviderHandle`].
 //!
-//! # What crosses the boundary, and why
+//! # What crosses the boundary, and how
 //!
-//! * Per-call data (pods, containers, hints, allocations, errors) crosses as
-//!   `#[repr(C)]` structs of abi_stable R-types (`RString`, `RVec`,
-//!   `ROption`, `RResult`). A NUMA mask is one `u64` and a hint is a 16-byte
-//!   plain struct, so a provider answering all 255 masks of an 8-node machine
-//!   costs one `RVec` allocation and a memcpy-sized conversion — well under a
-//!   microsecond — where JSON would cost tens of microseconds per answer.
-//!   abi_stable checks the layout of every one of these types at load time, so
-//!   a plugin whose data shapes differ from the host's is refused instead of
-//!   misreading memory.
-//! * Data that crosses once, at construction (the [`Machine`] and the
-//!   provider's config table), crosses as JSON text: the machine description
-//!   is large, nested and grows with discovery, and the config table is JSON
-//!   to begin with. Its shape is covered by [`SDK_ABI_VERSION`].
-//! * CPU sets cross as Linux list strings (`"0-3,8"`): short, and the host
-//!   re-validates them with [`CpuSet::parse`].
+//! The *binary* interface is frozen for an SDK minor series (all `0.2.x`):
+//! the root module [`ProviderMod`] (`sdk_abi_version` + `new`), the provider
+//! object's method table [`FfiProvider`] and every `#[repr(C)]` type below.
+//! abi_stable checks all of it at load; [`SDK_ABI_VERSION`] names it.
+//!
+//! * **Typed, fixed shapes** where speed matters and the shape is the
+//!   kubelet's own: hints ([`FfiHint`]: a 256-bit mask, "any", preferred;
+//!   [`FfiHintSet`]: explicit list or compact intervals) cross as plain
+//!   structs, so a provider answering all 255 masks of an 8-node machine
+//!   costs one vector copy. The merged hint handed to `allocate` is an
+//!   [`FfiHint`] too. Errors are [`FfiError`] (reason, message), checkpoints
+//!   bytes.
+//! * **JSON** for everything that may grow: the constructor's input (the
+//!   [`Machine`], the config table, the state directory, the provider name:
+//!   one object), the pod and container of every call, the [`Allocation`] a
+//!   plugin returns, and the requests and answers of named calls. Readers on
+//!   both sides ignore fields they do not know, and every field added after
+//!   `0.2.0` has a default, so a patch release may add fields in either
+//!   direction without breaking a plugin or a host built before it.
+//! * **Named calls** ([`FfiProvider::call`]: a method name and a JSON
+//!   request, answering JSON, or `None` for a method the plugin does not
+//!   know) are how provider methods are added without changing the method
+//!   table: a host calls a new method by name, a plugin built before the
+//!   method existed answers `None`, and the host uses the method's documented
+//!   default. `0.2.0` has two: [`METHOD_PREFERRED_ALLOCATION`] and
+//!   [`METHOD_INVENTORY`].
+//! * CPU sets inside JSON are Linux list strings (`"0-3,8"`), which the host
+//!   re-validates.
 //!
 //! # Versioning
 //!
 //! At load, abi_stable compares the SDK crate version the plugin was built
-//! with against the host's (for `0.MINOR.PATCH` the minors must be equal) and
-//! the full layout of [`ProviderMod`] and everything reachable from it. The
-//! host then compares [`ProviderMod::sdk_abi_version`] with its own
-//! [`SDK_ABI_VERSION`], which is bumped whenever the meaning of data changes
-//! without its layout changing (for example the JSON shape of [`Machine`]).
+//! with against the host's (the plugin's `0.MINOR` must not be older than
+//! the host's) and the full layout of [`ProviderMod`] and everything
+//! reachable from it. The host then compares [`ProviderMod::sdk_abi_version`]
+//! with its own [`SDK_ABI_VERSION`], which changes exactly when the binary
+//! interface above changes (with a new minor version).
 
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -40,26 +54,41 @@ use abi_stable::library::RootModule;
 use abi_stable::sabi_types::VersionStrings;
 use abi_stable::std_types::{RBox, ROption, RResult, RSlice, RStr, RString, RVec};
 use abi_stable::{package_version_strings, sabi_trait, StableAbi};
+use serde::{Deserialize, Serialize};
 
 use crate::{
-    Allocation, CompactHints, ContainerView, CpuSet, HintSet, Machine, NumaMask, PodView, Provider,
-    ProviderConfig, ProviderContext, ProviderError, ProviderHints, QosClass, TopologyHint,
+    Allocation, CompactHints, ContainerView, HintSet, Inventory, Machine, NumaMask, PodView,
+    PreferredAllocationRequest, Provider, ProviderConfig, ProviderContext, ProviderError,
+    ProviderHints, TopologyHint,
 };
 
-/// Version of the meaning of the data exchanged with plugins. A host refuses
-/// a plugin whose root module reports a different value.
-pub const SDK_ABI_VERSION: u32 = 1;
+/// Version of the binary interface exchanged with plugins: a host refuses a
+/// plugin whose root module reports a different value. `1` was SDK 0.1;
+/// `2` is SDK 0.2 (256-bit masks, JSON pods and allocations, named calls).
+pub const SDK_ABI_VERSION: u32 = 2;
 
-/// The version of this SDK crate. abi_stable refuses a plugin whose SDK
-/// version has a different `0.MINOR` than the host's.
+/// The version of this SDK crate.
 pub const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");
 
 /// The `reason` of the error a provider call returns when the provider panicked.
 pub const PANIC_REASON: &str = "ProviderPanic";
 
 /// The `reason` of the error the host reports when a plugin's answer cannot
-/// be converted back (for example an unparsable CPU list).
+/// be converted back (an unparsable allocation, a resource named twice).
 pub const INVALID_OUTPUT_REASON: &str = "InvalidProviderOutput";
+
+/// The `reason` of the error a plugin reports when the host's data does not
+/// parse (a host and plugin that disagree about the interface).
+pub const INVALID_INPUT_REASON: &str = "InvalidHostInput";
+
+/// Named call: [`Provider::preferred_allocation`]. Request: a
+/// [`PreferredAllocationRequest`]; answer: `{"devices": [ids]}`. Default
+/// (a plugin without it): no preference.
+pub const METHOD_PREFERRED_ALLOCATION: &str = "preferred_allocation";
+
+/// Named call: [`Provider::inventory`]. Request: `{}`; answer: an
+/// [`Inventory`]. Default: the provider owns nothing.
+pub const METHOD_INVENTORY: &str = "inventory";
 
 /// An error as it crosses the boundary; see [`ProviderError`].
 #[repr(C)]
@@ -86,12 +115,15 @@ impl From<FfiError> for ProviderError {
     }
 }
 
+/// A [`NumaMask`] as it crosses the boundary: 4 words, node ids 0-63 first.
+pub type FfiMask = [u64; 4];
+
 /// A [`TopologyHint`] as it crosses the boundary.
 #[repr(C)]
 #[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FfiHint {
-    /// The mask's bits; ignored when `any` is true.
-    pub affinity: u64,
+    /// The mask; ignored when `any` is true.
+    pub affinity: FfiMask,
     /// True for the "any NUMA node" hint (`affinity: None`).
     pub any: bool,
     /// Whether the hint is preferred.
@@ -101,7 +133,7 @@ pub struct FfiHint {
 impl From<TopologyHint> for FfiHint {
     fn from(h: TopologyHint) -> Self {
         FfiHint {
-            affinity: h.affinity.map_or(0, NumaMask::bits),
+            affinity: h.affinity.unwrap_or_default().words(),
             any: h.affinity.is_none(),
             preferred: h.preferred,
         }
@@ -114,7 +146,7 @@ impl From<FfiHint> for TopologyHint {
             affinity: if h.any {
                 None
             } else {
-                Some(NumaMask::from_bits(h.affinity))
+                Some(NumaMask::from_words(h.affinity))
             },
             preferred: h.preferred,
         }
@@ -127,13 +159,13 @@ impl From<FfiHint> for TopologyHint {
 pub enum FfiHintSet {
     /// An explicit list of hints.
     Explicit(RVec<FfiHint>),
-    /// The compact form: minimal masks and their bounds (as bits) and the
-    /// preferred width; see [`CompactHints`].
+    /// The compact form: minimal masks, their bounds and the preferred
+    /// width; see [`CompactHints`].
     Compact {
-        /// Minimal masks, as bits.
-        minimal: RVec<u64>,
-        /// Upper bounds, as bits: empty, or one per minimal mask.
-        within: RVec<u64>,
+        /// Minimal masks.
+        minimal: RVec<FfiMask>,
+        /// Upper bounds: empty, or one per minimal mask.
+        within: RVec<FfiMask>,
         /// Width at which a hint is preferred.
         preferred_width: u32,
     },
@@ -146,8 +178,8 @@ impl From<&HintSet> for FfiHintSet {
                 FfiHintSet::Explicit(v.iter().copied().map(FfiHint::from).collect())
             }
             HintSet::Compact(c) => FfiHintSet::Compact {
-                minimal: c.minimal.iter().map(|m| m.bits()).collect(),
-                within: c.within.iter().map(|m| m.bits()).collect(),
+                minimal: c.minimal.iter().map(|m| m.words()).collect(),
+                within: c.within.iter().map(|m| m.words()).collect(),
                 preferred_width: c.preferred_width,
             },
         }
@@ -165,8 +197,8 @@ impl From<FfiHintSet> for HintSet {
                 within,
                 preferred_width,
             } => HintSet::Compact(CompactHints {
-                minimal: minimal.into_iter().map(NumaMask::from_bits).collect(),
-                within: within.into_iter().map(NumaMask::from_bits).collect(),
+                minimal: minimal.into_iter().map(NumaMask::from_words).collect(),
+                within: within.into_iter().map(NumaMask::from_words).collect(),
                 preferred_width,
             }),
         }
@@ -223,248 +255,61 @@ pub fn hints_from_ffi(h: FfiProviderHints) -> Result<ProviderHints, ProviderErro
     }
 }
 
-/// One `resource -> quantity` entry.
-#[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
-pub struct FfiQuantity {
-    /// Resource name.
-    pub name: RString,
-    /// Quantity (CPU in millicores, memory in bytes, others as integers).
-    pub value: u64,
+/// JSON text of `value` (the SDK's types always serialize).
+fn to_json<T: Serialize>(value: &T) -> Result<String, ProviderError> {
+    serde_json::to_string(value)
+        .map_err(|e| ProviderError::new(INVALID_INPUT_REASON, format!("encoding JSON: {e}")))
 }
 
-/// [`QosClass`] as it crosses the boundary.
-#[repr(u8)]
-#[derive(StableAbi, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FfiQos {
-    /// Guaranteed.
-    Guaranteed,
-    /// Burstable.
-    Burstable,
-    /// BestEffort.
-    BestEffort,
-}
-
-/// A [`ContainerView`] as it crosses the boundary.
-#[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
-pub struct FfiContainer {
-    /// Container name.
-    pub name: RString,
-    /// Requests.
-    pub requests: RVec<FfiQuantity>,
-    /// Limits.
-    pub limits: RVec<FfiQuantity>,
-    /// Restartable init container.
-    pub sidecar: bool,
-}
-
-fn quantities_to_ffi(list: &crate::ResourceList) -> RVec<FfiQuantity> {
-    list.iter()
-        .map(|(name, value)| FfiQuantity {
-            name: name.as_str().into(),
-            value: *value,
-        })
-        .collect()
-}
-
-fn quantities_from_ffi(list: &RVec<FfiQuantity>) -> crate::ResourceList {
-    list.iter()
-        .map(|q| (q.name.as_str().to_owned(), q.value))
-        .collect()
-}
-
-impl From<&ContainerView> for FfiContainer {
-    fn from(c: &ContainerView) -> Self {
-        FfiContainer {
-            name: c.name.as_str().into(),
-            requests: quantities_to_ffi(&c.requests),
-            limits: quantities_to_ffi(&c.limits),
-            sidecar: c.sidecar,
-        }
-    }
-}
-
-impl From<&FfiContainer> for ContainerView {
-    fn from(c: &FfiContainer) -> Self {
-        ContainerView {
-            name: c.name.as_str().to_owned(),
-            requests: quantities_from_ffi(&c.requests),
-            limits: quantities_from_ffi(&c.limits),
-            sidecar: c.sidecar,
-        }
-    }
-}
-
-/// A [`PodView`] as it crosses the boundary.
-#[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
-pub struct FfiPod {
-    /// Pod uid.
-    pub uid: RString,
-    /// Pod name.
-    pub name: RString,
-    /// Namespace.
-    pub namespace: RString,
-    /// QoS class.
-    pub qos: FfiQos,
-    /// Init containers, in order.
-    pub init_containers: RVec<FfiContainer>,
-    /// App containers, in order.
-    pub containers: RVec<FfiContainer>,
-}
-
-impl From<&PodView> for FfiPod {
-    fn from(p: &PodView) -> Self {
-        FfiPod {
-            uid: p.uid.as_str().into(),
-            name: p.name.as_str().into(),
-            namespace: p.namespace.as_str().into(),
-            qos: match p.qos {
-                QosClass::Guaranteed => FfiQos::Guaranteed,
-                QosClass::Burstable => FfiQos::Burstable,
-                QosClass::BestEffort => FfiQos::BestEffort,
-            },
-            init_containers: p.init_containers.iter().map(FfiContainer::from).collect(),
-            containers: p.containers.iter().map(FfiContainer::from).collect(),
-        }
-    }
-}
-
-impl From<&FfiPod> for PodView {
-    fn from(p: &FfiPod) -> Self {
-        PodView {
-            uid: p.uid.as_str().to_owned(),
-            name: p.name.as_str().to_owned(),
-            namespace: p.namespace.as_str().to_owned(),
-            qos: match p.qos {
-                FfiQos::Guaranteed => QosClass::Guaranteed,
-                FfiQos::Burstable => QosClass::Burstable,
-                FfiQos::BestEffort => QosClass::BestEffort,
-            },
-            init_containers: p.init_containers.iter().map(ContainerView::from).collect(),
-            containers: p.containers.iter().map(ContainerView::from).collect(),
-        }
-    }
-}
-
-/// One resource's device ids of an allocation.
-#[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
-pub struct FfiDevices {
-    /// Resource name.
-    pub resource: RString,
-    /// Device ids.
-    pub ids: RVec<RString>,
-}
-
-/// One environment variable of an allocation.
-#[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
-pub struct FfiEnv {
-    /// Variable name.
-    pub name: RString,
-    /// Value.
-    pub value: RString,
-}
-
-/// An [`Allocation`] as it crosses the boundary.
-#[repr(C)]
-#[derive(StableAbi, Debug, Clone, PartialEq, Eq)]
-pub struct FfiAllocation {
-    /// CPU set as a Linux list.
-    pub cpus: RString,
-    /// Whether the CPUs are exclusive.
-    pub exclusive: bool,
-    /// Memory nodes, as mask bits.
-    pub mems: u64,
-    /// Devices per resource.
-    pub devices: RVec<FfiDevices>,
-    /// Environment variables.
-    pub env: RVec<FfiEnv>,
-}
-
-impl From<&Allocation> for FfiAllocation {
-    fn from(a: &Allocation) -> Self {
-        FfiAllocation {
-            cpus: a.cpus.to_string().into(),
-            exclusive: a.exclusive,
-            mems: a.mems.bits(),
-            devices: a
-                .devices
-                .iter()
-                .map(|(resource, ids)| FfiDevices {
-                    resource: resource.as_str().into(),
-                    ids: ids.iter().map(|id| RString::from(id.as_str())).collect(),
-                })
-                .collect(),
-            env: a
-                .env
-                .iter()
-                .map(|(name, value)| FfiEnv {
-                    name: name.as_str().into(),
-                    value: value.as_str().into(),
-                })
-                .collect(),
-        }
-    }
-}
-
-/// Converts an allocation back from its boundary form; an unparsable CPU list
-/// is an error (reason [`INVALID_OUTPUT_REASON`]).
-pub fn allocation_from_ffi(a: FfiAllocation) -> Result<Allocation, ProviderError> {
-    let cpus = CpuSet::parse(a.cpus.as_str()).map_err(|e| {
+/// Decodes data the host sent (an error means host and plugin disagree).
+fn from_host<'a, T: Deserialize<'a>>(what: &str, json: &'a str) -> Result<T, ProviderError> {
+    serde_json::from_str(json).map_err(|e| {
         ProviderError::new(
-            INVALID_OUTPUT_REASON,
-            format!(
-                "the provider's allocation has an invalid CPU list `{}`: {e}",
-                a.cpus
-            ),
+            INVALID_INPUT_REASON,
+            format!("the host's {what} does not parse: {e}"),
         )
-    })?;
-    Ok(Allocation {
-        cpus,
-        exclusive: a.exclusive,
-        mems: NumaMask::from_bits(a.mems),
-        devices: a
-            .devices
-            .into_iter()
-            .map(|d| {
-                (
-                    d.resource.into_string(),
-                    d.ids.into_iter().map(RString::into_string).collect(),
-                )
-            })
-            .collect(),
-        env: a
-            .env
-            .into_iter()
-            .map(|e| (e.name.into_string(), e.value.into_string()))
-            .collect(),
     })
 }
 
+/// Decodes data a plugin returned.
+fn from_plugin<'a, T: Deserialize<'a>>(what: &str, json: &'a str) -> Result<T, ProviderError> {
+    serde_json::from_str(json).map_err(|e| {
+        ProviderError::new(
+            INVALID_OUTPUT_REASON,
+            format!("the provider's {what} is invalid: {e}"),
+        )
+    })
+}
+
+/// The answer of [`METHOD_PREFERRED_ALLOCATION`].
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct PreferredAnswer {
+    #[serde(default)]
+    devices: Vec<String>,
+}
+
 /// The provider object behind the boundary. Every method is called by the
-/// host one at a time.
+/// host one at a time. The table is frozen for the SDK minor series; new
+/// methods are [named calls](FfiProvider::call).
 #[sabi_trait]
 pub trait FfiProvider: Send + Sync {
-    /// See [`Provider::topology_hints`].
+    /// See [`Provider::topology_hints`]; `pod` and `container` are JSON.
     fn topology_hints(
         &mut self,
-        pod: &FfiPod,
-        container: &FfiContainer,
+        pod: RStr<'_>,
+        container: RStr<'_>,
     ) -> RResult<FfiProviderHints, FfiError>;
 
-    /// See [`Provider::pod_topology_hints`].
-    fn pod_topology_hints(&mut self, pod: &FfiPod) -> RResult<FfiProviderHints, FfiError>;
+    /// See [`Provider::pod_topology_hints`]; `pod` is JSON.
+    fn pod_topology_hints(&mut self, pod: RStr<'_>) -> RResult<FfiProviderHints, FfiError>;
 
-    /// See [`Provider::allocate`].
+    /// See [`Provider::allocate`]; `pod`, `container` and the answer are JSON.
     fn allocate(
         &mut self,
-        pod: &FfiPod,
-        container: &FfiContainer,
+        pod: RStr<'_>,
+        container: RStr<'_>,
         hint: FfiHint,
-    ) -> RResult<FfiAllocation, FfiError>;
+    ) -> RResult<RString, FfiError>;
 
     /// See [`Provider::release`].
     fn release(&mut self, pod_uid: RStr<'_>, container: RStr<'_>) -> RResult<(), FfiError>;
@@ -473,8 +318,13 @@ pub trait FfiProvider: Send + Sync {
     fn checkpoint(&self) -> RResult<RVec<u8>, FfiError>;
 
     /// See [`Provider::restore`].
-    #[sabi(last_prefix_field)]
     fn restore(&mut self, data: RSlice<'_, u8>) -> RResult<(), FfiError>;
+
+    /// A named call: `method` with a JSON `request`; the JSON answer, or
+    /// `RNone` when the plugin does not know `method` (it was built before
+    /// the method existed).
+    #[sabi(last_prefix_field)]
+    fn call(&mut self, method: RStr<'_>, request: RStr<'_>) -> RResult<ROption<RString>, FfiError>;
 }
 
 /// The boxed provider object a plugin hands to the host.
@@ -484,19 +334,43 @@ pub type FfiProviderBox = FfiProvider_TO<'static, RBox<()>>;
 #[repr(C)]
 #[derive(StableAbi)]
 pub struct FfiInit {
-    /// The provider's name (its `[providers.NAME]` key).
-    pub name: RString,
-    /// The [`Machine`] as JSON.
-    pub machine_json: RString,
-    /// The provider's config table as JSON (`null` when absent).
-    pub config_json: RString,
-    /// The provider's state directory.
-    pub state_dir: RString,
+    /// One JSON object: `name` (the `[providers.NAME]` key), `machine` (the
+    /// [`Machine`]), `config` (the provider's table, `null` when absent) and
+    /// `state_dir`; see [`init_json`].
+    pub init_json: RString,
     /// The host's logging callback: level (1 = error .. 5 = trace), target,
     /// message.
     pub log: extern "C" fn(u8, RStr<'_>, RStr<'_>),
     /// The most verbose level the host records (0 = off, 1 = error .. 5 = trace).
     pub log_max_level: u8,
+}
+
+/// The constructor's input as the plugin reads it (unknown keys ignored).
+#[derive(Deserialize)]
+struct InitRequest {
+    name: String,
+    machine: Machine,
+    #[serde(default)]
+    config: serde_json::Value,
+    state_dir: String,
+}
+
+/// The JSON object of [`FfiInit::init_json`]. `machine` is a [`Machine`] in
+/// JSON form (a host may add fields to it: plugins ignore what they do not
+/// know).
+pub fn init_json(
+    name: &str,
+    machine: &serde_json::Value,
+    config: &serde_json::Value,
+    state_dir: &Path,
+) -> String {
+    serde_json::json!({
+        "name": name,
+        "machine": machine,
+        "config": config,
+        "state_dir": state_dir.to_string_lossy(),
+    })
+    .to_string()
 }
 
 /// The plugin's root module.
@@ -518,6 +392,10 @@ impl RootModule for ProviderModRef {
     const NAME: &'static str = "topomgr_provider";
     const VERSION_STRINGS: VersionStrings = package_version_strings!();
 }
+
+/// A log callback that drops everything (for in-process constructions,
+/// whose events already reach the caller's own subscriber).
+pub extern "C" fn discard_log(_level: u8, _target: RStr<'_>, _message: RStr<'_>) {}
 
 /// Encodes a level for [`FfiInit::log`]: 1 = error, 2 = warn, 3 = info,
 /// 4 = debug, 5 = trace.
@@ -576,24 +454,38 @@ struct Adapter<P: Provider> {
     inner: P,
 }
 
+impl<P: Provider> Adapter<P> {
+    fn named_call(&mut self, method: &str, request: &str) -> Result<Option<String>, ProviderError> {
+        match method {
+            METHOD_PREFERRED_ALLOCATION => {
+                let req: PreferredAllocationRequest = from_host("request", request)?;
+                let devices = self.inner.preferred_allocation(&req)?;
+                to_json(&PreferredAnswer { devices }).map(Some)
+            }
+            METHOD_INVENTORY => to_json(&self.inner.inventory()?).map(Some),
+            _ => Ok(None),
+        }
+    }
+}
+
 impl<P: Provider> FfiProvider for Adapter<P> {
     fn topology_hints(
         &mut self,
-        pod: &FfiPod,
-        container: &FfiContainer,
+        pod: RStr<'_>,
+        container: RStr<'_>,
     ) -> RResult<FfiProviderHints, FfiError> {
         guarded("topology_hints", || {
-            let pod = PodView::from(pod);
-            let container = ContainerView::from(container);
+            let pod: PodView = from_host("pod", pod.as_str())?;
+            let container: ContainerView = from_host("container", container.as_str())?;
             self.inner
                 .topology_hints(&pod, &container)
                 .map(|h| hints_to_ffi(&h))
         })
     }
 
-    fn pod_topology_hints(&mut self, pod: &FfiPod) -> RResult<FfiProviderHints, FfiError> {
+    fn pod_topology_hints(&mut self, pod: RStr<'_>) -> RResult<FfiProviderHints, FfiError> {
         guarded("pod_topology_hints", || {
-            let pod = PodView::from(pod);
+            let pod: PodView = from_host("pod", pod.as_str())?;
             self.inner
                 .pod_topology_hints(&pod)
                 .map(|h| hints_to_ffi(&h))
@@ -602,16 +494,17 @@ impl<P: Provider> FfiProvider for Adapter<P> {
 
     fn allocate(
         &mut self,
-        pod: &FfiPod,
-        container: &FfiContainer,
+        pod: RStr<'_>,
+        container: RStr<'_>,
         hint: FfiHint,
-    ) -> RResult<FfiAllocation, FfiError> {
+    ) -> RResult<RString, FfiError> {
         guarded("allocate", || {
-            let pod = PodView::from(pod);
-            let container = ContainerView::from(container);
-            self.inner
-                .allocate(&pod, &container, &TopologyHint::from(hint))
-                .map(|a| FfiAllocation::from(&a))
+            let pod: PodView = from_host("pod", pod.as_str())?;
+            let container: ContainerView = from_host("container", container.as_str())?;
+            let a = self
+                .inner
+                .allocate(&pod, &container, &TopologyHint::from(hint))?;
+            to_json(&a).map(RString::from)
         })
     }
 
@@ -628,6 +521,13 @@ impl<P: Provider> FfiProvider for Adapter<P> {
     fn restore(&mut self, data: RSlice<'_, u8>) -> RResult<(), FfiError> {
         guarded("restore", || self.inner.restore(data.as_slice()))
     }
+
+    fn call(&mut self, method: RStr<'_>, request: RStr<'_>) -> RResult<ROption<RString>, FfiError> {
+        guarded(method.as_str(), || {
+            self.named_call(method.as_str(), request.as_str())
+                .map(|answer| answer.map(RString::from).into())
+        })
+    }
 }
 
 /// The constructor the root module exports for provider type `P`.
@@ -639,23 +539,17 @@ extern "C" fn new_provider<P: Provider>(init: FfiInit) -> RResult<FfiProviderBox
             log(level_to_u8(level), target.into(), message.into())
         }),
     );
+    construct_adapter::<P>(&init)
+}
+
+/// Decodes the constructor's input and builds `P` behind the adapter.
+fn construct_adapter<P: Provider>(init: &FfiInit) -> RResult<FfiProviderBox, FfiError> {
     guarded("new", || {
-        let machine: Machine = serde_json::from_str(init.machine_json.as_str()).map_err(|e| {
-            ProviderError::new(
-                "InvalidMachine",
-                format!("the host's machine description does not parse: {e}"),
-            )
-        })?;
-        let config_value: serde_json::Value = serde_json::from_str(init.config_json.as_str())
-            .map_err(|e| ProviderError::config(format!("the config table does not parse: {e}")))?;
-        let config = ProviderConfig(config_value);
-        let ctx = ProviderContext {
-            machine: &machine,
-            config: &config,
-            state_dir: Path::new(init.state_dir.as_str()),
-        };
+        let req: InitRequest = from_host("init request", init.init_json.as_str())?;
+        let config = ProviderConfig(req.config);
+        let ctx = ProviderContext::new(&req.machine, &config, Path::new(&req.state_dir));
         let provider = P::new(&ctx)?;
-        tracing::debug!(provider = init.name.as_str(), "provider constructed");
+        tracing::debug!(provider = req.name.as_str(), "provider constructed");
         Ok(FfiProvider_TO::from_value(
             Adapter { inner: provider },
             abi_stable::sabi_trait::TD_Opaque,
@@ -683,6 +577,16 @@ pub fn in_process<P: Provider>(provider: P) -> ProviderHandle {
     ))
 }
 
+/// Runs `P`'s constructor in-process on `init` (JSON, as a host sends it):
+/// the same decoding and panic guard as a loaded plugin. The log callback is
+/// not installed (the provider already logs to the caller's subscriber).
+pub fn construct_in_process<P: Provider>(init: FfiInit) -> Result<ProviderHandle, ProviderError> {
+    match construct_adapter::<P>(&init) {
+        RResult::ROk(b) => Ok(ProviderHandle::new(b)),
+        RResult::RErr(e) => Err(e.into()),
+    }
+}
+
 /// Calls a root module's constructor and wraps the result.
 pub fn construct(module: ProviderModRef, init: FfiInit) -> Result<ProviderHandle, ProviderError> {
     let new = module.new();
@@ -693,7 +597,8 @@ pub fn construct(module: ProviderModRef, init: FfiInit) -> Result<ProviderHandle
 }
 
 /// The host side of a provider object: calls it with the SDK's ordinary
-/// types, converting on the way in and out.
+/// types, converting on the way in and out. The `*_json` methods take the
+/// JSON forms directly (what a host of another patch release would send).
 pub struct ProviderHandle {
     inner: FfiProviderBox,
 }
@@ -716,15 +621,26 @@ impl ProviderHandle {
         pod: &PodView,
         container: &ContainerView,
     ) -> Result<ProviderHints, ProviderError> {
+        self.topology_hints_json(&to_json(pod)?, &to_json(container)?)
+    }
+
+    /// [`Self::topology_hints`] with the pod and container as JSON.
+    pub fn topology_hints_json(
+        &mut self,
+        pod: &str,
+        container: &str,
+    ) -> Result<ProviderHints, ProviderError> {
         let r = self
             .inner
-            .topology_hints(&FfiPod::from(pod), &FfiContainer::from(container));
+            .topology_hints(RStr::from_str(pod), RStr::from_str(container));
         hints_from_ffi(r.into_result()?)
     }
 
     /// See [`Provider::pod_topology_hints`].
     pub fn pod_topology_hints(&mut self, pod: &PodView) -> Result<ProviderHints, ProviderError> {
-        let r = self.inner.pod_topology_hints(&FfiPod::from(pod));
+        let r = self
+            .inner
+            .pod_topology_hints(RStr::from_str(&to_json(pod)?));
         hints_from_ffi(r.into_result()?)
     }
 
@@ -735,12 +651,22 @@ impl ProviderHandle {
         container: &ContainerView,
         hint: &TopologyHint,
     ) -> Result<Allocation, ProviderError> {
+        self.allocate_json(&to_json(pod)?, &to_json(container)?, hint)
+    }
+
+    /// [`Self::allocate`] with the pod and container as JSON.
+    pub fn allocate_json(
+        &mut self,
+        pod: &str,
+        container: &str,
+        hint: &TopologyHint,
+    ) -> Result<Allocation, ProviderError> {
         let r = self.inner.allocate(
-            &FfiPod::from(pod),
-            &FfiContainer::from(container),
+            RStr::from_str(pod),
+            RStr::from_str(container),
             FfiHint::from(*hint),
         );
-        allocation_from_ffi(r.into_result()?)
+        from_plugin("allocation", r.into_result()?.as_str())
     }
 
     /// See [`Provider::release`].
@@ -760,11 +686,48 @@ impl ProviderHandle {
     pub fn restore(&mut self, data: &[u8]) -> Result<(), ProviderError> {
         Ok(self.inner.restore(RSlice::from_slice(data)).into_result()?)
     }
+
+    /// A named call with a JSON request: the JSON answer, or `None` when the
+    /// plugin does not know `method`.
+    pub fn call(&mut self, method: &str, request: &str) -> Result<Option<String>, ProviderError> {
+        let r = self
+            .inner
+            .call(RStr::from_str(method), RStr::from_str(request));
+        Ok(r.into_result()?.into_option().map(RString::into_string))
+    }
+
+    /// See [`Provider::preferred_allocation`]; a plugin that does not know
+    /// the call has no preference.
+    pub fn preferred_allocation(
+        &mut self,
+        request: &PreferredAllocationRequest,
+    ) -> Result<Vec<String>, ProviderError> {
+        match self.call(METHOD_PREFERRED_ALLOCATION, &to_json(request)?)? {
+            None => Ok(Vec::new()),
+            Some(json) => {
+                from_plugin::<PreferredAnswer>("preferred allocation", &json).map(|a| a.devices)
+            }
+        }
+    }
+
+    /// See [`Provider::inventory`]; a plugin that does not know the call
+    /// owns nothing.
+    pub fn inventory(&mut self) -> Result<Inventory, ProviderError> {
+        match self.call(METHOD_INVENTORY, "{}")? {
+            None => Ok(Inventory::default()),
+            Some(json) => from_plugin("inventory", &json),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{CpuSet, NumaNodeId};
+
+    fn mask(ids: &[i64]) -> NumaMask {
+        NumaMask::from_nodes(ids.iter().copied()).unwrap()
+    }
 
     #[test]
     fn export_symbol_name_matches_abi_stable() {
@@ -780,7 +743,7 @@ mod tests {
         map.insert(
             "a".to_owned(),
             Some(HintSet::Explicit(vec![
-                TopologyHint::new(NumaMask::from_bits(0b101), true),
+                TopologyHint::new(mask(&[0, 2]), true),
                 TopologyHint::ANY,
             ])),
         );
@@ -788,7 +751,7 @@ mod tests {
         map.insert(
             "c".to_owned(),
             Some(HintSet::Compact(CompactHints::upward_closed(
-                vec![NumaMask::from_bits(1 << 63)],
+                vec![mask(&[63]), mask(&[250, 255])],
                 2,
             ))),
         );
@@ -796,14 +759,16 @@ mod tests {
         map.insert(
             "e".to_owned(),
             Some(HintSet::Compact(CompactHints {
-                minimal: vec![NumaMask::from_bits(0b1), NumaMask::from_bits(0b110)],
-                within: vec![NumaMask::from_bits(0b1111), NumaMask::from_bits(0b110)],
+                minimal: vec![mask(&[0]), mask(&[1, 2])],
+                within: vec![mask(&[0, 1, 2, 3]), mask(&[1, 2])],
                 preferred_width: 1,
             })),
         );
         let hints: ProviderHints = Some(map);
         assert_eq!(hints_from_ffi(hints_to_ffi(&hints)), Ok(hints));
         assert_eq!(hints_from_ffi(hints_to_ffi(&None)), Ok(None));
+        let h = TopologyHint::new(mask(&[70, 250]), false);
+        assert_eq!(TopologyHint::from(FfiHint::from(h)), h);
     }
 
     #[test]
@@ -819,30 +784,6 @@ mod tests {
                 "InvalidProviderOutput",
                 "the provider answered hints for resource `x` twice"
             ))
-        );
-    }
-
-    #[test]
-    fn allocation_round_trip_and_bad_cpus() {
-        let mut a = Allocation {
-            cpus: CpuSet::parse("0-3,8").unwrap(),
-            exclusive: true,
-            mems: NumaMask::from_bits(0b11),
-            ..Default::default()
-        };
-        a.devices
-            .insert("x/y".into(), vec!["d1".into(), "d2".into()]);
-        a.env.insert("K".into(), "V".into());
-        assert_eq!(allocation_from_ffi(FfiAllocation::from(&a)), Ok(a.clone()));
-        let mut bad = FfiAllocation::from(&a);
-        bad.cpus = "3-1".into();
-        let err = allocation_from_ffi(bad).unwrap_err();
-        assert_eq!(err.reason, "InvalidProviderOutput");
-        assert!(
-            err.message
-                .starts_with("the provider's allocation has an invalid CPU list `3-1`: "),
-            "{}",
-            err.message
         );
     }
 
@@ -868,10 +809,14 @@ mod tests {
         fn allocate(
             &mut self,
             _: &PodView,
-            _: &ContainerView,
+            c: &ContainerView,
             _: &TopologyHint,
         ) -> Result<Allocation, ProviderError> {
-            Ok(Allocation::default())
+            Ok(Allocation::default()
+                .with_cpus(CpuSet::parse("0-3,8").unwrap(), true)
+                .with_mems(mask(&[0, 250]))
+                .with_devices("x/y", vec![c.name.clone()])
+                .with_env("K", "V"))
         }
         fn release(&mut self, _: &str, _: &str) -> Result<(), ProviderError> {
             std::panic::panic_any(7u32)
@@ -881,6 +826,21 @@ mod tests {
         }
         fn restore(&mut self, _: &[u8]) -> Result<(), ProviderError> {
             Ok(())
+        }
+        fn preferred_allocation(
+            &mut self,
+            request: &PreferredAllocationRequest,
+        ) -> Result<Vec<String>, ProviderError> {
+            if request.size == 9 {
+                panic!("nine");
+            }
+            Ok(request
+                .available
+                .iter()
+                .rev()
+                .take(request.size)
+                .cloned()
+                .collect())
         }
     }
 
@@ -909,16 +869,234 @@ mod tests {
             Err(ProviderError::config("nope"))
         );
         assert_eq!(h.checkpoint(), Ok(vec![1, 2]));
+        let a = h.allocate(&pod, &boom, &TopologyHint::ANY).unwrap();
+        assert_eq!(a.cpus.to_string(), "0-3,8");
+        assert!(a.exclusive);
+        assert_eq!(a.mems, mask(&[0, 250]));
+        assert_eq!(a.devices["x/y"], ["boom"]);
+        assert_eq!(a.env["K"], "V");
+        assert_eq!(h.restore(&[]), Ok(()));
+        let req = |size| {
+            PreferredAllocationRequest::new("x/y", vec!["a".into(), "b".into()], vec![], size)
+        };
+        assert_eq!(h.preferred_allocation(&req(1)), Ok(vec!["b".to_owned()]));
         assert_eq!(
-            h.allocate(&pod, &boom, &TopologyHint::ANY),
+            h.preferred_allocation(&req(9)),
+            Err(ProviderError::new(
+                "ProviderPanic",
+                "the provider panicked in preferred_allocation: nine"
+            ))
+        );
+        // The default inventory owns nothing; an unknown call answers None.
+        assert_eq!(h.inventory(), Ok(Inventory::default()));
+        assert_eq!(h.call("added_in_a_later_sdk", "{}"), Ok(None));
+    }
+
+    #[test]
+    fn host_data_with_fields_from_a_later_sdk_is_read() {
+        let mut h = in_process(Panicky);
+        let pod = r#"{"uid": "u", "name": "p", "namespace": "d", "qos": "Guaranteed",
+                      "init_containers": [], "containers": [], "resources": null,
+                      "priority_class": "high"}"#;
+        let c = r#"{"name": "app", "requests": {}, "limits": {}, "sidecar": false,
+                    "resize_policy": []}"#;
+        assert_eq!(h.topology_hints_json(pod, c), Ok(None));
+        let a = h.allocate_json(pod, c, &TopologyHint::ANY).unwrap();
+        assert_eq!(a.devices["x/y"], ["app"]);
+        // Garbage is an error naming what did not parse, not a panic.
+        let err = h.topology_hints_json("{", c).unwrap_err();
+        assert_eq!(err.reason, "InvalidHostInput");
+        assert!(
+            err.message.starts_with("the host's pod does not parse: "),
+            "{}",
+            err.message
+        );
+    }
+
+    /// A plugin of a later patch release: its answers carry fields this SDK
+    /// does not know, and it knows a named call this SDK never makes.
+    struct LaterPlugin;
+
+    impl FfiProvider for LaterPlugin {
+        fn topology_hints(
+            &mut self,
+            _: RStr<'_>,
+            _: RStr<'_>,
+        ) -> RResult<FfiProviderHints, FfiError> {
+            RResult::ROk(ROption::RNone)
+        }
+        fn pod_topology_hints(&mut self, _: RStr<'_>) -> RResult<FfiProviderHints, FfiError> {
+            RResult::ROk(ROption::RNone)
+        }
+        fn allocate(&mut self, _: RStr<'_>, _: RStr<'_>, _: FfiHint) -> RResult<RString, FfiError> {
+            RResult::ROk(
+                r#"{"cpus": "1", "mems": [250], "cdi_devices": ["vendor.com/x=1"], "annotations": {}}"#
+                    .into(),
+            )
+        }
+        fn release(&mut self, _: RStr<'_>, _: RStr<'_>) -> RResult<(), FfiError> {
+            RResult::ROk(())
+        }
+        fn checkpoint(&self) -> RResult<RVec<u8>, FfiError> {
+            RResult::ROk(RVec::new())
+        }
+        fn restore(&mut self, _: RSlice<'_, u8>) -> RResult<(), FfiError> {
+            RResult::ROk(())
+        }
+        fn call(&mut self, method: RStr<'_>, _: RStr<'_>) -> RResult<ROption<RString>, FfiError> {
+            match method.as_str() {
+                METHOD_INVENTORY => RResult::ROk(ROption::RSome(
+                    r#"{"resources": {"x/y": {"total": {"capacity": 2, "allocatable": 2, "available": 1,
+                        "reserved": 0}, "zones": [{"numa": 250, "capacity": 2, "allocatable": 2,
+                        "available": 1, "cost": 3}]}}, "generation": 7}"#
+                        .into(),
+                )),
+                METHOD_PREFERRED_ALLOCATION => {
+                    RResult::ROk(ROption::RSome(r#"{"devices": ["b"], "score": 12}"#.into()))
+                }
+                _ => RResult::ROk(ROption::RNone),
+            }
+        }
+    }
+
+    #[test]
+    fn plugin_answers_with_fields_from_a_later_sdk_are_read() {
+        let mut h = ProviderHandle::new(FfiProvider_TO::from_value(
+            LaterPlugin,
+            abi_stable::sabi_trait::TD_Opaque,
+        ));
+        let pod = crate::testkit::guaranteed_pod("p", &[]);
+        let a = h
+            .allocate(&pod, &pod.containers[0], &TopologyHint::ANY)
+            .unwrap();
+        assert_eq!(a.cpus.to_string(), "1");
+        assert_eq!(a.mems, mask(&[250]));
+        assert!(!a.exclusive && a.devices.is_empty());
+        let inv = h.inventory().unwrap();
+        let zone = inv.resources["x/y"].zones[0];
+        assert_eq!(zone.numa, Some(NumaNodeId::new(250).unwrap()));
+        assert_eq!(zone.amounts.available, 1);
+        let req = PreferredAllocationRequest::new("x/y", vec!["a".into(), "b".into()], vec![], 1);
+        assert_eq!(h.preferred_allocation(&req), Ok(vec!["b".to_owned()]));
+    }
+
+    #[test]
+    fn named_calls_a_plugin_does_not_know_get_their_defaults() {
+        /// A plugin of a patch release before every named call.
+        struct Earlier;
+        impl FfiProvider for Earlier {
+            fn topology_hints(
+                &mut self,
+                _: RStr<'_>,
+                _: RStr<'_>,
+            ) -> RResult<FfiProviderHints, FfiError> {
+                RResult::ROk(ROption::RNone)
+            }
+            fn pod_topology_hints(&mut self, _: RStr<'_>) -> RResult<FfiProviderHints, FfiError> {
+                RResult::ROk(ROption::RNone)
+            }
+            fn allocate(
+                &mut self,
+                _: RStr<'_>,
+                _: RStr<'_>,
+                _: FfiHint,
+            ) -> RResult<RString, FfiError> {
+                RResult::ROk("{}".into())
+            }
+            fn release(&mut self, _: RStr<'_>, _: RStr<'_>) -> RResult<(), FfiError> {
+                RResult::ROk(())
+            }
+            fn checkpoint(&self) -> RResult<RVec<u8>, FfiError> {
+                RResult::ROk(RVec::new())
+            }
+            fn restore(&mut self, _: RSlice<'_, u8>) -> RResult<(), FfiError> {
+                RResult::ROk(())
+            }
+            fn call(&mut self, _: RStr<'_>, _: RStr<'_>) -> RResult<ROption<RString>, FfiError> {
+                RResult::ROk(ROption::RNone)
+            }
+        }
+        let mut h = ProviderHandle::new(FfiProvider_TO::from_value(
+            Earlier,
+            abi_stable::sabi_trait::TD_Opaque,
+        ));
+        let req = PreferredAllocationRequest::new("x/y", vec!["a".into()], vec![], 1);
+        assert_eq!(h.preferred_allocation(&req), Ok(vec![]));
+        assert_eq!(h.inventory(), Ok(Inventory::default()));
+        // An allocation without any field is the empty allocation.
+        let pod = crate::testkit::guaranteed_pod("p", &[]);
+        assert_eq!(
+            h.allocate(&pod, &pod.containers[0], &TopologyHint::ANY),
             Ok(Allocation::default())
         );
-        assert_eq!(h.restore(&[]), Ok(()));
+    }
+
+    #[test]
+    fn bad_plugin_output_is_an_error_naming_it() {
+        struct Bad;
+        impl FfiProvider for Bad {
+            fn topology_hints(
+                &mut self,
+                _: RStr<'_>,
+                _: RStr<'_>,
+            ) -> RResult<FfiProviderHints, FfiError> {
+                RResult::ROk(ROption::RNone)
+            }
+            fn pod_topology_hints(&mut self, _: RStr<'_>) -> RResult<FfiProviderHints, FfiError> {
+                RResult::ROk(ROption::RNone)
+            }
+            fn allocate(
+                &mut self,
+                _: RStr<'_>,
+                _: RStr<'_>,
+                _: FfiHint,
+            ) -> RResult<RString, FfiError> {
+                RResult::ROk(r#"{"cpus": "3-1"}"#.into())
+            }
+            fn release(&mut self, _: RStr<'_>, _: RStr<'_>) -> RResult<(), FfiError> {
+                RResult::ROk(())
+            }
+            fn checkpoint(&self) -> RResult<RVec<u8>, FfiError> {
+                RResult::ROk(RVec::new())
+            }
+            fn restore(&mut self, _: RSlice<'_, u8>) -> RResult<(), FfiError> {
+                RResult::ROk(())
+            }
+            fn call(&mut self, _: RStr<'_>, _: RStr<'_>) -> RResult<ROption<RString>, FfiError> {
+                RResult::ROk(ROption::RSome("[1]".into()))
+            }
+        }
+        let mut h = ProviderHandle::new(FfiProvider_TO::from_value(
+            Bad,
+            abi_stable::sabi_trait::TD_Opaque,
+        ));
+        let pod = crate::testkit::guaranteed_pod("p", &[]);
+        let err = h
+            .allocate(&pod, &pod.containers[0], &TopologyHint::ANY)
+            .unwrap_err();
+        assert_eq!(err.reason, "InvalidProviderOutput");
+        assert!(
+            err.message.starts_with(
+                "the provider's allocation is invalid: invalid id list \"3-1\": range 3-1 is reversed"
+            ),
+            "{}",
+            err.message
+        );
+        let err = h.inventory().unwrap_err();
+        assert_eq!(err.reason, "InvalidProviderOutput");
+        assert!(err
+            .message
+            .starts_with("the provider's inventory is invalid: "));
     }
 
     #[test]
     fn pod_round_trip() {
-        let pod = crate::testkit::guaranteed_pod("p", &[("cpu", 2000), ("example.com/widget", 1)]);
-        assert_eq!(PodView::from(&FfiPod::from(&pod)), pod);
+        let pod = crate::testkit::guaranteed_pod("p", &[("cpu", 2000), ("example.com/widget", 1)])
+            .with_resources(Some(crate::PodResources::new(
+                BTreeMap::from([("cpu".to_owned(), 4000)]),
+                BTreeMap::new(),
+            )));
+        let back: PodView = serde_json::from_str(&to_json(&pod).unwrap()).unwrap();
+        assert_eq!(back, pod);
     }
 }

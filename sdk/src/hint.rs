@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::NumaMask;
+use crate::{NumaMask, NumaNodeId};
 
 /// One NUMA placement a provider can satisfy, as in the kubelet.
 ///
@@ -110,9 +110,6 @@ fn describe(m: NumaMask) -> String {
     }
 }
 
-/// Every node id a [`NumaMask`] can hold: the bound of an interval without one.
-const ALL_NODES: NumaMask = NumaMask::from_bits(u64::MAX);
-
 impl CompactHints {
     /// Every superset of the `minimal` masks (no upper bounds).
     pub fn upward_closed(minimal: Vec<NumaMask>, preferred_width: u32) -> Self {
@@ -154,7 +151,7 @@ impl CompactHints {
     pub fn intervals(&self) -> impl Iterator<Item = (NumaMask, NumaMask)> + '_ {
         self.minimal.iter().enumerate().map(|(i, &lo)| {
             let hi = if self.within.is_empty() {
-                ALL_NODES
+                NumaMask::ALL
             } else {
                 self.within.get(i).copied().unwrap_or(NumaMask::EMPTY)
             };
@@ -178,7 +175,7 @@ impl CompactHints {
     /// nodes are `nodes`, in the kubelet's enumeration order (width 1..=N,
     /// each width in lexicographic order of node positions). The list has up
     /// to `2^N - 1` entries: only use it on small machines.
-    pub fn expand(&self, nodes: &[u32]) -> Vec<TopologyHint> {
+    pub fn expand(&self, nodes: &[NumaNodeId]) -> Vec<TopologyHint> {
         let mut out = Vec::new();
         for_each_mask_in_kubelet_order(nodes, |mask| {
             if self.contains(mask) {
@@ -194,18 +191,24 @@ impl CompactHints {
 
 /// Calls `f` on every non-empty subset of `nodes` in the kubelet's
 /// `IterateBitMasks` order: by size, then lexicographically by position.
-pub fn for_each_mask_in_kubelet_order(nodes: &[u32], mut f: impl FnMut(NumaMask)) {
-    fn rec(nodes: &[u32], start: usize, left: usize, acc: u64, f: &mut impl FnMut(NumaMask)) {
+pub fn for_each_mask_in_kubelet_order(nodes: &[NumaNodeId], mut f: impl FnMut(NumaMask)) {
+    fn rec(
+        nodes: &[NumaNodeId],
+        start: usize,
+        left: usize,
+        acc: NumaMask,
+        f: &mut impl FnMut(NumaMask),
+    ) {
         if left == 0 {
-            f(NumaMask::from_bits(acc));
+            f(acc);
             return;
         }
         for i in start..=nodes.len() - left {
-            rec(nodes, i + 1, left - 1, acc | (1u64 << nodes[i]), f);
+            rec(nodes, i + 1, left - 1, acc.with(nodes[i]), f);
         }
     }
     for size in 1..=nodes.len() {
-        rec(nodes, 0, size, 0, &mut f);
+        rec(nodes, 0, size, NumaMask::EMPTY, &mut f);
     }
 }
 
@@ -220,6 +223,43 @@ pub enum HintSet {
 }
 
 impl HintSet {
+    /// The explicit list `hints`.
+    pub fn explicit(hints: Vec<TopologyHint>) -> Self {
+        HintSet::Explicit(hints)
+    }
+
+    /// The answer for a request that cannot be satisfied on any NUMA
+    /// combination (an empty explicit list).
+    pub fn unsatisfiable() -> Self {
+        HintSet::Explicit(Vec::new())
+    }
+
+    /// The compact form "every superset of one of `minimal`, preferred at
+    /// width `preferred_width`"; an empty `minimal` is [`Self::unsatisfiable`].
+    pub fn upward_closed(minimal: Vec<NumaMask>, preferred_width: u32) -> Self {
+        if minimal.is_empty() {
+            return HintSet::unsatisfiable();
+        }
+        HintSet::Compact(CompactHints::upward_closed(minimal, preferred_width))
+    }
+
+    /// True when no placement satisfies the request.
+    pub fn is_unsatisfiable(&self) -> bool {
+        match self {
+            HintSet::Explicit(v) => v.is_empty(),
+            HintSet::Compact(c) => c.minimal.is_empty(),
+        }
+    }
+
+    /// The explicit list this set stands for on a machine whose nodes are
+    /// `nodes` (a compact set is expanded: only use it on small machines).
+    pub fn to_explicit(&self, nodes: &[NumaNodeId]) -> Vec<TopologyHint> {
+        match self {
+            HintSet::Explicit(v) => v.clone(),
+            HintSet::Compact(c) => c.expand(nodes),
+        }
+    }
+
     /// Every NUMA node named by any hint of the set (for a compact set: by
     /// any minimal mask or bound).
     pub fn nodes_named(&self) -> NumaMask {
@@ -242,7 +282,65 @@ impl HintSet {
 /// `None` (no map: no preference for anything), a resource mapped to `None`
 /// (no preference for that resource), and a resource mapped to an empty
 /// explicit list (the request cannot be satisfied on any NUMA combination).
+///
+/// Build one with [`HintsBuilder`] (or [`no_hints`] for no map at all)
+/// rather than by hand.
 pub type ProviderHints = Option<BTreeMap<String, Option<HintSet>>>;
+
+/// The answer "no map at all": the provider has no preference for anything
+/// (the kubelet's `nil` map).
+pub fn no_hints() -> ProviderHints {
+    None
+}
+
+/// Builds a [`ProviderHints`] map resource by resource.
+///
+/// ```
+/// use topomgr_sdk::{HintSet, HintsBuilder, NumaMask, NumaNodeId, TopologyHint};
+///
+/// let node0 = NumaMask::single(NumaNodeId::from(0));
+/// let hints = HintsBuilder::new()
+///     .hints("example.com/a", HintSet::explicit(vec![TopologyHint::new(node0, true)]))
+///     .no_preference("example.com/b")
+///     .unsatisfiable("example.com/c")
+///     .build();
+/// let map = hints.unwrap();
+/// assert_eq!(map["example.com/b"], None);
+/// assert_eq!(map["example.com/c"], Some(HintSet::unsatisfiable()));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HintsBuilder(BTreeMap<String, Option<HintSet>>);
+
+impl HintsBuilder {
+    /// An empty map (the kubelet treats an empty map like no map).
+    pub fn new() -> Self {
+        HintsBuilder::default()
+    }
+
+    /// `resource` has no preference (usually: it is not requested).
+    pub fn no_preference(mut self, resource: impl Into<String>) -> Self {
+        self.0.insert(resource.into(), None);
+        self
+    }
+
+    /// `resource` cannot be satisfied on any NUMA combination.
+    pub fn unsatisfiable(mut self, resource: impl Into<String>) -> Self {
+        self.0
+            .insert(resource.into(), Some(HintSet::unsatisfiable()));
+        self
+    }
+
+    /// `resource` has the hints `set` (explicit or compact).
+    pub fn hints(mut self, resource: impl Into<String>, set: HintSet) -> Self {
+        self.0.insert(resource.into(), Some(set));
+        self
+    }
+
+    /// The answer.
+    pub fn build(self) -> ProviderHints {
+        Some(self.0)
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -251,21 +349,15 @@ mod tests {
     #[test]
     fn kubelet_enumeration_order() {
         let mut seen = Vec::new();
-        for_each_mask_in_kubelet_order(&[0, 1, 3], |m| seen.push(m.to_string()));
+        for_each_mask_in_kubelet_order(&ids(&[0, 1, 3]), |m| seen.push(m.to_string()));
         assert_eq!(seen, ["0", "1", "3", "0-1", "0,3", "1,3", "0-1,3"]);
     }
 
     #[test]
     fn compact_expands_to_supersets() {
-        let c = CompactHints::upward_closed(
-            vec![
-                NumaMask::single(1).unwrap(),
-                NumaMask::from_nodes([0, 2]).unwrap(),
-            ],
-            1,
-        );
+        let c = CompactHints::upward_closed(vec![mask(&[1]), mask(&[0, 2])], 1);
         let got: Vec<String> = c
-            .expand(&[0, 1, 2])
+            .expand(&ids(&[0, 1, 2]))
             .iter()
             .map(|h| format!("{}:{}", h.affinity.unwrap(), h.preferred))
             .collect();
@@ -284,7 +376,7 @@ mod tests {
         assert_eq!(
             explicit,
             HintSet::Explicit(vec![
-                TopologyHint::new(NumaMask::single(0).unwrap(), true),
+                TopologyHint::new(mask(&[0]), true),
                 TopologyHint {
                     affinity: None,
                     preferred: false
@@ -327,6 +419,10 @@ mod tests {
         NumaMask::from_nodes(nodes.iter().copied()).unwrap()
     }
 
+    fn ids(nodes: &[u8]) -> Vec<NumaNodeId> {
+        nodes.iter().copied().map(NumaNodeId::from).collect()
+    }
+
     fn strings(hints: &[TopologyHint]) -> Vec<String> {
         hints
             .iter()
@@ -344,7 +440,7 @@ mod tests {
         };
         assert_eq!(c.validate(), Ok(()));
         assert_eq!(
-            strings(&c.expand(&[0, 1, 2, 3])),
+            strings(&c.expand(&ids(&[0, 1, 2, 3]))),
             [
                 "0:true",
                 "1:true",
@@ -367,7 +463,7 @@ mod tests {
         let c = CompactHints::upward_closed(vec![NumaMask::EMPTY, mask(&[0, 1])], 2);
         assert_eq!(c.min_width(), Some(1));
         assert_eq!(
-            strings(&c.expand(&[0, 1])),
+            strings(&c.expand(&ids(&[0, 1]))),
             ["0:false", "1:false", "0-1:true"]
         );
         assert_eq!(CompactHints::upward_closed(vec![], 1).min_width(), None);

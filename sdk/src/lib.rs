@@ -12,53 +12,69 @@
 //! trait, [`Provider`], with the ordinary types of this crate and export it
 //! with one macro, [`export_provider!`]. No `unsafe`, no FFI types.
 //!
+//! Device providers usually need not implement [`Provider`] at all: the
+//! [`devices`] toolkit is the kubelet's Device Manager (hints, allocation,
+//! init-container reuse, release, checkpoint, inventory); the vendor lists
+//! its devices and, where it has an opinion, picks which devices to hand out.
+//!
 //! ## The contract
 //!
 //! * [`Provider::new`] gets the discovered [`Machine`], the provider's
 //!   `[providers.NAME.config]` table and a state directory. Bad config is an
-//!   error naming the key (derive `serde::Deserialize` with
-//!   `#[serde(deny_unknown_fields)]` and use [`ProviderConfig::parse`]), never
-//!   a panic.
+//!   error naming the key: derive `serde::Deserialize` with
+//!   `#[serde(deny_unknown_fields)]` and use [`ProviderConfig::parse`], whose
+//!   errors carry the full key path (`devices[0].node: invalid type ...`).
 //! * [`Provider::topology_hints`] (container scope) and
 //!   [`Provider::pod_topology_hints`] (pod scope, use
 //!   [`PodView::effective_request`]) answer a [`ProviderHints`], which keeps
-//!   the kubelet's three cases apart:
-//!   - `None` — no map at all: the provider has no preference for anything;
-//!   - `Some({resource: None})` — no preference for that resource (usually:
-//!     it is not requested);
-//!   - `Some({resource: Some(HintSet::Explicit(vec![]))})` — the request
-//!     cannot be satisfied on any NUMA combination.
-//!
-//!   Hints are listed in the kubelet's order
-//!   ([`for_each_mask_in_kubelet_order`]). On machines with many NUMA nodes
-//!   an explicit list of every mask explodes (`2^N`); a provider may answer
-//!   [`HintSet::Compact`] instead: a union of lattice intervals
-//!   `minimal[i] ⊆ M ⊆ within[i]` plus the width at which hints are
-//!   preferred. Hints that are upward-closed (still a hint when nodes are
-//!   added) need only the minimal masks ([`CompactHints::upward_closed`]);
-//!   the `within` bounds express the rest exactly (a node usable only alone,
-//!   a group usable only as a whole). The host refuses a compact set that
-//!   fails [`CompactHints::validate`], naming the provider, and its merge is
-//!   exact over both forms.
+//!   the kubelet's three cases apart; build it with [`HintsBuilder`]:
+//!   - [`no_hints`] — no map at all: no preference for anything;
+//!   - [`HintsBuilder::no_preference`] — no preference for that resource
+//!     (usually: it is not requested);
+//!   - [`HintsBuilder::unsatisfiable`] — the request cannot be satisfied on
+//!     any NUMA combination;
+//!   - [`HintsBuilder::hints`] with a [`HintSet`]: an explicit list in the
+//!     kubelet's order ([`for_each_mask_in_kubelet_order`]) or, on machines
+//!     with many NUMA nodes where `2^N` masks explode, the compact form
+//!     ([`CompactHints`]: a union of lattice intervals
+//!     `minimal[i] ⊆ M ⊆ within[i]` plus the preferred width). Hints that are
+//!     upward-closed need only their minimal masks: [`hintgen`] computes them
+//!     and switches between the two forms like the built-in providers. The
+//!     host refuses a compact set that fails [`CompactHints::validate`], and
+//!     hints naming NUMA nodes the machine lacks, naming the provider.
 //! * [`Provider::allocate`] reserves resources for a container honouring the
 //!   merged hint and returns an [`Allocation`] (CPUs, memory nodes, device
 //!   ids, environment). [`Provider::release`] undoes it. If any provider
 //!   refuses, the host releases everything already allocated for the pod.
 //! * [`Provider::checkpoint`] / [`Provider::restore`] persist assignments
 //!   across host restarts.
+//! * [`Provider::preferred_allocation`] (the device plugins'
+//!   `GetPreferredAllocation`) and [`Provider::inventory`] (what the provider
+//!   owns per NUMA node, for the NodeResourceTopology export and the host's
+//!   admission check of extended resources) have defaults for providers that
+//!   own no devices.
+//!
+//! The trait documentation covers re-admission, environment-variable
+//! conflicts between providers (the host refuses them) and why a device
+//! provider leaves `mems` alone.
+//!
+//! NUMA node ids are [`NumaNodeId`]s, `0..=255` (POWER9 numbers its GPU
+//! memory nodes 250-255); a machine has at most [`MAX_NUMA_NODES`] of them.
+//! [`NumaMask::single`] builds a one-node mask without any failure case.
 //!
 //! Every call crosses the boundary inside `catch_unwind`: a panicking
 //! provider yields an error with reason `"ProviderPanic"` and the host keeps
-//! running. The provider's `tracing` events appear in the host's log (see
-//! [`log`]). The host rejects hints naming NUMA nodes the machine lacks.
+//! running. The provider's `tracing` events (log through the re-exported
+//! [`tracing`]) appear in the host's log (see [`log`]).
 //!
 //! ## A complete provider
 //!
 //! `sdk/examples/numa_widgets.rs` (built as the plugin
 //! `target/debug/libnuma_widgets.so` by `cargo build --workspace`, through the
 //! workspace member `examples/numa-widgets`) manages `widgets_per_node`
-//! widgets on every NUMA node and answers hints like the kubelet's Device
-//! Manager:
+//! widgets on every NUMA node on the [`devices`] toolkit: about 80 lines of
+//! provider code for hints, allocation, reuse, checkpoints, inventory and
+//! `GetPreferredAllocation` exactly like the kubelet's Device Manager.
 //!
 #![doc = concat!("```ignore\n", include_str!("../examples/numa_widgets.rs"), "```")]
 //!
@@ -71,62 +87,116 @@
 //! widgets_per_node = 2
 //! ```
 //!
+//! A vendor crate needs `crate-type = ["cdylib"]` and this crate; `serde`,
+//! `serde_json` and `tracing` are re-exported ([`serde`], [`serde_json`],
+//! [`tracing`]) so a provider can depend on the SDK alone (derive with
+//! `#[serde(crate = "topomgr_sdk::serde")]`).
+//!
 //! ## Compatibility rule
 //!
 //! **A plugin must be built with an SDK of the same `0.MINOR` version as the
-//! host** (and therefore the same [`SDK_ABI_VERSION`]); patch versions are
-//! interchangeable. The host refuses anything else at load, with one line
-//! naming the file and what differs. The SDK pins `abi_stable` and re-exports
-//! it as [`abi_stable`]; a plugin needs no other copy. Rationale: abi_stable
-//! lets an *older* host load a plugin whose root module has fields appended,
-//! but a newer host refuses an older plugin, so "newer plugins work on older
-//! hosts" would be the only direction available — and operators upgrade hosts
-//! first. One minor version on both sides is a rule people can follow.
+//! host** (and therefore the same [`SDK_ABI_VERSION`]); within a minor
+//! series, patch releases are interchangeable in both directions. The host
+//! refuses anything else at load, with one line naming the file and what
+//! differs. `topomgr --version` prints the SDK version and ABI the host
+//! loads.
+//!
+//! What a patch release may change, and how both sides stay compatible:
+//!
+//! 1. **Fields the host sends** ([`Machine`] and its parts, [`PodView`],
+//!    [`ContainerView`], the constructor's input, request payloads) cross as
+//!    JSON. The SDK's readers ignore fields they do not know, so a plugin
+//!    built against `0.2.0` loads into a `0.2.x` host whose discovery
+//!    reports more; new fields are optional (`#[serde(default)]`), so a
+//!    newer plugin on an older host reads their default. The types are
+//!    `#[non_exhaustive]`: vendor code builds them with their constructors
+//!    and `with_*` methods, so a new field is not a source break either.
+//! 2. **Fields a plugin returns** ([`Allocation`], [`Inventory`], the
+//!    preferred-allocation answer) cross as JSON under the same two rules:
+//!    the host ignores what it does not know, and new fields have defaults.
+//! 3. **A new provider method** is added as a *named call* (a method name
+//!    plus JSON, over one generic entry of the plugin's method table), with a
+//!    default implementation on [`Provider`]. A plugin built before the
+//!    method existed answers "unknown method" and the host uses the
+//!    documented default; no binary layout changes. `preferred_allocation`
+//!    and `inventory` are the first two.
+//!
+//! What does change the binary interface — the root module, the method
+//! table, the typed hint structures, anything abi_stable checks — needs a
+//! new minor version and a new [`SDK_ABI_VERSION`]. (abi_stable can load a
+//! plugin that *appended* fields to its root module into an older host, but
+//! a newer host refuses an older plugin, and operators upgrade hosts first:
+//! hence named calls instead of new table entries.) The SDK pins
+//! `abi_stable` and uses it only behind [`export_provider!`]; a plugin needs
+//! no copy of its own.
 //!
 //! ## Testing a provider
 //!
-//! [`testkit`] builds machines and pods and compares hints in-process:
+//! [`testkit`] builds machines (with sparse node ids, with PCI devices),
+//! pods, hints (`testkit::hint("0-1:true")`) and providers, either as plain
+//! values ([`testkit::new_provider`], a unique state directory each) or
+//! through the same JSON boundary and panic guard as the host
+//! ([`testkit::load`]):
 //!
 //! ```
 //! use topomgr_sdk::testkit;
 //!
 //! let machine = testkit::machine(2, 4); // 2 NUMA nodes x 4 CPUs
 //! let pod = testkit::guaranteed_pod("web", &[("example.com/widget", 1)]);
-//! assert_eq!(machine.numa_ids(), vec![0, 1]);
+//! assert_eq!(machine.numa_mask().to_string(), "0-1");
 //! assert_eq!(pod.containers[0].request("example.com/widget"), 1);
-//! // let mut p: MyProvider = testkit::new_provider(&machine, serde_json::json!({..}))?;
+//! // let mut p = testkit::load::<DeviceProvider<MyDevices>>(&machine, serde_json::json!({..}))?;
 //! // let hints = p.topology_hints(&pod, &pod.containers[0])?;
 //! // testkit::assert_hints(&hints, "example.com/widget", &[0, 1], Some(&["0:true", "1:true", "0-1:false"]));
 //! ```
-//!
-//! [`testkit::through_boundary`] drives the provider through the same
-//! conversion and panic guard the host uses, still in-process.
 #![warn(missing_docs)]
 
 mod allocation;
 mod cpuset;
+pub mod devices;
 mod export;
+#[doc(hidden)]
 pub mod ffi;
+mod gobool;
 mod hint;
+pub mod hintgen;
+mod inventory;
 pub mod log;
 mod machine;
 mod mask;
 mod pod;
+mod preferred;
 mod provider;
+pub mod quantity;
 pub mod testkit;
 
-/// The `abi_stable` crate the SDK is built with; plugins must not depend on another version.
+/// The `abi_stable` crate the SDK is built with (an implementation detail of
+/// [`export_provider!`]; plugins need no other copy).
+#[doc(hidden)]
 pub use abi_stable;
+/// The `serde` the SDK is built with (derive with
+/// `#[serde(crate = "topomgr_sdk::serde")]` to need no `serde` dependency).
+pub use serde;
+/// The `serde_json` the SDK is built with (config tables are JSON values).
+pub use serde_json;
+/// The `tracing` the SDK forwards to the host's log; log through this one.
+pub use tracing;
 
 pub use allocation::Allocation;
 pub use cpuset::{CpuSet, ListParseError, MAX_CPU_ID};
 pub use export::ROOT_MODULE_SYMBOL;
 pub use ffi::{SDK_ABI_VERSION, SDK_VERSION};
+pub use gobool::parse_go_bool;
 pub use hint::{
-    for_each_mask_in_kubelet_order, CompactHints, CompactHintsError, HintSet, ProviderHints,
-    TopologyHint,
+    for_each_mask_in_kubelet_order, no_hints, CompactHints, CompactHintsError, HintSet,
+    HintsBuilder, ProviderHints, TopologyHint,
 };
+pub use inventory::{Amounts, Inventory, ResourceInventory, Zone};
 pub use machine::{Cpu, HugePages, Machine, NumaNode, PciDevice, Sriov};
-pub use mask::{NodeOutOfRange, NumaMask, NumaMaskIter, MAX_NUMA_NODES};
-pub use pod::{ContainerView, PodView, QosClass, ResourceList};
+pub use mask::{
+    NodeOutOfRange, NodePositions, NumaMask, NumaMaskIter, NumaNodeId, TooManyNodes,
+    MAX_NUMA_NODES, MAX_NUMA_NODE_ID,
+};
+pub use pod::{ContainerView, PodResources, PodView, QosClass, ResourceList};
+pub use preferred::{PreferredAllocationRequest, INVALID_REQUEST_REASON};
 pub use provider::{Provider, ProviderConfig, ProviderContext, ProviderError};

@@ -32,7 +32,7 @@ pub type ResourceList = BTreeMap<String, u64>;
 
 /// One container of a pod.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct ContainerView {
     /// Container name, unique in the pod.
     pub name: String,
@@ -41,19 +41,73 @@ pub struct ContainerView {
     /// Limits.
     pub limits: ResourceList,
     /// An init container with `restartPolicy: Always` (a sidecar).
+    #[serde(default)]
     pub sidecar: bool,
 }
 
 impl ContainerView {
+    /// A container named `name` without requests or limits.
+    pub fn new(name: impl Into<String>) -> Self {
+        ContainerView {
+            name: name.into(),
+            requests: ResourceList::new(),
+            limits: ResourceList::new(),
+            sidecar: false,
+        }
+    }
+
+    /// With these requests.
+    pub fn with_requests(mut self, requests: ResourceList) -> Self {
+        self.requests = requests;
+        self
+    }
+
+    /// With these limits.
+    pub fn with_limits(mut self, limits: ResourceList) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// As a sidecar (an init container with `restartPolicy: Always`).
+    pub fn with_sidecar(mut self, sidecar: bool) -> Self {
+        self.sidecar = sidecar;
+        self
+    }
+
+    /// The limit for `resource`, 0 when absent.
+    pub fn limit(&self, resource: &str) -> u64 {
+        self.limits.get(resource).copied().unwrap_or(0)
+    }
+
     /// The request for `resource`, 0 when absent.
     pub fn request(&self, resource: &str) -> u64 {
         self.requests.get(resource).copied().unwrap_or(0)
     }
 }
 
+/// The pod-level `spec.resources` of a pod (Kubernetes 1.34+ pod-level
+/// resources), in the same canonical units as [`ResourceList`].
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PodResources {
+    /// `spec.resources.requests`.
+    #[serde(default)]
+    pub requests: ResourceList,
+    /// `spec.resources.limits`.
+    #[serde(default)]
+    pub limits: ResourceList,
+}
+
+impl PodResources {
+    /// Pod-level `requests` and `limits`.
+    pub fn new(requests: ResourceList, limits: ResourceList) -> Self {
+        PodResources { requests, limits }
+    }
+}
+
 /// A pod as providers see it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct PodView {
     /// Pod uid.
     pub uid: String,
@@ -67,9 +121,50 @@ pub struct PodView {
     pub init_containers: Vec<ContainerView>,
     /// App containers in order.
     pub containers: Vec<ContainerView>,
+    /// The pod-level `spec.resources`, when the manifest sets them
+    /// (Kubernetes 1.34+); `None` otherwise. Container requests and limits
+    /// are as the manifest gives them either way.
+    #[serde(default)]
+    pub resources: Option<PodResources>,
 }
 
 impl PodView {
+    /// A pod without containers or pod-level resources.
+    pub fn new(
+        uid: impl Into<String>,
+        name: impl Into<String>,
+        namespace: impl Into<String>,
+        qos: QosClass,
+    ) -> Self {
+        PodView {
+            uid: uid.into(),
+            name: name.into(),
+            namespace: namespace.into(),
+            qos,
+            init_containers: Vec::new(),
+            containers: Vec::new(),
+            resources: None,
+        }
+    }
+
+    /// With these init containers (sidecars included).
+    pub fn with_init_containers(mut self, init_containers: Vec<ContainerView>) -> Self {
+        self.init_containers = init_containers;
+        self
+    }
+
+    /// With these app containers.
+    pub fn with_containers(mut self, containers: Vec<ContainerView>) -> Self {
+        self.containers = containers;
+        self
+    }
+
+    /// With pod-level resources.
+    pub fn with_resources(mut self, resources: Option<PodResources>) -> Self {
+        self.resources = resources;
+        self
+    }
+
     /// The container named `name`, init or app.
     pub fn container(&self, name: &str) -> Option<&ContainerView> {
         self.init_containers
@@ -82,10 +177,22 @@ impl PodView {
     /// computes it: the larger of the largest init-container request (counting
     /// the sidecars started before it) and the sum of app containers plus sidecars.
     pub fn effective_request(&self, resource: &str) -> u64 {
+        self.effective(|c| c.request(resource))
+    }
+
+    /// The pod's effective limit for `resource`, aggregated over its
+    /// containers like [`Self::effective_request`] (the kubelet's
+    /// `PodLimits` over container limits, which its Device Manager uses for
+    /// pod scope). Pod-level [`resources`](Self::resources) are not applied.
+    pub fn effective_limit(&self, resource: &str) -> u64 {
+        self.effective(|c| c.limit(resource))
+    }
+
+    fn effective(&self, amount: impl Fn(&ContainerView) -> u64) -> u64 {
         let mut sidecars = 0u64;
         let mut init_max = 0u64;
         for c in &self.init_containers {
-            let r = c.request(resource);
+            let r = amount(c);
             if c.sidecar {
                 sidecars = sidecars.saturating_add(r);
             } else {
@@ -95,7 +202,7 @@ impl PodView {
         let apps = self
             .containers
             .iter()
-            .fold(sidecars, |acc, c| acc.saturating_add(c.request(resource)));
+            .fold(sidecars, |acc, c| acc.saturating_add(amount(c)));
         init_max.max(apps)
     }
 }

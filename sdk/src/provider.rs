@@ -2,7 +2,10 @@
 
 use std::path::Path;
 
-use crate::{Allocation, ContainerView, Machine, PodView, ProviderHints, TopologyHint};
+use crate::{
+    Allocation, ContainerView, Inventory, Machine, PodView, PreferredAllocationRequest,
+    ProviderHints, TopologyHint,
+};
 
 /// An error from a provider, with a short machine-readable `reason` (shown as
 /// the admission's `reason`, e.g. `"SMTAlignmentError"`) and a `message` for
@@ -34,6 +37,11 @@ impl ProviderError {
     pub fn admission(message: impl Into<String>) -> Self {
         Self::new("UnexpectedAdmissionError", message)
     }
+
+    /// A checkpoint that cannot be restored (reason `"InvalidCheckpoint"`).
+    pub fn checkpoint(message: impl Into<String>) -> Self {
+        Self::new("InvalidCheckpoint", message)
+    }
 }
 
 /// The provider's `[providers.NAME.config]` table, as JSON.
@@ -41,20 +49,63 @@ impl ProviderError {
 pub struct ProviderConfig(pub serde_json::Value);
 
 impl ProviderConfig {
-    /// Deserialize the table into the provider's own config type; the error
-    /// names the offending key (use `#[serde(deny_unknown_fields)]`).
+    /// Deserialize the table into the provider's own config type. The error
+    /// (reason `"InvalidConfig"`) names the full key path of the offending
+    /// value (`devices[0].node: invalid type: ...`); use
+    /// `#[serde(deny_unknown_fields)]` so typos are reported too.
     pub fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T, ProviderError> {
         let v = if self.0.is_null() {
             serde_json::Value::Object(Default::default())
         } else {
             self.0.clone()
         };
-        serde_json::from_value(v).map_err(|e| ProviderError::config(e.to_string()))
+        serde_path_to_error::deserialize(v).map_err(|e| {
+            let message = e.inner().to_string();
+            let mut segments: Vec<&serde_path_to_error::Segment> = e.path().iter().collect();
+            // An unknown key is already named by the message: report the
+            // table that holds it.
+            if let Some(serde_path_to_error::Segment::Map { key }) = segments.last() {
+                if message.starts_with(&format!("unknown field `{key}`")) {
+                    segments.pop();
+                }
+            }
+            let path = key_path(&segments);
+            if path.is_empty() {
+                ProviderError::config(message)
+            } else {
+                ProviderError::config(format!("{path}: {message}"))
+            }
+        })
     }
+}
+
+/// `devices[0].node` from path segments.
+fn key_path(segments: &[&serde_path_to_error::Segment]) -> String {
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    for s in segments {
+        match s {
+            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            Segment::Map { key } | Segment::Enum { variant: key } => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(key);
+            }
+            Segment::Unknown => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push('?');
+            }
+        }
+    }
+    out
 }
 
 /// What a provider gets at construction.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ProviderContext<'a> {
     /// The machine as discovered by the host.
     pub machine: &'a Machine,
@@ -64,14 +115,65 @@ pub struct ProviderContext<'a> {
     pub state_dir: &'a Path,
 }
 
+impl<'a> ProviderContext<'a> {
+    /// The context for `machine`, `config` and `state_dir`.
+    pub fn new(machine: &'a Machine, config: &'a ProviderConfig, state_dir: &'a Path) -> Self {
+        ProviderContext {
+            machine,
+            config,
+            state_dir,
+        }
+    }
+}
+
 /// A hint provider: the safe trait a plugin implements.
 ///
 /// The host calls one method at a time (admissions are serialized), so
 /// methods take `&mut self`. A panic inside any method is caught by the
 /// export macro and turned into an error; the host keeps running.
+///
+/// # The calls of one admission
+///
+/// Container scope: for each container in order (init containers, sidecars
+/// included, then app containers) the host asks every provider for
+/// [`topology_hints`](Self::topology_hints), merges, and calls
+/// [`allocate`](Self::allocate) on every provider before asking about the
+/// next container. Pod scope: one [`pod_topology_hints`](Self::pod_topology_hints)
+/// call, then `allocate` for each container with the pod's merged hint. If
+/// the policy rejects the pod, or any provider's `allocate` fails, the host
+/// calls [`release`](Self::release) for every container of the pod that was
+/// allocated: an admission is all or nothing.
+///
+/// # Re-admission
+///
+/// A container may be asked about again while it already holds resources
+/// (a host restarted from its checkpoint, or `topomgr provider ... --state-dir`
+/// calls chained by hand). As the kubelet's managers do, answer hints from
+/// what the container already holds (its held devices' nodes; the kubelet
+/// answers an empty list when the held amount differs from the request), and
+/// make `allocate` of a container that already holds its resources return the
+/// same allocation without taking more. The device toolkit
+/// ([`devices`](crate::devices)) does both.
+///
+/// # Environment variables
+///
+/// Each provider names its own variables (`NVIDIA_VISIBLE_DEVICES`,
+/// `PCIDEVICE_<PREFIX>_<NAME>`, ...). The host refuses an allocation whose
+/// environment sets a variable that another provider already set for the
+/// same container to a different value: the admission fails (and is rolled
+/// back) with an error naming both providers and the variable. Prefix your
+/// variables with something of your own.
+///
+/// # `mems`
+///
+/// A device provider leaves [`Allocation::mems`] empty, like the kubelet's
+/// Device Manager: the memory provider owns `cpuset.mems`, and the merged
+/// hint already put the container's memory next to its devices. Setting it
+/// from a device provider would widen the memory nodes of every container
+/// that uses a device.
 pub trait Provider: Send + Sync + 'static {
     /// Build the provider from the machine and its config. Bad config must be
-    /// an error naming the key, never a panic.
+    /// an error naming the key ([`ProviderConfig::parse`] does), never a panic.
     fn new(ctx: &ProviderContext<'_>) -> Result<Self, ProviderError>
     where
         Self: Sized;
@@ -102,6 +204,60 @@ pub trait Provider: Send + Sync + 'static {
     fn checkpoint(&self) -> Result<Vec<u8>, ProviderError>;
 
     /// Restore assignments from a [`Provider::checkpoint`]; must validate the
-    /// bytes and change nothing on error.
+    /// bytes against the current machine and change nothing on error.
     fn restore(&mut self, data: &[u8]) -> Result<(), ProviderError>;
+
+    /// The device plugins' `GetPreferredAllocation`: the `size` devices of
+    /// `request.resource` this provider would pick from `request.available`,
+    /// including `request.must_include`, in its order of preference. An empty
+    /// answer means "no preference" (the default).
+    fn preferred_allocation(
+        &mut self,
+        request: &PreferredAllocationRequest,
+    ) -> Result<Vec<String>, ProviderError> {
+        let _ = request;
+        Ok(Vec::new())
+    }
+
+    /// What the provider owns per NUMA node and how much of it is free (for
+    /// the NodeResourceTopology export and the host's admission check of
+    /// extended resources). The default owns nothing.
+    fn inventory(&self) -> Result<Inventory, ProviderError> {
+        Ok(Inventory::default())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Cfg {
+        devices: Vec<Dev>,
+    }
+
+    #[derive(Debug, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    #[allow(dead_code)]
+    struct Dev {
+        node: u32,
+    }
+
+    #[test]
+    fn config_errors_carry_the_key_path() {
+        let parse = |v: serde_json::Value| ProviderConfig(v).parse::<Cfg>().unwrap_err();
+        assert_eq!(
+            parse(serde_json::json!({"devices": [{"node": 0}, {"node": "x"}]})).message,
+            "devices[1].node: invalid type: string \"x\", expected u32"
+        );
+        assert_eq!(
+            parse(serde_json::json!({"devices": [{"nod": 0}]})).message,
+            "devices[0]: unknown field `nod`, expected `node`"
+        );
+        let missing = parse(serde_json::Value::Null);
+        assert_eq!(missing.reason, "InvalidConfig");
+        assert_eq!(missing.message, "missing field `devices`");
+    }
 }

@@ -7,22 +7,35 @@
 //! assert_eq!(machine.online_cpus().to_string(), "0-7");
 //! let pod = testkit::guaranteed_pod("web", &[("cpu", 2000), ("example.com/widget", 1)]);
 //! assert_eq!(pod.containers[0].request("example.com/widget"), 1);
+//! let hint = testkit::hint("0-1:true");
+//! assert_eq!(testkit::hint_string(&hint), "0-1:true");
 //! ```
 //!
-//! Build the provider with [`new_provider`], ask for hints, and compare them
-//! with [`hint_strings`] / [`assert_hints`], which print hints as
-//! `"<mask>:<preferred>"` (`"0-1:false"`, `"any:true"`).
+//! Build the provider with [`new_provider`] (a plain value, for unit tests
+//! of its methods) or [`load`] (through the same JSON boundary and panic
+//! guard as a host loading the `.so`), ask for hints, and compare them with
+//! [`hint_strings`] / [`assert_hints`], which print hints as
+//! `"<mask>:<preferred>"` (`"0-1:false"`, `"any:true"`); [`hint`] parses that
+//! form back.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::ffi::{self, FfiInit, ProviderHandle};
 use crate::{
-    ContainerView, Cpu, HintSet, Machine, NumaNode, PodView, Provider, ProviderConfig,
-    ProviderContext, ProviderError, ProviderHints, QosClass, ResourceList, TopologyHint,
+    Allocation, ContainerView, Cpu, HintSet, Inventory, Machine, NumaMask, NumaNode, NumaNodeId,
+    PciDevice, PodView, PreferredAllocationRequest, Provider, ProviderConfig, ProviderContext,
+    ProviderError, ProviderHints, QosClass, ResourceList, TopologyHint,
 };
 
 /// Memory per NUMA node of [`machine`]: 16 GiB.
 pub const NODE_MEMORY_BYTES: u64 = 16 << 30;
+
+/// Node id `n` (test input: panics above 255).
+fn node(n: u32) -> NumaNodeId {
+    NumaNodeId::new(n).unwrap_or_else(|e| panic!("testkit: {e}"))
+}
 
 /// A machine of `nodes` NUMA nodes (ids `0..nodes`) with `cpus_per_node`
 /// CPUs each, numbered consecutively (node 0 has CPUs `0..cpus_per_node`).
@@ -30,46 +43,83 @@ pub const NODE_MEMORY_BYTES: u64 = 16 << 30;
 /// node has [`NODE_MEMORY_BYTES`] (all free) and distances are 10 (local) /
 /// 20 (remote). No PCI devices.
 pub fn machine(nodes: u32, cpus_per_node: u32) -> Machine {
-    let cpus = (0..nodes * cpus_per_node)
-        .map(|id| {
-            let n = id / cpus_per_node.max(1);
-            Cpu {
-                id,
-                online: true,
-                socket: n,
-                die: 0,
-                core: id,
-                numa: n,
-                l3: Some(n),
-            }
-        })
-        .collect();
-    machine_from_cpus(cpus, nodes)
+    let ids: Vec<u32> = (0..nodes).collect();
+    machine_with_node_ids(&ids, cpus_per_node)
+}
+
+/// Like [`machine`], with the given (possibly sparse) node ids: node
+/// `ids[i]` has CPUs `i * cpus_per_node ..` and is socket `i`.
+///
+/// ```
+/// let m = topomgr_sdk::testkit::machine_with_node_ids(&[0, 8, 250], 2);
+/// assert_eq!(m.numa_mask().to_string(), "0,8,250");
+/// assert_eq!(m.numa_nodes[2].cpus.to_string(), "4-5");
+/// ```
+pub fn machine_with_node_ids(ids: &[u32], cpus_per_node: u32) -> Machine {
+    let mut cpus = Vec::new();
+    for (i, &n) in ids.iter().enumerate() {
+        let i = i as u32;
+        for k in 0..cpus_per_node {
+            let id = i * cpus_per_node + k;
+            cpus.push(Cpu::new(id, Some(node(n))).with_socket(i).with_l3(Some(i)));
+        }
+    }
+    machine_on_nodes(cpus, ids)
 }
 
 /// A machine with the given CPUs (any topology: sockets, cores, threads,
 /// L3) on NUMA nodes `0..nodes`: each node gets the CPUs whose `numa` is its
 /// id, [`NODE_MEMORY_BYTES`] (all free) and distances 10 (local) / 20
 /// (remote). CPUs are sorted by id. No PCI devices.
-pub fn machine_from_cpus(mut cpus: Vec<Cpu>, nodes: u32) -> Machine {
-    cpus.sort_by_key(|c| c.id);
-    let numa_nodes = (0..nodes)
-        .map(|n| NumaNode {
-            id: n,
-            cpus: cpus.iter().filter(|c| c.numa == n).map(|c| c.id).collect(),
-            memory_bytes: NODE_MEMORY_BYTES,
-            memory_free_bytes: NODE_MEMORY_BYTES,
-            hugepages: BTreeMap::new(),
-            distances: (0..nodes)
-                .map(|o| (o, if o == n { 10 } else { 20 }))
-                .collect(),
+pub fn machine_from_cpus(cpus: Vec<Cpu>, nodes: u32) -> Machine {
+    let ids: Vec<u32> = (0..nodes).collect();
+    machine_on_nodes(cpus, &ids)
+}
+
+fn machine_on_nodes(cpus: Vec<Cpu>, ids: &[u32]) -> Machine {
+    let numa_nodes = ids
+        .iter()
+        .map(|&n| {
+            let id = node(n);
+            NumaNode::new(
+                id,
+                cpus.iter()
+                    .filter(|c| c.numa == Some(id))
+                    .map(|c| c.id)
+                    .collect(),
+            )
+            .with_memory(NODE_MEMORY_BYTES, NODE_MEMORY_BYTES)
+            .with_distances(
+                ids.iter()
+                    .map(|&o| (node(o), if o == n { 10 } else { 20 }))
+                    .collect(),
+            )
         })
         .collect();
-    Machine {
-        numa_nodes,
-        cpus,
-        pci_devices: Vec::new(),
-    }
+    Machine::new(numa_nodes, cpus, Vec::new())
+}
+
+/// A PCI device at `address` with `vendor` and `class` ids as sysfs writes
+/// them (`"0x10de"`, `"0x030200"`), device id `"0x0000"`, on node `numa`
+/// (`None`: the device has no NUMA node).
+pub fn pci_device(address: &str, vendor: &str, class: &str, numa: Option<u32>) -> PciDevice {
+    PciDevice::new(address, vendor, "0x0000", class, numa.map(node))
+}
+
+/// [`machine`] with `devices` as its PCI devices (sorted by address).
+///
+/// ```
+/// use topomgr_sdk::testkit;
+/// let m = testkit::machine_with_devices(2, 2, vec![
+///     testkit::pci_device("0000:3b:00.0", "0x10de", "0x030200", Some(1)),
+///     testkit::pci_device("0000:05:00.0", "0x8086", "0x020000", None),
+/// ]);
+/// assert_eq!(m.pci_devices[0].address, "0000:05:00.0");
+/// assert_eq!(m.pci_devices[1].numa.map(|n| n.get()), Some(1));
+/// ```
+pub fn machine_with_devices(nodes: u32, cpus_per_node: u32, devices: Vec<PciDevice>) -> Machine {
+    let m = machine(nodes, cpus_per_node);
+    Machine::new(m.numa_nodes, m.cpus, devices)
 }
 
 /// A container whose requests and limits are both `resources`.
@@ -78,41 +128,153 @@ pub fn container(name: &str, resources: &[(&str, u64)]) -> ContainerView {
         .iter()
         .map(|(k, v)| ((*k).to_owned(), *v))
         .collect();
-    ContainerView {
-        name: name.to_owned(),
-        requests: list.clone(),
-        limits: list,
-        sidecar: false,
-    }
+    ContainerView::new(name)
+        .with_requests(list.clone())
+        .with_limits(list)
+}
+
+/// A sidecar (an init container with `restartPolicy: Always`) whose requests
+/// and limits are both `resources`.
+pub fn sidecar(name: &str, resources: &[(&str, u64)]) -> ContainerView {
+    container(name, resources).with_sidecar(true)
 }
 
 /// A Guaranteed pod named `name` (uid `"<name>-uid"`, namespace `default`)
 /// with one app container `"app"` requesting `resources` (requests = limits).
 pub fn guaranteed_pod(name: &str, resources: &[(&str, u64)]) -> PodView {
-    PodView {
-        uid: format!("{name}-uid"),
-        name: name.to_owned(),
-        namespace: "default".to_owned(),
-        qos: QosClass::Guaranteed,
-        init_containers: Vec::new(),
-        containers: vec![container("app", resources)],
-    }
+    pod(name, Vec::new(), vec![container("app", resources)])
+}
+
+/// A Guaranteed pod named `name` (uid `"<name>-uid"`, namespace `default`)
+/// with these init containers (sidecars included) and app containers.
+pub fn pod(name: &str, init: Vec<ContainerView>, apps: Vec<ContainerView>) -> PodView {
+    PodView::new(format!("{name}-uid"), name, "default", QosClass::Guaranteed)
+        .with_init_containers(init)
+        .with_containers(apps)
+}
+
+/// A state directory path unique to this process and call, under the
+/// system temporary directory. It is not created: like a host's, the
+/// provider creates it if it writes there.
+fn unique_state_dir() -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    std::env::temp_dir().join(format!("topomgr-testkit-{}-{n}", std::process::id()))
 }
 
 /// Builds provider `P` for `machine` with `config` (a JSON object, or
-/// `Value::Null` for no table) and a state directory under the system
-/// temporary directory.
+/// `Value::Null` for no table) and a state directory of its own (unique per
+/// call, under the system temporary directory, not created).
 pub fn new_provider<P: Provider>(
     machine: &Machine,
     config: serde_json::Value,
 ) -> Result<P, ProviderError> {
     let config = ProviderConfig(config);
-    let state_dir: PathBuf = std::env::temp_dir().join("topomgr-testkit");
-    P::new(&ProviderContext {
-        machine,
-        config: &config,
-        state_dir: &state_dir,
-    })
+    let state_dir = unique_state_dir();
+    P::new(&ProviderContext::new(machine, &config, &state_dir))
+}
+
+/// Loads provider `P` the way a host loads its `.so`, in-process: the
+/// machine and config cross as JSON into `P`'s exported constructor, and
+/// every call goes through the same conversions and panic guard (a panic
+/// comes back as an error with reason `"ProviderPanic"`). The state
+/// directory is unique per call, as in [`new_provider`].
+///
+/// ```
+/// # use topomgr_sdk::*;
+/// # struct Nothing;
+/// # impl Provider for Nothing {
+/// #     fn new(ctx: &ProviderContext<'_>) -> Result<Self, ProviderError> {
+/// #         let _: std::collections::BTreeMap<String, u32> = ctx.config.parse()?; Ok(Nothing) }
+/// #     fn topology_hints(&mut self, _: &PodView, _: &ContainerView) -> Result<ProviderHints, ProviderError> { Ok(no_hints()) }
+/// #     fn pod_topology_hints(&mut self, _: &PodView) -> Result<ProviderHints, ProviderError> { Ok(no_hints()) }
+/// #     fn allocate(&mut self, _: &PodView, _: &ContainerView, _: &TopologyHint) -> Result<Allocation, ProviderError> { Ok(Allocation::default()) }
+/// #     fn release(&mut self, _: &str, _: &str) -> Result<(), ProviderError> { Ok(()) }
+/// #     fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> { Ok(vec![]) }
+/// #     fn restore(&mut self, _: &[u8]) -> Result<(), ProviderError> { Ok(()) }
+/// # }
+/// let machine = testkit::machine(2, 2);
+/// let err = testkit::load::<Nothing>(&machine, serde_json::json!({"a": "x"})).unwrap_err();
+/// assert_eq!(err.to_string(), "InvalidConfig: a: invalid type: string \"x\", expected u32");
+/// ```
+pub fn load<P: Provider>(
+    machine: &Machine,
+    config: serde_json::Value,
+) -> Result<Loaded, ProviderError> {
+    let machine_json = serde_json::to_value(machine)
+        .map_err(|e| ProviderError::new("InvalidMachine", e.to_string()))?;
+    let init = FfiInit {
+        init_json: ffi::init_json("testkit", &machine_json, &config, &unique_state_dir()).into(),
+        log: ffi::discard_log,
+        log_max_level: 0,
+    };
+    ffi::construct_in_process::<P>(init).map(Loaded)
+}
+
+/// Wraps `provider` in the same boundary adapter the host calls through a
+/// loaded plugin (conversions and the `catch_unwind` guard), in-process: a
+/// panic in a method comes back as an error with reason `"ProviderPanic"`.
+pub fn through_boundary<P: Provider>(provider: P) -> Loaded {
+    Loaded(ffi::in_process(provider))
+}
+
+/// A provider behind the plugin boundary, as the host sees it ([`load`],
+/// [`through_boundary`]).
+#[derive(Debug)]
+pub struct Loaded(ProviderHandle);
+
+impl Loaded {
+    /// [`Provider::topology_hints`] through the boundary.
+    pub fn topology_hints(
+        &mut self,
+        pod: &PodView,
+        container: &ContainerView,
+    ) -> Result<ProviderHints, ProviderError> {
+        self.0.topology_hints(pod, container)
+    }
+
+    /// [`Provider::pod_topology_hints`] through the boundary.
+    pub fn pod_topology_hints(&mut self, pod: &PodView) -> Result<ProviderHints, ProviderError> {
+        self.0.pod_topology_hints(pod)
+    }
+
+    /// [`Provider::allocate`] through the boundary.
+    pub fn allocate(
+        &mut self,
+        pod: &PodView,
+        container: &ContainerView,
+        hint: &TopologyHint,
+    ) -> Result<Allocation, ProviderError> {
+        self.0.allocate(pod, container, hint)
+    }
+
+    /// [`Provider::release`] through the boundary.
+    pub fn release(&mut self, pod_uid: &str, container: &str) -> Result<(), ProviderError> {
+        self.0.release(pod_uid, container)
+    }
+
+    /// [`Provider::checkpoint`] through the boundary.
+    pub fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
+        self.0.checkpoint()
+    }
+
+    /// [`Provider::restore`] through the boundary.
+    pub fn restore(&mut self, data: &[u8]) -> Result<(), ProviderError> {
+        self.0.restore(data)
+    }
+
+    /// [`Provider::preferred_allocation`] through the boundary.
+    pub fn preferred_allocation(
+        &mut self,
+        request: &PreferredAllocationRequest,
+    ) -> Result<Vec<String>, ProviderError> {
+        self.0.preferred_allocation(request)
+    }
+
+    /// [`Provider::inventory`] through the boundary.
+    pub fn inventory(&mut self) -> Result<Inventory, ProviderError> {
+        self.0.inventory()
+    }
 }
 
 /// Formats one hint as `"<mask>:<preferred>"`, `"any:<preferred>"` for no affinity.
@@ -123,16 +285,52 @@ pub fn hint_string(h: &TopologyHint) -> String {
     }
 }
 
-/// The hints of `resource` as strings, compact sets expanded over `nodes`:
-/// `None` when the provider returned no map or no preference for the
-/// resource, `Some(vec![])` when it cannot satisfy the request.
-pub fn hint_strings(hints: &ProviderHints, resource: &str, nodes: &[u32]) -> Option<Vec<String>> {
-    let set = hints.as_ref()?.get(resource)?.as_ref()?;
-    let list = match set {
-        HintSet::Explicit(v) => v.clone(),
-        HintSet::Compact(c) => c.expand(nodes),
+/// Parses the form [`hint_string`] prints: `"0-1:true"`, `"any:false"`
+/// (test input: panics on anything else, naming it).
+///
+/// ```
+/// use topomgr_sdk::{testkit, NumaMask};
+/// let h = testkit::hint("0,2:false");
+/// assert_eq!(h.affinity, Some(NumaMask::from_nodes([0, 2]).unwrap()));
+/// assert!(!h.preferred);
+/// assert_eq!(testkit::hint("any:true").affinity, None);
+/// ```
+pub fn hint(text: &str) -> TopologyHint {
+    let (mask, preferred) = text
+        .rsplit_once(':')
+        .unwrap_or_else(|| panic!("testkit::hint({text:?}): expected \"<nodes>:<true|false>\""));
+    let preferred = match preferred {
+        "true" => true,
+        "false" => false,
+        other => panic!("testkit::hint({text:?}): {other:?} is not true or false"),
     };
-    Some(list.iter().map(hint_string).collect())
+    let affinity = if mask == "any" {
+        None
+    } else {
+        Some(NumaMask::parse_list(mask).unwrap_or_else(|e| panic!("testkit::hint({text:?}): {e}")))
+    };
+    TopologyHint {
+        affinity,
+        preferred,
+    }
+}
+
+fn node_ids(nodes: &[u32]) -> Vec<NumaNodeId> {
+    nodes.iter().map(|&n| node(n)).collect()
+}
+
+/// The hints of `resource` as strings, compact sets expanded over `nodes`
+/// (the machine's node ids): `None` when the provider returned
+/// no map or no preference for the resource, `Some(vec![])` when it cannot
+/// satisfy the request.
+pub fn hint_strings(hints: &ProviderHints, resource: &str, nodes: &[u32]) -> Option<Vec<String>> {
+    let set: &HintSet = hints.as_ref()?.get(resource)?.as_ref()?;
+    Some(
+        set.to_explicit(&node_ids(nodes))
+            .iter()
+            .map(hint_string)
+            .collect(),
+    )
 }
 
 /// Asserts that `resource`'s hints (expanded over `nodes`) are exactly
@@ -153,45 +351,62 @@ pub fn assert_hints(
     assert_eq!(got, want, "hints for resource {resource:?}");
 }
 
-/// Wraps `provider` in the same boundary adapter the host calls through a
-/// loaded plugin (conversions and the `catch_unwind` guard), in-process: a
-/// panic in a method comes back as an error with reason `"ProviderPanic"`.
-pub fn through_boundary<P: Provider>(provider: P) -> crate::ffi::ProviderHandle {
-    crate::ffi::in_process(provider)
+/// A resource list from `(name, amount)` pairs.
+pub fn resources(list: &[(&str, u64)]) -> ResourceList {
+    list.iter()
+        .map(|(k, v)| ((*k).to_owned(), *v))
+        .collect::<BTreeMap<_, _>>()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{CompactHints, NumaMask};
+    use crate::{CompactHints, HintsBuilder};
 
     #[test]
     fn machine_shape() {
         let m = machine(2, 3);
-        assert_eq!(m.numa_ids(), vec![0, 1]);
+        assert_eq!(m.numa_ids(), vec![node(0), node(1)]);
         assert_eq!(m.numa_nodes[1].cpus.to_string(), "3-5");
-        assert_eq!(m.numa_nodes[1].distances.get(&0), Some(&20));
+        assert_eq!(m.numa_nodes[1].distances.get(&node(0)), Some(&20));
         assert_eq!(m.cpus.len(), 6);
-        assert_eq!(m.cpus[4].numa, 1);
+        assert_eq!(m.cpus[4].numa, Some(node(1)));
+        let sparse = machine_with_node_ids(&[3, 200], 1);
+        assert_eq!(sparse.numa_nodes[1].distances.get(&node(3)), Some(&20));
+        assert_eq!(sparse.cpus[1].numa, Some(node(200)));
     }
 
     #[test]
     fn strings_of_all_cases() {
-        let mut map = BTreeMap::new();
-        map.insert("none".to_owned(), None);
-        map.insert("empty".to_owned(), Some(HintSet::Explicit(vec![])));
-        map.insert(
-            "c".to_owned(),
-            Some(HintSet::Compact(CompactHints::upward_closed(
-                vec![NumaMask::from_bits(0b10)],
-                1,
-            ))),
-        );
-        let h: ProviderHints = Some(map);
+        let h = HintsBuilder::new()
+            .no_preference("none")
+            .unsatisfiable("empty")
+            .hints(
+                "c",
+                HintSet::Compact(CompactHints::upward_closed(
+                    vec![hint("1:true").affinity.unwrap()],
+                    1,
+                )),
+            )
+            .build();
         assert_eq!(hint_strings(&h, "none", &[0, 1]), None);
         assert_eq!(hint_strings(&h, "missing", &[0, 1]), None);
         assert_eq!(hint_strings(&h, "empty", &[0, 1]), Some(vec![]));
         assert_hints(&h, "c", &[0, 1], Some(&["1:true", "0-1:false"]));
         assert_eq!(hint_string(&TopologyHint::ANY), "any:true");
+        for text in ["0:true", "1-3,250:false", "any:false"] {
+            assert_eq!(hint_string(&hint(text)), text);
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "testkit::hint(\"0-1:maybe\"): \"maybe\" is not true or false")]
+    fn hint_parser_names_bad_input() {
+        hint("0-1:maybe");
+    }
+
+    #[test]
+    fn state_dirs_are_unique() {
+        assert_ne!(unique_state_dir(), unique_state_dir());
     }
 }

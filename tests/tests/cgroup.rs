@@ -356,7 +356,7 @@ fn real_cgroup_applies_the_cpuset_to_a_process() {
         .next()
         .expect("the root cpuset has memory nodes");
     let one_cpu: CpuSet = std::iter::once(cpu).collect();
-    let one_mem = NumaMask::single(mem).unwrap();
+    let one_mem = NumaMask::single(mem);
 
     let p = path(&format!("topomgr-test/cgroup-{}/app", std::process::id()));
     let cg = mgr.create(&p).unwrap();

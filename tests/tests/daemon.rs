@@ -120,7 +120,8 @@ fn widgets_pod_json(node: u32, ids: &[&str]) -> Value {
         "qos": "Guaranteed", "admitted": true, "reason": null, "message": null,
         "containers": [{
             "name": "trainer", "affinity": [node], "preferred": true,
-            "cpus": "", "exclusive": false, "mems": node.to_string(),
+            // Device providers leave `mems` to the memory provider.
+            "cpus": "", "exclusive": false, "mems": "",
             "devices": {"example.com/widget": ids},
             "env": {"WIDGET_DEVICES": ids.join(",")}
         }]
@@ -391,7 +392,9 @@ fn attach_writes_cpuset_and_mems_of_the_container() {
         (r.status, r.json().unwrap()),
         (
             200,
-            json!({"uid": WIDGETS_UID, "container": "trainer", "cgroup": "kubepods/pod-w/trainer", "cpus": "0-15", "mems": "0"})
+            // Only the widget provider is loaded and device providers set no
+            // `mems`: the container gets every memory node of the root.
+            json!({"uid": WIDGETS_UID, "container": "trainer", "cgroup": "kubepods/pod-w/trainer", "cpus": "0-15", "mems": "0-3"})
         )
     );
     let leaf = cg.join("kubepods/pod-w/trainer");
@@ -401,7 +404,7 @@ fn attach_writes_cpuset_and_mems_of_the_container() {
     );
     assert_eq!(
         fs::read_to_string(leaf.join("cpuset.mems")).unwrap().trim(),
-        "0"
+        "0-3"
     );
     let listed = c.get("/v1/pods").unwrap().json().unwrap();
     assert_eq!(

@@ -13,7 +13,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
 use topomgr::discover::{discover, render_table, DiscoveryError};
-use topomgr_sdk::{Cpu, CpuSet, HugePages, Machine, NumaNode, PciDevice, Sriov};
+use topomgr_sdk::{Cpu, CpuSet, Machine, NumaNode, NumaNodeId, PciDevice, Sriov};
 
 const GIB: u64 = 1 << 30;
 
@@ -126,102 +126,112 @@ fn expected_example() -> Machine {
                     } else {
                         20
                     };
-                    (m, d)
+                    (node(m), d)
                 })
                 .collect();
-            NumaNode {
-                id: n,
-                cpus: [2 * n, 2 * n + 1, 2 * n + 8, 2 * n + 9]
+            NumaNode::new(
+                node(n),
+                [2 * n, 2 * n + 1, 2 * n + 8, 2 * n + 9]
                     .into_iter()
                     .collect(),
-                memory_bytes: 8 * GIB,
-                memory_free_bytes: free_gib_x2[i] * GIB / 2,
-                hugepages: BTreeMap::from([
-                    (
-                        "2048kB".to_string(),
-                        HugePages {
-                            total: huge_2m[i].0,
-                            free: huge_2m[i].1,
-                        },
-                    ),
-                    (
-                        "1048576kB".to_string(),
-                        HugePages {
-                            total: huge_1g[i].0,
-                            free: huge_1g[i].1,
-                        },
-                    ),
-                ]),
-                distances,
-            }
+            )
+            .with_memory(8 * GIB, free_gib_x2[i] * GIB / 2)
+            .with_hugepages(2048, huge_2m[i].0)
+            .with_hugepages(1048576, huge_1g[i].0)
+            .with_distances(distances)
+        })
+        .map(|mut n: NumaNode| {
+            let i = n.id.get() as usize;
+            n.hugepages.get_mut("2048kB").unwrap().free = huge_2m[i].1;
+            n.hugepages.get_mut("1048576kB").unwrap().free = huge_1g[i].1;
+            n
         })
         .collect();
     let cpus = (0..16u32)
         .map(|id| {
             let core = id % 8;
-            Cpu {
-                id,
-                online: true,
-                socket: core / 4,
-                die: 0,
-                core,
-                numa: core / 2,
-                l3: Some(core / 4),
-            }
+            Cpu::new(id, Some(node(core / 2)))
+                .with_socket(core / 4)
+                .with_core(core)
+                .with_l3(Some(core / 4))
         })
         .collect();
-    let dev = |address: &str, vendor: &str, device: &str, class: &str, numa: i32, driver: &str| {
-        PciDevice {
-            address: address.to_string(),
-            vendor: vendor.to_string(),
-            device: device.to_string(),
-            class: class.to_string(),
-            numa,
-            driver: Some(driver.to_string()),
-            net: vec![],
-            sriov: None,
-            physfn: None,
-        }
+    let dev = |address: &str,
+               vendor: &str,
+               device: &str,
+               class: &str,
+               numa: Option<u32>,
+               driver: &str| {
+        PciDevice::new(address, vendor, device, class, numa.map(node)).with_driver(driver)
     };
-    let mut pf = dev("0000:3b:00.0", "0x8086", "0x158b", "0x020000", 1, "i40e");
-    pf.net = vec!["ens2f0".to_string()];
-    pf.sriov = Some(Sriov {
-        total_vfs: 64,
-        num_vfs: 2,
-        vfs: vec!["0000:3b:02.0".to_string(), "0000:3b:02.1".to_string()],
-    });
+    let pf = dev(
+        "0000:3b:00.0",
+        "0x8086",
+        "0x158b",
+        "0x020000",
+        Some(1),
+        "i40e",
+    )
+    .with_net(vec!["ens2f0".to_string()])
+    .with_sriov(Sriov::new(
+        64,
+        vec!["0000:3b:02.0".to_string(), "0000:3b:02.1".to_string()],
+    ));
     let vf = |n: u32| {
-        let mut d = dev(
+        dev(
             &format!("0000:3b:02.{n}"),
             "0x8086",
             "0x154c",
             "0x020000",
-            1,
+            Some(1),
             "iavf",
-        );
-        d.net = vec![format!("ens2f0v{n}")];
-        d.physfn = Some("0000:3b:00.0".to_string());
-        d
+        )
+        .with_net(vec![format!("ens2f0v{n}")])
+        .with_physfn("0000:3b:00.0")
     };
-    Machine {
+    Machine::new(
         numa_nodes,
         cpus,
-        pci_devices: vec![
+        vec![
             dev(
                 "0000:00:14.0",
                 "0x8086",
                 "0xa1af",
                 "0x0c0330",
-                -1,
+                None,
                 "xhci_hcd",
             ),
-            dev("0000:17:00.0", "0x10de", "0x20b0", "0x030200", 0, "nvidia"),
+            dev(
+                "0000:17:00.0",
+                "0x10de",
+                "0x20b0",
+                "0x030200",
+                Some(0),
+                "nvidia",
+            ),
             pf,
             vf(0),
             vf(1),
-            dev("0000:b1:00.0", "0x10de", "0x20b0", "0x030200", 2, "nvidia"),
+            dev(
+                "0000:b1:00.0",
+                "0x10de",
+                "0x20b0",
+                "0x030200",
+                Some(2),
+                "nvidia",
+            ),
         ],
-    }
+    )
+}
+
+/// NUMA node id `n`.
+fn node(n: u32) -> NumaNodeId {
+    NumaNodeId::new(n).expect("a node id below 256")
+}
+
+/// NUMA node ids.
+fn nodes(ids: &[u32]) -> Vec<NumaNodeId> {
+    ids.iter().map(|&n| node(n)).collect()
 }
 
 #[test]
@@ -233,7 +243,7 @@ fn example_machine_is_discovered_exactly() {
     assert_eq!(machine.pci_devices, expected.pci_devices);
     assert_eq!(machine, expected);
     assert_eq!(machine.online_cpus(), cpus("0-15"));
-    assert_eq!(machine.numa_ids(), vec![0, 1, 2, 3]);
+    assert_eq!(machine.numa_ids(), nodes(&[0, 1, 2, 3]));
 }
 
 #[test]
@@ -268,7 +278,7 @@ fn example_machine_json_has_the_spec_shape() {
         value["pci_devices"][0],
         serde_json::json!({
             "address": "0000:00:14.0", "vendor": "0x8086", "device": "0xa1af", "class": "0x0c0330",
-            "numa": -1, "driver": "xhci_hcd", "net": [], "sriov": null, "physfn": null
+            "numa": null, "driver": "xhci_hcd", "net": [], "sriov": null, "physfn": null
         })
     );
     let text = serde_json::to_string_pretty(&machine).expect("serialise");
@@ -345,69 +355,29 @@ NUMA distances:
 #[test]
 fn missing_optional_files_degrade_to_documented_defaults() {
     let machine = discover(&fixture("sparse-minimal")).expect("fixture");
-    let expected = Machine {
-        numa_nodes: vec![
-            NumaNode {
-                id: 0,
-                cpus: cpus("0-2"),
-                memory_bytes: 4 * GIB,
-                memory_free_bytes: GIB,
-                hugepages: BTreeMap::new(),
-                distances: BTreeMap::from([(0, 10), (5, 20)]),
-            },
-            NumaNode {
-                id: 5,
-                cpus: CpuSet::new(),
-                memory_bytes: 2 * GIB,
-                memory_free_bytes: 0,
-                hugepages: BTreeMap::from([(
-                    "2048kB".to_string(),
-                    HugePages { total: 8, free: 8 },
-                )]),
-                distances: BTreeMap::from([(0, 20), (5, 10)]),
-            },
+    let expected = Machine::new(
+        vec![
+            NumaNode::new(node(0), cpus("0-2"))
+                .with_memory(4 * GIB, GIB)
+                .with_distances(BTreeMap::from([(node(0), 10), (node(5), 20)])),
+            NumaNode::new(node(5), CpuSet::new())
+                .with_memory(2 * GIB, 0)
+                .with_hugepages(2048, 8)
+                .with_distances(BTreeMap::from([(node(0), 20), (node(5), 10)])),
         ],
-        cpus: vec![
-            Cpu {
-                id: 0,
-                online: true,
-                socket: 0,
-                die: 0,
-                core: 0,
-                numa: 0,
-                l3: Some(0),
-            },
-            Cpu {
-                id: 1,
-                online: true,
-                socket: 0,
-                die: 0,
-                core: 0,
-                numa: 0,
-                l3: Some(0),
-            },
-            Cpu {
-                id: 2,
-                online: false,
-                socket: 0,
-                die: 0,
-                core: 2,
-                numa: 0,
-                l3: None,
-            },
+        vec![
+            Cpu::new(0, Some(node(0))).with_core(0).with_l3(Some(0)),
+            Cpu::new(1, Some(node(0))).with_core(0).with_l3(Some(0)),
+            Cpu::new(2, Some(node(0))).with_online(false),
         ],
-        pci_devices: vec![PciDevice {
-            address: "0000:00:02.0".to_string(),
-            vendor: "0x8086".to_string(),
-            device: "0x3412".to_string(),
-            class: "0x030000".to_string(),
-            numa: -1,
-            driver: None,
-            net: vec![],
-            sriov: None,
-            physfn: None,
-        }],
-    };
+        vec![PciDevice::new(
+            "0000:00:02.0",
+            "0x8086",
+            "0x3412",
+            "0x030000",
+            None,
+        )],
+    );
     assert_eq!(machine, expected);
 }
 
@@ -455,16 +425,64 @@ fn write(path: &Path, content: &str) {
 }
 
 #[test]
-fn node_id_64_is_refused() {
-    let (_s, sys, text) = broken_example("node64", |sys| {
-        let node = sys.join("devices/system/node/node64");
-        fs::create_dir_all(&node).expect("mkdir");
-        write(&node.join("cpulist"), "\n");
+fn node_ids_up_to_255_and_at_most_64_nodes() {
+    // Nodes 64 and 255 (no CPUs, some memory) are read like any other.
+    let (_s, sys) = Scratch::copy_of(&example_root(), "node255");
+    let ids = [0, 1, 2, 3, 64, 255];
+    for (i, id) in ids.iter().enumerate() {
+        let dir = sys.join(format!("devices/system/node/node{id}"));
+        if *id > 3 {
+            fs::create_dir_all(&dir).expect("mkdir");
+            write(&dir.join("cpulist"), "\n");
+            write(
+                &dir.join("meminfo"),
+                &format!("Node {id} MemTotal: 1024 kB\nNode {id} MemFree: 512 kB\n"),
+            );
+        }
+        let row: Vec<String> = (0..ids.len())
+            .map(|j| {
+                if i == j {
+                    "10".into()
+                } else {
+                    format!("{}", 20 + i + j)
+                }
+            })
+            .collect();
+        write(&dir.join("distance"), &format!("{}\n", row.join(" ")));
+    }
+    write(&sys.join("devices/system/node/online"), "0-3,64,255\n");
+    let machine = discover(&sys).expect("discovery");
+    assert_eq!(machine.numa_ids(), nodes(&[0, 1, 2, 3, 64, 255]));
+    assert_eq!(machine.numa_mask().to_string(), "0-3,64,255");
+    assert_eq!(machine.numa_nodes[5].memory_bytes, 1 << 20);
+    assert_eq!(machine.numa_nodes[5].distances[&node(255)], 10);
+    assert_eq!(machine.numa_nodes[5].distances[&node(64)], 29);
+    assert_eq!(machine.numa_nodes[0].distances[&node(255)], 25);
+    // An id beyond 255 is refused, naming the directory.
+    let (_s, sys, text) = broken_example("node256", |sys| {
+        let dir = sys.join("devices/system/node/node256");
+        fs::create_dir_all(&dir).expect("mkdir");
+        write(&dir.join("cpulist"), "\n");
     });
     assert_eq!(
         text,
         format!(
-            "{}/devices/system/node/node64: NUMA node id 64 is out of range: topomgr supports at most 64 NUMA nodes, with ids 0-63",
+            "{}/devices/system/node/node256: NUMA node id 256 is out of range: topomgr supports NUMA node ids 0-255",
+            sys.display()
+        )
+    );
+    // More than 64 nodes are refused.
+    let (_s, sys, text) = broken_example("node65", |sys| {
+        for id in 4..65 {
+            let dir = sys.join(format!("devices/system/node/node{}", id * 3));
+            fs::create_dir_all(&dir).expect("mkdir");
+            write(&dir.join("cpulist"), "\n");
+        }
+    });
+    assert_eq!(
+        text,
+        format!(
+            "{}/devices/system/node: 65 NUMA nodes; topomgr supports at most 64 NUMA nodes on one machine",
             sys.display()
         )
     );
@@ -581,15 +599,24 @@ fn distance_row_of_the_wrong_length() {
 
 #[test]
 fn online_cpu_outside_every_node_and_cpu_in_two_nodes() {
-    let (_s, sys, text) = broken_example("nonode", |sys| {
-        write(&sys.join("devices/system/node/node3/cpulist"), "6-7,14\n");
-    });
+    // CPU 15 online but in no node's cpulist: kept, with no node, and the
+    // table says so.
+    let (_s, sys) = Scratch::copy_of(&example_root(), "nonode");
+    write(&sys.join("devices/system/node/node3/cpulist"), "6-7,14\n");
+    let machine = discover(&sys).expect("discovery keeps CPUs without a node");
+    assert_eq!(machine.cpus[15].numa, None);
+    assert!(machine.cpus[15].online);
+    assert_eq!(machine.cpus_without_node(), cpus("15"));
+    assert_eq!(machine.numa_nodes[3].cpus, cpus("6-7,14"));
+    assert!(
+        render_table(&machine)
+            .contains("\nCPUs in no NUMA node: 15 (shared pool only, never exclusive)\n"),
+        "{}",
+        render_table(&machine)
+    );
     assert_eq!(
-        text,
-        format!(
-            "{}/devices/system/cpu/cpu15: CPU 15 is online but no NUMA node's cpulist contains it (NUMA nodes 0-3)",
-            sys.display()
-        )
+        serde_json::to_value(&machine).expect("json")["cpus"][15]["numa"],
+        serde_json::Value::Null
     );
     let (_s, sys, text) = broken_example("twonodes", |sys| {
         write(
@@ -618,19 +645,11 @@ fn offline_cpu_and_pci_node_the_machine_lacks() {
     let machine = discover(&sys).expect("discovery");
     assert_eq!(
         machine.cpus[13],
-        Cpu {
-            id: 13,
-            online: false,
-            socket: 0,
-            die: 0,
-            core: 13,
-            numa: 2,
-            l3: None,
-        }
+        Cpu::new(13, Some(node(2))).with_online(false)
     );
     assert_eq!(machine.cpus[5].core, 5);
     assert_eq!(machine.online_cpus(), cpus("0-12,14-15"));
-    assert_eq!(machine.pci_devices[5].numa, -1);
+    assert_eq!(machine.pci_devices[5].numa, None);
 }
 
 #[test]
@@ -649,25 +668,32 @@ fn non_numa_kernel_is_one_node() {
     let machine = discover(&sys).expect("discovery");
     assert_eq!(
         machine.numa_nodes,
-        vec![NumaNode {
-            id: 0,
-            cpus: cpus("0-15"),
-            memory_bytes: 32768000 * 1024,
-            memory_free_bytes: 16384000 * 1024,
-            hugepages: BTreeMap::from([(
-                "2048kB".to_string(),
-                HugePages {
-                    total: 64,
-                    free: 60
-                }
-            )]),
-            distances: BTreeMap::from([(0, 10)]),
-        }]
+        vec![NumaNode::new(node(0), cpus("0-15"))
+            .with_memory(32768000 * 1024, 16384000 * 1024)
+            .with_hugepages(2048, 64)
+            .with_distances(BTreeMap::from([(node(0), 10)]))
+            .tap_free("2048kB", 60)]
     );
-    assert!(machine.cpus.iter().all(|c| c.numa == 0));
+    assert!(machine.cpus.iter().all(|c| c.numa == Some(node(0))));
     // Devices that named nodes 1 and 2 now name a node the machine lacks.
-    let numas: Vec<i32> = machine.pci_devices.iter().map(|d| d.numa).collect();
-    assert_eq!(numas, vec![-1, 0, -1, -1, -1, -1]);
+    let numas: Vec<Option<u32>> = machine
+        .pci_devices
+        .iter()
+        .map(|d| d.numa.map(|n| n.get()))
+        .collect();
+    assert_eq!(numas, vec![None, Some(0), None, None, None, None]);
+}
+
+/// Sets the free pages of one hugepage size (the builder makes them all free).
+trait TapFree {
+    fn tap_free(self, size: &str, free: u64) -> Self;
+}
+
+impl TapFree for NumaNode {
+    fn tap_free(mut self, size: &str, free: u64) -> Self {
+        self.hugepages.get_mut(size).expect("hugepage size").free = free;
+        self
+    }
 }
 
 // -------------------------------------------------------------- hwloc corpus
@@ -1019,8 +1045,8 @@ fn differences(machine: &Machine, view: &HwlocView, allowed: &Allowed) -> Vec<St
     let nodes: BTreeMap<u32, &NumaNode> = machine
         .numa_nodes
         .iter()
-        .filter(|n| allowed.node(n.id))
-        .map(|n| (n.id, n))
+        .filter(|n| allowed.node(n.id.get()))
+        .map(|n| (n.id.get(), n))
         .collect();
     let node_ids: BTreeSet<u32> = nodes.keys().copied().collect();
     let hwloc_ids: BTreeSet<u32> = view.numa.keys().copied().collect();
@@ -1250,11 +1276,6 @@ const EXCEPTED: &[(&str, &str, &[&str])] = &[
         &["packages", "L3 caches"],
     ),
     (
-        "48amd64-4pa2n6c-sparse",
-        "topomgr limit: NUMA node ids 72 and 73 are beyond the 64-node NumaMask (ids 0-63); the same tree with the two ids renumbered matches (corpus_48amd64_sparse_node_ids)",
-        &["refused: "],
-    ),
-    (
         "64fake-4n2s2ca2c2t",
         "hand-edited tree: every CPU's L3 shared_cpu_list says 0-7 while its shared_cpu_map names its own 8 CPUs (the kernel writes both from one mask); topomgr reads the list, hwloc the mask",
         &["L3 caches"],
@@ -1266,18 +1287,8 @@ const EXCEPTED: &[(&str, &str, &[&str])] = &[
     ),
     (
         "nvidiagpunumanodes",
-        "topomgr limit: the V100 GPU memory nodes have ids 250-255, beyond the 64-node NumaMask (ids 0-63)",
-        &["refused: "],
-    ),
-    (
-        "nvidiagpunumanodes-kept",
-        "topomgr limit: the V100 GPU memory nodes have ids 250-255, beyond the 64-node NumaMask (ids 0-63)",
-        &["refused: "],
-    ),
-    (
-        "offline-cpu0-node0",
-        "hand-edited tree: NUMA node 0 is offline (no node0 directory) while its CPUs 4,6,...,20 are online, which the kernel never allows; topomgr refuses an online CPU without a node, hwloc shows package 0 without memory",
-        &["refused: "],
+        "hwloc hides the V100 GPU memory nodes 250-255 unless HWLOC_KEEP_NVIDIA_GPU_NUMA_NODES=1; topomgr keeps every node the kernel lists, like the kubelet (nvidiagpunumanodes-kept, the same tree read with that variable, matches)",
+        &["NUMA nodes 0,8,250-255, hwloc 0,8"],
     ),
 ];
 
@@ -1288,26 +1299,26 @@ const XML_ONLY_REFUSED: &[(&str, &str)] = &[(
 )];
 
 /// The invariants every discovered machine holds: each CPU's node and each
-/// PCI device's node (unless -1) is a node of the machine, each node's CPUs
+/// PCI device's node (unless none) is a node of the machine, each node's CPUs
 /// say they are on it, and the JSON form reads back.
 fn consistent(machine: &Machine) -> Result<(), String> {
     let ids = machine.numa_ids();
     for cpu in &machine.cpus {
-        if !ids.contains(&cpu.numa) {
-            return Err(format!("CPU {} on node {}", cpu.id, cpu.numa));
+        if cpu.numa.is_some_and(|n| !ids.contains(&n)) {
+            return Err(format!("CPU {} on node {:?}", cpu.id, cpu.numa));
         }
     }
     for node in &machine.numa_nodes {
         for id in node.cpus.iter() {
             match machine.cpus.iter().find(|c| c.id == id) {
-                Some(cpu) if cpu.numa == node.id => {}
+                Some(cpu) if cpu.numa == Some(node.id) => {}
                 _ => return Err(format!("node {} lists CPU {id}", node.id)),
             }
         }
     }
     for dev in &machine.pci_devices {
-        if dev.numa != -1 && !ids.iter().any(|&i| i64::from(i) == i64::from(dev.numa)) {
-            return Err(format!("{} on node {}", dev.address, dev.numa));
+        if dev.numa.is_some_and(|n| !ids.contains(&n)) {
+            return Err(format!("{} on node {:?}", dev.address, dev.numa));
         }
     }
     let text = serde_json::to_string(machine).map_err(|e| e.to_string())?;
@@ -1445,21 +1456,14 @@ fn corpus_16amd64_8n2c() {
         return;
     };
     let machine = discover(&rec.sys).expect("16amd64-8n2c");
-    assert_eq!(machine.numa_ids(), (0..8).collect::<Vec<u32>>());
+    assert_eq!(machine.numa_ids(), nodes(&[0, 1, 2, 3, 4, 5, 6, 7]));
     assert_eq!(machine.numa_nodes[3].cpus, cpus("6-7"));
     assert_eq!(machine.numa_nodes[0].memory_bytes, 8386704 * 1024);
     assert_eq!(
         machine.numa_nodes[0].distances,
-        BTreeMap::from([
-            (0, 10),
-            (1, 20),
-            (2, 20),
-            (3, 20),
-            (4, 20),
-            (5, 20),
-            (6, 20),
-            (7, 20)
-        ])
+        (0..8)
+            .map(|n| (node(n), if n == 0 { 10 } else { 20 }))
+            .collect::<BTreeMap<_, _>>()
     );
     assert!(machine.cpus.iter().all(|c| c.l3.is_none()));
     let view = parse_console(rec.console.as_deref().expect("console file"));
@@ -1475,12 +1479,12 @@ fn corpus_256ia64_64_nodes() {
         return;
     };
     let machine = discover(&rec.sys).expect("256ia64-64n2s2c");
-    assert_eq!(machine.numa_ids(), (0..64).collect::<Vec<u32>>());
+    assert_eq!(machine.numa_ids(), (0..64).map(node).collect::<Vec<_>>());
     assert_eq!(machine.numa_mask().count(), 64);
     assert_eq!(machine.cpus.len(), 256);
     assert_eq!(machine.numa_nodes[63].cpus, cpus("252-255"));
     assert_eq!(machine.numa_nodes[63].distances.len(), 64);
-    assert_eq!(machine.numa_nodes[0].distances[&0], 10);
+    assert_eq!(machine.numa_nodes[0].distances[&node(0)], 10);
     let sockets: BTreeSet<u32> = machine.cpus.iter().map(|c| c.socket).collect();
     assert_eq!(sockets.len(), 128);
 }
@@ -1554,15 +1558,7 @@ fn corpus_16em64t_offline_cpus() {
     assert_eq!(offline, cpus("2,5,13-14"));
     assert_eq!(
         machine.cpus[2],
-        Cpu {
-            id: 2,
-            online: false,
-            socket: 0,
-            die: 0,
-            core: 2,
-            numa: 0,
-            l3: None,
-        }
+        Cpu::new(2, Some(node(0))).with_online(false)
     );
     // CPU 10 is alone in its core once CPU 2 went offline.
     assert_eq!(machine.cpus[10].core, 10);
@@ -1574,66 +1570,113 @@ fn corpus_48amd64_sparse_node_ids() {
     let Some(rec) = recorded("48amd64-4pa2n6c-sparse") else {
         return;
     };
-    assert_eq!(
-        err_text(&rec.sys),
-        format!(
-            "{}/devices/system/node/node72: NUMA node id 72 is out of range: topomgr supports at most 64 NUMA nodes, with ids 0-63",
-            rec.sys.display()
-        )
-    );
-    // The same machine with its two highest node ids brought under 64 (the
-    // order of the ids, and so the distance rows, is unchanged) matches
-    // hwloc's reading once the ids are mapped back.
-    let nodes = rec.sys.join("devices/system/node");
-    fs::rename(nodes.join("node72"), nodes.join("node62")).expect("rename");
-    fs::rename(nodes.join("node73"), nodes.join("node63")).expect("rename");
-    let mut machine = discover(&rec.sys).expect("renumbered tree");
-    assert_eq!(machine.numa_ids(), vec![0, 1, 2, 33, 34, 45, 62, 63]);
+    // Node ids 72 and 73 are read as they are; the distance rows map onto
+    // the sparse ids by position.
+    let machine = discover(&rec.sys).expect("48amd64-4pa2n6c-sparse");
+    assert_eq!(machine.numa_ids(), nodes(&[0, 1, 2, 33, 34, 45, 72, 73]));
     assert_eq!(machine.numa_nodes[3].cpus, cpus("18-23"));
     assert_eq!(
         machine.numa_nodes[3].distances,
         BTreeMap::from([
-            (0, 22),
-            (1, 16),
-            (2, 16),
-            (33, 10),
-            (34, 16),
-            (45, 16),
-            (62, 22),
-            (63, 22)
+            (node(0), 22),
+            (node(1), 16),
+            (node(2), 16),
+            (node(33), 10),
+            (node(34), 16),
+            (node(45), 16),
+            (node(72), 22),
+            (node(73), 22)
         ])
     );
-    assert_eq!(machine.cpus[40].numa, 62);
-    for node in &mut machine.numa_nodes {
-        node.id = match node.id {
-            62 => 72,
-            63 => 73,
-            id => id,
-        };
-    }
+    assert_eq!(machine.cpus[40].numa, Some(node(72)));
     let view = parse_console(rec.console.as_deref().expect("console"));
     assert_eq!(
         differences(&machine, &view, &Allowed::default()),
         Vec::<String>::new()
     );
+    // The merge works on these ids: a policy over the machine ranks masks
+    // of nodes 72-73 by their value, above every mask of lower ids.
+    let numa = topomgr::policy::NumaInfo::from_machine(&machine).expect("numa info");
+    assert_eq!(numa.default_mask().to_string(), "0-2,33-34,45,72-73");
+}
+
+#[test]
+fn corpus_power9_gpu_memory_nodes_250_to_255() {
+    let Some(rec) = recorded("nvidiagpunumanodes") else {
+        return;
+    };
+    let machine = discover(&rec.sys).expect("nvidiagpunumanodes");
+    assert_eq!(
+        machine.numa_ids(),
+        nodes(&[0, 8, 250, 251, 252, 253, 254, 255])
+    );
+    // The V100 memory nodes have memory and no CPUs; their distance rows map
+    // onto the sparse ids.
+    let gpu = &machine.numa_nodes[2];
+    assert!(gpu.cpus.is_empty());
+    assert_eq!(gpu.memory_bytes, 15728640 * 1024);
+    assert_eq!(gpu.distances[&node(250)], 10);
+    assert_eq!(gpu.distances[&node(8)], 80);
+    assert_eq!(machine.numa_nodes[1].distances[&node(0)], 40);
+    assert_eq!(machine.numa_mask().to_string(), "0,8,250-255");
+    consistent(&machine).expect("consistent");
+}
+
+#[test]
+fn corpus_online_cpus_without_a_node_are_kept() {
+    let Some(rec) = recorded("offline-cpu0-node0") else {
+        return;
+    };
+    // NUMA node 0 is offline (no node0 directory) while its CPUs
+    // 4,6,...,20 are online, as on the Dell R630 this tree was recorded on.
+    let machine = discover(&rec.sys).expect("offline-cpu0-node0");
+    assert_eq!(machine.numa_ids(), nodes(&[1]));
+    assert_eq!(machine.cpus_without_node(), cpus("4,6,8,10,12,14,16,18,20"));
+    assert!(machine
+        .cpus
+        .iter()
+        .filter(|c| machine.cpus_without_node().contains(c.id))
+        .all(|c| c.numa.is_none() && c.online && c.socket == 0));
+    assert!(render_table(&machine).contains(
+        "CPUs in no NUMA node: 4,6,8,10,12,14,16,18,20 (shared pool only, never exclusive)"
+    ));
+
+    // The CPU provider runs on this machine and never hands those CPUs out:
+    // node 1's online CPUs are the only exclusive ones.
+    use topomgr::provider::HintProvider;
+    let entry = topomgr::config::ProviderEntry {
+        library: common::cpu_plugin().to_string_lossy().into_owned(),
+        enabled: true,
+        config: serde_json::json!({"policy": "static", "reserved_cpus": ""}),
+        defined_in: PathBuf::from("test"),
+    };
+    let state = Scratch::new("nonode-cpu");
+    let mut cpu = topomgr::plugin::load_provider("cpu", &entry, &[], &machine, &state.0)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let online_on_node1 = machine.numa_nodes[0]
+        .cpus
+        .intersection(&machine.online_cpus());
+    let all = online_on_node1.len() as u64;
+    let pod = topomgr_sdk::testkit::guaranteed_pod("big", &[("cpu", all * 1000)]);
+    let a = cpu
+        .allocate(&pod, &pod.containers[0], &topomgr_sdk::TopologyHint::ANY)
+        .unwrap();
+    assert!(a.exclusive);
+    assert_eq!(a.cpus, online_on_node1);
+    assert!(a.cpus.intersection(&machine.cpus_without_node()).is_empty());
+    cpu.release("big-uid", "app").unwrap();
+    let more = topomgr_sdk::testkit::guaranteed_pod("more", &[("cpu", (all + 1) * 1000)]);
+    assert!(cpu
+        .allocate(&more, &more.containers[0], &topomgr_sdk::TopologyHint::ANY)
+        .is_err());
 }
 
 #[test]
 fn corpus_inconsistent_trees_are_refused_with_the_reason() {
-    let cases = [
-        (
-            "8em64t-2s2ca2c-buggynuma",
-            "/devices/system/node/node1: CPU 0 is also in the cpulist of NUMA node 0",
-        ),
-        (
-            "offline-cpu0-node0",
-            "/devices/system/cpu/cpu4: CPU 4 is online but no NUMA node's cpulist contains it (NUMA nodes 1)",
-        ),
-        (
-            "nvidiagpunumanodes",
-            "/devices/system/node/node250: NUMA node id 250 is out of range: topomgr supports at most 64 NUMA nodes, with ids 0-63",
-        ),
-    ];
+    let cases = [(
+        "8em64t-2s2ca2c-buggynuma",
+        "/devices/system/node/node1: CPU 0 is also in the cpulist of NUMA node 0",
+    )];
     for (name, suffix) in cases {
         let Some(rec) = recorded(name) else {
             return;
@@ -1656,6 +1699,5 @@ fn live_sysfs_of_this_host() {
     let machine = discover(root).expect("the live /sys");
     assert!(!machine.numa_nodes.is_empty());
     assert!(!machine.online_cpus().is_empty());
-    let ids = machine.numa_ids();
-    assert!(machine.cpus.iter().all(|c| ids.contains(&c.numa)));
+    consistent(&machine).expect("consistent");
 }

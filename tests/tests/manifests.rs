@@ -37,23 +37,13 @@ fn list(entries: &[(&str, u64)]) -> ResourceList {
 }
 
 fn container(name: &str, requests: &[(&str, u64)], limits: &[(&str, u64)]) -> ContainerView {
-    ContainerView {
-        name: name.to_string(),
-        requests: list(requests),
-        limits: list(limits),
-        sidecar: false,
-    }
+    ContainerView::new(name)
+        .with_requests(list(requests))
+        .with_limits(list(limits))
 }
 
 fn pod(uid: &str, name: &str, namespace: &str, qos: QosClass) -> PodView {
-    PodView {
-        uid: uid.to_string(),
-        name: name.to_string(),
-        namespace: namespace.to_string(),
-        qos,
-        init_containers: vec![],
-        containers: vec![],
-    }
+    PodView::new(uid, name, namespace, qos)
 }
 
 fn parse_err(text: &str, source: &str) -> String {
@@ -134,10 +124,7 @@ fn example_init_and_sidecar() {
     );
     want.init_containers = vec![
         container("fetch-model", &init, &init),
-        ContainerView {
-            sidecar: true,
-            ..container("log-shipper", &sidecar, &sidecar)
-        },
+        container("log-shipper", &sidecar, &sidecar).with_sidecar(true),
     ];
     want.containers = vec![container("server", &app, &app)];
     let got = read_example("init-and-sidecar.yaml");
@@ -419,10 +406,8 @@ fn json_pod_and_pod_list() {
     });
     let text = serde_json::to_string_pretty(&json).expect("serialises");
     let mut want = pod("u-json", "j", "ns", QosClass::Burstable);
-    want.init_containers = vec![ContainerView {
-        sidecar: true,
-        ..container("proxy", &[("cpu", 250), ("memory", 64 * MI)], &[])
-    }];
+    want.init_containers =
+        vec![container("proxy", &[("cpu", 250), ("memory", 64 * MI)], &[]).with_sidecar(true)];
     want.containers = vec![container(
         "main",
         &[("cpu", 1500), ("memory", GI), ("nvidia.com/gpu", 1)],
@@ -712,10 +697,7 @@ fn read_fixture(rel: &str) -> Vec<Pod> {
 }
 
 fn resources(requests: &[(&str, u64)], limits: &[(&str, u64)]) -> PodResources {
-    PodResources {
-        requests: list(requests),
-        limits: list(limits),
-    }
+    PodResources::new(list(requests), list(limits))
 }
 
 /// The Kubernetes docs' pod-level resources examples: the QoS class the API
@@ -796,7 +778,7 @@ fn kubernetes_docs_pod_level_resources() {
         let pods = read_fixture(&format!("k8s-docs/{file}"));
         assert_eq!(pods.len(), 1, "{file}");
         assert_eq!(pods[0].view.qos, *qos, "{file}");
-        assert_eq!(&pods[0].pod_resources, pod_level, "{file}");
+        assert_eq!(&pods[0].view.resources, pod_level, "{file}");
         assert_eq!(&pods[0].effective, effective, "{file}");
     }
     // The containers keep their own values (what the kubelet's resource
@@ -825,7 +807,7 @@ fn pod_level_defaulting_and_effective_values() {
     let pods = parse_manifests(text, "p.yaml").expect("parses");
     let p = &pods[0];
     assert_eq!(
-        p.pod_resources,
+        p.view.resources,
         Some(resources(
             &[("cpu", 1500), ("hugepages-2Mi", 4 * MI), ("memory", 4 * GI)],
             &[("cpu", 4000), ("hugepages-2Mi", 4 * MI), ("memory", 4 * GI)]
@@ -842,7 +824,7 @@ fn pod_level_defaulting_and_effective_values() {
     // Without spec.resources the effective values are the containers' aggregate.
     let text = "kind: Pod\nmetadata: {name: q}\nspec:\n  initContainers: [{name: i, resources: {limits: {cpu: 3, memory: 1Gi}}}]\n  containers: [{name: a, resources: {limits: {cpu: 1, memory: 2Gi}}}]\n";
     let p = &parse_manifests(text, "q.yaml").expect("parses")[0];
-    assert_eq!(p.pod_resources, None);
+    assert_eq!(p.view.resources, None);
     assert_eq!(p.view.qos, QosClass::Guaranteed);
     assert_eq!(
         p.effective,

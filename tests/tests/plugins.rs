@@ -13,7 +13,7 @@ use serde_json::json;
 use topomgr::config::{HostConfig, ProviderEntry};
 use topomgr::plugin::{load_provider, search_dirs, LoadedProvider, PluginError};
 use topomgr::provider::HintProvider;
-use topomgr_sdk::{testkit, NumaMask, ProviderError, TopologyHint};
+use topomgr_sdk::{testkit, NumaMask, PreferredAllocationRequest, ProviderError, TopologyHint};
 
 const W: &str = "example.com/widget";
 
@@ -88,7 +88,7 @@ fn mock_answers_what_its_config_scripts() {
         .allocate(
             &pod,
             &pod.containers[0],
-            &TopologyHint::new(NumaMask::from_bits(1), true),
+            &TopologyHint::new(NumaMask::single(0.into()), true),
         )
         .unwrap();
     assert_eq!(a.cpus.to_string(), "0-1");
@@ -138,13 +138,14 @@ fn example_provider_hints_allocates_and_checkpoints() {
     let none = testkit::guaranteed_pod("n", &[("cpu", 1000)]);
     assert_eq!(
         w.pod_topology_hints(&none).unwrap(),
-        Some(BTreeMap::from([(W.to_owned(), None)]))
+        Some(BTreeMap::new()),
+        "the kubelet's Device Manager answers an empty map for a pod asking for none"
     );
     let a = w
         .allocate(
             &pod,
             &pod.containers[0],
-            &TopologyHint::new(NumaMask::from_bits(0b10), true),
+            &TopologyHint::new(NumaMask::single(1.into()), true),
         )
         .unwrap();
     assert_eq!(
@@ -158,7 +159,7 @@ fn example_provider_hints_allocates_and_checkpoints() {
             vec!["widget-1-0".to_owned(), "widget-1-1".to_owned()]
         )])
     );
-    assert_eq!(a.mems.to_string(), "1");
+    assert!(a.mems.is_empty(), "a device provider sets no mems");
     let pod2 = testkit::guaranteed_pod("b", &[(W, 2)]);
     let h = w.topology_hints(&pod2, &pod2.containers[0]).unwrap();
     let after = Some(vec!["0:true".to_owned(), "0-1:false".to_owned()]);
@@ -215,6 +216,8 @@ fn a_panic_in_any_method_is_an_error_and_the_provider_keeps_working() {
         "release",
         "checkpoint",
         "restore",
+        "preferred",
+        "inventory",
     ] {
         let mut m = load_ok(
             "mock",
@@ -228,12 +231,22 @@ fn a_panic_in_any_method_is_an_error_and_the_provider_keeps_working() {
                 "allocate" => m.allocate(&pod, c, &TopologyHint::ANY).map(drop),
                 "release" => m.release("a-uid", "app"),
                 "checkpoint" => m.checkpoint().map(drop),
+                "preferred" => m
+                    .preferred_allocation(&PreferredAllocationRequest::new(
+                        "r",
+                        vec!["d".into()],
+                        vec![],
+                        1,
+                    ))
+                    .map(drop),
+                "inventory" => m.inventory().map(drop),
                 _ => m.restore(br#"{"calls":[]}"#),
             }
         };
         let method = match point {
             "hints" => "topology_hints",
             "pod_hints" => "pod_topology_hints",
+            "preferred" => "preferred_allocation",
             other => other,
         };
         assert_eq!(
@@ -254,6 +267,8 @@ fn a_panic_in_any_method_is_an_error_and_the_provider_keeps_working() {
             "release",
             "checkpoint",
             "restore",
+            "preferred",
+            "inventory",
         ] {
             if other != point {
                 assert_eq!(
@@ -306,8 +321,8 @@ fn config_errors_name_the_provider_and_the_key() {
     assert_eq!(
         err.to_string(),
         format!(
-            "provider `widgets` ({}) failed to start: InvalidConfig: numa_widgets config: unknown field \
-             `colour`, expected `widgets_per_node` or `resource`",
+            "provider `widgets` ({}) failed to start: InvalidConfig: unknown field `colour`, \
+             expected `widgets_per_node` or `resource`",
             p.widgets.canonicalize().unwrap().display()
         )
     );
@@ -315,8 +330,8 @@ fn config_errors_name_the_provider_and_the_key() {
     assert_eq!(
         err.to_string(),
         format!(
-            "provider `mock` ({}) failed to start: InvalidConfig: mock config: invalid type: string \
-             \"soon\", expected u64",
+            "provider `mock` ({}) failed to start: InvalidConfig: mock config: sleep_ms: invalid type: \
+             string \"soon\", expected u64",
             p.mock.canonicalize().unwrap().display()
         )
     );
@@ -411,16 +426,30 @@ fn writable_plugins_and_directories_are_refused() {
 #[test]
 fn a_plugin_built_against_an_incompatible_sdk_is_refused_in_one_line() {
     let p = common::plugins();
-    let err = load("old", &p.incompatible, json!(null)).unwrap_err();
+    // Same SDK minor, a changed type layout: the first difference is named.
+    let err = load("changed", &p.incompatible, json!(null)).unwrap_err();
     assert!(matches!(err, PluginError::Incompatible { .. }), "{err:?}");
     let msg = err.to_string();
     assert!(!msg.contains('\n'), "{msg}");
     assert_eq!(
         msg,
         format!(
-            "provider `old`: {} was built against an incompatible topomgr SDK: type FfiHint (via \
+            "provider `changed`: {} was built against an incompatible topomgr SDK: type FfiHint (via \
              new.topology_hints.hints): too many fields, host 3, plugin 4; rebuild it with topomgr-sdk {}",
             p.incompatible.canonicalize().unwrap().display(),
+            topomgr_sdk::SDK_VERSION
+        )
+    );
+    // A plugin of the previous SDK minor (0.1): refused on the version.
+    let err = load("old", &p.older_minor, json!(null)).unwrap_err();
+    assert!(matches!(err, PluginError::Incompatible { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "provider `old`: {} was built against an incompatible topomgr SDK: plugin SDK version \
+             0.1.0, host SDK version {}; the 0.MINOR versions must match; rebuild it with topomgr-sdk {}",
+            p.older_minor.canonicalize().unwrap().display(),
+            topomgr_sdk::SDK_VERSION,
             topomgr_sdk::SDK_VERSION
         )
     );
@@ -512,4 +541,269 @@ fn the_repository_config_loads_the_example_provider() {
     let pod = testkit::guaranteed_pod("a", &[(W, 3)]);
     let h = w.topology_hints(&pod, &pod.containers[0]).unwrap();
     assert_eq!(hint_strings(&h, W), Some(vec!["0-1:true".to_owned()]));
+}
+
+/// The example machine as discovered, for plugins that read PCI devices.
+fn example_machine() -> topomgr_sdk::Machine {
+    topomgr::discover::discover(Path::new(&common::example_sys())).expect("example machine")
+}
+
+#[test]
+fn an_out_of_tree_device_provider_built_on_the_toolkit_works() {
+    // `tests/vendor-accelerator` is its own workspace depending on the SDK
+    // alone; its accelerators are the example machine's two NVIDIA PCI
+    // devices (0000:17:00.0 on node 0, 0000:b1:00.0 on node 2).
+    let p = common::plugins();
+    let machine = example_machine();
+    let mut accel = load_provider(
+        "accel",
+        &entry(&p.vendor, json!({"vendor": "0x10DE"})),
+        &[],
+        &machine,
+        &state_dir(),
+    )
+    .unwrap();
+    let r = "example.com/accelerator";
+    let pod = testkit::guaranteed_pod("a", &[(r, 1)]);
+    let h = accel.topology_hints(&pod, &pod.containers[0]).unwrap();
+    let hints = testkit::hint_strings(&h, r, &[0, 1, 2, 3]).unwrap();
+    assert_eq!(&hints[..3], ["0:true", "2:true", "0-1:false"]);
+    assert!(!hints.contains(&"1:false".to_owned()) && !hints.contains(&"1:true".to_owned()));
+    let a = accel
+        .allocate(&pod, &pod.containers[0], &testkit::hint("2:true"))
+        .unwrap();
+    assert_eq!(a.devices[r], ["0000:b1:00.0"]);
+    assert_eq!(a.env["ACCELERATOR_PCI"], "0000:b1:00.0");
+    let inv = accel.inventory().unwrap();
+    assert_eq!(inv.resources[r].total.capacity, 2);
+    assert_eq!(inv.resources[r].total.available, 1);
+    let zones: Vec<(Option<u32>, u64)> = inv.resources[r]
+        .zones
+        .iter()
+        .map(|z| (z.numa.map(|n| n.get()), z.amounts.available))
+        .collect();
+    assert_eq!(zones, [(Some(0), 1), (Some(2), 0)]);
+    let req = PreferredAllocationRequest::new(
+        r,
+        vec!["0000:17:00.0".into(), "0000:b1:00.0".into()],
+        vec!["0000:b1:00.0".into()],
+        1,
+    );
+    assert_eq!(accel.preferred_allocation(&req).unwrap(), ["0000:b1:00.0"]);
+    // Config errors name the key, through the plugin boundary.
+    let err = load_provider(
+        "accel",
+        &entry(&p.vendor, json!({"vendor": 16})),
+        &[],
+        &machine,
+        &state_dir(),
+    )
+    .unwrap_err();
+    assert!(
+        err.to_string().ends_with(
+            "failed to start: InvalidConfig: vendor: invalid type: integer `16`, expected a string"
+        ),
+        "{err}"
+    );
+}
+
+/// A host of a later patch release: every object it sends carries fields
+/// this SDK does not know.
+fn with_added_fields(mut machine: serde_json::Value) -> serde_json::Value {
+    machine["memory_tiers"] = json!([{"nodes": [0, 1], "tier": "dram"}]);
+    for n in machine["numa_nodes"].as_array_mut().unwrap() {
+        n["memory_bandwidth_mbps"] = json!(200_000);
+    }
+    for c in machine["cpus"].as_array_mut().unwrap() {
+        c["core_type"] = json!("performance");
+    }
+    for d in machine["pci_devices"].as_array_mut().unwrap() {
+        d["link_type"] = json!("ether");
+        d["vf_index"] = json!(null);
+    }
+    machine
+}
+
+#[test]
+fn a_plugin_of_this_sdk_loads_into_a_host_that_added_fields() {
+    use topomgr_sdk::abi_stable::library::lib_header_from_path;
+    use topomgr_sdk::ffi;
+
+    let p = common::plugins();
+    let machine = example_machine();
+    let newer = with_added_fields(serde_json::to_value(&machine).unwrap());
+    // Through the host's own loader, with the newer machine description.
+    let mut accel = topomgr::plugin::load_provider_from_json(
+        "accel",
+        &entry(&p.vendor, json!({"vendor": "0x10de"})),
+        &[],
+        &newer,
+        &state_dir(),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let inv = accel.inventory().unwrap();
+    assert_eq!(inv.resources["example.com/accelerator"].total.capacity, 2);
+
+    // At the boundary itself: an init request, pods and containers with
+    // added fields, and a named call the plugin was built before.
+    let module = lib_header_from_path(&p.vendor)
+        .and_then(|h| h.init_root_module::<ffi::ProviderModRef>())
+        .expect("load the vendor plugin");
+    let mut init: serde_json::Value = serde_json::from_str(&ffi::init_json(
+        "accel",
+        &newer,
+        &json!({"vendor": "0x10de"}),
+        &state_dir(),
+    ))
+    .unwrap();
+    init["host_version"] = json!("0.2.9");
+    init["node_name"] = json!("worker-7");
+    let mut handle = ffi::construct(
+        module,
+        ffi::FfiInit {
+            init_json: init.to_string().into(),
+            log: ffi::discard_log,
+            log_max_level: 0,
+        },
+    )
+    .unwrap();
+    let pod = json!({
+        "uid": "u1", "name": "p", "namespace": "default", "qos": "Guaranteed",
+        "init_containers": [], "resources": null, "priority_class_name": "high",
+        "containers": [{"name": "app", "requests": {"example.com/accelerator": 1},
+            "limits": {"example.com/accelerator": 1}, "sidecar": false,
+            "resize_policy": [{"resourceName": "cpu"}]}]
+    });
+    let container = pod["containers"][0].to_string();
+    let h = handle
+        .topology_hints_json(&pod.to_string(), &container)
+        .unwrap();
+    assert_eq!(
+        testkit::hint_strings(&h, "example.com/accelerator", &[0, 1, 2, 3])
+            .unwrap()
+            .first()
+            .map(String::as_str),
+        Some("0:true")
+    );
+    let a = handle
+        .allocate_json(&pod.to_string(), &container, &testkit::hint("0:true"))
+        .unwrap();
+    assert_eq!(a.devices["example.com/accelerator"], ["0000:17:00.0"]);
+    assert_eq!(handle.call("method_of_a_later_sdk", "{}"), Ok(None));
+}
+
+#[test]
+fn named_calls_reach_loaded_plugins() {
+    let p = common::plugins();
+    let mut w = load_ok("widgets", &p.widgets, json!({"widgets_per_node": 2}));
+    let req = PreferredAllocationRequest::new(
+        W,
+        vec![
+            "widget-0-0".into(),
+            "widget-1-0".into(),
+            "widget-1-1".into(),
+        ],
+        vec![],
+        2,
+    );
+    assert_eq!(
+        w.preferred_allocation(&req).unwrap(),
+        ["widget-1-0", "widget-1-1"]
+    );
+    let inv = w.inventory().unwrap();
+    assert_eq!(inv.resources[W].total.available, 4);
+    let mut m = load_ok(
+        "mock",
+        &p.mock,
+        json!({"preferred": ["b", "a"], "inventory": {"resources": {"x/y": {
+            "total": {"capacity": 2, "allocatable": 2, "available": 1},
+            "zones": [{"numa": 1, "capacity": 2, "allocatable": 2, "available": 1}]}}}}),
+    );
+    assert_eq!(m.preferred_allocation(&req).unwrap(), ["b", "a"]);
+    assert_eq!(
+        m.inventory().unwrap().resources["x/y"].zones[0]
+            .amounts
+            .available,
+        1
+    );
+    // A provider that owns nothing answers an empty inventory.
+    let mut quiet = load_ok("mock", &p.mock, json!(null));
+    assert!(quiet.inventory().unwrap().resources.is_empty());
+    assert!(quiet.preferred_allocation(&req).unwrap().is_empty());
+}
+
+#[test]
+fn the_preferred_verb_answers_on_the_example_machine() {
+    common::plugins();
+    let root = common::workspace_root();
+    let sys = common::example_sys();
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "provider",
+            "widgets",
+            "--sysfs-root",
+            sys.as_str(),
+            "preferred",
+            "--resource",
+            W,
+        ];
+        args.extend_from_slice(extra);
+        common::topomgr(&root, &args)
+    };
+    let (code, out, err) = run(&[
+        "--available",
+        "widget-0-0,widget-1-0,widget-1-1",
+        "--size",
+        "2",
+    ]);
+    assert_eq!(
+        (code, out.trim()),
+        (0, r#"{"devices":["widget-1-0","widget-1-1"]}"#),
+        "{err}"
+    );
+    let (code, out, _) = run(&[
+        "--available",
+        "widget-0-0,widget-1-0,widget-1-1",
+        "--must-include",
+        "widget-0-0",
+        "--size",
+        "2",
+    ]);
+    assert_eq!(
+        (code, out.trim()),
+        (0, r#"{"devices":["widget-0-0","widget-1-0"]}"#)
+    );
+    for (extra, message) in [
+        (
+            vec!["--available", "widget-0-0", "--size", "0"],
+            "invalid preferred-allocation request: size is 0; ask for at least one device",
+        ),
+        (
+            vec!["--available", "widget-0-0", "--must-include", "widget-9-9", "--size", "1"],
+            "invalid preferred-allocation request: must_include names device \"widget-9-9\", which is not in available",
+        ),
+        (
+            vec!["--available", "widget-0-0,gizmo", "--size", "1"],
+            "provider \"widgets\" cannot answer: resource example.com/widget has no device \"gizmo\"",
+        ),
+    ] {
+        let (code, out, err) = run(&extra);
+        assert_eq!(code, 2, "{extra:?}: {out}{err}");
+        assert_eq!(err.trim(), format!("topomgr: error: {message}"), "{extra:?}");
+    }
+}
+
+#[test]
+fn version_names_the_sdk_and_abi() {
+    let (code, out, _) = common::topomgr(&common::workspace_root(), &["--version"]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        out.trim(),
+        format!(
+            "topomgr {} (plugin SDK {}, plugin ABI {})",
+            env!("CARGO_PKG_VERSION"),
+            topomgr_sdk::SDK_VERSION,
+            topomgr_sdk::SDK_ABI_VERSION
+        )
+    );
 }

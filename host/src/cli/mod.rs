@@ -17,9 +17,21 @@ use clap::{Parser, Subcommand, ValueEnum};
 /// Default configuration file.
 pub const DEFAULT_CONFIG: &str = "/etc/topomgr/topomgr.toml";
 
+/// What `topomgr --version` prints: the host's version and the plugin SDK
+/// version and ABI it loads (plugins must be built with an SDK of the same
+/// `0.MINOR` and ABI).
+pub static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "{} (plugin SDK {}, plugin ABI {})",
+        env!("CARGO_PKG_VERSION"),
+        topomgr_sdk::SDK_VERSION,
+        topomgr_sdk::SDK_ABI_VERSION
+    )
+});
+
 /// topomgr: a node-level NUMA topology manager with kubelet Topology Manager semantics.
 #[derive(Debug, Parser)]
-#[command(name = "topomgr", version, about)]
+#[command(name = "topomgr", version = VERSION.as_str(), about)]
 pub struct Cli {
     /// Configuration file (drop-ins are read from its plugins.d/).
     #[arg(long, global = true, default_value = DEFAULT_CONFIG)]

@@ -1,4 +1,4 @@
-//! `topomgr provider NAME hints|allocate`: call one provider directly.
+//! `topomgr provider NAME hints|allocate|preferred`: call one provider directly.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -7,7 +7,9 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use serde_json::json;
 use topomgr::checkpoint;
-use topomgr_sdk::{HintSet, PodView, ProviderHints, TopologyHint};
+use topomgr_sdk::{
+    HintSet, NumaNodeId, PodView, PreferredAllocationRequest, ProviderHints, TopologyHint,
+};
 
 use super::host;
 
@@ -52,6 +54,47 @@ enum Call {
         #[arg(long)]
         hint: String,
     },
+    /// GetPreferredAllocation: the devices the provider would pick, in its order.
+    Preferred {
+        /// The resource (`nvidia.com/gpu`).
+        #[arg(long)]
+        resource: String,
+        /// Device ids to choose from, comma-separated, in this order.
+        #[arg(long)]
+        available: String,
+        /// Device ids the answer must contain, comma-separated.
+        #[arg(long, default_value = "")]
+        must_include: String,
+        /// How many devices to pick.
+        #[arg(long)]
+        size: usize,
+    },
+}
+
+/// A comma-separated id list (`a,b`); empty text is the empty list.
+fn id_list(text: &str) -> Vec<String> {
+    text.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The `preferred` request, checked; `Err` is unusable input (exit 2).
+fn preferred_request(
+    resource: String,
+    available: &str,
+    must_include: &str,
+    size: usize,
+) -> anyhow::Result<PreferredAllocationRequest> {
+    if resource.is_empty() {
+        bail!("--resource is empty; name the resource, e.g. --resource nvidia.com/gpu");
+    }
+    let req =
+        PreferredAllocationRequest::new(resource, id_list(available), id_list(must_include), size);
+    req.validate()
+        .map_err(|e| anyhow::anyhow!("invalid preferred-allocation request: {e}"))?;
+    Ok(req)
 }
 
 fn read_pod(path: &str) -> anyhow::Result<PodView> {
@@ -84,8 +127,8 @@ fn container_name(pod: &PodView, given: Option<String>) -> anyhow::Result<String
 }
 
 /// Expand compact hint sets on machines of up to 8 NUMA nodes.
-fn printable(hints: ProviderHints, nodes: &[u32]) -> ProviderHints {
-    let expand = nodes.len() <= 8;
+fn printable(hints: ProviderHints, nodes: &[NumaNodeId]) -> ProviderHints {
+    let expand = nodes.len() <= topomgr_sdk::hintgen::EXPLICIT_HINT_MAX_NODES;
     hints.map(|map| {
         map.into_iter()
             .map(|(k, v)| match v {
@@ -172,6 +215,25 @@ pub fn run(config: &Path, args: ProviderArgs) -> anyhow::Result<ExitCode> {
                     });
                     println!("{out}");
                     ExitCode::SUCCESS
+                }
+                Err(e) => refused(&args.name, &e),
+            }
+        }
+        Call::Preferred {
+            resource,
+            available,
+            must_include,
+            size,
+        } => {
+            let req = preferred_request(resource, &available, &must_include, size)?;
+            match provider.preferred_allocation(&req) {
+                Ok(devices) => {
+                    println!("{}", json!({ "devices": devices }));
+                    ExitCode::SUCCESS
+                }
+                // Ids or a resource the provider does not have: unusable input.
+                Err(e) if e.reason == topomgr_sdk::INVALID_REQUEST_REASON => {
+                    bail!("provider {:?} cannot answer: {}", args.name, e.message)
                 }
                 Err(e) => refused(&args.name, &e),
             }

@@ -110,19 +110,13 @@ fn build_pod(args: &RunArgs) -> anyhow::Result<PodView> {
         .map(|d| d.as_nanos())
         .unwrap_or(0);
     let uid = format!("run-{}-{nanos}", std::process::id());
-    Ok(PodView {
-        name: uid.clone(),
-        uid,
-        namespace: "default".to_string(),
-        qos: QosClass::Guaranteed,
-        init_containers: Vec::new(),
-        containers: vec![ContainerView {
-            name: CONTAINER.to_string(),
-            requests: resources.clone(),
-            limits: resources,
-            sidecar: false,
-        }],
-    })
+    Ok(
+        PodView::new(uid.clone(), uid, "default", QosClass::Guaranteed).with_containers(vec![
+            ContainerView::new(CONTAINER)
+                .with_requests(resources.clone())
+                .with_limits(resources),
+        ]),
+    )
 }
 
 /// Signals forwarded to CMD.

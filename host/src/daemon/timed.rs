@@ -228,4 +228,20 @@ impl HintProvider for TimedProvider {
         let data = data.to_vec();
         self.call("restore", move |p| p.restore(&data), None)
     }
+
+    fn preferred_allocation(
+        &mut self,
+        request: &topomgr_sdk::PreferredAllocationRequest,
+    ) -> Result<Vec<String>, ProviderError> {
+        let request = request.clone();
+        self.call(
+            "preferred_allocation",
+            move |p| p.preferred_allocation(&request),
+            None,
+        )
+    }
+
+    fn inventory(&mut self) -> Result<topomgr_sdk::Inventory, ProviderError> {
+        self.call("inventory", |p| p.inventory(), None)
+    }
 }

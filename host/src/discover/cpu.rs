@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-use topomgr_sdk::{Cpu, CpuSet, NumaNode};
+use topomgr_sdk::{Cpu, CpuSet, NumaNode, NumaNodeId};
 
 use super::sysfs::{
     clean, numbered_entries, parse_cpu_list, parse_error, parse_num, read_cpus, read_optional,
@@ -51,7 +51,7 @@ struct Raw {
     siblings: Option<Rc<CpuSet>>,
     package_cpus: Option<Rc<CpuSet>>,
     l3: Option<L3>,
-    numa: u32,
+    numa: Option<NumaNodeId>,
 }
 
 /// Read every CPU. `nodes` are the NUMA nodes already read (their cpulists
@@ -72,8 +72,10 @@ struct Raw {
 ///   the sibling list keeps cores apart where `core_id` repeats. AMD
 ///   Bulldozer kernels list both cores of a compute unit as thread siblings
 ///   but give them different `core_id`s: they are two cores.
-/// - `numa`: the node whose cpulist holds the CPU. An online CPU that no node
-///   holds is an error; an offline one gets the lowest node id.
+/// - `numa`: the node whose cpulist holds the CPU; `None` when no node holds
+///   it. Firmware can leave online CPUs without a node (a Dell R630 with
+///   NUMA node 0 offline lists node 1 only): they are kept, with a warning,
+///   and the CPU provider keeps them out of exclusive allocation.
 /// - `l3`: the `id` of the CPU's level-3 cache (`cache/index<N>/level` = 3),
 ///   else the lowest CPU of its `shared_cpu_list`; the CPU's `core` when that
 ///   list is empty (ia64 kernels write an empty list for core-private
@@ -90,13 +92,13 @@ pub(super) fn read_cpus_info(
     let global_online = read_optional(&online_path)?
         .map(|text| parse_cpu_list(&online_path, &text))
         .transpose()?;
-    let mut node_of: HashMap<u32, u32> = HashMap::new();
+    let mut node_of: HashMap<u32, NumaNodeId> = HashMap::new();
     for node in nodes {
         for cpu in node.cpus.iter() {
             node_of.insert(cpu, node.id);
         }
     }
-    let lowest_node = nodes.first().map_or(0, |n| n.id);
+    let mut without_node = CpuSet::new();
     let mut learned = Learned::default();
     let mut raws = Vec::with_capacity(dirs.len());
     for (id, dir) in dirs {
@@ -129,18 +131,10 @@ pub(super) fn read_cpus_info(
             Some(l3) if online => Some(*l3),
             _ => read_l3(&dir.join("cache"), &mut learned)?,
         };
-        let numa = match node_of.get(&id) {
-            Some(node) => *node,
-            None if online => {
-                let ids: CpuSet = nodes.iter().map(|n| n.id).collect();
-                return Err(DiscoveryError::CpuWithoutNode {
-                    path: dir.clone(),
-                    cpu: id,
-                    nodes: ids.to_string(),
-                });
-            }
-            None => lowest_node,
-        };
+        let numa = node_of.get(&id).copied();
+        if numa.is_none() && online {
+            without_node.insert(id);
+        }
         raws.push(Raw {
             id,
             online,
@@ -152,6 +146,16 @@ pub(super) fn read_cpus_info(
             l3,
             numa,
         });
+    }
+    if !without_node.is_empty() {
+        let ids: CpuSet = nodes.iter().map(|n| n.id.get()).collect();
+        tracing::warn!(
+            path = %root.join("devices/system/node").display(),
+            cpus = %without_node,
+            numa_nodes = %ids,
+            "online CPUs are in no NUMA node's cpulist (a NUMA node is offline?); \
+             keeping them in the shared pool only, never for exclusive or NUMA-aligned use"
+        );
     }
     Ok(assemble(&raws))
 }
@@ -192,15 +196,12 @@ fn assemble(raws: &[Raw]) -> Vec<Cpu> {
                 L3::Id(id) => id,
                 L3::OfCore => core,
             });
-            Cpu {
-                id: raw.id,
-                online: raw.online,
-                socket: socket_of(raw),
-                die: raw.die,
-                core,
-                numa: raw.numa,
-                l3,
-            }
+            Cpu::new(raw.id, raw.numa)
+                .with_online(raw.online)
+                .with_socket(socket_of(raw))
+                .with_die(raw.die)
+                .with_core(core)
+                .with_l3(l3)
         })
         .collect()
 }

@@ -3,7 +3,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use topomgr_sdk::MAX_NUMA_NODES;
+use topomgr_sdk::{MAX_NUMA_NODES, MAX_NUMA_NODE_ID};
 
 /// An error reading the machine's topology from sysfs.
 ///
@@ -52,16 +52,27 @@ pub enum DiscoveryError {
     },
     /// A NUMA node id beyond what a [`topomgr_sdk::NumaMask`] can hold.
     #[error(
-        "{}: NUMA node id {id} is out of range: topomgr supports at most {max} NUMA nodes, with ids 0-{last}",
+        "{}: NUMA node id {id} is out of range: topomgr supports NUMA node ids 0-{last}",
         path.display(),
-        max = MAX_NUMA_NODES,
-        last = MAX_NUMA_NODES - 1
+        last = MAX_NUMA_NODE_ID
     )]
     NodeIdOutOfRange {
         /// The node directory.
         path: PathBuf,
         /// Its id.
         id: u32,
+    },
+    /// More NUMA nodes than topomgr merges at once.
+    #[error(
+        "{}: {count} NUMA nodes; topomgr supports at most {max} NUMA nodes on one machine",
+        path.display(),
+        max = MAX_NUMA_NODES
+    )]
+    TooManyNodes {
+        /// The `devices/system/node` directory.
+        path: PathBuf,
+        /// How many node directories it holds.
+        count: usize,
     },
     /// A distance row whose length matches neither the node directories nor
     /// the kernel's `online` / `possible` node lists.
@@ -90,19 +101,6 @@ pub enum DiscoveryError {
         cpu: u32,
         /// The first node that claimed it.
         other: u32,
-    },
-    /// An online CPU that no NUMA node lists.
-    #[error(
-        "{}: CPU {cpu} is online but no NUMA node's cpulist contains it (NUMA nodes {nodes})",
-        path.display()
-    )]
-    CpuWithoutNode {
-        /// The CPU's directory.
-        path: PathBuf,
-        /// The CPU.
-        cpu: u32,
-        /// The node ids, as a list.
-        nodes: String,
     },
     /// A value does not fit the data model (e.g. a byte count beyond `u64`).
     #[error("{}: {what} {value} is too large", path.display())]

@@ -10,7 +10,8 @@
 //!   `meminfo` (MemTotal / MemFree, kB), `hugepages/hugepages-<size>kB/`
 //!   (`nr_hugepages`, `free_hugepages`; none when absent) and `distance` (the
 //!   kernel's defaults [`LOCAL_DISTANCE`] / [`REMOTE_DISTANCE`] when absent).
-//!   Ids must be below 64. CPU-less memory nodes are kept. Without
+//!   Ids go up to 255 (POWER9 numbers its GPU memory nodes 250-255), at
+//!   most 64 nodes at once. CPU-less memory nodes are kept. Without
 //!   `devices/system/node` (a kernel without NUMA) the machine is one node 0
 //!   with every CPU, the memory of `<root>/../proc/meminfo` (0 when absent)
 //!   and the hugepages of `kernel/mm/hugepages`.
@@ -18,10 +19,12 @@
 //!   (lowest id among the thread siblings), NUMA node, L3 cache id. Offline
 //!   CPUs are listed; their topology usually is gone, so their socket and die
 //!   read 0, their core is their own id and `l3` is `None`; consumers must
-//!   use online CPUs only.
+//!   use online CPUs only. A CPU that no node's cpulist holds has no node
+//!   (`numa: None`); online ones are reported at warn level (firmware with an
+//!   offline NUMA node 0 does this) and never handed out exclusively.
 //! - PCI devices from `bus/pci/devices/<address>`: vendor, device, class (as
-//!   sysfs writes them), `numa_node` (-1 when absent, or when it names a node
-//!   the machine lacks), driver, `net/` interfaces, SR-IOV (`sriov_totalvfs`,
+//!   sysfs writes them), `numa_node` (no node when absent, -1, or naming a
+//!   node the machine lacks), driver, `net/` interfaces, SR-IOV (`sriov_totalvfs`,
 //!   `sriov_numvfs`, `virtfn<N>` links) and `physfn`.
 //!
 //! Missing optional files degrade to documented defaults; a mandatory file
@@ -38,7 +41,7 @@ mod table;
 use std::path::Path;
 use std::time::Instant;
 
-use topomgr_sdk::{CpuSet, Machine};
+use topomgr_sdk::{CpuSet, Machine, NumaNodeId};
 
 pub use error::DiscoveryError;
 pub use node::{LOCAL_DISTANCE, REMOTE_DISTANCE};
@@ -49,26 +52,22 @@ pub use table::{render_table, DISTANCE_MATRIX_MAX_NODES};
 ///
 /// Node cpulists are cut down to the CPUs that have a `devices/system/cpu`
 /// entry, so every CPU of a node is in [`Machine::cpus`]; every CPU's `numa`
-/// and every PCI device's `numa` (unless -1) is one of
-/// [`Machine::numa_nodes`].
+/// and every PCI device's `numa` is `None` or one of [`Machine::numa_nodes`].
 pub fn discover(sysfs_root: &Path) -> Result<Machine, DiscoveryError> {
     let start = Instant::now();
     let dirs = cpu::cpu_dirs(sysfs_root)?;
     let cpu_ids: CpuSet = dirs.iter().map(|(id, _)| *id).collect();
     let numa_nodes = node::read_nodes(sysfs_root, &cpu_ids)?;
     let cpus = cpu::read_cpus_info(sysfs_root, &dirs, &numa_nodes)?;
-    let node_ids: Vec<u32> = numa_nodes.iter().map(|n| n.id).collect();
+    let node_ids: Vec<NumaNodeId> = numa_nodes.iter().map(|n| n.id).collect();
     let pci_devices = pci::read_pci(sysfs_root, &node_ids)?;
-    let machine = Machine {
-        numa_nodes,
-        cpus,
-        pci_devices,
-    };
+    let machine = Machine::new(numa_nodes, cpus, pci_devices);
     tracing::info!(
         sysfs_root = %sysfs_root.display(),
         numa_nodes = machine.numa_nodes.len(),
         cpus = machine.cpus.len(),
         online_cpus = machine.online_cpus().len(),
+        cpus_without_node = machine.cpus_without_node().len(),
         pci_devices = machine.pci_devices.len(),
         elapsed_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX),
         "machine discovered"

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use topomgr_sdk::{CpuSet, HugePages, NumaNode, MAX_NUMA_NODES};
+use topomgr_sdk::{CpuSet, HugePages, NumaNode, NumaNodeId, MAX_NUMA_NODES};
 
 use super::sysfs::{
     clean, dir_names, meminfo_bytes, numbered_entries, parse_cpu_list, parse_error, parse_num,
@@ -28,16 +28,24 @@ pub(super) fn read_nodes(root: &Path, cpu_ids: &CpuSet) -> Result<Vec<NumaNode>,
         Some(dirs) if !dirs.is_empty() => dirs,
         _ => return single_node(root, cpu_ids),
     };
-    if let Some((id, path)) = dirs.iter().find(|(id, _)| *id >= MAX_NUMA_NODES) {
-        return Err(DiscoveryError::NodeIdOutOfRange {
-            path: path.clone(),
-            id: *id,
+    let mut ids: Vec<NumaNodeId> = Vec::with_capacity(dirs.len());
+    for (id, path) in &dirs {
+        ids.push(
+            NumaNodeId::new(*id).map_err(|_| DiscoveryError::NodeIdOutOfRange {
+                path: path.clone(),
+                id: *id,
+            })?,
+        );
+    }
+    if ids.len() > MAX_NUMA_NODES as usize {
+        return Err(DiscoveryError::TooManyNodes {
+            path: node_root,
+            count: ids.len(),
         });
     }
-    let ids: Vec<u32> = dirs.iter().map(|(id, _)| *id).collect();
     let mut nodes: Vec<NumaNode> = Vec::with_capacity(dirs.len());
     let mut claimed = CpuSet::new();
-    for (id, path) in &dirs {
+    for (&id, (_, path)) in ids.iter().zip(&dirs) {
         let cpus =
             read_cpus(path, "cpulist", "cpumap")?.ok_or_else(|| DiscoveryError::Missing {
                 path: path.clone(),
@@ -46,7 +54,7 @@ pub(super) fn read_nodes(root: &Path, cpu_ids: &CpuSet) -> Result<Vec<NumaNode>,
         let known = cpus.intersection(cpu_ids);
         if known.len() != cpus.len() {
             tracing::debug!(
-                node = id,
+                node = %id,
                 listed = %cpus,
                 kept = %known,
                 "NUMA node lists CPUs without a devices/system/cpu entry; ignoring them"
@@ -56,7 +64,7 @@ pub(super) fn read_nodes(root: &Path, cpu_ids: &CpuSet) -> Result<Vec<NumaNode>,
             let other = nodes
                 .iter()
                 .find(|n| n.cpus.contains(cpu))
-                .map_or(0, |n| n.id);
+                .map_or(0, |n| n.id.get());
             return Err(DiscoveryError::CpuInTwoNodes {
                 path: path.clone(),
                 cpu,
@@ -69,16 +77,13 @@ pub(super) fn read_nodes(root: &Path, cpu_ids: &CpuSet) -> Result<Vec<NumaNode>,
         let memory_bytes = meminfo_bytes(&meminfo_path, &meminfo, "MemTotal:")?;
         let memory_free_bytes = meminfo_free_bytes(&meminfo_path, &meminfo)?;
         let hugepages = read_hugepages(&path.join("hugepages"))?;
-        let distances = read_distances(&path.join("distance"), *id, &ids, &node_root)?;
-        tracing::debug!(node = id, cpus = %known, memory_bytes, "NUMA node");
-        nodes.push(NumaNode {
-            id: *id,
-            cpus: known,
-            memory_bytes,
-            memory_free_bytes,
-            hugepages,
-            distances,
-        });
+        let distances = read_distances(&path.join("distance"), id, &ids, &node_root)?;
+        tracing::debug!(node = %id, cpus = %known, memory_bytes, "NUMA node");
+        let mut node = NumaNode::new(id, known)
+            .with_memory(memory_bytes, memory_free_bytes)
+            .with_distances(distances);
+        node.hugepages = hugepages;
+        nodes.push(node);
     }
     Ok(nodes)
 }
@@ -111,14 +116,12 @@ fn single_node(root: &Path, cpu_ids: &CpuSet) -> Result<Vec<NumaNode>, Discovery
         memory_bytes,
         "no devices/system/node: treating the machine as one NUMA node 0"
     );
-    Ok(vec![NumaNode {
-        id: 0,
-        cpus: cpu_ids.clone(),
-        memory_bytes,
-        memory_free_bytes,
-        hugepages,
-        distances: BTreeMap::from([(0, LOCAL_DISTANCE)]),
-    }])
+    let zero = NumaNodeId::from(0);
+    let mut node = NumaNode::new(zero, cpu_ids.clone())
+        .with_memory(memory_bytes, memory_free_bytes)
+        .with_distances(BTreeMap::from([(zero, LOCAL_DISTANCE)]));
+    node.hugepages = hugepages;
+    Ok(vec![node])
 }
 
 /// Hugepages by size from a `hugepages/` directory holding `hugepages-<size>kB/`
@@ -140,10 +143,7 @@ fn read_hugepages(dir: &Path) -> Result<BTreeMap<String, HugePages>, DiscoveryEr
         };
         out.insert(
             format!("{size}kB"),
-            HugePages {
-                total: count("nr_hugepages")?,
-                free: count("free_hugepages")?,
-            },
+            HugePages::new(count("nr_hugepages")?, count("free_hugepages")?),
         );
     }
     Ok(out)
@@ -158,10 +158,10 @@ fn read_hugepages(dir: &Path) -> Result<BTreeMap<String, HugePages>, DiscoveryEr
 /// kernel's own defaults (10 to itself, 20 to the others).
 fn read_distances(
     path: &Path,
-    id: u32,
-    ids: &[u32],
+    id: NumaNodeId,
+    ids: &[NumaNodeId],
     node_root: &Path,
-) -> Result<BTreeMap<u32, u32>, DiscoveryError> {
+) -> Result<BTreeMap<NumaNodeId, u32>, DiscoveryError> {
     let Some(text) = read_optional(path)? else {
         tracing::warn!(
             path = %path.display(),
@@ -193,7 +193,7 @@ fn read_distances(
             continue;
         };
         let listed: Vec<u32> = parse_cpu_list(&list_path, &list_text)?.iter().collect();
-        if listed.len() != values.len() || !ids.iter().all(|i| listed.contains(i)) {
+        if listed.len() != values.len() || !ids.iter().all(|i| listed.contains(&i.get())) {
             continue;
         }
         tracing::debug!(
@@ -201,13 +201,15 @@ fn read_distances(
             by = list,
             "distance row is longer than the node directories; mapped by the node list"
         );
-        return Ok(listed
-            .into_iter()
-            .zip(values)
-            .filter(|(node, _)| ids.contains(node))
+        return Ok(ids
+            .iter()
+            .filter_map(|&node| {
+                let at = listed.iter().position(|&l| node == l)?;
+                Some((node, values[at]))
+            })
             .collect());
     }
-    let nodes: CpuSet = ids.iter().copied().collect();
+    let nodes: CpuSet = ids.iter().map(|n| n.get()).collect();
     Err(DiscoveryError::DistanceCount {
         path: path.to_path_buf(),
         expected: ids.len(),

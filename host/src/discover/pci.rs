@@ -4,7 +4,7 @@ use std::fs;
 use std::io;
 use std::path::Path;
 
-use topomgr_sdk::{PciDevice, Sriov};
+use topomgr_sdk::{NumaNodeId, PciDevice, Sriov};
 
 use super::sysfs::{
     clean, dir_names, link_name, numbered_entries, parse_error, parse_num, read_optional,
@@ -15,10 +15,13 @@ use super::DiscoveryError;
 /// Read every PCI device, ascending by address. No `bus/pci/devices`
 /// directory means no PCI devices.
 ///
-/// `node_ids` are the machine's NUMA nodes: a `numa_node` naming another node
-/// (firmware bugs) is reported as -1, so every device's `numa` is -1 or a
-/// node of the machine.
-pub(super) fn read_pci(root: &Path, node_ids: &[u32]) -> Result<Vec<PciDevice>, DiscoveryError> {
+/// `node_ids` are the machine's NUMA nodes: a `numa_node` of -1, or naming
+/// another node (firmware bugs), is reported as no node (`None`), so every
+/// device's `numa` is `None` or a node of the machine.
+pub(super) fn read_pci(
+    root: &Path,
+    node_ids: &[NumaNodeId],
+) -> Result<Vec<PciDevice>, DiscoveryError> {
     let dir = root.join("bus/pci/devices");
     let Some(addresses) = dir_names(&dir)? else {
         tracing::debug!(path = %dir.display(), "no PCI bus in sysfs");
@@ -30,11 +33,15 @@ pub(super) fn read_pci(root: &Path, node_ids: &[u32]) -> Result<Vec<PciDevice>, 
         .collect()
 }
 
-fn read_device(dir: &Path, address: &str, node_ids: &[u32]) -> Result<PciDevice, DiscoveryError> {
+fn read_device(
+    dir: &Path,
+    address: &str,
+    node_ids: &[NumaNodeId],
+) -> Result<PciDevice, DiscoveryError> {
     let ids = read_ids(dir)?;
     let numa_path = dir.join("numa_node");
     let numa = match read_optional_num::<i32>(&numa_path, "an integer")? {
-        None => -1,
+        None | Some(-1) => None,
         Some(n) if n < -1 => {
             return Err(parse_error(
                 &numa_path,
@@ -42,32 +49,30 @@ fn read_device(dir: &Path, address: &str, node_ids: &[u32]) -> Result<PciDevice,
                 &n.to_string(),
             ))
         }
-        Some(-1) => -1,
-        Some(n) if node_ids.iter().any(|id| i64::from(*id) == i64::from(n)) => n,
-        Some(n) => {
-            tracing::warn!(
-                path = %numa_path.display(),
-                numa_node = n,
-                "PCI device names a NUMA node the machine does not have; treating it as -1"
-            );
-            -1
-        }
+        Some(n) => match node_ids
+            .iter()
+            .find(|id| i64::from(id.get()) == i64::from(n))
+        {
+            Some(id) => Some(*id),
+            None => {
+                tracing::warn!(
+                    path = %numa_path.display(),
+                    numa_node = n,
+                    "PCI device names a NUMA node the machine does not have; treating it as no node"
+                );
+                None
+            }
+        },
     };
     let driver = link_name(&dir.join("driver"))?;
     let net = dir_names(&dir.join("net"))?.unwrap_or_default();
     let sriov = read_sriov(dir)?;
     let physfn = link_name(&dir.join("physfn"))?;
-    Ok(PciDevice {
-        address: address.to_string(),
-        vendor: ids.vendor,
-        device: ids.device,
-        class: ids.class,
-        numa,
-        driver,
-        net,
-        sriov,
-        physfn,
-    })
+    let mut device = PciDevice::new(address, ids.vendor, ids.device, ids.class, numa).with_net(net);
+    device.driver = driver;
+    device.sriov = sriov;
+    device.physfn = physfn;
+    Ok(device)
 }
 
 struct Ids {
@@ -167,9 +172,7 @@ fn read_sriov(dir: &Path) -> Result<Option<Sriov>, DiscoveryError> {
         }
     }
     let total_vfs = total.unwrap_or(num_vfs);
-    Ok(Some(Sriov {
-        total_vfs,
-        num_vfs,
-        vfs,
-    }))
+    let mut sriov = Sriov::new(total_vfs, vfs);
+    sriov.num_vfs = num_vfs;
+    Ok(Some(sriov))
 }

@@ -7,7 +7,7 @@ use topomgr_sdk::{CpuSet, Machine, NumaNode, PciDevice};
 
 /// Render `machine` for operators: a summary line, then per NUMA node its
 /// CPUs, memory, hugepages and PCI devices, then devices without a node,
-/// offline CPUs, and the distances: a matrix up to
+/// online CPUs without a node, offline CPUs, and the distances: a matrix up to
 /// [`DISTANCE_MATRIX_MAX_NODES`] nodes, else one line per node listing the
 /// nodes at each distance (`node 0:  10: 0  22: 1-3  26: 4-11`).
 pub fn render_table(machine: &Machine) -> String {
@@ -41,22 +41,14 @@ impl Display for MachineTable<'_> {
         for node in &m.numa_nodes {
             writeln!(f)?;
             write_node(f, node)?;
-            for dev in m
-                .pci_devices
-                .iter()
-                .filter(|d| i64::from(d.numa) == i64::from(node.id))
-            {
+            for dev in m.pci_devices.iter().filter(|d| d.numa == Some(node.id)) {
                 writeln!(f, "  {}", PciLine(dev))?;
             }
         }
         let unattached: Vec<&PciDevice> = m
             .pci_devices
             .iter()
-            .filter(|d| {
-                !m.numa_nodes
-                    .iter()
-                    .any(|n| i64::from(d.numa) == i64::from(n.id))
-            })
+            .filter(|d| d.numa.is_none_or(|id| m.numa_node(id).is_none()))
             .collect();
         if !unattached.is_empty() {
             writeln!(f)?;
@@ -64,6 +56,14 @@ impl Display for MachineTable<'_> {
             for dev in unattached {
                 writeln!(f, "  {}", PciLine(dev))?;
             }
+        }
+        let without_node = m.cpus_without_node();
+        if !without_node.is_empty() {
+            writeln!(f)?;
+            writeln!(
+                f,
+                "CPUs in no NUMA node: {without_node} (shared pool only, never exclusive)"
+            )?;
         }
         let offline: topomgr_sdk::CpuSet =
             m.cpus.iter().filter(|c| !c.online).map(|c| c.id).collect();
@@ -213,7 +213,7 @@ fn write_distance_classes(f: &mut Formatter<'_>, nodes: &[NumaNode]) -> fmt::Res
     for node in nodes {
         let mut classes: BTreeMap<u32, CpuSet> = BTreeMap::new();
         for (other, distance) in &node.distances {
-            classes.entry(*distance).or_default().insert(*other);
+            classes.entry(*distance).or_default().insert(other.get());
         }
         write!(f, "  node {:>width$}:", node.id)?;
         for (distance, others) in &classes {

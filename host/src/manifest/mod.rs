@@ -64,8 +64,9 @@ use std::fmt;
 use serde_json::Value;
 use topomgr_sdk::PodView;
 
-pub use pod::{Pod, PodResources};
+pub use pod::Pod;
 pub use reader::MAX_MANIFEST_BYTES;
+pub use topomgr_sdk::PodResources;
 
 use crate::quantity::QuantityError;
 
@@ -541,19 +542,10 @@ mod tests {
         let p = pods("kind: Pod\nmetadata: {name: web}\nspec: {containers: [{name: app}]}\n");
         assert_eq!(
             p,
-            vec![PodView {
-                uid: "default/web".to_string(),
-                name: "web".to_string(),
-                namespace: "default".to_string(),
-                qos: QosClass::BestEffort,
-                init_containers: vec![],
-                containers: vec![ContainerView {
-                    name: "app".to_string(),
-                    requests: ResourceList::new(),
-                    limits: ResourceList::new(),
-                    sidecar: false,
-                }],
-            }]
+            vec![
+                PodView::new("default/web", "web", "default", QosClass::BestEffort)
+                    .with_containers(vec![ContainerView::new("app")])
+            ]
         );
     }
 

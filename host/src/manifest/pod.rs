@@ -8,7 +8,7 @@ use std::fmt;
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
 use serde_json::Value;
-use topomgr_sdk::{ContainerView, PodView, ResourceList};
+use topomgr_sdk::{ContainerView, PodResources, PodView, ResourceList};
 
 use super::qos::{self, Containers, Demand, Quantities};
 use super::reader;
@@ -16,31 +16,18 @@ use super::{join, key_path, Doc, ManifestError, Problem};
 use crate::quantity::{resource_amount, Quantity, QuantityError};
 
 /// A pod as topomgr reads it from a manifest.
-///
-/// `view` is what providers see today; the pod-level values are kept beside
-/// it until the SDK's `PodView` carries them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pod {
-    /// The SDK view (its QoS class already accounts for pod-level resources).
+    /// What providers see. Its QoS class already accounts for pod-level
+    /// resources, and `view.resources` is `spec.resources` after API
+    /// defaulting, in canonical units (`cpu` in millicores, everything else
+    /// in whole units); `None` when the manifest has none.
     pub view: PodView,
-    /// `spec.resources` after API defaulting, in canonical units (`cpu` in
-    /// millicores, everything else in whole units); `None` when the manifest
-    /// has none.
-    pub pod_resources: Option<PodResources>,
     /// What the pod as a whole requests and is limited to: Kubernetes'
     /// `PodRequests` / `PodLimits` (containers aggregated with the sidecar
     /// formula, pod-level `cpu`, `memory` and `hugepages-*` overriding), in
     /// canonical units.
     pub effective: PodResources,
-}
-
-/// Requests and limits, resource name -> amount in canonical units.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PodResources {
-    /// Requests.
-    pub requests: ResourceList,
-    /// Limits.
-    pub limits: ResourceList,
 }
 
 /// A struct that must be written as a mapping (serde would also take a
@@ -254,32 +241,27 @@ pub(super) fn read_pod(
     });
     let pod_level_ref = pod_level.as_ref().map(|(r, l)| (r, l));
     let qos_class = qos::qos_class(pod_level_ref, containers);
-    let effective = PodResources {
-        requests: canonical(
+    let effective = PodResources::new(
+        canonical(
             doc,
             &spec_path,
             &qos::pod_requests(pod_level_ref.map(|(r, _)| r), containers),
         )?,
-        limits: canonical(doc, &spec_path, &qos::pod_limits(pod_level_ref, containers))?,
-    };
+        canonical(doc, &spec_path, &qos::pod_limits(pod_level_ref, containers))?,
+    );
     let pod_resources = match &pod_level {
         None => None,
-        Some((r, l)) => Some(PodResources {
-            requests: canonical(doc, &join(&resources_path, "requests"), r)?,
-            limits: canonical(doc, &join(&resources_path, "limits"), l)?,
-        }),
+        Some((r, l)) => Some(PodResources::new(
+            canonical(doc, &join(&resources_path, "requests"), r)?,
+            canonical(doc, &join(&resources_path, "limits"), l)?,
+        )),
     };
     Ok(ReadPod {
         pod: Pod {
-            view: PodView {
-                uid,
-                name,
-                namespace,
-                qos: qos_class,
-                init_containers: init.into_iter().map(|c| c.view).collect(),
-                containers: app.into_iter().map(|c| c.view).collect(),
-            },
-            pod_resources,
+            view: PodView::new(uid, name, namespace, qos_class)
+                .with_init_containers(init.into_iter().map(|c| c.view).collect())
+                .with_containers(app.into_iter().map(|c| c.view).collect())
+                .with_resources(pod_resources),
             effective,
         },
         stand_in_uid,
@@ -327,12 +309,10 @@ fn read_container(
     }
     // Limits first: a request defaulted from a bad limit is reported at the limit.
     let limits_view = amounts(doc, &limits)?;
-    let view = ContainerView {
-        name,
-        requests: amounts(doc, &requests)?,
-        limits: limits_view,
-        sidecar,
-    };
+    let view = ContainerView::new(name)
+        .with_requests(amounts(doc, &requests)?)
+        .with_limits(limits_view)
+        .with_sidecar(sidecar);
     Ok(ReadContainer {
         view,
         requests,

@@ -865,15 +865,7 @@ mod tests {
             let core = id;
             let numa = (k as u32 / per_node).min(nodes.max(1) - 1);
             for _ in 0..*t {
-                cpus.push(topomgr_sdk::Cpu {
-                    id,
-                    online: true,
-                    socket: numa,
-                    die: 0,
-                    core,
-                    numa,
-                    l3: Some(numa),
-                });
+                cpus.push(crate::testmachines::cpu_l3(id, numa, core, numa, numa));
                 id += 1;
             }
         }

@@ -14,7 +14,9 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use topomgr_sdk::{for_each_mask_in_kubelet_order, CompactHints, HintSet, NumaMask, TopologyHint};
+use topomgr_sdk::{
+    for_each_mask_in_kubelet_order, CompactHints, HintSet, NumaMask, NumaNodeId, TopologyHint,
+};
 
 use crate::error::CpuError;
 use crate::topology::{CpuTopology, Cpus, Level};
@@ -37,13 +39,22 @@ pub struct HintRequest<'a> {
     pub align_by_socket: bool,
 }
 
-fn bit(node: u32) -> NumaMask {
-    NumaMask::from_bits(1u64.checked_shl(node).unwrap_or(0))
+/// The mask of node `node` (node ids come from the machine, so always in range).
+pub(crate) fn bit(node: u32) -> NumaMask {
+    NumaNodeId::new(node).map_or(NumaMask::EMPTY, NumaMask::single)
+}
+
+/// Node ids as the SDK's type (node ids come from the machine).
+pub(crate) fn node_ids(nodes: &[u32]) -> Vec<NumaNodeId> {
+    nodes
+        .iter()
+        .filter_map(|&n| NumaNodeId::new(n).ok())
+        .collect()
 }
 
 fn mask_sum(mask: NumaMask, per_node: &BTreeMap<u32, usize>) -> usize {
     mask.iter()
-        .map(|n| per_node.get(&n).copied().unwrap_or(0))
+        .map(|n| per_node.get(&n.get()).copied().unwrap_or(0))
         .sum()
 }
 
@@ -73,7 +84,7 @@ fn socket_aligned(topo: &CpuTopology, mask: NumaMask, min_size: u32) -> bool {
         return false;
     }
     let min_sockets = (min_size as usize).div_ceil(per_socket);
-    let nodes: BTreeSet<u32> = mask.iter().collect();
+    let nodes: BTreeSet<u32> = mask.iter().map(NumaNodeId::get).collect();
     topo.sockets_in_numa_nodes(&nodes).len() == min_sockets
 }
 
@@ -90,7 +101,7 @@ pub fn generate(topo: &CpuTopology, req: &HintRequest<'_>) -> Result<HintSet, Cp
     let min_size = min_affinity_size(topo, req.request);
     if nodes.len() <= EXPLICIT_MAX_NODES {
         let mut hints = Vec::new();
-        for_each_mask_in_kubelet_order(&nodes, |mask| {
+        for_each_mask_in_kubelet_order(&node_ids(&nodes), |mask| {
             if !reusable_mask.is_subset_of(mask) {
                 return;
             }
@@ -129,7 +140,7 @@ fn minimal_masks(
     }
     let candidates: Vec<(u32, usize)> = nodes
         .iter()
-        .filter(|n| !base.is_set(**n))
+        .filter(|n| !base.intersects(bit(**n)))
         .map(|n| (*n, free.get(n).copied().unwrap_or(0)))
         .filter(|(_, f)| *f > 0)
         .collect();
@@ -203,7 +214,7 @@ mod tests {
     fn strings(h: &HintSet, nodes: &[u32]) -> Vec<String> {
         let list = match h {
             HintSet::Explicit(v) => v.clone(),
-            HintSet::Compact(c) => c.expand(nodes),
+            HintSet::Compact(c) => c.expand(&node_ids(nodes)),
         };
         list.iter().map(testkit::hint_string).collect()
     }
@@ -355,7 +366,7 @@ mod tests {
                         preferred_width: min_affinity_size(&t, request),
                     };
                     let expanded: Vec<String> = compact
-                        .expand(&nodes)
+                        .expand(&node_ids(&nodes))
                         .iter()
                         .map(testkit::hint_string)
                         .collect();

@@ -193,17 +193,10 @@ impl Provider for CpuManager {
         hint: &TopologyHint,
     ) -> Result<Allocation, ProviderError> {
         match self {
-            CpuManager::None { all } => Ok(Allocation {
-                cpus: all.clone(),
-                ..Allocation::default()
-            }),
+            CpuManager::None { all } => Ok(Allocation::default().with_cpus(all.clone(), false)),
             CpuManager::Static(p) => {
                 let placed = p.allocate(pod, container, hint.affinity)?;
-                Ok(Allocation {
-                    cpus: to_cpuset(&placed.cpus),
-                    exclusive: placed.exclusive,
-                    ..Allocation::default()
-                })
+                Ok(Allocation::default().with_cpus(to_cpuset(&placed.cpus), placed.exclusive))
             }
         }
     }

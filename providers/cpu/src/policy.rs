@@ -280,7 +280,8 @@ impl StaticPolicy {
     }
 
     fn aligned_cpus(&self, affinity: NumaMask, allocatable: &Cpus) -> Cpus {
-        let nodes: std::collections::BTreeSet<u32> = affinity.iter().collect();
+        let nodes: std::collections::BTreeSet<u32> =
+            affinity.iter().map(topomgr_sdk::NumaNodeId::get).collect();
         if self.options.align_by_socket {
             let sockets = self.topo.sockets_in_numa_nodes(&nodes);
             return allocatable
@@ -349,9 +350,7 @@ impl StaticPolicy {
                 .topo
                 .groups_of(&allocatable, Level::Numa)
                 .into_iter()
-                .fold(NumaMask::EMPTY, |m, n| {
-                    m.or(NumaMask::from_bits(1u64.checked_shl(n).unwrap_or(0)))
-                });
+                .fold(NumaMask::EMPTY, |m, n| m.or(crate::hints::bit(n)));
             let location = match nodes.count() {
                 0 => String::new(),
                 1 => format!(" on NUMA node {nodes}"),

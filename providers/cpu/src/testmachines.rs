@@ -1,7 +1,20 @@
 //! Hand-built machines for the unit tests, shaped like the kubelet's own
 //! test topologies.
 
-use topomgr_sdk::{Cpu, Machine};
+use topomgr_sdk::{Cpu, Machine, NumaNodeId};
+
+/// A CPU `id` of `core` on NUMA node `numa`, in `socket`, with the node's L3.
+fn cpu(id: u32, socket: u32, core: u32, numa: u32) -> Cpu {
+    cpu_l3(id, socket, core, numa, numa)
+}
+
+/// A CPU `id` of `core` on NUMA node `numa`, in `socket`, under L3 `l3`.
+pub fn cpu_l3(id: u32, socket: u32, core: u32, numa: u32, l3: u32) -> Cpu {
+    Cpu::new(id, NumaNodeId::new(numa).ok())
+        .with_socket(socket)
+        .with_core(core)
+        .with_l3(Some(l3))
+}
 
 /// A machine of `sockets` sockets, each with `numa_per_socket` NUMA nodes of
 /// `cores_per_numa` cores of `threads` threads. CPU ids are numbered as Linux
@@ -15,15 +28,7 @@ pub fn layered(sockets: u32, numa_per_socket: u32, cores_per_numa: u32, threads:
     for t in 0..threads {
         for k in 0..cores {
             let numa = k / cores_per_numa;
-            cpus.push(Cpu {
-                id: t * cores + k,
-                online: true,
-                socket: numa / numa_per_socket,
-                die: 0,
-                core: k,
-                numa,
-                l3: Some(numa),
-            });
+            cpus.push(cpu(t * cores + k, numa / numa_per_socket, k, numa));
         }
     }
     finish(cpus, nodes)
@@ -34,15 +39,7 @@ pub fn layered(sockets: u32, numa_per_socket: u32, cores_per_numa: u32, threads:
 /// socket 1 has cores 1, 3, 5 (CPUs 1,7 / 3,9 / 5,11).
 pub fn dual_socket_ht() -> Machine {
     let cpus = (0..12u32)
-        .map(|id| Cpu {
-            id,
-            online: true,
-            socket: id % 2,
-            die: 0,
-            core: id % 6,
-            numa: id % 2,
-            l3: Some(id % 2),
-        })
+        .map(|id| cpu(id, id % 2, id % 6, id % 2))
         .collect();
     finish(cpus, 2)
 }
@@ -67,15 +64,7 @@ pub fn adjacent_siblings(nodes: u32, cores: u32) -> Machine {
         for k in 0..cores {
             let first = (n * cores + k) * 2;
             for id in [first, first + 1] {
-                cpus.push(Cpu {
-                    id,
-                    online: true,
-                    socket: n,
-                    die: 0,
-                    core: first,
-                    numa: n,
-                    l3: Some(n),
-                });
+                cpus.push(cpu(id, n, first, n));
             }
         }
     }
@@ -97,28 +86,12 @@ pub fn hybrid(p_cores: u32, e_cores: u32) -> Machine {
     let mut cpus = Vec::new();
     for k in 0..p_cores {
         for id in [2 * k, 2 * k + 1] {
-            cpus.push(Cpu {
-                id,
-                online: true,
-                socket: 0,
-                die: 0,
-                core: 2 * k,
-                numa: 0,
-                l3: Some(0),
-            });
+            cpus.push(cpu(id, 0, 2 * k, 0));
         }
     }
     for e in 0..e_cores {
         let id = 2 * p_cores + e;
-        cpus.push(Cpu {
-            id,
-            online: true,
-            socket: 0,
-            die: 0,
-            core: id,
-            numa: 0,
-            l3: Some(0),
-        });
+        cpus.push(cpu(id, 0, id, 0));
     }
     finish(cpus, 1)
 }

@@ -25,14 +25,9 @@ fn cpus(n: u64) -> Vec<(&'static str, u64)> {
 }
 
 fn pod(name: &str, qos: QosClass, init: Vec<ContainerView>, apps: Vec<ContainerView>) -> PodView {
-    PodView {
-        uid: format!("{name}-uid"),
-        name: name.to_owned(),
-        namespace: "default".to_owned(),
-        qos,
-        init_containers: init,
-        containers: apps,
-    }
+    PodView::new(format!("{name}-uid"), name, "default", qos)
+        .with_init_containers(init)
+        .with_containers(apps)
 }
 
 fn hint(nodes: &[u32]) -> TopologyHint {

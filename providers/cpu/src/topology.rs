@@ -5,7 +5,9 @@
 //!
 //! Like the kubelet (which reads cAdvisor), only online CPUs exist here, a
 //! core is named by the lowest CPU id among its threads, and a CPU whose L3
-//! cache is unknown is put in an uncore group named after its socket.
+//! cache is unknown is put in an uncore group named after its socket. A CPU
+//! in no NUMA node (firmware with an offline node) is left out: it is never
+//! handed out, exclusively or in the shared pool this provider manages.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -82,16 +84,16 @@ impl CpuTopology {
             .cpus
             .iter()
             .filter(|c| c.online)
-            .map(|c| {
-                (
+            .filter_map(|c| {
+                Some((
                     c.id,
                     CpuInfo {
-                        numa: c.numa,
+                        numa: c.numa?.get(),
                         socket: c.socket,
                         core: c.core,
                         uncore: c.l3.unwrap_or(c.socket),
                     },
-                )
+                ))
             })
             .collect();
         let distinct = |level: Level| -> usize {

@@ -31,19 +31,16 @@ use crate::topology::{to_cpuset, CpuTopology, Cpus, Level};
 use topomgr_sdk::{Cpu, CpuSet};
 
 fn cpu(id: u32, core: u32, socket: u32, numa: u32, l3: u32) -> Cpu {
-    Cpu {
-        id,
-        online: true,
-        socket,
-        die: 0,
-        core,
-        numa,
-        l3: Some(l3),
-    }
+    crate::testmachines::cpu_l3(id, socket, core, numa, l3)
 }
 
 fn topo(cpus: Vec<Cpu>) -> CpuTopology {
-    let nodes = cpus.iter().map(|c| c.numa + 1).max().unwrap_or(1);
+    let nodes = cpus
+        .iter()
+        .filter_map(|c| c.numa)
+        .map(|n| n.get() + 1)
+        .max()
+        .unwrap_or(1);
     CpuTopology::from_machine(&finish(cpus, nodes))
 }
 

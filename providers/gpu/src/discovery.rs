@@ -67,7 +67,7 @@ pub fn discover(
         let topology = topology_file::load(&path)?;
         let nodes = machine.numa_ids();
         for g in topology.gpus() {
-            if let Some(numa) = g.numa.filter(|n| !nodes.contains(n)) {
+            if let Some(numa) = g.numa.filter(|n| !nodes.iter().any(|m| m == n)) {
                 return Err(DiscoveryError::UnknownNuma {
                     path,
                     index: g.index,
@@ -75,7 +75,7 @@ pub fn discover(
                     numa,
                     nodes: nodes
                         .iter()
-                        .map(u32::to_string)
+                        .map(|n| n.to_string())
                         .collect::<Vec<_>>()
                         .join(","),
                 });
@@ -92,7 +92,7 @@ pub fn discover(
             .pci_devices
             .iter()
             .find(|d| d.address == address)
-            .and_then(|d| u32::try_from(d.numa).ok())
+            .and_then(|d| d.numa.map(u32::from))
     };
     match nvml::discover(library, &numa_of) {
         Ok(Some(topology)) => {
@@ -116,32 +116,27 @@ mod tests {
     use super::*;
 
     fn machine() -> Machine {
-        let mut m = testkit::machine_from_cpus(
+        let m = testkit::machine_from_cpus(
             (0..4)
-                .map(|id| topomgr_sdk::Cpu {
-                    id,
-                    online: true,
-                    socket: id / 2,
-                    die: 0,
-                    core: id,
-                    numa: id / 2,
-                    l3: None,
+                .map(|id| {
+                    topomgr_sdk::Cpu::new(id, topomgr_sdk::NumaNodeId::new(id / 2).ok())
+                        .with_socket(id / 2)
                 })
                 .collect(),
             2,
         );
-        m.pci_devices = vec![PciDevice {
-            address: "0000:07:00.0".into(),
-            vendor: "0x10de".into(),
-            device: "0x2330".into(),
-            class: "0x030200".into(),
-            numa: 1,
-            driver: Some("nvidia".into()),
-            net: Vec::new(),
-            sriov: None,
-            physfn: None,
-        }];
-        m
+        Machine::new(
+            m.numa_nodes,
+            m.cpus,
+            vec![PciDevice::new(
+                "0000:07:00.0",
+                "0x10de",
+                "0x2330",
+                "0x030200",
+                Some(topomgr_sdk::NumaNodeId::from(1u8)),
+            )
+            .with_driver("nvidia")],
+        )
     }
 
     #[test]

@@ -105,14 +105,8 @@ mod tests {
     fn from_a_topology_file_relative_to_the_config_directory() {
         let machine = topomgr_sdk::testkit::machine_from_cpus(
             (0..2)
-                .map(|id| topomgr_sdk::Cpu {
-                    id,
-                    online: true,
-                    socket: id,
-                    die: 0,
-                    core: id,
-                    numa: id,
-                    l3: None,
+                .map(|id| {
+                    topomgr_sdk::Cpu::new(id, topomgr_sdk::NumaNodeId::new(id).ok()).with_socket(id)
                 })
                 .collect(),
             2,

@@ -38,7 +38,7 @@ pub fn from_machine(machine: &Machine) -> GpuTopology {
         .map(|(index, d)| Gpu {
             index,
             id: d.address.clone(),
-            numa: u32::try_from(d.numa).ok(),
+            numa: d.numa.map(u32::from),
             pci: Some(d.address.clone()),
         })
         .collect();
@@ -56,23 +56,21 @@ mod tests {
     use super::*;
 
     fn dev(address: &str, vendor: &str, class: &str, numa: i32) -> PciDevice {
-        PciDevice {
-            address: address.to_owned(),
-            vendor: vendor.to_owned(),
-            device: "0x2330".to_owned(),
-            class: class.to_owned(),
-            numa,
-            driver: None,
-            net: Vec::new(),
-            sriov: None,
-            physfn: None,
-        }
+        PciDevice::new(
+            address,
+            vendor,
+            "0x2330",
+            class,
+            topomgr_sdk::NumaNodeId::try_from(i64::from(numa)).ok(),
+        )
     }
 
     #[test]
     fn nvidia_display_controllers_only_in_address_order() {
-        let machine = Machine {
-            pci_devices: vec![
+        let machine = Machine::new(
+            Vec::new(),
+            Vec::new(),
+            vec![
                 dev("0000:b7:00.0", "0x10de", "0x030200", 1),
                 dev("0000:07:00.0", "0x10de", "0x030000", 0),
                 dev("0000:07:00.1", "0x10de", "0x040300", 0), // HDMI audio
@@ -80,8 +78,7 @@ mod tests {
                 dev("0000:0b:00.0", "0x15b3", "0x020000", 0), // NIC
                 dev("0000:c0:00.0", "0x10DE", "0x030200", -1),
             ],
-            ..Machine::default()
-        };
+        );
         let t = from_machine(&machine);
         let gpus: Vec<_> = t
             .gpus()

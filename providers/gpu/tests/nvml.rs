@@ -15,7 +15,7 @@ use topomgr_provider_gpu::discovery::{self, Source};
 use topomgr_provider_gpu::link::PcieLevel;
 use topomgr_provider_gpu::nvml::{self, NvmlDiscoveryError};
 use topomgr_provider_gpu::topology::GpuTopology;
-use topomgr_sdk::{Machine, PciDevice};
+use topomgr_sdk::{Machine, NumaNodeId, PciDevice};
 
 fn workspace_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -311,20 +311,15 @@ fn the_provider_discovery_takes_numa_from_the_machine_and_falls_back_to_pci() {
         "gpus": [gpu(0, links_to(1, 4)), gpu(1, links_to(0, 4))],
         "common_ancestor": levels(2, |_, _| 30),
     });
-    let machine = Machine {
-        pci_devices: vec![PciDevice {
-            address: address(1),
-            vendor: "0x10de".into(),
-            device: "0x2330".into(),
-            class: "0x030200".into(),
-            numa: 0,
-            driver: Some("nvidia".into()),
-            net: Vec::new(),
-            sriov: None,
-            physfn: None,
-        }],
-        ..Machine::default()
-    };
+    let gpu = PciDevice::new(
+        address(1),
+        "0x10de",
+        "0x2330",
+        "0x030200",
+        Some(NumaNodeId::from(0u8)),
+    )
+    .with_driver("nvidia");
+    let machine = Machine::new(Vec::new(), Vec::new(), vec![gpu]);
     // Through the provider's discovery: the fake named by `nvml_library`.
     let config = GpuConfig {
         nvml_library: Some(fake_library().to_owned()),

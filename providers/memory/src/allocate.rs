@@ -35,7 +35,7 @@ pub fn violation(state: &MachineState, mask: NumaMask) -> Option<String> {
         return None;
     }
     mask.iter().find_map(|n| {
-        let s = state.get(&n)?;
+        let s = state.get(&n.get())?;
         if s.number_of_assignments <= 0 {
             return None;
         }
@@ -57,9 +57,10 @@ pub fn violation(state: &MachineState, mask: NumaMask) -> Option<String> {
 
 /// Why no NUMA set of the machine holds the request.
 fn why_nothing_fits(h: &Hinter<'_>) -> String {
-    let all = h.state.keys().fold(NumaMask::EMPTY, |m, &n| {
-        m.or(NumaMask::from_bits(1u64 << (n % 64)))
-    });
+    let all = h
+        .state
+        .keys()
+        .fold(NumaMask::EMPTY, |m, &n| m.or(crate::hints::node_bit(n)));
     if let Some(s) = shortfall(h.state, all, h.requested) {
         return s;
     }
@@ -282,10 +283,9 @@ impl MemoryProvider {
 
 /// The allocation a container's blocks give: their nodes as `mems`.
 pub fn allocation_of(blocks: &[Block]) -> Allocation {
-    Allocation {
-        mems: blocks
+    Allocation::default().with_mems(
+        blocks
             .iter()
             .fold(NumaMask::EMPTY, |m, b| m.or(b.numa_affinity)),
-        ..Allocation::default()
-    }
+    )
 }

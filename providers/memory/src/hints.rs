@@ -26,8 +26,8 @@
 use std::collections::BTreeMap;
 
 use topomgr_sdk::{
-    for_each_mask_in_kubelet_order, CompactHints, ContainerView, HintSet, NumaMask, PodView,
-    ProviderError, ProviderHints, TopologyHint,
+    for_each_mask_in_kubelet_order, CompactHints, ContainerView, HintSet, NumaMask, NumaNodeId,
+    PodView, ProviderError, ProviderHints, TopologyHint,
 };
 
 use crate::config::is_memory_resource;
@@ -174,11 +174,13 @@ impl<'a> Hinter<'a> {
     /// The kubelet's group rules allow `mask` as a hint.
     pub fn groups_allow(&self, mask: NumaMask) -> bool {
         if mask.count() == 1 {
-            return mask
-                .iter()
-                .all(|n| self.state.get(&n).is_none_or(|s| s.cells.count() <= 1));
+            return mask.iter().all(|n| {
+                self.state
+                    .get(&n.get())
+                    .is_none_or(|s| s.cells.count() <= 1)
+            });
         }
-        mask.iter().all(|n| match self.state.get(&n) {
+        mask.iter().all(|n| match self.state.get(&n.get()) {
             Some(s) if s.number_of_assignments > 0 => s.cells.count() > 1 && s.cells == mask,
             _ => true,
         })
@@ -194,7 +196,7 @@ impl<'a> Hinter<'a> {
         let nodes = self.nodes();
         let mut min_width = nodes.len() as u32;
         let mut masks = Vec::new();
-        for_each_mask_in_kubelet_order(&nodes, |mask| {
+        for_each_mask_in_kubelet_order(&node_ids(&nodes), |mask| {
             if !self.allocatable_fits(mask) {
                 return;
             }
@@ -235,14 +237,12 @@ impl<'a> Hinter<'a> {
             return Ok(self.allocatable_fits(acc));
         }
         // Prune: even all remaining nodes cannot reach the request.
-        let rest = nodes[start..]
-            .iter()
-            .fold(acc, |m, &n| m.or(NumaMask::from_bits(1u64 << n)));
+        let rest = nodes[start..].iter().fold(acc, |m, &n| m.or(node_bit(n)));
         if !self.allocatable_fits(rest) {
             return Ok(false);
         }
         for i in start..=nodes.len().saturating_sub(left) {
-            let m = acc.or(NumaMask::from_bits(1u64 << nodes[i]));
+            let m = acc.or(node_bit(nodes[i]));
             if self.exists_width(nodes, left - 1, i + 1, m, steps)? {
                 return Ok(true);
             }
@@ -432,7 +432,7 @@ impl<'a> Hinter<'a> {
                 let m = if s.cells.count() > 1 {
                     s.cells
                 } else {
-                    NumaMask::from_bits(1u64 << n)
+                    node_bit(n)
                 };
                 consider(m, &mut found);
             }
@@ -446,13 +446,15 @@ impl<'a> Hinter<'a> {
             .state
             .iter()
             .filter(|(&n, s)| {
-                s.number_of_assignments <= 0 && s.cells.count() <= 1 && !base.is_set(n)
+                s.number_of_assignments <= 0
+                    && s.cells.count() <= 1
+                    && !base.intersects(node_bit(n))
             })
             .map(|(&n, _)| n)
             .collect();
         let base_unused = base.iter().all(|n| {
             self.state
-                .get(&n)
+                .get(&n.get())
                 .is_some_and(|s| s.number_of_assignments <= 0 && s.cells.count() <= 1)
         });
         if base_unused {
@@ -476,9 +478,17 @@ impl<'a> Hinter<'a> {
     }
 }
 
-/// The mask of node `n` alone.
-fn node_bit(n: u32) -> NumaMask {
-    NumaMask::from_bits(1u64 << (n % 64))
+/// The mask of node `n` alone (node ids come from the machine, so always in range).
+pub(crate) fn node_bit(n: u32) -> NumaMask {
+    NumaNodeId::new(n).map_or(NumaMask::EMPTY, NumaMask::single)
+}
+
+/// Node ids as the SDK's type (node ids come from the machine).
+pub(crate) fn node_ids(nodes: &[u32]) -> Vec<NumaNodeId> {
+    nodes
+        .iter()
+        .filter_map(|&n| NumaNodeId::new(n).ok())
+        .collect()
 }
 
 fn tick(steps: &mut u64) -> Result<(), ProviderError> {
@@ -502,19 +512,15 @@ fn minimal_sets(
     out: &mut Vec<NumaMask>,
     steps: &mut u64,
 ) -> Result<(), ProviderError> {
-    let rest = nodes[start..]
-        .iter()
-        .fold(acc, |m, &n| m.or(NumaMask::from_bits(1u64 << n)));
+    let rest = nodes[start..].iter().fold(acc, |m, &n| m.or(node_bit(n)));
     if !fits(rest) {
         return Ok(());
     }
     for i in start..nodes.len() {
         tick(steps)?;
-        let m = acc.or(NumaMask::from_bits(1u64 << nodes[i]));
+        let m = acc.or(node_bit(nodes[i]));
         if fits(m) {
-            let minimal = m
-                .iter()
-                .all(|n| !fits(m.and_not(NumaMask::from_bits(1u64 << n))));
+            let minimal = m.iter().all(|n| !fits(m.and_not(NumaMask::single(n))));
             if minimal {
                 out.push(m);
                 if out.len() > MAX_MINIMAL_MASKS {
@@ -559,12 +565,12 @@ impl ValueOrderSearch<'_> {
         }
         let all = self.nodes[..end]
             .iter()
-            .fold(base, |m, &n| m.or(NumaMask::from_bits(1u64 << n)));
+            .fold(base, |m, &n| m.or(node_bit(n)));
         if !(self.could)(all) {
             return Ok(None);
         }
         for top in (k - 1)..end {
-            let m = base.or(NumaMask::from_bits(1u64 << self.nodes[top]));
+            let m = base.or(node_bit(self.nodes[top]));
             if let Some(found) = self.first(k - 1, top, m, steps)? {
                 return Ok(Some(found));
             }
@@ -626,7 +632,11 @@ mod tests {
 
     fn random_mask(rng: &mut Rng, n: u32) -> NumaMask {
         loop {
-            let m = NumaMask::from_bits(rng.next() & ((1u64 << n) - 1));
+            let bits = rng.next() & ((1u64 << n) - 1);
+            let m: NumaMask = (0..n)
+                .filter(|i| bits & (1 << i) != 0)
+                .map(node_bit)
+                .fold(NumaMask::EMPTY, NumaMask::or);
             if !m.is_empty() {
                 return m;
             }
@@ -699,7 +709,7 @@ mod tests {
         match h.compact() {
             Ok(Some(c)) => {
                 assert_eq!(c.validate(), Ok(()), "{c:?}");
-                c.expand(&h.nodes())
+                c.expand(&node_ids(&h.nodes()))
             }
             Ok(None) => Vec::new(),
             Err(e) => panic!("compact: {e}"),
@@ -774,12 +784,12 @@ mod tests {
         );
         assert_eq!(c.preferred_width, 1);
         let got: Vec<String> = c
-            .expand(&h.nodes())
+            .expand(&node_ids(&h.nodes()))
             .iter()
             .map(topomgr_sdk::testkit::hint_string)
             .collect();
         assert_eq!(got, ["0:true", "1:true", "2-3:false"]);
-        assert_eq!(c.expand(&h.nodes()), h.explicit());
+        assert_eq!(c.expand(&node_ids(&h.nodes())), h.explicit());
         // 3Gi needs two nodes: only 2-3 (3Gi free) is left; 0-1 would be
         // one if node 0 were unused.
         let requested = Requested::from([(MEMORY_KEY.to_owned(), 3 * GB)]);
@@ -791,7 +801,7 @@ mod tests {
         let c = h.compact().unwrap().unwrap();
         assert_eq!(strings(&c), (vec!["2-3".into()], vec!["2-3".into()]));
         assert_eq!(c.preferred_width, 2);
-        assert_eq!(c.expand(&h.nodes()), h.explicit());
+        assert_eq!(c.expand(&node_ids(&h.nodes())), h.explicit());
     }
 
     #[test]
@@ -819,6 +829,6 @@ mod tests {
         assert_eq!(c.minimal[0].to_string(), "0-2");
         assert_eq!(c.minimal[119].to_string(), "7-9");
         assert_eq!(c.preferred_width, 3);
-        assert_eq!(c.expand(&h.nodes()), h.explicit());
+        assert_eq!(c.expand(&node_ids(&h.nodes())), h.explicit());
     }
 }

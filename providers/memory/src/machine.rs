@@ -107,20 +107,20 @@ impl NodeMemory {
         for (key, pages) in &n.hugepages {
             let size =
                 NumaNode::hugepage_size_bytes(key).ok_or_else(|| MachineError::PageSize {
-                    node: n.id,
+                    node: n.id.get(),
                     key: key.clone(),
                 })?;
             let total = size
                 .checked_mul(pages.total)
                 .ok_or_else(|| MachineError::Overflow {
-                    node: n.id,
+                    node: n.id.get(),
                     key: key.clone(),
                     pages: pages.total,
                 })?;
             hugepages.insert(hugepage_resource_name(size), total);
         }
         Ok(NodeMemory {
-            id: n.id,
+            id: n.id.get(),
             memory_total: n.memory_bytes,
             hugepages,
         })
@@ -211,8 +211,8 @@ impl MachineMemory {
 
     /// All node ids as a mask.
     pub fn mask(&self) -> NumaMask {
-        self.nodes.iter().fold(NumaMask::EMPTY, |m, n| {
-            m.or(NumaMask::from_bits(1u64 << (n.id % 64)))
-        })
+        self.nodes
+            .iter()
+            .fold(NumaMask::EMPTY, |m, n| m.or(crate::hints::node_bit(n.id)))
     }
 }

@@ -25,7 +25,7 @@ fn machine(mem_gb: &[u64], pages: &[u64]) -> Machine {
         n.memory_bytes = mem_gb[i] * GB;
         let total = pages.get(i).copied().unwrap_or(0);
         n.hugepages
-            .insert("1048576kB".to_owned(), HugePages { total, free: total });
+            .insert("1048576kB".to_owned(), HugePages::new(total, total));
     }
     m
 }
@@ -249,7 +249,7 @@ fn step() -> impl Strategy<Value = Step> {
 fn expand(h: &HintSet, nodes: &[u32]) -> Vec<TopologyHint> {
     match h {
         HintSet::Explicit(v) => v.clone(),
-        HintSet::Compact(c) => c.expand(nodes),
+        HintSet::Compact(c) => c.expand(&crate::hints::node_ids(nodes)),
     }
 }
 
@@ -412,13 +412,8 @@ fn machine_of(nodes: &[(u64, u64)]) -> Machine {
     let mut m = testkit::machine(nodes.len() as u32, 2);
     for (n, &(mem, pages)) in m.numa_nodes.iter_mut().zip(nodes) {
         n.memory_bytes = mem;
-        n.hugepages.insert(
-            "1048576kB".to_owned(),
-            HugePages {
-                total: pages,
-                free: pages,
-            },
-        );
+        n.hugepages
+            .insert("1048576kB".to_owned(), HugePages::new(pages, pages));
     }
     m
 }

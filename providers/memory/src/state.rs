@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use topomgr_sdk::NumaMask;
+use topomgr_sdk::{NumaMask, NumaNodeId};
 
 use crate::machine::{MachineMemory, MEMORY};
 use crate::quantity::Bytes;
@@ -166,7 +166,7 @@ pub fn default_state(machine: &MachineMemory) -> MachineState {
             NodeState {
                 number_of_assignments: 0,
                 memory_map: map,
-                cells: NumaMask::from_bits(1u64 << (node.id % 64)),
+                cells: crate::hints::node_bit(node.id),
             },
         );
     }
@@ -189,7 +189,7 @@ fn table<'a>(state: &'a MachineState, node: u32, resource: &str) -> Option<&'a M
 
 /// Sum of `f(node)` over the nodes of `mask`.
 pub fn sum_over(mask: NumaMask, mut f: impl FnMut(u32) -> u64) -> u64 {
-    mask.iter().fold(0u64, |a, n| a.saturating_add(f(n)))
+    mask.iter().fold(0u64, |a, n| a.saturating_add(f(n.get())))
 }
 
 /// Places `size` bytes of `resource` on the nodes of `mask`, lowest node
@@ -197,7 +197,7 @@ pub fn sum_over(mask: NumaMask, mut f: impl FnMut(u32) -> u64) -> u64 {
 /// the mask (the kubelet's `updateMachineState`). Nodes the state lacks are
 /// skipped.
 pub fn reserve(state: &mut MachineState, mask: NumaMask, resource: &str, mut size: u64) {
-    for id in mask {
+    for id in mask.iter().map(NumaNodeId::get) {
         let Some(node) = state.get_mut(&id) else {
             continue;
         };
@@ -225,13 +225,13 @@ pub fn reserve(state: &mut MachineState, mask: NumaMask, resource: &str, mut siz
 /// lowest node first.
 pub fn unreserve(state: &mut MachineState, block: &Block) {
     let mut size = block.size;
-    for id in block.numa_affinity {
+    for id in block.numa_affinity.iter().map(NumaNodeId::get) {
         let Some(node) = state.get_mut(&id) else {
             continue;
         };
         node.number_of_assignments -= 1;
         if node.number_of_assignments == 0 {
-            node.cells = NumaMask::from_bits(1u64 << (id % 64));
+            node.cells = crate::hints::node_bit(id);
         }
         if size == 0 {
             continue;
@@ -360,7 +360,7 @@ pub fn validate(
                         resource: b.resource.clone(),
                     });
                 }
-                for id in b.numa_affinity {
+                for id in b.numa_affinity.iter().map(NumaNodeId::get) {
                     let Some(node) = fresh.get(&id) else {
                         return Err(StateError::UnknownNode {
                             pod: pod.clone(),
@@ -422,8 +422,8 @@ pub fn validate(
                 s.number_of_assignments
             )));
         }
-        let alone = NumaMask::from_bits(1u64 << (id % 64));
-        if !s.cells.is_set(*id) || !s.cells.is_subset_of(all) {
+        let alone = crate::hints::node_bit(*id);
+        if !alone.is_subset_of(s.cells) || !s.cells.is_subset_of(all) {
             return Err(StateError::Mismatch(format!(
                 "NUMA node {id} is grouped with nodes {}, which must include it and be nodes of \
                  the machine ({all})",

@@ -19,13 +19,8 @@ fn machine(nodes: u32, mem: u64, gi_pages: u64) -> Machine {
     let mut m = testkit::machine(nodes, 2);
     for n in &mut m.numa_nodes {
         n.memory_bytes = mem;
-        n.hugepages.insert(
-            "1048576kB".to_owned(),
-            HugePages {
-                total: gi_pages,
-                free: gi_pages,
-            },
-        );
+        n.hugepages
+            .insert("1048576kB".to_owned(), HugePages::new(gi_pages, gi_pages));
     }
     m
 }
@@ -399,7 +394,7 @@ fn compact_hints_beyond_eight_nodes() {
         requested: &crate::hints::container_requests(&a.containers[0]),
     }
     .explicit();
-    assert_eq!(c.expand(&nodes), explicit);
+    assert_eq!(c.expand(&crate::hints::node_ids(&nodes)), explicit);
     // Allocation without affinity takes the best pair.
     let got = p
         .allocate(&a, &a.containers[0], &TopologyHint::ANY)
@@ -427,7 +422,7 @@ fn compact_hints_beyond_eight_nodes() {
         requested: &crate::hints::container_requests(&b.containers[0]),
     }
     .explicit();
-    assert_eq!(c.expand(&nodes), explicit);
+    assert_eq!(c.expand(&crate::hints::node_ids(&nodes)), explicit);
     assert!(!c.contains(mask(&[0, 1, 2])));
     assert!(!c.contains(mask(&[0])));
     // Every non-empty subset of the eight unused nodes, and the group.

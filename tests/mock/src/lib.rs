@@ -20,8 +20,12 @@
 //! fail_allocate_for = ["app"]  # ... only for these containers (default: all)
 //! fail_reason = "UnexpectedAdmissionError"   # reason of the scripted errors
 //! panic_in = "allocate"        # new | hints | pod_hints | allocate | release | checkpoint | restore
+//!                              # | preferred | inventory
 //! sleep_ms = 0                 # delay of every hint and allocate call
 //! log_message = "text"         # logged at info level from `new`
+//! preferred = ["dev-1", "dev-0"]   # GetPreferredAllocation answer (default: no preference)
+//! inventory = { resources = { "example.com/foo" = { total = { capacity = 2, allocatable = 2,
+//!     available = 1 }, zones = [{ numa = 0, capacity = 2, allocatable = 2, available = 1 }] } } }
 //! ```
 //!
 //! # Checkpoint
@@ -36,8 +40,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use topomgr_sdk::{
-    Allocation, ContainerView, CpuSet, HintSet, NumaMask, PodView, Provider, ProviderContext,
-    ProviderError, ProviderHints, TopologyHint,
+    Allocation, ContainerView, CpuSet, HintSet, Inventory, NumaMask, PodView,
+    PreferredAllocationRequest, Provider, ProviderContext, ProviderError, ProviderHints,
+    TopologyHint,
 };
 
 /// Methods `panic_in` may name.
@@ -49,6 +54,8 @@ const PANIC_POINTS: &[&str] = &[
     "release",
     "checkpoint",
     "restore",
+    "preferred",
+    "inventory",
 ];
 
 #[derive(Debug, Default, Deserialize)]
@@ -76,6 +83,10 @@ struct MockConfig {
     sleep_ms: u64,
     #[serde(default)]
     log_message: Option<String>,
+    #[serde(default)]
+    preferred: Vec<String>,
+    #[serde(default)]
+    inventory: Option<Inventory>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -111,6 +122,8 @@ pub struct MockProvider {
     panic_in: Option<String>,
     sleep: Duration,
     calls: Vec<String>,
+    preferred: Vec<String>,
+    inventory: Inventory,
 }
 
 fn config_error(key: &str, message: impl std::fmt::Display) -> ProviderError {
@@ -198,14 +211,20 @@ impl Provider for MockProvider {
         };
         let allocation = match cfg.allocation {
             None => Allocation::default(),
-            Some(a) => Allocation {
-                cpus: CpuSet::parse(&a.cpus).map_err(|e| config_error("allocation.cpus", e))?,
-                exclusive: a.exclusive,
-                mems: NumaMask::from_nodes(a.mems)
-                    .map_err(|e| config_error("allocation.mems", e))?,
-                devices: a.devices,
-                env: a.env,
-            },
+            Some(a) => {
+                let mut alloc = Allocation::default()
+                    .with_cpus(
+                        CpuSet::parse(&a.cpus).map_err(|e| config_error("allocation.cpus", e))?,
+                        a.exclusive,
+                    )
+                    .with_mems(
+                        NumaMask::from_nodes(a.mems)
+                            .map_err(|e| config_error("allocation.mems", e))?,
+                    );
+                alloc.devices = a.devices;
+                alloc.env = a.env;
+                alloc
+            }
         };
         if let Some(msg) = &cfg.log_message {
             tracing::info!(nodes = ctx.machine.numa_nodes.len(), "{msg}");
@@ -223,6 +242,8 @@ impl Provider for MockProvider {
             panic_in: cfg.panic_in,
             sleep: Duration::from_millis(cfg.sleep_ms),
             calls: Vec::new(),
+            preferred: cfg.preferred,
+            inventory: cfg.inventory.unwrap_or_default(),
         })
     }
 
@@ -293,6 +314,19 @@ impl Provider for MockProvider {
         })?;
         self.calls = r.calls;
         Ok(())
+    }
+
+    fn preferred_allocation(
+        &mut self,
+        _request: &PreferredAllocationRequest,
+    ) -> Result<Vec<String>, ProviderError> {
+        self.maybe_panic("preferred");
+        Ok(self.preferred.clone())
+    }
+
+    fn inventory(&self) -> Result<Inventory, ProviderError> {
+        self.maybe_panic("inventory");
+        Ok(self.inventory.clone())
     }
 }
 
@@ -367,14 +401,14 @@ mod tests {
             Some(
                 "InvalidConfig: mock config: unknown field `colour`, expected one of `hints`, `pod_hints`, \
                  `no_map`, `fail_hints`, `allocation`, `fail_allocate`, `fail_allocate_for`, `fail_reason`, \
-                 `panic_in`, `sleep_ms`, `log_message`"
+                 `panic_in`, `sleep_ms`, `log_message`, `preferred`, `inventory`"
             )
         );
         assert_eq!(
             msg(json!({"panic_in": "lunch"})).as_deref(),
             Some(
                 "InvalidConfig: mock config key `panic_in`: \"lunch\" is not one of new, hints, pod_hints, \
-                 allocate, release, checkpoint, restore"
+                 allocate, release, checkpoint, restore, preferred, inventory"
             )
         );
         assert_eq!(

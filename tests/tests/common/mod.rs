@@ -16,6 +16,12 @@ pub struct Plugins {
     pub widgets: PathBuf,
     /// The plugin of `tests/incompatible-sdk` (built against a changed SDK shape).
     pub incompatible: PathBuf,
+    /// The same fixture built with `--features sdk-0-1`: it reports the
+    /// previous SDK minor, 0.1.0.
+    pub older_minor: PathBuf,
+    /// `tests/vendor-accelerator`: a device provider built outside the
+    /// workspace against the SDK alone.
+    pub vendor: PathBuf,
 }
 
 /// The workspace root.
@@ -93,18 +99,47 @@ pub fn plugins() -> &'static Plugins {
             "topomgr-example-widgets",
         ]);
         let root = workspace_root();
-        let manifest = root.join("tests/incompatible-sdk/Cargo.toml");
-        let target = root.join("target/incompatible-sdk");
-        let other = build(&[
-            "--manifest-path",
-            &manifest.to_string_lossy(),
-            "--target-dir",
-            &target.to_string_lossy(),
-        ]);
+        // The out-of-workspace crates share one target directory, so their
+        // common dependencies (abi_stable) build once.
+        let target = root.join("target/fixtures");
+        let outside = |crate_dir: &str, extra: &[&str]| {
+            let manifest = root.join(crate_dir).join("Cargo.toml");
+            let mut args = vec![
+                "--manifest-path".to_owned(),
+                manifest.to_string_lossy().into_owned(),
+                "--target-dir".to_owned(),
+                target.to_string_lossy().into_owned(),
+            ];
+            args.extend(extra.iter().map(|f| f.to_string()));
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            build(&args)
+        };
+        let vendor = pick(
+            &outside("tests/vendor-accelerator", &[]),
+            "vendor_accelerator",
+        );
+        let fixture =
+            |features: &[&str]| pick(&outside("tests/incompatible-sdk", features), "topomgr_sdk");
+        // Both builds write the same file: keep a copy of each.
+        let kept = Path::new(env!("CARGO_TARGET_TMPDIR")).join("sdk-fixtures");
+        std::fs::create_dir_all(&kept).expect("create the fixture copy dir");
+        let keep = |from: PathBuf, name: &str| {
+            let to = kept.join(name);
+            std::fs::copy(&from, &to)
+                .unwrap_or_else(|e| panic!("copy {} to {}: {e}", from.display(), to.display()));
+            to
+        };
+        let incompatible = keep(fixture(&[]), "libincompatible_layout.so");
+        let older_minor = keep(
+            fixture(&["--features", "sdk-0-1"]),
+            "libincompatible_sdk_0_1.so",
+        );
         Plugins {
             mock: pick(&main, "topomgr_mock_provider"),
             widgets: pick(&main, "numa_widgets"),
-            incompatible: pick(&other, "topomgr_sdk"),
+            incompatible,
+            older_minor,
+            vendor,
         }
     })
 }

@@ -1,0 +1,221 @@
+//! Topology hints for devices, exactly as the kubelet Device Manager
+//! generates them (`GetTopologyHints`, `GetPodTopologyHints`,
+//! `generateDeviceTopologyHints` of `pkg/kubelet/cm/devicemanager/topology_hints.go`).
+//!
+//! - Only resources the container (pod) has in its *limits* count, as for
+//!   the kubelet (extended resources have requests equal to limits); a
+//!   container asking for none of this provider's resources gets an empty
+//!   map.
+//! - A resource none of whose devices names a NUMA node has no preference.
+//! - A container that already holds devices of the resource gets hints from
+//!   what it holds, or an empty list when it holds a different number than
+//!   it asks for.
+//! - Otherwise the available devices (healthy, held by nobody) plus the
+//!   pod's reusable ones must reach the request, else the list is empty;
+//!   a mask is a hint when every reusable device with a node has one in it
+//!   and the reusable devices plus the available ones with a node in it
+//!   reach the request. Devices without a node never count toward a mask.
+//! - A hint is preferred when its width is the narrowest width whose
+//!   devices (all of them, held or not, healthy or not) could reach the
+//!   request; the machine's node count when none can.
+//!
+//! Up to 8 NUMA nodes the list is the kubelet's explicit one; above, the
+//! same hints in the compact form (see [`crate::hintgen`]).
+
+use std::collections::BTreeMap;
+
+use super::manager::Pool;
+use super::DeviceManager;
+use crate::hintgen::{minimal_masks, upward_closed_hints, EXPLICIT_HINT_MAX_NODES};
+use crate::{
+    for_each_mask_in_kubelet_order, ContainerView, HintSet, NumaMask, PodView, ProviderError,
+    ProviderHints,
+};
+
+impl DeviceManager {
+    /// Container-scope hints for `container` of `pod`.
+    pub fn topology_hints(
+        &self,
+        pod: &PodView,
+        container: &ContainerView,
+    ) -> Result<ProviderHints, ProviderError> {
+        let mut out = BTreeMap::new();
+        for (resource, &requested) in &container.limits {
+            let Some(pool) = self.pools.get(resource) else {
+                continue;
+            };
+            if !pool.aligned {
+                out.insert(resource.clone(), None);
+                continue;
+            }
+            let key = (pod.uid.clone(), container.name.clone());
+            let held = self
+                .assignments
+                .get(&key)
+                .and_then(|m| m.get(resource))
+                .cloned()
+                .unwrap_or_default();
+            let set = if !held.is_empty() {
+                if held.len() as u64 != requested {
+                    tracing::info!(resource = %resource, pod = %pod.uid, container = %container.name,
+                        requested, held = held.len(),
+                        "container holds a different number of devices than it requests: no hints");
+                    HintSet::unsatisfiable()
+                } else {
+                    self.hint_set(resource, pool, &held, &[], requested)?
+                }
+            } else {
+                let available = pool.available();
+                let reusable: Vec<usize> = self
+                    .reuse
+                    .as_ref()
+                    .filter(|r| r.pod == pod.uid)
+                    .and_then(|r| r.devices.get(resource))
+                    .map(|s| s.iter().copied().collect())
+                    .unwrap_or_default();
+                let union = available
+                    .iter()
+                    .chain(&reusable)
+                    .collect::<std::collections::BTreeSet<_>>();
+                if (union.len() as u64) < requested {
+                    HintSet::unsatisfiable()
+                } else {
+                    self.hint_set(resource, pool, &available, &reusable, requested)?
+                }
+            };
+            out.insert(resource.clone(), Some(set));
+        }
+        Ok(Some(out))
+    }
+
+    /// Pod-scope hints for `pod`: each resource at the pod's effective limit
+    /// (the kubelet's `PodLimits`: the larger of the largest init container
+    /// and the app containers plus sidecars).
+    pub fn pod_topology_hints(&self, pod: &PodView) -> Result<ProviderHints, ProviderError> {
+        let mut out = BTreeMap::new();
+        for (resource, pool) in &self.pools {
+            let asked = pod
+                .init_containers
+                .iter()
+                .chain(&pod.containers)
+                .any(|c| c.limits.contains_key(resource));
+            if !asked {
+                continue;
+            }
+            let requested = pod.effective_limit(resource);
+            if !pool.aligned {
+                out.insert(resource.clone(), None);
+                continue;
+            }
+            let held = self.pod_held(&pod.uid, resource);
+            let set = if !held.is_empty() {
+                if held.len() as u64 != requested {
+                    HintSet::unsatisfiable()
+                } else {
+                    self.hint_set(resource, pool, &held, &[], requested)?
+                }
+            } else {
+                let available = pool.available();
+                if (available.len() as u64) < requested {
+                    HintSet::unsatisfiable()
+                } else {
+                    self.hint_set(resource, pool, &available, &[], requested)?
+                }
+            };
+            out.insert(resource.clone(), Some(set));
+        }
+        Ok(Some(out))
+    }
+
+    /// Every device of `resource` any container of `pod_uid` holds, in order.
+    fn pod_held(&self, pod_uid: &str, resource: &str) -> Vec<usize> {
+        let mut all: Vec<usize> = self
+            .assignments
+            .range((pod_uid.to_owned(), String::new())..)
+            .take_while(|((uid, _), _)| uid == pod_uid)
+            .filter_map(|(_, m)| m.get(resource))
+            .flatten()
+            .copied()
+            .collect();
+        all.sort_unstable();
+        all.dedup();
+        all
+    }
+
+    /// The kubelet's `generateDeviceTopologyHints` over the machine's nodes.
+    fn hint_set(
+        &self,
+        resource: &str,
+        pool: &Pool,
+        available: &[usize],
+        reusable: &[usize],
+        request: u64,
+    ) -> Result<HintSet, ProviderError> {
+        let masks_of = |positions: &[usize]| -> Vec<NumaMask> {
+            positions
+                .iter()
+                .map(|&i| pool.devices[i].numa)
+                .filter(|m| !m.is_empty())
+                .collect()
+        };
+        let all: Vec<NumaMask> = pool
+            .devices
+            .iter()
+            .map(|d| d.numa)
+            .filter(|m| !m.is_empty())
+            .collect();
+        let reusable = masks_of(reusable);
+        let available = masks_of(available);
+        let count = |masks: &[NumaMask], m: NumaMask| -> u64 {
+            masks.iter().filter(|d| d.intersects(m)).count() as u64
+        };
+        let too_many = |e: crate::hintgen::TooManyCombinations| {
+            ProviderError::admission(format!("resource {resource}: {e}"))
+        };
+        let width = self.min_affinity_size(&all, request).map_err(too_many)?;
+        upward_closed_hints(&self.nodes, width, |m| {
+            reusable.iter().all(|d| d.intersects(m))
+                && reusable.len() as u64 + count(&available, m) >= request
+        })
+        .map_err(too_many)
+    }
+
+    /// The kubelet's `minAffinitySize`: the narrowest width of a mask whose
+    /// devices (`all`) reach `request`; the node count when none does.
+    fn min_affinity_size(
+        &self,
+        all: &[NumaMask],
+        request: u64,
+    ) -> Result<u32, crate::hintgen::TooManyCombinations> {
+        let n = self.nodes.len() as u32;
+        let reach = |m: NumaMask| all.iter().filter(|d| d.intersects(m)).count() as u64 >= request;
+        if self.nodes.len() <= EXPLICIT_HINT_MAX_NODES {
+            let mut best = n;
+            for_each_mask_in_kubelet_order(&self.nodes, |m| {
+                if reach(m) && m.count() < best {
+                    best = m.count();
+                }
+            });
+            return Ok(best);
+        }
+        if all.iter().all(|d| d.count() == 1) {
+            // Single-node devices: the fullest nodes first.
+            let mut per_node: Vec<u64> = self
+                .nodes
+                .iter()
+                .map(|&id| all.iter().filter(|d| d.is_set(id)).count() as u64)
+                .collect();
+            per_node.sort_unstable_by(|a, b| b.cmp(a));
+            let mut sum = 0u64;
+            for (k, c) in per_node.iter().enumerate() {
+                sum += c;
+                if sum >= request {
+                    return Ok((k as u32 + 1).min(n));
+                }
+            }
+            return Ok(n);
+        }
+        let minimal = minimal_masks(&self.nodes, reach)?;
+        Ok(minimal.iter().map(|m| m.count().max(1)).min().unwrap_or(n))
+    }
+}

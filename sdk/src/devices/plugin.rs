@@ -1,0 +1,164 @@
+//! [`DeviceHooks`], [`DevicePlugin`] and [`DeviceProvider`]: a device
+//! provider written as a kubelet device plugin, with the SDK as its kubelet.
+
+use std::collections::BTreeMap;
+
+use super::{Device, DeviceManager, Devices};
+use crate::{
+    Allocation, ContainerView, Inventory, PodView, PreferredAllocationRequest, Provider,
+    ProviderContext, ProviderError, ProviderHints, TopologyHint,
+};
+
+/// Where a device provider's own logic plugs into the [`DeviceManager`]:
+/// the calls the kubelet makes to a device plugin. Both have defaults; a
+/// provider without either implements the trait with an empty body.
+pub trait DeviceHooks {
+    /// The device plugins' `GetPreferredAllocation`: which `size` devices of
+    /// `resource` to take from `available` (in the provider's order),
+    /// including every device of `must_include`. Return their ids in order of
+    /// preference; unknown ids are ignored and an empty answer means "no
+    /// preference" (the default), after which devices are taken in order.
+    ///
+    /// The manager calls it while allocating, exactly where the kubelet
+    /// calls the plugin (among the devices aligned with the merged hint when
+    /// they are more than enough, else among all available ones), and
+    /// `topomgr provider NAME preferred` calls it directly. This is where a
+    /// GPU provider puts its NVLink-aware choice.
+    fn preferred_allocation(
+        &mut self,
+        resource: &str,
+        available: &[&Device],
+        must_include: &[&Device],
+        size: usize,
+    ) -> Result<Vec<String>, ProviderError> {
+        let _ = (resource, available, must_include, size);
+        Ok(Vec::new())
+    }
+
+    /// The environment a container that holds `devices` of `resource` gets
+    /// (the device plugins' `Allocate` answer; for example
+    /// `NVIDIA_VISIBLE_DEVICES`). The default sets nothing. Name variables
+    /// after your resource: the host refuses an allocation whose variables
+    /// conflict with another provider's.
+    fn environment(
+        &self,
+        resource: &str,
+        devices: &[&Device],
+    ) -> Result<BTreeMap<String, String>, ProviderError> {
+        let _ = (resource, devices);
+        Ok(BTreeMap::new())
+    }
+}
+
+/// No hooks: no preference, no environment.
+impl DeviceHooks for () {}
+
+/// A device provider written like a kubelet device plugin: it lists its
+/// devices once, at construction, and implements the [`DeviceHooks`] it
+/// needs; [`DeviceProvider`] does the rest (hints, allocation, reuse,
+/// release, checkpoint, inventory) exactly as the kubelet's Device Manager.
+/// Export it with [`export_device_plugin!`](crate::export_device_plugin).
+pub trait DevicePlugin: DeviceHooks + Send + Sync + 'static {
+    /// Builds the plugin from the machine and its config, and lists its
+    /// resources and devices. Bad config is an error naming the key
+    /// ([`ProviderConfig::parse`](crate::ProviderConfig::parse) does).
+    fn new(ctx: &ProviderContext<'_>) -> Result<(Self, Devices), ProviderError>
+    where
+        Self: Sized;
+}
+
+/// A [`Provider`] made of a [`DevicePlugin`] and a [`DeviceManager`].
+///
+/// Its checkpoint holds the device assignments only; a plugin with state
+/// of its own implements [`Provider`] itself around a [`DeviceManager`].
+pub struct DeviceProvider<P: DevicePlugin> {
+    plugin: P,
+    manager: DeviceManager,
+}
+
+impl<P: DevicePlugin> DeviceProvider<P> {
+    /// The plugin.
+    pub fn plugin(&self) -> &P {
+        &self.plugin
+    }
+
+    /// The device manager.
+    pub fn manager(&self) -> &DeviceManager {
+        &self.manager
+    }
+}
+
+impl<P: DevicePlugin> Provider for DeviceProvider<P> {
+    fn new(ctx: &ProviderContext<'_>) -> Result<Self, ProviderError> {
+        let (plugin, devices) = P::new(ctx)?;
+        let manager = DeviceManager::new(ctx.machine, devices)?;
+        for resource in manager.resources() {
+            tracing::info!(
+                resource,
+                devices = manager.devices(resource).map_or(0, <[_]>::len),
+                "device resource registered"
+            );
+        }
+        Ok(DeviceProvider { plugin, manager })
+    }
+
+    fn topology_hints(
+        &mut self,
+        pod: &PodView,
+        container: &ContainerView,
+    ) -> Result<ProviderHints, ProviderError> {
+        self.manager.topology_hints(pod, container)
+    }
+
+    fn pod_topology_hints(&mut self, pod: &PodView) -> Result<ProviderHints, ProviderError> {
+        self.manager.pod_topology_hints(pod)
+    }
+
+    fn allocate(
+        &mut self,
+        pod: &PodView,
+        container: &ContainerView,
+        hint: &TopologyHint,
+    ) -> Result<Allocation, ProviderError> {
+        self.manager
+            .allocate(pod, container, hint, &mut self.plugin)
+    }
+
+    fn release(&mut self, pod_uid: &str, container: &str) -> Result<(), ProviderError> {
+        self.manager.release(pod_uid, container);
+        Ok(())
+    }
+
+    fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
+        self.manager.checkpoint()
+    }
+
+    fn restore(&mut self, data: &[u8]) -> Result<(), ProviderError> {
+        self.manager.restore(data)
+    }
+
+    fn preferred_allocation(
+        &mut self,
+        request: &PreferredAllocationRequest,
+    ) -> Result<Vec<String>, ProviderError> {
+        self.manager.preferred_allocation(request, &mut self.plugin)
+    }
+
+    fn inventory(&self) -> Result<Inventory, ProviderError> {
+        Ok(self.manager.inventory())
+    }
+}
+
+/// Exports a [`DevicePlugin`] as this cdylib's topomgr plugin: the same as
+/// [`export_provider!`](crate::export_provider) on
+/// [`DeviceProvider<T>`](crate::devices::DeviceProvider).
+///
+/// ```ignore
+/// topomgr_sdk::export_device_plugin!(MyDevices);
+/// ```
+#[macro_export]
+macro_rules! export_device_plugin {
+    ($plugin:ty) => {
+        $crate::export_provider!($crate::devices::DeviceProvider<$plugin>);
+    };
+}

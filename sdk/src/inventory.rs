@@ -1,0 +1,114 @@
+//! [`Inventory`]: what a provider owns per NUMA node, and how much is free.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::NumaNodeId;
+
+/// Capacity, allocatable and available amounts of one resource, in the
+/// canonical units of [`ResourceList`](crate::ResourceList) (`cpu` in
+/// millicores, `memory` and `hugepages-*` in bytes, devices as counts).
+///
+/// As in the kubelet and the NodeResourceTopology API: `capacity` is
+/// everything the machine has, `allocatable` what the provider may hand out
+/// (capacity minus reserved or unhealthy), `available` what is allocatable
+/// and not held by any container now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Amounts {
+    /// Everything the machine has.
+    pub capacity: u64,
+    /// What may be handed out.
+    pub allocatable: u64,
+    /// What is free now.
+    pub available: u64,
+}
+
+impl Amounts {
+    /// The three amounts.
+    pub fn new(capacity: u64, allocatable: u64, available: u64) -> Self {
+        Amounts {
+            capacity,
+            allocatable,
+            available,
+        }
+    }
+
+    /// Adds `other` field by field (saturating).
+    pub fn add(&mut self, other: Amounts) {
+        self.capacity = self.capacity.saturating_add(other.capacity);
+        self.allocatable = self.allocatable.saturating_add(other.allocatable);
+        self.available = self.available.saturating_add(other.available);
+    }
+}
+
+/// One NUMA zone of a resource: a node, or "no NUMA node" for resources
+/// without topology (devices whose `numa_node` is -1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Zone {
+    /// The node; `None` (JSON `null`) for "no NUMA node".
+    pub numa: Option<NumaNodeId>,
+    /// The amounts in this zone.
+    #[serde(flatten)]
+    pub amounts: Amounts,
+}
+
+impl Zone {
+    /// The amounts of zone `numa`.
+    pub fn new(numa: Option<NumaNodeId>, amounts: Amounts) -> Self {
+        Zone { numa, amounts }
+    }
+}
+
+/// One resource a provider owns: its totals and its zones.
+///
+/// `total` is the resource's own count; the zones may sum to more when a
+/// device is attached to several NUMA nodes (it is listed in each of them,
+/// since it can serve a container aligned to any of them).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ResourceInventory {
+    /// The machine-wide amounts.
+    pub total: Amounts,
+    /// Per NUMA zone, ascending by node, "no NUMA node" last.
+    pub zones: Vec<Zone>,
+}
+
+impl ResourceInventory {
+    /// A resource with these totals and zones.
+    pub fn new(total: Amounts, zones: Vec<Zone>) -> Self {
+        ResourceInventory { total, zones }
+    }
+}
+
+/// Everything a provider owns, by resource name: the answer of
+/// [`Provider::inventory`](crate::Provider::inventory), which the host uses
+/// for the NodeResourceTopology export and for the admission check of
+/// extended resources. `available` must drop with every allocation and rise
+/// with every release.
+///
+/// JSON: `{"resources": {"example.com/widget": {"total": {"capacity": 8,
+/// "allocatable": 8, "available": 7}, "zones": [{"numa": 0, "capacity": 2,
+/// "allocatable": 2, "available": 1}, ...]}}}`.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Inventory {
+    /// Resource name -> its amounts.
+    #[serde(default)]
+    pub resources: BTreeMap<String, ResourceInventory>,
+}
+
+impl Inventory {
+    /// An inventory owning nothing (the default answer).
+    pub fn new() -> Self {
+        Inventory::default()
+    }
+
+    /// With `resource`.
+    pub fn with_resource(mut self, name: impl Into<String>, resource: ResourceInventory) -> Self {
+        self.resources.insert(name.into(), resource);
+        self
+    }
+}
