@@ -67,6 +67,7 @@ fn bench(c: &mut Criterion) {
         enabled: true,
         config,
         defined_in: PathBuf::from("bench"),
+        config_dir: PathBuf::new(),
     };
     let providers: Vec<Box<dyn HintProvider>> = vec![
         Box::new(

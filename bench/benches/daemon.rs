@@ -45,6 +45,7 @@ fn start_daemon(tag: &str, state_root: &Path, plugin: &Path) -> PathBuf {
         enabled: true,
         config: serde_json::json!({"policy": "static", "reserved_cpus": "0"}),
         defined_in: PathBuf::from("bench"),
+        config_dir: PathBuf::new(),
     };
     let cpu = topomgr::plugin::load_provider("cpu", &entry, &[], &machine, &state_dir.join("cpu"))
         .expect("load the cpu provider");

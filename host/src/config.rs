@@ -142,6 +142,11 @@ pub struct ProviderEntry {
     pub config: serde_json::Value,
     /// The last file that set this provider's `library`.
     pub defined_in: PathBuf,
+    /// The main config file's directory: relative paths in the provider's
+    /// `[config]` table (e.g. the GPU provider's `topology_file`) resolve
+    /// against it, as every relative path in topomgr's config files does.
+    /// Empty for entries built without a config file.
+    pub config_dir: PathBuf,
 }
 
 impl Default for HostConfig {
@@ -442,6 +447,7 @@ impl Sources {
                         .map(toml_to_json)
                         .unwrap_or(serde_json::Value::Null),
                     defined_in: library_file.unwrap_or(last_file),
+                    config_dir: main.parent().map(Path::to_path_buf).unwrap_or_default(),
                 },
             );
         }

@@ -298,7 +298,14 @@ pub fn load_provider_from_json(
     }
     let provider_state = state_dir.join("providers").join(name);
     let init = FfiInit {
-        init_json: ffi::init_json(name, machine_json, &entry.config, &provider_state).into(),
+        init_json: ffi::init_json(
+            name,
+            machine_json,
+            &entry.config,
+            &provider_state,
+            Some(entry.config_dir.as_path()).filter(|d| !d.as_os_str().is_empty()),
+        )
+        .into(),
         log: host_log,
         log_max_level: host_max_level(),
     };

@@ -335,8 +335,8 @@ pub type FfiProviderBox = FfiProvider_TO<'static, RBox<()>>;
 #[derive(StableAbi)]
 pub struct FfiInit {
     /// One JSON object: `name` (the `[providers.NAME]` key), `machine` (the
-    /// [`Machine`]), `config` (the provider's table, `null` when absent) and
-    /// `state_dir`; see [`init_json`].
+    /// [`Machine`]), `config` (the provider's table, `null` when absent),
+    /// `state_dir` and `config_dir` (optional); see [`init_json`].
     pub init_json: RString,
     /// The host's logging callback: level (1 = error .. 5 = trace), target,
     /// message.
@@ -353,6 +353,9 @@ struct InitRequest {
     #[serde(default)]
     config: serde_json::Value,
     state_dir: String,
+    /// Optional: a host without a config file sends none.
+    #[serde(default)]
+    config_dir: Option<String>,
 }
 
 /// The JSON object of [`FfiInit::init_json`]. `machine` is a [`Machine`] in
@@ -363,12 +366,14 @@ pub fn init_json(
     machine: &serde_json::Value,
     config: &serde_json::Value,
     state_dir: &Path,
+    config_dir: Option<&Path>,
 ) -> String {
     serde_json::json!({
         "name": name,
         "machine": machine,
         "config": config,
         "state_dir": state_dir.to_string_lossy(),
+        "config_dir": config_dir.map(|d| d.to_string_lossy()),
     })
     .to_string()
 }
@@ -547,7 +552,8 @@ fn construct_adapter<P: Provider>(init: &FfiInit) -> RResult<FfiProviderBox, Ffi
     guarded("new", || {
         let req: InitRequest = from_host("init request", init.init_json.as_str())?;
         let config = ProviderConfig(req.config);
-        let ctx = ProviderContext::new(&req.machine, &config, Path::new(&req.state_dir));
+        let ctx = ProviderContext::new(&req.machine, &config, Path::new(&req.state_dir))
+            .with_config_dir(req.config_dir.as_deref().map(Path::new));
         let provider = P::new(&ctx)?;
         tracing::debug!(provider = req.name.as_str(), "provider constructed");
         Ok(FfiProvider_TO::from_value(

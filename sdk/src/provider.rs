@@ -113,15 +113,49 @@ pub struct ProviderContext<'a> {
     pub config: &'a ProviderConfig,
     /// A directory the provider may use for its own files (may not exist yet).
     pub state_dir: &'a Path,
+    /// The directory of the host's main config file: resolve relative paths
+    /// in the provider's config (a topology file, a device list) against it,
+    /// as topomgr resolves every relative path of its config files. `None`
+    /// when the host had no config file: relative paths then resolve
+    /// against the working directory.
+    pub config_dir: Option<&'a Path>,
 }
 
 impl<'a> ProviderContext<'a> {
-    /// The context for `machine`, `config` and `state_dir`.
+    /// The context for `machine`, `config` and `state_dir`, without a config
+    /// directory.
     pub fn new(machine: &'a Machine, config: &'a ProviderConfig, state_dir: &'a Path) -> Self {
         ProviderContext {
             machine,
             config,
             state_dir,
+            config_dir: None,
+        }
+    }
+
+    /// With the config file's directory.
+    pub fn with_config_dir(mut self, config_dir: Option<&'a Path>) -> Self {
+        self.config_dir = config_dir;
+        self
+    }
+
+    /// `path` resolved against [`ProviderContext::config_dir`] when it is
+    /// relative (unchanged when absolute or when there is no config directory).
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use topomgr_sdk::{testkit, ProviderConfig, ProviderContext};
+    /// let (machine, config) = (testkit::machine(1, 2), ProviderConfig::default());
+    /// let ctx = ProviderContext::new(&machine, &config, Path::new("/var/lib/x"));
+    /// assert_eq!(ctx.resolve(Path::new("topo.json")), Path::new("topo.json"));
+    /// let ctx = ctx.with_config_dir(Some(Path::new("/etc/topomgr")));
+    /// assert_eq!(ctx.resolve(Path::new("topo.json")), Path::new("/etc/topomgr/topo.json"));
+    /// assert_eq!(ctx.resolve(Path::new("/abs/t.json")), Path::new("/abs/t.json"));
+    /// ```
+    pub fn resolve(&self, path: &Path) -> std::path::PathBuf {
+        match self.config_dir {
+            Some(dir) if path.is_relative() => dir.join(path),
+            _ => path.to_path_buf(),
         }
     }
 }

@@ -204,7 +204,8 @@ pub fn load<P: Provider>(
     let machine_json = serde_json::to_value(machine)
         .map_err(|e| ProviderError::new("InvalidMachine", e.to_string()))?;
     let init = FfiInit {
-        init_json: ffi::init_json("testkit", &machine_json, &config, &unique_state_dir()).into(),
+        init_json: ffi::init_json("testkit", &machine_json, &config, &unique_state_dir(), None)
+            .into(),
         log: ffi::discard_log,
         log_max_level: 0,
     };

@@ -1649,6 +1649,7 @@ fn corpus_online_cpus_without_a_node_are_kept() {
         enabled: true,
         config: serde_json::json!({"policy": "static", "reserved_cpus": ""}),
         defined_in: PathBuf::from("test"),
+        config_dir: PathBuf::new(),
     };
     let state = Scratch::new("nonode-cpu");
     let mut cpu = topomgr::plugin::load_provider("cpu", &entry, &[], &machine, &state.0)

@@ -23,6 +23,7 @@ fn entry(library: &Path, config: serde_json::Value) -> ProviderEntry {
         enabled: true,
         config,
         defined_in: PathBuf::from("test"),
+        config_dir: PathBuf::new(),
     }
 }
 
@@ -345,6 +346,7 @@ fn a_missing_library_lists_every_place_searched() {
         enabled: true,
         config: serde_json::Value::Null,
         defined_in: PathBuf::from("x"),
+        config_dir: PathBuf::new(),
     };
     let err =
         load_provider("nothing", &e, &dirs, &testkit::machine(1, 1), &state_dir()).unwrap_err();
@@ -369,6 +371,7 @@ fn bare_library_names_are_found_in_search_dirs() {
         enabled: true,
         config: json!({"no_map": true}),
         defined_in: PathBuf::from("x"),
+        config_dir: PathBuf::new(),
     };
     let dirs = [PathBuf::from("/opt/nowhere"), dir];
     let m = load_provider("mock", &e, &dirs, &testkit::machine(1, 1), &state_dir()).unwrap();
@@ -654,6 +657,7 @@ fn a_plugin_of_this_sdk_loads_into_a_host_that_added_fields() {
         &newer,
         &json!({"vendor": "0x10de"}),
         &state_dir(),
+        None,
     ))
     .unwrap();
     init["host_version"] = json!("0.2.9");
