@@ -76,12 +76,11 @@ fn readme_demo_admits_and_rejects_as_documented() {
             "burstable admitted web@null:0-15",
             "guaranteed-2cpu admitted app@[0]:1,9*",
             "guaranteed-widgets admitted trainer@[1]:2-3,10-11*",
-            // As with the kubelet's Device Manager, `server` must reuse the
-            // widget its init container held on node 0, where no CPU is left.
-            "init-and-sidecar TopologyAffinityError ",
+            // The sidecar reuses the init container's CPU and keeps it.
+            "init-and-sidecar admitted fetch-model@[0]:8*,log-shipper@[0]:8*,server@[2]:4,12*",
             "too-wide TopologyAffinityError ",
-            "first admitted app@[0]:8*",
-            "second admitted app@null:0,4-7,12-15",
+            "first admitted app@[2]:5*",
+            "second admitted app@null:0,6-7,13-15",
         ]
     );
 }
