@@ -116,15 +116,21 @@ pub fn run(config: &Path, args: AdmitArgs) -> anyhow::Result<ExitCode> {
     let cfg = host::load_config(config)?;
     let pods = topomgr::manifest::read_pods(&args.pods)?;
     let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
-    let mut adm = host::admitter(&cfg, &machine)?;
+    let mut node = host::node_state(&cfg, &machine)?;
     let held = match &args.state_dir {
-        Some(dir) => Some(host::open_state(dir, &mut adm, &machine)?),
+        Some(dir) => Some(host::open_state(dir, &mut node, &machine)?),
         None => None,
     };
-    let results: Vec<AdmitResult> = pods.iter().map(|p| adm.admit(p)).collect();
-    if let (Some(held), false) = (&held, args.dry_run) {
-        held.save(&adm)?;
-    }
+    let results: Vec<AdmitResult> = match (&held, args.dry_run) {
+        (Some(held), false) => {
+            held.reclaim(&mut node);
+            let results = pods.iter().map(|p| node.admit(p)).collect();
+            held.save(&node)?;
+            node.settle_pool();
+            results
+        }
+        _ => pods.iter().map(|p| node.admitter_mut().admit(p)).collect(),
+    };
     match args.output {
         Output::Json => {
             let pods: Vec<Value> = results.iter().map(result_json).collect();
@@ -203,11 +209,12 @@ pub fn explain(config: &Path, args: ExplainArgs) -> anyhow::Result<ExitCode> {
     let cfg = host::load_config(config)?;
     let pods = topomgr::manifest::read_pods(&args.pods)?;
     let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
-    let mut adm = host::admitter(&cfg, &machine)?;
+    let mut node = host::node_state(&cfg, &machine)?;
     let _held = match &args.state_dir {
-        Some(dir) => Some(host::open_state(dir, &mut adm, &machine)?),
+        Some(dir) => Some(host::open_state(dir, &mut node, &machine)?),
         None => None,
     };
+    let adm = node.admitter_mut();
     println!(
         "policy {} scope {} on NUMA nodes {}",
         adm.policy().name(),

@@ -23,7 +23,8 @@ pub struct SocketArg {
 }
 
 impl SocketArg {
-    fn client(&self, config: &Path) -> anyhow::Result<Client> {
+    /// A client of the socket.
+    pub fn client(&self, config: &Path) -> anyhow::Result<Client> {
         let path = match &self.socket {
             Some(p) => p.clone(),
             None => host::load_config(config)?.daemon.socket,
@@ -40,15 +41,6 @@ pub struct PodsArgs {
     /// Output format.
     #[arg(long, value_enum, default_value = "json")]
     output: Output,
-}
-
-/// Arguments of `topomgr release`.
-#[derive(Debug, Args)]
-pub struct ReleaseArgs {
-    #[command(flatten)]
-    socket: SocketArg,
-    /// Pod uid.
-    uid: String,
 }
 
 /// Arguments of `topomgr attach`.
@@ -175,12 +167,11 @@ pub fn pods(config: &Path, args: PodsArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// `topomgr release UID`.
-pub fn release(config: &Path, args: ReleaseArgs) -> anyhow::Result<ExitCode> {
-    let resp = args
-        .socket
+/// `topomgr release [--socket PATH] UID`: release in the daemon.
+pub fn release(config: &Path, socket: &SocketArg, uid: &str) -> anyhow::Result<ExitCode> {
+    let resp = socket
         .client(config)?
-        .delete(&format!("/v1/pods/{}", encode_segment(&args.uid)))?;
+        .delete(&format!("/v1/pods/{}", encode_segment(uid)))?;
     finish(&resp, pretty)
 }
 

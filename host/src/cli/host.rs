@@ -1,13 +1,19 @@
 //! Shared set-up for commands: config, machine, policy, providers, state.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use topomgr::admission::Admitter;
 use topomgr::config::HostConfig;
+use topomgr::daemon::metrics::Metrics;
+use topomgr::daemon::timed::TimedProvider;
+use topomgr::node_state::{NodeState, Records};
 use topomgr::plugin;
 use topomgr::policy::{NumaInfo, Policy, Scope};
 use topomgr::provider::HintProvider;
+use topomgr::state_lock::StateLock;
 use topomgr_sdk::Machine;
 
 /// Load the config file; the default path may be absent (built-in defaults).
@@ -26,8 +32,7 @@ pub fn discover(cfg: &HostConfig, sysfs_root: Option<&Path>) -> anyhow::Result<M
         .with_context(|| format!("discovering the machine from {}", root.display()))
 }
 
-/// Load one configured provider.
-pub fn load_provider(
+fn load_plain(
     cfg: &HostConfig,
     name: &str,
     machine: &Machine,
@@ -48,10 +53,33 @@ pub fn load_provider(
     Ok(Box::new(p))
 }
 
+/// `provider` on its own thread, every call with the configured deadline
+/// (`[daemon] provider_timeout_ms`), as the daemon calls it.
+fn with_deadline(
+    cfg: &HostConfig,
+    provider: Box<dyn HintProvider>,
+) -> anyhow::Result<Box<dyn HintProvider>> {
+    let name = provider.name().to_owned();
+    let timeout = Duration::from_millis(cfg.daemon.provider_timeout_ms);
+    let timed = TimedProvider::spawn(provider, timeout, Arc::new(Metrics::new()))
+        .with_context(|| format!("cannot start the thread of provider {name:?}"))?;
+    Ok(Box::new(timed))
+}
+
+/// Load one configured provider, called with the provider deadline.
+pub fn load_provider(
+    cfg: &HostConfig,
+    name: &str,
+    machine: &Machine,
+) -> anyhow::Result<Box<dyn HintProvider>> {
+    with_deadline(cfg, load_plain(cfg, name, machine)?)
+}
+
 /// What an admitter is made of: the policy, the scope and the providers.
 pub type EngineParts = (Policy, Scope, Vec<Box<dyn HintProvider>>);
 
-/// The policy, the scope and every configured provider (in name order).
+/// The policy, the scope and every configured provider (in name order),
+/// without deadlines (the daemon adds its own).
 pub fn engine_parts(cfg: &HostConfig, machine: &Machine) -> anyhow::Result<EngineParts> {
     let numa = NumaInfo::from_machine(machine).context("reading NUMA information")?;
     let policy =
@@ -60,46 +88,68 @@ pub fn engine_parts(cfg: &HostConfig, machine: &Machine) -> anyhow::Result<Engin
     let providers = cfg
         .providers
         .keys()
-        .map(|name| load_provider(cfg, name, machine))
+        .map(|name| load_plain(cfg, name, machine))
         .collect::<anyhow::Result<Vec<_>>>()?;
     Ok((policy, scope, providers))
 }
 
-/// An admitter over [`engine_parts`].
+/// An admitter over [`engine_parts`], every provider called with the
+/// provider deadline.
 pub fn admitter(cfg: &HostConfig, machine: &Machine) -> anyhow::Result<Admitter> {
     let (policy, scope, providers) = engine_parts(cfg, machine)?;
-    Ok(Admitter::new(policy, scope, providers))
+    let providers = providers
+        .into_iter()
+        .map(|p| with_deadline(cfg, p))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(Admitter::new(machine, policy, scope, providers))
+}
+
+/// A [`NodeState`] over [`admitter`], applying to `cgroup_root`.
+pub fn node_state(cfg: &HostConfig, machine: &Machine) -> anyhow::Result<NodeState> {
+    Ok(NodeState::new(
+        admitter(cfg, machine)?,
+        Records::default(),
+        &cfg.cgroup_root,
+        &topomgr::checkpoint::boot_id(),
+    ))
 }
 
 /// How long a one-shot command waits for another holder of the state lock.
-pub const STATE_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+pub const STATE_LOCK_WAIT: Duration = Duration::from_secs(30);
 
-/// A state directory held by one command: its lock (released on drop) and
-/// the daemon's cgroup attachments, kept when saving.
+/// A state directory held by one command; the lock is released on drop.
 pub struct HeldState {
-    _lock: topomgr::state_lock::StateLock,
-    dir: std::path::PathBuf,
-    attachments: topomgr::checkpoint::Attachments,
+    _lock: StateLock,
+    dir: PathBuf,
 }
 
-/// Lock `dir` (waiting up to [`STATE_LOCK_WAIT`]) and restore it into `adm`.
-pub fn open_state(
-    dir: &Path,
-    adm: &mut topomgr::admission::Admitter,
-    machine: &Machine,
-) -> anyhow::Result<HeldState> {
-    let lock = topomgr::state_lock::StateLock::acquire_within(dir, STATE_LOCK_WAIT)?;
-    let restored = topomgr::checkpoint::restore(dir, adm, machine).context("restoring state")?;
+/// Lock `dir` (waiting up to [`STATE_LOCK_WAIT`]) and restore it into `node`.
+pub fn open_state(dir: &Path, node: &mut NodeState, machine: &Machine) -> anyhow::Result<HeldState> {
+    let lock = StateLock::acquire_within(dir, STATE_LOCK_WAIT)?;
+    topomgr::checkpoint::remove_stale_temps(dir);
+    let restored = topomgr::checkpoint::restore(dir, node.admitter_mut(), machine)
+        .context("restoring state")?;
+    node.set_records(restored.records);
     Ok(HeldState {
         _lock: lock,
         dir: dir.to_path_buf(),
-        attachments: restored.attachments,
     })
 }
 
 impl HeldState {
-    /// Save `adm` (pods and every provider) into the held directory.
-    pub fn save(&self, adm: &topomgr::admission::Admitter) -> anyhow::Result<()> {
-        topomgr::checkpoint::save(&self.dir, adm, &self.attachments).context("saving state")
+    /// Save `node` (pods, every provider, records) into the held directory.
+    pub fn save(&self, node: &NodeState) -> anyhow::Result<()> {
+        topomgr::checkpoint::save(&self.dir, node.admitter(), node.records())
+            .context("saving state")
+    }
+
+    /// Release the pods of dead `topomgr run` owners whose cgroups are
+    /// empty; say which stay held because processes remain.
+    pub fn reclaim(&self, node: &mut NodeState) {
+        for r in node.reclaim() {
+            if let topomgr::node_state::Reclaim::Kept { uid, pids } = r {
+                tracing::warn!(pod = %uid, ?pids, "pod of an ended topomgr run stays held: processes remain in its cgroup");
+            }
+        }
     }
 }

@@ -5,6 +5,7 @@ mod client;
 mod host;
 mod merge;
 mod provider;
+mod release;
 mod run;
 mod serve;
 mod topology;
@@ -66,8 +67,8 @@ pub enum Command {
     Serve(serve::ServeArgs),
     /// List the running daemon's pods and their allocations.
     Pods(client::PodsArgs),
-    /// Release a pod in the running daemon.
-    Release(client::ReleaseArgs),
+    /// Release a pod in the running daemon, or with --state-dir in a state directory.
+    Release(release::ReleaseArgs),
     /// Apply a container's cpuset/mems to its cgroup through the running daemon.
     Attach(client::AttachArgs),
 }
@@ -103,7 +104,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => run::run(&cli.config, args),
         Command::Serve(args) => serve::run(&cli.config, args),
         Command::Pods(args) => client::pods(&cli.config, args),
-        Command::Release(args) => client::release(&cli.config, args),
+        Command::Release(args) => release::run(&cli.config, args),
         Command::Attach(args) => client::attach(&cli.config, args),
     }
 }

@@ -129,7 +129,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
         )?;
         providers.push(Box::new(t));
     }
-    let admitter = Admitter::new(d.policy, d.scope, providers);
+    let admitter = Admitter::new(&d.machine, d.policy, d.scope, providers);
     let settings = EngineSettings {
         state_dir: d.state_dir.clone(),
         cgroup_root: d.cgroup_root,

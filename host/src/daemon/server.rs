@@ -12,9 +12,10 @@
 //! | GET | `/metrics` | Prometheus text |
 //!
 //! Errors are `{"error": "<message>", "reason": "<code>"}` with status 400
-//! (bad input), 403 (peer not allowed), 404 (unknown pod or container), 422
-//! (cgroup problem), 500 (provider errors on release), 503 (state cannot be
-//! saved, or shutting down). `docs/api/openapi.yaml` documents the same.
+//! (bad input), 403 (peer not allowed), 404 (unknown pod or container), 409
+//! (a uid admitted with a different spec), 422 (cgroup problem), 500
+//! (provider errors on release), 503 (state cannot be saved, or shutting
+//! down). `docs/api/openapi.yaml` documents the same.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -99,9 +100,11 @@ impl From<EngineError> for ApiError {
         let (status, reason) = match &e {
             EngineError::UnknownPod(_) => (StatusCode::NOT_FOUND, "UnknownPod"),
             EngineError::UnknownContainer { .. } => (StatusCode::NOT_FOUND, "UnknownContainer"),
+            EngineError::Conflict(_) => (StatusCode::CONFLICT, "PodUidConflict"),
             EngineError::ReleaseErrors(_) => (StatusCode::INTERNAL_SERVER_ERROR, "ReleaseErrors"),
             EngineError::Cgroup(_) => (StatusCode::UNPROCESSABLE_ENTITY, "CgroupError"),
             EngineError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "StateNotSaved"),
+            EngineError::Broken(_) => (StatusCode::SERVICE_UNAVAILABLE, "StateUnavailable"),
             EngineError::Stopped => (StatusCode::SERVICE_UNAVAILABLE, "ShuttingDown"),
         };
         ApiError::new(status, reason, e.to_string())
