@@ -1183,7 +1183,11 @@ mod tests {
         );
         let n = log.lock().unwrap().len();
         adm.release("u").unwrap();
-        assert_eq!(log.lock().unwrap().len(), n, "a held provider is not called");
+        assert_eq!(
+            log.lock().unwrap().len(),
+            n,
+            "a held provider is not called"
+        );
         let held = adm.held_providers();
         assert_eq!(
             held[0].1.pending_releases,

@@ -165,8 +165,12 @@ pub fn remove_stale_temps(dir: &Path) {
     for e in entries.filter_map(Result::ok) {
         if e.file_name().to_string_lossy().starts_with(&prefix) {
             match fs::remove_file(e.path()) {
-                Ok(()) => tracing::info!(path = %e.path().display(), "stale temporary state file removed"),
-                Err(err) => tracing::warn!(path = %e.path().display(), error = %err, "cannot remove a stale temporary state file"),
+                Ok(()) => {
+                    tracing::info!(path = %e.path().display(), "stale temporary state file removed")
+                }
+                Err(err) => {
+                    tracing::warn!(path = %e.path().display(), error = %err, "cannot remove a stale temporary state file")
+                }
             }
         }
     }

@@ -500,10 +500,14 @@ impl Ledger {
         let mut devices: Vec<(&(String, String), &Vec<Claim>)> =
             self.devices.iter().filter(|(_, c)| bad(c)).collect();
         devices.sort_by(|a, b| a.0.cmp(b.0));
-        out.extend(devices.into_iter().map(|((r, id), claims)| Finding::Conflict {
-            what: format!("{r} device {id}"),
-            holders: claims.iter().map(|c| self.holder(c)).collect(),
-        }));
+        out.extend(
+            devices
+                .into_iter()
+                .map(|((r, id), claims)| Finding::Conflict {
+                    what: format!("{r} device {id}"),
+                    holders: claims.iter().map(|c| self.holder(c)).collect(),
+                }),
+        );
         out
     }
 }
@@ -638,8 +642,10 @@ mod tests {
         let b = pod("b", &[], &["app"]);
         let mut gone = excl("6-9");
         gone.mems = NumaMask::from_bits(0b101);
-        gone.devices
-            .insert("nic".to_owned(), vec!["0000:3b:00.1".to_owned(), "x".to_owned()]);
+        gone.devices.insert(
+            "nic".to_owned(),
+            vec!["0000:3b:00.1".to_owned(), "x".to_owned()],
+        );
         let ca = vec![("app".to_owned(), gone)];
         let cb = vec![("app".to_owned(), excl("7"))];
         let found = l.restore([(&a, ca.as_slice()), (&b, cb.as_slice())]);

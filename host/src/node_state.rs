@@ -221,11 +221,9 @@ impl NodeState {
         if self.cgroups.is_none() {
             self.cgroups = Some(CgroupManager::detect(&self.cgroup_root)?);
         }
-        self.cgroups
-            .as_ref()
-            .ok_or_else(|| CgroupError::NoCpuset {
-                root: self.cgroup_root.clone(),
-            })
+        self.cgroups.as_ref().ok_or_else(|| CgroupError::NoCpuset {
+            root: self.cgroup_root.clone(),
+        })
     }
 
     /// Admit `pod`. When it takes exclusive CPUs, the shared pool is
@@ -234,7 +232,10 @@ impl NodeState {
     pub fn admit(&mut self, pod: &PodView) -> AdmitResult {
         let known = self.admitter.pods().contains_key(&pod.uid);
         let result = self.admitter.admit(pod);
-        let exclusive = result.containers.iter().any(|c| !pool::is_shared(&c.allocation));
+        let exclusive = result
+            .containers
+            .iter()
+            .any(|c| !pool::is_shared(&c.allocation));
         if !result.admitted || known || !exclusive {
             return result;
         }
@@ -347,7 +348,9 @@ impl NodeState {
                 }
                 match CgroupPath::new(path) {
                     Ok(p) => out.push(p),
-                    Err(e) => warn!(pod = %uid, container = %name, error = %e, "bad attached cgroup path"),
+                    Err(e) => {
+                        warn!(pod = %uid, container = %name, error = %e, "bad attached cgroup path")
+                    }
                 }
             }
         }

@@ -34,7 +34,8 @@ pub fn container_cpuset(
     };
     if cpus.is_empty() {
         return Err(CgroupError::EmptyCpuset {
-            reason: "the shared CPU pool is empty: exclusive CPUs cover every online CPU".to_owned(),
+            reason: "the shared CPU pool is empty: exclusive CPUs cover every online CPU"
+                .to_owned(),
         });
     }
     let mems = if a.mems.is_empty() { all_nodes } else { a.mems };
@@ -92,14 +93,20 @@ mod tests {
             ..Allocation::default()
         };
         let got = container_cpuset(&excl, &pool, all).unwrap();
-        assert_eq!((got.cpus.to_string(), got.mems.to_string()), ("1-2".into(), "0".into()));
+        assert_eq!(
+            (got.cpus.to_string(), got.mems.to_string()),
+            ("1-2".into(), "0".into())
+        );
         // A shared container runs on the pool, whatever CPUs a provider named.
         let shared = Allocation {
             cpus: CpuSet::parse("0-7").unwrap(),
             ..Allocation::default()
         };
         let got = container_cpuset(&shared, &pool, all).unwrap();
-        assert_eq!((got.cpus.to_string(), got.mems.to_string()), ("0,3-7".into(), "0-1".into()));
+        assert_eq!(
+            (got.cpus.to_string(), got.mems.to_string()),
+            ("0,3-7".into(), "0-1".into())
+        );
         assert!(container_cpuset(&shared, &CpuSet::new(), all).is_err());
     }
 }

@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 use topomgr::daemon::client::{encode_segment, Client, Response};
 use topomgr::manifest::{STDIN_NAME, STDIN_PATH};
 
+use super::text::field;
 use super::{host, Output};
 
 /// `--socket PATH` (default: the configured `[daemon] socket`).
@@ -84,7 +85,7 @@ pub fn print_pods_table(pods: &[Value], attachments: &Value) {
         "{:<24} {:<11} {:<9} {:<12} {:<9} {:<10} {:<9} {:<6} {:<24} CGROUP",
         "POD", "QOS", "ADMITTED", "CONTAINER", "AFFINITY", "PREFERRED", "CPUS", "MEMS", "DEVICES"
     );
-    let s = |v: &Value| v.as_str().unwrap_or("").to_owned();
+    let s = |v: &Value| field(v.as_str().unwrap_or("")).into_owned();
     for p in pods {
         let pod = format!("{}/{}", s(&p["namespace"]), s(&p["name"]));
         if p["admitted"] != json!(true) {
@@ -125,15 +126,15 @@ pub fn print_pods_table(pods: &[Value], attachments: &Value) {
                         .as_array()
                         .into_iter()
                         .flatten()
-                        .map(|i| i.as_str().unwrap_or("").to_owned())
+                        .map(|i| field(i.as_str().unwrap_or("")).into_owned())
                         .collect();
-                    format!("{k}={}", ids.join(","))
+                    format!("{}={}", field(k), ids.join(","))
                 })
                 .collect();
-            let cgroup = attachments[s(&p["uid"])][s(&c["name"])]
-                .as_str()
-                .unwrap_or("-")
-                .to_owned();
+            let cgroup = attachments[p["uid"].as_str().unwrap_or("")]
+                [c["name"].as_str().unwrap_or("")]
+            .as_str()
+            .map_or_else(|| "-".to_owned(), |p| field(p).into_owned());
             println!(
                 "{:<24} {:<11} {:<9} {:<12} {:<9} {:<10} {:<9} {:<6} {:<24} {}",
                 pod,

@@ -124,7 +124,11 @@ pub struct HeldState {
 }
 
 /// Lock `dir` (waiting up to [`STATE_LOCK_WAIT`]) and restore it into `node`.
-pub fn open_state(dir: &Path, node: &mut NodeState, machine: &Machine) -> anyhow::Result<HeldState> {
+pub fn open_state(
+    dir: &Path,
+    node: &mut NodeState,
+    machine: &Machine,
+) -> anyhow::Result<HeldState> {
     let lock = StateLock::acquire_within(dir, STATE_LOCK_WAIT)?;
     topomgr::checkpoint::remove_stale_temps(dir);
     let restored = topomgr::checkpoint::restore(dir, node.admitter_mut(), machine)

@@ -8,6 +8,7 @@ mod provider;
 mod release;
 mod run;
 mod serve;
+mod text;
 mod topology;
 
 use std::path::PathBuf;
@@ -91,8 +92,29 @@ pub fn init_logging(verbose: u8) {
         .init();
 }
 
+/// Give SIGPIPE its default action (end the process quietly, status 141 in
+/// a shell) for commands that print: `topomgr topology | head -c 10` must
+/// not panic on a closed stdout. The daemon keeps Rust's default (ignored):
+/// a client that hangs up must not end it.
+fn quiet_on_closed_stdout() {
+    // SAFETY: setting a signal's disposition to SIG_DFL installs no handler
+    // code; it happens before any thread of ours is started.
+    let reset = unsafe {
+        nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGPIPE,
+            nix::sys::signal::SigHandler::SigDfl,
+        )
+    };
+    if let Err(e) = reset {
+        tracing::debug!(error = %e, "cannot restore SIGPIPE's default action");
+    }
+}
+
 /// Run one command.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if !matches!(cli.command, Command::Serve(_)) {
+        quiet_on_closed_stdout();
+    }
     match cli.command {
         Command::Merge => merge::run(),
         Command::Topology { sysfs_root, output } => {

@@ -36,7 +36,10 @@ pub fn run(config: &Path, args: ReleaseArgs) -> anyhow::Result<ExitCode> {
     let held = host::open_state(dir, &mut node, &machine)?;
     let uid = &args.uid;
     if !node.pods().contains_key(uid) {
-        eprintln!("topomgr: error: no admitted pod with uid {uid:?} in {}", dir.display());
+        eprintln!(
+            "topomgr: error: no admitted pod with uid {uid:?} in {}",
+            dir.display()
+        );
         return Ok(ExitCode::from(1));
     }
     let left = node.processes(uid).unwrap_or_default();
@@ -44,7 +47,9 @@ pub fn run(config: &Path, args: ReleaseArgs) -> anyhow::Result<ExitCode> {
     let released = match node.release(uid) {
         Ok(r) => r,
         Err(AdmissionError::ReleaseErrors { uid: r, errors }) => {
-            eprintln!("topomgr: warning: pod {r:?} released, but providers reported errors: {errors}");
+            eprintln!(
+                "topomgr: warning: pod {r:?} released, but providers reported errors: {errors}"
+            );
             held.save(&node)?;
             node.settle_pool();
             return Ok(ExitCode::from(1));

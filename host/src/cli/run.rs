@@ -46,6 +46,7 @@ use topomgr_sdk::{ContainerView, Machine, PodView, QosClass, ResourceList};
 use tracing::{debug, info, warn};
 
 use super::host;
+use super::text::field;
 
 /// The container name of a `topomgr run` pod.
 pub const CONTAINER: &str = "main";
@@ -434,8 +435,8 @@ pub fn run(config: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     if !result.admitted {
         eprintln!(
             "topomgr: pod rejected: {}: {}",
-            result.reason.as_deref().unwrap_or("rejected"),
-            result.message.as_deref().unwrap_or("")
+            field(result.reason.as_deref().unwrap_or("rejected")),
+            field(result.message.as_deref().unwrap_or(""))
         );
         let holders = session.node.exclusive_holders();
         if !holders.is_empty() {

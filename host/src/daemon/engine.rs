@@ -241,7 +241,10 @@ impl Engine {
                 ),
             });
         }
-        if reclaimed.iter().any(|r| matches!(r, Reclaim::Released { .. })) {
+        if reclaimed
+            .iter()
+            .any(|r| matches!(r, Reclaim::Released { .. }))
+        {
             if let Err(e) = worker.commit() {
                 error!(error = %e, "cannot save the reclaimed pods; they stay held");
                 worker.failure = Some(e.clone());
