@@ -435,6 +435,9 @@ pub struct Restored {
     pub issues: Vec<RestoreIssue>,
     /// The host's records (attachments, owners).
     pub records: Records,
+    /// Releases replayed into providers that missed them (the state changed:
+    /// save it).
+    pub replayed: usize,
 }
 
 /// Read and verify the envelope of `path`; `None` when the file is absent.
@@ -574,6 +577,7 @@ fn install(
         absent.push((name, bytes, pending));
     }
     let mut issues = Vec::new();
+    let mut replayed = 0;
     for (i, (bytes, pending)) in saved.into_iter().enumerate() {
         let p = &mut admitter.providers_mut()[i];
         // Without saved state (and so without pods) the provider starts empty.
@@ -583,6 +587,7 @@ fn install(
         let restored = p.restore(&bytes);
         match restored {
             Ok(()) => {
+                replayed += pending.len();
                 for (uid, container) in &pending {
                     if let Err(e) = p.release(uid, container) {
                         tracing::warn!(provider = p.name(), pod = %uid, container = %container, error = %e, "replaying a release the provider missed failed");
@@ -637,6 +642,7 @@ fn install(
             attachments: body.attachments,
             owners: body.owners,
         },
+        replayed,
     })
 }
 #[cfg(test)]
@@ -753,6 +759,7 @@ mod tests {
                 rebooted: true,
                 pods: 2,
                 records,
+                replayed: 0,
                 issues: vec![
                     RestoreIssue::Ledger(Finding::VanishedCpus {
                         pod: "p2".to_owned(),

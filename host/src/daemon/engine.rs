@@ -241,12 +241,12 @@ impl Engine {
                 ),
             });
         }
-        if reclaimed
+        let released = reclaimed
             .iter()
-            .any(|r| matches!(r, Reclaim::Released { .. }))
-        {
+            .any(|r| matches!(r, Reclaim::Released { .. }));
+        if released || restored.replayed > 0 {
             if let Err(e) = worker.commit() {
-                error!(error = %e, "cannot save the reclaimed pods; they stay held");
+                error!(error = %e, "cannot save the state after reclaiming pods and replaying releases; it stays as saved");
                 worker.failure = Some(e.clone());
                 worker.rollback();
             }
