@@ -540,7 +540,7 @@ impl Admitter {
                 }
                 Ok(a) => match self.ledger.check(pod, &container.name, name, &a) {
                     Err(v) => {
-                        warn!(provider = %v.provider, pod = %pod.uid, container = %container.name, violation = %v.message, "allocation refused by the ledger");
+                        info!(provider = %v.provider, pod = %pod.uid, container = %container.name, violation = %v.message, "allocation refused by the ledger");
                         let message = v.message.clone();
                         self.violations.push(v.provider);
                         Rejection::unexpected(message)

@@ -3,8 +3,11 @@
 //! moments, restarted each time, and checked:
 //! - every admission a client saw acknowledged is present after the restart,
 //!   with the same devices; every acknowledged release stays released;
-//! - no widget is assigned twice (the SDK's example widget provider has 8
-//!   widgets on the example 4-node machine, so double assignment shows);
+//! - the ledger invariant: no widget and no exclusive CPU is held by two
+//!   pods (the SDK's example widget provider has 8 widgets on the example
+//!   4-node machine and the real CPU provider hands out exclusive CPUs, so
+//!   double assignment shows), and nothing is held for a pod that is gone:
+//!   the daemon's exclusive CPUs are exactly those of the listed pods;
 //! - released widgets are free again (at the end every pod is released and 8
 //!   one-widget pods must all be admitted).
 //!
@@ -65,6 +68,12 @@ fn manifest(uid: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {uid}\n  namespace: crash\n  uid: {uid}\nspec:\n  containers:\n  - name: app\n    resources:\n      limits:\n        cpu: \"1\"\n        memory: 1Gi\n        example.com/widget: 1\n"
     )
+}
+
+fn cpus_of(pod: &Value) -> topomgr_sdk::CpuSet {
+    let c = &pod["containers"][0];
+    assert_eq!(c["exclusive"], true, "{pod}");
+    topomgr_sdk::CpuSet::parse(c["cpus"].as_str().unwrap()).unwrap()
 }
 
 fn widgets_of(pod: &Value) -> Vec<String> {
@@ -151,9 +160,12 @@ fn storm(
 
 /// Check the restarted daemon against what clients saw; returns the truth.
 fn verify(socket: &Path, known: &[Vec<Known>], kill: usize) -> Vec<Vec<Known>> {
-    let listed = Client::new(socket).get("/v1/pods").unwrap().json().unwrap();
+    let mut c = Client::new(socket);
+    let listed = c.get("/v1/pods").unwrap().json().unwrap();
+    let health = c.get("/v1/health").unwrap().json().unwrap();
     let mut present: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut taken: BTreeSet<String> = BTreeSet::new();
+    let mut exclusive = topomgr_sdk::CpuSet::new();
     for pod in listed["pods"].as_array().unwrap() {
         let w = widgets_of(pod);
         assert_eq!(w.len(), 1, "after kill {kill}: {pod}");
@@ -163,8 +175,22 @@ fn verify(socket: &Path, known: &[Vec<Known>], kill: usize) -> Vec<Vec<Known>> {
                 "after kill {kill}: widget {id} assigned twice: {listed}"
             );
         }
+        let cpus = cpus_of(pod);
+        assert!(
+            cpus.intersection(&exclusive).is_empty(),
+            "after kill {kill}: CPUs {cpus} held twice: {listed}"
+        );
+        exclusive = exclusive.union(&cpus);
         present.insert(pod["uid"].as_str().unwrap().to_owned(), w);
     }
+    // The ledger holds exactly what the listed pods hold: nothing for a
+    // pod that is gone.
+    assert_eq!(
+        health["exclusive_cpus"],
+        exclusive.to_string(),
+        "after kill {kill}: {health}"
+    );
+    assert_eq!(health["status"], "ok", "after kill {kill}: {health}");
     let mut truth = Vec::new();
     for (t, pods) in known.iter().enumerate() {
         let mut row = Vec::new();
@@ -200,9 +226,10 @@ fn kill_9_storm_loses_nothing_and_never_double_assigns() {
     fs::write(
         &config,
         format!(
-            "policy = \"single-numa-node\"\nsysfs_root = \"{}\"\nstate_dir = \"state\"\n[providers.widgets]\nlibrary = \"{}\"\n[providers.widgets.config]\nwidgets_per_node = 2\n",
+            "policy = \"single-numa-node\"\nsysfs_root = \"{}\"\nstate_dir = \"state\"\n[providers.widgets]\nlibrary = \"{}\"\n[providers.widgets.config]\nwidgets_per_node = 2\n[providers.cpu]\nlibrary = \"{}\"\n[providers.cpu.config]\npolicy = \"static\"\nreserved_cpus = \"0\"\n",
             common::workspace_root().join("examples/machines/2s4n/sys").display(),
-            p.widgets.display()
+            p.widgets.display(),
+            common::cpu_plugin().display()
         ),
     )
     .unwrap();
@@ -270,6 +297,8 @@ fn kill_9_storm_loses_nothing_and_never_double_assigns() {
         all.extend(widgets_of(&v["pods"][0]));
     }
     assert_eq!(all.len(), WIDGETS);
+    let health = c.get("/v1/health").unwrap().json().unwrap();
+    assert_eq!(health["pods"], WIDGETS, "{health}");
     let mut child = child;
     let _ = child.kill();
     let _ = child.wait();

@@ -397,3 +397,245 @@ fn real_cpu_and_memory_providers_set_cpus_and_mems() {
     assert_eq!(out.status.code(), Some(0));
     assert_no_pods(&dir);
 }
+
+/// A config dir with the real CPU provider only: on this 2-CPU machine with
+/// CPU 0 reserved, CPU 1 is the only exclusive CPU, so a second exclusive
+/// run is refused while the first holds it.
+fn cpu_only_config(tag: &str) -> Option<PathBuf> {
+    let online = fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    if online.trim() != "0-1" {
+        eprintln!(
+            "SKIP: {tag}: expects exactly CPUs 0-1 online, found {:?}",
+            online.trim()
+        );
+        return None;
+    }
+    let dir = common::scratch_dir(tag);
+    fs::write(
+        dir.join("topomgr.toml"),
+        format!(
+            "policy = \"best-effort\"\nplugin_dirs = []\nsysfs_root = \"/sys\"\ncgroup_root = \"/sys/fs/cgroup\"\nstate_dir = \"{}\"\n",
+            dir.join("state").display()
+        ),
+    )
+    .unwrap();
+    fs::create_dir_all(dir.join("plugins.d")).unwrap();
+    fs::write(
+        dir.join("plugins.d/cpu.toml"),
+        format!(
+            "[providers.cpu]\nlibrary = \"{}\"\n[providers.cpu.config]\npolicy = \"static\"\nreserved_cpus = \"0\"\n",
+            common::cpu_plugin().display()
+        ),
+    )
+    .unwrap();
+    Some(dir)
+}
+
+fn alive(pid: &str) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| !s.split_whitespace().nth(2).is_some_and(|st| st == "Z"))
+}
+
+/// The pids in the cgroup of the run started by topomgr `pid`, once CMD runs.
+fn wait_for_command(root: &Path, pid: u32, comm: &str) -> String {
+    let mut found = String::new();
+    wait_for("the command to start in its cgroup", || {
+        let procs = cgroups_of(root, pid).first().and_then(|name| {
+            fs::read_to_string(root.join("topomgr").join(name).join("main/cgroup.procs")).ok()
+        });
+        if let Some(p) = procs.and_then(|p| p.split_whitespace().next().map(str::to_string)) {
+            if fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == comm) {
+                found = p;
+                return true;
+            }
+        }
+        false
+    });
+    found
+}
+
+/// `kill -9` of `topomgr run`: CMD dies with it (parent-death signal), and
+/// the next `admit --state-dir` (or run, or daemon start) reclaims the
+/// reservation because its owner is dead and its cgroup empty.
+#[test]
+fn a_killed_run_takes_its_command_along_and_is_reclaimed() {
+    let Some(root) = live("a_killed_run_takes_its_command_along_and_is_reclaimed") else {
+        return;
+    };
+    let Some(dir) = cpu_only_config("run-kill9") else {
+        return;
+    };
+    let mut child = command(&dir, &["--cpus", "1", "--", "sleep", "60"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let sleeper = wait_for_command(&root, pid, "sleep");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    wait_for("the command to die with topomgr", || !alive(&sleeper));
+    // The reservation is still in the state, held by a dead owner.
+    let state = common::state_body(&dir.join("state"));
+    assert_eq!(state["pods"].as_object().unwrap().len(), 1, "{state}");
+    assert_eq!(state["owners"].as_object().unwrap().len(), 1, "{state}");
+    // The next run reclaims it and gets CPU 1.
+    let (next, out) = run(
+        &dir,
+        &[
+            "--cpus",
+            "1",
+            "--",
+            "grep",
+            "Cpus_allowed_list",
+            "/proc/self/status",
+        ],
+    );
+    assert_eq!(text(&out.stderr), "");
+    assert_eq!(text(&out.stdout), "Cpus_allowed_list:\t1\n");
+    assert_eq!(cgroups_of(&root, pid), Vec::<String>::new());
+    assert_eq!(cgroups_of(&root, next), Vec::<String>::new());
+    assert_no_pods(&dir);
+    let state = common::state_body(&dir.join("state"));
+    assert_eq!(state["owners"], serde_json::json!({}));
+}
+
+/// Processes left behind in the cgroup keep the CPUs reserved: the next run
+/// is refused with a message that names the holder and the processes; once
+/// they exit the CPU is reclaimed.
+#[test]
+fn leftover_processes_keep_the_cpus_reserved() {
+    let Some(root) = live("leftover_processes_keep_the_cpus_reserved") else {
+        return;
+    };
+    let Some(dir) = cpu_only_config("run-leftover") else {
+        return;
+    };
+    let (pid, out) = run(
+        &dir,
+        &[
+            "--cpus",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            "sleep 60 >/dev/null 2>&1 & echo $!",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let left = text(&out.stdout).trim().to_owned();
+    assert!(alive(&left));
+    assert_eq!(
+        text(&out.stderr),
+        format!("topomgr: warning: processes {left} are still in the command's cgroup; its CPUs stay reserved until they exit (the next topomgr run reclaims them then; topomgr release --state-dir DIR UID releases them now)\n")
+    );
+    let held = cgroups_of(&root, pid);
+    assert_eq!(held.len(), 1);
+    let uid = held[0].clone();
+
+    let marker = dir.join("ran");
+    let (_, refused) = run(
+        &dir,
+        &["--cpus", "1", "--", "touch", &marker.to_string_lossy()],
+    );
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(!marker.exists());
+    let stderr = text(&refused.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{stderr}");
+    assert_eq!(
+        lines[0],
+        "topomgr: pod rejected: UnexpectedAdmissionError: provider \"cpu\" could not allocate container \"main\": not enough free CPUs: requested 1, 0 free"
+    );
+    assert_eq!(
+        lines[1],
+        format!("topomgr: CPUs held exclusively by other workloads: CPUs 1: pod default/{uid} (uid {uid}) container \"main\", topomgr run pid {pid} (exited), processes {left} in its cgroup")
+    );
+
+    let kill = Command::new("kill").args(["-9", &left]).status().unwrap();
+    assert!(kill.success());
+    wait_for("the leftover process to exit", || !alive(&left));
+    let (next, out) = run(
+        &dir,
+        &[
+            "--cpus",
+            "1",
+            "--",
+            "grep",
+            "Cpus_allowed_list",
+            "/proc/self/status",
+        ],
+    );
+    assert_eq!(text(&out.stderr), "");
+    assert_eq!(text(&out.stdout), "Cpus_allowed_list:\t1\n");
+    assert_eq!(cgroups_of(&root, pid), Vec::<String>::new());
+    assert_eq!(cgroups_of(&root, next), Vec::<String>::new());
+    assert_no_pods(&dir);
+}
+
+/// An allocation the ledger refuses (CPUs this machine lacks) never reaches
+/// a cgroup: the command does not run.
+#[test]
+fn a_refused_allocation_never_reaches_a_cgroup() {
+    let Some(root) = live("a_refused_allocation_never_reaches_a_cgroup") else {
+        return;
+    };
+    let dir = config_dir(
+        "run-ledger",
+        "allocation = { cpus = \"0-1000\", exclusive = true }",
+    );
+    let marker = dir.join("ran");
+    let (pid, out) = run(&dir, &["--", "touch", &marker.to_string_lossy()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.starts_with("topomgr: pod rejected: UnexpectedAdmissionError: provider \"mock\" gave pod default/run-")
+            && stderr.contains(" container \"main\" CPUs 2-1000, which are not online CPUs of this machine (online: "),
+        "{stderr}"
+    );
+    assert!(!marker.exists());
+    assert_eq!(cgroups_of(&root, pid), Vec::<String>::new());
+}
+
+/// `topomgr release --state-dir DIR UID` releases without a daemon.
+#[test]
+fn release_from_a_state_directory() {
+    let dir = config_dir("run-release", "");
+    let pod = common::workspace_root().join("examples/pods/guaranteed-2cpu.yaml");
+    let state = dir.join("state");
+    let admit = Command::new(common::topomgr_bin())
+        .arg("--config")
+        .arg(dir.join("topomgr.toml"))
+        .args(["admit", "--state-dir"])
+        .arg(&state)
+        .arg(&pod)
+        .output()
+        .unwrap();
+    assert!(admit.status.success(), "{}", text(&admit.stderr));
+    let admitted: serde_json::Value = serde_json::from_slice(&admit.stdout).unwrap();
+    let uid = admitted["pods"][0]["uid"].as_str().unwrap().to_owned();
+    let release = |uid: &str| {
+        Command::new(common::topomgr_bin())
+            .arg("--config")
+            .arg(dir.join("topomgr.toml"))
+            .args(["release", "--state-dir"])
+            .arg(&state)
+            .arg(uid)
+            .output()
+            .unwrap()
+    };
+    let out = release(&uid);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let released: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(released, admitted["pods"][0]);
+    assert_no_pods(&dir);
+    let out = release(&uid);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "topomgr: error: no admitted pod with uid {uid:?} in {}\n",
+            state.display()
+        )
+    );
+}

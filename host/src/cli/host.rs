@@ -152,7 +152,7 @@ impl HeldState {
     pub fn reclaim(&self, node: &mut NodeState) {
         for r in node.reclaim() {
             if let topomgr::node_state::Reclaim::Kept { uid, pids } = r {
-                tracing::warn!(pod = %uid, ?pids, "pod of an ended topomgr run stays held: processes remain in its cgroup");
+                tracing::info!(pod = %uid, ?pids, "pod of an ended topomgr run stays held: processes remain in its cgroup");
             }
         }
     }

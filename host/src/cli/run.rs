@@ -498,7 +498,7 @@ fn start_and_wait(
 fn report_teardown(t: Teardown) {
     if let Some(pids) = t.kept {
         let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
-        warn!(pids = %pids.join(","), "processes remain in the cgroup; the pod stays held");
+        info!(pids = %pids.join(","), "processes remain in the cgroup; the pod stays held");
         eprintln!(
             "topomgr: warning: processes {} are still in the command's cgroup; its CPUs stay reserved until they exit (the next topomgr run reclaims them then; topomgr release --state-dir DIR UID releases them now)",
             pids.join(",")
