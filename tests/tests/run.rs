@@ -454,8 +454,28 @@ fn wait_for_command(root: &Path, pid: u32, comm: &str) -> String {
     found
 }
 
+/// Start `topomgr run --cpus 1 -- sleep 60`, wait until the sleep runs in
+/// its cgroup, `kill -9` topomgr and wait until the sleep died with it.
+fn run_and_kill_9(root: &Path, dir: &Path) -> u32 {
+    let mut child = command(dir, &["--cpus", "1", "--", "sleep", "60"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let sleeper = wait_for_command(root, pid, "sleep");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    wait_for("the command to die with topomgr", || !alive(&sleeper));
+    // The reservation is still in the state, held by a dead owner.
+    let state = common::state_body(&dir.join("state"));
+    assert_eq!(state["pods"].as_object().unwrap().len(), 1, "{state}");
+    assert_eq!(state["owners"].as_object().unwrap().len(), 1, "{state}");
+    pid
+}
+
 /// `kill -9` of `topomgr run`: CMD dies with it (parent-death signal), and
-/// the next `admit --state-dir` (or run, or daemon start) reclaims the
+/// the next `run`, `admit --state-dir` or daemon start reclaims the
 /// reservation because its owner is dead and its cgroup empty.
 #[test]
 fn a_killed_run_takes_its_command_along_and_is_reclaimed() {
@@ -465,21 +485,17 @@ fn a_killed_run_takes_its_command_along_and_is_reclaimed() {
     let Some(dir) = cpu_only_config("run-kill9") else {
         return;
     };
-    let mut child = command(&dir, &["--cpus", "1", "--", "sleep", "60"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let pid = child.id();
-    let sleeper = wait_for_command(&root, pid, "sleep");
-    child.kill().unwrap();
-    child.wait().unwrap();
-    wait_for("the command to die with topomgr", || !alive(&sleeper));
-    // The reservation is still in the state, held by a dead owner.
-    let state = common::state_body(&dir.join("state"));
-    assert_eq!(state["pods"].as_object().unwrap().len(), 1, "{state}");
-    assert_eq!(state["owners"].as_object().unwrap().len(), 1, "{state}");
-    // The next run reclaims it and gets CPU 1.
+    let topomgr = |args: &[&str]| {
+        Command::new(common::topomgr_bin())
+            .arg("--config")
+            .arg(dir.join("topomgr.toml"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+
+    // 1. The next run reclaims it and gets CPU 1.
+    let pid = run_and_kill_9(&root, &dir);
     let (next, out) = run(
         &dir,
         &[
@@ -495,6 +511,64 @@ fn a_killed_run_takes_its_command_along_and_is_reclaimed() {
     assert_eq!(text(&out.stdout), "Cpus_allowed_list:\t1\n");
     assert_eq!(cgroups_of(&root, pid), Vec::<String>::new());
     assert_eq!(cgroups_of(&root, next), Vec::<String>::new());
+    assert_no_pods(&dir);
+
+    // 2. So does `admit --state-dir`.
+    let pid = run_and_kill_9(&root, &dir);
+    let pod = dir.join("pod.yaml");
+    fs::write(
+        &pod,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p, uid: p}\nspec:\n  containers:\n  - name: app\n    resources: {limits: {cpu: \"1\", memory: 64Mi}}\n",
+    )
+    .unwrap();
+    let state = dir.join("state");
+    let out = topomgr(&[
+        "admit",
+        "--state-dir",
+        &state.to_string_lossy(),
+        &pod.to_string_lossy(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["pods"][0]["containers"][0]["cpus"], "1", "{v}");
+    assert_eq!(cgroups_of(&root, pid), Vec::<String>::new());
+    let out = topomgr(&["release", "--state-dir", &state.to_string_lossy(), "p"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    // 3. So does a daemon start, which says so in /v1/health.
+    let pid = run_and_kill_9(&root, &dir);
+    let socket = dir.join("t.sock");
+    let mut daemon = Command::new(common::topomgr_bin())
+        .arg("--config")
+        .arg(dir.join("topomgr.toml"))
+        .args(["serve", "--socket"])
+        .arg(&socket)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut health = serde_json::Value::Null;
+    wait_for(
+        "the daemon to serve",
+        || match topomgr::daemon::client::Client::new(&socket).get("/v1/health") {
+            Ok(r) if r.status == 200 => {
+                health = r.json().unwrap();
+                true
+            }
+            _ => false,
+        },
+    );
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let notes = health["notes"].to_string();
+    assert!(
+        notes.contains(&format!(
+            "of topomgr run pid {pid}, which is gone, was released (its cgroup was empty)"
+        )),
+        "{health}"
+    );
+    assert_eq!(health["pods"], 0, "{health}");
+    assert_eq!(cgroups_of(&root, pid), Vec::<String>::new());
     assert_no_pods(&dir);
     let state = common::state_body(&dir.join("state"));
     assert_eq!(state["owners"], serde_json::json!({}));
