@@ -722,6 +722,33 @@ fn vanished_cpus_are_reported_and_the_pods_kept() {
     assert_eq!(again["containers"][0]["cpus"], cpu.as_str());
 }
 
+/// Run `topomgr serve`, expecting it to refuse to start: its output, or a
+/// panic (after killing it) when it serves instead.
+fn serve_refused(config: &Path, socket: &Path) -> std::process::Output {
+    let mut child = Command::new(common::topomgr_bin())
+        .arg("--config")
+        .arg(config)
+        .args(["serve", "--socket"])
+        .arg(socket)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    panic!(
+        "topomgr serve started instead of refusing: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A configured provider without saved state while pods are admitted is
 /// refused: started empty it could hand out what those pods hold.
 #[test]
@@ -737,13 +764,7 @@ fn a_provider_missing_from_the_state_is_refused() {
         common::plugins().mock.display()
     ));
     fs::write(&config, text).unwrap();
-    let out = Command::new(common::topomgr_bin())
-        .arg("--config")
-        .arg(&config)
-        .args(["serve", "--socket"])
-        .arg(dir.join("t.sock"))
-        .output()
-        .unwrap();
+    let out = serve_refused(&config, &dir.join("t.sock"));
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
