@@ -173,6 +173,9 @@ pub struct Admitter {
     providers: Vec<Box<dyn HintProvider>>,
     held: Vec<Option<HeldProvider>>,
     absent: BTreeMap<String, HeldProvider>,
+    /// Per provider: changed since the last [`Admitter::take_changed_providers`].
+    dirty: Vec<bool>,
+    absent_dirty: bool,
     pods: BTreeMap<String, AdmitResult>,
     ledger: Ledger,
     violations: Vec<String>,
@@ -205,6 +208,8 @@ impl Admitter {
             scope,
             held: vec![None; providers.len()],
             absent: BTreeMap::new(),
+            dirty: vec![false; providers.len()],
+            absent_dirty: false,
             providers,
             pods: BTreeMap::new(),
             ledger: Ledger::new(machine),
@@ -249,10 +254,51 @@ impl Admitter {
         configured.chain(absent)
     }
 
-    /// Forget held and absent providers (before a restore installs them again).
+    /// Forget held and absent providers (before a restore installs them
+    /// again); what is installed is the saved state, so nothing has changed.
     pub fn forget_held(&mut self) {
         self.held.iter_mut().for_each(|h| *h = None);
         self.absent.clear();
+        self.dirty.iter_mut().for_each(|d| *d = false);
+        self.absent_dirty = false;
+    }
+
+    /// Note that provider `name`'s state changed (e.g. a release replayed into it).
+    pub fn mark_changed(&mut self, name: &str) {
+        if let Some(i) = self.providers.iter().position(|p| p.name() == name) {
+            self.dirty[i] = true;
+        }
+    }
+
+    /// The providers whose state changed since the last call (calls to
+    /// `allocate` or `release`, or releases remembered for a held or absent
+    /// provider), by name; they are marked unchanged.
+    pub fn take_changed_providers(&mut self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .providers
+            .iter()
+            .zip(&mut self.dirty)
+            .filter(|(_, d)| **d)
+            .map(|(p, d)| {
+                *d = false;
+                p.name().to_owned()
+            })
+            .collect();
+        if std::mem::take(&mut self.absent_dirty) {
+            out.extend(self.absent.keys().cloned());
+        }
+        out
+    }
+
+    /// Put `names` back as changed (their state could not be saved yet).
+    pub fn keep_changed(&mut self, names: &[String]) {
+        for n in names {
+            if self.absent.contains_key(n) {
+                self.absent_dirty = true;
+            } else {
+                self.mark_changed(n);
+            }
+        }
     }
 
     /// Keep the saved state of a provider that is not configured now: it
@@ -524,6 +570,7 @@ impl Admitter {
         let mut merged = Allocation::default();
         let mut env_from: BTreeMap<String, usize> = BTreeMap::new();
         for i in 0..self.providers.len() {
+            self.dirty[i] = true;
             let answer = self.providers[i].allocate(pod, container, hint);
             let name = self.providers[i].name();
             let failure = match answer {
@@ -573,6 +620,7 @@ impl Admitter {
 
     fn rollback(&mut self, pod: &PodView, done: &[ContainerResult]) {
         for c in done.iter().rev() {
+            self.dirty.iter_mut().for_each(|d| *d = true);
             for p in &mut self.providers {
                 if let Err(err) = p.release(&pod.uid, &c.name) {
                     warn!(provider = p.name(), pod = %pod.uid, container = %c.name, error = %err, "release during rollback failed");
@@ -592,6 +640,8 @@ impl Admitter {
             .remove(uid)
             .ok_or_else(|| AdmissionError::UnknownPod(uid.to_string()))?;
         self.ledger.release(uid);
+        self.dirty.iter_mut().for_each(|d| *d = true);
+        self.absent_dirty = !self.absent.is_empty();
         let mut errors = Vec::new();
         for c in result.containers.iter().rev() {
             for (p, held) in self.providers.iter_mut().zip(&mut self.held) {

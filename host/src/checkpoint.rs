@@ -1,33 +1,39 @@
-//! Persisting admitted pods and provider state (`state_dir`, `--state-dir`).
+//! The snapshot of a state directory (`state_dir`, `--state-dir`): its file
+//! format and how a recovered state is installed into an [`Admitter`].
 //!
-//! The daemon (`topomgr serve`) and the one-shot commands (`admit
-//! --state-dir`, `run`, `release --state-dir`, `provider ... --state-dir`)
-//! share one format and one lock ([`crate::state_lock`]), so they can take
-//! turns on a state directory. Files are written atomically: a temporary
-//! file in the same directory, fsync, rename over the old file, fsync of the
-//! directory. A crash leaves either the old or the new file, never a torn
-//! one; a failed write (a full disk) removes its temporary file.
+//! [`crate::store`] pairs the snapshot with the journal of the changes made
+//! since ([`crate::journal`]); the daemon (`topomgr serve`) and the one-shot
+//! commands (`admit --state-dir`, `run`, `release --state-dir`, `provider
+//! ... --state-dir`) share both formats and one lock
+//! ([`crate::state_lock`]), so they can take turns on a state directory. The
+//! snapshot is written atomically: a temporary file in the same directory,
+//! fsync, rename over the old file, fsync of the directory. A crash leaves
+//! either the old or the new file, never a torn one; a failed write (a full
+//! disk) removes its temporary file.
 //!
 //! # The state file
 //!
-//! Everything is kept in ONE file, [`STATE_FILE`], so the host's
-//! pod table and every provider's state change together in one atomic rename
-//! (two files could disagree after a crash between their renames, which
-//! could assign a CPU twice). The file is a versioned envelope:
+//! The snapshot is ONE file, [`STATE_FILE`], so the host's pod table and
+//! every provider's state change together in one atomic rename (two files
+//! could disagree after a crash between their renames, which could assign a
+//! CPU twice). The file is a versioned envelope:
 //!
 //! ```text
 //! {"format":"topomgr-state","version":2,"boot_id":"…","sha256":"<hex>","length":N}\n
 //! <N bytes of body: {"pods": {uid: AdmitResult}, "providers": {name: "<hex of checkpoint bytes>"},
 //!                    "attachments": {uid: {container: cgroup path}},
 //!                    "owners": {uid: {"pid", "start_time", "boot_id"}},
-//!                    "pending_releases": {provider: [[uid, container], ...]}}>
+//!                    "pending_releases": {provider: [[uid, container], ...]},
+//!                    "generation": G}>
 //! ```
 //!
-//! Version 1 files (without `owners` and `pending_releases`) are read too.
+//! Version 1 files (without `owners`, `pending_releases`, `generation`) are
+//! read too. `generation` links the snapshot to the journal that continues
+//! it.
 //!
-//! On restore ([`restore_state`]) the header, the length and the SHA-256 of the
-//! body are verified before anything is handed to a provider; the boot id
-//! tells whether the machine rebooted since. Then:
+//! On restore the header, the length and the SHA-256 of the body are
+//! verified before anything is handed to a provider; the boot id tells
+//! whether the machine rebooted since. Then ([`install`]):
 //! - a configured provider without saved state while pods are admitted is
 //!   refused ([`CheckpointError::MissingProviderState`]): starting it empty
 //!   could hand out what those pods hold;
@@ -48,9 +54,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use topomgr_sdk::Machine;
 
 use crate::admission::{AdmitResult, Admitter, HeldProvider, ProviderState};
+use crate::journal::JournalError;
 use crate::ledger::Finding;
 pub use crate::node_state::Attachments;
 use crate::node_state::Records;
@@ -101,6 +107,9 @@ pub enum CheckpointError {
         /// The state file.
         path: PathBuf,
     },
+    /// The journal could not be read, started or appended to.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
     /// Pods are admitted but a configured provider has no saved state.
     #[error("{path}: the state holds {pods} admitted pod(s) but no saved state for provider {provider:?}, which is configured now; started empty it could hand out what those pods hold. Release those pods before enabling the provider (topomgr release --state-dir DIR UID, with the provider not configured), or configure the state directory it was saved with")]
     MissingProviderState {
@@ -176,71 +185,7 @@ pub fn remove_stale_temps(dir: &Path) {
     }
 }
 
-/// Restore the state of a one-shot command (`admit --state-dir`, `run`) from
-/// the same [`STATE_FILE`] the daemon uses; what the machine no longer has is
-/// logged and returned in [`Restored::issues`]. Take the
-/// [`crate::state_lock::StateLock`] first.
-pub fn restore(
-    dir: &Path,
-    admitter: &mut Admitter,
-    machine: &Machine,
-) -> Result<Restored, CheckpointError> {
-    let restored = restore_state(dir, admitter, machine, &boot_id())?;
-    for issue in &restored.issues {
-        tracing::warn!(state_dir = %dir.display(), %issue, "restored state does not match the machine or the config");
-    }
-    Ok(restored)
-}
-
-/// Save after a one-shot command, keeping the records (attachments, owners).
-pub fn save(dir: &Path, admitter: &Admitter, records: &Records) -> Result<(), CheckpointError> {
-    save_state(dir, admitter, records, &boot_id())
-}
-
-/// Restore one provider (`topomgr provider NAME ... --state-dir`) from its
-/// part of [`STATE_FILE`], if the file has one.
-pub fn restore_provider(
-    dir: &Path,
-    provider: &mut dyn crate::provider::HintProvider,
-) -> Result<(), CheckpointError> {
-    let path = dir.join(STATE_FILE);
-    let Some((_, mut body)) = read_state(&path)? else {
-        return Ok(());
-    };
-    let Some(hex) = body.providers.remove(provider.name()) else {
-        return Ok(());
-    };
-    let bytes = provider_bytes(&path, provider.name(), &hex)?;
-    provider
-        .restore(&bytes)
-        .map_err(|e| CheckpointError::Provider {
-            provider: provider.name().to_string(),
-            message: e.to_string(),
-            path,
-        })
-}
-
-/// Save one provider's state into [`STATE_FILE`], keeping everything else
-/// the file holds (pods, other providers, attachments).
-pub fn save_provider(
-    dir: &Path,
-    provider: &dyn crate::provider::HintProvider,
-) -> Result<(), CheckpointError> {
-    let path = dir.join(STATE_FILE);
-    let mut body = read_state(&path)?.map(|(_, b)| b).unwrap_or_default();
-    let bytes = provider
-        .checkpoint()
-        .map_err(|e| CheckpointError::Provider {
-            provider: provider.name().to_string(),
-            message: e.to_string(),
-            path: path.clone(),
-        })?;
-    body.providers
-        .insert(provider.name().to_string(), to_hex(&bytes));
-    write_atomic(&path, &encode(&body, &boot_id())?)
-}
-
-/// File name of the daemon's single-file state in its state directory.
+/// File name of the snapshot in a state directory.
 pub const STATE_FILE: &str = "state.ckpt";
 /// The `format` field of the state envelope.
 pub const STATE_FORMAT: &str = "topomgr-state";
@@ -261,17 +206,23 @@ struct Header {
     length: u64,
 }
 
-#[derive(Debug, Default, Serialize, Deserialize)]
+/// What a snapshot holds (and what recovery rebuilds from the snapshot and
+/// the journal before it is installed).
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Body {
-    pods: BTreeMap<String, AdmitResult>,
-    providers: BTreeMap<String, String>,
+pub(crate) struct Body {
+    pub(crate) pods: BTreeMap<String, AdmitResult>,
+    /// Provider name -> hex of its checkpoint bytes.
+    pub(crate) providers: BTreeMap<String, String>,
     #[serde(default)]
-    attachments: Attachments,
+    pub(crate) attachments: Attachments,
     #[serde(default)]
-    owners: BTreeMap<String, Owner>,
+    pub(crate) owners: BTreeMap<String, Owner>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pending_releases: BTreeMap<String, Vec<(String, String)>>,
+    pub(crate) pending_releases: BTreeMap<String, Vec<(String, String)>>,
+    /// The journal generation that continues this snapshot.
+    #[serde(default)]
+    pub(crate) generation: u64,
 }
 
 /// The id of the running boot (`/proc/sys/kernel/random/boot_id`), or
@@ -284,7 +235,7 @@ pub fn boot_id() -> String {
         .unwrap_or_else(|| "unknown".to_owned())
 }
 
-fn to_hex(bytes: &[u8]) -> String {
+pub(crate) fn to_hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
@@ -305,7 +256,11 @@ fn from_hex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
-fn provider_bytes(path: &Path, provider: &str, hex: &str) -> Result<Vec<u8>, CheckpointError> {
+pub(crate) fn provider_bytes(
+    path: &Path,
+    provider: &str,
+    hex: &str,
+) -> Result<Vec<u8>, CheckpointError> {
     from_hex(hex).ok_or_else(|| CheckpointError::Corrupt {
         path: path.to_path_buf(),
         reason: format!("provider {provider:?}: state is not hex"),
@@ -316,43 +271,52 @@ fn sha256_hex(data: &[u8]) -> String {
     to_hex(&Sha256::digest(data))
 }
 
-/// Serialize the admitted pods, every provider's state and the records
-/// into one envelope.
-pub fn encode_state(
+/// One provider's part of the state: its checkpoint bytes, and the
+/// releases it has not seen when it is held or not configured.
+pub(crate) fn provider_part(
+    name: &str,
+    state: ProviderState<'_>,
+) -> Result<(Vec<u8>, Vec<(String, String)>), CheckpointError> {
+    match state {
+        ProviderState::Live(p) => {
+            let bytes = p.checkpoint().map_err(|e| CheckpointError::Provider {
+                provider: name.to_string(),
+                message: e.to_string(),
+                path: PathBuf::from(STATE_FILE),
+            })?;
+            Ok((bytes, Vec::new()))
+        }
+        ProviderState::Held(h) => Ok((h.saved.clone(), h.pending_releases.clone())),
+    }
+}
+
+/// The whole state as a snapshot body (journal `generation`).
+pub(crate) fn body_of(
     admitter: &Admitter,
     records: &Records,
-    boot_id: &str,
-) -> Result<Vec<u8>, CheckpointError> {
+    generation: u64,
+) -> Result<Body, CheckpointError> {
     let mut body = Body {
         pods: admitter.pods().clone(),
         providers: BTreeMap::new(),
         attachments: records.attachments.clone(),
         owners: records.owners.clone(),
         pending_releases: BTreeMap::new(),
+        generation,
     };
     for (name, state) in admitter.provider_states() {
-        let bytes = match state {
-            ProviderState::Live(p) => p.checkpoint().map_err(|e| CheckpointError::Provider {
-                provider: name.to_string(),
-                message: e.to_string(),
-                path: PathBuf::from(STATE_FILE),
-            })?,
-            ProviderState::Held(h) => {
-                if !h.pending_releases.is_empty() {
-                    body.pending_releases
-                        .insert(name.to_string(), h.pending_releases.clone());
-                }
-                h.saved.clone()
-            }
-        };
+        let (bytes, pending) = provider_part(name, state)?;
+        if !pending.is_empty() {
+            body.pending_releases.insert(name.to_string(), pending);
+        }
         body.providers.insert(name.to_string(), to_hex(&bytes));
     }
-    encode(&body, boot_id)
+    Ok(body)
 }
 
 /// The envelope: a header line (format, version, boot id, SHA-256, length)
 /// and the JSON body.
-fn encode(body: &Body, boot_id: &str) -> Result<Vec<u8>, CheckpointError> {
+pub(crate) fn encode(body: &Body, boot_id: &str) -> Result<Vec<u8>, CheckpointError> {
     let body = serde_json::to_vec(body).map_err(|e| CheckpointError::Corrupt {
         path: PathBuf::from(STATE_FILE),
         reason: format!("cannot serialize the state: {e}"),
@@ -371,17 +335,6 @@ fn encode(body: &Body, boot_id: &str) -> Result<Vec<u8>, CheckpointError> {
     out.push(b'\n');
     out.extend_from_slice(&body);
     Ok(out)
-}
-
-/// Write the state file ([`STATE_FILE`] in `dir`) atomically.
-pub fn save_state(
-    dir: &Path,
-    admitter: &Admitter,
-    records: &Records,
-    boot_id: &str,
-) -> Result<(), CheckpointError> {
-    let bytes = encode_state(admitter, records, boot_id)?;
-    write_atomic(&dir.join(STATE_FILE), &bytes)
 }
 
 /// Something in restored state that the machine or the config no longer
@@ -440,10 +393,14 @@ pub struct Restored {
     pub replayed: usize,
 }
 
-/// Read and verify the envelope of `path`; `None` when the file is absent.
-fn read_state(path: &Path) -> Result<Option<(Header, Body)>, CheckpointError> {
+/// Read and verify the snapshot `path`: its boot id and body, and its size;
+/// `None` when the file is absent.
+pub(crate) fn read_snapshot(path: &Path) -> Result<Option<(String, Body, u64)>, CheckpointError> {
     match read_file(path)? {
-        Some(bytes) => decode(path, &bytes).map(Some),
+        Some(bytes) => {
+            let (header, body) = decode(path, &bytes)?;
+            Ok(Some((header.boot_id, body, bytes.len() as u64)))
+        }
         None => Ok(None),
     }
 }
@@ -509,39 +466,15 @@ fn decode(path: &Path, bytes: &[u8]) -> Result<(Header, Body), CheckpointError> 
     Ok((header, body))
 }
 
-/// Restore the state file from `dir` into `admitter`: verify the envelope,
-/// refuse a configured provider without state while pods are admitted,
-/// hand each provider its bytes (holding those that refuse them, replaying
-/// the releases they missed), install the pod table and rebuild the
-/// ledger. Nothing is re-admitted or released.
-pub fn restore_state(
-    dir: &Path,
-    admitter: &mut Admitter,
-    _machine: &Machine,
-    current_boot_id: &str,
-) -> Result<Restored, CheckpointError> {
-    let path = dir.join(STATE_FILE);
-    let Some(bytes) = read_file(&path)? else {
-        return Ok(Restored::default());
-    };
-    restore_bytes(&path, &bytes, admitter, current_boot_id)
-}
-
-/// [`restore_state`] from the bytes of a state file (`path` names it in
-/// errors): the daemon rolls back to its last saved state this way.
-pub fn restore_bytes(
+/// Install a recovered state into `admitter`: refuse a configured provider
+/// without state while pods are admitted, hand each provider its bytes
+/// (holding those that refuse them, replaying the releases they missed),
+/// install the pod table and rebuild the ledger. Nothing is re-admitted or
+/// released. `path` names the state in errors; `saved_boot_id` is the boot
+/// the state was last written in.
+pub(crate) fn install(
     path: &Path,
-    bytes: &[u8],
-    admitter: &mut Admitter,
-    current_boot_id: &str,
-) -> Result<Restored, CheckpointError> {
-    let (header, body) = decode(path, bytes)?;
-    install(path, header, body, admitter, current_boot_id)
-}
-
-fn install(
-    path: &Path,
-    header: Header,
+    saved_boot_id: String,
     mut body: Body,
     admitter: &mut Admitter,
     current_boot_id: &str,
@@ -578,6 +511,7 @@ fn install(
     }
     let mut issues = Vec::new();
     let mut replayed = 0;
+    let mut changed = Vec::new();
     for (i, (bytes, pending)) in saved.into_iter().enumerate() {
         let p = &mut admitter.providers_mut()[i];
         // Without saved state (and so without pods) the provider starts empty.
@@ -588,6 +522,9 @@ fn install(
         match restored {
             Ok(()) => {
                 replayed += pending.len();
+                if !pending.is_empty() {
+                    changed.push(p.name().to_owned());
+                }
                 for (uid, container) in &pending {
                     if let Err(e) = p.release(uid, container) {
                         tracing::warn!(provider = p.name(), pod = %uid, container = %container, error = %e, "replaying a release the provider missed failed");
@@ -612,6 +549,7 @@ fn install(
             }
         }
     }
+    admitter.keep_changed(&changed);
     for (name, bytes, pending) in absent {
         issues.push(RestoreIssue::MissingProvider {
             provider: name.clone(),
@@ -634,8 +572,8 @@ fn install(
     );
     Ok(Restored {
         found: true,
-        rebooted: header.boot_id != current_boot_id,
-        saved_boot_id: Some(header.boot_id),
+        rebooted: saved_boot_id != current_boot_id,
+        saved_boot_id: Some(saved_boot_id),
         pods,
         issues,
         records: Records {
@@ -668,6 +606,33 @@ mod tests {
     use topomgr_sdk::{Allocation, CpuSet, NumaMask, TopologyHint};
 
     use crate::policy::{NumaInfo, Policy, Scope};
+    use topomgr_sdk::Machine;
+
+    /// The snapshot alone (no journal), as `Store` writes it at compaction.
+    fn save_state(
+        dir: &Path,
+        a: &Admitter,
+        records: &Records,
+        boot: &str,
+    ) -> Result<(), CheckpointError> {
+        write_atomic(
+            &dir.join(STATE_FILE),
+            &encode(&body_of(a, records, 0)?, boot)?,
+        )
+    }
+
+    fn restore_state(
+        dir: &Path,
+        a: &mut Admitter,
+        _machine: &Machine,
+        boot: &str,
+    ) -> Result<Restored, CheckpointError> {
+        let path = dir.join(STATE_FILE);
+        match read_snapshot(&path)? {
+            Some((saved, body, _)) => install(&path, saved, body, a, boot),
+            None => Ok(Restored::default()),
+        }
+    }
 
     fn admitter(machine: &Machine) -> Admitter {
         let numa = NumaInfo::from_machine(machine).unwrap();

@@ -33,6 +33,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use serde::{Deserialize, Serialize};
 use topomgr_sdk::{CpuSet, NumaMask, PodView};
 use tracing::{info, warn};
 
@@ -52,6 +53,45 @@ pub struct Records {
     pub attachments: Attachments,
     /// The owners of pods admitted by `topomgr run`.
     pub owners: BTreeMap<String, Owner>,
+}
+
+/// One change to the host's part of the state, in the order it was made:
+/// what the journal records ([`crate::store`]) and the daemon's readers
+/// catch up with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Change {
+    /// A pod was admitted.
+    Admitted(Box<AdmitResult>),
+    /// A pod was released (or, not admitted, forgotten): it, its
+    /// attachments and its owner are gone.
+    Released {
+        /// Pod uid.
+        uid: String,
+    },
+    /// A container was attached to a cgroup.
+    Attached {
+        /// Pod uid.
+        uid: String,
+        /// Container name.
+        container: String,
+        /// Cgroup path relative to the cgroup root.
+        cgroup: String,
+    },
+    /// An attached cgroup is gone and was forgotten.
+    Detached {
+        /// Pod uid.
+        uid: String,
+        /// Container name.
+        container: String,
+    },
+    /// A process owns the pod (`topomgr run`).
+    Owner {
+        /// Pod uid.
+        uid: String,
+        /// The owner.
+        owner: Owner,
+    },
 }
 
 /// How [`NodeState::sync_pool`] may change the shared-pool cgroups.
@@ -150,6 +190,7 @@ pub enum Reclaim {
 pub struct NodeState {
     admitter: Admitter,
     records: Records,
+    changes: Vec<Change>,
     cgroup_root: PathBuf,
     cgroups: Option<CgroupManager>,
     applied_pool: Option<CpuSet>,
@@ -163,6 +204,7 @@ impl NodeState {
         NodeState {
             admitter,
             records,
+            changes: Vec::new(),
             cgroup_root: cgroup_root.to_path_buf(),
             cgroups: None,
             applied_pool: None,
@@ -185,9 +227,16 @@ impl NodeState {
         &self.records
     }
 
-    /// Replace the records (after a restore).
+    /// Replace the records (after a restore); changes not taken yet are
+    /// dropped (they are undone).
     pub fn set_records(&mut self, records: Records) {
         self.records = records;
+        self.changes.clear();
+    }
+
+    /// The changes made since the last call, in order.
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        std::mem::take(&mut self.changes)
     }
 
     /// The boot id this state runs under.
@@ -236,11 +285,19 @@ impl NodeState {
             .containers
             .iter()
             .any(|c| !pool::is_shared(&c.allocation));
+        if result.admitted && !known && !exclusive {
+            self.changes
+                .push(Change::Admitted(Box::new(result.clone())));
+        }
         if !result.admitted || known || !exclusive {
             return result;
         }
         match self.sync_pool(PoolMode::Shrink) {
-            Ok(_) => result,
+            Ok(_) => {
+                self.changes
+                    .push(Change::Admitted(Box::new(result.clone())));
+                result
+            }
             Err(e) => {
                 warn!(pod = %pod.uid, error = %e, "cannot shrink the shared pool; admission rolled back");
                 if let Err(err) = self.admitter.release(&pod.uid) {
@@ -270,15 +327,27 @@ impl NodeState {
     pub fn release(&mut self, uid: &str) -> Result<AdmitResult, AdmissionError> {
         let result = self.admitter.release(uid);
         if !matches!(result, Err(AdmissionError::UnknownPod(_))) {
-            self.records.attachments.remove(uid);
-            self.records.owners.remove(uid);
+            self.forget(uid);
         }
         result
     }
 
+    /// Drop pod `uid`'s attachments and owner.
+    fn forget(&mut self, uid: &str) {
+        self.records.attachments.remove(uid);
+        self.records.owners.remove(uid);
+        self.changes.push(Change::Released {
+            uid: uid.to_owned(),
+        });
+    }
+
     /// Record the process that owns pod `uid` (`topomgr run`).
     pub fn set_owner(&mut self, uid: &str, owner: Owner) {
-        self.records.owners.insert(uid.to_owned(), owner);
+        self.records.owners.insert(uid.to_owned(), owner.clone());
+        self.changes.push(Change::Owner {
+            uid: uid.to_owned(),
+            owner,
+        });
     }
 
     /// Apply the cpuset of `container` of pod `uid` to the existing cgroup
@@ -321,6 +390,11 @@ impl NodeState {
             .entry(uid.to_owned())
             .or_default()
             .insert(container.to_owned(), cgroup.to_owned());
+        self.changes.push(Change::Attached {
+            uid: uid.to_owned(),
+            container: container.to_owned(),
+            cgroup: cgroup.to_owned(),
+        });
         Ok(Attached {
             uid: uid.to_owned(),
             container: container.to_owned(),
@@ -386,10 +460,20 @@ impl NodeState {
         };
         for path in gone {
             let p = path.as_path().to_string_lossy();
-            for containers in self.records.attachments.values_mut() {
-                containers.retain(|_, c| *c != p);
+            let mut dropped = Vec::new();
+            for (uid, containers) in &mut self.records.attachments {
+                containers.retain(|name, c| {
+                    let keep = *c != p;
+                    if !keep {
+                        dropped.push((uid.clone(), name.clone()));
+                    }
+                    keep
+                });
             }
             self.records.attachments.retain(|_, c| !c.is_empty());
+            for (uid, container) in dropped {
+                self.changes.push(Change::Detached { uid, container });
+            }
             info!(cgroup = %p, "attached cgroup is gone; forgotten");
         }
         if !failed.is_empty() {
@@ -474,8 +558,7 @@ impl NodeState {
         let mut out = Vec::new();
         for (uid, pid) in dead {
             if !self.admitter.pods().contains_key(&uid) {
-                self.records.owners.remove(&uid);
-                self.records.attachments.remove(&uid);
+                self.forget(&uid);
                 continue;
             }
             match self.processes(&uid) {

@@ -13,6 +13,12 @@
 //!
 //! A request in flight at the kill may or may not have happened; its pod is
 //! then taken as the daemon reports it.
+//!
+//! The state is a snapshot plus a journal of records. A `kill -9` never
+//! tears a `write`, so before some restarts the test tears the journal's
+//! end itself, as a power cut during an append would (a record cut short,
+//! garbage, a length with nothing behind it): such a tail was never
+//! acknowledged, and the restarted daemon must ignore it and lose nothing.
 
 mod common;
 
@@ -58,6 +64,54 @@ impl Rng {
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
+}
+
+/// The byte ranges of the journal's records (after its header line).
+fn frames(journal: &[u8]) -> Vec<std::ops::Range<usize>> {
+    let Some(nl) = journal.iter().position(|b| *b == b'\n') else {
+        return Vec::new();
+    };
+    let (mut at, mut out) = (nl + 1, Vec::new());
+    while journal.len() - at >= 36 {
+        let len = u32::from_le_bytes(journal[at..at + 4].try_into().unwrap()) as usize;
+        if journal.len() - at - 36 < len {
+            break;
+        }
+        out.push(at..at + 36 + len);
+        at += 36 + len;
+    }
+    out
+}
+
+/// Tear the end of the journal in `state` the way kill `n` chooses;
+/// returns what was done.
+fn tear(state: &Path, n: usize, rng: &mut Rng) -> &'static str {
+    let path = state.join("state.journal");
+    let Ok(mut bytes) = fs::read(&path) else {
+        return "no journal";
+    };
+    let what = match n % 3 {
+        0 => {
+            let Some(last) = frames(&bytes).pop() else {
+                return "no record";
+            };
+            let cut = 1 + rng.below(last.len() as u64 - 1) as usize;
+            let torn: Vec<u8> = bytes[last.start..last.start + cut].to_vec();
+            bytes.extend_from_slice(&torn);
+            "a record cut short"
+        }
+        1 => {
+            bytes.extend((0..1 + rng.below(300)).map(|_| rng.next() as u8));
+            "garbage"
+        }
+        _ => {
+            bytes.extend_from_slice(&4096u32.to_le_bytes());
+            bytes.extend_from_slice(&[0u8; 40]);
+            "a length with too little behind it"
+        }
+    };
+    fs::write(&path, bytes).unwrap();
+    what
 }
 
 fn uid(t: usize, i: usize) -> String {
@@ -242,6 +296,7 @@ fn kill_9_storm_loses_nothing_and_never_double_assigns() {
     let mut rng = Rng(seed | 1);
     let mut known: Vec<Vec<Known>> = vec![vec![Known::Absent; PODS_PER_THREAD]; THREADS];
     let (mut acked_ops, mut kills) = (0usize, 0usize);
+    let mut torn = Vec::new();
     let started = Instant::now();
     while kills < KILLS {
         let mut child = start(&config, &socket);
@@ -262,6 +317,9 @@ fn kill_9_storm_loses_nothing_and_never_double_assigns() {
         child.kill().expect("kill -9 the daemon");
         let _ = child.wait();
         kills += 1;
+        if kills % 5 == 0 {
+            torn.push(tear(&dir.join("state"), kills / 5, &mut rng));
+        }
         stop.store(true, Ordering::Relaxed);
         let before = known.clone();
         known = handles
@@ -306,7 +364,9 @@ fn kill_9_storm_loses_nothing_and_never_double_assigns() {
     // test harness captures: CI logs show the kill count of every run.
     let _ = writeln!(
         std::io::stderr(),
-        "crash test (seed {seed}): survived {kills} kill -9s, {acked_ops} pods changed state under acknowledged requests, {:.1}s",
+        "crash test (seed {seed}): survived {kills} kill -9s ({} with a torn journal end: {}), {acked_ops} pods changed state under acknowledged requests, {:.1}s",
+        torn.len(),
+        torn.join(", "),
         started.elapsed().as_secs_f64()
     );
 }

@@ -118,15 +118,15 @@ pub fn run(config: &Path, args: AdmitArgs) -> anyhow::Result<ExitCode> {
     let pods = topomgr::manifest::read_pods(&args.pods)?;
     let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
     let mut node = host::node_state(&cfg, &machine)?;
-    let held = match &args.state_dir {
-        Some(dir) => Some(host::open_state(dir, &mut node, &machine)?),
+    let mut held = match &args.state_dir {
+        Some(dir) => Some(host::open_state(dir, &mut node)?),
         None => None,
     };
-    let results: Vec<AdmitResult> = match (&held, args.dry_run) {
+    let results: Vec<AdmitResult> = match (held.as_mut(), args.dry_run) {
         (Some(held), false) => {
             held.reclaim(&mut node);
             let results = pods.iter().map(|p| node.admit(p)).collect();
-            held.save(&node)?;
+            held.save(&mut node)?;
             node.settle_pool();
             results
         }
@@ -215,7 +215,7 @@ pub fn explain(config: &Path, args: ExplainArgs) -> anyhow::Result<ExitCode> {
     let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
     let mut node = host::node_state(&cfg, &machine)?;
     let _held = match &args.state_dir {
-        Some(dir) => Some(host::open_state(dir, &mut node, &machine)?),
+        Some(dir) => Some(host::open_state(dir, &mut node)?),
         None => None,
     };
     let adm = node.admitter_mut();

@@ -1,6 +1,6 @@
 //! Shared set-up for commands: config, machine, policy, providers, state.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +14,7 @@ use topomgr::plugin;
 use topomgr::policy::{NumaInfo, Policy, Scope};
 use topomgr::provider::HintProvider;
 use topomgr::state_lock::StateLock;
+use topomgr::store::Store;
 use topomgr_sdk::Machine;
 
 /// Load the config file; the default path may be absent (built-in defaults).
@@ -117,34 +118,31 @@ pub fn node_state(cfg: &HostConfig, machine: &Machine) -> anyhow::Result<NodeSta
 /// How long a one-shot command waits for another holder of the state lock.
 pub const STATE_LOCK_WAIT: Duration = Duration::from_secs(30);
 
-/// A state directory held by one command; the lock is released on drop.
+/// A state directory held by one command: its lock (released on drop) and
+/// its store (snapshot and journal).
 pub struct HeldState {
     _lock: StateLock,
-    dir: PathBuf,
+    store: Store,
 }
 
 /// Lock `dir` (waiting up to [`STATE_LOCK_WAIT`]) and restore it into `node`.
-pub fn open_state(
-    dir: &Path,
-    node: &mut NodeState,
-    machine: &Machine,
-) -> anyhow::Result<HeldState> {
+pub fn open_state(dir: &Path, node: &mut NodeState) -> anyhow::Result<HeldState> {
     let lock = StateLock::acquire_within(dir, STATE_LOCK_WAIT)?;
-    topomgr::checkpoint::remove_stale_temps(dir);
-    let restored = topomgr::checkpoint::restore(dir, node.admitter_mut(), machine)
-        .context("restoring state")?;
+    let boot_id = node.boot_id().to_owned();
+    let (store, restored) =
+        Store::open(dir, node.admitter_mut(), &boot_id).context("restoring state")?;
+    for issue in &restored.issues {
+        tracing::warn!(state_dir = %dir.display(), %issue, "restored state does not match the machine or the config");
+    }
     node.set_records(restored.records);
-    Ok(HeldState {
-        _lock: lock,
-        dir: dir.to_path_buf(),
-    })
+    Ok(HeldState { _lock: lock, store })
 }
 
 impl HeldState {
-    /// Save `node` (pods, every provider, records) into the held directory.
-    pub fn save(&self, node: &NodeState) -> anyhow::Result<()> {
-        topomgr::checkpoint::save(&self.dir, node.admitter(), node.records())
-            .context("saving state")
+    /// Make what `node` changed since it was opened (or last saved) durable.
+    pub fn save(&mut self, node: &mut NodeState) -> anyhow::Result<()> {
+        self.store.commit(node).context("saving state")?;
+        Ok(())
     }
 
     /// Release the pods of dead `topomgr run` owners whose cgroups are

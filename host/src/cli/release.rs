@@ -33,7 +33,7 @@ pub fn run(config: &Path, args: ReleaseArgs) -> anyhow::Result<ExitCode> {
     let cfg = host::load_config(config)?;
     let machine = host::discover(&cfg, None)?;
     let mut node = host::node_state(&cfg, &machine)?;
-    let held = host::open_state(dir, &mut node, &machine)?;
+    let mut held = host::open_state(dir, &mut node)?;
     let uid = &args.uid;
     if !node.pods().contains_key(uid) {
         eprintln!(
@@ -50,13 +50,13 @@ pub fn run(config: &Path, args: ReleaseArgs) -> anyhow::Result<ExitCode> {
             eprintln!(
                 "topomgr: warning: pod {r:?} released, but providers reported errors: {errors}"
             );
-            held.save(&node)?;
+            held.save(&mut node)?;
             node.settle_pool();
             return Ok(ExitCode::from(1));
         }
         Err(e) => return Err(e).context("releasing the pod"),
     };
-    held.save(&node)?;
+    held.save(&mut node)?;
     node.settle_pool();
     if !left.is_empty() {
         let pids: Vec<String> = left.iter().map(u32::to_string).collect();

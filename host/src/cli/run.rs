@@ -42,7 +42,7 @@ use topomgr::config::HostConfig;
 use topomgr::node_state::NodeState;
 use topomgr::owner::Owner;
 use topomgr::quantity::parse_resource_amount;
-use topomgr_sdk::{ContainerView, Machine, PodView, QosClass, ResourceList};
+use topomgr_sdk::{ContainerView, PodView, QosClass, ResourceList};
 use tracing::{debug, info, warn};
 
 use super::host;
@@ -215,7 +215,6 @@ impl Drop for Forwarder {
 /// What the run holds and must give back.
 struct Session {
     cfg: HostConfig,
-    machine: Machine,
     node: NodeState,
     cgroups: CgroupManager,
     uid: String,
@@ -236,11 +235,11 @@ impl Session {
     /// this process as the owner, create the cgroup and attach the
     /// container to it (the shared pool shrinks first), save.
     fn admit(&mut self, pod: &PodView) -> anyhow::Result<AdmitResult> {
-        let held = host::open_state(&self.cfg.state_dir, &mut self.node, &self.machine)?;
+        let mut held = host::open_state(&self.cfg.state_dir, &mut self.node)?;
         held.reclaim(&mut self.node);
         let result = self.node.admit(pod);
         if !result.admitted {
-            held.save(&self.node)?;
+            held.save(&mut self.node)?;
             return Ok(result);
         }
         let owner = Owner::current(self.node.boot_id())
@@ -253,7 +252,7 @@ impl Session {
             .node
             .attach(&self.uid, CONTAINER, &path.as_path().to_string_lossy())?;
         info!(cgroup = %cg.dir().display(), cpus = %attached.cpus, mems = %attached.mems, "cgroup set up");
-        held.save(&self.node)?;
+        held.save(&mut self.node)?;
         Ok(result)
     }
 
@@ -263,9 +262,9 @@ impl Session {
     fn teardown(&mut self, admitted: bool) -> Teardown {
         let mut out = Teardown::default();
         if admitted {
-            match host::open_state(&self.cfg.state_dir, &mut self.node, &self.machine) {
+            match host::open_state(&self.cfg.state_dir, &mut self.node) {
                 Err(e) => out.errors.push(format!("{e:#}")),
-                Ok(held) => {
+                Ok(mut held) => {
                     if self.node.pods().contains_key(&self.uid) {
                         match self.node.processes(&self.uid) {
                             Some(pids) if pids.is_empty() => {
@@ -273,7 +272,7 @@ impl Session {
                                 if let Err(e) = self.node.release(&self.uid) {
                                     out.errors.push(format!("releasing the pod: {e}"));
                                 }
-                                if let Err(e) = held.save(&self.node) {
+                                if let Err(e) = held.save(&mut self.node) {
                                     out.errors.push(format!("{e:#}"));
                                 }
                             }
@@ -418,7 +417,6 @@ pub fn run(config: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     let node = host::node_state(&cfg, &machine)?;
     let mut session = Session {
         cfg,
-        machine,
         node,
         cgroups,
         uid: pod.uid.clone(),

@@ -6,22 +6,25 @@
 //! await the answer; they never touch providers.
 //!
 //! Durability with group commit: the engine takes every command that is
-//! waiting (up to [`MAX_BATCH`]), applies them in order, writes ONE state
-//! file ([`checkpoint::save_state`]: host + every provider, atomic, checksum,
-//! boot id) and only then answers them. An answer therefore always describes
-//! state that is on disk: a `kill -9` at any instant loses no acknowledged
-//! change. Cgroups follow the order [`NodeState`] documents: an exclusive
-//! admission shrinks the shared pool before it is answered; the pool grows
-//! only after the state that frees CPUs is on disk.
+//! waiting (up to [`MAX_BATCH`]), applies them in order, appends ONE record
+//! of what they changed to the journal ([`Store::commit`]: checksummed,
+//! `fdatasync`ed, compacted into a snapshot from time to time) and only
+//! then answers them. An answer therefore always describes state that is on
+//! disk: a `kill -9` at any instant loses no acknowledged change. The cost
+//! of a commit is that of the change, not of the pods held. Cgroups follow
+//! the order [`NodeState`] documents: an exclusive admission shrinks the
+//! shared pool before it is answered; the pool grows only after the state
+//! that frees CPUs is on disk.
 //!
 //! When the state cannot be written (a full disk), the changes of that batch
 //! are answered with an error and the engine rolls its memory (providers,
-//! pods, records) back to the last state it saved, so memory and disk agree
-//! again; the next change is tried as usual, so once space is freed the
-//! daemon accepts changes again without a restart.
+//! pods, records) back to what is on disk ([`Store::reload`]), so memory and
+//! disk agree again; the next change is tried as usual, so once space is
+//! freed the daemon accepts changes again without a restart.
 //!
-//! Reads (`pods`, `health`) are served from a snapshot published after each
-//! commit, without queueing behind admissions.
+//! Reads (`pods`, `health`) are served from a view that the engine brings
+//! up to date with each commit's changes (under a short write lock), without
+//! queueing behind admissions.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -36,8 +39,9 @@ use tracing::{error, info, warn};
 
 use super::metrics::Metrics;
 use crate::admission::{AdmissionError, AdmitResult, Admitter};
-use crate::checkpoint::{self, Attachments, Restored, STATE_FILE};
-use crate::node_state::{AttachError, NodeState, Reclaim};
+use crate::checkpoint::{self, Attachments, Restored};
+use crate::node_state::{AttachError, Change, NodeState, Reclaim};
+use crate::store::Store;
 
 pub use crate::node_state::Attached;
 
@@ -113,7 +117,7 @@ pub enum EngineError {
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     /// Admitted pods by uid.
-    pub pods: BTreeMap<String, AdmitResult>,
+    pub pods: BTreeMap<String, Arc<AdmitResult>>,
     /// Cgroup attachments.
     pub attachments: Attachments,
     /// CPUs held exclusively.
@@ -144,19 +148,16 @@ type Job = (Command, oneshot::Sender<Result<Reply, EngineError>>);
 #[derive(Clone)]
 pub struct Engine {
     jobs: mpsc::Sender<Job>,
-    snapshot: Arc<RwLock<Arc<Snapshot>>>,
+    view: Arc<RwLock<Snapshot>>,
 }
 
 struct Worker {
     node: NodeState,
-    settings: EngineSettings,
+    store: Store,
     metrics: Arc<Metrics>,
-    /// The bytes of the last state written (what disk has).
-    last_saved: Vec<u8>,
     failure: Option<String>,
     broken: Option<String>,
-    restore_notes: Vec<String>,
-    snapshot: Arc<RwLock<Arc<Snapshot>>>,
+    view: Arc<RwLock<Snapshot>>,
 }
 
 /// Errors starting the engine.
@@ -188,27 +189,23 @@ fn notes_of(restored: &Restored, boot_id: &str) -> Vec<String> {
 }
 
 impl Engine {
-    /// Restore the saved state into `admitter`, reclaim pods of dead
-    /// `topomgr run` owners, bring the shared pool in line, then start the
+    /// Restore the saved state into `admitter` (snapshot and journal),
+    /// reclaim pods of dead `topomgr run` owners, bring the shared pool in
+    /// line, compact the journal when it holds anything, then start the
     /// engine thread.
     pub fn start(
         mut admitter: Admitter,
-        machine: &Machine,
+        _machine: &Machine,
         settings: EngineSettings,
         metrics: Arc<Metrics>,
     ) -> Result<(Engine, Restored), StartError> {
-        checkpoint::remove_stale_temps(&settings.state_dir);
-        let restored = checkpoint::restore_state(
-            &settings.state_dir,
-            &mut admitter,
-            machine,
-            &settings.boot_id,
-        )?;
+        let (store, restored) = Store::open(&settings.state_dir, &mut admitter, &settings.boot_id)?;
         let mut notes = notes_of(&restored, &settings.boot_id);
         if restored.found {
             info!(
                 pods = restored.pods,
                 issues = restored.issues.len(),
+                journal_records = store.records(),
                 "state restored; nothing re-admitted or released"
             );
         }
@@ -218,17 +215,13 @@ impl Engine {
             &settings.cgroup_root,
             &settings.boot_id,
         );
-        let saved = checkpoint::encode_state(node.admitter(), node.records(), &settings.boot_id)?;
-        let snapshot = Arc::new(RwLock::new(Arc::new(Snapshot::default())));
         let mut worker = Worker {
             node,
-            settings,
+            store,
             metrics,
-            last_saved: saved,
             failure: None,
             broken: None,
-            restore_notes: Vec::new(),
-            snapshot: Arc::clone(&snapshot),
+            view: Arc::new(RwLock::new(Snapshot::default())),
         };
         let reclaimed = worker.node.reclaim();
         for r in &reclaimed {
@@ -244,22 +237,30 @@ impl Engine {
         let released = reclaimed
             .iter()
             .any(|r| matches!(r, Reclaim::Released { .. }));
-        if released || restored.replayed > 0 {
-            if let Err(e) = worker.commit() {
-                error!(error = %e, "cannot save the state after reclaiming pods and replaying releases; it stays as saved");
-                worker.failure = Some(e.clone());
-                worker.rollback();
+        if released || restored.replayed > 0 || worker.store.records() > 0 {
+            // Start with a fresh snapshot: recovery stays short and the
+            // boot id is this boot's.
+            match worker.store.compact(&worker.node) {
+                Ok(()) => {
+                    worker.node.take_changes();
+                    worker.node.admitter_mut().take_changed_providers();
+                }
+                Err(e) => {
+                    error!(error = %e, "cannot save the state after reclaiming pods and replaying releases; it stays as saved");
+                    worker.failure = Some(e.to_string());
+                    worker.rollback();
+                }
             }
         }
         worker.node.settle_pool();
-        worker.restore_notes = notes;
+        worker.rebuild_view(notes);
         let (jobs, rx) = mpsc::channel::<Job>();
-        worker.publish();
+        let view = Arc::clone(&worker.view);
         thread::Builder::new()
             .name("admission-engine".to_owned())
             .spawn(move || worker.run(rx))
             .map_err(StartError::Thread)?;
-        Ok((Engine { jobs, snapshot }, restored))
+        Ok((Engine { jobs, view }, restored))
     }
 
     /// Submit a command and wait for its answer (sent after the state is saved).
@@ -271,10 +272,11 @@ impl Engine {
         rx.await.unwrap_or(Err(EngineError::Stopped))
     }
 
-    /// The state as of the last commit.
-    pub fn snapshot(&self) -> Arc<Snapshot> {
-        let guard = self.snapshot.read().unwrap_or_else(|p| p.into_inner());
-        Arc::clone(&guard)
+    /// Read the state as of the last commit (keep `f` short: the engine
+    /// waits for it to bring the view up to date).
+    pub fn read<R>(&self, f: impl FnOnce(&Snapshot) -> R) -> R {
+        let guard = self.view.read().unwrap_or_else(|p| p.into_inner());
+        f(&guard)
     }
 }
 
@@ -299,22 +301,32 @@ impl Worker {
                 dirty |= changed;
                 answers.push((reply, result, changed));
             }
+            let mut committed = Vec::new();
             if dirty {
-                if let Err(msg) = self.commit() {
-                    error!(error = %msg, "cannot save state; the batch's changes are undone");
-                    self.failure = Some(msg.clone());
-                    for (_, result, changed) in &mut answers {
-                        if *changed {
-                            *result = Err(EngineError::Unavailable(msg.clone()));
+                let start = Instant::now();
+                match self.store.commit(&mut self.node) {
+                    Ok(changes) => {
+                        self.metrics.checkpoint(start.elapsed().as_secs_f64());
+                        committed = changes;
+                        if self.broken.is_none() {
+                            self.failure = None;
                         }
                     }
-                    self.rollback();
-                } else if self.broken.is_none() {
-                    self.failure = None;
+                    Err(e) => {
+                        let msg = e.to_string();
+                        error!(error = %msg, "cannot save state; the batch's changes are undone");
+                        self.failure = Some(msg.clone());
+                        for (_, result, changed) in &mut answers {
+                            if *changed {
+                                *result = Err(EngineError::Unavailable(msg.clone()));
+                            }
+                        }
+                        self.rollback();
+                    }
                 }
             }
             self.node.settle_pool();
-            self.publish();
+            self.publish(committed);
             for (reply, result, _) in answers {
                 let _ = reply.send(result);
             }
@@ -322,42 +334,24 @@ impl Worker {
         info!("admission engine stopped");
     }
 
-    /// Write the state file; on success it is what the engine rolls back to.
-    fn commit(&mut self) -> Result<(), String> {
-        let start = Instant::now();
-        let bytes = checkpoint::encode_state(
-            self.node.admitter(),
-            self.node.records(),
-            &self.settings.boot_id,
-        )
-        .map_err(|e| e.to_string())?;
-        checkpoint::write_atomic(&self.settings.state_dir.join(STATE_FILE), &bytes)
-            .map_err(|e| e.to_string())?;
-        self.last_saved = bytes;
-        self.metrics.checkpoint(start.elapsed().as_secs_f64());
-        Ok(())
-    }
-
-    /// Bring memory back to the last state written.
+    /// Bring memory back to what is on disk, and the readers' view with it.
     fn rollback(&mut self) {
-        let path = self.settings.state_dir.join(STATE_FILE);
-        match checkpoint::restore_bytes(
-            &path,
-            &self.last_saved,
-            self.node.admitter_mut(),
-            &self.settings.boot_id,
-        ) {
-            Ok(r) => {
-                self.node.set_records(r.records);
-                info!("memory rolled back to the last saved state");
-            }
+        match self.store.reload(&mut self.node) {
+            Ok(_) => info!("memory rolled back to the saved state"),
             Err(e) => {
                 let msg = e.to_string();
-                error!(error = %msg, "cannot roll back to the last saved state; refusing changes");
+                error!(error = %msg, "cannot roll back to the saved state; refusing changes");
                 self.broken = Some(msg.clone());
                 self.failure = Some(msg);
             }
         }
+        let notes = self.read_notes();
+        self.rebuild_view(notes);
+    }
+
+    fn read_notes(&self) -> Vec<String> {
+        let view = self.view.read().unwrap_or_else(|p| p.into_inner());
+        view.restore_notes.clone()
     }
 
     /// Apply one command: (answer, state changed).
@@ -438,21 +432,63 @@ impl Worker {
         None
     }
 
-    fn publish(&mut self) {
+    /// The readers' view from scratch (at start and after a rollback).
+    fn rebuild_view(&mut self, notes: Vec<String>) {
+        let snap = Snapshot {
+            pods: self
+                .node
+                .pods()
+                .iter()
+                .map(|(uid, r)| (uid.clone(), Arc::new(r.clone())))
+                .collect(),
+            attachments: self.node.records().attachments.clone(),
+            restore_notes: notes,
+            ..Snapshot::default()
+        };
+        *self.view.write().unwrap_or_else(|p| p.into_inner()) = snap;
+        self.publish(Vec::new());
+    }
+
+    /// Bring the readers' view up to date with what was committed.
+    fn publish(&mut self, committed: Vec<Change>) {
         let ledger = self.node.admitter().ledger();
         let exclusive = ledger.exclusive_cpus().clone();
         let shared = self.node.shared_pool();
         self.metrics
             .cpus(exclusive.len(), shared.len(), self.node.pods().len());
-        let snap = Snapshot {
-            pods: self.node.pods().clone(),
-            attachments: self.node.records().attachments.clone(),
-            exclusive_cpus: exclusive,
-            shared_pool: shared,
-            failure: self.failure.clone(),
-            restore_notes: self.restore_notes.clone(),
-        };
-        let mut guard = self.snapshot.write().unwrap_or_else(|p| p.into_inner());
-        *guard = Arc::new(snap);
+        let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
+        for change in committed {
+            match change {
+                Change::Admitted(r) => {
+                    view.pods.insert(r.pod.uid.clone(), Arc::from(r));
+                }
+                Change::Released { uid } => {
+                    view.pods.remove(&uid);
+                    view.attachments.remove(&uid);
+                }
+                Change::Attached {
+                    uid,
+                    container,
+                    cgroup,
+                } => {
+                    view.attachments
+                        .entry(uid)
+                        .or_default()
+                        .insert(container, cgroup);
+                }
+                Change::Detached { uid, container } => {
+                    if let Some(c) = view.attachments.get_mut(&uid) {
+                        c.remove(&container);
+                        if c.is_empty() {
+                            view.attachments.remove(&uid);
+                        }
+                    }
+                }
+                Change::Owner { .. } => {}
+            }
+        }
+        view.exclusive_cpus = exclusive;
+        view.shared_pool = shared;
+        view.failure = self.failure.clone();
     }
 }

@@ -39,6 +39,7 @@ use tracing::{debug, info};
 use super::access::{AccessPolicy, Peer};
 use super::engine::{Command, Engine, EngineError, Reply};
 use super::metrics::Metrics;
+use crate::admission::AdmitResult;
 
 /// Shared state of the handlers.
 #[derive(Clone)]
@@ -156,31 +157,30 @@ async fn check_peer(
 }
 
 async fn health(State(state): State<AppState>) -> Response {
-    let snap = state.engine.snapshot();
-    let status = if snap.failure.is_some() {
-        "failing"
-    } else if snap.restore_notes.is_empty() {
-        "ok"
-    } else {
-        "degraded"
-    };
-    let code = if snap.failure.is_some() {
-        StatusCode::SERVICE_UNAVAILABLE
-    } else {
-        StatusCode::OK
-    };
-    (
-        code,
-        Json(json!({
+    let (code, body) = state.engine.read(|snap| {
+        let status = if snap.failure.is_some() {
+            "failing"
+        } else if snap.restore_notes.is_empty() {
+            "ok"
+        } else {
+            "degraded"
+        };
+        let code = if snap.failure.is_some() {
+            StatusCode::SERVICE_UNAVAILABLE
+        } else {
+            StatusCode::OK
+        };
+        let body = json!({
             "status": status,
             "pods": snap.pods.len(),
             "exclusive_cpus": snap.exclusive_cpus.to_string(),
             "shared_pool": snap.shared_pool.to_string(),
             "notes": snap.restore_notes,
             "failure": snap.failure,
-        })),
-    )
-        .into_response()
+        });
+        (code, body)
+    });
+    (code, Json(body)).into_response()
 }
 
 async fn machine(State(state): State<AppState>) -> Json<Machine> {
@@ -216,19 +216,20 @@ fn unexpected(reply: &Reply) -> ApiError {
 }
 
 async fn list_pods(State(state): State<AppState>) -> Json<Value> {
-    let snap = state.engine.snapshot();
-    let pods: Vec<Value> = snap.pods.values().map(|r| r.to_json()).collect();
-    Json(json!({ "pods": pods, "attachments": snap.attachments }))
+    let (pods, attachments) = state.engine.read(|snap| {
+        let pods: Vec<Arc<AdmitResult>> = snap.pods.values().cloned().collect();
+        (pods, json!(snap.attachments))
+    });
+    let pods: Vec<Value> = pods.iter().map(|r| r.to_json()).collect();
+    Json(json!({ "pods": pods, "attachments": attachments }))
 }
 
 async fn get_pod(
     State(state): State<AppState>,
     UrlPath(uid): UrlPath<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let snap = state.engine.snapshot();
-    snap.pods
-        .get(&uid)
-        .map(|r| Json(r.to_json()))
+    let pod = state.engine.read(|snap| snap.pods.get(&uid).cloned());
+    pod.map(|r| Json(r.to_json()))
         .ok_or_else(|| EngineError::UnknownPod(uid).into())
 }
 
