@@ -33,7 +33,7 @@
 //!
 //! On restore the header, the length and the SHA-256 of the body are
 //! verified before anything is handed to a provider; the boot id tells
-//! whether the machine rebooted since. Then ([`install`]):
+//! whether the machine rebooted since. Then, when the state is installed:
 //! - a configured provider without saved state while pods are admitted is
 //!   refused ([`CheckpointError::MissingProviderState`]): starting it empty
 //!   could hand out what those pods hold;
@@ -373,7 +373,7 @@ impl fmt::Display for RestoreIssue {
     }
 }
 
-/// What [`restore_state`] found.
+/// What restoring a state found ([`crate::store::Store::open`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Restored {
     /// Whether a state file existed.

@@ -94,6 +94,54 @@ pub enum Change {
     },
 }
 
+impl Change {
+    /// Apply to a table of pods (values made from the admission by `wrap`),
+    /// attachments and, when kept, owners.
+    pub fn apply<P>(
+        self,
+        pods: &mut BTreeMap<String, P>,
+        attachments: &mut Attachments,
+        owners: Option<&mut BTreeMap<String, Owner>>,
+        wrap: impl FnOnce(Box<AdmitResult>) -> P,
+    ) {
+        match self {
+            Change::Admitted(r) => {
+                pods.insert(r.pod.uid.clone(), wrap(r));
+            }
+            Change::Released { uid } => {
+                pods.remove(&uid);
+                attachments.remove(&uid);
+                if let Some(o) = owners {
+                    o.remove(&uid);
+                }
+            }
+            Change::Attached {
+                uid,
+                container,
+                cgroup,
+            } => {
+                attachments
+                    .entry(uid)
+                    .or_default()
+                    .insert(container, cgroup);
+            }
+            Change::Detached { uid, container } => {
+                if let Some(c) = attachments.get_mut(&uid) {
+                    c.remove(&container);
+                    if c.is_empty() {
+                        attachments.remove(&uid);
+                    }
+                }
+            }
+            Change::Owner { uid, owner } => {
+                if let Some(o) = owners {
+                    o.insert(uid, owner);
+                }
+            }
+        }
+    }
+}
+
 /// How [`NodeState::sync_pool`] may change the shared-pool cgroups.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PoolMode {
@@ -119,6 +167,18 @@ pub struct Attached {
     pub mems: NumaMask,
 }
 
+/// A container name the pod does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("pod {uid:?} has no container {container:?} (containers: {known})")]
+pub struct UnknownContainer {
+    /// Pod uid.
+    pub uid: String,
+    /// Container name.
+    pub container: String,
+    /// The pod's containers, comma-separated.
+    pub known: String,
+}
+
 /// Why a container could not be attached.
 #[derive(Debug, thiserror::Error)]
 pub enum AttachError {
@@ -126,15 +186,8 @@ pub enum AttachError {
     #[error("no admitted pod with uid {0:?}")]
     UnknownPod(String),
     /// The pod has no such container.
-    #[error("pod {uid:?} has no container {container:?} (containers: {known})")]
-    UnknownContainer {
-        /// Pod uid.
-        uid: String,
-        /// Container name.
-        container: String,
-        /// The pod's containers, comma-separated.
-        known: String,
-    },
+    #[error(transparent)]
+    UnknownContainer(#[from] UnknownContainer),
     /// The cgroup could not be written.
     #[error("cannot attach: {0}")]
     Cgroup(#[from] CgroupError),
@@ -332,6 +385,15 @@ impl NodeState {
         result
     }
 
+    /// The cgroup paths attached for pod `uid`.
+    fn cgroup_paths(&self, uid: &str) -> Vec<String> {
+        self.records
+            .attachments
+            .get(uid)
+            .map(|c| c.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Drop pod `uid`'s attachments and owner.
     fn forget(&mut self, uid: &str) {
         self.records.attachments.remove(uid);
@@ -367,7 +429,7 @@ impl NodeState {
             .containers
             .iter()
             .find(|c| c.name == container)
-            .ok_or_else(|| AttachError::UnknownContainer {
+            .ok_or_else(|| UnknownContainer {
                 uid: uid.to_owned(),
                 container: container.to_owned(),
                 known: pod
@@ -496,12 +558,7 @@ impl NodeState {
     /// The processes in pod `uid`'s cgroups (`None` when that cannot be
     /// known: no cgroup hierarchy, an unreadable cgroup).
     pub fn processes(&mut self, uid: &str) -> Option<Vec<u32>> {
-        let paths: Vec<String> = self
-            .records
-            .attachments
-            .get(uid)
-            .map(|c| c.values().cloned().collect())
-            .unwrap_or_default();
+        let paths = self.cgroup_paths(uid);
         if paths.is_empty() {
             return Some(Vec::new());
         }
@@ -521,12 +578,7 @@ impl NodeState {
     /// Remove pod `uid`'s empty cgroups under `topomgr/` (those `run`
     /// created); others belong to whoever made them.
     pub fn remove_cgroups(&mut self, uid: &str) {
-        let paths: Vec<String> = self
-            .records
-            .attachments
-            .get(uid)
-            .map(|c| c.values().cloned().collect())
-            .unwrap_or_default();
+        let paths = self.cgroup_paths(uid);
         let Ok(mgr) = self.cgroups() else {
             return;
         };

@@ -33,7 +33,7 @@
 //! damaged one: only what was written after the last completed `fdatasync`
 //! can be torn, and none of that was acknowledged. The torn tail is cut off
 //! before the next append. The result is installed like a snapshot alone
-//! ([`checkpoint::install`]: vanished resources reported, held providers,
+//! (vanished resources reported, held providers,
 //! releases replayed). The boot id is that of the last writer.
 //!
 //! A failed append or compaction (a full disk) leaves the files as they
@@ -78,37 +78,12 @@ struct Record {
 impl Record {
     fn apply(self, body: &mut Body) {
         for change in self.changes {
-            match change {
-                Change::Admitted(r) => {
-                    body.pods.insert(r.pod.uid.clone(), *r);
-                }
-                Change::Released { uid } => {
-                    body.pods.remove(&uid);
-                    body.attachments.remove(&uid);
-                    body.owners.remove(&uid);
-                }
-                Change::Attached {
-                    uid,
-                    container,
-                    cgroup,
-                } => {
-                    body.attachments
-                        .entry(uid)
-                        .or_default()
-                        .insert(container, cgroup);
-                }
-                Change::Detached { uid, container } => {
-                    if let Some(c) = body.attachments.get_mut(&uid) {
-                        c.remove(&container);
-                        if c.is_empty() {
-                            body.attachments.remove(&uid);
-                        }
-                    }
-                }
-                Change::Owner { uid, owner } => {
-                    body.owners.insert(uid, owner);
-                }
-            }
+            change.apply(
+                &mut body.pods,
+                &mut body.attachments,
+                Some(&mut body.owners),
+                |r| *r,
+            );
         }
         for (name, hex) in self.providers {
             body.pending_releases.remove(&name);
@@ -218,7 +193,7 @@ pub struct CommitError(#[from] CheckpointError);
 impl Store {
     /// Recover the state of `dir` (lock it first) into `admitter`: snapshot
     /// plus the valid prefix of the journal, installed with
-    /// [`checkpoint::install`]. A torn journal tail is cut off.
+    /// the same checks as a snapshot alone. A torn journal tail is cut off.
     pub fn open(
         dir: &Path,
         admitter: &mut Admitter,

@@ -332,45 +332,45 @@ fn single_pod(uid: &str, name: &str) -> String {
     )
 }
 
+/// `topomgr admit --state-dir <dir>/state` of `pods` with one mock provider
+/// scripted by `mock`: the config dir and the admission JSON of each pod.
+fn admit_with_mock(tag: &str, mock: &str, pods: &[(&str, &str)]) -> (PathBuf, Vec<Value>) {
+    let dir = config_dir(tag, "best-effort", "container", &[("mock", mock)]);
+    let yaml: String = pods
+        .iter()
+        .map(|(uid, name)| single_pod(uid, name))
+        .collect();
+    pod_file(&dir, &yaml);
+    let state = dir.join("state");
+    let out = admit(
+        &dir,
+        &["--state-dir", &state.to_string_lossy()],
+        &example_machine(),
+    );
+    (dir, out["pods"].as_array().unwrap().clone())
+}
+
 /// A provider that hands the same CPUs or devices to every pod is refused
 /// by the host's ledger, as is one that names CPUs the machine lacks; the
 /// refused pod holds nothing afterwards.
 #[test]
 fn the_ledger_refuses_what_is_held_or_missing() {
-    let dir = config_dir(
+    let two = [("uid-1", "first"), ("uid-2", "second")];
+    let (dir, out) = admit_with_mock(
         "e2e-ledger",
-        "best-effort",
-        "container",
-        &[(
-            "mock",
-            r#"allocation = { cpus = "1-15", exclusive = true, devices = { "example.com/foo" = ["foo-0"] } }"#,
-        )],
+        r#"allocation = { cpus = "1-15", exclusive = true, devices = { "example.com/foo" = ["foo-0"] } }"#,
+        &two,
     );
-    pod_file(
-        &dir,
-        &format!(
-            "{}{}",
-            single_pod("uid-1", "first"),
-            single_pod("uid-2", "second")
-        ),
-    );
-    let state = dir.join("state");
-    let out = admit(
-        &dir,
-        &["--state-dir", state.to_str().unwrap()],
-        &example_machine(),
-    );
-    assert_eq!(out["pods"][0]["admitted"], true);
-    let second = &out["pods"][1];
-    assert_eq!(second["admitted"], false);
-    assert_eq!(second["reason"], "UnexpectedAdmissionError");
+    assert_eq!(out[0]["admitted"], true);
+    assert_eq!(out[1]["admitted"], false);
+    assert_eq!(out[1]["reason"], "UnexpectedAdmissionError");
     assert_eq!(
-        second["message"],
+        out[1]["message"],
         "provider \"mock\" gave pod default/second container \"app\" CPUs 1-15 exclusively, but CPUs 1-15 are held by pod default/first (uid uid-1) container \"app\""
     );
     // The refused allocation was given back to the provider.
     assert_eq!(
-        mock_calls(&state, "mock"),
+        mock_calls(&dir.join("state"), "mock"),
         [
             "allocate uid-1 app",
             "allocate uid-2 app",
@@ -378,55 +378,29 @@ fn the_ledger_refuses_what_is_held_or_missing() {
         ]
     );
     // Shared CPUs are fine, the device is not.
-    let dir = config_dir(
+    let (_, out) = admit_with_mock(
         "e2e-ledger-dev",
-        "best-effort",
-        "container",
-        &[(
-            "mock",
-            r#"allocation = { cpus = "0-15", devices = { "example.com/foo" = ["foo-0"] } }"#,
-        )],
+        r#"allocation = { cpus = "0-15", devices = { "example.com/foo" = ["foo-0"] } }"#,
+        &two,
     );
-    pod_file(
-        &dir,
-        &format!(
-            "{}{}",
-            single_pod("uid-1", "first"),
-            single_pod("uid-2", "second")
-        ),
-    );
-    let out = admit(&dir, &[], &example_machine());
-    assert_eq!(out["pods"][0]["admitted"], true);
+    assert_eq!(out[0]["admitted"], true);
     assert_eq!(
-        out["pods"][1]["message"],
+        out[1]["message"],
         "provider \"mock\" gave pod default/second container \"app\" example.com/foo device foo-0, but it is held by pod default/first (uid uid-1) container \"app\""
     );
     // CPUs and memory nodes the machine does not have.
-    let dir = config_dir(
+    let (_, out) = admit_with_mock(
         "e2e-ledger-machine",
-        "best-effort",
-        "container",
-        &[(
-            "mock",
-            r#"allocation = { cpus = "0-1000", exclusive = true }"#,
-        )],
+        r#"allocation = { cpus = "0-1000", exclusive = true }"#,
+        &two[..1],
     );
-    pod_file(&dir, &single_pod("uid-1", "first"));
-    let out = admit(&dir, &[], &example_machine());
     assert_eq!(
-        out["pods"][0]["message"],
+        out[0]["message"],
         "provider \"mock\" gave pod default/first container \"app\" CPUs 16-1000, which are not online CPUs of this machine (online: 0-15)"
     );
-    let dir = config_dir(
-        "e2e-ledger-mems",
-        "best-effort",
-        "container",
-        &[("mock", r#"allocation = { mems = [5] }"#)],
-    );
-    pod_file(&dir, &single_pod("uid-1", "first"));
-    let out = admit(&dir, &[], &example_machine());
+    let (_, out) = admit_with_mock("e2e-ledger-mems", "allocation = { mems = [5] }", &two[..1]);
     assert_eq!(
-        out["pods"][0]["message"],
+        out[0]["message"],
         "provider \"mock\" gave pod default/first container \"app\" memory on NUMA node(s) 5, which this machine does not have (its nodes: 0-3)"
     );
 }
@@ -553,20 +527,18 @@ fn tables_escape_control_characters() {
         &dir,
         "apiVersion: v1\nkind: Pod\nmetadata: {name: \"evil\\e[2J\", uid: uid-e}\nspec:\n  containers:\n    - name: app\n      resources: {limits: {cpu: \"1\", memory: 1Gi}}\n",
     );
-    let out = Command::new(common::topomgr_bin())
-        .arg("--config")
-        .arg(dir.join("topomgr.toml"))
-        .args(["admit", "--output", "table", "--sysfs-root"])
-        .arg(example_machine())
-        .arg(dir.join("pods.yaml"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (code, table, stderr) = common::topomgr(
+        &dir,
+        &[
+            "admit",
+            "--output",
+            "table",
+            "--sysfs-root",
+            &example_machine().to_string_lossy(),
+            &dir.join("pods.yaml").to_string_lossy(),
+        ],
     );
-    let table = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(code, 0, "{stderr}");
     assert!(!table.contains('\u{1b}'), "{table:?}");
     assert!(table.contains("default/evil\\u{1b}[2J"), "{table}");
     assert!(table.contains("bad \\u{1b}[31mred\\u{1b}[0m"), "{table}");

@@ -22,12 +22,18 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(config: &Path, socket: &Path) -> Daemon {
+        Self::start_with(config, socket, &[])
+    }
+
+    /// [`Daemon::start`] with more arguments of `topomgr serve`.
+    pub fn start_with(config: &Path, socket: &Path, args: &[&Path]) -> Daemon {
         let child = Command::new(common::topomgr_bin())
             .arg("--config")
             .arg(config)
             .arg("serve")
             .arg("--socket")
             .arg(socket)
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -326,15 +332,24 @@ fn second_daemon_on_same_state_dir_is_refused_and_restart_restores() {
     );
 }
 
+/// A config dir with `daemon` (TOML lines of `[daemon]`) and the mock
+/// provider scripted by `mock`.
+fn mock_config(tag: &str, daemon: &str, mock: &str) -> PathBuf {
+    config_dir(
+        tag,
+        &format!(
+            "[daemon]\n{daemon}\n[providers.mock]\nlibrary = \"{}\"\n[providers.mock.config]\n{mock}\n",
+            common::plugins().mock.display()
+        ),
+    )
+}
+
 #[test]
 fn provider_timeout_fails_the_admission_not_the_daemon() {
-    let p = common::plugins();
-    let dir = config_dir(
+    let dir = mock_config(
         "daemon-timeout",
-        &format!(
-            "[daemon]\nprovider_timeout_ms = 200\n[providers.mock]\nlibrary = \"{}\"\n[providers.mock.config]\nsleep_ms = 1500\n",
-            p.mock.display()
-        ),
+        "provider_timeout_ms = 200",
+        "sleep_ms = 1500",
     );
     let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
     let mut c = d.client();
@@ -582,13 +597,10 @@ fn same_uid_with_another_spec_is_a_conflict() {
 /// The daemon counts what the ledger refuses.
 #[test]
 fn ledger_violations_are_refused_and_counted() {
-    let p = common::plugins();
-    let dir = config_dir(
+    let dir = mock_config(
         "daemon-ledger",
-        &format!(
-            "[providers.mock]\nlibrary = \"{}\"\n[providers.mock.config]\nallocation = {{ cpus = \"0-1000\", exclusive = true }}\n",
-            p.mock.display()
-        ),
+        "",
+        "allocation = { cpus = \"0-1000\", exclusive = true }",
     );
     let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
     let mut c = d.client();
@@ -636,27 +648,6 @@ fn machine_without(dir: &Path, offline: &topomgr_sdk::CpuSet) -> PathBuf {
     copy
 }
 
-fn start_on(config: &Path, socket: &Path, sysfs: &Path) -> Daemon {
-    let child = Command::new(common::topomgr_bin())
-        .arg("--config")
-        .arg(config)
-        .args(["serve", "--socket"])
-        .arg(socket)
-        .arg("--sysfs-root")
-        .arg(sysfs)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start topomgr serve");
-    let d = Daemon {
-        child,
-        socket: socket.to_path_buf(),
-        config: config.to_path_buf(),
-    };
-    d.wait_ready();
-    d
-}
-
 /// A CPU held by a pod vanishes: the daemon starts anyway, keeps the pod,
 /// reports the CPU in /v1/health, holds the CPU provider (which refuses its
 /// state) and refuses admissions, lets the pod be released, and replays that
@@ -672,7 +663,7 @@ fn vanished_cpus_are_reported_and_the_pods_kept() {
     d.stop();
 
     let smaller = machine_without(&dir, &topomgr_sdk::CpuSet::parse(&cpu).unwrap());
-    let d = start_on(&config, &socket, &smaller);
+    let d = Daemon::start_with(&config, &socket, &[Path::new("--sysfs-root"), &smaller]);
     let mut c = d.client();
     let health = c.get("/v1/health").unwrap().json().unwrap();
     assert_eq!(health["status"], "degraded", "{health}");

@@ -42,8 +42,9 @@ fn live(test: &str) -> Option<PathBuf> {
     }
 }
 
-/// A config dir: cgroup_root /sys/fs/cgroup, state in `<dir>/state`, the mock.
-fn config_dir(tag: &str, mock_config: &str) -> PathBuf {
+/// A config dir: cgroup_root /sys/fs/cgroup, state in `<dir>/state`, and
+/// the drop-in `plugins.d/<name>.toml` with `dropin`.
+fn config_with(tag: &str, name: &str, dropin: &str) -> PathBuf {
     let dir = common::scratch_dir(tag);
     fs::write(
         dir.join("topomgr.toml"),
@@ -54,15 +55,20 @@ fn config_dir(tag: &str, mock_config: &str) -> PathBuf {
     )
     .unwrap();
     fs::create_dir_all(dir.join("plugins.d")).unwrap();
-    fs::write(
-        dir.join("plugins.d/mock.toml"),
-        format!(
+    fs::write(dir.join(format!("plugins.d/{name}.toml")), dropin).unwrap();
+    dir
+}
+
+/// [`config_with`] the mock provider scripted by `mock_config`.
+fn config_dir(tag: &str, mock_config: &str) -> PathBuf {
+    config_with(
+        tag,
+        "mock",
+        &format!(
             "[providers.mock]\nlibrary = \"{}\"\n[providers.mock.config]\n{mock_config}\n",
             common::plugins().mock.display()
         ),
     )
-    .unwrap();
-    dir
 }
 
 fn command(dir: &Path, args: &[&str]) -> Command {
@@ -410,25 +416,14 @@ fn cpu_only_config(tag: &str) -> Option<PathBuf> {
         );
         return None;
     }
-    let dir = common::scratch_dir(tag);
-    fs::write(
-        dir.join("topomgr.toml"),
-        format!(
-            "policy = \"best-effort\"\nplugin_dirs = []\nsysfs_root = \"/sys\"\ncgroup_root = \"/sys/fs/cgroup\"\nstate_dir = \"{}\"\n",
-            dir.join("state").display()
-        ),
-    )
-    .unwrap();
-    fs::create_dir_all(dir.join("plugins.d")).unwrap();
-    fs::write(
-        dir.join("plugins.d/cpu.toml"),
-        format!(
+    Some(config_with(
+        tag,
+        "cpu",
+        &format!(
             "[providers.cpu]\nlibrary = \"{}\"\n[providers.cpu.config]\npolicy = \"static\"\nreserved_cpus = \"0\"\n",
             common::cpu_plugin().display()
         ),
-    )
-    .unwrap();
-    Some(dir)
+    ))
 }
 
 fn alive(pid: &str) -> bool {
@@ -474,6 +469,27 @@ fn run_and_kill_9(root: &Path, dir: &Path) -> u32 {
     pid
 }
 
+/// A `run --cpus 1` gets CPU 1 (what the run of topomgr `pid` held was
+/// reclaimed) and leaves no cgroup and no pod behind.
+fn next_run_gets_cpu_1(root: &Path, dir: &Path, pid: u32) {
+    let (next, out) = run(
+        dir,
+        &[
+            "--cpus",
+            "1",
+            "--",
+            "grep",
+            "Cpus_allowed_list",
+            "/proc/self/status",
+        ],
+    );
+    assert_eq!(text(&out.stderr), "");
+    assert_eq!(text(&out.stdout), "Cpus_allowed_list:\t1\n");
+    assert_eq!(cgroups_of(root, pid), Vec::<String>::new());
+    assert_eq!(cgroups_of(root, next), Vec::<String>::new());
+    assert_no_pods(dir);
+}
+
 /// `kill -9` of `topomgr run`: CMD dies with it (parent-death signal), and
 /// the next `run`, `admit --state-dir` or daemon start reclaims the
 /// reservation because its owner is dead and its cgroup empty.
@@ -496,22 +512,7 @@ fn a_killed_run_takes_its_command_along_and_is_reclaimed() {
 
     // 1. The next run reclaims it and gets CPU 1.
     let pid = run_and_kill_9(&root, &dir);
-    let (next, out) = run(
-        &dir,
-        &[
-            "--cpus",
-            "1",
-            "--",
-            "grep",
-            "Cpus_allowed_list",
-            "/proc/self/status",
-        ],
-    );
-    assert_eq!(text(&out.stderr), "");
-    assert_eq!(text(&out.stdout), "Cpus_allowed_list:\t1\n");
-    assert_eq!(cgroups_of(&root, pid), Vec::<String>::new());
-    assert_eq!(cgroups_of(&root, next), Vec::<String>::new());
-    assert_no_pods(&dir);
+    next_run_gets_cpu_1(&root, &dir, pid);
 
     // 2. So does `admit --state-dir`.
     let pid = run_and_kill_9(&root, &dir);
@@ -629,22 +630,7 @@ fn leftover_processes_keep_the_cpus_reserved() {
     let kill = Command::new("kill").args(["-9", &left]).status().unwrap();
     assert!(kill.success());
     wait_for("the leftover process to exit", || !alive(&left));
-    let (next, out) = run(
-        &dir,
-        &[
-            "--cpus",
-            "1",
-            "--",
-            "grep",
-            "Cpus_allowed_list",
-            "/proc/self/status",
-        ],
-    );
-    assert_eq!(text(&out.stderr), "");
-    assert_eq!(text(&out.stdout), "Cpus_allowed_list:\t1\n");
-    assert_eq!(cgroups_of(&root, pid), Vec::<String>::new());
-    assert_eq!(cgroups_of(&root, next), Vec::<String>::new());
-    assert_no_pods(&dir);
+    next_run_gets_cpu_1(&root, &dir, pid);
 }
 
 /// An allocation the ledger refuses (CPUs this machine lacks) never reaches

@@ -40,7 +40,7 @@ use tracing::{error, info, warn};
 use super::metrics::Metrics;
 use crate::admission::{AdmissionError, AdmitResult, Admitter};
 use crate::checkpoint::{self, Attachments, Restored};
-use crate::node_state::{AttachError, Change, NodeState, Reclaim};
+use crate::node_state::{AttachError, Change, NodeState, Reclaim, UnknownContainer};
 use crate::store::Store;
 
 pub use crate::node_state::Attached;
@@ -84,15 +84,8 @@ pub enum EngineError {
     #[error("no admitted pod with uid {0:?}")]
     UnknownPod(String),
     /// The pod has no such container.
-    #[error("pod {uid:?} has no container {container:?} (containers: {known})")]
-    UnknownContainer {
-        /// Pod uid.
-        uid: String,
-        /// Container name.
-        container: String,
-        /// The pod's containers, comma-separated.
-        known: String,
-    },
+    #[error(transparent)]
+    UnknownContainer(UnknownContainer),
     /// A uid is admitted with a different spec (nothing of the request was admitted).
     #[error("{0}")]
     Conflict(String),
@@ -395,18 +388,9 @@ impl Worker {
             } => match self.node.attach(&uid, &container, &cgroup) {
                 Ok(a) => (Ok(Reply::Attached(a)), true),
                 Err(AttachError::UnknownPod(u)) => (Err(EngineError::UnknownPod(u)), false),
-                Err(AttachError::UnknownContainer {
-                    uid,
-                    container,
-                    known,
-                }) => (
-                    Err(EngineError::UnknownContainer {
-                        uid,
-                        container,
-                        known,
-                    }),
-                    false,
-                ),
+                Err(AttachError::UnknownContainer(e)) => {
+                    (Err(EngineError::UnknownContainer(e)), false)
+                }
                 Err(e) => (Err(EngineError::Cgroup(e.to_string())), false),
             },
         }
@@ -457,35 +441,9 @@ impl Worker {
         self.metrics
             .cpus(exclusive.len(), shared.len(), self.node.pods().len());
         let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
+        let view = &mut *view;
         for change in committed {
-            match change {
-                Change::Admitted(r) => {
-                    view.pods.insert(r.pod.uid.clone(), Arc::from(r));
-                }
-                Change::Released { uid } => {
-                    view.pods.remove(&uid);
-                    view.attachments.remove(&uid);
-                }
-                Change::Attached {
-                    uid,
-                    container,
-                    cgroup,
-                } => {
-                    view.attachments
-                        .entry(uid)
-                        .or_default()
-                        .insert(container, cgroup);
-                }
-                Change::Detached { uid, container } => {
-                    if let Some(c) = view.attachments.get_mut(&uid) {
-                        c.remove(&container);
-                        if c.is_empty() {
-                            view.attachments.remove(&uid);
-                        }
-                    }
-                }
-                Change::Owner { .. } => {}
-            }
+            change.apply(&mut view.pods, &mut view.attachments, None, Arc::from);
         }
         view.exclusive_cpus = exclusive;
         view.shared_pool = shared;

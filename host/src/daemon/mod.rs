@@ -3,7 +3,7 @@
 //! - [`crate::state_lock`]: one daemon per state directory (`flock`);
 //! - [`timed`]: every provider on its own thread, each call with a deadline;
 //! - [`engine`]: the serialized admission engine with group-committed,
-//!   checksummed state ([`crate::checkpoint::save_state`]);
+//!   durable state ([`crate::store::Store`]: journal and snapshot);
 //! - [`server`]: the HTTP/JSON API on a Unix socket;
 //! - [`access`]: socket ownership/mode and the peer-credential check;
 //! - [`metrics`]: Prometheus metrics;

@@ -100,7 +100,7 @@ impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> ApiError {
         let (status, reason) = match &e {
             EngineError::UnknownPod(_) => (StatusCode::NOT_FOUND, "UnknownPod"),
-            EngineError::UnknownContainer { .. } => (StatusCode::NOT_FOUND, "UnknownContainer"),
+            EngineError::UnknownContainer(_) => (StatusCode::NOT_FOUND, "UnknownContainer"),
             EngineError::Conflict(_) => (StatusCode::CONFLICT, "PodUidConflict"),
             EngineError::ReleaseErrors(_) => (StatusCode::INTERNAL_SERVER_ERROR, "ReleaseErrors"),
             EngineError::Cgroup(_) => (StatusCode::UNPROCESSABLE_ENTITY, "CgroupError"),
