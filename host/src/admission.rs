@@ -142,6 +142,9 @@ pub enum AdmissionError {
     },
 }
 
+/// (pod uid, container) releases a provider has not seen yet, in order.
+pub type PendingReleases = Vec<(String, String)>;
+
 /// A provider that refused its saved state at restore. It is kept but not
 /// called: its saved bytes are written back unchanged, releases of its
 /// containers are remembered for when it can restore again, and every
@@ -153,7 +156,7 @@ pub struct HeldProvider {
     /// Its saved state, kept as it was.
     pub saved: Vec<u8>,
     /// (pod uid, container) released while it was held, in order.
-    pub pending_releases: Vec<(String, String)>,
+    pub pending_releases: PendingReleases,
 }
 
 /// What a provider's part of the saved state is.

@@ -55,7 +55,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::admission::{AdmitResult, Admitter, HeldProvider, ProviderState};
+use crate::admission::{AdmitResult, Admitter, HeldProvider, PendingReleases, ProviderState};
 use crate::journal::JournalError;
 use crate::ledger::Finding;
 pub use crate::node_state::Attachments;
@@ -219,7 +219,7 @@ pub(crate) struct Body {
     #[serde(default)]
     pub(crate) owners: BTreeMap<String, Owner>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub(crate) pending_releases: BTreeMap<String, Vec<(String, String)>>,
+    pub(crate) pending_releases: BTreeMap<String, PendingReleases>,
     /// The journal generation that continues this snapshot.
     #[serde(default)]
     pub(crate) generation: u64,
@@ -276,7 +276,7 @@ fn sha256_hex(data: &[u8]) -> String {
 pub(crate) fn provider_part(
     name: &str,
     state: ProviderState<'_>,
-) -> Result<(Vec<u8>, Vec<(String, String)>), CheckpointError> {
+) -> Result<(Vec<u8>, PendingReleases), CheckpointError> {
     match state {
         ProviderState::Live(p) => {
             let bytes = p.checkpoint().map_err(|e| CheckpointError::Provider {
@@ -494,7 +494,7 @@ pub(crate) fn install(
         }
     }
     admitter.forget_held();
-    let mut saved: Vec<(Option<Vec<u8>>, Vec<(String, String)>)> = Vec::new();
+    let mut saved: Vec<(Option<Vec<u8>>, PendingReleases)> = Vec::new();
     for p in admitter.providers() {
         let bytes = match body.providers.remove(p.name()) {
             Some(hex) => Some(provider_bytes(&path, p.name(), &hex)?),

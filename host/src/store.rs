@@ -45,7 +45,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::admission::{Admitter, ProviderState};
+use crate::admission::{Admitter, PendingReleases, ProviderState};
 use crate::checkpoint::{
     self, body_of, encode, provider_bytes, provider_part, read_snapshot, to_hex, write_atomic,
     Body, CheckpointError, Restored, STATE_FILE,
@@ -72,7 +72,7 @@ struct Record {
     providers: BTreeMap<String, String>,
     /// Changed held or absent providers: the releases they have not seen.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pending_releases: BTreeMap<String, Vec<(String, String)>>,
+    pending_releases: BTreeMap<String, PendingReleases>,
 }
 
 impl Record {

@@ -428,7 +428,7 @@ fn cpu_only_config(tag: &str) -> Option<PathBuf> {
 
 fn alive(pid: &str) -> bool {
     fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| !s.split_whitespace().nth(2).is_some_and(|st| st == "Z"))
+        .is_ok_and(|s| s.split_whitespace().nth(2).is_none_or(|st| st != "Z"))
 }
 
 /// The pids in the cgroup of the run started by topomgr `pid`, once CMD runs.

@@ -16,7 +16,7 @@ use super::{CgroupError, CgroupManager, CgroupPath, Cpuset};
 
 /// Whether a container with this allocation runs on the shared pool.
 pub fn is_shared(a: &Allocation) -> bool {
-    !(a.exclusive && !a.cpus.is_empty())
+    !a.exclusive || a.cpus.is_empty()
 }
 
 /// The cpuset of a container: its exclusive CPUs, else `pool`; its memory
