@@ -105,9 +105,9 @@ struct Recovered {
     /// The boot of the last writer (`None`: nothing was saved yet).
     boot_id: Option<String>,
     snapshot_len: u64,
-    /// Records applied, and the journal's valid length when it continues
-    /// the snapshot (`None`: no usable journal).
-    journal: Option<(u64, u64)>,
+    /// Records applied, the journal's valid length and the boot it was
+    /// started in, when it continues the snapshot (`None`: no usable journal).
+    journal: Option<(u64, u64, String)>,
 }
 
 fn recover(dir: &Path) -> Result<Recovered, CheckpointError> {
@@ -151,9 +151,9 @@ fn recover(dir: &Path) -> Result<Recovered, CheckpointError> {
                 record.apply(&mut body);
             }
             if seq > 0 {
-                boot_id = Some(h.boot_id);
+                boot_id = Some(h.boot_id.clone());
             }
-            journal = Some((seq, contents.valid_len));
+            journal = Some((seq, contents.valid_len, h.boot_id));
         }
         Some(h) => {
             tracing::info!(journal = %path.display(), generation = h.generation, snapshot_generation = body.generation, "journal of an earlier snapshot generation ignored (the snapshot holds it)");
@@ -215,11 +215,21 @@ impl Store {
         } else {
             Restored::default()
         };
+        // A journal started in another boot is not continued: its header
+        // would name the wrong boot as the last writer. The next commit
+        // compacts instead (until then it stays as it is for recovery).
+        let mut continued = true;
         let (seq, journal) = match rec.journal {
-            Some((seq, valid_len)) => (
+            Some((seq, valid_len, boot)) if boot == boot_id => (
                 seq,
                 Some(Journal::resume(&dir.join(JOURNAL_FILE), valid_len)?),
             ),
+            // Empty: nothing to keep, it is started anew below.
+            Some((0, _, _)) => (0, None),
+            Some((seq, _, _)) => {
+                continued = false;
+                (seq, None)
+            }
             None => (0, None),
         };
         let mut store = Store {
@@ -231,7 +241,7 @@ impl Store {
             journal,
             compact_min: COMPACT_MIN,
         };
-        if store.journal.is_none() && found {
+        if store.journal.is_none() && found && continued {
             // No journal continues the snapshot (lost, or left from an
             // older generation): start one so changes can be appended.
             match store.new_journal() {
@@ -382,7 +392,7 @@ impl Store {
             &self.boot_id,
         )?;
         node.set_records(restored.records.clone());
-        if let Some((seq, valid_len)) = rec.journal {
+        if let Some((seq, valid_len, _)) = rec.journal {
             self.seq = seq;
             if self.journal.is_some() {
                 self.journal = Some(Journal::resume(&self.dir.join(JOURNAL_FILE), valid_len)?);
@@ -613,6 +623,30 @@ mod tests {
         store.commit(&mut n).unwrap();
         let (_, n, _) = open(&dir);
         assert_eq!(held(&n), ["a:0", "b:1", "c:2"]);
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_journal_of_another_boot_is_compacted_not_continued() {
+        let dir = scratch("boot");
+        let (mut store, mut n, _) = open(&dir);
+        for uid in ["a", "b"] {
+            n.admit(&pod(uid));
+            store.commit(&mut n).unwrap();
+        }
+        drop(store);
+        let mut n = node(&dir);
+        let (mut store, r) = Store::open(&dir, n.admitter_mut(), "next-boot").unwrap();
+        n.set_records(r.records.clone());
+        assert!(r.rebooted);
+        assert_eq!(r.saved_boot_id.as_deref(), Some("boot"));
+        n.admit(&pod("c"));
+        store.commit(&mut n).unwrap();
+        assert_eq!(store.records(), 0, "the commit wrote a snapshot");
+        let mut n = node(&dir);
+        let (_, r) = Store::open(&dir, n.admitter_mut(), "next-boot").unwrap();
+        assert!(!r.rebooted);
+        assert_eq!(r.pods, 3);
         fs::remove_dir_all(dir).unwrap();
     }
 
