@@ -94,8 +94,7 @@ pub fn init_logging(verbose: u8) {
 
 /// Give SIGPIPE its default action (end the process quietly, status 141 in
 /// a shell) for commands that print: `topomgr topology | head -c 10` must
-/// not panic on a closed stdout. The daemon keeps Rust's default (ignored):
-/// a client that hangs up must not end it.
+/// not panic on a closed stdout.
 fn quiet_on_closed_stdout() {
     // SAFETY: setting a signal's disposition to SIG_DFL installs no handler
     // code; it happens before any thread of ours is started.
@@ -112,7 +111,9 @@ fn quiet_on_closed_stdout() {
 
 /// Run one command.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    if !matches!(cli.command, Command::Serve(_)) {
+    // `serve` and `run` print nothing to stdout; a SIGPIPE must not end
+    // the daemon, nor a run (its command would die with it).
+    if !matches!(cli.command, Command::Serve(_) | Command::Run(_)) {
         quiet_on_closed_stdout();
     }
     match cli.command {
