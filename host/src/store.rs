@@ -569,6 +569,15 @@ mod tests {
         d
     }
 
+    /// Open `dir`, admit `uids` committing each, close.
+    fn commit_pods(dir: &Path, uids: &[&str]) {
+        let (mut store, mut n, _) = open(dir);
+        for uid in uids {
+            assert!(n.admit(&pod(uid)).admitted);
+            store.commit(&mut n).unwrap();
+        }
+    }
+
     fn held(n: &NodeState) -> Vec<String> {
         n.pods()
             .values()
@@ -604,12 +613,7 @@ mod tests {
     #[test]
     fn a_torn_tail_is_ignored_and_cut_before_the_next_append() {
         let dir = scratch("torn");
-        let (mut store, mut n, _) = open(&dir);
-        for uid in ["a", "b"] {
-            n.admit(&pod(uid));
-            store.commit(&mut n).unwrap();
-        }
-        drop(store);
+        commit_pods(&dir, &["a", "b"]);
         let path = dir.join(JOURNAL_FILE);
         let good = fs::read(&path).unwrap();
         // A record cut short, then garbage: a write that never completed.
@@ -629,12 +633,7 @@ mod tests {
     #[test]
     fn a_journal_of_another_boot_is_compacted_not_continued() {
         let dir = scratch("boot");
-        let (mut store, mut n, _) = open(&dir);
-        for uid in ["a", "b"] {
-            n.admit(&pod(uid));
-            store.commit(&mut n).unwrap();
-        }
-        drop(store);
+        commit_pods(&dir, &["a", "b"]);
         let mut n = node(&dir);
         let (mut store, r) = Store::open(&dir, n.admitter_mut(), "next-boot").unwrap();
         n.set_records(r.records.clone());
