@@ -96,7 +96,7 @@ fn bench(c: &mut Criterion) {
     ];
     let numa = NumaInfo::from_machine(&machine).unwrap();
     let policy = Policy::new("single-numa-node", &BTreeMap::new(), numa).unwrap();
-    let mut adm = Admitter::new(policy, Scope::Pod, providers);
+    let mut adm = Admitter::new(&machine, policy, Scope::Pod, providers);
     let p = pod("bench-pod");
     c.bench_function("admit/64n_256cpu_cpu+memory_4cpu_pod_admit+release", |b| {
         b.iter(|| {

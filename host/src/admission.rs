@@ -15,22 +15,44 @@
 //!
 //! Under the `none` policy no hints are asked for (as in the kubelet's none
 //! scope); every container is allocated with the hint "any, not preferred".
+//!
+//! Providers are not trusted with exclusivity: every provider's allocation
+//! is judged by the [`Ledger`] before the admission goes on (CPUs online,
+//! memory nodes present, no exclusive CPU or device held by another pod),
+//! and two providers setting one environment variable to different values
+//! for a container fail the admission. Both are `UnexpectedAdmissionError`
+//! rejections, rolled back like any other.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use serde::{Deserialize, Serialize};
-use topomgr_sdk::{Allocation, ContainerView, HintSet, PodView, ProviderHints, TopologyHint};
+use topomgr_sdk::{
+    Allocation, ContainerView, HintSet, Machine, PodView, ProviderHints, TopologyHint,
+};
 use tracing::{debug, info, warn};
 
+use crate::ledger::{Finding, Ledger};
 use crate::merge::MergeOutcome;
 use crate::policy::{Decision, Policy, PolicyName, Scope};
 use crate::provider::HintProvider;
 
 /// The kubelet's reason for a topology rejection.
 pub const TOPOLOGY_AFFINITY_ERROR: &str = "TopologyAffinityError";
-/// Reason for a provider that misbehaved (bad hints, failed call).
+/// Reason for a provider that misbehaved (bad hints, failed call, an
+/// allocation the ledger refuses).
 pub const UNEXPECTED_ADMISSION_ERROR: &str = "UnexpectedAdmissionError";
+/// Reason for a pod with more than [`MAX_CONTAINERS_PER_POD`] containers.
+pub const TOO_MANY_CONTAINERS: &str = "TooManyContainers";
+/// Reason while a provider is held (it refused its saved state).
+pub const PROVIDER_HELD: &str = "ProviderHeld";
+/// Reason for a uid that is already admitted with another spec.
+pub const UID_CONFLICT: &str = "PodUidConflict";
+
+/// The most containers (init + app) one pod may have. Admission costs time
+/// linear in the containers; the cap bounds how long one admission can keep
+/// the daemon's other clients waiting.
+pub const MAX_CONTAINERS_PER_POD: usize = 1024;
 
 /// What one container received.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -120,12 +142,46 @@ pub enum AdmissionError {
     },
 }
 
-/// Owns providers, policy and admitted pods; admits one pod at a time.
+/// (pod uid, container) releases a provider has not seen yet, in order.
+pub type PendingReleases = Vec<(String, String)>;
+
+/// A provider that refused its saved state at restore. It is kept but not
+/// called: its saved bytes are written back unchanged, releases of its
+/// containers are remembered for when it can restore again, and every
+/// admission is refused while it is held (see [`PROVIDER_HELD`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldProvider {
+    /// Why it is held (the provider's refusal).
+    pub reason: String,
+    /// Its saved state, kept as it was.
+    pub saved: Vec<u8>,
+    /// (pod uid, container) released while it was held, in order.
+    pub pending_releases: PendingReleases,
+}
+
+/// What a provider's part of the saved state is.
+#[derive(Clone, Copy)]
+pub enum ProviderState<'a> {
+    /// A working provider: ask it for its checkpoint.
+    Live(&'a dyn HintProvider),
+    /// A held provider: its saved bytes and the releases it has not seen.
+    Held(&'a HeldProvider),
+}
+
+/// Owns providers, policy, admitted pods and the [`Ledger`]; admits one
+/// pod at a time.
 pub struct Admitter {
     policy: Policy,
     scope: Scope,
     providers: Vec<Box<dyn HintProvider>>,
+    held: Vec<Option<HeldProvider>>,
+    absent: BTreeMap<String, HeldProvider>,
+    /// Per provider: changed since the last [`Admitter::take_changed_providers`].
+    dirty: Vec<bool>,
+    absent_dirty: bool,
     pods: BTreeMap<String, AdmitResult>,
+    ledger: Ledger,
+    violations: Vec<String>,
 }
 
 struct Rejection {
@@ -133,14 +189,34 @@ struct Rejection {
     message: String,
 }
 
+impl Rejection {
+    fn unexpected(message: String) -> Rejection {
+        Rejection {
+            reason: UNEXPECTED_ADMISSION_ERROR.to_string(),
+            message,
+        }
+    }
+}
+
 impl Admitter {
-    /// A new admitter over loaded providers (called in this order).
-    pub fn new(policy: Policy, scope: Scope, providers: Vec<Box<dyn HintProvider>>) -> Self {
+    /// A new admitter over loaded providers (called in this order) for `machine`.
+    pub fn new(
+        machine: &Machine,
+        policy: Policy,
+        scope: Scope,
+        providers: Vec<Box<dyn HintProvider>>,
+    ) -> Self {
         Admitter {
             policy,
             scope,
+            held: vec![None; providers.len()],
+            absent: BTreeMap::new(),
+            dirty: vec![false; providers.len()],
+            absent_dirty: false,
             providers,
             pods: BTreeMap::new(),
+            ledger: Ledger::new(machine),
+            violations: Vec::new(),
         }
     }
 
@@ -159,9 +235,95 @@ impl Admitter {
         &self.providers
     }
 
-    /// Mutable access to the providers (checkpoint / restore).
+    /// Mutable access to the providers (restore).
     pub fn providers_mut(&mut self) -> &mut [Box<dyn HintProvider>] {
         &mut self.providers
+    }
+
+    /// Each provider's part of the state to save: the configured ones in
+    /// call order, then those only the saved state knows.
+    pub fn provider_states(&self) -> impl Iterator<Item = (&str, ProviderState<'_>)> {
+        let configured = self.providers.iter().zip(&self.held).map(|(p, h)| {
+            let state = match h {
+                Some(h) => ProviderState::Held(h),
+                None => ProviderState::Live(p.as_ref()),
+            };
+            (p.name(), state)
+        });
+        let absent = self
+            .absent
+            .iter()
+            .map(|(n, h)| (n.as_str(), ProviderState::Held(h)));
+        configured.chain(absent)
+    }
+
+    /// Forget held and absent providers (before a restore installs them
+    /// again); what is installed is the saved state, so nothing has changed.
+    pub fn forget_held(&mut self) {
+        self.held.iter_mut().for_each(|h| *h = None);
+        self.absent.clear();
+        self.dirty.iter_mut().for_each(|d| *d = false);
+        self.absent_dirty = false;
+    }
+
+    /// Note that provider `name`'s state changed (e.g. a release replayed into it).
+    pub fn mark_changed(&mut self, name: &str) {
+        if let Some(i) = self.providers.iter().position(|p| p.name() == name) {
+            self.dirty[i] = true;
+        }
+    }
+
+    /// The providers whose state changed since the last call (calls to
+    /// `allocate` or `release`, or releases remembered for a held or absent
+    /// provider), by name; they are marked unchanged.
+    pub fn take_changed_providers(&mut self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .providers
+            .iter()
+            .zip(&mut self.dirty)
+            .filter(|(_, d)| **d)
+            .map(|(p, d)| {
+                *d = false;
+                p.name().to_owned()
+            })
+            .collect();
+        if std::mem::take(&mut self.absent_dirty) {
+            out.extend(self.absent.keys().cloned());
+        }
+        out
+    }
+
+    /// Put `names` back as changed (their state could not be saved yet).
+    pub fn keep_changed(&mut self, names: &[String]) {
+        for n in names {
+            if self.absent.contains_key(n) {
+                self.absent_dirty = true;
+            } else {
+                self.mark_changed(n);
+            }
+        }
+    }
+
+    /// Keep the saved state of a provider that is not configured now: it
+    /// is written back unchanged, and releases are remembered for it.
+    pub fn keep_absent(&mut self, name: &str, held: HeldProvider) {
+        self.absent.insert(name.to_owned(), held);
+    }
+
+    /// Hold provider `index` (it refused its saved state): see [`HeldProvider`].
+    pub fn hold_provider(&mut self, index: usize, held: HeldProvider) {
+        if let Some(slot) = self.held.get_mut(index) {
+            *slot = Some(held);
+        }
+    }
+
+    /// The held providers: (name, why).
+    pub fn held_providers(&self) -> Vec<(&str, &HeldProvider)> {
+        self.providers
+            .iter()
+            .zip(&self.held)
+            .filter_map(|(p, h)| h.as_ref().map(|h| (p.name(), h)))
+            .collect()
     }
 
     /// Admitted pods by uid.
@@ -169,13 +331,52 @@ impl Admitter {
         &self.pods
     }
 
-    /// Replace the table of admitted pods (after a restore).
-    pub fn set_pods(&mut self, pods: BTreeMap<String, AdmitResult>) {
+    /// The ledger of what admitted pods hold.
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    /// Replace the table of admitted pods (after a restore) and rebuild the
+    /// ledger from it; returns what breaks the invariant (kept, reported).
+    pub fn set_pods(&mut self, pods: BTreeMap<String, AdmitResult>) -> Vec<Finding> {
         self.pods = pods;
+        let table: Vec<(&PodView, Vec<(String, Allocation)>)> = self
+            .pods
+            .values()
+            .map(|r| {
+                let containers = r
+                    .containers
+                    .iter()
+                    .map(|c| (c.name.clone(), c.allocation.clone()))
+                    .collect();
+                (&r.pod, containers)
+            })
+            .collect();
+        self.ledger
+            .restore(table.iter().map(|(p, c)| (*p, c.as_slice())))
+    }
+
+    /// The providers whose allocations the ledger refused since the last
+    /// call (one entry per refusal), for metrics.
+    pub fn take_violations(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.violations)
+    }
+
+    /// Why `pod` cannot be admitted under its uid: that uid is admitted
+    /// with a different spec. `None` when it is new or identical.
+    pub fn uid_conflict(&self, pod: &PodView) -> Option<String> {
+        let existing = self.pods.get(&pod.uid)?;
+        (existing.pod != *pod).then(|| {
+            format!(
+                "pod uid {:?} is already admitted as {}/{} with a different spec; release it first, or give the new pod its own uid",
+                pod.uid, existing.pod.namespace, existing.pod.name
+            )
+        })
     }
 
     /// Admit `pod`. Admitting a uid that is already admitted returns the
-    /// stored result unchanged (idempotent retries).
+    /// stored result unchanged (idempotent retries) when the spec is the
+    /// same, and a [`UID_CONFLICT`] rejection when it differs.
     pub fn admit(&mut self, pod: &PodView) -> AdmitResult {
         self.admit_traced(pod, &mut Vec::new())
     }
@@ -183,16 +384,18 @@ impl Admitter {
     /// [`Admitter::admit`], recording every decision into `trace`.
     pub fn admit_traced(&mut self, pod: &PodView, trace: &mut Vec<TraceStep>) -> AdmitResult {
         if let Some(existing) = self.pods.get(&pod.uid) {
-            debug!(pod = %pod.uid, "pod already admitted; returning stored result");
-            return existing.clone();
+            if existing.pod == *pod {
+                debug!(pod = %pod.uid, "pod already admitted; returning stored result");
+                return existing.clone();
+            }
         }
         let mut done: Vec<ContainerResult> = Vec::new();
-        let outcome = match self.scope {
+        let outcome = self.precheck(pod).and_then(|()| match self.scope {
             Scope::Pod if self.policy.name() != PolicyName::None => {
                 self.admit_pod_scope(pod, &mut done, trace)
             }
             _ => self.admit_container_scope(pod, &mut done, trace),
-        };
+        });
         let result = match outcome {
             Ok(()) => {
                 info!(pod = %pod.uid, name = %pod.name, "pod admitted");
@@ -220,6 +423,36 @@ impl Admitter {
             self.pods.insert(pod.uid.clone(), result.clone());
         }
         result
+    }
+
+    /// What refuses a pod before any provider is asked.
+    fn precheck(&self, pod: &PodView) -> Result<(), Rejection> {
+        if let Some(message) = self.uid_conflict(pod) {
+            return Err(Rejection {
+                reason: UID_CONFLICT.to_string(),
+                message,
+            });
+        }
+        let n = pod.init_containers.len() + pod.containers.len();
+        if n > MAX_CONTAINERS_PER_POD {
+            return Err(Rejection {
+                reason: TOO_MANY_CONTAINERS.to_string(),
+                message: format!(
+                    "pod {}/{} has {n} containers (init and app); topomgr admits at most {MAX_CONTAINERS_PER_POD} per pod",
+                    pod.namespace, pod.name
+                ),
+            });
+        }
+        if let Some((name, held)) = self.held_providers().first() {
+            return Err(Rejection {
+                reason: PROVIDER_HELD.to_string(),
+                message: format!(
+                    "provider {name:?} is held: it refused its saved state ({}); admissions are refused until topomgr starts where that state can be restored (pods can still be listed and released)",
+                    held.reason
+                ),
+            });
+        }
+        Ok(())
     }
 
     fn ordered_containers(pod: &PodView) -> impl Iterator<Item = &ContainerView> {
@@ -327,8 +560,10 @@ impl Admitter {
         }
     }
 
-    /// Allocate one container in every provider; on failure release what this
-    /// container already got from earlier providers.
+    /// Allocate one container in every provider, each provider's part
+    /// judged by the ledger and the container's environment kept free of
+    /// contradictions; on failure release what this container already got.
+    /// On success the container's allocation is held in the ledger.
     fn allocate(
         &mut self,
         pod: &PodView,
@@ -336,54 +571,91 @@ impl Admitter {
         hint: &TopologyHint,
     ) -> Result<Allocation, Rejection> {
         let mut merged = Allocation::default();
+        let mut env_from: BTreeMap<String, usize> = BTreeMap::new();
         for i in 0..self.providers.len() {
-            let p = &mut self.providers[i];
-            match p.allocate(pod, container, hint) {
-                Ok(a) => merge_allocation(&mut merged, a, p.name()),
+            self.dirty[i] = true;
+            let answer = self.providers[i].allocate(pod, container, hint);
+            let name = self.providers[i].name();
+            let failure = match answer {
                 Err(e) => {
                     let message = format!(
-                        "provider {:?} could not allocate container {:?}: {}",
-                        p.name(),
-                        container.name,
-                        e.message
+                        "provider {name:?} could not allocate container {:?}: {}",
+                        container.name, e.message
                     );
-                    for q in &mut self.providers[..i] {
-                        if let Err(err) = q.release(&pod.uid, &container.name) {
-                            warn!(provider = q.name(), pod = %pod.uid, container = %container.name, error = %err, "release during rollback failed");
-                        }
-                    }
+                    self.release_container(pod, &container.name, i);
                     return Err(Rejection {
                         reason: e.reason,
                         message,
                     });
                 }
+                Ok(a) => match self.ledger.check(pod, &container.name, name, &a) {
+                    Err(v) => {
+                        info!(provider = %v.provider, pod = %pod.uid, container = %container.name, violation = %v.message, "allocation refused by the ledger");
+                        let message = v.message.clone();
+                        self.violations.push(v.provider);
+                        Rejection::unexpected(message)
+                    }
+                    Ok(()) => match merge_allocation(&mut merged, &mut env_from, a, i) {
+                        Ok(()) => continue,
+                        Err((var, first, value, other)) => Rejection::unexpected(format!(
+                            "providers {:?} and {name:?} set environment variable {var:?} of container {:?} to different values ({first:?} and {value:?}); topomgr refuses contradicting environments",
+                            self.providers[other].name(),
+                            container.name
+                        )),
+                    },
+                },
+            };
+            self.release_container(pod, &container.name, i + 1);
+            return Err(failure);
+        }
+        self.ledger.hold(pod, &container.name, &merged);
+        Ok(merged)
+    }
+
+    /// Release `container` in the first `n` providers (a failed allocation).
+    fn release_container(&mut self, pod: &PodView, container: &str, n: usize) {
+        for q in &mut self.providers[..n] {
+            if let Err(err) = q.release(&pod.uid, container) {
+                warn!(provider = q.name(), pod = %pod.uid, container, error = %err, "release during rollback failed");
             }
         }
-        Ok(merged)
     }
 
     fn rollback(&mut self, pod: &PodView, done: &[ContainerResult]) {
         for c in done.iter().rev() {
+            self.dirty.iter_mut().for_each(|d| *d = true);
             for p in &mut self.providers {
                 if let Err(err) = p.release(&pod.uid, &c.name) {
                     warn!(provider = p.name(), pod = %pod.uid, container = %c.name, error = %err, "release during rollback failed");
                 }
             }
         }
+        if !self.pods.contains_key(&pod.uid) {
+            self.ledger.release(&pod.uid);
+        }
     }
 
-    /// Release every container of an admitted pod in every provider.
+    /// Release every container of an admitted pod in every provider (a held
+    /// provider remembers the release for later).
     pub fn release(&mut self, uid: &str) -> Result<AdmitResult, AdmissionError> {
         let result = self
             .pods
             .remove(uid)
             .ok_or_else(|| AdmissionError::UnknownPod(uid.to_string()))?;
+        self.ledger.release(uid);
+        self.dirty.iter_mut().for_each(|d| *d = true);
+        self.absent_dirty = !self.absent.is_empty();
         let mut errors = Vec::new();
         for c in result.containers.iter().rev() {
-            for p in &mut self.providers {
-                if let Err(e) = p.release(uid, &c.name) {
+            for (p, held) in self.providers.iter_mut().zip(&mut self.held) {
+                if let Some(h) = held {
+                    h.pending_releases.push((uid.to_string(), c.name.clone()));
+                } else if let Err(e) = p.release(uid, &c.name) {
                     errors.push(format!("{}: {}", p.name(), e));
                 }
+            }
+            for h in self.absent.values_mut() {
+                h.pending_releases.push((uid.to_string(), c.name.clone()));
             }
         }
         if errors.is_empty() {
@@ -397,8 +669,24 @@ impl Admitter {
     }
 }
 
-/// Combine one provider's allocation into the container's.
-fn merge_allocation(into: &mut Allocation, a: Allocation, provider: &str) {
+/// A variable two providers set differently: (name, first value, second
+/// value, index of the provider that set the first).
+type EnvConflict = (String, String, String, usize);
+
+/// Combine provider `index`'s allocation into the container's.
+fn merge_allocation(
+    into: &mut Allocation,
+    env_from: &mut BTreeMap<String, usize>,
+    a: Allocation,
+    index: usize,
+) -> Result<(), EnvConflict> {
+    for (k, v) in &a.env {
+        if let Some(old) = into.env.get(k) {
+            if old != v {
+                return Err((k.clone(), old.clone(), v.clone(), env_from[k]));
+            }
+        }
+    }
     into.cpus = into.cpus.union(&a.cpus);
     into.exclusive |= a.exclusive;
     into.mems = into.mems.or(a.mems);
@@ -406,14 +694,10 @@ fn merge_allocation(into: &mut Allocation, a: Allocation, provider: &str) {
         into.devices.entry(k).or_default().extend(v);
     }
     for (k, v) in a.env {
-        if let Some(old) = into.env.get(&k) {
-            if *old != v {
-                warn!(provider, variable = %k, kept = %old, ignored = %v, "two providers set the same environment variable; keeping the first");
-            }
-            continue;
-        }
+        env_from.entry(k.clone()).or_insert(index);
         into.env.insert(k, v);
     }
+    Ok(())
 }
 
 fn describe(set: &Option<HintSet>) -> String {
@@ -532,6 +816,7 @@ mod tests {
         pod_hints: ProviderHints,
         fail_for: Option<String>,
         log: Log,
+        alloc: Option<Allocation>,
     }
 
     impl HintProvider for Fake {
@@ -572,6 +857,9 @@ mod tests {
                     "OutOfWidgets",
                     "no widgets left on node 1",
                 ));
+            }
+            if let Some(a) = &self.alloc {
+                return Ok(a.clone());
             }
             Ok(Allocation::default()
                 .with_cpus(CpuSet::parse("2-3").unwrap(), false)
@@ -637,12 +925,34 @@ mod tests {
             pod_hints: hints(&[(&[1], true)]),
             fail_for: fail_for.map(str::to_string),
             log: log.clone(),
+            alloc: None,
         })
+    }
+
+    fn giving(name: &str, alloc: Allocation, log: &Log) -> Box<dyn HintProvider> {
+        Box::new(Fake {
+            name: name.into(),
+            hints: BTreeMap::new(),
+            pod_hints: None,
+            fail_for: None,
+            log: log.clone(),
+            alloc: Some(alloc),
+        })
+    }
+
+    fn exclusive(cpus: &str) -> Allocation {
+        Allocation::default().with_cpus(CpuSet::parse(cpus).unwrap(), true)
+    }
+
+    fn other_pod(uid: &str) -> PodView {
+        PodView::new(uid, uid, "default", QosClass::Guaranteed)
+            .with_containers(vec![container("app", false)])
     }
 
     fn admitter(policy: &str, scope: Scope, providers: Vec<Box<dyn HintProvider>>) -> Admitter {
         let numa = NumaInfo::new(vec![0, 1], None).unwrap();
         Admitter::new(
+            &topomgr_sdk::testkit::machine(2, 4),
             Policy::new(policy, &BTreeMap::new(), numa).unwrap(),
             scope,
             providers,
@@ -788,6 +1098,131 @@ mod tests {
         assert_eq!(
             adm.release("u1").unwrap_err().to_string(),
             "no admitted pod with uid \"u1\""
+        );
+    }
+
+    #[test]
+    fn the_ledger_refuses_a_cpu_twice_and_rolls_back() {
+        let log: Log = Default::default();
+        let mut adm = admitter(
+            "none",
+            Scope::Container,
+            vec![giving("mock", exclusive("1-7"), &log)],
+        );
+        assert!(adm.admit(&other_pod("a")).admitted);
+        let r = adm.admit(&other_pod("b"));
+        assert_eq!(r.reason.as_deref(), Some(UNEXPECTED_ADMISSION_ERROR));
+        assert_eq!(
+            r.message.as_deref(),
+            Some("provider \"mock\" gave pod default/b container \"app\" CPUs 1-7 exclusively, but CPUs 1-7 are held by pod default/a (uid a) container \"app\"")
+        );
+        assert_eq!(adm.take_violations(), ["mock"]);
+        assert!(adm.take_violations().is_empty());
+        // The refused allocation was released again in the provider.
+        assert_eq!(log.lock().unwrap().last().unwrap(), "mock:release:app");
+        assert_eq!(adm.ledger().exclusive_cpus().to_string(), "1-7");
+        adm.release("a").unwrap();
+        assert!(adm.ledger().exclusive_cpus().is_empty());
+        assert!(adm.admit(&other_pod("b")).admitted);
+
+        let mut adm = admitter(
+            "none",
+            Scope::Container,
+            vec![giving("mock", exclusive("0-1000"), &log)],
+        );
+        let r = adm.admit(&other_pod("c"));
+        assert_eq!(
+            r.message.as_deref(),
+            Some("provider \"mock\" gave pod default/c container \"app\" CPUs 8-1000, which are not online CPUs of this machine (online: 0-7)")
+        );
+    }
+
+    #[test]
+    fn contradicting_environments_are_refused() {
+        let log: Log = Default::default();
+        let env = |v: &str| Allocation::default().with_env("DEV", v);
+        let mut adm = admitter(
+            "none",
+            Scope::Container,
+            vec![
+                giving("gpu", env("0"), &log),
+                giving("same", env("0"), &log),
+                giving("nic", env("1"), &log),
+            ],
+        );
+        let r = adm.admit(&other_pod("a"));
+        assert_eq!(r.reason.as_deref(), Some(UNEXPECTED_ADMISSION_ERROR));
+        assert_eq!(
+            r.message.as_deref(),
+            Some("providers \"gpu\" and \"nic\" set environment variable \"DEV\" of container \"app\" to different values (\"0\" and \"1\"); topomgr refuses contradicting environments")
+        );
+        let l = log.lock().unwrap().clone();
+        assert_eq!(
+            &l[l.len() - 3..],
+            ["gpu:release:app", "same:release:app", "nic:release:app"]
+        );
+    }
+
+    #[test]
+    fn same_uid_other_spec_is_a_conflict_and_too_many_containers_are_refused() {
+        let log: Log = Default::default();
+        let mut adm = admitter("none", Scope::Container, vec![fake("a", &[], None, &log)]);
+        let first = adm.admit(&other_pod("u"));
+        assert!(first.admitted);
+        assert_eq!(adm.admit(&other_pod("u")), first);
+        let mut changed = other_pod("u");
+        changed.name = "renamed".into();
+        let r = adm.admit(&changed);
+        assert_eq!(
+            (r.reason.as_deref(), r.message.as_deref()),
+            (
+                Some(UID_CONFLICT),
+                Some("pod uid \"u\" is already admitted as default/u with a different spec; release it first, or give the new pod its own uid")
+            )
+        );
+        assert_eq!(adm.pods()["u"], first);
+        let mut big = other_pod("big");
+        big.containers = (0..=MAX_CONTAINERS_PER_POD)
+            .map(|i| container(&format!("c{i}"), false))
+            .collect();
+        let r = adm.admit(&big);
+        assert_eq!(r.reason.as_deref(), Some(TOO_MANY_CONTAINERS));
+        assert_eq!(
+            r.message.as_deref(),
+            Some("pod default/big has 1025 containers (init and app); topomgr admits at most 1024 per pod")
+        );
+    }
+
+    #[test]
+    fn a_held_provider_refuses_admissions_and_remembers_releases() {
+        let log: Log = Default::default();
+        let mut adm = admitter("none", Scope::Container, vec![fake("a", &[], None, &log)]);
+        assert!(adm.admit(&other_pod("u")).admitted);
+        adm.hold_provider(
+            0,
+            HeldProvider {
+                reason: "it names CPUs 9 that this machine does not have".into(),
+                saved: b"old".to_vec(),
+                pending_releases: Vec::new(),
+            },
+        );
+        let r = adm.admit(&other_pod("v"));
+        assert_eq!(r.reason.as_deref(), Some(PROVIDER_HELD));
+        assert_eq!(
+            r.message.as_deref(),
+            Some("provider \"a\" is held: it refused its saved state (it names CPUs 9 that this machine does not have); admissions are refused until topomgr starts where that state can be restored (pods can still be listed and released)")
+        );
+        let n = log.lock().unwrap().len();
+        adm.release("u").unwrap();
+        assert_eq!(
+            log.lock().unwrap().len(),
+            n,
+            "a held provider is not called"
+        );
+        let held = adm.held_providers();
+        assert_eq!(
+            held[0].1.pending_releases,
+            [("u".to_string(), "app".to_string())]
         );
     }
 }

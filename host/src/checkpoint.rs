@@ -1,32 +1,52 @@
-//! Persisting admitted pods and provider state (`state_dir`, `--state-dir`).
+//! The snapshot of a state directory (`state_dir`, `--state-dir`): its file
+//! format and how a recovered state is installed into an [`Admitter`].
 //!
-//! The daemon (`topomgr serve`) and the one-shot commands (`admit
-//! --state-dir`, `run`, `provider ... --state-dir`) share one format and one
-//! lock ([`crate::state_lock`]), so they can take turns on a state directory.
-//! Files are written atomically: a temporary file in the same directory,
+//! [`crate::store`] pairs the snapshot with the journal of the changes made
+//! since ([`crate::journal`]); the daemon (`topomgr serve`) and the one-shot
+//! commands (`admit --state-dir`, `run`, `release --state-dir`, `provider
+//! ... --state-dir`) share both formats and one lock
+//! ([`crate::state_lock`]), so they can take turns on a state directory. The
+//! snapshot is written atomically: a temporary file in the same directory,
 //! fsync, rename over the old file, fsync of the directory. A crash leaves
-//! either the old or the new file, never a torn one.
+//! either the old or the new file, never a torn one; a failed write (a full
+//! disk) removes its temporary file.
 //!
 //! # The state file
 //!
-//! Everything is kept in ONE file, [`STATE_FILE`], so the host's
-//! pod table and every provider's state change together in one atomic rename
-//! (two files could disagree after a crash between their renames, which
-//! could assign a CPU twice). The file is a versioned envelope:
+//! The snapshot is ONE file, [`STATE_FILE`], so the host's pod table and
+//! every provider's state change together in one atomic rename (two files
+//! could disagree after a crash between their renames, which could assign a
+//! CPU twice). The file is a versioned envelope:
 //!
 //! ```text
-//! {"format":"topomgr-state","version":1,"boot_id":"…","sha256":"<hex>","length":N}\n
+//! {"format":"topomgr-state","version":2,"boot_id":"…","sha256":"<hex>","length":N}\n
 //! <N bytes of body: {"pods": {uid: AdmitResult}, "providers": {name: "<hex of checkpoint bytes>"},
-//!                    "attachments": {uid: {container: cgroup path}}}>
+//!                    "attachments": {uid: {container: cgroup path}},
+//!                    "owners": {uid: {"pid", "start_time", "boot_id"}},
+//!                    "pending_releases": {provider: [[uid, container], ...]},
+//!                    "generation": G}>
 //! ```
 //!
-//! On restore ([`restore_state`]) the header, the length and the SHA-256 of the
-//! body are verified before anything is handed to a provider; the boot id
-//! tells whether the machine rebooted since; the pods' allocations are checked
-//! against the discovered machine and what vanished (CPUs, NUMA nodes, PCI
-//! devices, providers) is reported in [`Restored::issues`], never dropped.
+//! Version 1 files (without `owners`, `pending_releases`, `generation`) are
+//! read too. `generation` links the snapshot to the journal that continues
+//! it.
+//!
+//! On restore the header, the length and the SHA-256 of the body are
+//! verified before anything is handed to a provider; the boot id tells
+//! whether the machine rebooted since. Then, when the state is installed:
+//! - a configured provider without saved state while pods are admitted is
+//!   refused ([`CheckpointError::MissingProviderState`]): starting it empty
+//!   could hand out what those pods hold;
+//! - a provider that refuses its saved state (e.g. it names CPUs that
+//!   vanished) is *held* ([`crate::admission::HeldProvider`]): its bytes are
+//!   kept, admissions are refused, pods are kept and can be released; the
+//!   releases are replayed into it when it restores again;
+//! - the saved state of a provider that is not configured now is kept and
+//!   written back unchanged, with the same replay of releases;
+//! - the pod table rebuilds the [`crate::ledger`], which reports what
+//!   vanished from the machine and anything held twice, never dropping it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::fs;
 use std::io::Write;
@@ -34,9 +54,13 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
-use topomgr_sdk::{CpuSet, Machine, NumaMask};
 
-use crate::admission::{AdmitResult, Admitter};
+use crate::admission::{AdmitResult, Admitter, HeldProvider, PendingReleases, ProviderState};
+use crate::journal::JournalError;
+use crate::ledger::Finding;
+pub use crate::node_state::Attachments;
+use crate::node_state::Records;
+use crate::owner::Owner;
 
 /// Errors reading or writing a state directory; each names its path.
 #[derive(Debug, thiserror::Error)]
@@ -73,7 +97,7 @@ pub enum CheckpointError {
         /// What is not supported.
         reason: String,
     },
-    /// A provider refused its saved state or failed to produce it.
+    /// A provider failed to produce its state.
     #[error("provider {provider:?}: {message} ({path})")]
     Provider {
         /// Provider name.
@@ -82,6 +106,19 @@ pub enum CheckpointError {
         message: String,
         /// The state file.
         path: PathBuf,
+    },
+    /// The journal could not be read, started or appended to.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    /// Pods are admitted but a configured provider has no saved state.
+    #[error("{path}: the state holds {pods} admitted pod(s) but no saved state for provider {provider:?}, which is configured now; started empty it could hand out what those pods hold. Release those pods before enabling the provider (topomgr release --state-dir DIR UID, with the provider not configured), or configure the state directory it was saved with")]
+    MissingProviderState {
+        /// The state file.
+        path: PathBuf,
+        /// The provider.
+        provider: String,
+        /// Number of admitted pods.
+        pods: usize,
     },
 }
 
@@ -92,7 +129,12 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
     }
 }
 
+fn temp_prefix(name: &str) -> String {
+    format!(".{name}.tmp.")
+}
+
 /// Write `data` to `path` atomically (temp file, fsync, rename, fsync dir).
+/// When any step fails the temporary file is removed.
 pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), CheckpointError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir).map_err(io(dir))?;
@@ -100,95 +142,57 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), CheckpointError> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp.{}", std::process::id()));
-    let mut f = fs::File::create(&tmp).map_err(io(&tmp))?;
-    f.write_all(data).map_err(io(&tmp))?;
-    f.sync_all().map_err(io(&tmp))?;
-    drop(f);
-    fs::rename(&tmp, path).map_err(io(path))?;
+    let tmp = dir.join(format!("{}{}", temp_prefix(&name), std::process::id()));
+    let written = (|| {
+        let mut f = fs::File::create(&tmp).map_err(io(&tmp))?;
+        f.write_all(data).map_err(io(&tmp))?;
+        f.sync_all().map_err(io(&tmp))?;
+        drop(f);
+        fs::rename(&tmp, path).map_err(io(path))
+    })();
+    if let Err(e) = written {
+        if let Err(rm) = fs::remove_file(&tmp) {
+            if rm.kind() != std::io::ErrorKind::NotFound {
+                tracing::warn!(path = %tmp.display(), error = %rm, "cannot remove a temporary state file");
+            }
+        }
+        return Err(e);
+    }
     fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(io(dir))?;
     Ok(())
 }
 
-/// Restore the state of a one-shot command (`admit --state-dir`, `run`) from
-/// the same [`STATE_FILE`] the daemon uses; what the machine no longer has is
-/// logged and returned in [`Restored::issues`]. Take the
-/// [`crate::state_lock::StateLock`] first.
-pub fn restore(
-    dir: &Path,
-    admitter: &mut Admitter,
-    machine: &Machine,
-) -> Result<Restored, CheckpointError> {
-    let restored = restore_state(dir, admitter, machine, &boot_id())?;
-    for issue in &restored.issues {
-        tracing::warn!(state_dir = %dir.display(), %issue, "restored state names something this machine lacks");
+/// Remove temporary files a killed writer left in `dir` (call with the
+/// state lock held: no other writer is running).
+pub fn remove_stale_temps(dir: &Path) {
+    let prefix = temp_prefix(STATE_FILE);
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.filter_map(Result::ok) {
+        if e.file_name().to_string_lossy().starts_with(&prefix) {
+            match fs::remove_file(e.path()) {
+                Ok(()) => {
+                    tracing::info!(path = %e.path().display(), "stale temporary state file removed")
+                }
+                Err(err) => {
+                    tracing::warn!(path = %e.path().display(), error = %err, "cannot remove a stale temporary state file")
+                }
+            }
+        }
     }
-    Ok(restored)
 }
 
-/// Save after a one-shot command, keeping the daemon's cgroup attachments.
-pub fn save(
-    dir: &Path,
-    admitter: &Admitter,
-    attachments: &Attachments,
-) -> Result<(), CheckpointError> {
-    save_state(dir, admitter, attachments, &boot_id())
-}
-
-/// Restore one provider (`topomgr provider NAME ... --state-dir`) from its
-/// part of [`STATE_FILE`], if the file has one.
-pub fn restore_provider(
-    dir: &Path,
-    provider: &mut dyn crate::provider::HintProvider,
-) -> Result<(), CheckpointError> {
-    let path = dir.join(STATE_FILE);
-    let Some((_, mut body)) = read_state(&path)? else {
-        return Ok(());
-    };
-    let Some(hex) = body.providers.remove(provider.name()) else {
-        return Ok(());
-    };
-    let bytes = from_hex(&hex).ok_or_else(|| CheckpointError::Corrupt {
-        path: path.clone(),
-        reason: format!("provider {:?}: state is not hex", provider.name()),
-    })?;
-    provider
-        .restore(&bytes)
-        .map_err(|e| CheckpointError::Provider {
-            provider: provider.name().to_string(),
-            message: e.to_string(),
-            path,
-        })
-}
-
-/// Save one provider's state into [`STATE_FILE`], keeping everything else
-/// the file holds (pods, other providers, attachments).
-pub fn save_provider(
-    dir: &Path,
-    provider: &dyn crate::provider::HintProvider,
-) -> Result<(), CheckpointError> {
-    let path = dir.join(STATE_FILE);
-    let mut body = read_state(&path)?.map(|(_, b)| b).unwrap_or_default();
-    let bytes = provider
-        .checkpoint()
-        .map_err(|e| CheckpointError::Provider {
-            provider: provider.name().to_string(),
-            message: e.to_string(),
-            path: path.clone(),
-        })?;
-    body.providers
-        .insert(provider.name().to_string(), to_hex(&bytes));
-    write_atomic(&path, &encode(&body, &boot_id())?)
-}
-
-/// File name of the daemon's single-file state in its state directory.
+/// File name of the snapshot in a state directory.
 pub const STATE_FILE: &str = "state.ckpt";
 /// The `format` field of the state envelope.
 pub const STATE_FORMAT: &str = "topomgr-state";
-/// The envelope version this build writes and reads.
-pub const STATE_VERSION: u32 = 1;
+/// The envelope version this build writes.
+pub const STATE_VERSION: u32 = 2;
+/// The oldest envelope version this build reads.
+pub const OLDEST_STATE_VERSION: u32 = 1;
 /// Where Linux publishes the id of the current boot.
 pub const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 
@@ -202,18 +206,24 @@ struct Header {
     length: u64,
 }
 
-#[derive(Debug, Default, Serialize, Deserialize)]
+/// What a snapshot holds (and what recovery rebuilds from the snapshot and
+/// the journal before it is installed).
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Body {
-    pods: BTreeMap<String, AdmitResult>,
-    providers: BTreeMap<String, String>,
+pub(crate) struct Body {
+    pub(crate) pods: BTreeMap<String, AdmitResult>,
+    /// Provider name -> hex of its checkpoint bytes.
+    pub(crate) providers: BTreeMap<String, String>,
     #[serde(default)]
-    attachments: Attachments,
+    pub(crate) attachments: Attachments,
+    #[serde(default)]
+    pub(crate) owners: BTreeMap<String, Owner>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub(crate) pending_releases: BTreeMap<String, PendingReleases>,
+    /// The journal generation that continues this snapshot.
+    #[serde(default)]
+    pub(crate) generation: u64,
 }
-
-/// Containers attached to cgroups: pod uid -> container -> cgroup path
-/// (relative to the cgroup root).
-pub type Attachments = BTreeMap<String, BTreeMap<String, String>>;
 
 /// The id of the running boot (`/proc/sys/kernel/random/boot_id`), or
 /// `"unknown"` where the kernel does not publish one.
@@ -225,7 +235,7 @@ pub fn boot_id() -> String {
         .unwrap_or_else(|| "unknown".to_owned())
 }
 
-fn to_hex(bytes: &[u8]) -> String {
+pub(crate) fn to_hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
@@ -246,35 +256,67 @@ fn from_hex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
+pub(crate) fn provider_bytes(
+    path: &Path,
+    provider: &str,
+    hex: &str,
+) -> Result<Vec<u8>, CheckpointError> {
+    from_hex(hex).ok_or_else(|| CheckpointError::Corrupt {
+        path: path.to_path_buf(),
+        reason: format!("provider {provider:?}: state is not hex"),
+    })
+}
+
 fn sha256_hex(data: &[u8]) -> String {
     to_hex(&Sha256::digest(data))
 }
 
-/// Serialize the admitted pods and every provider's state into one envelope.
-pub fn encode_state(
+/// One provider's part of the state: its checkpoint bytes, and the
+/// releases it has not seen when it is held or not configured.
+pub(crate) fn provider_part(
+    name: &str,
+    state: ProviderState<'_>,
+) -> Result<(Vec<u8>, PendingReleases), CheckpointError> {
+    match state {
+        ProviderState::Live(p) => {
+            let bytes = p.checkpoint().map_err(|e| CheckpointError::Provider {
+                provider: name.to_string(),
+                message: e.to_string(),
+                path: PathBuf::from(STATE_FILE),
+            })?;
+            Ok((bytes, Vec::new()))
+        }
+        ProviderState::Held(h) => Ok((h.saved.clone(), h.pending_releases.clone())),
+    }
+}
+
+/// The whole state as a snapshot body (journal `generation`).
+pub(crate) fn body_of(
     admitter: &Admitter,
-    attachments: &Attachments,
-    boot_id: &str,
-) -> Result<Vec<u8>, CheckpointError> {
+    records: &Records,
+    generation: u64,
+) -> Result<Body, CheckpointError> {
     let mut body = Body {
         pods: admitter.pods().clone(),
         providers: BTreeMap::new(),
-        attachments: attachments.clone(),
+        attachments: records.attachments.clone(),
+        owners: records.owners.clone(),
+        pending_releases: BTreeMap::new(),
+        generation,
     };
-    for p in admitter.providers() {
-        let bytes = p.checkpoint().map_err(|e| CheckpointError::Provider {
-            provider: p.name().to_string(),
-            message: e.to_string(),
-            path: PathBuf::from(STATE_FILE),
-        })?;
-        body.providers.insert(p.name().to_string(), to_hex(&bytes));
+    for (name, state) in admitter.provider_states() {
+        let (bytes, pending) = provider_part(name, state)?;
+        if !pending.is_empty() {
+            body.pending_releases.insert(name.to_string(), pending);
+        }
+        body.providers.insert(name.to_string(), to_hex(&bytes));
     }
-    encode(&body, boot_id)
+    Ok(body)
 }
 
 /// The envelope: a header line (format, version, boot id, SHA-256, length)
 /// and the JSON body.
-fn encode(body: &Body, boot_id: &str) -> Result<Vec<u8>, CheckpointError> {
+pub(crate) fn encode(body: &Body, boot_id: &str) -> Result<Vec<u8>, CheckpointError> {
     let body = serde_json::to_vec(body).map_err(|e| CheckpointError::Corrupt {
         path: PathBuf::from(STATE_FILE),
         reason: format!("cannot serialize the state: {e}"),
@@ -295,94 +337,43 @@ fn encode(body: &Body, boot_id: &str) -> Result<Vec<u8>, CheckpointError> {
     Ok(out)
 }
 
-/// Write the daemon's state file ([`STATE_FILE`] in `dir`) atomically.
-pub fn save_state(
-    dir: &Path,
-    admitter: &Admitter,
-    attachments: &Attachments,
-    boot_id: &str,
-) -> Result<(), CheckpointError> {
-    let bytes = encode_state(admitter, attachments, boot_id)?;
-    write_atomic(&dir.join(STATE_FILE), &bytes)
-}
-
-/// Something in restored state that the machine or the config no longer has.
+/// Something in restored state that the machine or the config no longer
+/// has, or that breaks the ledger's invariant: kept and reported.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RestoreIssue {
-    /// CPUs allocated to a container are not online on this machine.
-    VanishedCpus {
-        /// Pod uid.
-        pod: String,
-        /// Container name.
-        container: String,
-        /// The missing CPUs.
-        cpus: CpuSet,
-    },
-    /// NUMA nodes of a container's `mems` do not exist on this machine.
-    VanishedNumaNodes {
-        /// Pod uid.
-        pod: String,
-        /// Container name.
-        container: String,
-        /// The missing nodes.
-        nodes: NumaMask,
-    },
-    /// PCI devices allocated to a container are not on this machine.
-    VanishedDevices {
-        /// Pod uid.
-        pod: String,
-        /// Container name.
-        container: String,
-        /// Resource name.
-        resource: String,
-        /// The missing PCI addresses.
-        ids: Vec<String>,
-    },
+    /// What the ledger found (vanished CPUs, nodes, devices; double holds).
+    Ledger(Finding),
     /// The state holds a provider that is not configured now.
     MissingProvider {
         /// Provider name.
         provider: String,
+    },
+    /// A configured provider refused its saved state and is held.
+    ProviderHeld {
+        /// Provider name.
+        provider: String,
+        /// Its refusal.
+        reason: String,
     },
 }
 
 impl fmt::Display for RestoreIssue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            RestoreIssue::VanishedCpus {
-                pod,
-                container,
-                cpus,
-            } => write!(
-                f,
-                "pod {pod:?} container {container:?}: CPUs {cpus} are allocated but not online on this machine"
-            ),
-            RestoreIssue::VanishedNumaNodes {
-                pod,
-                container,
-                nodes,
-            } => write!(
-                f,
-                "pod {pod:?} container {container:?}: NUMA nodes {nodes} are allocated but not present on this machine"
-            ),
-            RestoreIssue::VanishedDevices {
-                pod,
-                container,
-                resource,
-                ids,
-            } => write!(
-                f,
-                "pod {pod:?} container {container:?}: {resource} devices {} are allocated but not present on this machine",
-                ids.join(",")
-            ),
+            RestoreIssue::Ledger(finding) => finding.fmt(f),
             RestoreIssue::MissingProvider { provider } => write!(
                 f,
-                "the state holds assignments of provider {provider:?}, which is not configured; they are kept in the pod table but no provider enforces them"
+                "the state holds assignments of provider {provider:?}, which is not configured; its state is kept unchanged (and the releases it misses are remembered) but nothing enforces it"
+            ),
+            RestoreIssue::ProviderHeld { provider, reason } => write!(
+                f,
+                "provider {provider:?} refused its saved state ({reason}); it is held: its state is kept unchanged, admitted pods are kept and can be released, new admissions are refused until topomgr starts where that state can be restored"
             ),
         }
     }
 }
 
-/// What [`restore_state`] found.
+/// What restoring a state found ([`crate::store::Store::open`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Restored {
     /// Whether a state file existed.
@@ -395,80 +386,36 @@ pub struct Restored {
     pub pods: usize,
     /// What the machine or config no longer has (kept, reported).
     pub issues: Vec<RestoreIssue>,
-    /// The containers' cgroup attachments.
-    pub attachments: Attachments,
+    /// The host's records (attachments, owners).
+    pub records: Records,
+    /// Releases replayed into providers that missed them (the state changed:
+    /// save it).
+    pub replayed: usize,
 }
 
-fn is_pci_address(id: &str) -> bool {
-    let b = id.as_bytes();
-    b.len() == 12
-        && b.iter().enumerate().all(|(i, c)| match i {
-            4 | 7 => *c == b':',
-            10 => *c == b'.',
-            _ => c.is_ascii_hexdigit(),
-        })
-}
-
-/// Check restored pods against the machine: every allocated CPU online,
-/// every NUMA node present, every PCI-address device id present.
-pub fn check_against_machine(
-    pods: &BTreeMap<String, AdmitResult>,
-    machine: &Machine,
-) -> Vec<RestoreIssue> {
-    let online = machine.online_cpus();
-    let nodes = machine.numa_mask();
-    let pci: BTreeSet<&str> = machine
-        .pci_devices
-        .iter()
-        .map(|d| d.address.as_str())
-        .collect();
-    let mut issues = Vec::new();
-    for (uid, r) in pods {
-        for c in &r.containers {
-            let a = &c.allocation;
-            let gone = a.cpus.difference(&online);
-            if !gone.is_empty() {
-                issues.push(RestoreIssue::VanishedCpus {
-                    pod: uid.clone(),
-                    container: c.name.clone(),
-                    cpus: gone,
-                });
-            }
-            let gone = a.mems.and_not(nodes);
-            if !gone.is_empty() {
-                issues.push(RestoreIssue::VanishedNumaNodes {
-                    pod: uid.clone(),
-                    container: c.name.clone(),
-                    nodes: gone,
-                });
-            }
-            for (resource, ids) in &a.devices {
-                let gone: Vec<String> = ids
-                    .iter()
-                    .filter(|id| is_pci_address(id) && !pci.contains(id.as_str()))
-                    .cloned()
-                    .collect();
-                if !gone.is_empty() {
-                    issues.push(RestoreIssue::VanishedDevices {
-                        pod: uid.clone(),
-                        container: c.name.clone(),
-                        resource: resource.clone(),
-                        ids: gone,
-                    });
-                }
-            }
+/// Read and verify the snapshot `path`: its boot id and body, and its size;
+/// `None` when the file is absent.
+pub(crate) fn read_snapshot(path: &Path) -> Result<Option<(String, Body, u64)>, CheckpointError> {
+    match read_file(path)? {
+        Some(bytes) => {
+            let (header, body) = decode(path, &bytes)?;
+            Ok(Some((header.boot_id, body, bytes.len() as u64)))
         }
+        None => Ok(None),
     }
-    issues
 }
 
-/// Read and verify the envelope of `path`; `None` when the file is absent.
-fn read_state(path: &Path) -> Result<Option<(Header, Body)>, CheckpointError> {
-    let bytes = match fs::read(path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io(path)(e)),
-    };
+/// The bytes of `path`; `None` when it is absent.
+fn read_file(path: &Path) -> Result<Option<Vec<u8>>, CheckpointError> {
+    match fs::read(path) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io(path)(e)),
+    }
+}
+
+/// Verify and parse an envelope read from `path`.
+fn decode(path: &Path, bytes: &[u8]) -> Result<(Header, Body), CheckpointError> {
     let damaged = |reason: String| CheckpointError::Damaged {
         path: path.to_path_buf(),
         reason,
@@ -488,11 +435,11 @@ fn read_state(path: &Path) -> Result<Option<(Header, Body)>, CheckpointError> {
             ),
         });
     }
-    if header.version != STATE_VERSION {
+    if !(OLDEST_STATE_VERSION..=STATE_VERSION).contains(&header.version) {
         return Err(CheckpointError::Unsupported {
             path: path.to_path_buf(),
             reason: format!(
-                "state version {} is not supported by this topomgr (it reads version {STATE_VERSION}); run the topomgr that wrote it",
+                "state version {} is not supported by this topomgr (it reads versions {OLDEST_STATE_VERSION} to {STATE_VERSION}); run the topomgr that wrote it",
                 header.version
             ),
         });
@@ -516,54 +463,126 @@ fn read_state(path: &Path) -> Result<Option<(Header, Body)>, CheckpointError> {
         path: path.to_path_buf(),
         reason: e.to_string(),
     })?;
-    Ok(Some((header, body)))
+    Ok((header, body))
 }
 
-/// Restore the daemon's state file from `dir` into `admitter`: verify the
-/// envelope, hand each provider its bytes, install the pod table, and check
-/// the pods against `machine`. Nothing is re-admitted or released.
-pub fn restore_state(
-    dir: &Path,
+/// Install a recovered state into `admitter`: refuse a configured provider
+/// without state while pods are admitted, hand each provider its bytes
+/// (holding those that refuse them, replaying the releases they missed),
+/// install the pod table and rebuild the ledger. Nothing is re-admitted or
+/// released. `path` names the state in errors; `saved_boot_id` is the boot
+/// the state was last written in.
+pub(crate) fn install(
+    path: &Path,
+    saved_boot_id: String,
+    mut body: Body,
     admitter: &mut Admitter,
-    machine: &Machine,
     current_boot_id: &str,
 ) -> Result<Restored, CheckpointError> {
-    let path = dir.join(STATE_FILE);
-    let Some((header, mut body)) = read_state(&path)? else {
-        return Ok(Restored::default());
-    };
-    for p in admitter.providers_mut() {
-        let Some(hex) = body.providers.remove(p.name()) else {
+    let path = path.to_path_buf();
+    if !body.pods.is_empty() {
+        if let Some(p) = admitter
+            .providers()
+            .iter()
+            .find(|p| !body.providers.contains_key(p.name()))
+        {
+            return Err(CheckpointError::MissingProviderState {
+                path,
+                provider: p.name().to_owned(),
+                pods: body.pods.len(),
+            });
+        }
+    }
+    admitter.forget_held();
+    let mut saved: Vec<(Option<Vec<u8>>, PendingReleases)> = Vec::new();
+    for p in admitter.providers() {
+        let bytes = match body.providers.remove(p.name()) {
+            Some(hex) => Some(provider_bytes(&path, p.name(), &hex)?),
+            None => None,
+        };
+        let pending = body.pending_releases.remove(p.name()).unwrap_or_default();
+        saved.push((bytes, pending));
+    }
+    let mut absent = Vec::new();
+    for (name, hex) in std::mem::take(&mut body.providers) {
+        let bytes = provider_bytes(&path, &name, &hex)?;
+        let pending = body.pending_releases.remove(&name).unwrap_or_default();
+        absent.push((name, bytes, pending));
+    }
+    let mut issues = Vec::new();
+    let mut replayed = 0;
+    let mut changed = Vec::new();
+    for (i, (bytes, pending)) in saved.into_iter().enumerate() {
+        let p = &mut admitter.providers_mut()[i];
+        // Without saved state (and so without pods) the provider starts empty.
+        let Some(bytes) = bytes else {
             continue;
         };
-        let bytes = from_hex(&hex).ok_or_else(|| CheckpointError::Corrupt {
-            path: path.clone(),
-            reason: format!("provider {:?}: state is not hex", p.name()),
-        })?;
-        p.restore(&bytes).map_err(|e| CheckpointError::Provider {
-            provider: p.name().to_string(),
-            message: e.to_string(),
-            path: path.clone(),
-        })?;
+        let restored = p.restore(&bytes);
+        match restored {
+            Ok(()) => {
+                replayed += pending.len();
+                if !pending.is_empty() {
+                    changed.push(p.name().to_owned());
+                }
+                for (uid, container) in &pending {
+                    if let Err(e) = p.release(uid, container) {
+                        tracing::warn!(provider = p.name(), pod = %uid, container = %container, error = %e, "replaying a release the provider missed failed");
+                    }
+                }
+            }
+            Err(e) => {
+                let name = p.name().to_owned();
+                tracing::warn!(provider = %name, error = %e, "provider refused its saved state; it is held");
+                issues.push(RestoreIssue::ProviderHeld {
+                    provider: name,
+                    reason: e.message.clone(),
+                });
+                admitter.hold_provider(
+                    i,
+                    HeldProvider {
+                        reason: e.message,
+                        saved: bytes,
+                        pending_releases: pending,
+                    },
+                );
+            }
+        }
     }
-    let mut issues: Vec<RestoreIssue> = body
-        .providers
-        .into_keys()
-        .map(|provider| RestoreIssue::MissingProvider { provider })
-        .collect();
-    issues.extend(check_against_machine(&body.pods, machine));
-    let restored = Restored {
+    admitter.keep_changed(&changed);
+    for (name, bytes, pending) in absent {
+        issues.push(RestoreIssue::MissingProvider {
+            provider: name.clone(),
+        });
+        admitter.keep_absent(
+            &name,
+            HeldProvider {
+                reason: "not configured".to_owned(),
+                saved: bytes,
+                pending_releases: pending,
+            },
+        );
+    }
+    let pods = body.pods.len();
+    issues.extend(
+        admitter
+            .set_pods(body.pods)
+            .into_iter()
+            .map(RestoreIssue::Ledger),
+    );
+    Ok(Restored {
         found: true,
-        rebooted: header.boot_id != current_boot_id,
-        saved_boot_id: Some(header.boot_id),
-        pods: body.pods.len(),
+        rebooted: saved_boot_id != current_boot_id,
+        saved_boot_id: Some(saved_boot_id),
+        pods,
         issues,
-        attachments: body.attachments,
-    };
-    admitter.set_pods(body.pods);
-    Ok(restored)
+        records: Records {
+            attachments: body.attachments,
+            owners: body.owners,
+        },
+        replayed,
+    })
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -584,18 +603,46 @@ mod tests {
     }
 
     use topomgr_sdk::testkit;
-    use topomgr_sdk::{Allocation, TopologyHint};
+    use topomgr_sdk::{Allocation, CpuSet, NumaMask, TopologyHint};
 
     use crate::policy::{NumaInfo, Policy, Scope};
+    use topomgr_sdk::Machine;
+
+    /// The snapshot alone (no journal), as `Store` writes it at compaction.
+    fn save_state(
+        dir: &Path,
+        a: &Admitter,
+        records: &Records,
+        boot: &str,
+    ) -> Result<(), CheckpointError> {
+        write_atomic(
+            &dir.join(STATE_FILE),
+            &encode(&body_of(a, records, 0)?, boot)?,
+        )
+    }
+
+    fn restore_state(
+        dir: &Path,
+        a: &mut Admitter,
+        _machine: &Machine,
+        boot: &str,
+    ) -> Result<Restored, CheckpointError> {
+        let path = dir.join(STATE_FILE);
+        match read_snapshot(&path)? {
+            Some((saved, body, _)) => install(&path, saved, body, a, boot),
+            None => Ok(Restored::default()),
+        }
+    }
 
     fn admitter(machine: &Machine) -> Admitter {
         let numa = NumaInfo::from_machine(machine).unwrap();
         let policy = Policy::new("best-effort", &BTreeMap::new(), numa).unwrap();
-        Admitter::new(policy, Scope::Container, Vec::new())
+        Admitter::new(machine, policy, Scope::Container, Vec::new())
     }
 
     fn pod_result(uid: &str, cpus: &str, mems: &str, devices: &[&str]) -> AdmitResult {
-        let pod = testkit::guaranteed_pod(uid, &[("cpu", 2000)]);
+        let mut pod = testkit::guaranteed_pod(uid, &[("cpu", 2000)]);
+        pod.uid = uid.to_owned();
         let mut allocation = Allocation::default()
             .with_cpus(CpuSet::parse(cpus).unwrap(), true)
             .with_mems(NumaMask::parse_list(mems).unwrap());
@@ -647,11 +694,21 @@ mod tests {
             pod_result("p2", "2,7-9", "0,2", &["0000:3b:00.1", "nic-7"]),
         );
         a.set_pods(pods.clone());
-        let mut att = Attachments::new();
-        att.entry("p1".to_owned())
+        let mut records = Records::default();
+        records
+            .attachments
+            .entry("p1".to_owned())
             .or_default()
             .insert("app".to_owned(), "kubepods/p1/app".to_owned());
-        save_state(&dir, &a, &att, "boot-a").unwrap();
+        records.owners.insert(
+            "p1".to_owned(),
+            Owner {
+                pid: 7,
+                start_time: 99,
+                boot_id: "boot-a".to_owned(),
+            },
+        );
+        save_state(&dir, &a, &records, "boot-a").unwrap();
 
         let mut b = admitter(&machine);
         let r = restore_state(&dir, &mut b, &machine, "boot-b").unwrap();
@@ -663,24 +720,40 @@ mod tests {
                 saved_boot_id: Some("boot-a".to_owned()),
                 rebooted: true,
                 pods: 2,
-                attachments: att,
+                records,
+                replayed: 0,
                 issues: vec![
-                    RestoreIssue::VanishedCpus {
+                    RestoreIssue::Ledger(Finding::VanishedCpus {
                         pod: "p2".to_owned(),
                         container: "app".to_owned(),
                         cpus: CpuSet::parse("7-9").unwrap(),
-                    },
-                    RestoreIssue::VanishedNumaNodes {
+                    }),
+                    RestoreIssue::Ledger(Finding::VanishedNumaNodes {
                         pod: "p2".to_owned(),
                         container: "app".to_owned(),
                         nodes: NumaMask::parse_list("2").unwrap(),
-                    },
-                    RestoreIssue::VanishedDevices {
+                    }),
+                    RestoreIssue::Ledger(Finding::VanishedDevices {
                         pod: "p2".to_owned(),
                         container: "app".to_owned(),
                         resource: "example.com/nic".to_owned(),
                         ids: vec!["0000:3b:00.1".to_owned()],
-                    },
+                    }),
+                    RestoreIssue::Ledger(Finding::Conflict {
+                        what: "CPUs 2".to_owned(),
+                        holders: vec![
+                            crate::ledger::Holder {
+                                pod: "p1".to_owned(),
+                                label: "default/p1".to_owned(),
+                                container: "app".to_owned(),
+                            },
+                            crate::ledger::Holder {
+                                pod: "p2".to_owned(),
+                                label: "default/p2".to_owned(),
+                                container: "app".to_owned(),
+                            },
+                        ],
+                    }),
                 ],
             }
         );
@@ -703,7 +776,7 @@ mod tests {
         let mut pods = BTreeMap::new();
         pods.insert("p1".to_owned(), pod_result("p1", "1", "0", &[]));
         a.set_pods(pods);
-        save_state(&dir, &a, &Attachments::new(), "boot").unwrap();
+        save_state(&dir, &a, &Records::default(), "boot").unwrap();
         let path = dir.join(STATE_FILE);
         let good = fs::read(&path).unwrap();
 
@@ -738,13 +811,13 @@ mod tests {
         let newer =
             String::from_utf8(good.clone())
                 .unwrap()
-                .replacen("\"version\":1", "\"version\":7", 1);
+                .replacen("\"version\":2", "\"version\":7", 1);
         fs::write(&path, newer).unwrap();
         let err = restore_state(&dir, &mut admitter(&machine), &machine, "boot").unwrap_err();
         assert_eq!(
             err.to_string(),
             format!(
-                "{}: state version 7 is not supported by this topomgr (it reads version 1); run the topomgr that wrote it",
+                "{}: state version 7 is not supported by this topomgr (it reads versions 1 to 2); run the topomgr that wrote it",
                 path.display()
             )
         );

@@ -325,3 +325,221 @@ fn compact_hints_on_the_recorded_64_node_machine() {
     );
     assert_eq!(affinities(&out["pods"][0]), ["init=[5]", "app=[5]"]);
 }
+
+fn single_pod(uid: &str, name: &str) -> String {
+    format!(
+        "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, uid: {uid}}}\nspec:\n  containers:\n    - name: app\n      resources: {{limits: {{cpu: \"1\", memory: 1Gi}}}}\n"
+    )
+}
+
+/// `topomgr admit --state-dir <dir>/state` of `pods` with one mock provider
+/// scripted by `mock`: the config dir and the admission JSON of each pod.
+fn admit_with_mock(tag: &str, mock: &str, pods: &[(&str, &str)]) -> (PathBuf, Vec<Value>) {
+    let dir = config_dir(tag, "best-effort", "container", &[("mock", mock)]);
+    let yaml: String = pods
+        .iter()
+        .map(|(uid, name)| single_pod(uid, name))
+        .collect();
+    pod_file(&dir, &yaml);
+    let state = dir.join("state");
+    let out = admit(
+        &dir,
+        &["--state-dir", &state.to_string_lossy()],
+        &example_machine(),
+    );
+    (dir, out["pods"].as_array().unwrap().clone())
+}
+
+/// A provider that hands the same CPUs or devices to every pod is refused
+/// by the host's ledger, as is one that names CPUs the machine lacks; the
+/// refused pod holds nothing afterwards.
+#[test]
+fn the_ledger_refuses_what_is_held_or_missing() {
+    let two = [("uid-1", "first"), ("uid-2", "second")];
+    let (dir, out) = admit_with_mock(
+        "e2e-ledger",
+        r#"allocation = { cpus = "1-15", exclusive = true, devices = { "example.com/foo" = ["foo-0"] } }"#,
+        &two,
+    );
+    assert_eq!(out[0]["admitted"], true);
+    assert_eq!(out[1]["admitted"], false);
+    assert_eq!(out[1]["reason"], "UnexpectedAdmissionError");
+    assert_eq!(
+        out[1]["message"],
+        "provider \"mock\" gave pod default/second container \"app\" CPUs 1-15 exclusively, but CPUs 1-15 are held by pod default/first (uid uid-1) container \"app\""
+    );
+    // The refused allocation was given back to the provider.
+    assert_eq!(
+        mock_calls(&dir.join("state"), "mock"),
+        [
+            "allocate uid-1 app",
+            "allocate uid-2 app",
+            "release uid-2 app"
+        ]
+    );
+    // Shared CPUs are fine, the device is not.
+    let (_, out) = admit_with_mock(
+        "e2e-ledger-dev",
+        r#"allocation = { cpus = "0-15", devices = { "example.com/foo" = ["foo-0"] } }"#,
+        &two,
+    );
+    assert_eq!(out[0]["admitted"], true);
+    assert_eq!(
+        out[1]["message"],
+        "provider \"mock\" gave pod default/second container \"app\" example.com/foo device foo-0, but it is held by pod default/first (uid uid-1) container \"app\""
+    );
+    // CPUs and memory nodes the machine does not have.
+    let (_, out) = admit_with_mock(
+        "e2e-ledger-machine",
+        r#"allocation = { cpus = "0-1000", exclusive = true }"#,
+        &two[..1],
+    );
+    assert_eq!(
+        out[0]["message"],
+        "provider \"mock\" gave pod default/first container \"app\" CPUs 16-1000, which are not online CPUs of this machine (online: 0-15)"
+    );
+    let (_, out) = admit_with_mock("e2e-ledger-mems", "allocation = { mems = [5] }", &two[..1]);
+    assert_eq!(
+        out[0]["message"],
+        "provider \"mock\" gave pod default/first container \"app\" memory on NUMA node(s) 5, which this machine does not have (its nodes: 0-3)"
+    );
+}
+
+#[test]
+fn two_providers_contradicting_an_environment_variable_are_refused() {
+    let dir = config_dir(
+        "e2e-env",
+        "best-effort",
+        "container",
+        &[
+            ("gpu", r#"allocation = { env = { VISIBLE = "0" } }"#),
+            ("nic", r#"allocation = { env = { VISIBLE = "1" } }"#),
+        ],
+    );
+    pod_file(&dir, &single_pod("uid-1", "first"));
+    let out = admit(&dir, &[], &example_machine());
+    let pod = &out["pods"][0];
+    assert_eq!(pod["reason"], "UnexpectedAdmissionError");
+    assert_eq!(
+        pod["message"],
+        "providers \"gpu\" and \"nic\" set environment variable \"VISIBLE\" of container \"app\" to different values (\"0\" and \"1\"); topomgr refuses contradicting environments"
+    );
+}
+
+/// The CLI calls providers with the daemon's deadline.
+#[test]
+fn the_cli_honours_the_provider_deadline() {
+    let dir = config_dir(
+        "e2e-deadline",
+        "best-effort",
+        "container",
+        &[("mock", "sleep_ms = 60000")],
+    );
+    let toml = dir.join("topomgr.toml");
+    let mut text = std::fs::read_to_string(&toml).unwrap();
+    text.push_str("[daemon]\nprovider_timeout_ms = 100\n");
+    std::fs::write(&toml, text).unwrap();
+    pod_file(&dir, &single_pod("uid-1", "first"));
+    let out = admit(&dir, &[], &example_machine());
+    let pod = &out["pods"][0];
+    assert_eq!(pod["reason"], "ProviderTimeout");
+    assert_eq!(
+        pod["message"],
+        "provider \"mock\" failed to give hints: provider \"mock\" did not answer topology_hints within 100 ms; it is not called again until that call returns"
+    );
+}
+
+fn many_containers(uid: &str, n: usize) -> String {
+    let mut yaml = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: many, uid: {uid}}}\nspec:\n  containers:\n"
+    );
+    for i in 0..n {
+        yaml.push_str(&format!(
+            "    - name: c{i}\n      resources: {{limits: {{cpu: 10m, memory: 1Mi}}}}\n"
+        ));
+    }
+    yaml
+}
+
+/// 1,000 containers are admitted (the time is printed, not asserted: see
+/// BENCHMARKS.md); more than the documented cap are refused up front.
+#[test]
+fn many_containers_are_admitted_and_the_cap_is_enforced() {
+    let dir = config_dir(
+        "e2e-many",
+        "best-effort",
+        "container",
+        &[("mocka", ""), ("mockb", "")],
+    );
+    pod_file(&dir, &many_containers("many-1", 1000));
+    let start = Instant::now();
+    let out = admit(&dir, &[], &example_machine());
+    eprintln!(
+        "1000-container pod through two mock providers: whole `topomgr admit` run took {:?}",
+        start.elapsed()
+    );
+    assert_eq!(out["pods"][0]["admitted"], true);
+    assert_eq!(out["pods"][0]["containers"].as_array().unwrap().len(), 1000);
+    pod_file(&dir, &many_containers("many-2", 1025));
+    let out = admit(&dir, &[], &example_machine());
+    assert_eq!(out["pods"][0]["reason"], "TooManyContainers");
+    assert_eq!(
+        out["pods"][0]["message"],
+        "pod default/many has 1025 containers (init and app); topomgr admits at most 1024 per pod"
+    );
+}
+
+/// `topomgr topology | head -c 10`: a closed stdout ends quietly.
+#[test]
+fn a_closed_stdout_ends_quietly() {
+    let dir = config_dir("e2e-pipe", "best-effort", "container", &[]);
+    let mut child = Command::new(common::topomgr_bin())
+        .arg("--config")
+        .arg(dir.join("topomgr.toml"))
+        .args(["topology", "--sysfs-root"])
+        .arg(example_machine())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    use std::os::unix::process::ExitStatusExt as _;
+    assert!(
+        out.status.code() == Some(0) || out.status.signal() == Some(13),
+        "{:?}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stderr), "");
+}
+
+/// Control characters from manifests or providers are shown escaped in tables.
+#[test]
+fn tables_escape_control_characters() {
+    let dir = config_dir(
+        "e2e-escape",
+        "best-effort",
+        "container",
+        &[("mock", "fail_allocate = \"bad \\u001b[31mred\\u001b[0m\"")],
+    );
+    pod_file(
+        &dir,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: \"evil\\e[2J\", uid: uid-e}\nspec:\n  containers:\n    - name: app\n      resources: {limits: {cpu: \"1\", memory: 1Gi}}\n",
+    );
+    let (code, table, stderr) = common::topomgr(
+        &dir,
+        &[
+            "admit",
+            "--output",
+            "table",
+            "--sysfs-root",
+            &example_machine().to_string_lossy(),
+            &dir.join("pods.yaml").to_string_lossy(),
+        ],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert!(!table.contains('\u{1b}'), "{table:?}");
+    assert!(table.contains("default/evil\\u{1b}[2J"), "{table}");
+    assert!(table.contains("bad \\u{1b}[31mred\\u{1b}[0m"), "{table}");
+}

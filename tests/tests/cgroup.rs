@@ -8,9 +8,17 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use topomgr::cgroup::pool::{apply_shared_pool, PoolMember};
+use std::collections::BTreeMap;
+
+use topomgr::admission::Admitter;
 use topomgr::cgroup::{CgroupManager, CgroupPath, CgroupVersion, Cpuset};
-use topomgr_sdk::{CpuSet, NumaMask};
+use topomgr::node_state::{NodeState, Records};
+use topomgr::policy::{NumaInfo, Policy, Scope};
+use topomgr::provider::HintProvider;
+use topomgr_sdk::{
+    testkit, Allocation, ContainerView, CpuSet, NumaMask, PodView, ProviderError, ProviderHints,
+    TopologyHint,
+};
 
 fn cpus(s: &str) -> CpuSet {
     CpuSet::parse(s).unwrap()
@@ -271,42 +279,130 @@ fn symlink_escapes_are_refused() {
     );
 }
 
+/// A provider that gives each pod (by uid) a scripted allocation.
+struct Scripted(BTreeMap<String, Allocation>);
+
+impl HintProvider for Scripted {
+    fn name(&self) -> &str {
+        "scripted"
+    }
+    fn topology_hints(
+        &mut self,
+        _: &PodView,
+        _: &ContainerView,
+    ) -> Result<ProviderHints, ProviderError> {
+        Ok(None)
+    }
+    fn pod_topology_hints(&mut self, _: &PodView) -> Result<ProviderHints, ProviderError> {
+        Ok(None)
+    }
+    fn allocate(
+        &mut self,
+        pod: &PodView,
+        _: &ContainerView,
+        _: &TopologyHint,
+    ) -> Result<Allocation, ProviderError> {
+        Ok(self.0.get(&pod.uid).cloned().unwrap_or_default())
+    }
+    fn release(&mut self, _: &str, _: &str) -> Result<(), ProviderError> {
+        Ok(())
+    }
+    fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
+        Ok(Vec::new())
+    }
+    fn restore(&mut self, _: &[u8]) -> Result<(), ProviderError> {
+        Ok(())
+    }
+}
+
+fn pod(uid: &str) -> PodView {
+    let mut p = testkit::guaranteed_pod(uid, &[("cpu", 1000)]);
+    p.uid = uid.to_owned();
+    p
+}
+
+/// The shared pool through [`NodeState`]: an exclusive admission takes its
+/// CPUs out of every attached shared-pool cgroup before it returns; a
+/// release gives them back only at `settle_pool` (after the caller saved);
+/// an admission that would leave shared containers no CPU is refused with
+/// nothing written.
 #[test]
 fn shared_pool_follows_exclusive_assignments() {
     let (dir, root) = v1_tree("cg-pool");
+    let excl = |c: &str| Allocation::default().with_cpus(cpus(c), true);
+    let shared = Allocation::default().with_cpus(cpus("0-3"), false);
+    let script = BTreeMap::from([
+        ("a".to_owned(), excl("1-2")),
+        ("b".to_owned(), shared.clone()),
+        ("c".to_owned(), shared),
+        ("d".to_owned(), excl("0,3")),
+    ]);
+    let machine = testkit::machine(1, 4);
+    let policy = Policy::new(
+        "none",
+        &BTreeMap::new(),
+        NumaInfo::from_machine(&machine).unwrap(),
+    )
+    .unwrap();
+    let admitter = Admitter::new(
+        &machine,
+        policy,
+        Scope::Container,
+        vec![Box::new(Scripted(script))],
+    );
+    let mut node = NodeState::new(admitter, Records::default(), &dir, "boot");
     let mgr = CgroupManager::detect(&dir).unwrap();
-    let online = cpus("0-3");
-    let mut members = Vec::new();
-    for (name, exclusive, set) in [("a", true, "1-2"), ("b", false, "0-3"), ("c", false, "0-3")] {
-        let p = path(&format!("topomgr/{name}/main"));
-        let cg = mgr.create(&p).unwrap();
-        mgr.set_cpuset(&cg, &cpus(set), &mems("0")).unwrap();
-        members.push(PoolMember {
-            path: p,
-            exclusive,
-            cpus: cpus(set),
-        });
+    for uid in ["b", "c"] {
+        assert!(node.admit(&pod(uid)).admitted);
+        let p = format!("topomgr/{uid}/main");
+        mgr.create(&path(&p)).unwrap();
+        let a = node.attach(uid, "app", &p).unwrap();
+        assert_eq!(
+            (a.cpus.to_string(), a.mems.to_string()),
+            ("0-3".into(), "0".into())
+        );
     }
-    let pool = apply_shared_pool(&mgr, &online, &members).unwrap();
-    assert_eq!(pool.to_string(), "0,3");
+    assert!(node.admit(&pod("a")).admitted);
+    for uid in ["b", "c"] {
+        assert_eq!(
+            read(&root.join(format!("topomgr/{uid}/main/cpuset.cpus"))),
+            "0,3"
+        );
+    }
+    mgr.create(&path("topomgr/a/main")).unwrap();
+    assert_eq!(
+        node.attach("a", "app", "topomgr/a/main")
+            .unwrap()
+            .cpus
+            .to_string(),
+        "1-2"
+    );
     assert_eq!(read(&root.join("topomgr/a/main/cpuset.cpus")), "1-2");
+
+    // Released, but the pool grows only once the caller made that durable.
+    node.release("a").unwrap();
     assert_eq!(read(&root.join("topomgr/b/main/cpuset.cpus")), "0,3");
+    node.settle_pool();
+    assert_eq!(read(&root.join("topomgr/b/main/cpuset.cpus")), "0-3");
+
+    // With "a" back, "d" would leave the shared containers no CPU.
+    assert!(node.admit(&pod("a")).admitted);
+    let r = node.admit(&pod("d"));
+    assert_eq!(r.reason.as_deref(), Some("UnexpectedAdmissionError"));
+    assert_eq!(
+        r.message.as_deref(),
+        Some("CPUs 0,3 could not be taken out of the shared pool before the pod runs: the shared CPU pool would be empty: exclusive CPUs 0-3 cover every online CPU (0-3); shared-pool containers cannot run")
+    );
+    assert!(!node.pods().contains_key("d"));
+    assert_eq!(node.admitter().ledger().exclusive_cpus().to_string(), "1-2");
     assert_eq!(read(&root.join("topomgr/c/main/cpuset.cpus")), "0,3");
 
-    // The exclusive container goes away: the pool grows back.
-    let pool = apply_shared_pool(&mgr, &online, &members[1..]).unwrap();
-    assert_eq!(pool.to_string(), "0-3");
+    // A shared cgroup that is gone is forgotten, not an error.
+    node.release("a").unwrap();
+    fs::remove_dir_all(root.join("topomgr/c")).unwrap();
+    node.settle_pool();
     assert_eq!(read(&root.join("topomgr/b/main/cpuset.cpus")), "0-3");
-
-    // Exclusive CPUs cover everything: refused, nothing written.
-    members[0].cpus = cpus("0-3");
-    assert_eq!(
-        apply_shared_pool(&mgr, &online, &members)
-            .unwrap_err()
-            .to_string(),
-        "the shared CPU pool would be empty: exclusive CPUs 0-3 cover every online CPU (0-3); shared-pool containers cannot run"
-    );
-    assert_eq!(read(&root.join("topomgr/b/main/cpuset.cpus")), "0-3");
+    assert!(!node.records().attachments.contains_key("c"));
 }
 
 /// The machine's real cgroup hierarchy, or `None` with a `SKIP:` line.

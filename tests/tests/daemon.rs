@@ -22,12 +22,18 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(config: &Path, socket: &Path) -> Daemon {
+        Self::start_with(config, socket, &[])
+    }
+
+    /// [`Daemon::start`] with more arguments of `topomgr serve`.
+    pub fn start_with(config: &Path, socket: &Path, args: &[&Path]) -> Daemon {
         let child = Command::new(common::topomgr_bin())
             .arg("--config")
             .arg(config)
             .arg("serve")
             .arg("--socket")
             .arg(socket)
+            .args(args)
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -327,15 +333,24 @@ fn second_daemon_on_same_state_dir_is_refused_and_restart_restores() {
     );
 }
 
+/// A config dir with `daemon` (TOML lines of `[daemon]`) and the mock
+/// provider scripted by `mock`.
+fn mock_config(tag: &str, daemon: &str, mock: &str) -> PathBuf {
+    config_dir(
+        tag,
+        &format!(
+            "[daemon]\n{daemon}\n[providers.mock]\nlibrary = \"{}\"\n[providers.mock.config]\n{mock}\n",
+            common::plugins().mock.display()
+        ),
+    )
+}
+
 #[test]
 fn provider_timeout_fails_the_admission_not_the_daemon() {
-    let p = common::plugins();
-    let dir = config_dir(
+    let dir = mock_config(
         "daemon-timeout",
-        &format!(
-            "[daemon]\nprovider_timeout_ms = 200\n[providers.mock]\nlibrary = \"{}\"\n[providers.mock.config]\nsleep_ms = 1500\n",
-            p.mock.display()
-        ),
+        "provider_timeout_ms = 200",
+        "sleep_ms = 1500",
     );
     let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
     let mut c = d.client();
@@ -471,4 +486,421 @@ fn peers_outside_root_and_the_group_get_403() {
         log.contains("connection refused: peer is neither root nor in the socket group"),
         "{log}"
     );
+}
+
+/// A config with the real CPU provider (static policy, CPU 0 reserved).
+fn cpu_config(tag: &str) -> PathBuf {
+    config_dir(
+        tag,
+        &format!(
+            "[providers.cpu]\nlibrary = \"{}\"\n[providers.cpu.config]\npolicy = \"static\"\nreserved_cpus = \"0\"\n",
+            common::cpu_plugin().display()
+        ),
+    )
+}
+
+fn pod_yaml(uid: &str, resources: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {uid}\n  namespace: t\n  uid: {uid}\nspec:\n  containers:\n  - name: app\n    resources:\n{resources}"
+    )
+}
+
+const EXCLUSIVE: &str = "      limits:\n        cpu: \"1\"\n        memory: 1Gi\n";
+const BURSTABLE: &str = "      requests:\n        cpu: 500m\n";
+
+fn admitted(c: &mut Client, yaml: &str) -> Value {
+    let r = c.admit(yaml).unwrap();
+    assert_eq!(r.status, 200, "{}", r.error_message());
+    let v = r.json().unwrap();
+    assert_eq!(v["pods"][0]["admitted"], true, "{v}");
+    v["pods"][0].clone()
+}
+
+/// An emulated cgroup v1 cpuset tree under the config dir with `leaves`.
+fn cgroup_tree(dir: &Path, leaves: &[&str]) -> PathBuf {
+    let cg = dir.join("cgroup");
+    for l in leaves {
+        fs::create_dir_all(cg.join(l)).unwrap();
+    }
+    fs::write(cg.join("cpuset.cpus"), "0-15\n").unwrap();
+    fs::write(cg.join("cpuset.mems"), "0-3\n").unwrap();
+    cg
+}
+
+fn cpus_of(cg: &Path, leaf: &str) -> String {
+    fs::read_to_string(cg.join(leaf).join("cpuset.cpus"))
+        .unwrap()
+        .trim()
+        .to_owned()
+}
+
+/// Attaching a shared-pool container and admitting an exclusive one both
+/// leave every attached shared cgroup without the exclusive CPUs before the
+/// answer; a release gives them back before its answer too (after the
+/// state is saved).
+#[test]
+fn the_shared_pool_shrinks_before_an_exclusive_container_can_run() {
+    let dir = cpu_config("daemon-pool");
+    let cg = cgroup_tree(&dir, &["k/shared", "k/excl", "k/late"]);
+    let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
+    let mut c = d.client();
+    admitted(&mut c, &pod_yaml("shared", BURSTABLE));
+    let r = c.attach("shared", "app", "k/shared").unwrap();
+    assert_eq!(r.json().unwrap()["cpus"], "0-15");
+
+    let excl = admitted(&mut c, &pod_yaml("excl", EXCLUSIVE));
+    let cpu = excl["containers"][0]["cpus"].as_str().unwrap().to_owned();
+    assert_eq!(excl["containers"][0]["exclusive"], true);
+    let mut pool = topomgr_sdk::CpuSet::parse("0-15").unwrap();
+    pool = pool.difference(&topomgr_sdk::CpuSet::parse(&cpu).unwrap());
+    assert_eq!(cpus_of(&cg, "k/shared"), pool.to_string());
+    let r = c.attach("excl", "app", "k/excl").unwrap();
+    assert_eq!(r.json().unwrap()["cpus"], cpu.as_str());
+    assert_eq!(cpus_of(&cg, "k/excl"), cpu);
+
+    // A shared container attached now gets the pool without that CPU.
+    admitted(&mut c, &pod_yaml("late", BURSTABLE));
+    let r = c.attach("late", "app", "k/late").unwrap();
+    assert_eq!(r.json().unwrap()["cpus"], pool.to_string().as_str());
+
+    assert_eq!(c.release("excl").unwrap().status, 200);
+    assert_eq!(cpus_of(&cg, "k/shared"), "0-15");
+    assert_eq!(cpus_of(&cg, "k/late"), "0-15");
+    let health = c.get("/v1/health").unwrap().json().unwrap();
+    assert_eq!(health["exclusive_cpus"], "");
+}
+
+/// Re-POSTing an admitted uid: the same spec is idempotent, another spec
+/// is a 409 that names the conflict, and nothing of that request is admitted.
+#[test]
+fn same_uid_with_another_spec_is_a_conflict() {
+    let dir = widgets_config("daemon-conflict");
+    let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
+    let mut c = d.client();
+    let pod = example_pod("guaranteed-widgets.yaml");
+    let first = c.admit(&pod).unwrap().json().unwrap();
+    let again = c.admit(&pod).unwrap();
+    assert_eq!((again.status, again.json().unwrap()), (200, first.clone()));
+    let renamed = pod.replace("name: guaranteed-widgets", "name: impostor");
+    let r = c.admit(&renamed).unwrap();
+    assert_eq!(
+        (r.status, r.json().unwrap()),
+        (
+            409,
+            json!({
+                "error": format!("pod uid {WIDGETS_UID:?} is already admitted as ml/guaranteed-widgets with a different spec; release it first, or give the new pod its own uid"),
+                "reason": "PodUidConflict"
+            })
+        )
+    );
+    let listed = c.get("/v1/pods").unwrap().json().unwrap();
+    assert_eq!(listed["pods"], first["pods"]);
+}
+
+/// The daemon counts what the ledger refuses.
+#[test]
+fn ledger_violations_are_refused_and_counted() {
+    let dir = mock_config(
+        "daemon-ledger",
+        "",
+        "allocation = { cpus = \"0-1000\", exclusive = true }",
+    );
+    let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
+    let mut c = d.client();
+    let r = c
+        .admit(&pod_yaml("wide", EXCLUSIVE))
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(r["pods"][0]["admitted"], false);
+    assert_eq!(
+        r["pods"][0]["message"],
+        "provider \"mock\" gave pod t/wide container \"app\" CPUs 16-1000, which are not online CPUs of this machine (online: 0-15)"
+    );
+    let metrics = String::from_utf8(c.get("/metrics").unwrap().body).unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "topomgr_ledger_violations_total{provider=\"mock\"} 1"),
+        "{metrics}"
+    );
+    let health = c.get("/v1/health").unwrap().json().unwrap();
+    assert_eq!(
+        (health["pods"].clone(), health["exclusive_cpus"].clone()),
+        (json!(0), json!(""))
+    );
+}
+
+/// Copy the example machine's sysfs tree with `offline` CPUs taken offline.
+fn machine_without(dir: &Path, offline: &topomgr_sdk::CpuSet) -> PathBuf {
+    let copy = dir.join("sys-copy");
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(common::workspace_root().join("examples/machines/2s4n/sys"))
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for cpu in offline.iter() {
+        fs::write(
+            copy.join(format!("devices/system/cpu/cpu{cpu}/online")),
+            "0\n",
+        )
+        .unwrap();
+    }
+    copy
+}
+
+/// A CPU held by a pod vanishes: the daemon starts anyway, keeps the pod,
+/// reports the CPU in /v1/health, holds the CPU provider (which refuses its
+/// state) and refuses admissions, lets the pod be released, and replays that
+/// release into the provider once the CPU is back.
+#[test]
+fn vanished_cpus_are_reported_and_the_pods_kept() {
+    let dir = cpu_config("daemon-vanished");
+    let config = dir.join("topomgr.toml");
+    let socket = dir.join("t.sock");
+    let d = Daemon::start(&config, &socket);
+    let pod = admitted(&mut d.client(), &pod_yaml("holder", EXCLUSIVE));
+    let cpu = pod["containers"][0]["cpus"].as_str().unwrap().to_owned();
+    d.stop();
+
+    let smaller = machine_without(&dir, &topomgr_sdk::CpuSet::parse(&cpu).unwrap());
+    let d = Daemon::start_with(&config, &socket, &[Path::new("--sysfs-root"), &smaller]);
+    let mut c = d.client();
+    let health = c.get("/v1/health").unwrap().json().unwrap();
+    assert_eq!(health["status"], "degraded", "{health}");
+    let notes: Vec<String> = health["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n.as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        notes.contains(&format!(
+            "pod \"holder\" container \"app\": CPUs {cpu} are allocated but not online on this machine"
+        )),
+        "{notes:?}"
+    );
+    assert!(
+        notes.iter().any(|n| n.starts_with("provider \"cpu\" refused its saved state (")
+            && n.ends_with("); it is held: its state is kept unchanged, admitted pods are kept and can be released, new admissions are refused until topomgr starts where that state can be restored")),
+        "{notes:?}"
+    );
+    assert!(
+        notes
+            .iter()
+            .all(|n| !n.contains("state.ckpt") && !n.contains("move it away")),
+        "{notes:?}"
+    );
+    let listed = c.get("/v1/pods").unwrap().json().unwrap();
+    assert_eq!(listed["pods"][0], pod);
+    let r = c
+        .admit(&pod_yaml("newcomer", EXCLUSIVE))
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(r["pods"][0]["reason"], "ProviderHeld");
+    assert_eq!(c.release("holder").unwrap().status, 200);
+    d.stop();
+
+    // The CPU is back: the provider restores and learns of the release.
+    let d = Daemon::start(&config, &socket);
+    let mut c = d.client();
+    let health = c.get("/v1/health").unwrap().json().unwrap();
+    assert_eq!(health["status"], "ok", "{health}");
+    let cp: Value =
+        serde_json::from_slice(&common::provider_state(&dir.join("state"), "cpu")).unwrap();
+    assert_eq!(cp["entries"], json!({}), "{cp}");
+    let again = admitted(&mut c, &pod_yaml("newcomer", EXCLUSIVE));
+    assert_eq!(again["containers"][0]["cpus"], cpu.as_str());
+}
+
+/// Run `topomgr serve`, expecting it to refuse to start: its output, or a
+/// panic (after killing it) when it serves instead.
+fn serve_refused(config: &Path, socket: &Path) -> std::process::Output {
+    let mut child = Command::new(common::topomgr_bin())
+        .arg("--config")
+        .arg(config)
+        .args(["serve", "--socket"])
+        .arg(socket)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if child.try_wait().unwrap().is_some() {
+            return child.wait_with_output().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    panic!(
+        "topomgr serve started instead of refusing: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A configured provider without saved state while pods are admitted is
+/// refused: started empty it could hand out what those pods hold.
+#[test]
+fn a_provider_missing_from_the_state_is_refused() {
+    let dir = widgets_config("daemon-missing");
+    let config = dir.join("topomgr.toml");
+    let d = Daemon::start(&config, &dir.join("t.sock"));
+    admitted(&mut d.client(), &example_pod("guaranteed-widgets.yaml"));
+    d.stop();
+    let mut text = fs::read_to_string(&config).unwrap();
+    text.push_str(&format!(
+        "[providers.mock]\nlibrary = \"{}\"\n",
+        common::plugins().mock.display()
+    ));
+    fs::write(&config, text).unwrap();
+    let out = serve_refused(&config, &dir.join("t.sock"));
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "topomgr: error: restoring state: {}: the state holds 1 admitted pod(s) but no saved state for provider \"mock\", which is configured now; started empty it could hand out what those pods hold. Release those pods before enabling the provider (topomgr release --state-dir DIR UID, with the provider not configured), or configure the state directory it was saved with\n",
+            dir.join("state/state.ckpt").display()
+        )
+    );
+}
+
+/// A tmpfs mounted for a test, unmounted when dropped.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(at: &Path, size: &str) -> Option<Tmpfs> {
+        fs::create_dir_all(at).unwrap();
+        let out = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(at)
+            .output()
+            .ok()?;
+        if !out.status.success() {
+            eprintln!(
+                "SKIP: cannot mount a tmpfs at {}: {}",
+                at.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+            return None;
+        }
+        Some(Tmpfs(at.to_path_buf()))
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Fill the filesystem of `dir` with one file; returns its path.
+fn fill(dir: &Path) -> PathBuf {
+    let filler = dir.join("filler");
+    let _ = Command::new("dd")
+        .args(["if=/dev/zero", "bs=4096"])
+        .arg(format!("of={}", filler.display()))
+        .stderr(Stdio::null())
+        .status();
+    filler
+}
+
+/// A full disk: the change is refused (503) and undone, no temporary file
+/// is left; once space is freed the same daemon accepts changes again, and
+/// a restarted one starts from what was saved.
+#[test]
+fn a_full_disk_refuses_changes_until_space_is_freed() {
+    if !common::is_root() {
+        eprintln!(
+            "SKIP: a_full_disk_refuses_changes_until_space_is_freed: not root (mounts a tmpfs)"
+        );
+        return;
+    }
+    let dir = widgets_config("daemon-full");
+    let state = dir.join("state");
+    let Some(_tmpfs) = Tmpfs::mount(&state, "64k") else {
+        eprintln!("SKIP: a_full_disk_refuses_changes_until_space_is_freed: no tmpfs");
+        return;
+    };
+    let config = dir.join("topomgr.toml");
+    let d = Daemon::start(&config, &dir.join("t.sock"));
+    let mut c = d.client();
+    let first = admitted(&mut c, &example_pod("guaranteed-widgets.yaml"));
+    let filler = fill(&state);
+    // The journal's last page may still have room: admit small pods until
+    // a write needs space that is not there.
+    let mut acked = 1;
+    let refused = (0..500)
+        .find_map(|i| {
+            let r = c
+                .admit(&pod_yaml(&format!("small-{i}"), BURSTABLE))
+                .unwrap();
+            if r.status == 200 {
+                acked += 1;
+                None
+            } else {
+                Some(r)
+            }
+        })
+        .expect("the full tmpfs never refused a change");
+    let second = example_pod("guaranteed-widgets.yaml")
+        .replace(WIDGETS_UID, "second")
+        .replace("name: guaranteed-widgets", "name: second");
+    for r in [refused, c.admit(&second).unwrap()] {
+        assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
+        let err = r.json().unwrap();
+        assert_eq!(err["reason"], "StateNotSaved");
+        let msg = err["error"].as_str().unwrap();
+        assert!(
+            msg.starts_with("topomgr cannot save its state (")
+                && msg.contains("No space left on device")
+                && msg.ends_with(
+                    "the change was not made. Free space or fix the state directory, then retry"
+                ),
+            "{msg}"
+        );
+    }
+    let mut names: Vec<String> = fs::read_dir(&state)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "filler")
+        .collect();
+    names.sort();
+    assert_eq!(names, ["state.ckpt", "state.journal", "topomgr.lock"]);
+    let health = c.get("/v1/health").unwrap();
+    assert_eq!(health.status, 503);
+    let listed = c.get("/v1/pods").unwrap().json().unwrap();
+    assert_eq!(listed["pods"].as_array().unwrap().len(), acked);
+
+    fs::remove_file(&filler).unwrap();
+    let again = admitted(&mut c, &second);
+    // The undone admission gave its widgets back: the retry gets the same.
+    assert_eq!(
+        again["containers"][0]["devices"],
+        json!({"example.com/widget": ["widget-1-0", "widget-1-1"]})
+    );
+    assert_eq!(c.get("/v1/health").unwrap().status, 200);
+    d.stop();
+    let d = Daemon::start(&config, &dir.join("t.sock"));
+    let listed = d.client().get("/v1/pods").unwrap().json().unwrap();
+    let uids: Vec<&str> = listed["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["uid"].as_str().unwrap())
+        .collect();
+    assert_eq!(uids.len(), acked + 1);
+    assert!(uids.contains(&first["uid"].as_str().unwrap()));
+    assert!(uids.contains(&"second"));
+    drop(d);
 }

@@ -109,11 +109,7 @@ fn example_besteffort() {
 
 #[test]
 fn example_init_and_sidecar() {
-    let init = [
-        ("cpu", 1000),
-        ("example.com/widget", 1),
-        ("memory", 512 * MI),
-    ];
+    let init = [("cpu", 1000), ("memory", 512 * MI)];
     let sidecar = [("cpu", 1000), ("memory", 128 * MI)];
     let app = [("cpu", 2000), ("example.com/widget", 1), ("memory", 2 * GI)];
     let mut want = pod(

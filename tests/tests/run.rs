@@ -42,8 +42,9 @@ fn live(test: &str) -> Option<PathBuf> {
     }
 }
 
-/// A config dir: cgroup_root /sys/fs/cgroup, state in `<dir>/state`, the mock.
-fn config_dir(tag: &str, mock_config: &str) -> PathBuf {
+/// A config dir: cgroup_root /sys/fs/cgroup, state in `<dir>/state`, and
+/// the drop-in `plugins.d/<name>.toml` with `dropin`.
+fn config_with(tag: &str, name: &str, dropin: &str) -> PathBuf {
     let dir = common::scratch_dir(tag);
     fs::write(
         dir.join("topomgr.toml"),
@@ -54,15 +55,20 @@ fn config_dir(tag: &str, mock_config: &str) -> PathBuf {
     )
     .unwrap();
     fs::create_dir_all(dir.join("plugins.d")).unwrap();
-    fs::write(
-        dir.join("plugins.d/mock.toml"),
-        format!(
+    fs::write(dir.join(format!("plugins.d/{name}.toml")), dropin).unwrap();
+    dir
+}
+
+/// [`config_with`] the mock provider scripted by `mock_config`.
+fn config_dir(tag: &str, mock_config: &str) -> PathBuf {
+    config_with(
+        tag,
+        "mock",
+        &format!(
             "[providers.mock]\nlibrary = \"{}\"\n[providers.mock.config]\n{mock_config}\n",
             common::plugins().mock.display()
         ),
     )
-    .unwrap();
-    dir
 }
 
 fn command(dir: &Path, args: &[&str]) -> Command {
@@ -396,4 +402,300 @@ fn real_cpu_and_memory_providers_set_cpus_and_mems() {
     );
     assert_eq!(out.status.code(), Some(0));
     assert_no_pods(&dir);
+}
+
+/// A config dir with the real CPU provider only: on this 2-CPU machine with
+/// CPU 0 reserved, CPU 1 is the only exclusive CPU, so a second exclusive
+/// run is refused while the first holds it.
+fn cpu_only_config(tag: &str) -> Option<PathBuf> {
+    let online = fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    if online.trim() != "0-1" {
+        eprintln!(
+            "SKIP: {tag}: expects exactly CPUs 0-1 online, found {:?}",
+            online.trim()
+        );
+        return None;
+    }
+    Some(config_with(
+        tag,
+        "cpu",
+        &format!(
+            "[providers.cpu]\nlibrary = \"{}\"\n[providers.cpu.config]\npolicy = \"static\"\nreserved_cpus = \"0\"\n",
+            common::cpu_plugin().display()
+        ),
+    ))
+}
+
+fn alive(pid: &str) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .is_ok_and(|s| s.split_whitespace().nth(2).is_none_or(|st| st != "Z"))
+}
+
+/// The pids in the cgroup of the run started by topomgr `pid`, once CMD runs.
+fn wait_for_command(root: &Path, pid: u32, comm: &str) -> String {
+    let mut found = String::new();
+    wait_for("the command to start in its cgroup", || {
+        let procs = cgroups_of(root, pid).first().and_then(|name| {
+            fs::read_to_string(root.join("topomgr").join(name).join("main/cgroup.procs")).ok()
+        });
+        if let Some(p) = procs.and_then(|p| p.split_whitespace().next().map(str::to_string)) {
+            if fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == comm) {
+                found = p;
+                return true;
+            }
+        }
+        false
+    });
+    found
+}
+
+/// Start `topomgr run --cpus 1 -- sleep 60`, wait until the sleep runs in
+/// its cgroup, `kill -9` topomgr and wait until the sleep died with it.
+fn run_and_kill_9(root: &Path, dir: &Path) -> u32 {
+    let mut child = command(dir, &["--cpus", "1", "--", "sleep", "60"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let sleeper = wait_for_command(root, pid, "sleep");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    wait_for("the command to die with topomgr", || !alive(&sleeper));
+    // The reservation is still in the state, held by a dead owner.
+    let state = common::state_body(&dir.join("state"));
+    assert_eq!(state["pods"].as_object().unwrap().len(), 1, "{state}");
+    assert_eq!(state["owners"].as_object().unwrap().len(), 1, "{state}");
+    pid
+}
+
+/// A `run --cpus 1` gets CPU 1 (what the run of topomgr `pid` held was
+/// reclaimed) and leaves no cgroup and no pod behind.
+fn next_run_gets_cpu_1(root: &Path, dir: &Path, pid: u32) {
+    let (next, out) = run(
+        dir,
+        &[
+            "--cpus",
+            "1",
+            "--",
+            "grep",
+            "Cpus_allowed_list",
+            "/proc/self/status",
+        ],
+    );
+    assert_eq!(text(&out.stderr), "");
+    assert_eq!(text(&out.stdout), "Cpus_allowed_list:\t1\n");
+    assert_eq!(cgroups_of(root, pid), Vec::<String>::new());
+    assert_eq!(cgroups_of(root, next), Vec::<String>::new());
+    assert_no_pods(dir);
+}
+
+/// `kill -9` of `topomgr run`: CMD dies with it (parent-death signal), and
+/// the next `run`, `admit --state-dir` or daemon start reclaims the
+/// reservation because its owner is dead and its cgroup empty.
+#[test]
+fn a_killed_run_takes_its_command_along_and_is_reclaimed() {
+    let Some(root) = live("a_killed_run_takes_its_command_along_and_is_reclaimed") else {
+        return;
+    };
+    let Some(dir) = cpu_only_config("run-kill9") else {
+        return;
+    };
+    let topomgr = |args: &[&str]| {
+        Command::new(common::topomgr_bin())
+            .arg("--config")
+            .arg(dir.join("topomgr.toml"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+
+    // 1. The next run reclaims it and gets CPU 1.
+    let pid = run_and_kill_9(&root, &dir);
+    next_run_gets_cpu_1(&root, &dir, pid);
+
+    // 2. So does `admit --state-dir`.
+    let pid = run_and_kill_9(&root, &dir);
+    let pod = dir.join("pod.yaml");
+    fs::write(
+        &pod,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p, uid: p}\nspec:\n  containers:\n  - name: app\n    resources: {limits: {cpu: \"1\", memory: 64Mi}}\n",
+    )
+    .unwrap();
+    let state = dir.join("state");
+    let out = topomgr(&[
+        "admit",
+        "--state-dir",
+        &state.to_string_lossy(),
+        &pod.to_string_lossy(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["pods"][0]["containers"][0]["cpus"], "1", "{v}");
+    assert_eq!(cgroups_of(&root, pid), Vec::<String>::new());
+    let out = topomgr(&["release", "--state-dir", &state.to_string_lossy(), "p"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    // 3. So does a daemon start, which says so in /v1/health.
+    let pid = run_and_kill_9(&root, &dir);
+    let socket = dir.join("t.sock");
+    let mut daemon = Command::new(common::topomgr_bin())
+        .arg("--config")
+        .arg(dir.join("topomgr.toml"))
+        .args(["serve", "--socket"])
+        .arg(&socket)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut health = serde_json::Value::Null;
+    wait_for(
+        "the daemon to serve",
+        || match topomgr::daemon::client::Client::new(&socket).get("/v1/health") {
+            Ok(r) if r.status == 200 => {
+                health = r.json().unwrap();
+                true
+            }
+            _ => false,
+        },
+    );
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    let notes = health["notes"].to_string();
+    assert!(
+        notes.contains(&format!(
+            "of topomgr run pid {pid}, which is gone, was released (its cgroup was empty)"
+        )),
+        "{health}"
+    );
+    assert_eq!(health["pods"], 0, "{health}");
+    assert_eq!(cgroups_of(&root, pid), Vec::<String>::new());
+    assert_no_pods(&dir);
+    let state = common::state_body(&dir.join("state"));
+    assert_eq!(state["owners"], serde_json::json!({}));
+}
+
+/// Processes left behind in the cgroup keep the CPUs reserved: the next run
+/// is refused with a message that names the holder and the processes; once
+/// they exit the CPU is reclaimed.
+#[test]
+fn leftover_processes_keep_the_cpus_reserved() {
+    let Some(root) = live("leftover_processes_keep_the_cpus_reserved") else {
+        return;
+    };
+    let Some(dir) = cpu_only_config("run-leftover") else {
+        return;
+    };
+    let (pid, out) = run(
+        &dir,
+        &[
+            "--cpus",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            "sleep 60 >/dev/null 2>&1 & echo $!",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let left = text(&out.stdout).trim().to_owned();
+    assert!(alive(&left));
+    assert_eq!(
+        text(&out.stderr),
+        format!("topomgr: warning: processes {left} are still in the command's cgroup; its CPUs stay reserved until they exit (the next topomgr run reclaims them then; topomgr release --state-dir DIR UID releases them now)\n")
+    );
+    let held = cgroups_of(&root, pid);
+    assert_eq!(held.len(), 1);
+    let uid = held[0].clone();
+
+    let marker = dir.join("ran");
+    let (_, refused) = run(
+        &dir,
+        &["--cpus", "1", "--", "touch", &marker.to_string_lossy()],
+    );
+    assert_eq!(refused.status.code(), Some(1));
+    assert!(!marker.exists());
+    let stderr = text(&refused.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{stderr}");
+    assert_eq!(
+        lines[0],
+        "topomgr: pod rejected: UnexpectedAdmissionError: provider \"cpu\" could not allocate container \"main\": not enough free CPUs: requested 1, 0 free"
+    );
+    assert_eq!(
+        lines[1],
+        format!("topomgr: CPUs held exclusively by other workloads: CPUs 1: pod default/{uid} (uid {uid}) container \"main\", topomgr run pid {pid} (exited), processes {left} in its cgroup")
+    );
+
+    let kill = Command::new("kill").args(["-9", &left]).status().unwrap();
+    assert!(kill.success());
+    wait_for("the leftover process to exit", || !alive(&left));
+    next_run_gets_cpu_1(&root, &dir, pid);
+}
+
+/// An allocation the ledger refuses (CPUs this machine lacks) never reaches
+/// a cgroup: the command does not run.
+#[test]
+fn a_refused_allocation_never_reaches_a_cgroup() {
+    let Some(root) = live("a_refused_allocation_never_reaches_a_cgroup") else {
+        return;
+    };
+    let dir = config_dir(
+        "run-ledger",
+        "allocation = { cpus = \"0-1000\", exclusive = true }",
+    );
+    let marker = dir.join("ran");
+    let (pid, out) = run(&dir, &["--", "touch", &marker.to_string_lossy()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.starts_with("topomgr: pod rejected: UnexpectedAdmissionError: provider \"mock\" gave pod default/run-")
+            && stderr.contains(" container \"main\" CPUs 2-1000, which are not online CPUs of this machine (online: "),
+        "{stderr}"
+    );
+    assert!(!marker.exists());
+    assert_eq!(cgroups_of(&root, pid), Vec::<String>::new());
+}
+
+/// `topomgr release --state-dir DIR UID` releases without a daemon.
+#[test]
+fn release_from_a_state_directory() {
+    let dir = config_dir("run-release", "");
+    let pod = common::workspace_root().join("examples/pods/guaranteed-2cpu.yaml");
+    let state = dir.join("state");
+    let admit = Command::new(common::topomgr_bin())
+        .arg("--config")
+        .arg(dir.join("topomgr.toml"))
+        .args(["admit", "--state-dir"])
+        .arg(&state)
+        .arg(&pod)
+        .output()
+        .unwrap();
+    assert!(admit.status.success(), "{}", text(&admit.stderr));
+    let admitted: serde_json::Value = serde_json::from_slice(&admit.stdout).unwrap();
+    let uid = admitted["pods"][0]["uid"].as_str().unwrap().to_owned();
+    let release = |uid: &str| {
+        Command::new(common::topomgr_bin())
+            .arg("--config")
+            .arg(dir.join("topomgr.toml"))
+            .args(["release", "--state-dir"])
+            .arg(&state)
+            .arg(uid)
+            .output()
+            .unwrap()
+    };
+    let out = release(&uid);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let released: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(released, admitted["pods"][0]);
+    assert_no_pods(&dir);
+    let out = release(&uid);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "topomgr: error: no admitted pod with uid {uid:?} in {}\n",
+            state.display()
+        )
+    );
 }

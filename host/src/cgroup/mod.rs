@@ -27,8 +27,9 @@
 //! written, a missing one reads as empty, and removing a cgroup removes its
 //! files with it. On a real cgroupfs none of that applies.
 //!
-//! [`pool`] rewrites the shared-pool containers' `cpuset.cpus` when exclusive
-//! assignments change.
+//! [`pool`] holds the one rule for a container's cpuset and rewrites the
+//! shared-pool containers' `cpuset.cpus`; [`crate::node_state`] decides
+//! when (before an exclusive container can run, after a release is durable).
 
 mod path;
 pub mod pool;
@@ -152,6 +153,12 @@ pub enum CgroupError {
         /// Its content.
         content: String,
         /// Why.
+        reason: String,
+    },
+    /// A container's cpuset would be empty (no process could run in it).
+    #[error("cannot give a container an empty cpuset: {reason}")]
+    EmptyCpuset {
+        /// Why it is empty.
         reason: String,
     },
     /// Exclusive CPUs take every online CPU: nothing left for the shared pool.

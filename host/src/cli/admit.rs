@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 use topomgr::admission::{AdmitResult, TraceStep};
 use topomgr_sdk::HintSet;
 
+use super::text::field;
 use super::{host, Output};
 
 /// Arguments of `topomgr admit`.
@@ -58,15 +59,15 @@ fn print_table(results: &[AdmitResult]) {
         "POD", "QOS", "ADMITTED", "CONTAINER", "AFFINITY", "PREFERRED", "CPUS", "MEMS"
     );
     for r in results {
-        let pod = format!("{}/{}", r.pod.namespace, r.pod.name);
+        let pod = format!("{}/{}", field(&r.pod.namespace), field(&r.pod.name));
         if !r.admitted {
             println!(
                 "{:<24} {:<11} {:<9} {}: {}",
                 pod,
                 r.pod.qos.as_str(),
                 "no",
-                r.reason.as_deref().unwrap_or(""),
-                r.message.as_deref().unwrap_or("")
+                field(r.reason.as_deref().unwrap_or("")),
+                field(r.message.as_deref().unwrap_or(""))
             );
             continue;
         }
@@ -75,7 +76,7 @@ fn print_table(results: &[AdmitResult]) {
                 .allocation
                 .devices
                 .iter()
-                .map(|(k, v)| format!("{k}={}", v.join(",")))
+                .map(|(k, v)| format!("{}={}", field(k), field(&v.join(","))))
                 .collect();
             let cpus = if c.allocation.cpus.is_empty() {
                 "-".to_string()
@@ -89,7 +90,7 @@ fn print_table(results: &[AdmitResult]) {
                 pod,
                 r.pod.qos.as_str(),
                 "yes",
-                c.name,
+                field(&c.name),
                 c.hint.affinity.map_or("any".to_string(), |m| m.to_string()),
                 c.hint.preferred,
                 cpus,
@@ -116,15 +117,21 @@ pub fn run(config: &Path, args: AdmitArgs) -> anyhow::Result<ExitCode> {
     let cfg = host::load_config(config)?;
     let pods = topomgr::manifest::read_pods(&args.pods)?;
     let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
-    let mut adm = host::admitter(&cfg, &machine)?;
-    let held = match &args.state_dir {
-        Some(dir) => Some(host::open_state(dir, &mut adm, &machine)?),
+    let mut node = host::node_state(&cfg, &machine)?;
+    let mut held = match &args.state_dir {
+        Some(dir) => Some(host::open_state(dir, &mut node)?),
         None => None,
     };
-    let results: Vec<AdmitResult> = pods.iter().map(|p| adm.admit(p)).collect();
-    if let (Some(held), false) = (&held, args.dry_run) {
-        held.save(&adm)?;
-    }
+    let results: Vec<AdmitResult> = match (held.as_mut(), args.dry_run) {
+        (Some(held), false) => {
+            held.reclaim(&mut node);
+            let results = pods.iter().map(|p| node.admit(p)).collect();
+            held.save(&mut node)?;
+            node.settle_pool();
+            results
+        }
+        _ => pods.iter().map(|p| node.admitter_mut().admit(p)).collect(),
+    };
     match args.output {
         Output::Json => {
             let pods: Vec<Value> = results.iter().map(result_json).collect();
@@ -166,7 +173,10 @@ fn print_step(step: &TraceStep) {
         "  {}:",
         step.container
             .as_deref()
-            .map_or("pod scope".to_string(), |c| format!("container {c}"))
+            .map_or("pod scope".to_string(), |c| format!(
+                "container {}",
+                field(c)
+            ))
     );
     for (provider, hints) in &step.hints {
         match hints {
@@ -174,7 +184,7 @@ fn print_step(step: &TraceStep) {
             Some(map) if map.is_empty() => println!("    {provider}: no hints (no preference)"),
             Some(map) => {
                 for (res, set) in map {
-                    println!("    {provider} / {res}: {}", describe_hints(set));
+                    println!("    {provider} / {}: {}", field(res), describe_hints(set));
                 }
             }
         }
@@ -203,11 +213,12 @@ pub fn explain(config: &Path, args: ExplainArgs) -> anyhow::Result<ExitCode> {
     let cfg = host::load_config(config)?;
     let pods = topomgr::manifest::read_pods(&args.pods)?;
     let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
-    let mut adm = host::admitter(&cfg, &machine)?;
+    let mut node = host::node_state(&cfg, &machine)?;
     let _held = match &args.state_dir {
-        Some(dir) => Some(host::open_state(dir, &mut adm, &machine)?),
+        Some(dir) => Some(host::open_state(dir, &mut node)?),
         None => None,
     };
+    let adm = node.admitter_mut();
     println!(
         "policy {} scope {} on NUMA nodes {}",
         adm.policy().name(),
@@ -219,10 +230,10 @@ pub fn explain(config: &Path, args: ExplainArgs) -> anyhow::Result<ExitCode> {
         let r = adm.admit_traced(pod, &mut trace);
         println!(
             "pod {}/{} ({}, uid {}):",
-            pod.namespace,
-            pod.name,
+            field(&pod.namespace),
+            field(&pod.name),
             pod.qos.as_str(),
-            pod.uid
+            field(&pod.uid)
         );
         for step in &trace {
             print_step(step);
@@ -232,8 +243,8 @@ pub fn explain(config: &Path, args: ExplainArgs) -> anyhow::Result<ExitCode> {
         } else {
             println!(
                 "  rejected: {}: {}",
-                r.reason.as_deref().unwrap_or(""),
-                r.message.as_deref().unwrap_or("")
+                field(r.reason.as_deref().unwrap_or("")),
+                field(r.message.as_deref().unwrap_or(""))
             );
         }
     }

@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use topomgr::daemon::client::{encode_segment, Client, Response};
 use topomgr::manifest::STDIN_PATH;
 
+use super::text::field;
 use super::{host, Output};
 
 /// `--socket PATH` (default: the configured `[daemon] socket`).
@@ -21,7 +22,8 @@ pub struct SocketArg {
 }
 
 impl SocketArg {
-    fn client(&self, config: &Path) -> anyhow::Result<Client> {
+    /// A client of the socket.
+    pub fn client(&self, config: &Path) -> anyhow::Result<Client> {
         let path = match &self.socket {
             Some(p) => p.clone(),
             None => host::load_config(config)?.daemon.socket,
@@ -38,15 +40,6 @@ pub struct PodsArgs {
     /// Output format.
     #[arg(long, value_enum, default_value = "json")]
     output: Output,
-}
-
-/// Arguments of `topomgr release`.
-#[derive(Debug, Args)]
-pub struct ReleaseArgs {
-    #[command(flatten)]
-    socket: SocketArg,
-    /// Pod uid.
-    uid: String,
 }
 
 /// Arguments of `topomgr attach`.
@@ -90,7 +83,7 @@ pub fn print_pods_table(pods: &[Value], attachments: &Value) {
         "{:<24} {:<11} {:<9} {:<12} {:<9} {:<10} {:<9} {:<6} {:<24} CGROUP",
         "POD", "QOS", "ADMITTED", "CONTAINER", "AFFINITY", "PREFERRED", "CPUS", "MEMS", "DEVICES"
     );
-    let s = |v: &Value| v.as_str().unwrap_or("").to_owned();
+    let s = |v: &Value| field(v.as_str().unwrap_or("")).into_owned();
     for p in pods {
         let pod = format!("{}/{}", s(&p["namespace"]), s(&p["name"]));
         if p["admitted"] != json!(true) {
@@ -131,15 +124,15 @@ pub fn print_pods_table(pods: &[Value], attachments: &Value) {
                         .as_array()
                         .into_iter()
                         .flatten()
-                        .map(|i| i.as_str().unwrap_or("").to_owned())
+                        .map(|i| field(i.as_str().unwrap_or("")).into_owned())
                         .collect();
-                    format!("{k}={}", ids.join(","))
+                    format!("{}={}", field(k), ids.join(","))
                 })
                 .collect();
-            let cgroup = attachments[s(&p["uid"])][s(&c["name"])]
-                .as_str()
-                .unwrap_or("-")
-                .to_owned();
+            let cgroup = attachments[p["uid"].as_str().unwrap_or("")]
+                [c["name"].as_str().unwrap_or("")]
+            .as_str()
+            .map_or_else(|| "-".to_owned(), |p| field(p).into_owned());
             println!(
                 "{:<24} {:<11} {:<9} {:<12} {:<9} {:<10} {:<9} {:<6} {:<24} {}",
                 pod,
@@ -173,12 +166,11 @@ pub fn pods(config: &Path, args: PodsArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// `topomgr release UID`.
-pub fn release(config: &Path, args: ReleaseArgs) -> anyhow::Result<ExitCode> {
-    let resp = args
-        .socket
+/// `topomgr release [--socket PATH] UID`: release in the daemon.
+pub fn release(config: &Path, socket: &SocketArg, uid: &str) -> anyhow::Result<ExitCode> {
+    let resp = socket
         .client(config)?
-        .delete(&format!("/v1/pods/{}", encode_segment(&args.uid)))?;
+        .delete(&format!("/v1/pods/{}", encode_segment(uid)))?;
     finish(&resp, pretty)
 }
 

@@ -1,13 +1,20 @@
 //! Shared set-up for commands: config, machine, policy, providers, state.
 
 use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use topomgr::admission::Admitter;
 use topomgr::config::HostConfig;
+use topomgr::daemon::metrics::Metrics;
+use topomgr::daemon::timed::TimedProvider;
+use topomgr::node_state::{NodeState, Records};
 use topomgr::plugin;
 use topomgr::policy::{NumaInfo, Policy, Scope};
 use topomgr::provider::HintProvider;
+use topomgr::state_lock::StateLock;
+use topomgr::store::Store;
 use topomgr_sdk::Machine;
 
 /// Load the config file; the default path may be absent (built-in defaults).
@@ -43,8 +50,7 @@ pub fn discover(cfg: &HostConfig, sysfs_root: Option<&Path>) -> anyhow::Result<M
         .with_context(|| format!("discovering the machine from {}", root.display()))
 }
 
-/// Load one configured provider.
-pub fn load_provider(
+fn load_plain(
     cfg: &HostConfig,
     name: &str,
     machine: &Machine,
@@ -75,56 +81,102 @@ pub fn load_provider(
     Ok(Box::new(p))
 }
 
+/// `provider` on its own thread, every call with the configured deadline
+/// (`[daemon] provider_timeout_ms`), as the daemon calls it.
+fn with_deadline(
+    cfg: &HostConfig,
+    provider: Box<dyn HintProvider>,
+) -> anyhow::Result<Box<dyn HintProvider>> {
+    let name = provider.name().to_owned();
+    let timeout = Duration::from_millis(cfg.daemon.provider_timeout_ms);
+    let timed = TimedProvider::spawn(provider, timeout, Arc::new(Metrics::new()))
+        .with_context(|| format!("cannot start the thread of provider {name:?}"))?;
+    Ok(Box::new(timed))
+}
+
+/// Load one configured provider, called with the provider deadline.
+pub fn load_provider(
+    cfg: &HostConfig,
+    name: &str,
+    machine: &Machine,
+) -> anyhow::Result<Box<dyn HintProvider>> {
+    with_deadline(cfg, load_plain(cfg, name, machine)?)
+}
+
 /// What an admitter is made of: the policy, the scope and the providers.
 pub type EngineParts = (Policy, Scope, Vec<Box<dyn HintProvider>>);
 
-/// The policy, the scope and every configured provider (in name order).
+/// The policy, the scope and every configured provider (in name order),
+/// without deadlines (the daemon adds its own).
 pub fn engine_parts(cfg: &HostConfig, machine: &Machine) -> anyhow::Result<EngineParts> {
     let numa = NumaInfo::from_machine(machine).context("reading NUMA information")?;
     let (policy, scope) = Policy::create(&cfg.policy, &cfg.scope, &cfg.policy_options, numa)
         .context("cannot create the Topology Manager policy")?;
     let providers = cfg
         .enabled_providers()
-        .map(|(name, _)| load_provider(cfg, name, machine))
+        .map(|(name, _)| load_plain(cfg, name, machine))
         .collect::<anyhow::Result<Vec<_>>>()?;
     Ok((policy, scope, providers))
 }
 
-/// An admitter over [`engine_parts`].
+/// An admitter over [`engine_parts`], every provider called with the
+/// provider deadline.
 pub fn admitter(cfg: &HostConfig, machine: &Machine) -> anyhow::Result<Admitter> {
     let (policy, scope, providers) = engine_parts(cfg, machine)?;
-    Ok(Admitter::new(policy, scope, providers))
+    let providers = providers
+        .into_iter()
+        .map(|p| with_deadline(cfg, p))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(Admitter::new(machine, policy, scope, providers))
+}
+
+/// A [`NodeState`] over [`admitter`], applying to `cgroup_root`.
+pub fn node_state(cfg: &HostConfig, machine: &Machine) -> anyhow::Result<NodeState> {
+    Ok(NodeState::new(
+        admitter(cfg, machine)?,
+        Records::default(),
+        &cfg.cgroup_root,
+        &topomgr::checkpoint::boot_id(),
+    ))
 }
 
 /// How long a one-shot command waits for another holder of the state lock.
-pub const STATE_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+pub const STATE_LOCK_WAIT: Duration = Duration::from_secs(30);
 
 /// A state directory held by one command: its lock (released on drop) and
-/// the daemon's cgroup attachments, kept when saving.
+/// its store (snapshot and journal).
 pub struct HeldState {
-    _lock: topomgr::state_lock::StateLock,
-    dir: std::path::PathBuf,
-    attachments: topomgr::checkpoint::Attachments,
+    _lock: StateLock,
+    store: Store,
 }
 
-/// Lock `dir` (waiting up to [`STATE_LOCK_WAIT`]) and restore it into `adm`.
-pub fn open_state(
-    dir: &Path,
-    adm: &mut topomgr::admission::Admitter,
-    machine: &Machine,
-) -> anyhow::Result<HeldState> {
-    let lock = topomgr::state_lock::StateLock::acquire_within(dir, STATE_LOCK_WAIT)?;
-    let restored = topomgr::checkpoint::restore(dir, adm, machine).context("restoring state")?;
-    Ok(HeldState {
-        _lock: lock,
-        dir: dir.to_path_buf(),
-        attachments: restored.attachments,
-    })
+/// Lock `dir` (waiting up to [`STATE_LOCK_WAIT`]) and restore it into `node`.
+pub fn open_state(dir: &Path, node: &mut NodeState) -> anyhow::Result<HeldState> {
+    let lock = StateLock::acquire_within(dir, STATE_LOCK_WAIT)?;
+    let boot_id = node.boot_id().to_owned();
+    let (store, restored) =
+        Store::open(dir, node.admitter_mut(), &boot_id).context("restoring state")?;
+    for issue in &restored.issues {
+        tracing::warn!(state_dir = %dir.display(), %issue, "restored state does not match the machine or the config");
+    }
+    node.set_records(restored.records);
+    Ok(HeldState { _lock: lock, store })
 }
 
 impl HeldState {
-    /// Save `adm` (pods and every provider) into the held directory.
-    pub fn save(&self, adm: &topomgr::admission::Admitter) -> anyhow::Result<()> {
-        topomgr::checkpoint::save(&self.dir, adm, &self.attachments).context("saving state")
+    /// Make what `node` changed since it was opened (or last saved) durable.
+    pub fn save(&mut self, node: &mut NodeState) -> anyhow::Result<()> {
+        self.store.commit(node).context("saving state")?;
+        Ok(())
+    }
+
+    /// Release the pods of dead `topomgr run` owners whose cgroups are
+    /// empty; say which stay held because processes remain.
+    pub fn reclaim(&self, node: &mut NodeState) {
+        for r in node.reclaim() {
+            if let topomgr::node_state::Reclaim::Kept { uid, pids } = r {
+                tracing::info!(pod = %uid, ?pids, "pod of an ended topomgr run stays held: processes remain in its cgroup");
+            }
+        }
     }
 }

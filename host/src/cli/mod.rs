@@ -5,8 +5,10 @@ mod client;
 mod host;
 mod merge;
 mod provider;
+mod release;
 mod run;
 mod serve;
+mod text;
 mod topology;
 
 use std::path::PathBuf;
@@ -78,8 +80,8 @@ pub enum Command {
     Serve(serve::ServeArgs),
     /// List the running daemon's pods and their allocations.
     Pods(client::PodsArgs),
-    /// Release a pod in the running daemon.
-    Release(client::ReleaseArgs),
+    /// Release a pod in the running daemon, or with --state-dir in a state directory.
+    Release(release::ReleaseArgs),
     /// Apply a container's cpuset/mems to its cgroup through the running daemon.
     Attach(client::AttachArgs),
 }
@@ -102,8 +104,30 @@ pub fn init_logging(verbose: u8) {
         .init();
 }
 
+/// Give SIGPIPE its default action (end the process quietly, status 141 in
+/// a shell) for commands that print: `topomgr topology | head -c 10` must
+/// not panic on a closed stdout.
+fn quiet_on_closed_stdout() {
+    // SAFETY: setting a signal's disposition to SIG_DFL installs no handler
+    // code; it happens before any thread of ours is started.
+    let reset = unsafe {
+        nix::sys::signal::signal(
+            nix::sys::signal::Signal::SIGPIPE,
+            nix::sys::signal::SigHandler::SigDfl,
+        )
+    };
+    if let Err(e) = reset {
+        tracing::debug!(error = %e, "cannot restore SIGPIPE's default action");
+    }
+}
+
 /// Run one command.
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    // `serve` and `run` print nothing to stdout; a SIGPIPE must not end
+    // the daemon, nor a run (its command would die with it).
+    if !matches!(cli.command, Command::Serve(_) | Command::Run(_)) {
+        quiet_on_closed_stdout();
+    }
     match cli.command {
         Command::Merge => merge::run(),
         Command::Topology { sysfs_root, output } => {
@@ -115,7 +139,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Run(args) => run::run(&cli.config, args),
         Command::Serve(args) => serve::run(&cli.config, args),
         Command::Pods(args) => client::pods(&cli.config, args),
-        Command::Release(args) => client::release(&cli.config, args),
+        Command::Release(args) => release::run(&cli.config, args),
         Command::Attach(args) => client::attach(&cli.config, args),
     }
 }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use serde_json::json;
-use topomgr::checkpoint;
+use topomgr::store;
 use topomgr_sdk::{
     HintSet, NumaNodeId, PodView, PreferredAllocationRequest, ProviderHints, TopologyHint,
 };
@@ -158,8 +158,7 @@ pub fn run(config: &Path, args: ProviderArgs) -> anyhow::Result<ExitCode> {
     let _lock = match &args.state_dir {
         Some(dir) => {
             let lock = topomgr::state_lock::StateLock::acquire_within(dir, host::STATE_LOCK_WAIT)?;
-            checkpoint::restore_provider(dir, provider.as_mut())
-                .context("restoring provider state")?;
+            store::restore_provider(dir, provider.as_mut()).context("restoring provider state")?;
             Some(lock)
         }
         None => None,
@@ -240,7 +239,7 @@ pub fn run(config: &Path, args: ProviderArgs) -> anyhow::Result<ExitCode> {
         }
     };
     if let Some(dir) = &args.state_dir {
-        checkpoint::save_provider(dir, provider.as_ref()).context("saving provider state")?;
+        store::save_provider(dir, provider.as_ref()).context("saving provider state")?;
     }
     Ok(code)
 }

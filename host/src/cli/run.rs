@@ -36,15 +36,17 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::exfiltrator::origin::WithOrigin;
 use signal_hook::iterator::SignalsInfo;
 use signal_hook::low_level::siginfo::Cause;
-use topomgr::admission::{AdmitResult, Admitter};
-use topomgr::cgroup::pool::{apply_shared_pool, PoolMember};
+use topomgr::admission::AdmitResult;
 use topomgr::cgroup::{Cgroup, CgroupManager, CgroupPath};
 use topomgr::config::HostConfig;
+use topomgr::node_state::NodeState;
+use topomgr::owner::Owner;
 use topomgr::quantity::parse_resource_amount;
-use topomgr_sdk::{ContainerView, CpuSet, Machine, NumaMask, PodView, QosClass, ResourceList};
+use topomgr_sdk::{ContainerView, PodView, QosClass, ResourceList};
 use tracing::{debug, info, warn};
 
 use super::host;
+use super::text::field;
 
 /// The container name of a `topomgr run` pod.
 pub const CONTAINER: &str = "main";
@@ -207,119 +209,93 @@ impl Drop for Forwarder {
 /// What the run holds and must give back.
 struct Session {
     cfg: HostConfig,
-    machine: Machine,
-    adm: Admitter,
+    node: NodeState,
     cgroups: CgroupManager,
     uid: String,
     cgroup: Option<Cgroup>,
 }
 
+/// What the end of a run did with its pod.
+#[derive(Default)]
+struct Teardown {
+    /// Steps that failed.
+    errors: Vec<String>,
+    /// Set when the pod stays held because processes remain in its cgroup.
+    kept: Option<Vec<u32>>,
+}
+
 impl Session {
-    /// Every container of the admitted pods whose cgroup exists.
-    fn pool_members(&self) -> Vec<PoolMember> {
-        let mut members = Vec::new();
-        for (uid, r) in self.adm.pods() {
-            for c in &r.containers {
-                let Ok(path) = CgroupPath::container(uid, &c.name) else {
-                    continue;
-                };
-                if self.cgroups.open(&path).is_ok() {
-                    members.push(PoolMember {
-                        path,
-                        exclusive: c.allocation.exclusive,
-                        cpus: c.allocation.cpus.clone(),
-                    });
-                }
-            }
-        }
-        members
-    }
-
-    /// Rewrite the shared pool (a failure concerns other containers: warn).
-    fn update_pool(&self) {
-        if let Err(e) = apply_shared_pool(
-            &self.cgroups,
-            &self.machine.online_cpus(),
-            &self.pool_members(),
-        ) {
-            warn!(error = %e, "cannot update the shared CPU pool");
-            eprintln!("topomgr: warning: cannot update the shared CPU pool: {e}");
-        }
-    }
-
-    /// Restore, admit, save and set up the cgroup, under the lock.
+    /// Under the lock: restore, reclaim pods of dead runs, admit, record
+    /// this process as the owner, create the cgroup and attach the
+    /// container to it (the shared pool shrinks first), save.
     fn admit(&mut self, pod: &PodView) -> anyhow::Result<AdmitResult> {
-        let held = host::open_state(&self.cfg.state_dir, &mut self.adm, &self.machine)?;
-        let result = self.adm.admit(pod);
+        let mut held = host::open_state(&self.cfg.state_dir, &mut self.node)?;
+        held.reclaim(&mut self.node);
+        let result = self.node.admit(pod);
         if !result.admitted {
+            held.save(&mut self.node)?;
             return Ok(result);
         }
-        held.save(&self.adm)?;
-        let cpus = result
-            .containers
-            .first()
-            .map(|c| c.allocation.clone())
-            .unwrap_or_default();
+        let owner = Owner::current(self.node.boot_id())
+            .context("cannot read this process's start time from /proc/self/stat")?;
+        self.node.set_owner(&self.uid, owner);
         let path = CgroupPath::container(&self.uid, CONTAINER)?;
         let cg = self.cgroups.create(&path)?;
         self.cgroup = Some(cg.clone());
-        let (set_cpus, set_mems) = cpuset_for(&cpus.cpus, cpus.mems, &self.machine)?;
-        self.cgroups.set_cpuset(&cg, &set_cpus, &set_mems)?;
-        info!(cgroup = %cg.dir().display(), cpus = %set_cpus, mems = %set_mems, "cgroup set up");
-        self.update_pool();
+        let attached = self
+            .node
+            .attach(&self.uid, CONTAINER, &path.as_path().to_string_lossy())?;
+        info!(cgroup = %cg.dir().display(), cpus = %attached.cpus, mems = %attached.mems, "cgroup set up");
+        held.save(&mut self.node)?;
         Ok(result)
     }
 
-    /// Release the pod, remove its cgroup, rewrite the pool; errors are
-    /// collected, every step is attempted.
-    fn teardown(&mut self, admitted: bool) -> Vec<String> {
-        let mut errors = Vec::new();
+    /// Under the lock: restore; if processes are left in the cgroup keep
+    /// everything held; else remove the cgroup, release the pod, save and
+    /// give the CPUs back to the shared pool.
+    fn teardown(&mut self, admitted: bool) -> Teardown {
+        let mut out = Teardown::default();
         if admitted {
-            match host::open_state(&self.cfg.state_dir, &mut self.adm, &self.machine) {
-                Err(e) => errors.push(format!("{e:#}")),
-                Ok(held) => {
-                    if let Err(e) = self.adm.release(&self.uid) {
-                        errors.push(format!("releasing the pod: {e}"));
+            match host::open_state(&self.cfg.state_dir, &mut self.node) {
+                Err(e) => out.errors.push(format!("{e:#}")),
+                Ok(mut held) => {
+                    if self.node.pods().contains_key(&self.uid) {
+                        match self.node.processes(&self.uid) {
+                            Some(pids) if pids.is_empty() => {
+                                self.node.remove_cgroups(&self.uid);
+                                if let Err(e) = self.node.release(&self.uid) {
+                                    out.errors.push(format!("releasing the pod: {e}"));
+                                }
+                                if let Err(e) = held.save(&mut self.node) {
+                                    out.errors.push(format!("{e:#}"));
+                                }
+                            }
+                            Some(pids) => {
+                                out.kept = Some(pids);
+                                return out;
+                            }
+                            None => {
+                                out.errors.push(format!(
+                                    "cannot read the processes in the cgroup of pod {}; it stays held until a later run or `topomgr release --state-dir` finds it empty",
+                                    self.uid
+                                ));
+                                return out;
+                            }
+                        }
                     }
-                    if let Err(e) = held.save(&self.adm) {
-                        errors.push(format!("{e:#}"));
-                    }
+                    self.node.settle_pool();
                 }
             }
         }
         if let Some(cg) = self.cgroup.take() {
-            match self.cgroups.remove(&cg, 1) {
-                Ok(()) => self.update_pool(),
-                Err(e) => errors.push(e.to_string()),
+            if cg.dir().exists() {
+                if let Err(e) = self.cgroups.remove(&cg, 1) {
+                    out.errors.push(e.to_string());
+                }
             }
         }
-        errors
+        out
     }
-}
-
-/// The cpuset to write: the allocation's, else all online CPUs / all nodes.
-fn cpuset_for(
-    cpus: &CpuSet,
-    mems: NumaMask,
-    machine: &Machine,
-) -> anyhow::Result<(CpuSet, NumaMask)> {
-    let cpus = if cpus.is_empty() {
-        machine.online_cpus()
-    } else {
-        cpus.clone()
-    };
-    let mems = if mems.is_empty() {
-        machine.numa_mask()
-    } else {
-        mems
-    };
-    if cpus.is_empty() {
-        bail!("no CPU to run on: no provider set any and the machine reports no online CPU");
-    }
-    if mems.is_empty() {
-        bail!("no memory node to run on: no provider set any and the machine reports no NUMA node (cpuset.mems must not be empty)");
-    }
-    Ok((cpus, mems))
 }
 
 /// Write this process's pid into `procs`. Runs in the forked child before
@@ -357,6 +333,25 @@ fn join_cgroup(procs: &CStr) -> std::io::Result<()> {
     result
 }
 
+/// Ask the kernel to SIGKILL this (forked) process when the thread that
+/// forked it dies, so a `kill -9` of topomgr does not leave CMD running on
+/// CPUs nobody holds any more; fail if `parent` already died. Runs in the
+/// forked child before exec: only async-signal-safe calls.
+fn die_with_parent(parent: nix::unistd::Pid) -> std::io::Result<()> {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and changes only
+    // this process's attributes; it is async-signal-safe.
+    let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // The parent may have died between fork and prctl: then nobody would
+    // send the signal.
+    if nix::unistd::getppid() != parent {
+        return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+    }
+    Ok(())
+}
+
 /// Start CMD moved into `cg` before it execs.
 fn spawn_in(cmd_args: &[OsString], cg: &Cgroup, env: &AdmitResult) -> anyhow::Result<Child> {
     let Some((program, rest)) = cmd_args.split_first() else {
@@ -369,10 +364,15 @@ fn spawn_in(cmd_args: &[OsString], cg: &Cgroup, env: &AdmitResult) -> anyhow::Re
     if let Some(c) = env.containers.first() {
         cmd.envs(&c.allocation.env);
     }
-    // SAFETY: the closure only calls `join_cgroup`, which is async-signal-safe
-    // and does not allocate; `procs` was built before the fork.
+    let parent = nix::unistd::getpid();
+    // SAFETY: the closure only calls `die_with_parent` and `join_cgroup`,
+    // which are async-signal-safe and do not allocate; `procs` and `parent`
+    // were made before the fork.
     unsafe {
-        cmd.pre_exec(move || join_cgroup(&procs));
+        cmd.pre_exec(move || {
+            die_with_parent(parent)?;
+            join_cgroup(&procs)
+        });
     }
     Ok(cmd.spawn()?)
 }
@@ -408,11 +408,10 @@ pub fn run(config: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     let machine = host::discover(&cfg, None)?;
     let cgroups = CgroupManager::detect(&cfg.cgroup_root)
         .context("cannot use cgroup_root for topomgr run")?;
-    let adm = host::admitter(&cfg, &machine)?;
+    let node = host::node_state(&cfg, &machine)?;
     let mut session = Session {
         cfg,
-        machine,
-        adm,
+        node,
         cgroups,
         uid: pod.uid.clone(),
         cgroup: None,
@@ -420,7 +419,7 @@ pub fn run(config: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     let result = match session.admit(&pod) {
         Ok(r) => r,
         Err(e) => {
-            let admitted = session.adm.pods().contains_key(&pod.uid);
+            let admitted = session.node.pods().contains_key(&pod.uid);
             report_teardown(session.teardown(admitted));
             return Err(e);
         }
@@ -428,15 +427,22 @@ pub fn run(config: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     if !result.admitted {
         eprintln!(
             "topomgr: pod rejected: {}: {}",
-            result.reason.as_deref().unwrap_or("rejected"),
-            result.message.as_deref().unwrap_or("")
+            field(result.reason.as_deref().unwrap_or("rejected")),
+            field(result.message.as_deref().unwrap_or(""))
         );
+        let holders = session.node.exclusive_holders();
+        if !holders.is_empty() {
+            eprintln!(
+                "topomgr: CPUs held exclusively by other workloads: {}",
+                holders.join("; ")
+            );
+        }
         return Ok(ExitCode::from(REJECTED));
     }
     let outcome = start_and_wait(&args, &session, &result, &fwd);
-    let errors = session.teardown(true);
+    let teardown = session.teardown(true);
     drop(fwd);
-    report_teardown(errors);
+    report_teardown(teardown);
     outcome
 }
 
@@ -481,8 +487,16 @@ fn start_and_wait(
     Ok(ExitCode::from(exit_code(status)))
 }
 
-fn report_teardown(errors: Vec<String>) {
-    for e in errors {
+fn report_teardown(t: Teardown) {
+    if let Some(pids) = t.kept {
+        let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
+        info!(pids = %pids.join(","), "processes remain in the cgroup; the pod stays held");
+        eprintln!(
+            "topomgr: warning: processes {} are still in the command's cgroup; its CPUs stay reserved until they exit (the next topomgr run reclaims them then; topomgr release --state-dir DIR UID releases them now)",
+            pids.join(",")
+        );
+    }
+    for e in t.errors {
         warn!(error = %e, "cleanup failed");
         eprintln!("topomgr: error during cleanup: {e}");
     }

@@ -11,7 +11,10 @@ pub fn run(config: &Path, sysfs_root: Option<&Path>, output: Output) -> anyhow::
     let machine = host::discover(&cfg, sysfs_root)?;
     match output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&machine)?),
-        Output::Table => print!("{}", topomgr::discover::render_table(&machine)),
+        Output::Table => print!(
+            "{}",
+            super::text::lines(&topomgr::discover::render_table(&machine))
+        ),
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -3,7 +3,7 @@
 //! the benchmark. It keeps one connection alive between requests and
 //! reconnects once when the daemon closed an idle connection.
 
-use std::io::{self, BufRead as _, BufReader, Read as _, Write as _};
+use std::io::{self, BufRead as _, BufReader, Read as _};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
@@ -78,6 +78,42 @@ pub fn encode_segment(s: &str) -> String {
         }
     }
     out
+}
+
+/// Write all of `data` to the socket with `MSG_NOSIGNAL`: a daemon that
+/// closed the connection gives `EPIPE` here, never a SIGPIPE that would
+/// kill the CLI (which runs with SIGPIPE's default action so that a closed
+/// stdout ends it quietly).
+fn send_all(stream: &UnixStream, mut data: &[u8]) -> io::Result<()> {
+    use std::os::fd::AsRawFd as _;
+    while !data.is_empty() {
+        // SAFETY: the fd is the open socket `stream` borrows; `data` is a
+        // live buffer of that length; send does not keep the pointer.
+        let n = unsafe {
+            libc::send(
+                stream.as_raw_fd(),
+                data.as_ptr().cast(),
+                data.len(),
+                libc::MSG_NOSIGNAL,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        let n = usize::try_from(n).unwrap_or(0);
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                "socket accepted no bytes",
+            ));
+        }
+        data = &data[n..];
+    }
+    Ok(())
 }
 
 enum Attempt {
@@ -165,10 +201,8 @@ impl Client {
             source,
         };
         let conn = self.connect()?;
-        let sent = conn
-            .get_mut()
-            .write_all(head.as_bytes())
-            .and_then(|_| conn.get_mut().write_all(body));
+        let sent =
+            send_all(conn.get_ref(), head.as_bytes()).and_then(|_| send_all(conn.get_ref(), body));
         if let Err(e) = sent {
             return Ok(Attempt::Stale(e));
         }
@@ -297,6 +331,8 @@ impl Client {
 
 #[cfg(test)]
 mod tests {
+    use std::io::Write as _;
+
     use super::*;
 
     #[test]

@@ -1,21 +1,30 @@
 //! The serialized admission engine.
 //!
-//! One OS thread owns the [`Admitter`] (and through it every provider) and
-//! applies commands one at a time, like the kubelet admits one pod at a
-//! time. HTTP handlers submit commands and await the answer; they never
-//! touch providers.
+//! One OS thread owns the [`NodeState`] (and through it the [`Admitter`],
+//! every provider and the ledger) and applies commands one at a time, like
+//! the kubelet admits one pod at a time. HTTP handlers submit commands and
+//! await the answer; they never touch providers.
 //!
 //! Durability with group commit: the engine takes every command that is
-//! waiting (up to [`MAX_BATCH`]), applies them in order, writes ONE state
-//! file ([`checkpoint::save_state`]: host + every provider, atomic, checksum,
-//! boot id) and only then answers them. An answer therefore always describes
-//! state that is on disk: a `kill -9` at any instant loses no acknowledged
-//! change. When the state cannot be written the changes of that batch are
-//! answered with an error and the engine refuses every later change (the
-//! disk and memory may disagree; a restart restores the last saved state).
+//! waiting (up to [`MAX_BATCH`]), applies them in order, appends ONE record
+//! of what they changed to the journal ([`Store::commit`]: checksummed,
+//! `fdatasync`ed, compacted into a snapshot from time to time) and only
+//! then answers them. An answer therefore always describes state that is on
+//! disk: a `kill -9` at any instant loses no acknowledged change. The cost
+//! of a commit is that of the change, not of the pods held. Cgroups follow
+//! the order [`NodeState`] documents: an exclusive admission shrinks the
+//! shared pool before it is answered; the pool grows only after the state
+//! that frees CPUs is on disk.
 //!
-//! Reads (`pods`, `health`) are served from a snapshot published after each
-//! commit, without queueing behind admissions.
+//! When the state cannot be written (a full disk), the changes of that batch
+//! are answered with an error and the engine rolls its memory (providers,
+//! pods, records) back to what is on disk ([`Store::reload`]), so memory and
+//! disk agree again; the next change is tried as usual, so once space is
+//! freed the daemon accepts changes again without a restart.
+//!
+//! Reads (`pods`, `health`) are served from a view that the engine brings
+//! up to date with each commit's changes (under a short write lock), without
+//! queueing behind admissions.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -25,14 +34,16 @@ use std::thread;
 use std::time::Instant;
 
 use tokio::sync::oneshot;
-use topomgr_sdk::{CpuSet, Machine, NumaMask, PodView};
+use topomgr_sdk::{CpuSet, Machine, PodView};
 use tracing::{error, info, warn};
 
 use super::metrics::Metrics;
 use crate::admission::{AdmissionError, AdmitResult, Admitter};
-use crate::cgroup::pool::{apply_shared_pool, PoolMember};
-use crate::cgroup::{CgroupManager, CgroupPath};
 use crate::checkpoint::{self, Attachments, Restored};
+use crate::node_state::{AttachError, Change, NodeState, Reclaim, UnknownContainer};
+use crate::store::Store;
+
+pub use crate::node_state::Attached;
 
 /// The most commands applied before one state-file write.
 pub const MAX_BATCH: usize = 256;
@@ -55,21 +66,6 @@ pub enum Command {
     },
 }
 
-/// What a container's cgroup was given.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Attached {
-    /// Pod uid.
-    pub uid: String,
-    /// Container name.
-    pub container: String,
-    /// Cgroup path relative to the cgroup root.
-    pub cgroup: String,
-    /// `cpuset.cpus` written.
-    pub cpus: CpuSet,
-    /// `cpuset.mems` written.
-    pub mems: NumaMask,
-}
-
 /// The engine's answer to a [`Command`].
 #[derive(Debug, Clone)]
 pub enum Reply {
@@ -88,24 +84,23 @@ pub enum EngineError {
     #[error("no admitted pod with uid {0:?}")]
     UnknownPod(String),
     /// The pod has no such container.
-    #[error("pod {uid:?} has no container {container:?} (containers: {known})")]
-    UnknownContainer {
-        /// Pod uid.
-        uid: String,
-        /// Container name.
-        container: String,
-        /// The pod's containers, comma-separated.
-        known: String,
-    },
+    #[error(transparent)]
+    UnknownContainer(UnknownContainer),
+    /// A uid is admitted with a different spec (nothing of the request was admitted).
+    #[error("{0}")]
+    Conflict(String),
     /// The pod was released and saved, but providers reported errors.
     #[error("{0}")]
     ReleaseErrors(String),
     /// The cgroup could not be written.
-    #[error("cannot attach: {0}")]
+    #[error("{0}")]
     Cgroup(String),
-    /// The state could not be saved: the engine refuses changes.
-    #[error("topomgr cannot save its state ({0}); it refuses changes until it is restarted after the cause is fixed")]
+    /// The state could not be saved: the change was undone.
+    #[error("topomgr cannot save its state ({0}); the change was not made. Free space or fix the state directory, then retry")]
     Unavailable(String),
+    /// Memory could not be brought back to the saved state: changes are refused.
+    #[error("topomgr could not return to its saved state after a failed write ({0}); it refuses changes until it is restarted")]
+    Broken(String),
     /// The engine thread is gone (shutting down).
     #[error("the admission engine has stopped")]
     Stopped,
@@ -115,16 +110,17 @@ pub enum EngineError {
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     /// Admitted pods by uid.
-    pub pods: BTreeMap<String, AdmitResult>,
+    pub pods: BTreeMap<String, Arc<AdmitResult>>,
     /// Cgroup attachments.
     pub attachments: Attachments,
     /// CPUs held exclusively.
     pub exclusive_cpus: CpuSet,
     /// The shared pool (online minus exclusive).
     pub shared_pool: CpuSet,
-    /// Set when the engine refuses changes (state could not be saved).
+    /// Set while the last state write failed (or changes are refused).
     pub failure: Option<String>,
-    /// What the restore at start reported (reboot, vanished resources).
+    /// What the restore at start reported (reboot, vanished resources,
+    /// held providers, reclaimed pods).
     pub restore_notes: Vec<String>,
 }
 
@@ -145,20 +141,16 @@ type Job = (Command, oneshot::Sender<Result<Reply, EngineError>>);
 #[derive(Clone)]
 pub struct Engine {
     jobs: mpsc::Sender<Job>,
-    snapshot: Arc<RwLock<Arc<Snapshot>>>,
+    view: Arc<RwLock<Snapshot>>,
 }
 
 struct Worker {
-    admitter: Admitter,
-    settings: EngineSettings,
-    online: CpuSet,
-    numa: NumaMask,
-    attachments: Attachments,
-    cgroups: Option<CgroupManager>,
+    node: NodeState,
+    store: Store,
     metrics: Arc<Metrics>,
     failure: Option<String>,
-    restore_notes: Vec<String>,
-    snapshot: Arc<RwLock<Arc<Snapshot>>>,
+    broken: Option<String>,
+    view: Arc<RwLock<Snapshot>>,
 }
 
 /// Errors starting the engine.
@@ -172,60 +164,96 @@ pub enum StartError {
     Thread(std::io::Error),
 }
 
+fn notes_of(restored: &Restored, boot_id: &str) -> Vec<String> {
+    let mut notes = Vec::new();
+    if restored.rebooted {
+        let saved = restored.saved_boot_id.clone().unwrap_or_default();
+        warn!(saved_boot_id = %saved, boot_id = %boot_id, pods = restored.pods, "state was saved before a reboot; its pods are kept until released");
+        notes.push(format!(
+            "state was saved under boot id {saved}, this boot is {boot_id}; its {} pod(s) are kept until released",
+            restored.pods
+        ));
+    }
+    for issue in &restored.issues {
+        warn!(issue = %issue, "restored state does not match the machine or the config");
+        notes.push(issue.to_string());
+    }
+    notes
+}
+
 impl Engine {
-    /// Restore the saved state into `admitter`, then start the engine thread.
+    /// Restore the saved state into `admitter` (snapshot and journal),
+    /// reclaim pods of dead `topomgr run` owners, bring the shared pool in
+    /// line, compact the journal when it holds anything, then start the
+    /// engine thread.
     pub fn start(
         mut admitter: Admitter,
-        machine: &Machine,
+        _machine: &Machine,
         settings: EngineSettings,
         metrics: Arc<Metrics>,
     ) -> Result<(Engine, Restored), StartError> {
-        let restored = checkpoint::restore_state(
-            &settings.state_dir,
-            &mut admitter,
-            machine,
-            &settings.boot_id,
-        )?;
-        let mut notes = Vec::new();
-        if restored.rebooted {
-            let saved = restored.saved_boot_id.clone().unwrap_or_default();
-            warn!(saved_boot_id = %saved, boot_id = %settings.boot_id, pods = restored.pods, "state was saved before a reboot; its pods are kept until released");
-            notes.push(format!(
-                "state was saved under boot id {saved}, this boot is {}; its {} pod(s) are kept until released",
-                settings.boot_id, restored.pods
-            ));
-        }
-        for issue in &restored.issues {
-            warn!(issue = %issue, "restored state does not match the machine");
-            notes.push(issue.to_string());
-        }
+        let (store, restored) = Store::open(&settings.state_dir, &mut admitter, &settings.boot_id)?;
+        let mut notes = notes_of(&restored, &settings.boot_id);
         if restored.found {
             info!(
                 pods = restored.pods,
                 issues = restored.issues.len(),
+                journal_records = store.records(),
                 "state restored; nothing re-admitted or released"
             );
         }
-        let snapshot = Arc::new(RwLock::new(Arc::new(Snapshot::default())));
-        let (jobs, rx) = mpsc::channel::<Job>();
-        let mut worker = Worker {
+        let node = NodeState::new(
             admitter,
-            online: machine.online_cpus(),
-            numa: machine.numa_mask(),
-            attachments: restored.attachments.clone(),
-            cgroups: None,
-            settings,
+            restored.records.clone(),
+            &settings.cgroup_root,
+            &settings.boot_id,
+        );
+        let mut worker = Worker {
+            node,
+            store,
             metrics,
             failure: None,
-            restore_notes: notes,
-            snapshot: Arc::clone(&snapshot),
+            broken: None,
+            view: Arc::new(RwLock::new(Snapshot::default())),
         };
-        worker.publish();
+        let reclaimed = worker.node.reclaim();
+        for r in &reclaimed {
+            notes.push(match r {
+                Reclaim::Released { uid, pid } => format!(
+                    "pod {uid:?} of topomgr run pid {pid}, which is gone, was released (its cgroup was empty)"
+                ),
+                Reclaim::Kept { uid, pids } => format!(
+                    "pod {uid:?}: its topomgr run is gone but processes {pids:?} remain in its cgroup; it stays held until they exit"
+                ),
+            });
+        }
+        let released = reclaimed
+            .iter()
+            .any(|r| matches!(r, Reclaim::Released { .. }));
+        if released || restored.replayed > 0 || worker.store.records() > 0 {
+            // Start with a fresh snapshot: recovery stays short and the
+            // boot id is this boot's.
+            match worker.store.compact(&worker.node) {
+                Ok(()) => {
+                    worker.node.take_changes();
+                    worker.node.admitter_mut().take_changed_providers();
+                }
+                Err(e) => {
+                    error!(error = %e, "cannot save the state after reclaiming pods and replaying releases; it stays as saved");
+                    worker.failure = Some(e.to_string());
+                    worker.rollback();
+                }
+            }
+        }
+        worker.node.settle_pool();
+        worker.rebuild_view(notes);
+        let (jobs, rx) = mpsc::channel::<Job>();
+        let view = Arc::clone(&worker.view);
         thread::Builder::new()
             .name("admission-engine".to_owned())
             .spawn(move || worker.run(rx))
             .map_err(StartError::Thread)?;
-        Ok((Engine { jobs, snapshot }, restored))
+        Ok((Engine { jobs, view }, restored))
     }
 
     /// Submit a command and wait for its answer (sent after the state is saved).
@@ -237,10 +265,11 @@ impl Engine {
         rx.await.unwrap_or(Err(EngineError::Stopped))
     }
 
-    /// The state as of the last commit.
-    pub fn snapshot(&self) -> Arc<Snapshot> {
-        let guard = self.snapshot.read().unwrap_or_else(|p| p.into_inner());
-        Arc::clone(&guard)
+    /// Read the state as of the last commit (keep `f` short: the engine
+    /// waits for it to bring the view up to date).
+    pub fn read<R>(&self, f: impl FnOnce(&Snapshot) -> R) -> R {
+        let guard = self.view.read().unwrap_or_else(|p| p.into_inner());
+        f(&guard)
     }
 }
 
@@ -256,42 +285,41 @@ impl Worker {
             }
             let mut answers = Vec::with_capacity(batch.len());
             let mut dirty = false;
-            let mut cpus_changed = false;
             for (cmd, reply) in batch {
-                if let Some(f) = &self.failure {
-                    answers.push((reply, Err(EngineError::Unavailable(f.clone())), false));
+                if let Some(b) = &self.broken {
+                    answers.push((reply, Err(EngineError::Broken(b.clone())), false));
                     continue;
                 }
-                let (result, changed, exclusive) = self.apply(cmd);
+                let (result, changed) = self.apply(cmd);
                 dirty |= changed;
-                cpus_changed |= exclusive;
                 answers.push((reply, result, changed));
             }
+            let mut committed = Vec::new();
             if dirty {
                 let start = Instant::now();
-                match checkpoint::save_state(
-                    &self.settings.state_dir,
-                    &self.admitter,
-                    &self.attachments,
-                    &self.settings.boot_id,
-                ) {
-                    Ok(()) => self.metrics.checkpoint(start.elapsed().as_secs_f64()),
+                match self.store.commit(&mut self.node) {
+                    Ok(changes) => {
+                        self.metrics.checkpoint(start.elapsed().as_secs_f64());
+                        committed = changes;
+                        if self.broken.is_none() {
+                            self.failure = None;
+                        }
+                    }
                     Err(e) => {
                         let msg = e.to_string();
-                        error!(error = %msg, "cannot save state; refusing further changes");
+                        error!(error = %msg, "cannot save state; the batch's changes are undone");
                         self.failure = Some(msg.clone());
                         for (_, result, changed) in &mut answers {
                             if *changed {
                                 *result = Err(EngineError::Unavailable(msg.clone()));
                             }
                         }
+                        self.rollback();
                     }
                 }
             }
-            if cpus_changed && self.failure.is_none() {
-                self.reapply_shared_pool();
-            }
-            self.publish();
+            self.node.settle_pool();
+            self.publish(committed);
             for (reply, result, _) in answers {
                 let _ = reply.send(result);
             }
@@ -299,189 +327,126 @@ impl Worker {
         info!("admission engine stopped");
     }
 
-    /// Apply one command: (answer, state changed, exclusive CPUs changed).
-    fn apply(&mut self, cmd: Command) -> (Result<Reply, EngineError>, bool, bool) {
+    /// Bring memory back to what is on disk, and the readers' view with it.
+    fn rollback(&mut self) {
+        match self.store.reload(&mut self.node) {
+            Ok(_) => info!("memory rolled back to the saved state"),
+            Err(e) => {
+                let msg = e.to_string();
+                error!(error = %msg, "cannot roll back to the saved state; refusing changes");
+                self.broken = Some(msg.clone());
+                self.failure = Some(msg);
+            }
+        }
+        let notes = self.read_notes();
+        self.rebuild_view(notes);
+    }
+
+    fn read_notes(&self) -> Vec<String> {
+        let view = self.view.read().unwrap_or_else(|p| p.into_inner());
+        view.restore_notes.clone()
+    }
+
+    /// Apply one command: (answer, state changed).
+    fn apply(&mut self, cmd: Command) -> (Result<Reply, EngineError>, bool) {
         match cmd {
             Command::Admit(pods) => {
+                if let Some(conflict) = self.conflict(&pods) {
+                    return (Err(EngineError::Conflict(conflict)), false);
+                }
                 let mut results = Vec::with_capacity(pods.len());
-                let (mut changed, mut exclusive) = (false, false);
+                let mut changed = false;
                 for pod in &pods {
-                    let known = self.admitter.pods().contains_key(&pod.uid);
+                    let known = self.node.pods().contains_key(&pod.uid);
                     let start = Instant::now();
-                    let r = self.admitter.admit(pod);
+                    let r = self.node.admit(pod);
                     self.metrics
                         .admission(start.elapsed().as_secs_f64(), r.reason.as_deref());
-                    if r.admitted && !known {
-                        changed = true;
-                        exclusive |= r.containers.iter().any(|c| c.allocation.exclusive);
+                    for provider in self.node.admitter_mut().take_violations() {
+                        self.metrics.ledger_violation(&provider);
                     }
+                    changed |= r.admitted && !known;
                     results.push(r);
                 }
-                (Ok(Reply::Admitted(results)), changed, exclusive)
+                (Ok(Reply::Admitted(results)), changed)
             }
-            Command::Release(uid) => {
-                let exclusive = self
-                    .admitter
-                    .pods()
-                    .get(&uid)
-                    .is_some_and(|r| r.containers.iter().any(|c| c.allocation.exclusive));
-                let detached = self.attachments.remove(&uid).is_some();
-                match self.admitter.release(&uid) {
-                    Ok(r) => {
-                        info!(pod = %uid, "pod released");
-                        (Ok(Reply::Released(r)), true, exclusive)
-                    }
-                    Err(AdmissionError::UnknownPod(u)) => {
-                        (Err(EngineError::UnknownPod(u)), detached, false)
-                    }
-                    Err(e) => {
-                        warn!(pod = %uid, error = %e, "pod released with provider errors");
-                        (
-                            Err(EngineError::ReleaseErrors(e.to_string())),
-                            true,
-                            exclusive,
-                        )
-                    }
+            Command::Release(uid) => match self.node.release(&uid) {
+                Ok(r) => {
+                    info!(pod = %uid, "pod released");
+                    (Ok(Reply::Released(r)), true)
                 }
-            }
+                Err(AdmissionError::UnknownPod(u)) => (Err(EngineError::UnknownPod(u)), false),
+                Err(e) => {
+                    warn!(pod = %uid, error = %e, "pod released with provider errors");
+                    (Err(EngineError::ReleaseErrors(e.to_string())), true)
+                }
+            },
             Command::Attach {
                 uid,
                 container,
                 cgroup,
-            } => match self.attach(&uid, &container, &cgroup) {
-                Ok(a) => (Ok(Reply::Attached(a)), true, false),
-                Err(e) => (Err(e), false, false),
+            } => match self.node.attach(&uid, &container, &cgroup) {
+                Ok(a) => (Ok(Reply::Attached(a)), true),
+                Err(AttachError::UnknownPod(u)) => (Err(EngineError::UnknownPod(u)), false),
+                Err(AttachError::UnknownContainer(e)) => {
+                    (Err(EngineError::UnknownContainer(e)), false)
+                }
+                Err(e) => (Err(EngineError::Cgroup(e.to_string())), false),
             },
         }
     }
 
-    fn exclusive_cpus(&self) -> CpuSet {
-        self.admitter
-            .pods()
-            .values()
-            .flat_map(|r| &r.containers)
-            .filter(|c| c.allocation.exclusive)
-            .fold(CpuSet::new(), |all, c| all.union(&c.allocation.cpus))
-    }
-
-    fn cgroups(&mut self) -> Result<&CgroupManager, EngineError> {
-        if self.cgroups.is_none() {
-            let m = CgroupManager::detect(&self.settings.cgroup_root)
-                .map_err(|e| EngineError::Cgroup(e.to_string()))?;
-            self.cgroups = Some(m);
-        }
-        self.cgroups
-            .as_ref()
-            .ok_or_else(|| EngineError::Cgroup("no cgroup hierarchy".to_owned()))
-    }
-
-    fn attach(
-        &mut self,
-        uid: &str,
-        container: &str,
-        cgroup: &str,
-    ) -> Result<Attached, EngineError> {
-        let pod = self
-            .admitter
-            .pods()
-            .get(uid)
-            .ok_or_else(|| EngineError::UnknownPod(uid.to_owned()))?;
-        let c = pod
-            .containers
-            .iter()
-            .find(|c| c.name == container)
-            .ok_or_else(|| EngineError::UnknownContainer {
-                uid: uid.to_owned(),
-                container: container.to_owned(),
-                known: pod
-                    .containers
-                    .iter()
-                    .map(|c| c.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", "),
-            })?;
-        let cpus = if c.allocation.exclusive && !c.allocation.cpus.is_empty() {
-            c.allocation.cpus.clone()
-        } else {
-            self.online.difference(&self.exclusive_cpus())
-        };
-        let mems = if c.allocation.mems.is_empty() {
-            self.numa
-        } else {
-            c.allocation.mems
-        };
-        let path = CgroupPath::new(cgroup).map_err(|e| EngineError::Cgroup(e.to_string()))?;
-        let mgr = self.cgroups()?;
-        let cg = mgr
-            .open(&path)
-            .map_err(|e| EngineError::Cgroup(e.to_string()))?;
-        mgr.set_cpuset(&cg, &cpus, &mems)
-            .map_err(|e| EngineError::Cgroup(e.to_string()))?;
-        info!(pod = %uid, container, cgroup, cpus = %cpus, mems = %mems, "container attached");
-        self.attachments
-            .entry(uid.to_owned())
-            .or_default()
-            .insert(container.to_owned(), cgroup.to_owned());
-        Ok(Attached {
-            uid: uid.to_owned(),
-            container: container.to_owned(),
-            cgroup: cgroup.to_owned(),
-            cpus,
-            mems,
-        })
-    }
-
-    /// Rewrite the shared-pool containers' cpusets after exclusive CPUs changed.
-    fn reapply_shared_pool(&mut self) {
-        if self.attachments.is_empty() {
-            return;
-        }
-        let mut members = Vec::new();
-        for (uid, containers) in &self.attachments {
-            let Some(pod) = self.admitter.pods().get(uid) else {
-                continue;
-            };
-            for (name, path) in containers {
-                let Some(c) = pod.containers.iter().find(|c| &c.name == name) else {
-                    continue;
-                };
-                match CgroupPath::new(path) {
-                    Ok(p) => members.push(PoolMember {
-                        path: p,
-                        exclusive: c.allocation.exclusive,
-                        cpus: c.allocation.cpus.clone(),
-                    }),
-                    Err(e) => {
-                        warn!(pod = %uid, container = %name, error = %e, "bad attached cgroup path")
-                    }
+    /// A uid of `pods` admitted (or earlier in the same request) with a
+    /// different spec.
+    fn conflict(&self, pods: &[PodView]) -> Option<String> {
+        let mut seen: BTreeMap<&str, &PodView> = BTreeMap::new();
+        for pod in pods {
+            if let Some(c) = self.node.admitter().uid_conflict(pod) {
+                return Some(c);
+            }
+            if let Some(first) = seen.insert(&pod.uid, pod) {
+                if first != pod {
+                    return Some(format!(
+                        "the request holds pod uid {:?} twice with different specs",
+                        pod.uid
+                    ));
                 }
             }
         }
-        let online = self.online.clone();
-        match self.cgroups() {
-            Ok(mgr) => {
-                if let Err(e) = apply_shared_pool(mgr, &online, &members) {
-                    warn!(error = %e, "cannot update the shared-pool containers' cpusets");
-                }
-            }
-            Err(e) => warn!(error = %e, "cannot update the shared-pool containers' cpusets"),
-        }
+        None
     }
 
-    fn publish(&mut self) {
-        let exclusive = self.exclusive_cpus();
-        let shared = self.online.difference(&exclusive);
-        self.metrics
-            .cpus(exclusive.len(), shared.len(), self.admitter.pods().len());
+    /// The readers' view from scratch (at start and after a rollback).
+    fn rebuild_view(&mut self, notes: Vec<String>) {
         let snap = Snapshot {
-            pods: self.admitter.pods().clone(),
-            attachments: self.attachments.clone(),
-            exclusive_cpus: exclusive,
-            shared_pool: shared,
-            failure: self.failure.clone(),
-            restore_notes: self.restore_notes.clone(),
+            pods: self
+                .node
+                .pods()
+                .iter()
+                .map(|(uid, r)| (uid.clone(), Arc::new(r.clone())))
+                .collect(),
+            attachments: self.node.records().attachments.clone(),
+            restore_notes: notes,
+            ..Snapshot::default()
         };
-        let mut guard = self.snapshot.write().unwrap_or_else(|p| p.into_inner());
-        *guard = Arc::new(snap);
+        *self.view.write().unwrap_or_else(|p| p.into_inner()) = snap;
+        self.publish(Vec::new());
+    }
+
+    /// Bring the readers' view up to date with what was committed.
+    fn publish(&mut self, committed: Vec<Change>) {
+        let ledger = self.node.admitter().ledger();
+        let exclusive = ledger.exclusive_cpus().clone();
+        let shared = self.node.shared_pool();
+        self.metrics
+            .cpus(exclusive.len(), shared.len(), self.node.pods().len());
+        let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
+        let view = &mut *view;
+        for change in committed {
+            change.apply(&mut view.pods, &mut view.attachments, None, Arc::from);
+        }
+        view.exclusive_cpus = exclusive;
+        view.shared_pool = shared;
+        view.failure = self.failure.clone();
     }
 }

@@ -11,6 +11,7 @@
 //! | `topomgr_topology_manager_admission_duration_seconds` (histogram) | `topology_manager_admission_duration_ms` |
 //! | `topomgr_provider_call_duration_seconds{provider,call}` (histogram) | per hint provider: `call` is `topology_hints`, `pod_topology_hints`, `allocate`, `release`, `checkpoint`, `restore` |
 //! | `topomgr_provider_timeouts_total{provider,call}` | — |
+//! | `topomgr_ledger_violations_total{provider}` | — (allocations the ledger refused) |
 //! | `topomgr_cpu_manager_exclusive_cpu_allocation_count` | `cpu_manager_exclusive_cpu_allocation_count` |
 //! | `topomgr_cpu_manager_shared_pool_size_millicores` | `cpu_manager_shared_pool_size_millicores` |
 //! | `topomgr_checkpoint_duration_seconds` (histogram) | — |
@@ -28,6 +29,12 @@ use prometheus_client::registry::Registry;
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabel {
     reason: String,
+}
+
+/// Label set `{provider}`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ProviderLabel {
+    provider: String,
 }
 
 /// Label set `{provider, call}`.
@@ -53,6 +60,7 @@ pub struct Metrics {
     admission_duration: Histogram,
     provider_calls: HistogramFamily<CallLabels>,
     provider_timeouts: Family<CallLabels, Counter>,
+    ledger_violations: Family<ProviderLabel, Counter>,
     exclusive_cpus: Gauge,
     shared_pool_millicores: Gauge,
     checkpoint_duration: Histogram,
@@ -75,6 +83,7 @@ impl Metrics {
         let provider_calls: HistogramFamily<CallLabels> =
             Family::new_with_constructor(latency_histogram);
         let provider_timeouts = Family::<CallLabels, Counter>::default();
+        let ledger_violations = Family::<ProviderLabel, Counter>::default();
         let exclusive_cpus = Gauge::default();
         let shared_pool_millicores = Gauge::default();
         let checkpoint_duration = latency_histogram();
@@ -105,6 +114,11 @@ impl Metrics {
             provider_timeouts.clone(),
         );
         registry.register(
+            "ledger_violations",
+            "Allocations refused by the ledger (a CPU or device held elsewhere, or not on this machine), by provider",
+            ledger_violations.clone(),
+        );
+        registry.register(
             "cpu_manager_exclusive_cpu_allocation_count",
             "CPUs held exclusively by containers",
             exclusive_cpus.clone(),
@@ -131,6 +145,7 @@ impl Metrics {
             admission_duration,
             provider_calls,
             provider_timeouts,
+            ledger_violations,
             exclusive_cpus,
             shared_pool_millicores,
             checkpoint_duration,
@@ -167,6 +182,15 @@ impl Metrics {
             .get_or_create(&CallLabels {
                 provider: provider.to_owned(),
                 call: call.to_owned(),
+            })
+            .inc();
+    }
+
+    /// One allocation of `provider` refused by the ledger.
+    pub fn ledger_violation(&self, provider: &str) {
+        self.ledger_violations
+            .get_or_create(&ProviderLabel {
+                provider: provider.to_owned(),
             })
             .inc();
     }

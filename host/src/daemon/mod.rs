@@ -3,7 +3,7 @@
 //! - [`crate::state_lock`]: one daemon per state directory (`flock`);
 //! - [`timed`]: every provider on its own thread, each call with a deadline;
 //! - [`engine`]: the serialized admission engine with group-committed,
-//!   checksummed state ([`crate::checkpoint::save_state`]);
+//!   durable state ([`crate::store::Store`]: journal and snapshot);
 //! - [`server`]: the HTTP/JSON API on a Unix socket;
 //! - [`access`]: socket ownership/mode and the peer-credential check;
 //! - [`metrics`]: Prometheus metrics;
@@ -129,7 +129,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
         )?;
         providers.push(Box::new(t));
     }
-    let admitter = Admitter::new(d.policy, d.scope, providers);
+    let admitter = Admitter::new(&d.machine, d.policy, d.scope, providers);
     let settings = EngineSettings {
         state_dir: d.state_dir.clone(),
         cgroup_root: d.cgroup_root,

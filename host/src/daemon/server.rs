@@ -12,9 +12,10 @@
 //! | GET | `/metrics` | Prometheus text |
 //!
 //! Errors are `{"error": "<message>", "reason": "<code>"}` with status 400
-//! (bad input), 403 (peer not allowed), 404 (unknown pod or container), 422
-//! (cgroup problem), 500 (provider errors on release), 503 (state cannot be
-//! saved, or shutting down). `docs/api/openapi.yaml` documents the same.
+//! (bad input), 403 (peer not allowed), 404 (unknown pod or container), 409
+//! (a uid admitted with a different spec), 422 (cgroup problem), 500
+//! (provider errors on release), 503 (state cannot be saved, or shutting
+//! down). `docs/api/openapi.yaml` documents the same.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -38,6 +39,7 @@ use tracing::{debug, info};
 use super::access::{AccessPolicy, Peer};
 use super::engine::{Command, Engine, EngineError, Reply};
 use super::metrics::Metrics;
+use crate::admission::AdmitResult;
 
 /// Shared state of the handlers.
 #[derive(Clone)]
@@ -98,10 +100,12 @@ impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> ApiError {
         let (status, reason) = match &e {
             EngineError::UnknownPod(_) => (StatusCode::NOT_FOUND, "UnknownPod"),
-            EngineError::UnknownContainer { .. } => (StatusCode::NOT_FOUND, "UnknownContainer"),
+            EngineError::UnknownContainer(_) => (StatusCode::NOT_FOUND, "UnknownContainer"),
+            EngineError::Conflict(_) => (StatusCode::CONFLICT, "PodUidConflict"),
             EngineError::ReleaseErrors(_) => (StatusCode::INTERNAL_SERVER_ERROR, "ReleaseErrors"),
             EngineError::Cgroup(_) => (StatusCode::UNPROCESSABLE_ENTITY, "CgroupError"),
             EngineError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "StateNotSaved"),
+            EngineError::Broken(_) => (StatusCode::SERVICE_UNAVAILABLE, "StateUnavailable"),
             EngineError::Stopped => (StatusCode::SERVICE_UNAVAILABLE, "ShuttingDown"),
         };
         ApiError::new(status, reason, e.to_string())
@@ -153,31 +157,30 @@ async fn check_peer(
 }
 
 async fn health(State(state): State<AppState>) -> Response {
-    let snap = state.engine.snapshot();
-    let status = if snap.failure.is_some() {
-        "failing"
-    } else if snap.restore_notes.is_empty() {
-        "ok"
-    } else {
-        "degraded"
-    };
-    let code = if snap.failure.is_some() {
-        StatusCode::SERVICE_UNAVAILABLE
-    } else {
-        StatusCode::OK
-    };
-    (
-        code,
-        Json(json!({
+    let (code, body) = state.engine.read(|snap| {
+        let status = if snap.failure.is_some() {
+            "failing"
+        } else if snap.restore_notes.is_empty() {
+            "ok"
+        } else {
+            "degraded"
+        };
+        let code = if snap.failure.is_some() {
+            StatusCode::SERVICE_UNAVAILABLE
+        } else {
+            StatusCode::OK
+        };
+        let body = json!({
             "status": status,
             "pods": snap.pods.len(),
             "exclusive_cpus": snap.exclusive_cpus.to_string(),
             "shared_pool": snap.shared_pool.to_string(),
             "notes": snap.restore_notes,
             "failure": snap.failure,
-        })),
-    )
-        .into_response()
+        });
+        (code, body)
+    });
+    (code, Json(body)).into_response()
 }
 
 async fn machine(State(state): State<AppState>) -> Json<Machine> {
@@ -213,19 +216,20 @@ fn unexpected(reply: &Reply) -> ApiError {
 }
 
 async fn list_pods(State(state): State<AppState>) -> Json<Value> {
-    let snap = state.engine.snapshot();
-    let pods: Vec<Value> = snap.pods.values().map(|r| r.to_json()).collect();
-    Json(json!({ "pods": pods, "attachments": snap.attachments }))
+    let (pods, attachments) = state.engine.read(|snap| {
+        let pods: Vec<Arc<AdmitResult>> = snap.pods.values().cloned().collect();
+        (pods, json!(snap.attachments))
+    });
+    let pods: Vec<Value> = pods.iter().map(|r| r.to_json()).collect();
+    Json(json!({ "pods": pods, "attachments": attachments }))
 }
 
 async fn get_pod(
     State(state): State<AppState>,
     UrlPath(uid): UrlPath<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let snap = state.engine.snapshot();
-    snap.pods
-        .get(&uid)
-        .map(|r| Json(r.to_json()))
+    let pod = state.engine.read(|snap| snap.pods.get(&uid).cloned());
+    pod.map(|r| Json(r.to_json()))
         .ok_or_else(|| EngineError::UnknownPod(uid).into())
 }
 

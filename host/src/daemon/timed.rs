@@ -11,6 +11,12 @@
 //!
 //! Every call's duration is recorded in [`Metrics`] as
 //! `provider_call_duration_seconds{provider, call}`.
+//!
+//! The pod crosses to the provider's thread as an `Arc<PodView>` that is
+//! reused while the caller keeps asking about the same pod (an admission
+//! calls every provider once or twice per container): comparing is cheap,
+//! copying a pod of many containers for every call would make an admission
+//! cost quadratic time in its containers.
 
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -41,6 +47,7 @@ type Undo = Box<dyn FnOnce(&mut dyn HintProvider) + Send>;
 /// One provider on its own thread, called with a deadline.
 pub struct TimedProvider {
     name: String,
+    last_pod: Option<Arc<PodView>>,
     timeout: Duration,
     jobs: mpsc::Sender<Job>,
     abandoned: Arc<Mutex<Option<Abandoned>>>,
@@ -72,11 +79,24 @@ impl TimedProvider {
             })?;
         Ok(TimedProvider {
             name,
+            last_pod: None,
             timeout,
             jobs,
             abandoned,
             metrics,
         })
+    }
+
+    /// `pod` to send to the provider's thread: the previous one when equal.
+    fn shared(&mut self, pod: &PodView) -> Arc<PodView> {
+        match &self.last_pod {
+            Some(last) if **last == *pod => Arc::clone(last),
+            _ => {
+                let p = Arc::new(pod.clone());
+                self.last_pod = Some(Arc::clone(&p));
+                p
+            }
+        }
     }
 
     /// Whether a call that timed out is still running in the provider.
@@ -179,7 +199,7 @@ impl HintProvider for TimedProvider {
         pod: &PodView,
         container: &ContainerView,
     ) -> Result<ProviderHints, ProviderError> {
-        let (pod, container) = (pod.clone(), container.clone());
+        let (pod, container) = (self.shared(pod), container.clone());
         self.call(
             "topology_hints",
             move |p| p.topology_hints(&pod, &container),
@@ -188,7 +208,7 @@ impl HintProvider for TimedProvider {
     }
 
     fn pod_topology_hints(&mut self, pod: &PodView) -> Result<ProviderHints, ProviderError> {
-        let pod = pod.clone();
+        let pod = self.shared(pod);
         self.call(
             "pod_topology_hints",
             move |p| p.pod_topology_hints(&pod),
@@ -203,7 +223,7 @@ impl HintProvider for TimedProvider {
         hint: &TopologyHint,
     ) -> Result<Allocation, ProviderError> {
         let (uid, cname) = (pod.uid.clone(), container.name.clone());
-        let (pod, container, hint) = (pod.clone(), container.clone(), *hint);
+        let (pod, container, hint) = (self.shared(pod), container.clone(), *hint);
         self.call(
             "allocate",
             move |p| p.allocate(&pod, &container, &hint),

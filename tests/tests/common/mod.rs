@@ -212,12 +212,11 @@ pub fn memory_plugin() -> &'static Path {
     provider_so(&SO, "topomgr-provider-memory", "topomgr_provider_memory")
 }
 
-/// The JSON body of a state directory's `state.ckpt` (after its header line).
+/// The saved state of a state directory (its snapshot with the journal
+/// applied), as JSON.
 pub fn state_body(dir: &Path) -> serde_json::Value {
-    let bytes = std::fs::read(dir.join("state.ckpt"))
-        .unwrap_or_else(|e| panic!("read {}/state.ckpt: {e}", dir.display()));
-    let nl = bytes.iter().position(|b| *b == b'\n').expect("header line");
-    serde_json::from_slice(&bytes[nl + 1..]).expect("state body is JSON")
+    topomgr::store::state_json(dir)
+        .unwrap_or_else(|e| panic!("read the state in {}: {e}", dir.display()))
 }
 
 /// One provider's checkpoint bytes from a state directory.

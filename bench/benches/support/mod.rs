@@ -1,0 +1,108 @@
+//! A daemon for the benchmarks: `topomgr::daemon::run` on a thread of this
+//! process (the same code as `topomgr serve`) over the real CPU provider
+//! `.so` (static policy, CPU 0 reserved) on the example 2-socket machine.
+
+#![allow(dead_code)] // each bench uses part of it
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use topomgr::config::ProviderEntry;
+use topomgr::daemon::client::Client;
+use topomgr::daemon::{self, Daemon};
+use topomgr::policy::{NumaInfo, Policy, Scope};
+use topomgr::provider::HintProvider;
+use topomgr::state_lock::StateLock;
+use topomgr_bench::workspace_root;
+
+/// Build the CPU provider in release mode and return its .so.
+pub fn cpu_plugin() -> PathBuf {
+    topomgr_bench::build_release_plugins(&["topomgr-provider-cpu"])
+        .remove("topomgr_provider_cpu")
+        .expect("cargo built no CPU provider .so")
+}
+
+/// Start a daemon with its state under `state_root`; returns its socket.
+pub fn start_daemon(tag: &str, state_root: &Path, plugin: &Path) -> PathBuf {
+    let dir = state_root.join(format!("topomgr-bench-daemon-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create bench dir");
+    let socket = dir.join("t.sock");
+    let state_dir = dir.join("state");
+    let lock = StateLock::acquire(&state_dir).expect("lock");
+    let machine = topomgr::discover::discover(&workspace_root().join("examples/machines/2s4n/sys"))
+        .expect("discover the example machine");
+    let numa = NumaInfo::from_machine(&machine).expect("numa");
+    let policy = Policy::new("single-numa-node", &Default::default(), numa).expect("policy");
+    let entry = ProviderEntry {
+        library: plugin.to_string_lossy().into_owned(),
+        enabled: true,
+        config: serde_json::json!({"policy": "static", "reserved_cpus": "0"}),
+        defined_in: PathBuf::from("bench"),
+        config_dir: PathBuf::new(),
+    };
+    let cpu = topomgr::plugin::load_provider("cpu", &entry, &[], &machine, &state_dir.join("cpu"))
+        .expect("load the cpu provider");
+    let providers: Vec<Box<dyn HintProvider>> = vec![Box::new(cpu)];
+    let d = Daemon {
+        socket: socket.clone(),
+        group: "topomgr".to_owned(),
+        provider_timeout: Duration::from_secs(10),
+        state_dir,
+        cgroup_root: dir.join("cgroup"),
+        machine,
+        policy,
+        scope: Scope::Container,
+        providers,
+        lock,
+    };
+    std::thread::spawn(move || daemon::run(d));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if Client::new(&socket)
+            .get("/v1/health")
+            .is_ok_and(|r| r.status == 200)
+        {
+            return socket;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("bench daemon did not start");
+}
+
+/// A one-container pod: `limits` as YAML lines under `resources:`.
+pub fn manifest(uid: &str, resources: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {uid}\n  uid: {uid}\nspec:\n  containers:\n  - name: app\n    resources:\n{resources}"
+    )
+}
+
+/// A Guaranteed pod with one exclusive CPU.
+pub const EXCLUSIVE: &str = "      limits:\n        cpu: \"1\"\n        memory: 1Gi\n";
+
+/// A Burstable pod on the shared pool (the CPU provider keeps no state for it).
+pub const SHARED: &str = "      requests:\n        cpu: 10m\n";
+
+/// Admit `uid` and release it again; panics unless both succeed.
+pub fn admit_release(c: &mut Client, uid: &str, manifest: &str) {
+    let r = c.admit(manifest).expect("admit");
+    assert!(
+        r.status == 200 && r.body.windows(15).any(|w| w == b"\"admitted\":true"),
+        "admit failed: {}",
+        String::from_utf8_lossy(&r.body)
+    );
+    let r = c.release(uid).expect("release");
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+}
+
+/// Where state on tmpfs goes (`/dev/shm`, else the temp dir) and on disk
+/// (the target directory).
+pub fn places() -> [(&'static str, PathBuf); 2] {
+    let shm = Path::new("/dev/shm");
+    let tmpfs = if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    [("tmpfs", tmpfs), ("disk", workspace_root().join("target"))]
+}

@@ -1,0 +1,653 @@
+//! The allocation ledger: the host's own record of which container holds
+//! which exclusive CPU and which device, and the one place that enforces
+//! topomgr's exclusivity invariant.
+//!
+//! # The invariant
+//!
+//! After every change (admission, release, restore at start):
+//! - every CPU of an allocation is an online CPU of the machine, and every
+//!   memory node (`mems`) is a NUMA node of the machine;
+//! - an exclusive CPU is held by one container only, and a device id of a
+//!   resource is held by one container only, except that a later container
+//!   of the **same pod** may reuse what an ordinary (non-restartable) init
+//!   container holds: init containers run to completion before the next
+//!   container starts, so the kubelet hands their CPUs and devices on
+//!   (`cpusToReuse` in the CPU Manager's static policy, `devicesToReuse` in
+//!   the Device Manager). A sidecar (restartable init container) or an app
+//!   container runs for the pod's lifetime: what it holds is never shared;
+//! - nothing is held by a pod that is not admitted.
+//!
+//! Providers are not trusted to keep it: [`Ledger::check`] judges each
+//! provider's [`Allocation`] before the admission goes on, and a violation
+//! fails the admission (the caller rolls everything back). [`Ledger::restore`]
+//! rebuilds the ledger from a restored pod table and reports, never drops,
+//! what the machine lost or what two pods hold at once.
+//!
+//! The cost of a check or a change is proportional to the CPUs and devices
+//! of the container concerned, not to the number of pods held.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+use std::sync::Arc;
+
+use topomgr_sdk::{Allocation, CpuSet, Machine, NumaMask, PodView};
+
+/// What a container is to the reuse rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Role {
+    /// An ordinary init container: finished before the next container
+    /// starts, so later containers of its pod may reuse what it holds.
+    Init,
+    /// An app container or a sidecar: runs for the pod's lifetime.
+    Running,
+}
+
+/// One container's hold on a CPU or a device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Claim {
+    pod: Arc<str>,
+    container: Arc<str>,
+    role: Role,
+}
+
+/// Who holds something: a pod and one of its containers.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Holder {
+    /// Pod uid.
+    pub pod: String,
+    /// `namespace/name` of the pod.
+    pub label: String,
+    /// Container name.
+    pub container: String,
+}
+
+impl fmt::Display for Holder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "pod {} (uid {}) container {:?}",
+            self.label, self.pod, self.container
+        )
+    }
+}
+
+/// A provider's allocation that breaks the invariant.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct Violation {
+    /// The provider that made the allocation.
+    pub provider: String,
+    /// What is wrong: the provider, the pod and container, what is held by whom.
+    pub message: String,
+}
+
+/// Something a restored pod table holds that breaks the invariant; kept and
+/// reported, never dropped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finding {
+    /// CPUs allocated to a container are not online on this machine.
+    VanishedCpus {
+        /// Pod uid.
+        pod: String,
+        /// Container name.
+        container: String,
+        /// The missing CPUs.
+        cpus: CpuSet,
+    },
+    /// NUMA nodes of a container's `mems` do not exist on this machine.
+    VanishedNumaNodes {
+        /// Pod uid.
+        pod: String,
+        /// Container name.
+        container: String,
+        /// The missing nodes.
+        nodes: NumaMask,
+    },
+    /// PCI devices allocated to a container are not on this machine.
+    VanishedDevices {
+        /// Pod uid.
+        pod: String,
+        /// Container name.
+        container: String,
+        /// Resource name.
+        resource: String,
+        /// The missing PCI addresses.
+        ids: Vec<String>,
+    },
+    /// Something is held by containers of different pods (or by two running
+    /// containers of one pod).
+    Conflict {
+        /// What is held twice: `CPUs 3-4` or `example.com/foo foo-1`.
+        what: String,
+        /// Who holds it.
+        holders: Vec<Holder>,
+    },
+}
+
+impl fmt::Display for Finding {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Finding::VanishedCpus {
+                pod,
+                container,
+                cpus,
+            } => write!(
+                f,
+                "pod {pod:?} container {container:?}: CPUs {cpus} are allocated but not online on this machine"
+            ),
+            Finding::VanishedNumaNodes {
+                pod,
+                container,
+                nodes,
+            } => write!(
+                f,
+                "pod {pod:?} container {container:?}: NUMA nodes {nodes} are allocated but not present on this machine"
+            ),
+            Finding::VanishedDevices {
+                pod,
+                container,
+                resource,
+                ids,
+            } => write!(
+                f,
+                "pod {pod:?} container {container:?}: {resource} devices {} are allocated but not present on this machine",
+                ids.join(",")
+            ),
+            Finding::Conflict { what, holders } => {
+                let who: Vec<String> = holders.iter().map(Holder::to_string).collect();
+                write!(
+                    f,
+                    "{what} held by more than one container at once: {}; release all but one of these pods",
+                    who.join(" and ")
+                )
+            }
+        }
+    }
+}
+
+/// The ledger of one machine.
+#[derive(Debug, Clone)]
+pub struct Ledger {
+    online: CpuSet,
+    nodes: NumaMask,
+    pci: BTreeSet<String>,
+    /// Exclusive CPU -> its claims (one, or an init container and the later
+    /// containers of its pod that reuse it).
+    cpus: HashMap<u32, Vec<Claim>>,
+    /// The keys of `cpus`, as a set.
+    exclusive: CpuSet,
+    /// (resource, device id) -> its claims.
+    devices: HashMap<(String, String), Vec<Claim>>,
+    /// What each pod holds, to release it in time proportional to its size.
+    pods: HashMap<String, PodHold>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct PodHold {
+    label: String,
+    cpus: BTreeSet<u32>,
+    devices: BTreeSet<(String, String)>,
+}
+
+/// The exclusive CPUs and device ids of one allocation.
+fn claimed(a: &Allocation) -> (CpuSet, Vec<(String, String)>) {
+    let cpus = if a.exclusive {
+        a.cpus.clone()
+    } else {
+        CpuSet::new()
+    };
+    let devices = a
+        .devices
+        .iter()
+        .flat_map(|(r, ids)| ids.iter().map(move |id| (r.clone(), id.clone())))
+        .collect();
+    (cpus, devices)
+}
+
+fn role(pod: &PodView, container: &str) -> Role {
+    if pod
+        .init_containers
+        .iter()
+        .any(|c| c.name == container && !c.sidecar)
+    {
+        Role::Init
+    } else {
+        Role::Running
+    }
+}
+
+fn label(pod: &PodView) -> String {
+    format!("{}/{}", pod.namespace, pod.name)
+}
+
+fn is_pci_address(id: &str) -> bool {
+    let b = id.as_bytes();
+    b.len() == 12
+        && b.iter().enumerate().all(|(i, c)| match i {
+            4 | 7 => *c == b':',
+            10 => *c == b'.',
+            _ => c.is_ascii_hexdigit(),
+        })
+}
+
+impl Ledger {
+    /// An empty ledger for `machine`.
+    pub fn new(machine: &Machine) -> Ledger {
+        Ledger {
+            online: machine.online_cpus(),
+            nodes: machine.numa_mask(),
+            pci: machine
+                .pci_devices
+                .iter()
+                .map(|d| d.address.clone())
+                .collect(),
+            cpus: HashMap::new(),
+            exclusive: CpuSet::new(),
+            devices: HashMap::new(),
+            pods: HashMap::new(),
+        }
+    }
+
+    /// CPUs held exclusively by some container.
+    pub fn exclusive_cpus(&self) -> &CpuSet {
+        &self.exclusive
+    }
+
+    /// The online CPUs of the machine.
+    pub fn online_cpus(&self) -> &CpuSet {
+        &self.online
+    }
+
+    /// The NUMA nodes of the machine.
+    pub fn numa_nodes(&self) -> NumaMask {
+        self.nodes
+    }
+
+    /// Number of pods holding something.
+    pub fn pods_holding(&self) -> usize {
+        self.pods.len()
+    }
+
+    /// Who holds each of `cpus` exclusively (CPUs nobody holds are left out).
+    pub fn holders_of(&self, cpus: &CpuSet) -> BTreeMap<Holder, CpuSet> {
+        let mut out: BTreeMap<Holder, CpuSet> = BTreeMap::new();
+        for cpu in cpus.iter() {
+            for c in self.cpus.get(&cpu).into_iter().flatten() {
+                out.entry(self.holder(c)).or_default().insert(cpu);
+            }
+        }
+        out
+    }
+
+    fn holder(&self, c: &Claim) -> Holder {
+        Holder {
+            pod: c.pod.to_string(),
+            label: self
+                .pods
+                .get(&*c.pod)
+                .map(|p| p.label.clone())
+                .unwrap_or_default(),
+            container: c.container.to_string(),
+        }
+    }
+
+    /// Whether a claim by (`pod`, `container`) may share something `existing`
+    /// already holds.
+    fn compatible(existing: &Claim, pod: &str, container: &str) -> bool {
+        *existing.pod == *pod && (*existing.container == *container || existing.role == Role::Init)
+    }
+
+    /// Judge `provider`'s allocation for `container` of `pod` against the
+    /// machine and everything held by other containers. Nothing changes.
+    pub fn check(
+        &self,
+        pod: &PodView,
+        container: &str,
+        provider: &str,
+        a: &Allocation,
+    ) -> Result<(), Violation> {
+        let who = format!("pod {} container {container:?}", label(pod));
+        let fail = |message: String| Violation {
+            provider: provider.to_owned(),
+            message,
+        };
+        let offline = a.cpus.difference(&self.online);
+        if !offline.is_empty() {
+            return Err(fail(format!(
+                "provider {provider:?} gave {who} CPUs {offline}, which are not online CPUs of this machine (online: {})",
+                self.online
+            )));
+        }
+        let missing = a.mems.and_not(self.nodes);
+        if !missing.is_empty() {
+            return Err(fail(format!(
+                "provider {provider:?} gave {who} memory on NUMA node(s) {missing}, which this machine does not have (its nodes: {})",
+                self.nodes
+            )));
+        }
+        let (cpus, devices) = claimed(a);
+        let mut held: BTreeMap<Holder, CpuSet> = BTreeMap::new();
+        for cpu in cpus.iter() {
+            for c in self.cpus.get(&cpu).into_iter().flatten() {
+                if !Self::compatible(c, &pod.uid, container) {
+                    held.entry(self.holder(c)).or_default().insert(cpu);
+                }
+            }
+        }
+        if !held.is_empty() {
+            let parts: Vec<String> = held
+                .iter()
+                .map(|(h, cpus)| format!("CPUs {cpus} are held by {h}"))
+                .collect();
+            return Err(fail(format!(
+                "provider {provider:?} gave {who} CPUs {cpus} exclusively, but {}",
+                parts.join("; ")
+            )));
+        }
+        for (resource, id) in &devices {
+            let key = (resource.clone(), id.clone());
+            if let Some(c) = self
+                .devices
+                .get(&key)
+                .into_iter()
+                .flatten()
+                .find(|c| !Self::compatible(c, &pod.uid, container))
+            {
+                return Err(fail(format!(
+                    "provider {provider:?} gave {who} {resource} device {id}, but it is held by {}",
+                    self.holder(c)
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Record what `container` of `pod` holds (its merged allocation, every
+    /// provider's part already [checked](Ledger::check)).
+    pub fn hold(&mut self, pod: &PodView, container: &str, a: &Allocation) {
+        let (cpus, devices) = claimed(a);
+        let entry = self.pods.entry(pod.uid.clone()).or_insert_with(|| PodHold {
+            label: label(pod),
+            ..PodHold::default()
+        });
+        let claim = Claim {
+            pod: Arc::from(pod.uid.as_str()),
+            container: Arc::from(container),
+            role: role(pod, container),
+        };
+        for cpu in cpus.iter() {
+            let claims = self.cpus.entry(cpu).or_default();
+            if !claims.contains(&claim) {
+                claims.push(claim.clone());
+            }
+            self.exclusive.insert(cpu);
+            entry.cpus.insert(cpu);
+        }
+        for key in devices {
+            let claims = self.devices.entry(key.clone()).or_default();
+            if !claims.contains(&claim) {
+                claims.push(claim.clone());
+            }
+            entry.devices.insert(key);
+        }
+    }
+
+    /// Forget everything pod `uid` holds.
+    pub fn release(&mut self, uid: &str) {
+        let Some(hold) = self.pods.remove(uid) else {
+            return;
+        };
+        for cpu in hold.cpus {
+            if let Some(claims) = self.cpus.get_mut(&cpu) {
+                claims.retain(|c| *c.pod != *uid);
+                if claims.is_empty() {
+                    self.cpus.remove(&cpu);
+                    self.exclusive.remove(cpu);
+                }
+            }
+        }
+        for key in hold.devices {
+            if let Some(claims) = self.devices.get_mut(&key) {
+                claims.retain(|c| *c.pod != *uid);
+                if claims.is_empty() {
+                    self.devices.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// Rebuild from a restored table of admitted pods (containers in
+    /// admission order): everything is held as restored, and what breaks
+    /// the invariant is returned.
+    pub fn restore<'a>(
+        &mut self,
+        pods: impl IntoIterator<Item = (&'a PodView, &'a [(String, Allocation)])>,
+    ) -> Vec<Finding> {
+        self.cpus.clear();
+        self.exclusive = CpuSet::new();
+        self.devices.clear();
+        self.pods.clear();
+        let mut findings = Vec::new();
+        for (pod, containers) in pods {
+            for (name, a) in containers {
+                findings.extend(self.vanished(pod, name, a));
+                self.hold(pod, name, a);
+            }
+        }
+        findings.extend(self.conflicts());
+        findings
+    }
+
+    fn vanished(&self, pod: &PodView, container: &str, a: &Allocation) -> Vec<Finding> {
+        let mut out = Vec::new();
+        let gone = a.cpus.difference(&self.online);
+        if !gone.is_empty() {
+            out.push(Finding::VanishedCpus {
+                pod: pod.uid.clone(),
+                container: container.to_owned(),
+                cpus: gone,
+            });
+        }
+        let gone = a.mems.and_not(self.nodes);
+        if !gone.is_empty() {
+            out.push(Finding::VanishedNumaNodes {
+                pod: pod.uid.clone(),
+                container: container.to_owned(),
+                nodes: gone,
+            });
+        }
+        for (resource, ids) in &a.devices {
+            let gone: Vec<String> = ids
+                .iter()
+                .filter(|id| is_pci_address(id) && !self.pci.contains(id.as_str()))
+                .cloned()
+                .collect();
+            if !gone.is_empty() {
+                out.push(Finding::VanishedDevices {
+                    pod: pod.uid.clone(),
+                    container: container.to_owned(),
+                    resource: resource.clone(),
+                    ids: gone,
+                });
+            }
+        }
+        out
+    }
+
+    /// Everything held against the reuse rule (empty while the invariant holds).
+    pub fn conflicts(&self) -> Vec<Finding> {
+        let bad = |claims: &[Claim]| {
+            claims.iter().enumerate().any(|(i, later)| {
+                claims[..i]
+                    .iter()
+                    .any(|c| !Self::compatible(c, &later.pod, &later.container))
+            })
+        };
+        let mut by_holders: BTreeMap<Vec<Holder>, CpuSet> = BTreeMap::new();
+        for (cpu, claims) in &self.cpus {
+            if bad(claims) {
+                let holders = claims.iter().map(|c| self.holder(c)).collect();
+                by_holders.entry(holders).or_default().insert(*cpu);
+            }
+        }
+        let mut out: Vec<Finding> = by_holders
+            .into_iter()
+            .map(|(holders, cpus)| Finding::Conflict {
+                what: format!("CPUs {cpus}"),
+                holders,
+            })
+            .collect();
+        let mut devices: Vec<(&(String, String), &Vec<Claim>)> =
+            self.devices.iter().filter(|(_, c)| bad(c)).collect();
+        devices.sort_by(|a, b| a.0.cmp(b.0));
+        out.extend(
+            devices
+                .into_iter()
+                .map(|((r, id), claims)| Finding::Conflict {
+                    what: format!("{r} device {id}"),
+                    holders: claims.iter().map(|c| self.holder(c)).collect(),
+                }),
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use topomgr_sdk::{testkit, ContainerView};
+
+    use super::*;
+
+    fn machine() -> Machine {
+        testkit::machine(2, 4)
+    }
+
+    fn pod(uid: &str, init: &[(&str, bool)], apps: &[&str]) -> PodView {
+        let c = |name: &str, sidecar: bool| ContainerView::new(name).with_sidecar(sidecar);
+        PodView::new(
+            uid,
+            format!("{uid}-name"),
+            "ns",
+            topomgr_sdk::QosClass::Guaranteed,
+        )
+        .with_init_containers(init.iter().map(|(n, s)| c(n, *s)).collect())
+        .with_containers(apps.iter().map(|n| c(n, false)).collect())
+    }
+
+    fn excl(cpus: &str) -> Allocation {
+        Allocation::default().with_cpus(CpuSet::parse(cpus).unwrap(), true)
+    }
+
+    fn dev(id: &str) -> Allocation {
+        let mut a = Allocation::default();
+        a.devices
+            .insert("example.com/foo".to_owned(), vec![id.to_owned()]);
+        a
+    }
+
+    #[test]
+    fn exclusive_cpus_belong_to_one_pod() {
+        let mut l = Ledger::new(&machine());
+        let a = pod("a", &[], &["app"]);
+        let b = pod("b", &[], &["app"]);
+        l.check(&a, "app", "mock", &excl("1-5")).unwrap();
+        l.hold(&a, "app", &excl("1-5"));
+        let v = l.check(&b, "app", "mock", &excl("4-7")).unwrap_err();
+        assert_eq!(v.provider, "mock");
+        assert_eq!(
+            v.message,
+            "provider \"mock\" gave pod ns/b-name container \"app\" CPUs 4-7 exclusively, but CPUs 4-5 are held by pod ns/a-name (uid a) container \"app\""
+        );
+        // Shared (non-exclusive) CPUs may overlap exclusive ones.
+        let shared = Allocation::default().with_cpus(CpuSet::parse("0-7").unwrap(), false);
+        l.check(&b, "app", "cpu", &shared).unwrap();
+        assert_eq!(l.exclusive_cpus().to_string(), "1-5");
+        l.release("a");
+        assert!(l.exclusive_cpus().is_empty());
+        l.check(&b, "app", "mock", &excl("4-7")).unwrap();
+        assert_eq!(l.pods_holding(), 0);
+    }
+
+    #[test]
+    fn machine_limits() {
+        let l = Ledger::new(&machine());
+        let p = pod("a", &[], &["app"]);
+        assert_eq!(
+            l.check(&p, "app", "mock", &excl("0-1000")).unwrap_err().message,
+            "provider \"mock\" gave pod ns/a-name container \"app\" CPUs 8-1000, which are not online CPUs of this machine (online: 0-7)"
+        );
+        let a = Allocation::default().with_mems(NumaMask::parse_list("2-3").unwrap());
+        assert_eq!(
+            l.check(&p, "app", "memory", &a).unwrap_err().message,
+            "provider \"memory\" gave pod ns/a-name container \"app\" memory on NUMA node(s) 2-3, which this machine does not have (its nodes: 0-1)"
+        );
+    }
+
+    #[test]
+    fn init_containers_hand_on_what_they_hold_within_their_pod() {
+        let mut l = Ledger::new(&machine());
+        let p = pod("p", &[("init", false), ("side", true)], &["app", "app2"]);
+        for (c, cpus) in [("init", "1-2"), ("side", "3")] {
+            l.check(&p, c, "cpu", &excl(cpus)).unwrap();
+            l.hold(&p, c, &excl(cpus));
+        }
+        l.hold(&p, "init", &dev("foo-0"));
+        // The app reuses the init container's CPU and device ...
+        l.check(&p, "app", "cpu", &excl("1")).unwrap();
+        l.hold(&p, "app", &excl("1"));
+        l.check(&p, "app", "gpu", &dev("foo-0")).unwrap();
+        l.hold(&p, "app", &dev("foo-0"));
+        // ... but not the sidecar's, and a second app not the first app's.
+        assert!(l.check(&p, "app2", "cpu", &excl("3")).is_err());
+        assert_eq!(
+            l.check(&p, "app2", "cpu", &excl("1")).unwrap_err().message,
+            "provider \"cpu\" gave pod ns/p-name container \"app2\" CPUs 1 exclusively, but CPUs 1 are held by pod ns/p-name (uid p) container \"app\""
+        );
+        assert_eq!(
+            l.check(&p, "app2", "gpu", &dev("foo-0")).unwrap_err().message,
+            "provider \"gpu\" gave pod ns/p-name container \"app2\" example.com/foo device foo-0, but it is held by pod ns/p-name (uid p) container \"app\""
+        );
+        // Another pod may not reuse an init container's CPUs.
+        let q = pod("q", &[], &["app"]);
+        assert!(l.check(&q, "app", "cpu", &excl("2")).is_err());
+        assert!(l.conflicts().is_empty());
+        assert_eq!(
+            l.holders_of(&CpuSet::parse("1-4").unwrap())
+                .into_iter()
+                .map(|(h, c)| format!("{}:{c}", h.container))
+                .collect::<Vec<_>>(),
+            ["app:1", "init:1-2", "side:3"]
+        );
+    }
+
+    #[test]
+    fn restore_reports_vanished_resources_and_conflicts() {
+        let mut l = Ledger::new(&machine());
+        let a = pod("a", &[], &["app"]);
+        let b = pod("b", &[], &["app"]);
+        let mut gone = excl("6-9");
+        gone.mems = NumaMask::parse_list("0,2").unwrap();
+        gone.devices.insert(
+            "nic".to_owned(),
+            vec!["0000:3b:00.1".to_owned(), "x".to_owned()],
+        );
+        let ca = vec![("app".to_owned(), gone)];
+        let cb = vec![("app".to_owned(), excl("7"))];
+        let found = l.restore([(&a, ca.as_slice()), (&b, cb.as_slice())]);
+        let text: Vec<String> = found.iter().map(Finding::to_string).collect();
+        assert_eq!(
+            text,
+            [
+                "pod \"a\" container \"app\": CPUs 8-9 are allocated but not online on this machine",
+                "pod \"a\" container \"app\": NUMA nodes 2 are allocated but not present on this machine",
+                "pod \"a\" container \"app\": nic devices 0000:3b:00.1 are allocated but not present on this machine",
+                "CPUs 7 held by more than one container at once: pod ns/a-name (uid a) container \"app\" and pod ns/b-name (uid b) container \"app\"; release all but one of these pods",
+            ]
+        );
+        // Both are kept; releasing one ends the conflict.
+        assert_eq!(l.exclusive_cpus().to_string(), "6-9");
+        l.release("b");
+        assert!(l.conflicts().is_empty());
+        assert_eq!(l.exclusive_cpus().to_string(), "6-9");
+    }
+}
