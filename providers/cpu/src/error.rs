@@ -57,12 +57,12 @@ pub enum CpuError {
         source: TakeError,
     },
     /// Compact hints would list too many masks.
-    #[error("more than {max} minimal NUMA node combinations satisfy a request of {requested} CPUs; request fewer CPUs per container or use fewer NUMA nodes")]
+    #[error("hints for a request of {requested} CPUs: {source}")]
     TooManyCombinations {
         /// CPUs requested.
         requested: usize,
-        /// The cap.
-        max: usize,
+        /// Which limit was hit.
+        source: topomgr_sdk::hintgen::TooManyCombinations,
     },
     /// Bad `[config]`.
     #[error("cpu provider config: {0}")]

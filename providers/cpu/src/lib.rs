@@ -142,7 +142,9 @@ impl CpuManager {
                         to_cpuset(&all)
                     )));
                 }
-                if options.align_by_socket && topo.num_numa_nodes() > hints::EXPLICIT_MAX_NODES {
+                if options.align_by_socket
+                    && topo.num_numa_nodes() > topomgr_sdk::hintgen::EXPLICIT_HINT_MAX_NODES
+                {
                     tracing::warn!(numa_nodes = topo.num_numa_nodes(),
                         "align-by-socket: above 8 NUMA nodes hints are compact and only the narrowest masks are marked preferred");
                 }

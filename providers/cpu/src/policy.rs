@@ -280,10 +280,8 @@ impl StaticPolicy {
     }
 
     fn aligned_cpus(&self, affinity: NumaMask, allocatable: &Cpus) -> Cpus {
-        let nodes: std::collections::BTreeSet<u32> =
-            affinity.iter().map(topomgr_sdk::NumaNodeId::get).collect();
         if self.options.align_by_socket {
-            let sockets = self.topo.sockets_in_numa_nodes(&nodes);
+            let sockets = self.topo.sockets_in_numa_nodes(affinity);
             return allocatable
                 .iter()
                 .copied()
@@ -294,11 +292,7 @@ impl StaticPolicy {
                 })
                 .collect();
         }
-        allocatable
-            .iter()
-            .copied()
-            .filter(|c| self.topo.info(*c).is_some_and(|i| nodes.contains(&i.numa)))
-            .collect()
+        self.topo.cpus_on_numa_nodes(allocatable, affinity)
     }
 
     /// The kubelet's `takeByTopology`; `hint_numas` is the NUMA node count
@@ -346,11 +340,7 @@ impl StaticPolicy {
         let mut allocatable = self.available();
         allocatable.extend(reusable.iter().copied());
         if allocatable.len() < num {
-            let nodes = self
-                .topo
-                .groups_of(&allocatable, Level::Numa)
-                .into_iter()
-                .fold(NumaMask::EMPTY, |m, n| m.or(crate::hints::bit(n)));
+            let nodes = self.topo.numa_mask_of(&allocatable);
             let location = match nodes.count() {
                 0 => String::new(),
                 1 => format!(" on NUMA node {nodes}"),
