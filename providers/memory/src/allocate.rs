@@ -6,8 +6,9 @@
 
 use topomgr_sdk::{Allocation, ContainerView, NumaMask, PodView, ProviderError, TopologyHint};
 
+use topomgr_sdk::quantity::BinarySi;
+
 use crate::hints::{container_requests, Hinter, Requested};
-use crate::quantity::Bytes;
 use crate::state::{free, reserve, sum_over, unreserve, Block, MachineState};
 use crate::MemoryProvider;
 
@@ -20,8 +21,8 @@ pub fn shortfall(state: &MachineState, mask: NumaMask, requested: &Requested) ->
             format!(
                 "not enough {r} on NUMA {} {mask}: requested {}, {} free",
                 if mask.count() == 1 { "node" } else { "nodes" },
-                Bytes(q),
-                Bytes(have)
+                BinarySi(q),
+                BinarySi(have)
             )
         })
     })
@@ -35,7 +36,7 @@ pub fn violation(state: &MachineState, mask: NumaMask) -> Option<String> {
         return None;
     }
     mask.iter().find_map(|n| {
-        let s = state.get(&n.get())?;
+        let s = state.get(&n)?;
         if s.number_of_assignments <= 0 {
             return None;
         }
@@ -57,10 +58,7 @@ pub fn violation(state: &MachineState, mask: NumaMask) -> Option<String> {
 
 /// Why no NUMA set of the machine holds the request.
 fn why_nothing_fits(h: &Hinter<'_>) -> String {
-    let all = h
-        .state
-        .keys()
-        .fold(NumaMask::EMPTY, |m, &n| m.or(crate::hints::node_bit(n)));
+    let all = h.state.keys().fold(NumaMask::EMPTY, |m, &n| m.with(n));
     if let Some(s) = shortfall(h.state, all, h.requested) {
         return s;
     }

@@ -44,7 +44,6 @@ pub mod allocate;
 pub mod config;
 pub mod hints;
 pub mod machine;
-pub mod quantity;
 pub mod state;
 
 use topomgr_sdk::{

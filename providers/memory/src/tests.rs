@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 use topomgr_sdk::{
-    testkit, ContainerView, HintSet, HugePages, Machine, NumaMask, PodView, Provider, QosClass,
-    TopologyHint,
+    testkit, ContainerView, HintSet, HugePages, Machine, NumaMask, NumaNodeId, PodView, Provider,
+    QosClass, TopologyHint,
 };
 
 use crate::MemoryProvider;
@@ -53,6 +53,10 @@ fn mask(nodes: &[u32]) -> NumaMask {
     NumaMask::from_nodes(nodes.iter().map(|&n| i64::from(n))).unwrap()
 }
 
+fn ids(nodes: &[u32]) -> Vec<NumaNodeId> {
+    mask(nodes).nodes()
+}
+
 fn hints(p: &mut MemoryProvider, pod: &PodView, r: &str, nodes: &[u32]) -> Option<Vec<String>> {
     let h = p.topology_hints(pod, &pod.containers[0]).unwrap();
     testkit::hint_strings(&h, r, nodes)
@@ -62,7 +66,7 @@ fn hints(p: &mut MemoryProvider, pod: &PodView, r: &str, nodes: &[u32]) -> Optio
 fn machine_state_like_the_kubelet() {
     // 2Gi per node with one 1Gi page; 512Mi reserved.
     let p = provider(&machine(2, 2 * GB, 1), reserved_512(2));
-    let s = &p.machine_state()[&0];
+    let s = &p.machine_state()[&NumaNodeId::from(0u8)];
     let mem = s.memory_map["memory"];
     assert_eq!(
         (mem.total, mem.system_reserved, mem.allocatable, mem.free),
@@ -137,12 +141,18 @@ fn multi_numa_group_rules() {
         .unwrap();
     assert_eq!(a.mems, mask(&[0, 1]));
     let s = p.machine_state();
-    assert_eq!(s[&0].cells, mask(&[0, 1]));
-    assert_eq!(s[&0].number_of_assignments, 2);
-    assert_eq!(s[&0].memory_map["memory"].free, 0);
-    assert_eq!(s[&1].memory_map["memory"].free, 0);
-    assert_eq!(s[&0].memory_map["hugepages-1Gi"].free, 0);
-    assert_eq!(s[&1].memory_map["hugepages-1Gi"].free, GB);
+    assert_eq!(s[&NumaNodeId::from(0u8)].cells, mask(&[0, 1]));
+    assert_eq!(s[&NumaNodeId::from(0u8)].number_of_assignments, 2);
+    assert_eq!(s[&NumaNodeId::from(0u8)].memory_map["memory"].free, 0);
+    assert_eq!(s[&NumaNodeId::from(1u8)].memory_map["memory"].free, 0);
+    assert_eq!(
+        s[&NumaNodeId::from(0u8)].memory_map["hugepages-1Gi"].free,
+        0
+    );
+    assert_eq!(
+        s[&NumaNodeId::from(1u8)].memory_map["hugepages-1Gi"].free,
+        GB
+    );
     // A small pod: nodes 0 and 1 alone are out (they are in a group).
     let second = pod("pod2", 512 * MB, GB);
     assert_eq!(
@@ -174,10 +184,16 @@ fn multi_numa_group_rules() {
     // Release gives the group back: cells reset once no assignment is left.
     p.release("pod1-uid", "app").unwrap();
     let s = p.machine_state();
-    assert_eq!(s[&0].cells, mask(&[0]));
-    assert_eq!(s[&0].number_of_assignments, 0);
-    assert_eq!(s[&0].memory_map["memory"].free, 512 * MB);
-    assert_eq!(s[&1].memory_map["memory"].free, 512 * MB);
+    assert_eq!(s[&NumaNodeId::from(0u8)].cells, mask(&[0]));
+    assert_eq!(s[&NumaNodeId::from(0u8)].number_of_assignments, 0);
+    assert_eq!(
+        s[&NumaNodeId::from(0u8)].memory_map["memory"].free,
+        512 * MB
+    );
+    assert_eq!(
+        s[&NumaNodeId::from(1u8)].memory_map["memory"].free,
+        512 * MB
+    );
 }
 
 #[test]
@@ -236,8 +252,14 @@ fn extension_of_a_fresh_machine_picks_the_narrowest_superset() {
         .allocate(&a, &a.containers[0], &TopologyHint::new(mask(&[2]), true))
         .unwrap();
     assert_eq!(got.mems, mask(&[0, 2]));
-    assert_eq!(p.machine_state()[&0].memory_map["memory"].free, 0);
-    assert_eq!(p.machine_state()[&2].memory_map["memory"].free, GB);
+    assert_eq!(
+        p.machine_state()[&NumaNodeId::from(0u8)].memory_map["memory"].free,
+        0
+    );
+    assert_eq!(
+        p.machine_state()[&NumaNodeId::from(2u8)].memory_map["memory"].free,
+        GB
+    );
 }
 
 #[test]
@@ -266,7 +288,10 @@ fn regenerates_hints_for_an_allocated_container() {
         .allocate(&a, &a.containers[0], &TopologyHint::new(mask(&[1]), true))
         .unwrap();
     assert_eq!(again.mems, mask(&[0]));
-    assert_eq!(p.machine_state()[&0].number_of_assignments, 2);
+    assert_eq!(
+        p.machine_state()[&NumaNodeId::from(0u8)].number_of_assignments,
+        2
+    );
 }
 
 fn ctn(name: &str, mem: u64, sidecar: bool) -> ContainerView {
@@ -294,10 +319,16 @@ fn init_container_memory_is_reused() {
     pod.containers = vec![ctn("app", 3 * GB, false)];
     let h = TopologyHint::new(mask(&[0]), true);
     p.allocate(&pod, &pod.init_containers[0], &h).unwrap();
-    assert_eq!(p.machine_state()[&0].memory_map["memory"].reserved, 2 * GB);
+    assert_eq!(
+        p.machine_state()[&NumaNodeId::from(0u8)].memory_map["memory"].reserved,
+        2 * GB
+    );
     p.allocate(&pod, &pod.containers[0], &h).unwrap();
     // 2Gi reused: the pod holds 3Gi in all, the init block shrank to 0.
-    assert_eq!(p.machine_state()[&0].memory_map["memory"].reserved, 3 * GB);
+    assert_eq!(
+        p.machine_state()[&NumaNodeId::from(0u8)].memory_map["memory"].reserved,
+        3 * GB
+    );
     let blocks = &p.assignments()["p-uid"];
     assert_eq!(blocks["init"][0].size, 0);
     assert_eq!(blocks["app"][0].size, 3 * GB);
@@ -328,7 +359,10 @@ fn restore_validates_and_changes_nothing_on_error() {
          changed since the state was saved — release the pods or remove the state file"
     );
     assert!(q.assignments().is_empty());
-    assert_eq!(q.machine_state()[&0].memory_map["memory"].free, 6 * GB);
+    assert_eq!(
+        q.machine_state()[&NumaNodeId::from(0u8)].memory_map["memory"].free,
+        6 * GB
+    );
     let err = q.restore(b"{").unwrap_err();
     assert!(
         err.message.starts_with("memory provider state: EOF"),
@@ -394,7 +428,7 @@ fn compact_hints_beyond_eight_nodes() {
         requested: &crate::hints::container_requests(&a.containers[0]),
     }
     .explicit();
-    assert_eq!(c.expand(&crate::hints::node_ids(&nodes)), explicit);
+    assert_eq!(c.expand(&ids(&nodes)), explicit);
     // Allocation without affinity takes the best pair.
     let got = p
         .allocate(&a, &a.containers[0], &TopologyHint::ANY)
@@ -422,7 +456,7 @@ fn compact_hints_beyond_eight_nodes() {
         requested: &crate::hints::container_requests(&b.containers[0]),
     }
     .explicit();
-    assert_eq!(c.expand(&crate::hints::node_ids(&nodes)), explicit);
+    assert_eq!(c.expand(&ids(&nodes)), explicit);
     assert!(!c.contains(mask(&[0, 1, 2])));
     assert!(!c.contains(mask(&[0])));
     // Every non-empty subset of the eight unused nodes, and the group.
