@@ -52,6 +52,7 @@
 pub mod assignment;
 pub mod error;
 pub mod hints;
+pub mod inventory;
 pub mod options;
 pub mod policy;
 pub mod state;
@@ -63,8 +64,8 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use topomgr_sdk::{
-    Allocation, ContainerView, CpuSet, HintSet, PodView, Provider, ProviderContext, ProviderError,
-    ProviderHints, TopologyHint,
+    Allocation, ContainerView, CpuSet, HintSet, Inventory, PodView, Provider, ProviderContext,
+    ProviderError, ProviderHints, TopologyHint,
 };
 
 use crate::error::CpuError;
@@ -99,6 +100,8 @@ pub enum CpuManager {
     None {
         /// All online CPUs.
         all: CpuSet,
+        /// The topology (for the inventory).
+        topo: Box<CpuTopology>,
     },
     /// `policy = "static"`.
     Static(Box<StaticPolicy>),
@@ -120,6 +123,7 @@ impl CpuManager {
                 }
                 Ok(CpuManager::None {
                     all: to_cpuset(&topo.all_cpus()),
+                    topo: Box::new(topo),
                 })
             }
             "static" => {
@@ -195,7 +199,7 @@ impl Provider for CpuManager {
         hint: &TopologyHint,
     ) -> Result<Allocation, ProviderError> {
         match self {
-            CpuManager::None { all } => Ok(Allocation::default().with_cpus(all.clone(), false)),
+            CpuManager::None { all, .. } => Ok(Allocation::default().with_cpus(all.clone(), false)),
             CpuManager::Static(p) => {
                 let placed = p.allocate(pod, container, hint.affinity)?;
                 Ok(Allocation::default().with_cpus(to_cpuset(&placed.cpus), placed.exclusive))
@@ -234,6 +238,18 @@ impl Provider for CpuManager {
             }
             CpuManager::Static(p) => p.restore(&cp).map_err(Into::into),
         }
+    }
+
+    fn inventory(&self) -> Result<Inventory, ProviderError> {
+        Ok(match self {
+            CpuManager::None { topo, .. } => {
+                inventory::cpu_inventory(topo, &Default::default(), &Default::default())
+            }
+            CpuManager::Static(p) => {
+                let allocatable = p.topo.all_cpus().difference(&p.reserved).copied().collect();
+                inventory::cpu_inventory(&p.topo, &allocatable, &p.available())
+            }
+        })
     }
 }
 

@@ -478,3 +478,118 @@ fn works_through_the_plugin_boundary() {
     assert_eq!(a.cpus.to_string(), "1,7");
     assert!(a.exclusive);
 }
+
+/// Per zone `(node, capacity, allocatable, available)` of the `cpu`
+/// inventory, in CPUs; `node` -1 for "no NUMA node".
+fn cpu_zones(inv: &topomgr_sdk::Inventory) -> Vec<(i64, u64, u64, u64)> {
+    let r = &inv.resources["cpu"];
+    let zones: Vec<(i64, u64, u64, u64)> = r
+        .zones
+        .iter()
+        .map(|z| {
+            let a = z.amounts;
+            assert!(a.capacity % 1000 == 0 && a.allocatable % 1000 == 0 && a.available % 1000 == 0);
+            let node = z.numa.map_or(-1, |n| i64::from(n.get()));
+            (
+                node,
+                a.capacity / 1000,
+                a.allocatable / 1000,
+                a.available / 1000,
+            )
+        })
+        .collect();
+    let sum = |f: fn(&(i64, u64, u64, u64)) -> u64| zones.iter().map(f).sum::<u64>() * 1000;
+    assert_eq!(
+        (r.total.capacity, r.total.allocatable, r.total.available),
+        (sum(|z| z.1), sum(|z| z.2), sum(|z| z.3)),
+        "the totals are the zones' sums"
+    );
+    zones
+}
+
+#[test]
+fn inventory_counts_reserved_and_exclusive_cpus_per_node() {
+    let m = dual_socket_ht();
+    let mut p = provider(&m, json!({"reserved_cpus": "0,1"}));
+    // 6 CPUs per node; CPU 0 is on node 0, CPU 1 on node 1.
+    assert_eq!(
+        cpu_zones(&p.inventory().unwrap()),
+        [(0, 6, 5, 5), (1, 6, 5, 5)]
+    );
+    let a = testkit::guaranteed_pod("a", &cpus(4));
+    assert_eq!(
+        alloc(&mut p, &a, "app", Some(&[0])),
+        Ok(("2,4,8,10".into(), true))
+    );
+    let pd = pod(
+        "p",
+        QosClass::Guaranteed,
+        vec![testkit::container("init", &cpus(2))],
+        vec![testkit::container("app", &cpus(3))],
+    );
+    assert_eq!(
+        alloc(&mut p, &pd, "init", Some(&[1])),
+        Ok(("3,9".into(), true))
+    );
+    // The app container reuses the init container's CPUs: 3 CPUs held.
+    assert_eq!(
+        alloc(&mut p, &pd, "app", Some(&[1])),
+        Ok(("3,7,9".into(), true))
+    );
+    // Shared-pool containers are not counted.
+    let shared = testkit::guaranteed_pod("s", &[("cpu", 1500), ("memory", 1 << 30)]);
+    alloc(&mut p, &shared, "app", None).unwrap();
+    assert_eq!(
+        cpu_zones(&p.inventory().unwrap()),
+        [(0, 6, 5, 1), (1, 6, 5, 2)]
+    );
+    // Checkpoint and restore: the same numbers.
+    let mut q = provider(&m, json!({"reserved_cpus": "0,1"}));
+    q.restore(&p.checkpoint().unwrap()).unwrap();
+    assert_eq!(
+        cpu_zones(&q.inventory().unwrap()),
+        [(0, 6, 5, 1), (1, 6, 5, 2)]
+    );
+    // The init container's CPUs stay held while the app container holds them.
+    p.release("p-uid", "init").unwrap();
+    assert_eq!(
+        cpu_zones(&p.inventory().unwrap()),
+        [(0, 6, 5, 1), (1, 6, 5, 2)]
+    );
+    p.release("p-uid", "app").unwrap();
+    assert_eq!(
+        cpu_zones(&p.inventory().unwrap()),
+        [(0, 6, 5, 1), (1, 6, 5, 5)]
+    );
+    p.release("a-uid", "app").unwrap();
+    assert_eq!(
+        cpu_zones(&p.inventory().unwrap()),
+        [(0, 6, 5, 5), (1, 6, 5, 5)]
+    );
+}
+
+#[test]
+fn inventory_of_cpu_less_nodes_unplaced_cpus_and_the_none_policy() {
+    // Node 2 has no CPUs; CPU 8 is online but in no node.
+    let mut m = testkit::machine(3, 4);
+    m.cpus.retain(|c| c.numa.map_or(true, |n| n.get() != 2));
+    m.numa_nodes[2].cpus = topomgr_sdk::CpuSet::new();
+    m.cpus
+        .push(topomgr_sdk::Cpu::new(8, None).with_socket(0).with_core(8));
+    let mut p = provider(&m, json!({"reserved_cpus": "0"}));
+    assert_eq!(
+        cpu_zones(&p.inventory().unwrap()),
+        [(0, 4, 3, 3), (1, 4, 4, 4), (2, 0, 0, 0), (-1, 1, 0, 0)]
+    );
+    let g = testkit::guaranteed_pod("g", &cpus(2));
+    alloc(&mut p, &g, "app", Some(&[1])).unwrap();
+    assert_eq!(
+        cpu_zones(&p.inventory().unwrap()),
+        [(0, 4, 3, 3), (1, 4, 4, 2), (2, 0, 0, 0), (-1, 1, 0, 0)]
+    );
+    let none = provider(&m, json!({"policy": "none"}));
+    assert_eq!(
+        cpu_zones(&none.inventory().unwrap()),
+        [(0, 4, 0, 0), (1, 4, 0, 0), (2, 0, 0, 0), (-1, 1, 0, 0)]
+    );
+}

@@ -59,6 +59,10 @@ impl CpuInfo {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CpuTopology {
     details: BTreeMap<u32, CpuInfo>,
+    /// Every NUMA node of the machine, CPU-less ones included.
+    machine_nodes: Vec<NumaNodeId>,
+    /// Online CPUs in no NUMA node (left out of everything else).
+    unplaced: Cpus,
     num_cores: usize,
     num_sockets: usize,
     num_numa: usize,
@@ -119,6 +123,18 @@ impl CpuTopology {
         ];
         CpuTopology {
             members,
+            machine_nodes: {
+                let mut ids = machine.numa_ids();
+                ids.sort_unstable();
+                ids.dedup();
+                ids
+            },
+            unplaced: machine
+                .cpus
+                .iter()
+                .filter(|c| c.online && c.numa.is_none())
+                .map(|c| c.id)
+                .collect(),
             num_cores: distinct(Level::Core),
             num_sockets: distinct(Level::Socket),
             num_numa: distinct(Level::Numa),
@@ -165,6 +181,16 @@ impl CpuTopology {
     /// Where `cpu` sits, if it exists.
     pub fn info(&self, cpu: u32) -> Option<&CpuInfo> {
         self.details.get(&cpu)
+    }
+
+    /// Every NUMA node of the machine (CPU-less ones too), ascending.
+    pub fn machine_nodes(&self) -> &[NumaNodeId] {
+        &self.machine_nodes
+    }
+
+    /// Online CPUs that no NUMA node lists: never handed out.
+    pub fn unplaced(&self) -> &Cpus {
+        &self.unplaced
     }
 
     /// NUMA nodes that have CPUs, ascending.
