@@ -572,7 +572,7 @@ fn inventory_counts_reserved_and_exclusive_cpus_per_node() {
 fn inventory_of_cpu_less_nodes_unplaced_cpus_and_the_none_policy() {
     // Node 2 has no CPUs; CPU 8 is online but in no node.
     let mut m = testkit::machine(3, 4);
-    m.cpus.retain(|c| c.numa.map_or(true, |n| n.get() != 2));
+    m.cpus.retain(|c| c.numa.is_none_or(|n| n.get() != 2));
     m.numa_nodes[2].cpus = topomgr_sdk::CpuSet::new();
     m.cpus
         .push(topomgr_sdk::Cpu::new(8, None).with_socket(0).with_core(8));
