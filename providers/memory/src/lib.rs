@@ -43,12 +43,13 @@
 pub mod allocate;
 pub mod config;
 pub mod hints;
+pub mod inventory;
 pub mod machine;
 pub mod state;
 
 use topomgr_sdk::{
-    Allocation, ContainerView, PodView, Provider, ProviderContext, ProviderError, ProviderHints,
-    QosClass, TopologyHint,
+    Allocation, ContainerView, Inventory, PodView, Provider, ProviderContext, ProviderError,
+    ProviderHints, QosClass, TopologyHint,
 };
 
 use crate::config::{Config, Policy};
@@ -252,6 +253,11 @@ impl Provider for MemoryProvider {
         self.assignments = cp.entries;
         self.reusable = reusable_from_entries(&cp.reusable);
         Ok(())
+    }
+
+    fn inventory(&self) -> Result<Inventory, ProviderError> {
+        let state = (self.policy == Policy::Static).then_some(&self.state);
+        Ok(inventory::memory_inventory(&self.machine, state))
     }
 }
 

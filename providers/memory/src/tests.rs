@@ -462,3 +462,109 @@ fn compact_hints_beyond_eight_nodes() {
     // Every non-empty subset of the eight unused nodes, and the group.
     assert_eq!(explicit.len(), 255 + 1);
 }
+
+/// Per zone `(node, capacity, allocatable, available)` of `resource` in
+/// MiB, after checking that the totals are the zones' sums.
+fn zones(p: &MemoryProvider, resource: &str) -> Vec<(u32, u64, u64, u64)> {
+    let inv = p.inventory().unwrap();
+    let r = &inv.resources[resource];
+    let z: Vec<(u32, u64, u64, u64)> = r
+        .zones
+        .iter()
+        .map(|z| {
+            let a = z.amounts;
+            let node = z.numa.expect("every zone is a node").get();
+            (node, a.capacity / MB, a.allocatable / MB, a.available / MB)
+        })
+        .collect();
+    let sum = |f: fn(&topomgr_sdk::Zone) -> u64| r.zones.iter().map(f).sum::<u64>();
+    assert_eq!(
+        (r.total.capacity, r.total.allocatable, r.total.available),
+        (
+            sum(|z| z.amounts.capacity),
+            sum(|z| z.amounts.allocatable),
+            sum(|z| z.amounts.available)
+        )
+    );
+    z
+}
+
+#[test]
+fn inventory_follows_allocations_releases_and_restores() {
+    // 4Gi per node with two 1Gi pages; 512Mi of memory reserved on every
+    // node and one 1Gi page on node 1.
+    let m = machine(2, 4 * GB, 2);
+    let cfg = json!({"reserved_memory": {
+        "0": {"memory": "512Mi"},
+        "1": {"memory": "512Mi", "hugepages-1Gi": "1Gi"}
+    }});
+    let mut p = provider(&m, cfg.clone());
+    let inv = p.inventory().unwrap();
+    assert_eq!(
+        inv.resources.keys().collect::<Vec<_>>(),
+        ["hugepages-1Gi", "memory"]
+    );
+    // Memory allocatable: 4096 - 512 reserved - 2048 of hugepages.
+    assert_eq!(
+        zones(&p, "memory"),
+        [(0, 4096, 1536, 1536), (1, 4096, 1536, 1536)]
+    );
+    assert_eq!(
+        zones(&p, "hugepages-1Gi"),
+        [(0, 2048, 2048, 2048), (1, 2048, 1024, 1024)]
+    );
+    let a = pod("a", GB, GB);
+    p.allocate(&a, &a.containers[0], &TopologyHint::new(mask(&[0]), true))
+        .unwrap();
+    assert_eq!(
+        zones(&p, "memory"),
+        [(0, 4096, 1536, 512), (1, 4096, 1536, 1536)]
+    );
+    assert_eq!(
+        zones(&p, "hugepages-1Gi"),
+        [(0, 2048, 2048, 1024), (1, 2048, 1024, 1024)]
+    );
+    // 2Gi of memory on nodes 0-1 (a new group: node 0 has single-node
+    // memory, so use a fresh provider state for the group).
+    let mut q = provider(&m, cfg.clone());
+    let wide = pod("w", 2 * GB, 0);
+    q.allocate(
+        &wide,
+        &wide.containers[0],
+        &TopologyHint::new(mask(&[0, 1]), true),
+    )
+    .unwrap();
+    // Lowest node first: node 0 gives its 1536Mi, node 1 the rest.
+    assert_eq!(
+        zones(&q, "memory"),
+        [(0, 4096, 1536, 0), (1, 4096, 1536, 1024)]
+    );
+    // Restored from its checkpoint: the same numbers.
+    let mut r = provider(&m, cfg);
+    r.restore(&q.checkpoint().unwrap()).unwrap();
+    assert_eq!(
+        zones(&r, "memory"),
+        [(0, 4096, 1536, 0), (1, 4096, 1536, 1024)]
+    );
+    r.release("w-uid", "app").unwrap();
+    assert_eq!(
+        zones(&r, "memory"),
+        [(0, 4096, 1536, 1536), (1, 4096, 1536, 1536)]
+    );
+    p.release("a-uid", "app").unwrap();
+    assert_eq!(
+        zones(&p, "memory"),
+        [(0, 4096, 1536, 1536), (1, 4096, 1536, 1536)]
+    );
+    assert_eq!(
+        zones(&p, "hugepages-1Gi"),
+        [(0, 2048, 2048, 2048), (1, 2048, 1024, 1024)]
+    );
+    // The none policy hands out nothing.
+    let none = provider(&m, json!({"policy": "none"}));
+    assert_eq!(zones(&none, "memory"), [(0, 4096, 0, 0), (1, 4096, 0, 0)]);
+    assert_eq!(
+        zones(&none, "hugepages-1Gi"),
+        [(0, 2048, 0, 0), (1, 2048, 0, 0)]
+    );
+}
