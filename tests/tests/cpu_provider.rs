@@ -407,3 +407,60 @@ fn corpus_hybrid_machine_never_hands_out_the_reserved_cpu() {
     }
     assert_eq!(held, ["12-13", "14-15", "16-18"]);
 }
+
+/// `(node, capacity, allocatable, available)` of every `cpu` zone, in CPUs.
+fn cpu_zones(p: &mut dyn topomgr::provider::HintProvider) -> Vec<(u32, u64, u64, u64)> {
+    let inv = p.inventory().expect("inventory");
+    let r = &inv.resources["cpu"];
+    let zones: Vec<(u32, u64, u64, u64)> = r
+        .zones
+        .iter()
+        .map(|z| {
+            let a = z.amounts;
+            let n = z.numa.expect("a node zone").get();
+            (
+                n,
+                a.capacity / 1000,
+                a.allocatable / 1000,
+                a.available / 1000,
+            )
+        })
+        .collect();
+    let avail: u64 = zones.iter().map(|z| z.3 * 1000).sum();
+    assert_eq!(r.total.available, avail);
+    zones
+}
+
+#[test]
+fn inventory_through_the_plugin_follows_allocations_and_restores() {
+    use topomgr::provider::HintProvider;
+    use topomgr_sdk::testkit;
+    let so = common::cpu_plugin();
+    let cfg = serde_json::json!({"policy": "static", "reserved_cpus": "0"});
+    let mut p = common::load_on_example_machine("cpu", so, cfg.clone());
+    // 4 nodes of 4 CPUs (node 0: 0-1,8-9); CPU 0 reserved.
+    assert_eq!(
+        cpu_zones(&mut p),
+        [(0, 4, 3, 3), (1, 4, 4, 4), (2, 4, 4, 4), (3, 4, 4, 4)]
+    );
+    let g = testkit::guaranteed_pod("g", &[("cpu", 3000), ("memory", 1 << 30)]);
+    let a = p
+        .allocate(&g, &g.containers[0], &testkit::hint("2:true"))
+        .unwrap();
+    assert_eq!(a.cpus.to_string(), "4-5,12");
+    assert_eq!(
+        cpu_zones(&mut p),
+        [(0, 4, 3, 3), (1, 4, 4, 4), (2, 4, 4, 1), (3, 4, 4, 4)]
+    );
+    let mut q = common::load_on_example_machine("cpu", so, cfg);
+    q.restore(&p.checkpoint().unwrap()).unwrap();
+    assert_eq!(
+        cpu_zones(&mut q),
+        [(0, 4, 3, 3), (1, 4, 4, 4), (2, 4, 4, 1), (3, 4, 4, 4)]
+    );
+    q.release("g-uid", "app").unwrap();
+    assert_eq!(
+        cpu_zones(&mut q),
+        [(0, 4, 3, 3), (1, 4, 4, 4), (2, 4, 4, 4), (3, 4, 4, 4)]
+    );
+}
