@@ -6,6 +6,8 @@
 //! [providers.memory.config.reserved_memory.0]   # per NUMA node id
 //! memory = "1Gi"
 //! hugepages-1Gi = "2Gi"
+//! [providers.memory.config.feature_gates]
+//! PodLevelResourceManagers = false  # the kubelet gate, off by default
 //! ```
 //!
 //! Quantities are Kubernetes quantities (the SDK's
@@ -54,6 +56,17 @@ struct RawConfig {
     policy: Policy,
     #[serde(default)]
     reserved_memory: BTreeMap<String, BTreeMap<String, RawQuantity>>,
+    #[serde(default)]
+    feature_gates: FeatureGates,
+}
+
+/// The kubelet feature gates the provider follows (`[config.feature_gates]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeatureGates {
+    /// `PodLevelResourceManagers` (beta, off by default in Kubernetes 1.37).
+    #[serde(default, rename = "PodLevelResourceManagers")]
+    pub pod_level_resource_managers: bool,
 }
 
 /// The validated config (not yet checked against the machine; see
@@ -64,6 +77,8 @@ pub struct Config {
     pub policy: Policy,
     /// Bytes reserved for the system, by NUMA node and resource name.
     pub reserved: BTreeMap<NumaNodeId, BTreeMap<String, u64>>,
+    /// The feature gates.
+    pub feature_gates: FeatureGates,
 }
 
 /// Why the config table is unusable.
@@ -154,6 +169,7 @@ impl Config {
         Ok(Config {
             policy: raw.policy,
             reserved,
+            feature_gates: raw.feature_gates,
         })
     }
 }
@@ -204,6 +220,13 @@ mod tests {
                 .policy,
             Policy::None
         );
+        let gates = json!({"feature_gates": {"PodLevelResourceManagers": true}});
+        assert!(
+            Config::from_value(&gates)
+                .unwrap()
+                .feature_gates
+                .pod_level_resource_managers
+        );
     }
 
     #[test]
@@ -214,7 +237,7 @@ mod tests {
         );
         assert_eq!(
             err(json!({"reserved": {}})),
-            "unknown field `reserved`, expected `policy` or `reserved_memory`"
+            "unknown field `reserved`, expected one of `policy`, `reserved_memory`, `feature_gates`"
         );
         assert_eq!(
             err(json!({"reserved_memory": {"node0": {"memory": "1Gi"}}})),
@@ -238,6 +261,10 @@ mod tests {
         assert_eq!(
             err(json!({"reserved_memory": {"300": {"memory": "1Gi"}}})),
             "reserved_memory.300: NUMA node id 300 is out of range: topomgr supports node ids 0-255"
+        );
+        assert_eq!(
+            err(json!({"feature_gates": {"PodLevelResources": true}})),
+            "unknown field `PodLevelResources`, expected `PodLevelResourceManagers`"
         );
         assert_eq!(
             err(json!({"reserved_memory": {"0": {"memory": "-1Gi"}}})),

@@ -50,6 +50,33 @@ pub fn container_requests(c: &ContainerView) -> Requested {
         .collect()
 }
 
+/// The kubelet's `getContainerRequestedResources`: [`container_requests`],
+/// except that with the `PodLevelResourceManagers` gate (`gate`) a
+/// container of a pod with pod-level resources requests nothing unless it
+/// is Guaranteed on its own (equal `cpu` and `memory` requests and limits).
+pub fn eligible_requests(pod: &PodView, c: &ContainerView, gate: bool) -> Requested {
+    if gate && pod.sets_pod_level_resources() && !c.is_guaranteed_equivalent() {
+        return Requested::new();
+    }
+    container_requests(c)
+}
+
+/// The kubelet's `getPodRequestedResources`: with the
+/// `PodLevelResourceManagers` gate and pod-level resources, the pod-level
+/// `memory` and `hugepages-*` requests above zero; otherwise
+/// [`pod_requests`].
+pub fn pod_scope_requests(pod: &PodView, gate: bool) -> Requested {
+    match &pod.resources {
+        Some(r) if gate && pod.sets_pod_level_resources() => r
+            .requests
+            .iter()
+            .filter(|(k, v)| is_memory_resource(k) && **v > 0)
+            .map(|(k, v)| (k.clone(), *v))
+            .collect(),
+        _ => pod_requests(pod),
+    }
+}
+
 /// The pod-scope requests (the kubelet's `getPodRequestedResources`): for
 /// every resource the app containers request, the larger of the app
 /// containers plus sidecars and the largest regular init container plus the

@@ -80,7 +80,15 @@ pub struct Checkpoint {
     /// Reusable init-container memory.
     #[serde(default)]
     pub reusable: Vec<ReusableEntry>,
+    /// Pod-level memory blocks (`PodLevelResourceManagers`) per pod uid;
+    /// written only when there are some.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_entries: PodBlocks,
 }
+
+/// Pod-level memory blocks by pod uid: what a pod with pod-level resources
+/// holds as a whole (its containers' blocks are shares of it).
+pub type PodBlocks = BTreeMap<String, Vec<Block>>;
 
 /// One entry of [`Reusable`] in a checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -322,7 +330,8 @@ pub enum StateError {
 /// * the same NUMA nodes and, per node and resource, the same total,
 ///   system-reserved and allocatable bytes as a fresh state of this machine
 ///   and config (memory added or removed, reservations changed);
-/// * per node, as many assignments as blocks touching it;
+/// * per node, as many assignments as blocks touching it (for a pod with
+///   pod-level blocks, those, not its containers' shares of them);
 /// * per node, cells that contain the node, name only nodes of the machine
 ///   and are the node alone when nothing is allocated there (a group keeps
 ///   the affinity of the last block placed on the node, which may since
@@ -340,6 +349,7 @@ pub fn validate(
     machine: &MachineMemory,
     stored: &MachineState,
     assignments: &Assignments,
+    pod_blocks: &PodBlocks,
 ) -> Result<(), StateError> {
     let fresh = default_state(machine);
     let ids = |s: &MachineState| s.keys().fold(NumaMask::EMPTY, |m, &id| m.with(id));
@@ -351,34 +361,48 @@ pub fn validate(
         )));
     }
     let mut count: BTreeMap<NumaNodeId, i64> = BTreeMap::new();
-    for (pod, containers) in assignments {
-        for (container, blocks) in containers {
-            for b in blocks {
-                if b.numa_affinity.is_empty() {
-                    return Err(StateError::EmptyBlock {
+    // A pod with pod-level blocks holds those; its containers' blocks are
+    // shares of them and hold nothing more (the kubelet's validateState).
+    let holders = assignments
+        .iter()
+        .flat_map(|(pod, containers)| {
+            containers
+                .iter()
+                .map(move |(c, blocks)| (pod, c.as_str(), blocks, !pod_blocks.contains_key(pod)))
+        })
+        .chain(
+            pod_blocks
+                .iter()
+                .map(|(pod, blocks)| (pod, "", blocks, true)),
+        );
+    for (pod, container, blocks, holds) in holders {
+        for b in blocks {
+            if b.numa_affinity.is_empty() {
+                return Err(StateError::EmptyBlock {
+                    pod: pod.clone(),
+                    container: container.to_owned(),
+                    resource: b.resource.clone(),
+                });
+            }
+            for id in b.numa_affinity.iter() {
+                let Some(node) = fresh.get(&id) else {
+                    return Err(StateError::UnknownNode {
                         pod: pod.clone(),
-                        container: container.clone(),
+                        container: container.to_owned(),
                         resource: b.resource.clone(),
+                        mask: b.numa_affinity,
+                        node: id,
+                    });
+                };
+                if !node.memory_map.contains_key(&b.resource) {
+                    return Err(StateError::UnknownResource {
+                        pod: pod.clone(),
+                        container: container.to_owned(),
+                        resource: b.resource.clone(),
+                        node: id,
                     });
                 }
-                for id in b.numa_affinity.iter() {
-                    let Some(node) = fresh.get(&id) else {
-                        return Err(StateError::UnknownNode {
-                            pod: pod.clone(),
-                            container: container.clone(),
-                            resource: b.resource.clone(),
-                            mask: b.numa_affinity,
-                            node: id,
-                        });
-                    };
-                    if !node.memory_map.contains_key(&b.resource) {
-                        return Err(StateError::UnknownResource {
-                            pod: pod.clone(),
-                            container: container.clone(),
-                            resource: b.resource.clone(),
-                            node: id,
-                        });
-                    }
+                if holds {
                     *count.entry(id).or_insert(0) += 1;
                 }
             }
@@ -454,7 +478,13 @@ pub fn validate(
     for (resource, t) in stored.values().flat_map(|n| n.memory_map.iter()) {
         sums.entry(resource.as_str()).or_default().0 += u128::from(t.reserved);
     }
-    for b in assignments.values().flat_map(|c| c.values()).flatten() {
+    let held = assignments
+        .iter()
+        .filter(|(pod, _)| !pod_blocks.contains_key(*pod))
+        .flat_map(|(_, c)| c.values())
+        .chain(pod_blocks.values())
+        .flatten();
+    for b in held {
         sums.entry(b.resource.as_str()).or_default().1 += u128::from(b.size);
     }
     for (resource, (held, blocks)) in sums {

@@ -568,3 +568,153 @@ fn inventory_follows_allocations_releases_and_restores() {
         [(0, 2048, 0, 0), (1, 2048, 0, 0)]
     );
 }
+
+/// A Guaranteed pod with pod-level `memory` (and 2 CPUs); app containers
+/// `(name, memory)`: with memory, Guaranteed on their own (1 CPU, equal
+/// requests and limits); without, requesting nothing.
+fn pod_level_pod(uid: &str, memory: u64, apps: &[(&str, u64)]) -> PodView {
+    let level = testkit::resources(&[("cpu", 2000), ("memory", memory)]);
+    let apps = apps
+        .iter()
+        .map(|(n, mem)| {
+            if *mem > 0 {
+                testkit::container(n, &[("cpu", 1000), ("memory", *mem)])
+            } else {
+                ContainerView::new(*n)
+            }
+        })
+        .collect();
+    PodView::new(uid, uid, "default", QosClass::Guaranteed)
+        .with_containers(apps)
+        .with_resources(Some(topomgr_sdk::PodResources::new(level.clone(), level)))
+}
+
+#[test]
+fn pod_level_resources_with_the_gate_off_are_not_pinned() {
+    let m = machine(2, 4 * GB, 0);
+    let mut p = provider(&m, reserved_512(2));
+    let pod = pod_level_pod("pl", 2 * GB, &[("gu", GB), ("shared", 0)]);
+    assert_eq!(p.topology_hints(&pod, &pod.containers[0]).unwrap(), None);
+    assert_eq!(p.pod_topology_hints(&pod).unwrap(), None);
+    for c in &pod.containers {
+        let a = p
+            .allocate(&pod, c, &TopologyHint::new(mask(&[0]), true))
+            .unwrap();
+        assert_eq!(a, Default::default());
+    }
+    assert!(p.assignments().is_empty());
+}
+
+#[test]
+fn pod_level_resources_in_pod_scope_place_the_pod_once() {
+    let m = machine(2, 4 * GB, 0);
+    let mut cfg = reserved_512(2);
+    cfg["feature_gates"] = json!({"PodLevelResourceManagers": true});
+    let mut p = provider(&m, cfg.clone());
+    let pod = pod_level_pod("pl", 2 * GB, &[("gu", GB), ("shared", 0)]);
+    // Allocatable memory per node: 4Gi - 512Mi = 3.5Gi: the pod fits on one node.
+    assert_eq!(
+        testkit::hint_strings(&p.pod_topology_hints(&pod).unwrap(), "memory", &[0, 1]),
+        Some(vec!["0:true".into(), "1:true".into(), "0-1:false".into()])
+    );
+    let hint = TopologyHint::new(mask(&[1]), true);
+    for c in &pod.containers {
+        let a = p.allocate(&pod, c, &hint).unwrap();
+        assert_eq!(a.mems, mask(&[1]), "{}", c.name);
+    }
+    let blocks = |c: &str| -> Vec<(String, u64)> {
+        p.assignments()["pl"][c]
+            .iter()
+            .map(|b| (b.resource.clone(), b.size / MB))
+            .collect()
+    };
+    assert_eq!(blocks("gu"), [("memory".to_owned(), 1024)]);
+    assert_eq!(blocks("shared"), [("memory".to_owned(), 1024)]);
+    // The node holds the pod's 2Gi once, as one assignment.
+    let node = &p.machine_state()[&NumaNodeId::from(1u8)];
+    assert_eq!(node.memory_map["memory"].free, 3584 * MB - 2 * GB);
+    assert_eq!(node.number_of_assignments, 1);
+    // Checkpoint, restore; refused with the gate off.
+    let cp = p.checkpoint().unwrap();
+    let mut q = provider(&m, cfg);
+    q.restore(&cp).unwrap();
+    assert_eq!(q.checkpoint().unwrap(), cp);
+    let mut off = provider(&m, reserved_512(2));
+    assert_eq!(
+        off.restore(&cp).unwrap_err().message,
+        "memory provider state: it holds pod-level memory (pods pl) but the \
+         PodLevelResourceManagers feature gate is off in [providers.memory.config.feature_gates]; \
+         turn it on or release those pods"
+    );
+    // The memory goes back with the last container.
+    p.release("pl", "gu").unwrap();
+    assert_eq!(
+        p.machine_state()[&NumaNodeId::from(1u8)].memory_map["memory"].free,
+        3584 * MB - 2 * GB
+    );
+    p.release("pl", "shared").unwrap();
+    let node = &p.machine_state()[&NumaNodeId::from(1u8)];
+    assert_eq!(node.memory_map["memory"].free, 3584 * MB);
+    assert_eq!((node.number_of_assignments, node.cells), (0, mask(&[1])));
+    assert!(p.assignments().is_empty());
+}
+
+#[test]
+fn pod_level_resources_without_memory_for_shared_containers_are_refused() {
+    let m = machine(2, 4 * GB, 0);
+    let mut cfg = reserved_512(2);
+    cfg["feature_gates"] = json!({"PodLevelResourceManagers": true});
+    let mut p = provider(&m, cfg);
+    let pod = pod_level_pod("pl", GB, &[("gu", GB), ("shared", 0)]);
+    let h = p.pod_topology_hints(&pod).unwrap();
+    assert_eq!(testkit::hint_strings(&h, "memory", &[0, 1]), Some(vec![]));
+    let err = p
+        .allocate(
+            &pod,
+            &pod.containers[0],
+            &TopologyHint::new(mask(&[0]), true),
+        )
+        .unwrap_err();
+    assert_eq!(err.reason, "EmptyPodSharedPoolError");
+    assert_eq!(
+        err.message,
+        "pod rejected, sum of exclusive container memory requests equals pod budget, leaving no \
+         memory for shared containers"
+    );
+    assert!(p.assignments().is_empty());
+    // Container scope: the eligible container is pinned on its own, the
+    // other one is not.
+    let a = p
+        .allocate(
+            &pod,
+            &pod.containers[0],
+            &TopologyHint::new(mask(&[0]), true),
+        )
+        .map(|a| a.mems);
+    assert!(
+        a.is_err(),
+        "still pod scope until the host asks container hints"
+    );
+    let h = p.topology_hints(&pod, &pod.containers[0]).unwrap();
+    assert_eq!(
+        testkit::hint_strings(&h, "memory", &[0, 1]).unwrap()[0],
+        "0:true"
+    );
+    let a = p
+        .allocate(
+            &pod,
+            &pod.containers[0],
+            &TopologyHint::new(mask(&[0]), true),
+        )
+        .unwrap();
+    assert_eq!(a.mems, mask(&[0]));
+    p.topology_hints(&pod, &pod.containers[1]).unwrap();
+    let a = p
+        .allocate(
+            &pod,
+            &pod.containers[1],
+            &TopologyHint::new(mask(&[0]), true),
+        )
+        .unwrap();
+    assert_eq!(a, Default::default());
+}
