@@ -364,3 +364,37 @@ fn inventory_through_the_plugin_follows_allocations_and_restores() {
     q.release("g-uid", "app").unwrap();
     assert_eq!(zones(&mut q, "memory"), memory);
 }
+
+#[test]
+fn pod_level_resources_through_admit_with_the_gate_off_and_on() {
+    let machine = common::example_sys();
+    for (gate, want) in [(false, ""), (true, "0")] {
+        let cfg = config(&format!("mem-pod-level-{gate}"), "single-numa-node", "pod");
+        let drop_in = cfg.join("plugins.d/30-memory.toml");
+        let mut text = std::fs::read_to_string(&drop_in).unwrap();
+        text.push_str(&format!(
+            "[providers.memory.config.feature_gates]\nPodLevelResourceManagers = {gate}\n"
+        ));
+        std::fs::write(&drop_in, text).unwrap();
+        let pod = cfg.join("pod-level.yaml");
+        std::fs::write(
+            &pod,
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: pl\n  uid: pl-uid\nspec:\n  \
+             resources: {requests: {cpu: \"2\", memory: 2Gi}, limits: {cpu: \"2\", memory: 2Gi}}\n  \
+             containers:\n  - name: gu\n    image: x\n    resources: {requests: {cpu: \"1\", memory: 1Gi}, \
+             limits: {cpu: \"1\", memory: 1Gi}}\n  - name: shared\n    image: x\n",
+        )
+        .unwrap();
+        let pod = pod.to_string_lossy().into_owned();
+        let (code, out, err) = common::topomgr(&cfg, &["admit", "--sysfs-root", &machine, &pod]);
+        assert_eq!(code, 0, "{err}");
+        let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let p = &v["pods"][0];
+        assert_eq!(p["admitted"], true, "{out}");
+        // Off: the kubelet pins nothing; on, in pod scope: both containers
+        // on the pod's node.
+        for c in p["containers"].as_array().unwrap() {
+            assert_eq!(c["mems"], want, "gate {gate}: {out}");
+        }
+    }
+}
