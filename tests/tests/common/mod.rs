@@ -212,6 +212,12 @@ pub fn memory_plugin() -> &'static Path {
     provider_so(&SO, "topomgr-provider-memory", "topomgr_provider_memory")
 }
 
+/// Builds the SR-IOV provider and returns its `.so`.
+pub fn sriov_plugin() -> &'static Path {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    provider_so(&SO, "topomgr-provider-sriov", "topomgr_provider_sriov")
+}
+
 /// The JSON body of a state directory's `state.ckpt` (after its header line).
 pub fn state_body(dir: &Path) -> serde_json::Value {
     let bytes = std::fs::read(dir.join("state.ckpt"))
