@@ -50,9 +50,19 @@ fn vfio_info(address: &str, group: u32) -> Value {
            "vfio": {"dev-mount": format!("/dev/vfio/{group}"), "mount": "/dev/vfio/vfio"}})
 }
 
-/// README's SR-IOV command: the repository's config on the SR-IOV machine.
+/// README's SR-IOV command, word for word (the test checks README has it):
+/// the repository's config on the SR-IOV machine.
+const README_COMMAND: &str = "target/debug/topomgr --config topomgr.toml admit --sysfs-root \
+    examples/machines/2s2n-sriov/sys --output table examples/sriov/too-many-vfs.yaml \
+    examples/sriov/dpdk-pod.yaml";
+
 #[test]
 fn readme_dpdk_pod_lands_on_one_node_and_too_many_vfs_is_rejected() {
+    let readme = fs::read_to_string(common::workspace_root().join("README.md")).unwrap();
+    assert!(
+        readme.lines().any(|l| l == README_COMMAND),
+        "README.md lacks the SR-IOV command {README_COMMAND:?}"
+    );
     let (code, out, err) = in_repo(&[
         "--config",
         "topomgr.toml",
