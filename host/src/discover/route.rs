@@ -46,7 +46,15 @@ pub(super) fn default_route_interfaces(path: &Path) -> Result<BTreeSet<String>, 
         }
         Err(e) => return Err(read_error(path, e)),
     };
-    let mut reader = BufReader::new(file);
+    default_routes_in(path, BufReader::new(file))
+}
+
+/// The interfaces with a default route in the table `reader` reads (`path`
+/// names it in errors).
+fn default_routes_in(
+    path: &Path,
+    mut reader: impl BufRead,
+) -> Result<BTreeSet<String>, DiscoveryError> {
     let mut out = BTreeSet::new();
     let mut line = Vec::new();
     let mut number = 0usize;
@@ -157,6 +165,21 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_give_a_set_or_an_error_naming_the_file(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600),
+            lines in proptest::collection::vec("[ -~\t]{0,80}", 0..8),
+        ) {
+            let path = Path::new("/x/proc/net/route");
+            for input in [bytes, format!("{HEADER}{}", lines.join("\n")).into_bytes()] {
+                if let Err(e) = default_routes_in(path, &input[..]) {
+                    proptest::prop_assert!(e.to_string().starts_with("/x/proc/net/route: "), "{}", e);
+                }
+            }
+        }
     }
 
     #[test]
