@@ -212,6 +212,12 @@ pub fn memory_plugin() -> &'static Path {
     provider_so(&SO, "topomgr-provider-memory", "topomgr_provider_memory")
 }
 
+/// Builds the SR-IOV provider and returns its `.so`.
+pub fn sriov_plugin() -> &'static Path {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    provider_so(&SO, "topomgr-provider-sriov", "topomgr_provider_sriov")
+}
+
 /// Loads the provider `.so` at `so` as `name` with `config` on the example
 /// machine (`examples/machines/2s4n`), through the host's plugin loader.
 pub fn load_on_example_machine(
