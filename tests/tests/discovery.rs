@@ -1597,7 +1597,7 @@ fn corpus_48amd64_sparse_node_ids() {
     );
     // The merge works on these ids: a policy over the machine ranks masks
     // of nodes 72-73 by their value, above every mask of lower ids.
-    let numa = topomgr::policy::NumaInfo::from_machine(&machine).expect("numa info");
+    let numa = topomgr::numa::NumaInfo::from_machine(&machine).expect("numa info");
     assert_eq!(numa.default_mask().to_string(), "0-2,33-34,45,72-73");
 }
 

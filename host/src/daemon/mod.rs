@@ -68,12 +68,12 @@ pub struct Daemon {
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
     /// A provider thread could not be started.
-    #[error("cannot start the thread of provider {provider:?}: {source}")]
+    #[error("cannot start the thread of provider {provider:?}: {cause}")]
     ProviderThread {
         /// Provider name.
         provider: String,
         /// The error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The engine could not start (e.g. damaged state).
     #[error(transparent)]
@@ -82,20 +82,20 @@ pub enum DaemonError {
     #[error(transparent)]
     Socket(#[from] access::SocketError),
     /// Binding the socket failed.
-    #[error("cannot listen on {}: {source}", path.display())]
+    #[error("cannot listen on {}: {cause}", path.display())]
     Bind {
         /// The socket.
         path: PathBuf,
         /// The error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The async runtime could not be built or serving failed.
-    #[error("{what}: {source}")]
+    #[error("{what}: {cause}")]
     Runtime {
         /// What failed.
         what: &'static str,
         /// The error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 }
 
@@ -124,7 +124,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
         let t = TimedProvider::spawn(p, d.provider_timeout, Arc::clone(&metrics)).map_err(
             |source| DaemonError::ProviderThread {
                 provider: name,
-                source,
+                cause: source,
             },
         )?;
         providers.push(Box::new(t));
@@ -143,7 +143,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
         .build()
         .map_err(|source| DaemonError::Runtime {
             what: "cannot start the async runtime",
-            source,
+            cause: source,
         })?;
     let socket = d.socket;
     let lock = d.lock;
@@ -154,7 +154,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
         access::prepare_socket_path(&socket)?;
         let listener = UnixListener::bind(&socket).map_err(|source| DaemonError::Bind {
             path: socket.clone(),
-            source,
+            cause: source,
         })?;
         access::secure_socket(&socket, &access)?;
         info!(socket = %socket.display(), state_dir = %state_dir.display(), lock = %lock_path.display(), pods = restored.pods, group = %access.group, "topomgr daemon listening");
@@ -168,7 +168,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
             .await
             .map_err(|source| DaemonError::Runtime {
                 what: "serving failed",
-                source,
+                cause: source,
             })
     })?;
     drop(lock);

@@ -59,14 +59,14 @@ const REMOTE_SWITCH: c_uint = 2;
 #[derive(Debug, thiserror::Error)]
 pub enum NvmlDiscoveryError {
     /// A call failed.
-    #[error("NVML ({library}): {what}: {source}")]
+    #[error("NVML ({library}): {what}: {cause}")]
     Call {
         /// The library loaded.
         library: String,
         /// What was asked.
         what: String,
         /// NVML's answer.
-        source: NvmlError,
+        cause: NvmlError,
     },
     /// The answers do not form a topology (e.g. two GPUs with one UUID).
     #[error("NVML ({library}): {message}")]
@@ -98,7 +98,7 @@ pub fn discover(
         move |source| NvmlDiscoveryError::Call {
             library,
             what,
-            source,
+            cause: source,
         }
     };
 
