@@ -6,7 +6,7 @@ use std::ffi::OsStr;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use topomgr_sdk::Machine;
+use topomgr_sdk::{Machine, NumaNodeId};
 
 use crate::config::GpuConfig;
 use crate::nvml;
@@ -51,7 +51,7 @@ pub enum DiscoveryError {
         /// Its id.
         id: String,
         /// Its NUMA node.
-        numa: u32,
+        numa: NumaNodeId,
         /// The machine's nodes, comma-separated.
         nodes: String,
     },
@@ -92,7 +92,7 @@ pub fn discover(
             .pci_devices
             .iter()
             .find(|d| d.address == address)
-            .and_then(|d| d.numa.map(u32::from))
+            .and_then(|d| d.numa)
     };
     match nvml::discover(library, &numa_of) {
         Ok(Some(topology)) => {
@@ -148,7 +148,7 @@ mod tests {
         let (t, source) = discover(&config, None, &machine()).unwrap();
         assert_eq!(source, Source::Pci);
         assert_eq!(t.gpus()[0].id, "0000:07:00.0");
-        assert_eq!(t.gpus()[0].numa, Some(1));
+        assert_eq!(t.gpus()[0].numa, Some(NumaNodeId::from(1u8)));
     }
 
     #[test]

@@ -165,7 +165,14 @@ fn direct_nvlinks_pcie_levels_uuids_and_numa() {
     let gpus: Vec<_> = t
         .gpus()
         .iter()
-        .map(|g| (g.index, g.id.clone(), g.pci.clone().unwrap(), g.numa))
+        .map(|g| {
+            (
+                g.index,
+                g.id.clone(),
+                g.pci.clone().unwrap(),
+                g.numa.map(u32::from),
+            )
+        })
         .collect();
     assert_eq!(
         gpus,
@@ -335,7 +342,7 @@ fn the_provider_discovery_takes_numa_from_the_machine_and_falls_back_to_pci() {
         None,
         "GPU 0's PCI device is not in the machine"
     );
-    assert_eq!(t.gpus()[1].numa, Some(0));
+    assert_eq!(t.gpus()[1].numa, Some(NumaNodeId::from(0u8)));
     assert_eq!(t.pair_score(0, 1), 430);
 
     // NVML failing after init: PCI devices, NUMA only.
