@@ -48,7 +48,7 @@ impl Gpus {
             resource = %config.resource,
             gpus = topology.len(),
             source = %source,
-            policy = ?config.allocation_policy,
+            policy = %config.allocation_policy,
             "GPUs found"
         );
         Ok(Gpus {

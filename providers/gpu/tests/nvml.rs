@@ -378,8 +378,10 @@ fn the_provider_discovery_takes_numa_from_the_machine_and_falls_back_to_pci() {
     assert_eq!(ids, ["0000:b1:00.0"]);
     // A machine without PCI devices at all (nothing to tell): NVML's GPUs.
     let bare = Machine::new(Vec::new(), Vec::new(), Vec::new());
-    let (t, source) =
-        with_script("bare", &script, |_| discovery::discover(&config, None, &bare)).unwrap();
+    let (t, source) = with_script("bare", &script, |_| {
+        discovery::discover(&config, None, &bare)
+    })
+    .unwrap();
     assert_eq!(source, Source::Nvml(fake_library().display().to_string()));
     assert_eq!(t.len(), 2);
 }

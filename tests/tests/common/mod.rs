@@ -212,6 +212,19 @@ pub fn memory_plugin() -> &'static Path {
     provider_so(&SO, "topomgr-provider-memory", "topomgr_provider_memory")
 }
 
+/// Builds the GPU provider and returns its `.so`.
+pub fn gpu_plugin() -> &'static Path {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    provider_so(&SO, "topomgr-provider-gpu", "topomgr_provider_gpu")
+}
+
+/// Builds the scripted stand-in for `libnvidia-ml` (`tests/fake-nvml`,
+/// script named by `FAKE_NVML_SCRIPT`) and returns its `.so`.
+pub fn fake_nvml() -> &'static Path {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    provider_so(&SO, "topomgr-fake-nvml", "fake_nvml")
+}
+
 /// The JSON body of a state directory's `state.ckpt` (after its header line).
 pub fn state_body(dir: &Path) -> serde_json::Value {
     let bytes = std::fs::read(dir.join("state.ckpt"))
