@@ -14,7 +14,7 @@
 //!   configured policy's choice ([`Chooser::choose`](crate::choice::Chooser::choose)):
 //!   go-gpuallocator's best-effort or simple policy, on the ids in the order
 //!   given;
-//! * [`DeviceHooks::environment`]: `NVIDIA_VISIBLE_DEVICES=<id>,<id>,...`
+//! * [`DeviceHooks::environment`] sets `NVIDIA_VISIBLE_DEVICES=<id>,<id>,...`
 //!   in the order the GPUs were allocated.
 //!
 //! Config errors and unusable topology files fail the provider's start
@@ -237,8 +237,7 @@ mod tests {
         let machine = testkit::machine(2, 2);
         let err = |config: Value| {
             testkit::load::<DeviceProvider<GpuPlugin>>(&machine, config)
-                .err()
-                .expect("refused")
+                .expect_err("refused")
                 .to_string()
         };
         assert_eq!(

@@ -254,4 +254,6 @@ impl Chooser {
 }
 
 #[cfg(test)]
+mod exactness;
+#[cfg(test)]
 mod tests;
