@@ -218,6 +218,17 @@ pub fn gpu_plugin() -> &'static Path {
     provider_so(&SO, "topomgr-provider-gpu", "topomgr_provider_gpu")
 }
 
+/// Builds every plugin the workspace has (`cargo build --workspace --lib`,
+/// once per test binary), so that the repository's own `topomgr.toml` and
+/// `plugins.d/` find each library they enable beside the `topomgr` binary,
+/// as after the README's `cargo build --workspace`.
+pub fn repository_plugins() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        build(&["--workspace", "--lib"]);
+    });
+}
+
 /// Builds the scripted stand-in for `libnvidia-ml` (`tests/fake-nvml`,
 /// script named by `FAKE_NVML_SCRIPT`) and returns its `.so`.
 pub fn fake_nvml() -> &'static Path {
