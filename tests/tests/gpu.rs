@@ -211,28 +211,87 @@ fn the_gpu_demo_aligns_nvlinked_gpus_with_cpus_and_memory() {
         c["env"],
         json!({"NVIDIA_VISIBLE_DEVICES": "GPU-4,GPU-5,GPU-6,GPU-7"})
     );
+}
 
-    // The README's table.
-    let mut args = args.clone();
-    args.extend(["--output", "table"]);
-    let (code, out, err) = run(&args, &[]);
-    assert_eq!(code, 0, "{err}");
-    for line in [
-        "ml/train-2gpu            Guaranteed  yes       trainer      0         true       1-4,17-20*     0      nvidia.com/gpu=GPU-0,GPU-1",
-        "ml/train-4gpu            Guaranteed  yes       trainer      1         true       8-11,24-27*    1      nvidia.com/gpu=GPU-4,GPU-5,GPU-6,GPU-7",
-    ] {
-        assert!(out.lines().any(|l| l == line), "no line {line:?} in\n{out}");
+/// A command of README's GPU section and the output README shows for it.
+struct ReadmeCommand {
+    /// The `topomgr` arguments, after `target/debug/topomgr`.
+    args: Vec<String>,
+    /// What README says it prints.
+    output: String,
+}
+
+/// The `topomgr` commands of README's `## GPUs` section, each with the
+/// output shown after it: a `text` block after a `cargo build ... &&`
+/// command, or a `# ` comment line after a plain one.
+fn readme_gpu_commands() -> Vec<ReadmeCommand> {
+    let readme = fs::read_to_string(common::workspace_root().join("README.md")).unwrap();
+    let section = readme
+        .split("\n## ")
+        .find(|s| s.starts_with("GPUs\n"))
+        .expect("README has a `## GPUs` section");
+    let lines: Vec<&str> = section.lines().collect();
+    let mut found = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        let command = line
+            .strip_prefix("cargo build --workspace && ")
+            .unwrap_or(line);
+        let Some(args) = command.strip_prefix("target/debug/topomgr ") else {
+            continue;
+        };
+        let output = if lines[i + 1] == "```" && lines[i + 2] == "" && lines[i + 3] == "```text" {
+            let block: Vec<&str> = lines[i + 4..]
+                .iter()
+                .take_while(|l| **l != "```")
+                .copied()
+                .collect();
+            block.join("\n") + "\n"
+        } else {
+            let comment = lines[i + 1]
+                .strip_prefix("# ")
+                .unwrap_or_else(|| panic!("README: no output shown after {line:?}"));
+            comment.to_owned() + "\n"
+        };
+        let args = args.split_whitespace().flat_map(expand_glob).collect();
+        found.push(ReadmeCommand { args, output });
     }
-    assert!(
-        out.lines().any(|l| l
-            .starts_with("ml/too-many-gpus         Guaranteed  no        TopologyAffinityError: ")
-            && l.contains("nvidia.com/gpu")),
-        "{out}"
-    );
+    found
+}
+
+/// A shell word as `sh` expands it from the workspace root: `DIR/*.EXT`
+/// into the sorted matching paths, anything else as is.
+fn expand_glob(word: &str) -> Vec<String> {
+    let Some((dir, ext)) = word.split_once("/*.") else {
+        return vec![word.to_owned()];
+    };
+    let mut paths: Vec<String> = fs::read_dir(common::workspace_root().join(dir))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(&format!(".{ext}")))
+        .map(|name| format!("{dir}/{name}"))
+        .collect();
+    paths.sort();
+    paths
 }
 
 #[test]
-fn the_readme_preferred_examples_on_the_example_topology() {
+fn the_readme_gpu_commands_print_what_readme_shows() {
+    common::repository_plugins();
+    let commands = readme_gpu_commands();
+    assert_eq!(commands.len(), 3, "README's GPU section has three commands");
+    assert!(commands[0]
+        .args
+        .contains(&"examples/gpu/train-4gpu.yaml".to_owned()));
+    for command in commands {
+        let args: Vec<&str> = command.args.iter().map(String::as_str).collect();
+        let (code, out, err) = run(&args, &[]);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        assert_eq!(out, command.output, "README: topomgr {args:?}");
+    }
+}
+
+#[test]
+fn preferred_on_the_example_topology() {
     let dir = example_gpu_only("gpu-preferred", "best-effort");
     let all = [
         "GPU-0", "GPU-1", "GPU-2", "GPU-3", "GPU-4", "GPU-5", "GPU-6", "GPU-7",
