@@ -239,7 +239,8 @@ fn readme_gpu_commands() -> Vec<ReadmeCommand> {
         let Some(args) = command.strip_prefix("target/debug/topomgr ") else {
             continue;
         };
-        let output = if lines[i + 1] == "```" && lines[i + 2] == "" && lines[i + 3] == "```text" {
+        let next = |k: usize| lines.get(i + k).copied().unwrap_or_default();
+        let output = if (next(1), next(2), next(3)) == ("```", "", "```text") {
             let block: Vec<&str> = lines[i + 4..]
                 .iter()
                 .take_while(|l| **l != "```")
@@ -247,7 +248,7 @@ fn readme_gpu_commands() -> Vec<ReadmeCommand> {
                 .collect();
             block.join("\n") + "\n"
         } else {
-            let comment = lines[i + 1]
+            let comment = next(1)
                 .strip_prefix("# ")
                 .unwrap_or_else(|| panic!("README: no output shown after {line:?}"));
             comment.to_owned() + "\n"
