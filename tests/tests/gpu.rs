@@ -82,15 +82,29 @@ fn example_gpu_only(tag: &str, policy: &str) -> PathBuf {
     )
 }
 
-/// `provider gpu preferred` in `dir`'s config; the device ids.
-fn preferred(dir: &Path, available: &[&str], must: &[&str], size: usize) -> Vec<String> {
+/// `topomgr --config DIR/topomgr.toml ARGS`, `dir` a config directory of
+/// [`gpu_only`].
+fn in_config(dir: &Path, args: &[&str], env: &[(&str, &Path)]) -> (i32, String, String) {
     let config = dir.join("topomgr.toml");
+    let mut all = vec!["--config", config.to_str().unwrap()];
+    all.extend(args);
+    run(&all, env)
+}
+
+/// `provider gpu preferred` in `dir`'s config, `flags` before `provider`.
+fn preferred_call(
+    dir: &Path,
+    flags: &[&str],
+    available: &[&str],
+    must: &[&str],
+    size: usize,
+    env: &[(&str, &Path)],
+) -> (i32, String, String) {
     let size = size.to_string();
     let available = available.join(",");
     let must = must.join(",");
-    let mut args = vec![
-        "--config",
-        config.to_str().unwrap(),
+    let mut args = flags.to_vec();
+    args.extend([
         "provider",
         "gpu",
         "preferred",
@@ -100,11 +114,36 @@ fn preferred(dir: &Path, available: &[&str], must: &[&str], size: usize) -> Vec<
         &available,
         "--size",
         &size,
-    ];
+    ]);
     if !must.is_empty() {
         args.extend(["--must-include", &must]);
     }
-    let v = json_of(run(&args, &[]));
+    in_config(dir, &args, env)
+}
+
+/// `provider gpu hints` in `dir`'s config for a pod file.
+fn hints_call(dir: &Path, pod: &Path, env: &[(&str, &Path)]) -> (i32, String, String) {
+    in_config(
+        dir,
+        &["provider", "gpu", "hints", "--pod", pod.to_str().unwrap()],
+        env,
+    )
+}
+
+/// Writes a one-container pod `pod.yaml` asking for 2 GPUs into `dir`.
+fn two_gpu_pod(dir: &Path, uid: &str) -> PathBuf {
+    let pod = dir.join("pod.yaml");
+    fs::write(
+        &pod,
+        format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: p, uid: {uid}}}\nspec:\n  containers:\n  - name: c\n    image: x\n    resources: {{limits: {{nvidia.com/gpu: 2}}}}\n"),
+    )
+    .unwrap();
+    pod
+}
+
+/// `provider gpu preferred` in `dir`'s config; the device ids.
+fn preferred(dir: &Path, available: &[&str], must: &[&str], size: usize) -> Vec<String> {
+    let v = json_of(preferred_call(dir, &[], available, must, size, &[]));
     v["devices"]
         .as_array()
         .unwrap_or_else(|| panic!("{v}"))
@@ -325,23 +364,7 @@ fn preferred_on_the_example_topology() {
         ["GPU-6", "GPU-0"]
     );
     // Unknown devices are unusable input.
-    let config = dir.join("topomgr.toml");
-    let (code, _, err) = run(
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "provider",
-            "gpu",
-            "preferred",
-            "--resource",
-            GPU,
-            "--available",
-            "GPU-0,GPU-9",
-            "--size",
-            "1",
-        ],
-        &[],
-    );
+    let (code, _, err) = preferred_call(&dir, &[], &["GPU-0", "GPU-9"], &[], 1, &[]);
     assert_eq!(code, 2, "{err}");
     assert!(
         err.contains("resource nvidia.com/gpu has no device \"GPU-9\""),
@@ -400,25 +423,8 @@ fn preferred_on_the_real_nvidia_smi_captures() {
             );
         }
         // The capture's NUMA Affinity column is the devices' nodes.
-        let config = dir.join("topomgr.toml");
-        let pod = common::scratch_dir(&format!("capture-pod-{nodes}")).join("pod.yaml");
-        fs::write(
-            &pod,
-            "apiVersion: v1\nkind: Pod\nmetadata: {name: p, uid: capture-pod}\nspec:\n  containers:\n  - name: c\n    image: x\n    resources: {limits: {nvidia.com/gpu: 2}}\n",
-        )
-        .unwrap();
-        let hints = run(
-            &[
-                "--config",
-                config.to_str().unwrap(),
-                "provider",
-                "gpu",
-                "hints",
-                "--pod",
-                pod.to_str().unwrap(),
-            ],
-            &[],
-        );
+        let pod = two_gpu_pod(&dir, "capture-pod");
+        let hints = hints_call(&dir, &pod, &[]);
         assert_eq!(hints.0, 0, "{}", hints.2);
         let preferred_hints: Vec<String> = common::hint_list(&hints.1, GPU)
             .into_iter()
@@ -437,12 +443,9 @@ fn preferred_on_the_real_nvidia_smi_captures() {
 fn state_chains_through_the_state_dir_and_held_gpus_are_kept() {
     let dir = example_gpu_only("gpu-state", "best-effort");
     let state = dir.join("state");
-    let config = dir.join("topomgr.toml");
     let pod = |name: &str| format!("examples/gpu/{name}.yaml");
     let call = |verb: &str, pod: &str, extra: &[&str]| {
         let mut args = vec![
-            "--config",
-            config.to_str().unwrap(),
             "provider",
             "gpu",
             verb,
@@ -452,7 +455,7 @@ fn state_chains_through_the_state_dir_and_held_gpus_are_kept() {
             pod,
         ];
         args.extend(extra);
-        run(&args, &[])
+        in_config(&dir, &args, &[])
     };
     let allocate = |pod: &str, hint: &str| {
         json_of(call(
@@ -496,15 +499,9 @@ fn state_chains_through_the_state_dir_and_held_gpus_are_kept() {
     // `admit --state-dir` chains the same way, pods seeing those before.
     let admit_state = dir.join("admit-state");
     let admit = |pods: &[&str]| {
-        let mut args = vec![
-            "--config",
-            config.to_str().unwrap(),
-            "admit",
-            "--state-dir",
-            admit_state.to_str().unwrap(),
-        ];
+        let mut args = vec!["admit", "--state-dir", admit_state.to_str().unwrap()];
         args.extend(pods);
-        json_of(run(&args, &[]))
+        json_of(in_config(&dir, &args, &[]))
     };
     let first = admit(&["examples/gpu/train-4gpu.yaml"]);
     assert_eq!(first["pods"][0]["containers"][0]["affinity"], json!([0]));
@@ -549,16 +546,7 @@ spec:
 "#,
     )
     .unwrap();
-    let config = dir.join("topomgr.toml");
-    let v = json_of(run(
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "admit",
-            pod.to_str().unwrap(),
-        ],
-        &[],
-    ));
+    let v = json_of(in_config(&dir, &["admit", pod.to_str().unwrap()], &[]));
     let containers = v["pods"][0]["containers"].as_array().unwrap();
     let devices: Vec<(String, Vec<String>)> = containers
         .iter()
@@ -634,23 +622,7 @@ fn malformed_topology_files_stop_the_provider_naming_file_and_place() {
             &sys,
             &format!("topology_file = {:?}", file.display().to_string()),
         );
-        let config = dir.join("topomgr.toml");
-        let (code, out, err) = run(
-            &[
-                "--config",
-                config.to_str().unwrap(),
-                "provider",
-                "gpu",
-                "preferred",
-                "--resource",
-                GPU,
-                "--available",
-                "GPU-a",
-                "--size",
-                "1",
-            ],
-            &[],
-        );
+        let (code, out, err) = preferred_call(&dir, &[], &["GPU-a"], &[], 1, &[]);
         assert_ne!(code, 0, "{name}: {out}");
         assert!(out.is_empty(), "{name}: {out}");
         let place = format!("topology file {}", file.display());
@@ -695,24 +667,9 @@ fn nvml_through_the_plugin_with_a_scripted_libnvidia_ml() {
     let script_path = dir.join("script.json");
     fs::write(&script_path, script.to_string()).unwrap();
     let env = [("FAKE_NVML_SCRIPT", script_path.as_path())];
-    let config = dir.join("topomgr.toml");
     let ids: Vec<String> = [0, 2, 1, 3].iter().map(|&i| uuid(i)).collect();
-    let available = ids.join(",");
-    let args = [
-        "--config",
-        config.to_str().unwrap(),
-        "-v",
-        "provider",
-        "gpu",
-        "preferred",
-        "--resource",
-        GPU,
-        "--available",
-        &available,
-        "--size",
-        "2",
-    ];
-    let (code, out, err) = run(&args, &env);
+    let available: Vec<&str> = ids.iter().map(String::as_str).collect();
+    let (code, out, err) = preferred_call(&dir, &["-v"], &available, &[], 2, &env);
     assert_eq!(code, 0, "{err}");
     // NVML's links decide: GPU 0 with its NVLink partner, not the next in
     // available (without links every pair would score 0).
@@ -724,34 +681,17 @@ fn nvml_through_the_plugin_with_a_scripted_libnvidia_ml() {
     assert!(err.contains(&source) && err.contains("gpus=4"), "{err}");
 
     // NUMA nodes from the machine's PCI devices.
-    let pod = dir.join("pod.yaml");
-    fs::write(
-        &pod,
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: p, uid: nvml-pod}\nspec:\n  containers:\n  - name: c\n    image: x\n    resources: {limits: {nvidia.com/gpu: 2}}\n",
-    )
-    .unwrap();
-    let (code, out, err) = run(
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "provider",
-            "gpu",
-            "hints",
-            "--pod",
-            pod.to_str().unwrap(),
-        ],
-        &env,
-    );
+    let pod = two_gpu_pod(&dir, "nvml-pod");
+    let (code, out, err) = hints_call(&dir, &pod, &env);
     assert_eq!(code, 0, "{err}");
     assert_eq!(
         common::hint_list(&out, GPU),
         ["0:true", "1:true", "0,1:false"]
     );
     // Across both nodes (a non-preferred hint) the NVLink pair is chosen.
-    let v = json_of(run(
+    let v = json_of(in_config(
+        &dir,
         &[
-            "--config",
-            config.to_str().unwrap(),
             "provider",
             "gpu",
             "allocate",
