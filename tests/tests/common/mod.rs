@@ -218,6 +218,30 @@ pub fn sriov_plugin() -> &'static Path {
     provider_so(&SO, "topomgr-provider-sriov", "topomgr_provider_sriov")
 }
 
+/// Builds the GPU provider and returns its `.so`.
+pub fn gpu_plugin() -> &'static Path {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    provider_so(&SO, "topomgr-provider-gpu", "topomgr_provider_gpu")
+}
+
+/// Builds every plugin the workspace has (`cargo build --workspace --lib`,
+/// once per test binary), so that the repository's own `topomgr.toml` and
+/// `plugins.d/` find each library they enable beside the `topomgr` binary,
+/// as after the README's `cargo build --workspace`.
+pub fn repository_plugins() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        build(&["--workspace", "--lib"]);
+    });
+}
+
+/// Builds the scripted stand-in for `libnvidia-ml` (`tests/fake-nvml`,
+/// script named by `FAKE_NVML_SCRIPT`) and returns its `.so`.
+pub fn fake_nvml() -> &'static Path {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    provider_so(&SO, "topomgr-fake-nvml", "fake_nvml")
+}
+
 /// Loads the provider `.so` at `so` as `name` with `config` on the example
 /// machine (`examples/machines/2s4n`), through the host's plugin loader.
 pub fn load_on_example_machine(

@@ -148,7 +148,7 @@ mod tests {
         assert_eq!(
             err,
             format!(
-                "topology file {}, gpus[0].numa: invalid type: string \"x\", expected u32 at line 1 column 45",
+                "topology file {}, gpus[0].numa: invalid type: string \"x\", expected i64 at line 1 column 45",
                 file.display()
             )
         );
