@@ -185,7 +185,10 @@ impl Journal {
     pub fn create(path: &Path, header: &JournalHeader) -> Result<Journal, JournalError> {
         let io = |p: &Path| {
             let p = p.to_path_buf();
-            move |source| JournalError::Io { path: p, cause: source }
+            move |source| JournalError::Io {
+                path: p,
+                cause: source,
+            }
         };
         let dir = path.parent().unwrap_or(Path::new("."));
         let tmp = dir.join(format!(".{JOURNAL_FILE}.new"));

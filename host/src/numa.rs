@@ -30,14 +30,11 @@ impl NumaInfo {
         for &n in &nodes {
             let id = NumaNodeId::new(n).map_err(|e| NumaError(e.to_string()))?;
             if mask.is_set(id) {
-                return Err(NumaError(format!(
-                    "NUMA node {n} is listed twice"
-                )));
+                return Err(NumaError(format!("NUMA node {n} is listed twice")));
             }
             mask.insert(id);
         }
-        let positions =
-            NodePositions::new(mask).map_err(|e| NumaError(e.to_string()))?;
+        let positions = NodePositions::new(mask).map_err(|e| NumaError(e.to_string()))?;
         if let Some(rows) = &distances {
             if rows.len() != nodes.len() {
                 return Err(NumaError(format!(

@@ -29,9 +29,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
-use topomgr_sdk::{
-    parse_go_bool, ProviderHints, TopologyHint, MAX_NUMA_NODES,
-};
+use topomgr_sdk::{parse_go_bool, ProviderHints, TopologyHint, MAX_NUMA_NODES};
 
 use crate::merge::{self, MergeError, MergeOutcome};
 use crate::numa::{NumaError, NumaInfo};

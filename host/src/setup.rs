@@ -40,7 +40,9 @@ pub enum SetupError {
         known: String,
     },
     /// A provider that the configuration disables.
-    #[error("provider {name:?} is disabled (enabled = false in the configuration read from {files})")]
+    #[error(
+        "provider {name:?} is disabled (enabled = false in the configuration read from {files})"
+    )]
     Disabled {
         /// The provider.
         name: String,
@@ -174,11 +176,12 @@ fn with_deadline(
 ) -> Result<Box<dyn HintProvider>, SetupError> {
     let name = provider.name().to_owned();
     let timeout = Duration::from_millis(cfg.daemon.provider_timeout_ms);
-    let timed = TimedProvider::spawn(provider, timeout, Arc::new(Metrics::new())).map_err(
-        |cause| SetupError::ProviderThread {
-            provider: name,
-            cause,
-        },
-    )?;
+    let timed =
+        TimedProvider::spawn(provider, timeout, Arc::new(Metrics::new())).map_err(|cause| {
+            SetupError::ProviderThread {
+                provider: name,
+                cause,
+            }
+        })?;
     Ok(Box::new(timed))
 }

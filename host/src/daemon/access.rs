@@ -129,7 +129,11 @@ pub enum SocketError {
 pub fn prepare_socket_path(path: &Path) -> Result<(), SocketError> {
     let io = |op: &'static str, p: &Path| {
         let path = p.to_path_buf();
-        move |source| SocketError::Io { op, path, cause: source }
+        move |source| SocketError::Io {
+            op,
+            path,
+            cause: source,
+        }
     };
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         fs::create_dir_all(dir).map_err(io("create directory", dir))?;
