@@ -2,7 +2,7 @@
 //! the repository's own `topomgr.toml` and `plugins.d/` (CPU, memory and the
 //! SDK example provider).
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -7,7 +7,7 @@
 //! reuse, malformed topology files, and NVML through the scripted fake
 //! `libnvidia-ml` (`tests/fake-nvml`).
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! fixtures for the degraded and error paths, and real recorded trees of the
 //! hwloc corpus checked against hwloc's own readings.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -18,10 +18,7 @@ use topomgr_sdk::{Cpu, CpuSet, Machine, NumaNode, NumaNodeId, PciDevice, Sriov};
 const GIB: u64 = 1 << 30;
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the tests package lives inside the repository")
-        .to_path_buf()
+    common::workspace_root()
 }
 
 fn example_root() -> PathBuf {

@@ -2,7 +2,7 @@
 //! contents), path-escape refusals, the shared pool, and a real cgroup on this
 //! machine (root with a cpuset controller; skipped with a `SKIP:` line otherwise).
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::path::{Path, PathBuf};
