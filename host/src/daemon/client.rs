@@ -1,11 +1,22 @@
 //! A small blocking HTTP/1.1 client for the daemon's Unix socket, used by the
 //! CLI (`topomgr admit --socket`, `pods`, `release`, `attach`), the tests and
-//! the benchmark. It keeps one connection alive between requests and
-//! reconnects once when the daemon closed an idle connection.
+//! the benchmark: hyper's HTTP/1 connection over a tokio Unix stream, driven
+//! by a current-thread runtime of its own. It keeps one connection alive
+//! between requests and resends once on a fresh connection when the daemon
+//! closed an idle one before answering.
 
-use std::io::{self, BufRead as _, BufReader, Read as _};
-use std::os::unix::net::UnixStream;
+use std::io;
+use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
+use tokio::net::UnixStream;
 
 /// An answer of the daemon.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,9 +57,15 @@ pub enum ClientError {
     },
     /// The connection failed mid-request.
     #[error("talking to the topomgr daemon at {}: {cause}", path.display())]
-    Io {
+    Http {
         /// The socket.
         path: PathBuf,
+        /// The error.
+        cause: hyper::Error,
+    },
+    /// The client's own I/O runtime could not be created.
+    #[error("cannot start the daemon client's I/O runtime: {cause}")]
+    Runtime {
         /// The error.
         cause: io::Error,
     },
@@ -64,7 +81,9 @@ pub enum ClientError {
 #[derive(Debug)]
 pub struct Client {
     socket: PathBuf,
-    conn: Option<BufReader<UnixStream>>,
+    /// Created on first use, so that building a client never fails.
+    runtime: Option<tokio::runtime::Runtime>,
+    conn: Option<SendRequest<Full<Bytes>>>,
 }
 
 /// Percent-encode one URL path segment (everything but unreserved characters).
@@ -80,46 +99,63 @@ pub fn encode_segment(s: &str) -> String {
     out
 }
 
-/// Write all of `data` to the socket with `MSG_NOSIGNAL`: a daemon that
-/// closed the connection gives `EPIPE` here, never a SIGPIPE that would
-/// kill the CLI (which runs with SIGPIPE's default action so that a closed
-/// stdout ends it quietly).
-fn send_all(stream: &UnixStream, mut data: &[u8]) -> io::Result<()> {
-    use std::os::fd::AsRawFd as _;
-    while !data.is_empty() {
-        // SAFETY: the fd is the open socket `stream` borrows; `data` is a
-        // live buffer of that length; send does not keep the pointer.
-        let n = unsafe {
-            libc::send(
-                stream.as_raw_fd(),
-                data.as_ptr().cast(),
-                data.len(),
-                libc::MSG_NOSIGNAL,
-            )
-        };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        let n = usize::try_from(n).unwrap_or(0);
-        if n == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::WriteZero,
-                "socket accepted no bytes",
-            ));
-        }
-        data = &data[n..];
+/// The daemon's socket with every write sent as `send(..., MSG_NOSIGNAL)`:
+/// a daemon that closed the connection gives `EPIPE`, never a SIGPIPE that
+/// would kill the CLI (which runs with SIGPIPE's default action so that a
+/// closed stdout ends it quietly; tokio writes with plain `write`).
+struct NoSigPipe(UnixStream);
+
+impl AsyncRead for NoSigPipe {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_read(cx, buf)
     }
-    Ok(())
 }
 
-enum Attempt {
-    Done(Response),
-    /// The connection was closed before any answer byte: safe to resend.
-    Stale(io::Error),
+impl AsyncWrite for NoSigPipe {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let stream = &self.get_mut().0;
+        loop {
+            ready!(stream.poll_write_ready(cx))?;
+            let sent = stream.try_io(Interest::WRITABLE, || {
+                // SAFETY: the fd is the open socket `stream` owns; `data` is
+                // a live buffer of that length; send does not keep the
+                // pointer.
+                let n = unsafe {
+                    libc::send(
+                        stream.as_raw_fd(),
+                        data.as_ptr().cast(),
+                        data.len(),
+                        libc::MSG_NOSIGNAL,
+                    )
+                };
+                if n < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(usize::try_from(n).unwrap_or(0))
+                }
+            });
+            match sent {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                r => return Poll::Ready(r),
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().0).poll_shutdown(cx)
+    }
 }
 
 impl Client {
@@ -127,6 +163,7 @@ impl Client {
     pub fn new(socket: &Path) -> Client {
         Client {
             socket: socket.to_path_buf(),
+            runtime: None,
             conn: None,
         }
     }
@@ -134,19 +171,6 @@ impl Client {
     /// The socket path.
     pub fn socket(&self) -> &Path {
         &self.socket
-    }
-
-    fn connect(&mut self) -> Result<&mut BufReader<UnixStream>, ClientError> {
-        if self.conn.is_none() {
-            let s = UnixStream::connect(&self.socket).map_err(|source| ClientError::Connect {
-                path: self.socket.clone(),
-                cause: source,
-            })?;
-            self.conn = Some(BufReader::new(s));
-        }
-        self.conn.as_mut().ok_or_else(|| ClientError::BadResponse {
-            message: "no connection".to_owned(),
-        })
     }
 
     /// Send one request and read the answer.
@@ -157,126 +181,85 @@ impl Client {
         content_type: Option<&str>,
         body: &[u8],
     ) -> Result<Response, ClientError> {
-        let mut head = format!(
-            "{method} {path} HTTP/1.1\r\nHost: topomgr\r\nContent-Length: {}\r\n",
-            body.len()
-        );
-        if let Some(ct) = content_type {
-            head.push_str(&format!("Content-Type: {ct}\r\n"));
+        let request = || {
+            let mut b = hyper::Request::builder()
+                .method(method)
+                .uri(path)
+                .header(hyper::header::HOST, "topomgr");
+            if let Some(ct) = content_type {
+                b = b.header(hyper::header::CONTENT_TYPE, ct);
+            }
+            b.body(Full::new(Bytes::copy_from_slice(body)))
+                .map_err(|e| ClientError::BadResponse {
+                    message: format!("cannot build the request {method} {path}: {e}"),
+                })
+        };
+        if self.runtime.is_none() {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_io()
+                .build()
+                .map_err(|cause| ClientError::Runtime { cause })?;
+            self.runtime = Some(rt);
         }
-        head.push_str("\r\n");
-        let reused = self.conn.is_some();
-        match self.attempt(&head, body) {
-            Ok(Attempt::Done(r)) => Ok(r),
-            Ok(Attempt::Stale(source)) => {
+        let reused = self.conn.as_ref().is_some_and(|c| !c.is_closed());
+        match self.attempt(request()?) {
+            Err(ClientError::Http { cause, .. }) if reused && unanswered(&cause) => {
+                // The daemon closed the idle connection: resend once.
                 self.conn = None;
-                if !reused {
-                    return Err(ClientError::Io {
-                        path: self.socket.clone(),
-                        cause: source,
-                    });
-                }
-                match self.attempt(&head, body)? {
-                    Attempt::Done(r) => Ok(r),
-                    Attempt::Stale(source) => {
-                        self.conn = None;
-                        Err(ClientError::Io {
-                            path: self.socket.clone(),
-                            cause: source,
-                        })
-                    }
-                }
+                self.attempt(request()?)
             }
-            Err(e) => {
-                self.conn = None;
-                Err(e)
-            }
+            r => r,
         }
     }
 
-    fn attempt(&mut self, head: &str, body: &[u8]) -> Result<Attempt, ClientError> {
+    fn attempt(&mut self, req: hyper::Request<Full<Bytes>>) -> Result<Response, ClientError> {
         let socket = self.socket.clone();
-        let io_err = |source| ClientError::Io {
-            path: socket.clone(),
-            cause: source,
+        let Some(rt) = &self.runtime else {
+            return Err(ClientError::BadResponse {
+                message: "no I/O runtime".to_owned(),
+            });
         };
-        let conn = self.connect()?;
-        let sent =
-            send_all(conn.get_ref(), head.as_bytes()).and_then(|_| send_all(conn.get_ref(), body));
-        if let Err(e) = sent {
-            return Ok(Attempt::Stale(e));
-        }
-        let mut status_line = String::new();
-        match conn.read_line(&mut status_line) {
-            Ok(0) => {
-                return Ok(Attempt::Stale(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    "connection closed before an answer",
-                )))
-            }
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::ConnectionReset => return Ok(Attempt::Stale(e)),
-            Err(e) => return Err(io_err(e)),
-        }
-        let bad = |m: String| ClientError::BadResponse { message: m };
-        let status: u16 = status_line
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| bad(format!("bad status line {:?}", status_line.trim_end())))?;
-        let mut length: Option<usize> = None;
-        let mut chunked = false;
-        let mut close = false;
-        loop {
-            let mut line = String::new();
-            if conn.read_line(&mut line).map_err(io_err)? == 0 {
-                return Err(bad("connection closed inside the headers".to_owned()));
-            }
-            let line = line.trim_end();
-            if line.is_empty() {
-                break;
-            }
-            if let Some((k, v)) = line.split_once(':') {
-                let (k, v) = (k.trim().to_ascii_lowercase(), v.trim());
-                match k.as_str() {
-                    "content-length" => {
-                        length = Some(
-                            v.parse()
-                                .map_err(|_| bad(format!("bad Content-Length {v:?}")))?,
-                        )
-                    }
-                    "transfer-encoding" => chunked = v.eq_ignore_ascii_case("chunked"),
-                    "connection" => close = v.eq_ignore_ascii_case("close"),
-                    _ => {}
+        let conn = self.conn.take().filter(|c| !c.is_closed());
+        let http = |cause| ClientError::Http {
+            path: socket.clone(),
+            cause,
+        };
+        let (result, conn) = rt.block_on(async {
+            let mut conn = match conn {
+                Some(c) => c,
+                None => {
+                    let stream = UnixStream::connect(&socket).await.map_err(|cause| {
+                        ClientError::Connect {
+                            path: socket.clone(),
+                            cause,
+                        }
+                    })?;
+                    let (sender, connection) =
+                        hyper::client::conn::http1::handshake(TokioIo::new(NoSigPipe(stream)))
+                            .await
+                            .map_err(http)?;
+                    // Driven whenever this runtime runs (every request).
+                    tokio::spawn(async move {
+                        let _ = connection.await;
+                    });
+                    sender
                 }
+            };
+            let answer = async {
+                conn.ready().await?;
+                let resp = conn.send_request(req).await?;
+                let status = resp.status().as_u16();
+                let body = resp.into_body().collect().await?.to_bytes().to_vec();
+                Ok::<_, hyper::Error>(Response { status, body })
             }
+            .await
+            .map_err(http);
+            Ok::<_, ClientError>((answer, conn))
+        })?;
+        if result.is_ok() {
+            self.conn = Some(conn);
         }
-        let mut body = Vec::new();
-        if chunked {
-            loop {
-                let mut size = String::new();
-                conn.read_line(&mut size).map_err(io_err)?;
-                let size = size.trim().split(';').next().unwrap_or("");
-                let n = usize::from_str_radix(size, 16)
-                    .map_err(|_| bad(format!("bad chunk size {size:?}")))?;
-                let mut chunk = vec![0; n + 2];
-                conn.read_exact(&mut chunk).map_err(io_err)?;
-                if n == 0 {
-                    break;
-                }
-                body.extend_from_slice(&chunk[..n]);
-            }
-        } else if let Some(n) = length {
-            body.resize(n, 0);
-            conn.read_exact(&mut body).map_err(io_err)?;
-        } else {
-            conn.read_to_end(&mut body).map_err(io_err)?;
-            close = true;
-        }
-        if close {
-            self.conn = None;
-        }
-        Ok(Attempt::Done(Response { status, body }))
+        result
     }
 
     /// `GET path`.
@@ -329,9 +312,15 @@ impl Client {
     }
 }
 
+/// True when the request got no answer at all because the connection was
+/// closed (safe to resend: the daemon never saw it, or dropped it unread).
+fn unanswered(e: &hyper::Error) -> bool {
+    e.is_canceled() || e.is_closed() || e.is_incomplete_message()
+}
+
 #[cfg(test)]
 mod tests {
-    use std::io::Write as _;
+    use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 
     use super::*;
 
