@@ -194,7 +194,7 @@ fn many_containers(c: &mut Criterion) {
         let numa = NumaInfo::from_machine(&machine).unwrap();
         let policy = Policy::new("best-effort", &BTreeMap::new(), numa).unwrap();
         let mut adm = Admitter::new(&machine, policy, Scope::Container, providers);
-        for n in [10, 100, 500, 1000] {
+        for n in [16, 128, 1024] {
             let p = many("many", n);
             group.bench_with_input(BenchmarkId::new(label, n), &p, |b, p| {
                 b.iter(|| {

@@ -55,10 +55,11 @@
 //! interface above changes (with a new minor version).
 
 use std::borrow::Cow;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Once};
 
 use abi_stable::library::RootModule;
 use abi_stable::sabi_types::VersionStrings;
@@ -454,14 +455,58 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// Runs `f`, turning a panic into a [`PANIC_REASON`] error that names the call.
-fn guarded<T>(call: &str, f: impl FnOnce() -> Result<T, ProviderError>) -> RResult<T, FfiError> {
-    match catch_unwind(AssertUnwindSafe(f)) {
+thread_local! {
+    /// How many guarded calls this thread is inside: the plugin's panic hook
+    /// stays quiet there (the guard reports the panic).
+    static GUARDED: Cell<u32> = const { Cell::new(0) };
+    /// Where the last panic inside a guarded call happened.
+    static PANICKED_AT: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Installs, once per plugin, a panic hook that prints nothing for a panic
+/// inside a guarded call (it keeps the location for the guard, which logs
+/// the panic once, through `tracing`, naming the provider) and leaves every
+/// other panic to the hook that was installed before. Each cdylib carries
+/// its own copy of `std` and with it its own hook, so this is the plugin's
+/// hook only; in-process providers (tests) keep the host's.
+fn install_quiet_panic_hook() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if GUARDED.with(Cell::get) > 0 {
+                let at = info.location().map(ToString::to_string);
+                PANICKED_AT.with(|p| *p.borrow_mut() = at);
+            } else {
+                previous(info);
+            }
+        }));
+    });
+}
+
+/// Runs `f` for `provider`, turning a panic into a [`PANIC_REASON`] error
+/// that names the call, and logging it once as an error event.
+fn guarded<T>(
+    provider: &str,
+    call: &str,
+    f: impl FnOnce() -> Result<T, ProviderError>,
+) -> RResult<T, FfiError> {
+    GUARDED.with(|g| g.set(g.get() + 1));
+    let outcome = catch_unwind(AssertUnwindSafe(f));
+    GUARDED.with(|g| g.set(g.get() - 1));
+    match outcome {
         Ok(Ok(v)) => RResult::ROk(v),
         Ok(Err(e)) => RResult::RErr(e.into()),
         Err(payload) => {
             let msg = panic_message(payload.as_ref());
-            tracing::error!(call, panic = %msg, "provider panicked");
+            let at = PANICKED_AT.with(|p| p.borrow_mut().take());
+            tracing::error!(
+                provider,
+                call,
+                panic = %msg,
+                at = at.as_deref().unwrap_or("unknown"),
+                "provider panicked; the call fails with {PANIC_REASON}"
+            );
             RResult::RErr(FfiError {
                 reason: PANIC_REASON.into(),
                 message: format!("the provider panicked in {call}: {msg}").into(),
@@ -472,6 +517,8 @@ fn guarded<T>(call: &str, f: impl FnOnce() -> Result<T, ProviderError>) -> RResu
 
 /// Wraps a safe [`Provider`] as an [`FfiProvider`].
 struct Adapter<P: Provider> {
+    /// The provider's name, for the log.
+    name: String,
     inner: P,
     /// The pod last shared with [`METHOD_SHARE_POD`].
     shared: Option<PodView>,
@@ -518,7 +565,7 @@ impl<P: Provider> FfiProvider for Adapter<P> {
         pod: RStr<'_>,
         container: RStr<'_>,
     ) -> RResult<FfiProviderHints, FfiError> {
-        guarded("topology_hints", || {
+        guarded(&self.name, "topology_hints", || {
             let mut parsed = None;
             let pod = call_pod(&self.shared, pod.as_str(), &mut parsed)?;
             let container: ContainerView = from_host("container", container.as_str())?;
@@ -529,7 +576,7 @@ impl<P: Provider> FfiProvider for Adapter<P> {
     }
 
     fn pod_topology_hints(&mut self, pod: RStr<'_>) -> RResult<FfiProviderHints, FfiError> {
-        guarded("pod_topology_hints", || {
+        guarded(&self.name, "pod_topology_hints", || {
             let mut parsed = None;
             let pod = call_pod(&self.shared, pod.as_str(), &mut parsed)?;
             self.inner.pod_topology_hints(pod).map(|h| hints_to_ffi(&h))
@@ -542,7 +589,7 @@ impl<P: Provider> FfiProvider for Adapter<P> {
         container: RStr<'_>,
         hint: FfiHint,
     ) -> RResult<RString, FfiError> {
-        guarded("allocate", || {
+        guarded(&self.name, "allocate", || {
             let mut parsed = None;
             let pod = call_pod(&self.shared, pod.as_str(), &mut parsed)?;
             let container: ContainerView = from_host("container", container.as_str())?;
@@ -554,21 +601,26 @@ impl<P: Provider> FfiProvider for Adapter<P> {
     }
 
     fn release(&mut self, pod_uid: RStr<'_>, container: RStr<'_>) -> RResult<(), FfiError> {
-        guarded("release", || {
+        guarded(&self.name, "release", || {
             self.inner.release(pod_uid.as_str(), container.as_str())
         })
     }
 
     fn checkpoint(&self) -> RResult<RVec<u8>, FfiError> {
-        guarded("checkpoint", || self.inner.checkpoint().map(RVec::from))
+        guarded(&self.name, "checkpoint", || {
+            self.inner.checkpoint().map(RVec::from)
+        })
     }
 
     fn restore(&mut self, data: RSlice<'_, u8>) -> RResult<(), FfiError> {
-        guarded("restore", || self.inner.restore(data.as_slice()))
+        guarded(&self.name, "restore", || {
+            self.inner.restore(data.as_slice())
+        })
     }
 
     fn call(&mut self, method: RStr<'_>, request: RStr<'_>) -> RResult<ROption<RString>, FfiError> {
-        guarded(method.as_str(), || {
+        let name = self.name.clone();
+        guarded(&name, method.as_str(), || {
             self.named_call(method.as_str(), request.as_str())
                 .map(|answer| answer.map(RString::from).into())
         })
@@ -584,13 +636,18 @@ extern "C" fn new_provider<P: Provider>(init: FfiInit) -> RResult<FfiProviderBox
             log(level_to_u8(level), target.into(), message.into())
         }),
     );
+    install_quiet_panic_hook();
     construct_adapter::<P>(&init)
 }
 
 /// Decodes the constructor's input and builds `P` behind the adapter.
 fn construct_adapter<P: Provider>(init: &FfiInit) -> RResult<FfiProviderBox, FfiError> {
-    guarded("new", || {
-        let req: InitRequest = from_host("init request", init.init_json.as_str())?;
+    let req: InitRequest = match from_host("init request", init.init_json.as_str()) {
+        Ok(req) => req,
+        Err(e) => return RResult::RErr(e.into()),
+    };
+    let name = req.name.clone();
+    guarded(&name, "new", || {
         let config = ProviderConfig(req.config);
         let ctx = ProviderContext::new(&req.machine, &config, Path::new(&req.state_dir))
             .with_config_dir(req.config_dir.as_deref().map(Path::new));
@@ -598,6 +655,7 @@ fn construct_adapter<P: Provider>(init: &FfiInit) -> RResult<FfiProviderBox, Ffi
         tracing::debug!(provider = req.name.as_str(), "provider constructed");
         Ok(FfiProvider_TO::from_value(
             Adapter {
+                name: req.name,
                 inner: provider,
                 shared: None,
             },
@@ -622,6 +680,7 @@ pub fn root_module<P: Provider>() -> ProviderModRef {
 pub fn in_process<P: Provider>(provider: P) -> ProviderHandle {
     ProviderHandle::new(FfiProvider_TO::from_value(
         Adapter {
+            name: std::any::type_name::<P>().to_owned(),
             inner: provider,
             shared: None,
         },
