@@ -414,7 +414,10 @@ fn reads_are_answered_while_a_slow_admission_runs() {
     std::thread::sleep(Duration::from_millis(300));
     let mut c = d.client();
     let pods = c.get("/v1/pods").unwrap();
-    assert_eq!((pods.status, pods.json().unwrap()), (200, json!([])));
+    assert_eq!(
+        (pods.status, pods.json().unwrap()),
+        (200, json!({"pods": [], "attachments": {}}))
+    );
     assert_eq!(c.get("/v1/health").unwrap().status, 200);
     let metrics = c.get("/metrics").unwrap();
     assert_eq!(metrics.status, 200);
@@ -425,7 +428,7 @@ fn reads_are_answered_while_a_slow_admission_runs() {
     let r = admission.join().unwrap();
     assert_eq!(r["pods"][0]["admitted"], true, "{r}");
     let pods = c.get("/v1/pods").unwrap().json().unwrap();
-    assert_eq!(pods[0]["uid"], WIDGETS_UID, "{pods}");
+    assert_eq!(pods["pods"][0]["uid"], WIDGETS_UID, "{pods}");
 }
 
 #[test]
