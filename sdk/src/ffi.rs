@@ -1137,42 +1137,12 @@ mod tests {
 
     #[test]
     fn named_calls_a_plugin_does_not_know_get_their_defaults() {
-        /// A plugin of a patch release before every named call.
-        struct Earlier;
-        impl FfiProvider for Earlier {
-            fn topology_hints(
-                &mut self,
-                _: RStr<'_>,
-                _: RStr<'_>,
-            ) -> RResult<FfiProviderHints, FfiError> {
-                RResult::ROk(ROption::RNone)
-            }
-            fn pod_topology_hints(&mut self, _: RStr<'_>) -> RResult<FfiProviderHints, FfiError> {
-                RResult::ROk(ROption::RNone)
-            }
-            fn allocate(
-                &mut self,
-                _: RStr<'_>,
-                _: RStr<'_>,
-                _: FfiHint,
-            ) -> RResult<RString, FfiError> {
-                RResult::ROk("{}".into())
-            }
-            fn release(&mut self, _: RStr<'_>, _: RStr<'_>) -> RResult<(), FfiError> {
-                RResult::ROk(())
-            }
-            fn checkpoint(&self) -> RResult<RVec<u8>, FfiError> {
-                RResult::ROk(RVec::new())
-            }
-            fn restore(&mut self, _: RSlice<'_, u8>) -> RResult<(), FfiError> {
-                RResult::ROk(())
-            }
-            fn call(&mut self, _: RStr<'_>, _: RStr<'_>) -> RResult<ROption<RString>, FfiError> {
-                RResult::ROk(ROption::RNone)
-            }
-        }
+        // A plugin of a patch release before every named call.
         let mut h = ProviderHandle::new(FfiProvider_TO::from_value(
-            Earlier,
+            Recorder {
+                knows_share: false,
+                seen: Default::default(),
+            },
             abi_stable::sabi_trait::TD_Opaque,
         ));
         let req = PreferredAllocationRequest::new("x/y", vec!["a".into()], vec![], 1);
