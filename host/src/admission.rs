@@ -25,6 +25,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use topomgr_sdk::{
@@ -390,11 +391,19 @@ impl Admitter {
             }
         }
         let mut done: Vec<ContainerResult> = Vec::new();
-        let outcome = self.precheck(pod).and_then(|()| match self.scope {
-            Scope::Pod if self.policy.name() != PolicyName::None => {
-                self.admit_pod_scope(pod, &mut done, trace)
+        let outcome = self.precheck(pod).and_then(|()| {
+            // Every provider gets the pod once; the calls below pass this
+            // object, so a pod of N containers is not sent 2N times.
+            let shared = Arc::new(pod.clone());
+            for p in &mut self.providers {
+                p.share_pod(&shared);
             }
-            _ => self.admit_container_scope(pod, &mut done, trace),
+            match self.scope {
+                Scope::Pod if self.policy.name() != PolicyName::None => {
+                    self.admit_pod_scope(&shared, &mut done, trace)
+                }
+                _ => self.admit_container_scope(&shared, &mut done, trace),
+            }
         });
         let result = match outcome {
             Ok(()) => {
@@ -817,24 +826,38 @@ mod tests {
         fail_for: Option<String>,
         log: Log,
         alloc: Option<Allocation>,
+        /// The pod shared for this admission: every call must pass it.
+        shared: Option<Arc<PodView>>,
+    }
+
+    impl Fake {
+        fn assert_shared(&self, pod: &PodView) {
+            let shared = self.shared.as_deref().expect("no pod shared");
+            assert!(std::ptr::eq(shared, pod), "a call passed another pod");
+        }
     }
 
     impl HintProvider for Fake {
         fn name(&self) -> &str {
             &self.name
         }
+        fn share_pod(&mut self, pod: &Arc<PodView>) {
+            self.shared = Some(Arc::clone(pod));
+        }
         fn topology_hints(
             &mut self,
-            _: &PodView,
+            pod: &PodView,
             c: &ContainerView,
         ) -> Result<ProviderHints, ProviderError> {
+            self.assert_shared(pod);
             self.log
                 .lock()
                 .unwrap()
                 .push(format!("{}:hints:{}", self.name, c.name));
             Ok(self.hints.get(&c.name).cloned().flatten())
         }
-        fn pod_topology_hints(&mut self, _: &PodView) -> Result<ProviderHints, ProviderError> {
+        fn pod_topology_hints(&mut self, pod: &PodView) -> Result<ProviderHints, ProviderError> {
+            self.assert_shared(pod);
             self.log
                 .lock()
                 .unwrap()
@@ -843,10 +866,11 @@ mod tests {
         }
         fn allocate(
             &mut self,
-            _: &PodView,
+            pod: &PodView,
             c: &ContainerView,
             hint: &TopologyHint,
         ) -> Result<Allocation, ProviderError> {
+            self.assert_shared(pod);
             let aff = hint.affinity.map_or("any".to_string(), |m| m.to_string());
             self.log
                 .lock()
@@ -926,6 +950,7 @@ mod tests {
             fail_for: fail_for.map(str::to_string),
             log: log.clone(),
             alloc: None,
+            shared: None,
         })
     }
 
@@ -937,6 +962,7 @@ mod tests {
             fail_for: None,
             log: log.clone(),
             alloc: Some(alloc),
+            shared: None,
         })
     }
 

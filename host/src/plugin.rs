@@ -134,6 +134,10 @@ impl HintProvider for LoadedProvider {
         &self.name
     }
 
+    fn share_pod(&mut self, pod: &std::sync::Arc<PodView>) {
+        self.handle.share_pod(pod);
+    }
+
     fn topology_hints(
         &mut self,
         pod: &PodView,

@@ -4,6 +4,8 @@
 //! can be tested with in-process fakes; [`crate::plugin`] implements it for
 //! providers loaded from `.so` files.
 
+use std::sync::Arc;
+
 use topomgr_sdk::{
     Allocation, ContainerView, Inventory, PodView, PreferredAllocationRequest, ProviderError,
     ProviderHints, TopologyHint,
@@ -13,6 +15,13 @@ use topomgr_sdk::{
 pub trait HintProvider: Send {
     /// The provider's name (its `[providers.NAME]` key).
     fn name(&self) -> &str;
+    /// The pod the next calls are about. A provider may keep it (a loaded
+    /// plugin receives it once, see [`topomgr_sdk::ffi::METHOD_SHARE_POD`])
+    /// and recognise it by address in the calls that pass `&**pod`; calls
+    /// about any other pod are answered as usual. The default ignores it.
+    fn share_pod(&mut self, pod: &Arc<PodView>) {
+        let _ = pod;
+    }
     /// Hints for one container (container scope).
     fn topology_hints(
         &mut self,

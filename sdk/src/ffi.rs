@@ -33,7 +33,15 @@
 //!   table: a host calls a new method by name, a plugin built before the
 //!   method existed answers `None`, and the host uses the method's documented
 //!   default. `0.2.0` has two: [`METHOD_PREFERRED_ALLOCATION`] and
-//!   [`METHOD_INVENTORY`].
+//!   [`METHOD_INVENTORY`]; `0.2.1` adds [`METHOD_SHARE_POD`].
+//! * **Shared pod.** Sending the whole pod with every call makes admitting
+//!   a pod of N containers cost N² (2N calls, each carrying N containers).
+//!   A host that admits a pod first hands it to the plugin once with
+//!   [`METHOD_SHARE_POD`]; when the plugin answers (it keeps the pod), the
+//!   calls about that pod carry an empty pod string, which means "the pod
+//!   last shared". A plugin built before the call answers `None` and keeps
+//!   receiving the pod in full; a host built before it never sends an empty
+//!   pod.
 //! * CPU sets inside JSON are Linux list strings (`"0-3,8"`), which the host
 //!   re-validates.
 //!
@@ -46,9 +54,12 @@
 //! with its own [`SDK_ABI_VERSION`], which changes exactly when the binary
 //! interface above changes (with a new minor version).
 
+use std::borrow::Cow;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
+use std::sync::{Arc, Once};
 
 use abi_stable::library::RootModule;
 use abi_stable::sabi_types::VersionStrings;
@@ -89,6 +100,12 @@ pub const METHOD_PREFERRED_ALLOCATION: &str = "preferred_allocation";
 /// Named call: [`Provider::inventory`]. Request: `{}`; answer: an
 /// [`Inventory`]. Default: the provider owns nothing.
 pub const METHOD_INVENTORY: &str = "inventory";
+
+/// Named call (since `0.2.1`): keep this pod for the calls that follow.
+/// Request: a [`PodView`]; answer: `{}`. Until the next share, a call whose
+/// pod is the empty string is about this pod. Default (a plugin without
+/// it): every call carries its pod in full.
+pub const METHOD_SHARE_POD: &str = "share_pod";
 
 /// An error as it crosses the boundary; see [`ProviderError`].
 #[repr(C)]
@@ -438,14 +455,58 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// Runs `f`, turning a panic into a [`PANIC_REASON`] error that names the call.
-fn guarded<T>(call: &str, f: impl FnOnce() -> Result<T, ProviderError>) -> RResult<T, FfiError> {
-    match catch_unwind(AssertUnwindSafe(f)) {
+thread_local! {
+    /// How many guarded calls this thread is inside: the plugin's panic hook
+    /// stays quiet there (the guard reports the panic).
+    static GUARDED: Cell<u32> = const { Cell::new(0) };
+    /// Where the last panic inside a guarded call happened.
+    static PANICKED_AT: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+/// Installs, once per plugin, a panic hook that prints nothing for a panic
+/// inside a guarded call (it keeps the location for the guard, which logs
+/// the panic once, through `tracing`, naming the provider) and leaves every
+/// other panic to the hook that was installed before. Each cdylib carries
+/// its own copy of `std` and with it its own hook, so this is the plugin's
+/// hook only; in-process providers (tests) keep the host's.
+fn install_quiet_panic_hook() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if GUARDED.with(Cell::get) > 0 {
+                let at = info.location().map(ToString::to_string);
+                PANICKED_AT.with(|p| *p.borrow_mut() = at);
+            } else {
+                previous(info);
+            }
+        }));
+    });
+}
+
+/// Runs `f` for `provider`, turning a panic into a [`PANIC_REASON`] error
+/// that names the call, and logging it once as an error event.
+fn guarded<T>(
+    provider: &str,
+    call: &str,
+    f: impl FnOnce() -> Result<T, ProviderError>,
+) -> RResult<T, FfiError> {
+    GUARDED.with(|g| g.set(g.get() + 1));
+    let outcome = catch_unwind(AssertUnwindSafe(f));
+    GUARDED.with(|g| g.set(g.get() - 1));
+    match outcome {
         Ok(Ok(v)) => RResult::ROk(v),
         Ok(Err(e)) => RResult::RErr(e.into()),
         Err(payload) => {
             let msg = panic_message(payload.as_ref());
-            tracing::error!(call, panic = %msg, "provider panicked");
+            let at = PANICKED_AT.with(|p| p.borrow_mut().take());
+            tracing::error!(
+                provider,
+                call,
+                panic = %msg,
+                at = at.as_deref().unwrap_or("unknown"),
+                "provider panicked; the call fails with {PANIC_REASON}"
+            );
             RResult::RErr(FfiError {
                 reason: PANIC_REASON.into(),
                 message: format!("the provider panicked in {call}: {msg}").into(),
@@ -456,12 +517,37 @@ fn guarded<T>(call: &str, f: impl FnOnce() -> Result<T, ProviderError>) -> RResu
 
 /// Wraps a safe [`Provider`] as an [`FfiProvider`].
 struct Adapter<P: Provider> {
+    /// The provider's name, for the log.
+    name: String,
     inner: P,
+    /// The pod last shared with [`METHOD_SHARE_POD`].
+    shared: Option<PodView>,
+}
+
+/// The pod a call is about: the shared one when the host sent `""`.
+fn call_pod<'a>(
+    shared: &'a Option<PodView>,
+    json: &str,
+    parsed: &'a mut Option<PodView>,
+) -> Result<&'a PodView, ProviderError> {
+    if json.is_empty() {
+        return shared.as_ref().ok_or_else(|| {
+            ProviderError::new(
+                INVALID_INPUT_REASON,
+                "the host referred to the shared pod, but shared none",
+            )
+        });
+    }
+    Ok(parsed.insert(from_host("pod", json)?))
 }
 
 impl<P: Provider> Adapter<P> {
     fn named_call(&mut self, method: &str, request: &str) -> Result<Option<String>, ProviderError> {
         match method {
+            METHOD_SHARE_POD => {
+                self.shared = Some(from_host("pod", request)?);
+                Ok(Some("{}".to_owned()))
+            }
             METHOD_PREFERRED_ALLOCATION => {
                 let req: PreferredAllocationRequest = from_host("request", request)?;
                 let devices = self.inner.preferred_allocation(&req)?;
@@ -479,21 +565,21 @@ impl<P: Provider> FfiProvider for Adapter<P> {
         pod: RStr<'_>,
         container: RStr<'_>,
     ) -> RResult<FfiProviderHints, FfiError> {
-        guarded("topology_hints", || {
-            let pod: PodView = from_host("pod", pod.as_str())?;
+        guarded(&self.name, "topology_hints", || {
+            let mut parsed = None;
+            let pod = call_pod(&self.shared, pod.as_str(), &mut parsed)?;
             let container: ContainerView = from_host("container", container.as_str())?;
             self.inner
-                .topology_hints(&pod, &container)
+                .topology_hints(pod, &container)
                 .map(|h| hints_to_ffi(&h))
         })
     }
 
     fn pod_topology_hints(&mut self, pod: RStr<'_>) -> RResult<FfiProviderHints, FfiError> {
-        guarded("pod_topology_hints", || {
-            let pod: PodView = from_host("pod", pod.as_str())?;
-            self.inner
-                .pod_topology_hints(&pod)
-                .map(|h| hints_to_ffi(&h))
+        guarded(&self.name, "pod_topology_hints", || {
+            let mut parsed = None;
+            let pod = call_pod(&self.shared, pod.as_str(), &mut parsed)?;
+            self.inner.pod_topology_hints(pod).map(|h| hints_to_ffi(&h))
         })
     }
 
@@ -503,32 +589,38 @@ impl<P: Provider> FfiProvider for Adapter<P> {
         container: RStr<'_>,
         hint: FfiHint,
     ) -> RResult<RString, FfiError> {
-        guarded("allocate", || {
-            let pod: PodView = from_host("pod", pod.as_str())?;
+        guarded(&self.name, "allocate", || {
+            let mut parsed = None;
+            let pod = call_pod(&self.shared, pod.as_str(), &mut parsed)?;
             let container: ContainerView = from_host("container", container.as_str())?;
             let a = self
                 .inner
-                .allocate(&pod, &container, &TopologyHint::from(hint))?;
+                .allocate(pod, &container, &TopologyHint::from(hint))?;
             to_json(&a).map(RString::from)
         })
     }
 
     fn release(&mut self, pod_uid: RStr<'_>, container: RStr<'_>) -> RResult<(), FfiError> {
-        guarded("release", || {
+        guarded(&self.name, "release", || {
             self.inner.release(pod_uid.as_str(), container.as_str())
         })
     }
 
     fn checkpoint(&self) -> RResult<RVec<u8>, FfiError> {
-        guarded("checkpoint", || self.inner.checkpoint().map(RVec::from))
+        guarded(&self.name, "checkpoint", || {
+            self.inner.checkpoint().map(RVec::from)
+        })
     }
 
     fn restore(&mut self, data: RSlice<'_, u8>) -> RResult<(), FfiError> {
-        guarded("restore", || self.inner.restore(data.as_slice()))
+        guarded(&self.name, "restore", || {
+            self.inner.restore(data.as_slice())
+        })
     }
 
     fn call(&mut self, method: RStr<'_>, request: RStr<'_>) -> RResult<ROption<RString>, FfiError> {
-        guarded(method.as_str(), || {
+        let name = self.name.clone();
+        guarded(&name, method.as_str(), || {
             self.named_call(method.as_str(), request.as_str())
                 .map(|answer| answer.map(RString::from).into())
         })
@@ -544,20 +636,29 @@ extern "C" fn new_provider<P: Provider>(init: FfiInit) -> RResult<FfiProviderBox
             log(level_to_u8(level), target.into(), message.into())
         }),
     );
+    install_quiet_panic_hook();
     construct_adapter::<P>(&init)
 }
 
 /// Decodes the constructor's input and builds `P` behind the adapter.
 fn construct_adapter<P: Provider>(init: &FfiInit) -> RResult<FfiProviderBox, FfiError> {
-    guarded("new", || {
-        let req: InitRequest = from_host("init request", init.init_json.as_str())?;
+    let req: InitRequest = match from_host("init request", init.init_json.as_str()) {
+        Ok(req) => req,
+        Err(e) => return RResult::RErr(e.into()),
+    };
+    let name = req.name.clone();
+    guarded(&name, "new", || {
         let config = ProviderConfig(req.config);
         let ctx = ProviderContext::new(&req.machine, &config, Path::new(&req.state_dir))
             .with_config_dir(req.config_dir.as_deref().map(Path::new));
         let provider = P::new(&ctx)?;
         tracing::debug!(provider = req.name.as_str(), "provider constructed");
         Ok(FfiProvider_TO::from_value(
-            Adapter { inner: provider },
+            Adapter {
+                name: req.name,
+                inner: provider,
+                shared: None,
+            },
             abi_stable::sabi_trait::TD_Opaque,
         ))
     })
@@ -578,7 +679,11 @@ pub fn root_module<P: Provider>() -> ProviderModRef {
 /// the same catch_unwind guard and conversions the host sees.
 pub fn in_process<P: Provider>(provider: P) -> ProviderHandle {
     ProviderHandle::new(FfiProvider_TO::from_value(
-        Adapter { inner: provider },
+        Adapter {
+            name: std::any::type_name::<P>().to_owned(),
+            inner: provider,
+            shared: None,
+        },
         abi_stable::sabi_trait::TD_Opaque,
     ))
 }
@@ -607,6 +712,17 @@ pub fn construct(module: ProviderModRef, init: FfiInit) -> Result<ProviderHandle
 /// JSON forms directly (what a host of another patch release would send).
 pub struct ProviderHandle {
     inner: FfiProviderBox,
+    sharing: PodSharing,
+}
+
+/// Where [`METHOD_SHARE_POD`] stands with one plugin.
+enum PodSharing {
+    /// Not asked yet, or the last share failed.
+    Unknown,
+    /// The plugin keeps this pod (held here, so that its address names it).
+    Kept(Arc<PodView>),
+    /// The plugin does not know the call: every call carries its pod.
+    Unsupported,
 }
 
 impl std::fmt::Debug for ProviderHandle {
@@ -618,7 +734,40 @@ impl std::fmt::Debug for ProviderHandle {
 impl ProviderHandle {
     /// Wraps a provider object.
     pub fn new(inner: FfiProviderBox) -> Self {
-        ProviderHandle { inner }
+        ProviderHandle {
+            inner,
+            sharing: PodSharing::Unknown,
+        }
+    }
+
+    /// Hands `pod` to the plugin once ([`METHOD_SHARE_POD`]), so that the
+    /// calls that pass this very object (`&*pod`, compared by address)
+    /// send an empty pod instead of encoding it again. Calls about any
+    /// other pod carry it in full. A plugin without the call, or a share
+    /// that fails, only costs the encoding per call; the failure is logged
+    /// at debug level.
+    pub fn share_pod(&mut self, pod: &Arc<PodView>) {
+        match &self.sharing {
+            PodSharing::Unsupported => return,
+            PodSharing::Kept(kept) if Arc::ptr_eq(kept, pod) => return,
+            _ => {}
+        }
+        self.sharing = PodSharing::Unknown;
+        match to_json(&**pod).and_then(|json| self.call(METHOD_SHARE_POD, &json)) {
+            Ok(Some(_)) => self.sharing = PodSharing::Kept(Arc::clone(pod)),
+            Ok(None) => self.sharing = PodSharing::Unsupported,
+            Err(e) => {
+                tracing::debug!(pod = %pod.uid, error = %e, "sharing the pod with the provider failed; calls carry it in full");
+            }
+        }
+    }
+
+    /// The pod argument of a call: empty for the pod the plugin keeps.
+    fn pod_arg(&self, pod: &PodView) -> Result<Cow<'static, str>, ProviderError> {
+        match &self.sharing {
+            PodSharing::Kept(kept) if std::ptr::eq(&**kept, pod) => Ok(Cow::Borrowed("")),
+            _ => to_json(pod).map(Cow::Owned),
+        }
     }
 
     /// See [`Provider::topology_hints`].
@@ -627,7 +776,7 @@ impl ProviderHandle {
         pod: &PodView,
         container: &ContainerView,
     ) -> Result<ProviderHints, ProviderError> {
-        self.topology_hints_json(&to_json(pod)?, &to_json(container)?)
+        self.topology_hints_json(&self.pod_arg(pod)?, &to_json(container)?)
     }
 
     /// [`Self::topology_hints`] with the pod and container as JSON.
@@ -646,7 +795,7 @@ impl ProviderHandle {
     pub fn pod_topology_hints(&mut self, pod: &PodView) -> Result<ProviderHints, ProviderError> {
         let r = self
             .inner
-            .pod_topology_hints(RStr::from_str(&to_json(pod)?));
+            .pod_topology_hints(RStr::from_str(&self.pod_arg(pod)?));
         hints_from_ffi(r.into_result()?)
     }
 
@@ -657,7 +806,7 @@ impl ProviderHandle {
         container: &ContainerView,
         hint: &TopologyHint,
     ) -> Result<Allocation, ProviderError> {
-        self.allocate_json(&to_json(pod)?, &to_json(container)?, hint)
+        self.allocate_json(&self.pod_arg(pod)?, &to_json(container)?, hint)
     }
 
     /// [`Self::allocate`] with the pod and container as JSON.
@@ -988,42 +1137,12 @@ mod tests {
 
     #[test]
     fn named_calls_a_plugin_does_not_know_get_their_defaults() {
-        /// A plugin of a patch release before every named call.
-        struct Earlier;
-        impl FfiProvider for Earlier {
-            fn topology_hints(
-                &mut self,
-                _: RStr<'_>,
-                _: RStr<'_>,
-            ) -> RResult<FfiProviderHints, FfiError> {
-                RResult::ROk(ROption::RNone)
-            }
-            fn pod_topology_hints(&mut self, _: RStr<'_>) -> RResult<FfiProviderHints, FfiError> {
-                RResult::ROk(ROption::RNone)
-            }
-            fn allocate(
-                &mut self,
-                _: RStr<'_>,
-                _: RStr<'_>,
-                _: FfiHint,
-            ) -> RResult<RString, FfiError> {
-                RResult::ROk("{}".into())
-            }
-            fn release(&mut self, _: RStr<'_>, _: RStr<'_>) -> RResult<(), FfiError> {
-                RResult::ROk(())
-            }
-            fn checkpoint(&self) -> RResult<RVec<u8>, FfiError> {
-                RResult::ROk(RVec::new())
-            }
-            fn restore(&mut self, _: RSlice<'_, u8>) -> RResult<(), FfiError> {
-                RResult::ROk(())
-            }
-            fn call(&mut self, _: RStr<'_>, _: RStr<'_>) -> RResult<ROption<RString>, FfiError> {
-                RResult::ROk(ROption::RNone)
-            }
-        }
+        // A plugin of a patch release before every named call.
         let mut h = ProviderHandle::new(FfiProvider_TO::from_value(
-            Earlier,
+            Recorder {
+                knows_share: false,
+                seen: Default::default(),
+            },
             abi_stable::sabi_trait::TD_Opaque,
         ));
         let req = PreferredAllocationRequest::new("x/y", vec!["a".into()], vec![], 1);
@@ -1093,6 +1212,152 @@ mod tests {
         assert!(err
             .message
             .starts_with("the provider's inventory is invalid: "));
+    }
+
+    /// A plugin that records the pod argument of every call; it knows
+    /// [`METHOD_SHARE_POD`] when `knows_share`.
+    struct Recorder {
+        knows_share: bool,
+        seen: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    }
+
+    impl FfiProvider for Recorder {
+        fn topology_hints(
+            &mut self,
+            pod: RStr<'_>,
+            _: RStr<'_>,
+        ) -> RResult<FfiProviderHints, FfiError> {
+            self.seen.lock().unwrap().push(pod.to_string());
+            RResult::ROk(ROption::RNone)
+        }
+        fn pod_topology_hints(&mut self, pod: RStr<'_>) -> RResult<FfiProviderHints, FfiError> {
+            self.seen.lock().unwrap().push(pod.to_string());
+            RResult::ROk(ROption::RNone)
+        }
+        fn allocate(
+            &mut self,
+            pod: RStr<'_>,
+            _: RStr<'_>,
+            _: FfiHint,
+        ) -> RResult<RString, FfiError> {
+            self.seen.lock().unwrap().push(pod.to_string());
+            RResult::ROk("{}".into())
+        }
+        fn release(&mut self, _: RStr<'_>, _: RStr<'_>) -> RResult<(), FfiError> {
+            RResult::ROk(())
+        }
+        fn checkpoint(&self) -> RResult<RVec<u8>, FfiError> {
+            RResult::ROk(RVec::new())
+        }
+        fn restore(&mut self, _: RSlice<'_, u8>) -> RResult<(), FfiError> {
+            RResult::ROk(())
+        }
+        fn call(
+            &mut self,
+            method: RStr<'_>,
+            request: RStr<'_>,
+        ) -> RResult<ROption<RString>, FfiError> {
+            if self.knows_share && method.as_str() == METHOD_SHARE_POD {
+                self.seen.lock().unwrap().push(format!("share {request}"));
+                return RResult::ROk(ROption::RSome("{}".into()));
+            }
+            RResult::ROk(ROption::RNone)
+        }
+    }
+
+    #[test]
+    fn a_shared_pod_crosses_once_and_other_pods_in_full() {
+        let pod = crate::testkit::guaranteed_pod("p", &[("cpu", 1000)]);
+        let json = to_json(&pod).unwrap();
+        for knows_share in [true, false] {
+            let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+            let mut h = ProviderHandle::new(FfiProvider_TO::from_value(
+                Recorder {
+                    knows_share,
+                    seen: std::sync::Arc::clone(&seen),
+                },
+                abi_stable::sabi_trait::TD_Opaque,
+            ));
+            let shared = Arc::new(pod.clone());
+            h.share_pod(&shared);
+            h.share_pod(&shared);
+            let c = &shared.containers[0];
+            h.topology_hints(&shared, c).unwrap();
+            h.pod_topology_hints(&shared).unwrap();
+            h.allocate(&shared, c, &TopologyHint::ANY).unwrap();
+            // An equal pod that is another object is sent in full.
+            h.allocate(&pod, c, &TopologyHint::ANY).unwrap();
+            let seen = seen.lock().unwrap().clone();
+            if knows_share {
+                let share = format!("share {json}");
+                assert_eq!(seen, [share.as_str(), "", "", "", json.as_str()]);
+            } else {
+                assert_eq!(seen, [json.as_str(); 4]);
+            }
+        }
+    }
+
+    #[test]
+    fn the_adapter_answers_calls_about_the_shared_pod() {
+        struct Echo;
+        impl Provider for Echo {
+            fn new(_: &ProviderContext<'_>) -> Result<Self, ProviderError> {
+                Ok(Echo)
+            }
+            fn topology_hints(
+                &mut self,
+                _: &PodView,
+                _: &ContainerView,
+            ) -> Result<ProviderHints, ProviderError> {
+                Ok(None)
+            }
+            fn pod_topology_hints(&mut self, _: &PodView) -> Result<ProviderHints, ProviderError> {
+                Ok(None)
+            }
+            fn allocate(
+                &mut self,
+                pod: &PodView,
+                c: &ContainerView,
+                _: &TopologyHint,
+            ) -> Result<Allocation, ProviderError> {
+                let mut a = Allocation::default();
+                a.env
+                    .insert("SEEN".into(), format!("{}/{}", pod.name, c.name));
+                Ok(a)
+            }
+            fn release(&mut self, _: &str, _: &str) -> Result<(), ProviderError> {
+                Ok(())
+            }
+            fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
+                Ok(Vec::new())
+            }
+            fn restore(&mut self, _: &[u8]) -> Result<(), ProviderError> {
+                Ok(())
+            }
+        }
+        let container = to_json(&crate::testkit::container("app", &[])).unwrap();
+        let mut h = in_process(Echo);
+        let err = h
+            .allocate_json("", &container, &TopologyHint::ANY)
+            .unwrap_err();
+        assert_eq!(err.reason, INVALID_INPUT_REASON);
+        assert_eq!(
+            err.message,
+            "the host referred to the shared pod, but shared none"
+        );
+        let shared = Arc::new(crate::testkit::guaranteed_pod("first", &[]));
+        h.share_pod(&shared);
+        let a = h
+            .allocate(&shared, &shared.containers[0], &TopologyHint::ANY)
+            .unwrap();
+        assert_eq!(a.env["SEEN"], "first/app");
+        let a = h.allocate_json("", &container, &TopologyHint::ANY).unwrap();
+        assert_eq!(a.env["SEEN"], "first/app");
+        let other = crate::testkit::guaranteed_pod("second", &[]);
+        let a = h
+            .allocate(&other, &other.containers[0], &TopologyHint::ANY)
+            .unwrap();
+        assert_eq!(a.env["SEEN"], "second/app");
     }
 
     #[test]

@@ -12,11 +12,12 @@
 //! Every call's duration is recorded in [`Metrics`] as
 //! `provider_call_duration_seconds{provider, call}`.
 //!
-//! The pod crosses to the provider's thread as an `Arc<PodView>` that is
-//! reused while the caller keeps asking about the same pod (an admission
-//! calls every provider once or twice per container): comparing is cheap,
-//! copying a pod of many containers for every call would make an admission
-//! cost quadratic time in its containers.
+//! The pod crosses to the provider's thread as the `Arc<PodView>` the caller
+//! shared ([`HintProvider::share_pod`]; an admission calls every provider
+//! once or twice per container, with the same pod): recognising it costs a
+//! pointer comparison, where copying or even comparing a pod of many
+//! containers on every call would make an admission cost quadratic time in
+//! its containers. The provider behind the thread gets the same `Arc`.
 
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -87,10 +88,11 @@ impl TimedProvider {
         })
     }
 
-    /// `pod` to send to the provider's thread: the previous one when equal.
+    /// `pod` to send to the provider's thread: the shared one when `pod`
+    /// is that very object (compared by address, a constant cost).
     fn shared(&mut self, pod: &PodView) -> Arc<PodView> {
         match &self.last_pod {
-            Some(last) if **last == *pod => Arc::clone(last),
+            Some(last) if std::ptr::eq(&**last, pod) => Arc::clone(last),
             _ => {
                 let p = Arc::new(pod.clone());
                 self.last_pod = Some(Arc::clone(&p));
@@ -194,6 +196,10 @@ impl HintProvider for TimedProvider {
         &self.name
     }
 
+    fn share_pod(&mut self, pod: &Arc<PodView>) {
+        self.last_pod = Some(Arc::clone(pod));
+    }
+
     fn topology_hints(
         &mut self,
         pod: &PodView,
@@ -202,7 +208,10 @@ impl HintProvider for TimedProvider {
         let (pod, container) = (self.shared(pod), container.clone());
         self.call(
             "topology_hints",
-            move |p| p.topology_hints(&pod, &container),
+            move |p| {
+                p.share_pod(&pod);
+                p.topology_hints(&pod, &container)
+            },
             None,
         )
     }
@@ -211,7 +220,10 @@ impl HintProvider for TimedProvider {
         let pod = self.shared(pod);
         self.call(
             "pod_topology_hints",
-            move |p| p.pod_topology_hints(&pod),
+            move |p| {
+                p.share_pod(&pod);
+                p.pod_topology_hints(&pod)
+            },
             None,
         )
     }
@@ -226,7 +238,10 @@ impl HintProvider for TimedProvider {
         let (pod, container, hint) = (self.shared(pod), container.clone(), *hint);
         self.call(
             "allocate",
-            move |p| p.allocate(&pod, &container, &hint),
+            move |p| {
+                p.share_pod(&pod);
+                p.allocate(&pod, &container, &hint)
+            },
             Some(Box::new(move |p| {
                 if let Err(e) = p.release(&uid, &cname) {
                     warn!(provider = p.name(), pod = %uid, container = %cname, error = %e, "releasing a late allocation failed");

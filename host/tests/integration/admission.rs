@@ -245,7 +245,20 @@ fn panicking_provider_fails_the_admission_not_the_host() {
         &[("mock", r#"panic_in = "allocate""#)],
     );
     pod_file(&dir, &format!("{POD}{SECOND_POD}"));
-    let out = admit(&dir, &[], &example_machine());
+    let run = Command::new(common::topomgr_bin())
+        .arg("--config")
+        .arg(dir.join("topomgr.toml"))
+        .arg("admit")
+        .arg("--sysfs-root")
+        .arg(example_machine())
+        .arg(dir.join("pods.yaml"))
+        .env_remove("RUST_LOG")
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(run.status.success(), "topomgr admit failed: {stderr}");
+    let out: Value = serde_json::from_slice(&run.stdout).unwrap();
     for pod in out["pods"].as_array().unwrap() {
         assert_eq!(pod["admitted"], false);
         assert_eq!(pod["reason"], "ProviderPanic");
@@ -253,6 +266,20 @@ fn panicking_provider_fails_the_admission_not_the_host() {
         assert!(
             msg.starts_with("provider \"mock\" could not allocate container"),
             "{msg}"
+        );
+    }
+    // Each of the two panics is one error event naming the provider and
+    // the call; nothing else reaches stderr (no default panic message).
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{stderr}");
+    for line in lines {
+        assert!(
+            line.contains("ERROR")
+                && line.contains("provider panicked; the call fails with ProviderPanic")
+                && line.contains(r#"provider="mock""#)
+                && line.contains(r#"call="allocate""#)
+                && line.contains("panic=mock provider scripted to panic in allocate"),
+            "{line}"
         );
     }
 }

@@ -388,6 +388,48 @@ fn provider_timeout_fails_the_admission_not_the_daemon() {
 }
 
 #[test]
+fn reads_are_answered_while_a_slow_admission_runs() {
+    // Every hint and allocate call of the mock takes 1.5 s: the admission
+    // of the one-container pod holds the engine for about 3 s.
+    let dir = mock_config(
+        "daemon-slow-admission",
+        "provider_timeout_ms = 20000",
+        "sleep_ms = 1500",
+    );
+    let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
+    let pod = example_pod("guaranteed-widgets.yaml");
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let admission = {
+        let (mut c, done) = (d.client(), std::sync::Arc::clone(&done));
+        std::thread::spawn(move || {
+            let r = c.admit(&pod).unwrap().json().unwrap();
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            r
+        })
+    };
+    // Let the admission reach the provider, then read: every read must be
+    // answered before the admission is.
+    std::thread::sleep(Duration::from_millis(300));
+    let mut c = d.client();
+    let pods = c.get("/v1/pods").unwrap();
+    assert_eq!(
+        (pods.status, pods.json().unwrap()),
+        (200, json!({"pods": [], "attachments": {}}))
+    );
+    assert_eq!(c.get("/v1/health").unwrap().status, 200);
+    let metrics = c.get("/metrics").unwrap();
+    assert_eq!(metrics.status, 200);
+    assert!(
+        !done.load(std::sync::atomic::Ordering::SeqCst),
+        "a read waited for the admission"
+    );
+    let r = admission.join().unwrap();
+    assert_eq!(r["pods"][0]["admitted"], true, "{r}");
+    let pods = c.get("/v1/pods").unwrap().json().unwrap();
+    assert_eq!(pods["pods"][0]["uid"], WIDGETS_UID, "{pods}");
+}
+
+#[test]
 fn attach_writes_cpuset_and_mems_of_the_container() {
     let dir = widgets_config("daemon-attach");
     // An emulated cgroup v1 cpuset hierarchy (a plain directory tree).
