@@ -38,7 +38,7 @@ use topomgr_sdk::{CpuSet, Machine, PodView};
 use tracing::{error, info, warn};
 
 use super::metrics::Metrics;
-use crate::admission::{AdmissionError, AdmitResult, Admitter};
+use crate::admission::{AdmissionError, AdmitResult, Admitter, UID_CONFLICT};
 use crate::checkpoint::{self, Attachments, Restored};
 use crate::node_state::{AttachError, Change, NodeState, Reclaim, UnknownContainer};
 use crate::store::Store;
@@ -352,16 +352,21 @@ impl Worker {
         match cmd {
             Command::Admit(pods) => {
                 if let Some(conflict) = self.conflict(&pods) {
+                    self.metrics.request_refused(UID_CONFLICT);
                     return (Err(EngineError::Conflict(conflict)), false);
                 }
                 let mut results = Vec::with_capacity(pods.len());
                 let mut changed = false;
+                let (policy, scope) = {
+                    let a = self.node.admitter();
+                    (a.policy().name(), a.scope())
+                };
                 for pod in &pods {
                     let known = self.node.pods().contains_key(&pod.uid);
                     let start = Instant::now();
                     let r = self.node.admit(pod);
                     self.metrics
-                        .admission(start.elapsed().as_secs_f64(), r.reason.as_deref());
+                        .admission(&r, policy, scope, start.elapsed(), known);
                     for provider in self.node.admitter_mut().take_violations() {
                         self.metrics.ledger_violation(&provider);
                     }
@@ -439,7 +444,7 @@ impl Worker {
         let exclusive = ledger.exclusive_cpus().clone();
         let shared = self.node.shared_pool();
         self.metrics
-            .cpus(exclusive.len(), shared.len(), self.node.pods().len());
+            .cpus(&exclusive, shared.len(), self.node.pods().len());
         let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
         let view = &mut *view;
         for change in committed {

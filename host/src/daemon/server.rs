@@ -24,7 +24,7 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::connect_info::Connected;
 use axum::extract::{ConnectInfo, Path as UrlPath, Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -38,7 +38,7 @@ use tracing::{debug, info};
 
 use super::access::{AccessPolicy, Peer};
 use super::engine::{Command, Engine, EngineError, Reply};
-use super::metrics::Metrics;
+use super::metrics::{Metrics, BAD_MANIFEST};
 use crate::admission::AdmitResult;
 
 /// Shared state of the handlers.
@@ -189,14 +189,17 @@ async fn machine(State(state): State<AppState>) -> Json<Machine> {
 
 async fn admit(State(state): State<AppState>, body: Bytes) -> Result<Json<Value>, ApiError> {
     let text = std::str::from_utf8(&body).map_err(|e| {
+        state.metrics.request_refused(BAD_MANIFEST);
         ApiError::new(
             StatusCode::BAD_REQUEST,
-            "BadManifest",
+            BAD_MANIFEST,
             format!("request body is not UTF-8: {e}"),
         )
     })?;
-    let pods = crate::manifest::parse_pods(text, "<request body>")
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "BadManifest", e.to_string()))?;
+    let pods = crate::manifest::parse_pods(text, "<request body>").map_err(|e| {
+        state.metrics.request_refused(BAD_MANIFEST);
+        ApiError::new(StatusCode::BAD_REQUEST, BAD_MANIFEST, e.to_string())
+    })?;
     debug!(pods = pods.len(), "admission requested");
     match state.engine.submit(Command::Admit(pods)).await? {
         Reply::Admitted(results) => {
@@ -280,14 +283,7 @@ async fn attach(
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        state.metrics.render(),
-    )
-        .into_response()
+    super::scrape::response(&state.metrics)
 }
 
 /// Serve `state` on `listener` until `shutdown` completes, then remove `socket`.
