@@ -568,14 +568,47 @@ fn the_shared_pool_shrinks_before_an_exclusive_container_can_run() {
     assert_eq!(r.json().unwrap()["cpus"], cpu.as_str());
     assert_eq!(cpus_of(&cg, "k/excl"), cpu);
 
+    // The pods admitted before show the pool as it is now, not as it was
+    // at their admission.
+    let shown = |c: &mut Client| -> Vec<(String, String)> {
+        let list = c.get("/v1/pods").unwrap().json().unwrap();
+        list["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let uid = p["uid"].as_str().unwrap().to_owned();
+                let one = c.get(&format!("/v1/pods/{uid}")).unwrap().json().unwrap();
+                assert_eq!(&one, p, "GET /v1/pods/{uid} and GET /v1/pods agree");
+                (uid, p["containers"][0]["cpus"].as_str().unwrap().to_owned())
+            })
+            .collect()
+    };
+    let pool_now = pool.to_string();
+    assert_eq!(
+        shown(&mut c),
+        [
+            ("excl".to_owned(), cpu.clone()),
+            ("shared".to_owned(), pool_now.clone())
+        ]
+    );
+
     // A shared container attached now gets the pool without that CPU.
-    admitted(&mut c, &pod_yaml("late", BURSTABLE));
+    let late = admitted(&mut c, &pod_yaml("late", BURSTABLE));
+    assert_eq!(late["containers"][0]["cpus"], pool_now.as_str());
     let r = c.attach("late", "app", "k/late").unwrap();
-    assert_eq!(r.json().unwrap()["cpus"], pool.to_string().as_str());
+    assert_eq!(r.json().unwrap()["cpus"], pool_now.as_str());
 
     assert_eq!(c.release("excl").unwrap().status, 200);
     assert_eq!(cpus_of(&cg, "k/shared"), "0-15");
     assert_eq!(cpus_of(&cg, "k/late"), "0-15");
+    assert_eq!(
+        shown(&mut c),
+        [
+            ("late".to_owned(), "0-15".to_owned()),
+            ("shared".to_owned(), "0-15".to_owned())
+        ]
+    );
     let health = c.get("/v1/health").unwrap().json().unwrap();
     assert_eq!(health["exclusive_cpus"], "");
 }

@@ -40,6 +40,7 @@ use super::access::{AccessPolicy, Peer};
 use super::engine::{Command, Engine, EngineError, Reply};
 use super::metrics::{Metrics, BAD_MANIFEST};
 use crate::admission::AdmitResult;
+use crate::node_state::current_pool;
 
 /// Shared state of the handlers.
 #[derive(Clone)]
@@ -219,11 +220,14 @@ fn unexpected(reply: &Reply) -> ApiError {
 }
 
 async fn list_pods(State(state): State<AppState>) -> Json<Value> {
-    let (pods, attachments) = state.engine.read(|snap| {
+    let (pods, pool, attachments) = state.engine.read(|snap| {
         let pods: Vec<Arc<AdmitResult>> = snap.pods.values().cloned().collect();
-        (pods, json!(snap.attachments))
+        (pods, snap.shared_pool.clone(), json!(snap.attachments))
     });
-    let pods: Vec<Value> = pods.iter().map(|r| r.to_json()).collect();
+    let pods: Vec<Value> = pods
+        .iter()
+        .map(|r| current_pool(r, &pool).to_json())
+        .collect();
     Json(json!({ "pods": pods, "attachments": attachments }))
 }
 
@@ -231,8 +235,10 @@ async fn get_pod(
     State(state): State<AppState>,
     UrlPath(uid): UrlPath<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let pod = state.engine.read(|snap| snap.pods.get(&uid).cloned());
-    pod.map(|r| Json(r.to_json()))
+    let pod = state
+        .engine
+        .read(|snap| snap.pods.get(&uid).map(|r| snap.current(r).to_json()));
+    pod.map(Json)
         .ok_or_else(|| EngineError::UnknownPod(uid).into())
 }
 
