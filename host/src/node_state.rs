@@ -26,8 +26,7 @@
 //!
 //! A shared-pool container's stored allocation holds the pool as it was at
 //! admission; [`current_pool`] shows it with the pool as it is now (what
-//! its cgroup gets), which the daemon's answers and `admit --state-dir`
-//! print.
+//! its cgroup gets), as the daemon's answers do.
 //!
 //! # Owners
 //!
