@@ -1118,3 +1118,53 @@ fn metrics_over_tcp_with_the_kubelet_names() {
         "metrics port closed on SIGTERM"
     );
 }
+
+/// Under `Type=notify` (`NOTIFY_SOCKET` set), `READY=1` comes once the
+/// state is restored and the socket answers, and `STOPPING=1` on SIGTERM.
+#[test]
+fn readiness_is_notified_once_the_restored_state_is_served() {
+    use std::os::unix::net::UnixDatagram;
+    let dir = cpu_config("daemon-notify");
+    let (config, socket) = (dir.join("topomgr.toml"), dir.join("t.sock"));
+    let d = Daemon::start(&config, &socket);
+    admitted(&mut d.client(), &pod_yaml("kept", EXCLUSIVE));
+    d.stop();
+
+    let notify = dir.join("notify.sock");
+    let rx = UnixDatagram::bind(&notify).unwrap();
+    rx.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut child = Command::new(common::topomgr_bin())
+        .arg("--config")
+        .arg(&config)
+        .arg("serve")
+        .arg("--socket")
+        .arg(&socket)
+        .env("NOTIFY_SOCKET", &notify)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    let n = rx.recv(&mut buf).expect("READY=1 within 30 s");
+    // Right at READY=1: the socket answers with the restored pod.
+    let pods = Client::new(&socket)
+        .get("/v1/pods")
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(pods["pods"][0]["uid"], "kept", "{pods}");
+    assert_eq!(
+        std::str::from_utf8(&buf[..n]).unwrap(),
+        format!("READY=1\nSTATUS=serving 1 pod(s) on {}\n", socket.display())
+    );
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let n = rx.recv(&mut buf).expect("STOPPING=1 within 30 s");
+    assert_eq!(
+        std::str::from_utf8(&buf[..n]).unwrap(),
+        "STOPPING=1\nSTATUS=stopping\n"
+    );
+    assert!(child.wait().unwrap().success());
+}

@@ -8,14 +8,16 @@
 //! - [`access`]: socket ownership/mode and the peer-credential check;
 //! - [`metrics`]: Prometheus metrics (kubelet names);
 //! - [`scrape`]: `GET /metrics` over TCP at `daemon.metrics_address`;
+//! - [`systemd`]: readiness and stopping notifications (`Type=notify`);
 //! - [`client`]: a small blocking HTTP/1.1 client for the CLI, tests and benches.
 //!
 //! Start-up order matters: the caller takes the [`crate::state_lock::StateLock`] before
 //! loading providers (they may read the state directory); [`run`] then asks
 //! each provider what it owns (its inventory, for the metrics), restores
 //! the state (verify, check against the machine; nothing is re-admitted or
-//! released), binds the socket and the metrics address, and serves until
-//! SIGTERM or SIGINT.
+//! released), binds the socket and the metrics address, tells the service
+//! manager it is ready, and serves until SIGTERM or SIGINT (telling the
+//! service manager it is stopping).
 
 pub mod access;
 pub mod client;
@@ -23,6 +25,7 @@ pub mod engine;
 pub mod metrics;
 pub mod scrape;
 pub mod server;
+pub mod systemd;
 pub mod timed;
 
 use std::future::Future;
@@ -195,6 +198,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
         let (stop, stop_rx) = watch::channel(false);
         tokio::spawn(async move {
             shutdown_signal().await;
+            systemd::stopping();
             let _ = stop.send(true);
         });
         let scraping = scrape_listener.map(|l| {
@@ -210,6 +214,11 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
             metrics,
             access,
         };
+        systemd::ready(&format!(
+            "serving {} pod(s) on {}",
+            restored.pods,
+            socket.display()
+        ));
         let served = server::serve(listener, socket, state, stopped(stop_rx)).await;
         let scraped = match scraping {
             Some(task) => task.await.unwrap_or_else(|e| Err(std::io::Error::other(e))),
