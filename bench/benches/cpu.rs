@@ -59,6 +59,7 @@ fn policy_with_half_taken(topo: &CpuTopology) -> StaticPolicy {
             BTreeMap::from([("app".to_owned(), busy)]),
         )]),
         cpus_to_reuse: BTreeMap::new(),
+        pod_entries: BTreeMap::new(),
     };
     if let Err(e) = p.restore(&cp) {
         panic!("bench state: {e}");

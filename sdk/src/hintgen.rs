@@ -9,7 +9,8 @@
 //! the kubelet's explicit list (every fitting mask in the kubelet's order,
 //! preferred at the width) on machines of up to 8 NUMA nodes, and into
 //! [`CompactHints`] (its minimal masks) above, where `2^N` masks cannot be
-//! listed.
+//! listed. [`min_width_additive`] is the kubelet's `minAffinitySize` for
+//! amounts that add up over nodes (CPUs, single-node devices).
 
 use crate::{for_each_mask_in_kubelet_order, CompactHints, HintSet, NumaMask, NumaNodeId};
 use crate::{TopologyHint, MAX_NUMA_NODES};
@@ -21,15 +22,34 @@ pub const EXPLICIT_HINT_MAX_NODES: usize = 8;
 /// The most minimal masks one compact answer may hold.
 pub const MAX_MINIMAL_MASKS: usize = 65_536;
 
-/// A request with more minimal NUMA combinations than [`MAX_MINIMAL_MASKS`].
+/// The most steps one search for minimal masks may take: a predicate whose
+/// minimal masks are few can still make the search visit many masks that
+/// are not minimal (several resources that only some nodes have), and a
+/// question about a large machine must end.
+pub const MAX_SEARCH_STEPS: u64 = 4_000_000;
+
+/// A request whose NUMA combinations are too many to answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "more than {limit} minimal NUMA combinations satisfy the request; the answer would be too \
-     large to merge (request fewer resources per container, or split the workload)"
-)]
-pub struct TooManyCombinations {
-    /// The limit that was exceeded ([`MAX_MINIMAL_MASKS`]).
-    pub limit: usize,
+#[non_exhaustive]
+pub enum TooManyCombinations {
+    /// More minimal masks than [`MAX_MINIMAL_MASKS`].
+    #[error(
+        "more than {limit} minimal NUMA combinations satisfy the request; the answer would be \
+         too large to merge (request fewer resources per container, or split the workload)"
+    )]
+    Masks {
+        /// The limit that was exceeded ([`MAX_MINIMAL_MASKS`]).
+        limit: usize,
+    },
+    /// The search took more than [`MAX_SEARCH_STEPS`] steps.
+    #[error(
+        "finding the NUMA combinations that satisfy the request takes more than {limit} search \
+         steps on this machine (request resources that fit on fewer NUMA nodes)"
+    )]
+    Steps {
+        /// The limit that was exceeded ([`MAX_SEARCH_STEPS`]).
+        limit: u64,
+    },
 }
 
 /// Every minimal mask over `nodes` for which `fits` holds, ordered by width
@@ -39,7 +59,8 @@ pub struct TooManyCombinations {
 /// minimal when it fits and no mask with one node fewer does. The search
 /// adds nodes in ascending order and prunes every branch that cannot fit
 /// even with all remaining nodes, so its cost follows the number of minimal
-/// masks, not `2^N`. Fails past [`MAX_MINIMAL_MASKS`].
+/// masks, not `2^N`. Fails past [`MAX_MINIMAL_MASKS`] masks or
+/// [`MAX_SEARCH_STEPS`] steps.
 ///
 /// ```
 /// use topomgr_sdk::hintgen::minimal_masks;
@@ -69,7 +90,16 @@ pub fn minimal_masks(
         out.extend(nodes.iter().map(|&n| NumaMask::single(n)));
         return Ok(out);
     }
-    search(&nodes, &rest, 0, NumaMask::EMPTY, &mut fits, &mut out)?;
+    let mut steps = 0u64;
+    search(
+        &nodes,
+        &rest,
+        0,
+        NumaMask::EMPTY,
+        &mut fits,
+        &mut out,
+        &mut steps,
+    )?;
     out.sort_by(|a, b| {
         a.count()
             .cmp(&b.count())
@@ -78,6 +108,7 @@ pub fn minimal_masks(
     Ok(out)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn search(
     nodes: &[NumaNodeId],
     rest: &[NumaMask],
@@ -85,8 +116,15 @@ fn search(
     mask: NumaMask,
     fits: &mut impl FnMut(NumaMask) -> bool,
     out: &mut Vec<NumaMask>,
+    steps: &mut u64,
 ) -> Result<(), TooManyCombinations> {
     for i in start..nodes.len() {
+        *steps += 1;
+        if *steps > MAX_SEARCH_STEPS {
+            return Err(TooManyCombinations::Steps {
+                limit: MAX_SEARCH_STEPS,
+            });
+        }
         if !fits(mask.or(rest[i])) {
             // Not even every remaining node is enough: later i have fewer.
             return Ok(());
@@ -103,16 +141,41 @@ fn search(
             if minimal {
                 out.push(m);
                 if out.len() > MAX_MINIMAL_MASKS {
-                    return Err(TooManyCombinations {
+                    return Err(TooManyCombinations::Masks {
                         limit: MAX_MINIMAL_MASKS,
                     });
                 }
             }
         } else {
-            search(nodes, rest, i + 1, m, fits, out)?;
+            search(nodes, rest, i + 1, m, fits, out, steps)?;
         }
     }
     Ok(())
+}
+
+/// The kubelet's `minAffinitySize` for amounts that add up over nodes: the
+/// narrowest width of a NUMA mask whose nodes' `amounts` (one per node, e.g.
+/// the CPUs or single-node devices of each node) reach `request`, or the
+/// number of nodes when even all of them fall short. The fullest nodes
+/// first give the narrowest width, so no mask is enumerated.
+///
+/// ```
+/// use topomgr_sdk::hintgen::min_width_additive;
+/// assert_eq!(min_width_additive([4, 8, 2], 9), 2);
+/// assert_eq!(min_width_additive([4, 8, 2], 8), 1);
+/// assert_eq!(min_width_additive([4, 8, 2], 15), 3);
+/// ```
+pub fn min_width_additive(amounts: impl IntoIterator<Item = u64>, request: u64) -> u32 {
+    let mut amounts: Vec<u64> = amounts.into_iter().collect();
+    amounts.sort_unstable_by(|a, b| b.cmp(a));
+    let mut sum = 0u64;
+    for (i, a) in amounts.iter().enumerate() {
+        sum = sum.saturating_add(*a);
+        if sum >= request {
+            return i as u32 + 1;
+        }
+    }
+    amounts.len() as u32
 }
 
 /// The upward-closed hint set of `fits` over the machine's `nodes`,
@@ -227,6 +290,48 @@ mod tests {
         assert_eq!(
             upward_closed_hints(&ids(0..9), 1, |_| false).unwrap(),
             HintSet::unsatisfiable()
+        );
+    }
+
+    #[test]
+    fn additive_width_equals_brute_force() {
+        let nodes = ids(0..6);
+        let amounts = [3u64, 0, 7, 2, 2, 5];
+        for request in 0..=20 {
+            let weight = |m: NumaMask| -> u64 {
+                nodes
+                    .iter()
+                    .zip(amounts)
+                    .filter(|(n, _)| m.is_set(**n))
+                    .map(|(_, a)| a)
+                    .sum()
+            };
+            let mut best = nodes.len() as u32;
+            for_each_mask_in_kubelet_order(&nodes, |m| {
+                if weight(m) >= request {
+                    best = best.min(m.count());
+                }
+            });
+            assert_eq!(
+                min_width_additive(amounts, request),
+                best,
+                "request {request}"
+            );
+        }
+        assert_eq!(min_width_additive([], 1), 0);
+    }
+
+    #[test]
+    fn a_search_without_end_is_cut_off() {
+        // Only node 63 fits, but every set of the other 63 nodes is a path
+        // the pruning cannot rule out without knowing that.
+        let nodes = ids(0..64);
+        let last = NumaNodeId::from(63u8);
+        let err = minimal_masks(&nodes, |m| m.is_set(last) && m.count() >= 2).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "finding the NUMA combinations that satisfy the request takes more than 4000000 \
+             search steps on this machine (request resources that fit on fewer NUMA nodes)"
         );
     }
 

@@ -206,6 +206,39 @@ pub struct PciDevice {
     pub sriov: Option<Sriov>,
     /// Parent physical function of a virtual function.
     pub physfn: Option<String>,
+    /// The index of a virtual function: `N` of its physical function's
+    /// `virtfn<N>` link (`None`: not a VF, or no link names it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vf_index: Option<u32>,
+    /// The link type of the device's first network interface: the kernel's
+    /// `ARPHRD_*` number in `net/<interface>/type` (1: Ethernet, 32:
+    /// InfiniBand). `None`: no interface, or no `type` file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_type: Option<u16>,
+    /// The firmware's ACPI index of the device (`acpi_index`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acpi_index: Option<u32>,
+    /// RDMA devices of the function (`infiniband/*`, e.g. `mlx5_2`), sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rdma: Vec<String>,
+    /// RDMA character devices of those RDMA devices (`infiniband_verbs/*`
+    /// and `infiniband_mad/*`: `uverbs2`, `umad2`, `issm2`; each is
+    /// `/dev/infiniband/<name>`), sorted.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rdma_char_devices: Vec<String>,
+    /// IOMMU group number (the `iommu_group` link; `/dev/vfio/<group>` for a
+    /// device bound to `vfio-pci`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iommu_group: Option<u32>,
+    /// The UIO device of a device bound to a UIO driver (first entry of
+    /// `uio/`, e.g. `uio0`, i.e. `/dev/uio0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uio: Option<String>,
+    /// One of the device's network interfaces carries the host's IPv4
+    /// default route (destination and mask 0 in the routing table read by
+    /// discovery: `/proc/net/route` for `/sys`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub default_route: bool,
 }
 
 impl PciDevice {
@@ -229,6 +262,14 @@ impl PciDevice {
             net: Vec::new(),
             sriov: None,
             physfn: None,
+            vf_index: None,
+            link_type: None,
+            acpi_index: None,
+            rdma: Vec::new(),
+            rdma_char_devices: Vec::new(),
+            iommu_group: None,
+            uio: None,
+            default_route: false,
         }
     }
 
@@ -253,6 +294,49 @@ impl PciDevice {
     /// As a virtual function of the physical function `physfn`.
     pub fn with_physfn(mut self, physfn: impl Into<String>) -> Self {
         self.physfn = Some(physfn.into());
+        self
+    }
+
+    /// As virtual function number `index` of its physical function.
+    pub fn with_vf_index(mut self, index: u32) -> Self {
+        self.vf_index = Some(index);
+        self
+    }
+
+    /// With the link type (`ARPHRD_*` number) of its first interface.
+    pub fn with_link_type(mut self, link_type: u16) -> Self {
+        self.link_type = Some(link_type);
+        self
+    }
+
+    /// With the ACPI index `index`.
+    pub fn with_acpi_index(mut self, index: u32) -> Self {
+        self.acpi_index = Some(index);
+        self
+    }
+
+    /// With the RDMA devices `rdma` and their character devices `char_devices`.
+    pub fn with_rdma(mut self, rdma: Vec<String>, char_devices: Vec<String>) -> Self {
+        self.rdma = rdma;
+        self.rdma_char_devices = char_devices;
+        self
+    }
+
+    /// In IOMMU group `group`.
+    pub fn with_iommu_group(mut self, group: u32) -> Self {
+        self.iommu_group = Some(group);
+        self
+    }
+
+    /// With the UIO device `uio` (`uio0`).
+    pub fn with_uio(mut self, uio: impl Into<String>) -> Self {
+        self.uio = Some(uio.into());
+        self
+    }
+
+    /// Carrying the host's default route (or not).
+    pub fn with_default_route(mut self, default_route: bool) -> Self {
+        self.default_route = default_route;
         self
     }
 }
@@ -335,7 +419,7 @@ mod tests {
                       "l3": null, "core_type": "performance"}],
             "pci_devices": [{"address": "0000:01:00.0", "vendor": "0x8086", "device": "0x1", "class": "0x020000",
                              "numa": -1, "driver": null, "net": [], "sriov": null, "physfn": null,
-                             "link_type": "ether"}],
+                             "link_speed": "100G"}],
             "added_in_a_later_sdk": {"x": 1}
         }"#;
         let m: Machine = serde_json::from_str(json).unwrap();
@@ -348,5 +432,72 @@ mod tests {
         // A device without a node prints as null.
         let out = serde_json::to_value(&m.pci_devices[0]).unwrap();
         assert_eq!(out["numa"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn pci_fields_added_in_0_2_are_optional_and_shown_when_set() {
+        let old = r#"{"address": "0000:18:01.2", "vendor": "0x8086", "device": "0x1889",
+            "class": "0x020000", "numa": 0, "driver": "vfio-pci", "net": [], "sriov": null,
+            "physfn": "0000:18:00.0"}"#;
+        let d: PciDevice = serde_json::from_str(old).unwrap();
+        let plain = PciDevice::new(
+            "0000:18:01.2",
+            "0x8086",
+            "0x1889",
+            "0x020000",
+            Some(0.into()),
+        )
+        .with_driver("vfio-pci")
+        .with_physfn("0000:18:00.0");
+        assert_eq!(d, plain);
+        // Unset, the new fields are left out of the JSON.
+        let mut keys: Vec<String> = serde_json::to_value(&d)
+            .unwrap()
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        keys.sort();
+        assert_eq!(
+            keys,
+            ["address", "class", "device", "driver", "net", "numa", "physfn", "sriov", "vendor"]
+        );
+        let vf = plain
+            .with_vf_index(2)
+            .with_link_type(1)
+            .with_acpi_index(7)
+            .with_rdma(
+                vec!["mlx5_2".into()],
+                vec!["issm2".into(), "umad2".into(), "uverbs2".into()],
+            )
+            .with_iommu_group(16)
+            .with_uio("uio0")
+            .with_default_route(true);
+        let v = serde_json::to_value(&vf).unwrap();
+        assert_eq!(
+            (
+                &v["vf_index"],
+                &v["link_type"],
+                &v["acpi_index"],
+                &v["iommu_group"],
+                &v["uio"],
+                &v["default_route"]
+            ),
+            (
+                &2.into(),
+                &1.into(),
+                &7.into(),
+                &16.into(),
+                &"uio0".into(),
+                &true.into()
+            )
+        );
+        assert_eq!(v["rdma"], serde_json::json!(["mlx5_2"]));
+        assert_eq!(
+            v["rdma_char_devices"],
+            serde_json::json!(["issm2", "umad2", "uverbs2"])
+        );
+        assert_eq!(serde_json::from_value::<PciDevice>(v).unwrap(), vf);
     }
 }

@@ -83,6 +83,17 @@ impl ContainerView {
     pub fn request(&self, resource: &str) -> u64 {
         self.requests.get(resource).copied().unwrap_or(0)
     }
+
+    /// Whether the container on its own would be Guaranteed: non-zero `cpu`
+    /// and `memory` requests equal to their limits (the kubelet's
+    /// `IsContainerEquivalentQOSGuaranteed`, which decides which containers
+    /// of a pod with pod-level resources may get exclusive CPUs and memory).
+    pub fn is_guaranteed_equivalent(&self) -> bool {
+        ["cpu", "memory"].iter().all(|r| {
+            let request = self.request(r);
+            request != 0 && request == self.limit(r)
+        })
+    }
 }
 
 /// The pod-level `spec.resources` of a pod (Kubernetes 1.34+ pod-level
@@ -165,6 +176,19 @@ impl PodView {
         self
     }
 
+    /// Whether the pod sets pod-level resources the kubelet's resource
+    /// managers look at: `cpu`, `memory` or `hugepages-*` in
+    /// `spec.resources` requests or limits (Kubernetes'
+    /// `IsPodLevelResourcesSet`).
+    pub fn sets_pod_level_resources(&self) -> bool {
+        self.resources.as_ref().is_some_and(|r| {
+            r.requests
+                .keys()
+                .chain(r.limits.keys())
+                .any(|k| k == "cpu" || k == "memory" || k.starts_with("hugepages-"))
+        })
+    }
+
     /// The container named `name`, init or app.
     pub fn container(&self, name: &str) -> Option<&ContainerView> {
         self.init_containers
@@ -204,5 +228,56 @@ impl PodView {
             .iter()
             .fold(sidecars, |acc, c| acc.saturating_add(amount(c)));
         init_max.max(apps)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(pairs: &[(&str, u64)]) -> ResourceList {
+        pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    }
+
+    #[test]
+    fn guaranteed_equivalence_needs_equal_cpu_and_memory() {
+        let c = |req: &[(&str, u64)], lim: &[(&str, u64)]| {
+            ContainerView::new("c")
+                .with_requests(list(req))
+                .with_limits(list(lim))
+                .is_guaranteed_equivalent()
+        };
+        let both = [("cpu", 2000), ("memory", 1 << 30)];
+        assert!(c(&both, &both));
+        assert!(!c(&[("cpu", 2000)], &[("cpu", 2000)]));
+        assert!(!c(&both, &[("cpu", 2000), ("memory", 2 << 30)]));
+        assert!(!c(
+            &[("cpu", 0), ("memory", 1)],
+            &[("cpu", 0), ("memory", 1)]
+        ));
+        assert!(!c(&[], &[]));
+    }
+
+    #[test]
+    fn pod_level_resources_count_only_cpu_memory_and_hugepages() {
+        let pod = |r: Option<PodResources>| {
+            PodView::new("u", "p", "ns", QosClass::Guaranteed)
+                .with_resources(r)
+                .sets_pod_level_resources()
+        };
+        assert!(!pod(None));
+        assert!(!pod(Some(PodResources::default())));
+        assert!(pod(Some(PodResources::new(
+            list(&[("cpu", 1000)]),
+            list(&[])
+        ))));
+        assert!(pod(Some(PodResources::new(
+            list(&[]),
+            list(&[("hugepages-2Mi", 2 << 20)])
+        ))));
+        assert!(!pod(Some(PodResources::new(
+            list(&[("example.com/x", 1)]),
+            list(&[])
+        ))));
     }
 }

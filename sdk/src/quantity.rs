@@ -243,6 +243,51 @@ pub fn parse_resource_amount(resource: &str, text: &str) -> Result<u64, Quantity
     resource_amount(resource, Quantity::parse(text)?, text)
 }
 
+/// A byte count in the spelling Kubernetes gives
+/// `resource.NewQuantity(n, BinarySI).String()`: the largest binary suffix
+/// that divides it exactly (`2097152` -> `2Mi`), plain digits otherwise.
+///
+/// ```
+/// use topomgr_sdk::quantity::BinarySi;
+/// assert_eq!(BinarySi(2 << 20).to_string(), "2Mi");
+/// assert_eq!(BinarySi(1536 << 10).to_string(), "1536Ki");
+/// assert_eq!(BinarySi(1000).to_string(), "1000");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BinarySi(pub u64);
+
+impl fmt::Display for BinarySi {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const SUFFIXES: [&str; 6] = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+        let mut v = self.0;
+        let mut unit = None;
+        if v != 0 {
+            for s in SUFFIXES {
+                if !v.is_multiple_of(1024) {
+                    break;
+                }
+                v /= 1024;
+                unit = Some(s);
+            }
+        }
+        match unit {
+            Some(s) => write!(f, "{v}{s}"),
+            None => write!(f, "{v}"),
+        }
+    }
+}
+
+/// The Kubernetes resource name of hugepages of `page_bytes` bytes
+/// (`2097152` -> `hugepages-2Mi`), as `HugePageResourceName` spells it.
+///
+/// ```
+/// use topomgr_sdk::quantity::hugepage_resource_name;
+/// assert_eq!(hugepage_resource_name(1 << 30), "hugepages-1Gi");
+/// ```
+pub fn hugepage_resource_name(page_bytes: u64) -> String {
+    format!("hugepages-{}", BinarySi(page_bytes))
+}
+
 /// The pieces of a quantity's text, as apimachinery's scanner splits it.
 struct Parts<'a> {
     negative: bool,
@@ -412,6 +457,17 @@ fn digits_to_u128(digits: &[u8]) -> Option<u128> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn binary_si_names() {
+        assert_eq!(hugepage_resource_name(2048 * 1024), "hugepages-2Mi");
+        assert_eq!(hugepage_resource_name(1048576 * 1024), "hugepages-1Gi");
+        assert_eq!(hugepage_resource_name(64 * 1024), "hugepages-64Ki");
+        assert_eq!(hugepage_resource_name(16 << 30), "hugepages-16Gi");
+        assert_eq!(BinarySi(0).to_string(), "0");
+        assert_eq!(BinarySi(6 << 30).to_string(), "6Gi");
+        assert_eq!(BinarySi(7 << 60).to_string(), "7Ei");
+    }
 
     fn nanos(text: &str) -> u128 {
         match Quantity::parse(text) {

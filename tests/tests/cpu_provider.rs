@@ -407,3 +407,154 @@ fn corpus_hybrid_machine_never_hands_out_the_reserved_cpu() {
     }
     assert_eq!(held, ["12-13", "14-15", "16-18"]);
 }
+
+/// `(node, capacity, allocatable, available)` of every `cpu` zone, in CPUs.
+fn cpu_zones(p: &mut dyn topomgr::provider::HintProvider) -> Vec<(u32, u64, u64, u64)> {
+    let inv = p.inventory().expect("inventory");
+    let r = &inv.resources["cpu"];
+    let zones: Vec<(u32, u64, u64, u64)> = r
+        .zones
+        .iter()
+        .map(|z| {
+            let a = z.amounts;
+            let n = z.numa.expect("a node zone").get();
+            (
+                n,
+                a.capacity / 1000,
+                a.allocatable / 1000,
+                a.available / 1000,
+            )
+        })
+        .collect();
+    let avail: u64 = zones.iter().map(|z| z.3 * 1000).sum();
+    assert_eq!(r.total.available, avail);
+    zones
+}
+
+#[test]
+fn inventory_through_the_plugin_follows_allocations_and_restores() {
+    use topomgr::provider::HintProvider;
+    use topomgr_sdk::testkit;
+    let so = common::cpu_plugin();
+    let cfg = serde_json::json!({"policy": "static", "reserved_cpus": "0"});
+    let mut p = common::load_on_example_machine("cpu", so, cfg.clone());
+    // 4 nodes of 4 CPUs (node 0: 0-1,8-9); CPU 0 reserved.
+    assert_eq!(
+        cpu_zones(&mut p),
+        [(0, 4, 3, 3), (1, 4, 4, 4), (2, 4, 4, 4), (3, 4, 4, 4)]
+    );
+    let g = testkit::guaranteed_pod("g", &[("cpu", 3000), ("memory", 1 << 30)]);
+    let a = p
+        .allocate(&g, &g.containers[0], &testkit::hint("2:true"))
+        .unwrap();
+    assert_eq!(a.cpus.to_string(), "4-5,12");
+    assert_eq!(
+        cpu_zones(&mut p),
+        [(0, 4, 3, 3), (1, 4, 4, 4), (2, 4, 4, 1), (3, 4, 4, 4)]
+    );
+    let mut q = common::load_on_example_machine("cpu", so, cfg);
+    q.restore(&p.checkpoint().unwrap()).unwrap();
+    assert_eq!(
+        cpu_zones(&mut q),
+        [(0, 4, 3, 3), (1, 4, 4, 4), (2, 4, 4, 1), (3, 4, 4, 4)]
+    );
+    q.release("g-uid", "app").unwrap();
+    assert_eq!(
+        cpu_zones(&mut q),
+        [(0, 4, 3, 3), (1, 4, 4, 4), (2, 4, 4, 4), (3, 4, 4, 4)]
+    );
+}
+
+/// A Guaranteed pod with pod-level resources (4 CPUs, 1Gi): a sidecar and
+/// an app container with one exclusive CPU each, and a shared container.
+fn pod_level_manifest(dir: &Path) -> PathBuf {
+    let p = dir.join("pod-level.yaml");
+    let one =
+        "resources: {requests: {cpu: \"1\", memory: 100Mi}, limits: {cpu: \"1\", memory: 100Mi}}";
+    std::fs::write(
+        &p,
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: pl\n  uid: pl-uid\nspec:\n  \
+             resources: {{requests: {{cpu: \"4\", memory: 1Gi}}, limits: {{cpu: \"4\", memory: 1Gi}}}}\n  \
+             initContainers:\n  - name: side\n    image: x\n    restartPolicy: Always\n    {one}\n  \
+             containers:\n  - name: gu\n    image: x\n    {one}\n  - name: shared\n    image: x\n"
+        ),
+    )
+    .unwrap();
+    p
+}
+
+#[test]
+fn pod_level_resources_through_admit_with_the_gate_off_and_on() {
+    let sys = example_sys();
+    for (gate, scope, want) in [
+        // Off (the kubelet's default): every container in the shared pool.
+        (
+            false,
+            "pod",
+            [
+                ("side", "0-15", false),
+                ("gu", "0-15", false),
+                ("shared", "0-15", false),
+            ],
+        ),
+        // On, pod scope: the pod's 4 CPUs on node 1 (2-3,10-11), one each
+        // for the sidecar and the app container, the rest shared by the pod.
+        (
+            true,
+            "pod",
+            [
+                ("side", "2", true),
+                ("gu", "10", true),
+                ("shared", "3,11", true),
+            ],
+        ),
+        // On, container scope: exclusive CPUs for the eligible containers,
+        // the node's shared pool for the other one.
+        (
+            true,
+            "container",
+            [
+                ("side", "8", true),
+                ("gu", "1", true),
+                ("shared", "0,2-7,9-15", false),
+            ],
+        ),
+    ] {
+        let tag = format!("cpu-pod-level-{gate}-{scope}");
+        let extra = format!(
+            "reserved_cpus = \"0\"\n[providers.cpu.config.feature_gates]\nPodLevelResourceManagers = {gate}"
+        );
+        let dir = config_dir(&tag, "single-numa-node", &extra);
+        let cfg = std::fs::read_to_string(dir.join("topomgr.toml")).unwrap();
+        std::fs::write(
+            dir.join("topomgr.toml"),
+            cfg.replace("scope = \"container\"", &format!("scope = \"{scope}\"")),
+        )
+        .unwrap();
+        let pod = pod_level_manifest(&dir).display().to_string();
+        let (code, out, err) = topomgr(&dir, &["admit", "--sysfs-root", &sys, &pod]);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let p = &v["pods"][0];
+        assert_eq!(p["admitted"], true, "{tag}: {out}");
+        assert_eq!(p["qos"], "Guaranteed", "{tag}");
+        let got: Vec<(String, String, bool)> = p["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["name"].as_str().unwrap().to_owned(),
+                    c["cpus"].as_str().unwrap().to_owned(),
+                    c["exclusive"].as_bool().unwrap(),
+                )
+            })
+            .collect();
+        let want: Vec<(String, String, bool)> = want
+            .iter()
+            .map(|(n, c, e)| (n.to_string(), c.to_string(), *e))
+            .collect();
+        assert_eq!(got, want, "{tag}: {out}");
+    }
+}

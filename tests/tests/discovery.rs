@@ -188,6 +188,7 @@ fn expected_example() -> Machine {
         )
         .with_net(vec![format!("ens2f0v{n}")])
         .with_physfn("0000:3b:00.0")
+        .with_vf_index(n)
     };
     Machine::new(
         numa_nodes,
@@ -301,8 +302,8 @@ NUMA node 1: CPUs 2-3,10-11 (4), memory 8.0 GiB (7.0 GiB free)
   hugepages 2048kB: 512 total, 512 free
   hugepages 1048576kB: 1 total, 1 free
   PCI 0000:3b:00.0 8086:158b class 0x020000 driver i40e net ens2f0 SR-IOV 2/64 VFs
-  PCI 0000:3b:02.0 8086:154c class 0x020000 driver iavf net ens2f0v0 VF of 0000:3b:00.0
-  PCI 0000:3b:02.1 8086:154c class 0x020000 driver iavf net ens2f0v1 VF of 0000:3b:00.0
+  PCI 0000:3b:02.0 8086:154c class 0x020000 driver iavf net ens2f0v0 VF 0 of 0000:3b:00.0 (ens2f0)
+  PCI 0000:3b:02.1 8086:154c class 0x020000 driver iavf net ens2f0v1 VF 1 of 0000:3b:00.0 (ens2f0)
 
 NUMA node 2: CPUs 4-5,12-13 (4), memory 8.0 GiB (5.0 GiB free)
   hugepages 2048kB: 256 total, 256 free
@@ -1701,4 +1702,270 @@ fn live_sysfs_of_this_host() {
     assert!(!machine.numa_nodes.is_empty());
     assert!(!machine.online_cpus().is_empty());
     consistent(&machine).expect("consistent");
+}
+
+// ------------------------------------------------ SR-IOV example machine
+
+fn sriov_tree() -> PathBuf {
+    repo().join("examples/machines/2s2n-sriov")
+}
+
+/// A copy of the SR-IOV example machine (`sys/` and the `proc/` beside it).
+fn sriov_copy(tag: &str) -> (Scratch, PathBuf) {
+    let (scratch, sys) = Scratch::copy_of(&sriov_tree().join("sys"), tag);
+    let status = Command::new("cp")
+        .arg("-a")
+        .arg(sriov_tree().join("proc"))
+        .arg(scratch.0.join("proc"))
+        .status()
+        .expect("run cp");
+    assert!(status.success(), "cp -a proc failed");
+    (scratch, sys)
+}
+
+/// The SR-IOV facts of `examples/machines/2s2n-sriov` as its README
+/// describes them (IOMMU groups numbered from 10 in the generator's order).
+#[test]
+fn sriov_machine_pci_fields() {
+    let machine = discover(&sriov_tree().join("sys")).expect("2s2n-sriov");
+    let dev = |a: &str| {
+        machine
+            .pci_devices
+            .iter()
+            .find(|d| d.address == a)
+            .unwrap_or_else(|| panic!("no {a}"))
+            .clone()
+    };
+    let pci = |a: &str, vendor: &str, device: &str, class: &str, numa: u32, driver: &str| {
+        PciDevice::new(a, vendor, device, class, Some(node(numa))).with_driver(driver)
+    };
+    let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(machine.pci_devices.len(), 17);
+    assert_eq!(
+        dev("0000:01:00.0"),
+        pci("0000:01:00.0", "0x8086", "0x1521", "0x020000", 0, "igb")
+            .with_net(strings(&["eno1"]))
+            .with_link_type(1)
+            .with_acpi_index(1)
+            .with_iommu_group(11)
+            .with_default_route(true)
+    );
+    assert_eq!(
+        dev("0000:01:00.1"),
+        pci("0000:01:00.1", "0x8086", "0x1521", "0x020000", 0, "igb")
+            .with_net(strings(&["eno2"]))
+            .with_link_type(1)
+            .with_acpi_index(2)
+            .with_iommu_group(12)
+    );
+    let vfs0 = strings(&[
+        "0000:18:01.0",
+        "0000:18:01.1",
+        "0000:18:01.2",
+        "0000:18:01.3",
+    ]);
+    let mut sriov = Sriov::new(128, vfs0);
+    sriov.num_vfs = 4;
+    assert_eq!(
+        dev("0000:18:00.0"),
+        pci("0000:18:00.0", "0x8086", "0x1592", "0x020000", 0, "ice")
+            .with_net(strings(&["ens1f0"]))
+            .with_link_type(1)
+            .with_iommu_group(13)
+            .with_sriov(sriov)
+    );
+    // A kernel VF (iavf, interface) and a DPDK VF (vfio-pci, none) of node 1.
+    assert_eq!(
+        dev("0000:86:01.1"),
+        pci("0000:86:01.1", "0x8086", "0x1889", "0x020000", 1, "iavf")
+            .with_net(strings(&["ens2f0v1"]))
+            .with_link_type(1)
+            .with_physfn("0000:86:00.0")
+            .with_vf_index(1)
+            .with_iommu_group(20)
+    );
+    assert_eq!(
+        dev("0000:86:01.3"),
+        pci(
+            "0000:86:01.3",
+            "0x8086",
+            "0x1889",
+            "0x020000",
+            1,
+            "vfio-pci"
+        )
+        .with_physfn("0000:86:00.0")
+        .with_vf_index(3)
+        .with_iommu_group(22)
+    );
+    assert_eq!(
+        dev("0000:d8:00.3"),
+        pci(
+            "0000:d8:00.3",
+            "0x15b3",
+            "0x1018",
+            "0x020000",
+            1,
+            "mlx5_core"
+        )
+        .with_net(strings(&["ens3f0v1"]))
+        .with_link_type(1)
+        .with_physfn("0000:d8:00.0")
+        .with_vf_index(1)
+        .with_rdma(
+            strings(&["mlx5_3"]),
+            strings(&["issm3", "umad3", "uverbs3"])
+        )
+        .with_iommu_group(25)
+    );
+    assert_eq!(
+        dev("0000:af:00.0"),
+        pci(
+            "0000:af:00.0",
+            "0x8086",
+            "0x0d90",
+            "0x120000",
+            1,
+            "vfio-pci"
+        )
+        .with_iommu_group(26)
+    );
+    // Every VF has its index; only eno1 carries the default route.
+    let vf_indexes: Vec<(String, u32)> = machine
+        .pci_devices
+        .iter()
+        .filter_map(|d| Some((d.address.clone(), d.vf_index?)))
+        .collect();
+    assert_eq!(vf_indexes.len(), 10);
+    assert!(vf_indexes.iter().all(|(a, n)| {
+        let last: u32 = a[a.len() - 1..].parse().unwrap();
+        if a.starts_with("0000:d8") {
+            *n == last - 2
+        } else {
+            *n == last
+        }
+    }));
+    let routed: Vec<&str> = machine
+        .pci_devices
+        .iter()
+        .filter(|d| d.default_route)
+        .map(|d| d.address.as_str())
+        .collect();
+    assert_eq!(routed, ["0000:01:00.0"]);
+}
+
+#[test]
+fn sriov_fields_degrade_when_their_files_are_missing() {
+    let (_s, sys) = sriov_copy("sriov-missing");
+    let d = sys.join("devices/pci0000:d8/0000:d8:00.2");
+    fs::remove_dir_all(sys.parent().unwrap().join("proc")).expect("rm proc");
+    fs::remove_file(d.join("net/ens3f0v0/type")).expect("rm type");
+    fs::remove_file(d.join("iommu_group")).expect("rm iommu_group");
+    fs::remove_dir_all(d.join("infiniband_mad")).expect("rm infiniband_mad");
+    // The PF's link to this VF is gone: the VF keeps its PF, not its index.
+    fs::remove_file(sys.join("devices/pci0000:d8/0000:d8:00.0/virtfn0")).expect("rm virtfn0");
+    fs::remove_file(sys.join("devices/pci0000:01/0000:01:00.1/acpi_index")).expect("rm acpi");
+    let machine = discover(&sys).expect("degraded tree");
+    let get = |a: &str| machine.pci_devices.iter().find(|d| d.address == a).unwrap();
+    let vf = get("0000:d8:00.2");
+    assert_eq!(
+        (vf.link_type, vf.iommu_group, vf.vf_index),
+        (None, None, None)
+    );
+    assert_eq!(vf.physfn.as_deref(), Some("0000:d8:00.0"));
+    assert_eq!(
+        (vf.rdma.clone(), vf.rdma_char_devices.clone()),
+        (vec!["mlx5_2".to_string()], vec!["uverbs2".to_string()])
+    );
+    assert_eq!(get("0000:01:00.1").acpi_index, None);
+    assert!(
+        machine.pci_devices.iter().all(|d| !d.default_route),
+        "no routing table, no default route"
+    );
+    assert_eq!(get("0000:d8:00.3").vf_index, Some(1));
+}
+
+#[test]
+fn sriov_fields_with_content_the_kernel_never_writes_name_the_file() {
+    let cases: [(&str, &str, &str, &str); 4] = [
+        (
+            "type",
+            "bus/pci/devices/0000:18:01.0/net/ens1f0v0/type",
+            "ether\n",
+            "expected a link type number (ARPHRD_*) like 1, found \"ether\"",
+        ),
+        (
+            "acpi",
+            "bus/pci/devices/0000:01:00.0/acpi_index",
+            "-1\n",
+            "expected an ACPI index number, found \"-1\"",
+        ),
+        (
+            "route",
+            "../proc/net/route",
+            "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\n eno1 default\n",
+            "expected route lines of at least 8 fields",
+        ),
+        (
+            "route-header",
+            "../proc/net/route",
+            "garbage\n",
+            "expected the kernel's routing table",
+        ),
+    ];
+    for (tag, file, content, expected) in cases {
+        let (_s, sys) = sriov_copy(tag);
+        write(&sys.join(file), content);
+        let text = err_text(&sys);
+        let shown = match file.strip_prefix("../") {
+            Some(beside) => sys.parent().expect("scratch").join(beside),
+            None => sys.join(file),
+        };
+        assert!(
+            text.starts_with(&format!("{}: {expected}", shown.display())),
+            "{tag}: {text}"
+        );
+    }
+    let (_s, sys) = sriov_copy("group");
+    let link = sys.join("bus/pci/devices/0000:18:01.2/iommu_group");
+    fs::remove_file(&link).expect("rm");
+    std::os::unix::fs::symlink("../../../kernel/iommu_groups/sixteen", &link).expect("ln");
+    assert_eq!(
+        err_text(&sys),
+        format!(
+            "{}: expected a link to an IOMMU group number, found \"sixteen\"",
+            link.display()
+        )
+    );
+}
+
+#[test]
+fn sriov_machine_table_shows_vfs_with_their_pf() {
+    let machine = discover(&sriov_tree().join("sys")).expect("2s2n-sriov");
+    let table = render_table(&machine);
+    let node1 = table
+        .split("\n\n")
+        .find(|s| s.starts_with("NUMA node 1:"))
+        .expect("node 1 section");
+    let pci: Vec<&str> = node1.lines().filter(|l| l.starts_with("  PCI")).collect();
+    assert_eq!(
+        pci,
+        [
+            "  PCI 0000:86:00.0 8086:1592 class 0x020000 driver ice net ens2f0 SR-IOV 4/128 VFs",
+            "  PCI 0000:86:01.0 8086:1889 class 0x020000 driver iavf net ens2f0v0 VF 0 of 0000:86:00.0 (ens2f0)",
+            "  PCI 0000:86:01.1 8086:1889 class 0x020000 driver iavf net ens2f0v1 VF 1 of 0000:86:00.0 (ens2f0)",
+            "  PCI 0000:86:01.2 8086:1889 class 0x020000 driver vfio-pci VF 2 of 0000:86:00.0 (ens2f0)",
+            "  PCI 0000:86:01.3 8086:1889 class 0x020000 driver vfio-pci VF 3 of 0000:86:00.0 (ens2f0)",
+            "  PCI 0000:af:00.0 8086:0d90 class 0x120000 driver vfio-pci",
+            "  PCI 0000:d8:00.0 15b3:1017 class 0x020000 driver mlx5_core net ens3f0 rdma mlx5_0 SR-IOV 2/8 VFs",
+            "  PCI 0000:d8:00.2 15b3:1018 class 0x020000 driver mlx5_core net ens3f0v0 rdma mlx5_2 VF 0 of 0000:d8:00.0 (ens3f0)",
+            "  PCI 0000:d8:00.3 15b3:1018 class 0x020000 driver mlx5_core net ens3f0v1 rdma mlx5_3 VF 1 of 0000:d8:00.0 (ens3f0)",
+        ]
+    );
+    assert!(
+        table.contains(
+            "\n  PCI 0000:01:00.0 8086:1521 class 0x020000 driver igb net eno1 default route\n"
+        ),
+        "{table}"
+    );
 }

@@ -276,3 +276,125 @@ fn corpus_machine_history() {
         ]
     );
 }
+
+/// `(node, capacity, allocatable, available)` of every zone of `resource`,
+/// in MiB.
+fn zones(p: &mut dyn topomgr::provider::HintProvider, resource: &str) -> Vec<(u32, u64, u64, u64)> {
+    let inv = p.inventory().expect("inventory");
+    let r = &inv.resources[resource];
+    let mib = 1 << 20;
+    let zones: Vec<(u32, u64, u64, u64)> = r
+        .zones
+        .iter()
+        .map(|z| {
+            let a = z.amounts;
+            let n = z.numa.expect("a node zone").get();
+            (n, a.capacity / mib, a.allocatable / mib, a.available / mib)
+        })
+        .collect();
+    let avail: u64 = zones.iter().map(|z| z.3 * mib).sum();
+    assert_eq!(r.total.available, avail);
+    zones
+}
+
+#[test]
+fn inventory_through_the_plugin_follows_allocations_and_restores() {
+    use topomgr::provider::HintProvider;
+    use topomgr_sdk::testkit;
+    let so = common::memory_plugin();
+    let cfg = serde_json::json!({"policy": "static",
+        "reserved_memory": {"0": {"memory": "512Mi"}}});
+    let mut p = common::load_on_example_machine("memory", so, cfg.clone());
+    // 8Gi per node; 1Gi pages 2,1,0,2 and 2Mi pages 512,512,256,0.
+    let memory = [
+        (0, 8192, 4608, 4608),
+        (1, 8192, 6144, 6144),
+        (2, 8192, 7680, 7680),
+        (3, 8192, 6144, 6144),
+    ];
+    assert_eq!(zones(&mut p, "memory"), memory);
+    assert_eq!(
+        zones(&mut p, "hugepages-2Mi"),
+        [
+            (0, 1024, 1024, 1024),
+            (1, 1024, 1024, 1024),
+            (2, 512, 512, 512),
+            (3, 0, 0, 0)
+        ]
+    );
+    assert_eq!(
+        zones(&mut p, "hugepages-1Gi"),
+        [
+            (0, 2048, 2048, 2048),
+            (1, 1024, 1024, 1024),
+            (2, 0, 0, 0),
+            (3, 2048, 2048, 2048)
+        ]
+    );
+    let g = testkit::guaranteed_pod(
+        "g",
+        &[
+            ("cpu", 1000),
+            ("memory", 1 << 30),
+            ("hugepages-2Mi", 4 << 20),
+        ],
+    );
+    let a = p
+        .allocate(&g, &g.containers[0], &testkit::hint("2:true"))
+        .unwrap();
+    assert_eq!(a.mems.to_string(), "2");
+    let after_memory = [
+        (0, 8192, 4608, 4608),
+        (1, 8192, 6144, 6144),
+        (2, 8192, 7680, 6656),
+        (3, 8192, 6144, 6144),
+    ];
+    let after_2m = [
+        (0, 1024, 1024, 1024),
+        (1, 1024, 1024, 1024),
+        (2, 512, 512, 508),
+        (3, 0, 0, 0),
+    ];
+    assert_eq!(zones(&mut p, "memory"), after_memory);
+    assert_eq!(zones(&mut p, "hugepages-2Mi"), after_2m);
+    let mut q = common::load_on_example_machine("memory", so, cfg);
+    q.restore(&p.checkpoint().unwrap()).unwrap();
+    assert_eq!(zones(&mut q, "memory"), after_memory);
+    assert_eq!(zones(&mut q, "hugepages-2Mi"), after_2m);
+    q.release("g-uid", "app").unwrap();
+    assert_eq!(zones(&mut q, "memory"), memory);
+}
+
+#[test]
+fn pod_level_resources_through_admit_with_the_gate_off_and_on() {
+    let machine = common::example_sys();
+    for (gate, want) in [(false, ""), (true, "0")] {
+        let cfg = config(&format!("mem-pod-level-{gate}"), "single-numa-node", "pod");
+        let drop_in = cfg.join("plugins.d/30-memory.toml");
+        let mut text = std::fs::read_to_string(&drop_in).unwrap();
+        text.push_str(&format!(
+            "[providers.memory.config.feature_gates]\nPodLevelResourceManagers = {gate}\n"
+        ));
+        std::fs::write(&drop_in, text).unwrap();
+        let pod = cfg.join("pod-level.yaml");
+        std::fs::write(
+            &pod,
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: pl\n  uid: pl-uid\nspec:\n  \
+             resources: {requests: {cpu: \"2\", memory: 2Gi}, limits: {cpu: \"2\", memory: 2Gi}}\n  \
+             containers:\n  - name: gu\n    image: x\n    resources: {requests: {cpu: \"1\", memory: 1Gi}, \
+             limits: {cpu: \"1\", memory: 1Gi}}\n  - name: shared\n    image: x\n",
+        )
+        .unwrap();
+        let pod = pod.to_string_lossy().into_owned();
+        let (code, out, err) = common::topomgr(&cfg, &["admit", "--sysfs-root", &machine, &pod]);
+        assert_eq!(code, 0, "{err}");
+        let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let p = &v["pods"][0];
+        assert_eq!(p["admitted"], true, "{out}");
+        // Off: the kubelet pins nothing; on, in pod scope: both containers
+        // on the pod's node.
+        for c in p["containers"].as_array().unwrap() {
+            assert_eq!(c["mems"], want, "gate {gate}: {out}");
+        }
+    }
+}

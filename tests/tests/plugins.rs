@@ -621,8 +621,10 @@ fn with_added_fields(mut machine: serde_json::Value) -> serde_json::Value {
         c["core_type"] = json!("performance");
     }
     for d in machine["pci_devices"].as_array_mut().unwrap() {
-        d["link_type"] = json!("ether");
-        d["vf_index"] = json!(null);
+        // Fields no SDK release has (the real `link_type` and `vf_index`
+        // were added in SDK 0.2 itself).
+        d["link_speed_mbps"] = json!(25000);
+        d["pcie_generation"] = json!("gen4");
     }
     machine
 }

@@ -25,7 +25,15 @@
 //! - PCI devices from `bus/pci/devices/<address>`: vendor, device, class (as
 //!   sysfs writes them), `numa_node` (no node when absent, -1, or naming a
 //!   node the machine lacks), driver, `net/` interfaces, SR-IOV (`sriov_totalvfs`,
-//!   `sriov_numvfs`, `virtfn<N>` links) and `physfn`.
+//!   `sriov_numvfs`, `virtfn<N>` links), `physfn` and a VF's index (the `N`
+//!   of its PF's `virtfn<N>` link), and what the SR-IOV provider selects on:
+//!   the first interface's link type (`net/<if>/type`), `acpi_index`, RDMA
+//!   devices (`infiniband/`) and their character devices
+//!   (`infiniband_verbs/`, `infiniband_mad/`), the IOMMU group (the
+//!   `iommu_group` link), the UIO device (`uio/`), each absent when its file
+//!   is; and whether an interface carries the IPv4 default route, from the
+//!   routing table beside the tree: `<sysfs_root>/../proc/net/route`, which
+//!   for the live `/sys` is `/proc/net/route` (none when absent).
 //!
 //! Missing optional files degrade to documented defaults; a mandatory file
 //! that cannot be read, or any file with content the kernel would not write,
@@ -35,6 +43,7 @@ mod cpu;
 mod error;
 mod node;
 mod pci;
+mod route;
 mod sysfs;
 mod table;
 

@@ -1,5 +1,6 @@
 //! PCI devices: `bus/pci/devices/<address>` (links into `devices/`).
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::io;
 use std::path::Path;
@@ -10,7 +11,7 @@ use super::sysfs::{
     clean, dir_names, link_name, numbered_entries, parse_error, parse_num, read_optional,
     read_optional_num,
 };
-use super::DiscoveryError;
+use super::{route, DiscoveryError};
 
 /// Read every PCI device, ascending by address. No `bus/pci/devices`
 /// directory means no PCI devices.
@@ -18,6 +19,10 @@ use super::DiscoveryError;
 /// `node_ids` are the machine's NUMA nodes: a `numa_node` of -1, or naming
 /// another node (firmware bugs), is reported as no node (`None`), so every
 /// device's `numa` is `None` or a node of the machine.
+///
+/// A virtual function's `vf_index` is the `N` of the `virtfn<N>` link of its
+/// PF (the one its `physfn` names) that points to it; `default_route` comes
+/// from the routing table beside the tree ([`route::route_path`]).
 pub(super) fn read_pci(
     root: &Path,
     node_ids: &[NumaNodeId],
@@ -27,17 +32,37 @@ pub(super) fn read_pci(
         tracing::debug!(path = %dir.display(), "no PCI bus in sysfs");
         return Ok(Vec::new());
     };
-    addresses
-        .iter()
-        .map(|address| read_device(&dir.join(address), address, node_ids))
-        .collect()
+    let with_default_route = route::default_route_interfaces(&route::route_path(root))?;
+    let mut devices = Vec::with_capacity(addresses.len());
+    let mut vf_links = Vec::new();
+    for address in &addresses {
+        let (device, links) =
+            read_device(&dir.join(address), address, node_ids, &with_default_route)?;
+        vf_links.extend(links.into_iter().map(|(n, vf)| (address.clone(), n, vf)));
+        devices.push(device);
+    }
+    // `addresses` is sorted, and so is `devices`.
+    for (pf, n, vf) in vf_links {
+        if let Ok(i) = devices.binary_search_by(|d| d.address.as_str().cmp(&vf)) {
+            let device = &mut devices[i];
+            if device.physfn.as_deref() == Some(pf.as_str()) {
+                device.vf_index = Some(n);
+            }
+        }
+    }
+    Ok(devices)
 }
 
+/// A PF's `virtfn<N>` links as (N, VF address), by N.
+type VfLinks = Vec<(u32, String)>;
+
+/// One device, and its `virtfn<N>` links.
 fn read_device(
     dir: &Path,
     address: &str,
     node_ids: &[NumaNodeId],
-) -> Result<PciDevice, DiscoveryError> {
+    with_default_route: &BTreeSet<String>,
+) -> Result<(PciDevice, VfLinks), DiscoveryError> {
     let ids = read_ids(dir)?;
     let numa_path = dir.join("numa_node");
     let numa = match read_optional_num::<i32>(&numa_path, "an integer")? {
@@ -66,13 +91,41 @@ fn read_device(
     };
     let driver = link_name(&dir.join("driver"))?;
     let net = dir_names(&dir.join("net"))?.unwrap_or_default();
-    let sriov = read_sriov(dir)?;
+    let (sriov, vf_links) = match read_sriov(dir)? {
+        Some((sriov, links)) => (Some(sriov), links),
+        None => (None, Vec::new()),
+    };
     let physfn = link_name(&dir.join("physfn"))?;
+    let link_type = match net.first() {
+        Some(first) => read_optional_num::<u16>(
+            &dir.join("net").join(first).join("type"),
+            "a link type number (ARPHRD_*) like 1",
+        )?,
+        None => None,
+    };
+    let acpi_index = read_optional_num::<u32>(&dir.join("acpi_index"), "an ACPI index number")?;
+    let rdma = dir_names(&dir.join("infiniband"))?.unwrap_or_default();
+    let mut rdma_char_devices = dir_names(&dir.join("infiniband_verbs"))?.unwrap_or_default();
+    rdma_char_devices.extend(dir_names(&dir.join("infiniband_mad"))?.unwrap_or_default());
+    rdma_char_devices.sort();
+    let group_path = dir.join("iommu_group");
+    let iommu_group = link_name(&group_path)?
+        .map(|name| parse_num::<u32>(&group_path, &name, "a link to an IOMMU group number"))
+        .transpose()?;
+    let uio = dir_names(&dir.join("uio"))?.and_then(|names| names.into_iter().next());
+    let default_route = net.iter().any(|n| with_default_route.contains(n));
     let mut device = PciDevice::new(address, ids.vendor, ids.device, ids.class, numa).with_net(net);
     device.driver = driver;
     device.sriov = sriov;
     device.physfn = physfn;
-    Ok(device)
+    device.link_type = link_type;
+    device.acpi_index = acpi_index;
+    device.rdma = rdma;
+    device.rdma_char_devices = rdma_char_devices;
+    device.iommu_group = iommu_group;
+    device.uio = uio;
+    device.default_route = default_route;
+    Ok((device, vf_links))
 }
 
 struct Ids {
@@ -150,8 +203,8 @@ fn read_hex(path: &Path, digits: usize) -> Result<Option<String>, DiscoveryError
 }
 
 /// SR-IOV capability: present when the device has `sriov_totalvfs` or
-/// `virtfn<N>` links.
-fn read_sriov(dir: &Path) -> Result<Option<Sriov>, DiscoveryError> {
+/// `virtfn<N>` links; with the links as (N, VF address).
+fn read_sriov(dir: &Path) -> Result<Option<(Sriov, VfLinks)>, DiscoveryError> {
     let total_path = dir.join("sriov_totalvfs");
     let total = read_optional(&total_path)?
         .map(|text| parse_num::<u32>(&total_path, &text, "a VF count"))
@@ -165,14 +218,15 @@ fn read_sriov(dir: &Path) -> Result<Option<Sriov>, DiscoveryError> {
         Some(text) => parse_num::<u32>(&num_path, &text, "a VF count")?,
         None => u32::try_from(links.len()).unwrap_or(u32::MAX),
     };
-    let mut vfs = Vec::with_capacity(links.len());
-    for (_, link) in &links {
+    let mut numbered = Vec::with_capacity(links.len());
+    for (n, link) in &links {
         if let Some(address) = link_name(link)? {
-            vfs.push(address);
+            numbered.push((*n, address));
         }
     }
+    let vfs = numbered.iter().map(|(_, a)| a.clone()).collect();
     let total_vfs = total.unwrap_or(num_vfs);
     let mut sriov = Sriov::new(total_vfs, vfs);
     sriov.num_vfs = num_vfs;
-    Ok(Some(sriov))
+    Ok(Some((sriov, numbered)))
 }

@@ -36,7 +36,7 @@ pub(super) fn parse_error(path: &Path, expected: &'static str, text: &str) -> Di
     }
 }
 
-fn read_error(path: &Path, source: io::Error) -> DiscoveryError {
+pub(super) fn read_error(path: &Path, source: io::Error) -> DiscoveryError {
     DiscoveryError::Read {
         path: path.to_path_buf(),
         source,
@@ -62,15 +62,13 @@ pub(super) fn read_optional(path: &Path) -> Result<Option<String>, DiscoveryErro
 /// recorded trees keep them as they were).
 pub(super) const MAX_ATTRIBUTE_BYTES: u64 = 1 << 20;
 
-/// Read a whole (small) attribute file, which must be a regular file.
+/// Open `path` for reading, refusing anything but a regular file.
 ///
 /// The file is opened without blocking (a FIFO in a recorded tree would
 /// otherwise wait for a writer forever) and refused unless `fstat` says it
 /// is a regular file, so `/dev/zero`, `/dev/urandom`, FIFOs, sockets and
-/// directories are errors, not hangs; at most [`MAX_ATTRIBUTE_BYTES`] are
-/// read. The size is not used to size the buffer: sysfs reports 4096 for
-/// every attribute.
-fn read_small(path: &Path) -> io::Result<Vec<u8>> {
+/// directories are errors, not hangs.
+pub(super) fn open_regular(path: &Path) -> io::Result<fs::File> {
     use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
     let file = fs::OpenOptions::new()
         .read(true)
@@ -96,6 +94,14 @@ fn read_small(path: &Path) -> io::Result<Vec<u8>> {
             format!("it is {what}; sysfs attributes are regular files"),
         ));
     }
+    Ok(file)
+}
+
+/// Read a whole (small) attribute file, which must be a regular file
+/// ([`open_regular`]); at most [`MAX_ATTRIBUTE_BYTES`] are read. The size
+/// is not used to size the buffer: sysfs reports 4096 for every attribute.
+fn read_small(path: &Path) -> io::Result<Vec<u8>> {
+    let file = open_regular(path)?;
     let mut bytes = Vec::with_capacity(64);
     file.take(MAX_ATTRIBUTE_BYTES + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > MAX_ATTRIBUTE_BYTES {

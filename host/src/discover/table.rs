@@ -42,7 +42,7 @@ impl Display for MachineTable<'_> {
             writeln!(f)?;
             write_node(f, node)?;
             for dev in m.pci_devices.iter().filter(|d| d.numa == Some(node.id)) {
-                writeln!(f, "  {}", PciLine(dev))?;
+                writeln!(f, "  {}", PciLine(dev, m))?;
             }
         }
         let unattached: Vec<&PciDevice> = m
@@ -54,7 +54,7 @@ impl Display for MachineTable<'_> {
             writeln!(f)?;
             writeln!(f, "PCI devices without a NUMA node:")?;
             for dev in unattached {
-                writeln!(f, "  {}", PciLine(dev))?;
+                writeln!(f, "  {}", PciLine(dev, m))?;
             }
         }
         let without_node = m.cpus_without_node();
@@ -110,7 +110,11 @@ fn write_node(f: &mut Formatter<'_>, node: &NumaNode) -> fmt::Result {
     Ok(())
 }
 
-struct PciLine<'a>(&'a PciDevice);
+/// One device: ids, class, driver, interfaces, RDMA devices, SR-IOV
+/// (`SR-IOV 4/128 VFs` on a PF, `VF 2 of 0000:18:00.0 (ens1f0)` on a VF:
+/// its index, its PF and the PF's first interface) and `default route`
+/// when an interface carries the host's default route.
+struct PciLine<'a>(&'a PciDevice, &'a Machine);
 
 impl Display for PciLine<'_> {
     fn fmt(&self, f: &mut Formatter<'_>) -> fmt::Result {
@@ -132,11 +136,29 @@ impl Display for PciLine<'_> {
         if !d.net.is_empty() {
             write!(f, " net {}", d.net.join(","))?;
         }
+        if !d.rdma.is_empty() {
+            write!(f, " rdma {}", d.rdma.join(","))?;
+        }
         if let Some(sriov) = &d.sriov {
             write!(f, " SR-IOV {}/{} VFs", sriov.num_vfs, sriov.total_vfs)?;
         }
         if let Some(pf) = &d.physfn {
-            write!(f, " VF of {pf}")?;
+            match d.vf_index {
+                Some(n) => write!(f, " VF {n} of {pf}")?,
+                None => write!(f, " VF of {pf}")?,
+            }
+            // Machine::new sorts the devices by address.
+            let devices = &self.1.pci_devices;
+            let pf_name = devices
+                .binary_search_by(|p| p.address.cmp(pf))
+                .ok()
+                .and_then(|i| devices[i].net.first());
+            if let Some(name) = pf_name {
+                write!(f, " ({name})")?;
+            }
+        }
+        if d.default_route {
+            write!(f, " default route")?;
         }
         Ok(())
     }

@@ -17,6 +17,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::topology::{CpuTopology, Cpus, Level};
+use topomgr_sdk::NumaMask;
 
 /// How single threads are picked in the last step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -478,7 +479,10 @@ pub fn take_distributed(
     let same_socket = |combo: &[u32]| {
         how.align_by_socket
             && topo
-                .sockets_in_numa_nodes(&combo.iter().copied().collect())
+                .sockets_in_numa_nodes(
+                    // Group keys of NUMA nodes are their ids.
+                    NumaMask::from_nodes(combo.iter().copied()).unwrap_or_default(),
+                )
                 .len()
                 == 1
     };

@@ -4,6 +4,8 @@
 //! - `SMTAlignmentError` — full-pcpus-only refusals (the kubelet's reason);
 //! - `UnexpectedAdmissionError` — not enough free CPUs, or a take that
 //!   could not complete (the kubelet's reason for allocation failures);
+//! - `EmptyPodSharedPoolError` — with `PodLevelResourceManagers`, a pod
+//!   whose pod-level CPUs leave its shared containers none;
 //! - `InvalidConfig` — bad config or policy options;
 //! - `InvalidCheckpoint` — a checkpoint that does not fit this machine.
 
@@ -16,6 +18,8 @@ use crate::options::OptionsError;
 pub const SMT_ALIGNMENT_ERROR: &str = "SMTAlignmentError";
 /// The kubelet's reason for other allocation failures.
 pub const UNEXPECTED_ADMISSION_ERROR: &str = "UnexpectedAdmissionError";
+/// The kubelet's reason for a pod-level pod without CPUs for its shared containers.
+pub const EMPTY_POD_SHARED_POOL_ERROR: &str = "EmptyPodSharedPoolError";
 
 /// Everything the CPU provider can refuse.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -57,12 +61,25 @@ pub enum CpuError {
         source: TakeError,
     },
     /// Compact hints would list too many masks.
-    #[error("more than {max} minimal NUMA node combinations satisfy a request of {requested} CPUs; request fewer CPUs per container or use fewer NUMA nodes")]
+    #[error("hints for a request of {requested} CPUs: {source}")]
     TooManyCombinations {
         /// CPUs requested.
         requested: usize,
-        /// The cap.
-        max: usize,
+        /// Which limit was hit.
+        source: topomgr_sdk::hintgen::TooManyCombinations,
+    },
+    /// Pod-level resources (`PodLevelResourceManagers`) that leave the
+    /// pod's shared containers without CPUs (the kubelet's message).
+    #[error("{0}")]
+    EmptyPodSharedPool(String),
+    /// A container asked for in pod scope that its pod's pod-level CPU set
+    /// does not know (the pod changed between its containers' calls).
+    #[error("container {container:?} is not part of the pod-level CPU set of pod {pod}; release the pod and admit it again")]
+    NotInPodSet {
+        /// Pod uid.
+        pod: String,
+        /// Container name.
+        container: String,
     },
     /// Bad `[config]`.
     #[error("cpu provider config: {0}")]
@@ -84,7 +101,9 @@ impl CpuError {
             }
             CpuError::NotEnough { .. }
             | CpuError::Take { .. }
-            | CpuError::TooManyCombinations { .. } => UNEXPECTED_ADMISSION_ERROR,
+            | CpuError::TooManyCombinations { .. }
+            | CpuError::NotInPodSet { .. } => UNEXPECTED_ADMISSION_ERROR,
+            CpuError::EmptyPodSharedPool(_) => EMPTY_POD_SHARED_POOL_ERROR,
             CpuError::Config(_) | CpuError::Options(_) => "InvalidConfig",
             CpuError::Checkpoint(_) => "InvalidCheckpoint",
         }

@@ -7,24 +7,21 @@
 //! CPUs reach the request (the machine's node count if none does), or, with
 //! `align-by-socket`, when it spans exactly the minimum number of sockets.
 //!
-//! Above [`EXPLICIT_MAX_NODES`] NUMA nodes the same hints are answered in
-//! the SDK's compact form: the minimal masks (every superset of one is a
-//! hint) and the preferred width. `align-by-socket`'s extra preferred hints
-//! cannot be said in that form; there only the width rule marks preference.
+//! The hints are upward-closed, so the SDK's [`hintgen`] builds them: the
+//! explicit list up to [`EXPLICIT_HINT_MAX_NODES`] NUMA nodes, the compact
+//! form (the minimal masks and the preferred width) above.
+//! `align-by-socket`'s extra preferred hints cannot be said in that form;
+//! there only the width rule marks preference.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
-use topomgr_sdk::{
-    for_each_mask_in_kubelet_order, CompactHints, HintSet, NumaMask, NumaNodeId, TopologyHint,
-};
+#[cfg(doc)]
+use topomgr_sdk::hintgen::{self, EXPLICIT_HINT_MAX_NODES};
+use topomgr_sdk::hintgen::{min_width_additive, upward_closed_hints};
+use topomgr_sdk::{HintSet, NumaMask, NumaNodeId};
 
 use crate::error::CpuError;
 use crate::topology::{CpuTopology, Cpus, Level};
-
-/// Machines with more NUMA nodes (with CPUs) than this get compact hints.
-pub const EXPLICIT_MAX_NODES: usize = 8;
-/// The most minimal masks a compact answer may hold.
-pub const MAX_MINIMAL_MASKS: usize = 65_536;
 
 /// What the hints are computed from.
 #[derive(Debug, Clone, Copy)]
@@ -39,19 +36,6 @@ pub struct HintRequest<'a> {
     pub align_by_socket: bool,
 }
 
-/// The mask of node `node` (node ids come from the machine, so always in range).
-pub(crate) fn bit(node: u32) -> NumaMask {
-    NumaNodeId::new(node).map_or(NumaMask::EMPTY, NumaMask::single)
-}
-
-/// Node ids as the SDK's type (node ids come from the machine).
-pub(crate) fn node_ids(nodes: &[u32]) -> Vec<NumaNodeId> {
-    nodes
-        .iter()
-        .filter_map(|&n| NumaNodeId::new(n).ok())
-        .collect()
-}
-
 fn mask_sum(mask: NumaMask, per_node: &BTreeMap<u32, usize>) -> usize {
     mask.iter()
         .map(|n| per_node.get(&n.get()).copied().unwrap_or(0))
@@ -60,19 +44,8 @@ fn mask_sum(mask: NumaMask, per_node: &BTreeMap<u32, usize>) -> usize {
 
 /// The narrowest width whose total CPUs reach `request` (kubelet's minAffinitySize).
 fn min_affinity_size(topo: &CpuTopology, request: usize) -> u32 {
-    let mut totals: Vec<usize> = topo
-        .count_by(&topo.all_cpus(), Level::Numa)
-        .into_values()
-        .collect();
-    totals.sort_unstable_by(|a, b| b.cmp(a));
-    let mut sum = 0;
-    for (i, t) in totals.iter().enumerate() {
-        sum += t;
-        if sum >= request {
-            return i as u32 + 1;
-        }
-    }
-    totals.len() as u32
+    let per_node = topo.count_by(&topo.all_cpus(), Level::Numa);
+    min_width_additive(per_node.values().map(|&n| n as u64), request as u64)
 }
 
 fn socket_aligned(topo: &CpuTopology, mask: NumaMask, min_size: u32) -> bool {
@@ -84,119 +57,39 @@ fn socket_aligned(topo: &CpuTopology, mask: NumaMask, min_size: u32) -> bool {
         return false;
     }
     let min_sockets = (min_size as usize).div_ceil(per_socket);
-    let nodes: BTreeSet<u32> = mask.iter().map(NumaNodeId::get).collect();
-    topo.sockets_in_numa_nodes(&nodes).len() == min_sockets
+    topo.sockets_in_numa_nodes(mask).len() == min_sockets
 }
 
-/// The hints for `req` on `topo`: explicit up to [`EXPLICIT_MAX_NODES`]
+/// Whether a NUMA mask can hold `req`: it holds every reusable CPU, and
+/// the reusable CPUs plus its free CPUs reach the request (monotone).
+fn fitting(topo: &CpuTopology, req: &HintRequest<'_>) -> impl Fn(NumaMask) -> bool {
+    let free = topo.count_by(req.available, Level::Numa);
+    let reusable_mask = topo.numa_mask_of(req.reusable);
+    let (reusable, request) = (req.reusable.len(), req.request);
+    move |mask| reusable_mask.is_subset_of(mask) && reusable + mask_sum(mask, &free) >= request
+}
+
+/// The hints for `req` on `topo`: explicit up to [`EXPLICIT_HINT_MAX_NODES`]
 /// nodes, compact above.
 pub fn generate(topo: &CpuTopology, req: &HintRequest<'_>) -> Result<HintSet, CpuError> {
-    let nodes = topo.numa_nodes();
-    let free = topo.count_by(req.available, Level::Numa);
-    let reusable_mask = topo
-        .groups_of(req.reusable, Level::Numa)
-        .into_iter()
-        .fold(NumaMask::EMPTY, |m, n| m.or(bit(n)));
-    let reusable = req.reusable.len();
+    let nodes: Vec<NumaNodeId> = topo.numa_nodes();
     let min_size = min_affinity_size(topo, req.request);
-    if nodes.len() <= EXPLICIT_MAX_NODES {
-        let mut hints = Vec::new();
-        for_each_mask_in_kubelet_order(&node_ids(&nodes), |mask| {
-            if !reusable_mask.is_subset_of(mask) {
-                return;
-            }
-            if reusable + mask_sum(mask, &free) < req.request {
-                return;
-            }
-            let preferred = (req.align_by_socket && socket_aligned(topo, mask, min_size))
-                || mask.count() == min_size;
-            hints.push(TopologyHint::new(mask, preferred));
-        });
-        return Ok(HintSet::Explicit(hints));
-    }
-    let minimal = minimal_masks(&nodes, &free, reusable_mask, reusable, req.request)?;
-    if minimal.is_empty() {
-        return Ok(HintSet::Explicit(Vec::new()));
-    }
-    Ok(HintSet::Compact(CompactHints {
-        minimal,
-        within: Vec::new(),
-        preferred_width: min_size,
-    }))
-}
-
-/// Every minimal mask containing `base` whose free CPUs plus `reusable`
-/// reach `request`, ordered by width then node ids.
-fn minimal_masks(
-    nodes: &[u32],
-    free: &BTreeMap<u32, usize>,
-    base: NumaMask,
-    reusable: usize,
-    request: usize,
-) -> Result<Vec<NumaMask>, CpuError> {
-    let base_sum = reusable + mask_sum(base, free);
-    if !base.is_empty() && base_sum >= request {
-        return Ok(vec![base]);
-    }
-    let candidates: Vec<(u32, usize)> = nodes
-        .iter()
-        .filter(|n| !base.intersects(bit(**n)))
-        .map(|n| (*n, free.get(n).copied().unwrap_or(0)))
-        .filter(|(_, f)| *f > 0)
-        .collect();
-    let mut suffix = vec![0usize; candidates.len() + 1];
-    for i in (0..candidates.len()).rev() {
-        suffix[i] = suffix[i + 1] + candidates[i].1;
-    }
-    struct Walk<'a> {
-        candidates: &'a [(u32, usize)],
-        suffix: &'a [usize],
-        request: usize,
-        out: Vec<NumaMask>,
-    }
-    impl Walk<'_> {
-        fn rec(
-            &mut self,
-            start: usize,
-            mask: NumaMask,
-            sum: usize,
-            smallest: usize,
-        ) -> Result<(), CpuError> {
-            for i in start..self.candidates.len() {
-                if sum + self.suffix[i] < self.request {
-                    return Ok(());
-                }
-                let (node, f) = self.candidates[i];
-                let m = mask.or(bit(node));
-                let s = sum + f;
-                let small = smallest.min(f);
-                if s >= self.request {
-                    if s - small < self.request {
-                        self.out.push(m);
-                        if self.out.len() > MAX_MINIMAL_MASKS {
-                            return Err(CpuError::TooManyCombinations {
-                                requested: self.request,
-                                max: MAX_MINIMAL_MASKS,
-                            });
-                        }
-                    }
-                } else {
-                    self.rec(i + 1, m, s, small)?;
+    let mut set = upward_closed_hints(&nodes, min_size, fitting(topo, req)).map_err(|source| {
+        CpuError::TooManyCombinations {
+            requested: req.request,
+            source,
+        }
+    })?;
+    if req.align_by_socket {
+        if let HintSet::Explicit(hints) = &mut set {
+            for h in hints.iter_mut() {
+                if let Some(mask) = h.affinity {
+                    h.preferred |= socket_aligned(topo, mask, min_size);
                 }
             }
-            Ok(())
         }
     }
-    let mut walk = Walk {
-        candidates: &candidates,
-        suffix: &suffix,
-        request,
-        out: Vec::new(),
-    };
-    walk.rec(0, base, base_sum, usize::MAX)?;
-    let mut out = walk.out;
-    out.sort_by_key(|m| (m.count(), m.nodes()));
-    Ok(out)
+    Ok(set)
 }
 
 #[cfg(test)]
@@ -211,12 +104,11 @@ mod tests {
             .unwrap_or_default()
     }
 
-    fn strings(h: &HintSet, nodes: &[u32]) -> Vec<String> {
-        let list = match h {
-            HintSet::Explicit(v) => v.clone(),
-            HintSet::Compact(c) => c.expand(&node_ids(nodes)),
-        };
-        list.iter().map(testkit::hint_string).collect()
+    fn strings(h: &HintSet, nodes: &[NumaNodeId]) -> Vec<String> {
+        h.to_explicit(nodes)
+            .iter()
+            .map(testkit::hint_string)
+            .collect()
     }
 
     fn hints_opt(
@@ -354,19 +246,20 @@ mod tests {
                         reuse,
                         request,
                     );
-                    let free = t.count_by(&a, Level::Numa);
-                    let base = t
-                        .groups_of(&r, Level::Numa)
-                        .into_iter()
-                        .fold(NumaMask::EMPTY, |m, n| m.or(bit(n)));
-                    let minimal = minimal_masks(&nodes, &free, base, r.len(), request).unwrap();
-                    let compact = CompactHints {
-                        minimal,
-                        within: Vec::new(),
-                        preferred_width: min_affinity_size(&t, request),
+                    let req = HintRequest {
+                        available: &a,
+                        reusable: &r,
+                        request,
+                        align_by_socket: false,
                     };
+                    let minimal =
+                        topomgr_sdk::hintgen::minimal_masks(&nodes, fitting(&t, &req)).unwrap();
+                    let compact = topomgr_sdk::CompactHints::upward_closed(
+                        minimal,
+                        min_affinity_size(&t, request),
+                    );
                     let expanded: Vec<String> = compact
-                        .expand(&node_ids(&nodes))
+                        .expand(&nodes)
                         .iter()
                         .map(testkit::hint_string)
                         .collect();

@@ -21,18 +21,30 @@
 //! reserved_cpus = "0"        # Linux list of online CPUs; may be empty
 //! [providers.cpu.config.options]
 //! full-pcpus-only = "true"
+//! [providers.cpu.config.feature_gates]
+//! PodLevelResourceManagers = false   # the kubelet gate, off by default
 //! ```
 //!
 //! Refusal reasons: `SMTAlignmentError` (full-pcpus-only),
-//! `UnexpectedAdmissionError` (not enough free CPUs), `InvalidConfig`,
-//! `InvalidCheckpoint` (see [`error`]).
+//! `UnexpectedAdmissionError` (not enough free CPUs),
+//! `EmptyPodSharedPoolError` (pod-level resources, see [`podlevel`]),
+//! `InvalidConfig`, `InvalidCheckpoint` (see [`error`]).
 //!
-//! Differences from the kubelet: no feature gates (every option is
-//! accepted); an empty reserved set is allowed; align-by-socket under the
-//! host's single-numa-node policy is not refused (the provider cannot see
-//! the host policy); the CPUs reusable from init containers are part of the
+//! The inventory ([`inventory`]) reports `cpu` per NUMA zone in
+//! millicores of whole CPUs.
+//!
+//! Differences from the kubelet: no option feature gates (every option is
+//! accepted; the one gate followed is `PodLevelResourceManagers`); an
+//! empty reserved set is allowed; align-by-socket under the host's
+//! single-numa-node policy is not refused (the provider cannot see the
+//! host policy); the CPUs reusable from init containers are part of the
 //! checkpoint, so chained `topomgr provider cpu allocate --state-dir` calls
-//! behave as one kubelet process would.
+//! behave as one kubelet process would. The provider learns the host's
+//! scope from the calls it gets (pod-scope hints, then allocations), so a
+//! pod-level pod's `topomgr provider cpu allocate` without a
+//! `hints --pod-scope` in the same process is allocated as in container
+//! scope. A failed pod-level allocation changes nothing (the kubelet keeps
+//! the pod's CPU set after a failed partition).
 //!
 //! Reference version: the kubelet's add (non-resize) path of kubernetes
 //! master as of 2026-08, past the changes that alter choices: whole
@@ -43,16 +55,20 @@
 //! (#139778) and starts at the merged hint's node count (#139456). The
 //! kubelet's `cpu_assignment_test.go` tables are ported in the crate's
 //! tests (`upstream_tables`). Pods
-//! with pod-level `spec.resources` (the `PodLevelResourceManagers` gate,
-//! off by default) cannot be expressed in the SDK's `PodView`; every pod is
-//! treated as having container-level resources only. Where the kubelet's
+//! with pod-level `spec.resources` follow the `PodLevelResourceManagers`
+//! gate ([`podlevel`]): off (the default), they get no hints and the
+//! shared pool. Allocation results mark CPUs `exclusive` when they are not
+//! the node's shared pool (a pod-level pod's shared containers share their
+//! pod's CPUs). Where the kubelet's
 //! distributed remainder loop never ends (fragmented availability), this
 //! crate stops and reports an accounting error instead of hanging.
 
 pub mod assignment;
 pub mod error;
 pub mod hints;
+pub mod inventory;
 pub mod options;
+pub mod podlevel;
 pub mod policy;
 pub mod state;
 #[cfg(test)]
@@ -63,8 +79,8 @@ use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use topomgr_sdk::{
-    Allocation, ContainerView, CpuSet, HintSet, PodView, Provider, ProviderContext, ProviderError,
-    ProviderHints, TopologyHint,
+    Allocation, ContainerView, CpuSet, HintSet, Inventory, PodView, Provider, ProviderContext,
+    ProviderError, ProviderHints, TopologyHint,
 };
 
 use crate::error::CpuError;
@@ -86,6 +102,17 @@ struct Config {
     reserved_cpus: String,
     #[serde(default)]
     options: BTreeMap<String, serde_json::Value>,
+    #[serde(default)]
+    feature_gates: FeatureGates,
+}
+
+/// The kubelet feature gates the provider follows (`[config.feature_gates]`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FeatureGates {
+    /// `PodLevelResourceManagers` (beta, off by default in Kubernetes 1.37).
+    #[serde(default, rename = "PodLevelResourceManagers")]
+    pod_level_resource_managers: bool,
 }
 
 fn default_policy() -> String {
@@ -99,6 +126,8 @@ pub enum CpuManager {
     None {
         /// All online CPUs.
         all: CpuSet,
+        /// The topology (for the inventory).
+        topo: Box<CpuTopology>,
     },
     /// `policy = "static"`.
     Static(Box<StaticPolicy>),
@@ -120,6 +149,7 @@ impl CpuManager {
                 }
                 Ok(CpuManager::None {
                     all: to_cpuset(&topo.all_cpus()),
+                    topo: Box::new(topo),
                 })
             }
             "static" => {
@@ -142,15 +172,19 @@ impl CpuManager {
                         to_cpuset(&all)
                     )));
                 }
-                if options.align_by_socket && topo.num_numa_nodes() > hints::EXPLICIT_MAX_NODES {
+                if options.align_by_socket
+                    && topo.num_numa_nodes() > topomgr_sdk::hintgen::EXPLICIT_HINT_MAX_NODES
+                {
                     tracing::warn!(numa_nodes = topo.num_numa_nodes(),
                         "align-by-socket: above 8 NUMA nodes hints are compact and only the narrowest masks are marked preferred");
                 }
                 tracing::info!(reserved = %to_cpuset(&reserved), ?options, cpus = all.len(),
                     "cpu provider: static policy ready");
-                Ok(CpuManager::Static(Box::new(StaticPolicy::new(
-                    topo, reserved, options,
-                ))))
+                Ok(CpuManager::Static(Box::new(
+                    StaticPolicy::new(topo, reserved, options).with_pod_level_resource_managers(
+                        cfg.feature_gates.pod_level_resource_managers,
+                    ),
+                )))
             }
             other => Err(CpuError::Config(format!(
                 "policy = {other:?} is unknown; use \"static\" or \"none\""
@@ -175,14 +209,20 @@ impl Provider for CpuManager {
     ) -> Result<ProviderHints, ProviderError> {
         match self {
             CpuManager::None { .. } => Ok(None),
-            CpuManager::Static(p) => Ok(Self::answer(p.hints(pod, container)?)),
+            CpuManager::Static(p) => {
+                p.set_pod_scope(None);
+                Ok(Self::answer(p.hints(pod, container)?))
+            }
         }
     }
 
     fn pod_topology_hints(&mut self, pod: &PodView) -> Result<ProviderHints, ProviderError> {
         match self {
             CpuManager::None { .. } => Ok(None),
-            CpuManager::Static(p) => Ok(Self::answer(p.pod_hints(pod)?)),
+            CpuManager::Static(p) => {
+                p.set_pod_scope(Some(&pod.uid));
+                Ok(Self::answer(p.pod_hints(pod)?))
+            }
         }
     }
 
@@ -193,7 +233,7 @@ impl Provider for CpuManager {
         hint: &TopologyHint,
     ) -> Result<Allocation, ProviderError> {
         match self {
-            CpuManager::None { all } => Ok(Allocation::default().with_cpus(all.clone(), false)),
+            CpuManager::None { all, .. } => Ok(Allocation::default().with_cpus(all.clone(), false)),
             CpuManager::Static(p) => {
                 let placed = p.allocate(pod, container, hint.affinity)?;
                 Ok(Allocation::default().with_cpus(to_cpuset(&placed.cpus), placed.exclusive))
@@ -233,11 +273,25 @@ impl Provider for CpuManager {
             CpuManager::Static(p) => p.restore(&cp).map_err(Into::into),
         }
     }
+
+    fn inventory(&self) -> Result<Inventory, ProviderError> {
+        Ok(match self {
+            CpuManager::None { topo, .. } => {
+                inventory::cpu_inventory(topo, &Default::default(), &Default::default())
+            }
+            CpuManager::Static(p) => {
+                let allocatable = p.topo.all_cpus().difference(&p.reserved).copied().collect();
+                inventory::cpu_inventory(&p.topo, &allocatable, &p.available())
+            }
+        })
+    }
 }
 
 topomgr_sdk::export_provider!(CpuManager);
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod upstream_policy_tables;
 #[cfg(test)]
 mod upstream_tables;

@@ -9,6 +9,8 @@
 
 use std::collections::BTreeMap;
 
+use topomgr_sdk::parse_go_bool;
+
 use crate::topology::CpuTopology;
 
 /// `full-pcpus-only`.
@@ -79,15 +81,6 @@ pub struct StaticOptions {
     pub strict_cpu_reservation: bool,
     /// Prefer CPUs sharing an uncore (L3) cache.
     pub prefer_align_by_uncore_cache: bool,
-}
-
-/// Go's `strconv.ParseBool`.
-fn parse_go_bool(s: &str) -> Option<bool> {
-    match s {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
-    }
 }
 
 impl StaticOptions {

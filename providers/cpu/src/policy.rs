@@ -31,35 +31,69 @@ pub struct StaticPolicy {
     pub(crate) topo: CpuTopology,
     pub(crate) options: StaticOptions,
     pub(crate) reserved: Cpus,
-    reserved_physical: Cpus,
+    pub(crate) reserved_physical: Cpus,
     pub(crate) default_set: Cpus,
     pub(crate) assignments: Assignments,
     pub(crate) cpus_to_reuse: BTreeMap<String, Cpus>,
+    /// The `PodLevelResourceManagers` feature gate.
+    pub(crate) pod_level_managers: bool,
+    /// Pod-level CPU sets (the gate's pod-scope "bubbles"), by pod uid.
+    pub(crate) pod_sets: BTreeMap<String, Cpus>,
+    /// The pod whose pod-scope hints were asked for last (see
+    /// [`StaticPolicy::set_pod_scope`]).
+    pub(crate) pod_scope: Option<String>,
+}
+
+/// Whole CPUs of a request in millicores; `None` when not integral.
+fn whole_cpus(milli: u64) -> Option<usize> {
+    milli
+        .is_multiple_of(1000)
+        .then(|| usize::try_from(milli / 1000).unwrap_or(0))
 }
 
 /// The kubelet's `guaranteedCPUs`: the container's integer CPU request in
-/// a Guaranteed pod, else 0.
-pub fn guaranteed_cpus(pod: &PodView, container: &ContainerView) -> usize {
+/// a Guaranteed pod, else 0. With the `PodLevelResourceManagers` gate
+/// (`pod_level_managers`), a container of a pod with pod-level resources
+/// counts only when it is Guaranteed on its own (`cpu` and `memory`
+/// requests equal to their limits).
+pub fn guaranteed_cpus(
+    pod: &PodView,
+    container: &ContainerView,
+    pod_level_managers: bool,
+) -> usize {
     if pod.qos != QosClass::Guaranteed {
         return 0;
     }
-    let milli = container.request("cpu");
-    if !milli.is_multiple_of(1000) {
+    if pod_level_managers && pod.sets_pod_level_resources() && !container.is_guaranteed_equivalent()
+    {
         return 0;
     }
-    usize::try_from(milli / 1000).unwrap_or(0)
+    whole_cpus(container.request("cpu")).unwrap_or(0)
 }
 
 /// The kubelet's `podGuaranteedCPUs`: max(largest init container counting
-/// the sidecars started before it, app containers + sidecars).
-pub fn pod_guaranteed_cpus(pod: &PodView) -> usize {
+/// the sidecars started before it, app containers + sidecars). With the
+/// `PodLevelResourceManagers` gate and pod-level resources: the integer
+/// pod-level `cpu` request of a Guaranteed pod.
+pub fn pod_guaranteed_cpus(pod: &PodView, pod_level_managers: bool) -> usize {
+    if pod_level_managers && pod.sets_pod_level_resources() {
+        if pod.qos != QosClass::Guaranteed {
+            return 0;
+        }
+        return pod
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.get("cpu"))
+            .and_then(|&milli| whole_cpus(milli))
+            .unwrap_or(0);
+    }
     let mut init_max = 0usize;
     let mut sidecars = 0usize;
     for c in &pod.init_containers {
         if !c.requests.contains_key("cpu") {
             continue;
         }
-        let n = guaranteed_cpus(pod, c);
+        let n = guaranteed_cpus(pod, c, pod_level_managers);
         if c.sidecar {
             sidecars += n;
         } else if sidecars + n > init_max {
@@ -70,7 +104,7 @@ pub fn pod_guaranteed_cpus(pod: &PodView) -> usize {
         .containers
         .iter()
         .filter(|c| c.requests.contains_key("cpu"))
-        .map(|c| guaranteed_cpus(pod, c))
+        .map(|c| guaranteed_cpus(pod, c, pod_level_managers))
         .sum();
     init_max.max(apps + sidecars)
 }
@@ -93,9 +127,37 @@ impl StaticPolicy {
             default_set: Cpus::new(),
             assignments: Assignments::new(),
             cpus_to_reuse: BTreeMap::new(),
+            pod_level_managers: false,
+            pod_sets: BTreeMap::new(),
+            pod_scope: None,
         };
         p.default_set = p.initial_default_set();
         p
+    }
+
+    /// With the `PodLevelResourceManagers` feature gate on or off (off by
+    /// default, as in Kubernetes 1.37).
+    pub fn with_pod_level_resource_managers(mut self, on: bool) -> Self {
+        self.pod_level_managers = on;
+        self
+    }
+
+    /// Records which scope the host is admitting in: `Some(uid)` when it
+    /// asked for the pod-scope hints of pod `uid` (its `allocate` calls
+    /// follow with the pod's hint), `None` when it asked for a
+    /// container's hints. With the `PodLevelResourceManagers` gate, a pod
+    /// with pod-level resources admitted in pod scope gets one pod-level
+    /// CPU set (see [`crate::podlevel`]); in container scope each eligible
+    /// container gets its own exclusive CPUs.
+    pub fn set_pod_scope(&mut self, uid: Option<&str>) {
+        self.pod_scope = uid.map(str::to_owned);
+    }
+
+    /// Whether pod-level resources make the kubelet skip this pod: the
+    /// gate is off and the pod sets pod-level resources (hints: no
+    /// preference; allocation: the shared pool).
+    fn skips_pod_level(&self, pod: &PodView) -> bool {
+        !self.pod_level_managers && pod.sets_pod_level_resources()
     }
 
     /// The shared pool of a fresh state.
@@ -152,8 +214,8 @@ impl StaticPolicy {
         pod: &PodView,
         container: &ContainerView,
     ) -> Result<Option<HintSet>, CpuError> {
-        let requested = guaranteed_cpus(pod, container);
-        if requested == 0 {
+        let requested = guaranteed_cpus(pod, container, self.pod_level_managers);
+        if requested == 0 || self.skips_pod_level(pod) {
             return Ok(None);
         }
         if let Some(held) = self.assigned(&pod.uid, &container.name) {
@@ -175,13 +237,19 @@ impl StaticPolicy {
 
     /// Pod-scope hints (`GetPodTopologyHints`).
     pub fn pod_hints(&self, pod: &PodView) -> Result<Option<HintSet>, CpuError> {
-        let requested = pod_guaranteed_cpus(pod);
-        if requested == 0 {
+        let requested = pod_guaranteed_cpus(pod, self.pod_level_managers);
+        if requested == 0 || self.skips_pod_level(pod) {
             return Ok(None);
+        }
+        if self.pod_level_managers && pod.sets_pod_level_resources() {
+            if let Err(e) = self.validate_pod_scope_resources(pod) {
+                tracing::info!(pod = %pod.uid, error = %e, "pod-level resources leave no CPUs for the pod's shared containers; no hints");
+                return Ok(Some(HintSet::unsatisfiable()));
+            }
         }
         let mut assigned = Cpus::new();
         for c in pod.init_containers.iter().chain(&pod.containers) {
-            let wanted = guaranteed_cpus(pod, c);
+            let wanted = guaranteed_cpus(pod, c, self.pod_level_managers);
             if let Some(held) = self.assigned(&pod.uid, &c.name) {
                 if held.len() != wanted {
                     tracing::info!(pod = %pod.uid, container = %c.name, wanted, allocated = held.len(),
@@ -229,30 +297,17 @@ impl StaticPolicy {
         container: &ContainerView,
         affinity: Option<NumaMask>,
     ) -> Result<Placement, CpuError> {
-        let num = guaranteed_cpus(pod, container);
-        if num == 0 {
-            return Ok(Placement {
-                cpus: self.default_set.clone(),
-                exclusive: false,
-            });
+        if self.pod_level_managers
+            && pod.sets_pod_level_resources()
+            && self.pod_scope.as_deref() == Some(pod.uid.as_str())
+        {
+            return self.allocate_in_pod_set(pod, container, affinity);
         }
-        if self.options.full_pcpus_only {
-            let per_core = self.group_size();
-            if !num.is_multiple_of(per_core) {
-                return Err(CpuError::SmtNotMultiple {
-                    requested: num,
-                    per_core,
-                });
-            }
-            let physical = self.default_set.difference(&self.reserved_physical).count();
-            if num > physical {
-                return Err(CpuError::SmtNotEnoughPhysical {
-                    requested: num,
-                    available: physical,
-                    per_core,
-                });
-            }
+        let num = guaranteed_cpus(pod, container, self.pod_level_managers);
+        if num == 0 || self.skips_pod_level(pod) {
+            return Ok(self.shared());
         }
+        self.enforce_smt_alignment(num)?;
         if let Some(held) = self.assigned(&pod.uid, &container.name).cloned() {
             self.update_cpus_to_reuse(pod, container, &held);
             tracing::info!(pod = %pod.uid, container = %container.name, "container already present in state, skipping");
@@ -279,11 +334,42 @@ impl StaticPolicy {
         })
     }
 
+    /// The node's shared pool, for a container without exclusive CPUs.
+    pub(crate) fn shared(&self) -> Placement {
+        Placement {
+            cpus: self.default_set.clone(),
+            exclusive: false,
+        }
+    }
+
+    /// The kubelet's `enforceSMTAlignment` (full-pcpus-only): `num` must
+    /// be whole cores, and that many CPUs must be free outside the cores
+    /// of reserved CPUs.
+    pub(crate) fn enforce_smt_alignment(&self, num: usize) -> Result<(), CpuError> {
+        if !self.options.full_pcpus_only {
+            return Ok(());
+        }
+        let per_core = self.group_size();
+        if !num.is_multiple_of(per_core) {
+            return Err(CpuError::SmtNotMultiple {
+                requested: num,
+                per_core,
+            });
+        }
+        let physical = self.default_set.difference(&self.reserved_physical).count();
+        if num > physical {
+            return Err(CpuError::SmtNotEnoughPhysical {
+                requested: num,
+                available: physical,
+                per_core,
+            });
+        }
+        Ok(())
+    }
+
     fn aligned_cpus(&self, affinity: NumaMask, allocatable: &Cpus) -> Cpus {
-        let nodes: std::collections::BTreeSet<u32> =
-            affinity.iter().map(topomgr_sdk::NumaNodeId::get).collect();
         if self.options.align_by_socket {
-            let sockets = self.topo.sockets_in_numa_nodes(&nodes);
+            let sockets = self.topo.sockets_in_numa_nodes(affinity);
             return allocatable
                 .iter()
                 .copied()
@@ -294,16 +380,17 @@ impl StaticPolicy {
                 })
                 .collect();
         }
-        allocatable
-            .iter()
-            .copied()
-            .filter(|c| self.topo.info(*c).is_some_and(|i| nodes.contains(&i.numa)))
-            .collect()
+        self.topo.cpus_on_numa_nodes(allocatable, affinity)
     }
 
     /// The kubelet's `takeByTopology`; `hint_numas` is the NUMA node count
     /// of the merged hint for the take from the aligned CPUs, 0 otherwise.
-    fn take(&self, available: &Cpus, num: usize, hint_numas: usize) -> Result<Cpus, CpuError> {
+    pub(crate) fn take(
+        &self,
+        available: &Cpus,
+        num: usize,
+        hint_numas: usize,
+    ) -> Result<Cpus, CpuError> {
         let strategy = if self.options.distribute_cpus_across_cores {
             SortingStrategy::Spread
         } else {
@@ -337,7 +424,7 @@ impl StaticPolicy {
     }
 
     /// The kubelet's `allocateCPUs`: hinted nodes first, then the rest.
-    fn allocate_cpus(
+    pub(crate) fn allocate_cpus(
         &mut self,
         num: usize,
         affinity: Option<NumaMask>,
@@ -346,11 +433,7 @@ impl StaticPolicy {
         let mut allocatable = self.available();
         allocatable.extend(reusable.iter().copied());
         if allocatable.len() < num {
-            let nodes = self
-                .topo
-                .groups_of(&allocatable, Level::Numa)
-                .into_iter()
-                .fold(NumaMask::EMPTY, |m, n| m.or(crate::hints::bit(n)));
+            let nodes = self.topo.numa_mask_of(&allocatable);
             let location = match nodes.count() {
                 0 => String::new(),
                 1 => format!(" on NUMA node {nodes}"),
@@ -386,6 +469,16 @@ impl StaticPolicy {
         let Some(released) = pod.remove(container) else {
             return;
         };
+        if let Some(pod_set) = self.pod_sets.get(pod_uid) {
+            // A pod-level CPU set goes back with the pod's last container.
+            if pod.is_empty() {
+                self.assignments.remove(pod_uid);
+                tracing::info!(pod = %pod_uid, cpus = %crate::topology::to_cpuset(pod_set), "released pod-level CPUs");
+                self.default_set.extend(pod_set.iter().copied());
+                self.pod_sets.remove(pod_uid);
+            }
+            return;
+        }
         let in_use: Cpus = pod.values().flatten().copied().collect();
         if pod.is_empty() {
             self.assignments.remove(pod_uid);

@@ -4,8 +4,12 @@
 //! ```json
 //! {"policy_name": "static", "default_cpu_set": "0,3-11",
 //!  "entries": {"<pod uid>": {"<container>": "1-2"}},
-//!  "cpus_to_reuse": {"<pod uid>": "1-2"}}
+//!  "cpus_to_reuse": {"<pod uid>": "1-2"},
+//!  "pod_entries": {"<pod uid>": "1-2"}}
 //! ```
+//!
+//! `pod_entries` (pod-level CPU sets of `PodLevelResourceManagers`) is
+//! written only when there are some.
 //!
 //! Restore checks what the kubelet's `validateState` checks (policy name,
 //! reserved CPUs in — or, with strict-cpu-reservation, out of — the shared
@@ -35,6 +39,9 @@ pub struct Checkpoint {
     /// Reusable CPUs per pod.
     #[serde(default)]
     pub cpus_to_reuse: BTreeMap<String, CpuSet>,
+    /// Pod-level CPU sets (`PodLevelResourceManagers`) per pod.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_entries: BTreeMap<String, CpuSet>,
 }
 
 impl Checkpoint {
@@ -59,6 +66,7 @@ impl Checkpoint {
             default_cpu_set: CpuSet::new(),
             entries: BTreeMap::new(),
             cpus_to_reuse: BTreeMap::new(),
+            pod_entries: BTreeMap::new(),
         }
     }
 }
@@ -81,6 +89,11 @@ impl StaticPolicy {
                 .collect(),
             cpus_to_reuse: self
                 .cpus_to_reuse
+                .iter()
+                .map(|(p, s)| (p.clone(), to_cpuset(s)))
+                .collect(),
+            pod_entries: self
+                .pod_sets
                 .iter()
                 .map(|(p, s)| (p.clone(), to_cpuset(s)))
                 .collect(),
@@ -112,7 +125,20 @@ impl StaticPolicy {
             .iter()
             .map(|(p, s)| (p.clone(), from_cpuset(s)))
             .collect();
+        let pod_sets: BTreeMap<String, Cpus> = cp
+            .pod_entries
+            .iter()
+            .map(|(p, s)| (p.clone(), from_cpuset(s)))
+            .collect();
+        if !pod_sets.is_empty() && !self.pod_level_managers {
+            return Err(CpuError::Checkpoint(format!(
+                "it holds pod-level CPU sets (pods {}) but the PodLevelResourceManagers feature \
+                 gate is off in [providers.cpu.config.feature_gates]; turn it on or release those pods",
+                pod_sets.keys().cloned().collect::<Vec<_>>().join(", ")
+            )));
+        }
         let mut named: Cpus = default_set.clone();
+        named.extend(pod_sets.values().flatten().copied());
         named.extend(
             assignments
                 .values()
@@ -132,7 +158,7 @@ impl StaticPolicy {
         }
         let expected_all = self.initial_default_set();
         if default_set.is_empty() {
-            if !assignments.is_empty() {
+            if !assignments.is_empty() || !pod_sets.is_empty() {
                 return Err(CpuError::Checkpoint(
                     "default cpuset cannot be empty while exclusive assignments exist".to_owned(),
                 ));
@@ -140,6 +166,7 @@ impl StaticPolicy {
             self.default_set = expected_all;
             self.assignments = assignments;
             self.cpus_to_reuse = reuse;
+            self.pod_sets = pod_sets;
             return Ok(());
         }
         if self.options.strict_cpu_reservation {
@@ -169,7 +196,17 @@ impl StaticPolicy {
                 }
             }
         }
+        for (pod, s) in &pod_sets {
+            if !s.is_disjoint(&default_set) {
+                return Err(CpuError::Checkpoint(format!(
+                    "pod: {pod} pod-level cpuset: \"{}\" overlaps with default cpuset \"{}\"",
+                    to_cpuset(s),
+                    to_cpuset(&default_set)
+                )));
+            }
+        }
         let mut known = default_set.clone();
+        known.extend(pod_sets.values().flatten().copied());
         known.extend(
             assignments
                 .values()
@@ -187,6 +224,7 @@ impl StaticPolicy {
         self.default_set = default_set;
         self.assignments = assignments;
         self.cpus_to_reuse = reuse;
+        self.pod_sets = pod_sets;
         Ok(())
     }
 }

@@ -389,7 +389,7 @@ fn config_errors_name_the_key() {
     );
     assert_eq!(
         config_error(&m, json!({"reserved": "0"})),
-        "InvalidConfig: cpu provider config: unknown field `reserved`, expected one of `policy`, `reserved_cpus`, `options`"
+        "InvalidConfig: cpu provider config: unknown field `reserved`, expected one of `policy`, `reserved_cpus`, `options`, `feature_gates`"
     );
     assert_eq!(
         config_error(&m, json!({"reserved_cpus": "12-13"})),
@@ -477,4 +477,263 @@ fn works_through_the_plugin_boundary() {
     let a = h.allocate(&g, &g.containers[0], &hint(&[1])).unwrap();
     assert_eq!(a.cpus.to_string(), "1,7");
     assert!(a.exclusive);
+}
+
+/// Per zone `(node, capacity, allocatable, available)` of the `cpu`
+/// inventory, in CPUs; `node` -1 for "no NUMA node".
+fn cpu_zones(inv: &topomgr_sdk::Inventory) -> Vec<(i64, u64, u64, u64)> {
+    let r = &inv.resources["cpu"];
+    let zones: Vec<(i64, u64, u64, u64)> = r
+        .zones
+        .iter()
+        .map(|z| {
+            let a = z.amounts;
+            assert!(a.capacity % 1000 == 0 && a.allocatable % 1000 == 0 && a.available % 1000 == 0);
+            let node = z.numa.map_or(-1, |n| i64::from(n.get()));
+            (
+                node,
+                a.capacity / 1000,
+                a.allocatable / 1000,
+                a.available / 1000,
+            )
+        })
+        .collect();
+    let sum = |f: fn(&(i64, u64, u64, u64)) -> u64| zones.iter().map(f).sum::<u64>() * 1000;
+    assert_eq!(
+        (r.total.capacity, r.total.allocatable, r.total.available),
+        (sum(|z| z.1), sum(|z| z.2), sum(|z| z.3)),
+        "the totals are the zones' sums"
+    );
+    zones
+}
+
+#[test]
+fn inventory_counts_reserved_and_exclusive_cpus_per_node() {
+    let m = dual_socket_ht();
+    let mut p = provider(&m, json!({"reserved_cpus": "0,1"}));
+    // 6 CPUs per node; CPU 0 is on node 0, CPU 1 on node 1.
+    assert_eq!(
+        cpu_zones(&p.inventory().unwrap()),
+        [(0, 6, 5, 5), (1, 6, 5, 5)]
+    );
+    let a = testkit::guaranteed_pod("a", &cpus(4));
+    assert_eq!(
+        alloc(&mut p, &a, "app", Some(&[0])),
+        Ok(("2,4,8,10".into(), true))
+    );
+    let pd = pod(
+        "p",
+        QosClass::Guaranteed,
+        vec![testkit::container("init", &cpus(2))],
+        vec![testkit::container("app", &cpus(3))],
+    );
+    assert_eq!(
+        alloc(&mut p, &pd, "init", Some(&[1])),
+        Ok(("3,9".into(), true))
+    );
+    // The app container reuses the init container's CPUs: 3 CPUs held.
+    assert_eq!(
+        alloc(&mut p, &pd, "app", Some(&[1])),
+        Ok(("3,7,9".into(), true))
+    );
+    // Shared-pool containers are not counted.
+    let shared = testkit::guaranteed_pod("s", &[("cpu", 1500), ("memory", 1 << 30)]);
+    alloc(&mut p, &shared, "app", None).unwrap();
+    assert_eq!(
+        cpu_zones(&p.inventory().unwrap()),
+        [(0, 6, 5, 1), (1, 6, 5, 2)]
+    );
+    // Checkpoint and restore: the same numbers.
+    let mut q = provider(&m, json!({"reserved_cpus": "0,1"}));
+    q.restore(&p.checkpoint().unwrap()).unwrap();
+    assert_eq!(
+        cpu_zones(&q.inventory().unwrap()),
+        [(0, 6, 5, 1), (1, 6, 5, 2)]
+    );
+    // The init container's CPUs stay held while the app container holds them.
+    p.release("p-uid", "init").unwrap();
+    assert_eq!(
+        cpu_zones(&p.inventory().unwrap()),
+        [(0, 6, 5, 1), (1, 6, 5, 2)]
+    );
+    p.release("p-uid", "app").unwrap();
+    assert_eq!(
+        cpu_zones(&p.inventory().unwrap()),
+        [(0, 6, 5, 1), (1, 6, 5, 5)]
+    );
+    p.release("a-uid", "app").unwrap();
+    assert_eq!(
+        cpu_zones(&p.inventory().unwrap()),
+        [(0, 6, 5, 5), (1, 6, 5, 5)]
+    );
+}
+
+#[test]
+fn inventory_of_cpu_less_nodes_unplaced_cpus_and_the_none_policy() {
+    // Node 2 has no CPUs; CPU 8 is online but in no node.
+    let mut m = testkit::machine(3, 4);
+    m.cpus.retain(|c| c.numa.is_none_or(|n| n.get() != 2));
+    m.numa_nodes[2].cpus = topomgr_sdk::CpuSet::new();
+    m.cpus
+        .push(topomgr_sdk::Cpu::new(8, None).with_socket(0).with_core(8));
+    let mut p = provider(&m, json!({"reserved_cpus": "0"}));
+    assert_eq!(
+        cpu_zones(&p.inventory().unwrap()),
+        [(0, 4, 3, 3), (1, 4, 4, 4), (2, 0, 0, 0), (-1, 1, 0, 0)]
+    );
+    let g = testkit::guaranteed_pod("g", &cpus(2));
+    alloc(&mut p, &g, "app", Some(&[1])).unwrap();
+    assert_eq!(
+        cpu_zones(&p.inventory().unwrap()),
+        [(0, 4, 3, 3), (1, 4, 4, 2), (2, 0, 0, 0), (-1, 1, 0, 0)]
+    );
+    let none = provider(&m, json!({"policy": "none"}));
+    assert_eq!(
+        cpu_zones(&none.inventory().unwrap()),
+        [(0, 4, 0, 0), (1, 4, 0, 0), (2, 0, 0, 0), (-1, 1, 0, 0)]
+    );
+}
+
+/// A Guaranteed pod with pod-level resources: `cpu` request = limit `pod_cpu`
+/// (whole CPUs) and 1Gi of memory; containers `(name, cpu CPUs or 0,
+/// sidecar)` with 100Mi of memory each, `cpu` request = limit when set.
+fn pod_level_pod(
+    uid: &str,
+    pod_cpu: u64,
+    init: &[(&str, u64, bool)],
+    apps: &[(&str, u64)],
+) -> PodView {
+    use topomgr_sdk::PodResources;
+    let c = |name: &str, cpu: u64, sidecar: bool| {
+        let mut r = vec![("memory", 100 << 20)];
+        if cpu > 0 {
+            r.push(("cpu", cpu * 1000));
+        }
+        testkit::container(name, &r).with_sidecar(sidecar)
+    };
+    let level = testkit::resources(&[("cpu", pod_cpu * 1000), ("memory", 1 << 30)]);
+    PodView::new(uid, uid, "default", QosClass::Guaranteed)
+        .with_init_containers(init.iter().map(|(n, cpu, s)| c(n, *cpu, *s)).collect())
+        .with_containers(apps.iter().map(|(n, cpu)| c(n, *cpu, false)).collect())
+        .with_resources(Some(PodResources::new(level.clone(), level)))
+}
+
+#[test]
+fn pod_level_resources_with_the_gate_off_get_the_shared_pool() {
+    let m = dual_socket_ht();
+    let mut p = provider(&m, json!({"reserved_cpus": "0"}));
+    let pod = pod_level_pod("pl", 4, &[], &[("gu", 2), ("shared", 0)]);
+    // Container scope and pod scope: no hints (no map), as the kubelet
+    // with PodLevelResourceManagers off.
+    assert_eq!(p.topology_hints(&pod, &pod.containers[0]).unwrap(), None);
+    assert_eq!(p.pod_topology_hints(&pod).unwrap(), None);
+    for c in ["gu", "shared"] {
+        assert_eq!(
+            alloc(&mut p, &pod, c, Some(&[0])),
+            Ok(("0-11".into(), false))
+        );
+    }
+    assert_eq!(
+        String::from_utf8(p.checkpoint().unwrap()).unwrap(),
+        r#"{"policy_name":"static","default_cpu_set":"0-11","entries":{},"cpus_to_reuse":{}}"#
+    );
+}
+
+#[test]
+fn pod_level_resources_in_pod_scope_share_one_pod_set() {
+    let m = dual_socket_ht();
+    let cfg = json!({"reserved_cpus": "0", "feature_gates": {"PodLevelResourceManagers": true}});
+    let mut p = provider(&m, cfg.clone());
+    let pod = pod_level_pod("pl", 3, &[("side", 1, true)], &[("gu", 1), ("shared", 0)]);
+    assert_eq!(
+        testkit::hint_strings(&p.pod_topology_hints(&pod).unwrap(), "cpu", &[0, 1]),
+        Some(vec!["0:true".into(), "1:true".into(), "0-1:false".into()])
+    );
+    // The pod's set: 3 CPUs on node 0 (2,6,8); the sidecar and the
+    // exclusive app container take one each, the shared container the rest.
+    assert_eq!(
+        alloc(&mut p, &pod, "side", Some(&[0])),
+        Ok(("6".into(), true))
+    );
+    assert_eq!(
+        alloc(&mut p, &pod, "gu", Some(&[0])),
+        Ok(("2".into(), true))
+    );
+    assert_eq!(
+        alloc(&mut p, &pod, "shared", Some(&[0])),
+        Ok(("8".into(), true))
+    );
+    let other = testkit::guaranteed_pod("o", &cpus(1));
+    assert_eq!(alloc(&mut p, &other, "app", None), Ok(("4".into(), true)));
+    let cp = p.checkpoint().unwrap();
+    assert_eq!(
+        String::from_utf8(cp.clone()).unwrap(),
+        r#"{"policy_name":"static","default_cpu_set":"0-1,3,5,7,9-11","entries":{"o-uid":{"app":"4"},"pl":{"gu":"2","shared":"8","side":"6"}},"cpus_to_reuse":{"o-uid":""},"pod_entries":{"pl":"2,6,8"}}"#
+    );
+    // Restore: the same state; refused without the gate.
+    let mut q = provider(&m, cfg);
+    q.restore(&cp).unwrap();
+    assert_eq!(q.checkpoint().unwrap(), cp);
+    let mut off = provider(&m, json!({"reserved_cpus": "0"}));
+    assert_eq!(
+        off.restore(&cp).unwrap_err().to_string(),
+        "InvalidCheckpoint: cpu provider checkpoint: it holds pod-level CPU sets (pods pl) but the \
+         PodLevelResourceManagers feature gate is off in [providers.cpu.config.feature_gates]; turn \
+         it on or release those pods"
+    );
+    // The pod's CPUs go back with its last container.
+    p.release("pl", "side").unwrap();
+    p.release("pl", "gu").unwrap();
+    assert_eq!(
+        cpu_zones(&p.inventory().unwrap()),
+        [(0, 6, 5, 1), (1, 6, 6, 6)]
+    );
+    p.release("pl", "shared").unwrap();
+    assert_eq!(
+        cpu_zones(&p.inventory().unwrap()),
+        [(0, 6, 5, 4), (1, 6, 6, 6)]
+    );
+}
+
+#[test]
+fn pod_level_resources_in_container_scope_and_an_empty_pod_pool() {
+    let m = dual_socket_ht();
+    let cfg = json!({"feature_gates": {"PodLevelResourceManagers": true}});
+    let mut p = provider(&m, cfg);
+    let pod = pod_level_pod("pl", 2, &[], &[("gu", 2), ("shared", 0)]);
+    // Pod scope: the exclusive container takes the whole budget, so the
+    // shared one would have no CPU: no hint, and allocation is refused.
+    assert_eq!(
+        testkit::hint_strings(&p.pod_topology_hints(&pod).unwrap(), "cpu", &[0, 1]),
+        Some(vec![])
+    );
+    let err = p
+        .allocate(&pod, &pod.containers[0], &hint(&[0]))
+        .unwrap_err();
+    assert_eq!(err.reason, "EmptyPodSharedPoolError");
+    assert_eq!(
+        err.message,
+        "pod rejected, sum of exclusive container cpu requests equals pod budget, leaving no cpus \
+         for shared containers"
+    );
+    // Container scope: the eligible container gets its own CPUs, the
+    // other one the node's shared pool.
+    assert_eq!(
+        hints(&mut p, &pod, "gu"),
+        Some(vec!["0:true".into(), "1:true".into(), "0-1:false".into()])
+    );
+    assert_eq!(
+        alloc(&mut p, &pod, "gu", Some(&[1])),
+        Ok(("1,7".into(), true))
+    );
+    assert_eq!(hints(&mut p, &pod, "shared"), None);
+    assert_eq!(
+        alloc(&mut p, &pod, "shared", None),
+        Ok(("0,2-6,8-11".into(), false))
+    );
+    // A container with CPUs but unequal memory request and limit is not
+    // eligible.
+    let mut odd = pod_level_pod("odd", 2, &[], &[("c", 1)]);
+    odd.containers[0].limits.insert("memory".into(), 200 << 20);
+    assert_eq!(hints(&mut p, &odd, "c"), None);
 }

@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use topomgr_sdk::{CpuSet, Machine};
+use topomgr_sdk::{CpuSet, Machine, NumaMask, NumaNodeId};
 
 /// A set of CPU ids, ordered.
 pub type Cpus = BTreeSet<u32>;
@@ -19,8 +19,8 @@ pub type Cpus = BTreeSet<u32>;
 /// Where one CPU sits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CpuInfo {
-    /// NUMA node id.
-    pub numa: u32,
+    /// NUMA node.
+    pub numa: NumaNodeId,
     /// Socket (physical package) id.
     pub socket: u32,
     /// Core id (lowest CPU id of the core's threads).
@@ -43,10 +43,11 @@ pub enum Level {
 }
 
 impl CpuInfo {
-    /// The id of this CPU's group at `level`.
+    /// The key of this CPU's group at `level` (for NUMA the node id as a
+    /// number): the generic grouping the topology-aware take works on.
     pub fn at(&self, level: Level) -> u32 {
         match level {
-            Level::Numa => self.numa,
+            Level::Numa => self.numa.get(),
             Level::Socket => self.socket,
             Level::Core => self.core,
             Level::Uncore => self.uncore,
@@ -58,6 +59,10 @@ impl CpuInfo {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CpuTopology {
     details: BTreeMap<u32, CpuInfo>,
+    /// Every NUMA node of the machine, CPU-less ones included.
+    machine_nodes: Vec<NumaNodeId>,
+    /// Online CPUs in no NUMA node (left out of everything else).
+    unplaced: Cpus,
     num_cores: usize,
     num_sockets: usize,
     num_numa: usize,
@@ -88,7 +93,7 @@ impl CpuTopology {
                 Some((
                     c.id,
                     CpuInfo {
-                        numa: c.numa?.get(),
+                        numa: c.numa?,
                         socket: c.socket,
                         core: c.core,
                         uncore: c.l3.unwrap_or(c.socket),
@@ -118,6 +123,18 @@ impl CpuTopology {
         ];
         CpuTopology {
             members,
+            machine_nodes: {
+                let mut ids = machine.numa_ids();
+                ids.sort_unstable();
+                ids.dedup();
+                ids
+            },
+            unplaced: machine
+                .cpus
+                .iter()
+                .filter(|c| c.online && c.numa.is_none())
+                .map(|c| c.id)
+                .collect(),
             num_cores: distinct(Level::Core),
             num_sockets: distinct(Level::Socket),
             num_numa: distinct(Level::Numa),
@@ -166,10 +183,34 @@ impl CpuTopology {
         self.details.get(&cpu)
     }
 
-    /// NUMA node ids that have CPUs, ascending.
-    pub fn numa_nodes(&self) -> Vec<u32> {
-        self.groups_of(&self.all_cpus(), Level::Numa)
-            .into_iter()
+    /// Every NUMA node of the machine (CPU-less ones too), ascending.
+    pub fn machine_nodes(&self) -> &[NumaNodeId] {
+        &self.machine_nodes
+    }
+
+    /// Online CPUs that no NUMA node lists: never handed out.
+    pub fn unplaced(&self) -> &Cpus {
+        &self.unplaced
+    }
+
+    /// NUMA nodes that have CPUs, ascending.
+    pub fn numa_nodes(&self) -> Vec<NumaNodeId> {
+        let nodes: BTreeSet<NumaNodeId> = self.details.values().map(|i| i.numa).collect();
+        nodes.into_iter().collect()
+    }
+
+    /// The NUMA nodes of `cpus`, as a mask.
+    pub fn numa_mask_of(&self, cpus: &Cpus) -> NumaMask {
+        cpus.iter()
+            .filter_map(|c| self.details.get(c))
+            .fold(NumaMask::EMPTY, |m, i| m.with(i.numa))
+    }
+
+    /// The CPUs among `cpus` on the NUMA nodes of `mask`.
+    pub fn cpus_on_numa_nodes(&self, cpus: &Cpus, mask: NumaMask) -> Cpus {
+        cpus.iter()
+            .copied()
+            .filter(|c| self.details.get(c).is_some_and(|i| mask.is_set(i.numa)))
             .collect()
     }
 
@@ -226,10 +267,10 @@ impl CpuTopology {
     }
 
     /// The sockets of the CPUs of NUMA nodes `numas` (whole topology).
-    pub fn sockets_in_numa_nodes(&self, numas: &BTreeSet<u32>) -> BTreeSet<u32> {
+    pub fn sockets_in_numa_nodes(&self, numas: NumaMask) -> BTreeSet<u32> {
         self.details
             .values()
-            .filter(|i| numas.contains(&i.numa))
+            .filter(|i| numas.is_set(i.numa))
             .map(|i| i.socket)
             .collect()
     }
@@ -258,6 +299,7 @@ mod tests {
         assert_eq!(t.cpus_per_socket(), 6);
         assert_eq!(t.num_numa_nodes(), 2);
         assert_eq!(t.numa_nodes(), vec![0, 1]);
+        assert_eq!(t.numa_mask_of(&[3, 5].into()).to_string(), "1");
         let s1: Vec<u32> = t.all_cpus_in(Level::Socket, 1).into_iter().collect();
         assert_eq!(s1, vec![1, 3, 5, 7, 9, 11]);
         let core2: Vec<u32> = t.all_cpus_in(Level::Core, 2).into_iter().collect();

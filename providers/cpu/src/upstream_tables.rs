@@ -30,11 +30,11 @@ use crate::testmachines::{finish, layered};
 use crate::topology::{to_cpuset, CpuTopology, Cpus, Level};
 use topomgr_sdk::{Cpu, CpuSet};
 
-fn cpu(id: u32, core: u32, socket: u32, numa: u32, l3: u32) -> Cpu {
+pub(crate) fn cpu(id: u32, core: u32, socket: u32, numa: u32, l3: u32) -> Cpu {
     crate::testmachines::cpu_l3(id, socket, core, numa, l3)
 }
 
-fn topo(cpus: Vec<Cpu>) -> CpuTopology {
+pub(crate) fn topo(cpus: Vec<Cpu>) -> CpuTopology {
     let nodes = cpus
         .iter()
         .filter_map(|c| c.numa)
@@ -45,17 +45,17 @@ fn topo(cpus: Vec<Cpu>) -> CpuTopology {
 }
 
 /// `topoSingleSocketHT`: 8 CPUs, core k = CPUs k, k+4.
-fn single_socket_ht() -> CpuTopology {
+pub(crate) fn single_socket_ht() -> CpuTopology {
     topo((0..8).map(|i| cpu(i, i % 4, 0, 0, 0)).collect())
 }
 
 /// `topoDualSocketHT`: 12 CPUs, socket = NUMA = id % 2, core = id % 6.
-fn dual_socket_ht() -> CpuTopology {
+pub(crate) fn dual_socket_ht() -> CpuTopology {
     topo((0..12).map(|i| cpu(i, i % 6, i % 2, i % 2, 0)).collect())
 }
 
 /// `topoDualSocketNoHT`: 8 CPUs, socket = NUMA = id / 4.
-fn dual_socket_no_ht() -> CpuTopology {
+pub(crate) fn dual_socket_no_ht() -> CpuTopology {
     topo((0..8).map(|i| cpu(i, i, i / 4, i / 4, 0)).collect())
 }
 
@@ -71,7 +71,7 @@ fn triple_socket_ht() -> CpuTopology {
 
 /// `topoDualSocketMultiNumaPerSocketHT`: 80 CPUs, 2 sockets, 4 NUMA nodes
 /// (CPUs 0-9,40-49 / 10-19,50-59 / 20-29,60-69 / 30-39,70-79).
-fn dual_socket_multi_numa_ht() -> CpuTopology {
+pub(crate) fn dual_socket_multi_numa_ht() -> CpuTopology {
     CpuTopology::from_machine(&layered(2, 2, 10, 2))
 }
 
@@ -84,7 +84,7 @@ fn dual_socket_multi_numa_ht_large() -> CpuTopology {
 /// `fakeTopoMultiSocketDualSocketPerNumaHT`: 80 CPUs, 2 NUMA nodes of two
 /// sockets each; socket s = CPUs 10s..10s+9 and 40+10s..49+10s, NUMA node
 /// s / 2, core i = CPUs i, i+40.
-fn multi_socket_dual_socket_per_numa_ht() -> CpuTopology {
+pub(crate) fn multi_socket_dual_socket_per_numa_ht() -> CpuTopology {
     topo(
         (0..80)
             .map(|i| {
@@ -207,7 +207,7 @@ const QUAD: [&[(u32, [u32; 4])]; 4] = [
     ],
 ];
 
-fn quad_socket_four_way_ht() -> CpuTopology {
+pub(crate) fn quad_socket_four_way_ht() -> CpuTopology {
     let mut cpus = Vec::new();
     for (socket, cores) in QUAD.iter().enumerate() {
         for (core, ids) in cores.iter() {
@@ -219,11 +219,11 @@ fn quad_socket_four_way_ht() -> CpuTopology {
     topo(cpus)
 }
 
-fn set(s: &str) -> Cpus {
+pub(crate) fn set(s: &str) -> Cpus {
     CpuSet::parse(s).unwrap().iter().collect()
 }
 
-fn show(c: &Cpus) -> String {
+pub(crate) fn show(c: &Cpus) -> String {
     to_cpuset(c).to_string()
 }
 

@@ -6,8 +6,9 @@
 
 use topomgr_sdk::{Allocation, ContainerView, NumaMask, PodView, ProviderError, TopologyHint};
 
-use crate::hints::{container_requests, Hinter, Requested};
-use crate::quantity::Bytes;
+use topomgr_sdk::quantity::BinarySi;
+
+use crate::hints::{eligible_requests, Hinter, Requested};
 use crate::state::{free, reserve, sum_over, unreserve, Block, MachineState};
 use crate::MemoryProvider;
 
@@ -20,8 +21,8 @@ pub fn shortfall(state: &MachineState, mask: NumaMask, requested: &Requested) ->
             format!(
                 "not enough {r} on NUMA {} {mask}: requested {}, {} free",
                 if mask.count() == 1 { "node" } else { "nodes" },
-                Bytes(q),
-                Bytes(have)
+                BinarySi(q),
+                BinarySi(have)
             )
         })
     })
@@ -35,7 +36,7 @@ pub fn violation(state: &MachineState, mask: NumaMask) -> Option<String> {
         return None;
     }
     mask.iter().find_map(|n| {
-        let s = state.get(&n.get())?;
+        let s = state.get(&n)?;
         if s.number_of_assignments <= 0 {
             return None;
         }
@@ -57,10 +58,7 @@ pub fn violation(state: &MachineState, mask: NumaMask) -> Option<String> {
 
 /// Why no NUMA set of the machine holds the request.
 fn why_nothing_fits(h: &Hinter<'_>) -> String {
-    let all = h
-        .state
-        .keys()
-        .fold(NumaMask::EMPTY, |m, &n| m.or(crate::hints::node_bit(n)));
+    let all = h.state.keys().fold(NumaMask::EMPTY, |m, &n| m.with(n));
     if let Some(s) = shortfall(h.state, all, h.requested) {
         return s;
     }
@@ -90,76 +88,11 @@ impl MemoryProvider {
             tracing::info!(pod = %pod.uid, container = %container.name, "container already holds memory");
             return Ok(allocation_of(&blocks));
         }
-        let requested = container_requests(container);
+        let requested = eligible_requests(pod, container, self.pod_level_managers);
         if requested.is_empty() {
             return Ok(Allocation::default());
         }
-        let all = self.machine.mask();
-        if let Some(m) = hint.affinity {
-            let outside = m.and_not(all);
-            if !outside.is_empty() {
-                return Err(ProviderError::admission(format!(
-                    "{who}: the hint names NUMA nodes {outside}, which this machine does not have \
-                     (its nodes are {all})"
-                )));
-            }
-        }
-        let hinter = Hinter {
-            state: &self.state,
-            reusable: self.reusable.get(&pod.uid),
-            requested: &requested,
-        };
-        let mut best = *hint;
-        let mask = match hint.affinity {
-            Some(m) => m,
-            None => {
-                let Some(default) = hinter.best_containing(NumaMask::EMPTY)? else {
-                    return Err(ProviderError::admission(format!(
-                        "{who}: failed to get the default NUMA affinity, no NUMA nodes with \
-                         enough memory is available: {}",
-                        why_nothing_fits(&hinter)
-                    )));
-                };
-                if !default.preferred && hint.preferred {
-                    return Err(ProviderError::admission(format!(
-                        "{who}: failed to find the default preferred hint: the narrowest NUMA \
-                         node set that can hold the request now, {}, is wider than the fewest \
-                         nodes whose capacity could hold it ({})",
-                        default.affinity.unwrap_or_default(),
-                        hinter.min_width()?
-                    )));
-                }
-                best = default;
-                default.affinity.unwrap_or_default()
-            }
-        };
-        let mask = if hinter.free_fits(mask) {
-            mask
-        } else {
-            let short = shortfall(&self.state, mask, &requested).unwrap_or_default();
-            let Some(extended) = hinter.best_containing(mask)? else {
-                return Err(ProviderError::admission(format!(
-                    "{who}: failed to find NUMA nodes to extend the topology hint {mask}: \
-                     {short}, and no NUMA node set containing {mask} can hold the request \
-                     (capacity, free memory and the multi-NUMA rules considered)"
-                )));
-            };
-            let ext = extended.affinity.unwrap_or_default();
-            if !extended.preferred && best.preferred {
-                return Err(ProviderError::admission(format!(
-                    "{who}: failed to find the extended preferred hint: {short}; the narrowest \
-                     NUMA node set containing {mask} that can hold the request, {ext}, is wider \
-                     than the fewest nodes whose capacity could hold it ({})",
-                    hinter.min_width()?
-                )));
-            }
-            ext
-        };
-        if let Some(why) = violation(&self.state, mask) {
-            return Err(ProviderError::admission(format!(
-                "{who}: preferred hint violates NUMA node allocation: {why}"
-            )));
-        }
+        let mask = self.resolve_mask(&who, &pod.uid, &requested, hint)?;
         let mut blocks = Vec::with_capacity(requested.len());
         for (resource, &size) in &requested {
             blocks.push(Block {
@@ -191,6 +124,86 @@ impl MemoryProvider {
         Ok(allocation_of(&blocks))
     }
 
+    /// The NUMA nodes the kubelet's static policy places `requested` on
+    /// for the merged `hint`: the hint when its free memory holds the
+    /// request, else the best hint containing it; the best hint of all
+    /// for a hint without affinity; then the multi-NUMA group rules.
+    pub(crate) fn resolve_mask(
+        &self,
+        who: &str,
+        pod_uid: &str,
+        requested: &Requested,
+        hint: &TopologyHint,
+    ) -> Result<NumaMask, ProviderError> {
+        let all = self.machine.mask();
+        if let Some(m) = hint.affinity {
+            let outside = m.and_not(all);
+            if !outside.is_empty() {
+                return Err(ProviderError::admission(format!(
+                    "{who}: the hint names NUMA nodes {outside}, which this machine does not have \
+                     (its nodes are {all})"
+                )));
+            }
+        }
+        let hinter = Hinter {
+            state: &self.state,
+            reusable: self.reusable.get(pod_uid),
+            requested,
+        };
+        let mut best = *hint;
+        let mask = match hint.affinity {
+            Some(m) => m,
+            None => {
+                let Some(default) = hinter.best_containing(NumaMask::EMPTY)? else {
+                    return Err(ProviderError::admission(format!(
+                        "{who}: failed to get the default NUMA affinity, no NUMA nodes with \
+                         enough memory is available: {}",
+                        why_nothing_fits(&hinter)
+                    )));
+                };
+                if !default.preferred && hint.preferred {
+                    return Err(ProviderError::admission(format!(
+                        "{who}: failed to find the default preferred hint: the narrowest NUMA \
+                         node set that can hold the request now, {}, is wider than the fewest \
+                         nodes whose capacity could hold it ({})",
+                        default.affinity.unwrap_or_default(),
+                        hinter.min_width()?
+                    )));
+                }
+                best = default;
+                default.affinity.unwrap_or_default()
+            }
+        };
+        let mask = if hinter.free_fits(mask) {
+            mask
+        } else {
+            let short = shortfall(&self.state, mask, requested).unwrap_or_default();
+            let Some(extended) = hinter.best_containing(mask)? else {
+                return Err(ProviderError::admission(format!(
+                    "{who}: failed to find NUMA nodes to extend the topology hint {mask}: \
+                     {short}, and no NUMA node set containing {mask} can hold the request \
+                     (capacity, free memory and the multi-NUMA rules considered)"
+                )));
+            };
+            let ext = extended.affinity.unwrap_or_default();
+            if !extended.preferred && best.preferred {
+                return Err(ProviderError::admission(format!(
+                    "{who}: failed to find the extended preferred hint: {short}; the narrowest \
+                     NUMA node set containing {mask} that can hold the request, {ext}, is wider \
+                     than the fewest nodes whose capacity could hold it ({})",
+                    hinter.min_width()?
+                )));
+            }
+            ext
+        };
+        if let Some(why) = violation(&self.state, mask) {
+            return Err(ProviderError::admission(format!(
+                "{who}: preferred hint violates NUMA node allocation: {why}"
+            )));
+        }
+        Ok(mask)
+    }
+
     /// The static policy's `RemoveContainer`.
     pub(crate) fn release_static(&mut self, pod_uid: &str, container: &str) {
         let Some(per_pod) = self.assignments.get_mut(pod_uid) else {
@@ -201,6 +214,17 @@ impl MemoryProvider {
         };
         if per_pod.is_empty() {
             self.assignments.remove(pod_uid);
+        }
+        if let Some(pod_blocks) = self.pod_blocks.get(pod_uid) {
+            // Pod-level memory goes back with the pod's last container.
+            if !self.assignments.contains_key(pod_uid) {
+                for b in pod_blocks {
+                    unreserve(&mut self.state, b);
+                }
+                self.pod_blocks.remove(pod_uid);
+                tracing::info!(pod = %pod_uid, "released pod-level memory");
+            }
+            return;
         }
         for b in &blocks {
             unreserve(&mut self.state, b);

@@ -6,16 +6,19 @@
 //! [providers.memory.config.reserved_memory.0]   # per NUMA node id
 //! memory = "1Gi"
 //! hugepages-1Gi = "2Gi"
+//! [providers.memory.config.feature_gates]
+//! PodLevelResourceManagers = false  # the kubelet gate, off by default
 //! ```
 //!
-//! Quantities are Kubernetes quantities (see [`crate::quantity`]); a plain
-//! integer is a number of bytes.
+//! Quantities are Kubernetes quantities (the SDK's
+//! [`topomgr_sdk::quantity`], rounded up to whole bytes); a plain integer is
+//! a number of bytes.
 
 use std::collections::BTreeMap;
 
 use serde::Deserialize;
-
-use crate::quantity::{self, QuantityError};
+use topomgr_sdk::quantity::{Quantity, QuantityError};
+use topomgr_sdk::{NodeOutOfRange, NumaNodeId};
 
 /// The memory manager policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Default)]
@@ -53,6 +56,17 @@ struct RawConfig {
     policy: Policy,
     #[serde(default)]
     reserved_memory: BTreeMap<String, BTreeMap<String, RawQuantity>>,
+    #[serde(default)]
+    feature_gates: FeatureGates,
+}
+
+/// The kubelet feature gates the provider follows (`[config.feature_gates]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FeatureGates {
+    /// `PodLevelResourceManagers` (beta, off by default in Kubernetes 1.37).
+    #[serde(default, rename = "PodLevelResourceManagers")]
+    pub pod_level_resource_managers: bool,
 }
 
 /// The validated config (not yet checked against the machine; see
@@ -61,8 +75,10 @@ struct RawConfig {
 pub struct Config {
     /// The policy.
     pub policy: Policy,
-    /// Bytes reserved for the system, by NUMA node id and resource name.
-    pub reserved: BTreeMap<u32, BTreeMap<String, u64>>,
+    /// Bytes reserved for the system, by NUMA node and resource name.
+    pub reserved: BTreeMap<NumaNodeId, BTreeMap<String, u64>>,
+    /// The feature gates.
+    pub feature_gates: FeatureGates,
 }
 
 /// Why the config table is unusable.
@@ -77,6 +93,14 @@ pub enum ConfigError {
          e.g. [providers.memory.config.reserved_memory.0]"
     )]
     NodeKey(String),
+    /// A node id above 255.
+    #[error("reserved_memory.{key}: {source}")]
+    NodeRange {
+        /// The key as written.
+        key: String,
+        /// Why.
+        source: NodeOutOfRange,
+    },
     /// A resource that is not memory or hugepages.
     #[error(
         "reserved_memory.{node}.{resource}: not a memory resource; use \"memory\" or \
@@ -84,7 +108,7 @@ pub enum ConfigError {
     )]
     Resource {
         /// Node id as written.
-        node: u32,
+        node: NumaNodeId,
         /// The resource name.
         resource: String,
     },
@@ -92,7 +116,7 @@ pub enum ConfigError {
     #[error("reserved_memory.{node}.{resource}: {source}")]
     Quantity {
         /// Node id.
-        node: u32,
+        node: NumaNodeId,
         /// The resource name.
         resource: String,
         /// The parse error.
@@ -118,7 +142,11 @@ impl Config {
             serde_json::from_value(value).map_err(|e| ConfigError::Shape(e.to_string()))?;
         let mut reserved = BTreeMap::new();
         for (key, table) in raw.reserved_memory {
-            let node: u32 = key.parse().map_err(|_| ConfigError::NodeKey(key.clone()))?;
+            let id: u32 = key.parse().map_err(|_| ConfigError::NodeKey(key.clone()))?;
+            let node = NumaNodeId::new(id).map_err(|source| ConfigError::NodeRange {
+                key: key.clone(),
+                source,
+            })?;
             let mut per = BTreeMap::new();
             for (resource, q) in table {
                 if !is_memory_resource(&resource) {
@@ -126,13 +154,13 @@ impl Config {
                 }
                 let bytes = match q {
                     RawQuantity::Bytes(b) => b,
-                    RawQuantity::Text(t) => {
-                        quantity::parse_bytes(t.trim()).map_err(|source| ConfigError::Quantity {
+                    RawQuantity::Text(t) => Quantity::parse(t.trim())
+                        .map_err(|source| ConfigError::Quantity {
                             node,
                             resource: resource.clone(),
                             source,
                         })?
-                    }
+                        .value(),
                 };
                 per.insert(resource, bytes);
             }
@@ -141,6 +169,7 @@ impl Config {
         Ok(Config {
             policy: raw.policy,
             reserved,
+            feature_gates: raw.feature_gates,
         })
     }
 }
@@ -169,13 +198,16 @@ mod tests {
             c.reserved,
             BTreeMap::from([
                 (
-                    0,
+                    NumaNodeId::from(0),
                     BTreeMap::from([
                         ("hugepages-1Gi".to_owned(), 2u64 << 30),
                         ("memory".to_owned(), 1 << 30)
                     ])
                 ),
-                (1, BTreeMap::from([("memory".to_owned(), 1024)])),
+                (
+                    NumaNodeId::from(1),
+                    BTreeMap::from([("memory".to_owned(), 1024)])
+                ),
             ])
         );
         assert_eq!(
@@ -188,6 +220,13 @@ mod tests {
                 .policy,
             Policy::None
         );
+        let gates = json!({"feature_gates": {"PodLevelResourceManagers": true}});
+        assert!(
+            Config::from_value(&gates)
+                .unwrap()
+                .feature_gates
+                .pod_level_resource_managers
+        );
     }
 
     #[test]
@@ -198,7 +237,7 @@ mod tests {
         );
         assert_eq!(
             err(json!({"reserved": {}})),
-            "unknown field `reserved`, expected `policy` or `reserved_memory`"
+            "unknown field `reserved`, expected one of `policy`, `reserved_memory`, `feature_gates`"
         );
         assert_eq!(
             err(json!({"reserved_memory": {"node0": {"memory": "1Gi"}}})),
@@ -212,8 +251,24 @@ mod tests {
         );
         assert_eq!(
             err(json!({"reserved_memory": {"1": {"memory": "1GB"}}})),
-            "reserved_memory.1.memory: invalid quantity \"1GB\": expected a number with an optional \
-             suffix (Ki, Mi, Gi, Ti, Pi, Ei, k, M, G, T, P, E, m or an exponent such as e9), e.g. \"1Gi\""
+            "reserved_memory.1.memory: invalid quantity \"1GB\""
+        );
+        assert_eq!(
+            err(json!({"reserved_memory": {"1": {"memory": "1K"}}})),
+            "reserved_memory.1.memory: invalid quantity \"1K\": unknown suffix \"K\" (expected \
+             one of n, u, m, k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei or an exponent such as e3)"
+        );
+        assert_eq!(
+            err(json!({"reserved_memory": {"300": {"memory": "1Gi"}}})),
+            "reserved_memory.300: NUMA node id 300 is out of range: topomgr supports node ids 0-255"
+        );
+        assert_eq!(
+            err(json!({"feature_gates": {"PodLevelResources": true}})),
+            "unknown field `PodLevelResources`, expected `PodLevelResourceManagers`"
+        );
+        assert_eq!(
+            err(json!({"reserved_memory": {"0": {"memory": "-1Gi"}}})),
+            "reserved_memory.0.memory: invalid quantity \"-1Gi\": must not be negative"
         );
     }
 }

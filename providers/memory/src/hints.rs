@@ -13,7 +13,7 @@
 //! is an empty map, which the Topology Manager reads as "no preference" (the
 //! allocation then fails, as in the kubelet).
 //!
-//! On machines with more than [`EXPLICIT_MAX_NODES`] nodes the hints are
+//! On machines with more than [`EXPLICIT_HINT_MAX_NODES`] nodes the hints are
 //! returned in the SDK's compact form, a union of lattice intervals
 //! `[minimal, within]` and the preferred width (see [`Hinter::compact`]). It
 //! stands for exactly the masks, order and preferred flags of the explicit
@@ -25,6 +25,7 @@
 
 use std::collections::BTreeMap;
 
+use topomgr_sdk::hintgen::{minimal_masks, EXPLICIT_HINT_MAX_NODES, MAX_SEARCH_STEPS};
 use topomgr_sdk::{
     for_each_mask_in_kubelet_order, CompactHints, ContainerView, HintSet, NumaMask, NumaNodeId,
     PodView, ProviderError, ProviderHints, TopologyHint,
@@ -32,13 +33,6 @@ use topomgr_sdk::{
 
 use crate::config::is_memory_resource;
 use crate::state::{allocatable, free, sum_over, Block, MachineState};
-
-/// Machines with more NUMA nodes than this get compact hints.
-pub const EXPLICIT_MAX_NODES: usize = 8;
-/// The most minimal masks a compact answer may hold.
-pub const MAX_MINIMAL_MASKS: usize = 65_536;
-/// The most search steps one question about a large machine may take.
-pub const MAX_SEARCH_STEPS: u64 = 4_000_000;
 
 /// Requested bytes by resource (`memory`, `hugepages-*`).
 pub type Requested = BTreeMap<String, u64>;
@@ -54,6 +48,33 @@ pub fn container_requests(c: &ContainerView) -> Requested {
         .filter(|(k, _)| is_memory_resource(k))
         .map(|(k, v)| (k.clone(), *v))
         .collect()
+}
+
+/// The kubelet's `getContainerRequestedResources`: [`container_requests`],
+/// except that with the `PodLevelResourceManagers` gate (`gate`) a
+/// container of a pod with pod-level resources requests nothing unless it
+/// is Guaranteed on its own (equal `cpu` and `memory` requests and limits).
+pub fn eligible_requests(pod: &PodView, c: &ContainerView, gate: bool) -> Requested {
+    if gate && pod.sets_pod_level_resources() && !c.is_guaranteed_equivalent() {
+        return Requested::new();
+    }
+    container_requests(c)
+}
+
+/// The kubelet's `getPodRequestedResources`: with the
+/// `PodLevelResourceManagers` gate and pod-level resources, the pod-level
+/// `memory` and `hugepages-*` requests above zero; otherwise
+/// [`pod_requests`].
+pub fn pod_scope_requests(pod: &PodView, gate: bool) -> Requested {
+    match &pod.resources {
+        Some(r) if gate && pod.sets_pod_level_resources() => r
+            .requests
+            .iter()
+            .filter(|(k, v)| is_memory_resource(k) && **v > 0)
+            .map(|(k, v)| (k.clone(), *v))
+            .collect(),
+        _ => pod_requests(pod),
+    }
 }
 
 /// The pod-scope requests (the kubelet's `getPodRequestedResources`): for
@@ -137,7 +158,7 @@ pub struct Hinter<'a> {
 
 impl<'a> Hinter<'a> {
     /// Node ids, ascending.
-    pub fn nodes(&self) -> Vec<u32> {
+    pub fn nodes(&self) -> Vec<NumaNodeId> {
         self.state.keys().copied().collect()
     }
 
@@ -174,13 +195,11 @@ impl<'a> Hinter<'a> {
     /// The kubelet's group rules allow `mask` as a hint.
     pub fn groups_allow(&self, mask: NumaMask) -> bool {
         if mask.count() == 1 {
-            return mask.iter().all(|n| {
-                self.state
-                    .get(&n.get())
-                    .is_none_or(|s| s.cells.count() <= 1)
-            });
+            return mask
+                .iter()
+                .all(|n| self.state.get(&n).is_none_or(|s| s.cells.count() <= 1));
         }
-        mask.iter().all(|n| match self.state.get(&n.get()) {
+        mask.iter().all(|n| match self.state.get(&n) {
             Some(s) if s.number_of_assignments > 0 => s.cells.count() > 1 && s.cells == mask,
             _ => true,
         })
@@ -196,7 +215,7 @@ impl<'a> Hinter<'a> {
         let nodes = self.nodes();
         let mut min_width = nodes.len() as u32;
         let mut masks = Vec::new();
-        for_each_mask_in_kubelet_order(&node_ids(&nodes), |mask| {
+        for_each_mask_in_kubelet_order(&nodes, |mask| {
             if !self.allocatable_fits(mask) {
                 return;
             }
@@ -226,7 +245,7 @@ impl<'a> Hinter<'a> {
 
     fn exists_width(
         &self,
-        nodes: &[u32],
+        nodes: &[NumaNodeId],
         left: usize,
         start: usize,
         acc: NumaMask,
@@ -237,12 +256,12 @@ impl<'a> Hinter<'a> {
             return Ok(self.allocatable_fits(acc));
         }
         // Prune: even all remaining nodes cannot reach the request.
-        let rest = nodes[start..].iter().fold(acc, |m, &n| m.or(node_bit(n)));
+        let rest = nodes[start..].iter().fold(acc, |m, &n| m.with(n));
         if !self.allocatable_fits(rest) {
             return Ok(false);
         }
         for i in start..=nodes.len().saturating_sub(left) {
-            let m = acc.or(node_bit(nodes[i]));
+            let m = acc.with(nodes[i]);
             if self.exists_width(nodes, left - 1, i + 1, m, steps)? {
                 return Ok(true);
             }
@@ -270,48 +289,36 @@ impl<'a> Hinter<'a> {
     /// bounds are left out (the plain upward-closed form).
     pub fn compact(&self) -> Result<Option<CompactHints>, ProviderError> {
         let preferred_width = self.min_width()?;
-        let machine = self
-            .state
-            .keys()
-            .fold(NumaMask::EMPTY, |m, &n| m.or(node_bit(n)));
-        let free_nodes: Vec<u32> = self
+        let machine = self.state.keys().fold(NumaMask::EMPTY, |m, &n| m.with(n));
+        let free_nodes: Vec<NumaNodeId> = self
             .state
             .iter()
             .filter(|(_, s)| s.number_of_assignments <= 0)
             .map(|(&n, _)| n)
             .collect();
-        let f_mask = free_nodes
-            .iter()
-            .fold(NumaMask::EMPTY, |m, &n| m.or(node_bit(n)));
+        let f_mask = free_nodes.iter().fold(NumaMask::EMPTY, |m, &n| m.with(n));
         // Only nodes that add free bytes of a requested resource can be in a
         // minimal mask (free never exceeds allocatable), unless one node
         // alone already fits (a zero request).
-        let contributing: Vec<u32> = free_nodes
+        let contributing: Vec<NumaNodeId> = free_nodes
             .iter()
             .copied()
             .filter(|&n| {
                 self.requested.iter().any(|(r, &q)| {
                     q > 0 && free(self.state, n, r) > 0 && allocatable(self.state, n, r) > 0
-                }) || self.free_fits(node_bit(n)) && self.allocatable_fits(node_bit(n))
+                }) || self.free_fits(NumaMask::single(n))
+                    && self.allocatable_fits(NumaMask::single(n))
             })
             .collect();
-        let mut lows: Vec<NumaMask> = Vec::new();
-        let mut steps = 0u64;
         let both = |m: NumaMask| self.allocatable_fits(m) && self.free_fits(m);
-        if both(NumaMask::EMPTY) {
+        let lows: Vec<NumaMask> = if both(NumaMask::EMPTY) {
             // Nothing is requested: every mask fits, the minimal ones are
             // the single nodes.
-            lows.extend(free_nodes.iter().map(|&n| node_bit(n)));
+            free_nodes.iter().map(|&n| NumaMask::single(n)).collect()
         } else {
-            minimal_sets(
-                &contributing,
-                &both,
-                0,
-                NumaMask::EMPTY,
-                &mut lows,
-                &mut steps,
-            )?;
-        }
+            minimal_masks(&contributing, both)
+                .map_err(|e| ProviderError::admission(format!("memory hints: {e}")))?
+        };
         // The minimal masks are an antichain sharing the bound `F`: no
         // interval among them lies inside another, so only the few pairs and
         // points below are checked for containment.
@@ -322,7 +329,7 @@ impl<'a> Hinter<'a> {
                 kept.push((a, f_mask));
             } else {
                 for &m in &free_nodes {
-                    let pair = a.or(node_bit(m));
+                    let pair = a.with(m);
                     if pair != a {
                         extra.push((pair, f_mask));
                     }
@@ -330,7 +337,7 @@ impl<'a> Hinter<'a> {
             }
         }
         // Point intervals: single nodes, existing groups, reusable masks.
-        let mut points: Vec<NumaMask> = self.state.keys().map(|&n| node_bit(n)).collect();
+        let mut points: Vec<NumaMask> = self.state.keys().map(|&n| NumaMask::single(n)).collect();
         points.extend(
             self.state
                 .values()
@@ -373,10 +380,10 @@ impl<'a> Hinter<'a> {
     }
 
     /// The hints as the provider answers them: explicit up to
-    /// [`EXPLICIT_MAX_NODES`] nodes, compact beyond; an empty map when no
+    /// [`EXPLICIT_HINT_MAX_NODES`] nodes, compact beyond; an empty map when no
     /// mask qualifies.
     pub fn answer(&self) -> Result<ProviderHints, ProviderError> {
-        let set = if self.state.len() <= EXPLICIT_MAX_NODES {
+        let set = if self.state.len() <= EXPLICIT_HINT_MAX_NODES {
             let list = self.explicit();
             (!list.is_empty()).then_some(HintSet::Explicit(list))
         } else {
@@ -396,7 +403,7 @@ impl<'a> Hinter<'a> {
     /// first, then the narrowest. Since a hint is preferred exactly when it
     /// has the smallest possible width, that is the narrowest hint.
     pub fn best_containing(&self, base: NumaMask) -> Result<Option<TopologyHint>, ProviderError> {
-        if self.state.len() <= EXPLICIT_MAX_NODES {
+        if self.state.len() <= EXPLICIT_HINT_MAX_NODES {
             let mut best: Option<TopologyHint> = None;
             for h in self.explicit() {
                 let Some(m) = h.affinity else { continue };
@@ -432,7 +439,7 @@ impl<'a> Hinter<'a> {
                 let m = if s.cells.count() > 1 {
                     s.cells
                 } else {
-                    node_bit(n)
+                    NumaMask::single(n)
                 };
                 consider(m, &mut found);
             }
@@ -442,19 +449,17 @@ impl<'a> Hinter<'a> {
                 consider(m, &mut found);
             }
         }
-        let unused: Vec<u32> = self
+        let unused: Vec<NumaNodeId> = self
             .state
             .iter()
             .filter(|(&n, s)| {
-                s.number_of_assignments <= 0
-                    && s.cells.count() <= 1
-                    && !base.intersects(node_bit(n))
+                s.number_of_assignments <= 0 && s.cells.count() <= 1 && !base.is_set(n)
             })
             .map(|(&n, _)| n)
             .collect();
         let base_unused = base.iter().all(|n| {
             self.state
-                .get(&n.get())
+                .get(&n)
                 .is_some_and(|s| s.number_of_assignments <= 0 && s.cells.count() <= 1)
         });
         if base_unused {
@@ -478,19 +483,6 @@ impl<'a> Hinter<'a> {
     }
 }
 
-/// The mask of node `n` alone (node ids come from the machine, so always in range).
-pub(crate) fn node_bit(n: u32) -> NumaMask {
-    NumaNodeId::new(n).map_or(NumaMask::EMPTY, NumaMask::single)
-}
-
-/// Node ids as the SDK's type (node ids come from the machine).
-pub(crate) fn node_ids(nodes: &[u32]) -> Vec<NumaNodeId> {
-    nodes
-        .iter()
-        .filter_map(|&n| NumaNodeId::new(n).ok())
-        .collect()
-}
-
 fn tick(steps: &mut u64) -> Result<(), ProviderError> {
     *steps += 1;
     if *steps > MAX_SEARCH_STEPS {
@@ -502,44 +494,9 @@ fn tick(steps: &mut u64) -> Result<(), ProviderError> {
     Ok(())
 }
 
-/// Collects the minimal sets (over `nodes[start..]`, added to `acc`) that
-/// satisfy the monotone predicate `fits`.
-fn minimal_sets(
-    nodes: &[u32],
-    fits: &dyn Fn(NumaMask) -> bool,
-    start: usize,
-    acc: NumaMask,
-    out: &mut Vec<NumaMask>,
-    steps: &mut u64,
-) -> Result<(), ProviderError> {
-    let rest = nodes[start..].iter().fold(acc, |m, &n| m.or(node_bit(n)));
-    if !fits(rest) {
-        return Ok(());
-    }
-    for i in start..nodes.len() {
-        tick(steps)?;
-        let m = acc.or(node_bit(nodes[i]));
-        if fits(m) {
-            let minimal = m.iter().all(|n| !fits(m.and_not(NumaMask::single(n))));
-            if minimal {
-                out.push(m);
-                if out.len() > MAX_MINIMAL_MASKS {
-                    return Err(ProviderError::admission(format!(
-                        "more than {MAX_MINIMAL_MASKS} minimal NUMA combinations can hold the \
-                         memory request; request memory that fits on fewer NUMA nodes"
-                    )));
-                }
-            }
-        } else {
-            minimal_sets(nodes, fits, i + 1, m, out, steps)?;
-        }
-    }
-    Ok(())
-}
-
 /// A search over subsets of `nodes` (ascending ids) in increasing mask value.
 struct ValueOrderSearch<'s> {
-    nodes: &'s [u32],
+    nodes: &'s [NumaNodeId],
     /// The condition sought.
     ok: &'s dyn Fn(NumaMask) -> bool,
     /// A monotone necessary condition, to prune: when a mask with every
@@ -563,14 +520,12 @@ impl ValueOrderSearch<'_> {
         if k == 0 {
             return Ok((self.ok)(base).then_some(base));
         }
-        let all = self.nodes[..end]
-            .iter()
-            .fold(base, |m, &n| m.or(node_bit(n)));
+        let all = self.nodes[..end].iter().fold(base, |m, &n| m.with(n));
         if !(self.could)(all) {
             return Ok(None);
         }
         for top in (k - 1)..end {
-            let m = base.or(node_bit(self.nodes[top]));
+            let m = base.with(self.nodes[top]);
             if let Some(found) = self.first(k - 1, top, m, steps)? {
                 return Ok(Some(found));
             }
@@ -583,6 +538,14 @@ impl ValueOrderSearch<'_> {
 mod tests {
     use super::*;
     use crate::state::{reserve, MemoryTable, NodeState};
+
+    fn node_bit(n: u32) -> NumaMask {
+        NumaMask::single(id(n))
+    }
+
+    fn id(n: u32) -> NumaNodeId {
+        NumaNodeId::new(n).expect("a test node id")
+    }
 
     const GB: u64 = 1 << 30;
     const HUGE: &str = "hugepages-1Gi";
@@ -623,7 +586,7 @@ mod tests {
                     memory_map: map,
                     cells: node_bit(id),
                 };
-                (id, node)
+                (self::id(id), node)
             })
             .collect()
     }
@@ -652,7 +615,7 @@ mod tests {
             let mask = match rng.below(4) {
                 0 => node_bit(rng.below(u64::from(n)) as u32),
                 1 => {
-                    let free: Vec<u32> = state
+                    let free: Vec<NumaNodeId> = state
                         .iter()
                         .filter(|(_, s)| s.number_of_assignments == 0)
                         .map(|(&id, _)| id)
@@ -660,14 +623,14 @@ mod tests {
                     let m = free
                         .iter()
                         .filter(|_| rng.below(2) == 0)
-                        .fold(NumaMask::EMPTY, |m, &id| m.or(node_bit(id)));
+                        .fold(NumaMask::EMPTY, |m, &id| m.with(id));
                     if m.is_empty() {
                         continue;
                     }
                     m
                 }
                 2 => {
-                    let id = rng.below(u64::from(n)) as u32;
+                    let id = id(rng.below(u64::from(n)) as u32);
                     state[&id].cells
                 }
                 _ => random_mask(rng, n),
@@ -676,7 +639,7 @@ mod tests {
             reserve(state, mask, resource, rng.below(4) * GB / 2);
         }
         if rng.below(8) == 0 {
-            let id = rng.below(u64::from(n)) as u32;
+            let id = id(rng.below(u64::from(n)) as u32);
             if let Some(s) = state.get_mut(&id) {
                 if s.number_of_assignments == 0 {
                     s.cells = s.cells.or(random_mask(rng, n));
@@ -709,7 +672,7 @@ mod tests {
         match h.compact() {
             Ok(Some(c)) => {
                 assert_eq!(c.validate(), Ok(()), "{c:?}");
-                c.expand(&node_ids(&h.nodes()))
+                c.expand(&h.nodes())
             }
             Ok(None) => Vec::new(),
             Err(e) => panic!("compact: {e}"),
@@ -762,7 +725,7 @@ mod tests {
                     memory_map: map,
                     cells: node_bit(id),
                 };
-                (id, node)
+                (self::id(id), node)
             })
             .collect();
         reserve(&mut state, node_bit(0), MEMORY_KEY, GB);
@@ -784,12 +747,12 @@ mod tests {
         );
         assert_eq!(c.preferred_width, 1);
         let got: Vec<String> = c
-            .expand(&node_ids(&h.nodes()))
+            .expand(&h.nodes())
             .iter()
             .map(topomgr_sdk::testkit::hint_string)
             .collect();
         assert_eq!(got, ["0:true", "1:true", "2-3:false"]);
-        assert_eq!(c.expand(&node_ids(&h.nodes())), h.explicit());
+        assert_eq!(c.expand(&h.nodes()), h.explicit());
         // 3Gi needs two nodes: only 2-3 (3Gi free) is left; 0-1 would be
         // one if node 0 were unused.
         let requested = Requested::from([(MEMORY_KEY.to_owned(), 3 * GB)]);
@@ -801,7 +764,7 @@ mod tests {
         let c = h.compact().unwrap().unwrap();
         assert_eq!(strings(&c), (vec!["2-3".into()], vec!["2-3".into()]));
         assert_eq!(c.preferred_width, 2);
-        assert_eq!(c.expand(&node_ids(&h.nodes())), h.explicit());
+        assert_eq!(c.expand(&h.nodes()), h.explicit());
     }
 
     #[test]
@@ -814,7 +777,7 @@ mod tests {
                     memory_map: map,
                     cells: node_bit(id),
                 };
-                (id, node)
+                (self::id(id), node)
             })
             .collect();
         let requested = Requested::from([(MEMORY_KEY.to_owned(), 3 * GB)]);
@@ -829,6 +792,6 @@ mod tests {
         assert_eq!(c.minimal[0].to_string(), "0-2");
         assert_eq!(c.minimal[119].to_string(), "7-9");
         assert_eq!(c.preferred_width, 3);
-        assert_eq!(c.expand(&node_ids(&h.nodes())), h.explicit());
+        assert_eq!(c.expand(&h.nodes()), h.explicit());
     }
 }

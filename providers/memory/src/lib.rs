@@ -32,32 +32,42 @@
 //!
 //! Like the kubelet, the static policy needs some reserved `memory`.
 //!
+//! Pods with pod-level `spec.resources` follow the kubelet's
+//! `PodLevelResourceManagers` gate ([`podlevel`]): off (the default, as in
+//! Kubernetes 1.37), they get no hints and no memory pinning; on, in pod
+//! scope the pod's memory is placed once and shared out among its
+//! containers. The inventory ([`inventory`]) reports `memory` and
+//! `hugepages-<size>` per NUMA node.
+//!
 //! Deliberate differences from the kubelet, all for inputs the kubelet never
 //! sees or would mishandle: reserved memory above what a node has is a
 //! config error (the kubelet's unsigned arithmetic would wrap); a hugepage
 //! size the machine lacks counts as zero bytes (the kubelet would crash); a
 //! container that requests neither memory nor hugepages (impossible in a
 //! Guaranteed pod) gets an empty allocation; error messages name the node,
-//! the resource and the amounts.
+//! the resource and the amounts; a failed pod-level allocation changes
+//! nothing. The provider learns the host's scope from the calls it gets
+//! (pod-scope hints, then allocations).
 
 pub mod allocate;
 pub mod config;
 pub mod hints;
+pub mod inventory;
 pub mod machine;
-pub mod quantity;
+pub mod podlevel;
 pub mod state;
 
 use topomgr_sdk::{
-    Allocation, ContainerView, PodView, Provider, ProviderContext, ProviderError, ProviderHints,
-    QosClass, TopologyHint,
+    Allocation, ContainerView, Inventory, PodView, Provider, ProviderContext, ProviderError,
+    ProviderHints, QosClass, TopologyHint,
 };
 
 use crate::config::{Config, Policy};
-use crate::hints::{container_requests, pod_requests, regenerate, Hinter, Requested};
+use crate::hints::{eligible_requests, pod_scope_requests, regenerate, Hinter, Requested};
 use crate::machine::{MachineMemory, MEMORY};
 use crate::state::{
     default_state, reusable_entries, reusable_from_entries, validate, Assignments, Checkpoint,
-    MachineState, Reusable,
+    MachineState, PodBlocks, Reusable,
 };
 
 /// The memory provider.
@@ -68,6 +78,13 @@ pub struct MemoryProvider {
     state: MachineState,
     assignments: Assignments,
     reusable: Reusable,
+    /// The `PodLevelResourceManagers` feature gate.
+    pod_level_managers: bool,
+    /// Pod-level blocks of pods with pod-level resources (pod scope, gate on).
+    pod_blocks: PodBlocks,
+    /// The pod whose pod-scope hints were asked for last: its `allocate`
+    /// calls are a pod-scope admission.
+    pod_scope: Option<String>,
 }
 
 fn config_error(message: impl std::fmt::Display) -> ProviderError {
@@ -111,6 +128,20 @@ impl MemoryProvider {
     fn managed(&self, pod: &PodView) -> bool {
         self.policy == Policy::Static && pod.qos == QosClass::Guaranteed
     }
+
+    /// The gate is off and the pod sets pod-level resources: the kubelet
+    /// leaves its memory alone (no hints, no allocation).
+    fn skips_pod_level(&self, pod: &PodView) -> bool {
+        !self.pod_level_managers && pod.sets_pod_level_resources()
+    }
+
+    /// The pod sets pod-level resources, the gate is on, and the host is
+    /// admitting it in pod scope.
+    fn pod_level_in_pod_scope(&self, pod: &PodView) -> bool {
+        self.pod_level_managers
+            && pod.sets_pod_level_resources()
+            && self.pod_scope.as_deref() == Some(pod.uid.as_str())
+    }
 }
 
 impl Provider for MemoryProvider {
@@ -142,6 +173,9 @@ impl Provider for MemoryProvider {
             state,
             assignments: Assignments::new(),
             reusable: Reusable::new(),
+            pod_level_managers: config.feature_gates.pod_level_resource_managers,
+            pod_blocks: PodBlocks::new(),
+            pod_scope: None,
         })
     }
 
@@ -150,10 +184,11 @@ impl Provider for MemoryProvider {
         pod: &PodView,
         container: &ContainerView,
     ) -> Result<ProviderHints, ProviderError> {
-        if !self.managed(pod) {
+        self.pod_scope = None;
+        if !self.managed(pod) || self.skips_pod_level(pod) {
             return Ok(None);
         }
-        let requested = container_requests(container);
+        let requested = eligible_requests(pod, container, self.pod_level_managers);
         if let Some(blocks) = self
             .assignments
             .get(&pod.uid)
@@ -165,10 +200,22 @@ impl Provider for MemoryProvider {
     }
 
     fn pod_topology_hints(&mut self, pod: &PodView) -> Result<ProviderHints, ProviderError> {
-        if !self.managed(pod) {
+        self.pod_scope = Some(pod.uid.clone());
+        if !self.managed(pod) || self.skips_pod_level(pod) {
             return Ok(None);
         }
-        let requested = pod_requests(pod);
+        let requested = pod_scope_requests(pod, self.pod_level_managers);
+        if self.pod_level_managers && pod.sets_pod_level_resources() {
+            if let Err(why) = self.validate_pod_scope_resources(pod) {
+                tracing::info!(pod = %pod.uid, %why, "pod-level resources leave no memory for the pod's shared containers; no hints");
+                return Ok(Some(
+                    requested
+                        .keys()
+                        .map(|r| (r.clone(), Some(topomgr_sdk::HintSet::unsatisfiable())))
+                        .collect(),
+                ));
+            }
+        }
         if let Some(per_pod) = self.assignments.get(&pod.uid) {
             for c in pod.init_containers.iter().chain(&pod.containers) {
                 if let Some(blocks) = per_pod.get(&c.name) {
@@ -185,8 +232,11 @@ impl Provider for MemoryProvider {
         container: &ContainerView,
         hint: &TopologyHint,
     ) -> Result<Allocation, ProviderError> {
-        if !self.managed(pod) {
+        if !self.managed(pod) || self.skips_pod_level(pod) {
             return Ok(Allocation::default());
+        }
+        if self.pod_level_in_pod_scope(pod) {
+            return self.allocate_in_pod_blocks(pod, container, hint);
         }
         self.allocate_static(pod, container, hint)
     }
@@ -206,6 +256,7 @@ impl Provider for MemoryProvider {
             },
             entries: self.assignments.clone(),
             reusable: reusable_entries(&self.reusable),
+            pod_entries: self.pod_blocks.clone(),
         };
         serde_json::to_vec(&cp).map_err(|e| {
             ProviderError::new("CheckpointError", format!("encoding the memory state: {e}"))
@@ -225,15 +276,33 @@ impl Provider for MemoryProvider {
         if self.policy == Policy::None {
             return Ok(());
         }
+        if !cp.pod_entries.is_empty() && !self.pod_level_managers {
+            return Err(checkpoint_error(format!(
+                "it holds pod-level memory (pods {}) but the PodLevelResourceManagers feature \
+                 gate is off in [providers.memory.config.feature_gates]; turn it on or release \
+                 those pods",
+                cp.pod_entries
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
         let state = if cp.machine_state.is_empty() {
-            if !cp.entries.is_empty() {
+            if !cp.entries.is_empty() || !cp.pod_entries.is_empty() {
                 return Err(checkpoint_error(
                     crate::state::StateError::EmptyWithAssignments,
                 ));
             }
             default_state(&self.machine)
         } else {
-            validate(&self.machine, &cp.machine_state, &cp.entries).map_err(checkpoint_error)?;
+            validate(
+                &self.machine,
+                &cp.machine_state,
+                &cp.entries,
+                &cp.pod_entries,
+            )
+            .map_err(checkpoint_error)?;
             cp.machine_state
         };
         let all = self.machine.mask();
@@ -252,7 +321,13 @@ impl Provider for MemoryProvider {
         self.state = state;
         self.assignments = cp.entries;
         self.reusable = reusable_from_entries(&cp.reusable);
+        self.pod_blocks = cp.pod_entries;
         Ok(())
+    }
+
+    fn inventory(&self) -> Result<Inventory, ProviderError> {
+        let state = (self.policy == Policy::Static).then_some(&self.state);
+        Ok(inventory::memory_inventory(&self.machine, state))
     }
 }
 

@@ -3,9 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use topomgr_sdk::{Machine, NumaMask, NumaNode};
-
-use crate::quantity::{hugepage_resource_name, Bytes};
+use topomgr_sdk::quantity::{hugepage_resource_name, BinarySi};
+use topomgr_sdk::{Machine, NumaMask, NumaNode, NumaNodeId};
 
 /// The resource name of regular memory.
 pub const MEMORY: &str = "memory";
@@ -14,7 +13,7 @@ pub const MEMORY: &str = "memory";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeMemory {
     /// Node id.
-    pub id: u32,
+    pub id: NumaNodeId,
     /// MemTotal of the node, bytes.
     pub memory_total: u64,
     /// Total bytes of hugepages by resource name (`hugepages-2Mi`), every size
@@ -28,7 +27,7 @@ pub struct MachineMemory {
     /// Nodes, ascending by id.
     pub nodes: Vec<NodeMemory>,
     /// Reserved bytes by node and resource (validated against `nodes`).
-    pub reserved: BTreeMap<u32, BTreeMap<String, u64>>,
+    pub reserved: BTreeMap<NumaNodeId, BTreeMap<String, u64>>,
 }
 
 /// Why the machine and the reserved memory do not fit together.
@@ -41,7 +40,7 @@ pub enum MachineError {
     )]
     PageSize {
         /// Node id.
-        node: u32,
+        node: NumaNodeId,
         /// The key as discovered.
         key: String,
     },
@@ -49,7 +48,7 @@ pub enum MachineError {
     #[error("NUMA node {node}: {pages} pages of {key} overflow a 64-bit byte count")]
     Overflow {
         /// Node id.
-        node: u32,
+        node: NumaNodeId,
         /// The size key.
         key: String,
         /// Page count.
@@ -62,7 +61,7 @@ pub enum MachineError {
     )]
     UnknownNode {
         /// The configured node id.
-        node: u32,
+        node: NumaNodeId,
         /// The machine's nodes.
         nodes: String,
     },
@@ -72,7 +71,7 @@ pub enum MachineError {
     )]
     UnknownResource {
         /// Node id.
-        node: u32,
+        node: NumaNodeId,
         /// The resource.
         resource: String,
         /// What the node has.
@@ -84,11 +83,11 @@ pub enum MachineError {
     )]
     TooMuch {
         /// Node id.
-        node: u32,
+        node: NumaNodeId,
         /// The resource.
         resource: String,
         /// The reserved amount.
-        reserved: Bytes,
+        reserved: BinarySi,
         /// What the node has.
         detail: String,
     },
@@ -107,20 +106,20 @@ impl NodeMemory {
         for (key, pages) in &n.hugepages {
             let size =
                 NumaNode::hugepage_size_bytes(key).ok_or_else(|| MachineError::PageSize {
-                    node: n.id.get(),
+                    node: n.id,
                     key: key.clone(),
                 })?;
             let total = size
                 .checked_mul(pages.total)
                 .ok_or_else(|| MachineError::Overflow {
-                    node: n.id.get(),
+                    node: n.id,
                     key: key.clone(),
                     pages: pages.total,
                 })?;
             hugepages.insert(hugepage_resource_name(size), total);
         }
         Ok(NodeMemory {
-            id: n.id.get(),
+            id: n.id,
             memory_total: n.memory_bytes,
             hugepages,
         })
@@ -134,7 +133,7 @@ impl MachineMemory {
     /// of its hugepages), so allocatable never goes below zero.
     pub fn new(
         machine: &Machine,
-        reserved: &BTreeMap<u32, BTreeMap<String, u64>>,
+        reserved: &BTreeMap<NumaNodeId, BTreeMap<String, u64>>,
     ) -> Result<MachineMemory, MachineError> {
         let nodes = machine
             .numa_nodes
@@ -156,12 +155,12 @@ impl MachineMemory {
                         return Err(MachineError::TooMuch {
                             node: id,
                             resource: resource.clone(),
-                            reserved: Bytes(bytes),
+                            reserved: BinarySi(bytes),
                             detail: format!(
                                 "{} total minus {} of hugepages leaves {}",
-                                Bytes(node.memory_total),
-                                Bytes(huge),
-                                Bytes(left)
+                                BinarySi(node.memory_total),
+                                BinarySi(huge),
+                                BinarySi(left)
                             ),
                         });
                     }
@@ -183,8 +182,8 @@ impl MachineMemory {
                     return Err(MachineError::TooMuch {
                         node: id,
                         resource: resource.clone(),
-                        reserved: Bytes(bytes),
-                        detail: format!("it has {} of {resource}", Bytes(total)),
+                        reserved: BinarySi(bytes),
+                        detail: format!("it has {} of {resource}", BinarySi(total)),
                     });
                 }
             }
@@ -196,7 +195,7 @@ impl MachineMemory {
     }
 
     /// The bytes of `resource` reserved on `node` (0 when not configured).
-    pub fn reserved_on(&self, node: u32, resource: &str) -> u64 {
+    pub fn reserved_on(&self, node: NumaNodeId, resource: &str) -> u64 {
         self.reserved
             .get(&node)
             .and_then(|m| m.get(resource))
@@ -205,14 +204,12 @@ impl MachineMemory {
     }
 
     /// Node ids, ascending.
-    pub fn node_ids(&self) -> Vec<u32> {
+    pub fn node_ids(&self) -> Vec<NumaNodeId> {
         self.nodes.iter().map(|n| n.id).collect()
     }
 
     /// All node ids as a mask.
     pub fn mask(&self) -> NumaMask {
-        self.nodes
-            .iter()
-            .fold(NumaMask::EMPTY, |m, n| m.or(crate::hints::node_bit(n.id)))
+        self.nodes.iter().fold(NumaMask::EMPTY, |m, n| m.with(n.id))
     }
 }

@@ -6,7 +6,8 @@
 use proptest::prelude::*;
 use serde_json::json;
 use topomgr_sdk::{
-    testkit, ContainerView, HintSet, HugePages, Machine, NumaMask, PodView, Provider, TopologyHint,
+    testkit, ContainerView, HintSet, HugePages, Machine, NumaMask, NumaNodeId, PodView, Provider,
+    TopologyHint,
 };
 
 use crate::MemoryProvider;
@@ -16,6 +17,10 @@ const GB: u64 = 1 << 30;
 
 fn mask(nodes: &[u32]) -> NumaMask {
     NumaMask::from_nodes(nodes.iter().map(|&n| i64::from(n))).unwrap()
+}
+
+fn ids(nodes: &[u32]) -> Vec<NumaNodeId> {
+    mask(nodes).nodes()
 }
 
 /// `mem_gb[i]` GiB of memory and `pages[i]` 1Gi hugepages on node `i`.
@@ -108,8 +113,11 @@ fn init_group_then_app_on_one_node_restores() {
         )
         .unwrap();
     assert_eq!(app.mems, mask(&[0]));
-    assert_eq!(p.machine_state()[&0].cells, mask(&[0]));
-    assert_eq!(p.machine_state()[&3].cells, mask(&[0, 3]));
+    assert_eq!(p.machine_state()[&NumaNodeId::from(0u8)].cells, mask(&[0]));
+    assert_eq!(
+        p.machine_state()[&NumaNodeId::from(3u8)].cells,
+        mask(&[0, 3])
+    );
     let cp = p.checkpoint().unwrap();
     let mut q = provider(&m);
     q.restore(&cp).unwrap();
@@ -249,7 +257,7 @@ fn step() -> impl Strategy<Value = Step> {
 fn expand(h: &HintSet, nodes: &[u32]) -> Vec<TopologyHint> {
     match h {
         HintSet::Explicit(v) => v.clone(),
-        HintSet::Compact(c) => c.expand(&crate::hints::node_ids(nodes)),
+        HintSet::Compact(c) => c.expand(&ids(nodes)),
     }
 }
 

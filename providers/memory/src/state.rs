@@ -9,8 +9,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use topomgr_sdk::{NumaMask, NumaNodeId};
 
+use topomgr_sdk::quantity::BinarySi;
+
 use crate::machine::{MachineMemory, MEMORY};
-use crate::quantity::Bytes;
 
 /// One resource on one node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -42,7 +43,7 @@ pub struct NodeState {
 }
 
 /// The whole machine, by node id.
-pub type MachineState = BTreeMap<u32, NodeState>;
+pub type MachineState = BTreeMap<NumaNodeId, NodeState>;
 
 /// Memory of one resource held by a container on a set of nodes.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -79,7 +80,15 @@ pub struct Checkpoint {
     /// Reusable init-container memory.
     #[serde(default)]
     pub reusable: Vec<ReusableEntry>,
+    /// Pod-level memory blocks (`PodLevelResourceManagers`) per pod uid;
+    /// written only when there are some.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub pod_entries: PodBlocks,
 }
+
+/// Pod-level memory blocks by pod uid: what a pod with pod-level resources
+/// holds as a whole (its containers' blocks are shares of it).
+pub type PodBlocks = BTreeMap<String, Vec<Block>>;
 
 /// One entry of [`Reusable`] in a checkpoint.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -166,7 +175,7 @@ pub fn default_state(machine: &MachineMemory) -> MachineState {
             NodeState {
                 number_of_assignments: 0,
                 memory_map: map,
-                cells: crate::hints::node_bit(node.id),
+                cells: NumaMask::single(node.id),
             },
         );
     }
@@ -174,22 +183,22 @@ pub fn default_state(machine: &MachineMemory) -> MachineState {
 }
 
 /// Free bytes of `resource` on `node` (0 when the node lacks it).
-pub fn free(state: &MachineState, node: u32, resource: &str) -> u64 {
+pub fn free(state: &MachineState, node: NumaNodeId, resource: &str) -> u64 {
     table(state, node, resource).map_or(0, |t| t.free)
 }
 
 /// Allocatable bytes of `resource` on `node` (0 when the node lacks it).
-pub fn allocatable(state: &MachineState, node: u32, resource: &str) -> u64 {
+pub fn allocatable(state: &MachineState, node: NumaNodeId, resource: &str) -> u64 {
     table(state, node, resource).map_or(0, |t| t.allocatable)
 }
 
-fn table<'a>(state: &'a MachineState, node: u32, resource: &str) -> Option<&'a MemoryTable> {
+fn table<'a>(state: &'a MachineState, node: NumaNodeId, resource: &str) -> Option<&'a MemoryTable> {
     state.get(&node)?.memory_map.get(resource)
 }
 
 /// Sum of `f(node)` over the nodes of `mask`.
-pub fn sum_over(mask: NumaMask, mut f: impl FnMut(u32) -> u64) -> u64 {
-    mask.iter().fold(0u64, |a, n| a.saturating_add(f(n.get())))
+pub fn sum_over(mask: NumaMask, mut f: impl FnMut(NumaNodeId) -> u64) -> u64 {
+    mask.iter().fold(0u64, |a, n| a.saturating_add(f(n)))
 }
 
 /// Places `size` bytes of `resource` on the nodes of `mask`, lowest node
@@ -197,7 +206,7 @@ pub fn sum_over(mask: NumaMask, mut f: impl FnMut(u32) -> u64) -> u64 {
 /// the mask (the kubelet's `updateMachineState`). Nodes the state lacks are
 /// skipped.
 pub fn reserve(state: &mut MachineState, mask: NumaMask, resource: &str, mut size: u64) {
-    for id in mask.iter().map(NumaNodeId::get) {
+    for id in mask.iter() {
         let Some(node) = state.get_mut(&id) else {
             continue;
         };
@@ -225,13 +234,13 @@ pub fn reserve(state: &mut MachineState, mask: NumaMask, resource: &str, mut siz
 /// lowest node first.
 pub fn unreserve(state: &mut MachineState, block: &Block) {
     let mut size = block.size;
-    for id in block.numa_affinity.iter().map(NumaNodeId::get) {
+    for id in block.numa_affinity.iter() {
         let Some(node) = state.get_mut(&id) else {
             continue;
         };
         node.number_of_assignments -= 1;
         if node.number_of_assignments == 0 {
-            node.cells = crate::hints::node_bit(id);
+            node.cells = NumaMask::single(id);
         }
         if size == 0 {
             continue;
@@ -264,7 +273,7 @@ pub enum StateError {
         /// The block's nodes.
         mask: NumaMask,
         /// The missing node.
-        node: u32,
+        node: NumaNodeId,
     },
     /// An assignment of a resource the node lacks.
     #[error(
@@ -279,7 +288,7 @@ pub enum StateError {
         /// Resource.
         resource: String,
         /// Node.
-        node: u32,
+        node: NumaNodeId,
     },
     /// An empty block mask.
     #[error("pod {pod} container {container}: a {resource} block has no NUMA node")]
@@ -321,7 +330,8 @@ pub enum StateError {
 /// * the same NUMA nodes and, per node and resource, the same total,
 ///   system-reserved and allocatable bytes as a fresh state of this machine
 ///   and config (memory added or removed, reservations changed);
-/// * per node, as many assignments as blocks touching it;
+/// * per node, as many assignments as blocks touching it (for a pod with
+///   pod-level blocks, those, not its containers' shares of them);
 /// * per node, cells that contain the node, name only nodes of the machine
 ///   and are the node alone when nothing is allocated there (a group keeps
 ///   the affinity of the last block placed on the node, which may since
@@ -339,45 +349,60 @@ pub fn validate(
     machine: &MachineMemory,
     stored: &MachineState,
     assignments: &Assignments,
+    pod_blocks: &PodBlocks,
 ) -> Result<(), StateError> {
     let fresh = default_state(machine);
-    let ids = |s: &MachineState| s.keys().map(|k| i64::from(*k)).collect::<Vec<_>>();
+    let ids = |s: &MachineState| s.keys().fold(NumaMask::EMPTY, |m, &id| m.with(id));
     if ids(stored) != ids(&fresh) {
         return Err(StateError::Mismatch(format!(
             "it has NUMA nodes {} but the machine has {}",
-            NumaMask::from_nodes(ids(stored)).unwrap_or_default(),
-            NumaMask::from_nodes(ids(&fresh)).unwrap_or_default()
+            ids(stored),
+            ids(&fresh)
         )));
     }
-    let mut count: BTreeMap<u32, i64> = BTreeMap::new();
-    for (pod, containers) in assignments {
-        for (container, blocks) in containers {
-            for b in blocks {
-                if b.numa_affinity.is_empty() {
-                    return Err(StateError::EmptyBlock {
+    let mut count: BTreeMap<NumaNodeId, i64> = BTreeMap::new();
+    // A pod with pod-level blocks holds those; its containers' blocks are
+    // shares of them and hold nothing more (the kubelet's validateState).
+    let holders = assignments
+        .iter()
+        .flat_map(|(pod, containers)| {
+            containers
+                .iter()
+                .map(move |(c, blocks)| (pod, c.as_str(), blocks, !pod_blocks.contains_key(pod)))
+        })
+        .chain(
+            pod_blocks
+                .iter()
+                .map(|(pod, blocks)| (pod, "", blocks, true)),
+        );
+    for (pod, container, blocks, holds) in holders {
+        for b in blocks {
+            if b.numa_affinity.is_empty() {
+                return Err(StateError::EmptyBlock {
+                    pod: pod.clone(),
+                    container: container.to_owned(),
+                    resource: b.resource.clone(),
+                });
+            }
+            for id in b.numa_affinity.iter() {
+                let Some(node) = fresh.get(&id) else {
+                    return Err(StateError::UnknownNode {
                         pod: pod.clone(),
-                        container: container.clone(),
+                        container: container.to_owned(),
                         resource: b.resource.clone(),
+                        mask: b.numa_affinity,
+                        node: id,
+                    });
+                };
+                if !node.memory_map.contains_key(&b.resource) {
+                    return Err(StateError::UnknownResource {
+                        pod: pod.clone(),
+                        container: container.to_owned(),
+                        resource: b.resource.clone(),
+                        node: id,
                     });
                 }
-                for id in b.numa_affinity.iter().map(NumaNodeId::get) {
-                    let Some(node) = fresh.get(&id) else {
-                        return Err(StateError::UnknownNode {
-                            pod: pod.clone(),
-                            container: container.clone(),
-                            resource: b.resource.clone(),
-                            mask: b.numa_affinity,
-                            node: id,
-                        });
-                    };
-                    if !node.memory_map.contains_key(&b.resource) {
-                        return Err(StateError::UnknownResource {
-                            pod: pod.clone(),
-                            container: container.clone(),
-                            resource: b.resource.clone(),
-                            node: id,
-                        });
-                    }
+                if holds {
                     *count.entry(id).or_insert(0) += 1;
                 }
             }
@@ -408,8 +433,8 @@ pub fn validate(
                 if a != b {
                     return Err(StateError::Mismatch(format!(
                         "NUMA node {id} {resource} {field} is {}, expected {}",
-                        Bytes(a),
-                        Bytes(b)
+                        BinarySi(a),
+                        BinarySi(b)
                     )));
                 }
             }
@@ -422,7 +447,7 @@ pub fn validate(
                 s.number_of_assignments
             )));
         }
-        let alone = crate::hints::node_bit(*id);
+        let alone = NumaMask::single(*id);
         if !alone.is_subset_of(s.cells) || !s.cells.is_subset_of(all) {
             return Err(StateError::Mismatch(format!(
                 "NUMA node {id} is grouped with nodes {}, which must include it and be nodes of \
@@ -442,9 +467,9 @@ pub fn validate(
                 return Err(StateError::Mismatch(format!(
                     "NUMA node {id} {resource}: {} free and {} reserved do not add up to its \
                      allocatable {}",
-                    Bytes(st.free),
-                    Bytes(st.reserved),
-                    Bytes(st.allocatable)
+                    BinarySi(st.free),
+                    BinarySi(st.reserved),
+                    BinarySi(st.allocatable)
                 )));
             }
         }
@@ -453,7 +478,13 @@ pub fn validate(
     for (resource, t) in stored.values().flat_map(|n| n.memory_map.iter()) {
         sums.entry(resource.as_str()).or_default().0 += u128::from(t.reserved);
     }
-    for b in assignments.values().flat_map(|c| c.values()).flatten() {
+    let held = assignments
+        .iter()
+        .filter(|(pod, _)| !pod_blocks.contains_key(*pod))
+        .flat_map(|(_, c)| c.values())
+        .chain(pod_blocks.values())
+        .flatten();
+    for b in held {
         sums.entry(b.resource.as_str()).or_default().1 += u128::from(b.size);
     }
     for (resource, (held, blocks)) in sums {
@@ -461,8 +492,8 @@ pub fn validate(
             return Err(StateError::Mismatch(format!(
                 "{resource} reserved on all NUMA nodes is {}, less than the containers' blocks \
                  hold ({})",
-                Bytes(u64::try_from(held).unwrap_or(u64::MAX)),
-                Bytes(u64::try_from(blocks).unwrap_or(u64::MAX))
+                BinarySi(u64::try_from(held).unwrap_or(u64::MAX)),
+                BinarySi(u64::try_from(blocks).unwrap_or(u64::MAX))
             )));
         }
     }

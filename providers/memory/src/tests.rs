@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 use topomgr_sdk::{
-    testkit, ContainerView, HintSet, HugePages, Machine, NumaMask, PodView, Provider, QosClass,
-    TopologyHint,
+    testkit, ContainerView, HintSet, HugePages, Machine, NumaMask, NumaNodeId, PodView, Provider,
+    QosClass, TopologyHint,
 };
 
 use crate::MemoryProvider;
@@ -53,6 +53,10 @@ fn mask(nodes: &[u32]) -> NumaMask {
     NumaMask::from_nodes(nodes.iter().map(|&n| i64::from(n))).unwrap()
 }
 
+fn ids(nodes: &[u32]) -> Vec<NumaNodeId> {
+    mask(nodes).nodes()
+}
+
 fn hints(p: &mut MemoryProvider, pod: &PodView, r: &str, nodes: &[u32]) -> Option<Vec<String>> {
     let h = p.topology_hints(pod, &pod.containers[0]).unwrap();
     testkit::hint_strings(&h, r, nodes)
@@ -62,7 +66,7 @@ fn hints(p: &mut MemoryProvider, pod: &PodView, r: &str, nodes: &[u32]) -> Optio
 fn machine_state_like_the_kubelet() {
     // 2Gi per node with one 1Gi page; 512Mi reserved.
     let p = provider(&machine(2, 2 * GB, 1), reserved_512(2));
-    let s = &p.machine_state()[&0];
+    let s = &p.machine_state()[&NumaNodeId::from(0u8)];
     let mem = s.memory_map["memory"];
     assert_eq!(
         (mem.total, mem.system_reserved, mem.allocatable, mem.free),
@@ -137,12 +141,18 @@ fn multi_numa_group_rules() {
         .unwrap();
     assert_eq!(a.mems, mask(&[0, 1]));
     let s = p.machine_state();
-    assert_eq!(s[&0].cells, mask(&[0, 1]));
-    assert_eq!(s[&0].number_of_assignments, 2);
-    assert_eq!(s[&0].memory_map["memory"].free, 0);
-    assert_eq!(s[&1].memory_map["memory"].free, 0);
-    assert_eq!(s[&0].memory_map["hugepages-1Gi"].free, 0);
-    assert_eq!(s[&1].memory_map["hugepages-1Gi"].free, GB);
+    assert_eq!(s[&NumaNodeId::from(0u8)].cells, mask(&[0, 1]));
+    assert_eq!(s[&NumaNodeId::from(0u8)].number_of_assignments, 2);
+    assert_eq!(s[&NumaNodeId::from(0u8)].memory_map["memory"].free, 0);
+    assert_eq!(s[&NumaNodeId::from(1u8)].memory_map["memory"].free, 0);
+    assert_eq!(
+        s[&NumaNodeId::from(0u8)].memory_map["hugepages-1Gi"].free,
+        0
+    );
+    assert_eq!(
+        s[&NumaNodeId::from(1u8)].memory_map["hugepages-1Gi"].free,
+        GB
+    );
     // A small pod: nodes 0 and 1 alone are out (they are in a group).
     let second = pod("pod2", 512 * MB, GB);
     assert_eq!(
@@ -174,10 +184,16 @@ fn multi_numa_group_rules() {
     // Release gives the group back: cells reset once no assignment is left.
     p.release("pod1-uid", "app").unwrap();
     let s = p.machine_state();
-    assert_eq!(s[&0].cells, mask(&[0]));
-    assert_eq!(s[&0].number_of_assignments, 0);
-    assert_eq!(s[&0].memory_map["memory"].free, 512 * MB);
-    assert_eq!(s[&1].memory_map["memory"].free, 512 * MB);
+    assert_eq!(s[&NumaNodeId::from(0u8)].cells, mask(&[0]));
+    assert_eq!(s[&NumaNodeId::from(0u8)].number_of_assignments, 0);
+    assert_eq!(
+        s[&NumaNodeId::from(0u8)].memory_map["memory"].free,
+        512 * MB
+    );
+    assert_eq!(
+        s[&NumaNodeId::from(1u8)].memory_map["memory"].free,
+        512 * MB
+    );
 }
 
 #[test]
@@ -236,8 +252,14 @@ fn extension_of_a_fresh_machine_picks_the_narrowest_superset() {
         .allocate(&a, &a.containers[0], &TopologyHint::new(mask(&[2]), true))
         .unwrap();
     assert_eq!(got.mems, mask(&[0, 2]));
-    assert_eq!(p.machine_state()[&0].memory_map["memory"].free, 0);
-    assert_eq!(p.machine_state()[&2].memory_map["memory"].free, GB);
+    assert_eq!(
+        p.machine_state()[&NumaNodeId::from(0u8)].memory_map["memory"].free,
+        0
+    );
+    assert_eq!(
+        p.machine_state()[&NumaNodeId::from(2u8)].memory_map["memory"].free,
+        GB
+    );
 }
 
 #[test]
@@ -266,7 +288,10 @@ fn regenerates_hints_for_an_allocated_container() {
         .allocate(&a, &a.containers[0], &TopologyHint::new(mask(&[1]), true))
         .unwrap();
     assert_eq!(again.mems, mask(&[0]));
-    assert_eq!(p.machine_state()[&0].number_of_assignments, 2);
+    assert_eq!(
+        p.machine_state()[&NumaNodeId::from(0u8)].number_of_assignments,
+        2
+    );
 }
 
 fn ctn(name: &str, mem: u64, sidecar: bool) -> ContainerView {
@@ -294,10 +319,16 @@ fn init_container_memory_is_reused() {
     pod.containers = vec![ctn("app", 3 * GB, false)];
     let h = TopologyHint::new(mask(&[0]), true);
     p.allocate(&pod, &pod.init_containers[0], &h).unwrap();
-    assert_eq!(p.machine_state()[&0].memory_map["memory"].reserved, 2 * GB);
+    assert_eq!(
+        p.machine_state()[&NumaNodeId::from(0u8)].memory_map["memory"].reserved,
+        2 * GB
+    );
     p.allocate(&pod, &pod.containers[0], &h).unwrap();
     // 2Gi reused: the pod holds 3Gi in all, the init block shrank to 0.
-    assert_eq!(p.machine_state()[&0].memory_map["memory"].reserved, 3 * GB);
+    assert_eq!(
+        p.machine_state()[&NumaNodeId::from(0u8)].memory_map["memory"].reserved,
+        3 * GB
+    );
     let blocks = &p.assignments()["p-uid"];
     assert_eq!(blocks["init"][0].size, 0);
     assert_eq!(blocks["app"][0].size, 3 * GB);
@@ -328,7 +359,10 @@ fn restore_validates_and_changes_nothing_on_error() {
          changed since the state was saved — release the pods or remove the state file"
     );
     assert!(q.assignments().is_empty());
-    assert_eq!(q.machine_state()[&0].memory_map["memory"].free, 6 * GB);
+    assert_eq!(
+        q.machine_state()[&NumaNodeId::from(0u8)].memory_map["memory"].free,
+        6 * GB
+    );
     let err = q.restore(b"{").unwrap_err();
     assert!(
         err.message.starts_with("memory provider state: EOF"),
@@ -394,7 +428,7 @@ fn compact_hints_beyond_eight_nodes() {
         requested: &crate::hints::container_requests(&a.containers[0]),
     }
     .explicit();
-    assert_eq!(c.expand(&crate::hints::node_ids(&nodes)), explicit);
+    assert_eq!(c.expand(&ids(&nodes)), explicit);
     // Allocation without affinity takes the best pair.
     let got = p
         .allocate(&a, &a.containers[0], &TopologyHint::ANY)
@@ -422,9 +456,265 @@ fn compact_hints_beyond_eight_nodes() {
         requested: &crate::hints::container_requests(&b.containers[0]),
     }
     .explicit();
-    assert_eq!(c.expand(&crate::hints::node_ids(&nodes)), explicit);
+    assert_eq!(c.expand(&ids(&nodes)), explicit);
     assert!(!c.contains(mask(&[0, 1, 2])));
     assert!(!c.contains(mask(&[0])));
     // Every non-empty subset of the eight unused nodes, and the group.
     assert_eq!(explicit.len(), 255 + 1);
+}
+
+/// Per zone `(node, capacity, allocatable, available)` of `resource` in
+/// MiB, after checking that the totals are the zones' sums.
+fn zones(p: &MemoryProvider, resource: &str) -> Vec<(u32, u64, u64, u64)> {
+    let inv = p.inventory().unwrap();
+    let r = &inv.resources[resource];
+    let z: Vec<(u32, u64, u64, u64)> = r
+        .zones
+        .iter()
+        .map(|z| {
+            let a = z.amounts;
+            let node = z.numa.expect("every zone is a node").get();
+            (node, a.capacity / MB, a.allocatable / MB, a.available / MB)
+        })
+        .collect();
+    let sum = |f: fn(&topomgr_sdk::Zone) -> u64| r.zones.iter().map(f).sum::<u64>();
+    assert_eq!(
+        (r.total.capacity, r.total.allocatable, r.total.available),
+        (
+            sum(|z| z.amounts.capacity),
+            sum(|z| z.amounts.allocatable),
+            sum(|z| z.amounts.available)
+        )
+    );
+    z
+}
+
+#[test]
+fn inventory_follows_allocations_releases_and_restores() {
+    // 4Gi per node with two 1Gi pages; 512Mi of memory reserved on every
+    // node and one 1Gi page on node 1.
+    let m = machine(2, 4 * GB, 2);
+    let cfg = json!({"reserved_memory": {
+        "0": {"memory": "512Mi"},
+        "1": {"memory": "512Mi", "hugepages-1Gi": "1Gi"}
+    }});
+    let mut p = provider(&m, cfg.clone());
+    let inv = p.inventory().unwrap();
+    assert_eq!(
+        inv.resources.keys().collect::<Vec<_>>(),
+        ["hugepages-1Gi", "memory"]
+    );
+    // Memory allocatable: 4096 - 512 reserved - 2048 of hugepages.
+    assert_eq!(
+        zones(&p, "memory"),
+        [(0, 4096, 1536, 1536), (1, 4096, 1536, 1536)]
+    );
+    assert_eq!(
+        zones(&p, "hugepages-1Gi"),
+        [(0, 2048, 2048, 2048), (1, 2048, 1024, 1024)]
+    );
+    let a = pod("a", GB, GB);
+    p.allocate(&a, &a.containers[0], &TopologyHint::new(mask(&[0]), true))
+        .unwrap();
+    assert_eq!(
+        zones(&p, "memory"),
+        [(0, 4096, 1536, 512), (1, 4096, 1536, 1536)]
+    );
+    assert_eq!(
+        zones(&p, "hugepages-1Gi"),
+        [(0, 2048, 2048, 1024), (1, 2048, 1024, 1024)]
+    );
+    // 2Gi of memory on nodes 0-1 (a new group: node 0 has single-node
+    // memory, so use a fresh provider state for the group).
+    let mut q = provider(&m, cfg.clone());
+    let wide = pod("w", 2 * GB, 0);
+    q.allocate(
+        &wide,
+        &wide.containers[0],
+        &TopologyHint::new(mask(&[0, 1]), true),
+    )
+    .unwrap();
+    // Lowest node first: node 0 gives its 1536Mi, node 1 the rest.
+    assert_eq!(
+        zones(&q, "memory"),
+        [(0, 4096, 1536, 0), (1, 4096, 1536, 1024)]
+    );
+    // Restored from its checkpoint: the same numbers.
+    let mut r = provider(&m, cfg);
+    r.restore(&q.checkpoint().unwrap()).unwrap();
+    assert_eq!(
+        zones(&r, "memory"),
+        [(0, 4096, 1536, 0), (1, 4096, 1536, 1024)]
+    );
+    r.release("w-uid", "app").unwrap();
+    assert_eq!(
+        zones(&r, "memory"),
+        [(0, 4096, 1536, 1536), (1, 4096, 1536, 1536)]
+    );
+    p.release("a-uid", "app").unwrap();
+    assert_eq!(
+        zones(&p, "memory"),
+        [(0, 4096, 1536, 1536), (1, 4096, 1536, 1536)]
+    );
+    assert_eq!(
+        zones(&p, "hugepages-1Gi"),
+        [(0, 2048, 2048, 2048), (1, 2048, 1024, 1024)]
+    );
+    // The none policy hands out nothing.
+    let none = provider(&m, json!({"policy": "none"}));
+    assert_eq!(zones(&none, "memory"), [(0, 4096, 0, 0), (1, 4096, 0, 0)]);
+    assert_eq!(
+        zones(&none, "hugepages-1Gi"),
+        [(0, 2048, 0, 0), (1, 2048, 0, 0)]
+    );
+}
+
+/// A Guaranteed pod with pod-level `memory` (and 2 CPUs); app containers
+/// `(name, memory)`: with memory, Guaranteed on their own (1 CPU, equal
+/// requests and limits); without, requesting nothing.
+fn pod_level_pod(uid: &str, memory: u64, apps: &[(&str, u64)]) -> PodView {
+    let level = testkit::resources(&[("cpu", 2000), ("memory", memory)]);
+    let apps = apps
+        .iter()
+        .map(|(n, mem)| {
+            if *mem > 0 {
+                testkit::container(n, &[("cpu", 1000), ("memory", *mem)])
+            } else {
+                ContainerView::new(*n)
+            }
+        })
+        .collect();
+    PodView::new(uid, uid, "default", QosClass::Guaranteed)
+        .with_containers(apps)
+        .with_resources(Some(topomgr_sdk::PodResources::new(level.clone(), level)))
+}
+
+#[test]
+fn pod_level_resources_with_the_gate_off_are_not_pinned() {
+    let m = machine(2, 4 * GB, 0);
+    let mut p = provider(&m, reserved_512(2));
+    let pod = pod_level_pod("pl", 2 * GB, &[("gu", GB), ("shared", 0)]);
+    assert_eq!(p.topology_hints(&pod, &pod.containers[0]).unwrap(), None);
+    assert_eq!(p.pod_topology_hints(&pod).unwrap(), None);
+    for c in &pod.containers {
+        let a = p
+            .allocate(&pod, c, &TopologyHint::new(mask(&[0]), true))
+            .unwrap();
+        assert_eq!(a, Default::default());
+    }
+    assert!(p.assignments().is_empty());
+}
+
+#[test]
+fn pod_level_resources_in_pod_scope_place_the_pod_once() {
+    let m = machine(2, 4 * GB, 0);
+    let mut cfg = reserved_512(2);
+    cfg["feature_gates"] = json!({"PodLevelResourceManagers": true});
+    let mut p = provider(&m, cfg.clone());
+    let pod = pod_level_pod("pl", 2 * GB, &[("gu", GB), ("shared", 0)]);
+    // Allocatable memory per node: 4Gi - 512Mi = 3.5Gi: the pod fits on one node.
+    assert_eq!(
+        testkit::hint_strings(&p.pod_topology_hints(&pod).unwrap(), "memory", &[0, 1]),
+        Some(vec!["0:true".into(), "1:true".into(), "0-1:false".into()])
+    );
+    let hint = TopologyHint::new(mask(&[1]), true);
+    for c in &pod.containers {
+        let a = p.allocate(&pod, c, &hint).unwrap();
+        assert_eq!(a.mems, mask(&[1]), "{}", c.name);
+    }
+    let blocks = |c: &str| -> Vec<(String, u64)> {
+        p.assignments()["pl"][c]
+            .iter()
+            .map(|b| (b.resource.clone(), b.size / MB))
+            .collect()
+    };
+    assert_eq!(blocks("gu"), [("memory".to_owned(), 1024)]);
+    assert_eq!(blocks("shared"), [("memory".to_owned(), 1024)]);
+    // The node holds the pod's 2Gi once, as one assignment.
+    let node = &p.machine_state()[&NumaNodeId::from(1u8)];
+    assert_eq!(node.memory_map["memory"].free, 3584 * MB - 2 * GB);
+    assert_eq!(node.number_of_assignments, 1);
+    // Checkpoint, restore; refused with the gate off.
+    let cp = p.checkpoint().unwrap();
+    let mut q = provider(&m, cfg);
+    q.restore(&cp).unwrap();
+    assert_eq!(q.checkpoint().unwrap(), cp);
+    let mut off = provider(&m, reserved_512(2));
+    assert_eq!(
+        off.restore(&cp).unwrap_err().message,
+        "memory provider state: it holds pod-level memory (pods pl) but the \
+         PodLevelResourceManagers feature gate is off in [providers.memory.config.feature_gates]; \
+         turn it on or release those pods"
+    );
+    // The memory goes back with the last container.
+    p.release("pl", "gu").unwrap();
+    assert_eq!(
+        p.machine_state()[&NumaNodeId::from(1u8)].memory_map["memory"].free,
+        3584 * MB - 2 * GB
+    );
+    p.release("pl", "shared").unwrap();
+    let node = &p.machine_state()[&NumaNodeId::from(1u8)];
+    assert_eq!(node.memory_map["memory"].free, 3584 * MB);
+    assert_eq!((node.number_of_assignments, node.cells), (0, mask(&[1])));
+    assert!(p.assignments().is_empty());
+}
+
+#[test]
+fn pod_level_resources_without_memory_for_shared_containers_are_refused() {
+    let m = machine(2, 4 * GB, 0);
+    let mut cfg = reserved_512(2);
+    cfg["feature_gates"] = json!({"PodLevelResourceManagers": true});
+    let mut p = provider(&m, cfg);
+    let pod = pod_level_pod("pl", GB, &[("gu", GB), ("shared", 0)]);
+    let h = p.pod_topology_hints(&pod).unwrap();
+    assert_eq!(testkit::hint_strings(&h, "memory", &[0, 1]), Some(vec![]));
+    let err = p
+        .allocate(
+            &pod,
+            &pod.containers[0],
+            &TopologyHint::new(mask(&[0]), true),
+        )
+        .unwrap_err();
+    assert_eq!(err.reason, "EmptyPodSharedPoolError");
+    assert_eq!(
+        err.message,
+        "pod rejected, sum of exclusive container memory requests equals pod budget, leaving no \
+         memory for shared containers"
+    );
+    assert!(p.assignments().is_empty());
+    // Container scope: the eligible container is pinned on its own, the
+    // other one is not.
+    let a = p
+        .allocate(
+            &pod,
+            &pod.containers[0],
+            &TopologyHint::new(mask(&[0]), true),
+        )
+        .map(|a| a.mems);
+    assert!(
+        a.is_err(),
+        "still pod scope until the host asks container hints"
+    );
+    let h = p.topology_hints(&pod, &pod.containers[0]).unwrap();
+    assert_eq!(
+        testkit::hint_strings(&h, "memory", &[0, 1]).unwrap()[0],
+        "0:true"
+    );
+    let a = p
+        .allocate(
+            &pod,
+            &pod.containers[0],
+            &TopologyHint::new(mask(&[0]), true),
+        )
+        .unwrap();
+    assert_eq!(a.mems, mask(&[0]));
+    p.topology_hints(&pod, &pod.containers[1]).unwrap();
+    let a = p
+        .allocate(
+            &pod,
+            &pod.containers[1],
+            &TopologyHint::new(mask(&[0]), true),
+        )
+        .unwrap();
+    assert_eq!(a, Default::default());
 }

@@ -3,7 +3,8 @@
 //!
 //! ```toml
 //! [providers.sriov.config]
-//! config_file = "/etc/pcidp/config.json"   # the plugin's config.json, or:
+//! config_file = "/etc/pcidp/config.json"   # the plugin's config.json (relative:
+//!                                          # to topomgr's main config file), or:
 //! resource_prefix = "intel.com"            # the plugin's --resource-prefix (default)
 //!
 //! [[providers.sriov.config.resource_list]] # the same entries inline
@@ -184,9 +185,14 @@ struct Table {
 
 impl SriovConfig {
     /// Read `[providers.sriov.config]` (as JSON; `null` when the table is
-    /// absent) and the `config_file` it names. A relative `config_file` is
-    /// relative to the working directory, as the plugin's `-config-file`.
-    pub fn from_table(table: &Value) -> Result<Self, ConfigError> {
+    /// absent) and the `config_file` it names.
+    ///
+    /// A relative `config_file` resolves against `config_dir`, the directory
+    /// of topomgr's main config file, like every relative path of topomgr's
+    /// config (the working directory when there is none). This differs from
+    /// the plugin's `-config-file` flag, which is relative to the plugin's
+    /// working directory. Errors name the path as resolved.
+    pub fn from_table(table: &Value, config_dir: Option<&Path>) -> Result<Self, ConfigError> {
         let empty = Value::Object(Map::new());
         let table: Table = Table::deserialize(if table.is_null() { &empty } else { table })
             .map_err(|e| ConfigError::Table(e.to_string()))?;
@@ -208,6 +214,10 @@ impl SriovConfig {
                     .into(),
             )),
             (Some(path), None) => {
+                let path = match config_dir {
+                    Some(dir) if path.is_relative() => dir.join(path),
+                    _ => path,
+                };
                 let resources = read_config_file(&path, &resource_prefix)?;
                 Ok(SriovConfig {
                     resource_prefix,

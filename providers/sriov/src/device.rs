@@ -77,6 +77,16 @@ pub struct HostFacts {
     pub rdma_cm: bool,
 }
 
+impl HostFacts {
+    /// The facts of the host this process runs on (its `/dev`).
+    pub fn of_this_host() -> Self {
+        HostFacts {
+            vhost_net: std::path::Path::new("/dev/vhost-net").exists(),
+            rdma_cm: std::path::Path::new("/dev/infiniband/rdma_cm").exists(),
+        }
+    }
+}
+
 /// The `deviceType` of a resource.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum DeviceType {

@@ -163,11 +163,7 @@ impl Pools {
                     });
                 }
             }
-            if pool.devices.is_empty() {
-                tracing::info!(resource = %full_name, "no device matches the resource's selectors");
-            } else {
-                tracing::debug!(resource = %full_name, devices = pool.devices.len(), "resource pool");
-            }
+            tracing::debug!(resource = %full_name, devices = pool.devices.len(), "resource pool");
             out.pools.push(pool);
         }
         out

@@ -26,7 +26,9 @@ use std::collections::BTreeMap;
 
 use super::manager::Pool;
 use super::DeviceManager;
-use crate::hintgen::{minimal_masks, upward_closed_hints, EXPLICIT_HINT_MAX_NODES};
+use crate::hintgen::{
+    min_width_additive, minimal_masks, upward_closed_hints, EXPLICIT_HINT_MAX_NODES,
+};
 use crate::{
     for_each_mask_in_kubelet_order, ContainerView, HintSet, NumaMask, PodView, ProviderError,
     ProviderHints,
@@ -199,21 +201,12 @@ impl DeviceManager {
             return Ok(best);
         }
         if all.iter().all(|d| d.count() == 1) {
-            // Single-node devices: the fullest nodes first.
-            let mut per_node: Vec<u64> = self
+            // Single-node devices add up over nodes.
+            let per_node = self
                 .nodes
                 .iter()
-                .map(|&id| all.iter().filter(|d| d.is_set(id)).count() as u64)
-                .collect();
-            per_node.sort_unstable_by(|a, b| b.cmp(a));
-            let mut sum = 0u64;
-            for (k, c) in per_node.iter().enumerate() {
-                sum += c;
-                if sum >= request {
-                    return Ok((k as u32 + 1).min(n));
-                }
-            }
-            return Ok(n);
+                .map(|&id| all.iter().filter(|d| d.is_set(id)).count() as u64);
+            return Ok(min_width_additive(per_node, request));
         }
         let minimal = minimal_masks(&self.nodes, reach)?;
         Ok(minimal.iter().map(|m| m.count().max(1)).min().unwrap_or(n))

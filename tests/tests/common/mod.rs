@@ -212,6 +212,32 @@ pub fn memory_plugin() -> &'static Path {
     provider_so(&SO, "topomgr-provider-memory", "topomgr_provider_memory")
 }
 
+/// Builds the SR-IOV provider and returns its `.so`.
+pub fn sriov_plugin() -> &'static Path {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    provider_so(&SO, "topomgr-provider-sriov", "topomgr_provider_sriov")
+}
+
+/// Loads the provider `.so` at `so` as `name` with `config` on the example
+/// machine (`examples/machines/2s4n`), through the host's plugin loader.
+pub fn load_on_example_machine(
+    name: &str,
+    so: &Path,
+    config: serde_json::Value,
+) -> topomgr::plugin::LoadedProvider {
+    let machine = topomgr::discover::discover(Path::new(&example_sys())).expect("example machine");
+    let entry = topomgr::config::ProviderEntry {
+        library: so.to_string_lossy().into_owned(),
+        enabled: true,
+        config,
+        defined_in: PathBuf::from("test"),
+        config_dir: PathBuf::new(),
+    };
+    let state = scratch_dir(&format!("{name}-plugin-state"));
+    topomgr::plugin::load_provider(name, &entry, &[], &machine, &state)
+        .unwrap_or_else(|e| panic!("load {name}: {e}"))
+}
+
 /// The saved state of a state directory (its snapshot with the journal
 /// applied), as JSON.
 pub fn state_body(dir: &Path) -> serde_json::Value {

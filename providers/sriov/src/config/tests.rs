@@ -1,4 +1,4 @@
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
@@ -405,17 +405,42 @@ fn toml_table(text: &str) -> serde_json::Value {
 fn provider_table_with_a_config_file() {
     let path = fixture("deployments-configmap.json");
     let table = json!({"config_file": path, "resource_prefix": "example.com"});
-    let config = SriovConfig::from_table(&table).unwrap();
-    assert_eq!(config.source, ConfigSource::File(path));
+    let config = SriovConfig::from_table(&table, None).unwrap();
+    assert_eq!(config.source, ConfigSource::File(path.clone()));
     assert_eq!(config.resource_prefix, "example.com");
     assert_eq!(
         config.resources[0].full_name(),
         "example.com/intel_sriov_netdevice"
     );
 
+    // A relative path is relative to topomgr's config directory.
+    let dir = fixture("");
+    let relative = json!({"config_file": "deployments-configmap.json"});
+    let config = SriovConfig::from_table(&relative, Some(&dir)).unwrap();
+    assert_eq!(
+        config.source,
+        ConfigSource::File(dir.join("deployments-configmap.json"))
+    );
+    assert_eq!(
+        SriovConfig::from_table(&relative, Some(Path::new("/etc/topomgr")))
+            .unwrap_err()
+            .to_string(),
+        "cannot read the SR-IOV device plugin config /etc/topomgr/deployments-configmap.json: \
+         No such file or directory (os error 2)"
+    );
+    let absolute = json!({"config_file": path});
+    assert_eq!(
+        SriovConfig::from_table(&absolute, Some(Path::new("/etc/topomgr")))
+            .unwrap()
+            .source,
+        ConfigSource::File(path)
+    );
+
     let missing = json!({"config_file": "/nonexistent/pcidp/config.json"});
     assert_eq!(
-        SriovConfig::from_table(&missing).unwrap_err().to_string(),
+        SriovConfig::from_table(&missing, None)
+            .unwrap_err()
+            .to_string(),
         "cannot read the SR-IOV device plugin config /nonexistent/pcidp/config.json: No such file \
          or directory (os error 2)"
     );
@@ -444,7 +469,7 @@ fn provider_table_with_inline_toml_entries() {
         token = "abc"
         "#,
     );
-    let config = SriovConfig::from_table(&table).unwrap();
+    let config = SriovConfig::from_table(&table, None).unwrap();
     assert_eq!(config.source, ConfigSource::Inline);
     assert_eq!(
         names(&config.resources),
@@ -470,7 +495,7 @@ fn provider_table_with_inline_toml_entries() {
         "#,
     );
     assert_eq!(
-        SriovConfig::from_table(&bad).unwrap_err().to_string(),
+        SriovConfig::from_table(&bad, None).unwrap_err().to_string(),
         "[providers.sriov.config]: resource_list[0] (\"x\"): selectors[0].vdpaType: selector \
          vdpaType is not supported by topomgr: it needs vDPA devices (/sys/bus/vdpa), which \
          topomgr does not discover; remove it"
@@ -503,12 +528,14 @@ fn provider_table_errors() {
     ];
     for (value, want) in table {
         assert_eq!(
-            SriovConfig::from_table(value).unwrap_err().to_string(),
+            SriovConfig::from_table(value, None)
+                .unwrap_err()
+                .to_string(),
             *want,
             "{value}"
         );
     }
-    let config = SriovConfig::from_table(&json!({"resource_list": []})).unwrap();
+    let config = SriovConfig::from_table(&json!({"resource_list": []}), None).unwrap();
     assert_eq!(
         (config.resource_prefix.as_str(), config.resources.len()),
         ("intel.com", 0)

@@ -1,0 +1,64 @@
+//! What the CPU provider reports for the NodeResourceTopology export: `cpu`
+//! per NUMA zone.
+//!
+//! Units: the SDK's canonical CPU unit, millicores, always a whole number
+//! of CPUs (`4000` = 4 CPUs), since the static policy hands out whole CPUs.
+//! The kubelet's NRT exporters (NFD's topology-updater and the
+//! resource-topology-exporter, from the kubelet's PodResources API) publish
+//! `cpu` as a whole CPU count per zone; 4000 millicores is the same
+//! quantity (`4`). Per zone, as they compute it:
+//!
+//! * `capacity`: the node's online CPUs;
+//! * `allocatable`: capacity minus the reserved CPUs (`reserved_cpus`) on
+//!   the node — the kubelet's `GetAllocatableCPUs`;
+//! * `available`: allocatable minus the CPUs held exclusively (Guaranteed
+//!   containers with integer CPUs, reusable init-container CPUs and
+//!   pod-level CPU sets included); shared-pool use is not counted, as the
+//!   exporters do not count it.
+//!
+//! Every NUMA node of the machine is a zone (a CPU-less node reports
+//! zero). Online CPUs that no node lists are a "no NUMA node" zone with
+//! capacity only: they are never handed out. Under `policy = "none"`
+//! nothing is allocatable (the kubelet's none policy has no allocatable
+//! CPUs).
+
+use topomgr_sdk::{Amounts, Inventory, ResourceInventory, Zone};
+
+use crate::topology::{CpuTopology, Cpus, Level};
+use crate::RESOURCE;
+
+/// CPUs as millicores.
+fn millis(cpus: usize) -> u64 {
+    cpus as u64 * 1000
+}
+
+/// The `cpu` inventory of `topo` with `allocatable` CPUs of which
+/// `available` are free.
+pub fn cpu_inventory(topo: &CpuTopology, allocatable: &Cpus, available: &Cpus) -> Inventory {
+    let mut zones: Vec<Zone> = topo
+        .machine_nodes()
+        .iter()
+        .map(|&node| {
+            let on = |cpus: &Cpus| topo.cpus_in(cpus, Level::Numa, node.get()).len();
+            Zone::new(
+                Some(node),
+                Amounts::new(
+                    millis(topo.size_of(Level::Numa, node.get())),
+                    millis(on(allocatable)),
+                    millis(on(available)),
+                ),
+            )
+        })
+        .collect();
+    if !topo.unplaced().is_empty() {
+        zones.push(Zone::new(
+            None,
+            Amounts::new(millis(topo.unplaced().len()), 0, 0),
+        ));
+    }
+    let mut total = Amounts::default();
+    for z in &zones {
+        total.add(z.amounts);
+    }
+    Inventory::new().with_resource(RESOURCE, ResourceInventory::new(total, zones))
+}
