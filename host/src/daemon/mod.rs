@@ -28,7 +28,6 @@ pub mod server;
 pub mod systemd;
 pub mod timed;
 
-use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -130,10 +129,8 @@ async fn shutdown_signal() {
 }
 
 /// Completes once `stop` says so (or its sender is gone).
-fn stopped(mut stop: watch::Receiver<bool>) -> impl Future<Output = ()> + Send + 'static {
-    async move {
-        let _ = stop.wait_for(|s| *s).await;
-    }
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
 }
 
 /// What a provider owns, for the metrics; a provider that cannot answer
