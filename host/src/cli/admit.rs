@@ -53,18 +53,21 @@ pub fn result_json(r: &AdmitResult) -> Value {
     r.to_json()
 }
 
+/// The columns of an admission table (`pods` adds `CGROUP`).
+pub(super) const POD_COLUMNS: [&str; 9] = [
+    "POD",
+    "QOS",
+    "ADMITTED",
+    "CONTAINER",
+    "AFFINITY",
+    "PREFERRED",
+    "CPUS",
+    "MEMS",
+    "DEVICES",
+];
+
 fn print_table(results: &[AdmitResult]) {
-    let mut table = Columns::new(&[
-        "POD",
-        "QOS",
-        "ADMITTED",
-        "CONTAINER",
-        "AFFINITY",
-        "PREFERRED",
-        "CPUS",
-        "MEMS",
-        "DEVICES",
-    ]);
+    let mut table = Columns::new(&POD_COLUMNS);
     for r in results {
         let pod = format!("{}/{}", field(&r.pod.namespace), field(&r.pod.name));
         if !r.admitted {

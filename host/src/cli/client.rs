@@ -79,18 +79,9 @@ fn pretty(v: &Value) {
 
 /// A table of admission JSON objects (`topomgr pods --output table`).
 pub fn print_pods_table(pods: &[Value], attachments: &Value) {
-    let mut table = Columns::new(&[
-        "POD",
-        "QOS",
-        "ADMITTED",
-        "CONTAINER",
-        "AFFINITY",
-        "PREFERRED",
-        "CPUS",
-        "MEMS",
-        "DEVICES",
-        "CGROUP",
-    ]);
+    let mut header = super::admit::POD_COLUMNS.to_vec();
+    header.push("CGROUP");
+    let mut table = Columns::new(&header);
     let s = |v: &Value| field(v.as_str().unwrap_or("")).into_owned();
     for p in pods {
         let pod = format!("{}/{}", s(&p["namespace"]), s(&p["name"]));
