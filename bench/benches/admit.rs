@@ -13,7 +13,8 @@ use std::process::Command;
 use criterion::{criterion_group, criterion_main, Criterion};
 use topomgr::admission::Admitter;
 use topomgr::config::ProviderEntry;
-use topomgr::policy::{NumaInfo, Policy, Scope};
+use topomgr::numa::NumaInfo;
+use topomgr::policy::{Policy, Scope};
 use topomgr::provider::HintProvider;
 use topomgr_sdk::{ContainerView, PodView, QosClass};
 

@@ -805,7 +805,7 @@ mod tests {
     use topomgr_sdk::{CpuSet, NumaMask, ProviderError, QosClass};
 
     use super::*;
-    use crate::policy::NumaInfo;
+    use crate::numa::NumaInfo;
 
     type Log = Arc<Mutex<Vec<String>>>;
 

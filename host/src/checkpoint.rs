@@ -66,12 +66,12 @@ use crate::owner::Owner;
 #[derive(Debug, thiserror::Error)]
 pub enum CheckpointError {
     /// An IO error on a path.
-    #[error("{path}: {source}")]
+    #[error("{path}: {cause}")]
     Io {
         /// The path.
         path: PathBuf,
         /// The error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A state file that does not parse.
     #[error("{path}: corrupt state file: {reason} (move it away to start from empty state)")]
@@ -125,7 +125,7 @@ pub enum CheckpointError {
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
     move |source| CheckpointError::Io {
         path: path.to_path_buf(),
-        source,
+        cause: source,
     }
 }
 
@@ -605,7 +605,8 @@ mod tests {
     use topomgr_sdk::testkit;
     use topomgr_sdk::{Allocation, CpuSet, NumaMask, TopologyHint};
 
-    use crate::policy::{NumaInfo, Policy, Scope};
+    use crate::numa::NumaInfo;
+    use crate::policy::{Policy, Scope};
     use topomgr_sdk::Machine;
 
     /// The snapshot alone (no journal), as `Store` writes it at compaction.

@@ -53,12 +53,12 @@ pub struct JournalHeader {
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
     /// An IO error.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {cause}", path.display())]
     Io {
         /// The journal.
         path: PathBuf,
         /// The error.
-        source: io::Error,
+        cause: io::Error,
     },
     /// A header that is not a topomgr journal of a version this build reads.
     #[error("{}: {reason}", path.display())]
@@ -147,7 +147,7 @@ pub fn read(path: &Path) -> Result<Contents, JournalError> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Contents::default()),
         Err(source) => Err(JournalError::Io {
             path: path.to_path_buf(),
-            source,
+            cause: source,
         }),
     }
 }
@@ -166,7 +166,7 @@ impl Journal {
     pub fn resume(path: &Path, valid_len: u64) -> Result<Journal, JournalError> {
         let io = |source| JournalError::Io {
             path: path.to_path_buf(),
-            source,
+            cause: source,
         };
         let file = OpenOptions::new().write(true).open(path).map_err(io)?;
         if file.metadata().map_err(io)?.len() != valid_len {
@@ -185,7 +185,10 @@ impl Journal {
     pub fn create(path: &Path, header: &JournalHeader) -> Result<Journal, JournalError> {
         let io = |p: &Path| {
             let p = p.to_path_buf();
-            move |source| JournalError::Io { path: p, source }
+            move |source| JournalError::Io {
+                path: p,
+                cause: source,
+            }
         };
         let dir = path.parent().unwrap_or(Path::new("."));
         let tmp = dir.join(format!(".{JOURNAL_FILE}.new"));
@@ -235,7 +238,7 @@ impl Journal {
                 Err(AppendError {
                     error: JournalError::Io {
                         path: self.path.clone(),
-                        source,
+                        cause: source,
                     },
                     clean,
                 })

@@ -17,20 +17,15 @@ fn main() -> ExitCode {
     match cli::run(args) {
         Ok(code) => code,
         Err(e) => {
-            // One line: the error and its causes. Library errors put their
-            // cause in their own message and do not chain it (config,
-            // manifest, policy, plugin, state lock); a few still do both
-            // (DiscoveryError::Read, merge's CompactHints, CheckpointError,
-            // the daemon's client, socket and start errors, the cgroup
-            // errors), so a cause already in the message is not repeated.
-            let mut msg = e.to_string();
-            for cause in e.chain().skip(1) {
-                let cause = cause.to_string();
-                if !msg.contains(&cause) {
-                    msg.push_str(": ");
-                    msg.push_str(&cause);
-                }
-            }
+            // One line: the error and its causes. Library errors carry their
+            // cause either in their message or as their source, never both
+            // (thiserror: a field named `source` is the source, so fields
+            // shown in the message are named otherwise), so nothing repeats.
+            let msg = e
+                .chain()
+                .map(|c| c.to_string())
+                .collect::<Vec<_>>()
+                .join(": ");
             eprintln!("topomgr: error: {msg}");
             ExitCode::from(2)
         }

@@ -50,21 +50,21 @@ use topomgr_sdk::{
     CompactHints, CompactHintsError, HintSet, NodePositions, NumaMask, ProviderHints, TopologyHint,
 };
 
-use crate::policy::NumaInfo;
+use crate::numa::NumaInfo;
 
 /// A provider's hints cannot be merged: they name NUMA nodes the machine
 /// does not have, or a compact set is malformed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum MergeError {
     /// A compact hint set whose `within` bounds are malformed.
-    #[error("provider {provider:?} returned invalid hints for resource {resource:?}: {source}; fix the provider's compact answer")]
+    #[error("provider {provider:?} returned invalid hints for resource {resource:?}: {cause}; fix the provider's compact answer")]
     InvalidCompact {
         /// Provider name.
         provider: String,
         /// Resource name.
         resource: String,
         /// What is wrong with the set.
-        source: Box<CompactHintsError>,
+        cause: Box<CompactHintsError>,
     },
     /// Hints naming nodes outside the machine.
     #[error("provider {provider:?} returned hints for resource {resource:?} naming NUMA node(s) {nodes}, which this machine does not have (its nodes: {machine})")]
@@ -129,7 +129,7 @@ pub fn validate(numa: &NumaInfo, providers: &[(&str, &ProviderHints)]) -> Result
                 c.validate().map_err(|source| MergeError::InvalidCompact {
                     provider: name.to_string(),
                     resource: resource.clone(),
-                    source: Box::new(source),
+                    cause: Box::new(source),
                 })?;
             }
             let bad = set.nodes_named().and_not(machine);

@@ -215,7 +215,15 @@ pub enum AttachError {
     UnknownContainer(#[from] UnknownContainer),
     /// The cgroup could not be written.
     #[error("cannot attach: {0}")]
-    Cgroup(#[from] CgroupError),
+    Cgroup(CgroupError),
+}
+
+// By hand, not `#[from]`: the message carries the cgroup error, so it is not
+// also chained as the source (the binary prints each cause once).
+impl From<CgroupError> for AttachError {
+    fn from(e: CgroupError) -> Self {
+        AttachError::Cgroup(e)
+    }
 }
 
 /// Why the shared pool could not be written.

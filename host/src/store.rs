@@ -482,7 +482,8 @@ mod tests {
 
     use super::*;
     use crate::node_state::Records;
-    use crate::policy::{NumaInfo, Policy, Scope};
+    use crate::numa::NumaInfo;
+    use crate::policy::{Policy, Scope};
 
     /// Gives every container one exclusive CPU, the lowest free one; its
     /// state is the set of (pod, container, cpu) it holds.

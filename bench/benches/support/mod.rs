@@ -7,11 +7,10 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use topomgr::config::ProviderEntry;
+use topomgr::config::{HostConfig, ProviderEntry};
 use topomgr::daemon::client::Client;
 use topomgr::daemon::{self, Daemon};
-use topomgr::policy::{NumaInfo, Policy, Scope};
-use topomgr::provider::HintProvider;
+use topomgr::setup::EngineParts;
 use topomgr::state_lock::StateLock;
 use topomgr_bench::workspace_root;
 
@@ -32,18 +31,24 @@ pub fn start_daemon(tag: &str, state_root: &Path, plugin: &Path) -> PathBuf {
     let lock = StateLock::acquire(&state_dir).expect("lock");
     let machine = topomgr::discover::discover(&workspace_root().join("examples/machines/2s4n/sys"))
         .expect("discover the example machine");
-    let numa = NumaInfo::from_machine(&machine).expect("numa");
-    let policy = Policy::new("single-numa-node", &Default::default(), numa).expect("policy");
-    let entry = ProviderEntry {
-        library: plugin.to_string_lossy().into_owned(),
-        enabled: true,
-        config: serde_json::json!({"policy": "static", "reserved_cpus": "0"}),
-        defined_in: PathBuf::from("bench"),
-        config_dir: PathBuf::new(),
+    // The wiring every command uses, from a config as the files would give.
+    let cfg = HostConfig {
+        policy: "single-numa-node".to_owned(),
+        state_dir: state_dir.clone(),
+        providers: [(
+            "cpu".to_owned(),
+            ProviderEntry {
+                library: plugin.to_string_lossy().into_owned(),
+                enabled: true,
+                config: serde_json::json!({"policy": "static", "reserved_cpus": "0"}),
+                defined_in: PathBuf::from("bench"),
+                config_dir: PathBuf::new(),
+            },
+        )]
+        .into(),
+        ..HostConfig::default()
     };
-    let cpu = topomgr::plugin::load_provider("cpu", &entry, &[], &machine, &state_dir.join("cpu"))
-        .expect("load the cpu provider");
-    let providers: Vec<Box<dyn HintProvider>> = vec![Box::new(cpu)];
+    let parts = EngineParts::from_config(&cfg, &machine).expect("load the cpu provider");
     let d = Daemon {
         socket: socket.clone(),
         group: "topomgr".to_owned(),
@@ -52,9 +57,9 @@ pub fn start_daemon(tag: &str, state_root: &Path, plugin: &Path) -> PathBuf {
         state_dir,
         cgroup_root: dir.join("cgroup"),
         machine,
-        policy,
-        scope: Scope::Container,
-        providers,
+        policy: parts.policy,
+        scope: parts.scope,
+        providers: parts.providers,
         lock,
     };
     std::thread::spawn(move || daemon::run(d));

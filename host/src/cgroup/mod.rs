@@ -56,24 +56,24 @@ pub const REMOVE_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {
     /// An IO error on a path.
-    #[error("cannot {op} {}: {source}", path.display())]
+    #[error("cannot {op} {}: {cause}", path.display())]
     Io {
         /// What was being done ("read", "create cgroup directory", ...).
         op: &'static str,
         /// The path.
         path: PathBuf,
         /// The error.
-        source: io::Error,
+        cause: io::Error,
     },
     /// Writing a value into a control file failed.
-    #[error("cannot write {value:?} to {}: {source}", path.display())]
+    #[error("cannot write {value:?} to {}: {cause}", path.display())]
     Write {
         /// The control file.
         path: PathBuf,
         /// What was written.
         value: String,
         /// The error.
-        source: io::Error,
+        cause: io::Error,
     },
     /// A cgroup path that is not a plain relative path.
     #[error("cgroup path {path:?}: {reason}")]
@@ -226,7 +226,7 @@ impl Control {
             Err(source) => Err(CgroupError::Io {
                 op: "read",
                 path: path.to_path_buf(),
-                source,
+                cause: source,
             }),
         }
     }
@@ -236,7 +236,7 @@ impl Control {
         let werr = |source| CgroupError::Write {
             path: path.to_path_buf(),
             value: value.to_string(),
-            source,
+            cause: source,
         };
         let mut opts = OpenOptions::new();
         opts.write(true).custom_flags(libc::O_NOFOLLOW);
@@ -338,7 +338,7 @@ impl CgroupManager {
         let root = base.canonicalize().map_err(|source| CgroupError::Io {
             op: "resolve",
             path: base.to_path_buf(),
-            source,
+            cause: source,
         })?;
         let emulated = !is_cgroupfs(&root);
         info!(root = %root.display(), version = %layout.version(), emulated, "cgroup hierarchy");
@@ -378,7 +378,7 @@ impl CgroupManager {
                     return Err(CgroupError::Io {
                         op: "create cgroup directory",
                         path: child,
-                        source,
+                        cause: source,
                     })
                 }
             }
@@ -521,7 +521,7 @@ impl CgroupManager {
         let entries = fs::read_dir(dir).map_err(|source| CgroupError::Io {
             op: "list",
             path: dir.to_path_buf(),
-            source,
+            cause: source,
         })?;
         let mut names: Vec<String> = entries
             .filter_map(Result::ok)
@@ -539,7 +539,7 @@ impl CgroupManager {
         let rm_err = |source| CgroupError::Io {
             op: "remove cgroup directory",
             path: dir.to_path_buf(),
-            source,
+            cause: source,
         };
         match fs::remove_dir(dir) {
             Ok(()) => Ok(Rmdir::Removed),
@@ -551,14 +551,14 @@ impl CgroupManager {
                 let entries = fs::read_dir(dir).map_err(|source| CgroupError::Io {
                     op: "list",
                     path: dir.to_path_buf(),
-                    source,
+                    cause: source,
                 })?;
                 for entry in entries.filter_map(Result::ok) {
                     let p = entry.path();
                     fs::remove_file(&p).map_err(|source| CgroupError::Io {
                         op: "remove",
                         path: p.clone(),
-                        source,
+                        cause: source,
                     })?;
                 }
                 fs::remove_dir(dir).map_err(rm_err)?;

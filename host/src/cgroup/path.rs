@@ -110,7 +110,7 @@ pub fn confine(root: &Path, dir: &Path, path: &CgroupPath) -> Result<PathBuf, Cg
     let resolved = dir.canonicalize().map_err(|source| CgroupError::Io {
         op: "resolve",
         path: dir.to_path_buf(),
-        source,
+        cause: source,
     })?;
     if resolved.starts_with(root) {
         Ok(resolved)

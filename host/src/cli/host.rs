@@ -1,17 +1,12 @@
-//! Shared set-up for commands: config, machine, policy, providers, state.
+//! Shared set-up for commands: config file, machine, state directory; the
+//! engine itself comes from the library (`topomgr::setup`).
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use topomgr::admission::Admitter;
 use topomgr::config::HostConfig;
-use topomgr::daemon::metrics::Metrics;
-use topomgr::daemon::timed::TimedProvider;
-use topomgr::node_state::{NodeState, Records};
-use topomgr::plugin;
-use topomgr::policy::{NumaInfo, Policy, Scope};
+use topomgr::node_state::NodeState;
 use topomgr::provider::HintProvider;
 use topomgr::state_lock::StateLock;
 use topomgr::store::Store;
@@ -50,94 +45,19 @@ pub fn discover(cfg: &HostConfig, sysfs_root: Option<&Path>) -> anyhow::Result<M
         .with_context(|| format!("discovering the machine from {}", root.display()))
 }
 
-fn load_plain(
-    cfg: &HostConfig,
-    name: &str,
-    machine: &Machine,
-) -> anyhow::Result<Box<dyn HintProvider>> {
-    let entry = cfg.providers.get(name).with_context(|| {
-        let known: Vec<&str> = cfg.providers.keys().map(String::as_str).collect();
-        format!(
-            "no provider {name:?} is configured (configured: {})",
-            if known.is_empty() {
-                "none".to_string()
-            } else {
-                known.join(", ")
-            }
-        )
-    })?;
-    if !entry.enabled {
-        anyhow::bail!(
-            "provider {name:?} is disabled (enabled = false in the configuration read from {})",
-            cfg.files
-                .iter()
-                .map(|f| f.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-    }
-    let dirs = plugin::search_dirs(cfg);
-    let p = plugin::load_provider(name, entry, &dirs, machine, &cfg.state_dir)?;
-    Ok(Box::new(p))
-}
-
-/// `provider` on its own thread, every call with the configured deadline
-/// (`[daemon] provider_timeout_ms`), as the daemon calls it.
-fn with_deadline(
-    cfg: &HostConfig,
-    provider: Box<dyn HintProvider>,
-) -> anyhow::Result<Box<dyn HintProvider>> {
-    let name = provider.name().to_owned();
-    let timeout = Duration::from_millis(cfg.daemon.provider_timeout_ms);
-    let timed = TimedProvider::spawn(provider, timeout, Arc::new(Metrics::new()))
-        .with_context(|| format!("cannot start the thread of provider {name:?}"))?;
-    Ok(Box::new(timed))
-}
-
 /// Load one configured provider, called with the provider deadline.
 pub fn load_provider(
     cfg: &HostConfig,
     name: &str,
     machine: &Machine,
 ) -> anyhow::Result<Box<dyn HintProvider>> {
-    with_deadline(cfg, load_plain(cfg, name, machine)?)
+    Ok(topomgr::setup::load_provider(cfg, name, machine)?)
 }
 
-/// What an admitter is made of: the policy, the scope and the providers.
-pub type EngineParts = (Policy, Scope, Vec<Box<dyn HintProvider>>);
-
-/// The policy, the scope and every configured provider (in name order),
-/// without deadlines (the daemon adds its own).
-pub fn engine_parts(cfg: &HostConfig, machine: &Machine) -> anyhow::Result<EngineParts> {
-    let numa = NumaInfo::from_machine(machine).context("reading NUMA information")?;
-    let (policy, scope) = Policy::create(&cfg.policy, &cfg.scope, &cfg.policy_options, numa)
-        .context("cannot create the Topology Manager policy")?;
-    let providers = cfg
-        .enabled_providers()
-        .map(|(name, _)| load_plain(cfg, name, machine))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    Ok((policy, scope, providers))
-}
-
-/// An admitter over [`engine_parts`], every provider called with the
-/// provider deadline.
-pub fn admitter(cfg: &HostConfig, machine: &Machine) -> anyhow::Result<Admitter> {
-    let (policy, scope, providers) = engine_parts(cfg, machine)?;
-    let providers = providers
-        .into_iter()
-        .map(|p| with_deadline(cfg, p))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    Ok(Admitter::new(machine, policy, scope, providers))
-}
-
-/// A [`NodeState`] over [`admitter`], applying to `cgroup_root`.
+/// A [`NodeState`] of `cfg` on `machine`, applying to the configured
+/// cgroup root.
 pub fn node_state(cfg: &HostConfig, machine: &Machine) -> anyhow::Result<NodeState> {
-    Ok(NodeState::new(
-        admitter(cfg, machine)?,
-        Records::default(),
-        &cfg.cgroup_root,
-        &topomgr::checkpoint::boot_id(),
-    ))
+    Ok(NodeState::from_config(cfg, machine)?)
 }
 
 /// How long a one-shot command waits for another holder of the state lock.

@@ -6,7 +6,8 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use serde::Deserialize;
-use topomgr::policy::{NumaInfo, Policy};
+use topomgr::numa::NumaInfo;
+use topomgr::policy::Policy;
 use topomgr_sdk::{HintSet, ProviderHints};
 
 #[derive(Debug, Deserialize)]

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 use topomgr::daemon::{self, Daemon};
+use topomgr::setup::EngineParts;
 
 use topomgr::state_lock::StateLock;
 
@@ -34,7 +35,7 @@ pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
     // Lock first: providers may read their state directories while loading.
     let lock = StateLock::acquire(&cfg.state_dir)?;
     let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
-    let (policy, scope, providers) = host::engine_parts(&cfg, &machine)?;
+    let parts = EngineParts::from_config(&cfg, &machine)?;
     daemon::run(Daemon {
         socket: args.socket.unwrap_or_else(|| cfg.daemon.socket.clone()),
         group: cfg.daemon.group.clone(),
@@ -43,9 +44,9 @@ pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
         state_dir: cfg.state_dir.clone(),
         cgroup_root: cfg.cgroup_root.clone(),
         machine,
-        policy,
-        scope,
-        providers,
+        policy: parts.policy,
+        scope: parts.scope,
+        providers: parts.providers,
         lock,
     })?;
     Ok(ExitCode::SUCCESS)

@@ -113,14 +113,14 @@ pub enum SocketError {
         path: PathBuf,
     },
     /// An IO error on the socket path.
-    #[error("cannot {op} {}: {source}", path.display())]
+    #[error("cannot {op} {}: {cause}", path.display())]
     Io {
         /// What was attempted.
         op: &'static str,
         /// The path.
         path: PathBuf,
         /// The error.
-        source: io::Error,
+        cause: io::Error,
     },
 }
 
@@ -129,7 +129,11 @@ pub enum SocketError {
 pub fn prepare_socket_path(path: &Path) -> Result<(), SocketError> {
     let io = |op: &'static str, p: &Path| {
         let path = p.to_path_buf();
-        move |source| SocketError::Io { op, path, source }
+        move |source| SocketError::Io {
+            op,
+            path,
+            cause: source,
+        }
     };
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         fs::create_dir_all(dir).map_err(io("create directory", dir))?;
@@ -158,7 +162,7 @@ pub fn secure_socket(path: &Path, policy: &AccessPolicy) -> Result<(), SocketErr
         SocketError::Io {
             op: "set the mode of",
             path: path.to_path_buf(),
-            source,
+            cause: source,
         }
     })?;
     match policy.gid {
@@ -166,7 +170,7 @@ pub fn secure_socket(path: &Path, policy: &AccessPolicy) -> Result<(), SocketErr
             SocketError::Io {
                 op: "change the owner of",
                 path: path.to_path_buf(),
-                source,
+                cause: source,
             }
         })?,
         None => {

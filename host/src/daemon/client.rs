@@ -37,20 +37,20 @@ impl Response {
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The socket could not be reached.
-    #[error("cannot connect to the topomgr daemon at {}: {source} (is `topomgr serve` running there? pass --socket PATH or set [daemon] socket)", path.display())]
+    #[error("cannot connect to the topomgr daemon at {}: {cause} (is `topomgr serve` running there? pass --socket PATH or set [daemon] socket)", path.display())]
     Connect {
         /// The socket.
         path: PathBuf,
         /// The error.
-        source: io::Error,
+        cause: io::Error,
     },
     /// The connection failed mid-request.
-    #[error("talking to the topomgr daemon at {}: {source}", path.display())]
+    #[error("talking to the topomgr daemon at {}: {cause}", path.display())]
     Io {
         /// The socket.
         path: PathBuf,
         /// The error.
-        source: io::Error,
+        cause: io::Error,
     },
     /// The answer is not valid HTTP or not the expected JSON.
     #[error("unexpected answer from the topomgr daemon: {message}")]
@@ -140,7 +140,7 @@ impl Client {
         if self.conn.is_none() {
             let s = UnixStream::connect(&self.socket).map_err(|source| ClientError::Connect {
                 path: self.socket.clone(),
-                source,
+                cause: source,
             })?;
             self.conn = Some(BufReader::new(s));
         }
@@ -173,7 +173,7 @@ impl Client {
                 if !reused {
                     return Err(ClientError::Io {
                         path: self.socket.clone(),
-                        source,
+                        cause: source,
                     });
                 }
                 match self.attempt(&head, body)? {
@@ -182,7 +182,7 @@ impl Client {
                         self.conn = None;
                         Err(ClientError::Io {
                             path: self.socket.clone(),
-                            source,
+                            cause: source,
                         })
                     }
                 }
@@ -198,7 +198,7 @@ impl Client {
         let socket = self.socket.clone();
         let io_err = |source| ClientError::Io {
             path: socket.clone(),
-            source,
+            cause: source,
         };
         let conn = self.connect()?;
         let sent =

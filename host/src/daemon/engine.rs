@@ -169,10 +169,18 @@ struct Worker {
 pub enum StartError {
     /// The saved state could not be restored.
     #[error("restoring state: {0}")]
-    Restore(#[from] checkpoint::CheckpointError),
+    Restore(checkpoint::CheckpointError),
     /// The engine thread could not be started.
     #[error("cannot start the engine thread: {0}")]
     Thread(std::io::Error),
+}
+
+// By hand, not `#[from]`: the message carries the restore error, so it is
+// not also chained as the source (the binary prints each cause once).
+impl From<checkpoint::CheckpointError> for StartError {
+    fn from(e: checkpoint::CheckpointError) -> Self {
+        StartError::Restore(e)
+    }
 }
 
 fn notes_of(restored: &Restored, boot_id: &str) -> Vec<String> {

@@ -78,12 +78,12 @@ pub struct Daemon {
 #[derive(Debug, thiserror::Error)]
 pub enum DaemonError {
     /// A provider thread could not be started.
-    #[error("cannot start the thread of provider {provider:?}: {source}")]
+    #[error("cannot start the thread of provider {provider:?}: {cause}")]
     ProviderThread {
         /// Provider name.
         provider: String,
         /// The error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The engine could not start (e.g. damaged state).
     #[error(transparent)]
@@ -95,20 +95,20 @@ pub enum DaemonError {
     #[error(transparent)]
     Metrics(#[from] scrape::BindError),
     /// Binding the socket failed.
-    #[error("cannot listen on {}: {source}", path.display())]
+    #[error("cannot listen on {}: {cause}", path.display())]
     Bind {
         /// The socket.
         path: PathBuf,
         /// The error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The async runtime could not be built or serving failed.
-    #[error("{what}: {source}")]
+    #[error("{what}: {cause}")]
     Runtime {
         /// What failed.
         what: &'static str,
         /// The error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 }
 
@@ -151,7 +151,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
         let mut t = TimedProvider::spawn(p, d.provider_timeout, Arc::clone(&metrics)).map_err(
             |source| DaemonError::ProviderThread {
                 provider: name.clone(),
-                source,
+                cause: source,
             },
         )?;
         metrics.provider(&name, &inventory_of(&mut t));
@@ -171,7 +171,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
         .build()
         .map_err(|source| DaemonError::Runtime {
             what: "cannot start the async runtime",
-            source,
+            cause: source,
         })?;
     let socket = d.socket;
     let lock = d.lock;
@@ -183,7 +183,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
         access::prepare_socket_path(&socket)?;
         let listener = UnixListener::bind(&socket).map_err(|source| DaemonError::Bind {
             path: socket.clone(),
-            source,
+            cause: source,
         })?;
         access::secure_socket(&socket, &access)?;
         let scrape_listener = match metrics_address {
@@ -223,7 +223,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
         };
         served.and(scraped).map_err(|source| DaemonError::Runtime {
             what: "serving failed",
-            source,
+            cause: source,
         })
     })?;
     drop(lock);

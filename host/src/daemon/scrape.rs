@@ -32,12 +32,12 @@ pub fn response(metrics: &Metrics) -> Response {
 
 /// Why the metrics listener could not start.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot listen for metrics on {address} (daemon.metrics_address): {source}; choose a free address or remove the key")]
+#[error("cannot listen for metrics on {address} (daemon.metrics_address): {cause}; choose a free address or remove the key")]
 pub struct BindError {
     /// The configured address.
     pub address: SocketAddr,
     /// The error.
-    pub source: std::io::Error,
+    pub cause: std::io::Error,
 }
 
 /// Bind `address` (before readiness is announced, so a bad address stops
@@ -45,7 +45,7 @@ pub struct BindError {
 pub async fn bind(address: SocketAddr) -> Result<TcpListener, BindError> {
     TcpListener::bind(address)
         .await
-        .map_err(|source| BindError { address, source })
+        .map_err(|cause| BindError { address, cause })
 }
 
 /// The router of the TCP listener: `GET /metrics` only.

@@ -24,13 +24,12 @@ pub enum DiscoveryError {
         path: PathBuf,
     },
     /// A file or directory exists (or is mandatory) but could not be read.
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}: {cause}", path.display())]
     Read {
         /// What was read.
         path: PathBuf,
         /// The I/O error.
-        #[source]
-        source: io::Error,
+        cause: io::Error,
     },
     /// A file holds something other than what the kernel writes there.
     #[error("{}: expected {expected}, found {found:?}", path.display())]

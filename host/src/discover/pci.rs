@@ -156,7 +156,7 @@ fn read_ids(dir: &Path) -> Result<Ids, DiscoveryError> {
         Err(e) => {
             return Err(DiscoveryError::Read {
                 path: config_path,
-                source: e,
+                cause: e,
             })
         }
     };

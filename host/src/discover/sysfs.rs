@@ -39,7 +39,7 @@ pub(super) fn parse_error(path: &Path, expected: &'static str, text: &str) -> Di
 pub(super) fn read_error(path: &Path, source: io::Error) -> DiscoveryError {
     DiscoveryError::Read {
         path: path.to_path_buf(),
-        source,
+        cause: source,
     }
 }
 

@@ -53,20 +53,20 @@ pub enum CpuError {
         location: String,
     },
     /// The topology-aware take failed.
-    #[error("allocating {requested} CPUs: {source}")]
+    #[error("allocating {requested} CPUs: {cause}")]
     Take {
         /// CPUs requested.
         requested: usize,
         /// Why.
-        source: TakeError,
+        cause: TakeError,
     },
     /// Compact hints would list too many masks.
-    #[error("hints for a request of {requested} CPUs: {source}")]
+    #[error("hints for a request of {requested} CPUs: {cause}")]
     TooManyCombinations {
         /// CPUs requested.
         requested: usize,
         /// Which limit was hit.
-        source: topomgr_sdk::hintgen::TooManyCombinations,
+        cause: topomgr_sdk::hintgen::TooManyCombinations,
     },
     /// Pod-level resources (`PodLevelResourceManagers`) that leave the
     /// pod's shared containers without CPUs (the kubelet's message).

@@ -77,7 +77,7 @@ pub fn generate(topo: &CpuTopology, req: &HintRequest<'_>) -> Result<HintSet, Cp
     let mut set = upward_closed_hints(&nodes, min_size, fitting(topo, req)).map_err(|source| {
         CpuError::TooManyCombinations {
             requested: req.request,
-            source,
+            cause: source,
         }
     })?;
     if req.align_by_socket {

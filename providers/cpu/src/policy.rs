@@ -419,7 +419,7 @@ impl StaticPolicy {
         };
         r.map_err(|source| CpuError::Take {
             requested: num,
-            source,
+            cause: source,
         })
     }
 

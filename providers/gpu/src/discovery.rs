@@ -1,12 +1,18 @@
 //! Where the GPUs come from, in order: the configured `topology_file`, else
 //! NVML, else the NVIDIA display controllers among the host's PCI devices
 //! (NUMA only, no links).
+//!
+//! NVML describes the host topomgr runs on. When the machine was read from
+//! a recorded sysfs tree (`--sysfs-root`) that lists PCI devices but none of
+//! NVML's GPUs, NVML's answer is set aside (logged at info level) and the
+//! tree's own NVIDIA PCI devices are the GPUs, so what-if runs on recorded
+//! machines give the same answers on hosts with and without GPUs.
 
 use std::ffi::OsStr;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use topomgr_sdk::Machine;
+use topomgr_sdk::{Machine, NumaNodeId};
 
 use crate::config::GpuConfig;
 use crate::nvml;
@@ -51,7 +57,7 @@ pub enum DiscoveryError {
         /// Its id.
         id: String,
         /// Its NUMA node.
-        numa: u32,
+        numa: NumaNodeId,
         /// The machine's nodes, comma-separated.
         nodes: String,
     },
@@ -92,9 +98,17 @@ pub fn discover(
             .pci_devices
             .iter()
             .find(|d| d.address == address)
-            .and_then(|d| d.numa.map(u32::from))
+            .and_then(|d| d.numa)
     };
     match nvml::discover(library, &numa_of) {
+        Ok(Some(topology)) if describes_another_machine(&topology, machine) => {
+            tracing::info!(
+                library = %library.to_string_lossy(),
+                gpus = topology.len(),
+                "none of NVML's GPUs is among the machine's PCI devices (a recorded sysfs \
+                 tree?); using the machine's own NVIDIA PCI devices"
+            );
+        }
         Ok(Some(topology)) => {
             return Ok((
                 topology,
@@ -107,6 +121,21 @@ pub fn discover(
         }
     }
     Ok((pci::from_machine(machine), Source::Pci))
+}
+
+/// Whether NVML's GPUs belong to another machine than the one discovered:
+/// the machine lists PCI devices but none of NVML's GPUs among them, as
+/// when topomgr reads a recorded sysfs tree (`--sysfs-root`) on a host with
+/// GPUs. NVML always describes the host it runs on; the recorded machine's
+/// own GPUs are its NVIDIA PCI devices.
+fn describes_another_machine(topology: &GpuTopology, machine: &Machine) -> bool {
+    !topology.is_empty()
+        && !machine.pci_devices.is_empty()
+        && !topology.gpus().iter().any(|g| {
+            g.pci
+                .as_deref()
+                .is_some_and(|a| machine.pci_devices.iter().any(|d| d.address == a))
+        })
 }
 
 #[cfg(test)]
@@ -148,7 +177,7 @@ mod tests {
         let (t, source) = discover(&config, None, &machine()).unwrap();
         assert_eq!(source, Source::Pci);
         assert_eq!(t.gpus()[0].id, "0000:07:00.0");
-        assert_eq!(t.gpus()[0].numa, Some(1));
+        assert_eq!(t.gpus()[0].numa, Some(NumaNodeId::from(1u8)));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use topomgr_sdk::Machine;
+use topomgr_sdk::{Machine, NumaNodeId};
 
 use crate::choice::Chooser;
 use crate::config::{ConfigError, GpuConfig};
@@ -48,7 +48,7 @@ impl Gpus {
             resource = %config.resource,
             gpus = topology.len(),
             source = %source,
-            policy = ?config.allocation_policy,
+            policy = %config.allocation_policy,
             "GPUs found"
         );
         Ok(Gpus {
@@ -69,7 +69,7 @@ impl Gpus {
     }
 
     /// Every GPU's device id and NUMA node, by index.
-    pub fn devices(&self) -> impl Iterator<Item = (&str, Option<u32>)> + '_ {
+    pub fn devices(&self) -> impl Iterator<Item = (&str, Option<NumaNodeId>)> + '_ {
         self.chooser
             .topology()
             .gpus()
@@ -124,8 +124,8 @@ mod tests {
         );
         let devices: Vec<_> = gpus.devices().collect();
         assert_eq!(devices.len(), 8);
-        assert_eq!(devices[0], ("GPU-0", Some(0)));
-        assert_eq!(devices[7], ("GPU-7", Some(1)));
+        assert_eq!(devices[0], ("GPU-0", NumaNodeId::new(0).ok()));
+        assert_eq!(devices[7], ("GPU-7", NumaNodeId::new(1).ok()));
         assert_eq!(
             gpus.chooser()
                 .choose(&["GPU-3", "GPU-1", "GPU-2"], &["GPU-2"], 2)

@@ -17,6 +17,9 @@
 //! * [`gpus::Gpus`]: all of the above from the config table and the
 //!   machine: the resource, the devices (id, NUMA node) and the choice,
 //!   plus the allocation's `NVIDIA_VISIBLE_DEVICES`.
+//! * [`plugin::GpuPlugin`]: [`gpus::Gpus`] on the SDK's device toolkit (the
+//!   kubelet's Device Manager: hints, allocation, reuse, checkpoints),
+//!   exported as the topomgr plugin `libtopomgr_provider_gpu.so`.
 //!
 //! Pair scores ([`link`]): SYS 10, NODE 20, PHB 30, PXB 40, PIX 50, BOARD
 //! 60, NV*k* 100·*k*, summed over a pair's links. NVSwitch crediting: see
@@ -30,5 +33,6 @@ pub mod gpus;
 pub mod link;
 pub mod nvml;
 pub mod pci;
+pub mod plugin;
 pub mod topology;
 pub mod topology_file;

@@ -41,6 +41,7 @@ use std::path::Path;
 use nvml_wrapper::enum_wrappers::device::TopologyLevel;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
+use topomgr_sdk::NumaNodeId;
 
 use crate::link::{Link, PcieLevel, MAX_NVLINKS};
 use crate::topology::{Gpu, GpuTopology};
@@ -59,14 +60,14 @@ const REMOTE_SWITCH: c_uint = 2;
 #[derive(Debug, thiserror::Error)]
 pub enum NvmlDiscoveryError {
     /// A call failed.
-    #[error("NVML ({library}): {what}: {source}")]
+    #[error("NVML ({library}): {what}: {cause}")]
     Call {
         /// The library loaded.
         library: String,
         /// What was asked.
         what: String,
         /// NVML's answer.
-        source: NvmlError,
+        cause: NvmlError,
     },
     /// The answers do not form a topology (e.g. two GPUs with one UUID).
     #[error("NVML ({library}): {message}")]
@@ -83,7 +84,7 @@ pub enum NvmlDiscoveryError {
 /// `numa_of` maps a PCI address (`0000:07:00.0`) to its NUMA node.
 pub fn discover(
     library: &OsStr,
-    numa_of: &dyn Fn(&str) -> Option<u32>,
+    numa_of: &dyn Fn(&str) -> Option<NumaNodeId>,
 ) -> Result<Option<GpuTopology>, NvmlDiscoveryError> {
     let library_name = library.to_string_lossy().into_owned();
     let nvml = match Nvml::builder().lib_path(library).init() {
@@ -98,7 +99,7 @@ pub fn discover(
         move |source| NvmlDiscoveryError::Call {
             library,
             what,
-            source,
+            cause: source,
         }
     };
 
@@ -160,13 +161,13 @@ pub fn discover(
 /// A NUMA lookup reading `<root>/bus/pci/devices/<address>/numa_node`
 /// (`-1`, missing or unreadable: none), for callers without a discovered
 /// machine (the `nvml-topology` example).
-pub fn sysfs_numa(root: &Path) -> impl Fn(&str) -> Option<u32> + '_ {
+pub fn sysfs_numa(root: &Path) -> impl Fn(&str) -> Option<NumaNodeId> + '_ {
     move |address| {
         let path = root.join("bus/pci/devices").join(address).join("numa_node");
         std::fs::read_to_string(path)
             .ok()?
             .trim()
-            .parse::<u32>()
+            .parse::<NumaNodeId>()
             .ok()
     }
 }

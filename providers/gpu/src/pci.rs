@@ -38,7 +38,7 @@ pub fn from_machine(machine: &Machine) -> GpuTopology {
         .map(|(index, d)| Gpu {
             index,
             id: d.address.clone(),
-            numa: d.numa.map(u32::from),
+            numa: d.numa,
             pci: Some(d.address.clone()),
         })
         .collect();
@@ -83,7 +83,7 @@ mod tests {
         let gpus: Vec<_> = t
             .gpus()
             .iter()
-            .map(|g| (g.index, g.id.as_str(), g.numa))
+            .map(|g| (g.index, g.id.as_str(), g.numa.map(u32::from)))
             .collect();
         assert_eq!(
             gpus,

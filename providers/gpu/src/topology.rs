@@ -5,6 +5,8 @@
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
+use topomgr_sdk::NumaNodeId;
+
 use crate::link::{Link, PcieLevel};
 
 /// One GPU.
@@ -16,7 +18,7 @@ pub struct Gpu {
     /// Device id handed to workloads (the UUID on real machines).
     pub id: String,
     /// NUMA node of the GPU's PCI device; `None` when the machine has none.
-    pub numa: Option<u32>,
+    pub numa: Option<NumaNodeId>,
     /// PCI address (`0000:07:00.0`), when known.
     pub pci: Option<String>,
 }
@@ -388,7 +390,7 @@ mod tests {
     fn matrix_text_shows_nvlinks_over_pcie_like_nvidia_smi() {
         let mut t = GpuTopology::new(vec![
             Gpu {
-                numa: Some(1),
+                numa: Some(NumaNodeId::from(1u8)),
                 ..gpu(0, "GPU-a")
             },
             gpu(1, "GPU-b"),

@@ -165,7 +165,14 @@ fn direct_nvlinks_pcie_levels_uuids_and_numa() {
     let gpus: Vec<_> = t
         .gpus()
         .iter()
-        .map(|g| (g.index, g.id.clone(), g.pci.clone().unwrap(), g.numa))
+        .map(|g| {
+            (
+                g.index,
+                g.id.clone(),
+                g.pci.clone().unwrap(),
+                g.numa.map(u32::from),
+            )
+        })
         .collect();
     assert_eq!(
         gpus,
@@ -335,7 +342,7 @@ fn the_provider_discovery_takes_numa_from_the_machine_and_falls_back_to_pci() {
         None,
         "GPU 0's PCI device is not in the machine"
     );
-    assert_eq!(t.gpus()[1].numa, Some(0));
+    assert_eq!(t.gpus()[1].numa, Some(NumaNodeId::from(0u8)));
     assert_eq!(t.pair_score(0, 1), 430);
 
     // NVML failing after init: PCI devices, NUMA only.
@@ -348,4 +355,33 @@ fn the_provider_discovery_takes_numa_from_the_machine_and_falls_back_to_pci() {
     assert_eq!(source, Source::Pci);
     assert_eq!(t.gpus().len(), 1);
     assert_eq!(t.gpus()[0].id, address(1));
+
+    // A recorded machine (another host's sysfs tree) listing none of NVML's
+    // GPUs: its own NVIDIA PCI devices, not the GPUs of the host running.
+    let recorded = Machine::new(
+        Vec::new(),
+        Vec::new(),
+        vec![PciDevice::new(
+            "0000:b1:00.0",
+            "0x10de",
+            "0x20b0",
+            "0x030200",
+            Some(NumaNodeId::from(0u8)),
+        )],
+    );
+    let (t, source) = with_script("recorded", &script, |_| {
+        discovery::discover(&config, None, &recorded)
+    })
+    .unwrap();
+    assert_eq!(source, Source::Pci);
+    let ids: Vec<&str> = t.gpus().iter().map(|g| g.id.as_str()).collect();
+    assert_eq!(ids, ["0000:b1:00.0"]);
+    // A machine without PCI devices at all (nothing to tell): NVML's GPUs.
+    let bare = Machine::new(Vec::new(), Vec::new(), Vec::new());
+    let (t, source) = with_script("bare", &script, |_| {
+        discovery::discover(&config, None, &bare)
+    })
+    .unwrap();
+    assert_eq!(source, Source::Nvml(fake_library().display().to_string()));
+    assert_eq!(t.len(), 2);
 }

@@ -94,12 +94,12 @@ pub enum ConfigError {
     )]
     NodeKey(String),
     /// A node id above 255.
-    #[error("reserved_memory.{key}: {source}")]
+    #[error("reserved_memory.{key}: {cause}")]
     NodeRange {
         /// The key as written.
         key: String,
         /// Why.
-        source: NodeOutOfRange,
+        cause: NodeOutOfRange,
     },
     /// A resource that is not memory or hugepages.
     #[error(
@@ -113,14 +113,14 @@ pub enum ConfigError {
         resource: String,
     },
     /// A quantity that does not parse.
-    #[error("reserved_memory.{node}.{resource}: {source}")]
+    #[error("reserved_memory.{node}.{resource}: {cause}")]
     Quantity {
         /// Node id.
         node: NumaNodeId,
         /// The resource name.
         resource: String,
         /// The parse error.
-        source: QuantityError,
+        cause: QuantityError,
     },
 }
 
@@ -145,7 +145,7 @@ impl Config {
             let id: u32 = key.parse().map_err(|_| ConfigError::NodeKey(key.clone()))?;
             let node = NumaNodeId::new(id).map_err(|source| ConfigError::NodeRange {
                 key: key.clone(),
-                source,
+                cause: source,
             })?;
             let mut per = BTreeMap::new();
             for (resource, q) in table {
@@ -158,7 +158,7 @@ impl Config {
                         .map_err(|source| ConfigError::Quantity {
                             node,
                             resource: resource.clone(),
-                            source,
+                            cause: source,
                         })?
                         .value(),
                 };

@@ -146,12 +146,12 @@ pub enum ConfigError {
     #[error("[providers.sriov.config]: {0}")]
     Table(String),
     /// `config_file` cannot be read.
-    #[error("cannot read the SR-IOV device plugin config {}: {source}", path.display())]
+    #[error("cannot read the SR-IOV device plugin config {}: {cause}", path.display())]
     Read {
         /// The file.
         path: PathBuf,
         /// The I/O error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// `config_file` is not JSON.
     #[error("{origin}: not valid JSON at line {line}, column {column}: {message}")]
@@ -251,7 +251,7 @@ pub fn read_config_file(
 ) -> Result<Vec<ResourceConfig>, ConfigError> {
     let bytes = std::fs::read(path).map_err(|source| ConfigError::Read {
         path: path.to_owned(),
-        source,
+        cause: source,
     })?;
     parse_config_json(&bytes, &path.display().to_string(), default_prefix)
 }

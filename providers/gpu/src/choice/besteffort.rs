@@ -37,20 +37,39 @@
 //!    after the one being built, that last set's score follows from the
 //!    state's total and the built set's rows in constant time.
 //!
-//! Cost (BENCHMARKS.md): every size on a 16-GPU DGX-2-like machine in about
-//! a millisecond or less; 16 GPUs whose pair scores are all distinct (no
-//! twins, the worst case) in tens of milliseconds. A work limit bounds
-//! pathological inputs (dozens of GPUs without twins, where upstream would
-//! run for years), and so do limits on the memo and on one state's
-//! candidate sets: past them the choice falls back to a greedy pick and
-//! logs a warning.
+//! # Cost, and when the greedy fallback can happen
+//!
+//! Past [`WORK_LIMIT`] set evaluations, or the memory limits
+//! ([`MEMORY_LIMIT`] memoised remainders, or candidate sets of one
+//! remainder), the choice falls back to a greedy pick and logs a warning.
+//! That never happens for up to 18 available GPUs, whatever their scores,
+//! order, required GPUs and size:
+//!
+//! * Without twins and without branch and bound the search's work is a
+//!   function of the number of GPUs `n`, the size and the number of
+//!   required GPUs (the remainders after `j` anchored sets are the subsets
+//!   above the `j` anchors; tests check the formula against the search
+//!   itself), plus what rebuilding upstream's partition adds (bounded per
+//!   step). Twins map onto a subset of that work (a class-count remainder
+//!   is the subset of each class's last members) and pruning only skips
+//!   remainders, so it bounds every input.
+//! * For 16 GPUs the bound is at most 1,060,921 set evaluations (size 6,
+//!   one GPU required) and a few thousand remainders; for 18 GPUs
+//!   6,914,882: well under the limits. For 19 GPUs it reaches 24,561,899
+//!   (size 7, one required), above [`WORK_LIMIT`]: from 19 GPUs on the
+//!   fallback can happen, depending on how much branch and bound prunes on
+//!   the given scores.
+//!
+//! Time (BENCHMARKS.md): every size on a 16-GPU DGX-2-like machine in a few
+//! milliseconds or less; 16 GPUs whose pair scores are all distinct (no
+//! twins, the worst case) in tens of milliseconds.
 
 use rustc_hash::FxHashMap;
 
 use super::Scores;
 
 /// Set evaluations allowed for one choice before the greedy fallback
-/// (about a second; the 16-GPU worst case needs under 10⁶).
+/// (about a second); never reached with up to 18 GPUs (module docs).
 pub const WORK_LIMIT: u64 = 20_000_000;
 
 /// Memo entries, and candidate sets of one state, allowed before the greedy
@@ -79,44 +98,94 @@ pub(crate) fn best_effort_within(
     size: usize,
     limit: u64,
 ) -> Vec<usize> {
-    if size == 0
-        || available.len() < size
-        || required.len() > size
-        || required.len() > available.len()
-    {
-        return Vec::new();
-    }
-    let mut required_positions = Vec::with_capacity(required.len());
-    for r in required {
-        match available.iter().position(|a| a == r) {
-            Some(p) if !required_positions.contains(&p) => required_positions.push(p),
-            Some(_) => {}
-            None => return Vec::new(),
-        }
-    }
-    if size == 1 {
-        // Upstream enumerates single-GPU "partitions" of score 0 and keeps
-        // the first holding the required GPU.
-        let position = required_positions.first().copied().unwrap_or(0);
-        return vec![available[position]];
-    }
-    let search = Search::new(scores, available, &required_positions, size, limit);
-    match search.and_then(|mut s| s.run()) {
-        Ok(positions) => positions.into_iter().map(|p| available[p]).collect(),
+    let options = Options { limit, prune: true };
+    match exact(
+        scores,
+        available,
+        required,
+        size,
+        options,
+        &mut Stats::default(),
+    ) {
+        Ok(chosen) => chosen,
         Err(TooLarge) => {
             tracing::warn!(
                 available = available.len(),
                 size,
                 "GPU choice exceeds the exact search's work limit; choosing greedily"
             );
-            greedy(scores, available, &required_positions, size)
+            let positions: Vec<usize> = required
+                .iter()
+                .filter_map(|r| available.iter().position(|a| a == r))
+                .collect();
+            greedy(scores, available, &positions, size)
         }
     }
 }
 
+/// How [`exact`] searches.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Options {
+    /// Set evaluations allowed.
+    pub(crate) limit: u64,
+    /// Branch and bound on (off only to measure the search's worst case).
+    pub(crate) prune: bool,
+}
+
+/// What one [`exact`] search did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Stats {
+    /// Set evaluations while finding the best total (memoised `value`).
+    pub(crate) value_work: u64,
+    /// Remainders memoised while finding the best total.
+    pub(crate) value_states: usize,
+    /// Set evaluations in all, rebuilding upstream's partition included.
+    pub(crate) work: u64,
+    /// Remainders memoised in all.
+    pub(crate) states: usize,
+}
+
+/// The exact choice, or [`TooLarge`] past `options.limit` set evaluations
+/// or the memory limits; `stats` says what the search did.
+pub(crate) fn exact(
+    scores: &Scores,
+    available: &[usize],
+    required: &[usize],
+    size: usize,
+    options: Options,
+    stats: &mut Stats,
+) -> Result<Vec<usize>, TooLarge> {
+    if size == 0
+        || available.len() < size
+        || required.len() > size
+        || required.len() > available.len()
+    {
+        return Ok(Vec::new());
+    }
+    let mut required_positions = Vec::with_capacity(required.len());
+    for r in required {
+        match available.iter().position(|a| a == r) {
+            Some(p) if !required_positions.contains(&p) => required_positions.push(p),
+            Some(_) => {}
+            None => return Ok(Vec::new()),
+        }
+    }
+    if size == 1 {
+        // Upstream enumerates single-GPU "partitions" of score 0 and keeps
+        // the first holding the required GPU.
+        let position = required_positions.first().copied().unwrap_or(0);
+        return Ok(vec![available[position]]);
+    }
+    let mut search = Search::new(scores, available, &required_positions, size, options)?;
+    let positions = search.run(stats);
+    stats.work = search.work;
+    stats.states = search.memo.len();
+    Ok(positions?.into_iter().map(|p| available[p]).collect())
+}
+
 /// The exact search would take too long (or its keys would not fit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct TooLarge;
+pub(crate) struct TooLarge;
 
 /// No valid partition of a remainder.
 const INFEASIBLE: Option<i64> = None;
@@ -148,6 +217,7 @@ struct Search {
     memo: FxHashMap<u64, Option<i64>>,
     work: u64,
     limit: u64,
+    prune: bool,
 }
 
 /// A set being built in [`Search::extend`].
@@ -211,7 +281,7 @@ impl Search {
         available: &[usize],
         required: &[usize],
         size: usize,
-        limit: u64,
+        options: Options,
     ) -> Result<Self, TooLarge> {
         let n = available.len();
         let mut w = vec![0i64; n * n];
@@ -307,7 +377,8 @@ impl Search {
             top,
             memo: FxHashMap::default(),
             work: 0,
-            limit,
+            limit: options.limit,
+            prune: options.prune,
         })
     }
 
@@ -447,7 +518,7 @@ impl Search {
         if let Some(mut candidates) = candidates {
             candidates.sort_unstable_by_key(|p| std::cmp::Reverse(2 * p.score + p.bound));
             for p in candidates {
-                if best.is_some_and(|b| 2 * p.score + p.bound <= 2 * b) {
+                if self.prune && best.is_some_and(|b| 2 * p.score + p.bound <= 2 * b) {
                     break;
                 }
                 if let Some(rest) = self.value(p.key)? {
@@ -551,9 +622,12 @@ impl Search {
     }
 
     /// The chosen set's positions (ascending).
-    fn run(&mut self) -> Result<Vec<usize>, TooLarge> {
+    fn run(&mut self, stats: &mut Stats) -> Result<Vec<usize>, TooLarge> {
         let key = self.full_key();
-        let Some(score) = self.value(key)? else {
+        let value = self.value(key)?;
+        stats.value_work = self.work;
+        stats.value_states = self.memo.len();
+        let Some(score) = value else {
             return Ok(Vec::new());
         };
         let mut rest: Vec<usize> = (0..self.n).collect();
@@ -692,7 +766,7 @@ impl Search {
             let rest_valid = !(rest.required_left && rest.pad);
             let rows: i64 = set.iter().map(|&p| last.rows[p]).sum();
             rest_valid.then_some(last.total + score - rows)
-        } else if 2 * score + rest.bound < 2 * target.score {
+        } else if self.prune && 2 * score + rest.bound < 2 * target.score {
             return Ok(None);
         } else {
             self.value(rest.key)?

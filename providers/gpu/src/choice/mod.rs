@@ -52,6 +52,22 @@ pub enum Policy {
     Simple,
 }
 
+impl Policy {
+    /// The config name (`best-effort`, `simple`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::BestEffort => "best-effort",
+            Policy::Simple => "simple",
+        }
+    }
+}
+
+impl std::fmt::Display for Policy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl TryFrom<String> for Policy {
     type Error = String;
 
@@ -237,5 +253,7 @@ impl Chooser {
     }
 }
 
+#[cfg(test)]
+mod exactness;
 #[cfg(test)]
 mod tests;

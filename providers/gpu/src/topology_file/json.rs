@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
+use topomgr_sdk::NumaNodeId;
 
 use super::{normalize_pci_address, ParseError};
 use crate::link::Link;
@@ -44,7 +45,7 @@ pub struct GpuEntry {
     pub id: String,
     /// NUMA node, `null` for none.
     #[serde(default)]
-    pub numa: Option<u32>,
+    pub numa: Option<NumaNodeId>,
     /// PCI address.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pci: Option<String>,
@@ -206,7 +207,14 @@ mod tests {
         let gpus: Vec<_> = t
             .gpus()
             .iter()
-            .map(|g| (g.index, g.id.as_str(), g.numa, g.pci.as_deref()))
+            .map(|g| {
+                (
+                    g.index,
+                    g.id.as_str(),
+                    g.numa.map(u32::from),
+                    g.pci.as_deref(),
+                )
+            })
             .collect();
         assert_eq!(
             gpus,
@@ -248,7 +256,8 @@ mod tests {
                 "unknown field `colour`, expected one of `index`, `id`, `numa`, `pci` at line 1 column 42",
             ),
             (r#"{"gpus": [{"index": 0, "id": "a"}], "link": []}"#.into(), "link", "unknown field `link`, expected `gpus` or `links` at line 1 column 42"),
-            (r#"{"gpus": [{"index": 0, "id": "a", "numa": -1}]}"#.into(), "gpus[0].numa", "invalid value: integer `-1`, expected u32 at line 1 column 44"),
+            (r#"{"gpus": [{"index": 0, "id": "a", "numa": -1}]}"#.into(), "gpus[0].numa", "NUMA node id -1 is out of range: topomgr supports node ids 0-255 at line 1 column 45"),
+            (r#"{"gpus": [{"index": 0, "id": "a", "numa": 256}]}"#.into(), "gpus[0].numa", "NUMA node id 256 is out of range: topomgr supports node ids 0-255 at line 1 column 46"),
             (r#"{"gpus": [{"index": 0, "id": "a", "pci": "07:00.0"}]}"#.into(), "gpus[0].pci", "`07:00.0` is not a PCI address (domain:bus:device.function, e.g. 0000:07:00.0)"),
             (r#"{"gpus": [{"index": 0, "id": "a"}, {"index": 0, "id": "b"}]}"#.into(), "gpus[1].index", "0 is also the index of gpus[0]"),
             (r#"{"gpus": [{"index": 0, "id": "a"}, {"index": 2, "id": "b"}]}"#.into(), "gpus[1].index", "2 is out of range: the indices of 2 GPUs are 0..2"),

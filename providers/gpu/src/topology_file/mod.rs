@@ -15,12 +15,12 @@ use crate::topology::GpuTopology;
 #[derive(Debug, thiserror::Error)]
 pub enum TopologyFileError {
     /// The file cannot be read.
-    #[error("cannot read topology file {}: {source}", path.display())]
+    #[error("cannot read topology file {}: {cause}", path.display())]
     Read {
         /// The file.
         path: PathBuf,
         /// Why.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// The file's content is wrong.
     #[error("topology file {}, {location}: {message}", path.display())]
@@ -58,7 +58,7 @@ impl ParseError {
 pub fn load(path: &Path) -> Result<GpuTopology, TopologyFileError> {
     let text = std::fs::read_to_string(path).map_err(|source| TopologyFileError::Read {
         path: path.to_owned(),
-        source,
+        cause: source,
     })?;
     parse(&text).map_err(|e| TopologyFileError::Invalid {
         path: path.to_owned(),
@@ -148,7 +148,7 @@ mod tests {
         assert_eq!(
             err,
             format!(
-                "topology file {}, gpus[0].numa: invalid type: string \"x\", expected u32 at line 1 column 45",
+                "topology file {}, gpus[0].numa: invalid type: string \"x\", expected i64 at line 1 column 45",
                 file.display()
             )
         );

@@ -16,6 +16,8 @@
 //! label, a diagonal cell other than `X`, a pair whose two cells differ, a
 //! missing or repeated GPU row.
 
+use topomgr_sdk::NumaNodeId;
+
 use super::ParseError;
 use crate::link::Link;
 use crate::topology::{gpu_label, Gpu, GpuTopology};
@@ -156,7 +158,7 @@ struct Row {
     line: usize,
     /// The GPU columns' cells.
     cells: Vec<String>,
-    numa: Option<u32>,
+    numa: Option<NumaNodeId>,
 }
 
 struct Header {
@@ -232,7 +234,7 @@ fn gpu_index(label: &str) -> Option<usize> {
 }
 
 /// `Some(None)` for `N/A`, `Some(Some(n))` for a node id.
-fn parse_numa(field: &str) -> Option<Option<u32>> {
+fn parse_numa(field: &str) -> Option<Option<NumaNodeId>> {
     if field == "N/A" {
         Some(None)
     } else {
@@ -259,7 +261,11 @@ Legend:
     #[test]
     fn a_capture_gives_one_label_per_pair_and_numa_affinity() {
         let t = parse(SMALL).unwrap();
-        let gpus: Vec<_> = t.gpus().iter().map(|g| (g.id.as_str(), g.numa)).collect();
+        let gpus: Vec<_> = t
+            .gpus()
+            .iter()
+            .map(|g| (g.id.as_str(), g.numa.map(u32::from)))
+            .collect();
         assert_eq!(
             gpus,
             [("GPU-0", Some(0)), ("GPU-1", Some(0)), ("GPU-2", None)]
@@ -361,7 +367,7 @@ Legend:
         };
         let t = parse(&text).unwrap();
         assert_eq!(t.len(), 8);
-        let numa: Vec<_> = t.gpus().iter().map(|g| g.numa).collect();
+        let numa: Vec<_> = t.gpus().iter().map(|g| g.numa.map(u32::from)).collect();
         assert_eq!(
             numa,
             [3, 3, 1, 1, 7, 7, 5, 5].map(Some),
@@ -405,7 +411,7 @@ Legend:
         };
         let t = parse(&text).unwrap();
         assert_eq!(t.len(), 8);
-        let numa: Vec<_> = t.gpus().iter().map(|g| g.numa).collect();
+        let numa: Vec<_> = t.gpus().iter().map(|g| g.numa.map(u32::from)).collect();
         assert_eq!(numa, [0, 0, 0, 0, 1, 1, 1, 1].map(Some));
         assert!((0..8).all(|a| (0..8).all(|b| a == b || t.pair_score(a, b) == 1800)));
     }

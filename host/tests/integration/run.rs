@@ -3,7 +3,7 @@
 //! /sys/fs/cgroup. Skipped with a `SKIP:` line when not root or without a
 //! cpuset controller.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -2,7 +2,7 @@
 //! the repository's own `topomgr.toml` and `plugins.d/` (CPU, memory and the
 //! SDK example provider).
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 
@@ -14,6 +14,7 @@ fn readme_demo_admits_and_rejects_as_documented() {
     let _ = common::cpu_plugin();
     let _ = common::memory_plugin();
     let _ = common::sriov_plugin();
+    let _ = common::gpu_plugin();
     let root = common::workspace_root();
     let mut pods: Vec<_> = std::fs::read_dir(root.join("examples/pods"))
         .unwrap()
@@ -94,6 +95,7 @@ fn pod_scope_example_aligns_cpus_and_memory_on_one_node() {
     let _ = common::cpu_plugin();
     let _ = common::memory_plugin();
     let _ = common::sriov_plugin();
+    let _ = common::gpu_plugin();
     let root = common::workspace_root();
     let out = Command::new(common::topomgr_bin())
         .current_dir(&root)

@@ -1,7 +1,7 @@
 //! End-to-end admissions through the `topomgr` binary with the mock provider
 //! loaded from its built `.so`, exactly as a user runs it.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -1,7 +1,7 @@
 //! Loads the real plugin libraries (mock, SDK example, a plugin built against
 //! an incompatible SDK) the way the host does and checks every failure path.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::io::Write;

@@ -4,7 +4,7 @@
 //! CLI, inline TOML entries, the upstream README's config), and what
 //! `topomgr topology` shows of the VFs.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::path::{Path, PathBuf};

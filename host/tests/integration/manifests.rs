@@ -4,7 +4,7 @@
 //! (`tests/fixtures/manifests/`), error messages, the input size limit and
 //! the YAML budget, and a no-panic loop over mangled manifests and random bytes.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -19,9 +19,7 @@ const GI: u64 = 1 << 30;
 const MI: u64 = 1 << 20;
 
 fn example(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../examples/pods")
-        .join(name)
+    common::workspace_root().join("examples/pods").join(name)
 }
 
 fn read_example(name: &str) -> Vec<PodView> {
@@ -681,8 +679,8 @@ fn never_panics_on_mangled_input() {
 }
 
 fn fixture(rel: &str) -> String {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("fixtures/manifests")
+    common::workspace_root()
+        .join("tests/fixtures/manifests")
         .join(rel)
         .to_string_lossy()
         .into_owned()

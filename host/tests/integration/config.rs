@@ -2,7 +2,7 @@
 //! provider, errors name the file, line and key, and the config file, its
 //! drop-in directory and drop-ins are protected like plugin files.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;

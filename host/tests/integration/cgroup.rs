@@ -2,7 +2,7 @@
 //! contents), path-escape refusals, the shared pool, and a real cgroup on this
 //! machine (root with a cpuset controller; skipped with a `SKIP:` line otherwise).
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -13,7 +13,8 @@ use std::collections::BTreeMap;
 use topomgr::admission::Admitter;
 use topomgr::cgroup::{CgroupManager, CgroupPath, CgroupVersion, Cpuset};
 use topomgr::node_state::{NodeState, Records};
-use topomgr::policy::{NumaInfo, Policy, Scope};
+use topomgr::numa::NumaInfo;
+use topomgr::policy::{Policy, Scope};
 use topomgr::provider::HintProvider;
 use topomgr_sdk::{
     testkit, Allocation, ContainerView, CpuSet, NumaMask, PodView, ProviderError, ProviderHints,

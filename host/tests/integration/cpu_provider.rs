@@ -2,7 +2,7 @@
 //! `topomgr provider cpu hints|allocate` and `topomgr admit` on the example
 //! machine and on recorded machines of the corpus.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;

@@ -1,8 +1,6 @@
 //! Shared harness of the plugin integration tests: builds the plugin
 //! libraries once per test binary and hands out their paths.
 
-#![allow(dead_code)]
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -146,22 +144,20 @@ pub fn plugins() -> &'static Plugins {
 
 /// A fresh directory under cargo's per-target temporary directory (never a
 /// world-writable place, so plugins copied there pass the ownership check).
+/// Each call gets its own directory: every test module shares this process.
 pub fn scratch_dir(tag: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{tag}-{}", std::process::id()));
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let d =
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{tag}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("cannot create {}: {e}", d.display()));
     d
 }
 
-/// Builds the `topomgr` binary (once per test binary) and returns its path.
+/// The `topomgr` binary cargo built for these tests.
 pub fn topomgr_bin() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        build_artifacts(&["-p", "topomgr", "--bin", "topomgr"])
-            .into_iter()
-            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-            .expect("cargo reported no topomgr executable")
-    })
+    Path::new(env!("CARGO_BIN_EXE_topomgr"))
 }
 
 /// The shared corpus of recorded machines, if present beside the repository.
@@ -216,6 +212,30 @@ pub fn memory_plugin() -> &'static Path {
 pub fn sriov_plugin() -> &'static Path {
     static SO: OnceLock<PathBuf> = OnceLock::new();
     provider_so(&SO, "topomgr-provider-sriov", "topomgr_provider_sriov")
+}
+
+/// Builds the GPU provider and returns its `.so`.
+pub fn gpu_plugin() -> &'static Path {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    provider_so(&SO, "topomgr-provider-gpu", "topomgr_provider_gpu")
+}
+
+/// Builds every plugin the workspace has (`cargo build --workspace --lib`,
+/// once per test binary), so that the repository's own `topomgr.toml` and
+/// `plugins.d/` find each library they enable beside the `topomgr` binary,
+/// as after the README's `cargo build --workspace`.
+pub fn repository_plugins() {
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| {
+        build(&["--workspace", "--lib"]);
+    });
+}
+
+/// Builds the scripted stand-in for `libnvidia-ml` (`tests/fake-nvml`,
+/// script named by `FAKE_NVML_SCRIPT`) and returns its `.so`.
+pub fn fake_nvml() -> &'static Path {
+    static SO: OnceLock<PathBuf> = OnceLock::new();
+    provider_so(&SO, "topomgr-fake-nvml", "fake_nvml")
 }
 
 /// Loads the provider `.so` at `so` as `name` with `config` on the example

@@ -20,7 +20,7 @@
 //! garbage, a length with nothing behind it): such a tail was never
 //! acknowledged, and the restarted daemon must ignore it and lose nothing.
 
-mod common;
+use crate::common;
 
 use std::io::Write as _;
 

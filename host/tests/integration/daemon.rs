@@ -1,7 +1,7 @@
 //! `topomgr serve` end to end: the real binary on a Unix socket, the SDK's
 //! example widget provider (or the mock), the example 2-socket 4-node machine.
 
-mod common;
+use crate::common;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
@@ -17,7 +17,6 @@ use topomgr::daemon::client::Client;
 pub struct Daemon {
     child: Child,
     pub socket: PathBuf,
-    pub config: PathBuf,
 }
 
 impl Daemon {
@@ -41,7 +40,6 @@ impl Daemon {
         let d = Daemon {
             child,
             socket: socket.to_path_buf(),
-            config: config.to_path_buf(),
         };
         d.wait_ready();
         d

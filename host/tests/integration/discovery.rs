@@ -2,7 +2,7 @@
 //! fixtures for the degraded and error paths, and real recorded trees of the
 //! hwloc corpus checked against hwloc's own readings.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -18,10 +18,7 @@ use topomgr_sdk::{Cpu, CpuSet, Machine, NumaNode, NumaNodeId, PciDevice, Sriov};
 const GIB: u64 = 1 << 30;
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the tests package lives inside the repository")
-        .to_path_buf()
+    common::workspace_root()
 }
 
 fn example_root() -> PathBuf {
@@ -1598,7 +1595,7 @@ fn corpus_48amd64_sparse_node_ids() {
     );
     // The merge works on these ids: a policy over the machine ranks masks
     // of nodes 72-73 by their value, above every mask of lower ids.
-    let numa = topomgr::policy::NumaInfo::from_machine(&machine).expect("numa info");
+    let numa = topomgr::numa::NumaInfo::from_machine(&machine).expect("numa info");
     assert_eq!(numa.default_mask().to_string(), "0-2,33-34,45,72-73");
 }
 

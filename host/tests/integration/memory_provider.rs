@@ -1,7 +1,7 @@
 //! The memory provider through its real `.so` and the `topomgr` binary:
 //! chained `provider memory hints|allocate --state-dir` calls and `admit`.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 

@@ -1,0 +1,23 @@
+//! The host's integration tests, in one binary (as ripgrep keeps them): each
+//! module drives `topomgr` end to end as a user would, with the real plugin
+//! `.so` files the workspace builds (see `common`), the recorded machines of
+//! `../shared/corpus` and the fixtures under `tests/` at the repository root.
+//!
+//! Run one module with `cargo test -p topomgr --test integration MODULE::`.
+
+mod common;
+
+mod admission;
+mod cgroup;
+mod config;
+mod cpu_provider;
+mod crash;
+mod daemon;
+mod demo;
+mod discovery;
+mod gpu;
+mod manifests;
+mod memory_provider;
+mod plugins;
+mod run;
+mod sriov;
