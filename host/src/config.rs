@@ -12,8 +12,9 @@
 //!    file's directory). A missing default directory means no drop-ins; a
 //!    `plugins_d` that names a missing directory is an error.
 //! 3. Environment variables `TOPOMGR_POLICY`, `TOPOMGR_SCOPE`,
-//!    `TOPOMGR_SYSFS_ROOT`, `TOPOMGR_CGROUP_ROOT`, `TOPOMGR_STATE_DIR` and
-//!    `TOPOMGR_PLUGIN_DIRS` (a `:`-separated list). Other `TOPOMGR_*`
+//!    `TOPOMGR_SYSFS_ROOT`, `TOPOMGR_CGROUP_ROOT`, `TOPOMGR_STATE_DIR`,
+//!    `TOPOMGR_PLUGIN_DIRS` (a `:`-separated list) and
+//!    `TOPOMGR_METRICS_ADDRESS` (`daemon.metrics_address`). Other `TOPOMGR_*`
 //!    variables are not configuration and are ignored.
 //!
 //! Tables merge key by key (a drop-in may set one option of a provider's
@@ -35,6 +36,7 @@
 //! socket = "/run/topomgr/topomgr.sock"
 //! group = "topomgr"            # may use the socket besides root
 //! provider_timeout_ms = 10000  # deadline of one provider call
+//! metrics_address = "127.0.0.1:9337"  # also serve GET /metrics over TCP (default: off)
 //! [providers.NAME]             # NAME: lowercase letters, digits, '-', '_'
 //! library = "topomgr_provider_cpu"   # -> libtopomgr_provider_cpu.so, or a path
 //! enabled = true               # default true; false: the provider is not loaded
@@ -66,6 +68,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::de::{self, Deserializer};
@@ -117,6 +120,9 @@ pub struct DaemonConfig {
     pub group: String,
     /// Deadline of one provider call, in milliseconds (at least 1).
     pub provider_timeout_ms: u64,
+    /// Where `GET /metrics` is also served over TCP, without the socket's
+    /// access check (`None`: only on the socket).
+    pub metrics_address: Option<SocketAddr>,
 }
 
 impl Default for DaemonConfig {
@@ -125,6 +131,7 @@ impl Default for DaemonConfig {
             socket: PathBuf::from(DEFAULT_SOCKET),
             group: DEFAULT_GROUP.to_owned(),
             provider_timeout_ms: DEFAULT_PROVIDER_TIMEOUT_MS,
+            metrics_address: None,
         }
     }
 }
@@ -424,6 +431,9 @@ impl Sources {
             if let Some(v) = d.provider_timeout_ms {
                 cfg.daemon.provider_timeout_ms = v.0;
             }
+            if let Some(v) = d.metrics_address {
+                cfg.daemon.metrics_address = Some(v.0);
+            }
         }
         for (name, p) in m.providers.unwrap_or_default() {
             let (library_file, last_file) = self
@@ -496,6 +506,7 @@ struct DaemonLayer {
     socket: Option<PathBuf>,
     group: Option<NonEmpty>,
     provider_timeout_ms: Option<Millis>,
+    metrics_address: Option<ListenAddress>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -550,6 +561,7 @@ impl Layer {
             set(&mut mine.socket, d.socket);
             set(&mut mine.group, d.group);
             set(&mut mine.provider_timeout_ms, d.provider_timeout_ms);
+            set(&mut mine.metrics_address, d.metrics_address);
         }
         for (name, p) in later.providers.into_iter().flatten() {
             let mine = self
@@ -645,8 +657,45 @@ fn env_layer(env: &dyn Fn(&str) -> Option<String>) -> Result<Layer, ConfigError>
         state_dir: non_empty("TOPOMGR_STATE_DIR")?.map(|v| cwd(&v)),
         plugin_dirs: env("TOPOMGR_PLUGIN_DIRS")
             .map(|v| v.split(':').filter(|s| !s.is_empty()).map(cwd).collect()),
+        daemon: non_empty(METRICS_ADDRESS_ENV)?
+            .map(|v| {
+                ListenAddress::parse(&v)
+                    .map(|a| DaemonLayer {
+                        metrics_address: Some(a),
+                        ..DaemonLayer::default()
+                    })
+                    .map_err(|message| ConfigError::Env {
+                        var: METRICS_ADDRESS_ENV.to_owned(),
+                        message,
+                    })
+            })
+            .transpose()?,
         ..Layer::default()
     })
+}
+
+/// The environment variable that sets `daemon.metrics_address`.
+const METRICS_ADDRESS_ENV: &str = "TOPOMGR_METRICS_ADDRESS";
+
+/// A TCP address to listen on: `IP:PORT` (`127.0.0.1:9337`, `[::1]:9337`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct ListenAddress(SocketAddr);
+
+impl ListenAddress {
+    fn parse(text: &str) -> Result<ListenAddress, String> {
+        text.trim().parse().map(ListenAddress).map_err(|_| {
+            format!(
+                "{text:?} is not an IP address and port (write \"127.0.0.1:9337\" or \"[::1]:9337\"; host names are not resolved)"
+            )
+        })
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ListenAddress {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        ListenAddress::parse(&s).map_err(de::Error::custom)
+    }
 }
 
 /// A `[providers.NAME]` name: lowercase letters, digits, `-` and `_` (the
@@ -916,7 +965,7 @@ nested = { a = 1, b = [1, 2] }
             ),
             (
                 "[daemon]\nport = 1\n",
-                "line 2: daemon.port: unknown field `port`, expected one of `socket`, `group`, `provider_timeout_ms`",
+                "line 2: daemon.port: unknown field `port`, expected one of `socket`, `group`, `provider_timeout_ms`, `metrics_address`",
             ),
             ("policy = \n", "line 1: string values must be quoted, expected literal string"),
         ];
@@ -1001,6 +1050,7 @@ nested = { a = 1, b = [1, 2] }
                 socket: PathBuf::from("/run/topomgr/topomgr.sock"),
                 group: "topomgr".to_owned(),
                 provider_timeout_ms: 10_000,
+                metrics_address: None,
             }
         );
         d.write(
@@ -1014,7 +1064,83 @@ nested = { a = 1, b = [1, 2] }
                 socket: d.0.join("run/t.sock"),
                 group: "other".to_owned(),
                 provider_timeout_ms: 250,
+                metrics_address: None,
             }
+        );
+    }
+
+    #[test]
+    fn metrics_address_from_files_and_environment() {
+        let d = Dir::new("metrics");
+        let main = d.write(
+            "topomgr.toml",
+            "[daemon]
+metrics_address = \"127.0.0.1:9337\"\n",
+        );
+        let addr = |cfg: HostConfig| cfg.daemon.metrics_address.map(|a| a.to_string());
+        assert_eq!(
+            addr(load_with_env(&main, &no_env).unwrap()).as_deref(),
+            Some("127.0.0.1:9337")
+        );
+        // A drop-in replaces it; the other daemon keys keep their defaults.
+        d.write(
+            "plugins.d/50-metrics.toml",
+            "[daemon]\nmetrics_address = \"[::1]:9400\"\n",
+        );
+        let cfg = load_with_env(&main, &no_env).unwrap();
+        assert_eq!(cfg.daemon.socket, PathBuf::from(DEFAULT_SOCKET));
+        assert_eq!(addr(cfg).as_deref(), Some("[::1]:9400"));
+        // The environment wins over every file.
+        let env = |k: &str| (k == "TOPOMGR_METRICS_ADDRESS").then(|| "0.0.0.0:9500".to_owned());
+        assert_eq!(
+            addr(load_with_env(&main, &env).unwrap()).as_deref(),
+            Some("0.0.0.0:9500")
+        );
+        // Off by default.
+        d.write("plugins.d/50-metrics.toml", "");
+        d.write("topomgr.toml", "");
+        assert_eq!(
+            load_with_env(&main, &no_env)
+                .unwrap()
+                .daemon
+                .metrics_address,
+            None
+        );
+    }
+
+    #[test]
+    fn bad_metrics_addresses_are_refused_naming_where() {
+        let d = Dir::new("metrics-bad");
+        let main = d.write("topomgr.toml", "");
+        let f = d.0.join("plugins.d/50-metrics.toml");
+        let cases: &[(&str, &str)] = &[
+            (
+                "[daemon]\nmetrics_address = \"localhost:9337\"\n",
+                "line 2: daemon.metrics_address: \"localhost:9337\" is not an IP address and port (write \"127.0.0.1:9337\" or \"[::1]:9337\"; host names are not resolved)",
+            ),
+            (
+                "[daemon]\nmetrics_address = \"127.0.0.1\"\n",
+                "line 2: daemon.metrics_address: \"127.0.0.1\" is not an IP address and port (write \"127.0.0.1:9337\" or \"[::1]:9337\"; host names are not resolved)",
+            ),
+            (
+                "[daemon]\nmetrics_address = 9337\n",
+                "line 2: daemon.metrics_address: invalid type: integer `9337`, expected a string",
+            ),
+        ];
+        for (text, want) in cases {
+            d.write("plugins.d/50-metrics.toml", text);
+            assert_eq!(err(&main), format!("{}: {want}", f.display()), "{text}");
+        }
+        d.write("plugins.d/50-metrics.toml", "");
+        let env = |k: &str| (k == "TOPOMGR_METRICS_ADDRESS").then(|| ":9337".to_owned());
+        assert_eq!(
+            load_with_env(&main, &env).unwrap_err().to_string(),
+            "environment variable TOPOMGR_METRICS_ADDRESS: \":9337\" is not an IP address and port (write \"127.0.0.1:9337\" or \"[::1]:9337\"; host names are not resolved)"
+        );
+        let env = |k: &str| (k == "TOPOMGR_METRICS_ADDRESS").then(String::new);
+        assert_eq!(
+            load_with_env(&main, &env).unwrap_err().to_string(),
+            "environment variable TOPOMGR_METRICS_ADDRESS: is set but empty; unset it or give a value"
         );
     }
 

@@ -22,6 +22,12 @@
 //!   Until then the pool only ever shrinks, so a crash never leaves a CPU
 //!   in a shared cgroup while the saved state still holds it exclusively.
 //!
+//! # Reading
+//!
+//! A shared-pool container's stored allocation holds the pool as it was at
+//! admission; [`current_pool`] shows it with the pool as it is now (what
+//! its cgroup gets), as the daemon's answers do.
+//!
 //! # Owners
 //!
 //! A pod admitted by `topomgr run` records its [`Owner`]. When the owner
@@ -30,6 +36,7 @@
 //! releases it: the next `run`, `admit --state-dir` or daemon start does.
 //! A pod whose cgroup still has processes stays held, whoever started them.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -41,6 +48,24 @@ use crate::admission::{AdmissionError, AdmitResult, Admitter, UNEXPECTED_ADMISSI
 use crate::cgroup::pool::{self, PoolWrite};
 use crate::cgroup::{CgroupError, CgroupManager, CgroupPath, TOPOMGR_PARENT};
 use crate::owner::Owner;
+
+/// `r` with every shared-pool container's CPUs replaced by `pool` (the
+/// pool now, where its allocation has the pool as it was at admission); a
+/// container with exclusive CPUs, or without CPUs from any provider, is
+/// shown as allocated. Borrowed when nothing differs.
+pub fn current_pool<'a>(r: &'a AdmitResult, pool: &CpuSet) -> Cow<'a, AdmitResult> {
+    let stale = |c: &crate::admission::ContainerResult| {
+        !c.allocation.exclusive && !c.allocation.cpus.is_empty() && c.allocation.cpus != *pool
+    };
+    if !r.containers.iter().any(stale) {
+        return Cow::Borrowed(r);
+    }
+    let mut now = r.clone();
+    for c in now.containers.iter_mut().filter(|c| stale(c)) {
+        c.allocation.cpus = pool.clone();
+    }
+    Cow::Owned(now)
+}
 
 /// Containers attached to cgroups: pod uid -> container -> cgroup path
 /// (relative to the cgroup root).
@@ -669,5 +694,49 @@ impl NodeState {
             lines.push(line);
         }
         lines
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission::ContainerResult;
+    use topomgr_sdk::{Allocation, QosClass, TopologyHint};
+
+    fn container(name: &str, cpus: &str, exclusive: bool) -> ContainerResult {
+        ContainerResult {
+            name: name.to_owned(),
+            hint: TopologyHint {
+                affinity: None,
+                preferred: true,
+            },
+            allocation: Allocation::default().with_cpus(CpuSet::parse(cpus).unwrap(), exclusive),
+        }
+    }
+
+    #[test]
+    fn shared_containers_show_the_pool_now() {
+        let r = AdmitResult {
+            pod: PodView::new("u", "p", "default", QosClass::Burstable),
+            admitted: true,
+            reason: None,
+            message: None,
+            containers: vec![
+                container("shared", "0-7", false),
+                container("pinned", "2-3", true),
+                container("none", "", false),
+            ],
+        };
+        let pool = CpuSet::parse("0-1,4-7").unwrap();
+        let now = current_pool(&r, &pool);
+        let cpus: Vec<String> = now
+            .containers
+            .iter()
+            .map(|c| c.allocation.cpus.to_string())
+            .collect();
+        assert_eq!(cpus, ["0-1,4-7", "2-3", ""]);
+        assert!(now.containers[1].allocation.exclusive);
+        // Nothing to change: the result is borrowed as is.
+        assert!(matches!(current_pool(&now, &pool), Cow::Borrowed(_)));
     }
 }

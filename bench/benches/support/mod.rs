@@ -52,6 +52,7 @@ pub fn start_daemon(tag: &str, state_root: &Path, plugin: &Path) -> PathBuf {
     let d = Daemon {
         socket: socket.clone(),
         group: "topomgr".to_owned(),
+        metrics_address: None,
         provider_timeout: Duration::from_secs(10),
         state_dir,
         cgroup_root: dir.join("cgroup"),

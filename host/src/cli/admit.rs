@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use topomgr::admission::{AdmitResult, TraceStep};
 use topomgr_sdk::HintSet;
 
-use super::text::field;
+use super::text::{field, Columns};
 use super::{host, Output};
 
 /// Arguments of `topomgr admit`.
@@ -53,22 +53,34 @@ pub fn result_json(r: &AdmitResult) -> Value {
     r.to_json()
 }
 
+/// The columns of an admission table (`pods` adds `CGROUP`).
+pub(super) const POD_COLUMNS: [&str; 9] = [
+    "POD",
+    "QOS",
+    "ADMITTED",
+    "CONTAINER",
+    "AFFINITY",
+    "PREFERRED",
+    "CPUS",
+    "MEMS",
+    "DEVICES",
+];
+
 fn print_table(results: &[AdmitResult]) {
-    println!(
-        "{:<24} {:<11} {:<9} {:<12} {:<9} {:<10} {:<14} {:<6} DEVICES",
-        "POD", "QOS", "ADMITTED", "CONTAINER", "AFFINITY", "PREFERRED", "CPUS", "MEMS"
-    );
+    let mut table = Columns::new(&POD_COLUMNS);
     for r in results {
         let pod = format!("{}/{}", field(&r.pod.namespace), field(&r.pod.name));
         if !r.admitted {
-            println!(
-                "{:<24} {:<11} {:<9} {}: {}",
+            table.row(vec![
                 pod,
-                r.pod.qos.as_str(),
-                "no",
-                field(r.reason.as_deref().unwrap_or("")),
-                field(r.message.as_deref().unwrap_or(""))
-            );
+                r.pod.qos.as_str().to_owned(),
+                "no".to_owned(),
+                format!(
+                    "{}: {}",
+                    field(r.reason.as_deref().unwrap_or("")),
+                    field(r.message.as_deref().unwrap_or(""))
+                ),
+            ]);
             continue;
         }
         for c in &r.containers {
@@ -85,14 +97,13 @@ fn print_table(results: &[AdmitResult]) {
             } else {
                 c.allocation.cpus.to_string()
             };
-            println!(
-                "{:<24} {:<11} {:<9} {:<12} {:<9} {:<10} {:<14} {:<6} {}",
-                pod,
-                r.pod.qos.as_str(),
-                "yes",
-                field(&c.name),
+            table.row(vec![
+                pod.clone(),
+                r.pod.qos.as_str().to_owned(),
+                "yes".to_owned(),
+                field(&c.name).into_owned(),
                 c.hint.affinity.map_or("any".to_string(), |m| m.to_string()),
-                c.hint.preferred,
+                c.hint.preferred.to_string(),
                 cpus,
                 if c.allocation.mems.is_empty() {
                     "-".to_string()
@@ -103,10 +114,11 @@ fn print_table(results: &[AdmitResult]) {
                     "-".to_string()
                 } else {
                     devices.join(" ")
-                }
-            );
+                },
+            ]);
         }
     }
+    print!("{}", table.render());
 }
 
 /// Admit every pod in order and print the results.

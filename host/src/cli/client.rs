@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use topomgr::daemon::client::{encode_segment, Client, Response};
 use topomgr::manifest::STDIN_PATH;
 
-use super::text::field;
+use super::text::{field, Columns};
 use super::{host, Output};
 
 /// `--socket PATH` (default: the configured `[daemon] socket`).
@@ -79,22 +79,19 @@ fn pretty(v: &Value) {
 
 /// A table of admission JSON objects (`topomgr pods --output table`).
 pub fn print_pods_table(pods: &[Value], attachments: &Value) {
-    println!(
-        "{:<24} {:<11} {:<9} {:<12} {:<9} {:<10} {:<9} {:<6} {:<24} CGROUP",
-        "POD", "QOS", "ADMITTED", "CONTAINER", "AFFINITY", "PREFERRED", "CPUS", "MEMS", "DEVICES"
-    );
+    let mut header = super::admit::POD_COLUMNS.to_vec();
+    header.push("CGROUP");
+    let mut table = Columns::new(&header);
     let s = |v: &Value| field(v.as_str().unwrap_or("")).into_owned();
     for p in pods {
         let pod = format!("{}/{}", s(&p["namespace"]), s(&p["name"]));
         if p["admitted"] != json!(true) {
-            println!(
-                "{:<24} {:<11} {:<9} {}: {}",
+            table.row(vec![
                 pod,
                 s(&p["qos"]),
-                "no",
-                s(&p["reason"]),
-                s(&p["message"])
-            );
+                "no".to_owned(),
+                format!("{}: {}", s(&p["reason"]), s(&p["message"])),
+            ]);
             continue;
         }
         for c in p["containers"].as_array().into_iter().flatten() {
@@ -133,11 +130,10 @@ pub fn print_pods_table(pods: &[Value], attachments: &Value) {
                 [c["name"].as_str().unwrap_or("")]
             .as_str()
             .map_or_else(|| "-".to_owned(), |p| field(p).into_owned());
-            println!(
-                "{:<24} {:<11} {:<9} {:<12} {:<9} {:<10} {:<9} {:<6} {:<24} {}",
-                pod,
+            table.row(vec![
+                pod.clone(),
                 s(&p["qos"]),
-                "yes",
+                "yes".to_owned(),
                 s(&c["name"]),
                 affinity,
                 c["preferred"].to_string(),
@@ -148,10 +144,11 @@ pub fn print_pods_table(pods: &[Value], attachments: &Value) {
                 } else {
                     devices.join(" ")
                 },
-                cgroup
-            );
+                cgroup,
+            ]);
         }
     }
+    print!("{}", table.render());
 }
 
 /// `topomgr pods`: the daemon's current pods and their allocations.

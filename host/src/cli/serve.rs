@@ -39,6 +39,7 @@ pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
     daemon::run(Daemon {
         socket: args.socket.unwrap_or_else(|| cfg.daemon.socket.clone()),
         group: cfg.daemon.group.clone(),
+        metrics_address: cfg.daemon.metrics_address,
         provider_timeout: Duration::from_millis(cfg.daemon.provider_timeout_ms),
         state_dir: cfg.state_dir.clone(),
         cgroup_root: cfg.cgroup_root.clone(),

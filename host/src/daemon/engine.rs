@@ -24,8 +24,11 @@
 //!
 //! Reads (`pods`, `health`) are served from a view that the engine brings
 //! up to date with each commit's changes (under a short write lock), without
-//! queueing behind admissions.
+//! queueing behind admissions. Pods are stored as admitted; readers show a
+//! shared-pool container with the pool as it is now ([`Snapshot::current`]),
+//! and an admission's answer with the pool after its batch.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::mpsc;
@@ -38,9 +41,9 @@ use topomgr_sdk::{CpuSet, Machine, PodView};
 use tracing::{error, info, warn};
 
 use super::metrics::Metrics;
-use crate::admission::{AdmissionError, AdmitResult, Admitter};
+use crate::admission::{AdmissionError, AdmitResult, Admitter, UID_CONFLICT};
 use crate::checkpoint::{self, Attachments, Restored};
-use crate::node_state::{AttachError, Change, NodeState, Reclaim, UnknownContainer};
+use crate::node_state::{current_pool, AttachError, Change, NodeState, Reclaim, UnknownContainer};
 use crate::store::Store;
 
 pub use crate::node_state::Attached;
@@ -122,6 +125,14 @@ pub struct Snapshot {
     /// What the restore at start reported (reboot, vanished resources,
     /// held providers, reclaimed pods).
     pub restore_notes: Vec<String>,
+}
+
+impl Snapshot {
+    /// `r` as it is now: shared-pool containers show the current shared
+    /// pool, not the pool at their admission ([`current_pool`]).
+    pub fn current<'a>(&self, r: &'a AdmitResult) -> Cow<'a, AdmitResult> {
+        current_pool(r, &self.shared_pool)
+    }
 }
 
 /// Settings of the engine.
@@ -328,7 +339,16 @@ impl Worker {
             }
             self.node.settle_pool();
             self.publish(committed);
-            for (reply, result, _) in answers {
+            let pool = self.node.shared_pool();
+            for (reply, mut result, _) in answers {
+                // Earlier pods of the batch show the pool after the batch.
+                if let Ok(Reply::Admitted(results)) = &mut result {
+                    for r in results.iter_mut() {
+                        if let Cow::Owned(now) = current_pool(r, &pool) {
+                            *r = now;
+                        }
+                    }
+                }
                 let _ = reply.send(result);
             }
         }
@@ -360,16 +380,21 @@ impl Worker {
         match cmd {
             Command::Admit(pods) => {
                 if let Some(conflict) = self.conflict(&pods) {
+                    self.metrics.request_refused(UID_CONFLICT);
                     return (Err(EngineError::Conflict(conflict)), false);
                 }
                 let mut results = Vec::with_capacity(pods.len());
                 let mut changed = false;
+                let (policy, scope) = {
+                    let a = self.node.admitter();
+                    (a.policy().name(), a.scope())
+                };
                 for pod in &pods {
                     let known = self.node.pods().contains_key(&pod.uid);
                     let start = Instant::now();
                     let r = self.node.admit(pod);
                     self.metrics
-                        .admission(start.elapsed().as_secs_f64(), r.reason.as_deref());
+                        .admission(&r, policy, scope, start.elapsed(), known);
                     for provider in self.node.admitter_mut().take_violations() {
                         self.metrics.ledger_violation(&provider);
                     }
@@ -447,7 +472,7 @@ impl Worker {
         let exclusive = ledger.exclusive_cpus().clone();
         let shared = self.node.shared_pool();
         self.metrics
-            .cpus(exclusive.len(), shared.len(), self.node.pods().len());
+            .cpus(&exclusive, shared.len(), self.node.pods().len());
         let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
         let view = &mut *view;
         for change in committed {

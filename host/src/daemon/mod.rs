@@ -6,28 +6,36 @@
 //!   durable state ([`crate::store::Store`]: journal and snapshot);
 //! - [`server`]: the HTTP/JSON API on a Unix socket;
 //! - [`access`]: socket ownership/mode and the peer-credential check;
-//! - [`metrics`]: Prometheus metrics;
+//! - [`metrics`]: Prometheus metrics (kubelet names);
+//! - [`scrape`]: `GET /metrics` over TCP at `daemon.metrics_address`;
+//! - [`systemd`]: readiness and stopping notifications (`Type=notify`);
 //! - [`client`]: a small blocking HTTP/1.1 client for the CLI, tests and benches.
 //!
 //! Start-up order matters: the caller takes the [`crate::state_lock::StateLock`] before
-//! loading providers (they may read the state directory); [`run`] then
-//! restores the state (verify, check against the machine; nothing is
-//! re-admitted or released), binds the socket and serves until SIGTERM or
-//! SIGINT.
+//! loading providers (they may read the state directory); [`run`] then asks
+//! each provider what it owns (its inventory, for the metrics), restores
+//! the state (verify, check against the machine; nothing is re-admitted or
+//! released), binds the socket and the metrics address, tells the service
+//! manager it is ready, and serves until SIGTERM or SIGINT (telling the
+//! service manager it is stopping).
 
 pub mod access;
 pub mod client;
 pub mod engine;
 pub mod metrics;
+pub mod scrape;
 pub mod server;
+pub mod systemd;
 pub mod timed;
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::UnixListener;
-use topomgr_sdk::Machine;
+use tokio::sync::watch;
+use topomgr_sdk::{Inventory, Machine};
 use tracing::{info, warn};
 
 use crate::admission::Admitter;
@@ -46,6 +54,8 @@ pub struct Daemon {
     pub socket: PathBuf,
     /// Group allowed besides root.
     pub group: String,
+    /// Where `GET /metrics` is also served over TCP (`None`: socket only).
+    pub metrics_address: Option<SocketAddr>,
     /// Deadline of one provider call.
     pub provider_timeout: Duration,
     /// State directory (locked by `lock`).
@@ -81,6 +91,9 @@ pub enum DaemonError {
     /// The socket could not be prepared or secured.
     #[error(transparent)]
     Socket(#[from] access::SocketError),
+    /// The metrics address could not be bound.
+    #[error(transparent)]
+    Metrics(#[from] scrape::BindError),
     /// Binding the socket failed.
     #[error("cannot listen on {}: {cause}", path.display())]
     Bind {
@@ -115,18 +128,33 @@ async fn shutdown_signal() {
     }
 }
 
+/// Completes once `stop` says so (or its sender is gone).
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// What a provider owns, for the metrics; a provider that cannot answer
+/// owns nothing there (it still works).
+fn inventory_of(p: &mut TimedProvider) -> Inventory {
+    p.inventory().unwrap_or_else(|e| {
+        warn!(provider = p.name(), error = %e, "no inventory: its allocations are not counted as CPU or memory pinning");
+        Inventory::default()
+    })
+}
+
 /// Restore state, bind the socket and serve until SIGTERM/SIGINT.
 pub fn run(d: Daemon) -> Result<(), DaemonError> {
-    let metrics = Arc::new(Metrics::new());
+    let metrics = Arc::new(Metrics::for_machine(&d.machine));
     let mut providers: Vec<Box<dyn HintProvider>> = Vec::with_capacity(d.providers.len());
     for p in d.providers {
         let name = p.name().to_owned();
-        let t = TimedProvider::spawn(p, d.provider_timeout, Arc::clone(&metrics)).map_err(
+        let mut t = TimedProvider::spawn(p, d.provider_timeout, Arc::clone(&metrics)).map_err(
             |source| DaemonError::ProviderThread {
-                provider: name,
+                provider: name.clone(),
                 cause: source,
             },
         )?;
+        metrics.provider(&name, &inventory_of(&mut t));
         providers.push(Box::new(t));
     }
     let admitter = Admitter::new(&d.machine, d.policy, d.scope, providers);
@@ -150,6 +178,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
     let lock_path = lock.path().to_path_buf();
     let state_dir = d.state_dir;
     let machine = d.machine;
+    let metrics_address = d.metrics_address;
     runtime.block_on(async move {
         access::prepare_socket_path(&socket)?;
         let listener = UnixListener::bind(&socket).map_err(|source| DaemonError::Bind {
@@ -157,19 +186,45 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
             cause: source,
         })?;
         access::secure_socket(&socket, &access)?;
-        info!(socket = %socket.display(), state_dir = %state_dir.display(), lock = %lock_path.display(), pods = restored.pods, group = %access.group, "topomgr daemon listening");
+        let scrape_listener = match metrics_address {
+            Some(address) => Some(scrape::bind(address).await?),
+            None => None,
+        };
+        let scrape_address = scrape_listener.as_ref().and_then(|l| l.local_addr().ok());
+        info!(socket = %socket.display(), state_dir = %state_dir.display(), lock = %lock_path.display(), pods = restored.pods, group = %access.group, metrics_address = ?scrape_address, "topomgr daemon listening");
+        let (stop, stop_rx) = watch::channel(false);
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            systemd::stopping();
+            let _ = stop.send(true);
+        });
+        let scraping = scrape_listener.map(|l| {
+            tokio::spawn(scrape::serve(
+                l,
+                Arc::clone(&metrics),
+                stopped(stop_rx.clone()),
+            ))
+        });
         let state = AppState {
             engine,
             machine: Arc::new(machine),
             metrics,
             access,
         };
-        server::serve(listener, socket, state, shutdown_signal())
-            .await
-            .map_err(|source| DaemonError::Runtime {
-                what: "serving failed",
-                cause: source,
-            })
+        systemd::ready(&format!(
+            "serving {} pod(s) on {}",
+            restored.pods,
+            socket.display()
+        ));
+        let served = server::serve(listener, socket, state, stopped(stop_rx)).await;
+        let scraped = match scraping {
+            Some(task) => task.await.unwrap_or_else(|e| Err(std::io::Error::other(e))),
+            None => Ok(()),
+        };
+        served.and(scraped).map_err(|source| DaemonError::Runtime {
+            what: "serving failed",
+            cause: source,
+        })
     })?;
     drop(lock);
     Ok(())

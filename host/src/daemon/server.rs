@@ -24,7 +24,7 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::connect_info::Connected;
 use axum::extract::{ConnectInfo, Path as UrlPath, Request, State};
-use axum::http::{header, StatusCode};
+use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -38,8 +38,9 @@ use tracing::{debug, info};
 
 use super::access::{AccessPolicy, Peer};
 use super::engine::{Command, Engine, EngineError, Reply};
-use super::metrics::Metrics;
+use super::metrics::{Metrics, BAD_MANIFEST};
 use crate::admission::AdmitResult;
+use crate::node_state::current_pool;
 
 /// Shared state of the handlers.
 #[derive(Clone)]
@@ -189,14 +190,17 @@ async fn machine(State(state): State<AppState>) -> Json<Machine> {
 
 async fn admit(State(state): State<AppState>, body: Bytes) -> Result<Json<Value>, ApiError> {
     let text = std::str::from_utf8(&body).map_err(|e| {
+        state.metrics.request_refused(BAD_MANIFEST);
         ApiError::new(
             StatusCode::BAD_REQUEST,
-            "BadManifest",
+            BAD_MANIFEST,
             format!("request body is not UTF-8: {e}"),
         )
     })?;
-    let pods = crate::manifest::parse_pods(text, "<request body>")
-        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "BadManifest", e.to_string()))?;
+    let pods = crate::manifest::parse_pods(text, "<request body>").map_err(|e| {
+        state.metrics.request_refused(BAD_MANIFEST);
+        ApiError::new(StatusCode::BAD_REQUEST, BAD_MANIFEST, e.to_string())
+    })?;
     debug!(pods = pods.len(), "admission requested");
     match state.engine.submit(Command::Admit(pods)).await? {
         Reply::Admitted(results) => {
@@ -216,11 +220,14 @@ fn unexpected(reply: &Reply) -> ApiError {
 }
 
 async fn list_pods(State(state): State<AppState>) -> Json<Value> {
-    let (pods, attachments) = state.engine.read(|snap| {
+    let (pods, pool, attachments) = state.engine.read(|snap| {
         let pods: Vec<Arc<AdmitResult>> = snap.pods.values().cloned().collect();
-        (pods, json!(snap.attachments))
+        (pods, snap.shared_pool.clone(), json!(snap.attachments))
     });
-    let pods: Vec<Value> = pods.iter().map(|r| r.to_json()).collect();
+    let pods: Vec<Value> = pods
+        .iter()
+        .map(|r| current_pool(r, &pool).to_json())
+        .collect();
     Json(json!({ "pods": pods, "attachments": attachments }))
 }
 
@@ -228,8 +235,10 @@ async fn get_pod(
     State(state): State<AppState>,
     UrlPath(uid): UrlPath<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let pod = state.engine.read(|snap| snap.pods.get(&uid).cloned());
-    pod.map(|r| Json(r.to_json()))
+    let pod = state
+        .engine
+        .read(|snap| snap.pods.get(&uid).map(|r| snap.current(r).to_json()));
+    pod.map(Json)
         .ok_or_else(|| EngineError::UnknownPod(uid).into())
 }
 
@@ -280,14 +289,7 @@ async fn attach(
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        state.metrics.render(),
-    )
-        .into_response()
+    super::scrape::response(&state.metrics)
 }
 
 /// Serve `state` on `listener` until `shutdown` completes, then remove `socket`.

@@ -10,7 +10,10 @@
 //! late answer never leaks resources.
 //!
 //! Every call's duration is recorded in [`Metrics`] as
-//! `provider_call_duration_seconds{provider, call}`.
+//! `topomgr_provider_call_duration_seconds{provider, call}`, and every
+//! `allocate` outcome is handed to [`Metrics::allocation`] (the CPU and
+//! Memory Managers' pinning counters), and every answer with hints to
+//! [`Metrics::hints`] (which resources the provider owns).
 //!
 //! The pod crosses to the provider's thread as the `Arc<PodView>` the caller
 //! shared ([`HintProvider::share_pod`]; an admission calls every provider
@@ -206,26 +209,34 @@ impl HintProvider for TimedProvider {
         container: &ContainerView,
     ) -> Result<ProviderHints, ProviderError> {
         let (pod, container) = (self.shared(pod), container.clone());
-        self.call(
+        let result = self.call(
             "topology_hints",
             move |p| {
                 p.share_pod(&pod);
                 p.topology_hints(&pod, &container)
             },
             None,
-        )
+        );
+        if let Ok(hints) = &result {
+            self.metrics.hints(&self.name, hints);
+        }
+        result
     }
 
     fn pod_topology_hints(&mut self, pod: &PodView) -> Result<ProviderHints, ProviderError> {
         let pod = self.shared(pod);
-        self.call(
+        let result = self.call(
             "pod_topology_hints",
             move |p| {
                 p.share_pod(&pod);
                 p.pod_topology_hints(&pod)
             },
             None,
-        )
+        );
+        if let Ok(hints) = &result {
+            self.metrics.hints(&self.name, hints);
+        }
+        result
     }
 
     fn allocate(
@@ -235,19 +246,22 @@ impl HintProvider for TimedProvider {
         hint: &TopologyHint,
     ) -> Result<Allocation, ProviderError> {
         let (uid, cname) = (pod.uid.clone(), container.name.clone());
-        let (pod, container, hint) = (self.shared(pod), container.clone(), *hint);
-        self.call(
+        let (shared, owned, hint) = (self.shared(pod), container.clone(), *hint);
+        let result = self.call(
             "allocate",
             move |p| {
-                p.share_pod(&pod);
-                p.allocate(&pod, &container, &hint)
+                p.share_pod(&shared);
+                p.allocate(&shared, &owned, &hint)
             },
             Some(Box::new(move |p| {
                 if let Err(e) = p.release(&uid, &cname) {
                     warn!(provider = p.name(), pod = %uid, container = %cname, error = %e, "releasing a late allocation failed");
                 }
             })),
-        )
+        );
+        self.metrics
+            .allocation(&self.name, pod, container, result.as_ref());
+        result
     }
 
     fn release(&mut self, pod_uid: &str, container: &str) -> Result<(), ProviderError> {

@@ -3,10 +3,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::{self, Display, Formatter};
 
+use topomgr_sdk::quantity::hugepage_resource_name;
 use topomgr_sdk::{CpuSet, Machine, NumaNode, PciDevice};
 
 /// Render `machine` for operators: a summary line, then per NUMA node its
-/// CPUs, memory, hugepages and PCI devices, then devices without a node,
+/// socket, CPUs, memory, hugepages (named as Kubernetes names the
+/// resources, `hugepages-2Mi`, in columns aligned across nodes) and PCI
+/// devices, then devices without a node,
 /// online CPUs without a node, offline CPUs, and the distances: a matrix up to
 /// [`DISTANCE_MATRIX_MAX_NODES`] nodes, else one line per node listing the
 /// nodes at each distance (`node 0:  10: 0  22: 1-3  26: 4-11`).
@@ -38,9 +41,10 @@ impl Display for MachineTable<'_> {
             m.pci_devices.len(),
             plural(m.pci_devices.len()),
         )?;
+        let widths = HugepageWidths::of(&m.numa_nodes);
         for node in &m.numa_nodes {
             writeln!(f)?;
-            write_node(f, node)?;
+            write_node(f, m, node, &widths)?;
             for dev in m.pci_devices.iter().filter(|d| d.numa == Some(node.id)) {
                 writeln!(f, "  {}", PciLine(dev, m))?;
             }
@@ -84,16 +88,72 @@ fn plural(n: usize) -> &'static str {
     }
 }
 
-fn write_node(f: &mut Formatter<'_>, node: &NumaNode) -> fmt::Result {
+/// Widths of the hugepage columns, the same for every node so that the
+/// rows of all nodes line up.
+#[derive(Default)]
+struct HugepageWidths {
+    name: usize,
+    total: usize,
+    free: usize,
+}
+
+impl HugepageWidths {
+    fn of(nodes: &[NumaNode]) -> HugepageWidths {
+        let mut w = HugepageWidths::default();
+        for (size, pages) in nodes.iter().flat_map(|n| &n.hugepages) {
+            w.name = w.name.max(hugepage_name(size).len());
+            w.total = w.total.max(pages.total.to_string().len());
+            w.free = w.free.max(pages.free.to_string().len());
+        }
+        w
+    }
+}
+
+/// A hugepage size key of the machine (`2048kB`, as sysfs names it) as
+/// Kubernetes names the resource (`hugepages-2Mi`); a key in another form
+/// is shown as is after `hugepages-`.
+fn hugepage_name(key: &str) -> String {
+    match NumaNode::hugepage_size_bytes(key) {
+        Some(bytes) => hugepage_resource_name(bytes),
+        None => format!("hugepages-{key}"),
+    }
+}
+
+/// The sockets of the CPUs of `node` (`socket 0`, `sockets 0-1`), or
+/// `None` for a node without CPUs.
+fn sockets_of(m: &Machine, node: &NumaNode) -> Option<String> {
+    // A set of ids printed as a Linux list (`0-1`), like the CPUs.
+    let sockets: CpuSet = m
+        .cpus
+        .iter()
+        .filter(|c| c.numa == Some(node.id))
+        .map(|c| c.socket)
+        .collect();
+    match sockets.len() {
+        0 => None,
+        1 => Some(format!("socket {sockets}")),
+        _ => Some(format!("sockets {sockets}")),
+    }
+}
+
+fn write_node(
+    f: &mut Formatter<'_>,
+    m: &Machine,
+    node: &NumaNode,
+    widths: &HugepageWidths,
+) -> fmt::Result {
     let cpus = if node.cpus.is_empty() {
         "none".to_string()
     } else {
         format!("{} ({})", node.cpus, node.cpus.len())
     };
+    write!(f, "NUMA node {}: ", node.id)?;
+    if let Some(sockets) = sockets_of(m, node) {
+        write!(f, "{sockets}, ")?;
+    }
     writeln!(
         f,
-        "NUMA node {}: CPUs {}, memory {} ({} free)",
-        node.id,
+        "CPUs {}, memory {} ({} free)",
         cpus,
         Bytes(node.memory_bytes),
         Bytes(node.memory_free_bytes)
@@ -101,10 +161,15 @@ fn write_node(f: &mut Formatter<'_>, node: &NumaNode) -> fmt::Result {
     let mut sizes: Vec<(&String, _)> = node.hugepages.iter().collect();
     sizes.sort_by_key(|(key, _)| NumaNode::hugepage_size_bytes(key));
     for (size, pages) in sizes {
+        let name = format!("{}:", hugepage_name(size));
         writeln!(
             f,
-            "  hugepages {size}: {} total, {} free",
-            pages.total, pages.free
+            "  {name:<nw$} {:>tw$} total, {:>fw$} free",
+            pages.total,
+            pages.free,
+            nw = widths.name + 1,
+            tw = widths.total,
+            fw = widths.free,
         )?;
     }
     Ok(())
@@ -248,7 +313,52 @@ fn write_distance_classes(f: &mut Formatter<'_>, nodes: &[NumaNode]) -> fmt::Res
 
 #[cfg(test)]
 mod tests {
-    use super::Bytes;
+    use super::{render_table, Bytes};
+    use topomgr_sdk::{Cpu, CpuSet, HugePages, Machine, NumaNode, NumaNodeId};
+
+    /// Sockets per node (one, two, none), hugepage sizes named as
+    /// Kubernetes names them whatever their length (a size sysfs would not
+    /// write is shown as given, first), and columns aligned across nodes.
+    #[test]
+    fn sockets_and_hugepage_columns() {
+        let id = NumaNodeId::from;
+        let mut odd = NumaNode::new(id(2), CpuSet::new()).with_hugepages(64, 123_456);
+        odd.hugepages.insert("7MB".to_owned(), HugePages::new(1, 0));
+        let machine = Machine::new(
+            vec![
+                NumaNode::new(id(0), CpuSet::from_iter([0, 1]))
+                    .with_hugepages(2048, 512)
+                    .with_hugepages(16 << 20, 2),
+                NumaNode::new(id(1), CpuSet::from_iter([2, 3])).with_hugepages(1 << 20, 4),
+                odd,
+            ],
+            vec![
+                Cpu::new(0, Some(id(0))).with_socket(0),
+                Cpu::new(1, Some(id(0))).with_socket(0),
+                Cpu::new(2, Some(id(1))).with_socket(0),
+                Cpu::new(3, Some(id(1))).with_socket(1),
+            ],
+            vec![],
+        );
+        let table = render_table(&machine);
+        let nodes: Vec<&str> = table
+            .lines()
+            .filter(|l| l.starts_with("NUMA node ") || l.starts_with("  hugepages"))
+            .collect();
+        assert_eq!(
+            nodes,
+            [
+                "NUMA node 0: socket 0, CPUs 0-1 (2), memory 0 B (0 B free)",
+                "  hugepages-2Mi:     512 total,    512 free",
+                "  hugepages-16Gi:      2 total,      2 free",
+                "NUMA node 1: sockets 0-1, CPUs 2-3 (2), memory 0 B (0 B free)",
+                "  hugepages-1Gi:       4 total,      4 free",
+                "NUMA node 2: CPUs none, memory 0 B (0 B free)",
+                "  hugepages-7MB:       1 total,      0 free",
+                "  hugepages-64Ki: 123456 total, 123456 free",
+            ]
+        );
+    }
 
     #[test]
     fn byte_sizes() {

@@ -170,12 +170,13 @@ fn api_admit_list_get_release_metrics_and_machine() {
 
     let metrics = String::from_utf8(c.get("/metrics").unwrap().body).unwrap();
     for line in [
-        "topomgr_topology_manager_admission_requests_total 2",
-        "topomgr_topology_manager_admission_duration_seconds_count 2",
+        "topology_manager_admission_requests_total 2",
+        "topology_manager_admission_duration_ms_count 2",
+        "admission_rejections_total{reason=\"BadManifest\"} 1",
         "topomgr_provider_call_duration_seconds_count{provider=\"widgets\",call=\"topology_hints\"} 1",
         "topomgr_provider_call_duration_seconds_count{provider=\"widgets\",call=\"allocate\"} 1",
-        "topomgr_cpu_manager_exclusive_cpu_allocation_count 0",
-        "topomgr_cpu_manager_shared_pool_size_millicores 16000",
+        "cpu_manager_exclusive_cpu_allocation_count 0",
+        "cpu_manager_shared_pool_size_millicores 16000",
         "topomgr_admitted_pods 1",
     ] {
         assert!(metrics.lines().any(|l| l == line), "{line:?} missing:\n{metrics}");
@@ -373,11 +374,15 @@ fn provider_timeout_fails_the_admission_not_the_daemon() {
     let health = c.get("/v1/health").unwrap();
     assert_eq!(health.status, 200);
     let metrics = String::from_utf8(c.get("/metrics").unwrap().body).unwrap();
-    assert!(
-        metrics.lines().any(|l| l
-            == "topomgr_topology_manager_admission_errors_total{reason=\"ProviderTimeout\"} 2"),
-        "{metrics}"
-    );
+    for line in [
+        "topology_manager_admission_errors_total 2",
+        "admission_rejections_total{reason=\"ProviderTimeout\"} 2",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "{line:?} missing:\n{metrics}"
+        );
+    }
     assert!(
         metrics
             .lines()
@@ -530,10 +535,15 @@ fn peers_outside_root_and_the_group_get_403() {
 
 /// A config with the real CPU provider (static policy, CPU 0 reserved).
 fn cpu_config(tag: &str) -> PathBuf {
+    cpu_config_with(tag, "")
+}
+
+/// [`cpu_config`] with `daemon` (TOML keys of `[daemon]`).
+fn cpu_config_with(tag: &str, daemon: &str) -> PathBuf {
     config_dir(
         tag,
         &format!(
-            "[providers.cpu]\nlibrary = \"{}\"\n[providers.cpu.config]\npolicy = \"static\"\nreserved_cpus = \"0\"\n",
+            "[daemon]\n{daemon}[providers.cpu]\nlibrary = \"{}\"\n[providers.cpu.config]\npolicy = \"static\"\nreserved_cpus = \"0\"\n",
             common::cpu_plugin().display()
         ),
     )
@@ -598,14 +608,47 @@ fn the_shared_pool_shrinks_before_an_exclusive_container_can_run() {
     assert_eq!(r.json().unwrap()["cpus"], cpu.as_str());
     assert_eq!(cpus_of(&cg, "k/excl"), cpu);
 
+    // The pods admitted before show the pool as it is now, not as it was
+    // at their admission.
+    let shown = |c: &mut Client| -> Vec<(String, String)> {
+        let list = c.get("/v1/pods").unwrap().json().unwrap();
+        list["pods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let uid = p["uid"].as_str().unwrap().to_owned();
+                let one = c.get(&format!("/v1/pods/{uid}")).unwrap().json().unwrap();
+                assert_eq!(&one, p, "GET /v1/pods/{uid} and GET /v1/pods agree");
+                (uid, p["containers"][0]["cpus"].as_str().unwrap().to_owned())
+            })
+            .collect()
+    };
+    let pool_now = pool.to_string();
+    assert_eq!(
+        shown(&mut c),
+        [
+            ("excl".to_owned(), cpu.clone()),
+            ("shared".to_owned(), pool_now.clone())
+        ]
+    );
+
     // A shared container attached now gets the pool without that CPU.
-    admitted(&mut c, &pod_yaml("late", BURSTABLE));
+    let late = admitted(&mut c, &pod_yaml("late", BURSTABLE));
+    assert_eq!(late["containers"][0]["cpus"], pool_now.as_str());
     let r = c.attach("late", "app", "k/late").unwrap();
-    assert_eq!(r.json().unwrap()["cpus"], pool.to_string().as_str());
+    assert_eq!(r.json().unwrap()["cpus"], pool_now.as_str());
 
     assert_eq!(c.release("excl").unwrap().status, 200);
     assert_eq!(cpus_of(&cg, "k/shared"), "0-15");
     assert_eq!(cpus_of(&cg, "k/late"), "0-15");
+    assert_eq!(
+        shown(&mut c),
+        [
+            ("late".to_owned(), "0-15".to_owned()),
+            ("shared".to_owned(), "0-15".to_owned())
+        ]
+    );
     let health = c.get("/v1/health").unwrap().json().unwrap();
     assert_eq!(health["exclusive_cpus"], "");
 }
@@ -943,4 +986,225 @@ fn a_full_disk_refuses_changes_until_space_is_freed() {
     assert!(uids.contains(&first["uid"].as_str().unwrap()));
     assert!(uids.contains(&"second"));
     drop(d);
+}
+
+/// A TCP port free now on the loopback address.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET path` over plain HTTP/1.1 on TCP: (status line, body).
+fn http_get(port: u16, path: &str) -> (String, String) {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).unwrap();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap();
+    (head.lines().next().unwrap().to_owned(), body.to_owned())
+}
+
+/// Every sample of a scrape by its name and labels (`name{k="v",...}`,
+/// labels sorted), read with a Prometheus text-format parser.
+fn scrape(port: u16) -> std::collections::BTreeMap<String, f64> {
+    use prometheus_parse::{Scrape, Value as V};
+    let (status, body) = http_get(port, "/metrics");
+    assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
+    let parsed = Scrape::parse(body.lines().map(|l| Ok(l.to_owned()))).unwrap();
+    let mut out = std::collections::BTreeMap::new();
+    for s in parsed.samples {
+        let mut labels: Vec<String> = s.labels.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
+        labels.sort();
+        let key = if labels.is_empty() {
+            s.metric.clone()
+        } else {
+            format!("{}{{{}}}", s.metric, labels.join(","))
+        };
+        match s.value {
+            V::Counter(v) | V::Gauge(v) | V::Untyped(v) => {
+                out.insert(key, v);
+            }
+            V::Histogram(buckets) => {
+                let inf = buckets.iter().find(|b| b.less_than.is_infinite()).unwrap();
+                out.insert(format!("{key}:+Inf"), inf.count);
+            }
+            V::Summary(_) => {}
+        }
+    }
+    out
+}
+
+/// `daemon.metrics_address` serves `/metrics` over TCP to anyone (nothing
+/// else), in a format a Prometheus parser reads: the kubelet's metric names
+/// are there at 0 before any admission and move with admissions, the
+/// socket serves the same metrics, and a bad manifest is counted.
+#[test]
+fn metrics_over_tcp_with_the_kubelet_names() {
+    let port = free_port();
+    let dir = cpu_config_with(
+        "daemon-metrics-tcp",
+        &format!("metrics_address = \"127.0.0.1:{port}\"\n"),
+    );
+    let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
+    let before = scrape(port);
+    let kubelet = [
+        "topology_manager_admission_requests_total",
+        "topology_manager_admission_errors_total",
+        "topology_manager_admission_duration_ms_count",
+        "topology_manager_admission_duration_ms:+Inf",
+        "cpu_manager_pinning_requests_total",
+        "cpu_manager_pinning_errors_total",
+        "memory_manager_pinning_requests_total",
+        "memory_manager_pinning_errors_total",
+        "cpu_manager_exclusive_cpu_allocation_count",
+        "container_aligned_compute_resources_count{boundary=\"numa_node\",scope=\"container\"}",
+        "container_aligned_compute_resources_count{boundary=\"numa_node\",scope=\"pod\"}",
+        "container_aligned_compute_resources_failure_count{boundary=\"numa_node\",scope=\"container\"}",
+        "container_aligned_compute_resources_failure_count{boundary=\"numa_node\",scope=\"pod\"}",
+        "admission_rejections_total{reason=\"BadManifest\"}",
+        "admission_rejections_total{reason=\"TopologyAffinityError\"}",
+        "cpu_manager_allocation_per_numa{numa_node=\"0\"}",
+        "cpu_manager_allocation_per_numa{numa_node=\"3\"}",
+        "topomgr_ledger_violations_total{provider=\"cpu\"}",
+        "topomgr_admitted_pods",
+    ];
+    for name in kubelet {
+        assert_eq!(before.get(name), Some(&0.0), "{name} in {before:#?}");
+    }
+    assert_eq!(
+        before.get("cpu_manager_shared_pool_size_millicores"),
+        Some(&16000.0)
+    );
+
+    let mut c = d.client();
+    let excl = admitted(&mut c, &pod_yaml("excl", EXCLUSIVE));
+    let cpu: u32 = excl["containers"][0]["cpus"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    admitted(&mut c, &pod_yaml("shared", BURSTABLE));
+    let r = c
+        .post("/v1/pods", "application/yaml", b"kind: Pod\n")
+        .unwrap();
+    assert_eq!(r.status, 400);
+    let node = (0..4)
+        .find(|n| {
+            let list = fs::read_to_string(common::workspace_root().join(format!(
+                "examples/machines/2s4n/sys/devices/system/node/node{n}/cpulist"
+            )))
+            .unwrap();
+            topomgr_sdk::CpuSet::parse(list.trim())
+                .unwrap()
+                .contains(cpu)
+        })
+        .unwrap();
+    let after = scrape(port);
+    for (name, want) in [
+        ("topology_manager_admission_requests_total".to_owned(), 2.0),
+        ("topology_manager_admission_errors_total".to_owned(), 0.0),
+        (
+            "topology_manager_admission_duration_ms_count".to_owned(),
+            2.0,
+        ),
+        ("cpu_manager_pinning_requests_total".to_owned(), 1.0),
+        ("cpu_manager_pinning_errors_total".to_owned(), 0.0),
+        ("cpu_manager_exclusive_cpu_allocation_count".to_owned(), 1.0),
+        (
+            "cpu_manager_shared_pool_size_millicores".to_owned(),
+            15000.0,
+        ),
+        (
+            format!("cpu_manager_allocation_per_numa{{numa_node=\"{node}\"}}"),
+            1.0,
+        ),
+        // single-numa-node, container scope: one container each.
+        (
+            "container_aligned_compute_resources_count{boundary=\"numa_node\",scope=\"container\"}"
+                .to_owned(),
+            2.0,
+        ),
+        (
+            "admission_rejections_total{reason=\"BadManifest\"}".to_owned(),
+            1.0,
+        ),
+        ("topomgr_admitted_pods".to_owned(), 2.0),
+    ] {
+        assert_eq!(after.get(&name), Some(&want), "{name} in {after:#?}");
+    }
+    // The socket serves the same exposition.
+    let on_socket = String::from_utf8(c.get("/metrics").unwrap().body).unwrap();
+    assert!(
+        on_socket
+            .lines()
+            .any(|l| l == "topology_manager_admission_requests_total 2"),
+        "{on_socket}"
+    );
+    // Nothing but the metrics over TCP.
+    assert_eq!(http_get(port, "/v1/pods").0, "HTTP/1.1 404 Not Found");
+    assert_eq!(http_get(port, "/v1/health").0, "HTTP/1.1 404 Not Found");
+    d.stop();
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "metrics port closed on SIGTERM"
+    );
+}
+
+/// Under `Type=notify` (`NOTIFY_SOCKET` set), `READY=1` comes once the
+/// state is restored and the socket answers, and `STOPPING=1` on SIGTERM.
+#[test]
+fn readiness_is_notified_once_the_restored_state_is_served() {
+    use std::os::unix::net::UnixDatagram;
+    let dir = cpu_config("daemon-notify");
+    let (config, socket) = (dir.join("topomgr.toml"), dir.join("t.sock"));
+    let d = Daemon::start(&config, &socket);
+    admitted(&mut d.client(), &pod_yaml("kept", EXCLUSIVE));
+    d.stop();
+
+    let notify = dir.join("notify.sock");
+    let rx = UnixDatagram::bind(&notify).unwrap();
+    rx.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut child = Command::new(common::topomgr_bin())
+        .arg("--config")
+        .arg(&config)
+        .arg("serve")
+        .arg("--socket")
+        .arg(&socket)
+        .env("NOTIFY_SOCKET", &notify)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 1024];
+    let n = rx.recv(&mut buf).expect("READY=1 within 30 s");
+    // Right at READY=1: the socket answers with the restored pod.
+    let pods = Client::new(&socket)
+        .get("/v1/pods")
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(pods["pods"][0]["uid"], "kept", "{pods}");
+    assert_eq!(
+        std::str::from_utf8(&buf[..n]).unwrap(),
+        format!("READY=1\nSTATUS=serving 1 pod(s) on {}\n", socket.display())
+    );
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let n = rx.recv(&mut buf).expect("STOPPING=1 within 30 s");
+    assert_eq!(
+        std::str::from_utf8(&buf[..n]).unwrap(),
+        "STOPPING=1\nSTATUS=stopping\n"
+    );
+    assert!(child.wait().unwrap().success());
 }

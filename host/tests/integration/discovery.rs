@@ -290,26 +290,26 @@ fn example_machine_table() {
     let expected = "\
 4 NUMA nodes, 2 sockets, 16 CPUs (16 online), 6 PCI devices
 
-NUMA node 0: CPUs 0-1,8-9 (4), memory 8.0 GiB (6.0 GiB free)
-  hugepages 2048kB: 512 total, 384 free
-  hugepages 1048576kB: 2 total, 1 free
+NUMA node 0: socket 0, CPUs 0-1,8-9 (4), memory 8.0 GiB (6.0 GiB free)
+  hugepages-2Mi: 512 total, 384 free
+  hugepages-1Gi:   2 total,   1 free
   PCI 0000:17:00.0 10de:20b0 class 0x030200 driver nvidia
 
-NUMA node 1: CPUs 2-3,10-11 (4), memory 8.0 GiB (7.0 GiB free)
-  hugepages 2048kB: 512 total, 512 free
-  hugepages 1048576kB: 1 total, 1 free
+NUMA node 1: socket 0, CPUs 2-3,10-11 (4), memory 8.0 GiB (7.0 GiB free)
+  hugepages-2Mi: 512 total, 512 free
+  hugepages-1Gi:   1 total,   1 free
   PCI 0000:3b:00.0 8086:158b class 0x020000 driver i40e net ens2f0 SR-IOV 2/64 VFs
   PCI 0000:3b:02.0 8086:154c class 0x020000 driver iavf net ens2f0v0 VF 0 of 0000:3b:00.0 (ens2f0)
   PCI 0000:3b:02.1 8086:154c class 0x020000 driver iavf net ens2f0v1 VF 1 of 0000:3b:00.0 (ens2f0)
 
-NUMA node 2: CPUs 4-5,12-13 (4), memory 8.0 GiB (5.0 GiB free)
-  hugepages 2048kB: 256 total, 256 free
-  hugepages 1048576kB: 0 total, 0 free
+NUMA node 2: socket 1, CPUs 4-5,12-13 (4), memory 8.0 GiB (5.0 GiB free)
+  hugepages-2Mi: 256 total, 256 free
+  hugepages-1Gi:   0 total,   0 free
   PCI 0000:b1:00.0 10de:20b0 class 0x030200 driver nvidia
 
-NUMA node 3: CPUs 6-7,14-15 (4), memory 8.0 GiB (7.5 GiB free)
-  hugepages 2048kB: 0 total, 0 free
-  hugepages 1048576kB: 2 total, 2 free
+NUMA node 3: socket 1, CPUs 6-7,14-15 (4), memory 8.0 GiB (7.5 GiB free)
+  hugepages-2Mi:   0 total,   0 free
+  hugepages-1Gi:   2 total,   2 free
 
 PCI devices without a NUMA node:
   PCI 0000:00:14.0 8086:a1af class 0x0c0330 driver xhci_hcd
@@ -330,10 +330,10 @@ fn table_lists_offline_cpus_and_cpuless_nodes() {
     let expected = "\
 2 NUMA nodes, 1 socket, 3 CPUs (2 online), 1 PCI device
 
-NUMA node 0: CPUs 0-2 (3), memory 4.0 GiB (1.0 GiB free)
+NUMA node 0: socket 0, CPUs 0-2 (3), memory 4.0 GiB (1.0 GiB free)
 
 NUMA node 5: CPUs none, memory 2.0 GiB (0 B free)
-  hugepages 2048kB: 8 total, 8 free
+  hugepages-2Mi: 8 total, 8 free
 
 PCI devices without a NUMA node:
   PCI 0000:00:02.0 8086:3412 class 0x030000
@@ -1511,9 +1511,10 @@ fn corpus_256ia64_table_from_the_cli() {
         [
             "64 NUMA nodes, 128 sockets, 256 CPUs (256 online), 0 PCI devices",
             "",
-            "NUMA node 0: CPUs 0-3 (4), memory 7.7 GiB (6.8 GiB free)",
+            // Each node's CPUs have two physical package ids in this tree.
+            "NUMA node 0: sockets 0,3, CPUs 0-3 (4), memory 7.7 GiB (6.8 GiB free)",
             "",
-            "NUMA node 1: CPUs 4-7 (4), memory 7.7 GiB (7.0 GiB free)",
+            "NUMA node 1: sockets 512,515, CPUs 4-7 (4), memory 7.7 GiB (7.0 GiB free)",
             "",
         ]
     );

@@ -156,8 +156,7 @@ fn readme_dpdk_pod_lands_on_one_node_and_too_many_vfs_is_rejected() {
     assert_eq!(code, 0, "{err}");
     let lines: Vec<&str> = table.lines().collect();
     assert!(
-        lines[1]
-            .starts_with("telco/too-many-vfs       Guaranteed  no        TopologyAffinityError: "),
+        lines[1].starts_with("telco/too-many-vfs Guaranteed no       TopologyAffinityError: "),
         "{table}"
     );
     assert!(
