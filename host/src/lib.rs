@@ -13,6 +13,7 @@ pub mod ledger;
 pub mod manifest;
 pub mod merge;
 pub mod node_state;
+pub mod nrt;
 pub mod owner;
 pub mod ownership;
 pub mod plugin;
