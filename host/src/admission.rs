@@ -390,12 +390,15 @@ impl Admitter {
             }
         }
         let mut done: Vec<ContainerResult> = Vec::new();
-        let outcome = self.precheck(pod).and_then(|()| match self.scope {
-            Scope::Pod if self.policy.name() != PolicyName::None => {
-                self.admit_pod_scope(pod, &mut done, trace)
-            }
-            _ => self.admit_container_scope(pod, &mut done, trace),
-        });
+        let outcome = self
+            .precheck(pod)
+            .and_then(|()| self.check_extended(pod))
+            .and_then(|()| match self.scope {
+                Scope::Pod if self.policy.name() != PolicyName::None => {
+                    self.admit_pod_scope(pod, &mut done, trace)
+                }
+                _ => self.admit_container_scope(pod, &mut done, trace),
+            });
         let result = match outcome {
             Ok(()) => {
                 info!(pod = %pod.uid, name = %pod.name, "pod admitted");
@@ -453,6 +456,30 @@ impl Admitter {
             });
         }
         Ok(())
+    }
+
+    /// Refuses a pod requesting an extended resource no provider owns
+    /// ([`crate::extended`]); providers are asked for their inventories only
+    /// when the pod requests one.
+    fn check_extended(&mut self, pod: &PodView) -> Result<(), Rejection> {
+        if crate::extended::requested(pod).is_empty() {
+            return Ok(());
+        }
+        let mut owned = std::collections::BTreeSet::new();
+        for p in &mut self.providers {
+            let inv = p.inventory().map_err(|e| Rejection {
+                reason: UNEXPECTED_ADMISSION_ERROR.to_string(),
+                message: format!(
+                    "provider {:?} could not report which resources it owns: {e}",
+                    p.name()
+                ),
+            })?;
+            owned.extend(inv.resources.into_keys());
+        }
+        match crate::extended::unserved(pod, &owned) {
+            Some((reason, message)) => Err(Rejection { reason, message }),
+            None => Ok(()),
+        }
     }
 
     fn ordered_containers(pod: &PodView) -> impl Iterator<Item = &ContainerView> {

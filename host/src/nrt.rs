@@ -45,6 +45,15 @@ pub struct NrtIdentity {
     pub scope: Scope,
 }
 
+/// The daemon's export settings.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ExportSettings {
+    /// `metadata.name` (config `node_name`, default the host name).
+    pub node_name: String,
+    /// Rewritten after each change when set (config `export_file`).
+    pub file: Option<std::path::PathBuf>,
+}
+
 /// Why the export could not be built or written.
 #[derive(Debug, thiserror::Error)]
 pub enum NrtError {
@@ -190,17 +199,25 @@ pub fn build(
     }))
 }
 
-/// Build the export from `admitter`'s providers and write it to `path`
-/// atomically (pretty JSON), for an agent that pushes it to the API server.
-pub fn write(
-    path: &Path,
-    id: &NrtIdentity,
+/// The export of `admitter`'s providers on `machine` as `node_name`.
+pub fn of_admitter(
+    node_name: &str,
     machine: &Machine,
     admitter: &mut Admitter,
-) -> Result<(), NrtError> {
+) -> Result<Value, NrtError> {
+    let id = NrtIdentity {
+        node_name: node_name.to_owned(),
+        policy: admitter.policy().name(),
+        scope: admitter.scope(),
+    };
     let inv = inventories(admitter)?;
-    let object = build(id, machine, &inv)?;
-    let mut text = serde_json::to_vec_pretty(&object).unwrap_or_default();
+    build(&id, machine, &inv)
+}
+
+/// Write `object` to `path` atomically (pretty JSON), for an agent that
+/// pushes it to the API server.
+pub fn write(path: &Path, object: &Value) -> Result<(), NrtError> {
+    let mut text = serde_json::to_vec_pretty(object).unwrap_or_default();
     text.push(b'\n');
     crate::checkpoint::write_atomic(path, &text)?;
     Ok(())

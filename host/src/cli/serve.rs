@@ -46,6 +46,10 @@ pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
         scope,
         providers,
         lock,
+        export: topomgr::nrt::ExportSettings {
+            node_name: super::export::node_name(&cfg)?,
+            file: cfg.export_file.clone(),
+        },
     })?;
     Ok(ExitCode::SUCCESS)
 }

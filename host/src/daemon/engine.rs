@@ -64,6 +64,8 @@ pub enum Command {
         /// Cgroup path relative to the cgroup root.
         cgroup: String,
     },
+    /// Build the NodeResourceTopology export (changes nothing).
+    NodeResourceTopology,
 }
 
 /// The engine's answer to a [`Command`].
@@ -75,6 +77,8 @@ pub enum Reply {
     Released(AdmitResult),
     /// The cgroup was written.
     Attached(Attached),
+    /// The NodeResourceTopology object ([`crate::nrt`]).
+    NodeResourceTopology(serde_json::Value),
 }
 
 /// Why a command failed.
@@ -101,6 +105,9 @@ pub enum EngineError {
     /// Memory could not be brought back to the saved state: changes are refused.
     #[error("topomgr could not return to its saved state after a failed write ({0}); it refuses changes until it is restarted")]
     Broken(String),
+    /// The NodeResourceTopology export could not be built.
+    #[error("{0}")]
+    Export(String),
     /// The engine thread is gone (shutting down).
     #[error("the admission engine has stopped")]
     Stopped,
@@ -133,6 +140,8 @@ pub struct EngineSettings {
     pub cgroup_root: PathBuf,
     /// The current boot id.
     pub boot_id: String,
+    /// The NodeResourceTopology export.
+    pub export: crate::nrt::ExportSettings,
 }
 
 type Job = (Command, oneshot::Sender<Result<Reply, EngineError>>);
@@ -146,6 +155,8 @@ pub struct Engine {
 
 struct Worker {
     node: NodeState,
+    machine: Machine,
+    export: crate::nrt::ExportSettings,
     store: Store,
     metrics: Arc<Metrics>,
     failure: Option<String>,
@@ -188,7 +199,7 @@ impl Engine {
     /// engine thread.
     pub fn start(
         mut admitter: Admitter,
-        _machine: &Machine,
+        machine: &Machine,
         settings: EngineSettings,
         metrics: Arc<Metrics>,
     ) -> Result<(Engine, Restored), StartError> {
@@ -210,6 +221,8 @@ impl Engine {
         );
         let mut worker = Worker {
             node,
+            machine: machine.clone(),
+            export: settings.export.clone(),
             store,
             metrics,
             failure: None,
@@ -246,6 +259,7 @@ impl Engine {
             }
         }
         worker.node.settle_pool();
+        worker.write_export();
         worker.rebuild_view(notes);
         let (jobs, rx) = mpsc::channel::<Job>();
         let view = Arc::clone(&worker.view);
@@ -319,6 +333,9 @@ impl Worker {
                 }
             }
             self.node.settle_pool();
+            if !committed.is_empty() {
+                self.write_export();
+            }
             self.publish(committed);
             for (reply, result, _) in answers {
                 let _ = reply.send(result);
@@ -345,6 +362,34 @@ impl Worker {
     fn read_notes(&self) -> Vec<String> {
         let view = self.view.read().unwrap_or_else(|p| p.into_inner());
         view.restore_notes.clone()
+    }
+
+    /// The NodeResourceTopology object as of now.
+    fn nrt(&mut self) -> Result<serde_json::Value, crate::nrt::NrtError> {
+        crate::nrt::of_admitter(
+            &self.export.node_name,
+            &self.machine,
+            self.node.admitter_mut(),
+        )
+    }
+
+    /// Rewrite the export file, when one is configured (a failure is
+    /// logged: the change it follows is saved and stays).
+    fn write_export(&mut self) {
+        let Some(path) = self.export.file.clone() else {
+            return;
+        };
+        match self
+            .nrt()
+            .and_then(|object| crate::nrt::write(&path, &object))
+        {
+            Ok(()) => {
+                tracing::debug!(path = %path.display(), "NodeResourceTopology export written")
+            }
+            Err(e) => {
+                error!(path = %path.display(), error = %e, "cannot update the NodeResourceTopology export file")
+            }
+        }
     }
 
     /// Apply one command: (answer, state changed).
@@ -392,6 +437,10 @@ impl Worker {
                     (Err(EngineError::UnknownContainer(e)), false)
                 }
                 Err(e) => (Err(EngineError::Cgroup(e.to_string())), false),
+            },
+            Command::NodeResourceTopology => match self.nrt() {
+                Ok(object) => (Ok(Reply::NodeResourceTopology(object)), false),
+                Err(e) => (Err(EngineError::Export(e.to_string())), false),
             },
         }
     }

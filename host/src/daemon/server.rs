@@ -9,6 +9,7 @@
 //! | GET | `/v1/pods/{uid}` | one pod's admission JSON |
 //! | DELETE | `/v1/pods/{uid}` | release the pod; answers its admission JSON |
 //! | POST | `/v1/pods/{uid}/containers/{container}/attach` | body `{"cgroup": "path"}`: write the container's cpuset/mems |
+//! | GET | `/v1/noderesourcetopology` | the node's NodeResourceTopology object ([`crate::nrt`]) |
 //! | GET | `/metrics` | Prometheus text |
 //!
 //! Errors are `{"error": "<message>", "reason": "<code>"}` with status 400
@@ -107,6 +108,7 @@ impl From<EngineError> for ApiError {
             EngineError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "StateNotSaved"),
             EngineError::Broken(_) => (StatusCode::SERVICE_UNAVAILABLE, "StateUnavailable"),
             EngineError::Stopped => (StatusCode::SERVICE_UNAVAILABLE, "ShuttingDown"),
+            EngineError::Export(_) => (StatusCode::INTERNAL_SERVER_ERROR, "ExportFailed"),
         };
         ApiError::new(status, reason, e.to_string())
     }
@@ -120,6 +122,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/pods", post(admit).get(list_pods))
         .route("/v1/pods/{uid}", get(get_pod).delete(release_pod))
         .route("/v1/pods/{uid}/containers/{container}/attach", post(attach))
+        .route("/v1/noderesourcetopology", get(node_resource_topology))
         .route("/metrics", get(metrics))
         .layer(middleware::from_fn_with_state(state.clone(), check_peer))
         .with_state(state)
@@ -275,6 +278,13 @@ async fn attach(
             "cpus": a.cpus.to_string(),
             "mems": a.mems.to_string(),
         }))),
+        other => Err(unexpected(&other)),
+    }
+}
+
+async fn node_resource_topology(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    match state.engine.submit(Command::NodeResourceTopology).await? {
+        Reply::NodeResourceTopology(object) => Ok(Json(object)),
         other => Err(unexpected(&other)),
     }
 }
