@@ -8,6 +8,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod daemon;
 pub mod discover;
+pub mod explain;
 pub mod extended;
 pub mod journal;
 pub mod ledger;

@@ -8,7 +8,7 @@ use topomgr::daemon::client::Client;
 
 /// A running daemon; killed when dropped.
 pub struct Daemon {
-    child: Child,
+    pub child: Child,
     pub socket: PathBuf,
     pub config: PathBuf,
 }
