@@ -154,3 +154,72 @@ pub fn explain_json(
         "steps": trace.iter().map(|s| step_json(s, nodes)).collect::<Vec<_>>(),
     })
 }
+
+/// How many rejected pods' traces [`History`] keeps.
+pub const REJECTED_KEPT: usize = 256;
+
+/// The daemon's traces: one per admitted pod (while it is admitted) and
+/// those of the last [`REJECTED_KEPT`] rejected pods, so a pod rejected a
+/// moment ago can still be explained.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    admitted: std::collections::BTreeMap<String, std::sync::Arc<Value>>,
+    rejected: std::collections::VecDeque<(String, std::sync::Arc<Value>)>,
+}
+
+impl History {
+    /// Remember the trace of one admission (`trace["admitted"]` says which kind).
+    pub fn record(&mut self, uid: &str, trace: Value) {
+        let trace = std::sync::Arc::new(trace);
+        if trace["admitted"] == true {
+            self.admitted.insert(uid.to_owned(), trace);
+        } else {
+            self.rejected.retain(|(u, _)| u != uid);
+            if self.rejected.len() == REJECTED_KEPT {
+                self.rejected.pop_front();
+            }
+            self.rejected.push_back((uid.to_owned(), trace));
+        }
+    }
+
+    /// Forget the admitted pods `keep` says are gone (released, or never
+    /// saved).
+    pub fn retain_admitted(&mut self, keep: impl Fn(&str) -> bool) {
+        self.admitted.retain(|uid, _| keep(uid));
+    }
+
+    /// The trace of `uid`: its admission while it is admitted, else its
+    /// latest rejection if still kept.
+    pub fn get(&self, uid: &str) -> Option<std::sync::Arc<Value>> {
+        self.admitted.get(uid).cloned().or_else(|| {
+            self.rejected
+                .iter()
+                .rev()
+                .find(|(u, _)| u == uid)
+                .map(|(_, t)| t.clone())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn history_keeps_admitted_until_gone_and_the_last_rejections() {
+        let mut h = History::default();
+        h.record("a", json!({"admitted": true}));
+        for i in 0..REJECTED_KEPT + 1 {
+            h.record(&format!("r{i}"), json!({"admitted": false, "n": i}));
+        }
+        assert!(h.get("r0").is_none(), "the oldest rejection is dropped");
+        assert_eq!(h.get("r1").unwrap()["n"], 1);
+        assert_eq!(h.get("a").unwrap()["admitted"], true);
+        h.retain_admitted(|u| u != "a");
+        assert!(h.get("a").is_none());
+        // Rejected again: one entry, the latest.
+        h.record("r5", json!({"admitted": false, "n": 99}));
+        assert_eq!(h.get("r5").unwrap()["n"], 99);
+        assert_eq!(h.rejected.len(), REJECTED_KEPT);
+    }
+}

@@ -66,6 +66,9 @@ pub enum Command {
     },
     /// Build the NodeResourceTopology export (changes nothing).
     NodeResourceTopology,
+    /// Admit pods in order as a what-if and undo it: their decision traces
+    /// ([`crate::explain`]); nothing changes.
+    DryRun(Vec<PodView>),
 }
 
 /// The engine's answer to a [`Command`].
@@ -79,6 +82,8 @@ pub enum Reply {
     Attached(Attached),
     /// The NodeResourceTopology object ([`crate::nrt`]).
     NodeResourceTopology(serde_json::Value),
+    /// One decision trace per pod of a dry run, in order.
+    DryRun(Vec<serde_json::Value>),
 }
 
 /// Why a command failed.
@@ -129,6 +134,8 @@ pub struct Snapshot {
     /// What the restore at start reported (reboot, vanished resources,
     /// held providers, reclaimed pods).
     pub restore_notes: Vec<String>,
+    /// Decision traces of admitted and recently rejected pods.
+    pub explains: crate::explain::History,
 }
 
 /// Settings of the engine.
@@ -157,6 +164,8 @@ struct Worker {
     node: NodeState,
     machine: Machine,
     export: crate::nrt::ExportSettings,
+    /// Traces of this batch, published with it.
+    traces: Vec<(String, serde_json::Value)>,
     store: Store,
     metrics: Arc<Metrics>,
     failure: Option<String>,
@@ -223,6 +232,7 @@ impl Engine {
             node,
             machine: machine.clone(),
             export: settings.export.clone(),
+            traces: Vec::new(),
             store,
             metrics,
             failure: None,
@@ -364,6 +374,48 @@ impl Worker {
         view.restore_notes.clone()
     }
 
+    /// The decision trace of `result`.
+    fn explain(
+        &self,
+        result: &AdmitResult,
+        trace: &[crate::admission::TraceStep],
+    ) -> serde_json::Value {
+        let adm = self.node.admitter();
+        let nodes: Vec<_> = adm.policy().numa().default_mask().iter().collect();
+        crate::explain::explain_json(adm.policy().name(), adm.scope(), &nodes, result, trace)
+    }
+
+    /// Admit `pods` in order on the admitter alone (no cgroup, no record),
+    /// then release the ones admitted here in reverse order: providers
+    /// and ledger end as they began. A pod already admitted answers its
+    /// recorded trace and is left alone.
+    fn dry_run(&mut self, pods: &[PodView]) -> Vec<serde_json::Value> {
+        let mut out = Vec::with_capacity(pods.len());
+        let mut undo = Vec::new();
+        for pod in pods {
+            if self.node.pods().contains_key(&pod.uid) {
+                let view = self.view.read().unwrap_or_else(|p| p.into_inner());
+                let known = view.explains.get(&pod.uid).map(|t| t.as_ref().clone());
+                drop(view);
+                let stored = self.node.pods()[&pod.uid].clone();
+                out.push(known.unwrap_or_else(|| self.explain(&stored, &[])));
+                continue;
+            }
+            let mut trace = Vec::new();
+            let r = self.node.admitter_mut().admit_traced(pod, &mut trace);
+            if r.admitted {
+                undo.push(pod.uid.clone());
+            }
+            out.push(self.explain(&r, &trace));
+        }
+        for uid in undo.iter().rev() {
+            if let Err(e) = self.node.admitter_mut().release(uid) {
+                warn!(pod = %uid, error = %e, "undoing a dry-run admission reported errors");
+            }
+        }
+        out
+    }
+
     /// The NodeResourceTopology object as of now.
     fn nrt(&mut self) -> Result<serde_json::Value, crate::nrt::NrtError> {
         crate::nrt::of_admitter(
@@ -404,7 +456,12 @@ impl Worker {
                 for pod in &pods {
                     let known = self.node.pods().contains_key(&pod.uid);
                     let start = Instant::now();
-                    let r = self.node.admit(pod);
+                    let mut trace = Vec::new();
+                    let r = self.node.admit_traced(pod, &mut trace);
+                    if !known {
+                        let t = self.explain(&r, &trace);
+                        self.traces.push((pod.uid.clone(), t));
+                    }
                     self.metrics
                         .admission(start.elapsed().as_secs_f64(), r.reason.as_deref());
                     for provider in self.node.admitter_mut().take_violations() {
@@ -437,6 +494,10 @@ impl Worker {
                     (Err(EngineError::UnknownContainer(e)), false)
                 }
                 Err(e) => (Err(EngineError::Cgroup(e.to_string())), false),
+            },
+            Command::DryRun(pods) => match self.conflict(&pods) {
+                Some(conflict) => (Err(EngineError::Conflict(conflict)), false),
+                None => (Ok(Reply::DryRun(self.dry_run(&pods))), false),
             },
             Command::NodeResourceTopology => match self.nrt() {
                 Ok(object) => (Ok(Reply::NodeResourceTopology(object)), false),
@@ -494,6 +555,11 @@ impl Worker {
         for change in committed {
             change.apply(&mut view.pods, &mut view.attachments, None, Arc::from);
         }
+        for (uid, trace) in self.traces.drain(..) {
+            view.explains.record(&uid, trace);
+        }
+        let pods = &view.pods;
+        view.explains.retain_admitted(|uid| pods.contains_key(uid));
         view.exclusive_cpus = exclusive;
         view.shared_pool = shared;
         view.failure = self.failure.clone();

@@ -1,9 +1,15 @@
-//! The NodeResourceTopology export end to end: the real CPU, memory and
-//! example widget plugins on the example 2-socket 4-node machine, through
-//! `GET /v1/noderesourcetopology`, the `export_file` and
-//! `topomgr export nrt`, validated against the upstream CRD's v1alpha2
-//! `openAPIV3Schema` (vendored in `tests/fixtures/nrt`, source in its
-//! README) and checked against the admitted pods.
+//! The Kubernetes face end to end, with the real CPU, memory and example
+//! widget plugins on the example 2-socket 4-node machine:
+//!
+//! - the NodeResourceTopology export through `GET
+//!   /v1/noderesourcetopology`, the `export_file` and `topomgr export nrt`,
+//!   validated against the upstream CRD's v1alpha2 `openAPIV3Schema`
+//!   (vendored in `tests/fixtures/nrt`, source in its README) and checked
+//!   against the admitted pods;
+//! - extended resources nobody serves, refused as the kubelet refuses them;
+//! - explain as data (`explain -o json`, `GET /v1/pods/{uid}/explain`,
+//!   `POST /v1/pods?dry_run=true&explain=true`);
+//! - JSON error bodies for unknown routes and methods.
 
 mod common;
 
@@ -276,4 +282,204 @@ fn export_without_a_daemon_names_the_socket() {
         "{err}"
     );
     assert!(!Path::new(&dir.join("nrt.json")).exists());
+}
+
+const DONGLE_MESSAGE: &str =
+    "Node didn't have enough resource: example.com/dongle, requested: 2, used: 0, capacity: 0";
+
+fn dongle_pod(uid: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: dongle\n  namespace: t\n  uid: {uid}\nspec:\n  containers:\n  - name: app\n    resources:\n      limits:\n        cpu: \"1\"\n        memory: 1Gi\n        example.com/dongle: \"2\"\n"
+    )
+}
+
+#[test]
+fn extended_resources_nobody_serves_are_refused_as_the_kubelet_does() {
+    let dir = config("k8s-unserved");
+    let pod = dir.join("dongle.yaml");
+    fs::write(&pod, dongle_pod("u-dongle")).unwrap();
+    let (code, out, err) = common::topomgr(&dir, &["admit", &pod.to_string_lossy()]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["pods"][0]["admitted"], false);
+    assert_eq!(v["pods"][0]["reason"], "OutOfexample.com/dongle");
+    assert_eq!(v["pods"][0]["message"], DONGLE_MESSAGE);
+    // A served extended resource is admitted as before.
+    let widgets = dir.join("w.yaml");
+    fs::write(&widgets, POD).unwrap();
+    let (_, out, err) = common::topomgr(&dir, &["admit", &widgets.to_string_lossy()]);
+    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
+    assert_eq!(v["pods"][0]["admitted"], true, "{v}");
+
+    // `run` refuses before the command starts: the marker is never written
+    // (an emulated cgroup v1 cpuset tree: nothing is created in it).
+    let cpuset = dir.join("cgroup/cpuset");
+    fs::create_dir_all(&cpuset).unwrap();
+    fs::write(cpuset.join("cpuset.cpus"), "0-15\n").unwrap();
+    fs::write(cpuset.join("cpuset.mems"), "0-3\n").unwrap();
+    let marker = dir.join("ran");
+    let (code, _, err) = common::topomgr(
+        &dir,
+        &[
+            "run",
+            "--cpus",
+            "1",
+            "--resource",
+            "example.com/dongle=2",
+            "--",
+            "touch",
+            &marker.to_string_lossy(),
+        ],
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!(
+            "topomgr: pod rejected: OutOfexample.com/dongle: {DONGLE_MESSAGE}"
+        )),
+        "{err}"
+    );
+    assert!(!marker.exists(), "the command ran");
+}
+
+const TOO_WIDE: &str = "apiVersion: v1
+kind: Pod
+metadata:
+  name: too-wide
+  namespace: t
+  uid: u-too-wide
+spec:
+  containers:
+  - name: app
+    resources:
+      limits:
+        example.com/widget: \"3\"
+";
+
+/// The trace of TOO_WIDE on the idle example machine: best-effort QoS, so
+/// the CPU and memory providers have no preference; 3 widgets need two
+/// nodes, which single-numa-node refuses.
+fn too_wide_trace() -> Value {
+    let pairs = [[0, 1], [0, 2], [0, 3], [1, 2], [1, 3], [2, 3]];
+    let mut widget: Vec<Value> = pairs
+        .iter()
+        .map(|p| json!({"affinity": p, "preferred": true}))
+        .collect();
+    for wide in [
+        vec![0, 1, 2],
+        vec![0, 1, 3],
+        vec![0, 2, 3],
+        vec![1, 2, 3],
+        vec![0, 1, 2, 3],
+    ] {
+        widget.push(json!({"affinity": wide, "preferred": false}));
+    }
+    json!({
+        "uid": "u-too-wide", "name": "too-wide", "namespace": "t", "qos": "BestEffort",
+        "policy": "single-numa-node", "scope": "container",
+        "admitted": false, "reason": "TopologyAffinityError",
+        "message": "Resources cannot be allocated with Topology Locality: container \"app\" needs every resource on one common NUMA node (policy single-numa-node); example.com/widget (widgets): preferred on {0-1} or {0,2} or {0,3} or {1-2} (+2 more)",
+        "unaligned": ["example.com/widget"],
+        "steps": [{
+            "container": "app",
+            "hints": {"cpu": null, "memory": null, "widgets": {"example.com/widget": widget}},
+            // Every provider's answer is a list, "no preference" too.
+            "merge": {"rule": "NoCandidate", "lists": 3, "best_non_preferred_count": 0},
+            "affinity": null, "preferred": false, "admit": false,
+        }],
+    })
+}
+
+#[test]
+fn explain_as_data_cli_dry_run_and_history() {
+    let dir = config("k8s-explain");
+    let pod = dir.join("too-wide.yaml");
+    fs::write(&pod, TOO_WIDE).unwrap();
+    let (code, out, err) =
+        common::topomgr(&dir, &["explain", "-o", "json", &pod.to_string_lossy()]);
+    assert_eq!(code, 0, "{err}");
+    let cli: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(cli, json!({"pods": [too_wide_trace()]}));
+
+    let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
+    let mut c = d.client();
+    let nrt = c.get("/v1/noderesourcetopology").unwrap().json().unwrap();
+    // The what-if answers the same trace and changes nothing.
+    let r = c
+        .post(
+            "/v1/pods?dry_run=true&explain=true",
+            "application/yaml",
+            POD.as_bytes(),
+        )
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.error_message());
+    let dry = r.json().unwrap();
+    assert_eq!(dry["pods"][0]["admitted"], true, "{dry}");
+    assert_eq!(dry["pods"][0]["unaligned"], json!([]));
+    assert_eq!(
+        c.get("/v1/noderesourcetopology").unwrap().json().unwrap(),
+        nrt
+    );
+    assert_eq!(
+        c.get("/v1/pods").unwrap().json().unwrap()["pods"],
+        json!([])
+    );
+    let r = c.get(&format!("/v1/pods/{UID}/explain")).unwrap();
+    assert_eq!(r.status, 404);
+    assert_eq!(r.json().unwrap()["reason"], "UnknownPod");
+    let r = c
+        .post(
+            "/v1/pods?dry_run=true&explain=true",
+            "application/yaml",
+            TOO_WIDE.as_bytes(),
+        )
+        .unwrap();
+    assert_eq!(r.json().unwrap(), json!({"pods": [too_wide_trace()]}));
+
+    // Real admissions: the rejected pod stays explainable, the admitted one
+    // answers the same trace as its dry run.
+    assert_eq!(
+        c.admit(TOO_WIDE).unwrap().json().unwrap()["pods"][0]["admitted"],
+        false
+    );
+    let r = c.get("/v1/pods/u-too-wide/explain").unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.json().unwrap(), too_wide_trace());
+    assert_eq!(c.admit(POD).unwrap().status, 200);
+    let r = c.get(&format!("/v1/pods/{UID}/explain")).unwrap();
+    assert_eq!(r.json().unwrap(), dry["pods"][0]);
+    assert_eq!(c.release(UID).unwrap().status, 200);
+    assert_eq!(
+        c.get(&format!("/v1/pods/{UID}/explain")).unwrap().status,
+        404
+    );
+
+    // dry_run without explain, and unknown query keys, are refused.
+    let r = c
+        .post("/v1/pods?dry_run=true", "application/yaml", POD.as_bytes())
+        .unwrap();
+    assert_eq!(r.status, 400);
+    assert_eq!(r.json().unwrap()["reason"], "BadRequest");
+    let r = c
+        .post("/v1/pods?dryrun=1", "application/yaml", POD.as_bytes())
+        .unwrap();
+    assert_eq!(r.status, 400, "{}", r.error_message());
+}
+
+#[test]
+fn unknown_routes_and_methods_answer_json_errors() {
+    let dir = config("k8s-routes");
+    let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
+    let mut c = d.client();
+    let r = c.get("/v1/nope").unwrap();
+    assert_eq!(r.status, 404);
+    assert_eq!(
+        r.json().unwrap(),
+        json!({"error": "no route GET /v1/nope; docs/api/openapi.yaml lists the API", "reason": "UnknownRoute"})
+    );
+    let r = c.request("PUT", "/v1/pods", None, &[]).unwrap();
+    assert_eq!(r.status, 405);
+    assert_eq!(
+        r.json().unwrap(),
+        json!({"error": "/v1/pods does not take PUT; docs/api/openapi.yaml lists the API", "reason": "MethodNotAllowed"})
+    );
 }
