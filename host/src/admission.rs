@@ -468,10 +468,11 @@ impl Admitter {
         let mut owned = std::collections::BTreeSet::new();
         for p in &mut self.providers {
             let inv = p.inventory().map_err(|e| Rejection {
-                reason: UNEXPECTED_ADMISSION_ERROR.to_string(),
+                reason: e.reason.clone(),
                 message: format!(
-                    "provider {:?} could not report which resources it owns: {e}",
-                    p.name()
+                    "provider {:?} failed to report which resources it owns: {}",
+                    p.name(),
+                    e.message
                 ),
             })?;
             owned.extend(inv.resources.into_keys());

@@ -155,6 +155,49 @@ pub fn explain_json(
     })
 }
 
+/// What a trace is read against: the policy, the scope and the machine's
+/// NUMA nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Setting {
+    /// The policy.
+    pub policy: PolicyName,
+    /// The scope.
+    pub scope: Scope,
+    /// The machine's NUMA nodes.
+    pub nodes: Vec<NumaNodeId>,
+}
+
+impl Setting {
+    /// The setting of `admitter`.
+    pub fn of(admitter: &crate::admission::Admitter) -> Setting {
+        Setting {
+            policy: admitter.policy().name(),
+            scope: admitter.scope(),
+            nodes: admitter.policy().numa().default_mask().iter().collect(),
+        }
+    }
+}
+
+/// One admission with its trace, kept as it was made; [`Traced::to_json`]
+/// builds the answer when it is asked for.
+#[derive(Debug, Clone)]
+pub struct Traced {
+    /// Policy, scope, nodes.
+    pub setting: std::sync::Arc<Setting>,
+    /// The admission.
+    pub result: AdmitResult,
+    /// Its decisions.
+    pub trace: Vec<TraceStep>,
+}
+
+impl Traced {
+    /// The trace JSON ([`explain_json`]).
+    pub fn to_json(&self) -> Value {
+        let s = &self.setting;
+        explain_json(s.policy, s.scope, &s.nodes, &self.result, &self.trace)
+    }
+}
+
 /// How many rejected pods' traces [`History`] keeps.
 pub const REJECTED_KEPT: usize = 256;
 
@@ -163,22 +206,24 @@ pub const REJECTED_KEPT: usize = 256;
 /// moment ago can still be explained.
 #[derive(Debug, Clone, Default)]
 pub struct History {
-    admitted: std::collections::BTreeMap<String, std::sync::Arc<Value>>,
-    rejected: std::collections::VecDeque<(String, std::sync::Arc<Value>)>,
+    admitted: std::collections::BTreeMap<String, std::sync::Arc<Traced>>,
+    rejected: std::collections::VecDeque<(String, std::sync::Arc<Traced>)>,
 }
 
 impl History {
-    /// Remember the trace of one admission (`trace["admitted"]` says which kind).
-    pub fn record(&mut self, uid: &str, trace: Value) {
-        let trace = std::sync::Arc::new(trace);
-        if trace["admitted"] == true {
-            self.admitted.insert(uid.to_owned(), trace);
+    /// Remember one admission.
+    pub fn record(&mut self, traced: Traced) {
+        let uid = traced.result.pod.uid.clone();
+        let admitted = traced.result.admitted;
+        let traced = std::sync::Arc::new(traced);
+        if admitted {
+            self.admitted.insert(uid, traced);
         } else {
-            self.rejected.retain(|(u, _)| u != uid);
+            self.rejected.retain(|(u, _)| *u != uid);
             if self.rejected.len() == REJECTED_KEPT {
                 self.rejected.pop_front();
             }
-            self.rejected.push_back((uid.to_owned(), trace));
+            self.rejected.push_back((uid, traced));
         }
     }
 
@@ -190,7 +235,7 @@ impl History {
 
     /// The trace of `uid`: its admission while it is admitted, else its
     /// latest rejection if still kept.
-    pub fn get(&self, uid: &str) -> Option<std::sync::Arc<Value>> {
+    pub fn get(&self, uid: &str) -> Option<std::sync::Arc<Traced>> {
         self.admitted.get(uid).cloned().or_else(|| {
             self.rejected
                 .iter()
@@ -205,21 +250,45 @@ impl History {
 mod tests {
     use super::*;
 
+    fn traced(uid: &str, admitted: bool, n: usize) -> Traced {
+        let pod = topomgr_sdk::PodView::new(
+            uid,
+            format!("p{n}"),
+            "ns",
+            topomgr_sdk::QosClass::BestEffort,
+        );
+        Traced {
+            setting: std::sync::Arc::new(Setting {
+                policy: PolicyName::None,
+                scope: Scope::Container,
+                nodes: Vec::new(),
+            }),
+            result: AdmitResult {
+                pod,
+                admitted,
+                reason: None,
+                message: None,
+                containers: Vec::new(),
+            },
+            trace: Vec::new(),
+        }
+    }
+
     #[test]
     fn history_keeps_admitted_until_gone_and_the_last_rejections() {
         let mut h = History::default();
-        h.record("a", json!({"admitted": true}));
+        h.record(traced("a", true, 0));
         for i in 0..REJECTED_KEPT + 1 {
-            h.record(&format!("r{i}"), json!({"admitted": false, "n": i}));
+            h.record(traced(&format!("r{i}"), false, i));
         }
         assert!(h.get("r0").is_none(), "the oldest rejection is dropped");
-        assert_eq!(h.get("r1").unwrap()["n"], 1);
-        assert_eq!(h.get("a").unwrap()["admitted"], true);
+        assert_eq!(h.get("r1").unwrap().to_json()["name"], "p1");
+        assert_eq!(h.get("a").unwrap().to_json()["admitted"], true);
         h.retain_admitted(|u| u != "a");
         assert!(h.get("a").is_none());
         // Rejected again: one entry, the latest.
-        h.record("r5", json!({"admitted": false, "n": 99}));
-        assert_eq!(h.get("r5").unwrap()["n"], 99);
+        h.record(traced("r5", false, 99));
+        assert_eq!(h.get("r5").unwrap().to_json()["name"], "p99");
         assert_eq!(h.rejected.len(), REJECTED_KEPT);
     }
 }

@@ -33,29 +33,36 @@ fn v1alpha2_schema() -> Value {
         .find(|v| v["name"] == "v1alpha2")
         .expect("the CRD has v1alpha2");
     let mut schema = version["schema"]["openAPIV3Schema"].clone();
-    fn strict(v: &mut Value) {
-        match v {
-            Value::Object(m) => {
-                if m.contains_key("properties") {
-                    m.insert("additionalProperties".into(), false.into());
-                }
-                m.values_mut().for_each(strict);
-            }
-            Value::Array(a) => a.iter_mut().for_each(strict),
-            _ => {}
-        }
-    }
     strict(&mut schema);
     schema
 }
 
-/// Every schema violation of `object`, as text (empty: valid).
-fn violations(object: &Value) -> Vec<String> {
-    let validator = jsonschema::draft4::new(&v1alpha2_schema()).expect("schema compiles");
+/// Objects with declared properties accept no others.
+fn strict(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            if m.contains_key("properties") && !m.contains_key("additionalProperties") {
+                m.insert("additionalProperties".into(), false.into());
+            }
+            m.values_mut().for_each(strict);
+        }
+        Value::Array(a) => a.iter_mut().for_each(strict),
+        _ => {}
+    }
+}
+
+/// Every violation of `object` against `schema`, as text (empty: valid).
+fn violations_of(schema: &Value, object: &Value) -> Vec<String> {
+    let validator = jsonschema::draft4::new(schema).expect("schema compiles");
     validator
         .iter_errors(object)
         .map(|e| format!("{}: {e}", e.instance_path()))
         .collect()
+}
+
+/// Every violation of `object` against the NodeResourceTopology v1alpha2 schema.
+fn violations(object: &Value) -> Vec<String> {
+    violations_of(&v1alpha2_schema(), object)
 }
 
 #[test]
@@ -481,5 +488,130 @@ fn unknown_routes_and_methods_answer_json_errors() {
     assert_eq!(
         r.json().unwrap(),
         json!({"error": "/v1/pods does not take PUT; docs/api/openapi.yaml lists the API", "reason": "MethodNotAllowed"})
+    );
+}
+
+/// OpenAPI 3.0's `nullable: true` as JSON Schema: the value or null.
+fn nullable_to_json_schema(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            m.values_mut().for_each(nullable_to_json_schema);
+            if m.remove("nullable") == Some(Value::Bool(true)) {
+                let inner = Value::Object(std::mem::take(m));
+                m.insert("anyOf".into(), json!([{"type": "null"}, inner]));
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(nullable_to_json_schema),
+        _ => {}
+    }
+}
+
+/// The schema docs/api/openapi.yaml gives the JSON answer of `method path`
+/// with `status`, made strict (no undocumented fields), with the document's
+/// components beside it so `$ref`s resolve.
+fn api_schema(doc: &Value, method: &str, path: &str, status: u16) -> Value {
+    let mut response = doc["paths"][path][method]["responses"][status.to_string()].clone();
+    assert!(
+        !response.is_null(),
+        "openapi.yaml documents no {status} for {method} {path}"
+    );
+    if let Some(r) = response["$ref"].as_str() {
+        let name = r.trim_start_matches("#/components/responses/");
+        response = doc["components"]["responses"][name].clone();
+    }
+    let schema = response["content"]["application/json"]["schema"].clone();
+    assert!(
+        !schema.is_null(),
+        "no JSON schema for {status} of {method} {path}"
+    );
+    let mut root = json!({"allOf": [schema], "components": doc["components"]});
+    nullable_to_json_schema(&mut root);
+    strict(&mut root);
+    root
+}
+
+#[test]
+fn daemon_answers_match_the_openapi_document() {
+    let text = fs::read_to_string(common::workspace_root().join("docs/api/openapi.yaml")).unwrap();
+    let doc: Value = serde_saphyr::from_str(&text).expect("openapi.yaml parses");
+    let dir = config("k8s-openapi");
+    let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
+    let mut c = d.client();
+    let yaml = "application/yaml";
+    let admitted = c.admit(POD).unwrap();
+    let rejected = c.admit(TOO_WIDE).unwrap();
+    let uid_path = format!("/v1/pods/{UID}");
+    let captured = vec![
+        ("get", "/v1/health", c.get("/v1/health").unwrap()),
+        ("get", "/v1/machine", c.get("/v1/machine").unwrap()),
+        (
+            "get",
+            "/v1/noderesourcetopology",
+            c.get("/v1/noderesourcetopology").unwrap(),
+        ),
+        ("post", "/v1/pods", admitted),
+        ("post", "/v1/pods", rejected),
+        (
+            "post",
+            "/v1/pods",
+            c.post("/v1/pods", yaml, b"kind: Nope").unwrap(),
+        ),
+        ("get", "/v1/pods", c.get("/v1/pods").unwrap()),
+        ("get", "/v1/pods/{uid}", c.get(&uid_path).unwrap()),
+        ("get", "/v1/pods/{uid}", c.get("/v1/pods/nope").unwrap()),
+        (
+            "get",
+            "/v1/pods/{uid}/explain",
+            c.get(&format!("{uid_path}/explain")).unwrap(),
+        ),
+        (
+            "get",
+            "/v1/pods/{uid}/explain",
+            c.get("/v1/pods/u-too-wide/explain").unwrap(),
+        ),
+        (
+            "get",
+            "/v1/pods/{uid}/explain",
+            c.get("/v1/pods/nope/explain").unwrap(),
+        ),
+        ("delete", "/v1/pods/{uid}", c.delete(&uid_path).unwrap()),
+        ("delete", "/v1/pods/{uid}", c.delete(&uid_path).unwrap()),
+    ];
+    let mut statuses = Vec::new();
+    for (method, path, resp) in &captured {
+        let body = resp.json().unwrap();
+        let schema = api_schema(&doc, method, path, resp.status);
+        assert_eq!(
+            violations_of(&schema, &body),
+            Vec::<String>::new(),
+            "{method} {path} {}: {body:#}",
+            resp.status
+        );
+        statuses.push(resp.status);
+    }
+    assert_eq!(
+        statuses,
+        [200, 200, 200, 200, 200, 400, 200, 200, 404, 200, 200, 404, 200, 404]
+    );
+    // The dry-run explain answer is an array of Explain objects.
+    let dry = c
+        .post("/v1/pods?dry_run=true&explain=true", yaml, POD.as_bytes())
+        .unwrap()
+        .json()
+        .unwrap();
+    let explain = json!({"allOf": [{"$ref": "#/components/schemas/Explain"}], "components": doc["components"]});
+    let mut explain = explain;
+    nullable_to_json_schema(&mut explain);
+    strict(&mut explain);
+    assert_eq!(
+        violations_of(&explain, &dry["pods"][0]),
+        Vec::<String>::new()
+    );
+    // A schema that could fail: an undocumented field is caught.
+    let mut health = c.get("/v1/health").unwrap().json().unwrap();
+    health["surprise"] = json!(1);
+    assert_eq!(
+        violations_of(&api_schema(&doc, "get", "/v1/health", 200), &health).len(),
+        1
     );
 }

@@ -164,8 +164,10 @@ struct Worker {
     node: NodeState,
     machine: Machine,
     export: crate::nrt::ExportSettings,
+    /// Policy, scope and nodes of every trace.
+    setting: Arc<crate::explain::Setting>,
     /// Traces of this batch, published with it.
-    traces: Vec<(String, serde_json::Value)>,
+    traces: Vec<crate::explain::Traced>,
     store: Store,
     metrics: Arc<Metrics>,
     failure: Option<String>,
@@ -222,6 +224,7 @@ impl Engine {
                 "state restored; nothing re-admitted or released"
             );
         }
+        let setting = Arc::new(crate::explain::Setting::of(&admitter));
         let node = NodeState::new(
             admitter,
             restored.records.clone(),
@@ -232,6 +235,7 @@ impl Engine {
             node,
             machine: machine.clone(),
             export: settings.export.clone(),
+            setting,
             traces: Vec::new(),
             store,
             metrics,
@@ -380,9 +384,8 @@ impl Worker {
         result: &AdmitResult,
         trace: &[crate::admission::TraceStep],
     ) -> serde_json::Value {
-        let adm = self.node.admitter();
-        let nodes: Vec<_> = adm.policy().numa().default_mask().iter().collect();
-        crate::explain::explain_json(adm.policy().name(), adm.scope(), &nodes, result, trace)
+        let s = &self.setting;
+        crate::explain::explain_json(s.policy, s.scope, &s.nodes, result, trace)
     }
 
     /// Admit `pods` in order on the admitter alone (no cgroup, no record),
@@ -395,10 +398,10 @@ impl Worker {
         for pod in pods {
             if self.node.pods().contains_key(&pod.uid) {
                 let view = self.view.read().unwrap_or_else(|p| p.into_inner());
-                let known = view.explains.get(&pod.uid).map(|t| t.as_ref().clone());
+                let known = view.explains.get(&pod.uid);
                 drop(view);
                 let stored = self.node.pods()[&pod.uid].clone();
-                out.push(known.unwrap_or_else(|| self.explain(&stored, &[])));
+                out.push(known.map_or_else(|| self.explain(&stored, &[]), |t| t.to_json()));
                 continue;
             }
             let mut trace = Vec::new();
@@ -459,8 +462,11 @@ impl Worker {
                     let mut trace = Vec::new();
                     let r = self.node.admit_traced(pod, &mut trace);
                     if !known {
-                        let t = self.explain(&r, &trace);
-                        self.traces.push((pod.uid.clone(), t));
+                        self.traces.push(crate::explain::Traced {
+                            setting: Arc::clone(&self.setting),
+                            result: r.clone(),
+                            trace,
+                        });
                     }
                     self.metrics
                         .admission(start.elapsed().as_secs_f64(), r.reason.as_deref());
@@ -537,6 +543,15 @@ impl Worker {
                 .collect(),
             attachments: self.node.records().attachments.clone(),
             restore_notes: notes,
+            // Traces outlive a rollback; those of pods it undid are dropped
+            // at the next publish.
+            explains: std::mem::take(
+                &mut self
+                    .view
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .explains,
+            ),
             ..Snapshot::default()
         };
         *self.view.write().unwrap_or_else(|p| p.into_inner()) = snap;
@@ -555,8 +570,8 @@ impl Worker {
         for change in committed {
             change.apply(&mut view.pods, &mut view.attachments, None, Arc::from);
         }
-        for (uid, trace) in self.traces.drain(..) {
-            view.explains.record(&uid, trace);
+        for traced in self.traces.drain(..) {
+            view.explains.record(traced);
         }
         let pods = &view.pods;
         view.explains.retain_admitted(|uid| pods.contains_key(uid));

@@ -309,7 +309,7 @@ async fn explain_pod(
         .engine
         .read(|snap| (snap.explains.get(&uid), snap.pods.contains_key(&uid)));
     match trace {
-        Some(trace) => Ok(Json(trace.as_ref().clone())),
+        Some(traced) => Ok(Json(traced.to_json())),
         None if admitted => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "NoTrace",
