@@ -248,7 +248,7 @@ fn legacy_policy(policy: PolicyName, scope: Scope) -> &'static str {
 /// suffix (`"2Gi"`), anything else as a plain count.
 pub fn quantity(resource: &str, amount: u64) -> String {
     if resource == "cpu" {
-        return if amount % 1000 == 0 {
+        return if amount.is_multiple_of(1000) {
             (amount / 1000).to_string()
         } else {
             format!("{amount}m")
@@ -266,7 +266,7 @@ pub fn quantity(resource: &str, amount: u64) -> String {
             ("Mi", 20),
             ("Ki", 10),
         ] {
-            if amount % (1u64 << shift) == 0 {
+            if amount.is_multiple_of(1u64 << shift) {
                 return format!("{}{suffix}", amount >> shift);
             }
         }
