@@ -72,15 +72,10 @@ fn nrt(config: &Path, args: NrtArgs) -> anyhow::Result<ExitCode> {
                 .socket
                 .client(config)?
                 .get("/v1/noderesourcetopology")?;
-            if !(200..300).contains(&resp.status) {
-                eprintln!(
-                    "topomgr: error: daemon answered {}: {}",
-                    resp.status,
-                    resp.error_message()
-                );
-                return Ok(ExitCode::from(1));
-            }
-            resp.json()?
+            let mut printed = Ok(());
+            let code = super::client::finish(&resp, |v| printed = print(v, args.output))?;
+            printed?;
+            return Ok(code);
         }
     };
     print(&object, args.output)?;
