@@ -391,20 +391,23 @@ impl Admitter {
             }
         }
         let mut done: Vec<ContainerResult> = Vec::new();
-        let outcome = self.precheck(pod).and_then(|()| {
-            // Every provider gets the pod once; the calls below pass this
-            // object, so a pod of N containers is not sent 2N times.
-            let shared = Arc::new(pod.clone());
-            for p in &mut self.providers {
-                p.share_pod(&shared);
-            }
-            match self.scope {
-                Scope::Pod if self.policy.name() != PolicyName::None => {
-                    self.admit_pod_scope(&shared, &mut done, trace)
+        let outcome = self
+            .precheck(pod)
+            .and_then(|()| self.check_extended(pod))
+            .and_then(|()| {
+                // Every provider gets the pod once; the calls below pass this
+                // object, so a pod of N containers is not sent 2N times.
+                let shared = Arc::new(pod.clone());
+                for p in &mut self.providers {
+                    p.share_pod(&shared);
                 }
-                _ => self.admit_container_scope(&shared, &mut done, trace),
-            }
-        });
+                match self.scope {
+                    Scope::Pod if self.policy.name() != PolicyName::None => {
+                        self.admit_pod_scope(&shared, &mut done, trace)
+                    }
+                    _ => self.admit_container_scope(&shared, &mut done, trace),
+                }
+            });
         let result = match outcome {
             Ok(()) => {
                 info!(pod = %pod.uid, name = %pod.name, "pod admitted");
@@ -462,6 +465,31 @@ impl Admitter {
             });
         }
         Ok(())
+    }
+
+    /// Refuses a pod requesting an extended resource no provider owns
+    /// ([`crate::extended`]); providers are asked for their inventories only
+    /// when the pod requests one.
+    fn check_extended(&mut self, pod: &PodView) -> Result<(), Rejection> {
+        if crate::extended::requested(pod).is_empty() {
+            return Ok(());
+        }
+        let mut owned = std::collections::BTreeSet::new();
+        for p in &mut self.providers {
+            let inv = p.inventory().map_err(|e| Rejection {
+                reason: e.reason.clone(),
+                message: format!(
+                    "provider {:?} failed to report which resources it owns: {}",
+                    p.name(),
+                    e.message
+                ),
+            })?;
+            owned.extend(inv.resources.into_keys());
+        }
+        match crate::extended::unserved(pod, &owned) {
+            Some((reason, message)) => Err(Rejection { reason, message }),
+            None => Ok(()),
+        }
     }
 
     fn ordered_containers(pod: &PodView) -> impl Iterator<Item = &ContainerView> {

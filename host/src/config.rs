@@ -29,6 +29,8 @@
 //! sysfs_root = "/sys"
 //! cgroup_root = "/sys/fs/cgroup"
 //! state_dir = "/var/lib/topomgr"
+//! node_name = "worker-1"       # NodeResourceTopology name; default the host name
+//! export_file = "/run/topomgr/nrt.json"  # `serve` rewrites the NRT object here after each change
 //! plugins_d = "plugins.d"      # main file only
 //! [policy_options]             # kubelet option names, string values
 //! prefer-closest-numa-nodes = "true"
@@ -46,7 +48,7 @@
 //! # Relative paths
 //!
 //! Relative paths in files (`plugin_dirs`, `sysfs_root`, `cgroup_root`,
-//! `state_dir`, `plugins_d`, `daemon.socket` and a provider `library` that is
+//! `state_dir`, `export_file`, `plugins_d`, `daemon.socket` and a provider `library` that is
 //! a path) are resolved against the directory of the main config file, so the
 //! repository's `topomgr.toml` works from any working directory. Relative
 //! paths in environment variables are resolved against the working directory.
@@ -96,6 +98,11 @@ pub struct HostConfig {
     pub state_dir: PathBuf,
     /// Topology Manager policy options (kubelet names, string values).
     pub policy_options: BTreeMap<String, String>,
+    /// The Kubernetes node name of the NodeResourceTopology export (`None`:
+    /// the host name).
+    pub node_name: Option<String>,
+    /// Where `topomgr serve` keeps the NodeResourceTopology export up to date.
+    pub export_file: Option<PathBuf>,
     /// Providers by name, enabled or not (see [`HostConfig::enabled_providers`]).
     pub providers: BTreeMap<String, ProviderEntry>,
     /// The `[daemon]` table (`topomgr serve`).
@@ -166,6 +173,8 @@ impl Default for HostConfig {
             cgroup_root: PathBuf::from("/sys/fs/cgroup"),
             state_dir: PathBuf::from("/var/lib/topomgr"),
             policy_options: BTreeMap::new(),
+            node_name: None,
+            export_file: None,
             providers: BTreeMap::new(),
             daemon: DaemonConfig::default(),
             files: Vec::new(),
@@ -415,6 +424,8 @@ impl Sources {
         if let Some(v) = m.state_dir {
             cfg.state_dir = v;
         }
+        cfg.node_name = m.node_name.map(|n| n.0);
+        cfg.export_file = m.export_file;
         cfg.policy_options = m
             .policy_options
             .unwrap_or_default()
@@ -495,6 +506,8 @@ struct Layer {
     sysfs_root: Option<PathBuf>,
     cgroup_root: Option<PathBuf>,
     state_dir: Option<PathBuf>,
+    node_name: Option<NodeName>,
+    export_file: Option<PathBuf>,
     policy_options: Option<BTreeMap<String, OptionValue>>,
     providers: Option<BTreeMap<ProviderName, ProviderLayer>>,
     daemon: Option<DaemonLayer>,
@@ -526,6 +539,7 @@ impl Layer {
         self.sysfs_root.iter_mut().for_each(join);
         self.cgroup_root.iter_mut().for_each(join);
         self.state_dir.iter_mut().for_each(join);
+        self.export_file.iter_mut().for_each(join);
         if let Some(d) = &mut self.daemon {
             d.socket.iter_mut().for_each(join);
         }
@@ -553,6 +567,8 @@ impl Layer {
         set(&mut self.sysfs_root, later.sysfs_root);
         set(&mut self.cgroup_root, later.cgroup_root);
         set(&mut self.state_dir, later.state_dir);
+        set(&mut self.node_name, later.node_name);
+        set(&mut self.export_file, later.export_file);
         if let Some(opts) = later.policy_options {
             self.policy_options.get_or_insert_default().extend(opts);
         }
@@ -734,6 +750,33 @@ impl<'de> serde::Deserialize<'de> for NonEmpty {
             ))
         } else {
             Ok(NonEmpty(s))
+        }
+    }
+}
+
+/// A Kubernetes node name: a DNS subdomain (RFC 1123: lowercase letters,
+/// digits, `-` and `.`, starting and ending with a letter or digit, at most
+/// 253 characters), as the API server requires of `metadata.name`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct NodeName(String);
+
+impl<'de> serde::Deserialize<'de> for NodeName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+        let valid = !s.is_empty()
+            && s.len() <= 253
+            && s.chars().all(|c| alnum(c) || c == '-' || c == '.')
+            && s.split('.').all(|label| {
+                label.starts_with(alnum) && label.ends_with(alnum) && label.len() <= 63
+            });
+        if valid {
+            Ok(NodeName(s))
+        } else {
+            Err(de::Error::invalid_value(
+                de::Unexpected::Str(&s),
+                &"a Kubernetes node name (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit)",
+            ))
         }
     }
 }
@@ -937,7 +980,7 @@ nested = { a = 1, b = [1, 2] }
             (
                 "polcy = \"none\"\n",
                 "line 1: polcy: unknown field `polcy`, expected one of `policy`, `scope`, `plugins_d`, `plugin_dirs`, \
-                 `sysfs_root`, `cgroup_root`, `state_dir`, `policy_options`, `providers`, `daemon`",
+                 `sysfs_root`, `cgroup_root`, `state_dir`, `node_name`, `export_file`, `policy_options`, `providers`, `daemon`",
             ),
             (
                 "[policy_options]\nprefer-closest-numa-nodes = true\n",
@@ -1037,6 +1080,27 @@ nested = { a = 1, b = [1, 2] }
         assert_eq!(
             e,
             "cannot read config file /nonexistent/topomgr.toml: No such file or directory (os error 2)"
+        );
+    }
+
+    #[test]
+    fn node_name_and_export_file() {
+        let d = Dir::new("nrt");
+        let main = d.write("topomgr.toml", "");
+        let cfg = load_with_env(&main, &no_env).unwrap();
+        assert_eq!((cfg.node_name, cfg.export_file), (None, None));
+        d.write(
+            "plugins.d/50-nrt.toml",
+            "node_name = \"worker-1.example\"\nexport_file = \"run/nrt.json\"\n",
+        );
+        let cfg = load_with_env(&main, &no_env).unwrap();
+        assert_eq!(cfg.node_name.as_deref(), Some("worker-1.example"));
+        assert_eq!(cfg.export_file, Some(d.0.join("run/nrt.json")));
+        d.write("plugins.d/50-nrt.toml", "node_name = \"Worker_1\"\n");
+        let e = err(&main);
+        assert!(
+            e.contains("line 1: node_name: invalid value: string \"Worker_1\", expected a Kubernetes node name"),
+            "{e}"
         );
     }
 

@@ -365,8 +365,18 @@ impl NodeState {
     /// shrunk before this returns; if that fails the pod is released again
     /// and rejected with the cgroup named.
     pub fn admit(&mut self, pod: &PodView) -> AdmitResult {
+        self.admit_traced(pod, &mut Vec::new())
+    }
+
+    /// [`NodeState::admit`], recording every decision into `trace`
+    /// (see [`Admitter::admit_traced`]).
+    pub fn admit_traced(
+        &mut self,
+        pod: &PodView,
+        trace: &mut Vec<crate::admission::TraceStep>,
+    ) -> AdmitResult {
         let known = self.admitter.pods().contains_key(&pod.uid);
-        let result = self.admitter.admit(pod);
+        let result = self.admitter.admit_traced(pod, trace);
         let exclusive = result
             .containers
             .iter()

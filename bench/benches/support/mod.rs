@@ -61,6 +61,7 @@ pub fn start_daemon(tag: &str, state_root: &Path, plugin: &Path) -> PathBuf {
         scope: parts.scope,
         providers: parts.providers,
         lock,
+        export: Default::default(),
     };
     std::thread::spawn(move || daemon::run(d));
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -43,9 +43,22 @@ pub struct ExplainArgs {
     /// Restore state from DIR first (never saved).
     #[arg(long)]
     state_dir: Option<PathBuf>,
+    /// Output format: text for people, or the JSON of `topomgr::explain`
+    /// (`{"pods": [...]}`).
+    #[arg(short, long, value_enum, default_value = "text")]
+    output: ExplainOutput,
     /// Pod manifests (YAML or JSON, multi-document; `-` for stdin).
     #[arg(required = true)]
     pods: Vec<String>,
+}
+
+/// Output format of `topomgr explain`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ExplainOutput {
+    /// Lines for people.
+    Text,
+    /// The decision trace as data.
+    Json,
 }
 
 /// The SPEC section 6 JSON of one admission.
@@ -231,6 +244,23 @@ pub fn explain(config: &Path, args: ExplainArgs) -> anyhow::Result<ExitCode> {
         None => None,
     };
     let adm = node.admitter_mut();
+    if args.output == ExplainOutput::Json {
+        let nodes: Vec<_> = adm.policy().numa().default_mask().iter().collect();
+        let mut out = Vec::new();
+        for pod in &pods {
+            let mut trace = Vec::new();
+            let r = adm.admit_traced(pod, &mut trace);
+            out.push(topomgr::explain::explain_json(
+                adm.policy().name(),
+                adm.scope(),
+                &nodes,
+                &r,
+                &trace,
+            ));
+        }
+        println!("{}", serde_json::to_string_pretty(&json!({ "pods": out }))?);
+        return Ok(ExitCode::SUCCESS);
+    }
     println!(
         "policy {} scope {} on NUMA nodes {}",
         adm.policy().name(),

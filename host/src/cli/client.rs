@@ -56,7 +56,7 @@ pub struct AttachArgs {
 }
 
 /// Print an answer: its JSON on success, its message and exit 1 otherwise.
-fn finish(resp: &Response, print: impl FnOnce(&Value)) -> anyhow::Result<ExitCode> {
+pub(super) fn finish(resp: &Response, print: impl FnOnce(&Value)) -> anyhow::Result<ExitCode> {
     if (200..300).contains(&resp.status) {
         print(&resp.json()?);
         Ok(ExitCode::SUCCESS)

@@ -2,6 +2,7 @@
 
 mod admit;
 mod client;
+mod export;
 mod host;
 mod merge;
 mod provider;
@@ -84,6 +85,8 @@ pub enum Command {
     Release(release::ReleaseArgs),
     /// Apply a container's cpuset/mems to its cgroup through the running daemon.
     Attach(client::AttachArgs),
+    /// Export this node's state for Kubernetes (`export nrt`: the NodeResourceTopology object).
+    Export(export::ExportArgs),
 }
 
 /// Install the stderr logger.
@@ -141,5 +144,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Pods(args) => client::pods(&cli.config, args),
         Command::Release(args) => release::run(&cli.config, args),
         Command::Attach(args) => client::attach(&cli.config, args),
+        Command::Export(args) => export::run(&cli.config, args),
     }
 }

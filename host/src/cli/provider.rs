@@ -7,9 +7,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use serde_json::json;
 use topomgr::store;
-use topomgr_sdk::{
-    HintSet, NumaNodeId, PodView, PreferredAllocationRequest, ProviderHints, TopologyHint,
-};
+use topomgr_sdk::{PodView, PreferredAllocationRequest, TopologyHint};
 
 use super::host;
 
@@ -126,21 +124,6 @@ fn container_name(pod: &PodView, given: Option<String>) -> anyhow::Result<String
     }
 }
 
-/// Expand compact hint sets on machines of up to 8 NUMA nodes.
-fn printable(hints: ProviderHints, nodes: &[NumaNodeId]) -> ProviderHints {
-    let expand = nodes.len() <= topomgr_sdk::hintgen::EXPLICIT_HINT_MAX_NODES;
-    hints.map(|map| {
-        map.into_iter()
-            .map(|(k, v)| match v {
-                Some(HintSet::Compact(c)) if expand => {
-                    (k, Some(HintSet::Explicit(c.expand(nodes))))
-                }
-                other => (k, other),
-            })
-            .collect()
-    })
-}
-
 /// Report a provider's refusal on stderr; exit status 1.
 fn refused(name: &str, e: &topomgr_sdk::ProviderError) -> ExitCode {
     eprintln!(
@@ -182,7 +165,10 @@ pub fn run(config: &Path, args: ProviderArgs) -> anyhow::Result<ExitCode> {
             };
             match result {
                 Ok(h) => {
-                    println!("{}", serde_json::to_string(&printable(h, &nodes))?);
+                    println!(
+                        "{}",
+                        serde_json::to_string(&topomgr::explain::printable(h, &nodes))?
+                    );
                     ExitCode::SUCCESS
                 }
                 Err(e) => refused(&args.name, &e),

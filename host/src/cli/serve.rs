@@ -48,6 +48,10 @@ pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
         scope: parts.scope,
         providers: parts.providers,
         lock,
+        export: topomgr::nrt::ExportSettings {
+            node_name: super::export::node_name(&cfg)?,
+            file: cfg.export_file.clone(),
+        },
     })?;
     Ok(ExitCode::SUCCESS)
 }

@@ -67,6 +67,11 @@ pub enum Command {
         /// Cgroup path relative to the cgroup root.
         cgroup: String,
     },
+    /// Build the NodeResourceTopology export (changes nothing).
+    NodeResourceTopology,
+    /// Admit pods in order as a what-if and undo it: their decision traces
+    /// ([`crate::explain`]); nothing changes.
+    DryRun(Vec<PodView>),
 }
 
 /// The engine's answer to a [`Command`].
@@ -78,6 +83,10 @@ pub enum Reply {
     Released(AdmitResult),
     /// The cgroup was written.
     Attached(Attached),
+    /// The NodeResourceTopology object ([`crate::nrt`]).
+    NodeResourceTopology(serde_json::Value),
+    /// One decision trace per pod of a dry run, in order.
+    DryRun(Vec<serde_json::Value>),
 }
 
 /// Why a command failed.
@@ -104,6 +113,9 @@ pub enum EngineError {
     /// Memory could not be brought back to the saved state: changes are refused.
     #[error("topomgr could not return to its saved state after a failed write ({0}); it refuses changes until it is restarted")]
     Broken(String),
+    /// The NodeResourceTopology export could not be built.
+    #[error("{0}")]
+    Export(String),
     /// The engine thread is gone (shutting down).
     #[error("the admission engine has stopped")]
     Stopped,
@@ -125,6 +137,8 @@ pub struct Snapshot {
     /// What the restore at start reported (reboot, vanished resources,
     /// held providers, reclaimed pods).
     pub restore_notes: Vec<String>,
+    /// Decision traces of admitted and recently rejected pods.
+    pub explains: crate::explain::History,
 }
 
 impl Snapshot {
@@ -144,6 +158,8 @@ pub struct EngineSettings {
     pub cgroup_root: PathBuf,
     /// The current boot id.
     pub boot_id: String,
+    /// The NodeResourceTopology export.
+    pub export: crate::nrt::ExportSettings,
 }
 
 type Job = (Command, oneshot::Sender<Result<Reply, EngineError>>);
@@ -157,6 +173,12 @@ pub struct Engine {
 
 struct Worker {
     node: NodeState,
+    machine: Machine,
+    export: crate::nrt::ExportSettings,
+    /// Policy, scope and nodes of every trace.
+    setting: Arc<crate::explain::Setting>,
+    /// Traces of this batch, published with it.
+    traces: Vec<crate::explain::Traced>,
     store: Store,
     metrics: Arc<Metrics>,
     failure: Option<String>,
@@ -207,7 +229,7 @@ impl Engine {
     /// engine thread.
     pub fn start(
         mut admitter: Admitter,
-        _machine: &Machine,
+        machine: &Machine,
         settings: EngineSettings,
         metrics: Arc<Metrics>,
     ) -> Result<(Engine, Restored), StartError> {
@@ -221,6 +243,7 @@ impl Engine {
                 "state restored; nothing re-admitted or released"
             );
         }
+        let setting = Arc::new(crate::explain::Setting::of(&admitter));
         let node = NodeState::new(
             admitter,
             restored.records.clone(),
@@ -229,6 +252,10 @@ impl Engine {
         );
         let mut worker = Worker {
             node,
+            machine: machine.clone(),
+            export: settings.export.clone(),
+            setting,
+            traces: Vec::new(),
             store,
             metrics,
             failure: None,
@@ -265,6 +292,7 @@ impl Engine {
             }
         }
         worker.node.settle_pool();
+        worker.write_export();
         worker.rebuild_view(notes);
         let (jobs, rx) = mpsc::channel::<Job>();
         let view = Arc::clone(&worker.view);
@@ -338,6 +366,9 @@ impl Worker {
                 }
             }
             self.node.settle_pool();
+            if !committed.is_empty() {
+                self.write_export();
+            }
             self.publish(committed);
             let pool = self.node.shared_pool();
             for (reply, mut result, _) in answers {
@@ -375,6 +406,75 @@ impl Worker {
         view.restore_notes.clone()
     }
 
+    /// The decision trace of `result`.
+    fn explain(
+        &self,
+        result: &AdmitResult,
+        trace: &[crate::admission::TraceStep],
+    ) -> serde_json::Value {
+        let s = &self.setting;
+        crate::explain::explain_json(s.policy, s.scope, &s.nodes, result, trace)
+    }
+
+    /// Admit `pods` in order on the admitter alone (no cgroup, no record),
+    /// then release the ones admitted here in reverse order: providers
+    /// and ledger end as they began. A pod already admitted answers its
+    /// recorded trace and is left alone.
+    fn dry_run(&mut self, pods: &[PodView]) -> Vec<serde_json::Value> {
+        let mut out = Vec::with_capacity(pods.len());
+        let mut undo = Vec::new();
+        for pod in pods {
+            if self.node.pods().contains_key(&pod.uid) {
+                let view = self.view.read().unwrap_or_else(|p| p.into_inner());
+                let known = view.explains.get(&pod.uid);
+                drop(view);
+                let stored = self.node.pods()[&pod.uid].clone();
+                out.push(known.map_or_else(|| self.explain(&stored, &[]), |t| t.to_json()));
+                continue;
+            }
+            let mut trace = Vec::new();
+            let r = self.node.admitter_mut().admit_traced(pod, &mut trace);
+            if r.admitted {
+                undo.push(pod.uid.clone());
+            }
+            out.push(self.explain(&r, &trace));
+        }
+        for uid in undo.iter().rev() {
+            if let Err(e) = self.node.admitter_mut().release(uid) {
+                warn!(pod = %uid, error = %e, "undoing a dry-run admission reported errors");
+            }
+        }
+        out
+    }
+
+    /// The NodeResourceTopology object as of now.
+    fn nrt(&mut self) -> Result<serde_json::Value, crate::nrt::NrtError> {
+        crate::nrt::of_admitter(
+            &self.export.node_name,
+            &self.machine,
+            self.node.admitter_mut(),
+        )
+    }
+
+    /// Rewrite the export file, when one is configured (a failure is
+    /// logged: the change it follows is saved and stays).
+    fn write_export(&mut self) {
+        let Some(path) = self.export.file.clone() else {
+            return;
+        };
+        match self
+            .nrt()
+            .and_then(|object| crate::nrt::write(&path, &object))
+        {
+            Ok(()) => {
+                tracing::debug!(path = %path.display(), "NodeResourceTopology export written")
+            }
+            Err(e) => {
+                error!(path = %path.display(), error = %e, "cannot update the NodeResourceTopology export file")
+            }
+        }
+    }
+
     /// Apply one command: (answer, state changed).
     fn apply(&mut self, cmd: Command) -> (Result<Reply, EngineError>, bool) {
         match cmd {
@@ -392,7 +492,15 @@ impl Worker {
                 for pod in &pods {
                     let known = self.node.pods().contains_key(&pod.uid);
                     let start = Instant::now();
-                    let r = self.node.admit(pod);
+                    let mut trace = Vec::new();
+                    let r = self.node.admit_traced(pod, &mut trace);
+                    if !known {
+                        self.traces.push(crate::explain::Traced {
+                            setting: Arc::clone(&self.setting),
+                            result: r.clone(),
+                            trace,
+                        });
+                    }
                     self.metrics
                         .admission(&r, policy, scope, start.elapsed(), known);
                     for provider in self.node.admitter_mut().take_violations() {
@@ -425,6 +533,14 @@ impl Worker {
                     (Err(EngineError::UnknownContainer(e)), false)
                 }
                 Err(e) => (Err(EngineError::Cgroup(e.to_string())), false),
+            },
+            Command::DryRun(pods) => match self.conflict(&pods) {
+                Some(conflict) => (Err(EngineError::Conflict(conflict)), false),
+                None => (Ok(Reply::DryRun(self.dry_run(&pods))), false),
+            },
+            Command::NodeResourceTopology => match self.nrt() {
+                Ok(object) => (Ok(Reply::NodeResourceTopology(object)), false),
+                Err(e) => (Err(EngineError::Export(e.to_string())), false),
             },
         }
     }
@@ -460,6 +576,15 @@ impl Worker {
                 .collect(),
             attachments: self.node.records().attachments.clone(),
             restore_notes: notes,
+            // Traces outlive a rollback; those of pods it undid are dropped
+            // at the next publish.
+            explains: std::mem::take(
+                &mut self
+                    .view
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .explains,
+            ),
             ..Snapshot::default()
         };
         *self.view.write().unwrap_or_else(|p| p.into_inner()) = snap;
@@ -478,6 +603,11 @@ impl Worker {
         for change in committed {
             change.apply(&mut view.pods, &mut view.attachments, None, Arc::from);
         }
+        for traced in self.traces.drain(..) {
+            view.explains.record(traced);
+        }
+        let pods = &view.pods;
+        view.explains.retain_admitted(|uid| pods.contains_key(uid));
         view.exclusive_cpus = exclusive;
         view.shared_pool = shared;
         view.failure = self.failure.clone();

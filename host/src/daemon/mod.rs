@@ -72,6 +72,8 @@ pub struct Daemon {
     pub providers: Vec<Box<dyn HintProvider>>,
     /// The held state-directory lock (kept for the daemon's lifetime).
     pub lock: StateLock,
+    /// The NodeResourceTopology export (node name, file).
+    pub export: crate::nrt::ExportSettings,
 }
 
 /// Why the daemon could not start or stopped with an error.
@@ -162,6 +164,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
         state_dir: d.state_dir.clone(),
         cgroup_root: d.cgroup_root,
         boot_id: crate::checkpoint::boot_id(),
+        export: d.export,
     };
     let (engine, restored) = Engine::start(admitter, &d.machine, settings, Arc::clone(&metrics))?;
     let access = Arc::new(AccessPolicy::for_group(&d.group));

@@ -4,15 +4,18 @@
 //! |---|---|---|
 //! | GET | `/v1/health` | `{"status": "ok"|"degraded"|"failing", "pods", "notes", "failure"}` |
 //! | GET | `/v1/machine` | the discovered machine (the JSON of `topomgr topology`) |
-//! | POST | `/v1/pods` | admit the Pod manifest(s) of the body (YAML or JSON): the JSON of `topomgr admit` |
+//! | POST | `/v1/pods` | admit the Pod manifest(s) of the body (YAML or JSON): the JSON of `topomgr admit`; with `?dry_run=true&explain=true` a what-if that changes nothing: `{"pods": [decision trace, ...]}` ([`crate::explain`]) |
 //! | GET | `/v1/pods` | `{"pods": [...], "attachments": {uid: {container: cgroup}}}` |
 //! | GET | `/v1/pods/{uid}` | one pod's admission JSON |
+//! | GET | `/v1/pods/{uid}/explain` | the decision trace of an admitted or recently rejected pod |
 //! | DELETE | `/v1/pods/{uid}` | release the pod; answers its admission JSON |
 //! | POST | `/v1/pods/{uid}/containers/{container}/attach` | body `{"cgroup": "path"}`: write the container's cpuset/mems |
+//! | GET | `/v1/noderesourcetopology` | the node's NodeResourceTopology object ([`crate::nrt`]) |
 //! | GET | `/metrics` | Prometheus text |
 //!
 //! Errors are `{"error": "<message>", "reason": "<code>"}` with status 400
-//! (bad input), 403 (peer not allowed), 404 (unknown pod or container), 409
+//! (bad input), 403 (peer not allowed), 404 (unknown pod, container or
+//! route), 405 (a route that does not take the method), 409
 //! (a uid admitted with a different spec), 422 (cgroup problem), 500
 //! (provider errors on release), 503 (state cannot be saved, or shutting
 //! down). `docs/api/openapi.yaml` documents the same.
@@ -23,7 +26,8 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::connect_info::Connected;
-use axum::extract::{ConnectInfo, Path as UrlPath, Request, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{ConnectInfo, Path as UrlPath, Query, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -108,6 +112,7 @@ impl From<EngineError> for ApiError {
             EngineError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "StateNotSaved"),
             EngineError::Broken(_) => (StatusCode::SERVICE_UNAVAILABLE, "StateUnavailable"),
             EngineError::Stopped => (StatusCode::SERVICE_UNAVAILABLE, "ShuttingDown"),
+            EngineError::Export(_) => (StatusCode::INTERNAL_SERVER_ERROR, "ExportFailed"),
         };
         ApiError::new(status, reason, e.to_string())
     }
@@ -120,10 +125,36 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/machine", get(machine))
         .route("/v1/pods", post(admit).get(list_pods))
         .route("/v1/pods/{uid}", get(get_pod).delete(release_pod))
+        .route("/v1/pods/{uid}/explain", get(explain_pod))
         .route("/v1/pods/{uid}/containers/{container}/attach", post(attach))
+        .route("/v1/noderesourcetopology", get(node_resource_topology))
         .route("/metrics", get(metrics))
+        .fallback(unknown_route)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(state.clone(), check_peer))
         .with_state(state)
+}
+
+async fn unknown_route(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "UnknownRoute",
+        format!(
+            "no route {method} {}; docs/api/openapi.yaml lists the API",
+            uri.path()
+        ),
+    )
+}
+
+async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "MethodNotAllowed",
+        format!(
+            "{} does not take {method}; docs/api/openapi.yaml lists the API",
+            uri.path()
+        ),
+    )
 }
 
 async fn check_peer(
@@ -188,7 +219,38 @@ async fn machine(State(state): State<AppState>) -> Json<Machine> {
     Json(state.machine.as_ref().clone())
 }
 
-async fn admit(State(state): State<AppState>, body: Bytes) -> Result<Json<Value>, ApiError> {
+/// Query of `POST /v1/pods`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AdmitQuery {
+    #[serde(default)]
+    dry_run: bool,
+    #[serde(default)]
+    explain: bool,
+}
+
+async fn admit(
+    State(state): State<AppState>,
+    query: Result<Query<AdmitQuery>, QueryRejection>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let Query(query) = query.map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            format!(
+                "{} (POST /v1/pods takes dry_run=true&explain=true)",
+                e.body_text()
+            ),
+        )
+    })?;
+    if query.dry_run != query.explain {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "dry_run and explain go together: POST /v1/pods?dry_run=true&explain=true answers the decision traces of a what-if; GET /v1/pods/{uid}/explain explains an admission",
+        ));
+    }
     let text = std::str::from_utf8(&body).map_err(|e| {
         state.metrics.request_refused(BAD_MANIFEST);
         ApiError::new(
@@ -201,6 +263,12 @@ async fn admit(State(state): State<AppState>, body: Bytes) -> Result<Json<Value>
         state.metrics.request_refused(BAD_MANIFEST);
         ApiError::new(StatusCode::BAD_REQUEST, BAD_MANIFEST, e.to_string())
     })?;
+    if query.dry_run {
+        return match state.engine.submit(Command::DryRun(pods)).await? {
+            Reply::DryRun(traces) => Ok(Json(json!({ "pods": traces }))),
+            other => Err(unexpected(&other)),
+        };
+    }
     debug!(pods = pods.len(), "admission requested");
     match state.engine.submit(Command::Admit(pods)).await? {
         Reply::Admitted(results) => {
@@ -240,6 +308,28 @@ async fn get_pod(
         .read(|snap| snap.pods.get(&uid).map(|r| snap.current(r).to_json()));
     pod.map(Json)
         .ok_or_else(|| EngineError::UnknownPod(uid).into())
+}
+
+async fn explain_pod(
+    State(state): State<AppState>,
+    UrlPath(uid): UrlPath<String>,
+) -> Result<Json<Value>, ApiError> {
+    let (trace, admitted) = state
+        .engine
+        .read(|snap| (snap.explains.get(&uid), snap.pods.contains_key(&uid)));
+    match trace {
+        Some(traced) => Ok(Json(traced.to_json())),
+        None if admitted => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "NoTrace",
+            format!("pod {uid:?} was admitted before this daemon started; its decision trace was not kept"),
+        )),
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "UnknownPod",
+            format!("no admitted or recently rejected pod with uid {uid:?} (the last {} rejections are kept)", crate::explain::REJECTED_KEPT),
+        )),
+    }
 }
 
 async fn release_pod(
@@ -284,6 +374,13 @@ async fn attach(
             "cpus": a.cpus.to_string(),
             "mems": a.mems.to_string(),
         }))),
+        other => Err(unexpected(&other)),
+    }
+}
+
+async fn node_resource_topology(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    match state.engine.submit(Command::NodeResourceTopology).await? {
+        Reply::NodeResourceTopology(object) => Ok(Json(object)),
         other => Err(unexpected(&other)),
     }
 }

@@ -9,6 +9,11 @@ use std::time::Instant;
 
 use serde_json::Value;
 
+/// What the first mock owns unless its config says otherwise: the
+/// extended resource of the test pods (a pod requesting an extended
+/// resource nobody owns is refused before any hint is asked).
+const OWNS_FOO: &str = "inventory = { resources = { \"example.com/foo\" = { total = { capacity = 4, allocatable = 4, available = 4 }, zones = [] } } }";
+
 /// A config directory with `topomgr.toml` and one drop-in per mock provider.
 fn config_dir(tag: &str, policy: &str, scope: &str, mocks: &[(&str, &str)]) -> PathBuf {
     let dir = common::scratch_dir(tag);
@@ -20,10 +25,15 @@ fn config_dir(tag: &str, policy: &str, scope: &str, mocks: &[(&str, &str)]) -> P
     std::fs::create_dir_all(dir.join("plugins.d")).unwrap();
     let lib = common::plugins().mock.display().to_string();
     for (i, (name, config)) in mocks.iter().enumerate() {
+        let owns = if i == 0 && !config.contains("inventory") {
+            OWNS_FOO
+        } else {
+            ""
+        };
         std::fs::write(
             dir.join(format!("plugins.d/{i:02}-{name}.toml")),
             format!(
-                "[providers.{name}]\nlibrary = \"{lib}\"\n[providers.{name}.config]\n{config}\n"
+                "[providers.{name}]\nlibrary = \"{lib}\"\n[providers.{name}.config]\n{config}\n{owns}\n"
             ),
         )
         .unwrap();

@@ -68,9 +68,15 @@ fn enabled_false_in_a_dropin_disables_the_provider() {
         "[providers.widgets]\nenabled = false\n",
     )
     .expect("write");
-    assert_eq!(widget_devices(&dir), serde_json::json!({}));
+    // Nobody serves the widgets any more: the pod is refused as the kubelet
+    // refuses a resource the node does not have.
     let sys = common::example_sys();
     let pod = example_pod("guaranteed-widgets.yaml");
+    let (code, out, err) =
+        common::topomgr(&dir, &["admit", "--dry-run", "--sysfs-root", &sys, &pod]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    assert_eq!(v["pods"][0]["reason"], "OutOfexample.com/widget", "{out}");
     let (code, _, err) = common::topomgr(
         &dir,
         &[

@@ -15,7 +15,7 @@ use topomgr::daemon::client::Client;
 
 /// A running daemon; killed when dropped.
 pub struct Daemon {
-    child: Child,
+    pub child: Child,
     pub socket: PathBuf,
 }
 
@@ -349,7 +349,9 @@ fn provider_timeout_fails_the_admission_not_the_daemon() {
     let dir = mock_config(
         "daemon-timeout",
         "provider_timeout_ms = 200",
-        "sleep_ms = 1500",
+        // It owns the widgets the pod asks for (else the pod is refused
+        // before any hint is asked: nobody serves them).
+        "sleep_ms = 1500\ninventory = { resources = { \"example.com/widget\" = { total = { capacity = 2, allocatable = 2, available = 2 }, zones = [] } } }",
     );
     let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
     let mut c = d.client();
@@ -368,7 +370,9 @@ fn provider_timeout_fails_the_admission_not_the_daemon() {
     assert_eq!(r["pods"][0]["reason"], "ProviderTimeout");
     let msg = r["pods"][0]["message"].as_str().unwrap();
     assert!(
-        msg.starts_with("provider \"mock\" failed to give hints: provider \"mock\" is still running a topology_hints call that timed out "),
+        // The pod asks for an extended resource, so the first call is the
+        // inventory (which provider owns it); it is refused at once too.
+        msg.starts_with("provider \"mock\" failed to report which resources it owns: provider \"mock\" is still running a topology_hints call that timed out "),
         "{msg}"
     );
     let health = c.get("/v1/health").unwrap();
@@ -399,7 +403,9 @@ fn reads_are_answered_while_a_slow_admission_runs() {
     let dir = mock_config(
         "daemon-slow-admission",
         "provider_timeout_ms = 20000",
-        "sleep_ms = 1500",
+        // It owns the widgets the pod asks for (else the pod is refused
+        // before any hint is asked: nobody serves them).
+        "sleep_ms = 1500\ninventory = { resources = { \"example.com/widget\" = { total = { capacity = 2, allocatable = 2, available = 2 }, zones = [] } } }",
     );
     let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
     let pod = example_pod("guaranteed-widgets.yaml");

@@ -16,6 +16,7 @@ mod daemon;
 mod demo;
 mod discovery;
 mod gpu;
+mod kubernetes;
 mod manifests;
 mod memory_provider;
 mod plugins;

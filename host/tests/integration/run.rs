@@ -660,7 +660,11 @@ fn a_refused_allocation_never_reaches_a_cgroup() {
 /// `topomgr release --state-dir DIR UID` releases without a daemon.
 #[test]
 fn release_from_a_state_directory() {
-    let dir = config_dir("run-release", "");
+    // The mock owns the pod's widget (a resource nobody serves is refused).
+    let dir = config_dir(
+        "run-release",
+        "inventory = { resources = { \"example.com/widget\" = { total = { capacity = 2, allocatable = 2, available = 2 }, zones = [] } } }",
+    );
     let pod = common::workspace_root().join("examples/pods/guaranteed-2cpu.yaml");
     let state = dir.join("state");
     let admit = Command::new(common::topomgr_bin())

@@ -1,0 +1,100 @@
+//! `topomgr export nrt`: this node's NodeResourceTopology object
+//! ([`topomgr::nrt`]) as JSON or YAML, an object `kubectl apply -f -`
+//! accepts. From the running daemon, or with `--state-dir` from a state
+//! directory in-process (no daemon may serve it).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::Context;
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::Value;
+
+use super::client::SocketArg;
+use super::host;
+
+/// Arguments of `topomgr export`.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    #[command(subcommand)]
+    what: ExportWhat,
+}
+
+#[derive(Debug, Subcommand)]
+enum ExportWhat {
+    /// The NodeResourceTopology (topology.node.k8s.io/v1alpha2) object of this node.
+    Nrt(NrtArgs),
+}
+
+/// Output format of an exported object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Format {
+    /// JSON.
+    Json,
+    /// YAML.
+    Yaml,
+}
+
+#[derive(Debug, Args)]
+struct NrtArgs {
+    #[command(flatten)]
+    socket: SocketArg,
+    /// Build it from this state directory in-process (no daemon may serve it).
+    #[arg(long, conflicts_with = "socket")]
+    state_dir: Option<PathBuf>,
+    /// sysfs directory to read with --state-dir (default: config sysfs_root).
+    #[arg(long, requires = "state_dir")]
+    sysfs_root: Option<PathBuf>,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value = "json")]
+    output: Format,
+}
+
+/// Run `topomgr export ...`.
+pub fn run(config: &Path, args: ExportArgs) -> anyhow::Result<ExitCode> {
+    match args.what {
+        ExportWhat::Nrt(a) => nrt(config, a),
+    }
+}
+
+fn nrt(config: &Path, args: NrtArgs) -> anyhow::Result<ExitCode> {
+    let object = match &args.state_dir {
+        Some(dir) => {
+            let cfg = host::load_config(config)?;
+            let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
+            let mut node = host::node_state(&cfg, &machine)?;
+            let _held = host::open_state(dir, &mut node)?;
+            let name = node_name(&cfg)?;
+            topomgr::nrt::of_admitter(&name, &machine, node.admitter_mut())?
+        }
+        None => {
+            let resp = args
+                .socket
+                .client(config)?
+                .get("/v1/noderesourcetopology")?;
+            let mut printed = Ok(());
+            let code = super::client::finish(&resp, |v| printed = print(v, args.output))?;
+            printed?;
+            return Ok(code);
+        }
+    };
+    print(&object, args.output)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The configured node name, or the host name.
+pub fn node_name(cfg: &topomgr::config::HostConfig) -> anyhow::Result<String> {
+    match &cfg.node_name {
+        Some(n) => Ok(n.clone()),
+        None => Ok(topomgr::nrt::default_node_name()?),
+    }
+}
+
+fn print(object: &Value, format: Format) -> anyhow::Result<()> {
+    let text = match format {
+        Format::Json => serde_json::to_string_pretty(object)? + "\n",
+        Format::Yaml => serde_saphyr::to_string(object).context("writing YAML")?,
+    };
+    print!("{text}");
+    Ok(())
+}
