@@ -194,31 +194,32 @@ impl Client {
                     message: format!("cannot build the request {method} {path}: {e}"),
                 })
         };
-        if self.runtime.is_none() {
-            let rt = tokio::runtime::Builder::new_current_thread()
+        let rt = match self.runtime.take() {
+            Some(rt) => rt,
+            None => tokio::runtime::Builder::new_current_thread()
                 .enable_io()
                 .build()
-                .map_err(|cause| ClientError::Runtime { cause })?;
-            self.runtime = Some(rt);
-        }
+                .map_err(|cause| ClientError::Runtime { cause })?,
+        };
         let reused = self.conn.as_ref().is_some_and(|c| !c.is_closed());
-        match self.attempt(request()?) {
+        let answer = match self.attempt(&rt, request()?) {
             Err(ClientError::Http { cause, .. }) if reused && unanswered(&cause) => {
                 // The daemon closed the idle connection: resend once.
                 self.conn = None;
-                self.attempt(request()?)
+                self.attempt(&rt, request()?)
             }
             r => r,
-        }
+        };
+        self.runtime = Some(rt);
+        answer
     }
 
-    fn attempt(&mut self, req: hyper::Request<Full<Bytes>>) -> Result<Response, ClientError> {
+    fn attempt(
+        &mut self,
+        rt: &tokio::runtime::Runtime,
+        req: hyper::Request<Full<Bytes>>,
+    ) -> Result<Response, ClientError> {
         let socket = self.socket.clone();
-        let Some(rt) = &self.runtime else {
-            return Err(ClientError::BadResponse {
-                message: "no I/O runtime".to_owned(),
-            });
-        };
         let conn = self.conn.take().filter(|c| !c.is_closed());
         let http = |cause| ClientError::Http {
             path: socket.clone(),
