@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::{json, Value};
 use topomgr::admission::{AdmitResult, TraceStep};
+use topomgr::node_state::NodeState;
 use topomgr_sdk::HintSet;
 
 use super::text::{field, Columns};
@@ -142,7 +143,7 @@ pub fn run(config: &Path, args: AdmitArgs) -> anyhow::Result<ExitCode> {
     let cfg = host::load_config(config)?;
     let pods = topomgr::manifest::read_pods(&args.pods)?;
     let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
-    let mut node = host::node_state(&cfg, &machine)?;
+    let mut node = NodeState::from_config(&cfg, &machine)?;
     let mut held = match &args.state_dir {
         Some(dir) => Some(host::open_state(dir, &mut node)?),
         None => None,
@@ -238,7 +239,7 @@ pub fn explain(config: &Path, args: ExplainArgs) -> anyhow::Result<ExitCode> {
     let cfg = host::load_config(config)?;
     let pods = topomgr::manifest::read_pods(&args.pods)?;
     let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
-    let mut node = host::node_state(&cfg, &machine)?;
+    let mut node = NodeState::from_config(&cfg, &machine)?;
     let _held = match &args.state_dir {
         Some(dir) => Some(host::open_state(dir, &mut node)?),
         None => None,

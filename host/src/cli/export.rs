@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::Value;
+use topomgr::node_state::NodeState;
 
 use super::client::SocketArg;
 use super::host;
@@ -62,7 +63,7 @@ fn nrt(config: &Path, args: NrtArgs) -> anyhow::Result<ExitCode> {
         Some(dir) => {
             let cfg = host::load_config(config)?;
             let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
-            let mut node = host::node_state(&cfg, &machine)?;
+            let mut node = NodeState::from_config(&cfg, &machine)?;
             let _held = host::open_state(dir, &mut node)?;
             let name = node_name(&cfg)?;
             topomgr::nrt::of_admitter(&name, &machine, node.admitter_mut())?

@@ -7,7 +7,6 @@ use std::time::Duration;
 use anyhow::Context;
 use topomgr::config::HostConfig;
 use topomgr::node_state::NodeState;
-use topomgr::provider::HintProvider;
 use topomgr::state_lock::StateLock;
 use topomgr::store::Store;
 use topomgr_sdk::Machine;
@@ -43,21 +42,6 @@ pub fn discover(cfg: &HostConfig, sysfs_root: Option<&Path>) -> anyhow::Result<M
     let root = sysfs_root.unwrap_or(&cfg.sysfs_root);
     topomgr::discover::discover(root)
         .with_context(|| format!("discovering the machine from {}", root.display()))
-}
-
-/// Load one configured provider, called with the provider deadline.
-pub fn load_provider(
-    cfg: &HostConfig,
-    name: &str,
-    machine: &Machine,
-) -> anyhow::Result<Box<dyn HintProvider>> {
-    Ok(topomgr::setup::load_provider(cfg, name, machine)?)
-}
-
-/// A [`NodeState`] of `cfg` on `machine`, applying to the configured
-/// cgroup root.
-pub fn node_state(cfg: &HostConfig, machine: &Machine) -> anyhow::Result<NodeState> {
-    Ok(NodeState::from_config(cfg, machine)?)
 }
 
 /// How long a one-shot command waits for another holder of the state lock.

@@ -137,7 +137,7 @@ fn refused(name: &str, e: &topomgr_sdk::ProviderError) -> ExitCode {
 pub fn run(config: &Path, args: ProviderArgs) -> anyhow::Result<ExitCode> {
     let cfg = host::load_config(config)?;
     let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
-    let mut provider = host::load_provider(&cfg, &args.name, &machine)?;
+    let mut provider = topomgr::setup::load_provider(&cfg, &args.name, &machine)?;
     let _lock = match &args.state_dir {
         Some(dir) => {
             let lock = topomgr::state_lock::StateLock::acquire_within(dir, host::STATE_LOCK_WAIT)?;

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 use topomgr::admission::AdmissionError;
+use topomgr::node_state::NodeState;
 
 use super::client::{self, SocketArg};
 use super::host;
@@ -32,7 +33,7 @@ pub fn run(config: &Path, args: ReleaseArgs) -> anyhow::Result<ExitCode> {
     };
     let cfg = host::load_config(config)?;
     let machine = host::discover(&cfg, None)?;
-    let mut node = host::node_state(&cfg, &machine)?;
+    let mut node = NodeState::from_config(&cfg, &machine)?;
     let mut held = host::open_state(dir, &mut node)?;
     let uid = &args.uid;
     if !node.pods().contains_key(uid) {

@@ -408,7 +408,7 @@ pub fn run(config: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     let machine = host::discover(&cfg, None)?;
     let cgroups = CgroupManager::detect(&cfg.cgroup_root)
         .context("cannot use cgroup_root for topomgr run")?;
-    let node = host::node_state(&cfg, &machine)?;
+    let node = NodeState::from_config(&cfg, &machine)?;
     let mut session = Session {
         cfg,
         node,
