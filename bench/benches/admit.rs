@@ -24,10 +24,9 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use topomgr::admission::Admitter;
 use topomgr::config::ProviderEntry;
 use topomgr::daemon::metrics::Metrics;
-use topomgr::daemon::timed::TimedProvider;
 use topomgr::numa::NumaInfo;
 use topomgr::policy::{Policy, Scope};
-use topomgr::provider::HintProvider;
+use topomgr::provider::Provider;
 use topomgr_sdk::{ContainerView, PodView, QosClass};
 
 use topomgr_bench::workspace_root as workspace;
@@ -59,12 +58,10 @@ fn load(
     lib: &str,
     config: serde_json::Value,
     machine: &topomgr_sdk::Machine,
-) -> Box<dyn HintProvider> {
+) -> Provider {
     let state = workspace().join("target/bench-state");
-    Box::new(
-        topomgr::plugin::load_provider(name, &entry(libs, lib, config), &[], machine, &state)
-            .unwrap_or_else(|e| panic!("load {name}: {e}")),
-    )
+    topomgr::plugin::load_provider(name, &entry(libs, lib, config), &[], machine, &state)
+        .unwrap_or_else(|e| panic!("load {name}: {e}"))
 }
 
 fn unpack(name: &str) -> Option<PathBuf> {
@@ -154,8 +151,9 @@ fn many_containers(c: &mut Criterion) {
     let sys = workspace().join("examples/machines/2s4n/sys");
     let machine = topomgr::discover::discover(&sys).expect("discover");
     let metrics = Arc::new(Metrics::new());
-    let timed = |p: Box<dyn HintProvider>| -> Box<dyn HintProvider> {
-        Box::new(TimedProvider::spawn(p, Duration::from_secs(60), Arc::clone(&metrics)).unwrap())
+    let timed = |p: Provider| -> Provider {
+        p.with_deadline(Duration::from_secs(60), Arc::clone(&metrics))
+            .unwrap()
     };
     let mock = || {
         load(
@@ -166,7 +164,7 @@ fn many_containers(c: &mut Criterion) {
             &machine,
         )
     };
-    let sets: [(&str, Vec<Box<dyn HintProvider>>); 2] = [
+    let sets: [(&str, Vec<Provider>); 2] = [
         ("mock", vec![timed(mock())]),
         (
             "cpu+memory+mock",

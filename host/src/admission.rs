@@ -36,7 +36,7 @@ use tracing::{debug, info, warn};
 use crate::ledger::{Finding, Ledger};
 use crate::merge::MergeOutcome;
 use crate::policy::{Decision, Policy, PolicyName, Scope};
-use crate::provider::HintProvider;
+use crate::provider::Provider;
 
 /// The kubelet's reason for a topology rejection.
 pub const TOPOLOGY_AFFINITY_ERROR: &str = "TopologyAffinityError";
@@ -164,7 +164,7 @@ pub struct HeldProvider {
 #[derive(Clone, Copy)]
 pub enum ProviderState<'a> {
     /// A working provider: ask it for its checkpoint.
-    Live(&'a dyn HintProvider),
+    Live(&'a Provider),
     /// A held provider: its saved bytes and the releases it has not seen.
     Held(&'a HeldProvider),
 }
@@ -174,7 +174,7 @@ pub enum ProviderState<'a> {
 pub struct Admitter {
     policy: Policy,
     scope: Scope,
-    providers: Vec<Box<dyn HintProvider>>,
+    providers: Vec<Provider>,
     held: Vec<Option<HeldProvider>>,
     absent: BTreeMap<String, HeldProvider>,
     /// Per provider: changed since the last [`Admitter::take_changed_providers`].
@@ -201,12 +201,7 @@ impl Rejection {
 
 impl Admitter {
     /// A new admitter over loaded providers (called in this order) for `machine`.
-    pub fn new(
-        machine: &Machine,
-        policy: Policy,
-        scope: Scope,
-        providers: Vec<Box<dyn HintProvider>>,
-    ) -> Self {
+    pub fn new(machine: &Machine, policy: Policy, scope: Scope, providers: Vec<Provider>) -> Self {
         Admitter {
             policy,
             scope,
@@ -232,12 +227,12 @@ impl Admitter {
     }
 
     /// The providers, in call order.
-    pub fn providers(&self) -> &[Box<dyn HintProvider>] {
+    pub fn providers(&self) -> &[Provider] {
         &self.providers
     }
 
     /// Mutable access to the providers (restore).
-    pub fn providers_mut(&mut self) -> &mut [Box<dyn HintProvider>] {
+    pub fn providers_mut(&mut self) -> &mut [Provider] {
         &mut self.providers
     }
 
@@ -247,7 +242,7 @@ impl Admitter {
         let configured = self.providers.iter().zip(&self.held).map(|(p, h)| {
             let state = match h {
                 Some(h) => ProviderState::Held(h),
-                None => ProviderState::Live(p.as_ref()),
+                None => ProviderState::Live(p),
             };
             (p.name(), state)
         });
@@ -547,11 +542,11 @@ impl Admitter {
     /// Ask every provider for hints.
     fn collect(
         &mut self,
-        mut ask: impl FnMut(&mut dyn HintProvider) -> Result<ProviderHints, topomgr_sdk::ProviderError>,
+        mut ask: impl FnMut(&mut Provider) -> Result<ProviderHints, topomgr_sdk::ProviderError>,
     ) -> Result<Vec<(String, ProviderHints)>, Rejection> {
         let mut all = Vec::with_capacity(self.providers.len());
         for p in &mut self.providers {
-            match ask(p.as_mut()) {
+            match ask(p) {
                 Ok(h) => all.push((p.name().to_string(), h)),
                 Err(e) => {
                     return Err(Rejection {
@@ -854,38 +849,24 @@ mod tests {
         fail_for: Option<String>,
         log: Log,
         alloc: Option<Allocation>,
-        /// The pod shared for this admission: every call must pass it.
-        shared: Option<Arc<PodView>>,
     }
 
-    impl Fake {
-        fn assert_shared(&self, pod: &PodView) {
-            let shared = self.shared.as_deref().expect("no pod shared");
-            assert!(std::ptr::eq(shared, pod), "a call passed another pod");
-        }
-    }
-
-    impl HintProvider for Fake {
-        fn name(&self) -> &str {
-            &self.name
-        }
-        fn share_pod(&mut self, pod: &Arc<PodView>) {
-            self.shared = Some(Arc::clone(pod));
+    impl topomgr_sdk::Provider for Fake {
+        fn new(_: &topomgr_sdk::ProviderContext<'_>) -> Result<Self, ProviderError> {
+            Err(ProviderError::admission("scripted in each test"))
         }
         fn topology_hints(
             &mut self,
-            pod: &PodView,
+            _: &PodView,
             c: &ContainerView,
         ) -> Result<ProviderHints, ProviderError> {
-            self.assert_shared(pod);
             self.log
                 .lock()
                 .unwrap()
                 .push(format!("{}:hints:{}", self.name, c.name));
             Ok(self.hints.get(&c.name).cloned().flatten())
         }
-        fn pod_topology_hints(&mut self, pod: &PodView) -> Result<ProviderHints, ProviderError> {
-            self.assert_shared(pod);
+        fn pod_topology_hints(&mut self, _: &PodView) -> Result<ProviderHints, ProviderError> {
             self.log
                 .lock()
                 .unwrap()
@@ -894,11 +875,10 @@ mod tests {
         }
         fn allocate(
             &mut self,
-            pod: &PodView,
+            _: &PodView,
             c: &ContainerView,
             hint: &TopologyHint,
         ) -> Result<Allocation, ProviderError> {
-            self.assert_shared(pod);
             let aff = hint.affinity.map_or("any".to_string(), |m| m.to_string());
             self.log
                 .lock()
@@ -967,31 +947,140 @@ mod tests {
         per: &[(&str, ProviderHints)],
         fail_for: Option<&str>,
         log: &Log,
-    ) -> Box<dyn HintProvider> {
-        Box::new(Fake {
-            name: name.into(),
-            hints: per
-                .iter()
-                .map(|(c, h)| (c.to_string(), h.clone()))
-                .collect(),
-            pod_hints: hints(&[(&[1], true)]),
-            fail_for: fail_for.map(str::to_string),
-            log: log.clone(),
-            alloc: None,
-            shared: None,
-        })
+    ) -> Provider {
+        Provider::in_process(
+            name,
+            Fake {
+                name: name.into(),
+                hints: per
+                    .iter()
+                    .map(|(c, h)| (c.to_string(), h.clone()))
+                    .collect(),
+                pod_hints: hints(&[(&[1], true)]),
+                fail_for: fail_for.map(str::to_string),
+                log: log.clone(),
+                alloc: None,
+            },
+        )
     }
 
-    fn giving(name: &str, alloc: Allocation, log: &Log) -> Box<dyn HintProvider> {
-        Box::new(Fake {
-            name: name.into(),
-            hints: BTreeMap::new(),
-            pod_hints: None,
-            fail_for: None,
-            log: log.clone(),
-            alloc: Some(alloc),
-            shared: None,
-        })
+    fn giving(name: &str, alloc: Allocation, log: &Log) -> Provider {
+        Provider::in_process(
+            name,
+            Fake {
+                name: name.into(),
+                hints: BTreeMap::new(),
+                pod_hints: None,
+                fail_for: None,
+                log: log.clone(),
+                alloc: Some(alloc),
+            },
+        )
+    }
+
+    /// A plugin object that records the pod argument of every call and
+    /// keeps a pod handed over by [`topomgr_sdk::ffi::METHOD_SHARE_POD`].
+    struct PodRecorder(Log);
+
+    mod recorder {
+        use topomgr_sdk::abi_stable::std_types::{ROption, RResult, RSlice, RStr, RString, RVec};
+        use topomgr_sdk::ffi::{
+            FfiError, FfiHint, FfiProvider, FfiProviderHints, METHOD_SHARE_POD,
+        };
+
+        impl FfiProvider for super::PodRecorder {
+            fn topology_hints(
+                &mut self,
+                pod: RStr<'_>,
+                _: RStr<'_>,
+            ) -> RResult<FfiProviderHints, FfiError> {
+                self.0.lock().unwrap().push(format!("hints {pod}"));
+                RResult::ROk(ROption::RNone)
+            }
+            fn pod_topology_hints(&mut self, pod: RStr<'_>) -> RResult<FfiProviderHints, FfiError> {
+                self.0.lock().unwrap().push(format!("pod_hints {pod}"));
+                RResult::ROk(ROption::RNone)
+            }
+            fn allocate(
+                &mut self,
+                pod: RStr<'_>,
+                _: RStr<'_>,
+                _: FfiHint,
+            ) -> RResult<RString, FfiError> {
+                self.0.lock().unwrap().push(format!("allocate {pod}"));
+                RResult::ROk("{}".into())
+            }
+            fn release(&mut self, _: RStr<'_>, _: RStr<'_>) -> RResult<(), FfiError> {
+                RResult::ROk(())
+            }
+            fn checkpoint(&self) -> RResult<RVec<u8>, FfiError> {
+                RResult::ROk(RVec::new())
+            }
+            fn restore(&mut self, _: RSlice<'_, u8>) -> RResult<(), FfiError> {
+                RResult::ROk(())
+            }
+            fn call(
+                &mut self,
+                method: RStr<'_>,
+                request: RStr<'_>,
+            ) -> RResult<ROption<RString>, FfiError> {
+                if method.as_str() != METHOD_SHARE_POD {
+                    return RResult::ROk(ROption::RNone);
+                }
+                let uid = serde_json::from_str::<serde_json::Value>(request.as_str()).unwrap()
+                    ["uid"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned();
+                self.0.lock().unwrap().push(format!("share {uid}"));
+                RResult::ROk(ROption::RSome("{}".into()))
+            }
+        }
+    }
+
+    /// An admission hands its pod to each provider once, called directly or
+    /// on the provider's thread; every later call names it by an empty
+    /// argument (linear time in the pod's containers, SDK `share_pod`).
+    #[test]
+    fn an_admission_shares_its_pod_once_with_each_provider() {
+        use topomgr_sdk::abi_stable::sabi_trait::TD_Opaque;
+        use topomgr_sdk::ffi::{FfiProvider_TO, ProviderHandle};
+
+        for threaded in [false, true] {
+            let log = Log::default();
+            let handle = ProviderHandle::new(FfiProvider_TO::from_value(
+                PodRecorder(log.clone()),
+                TD_Opaque,
+            ));
+            let mut p = Provider::new("recorder", None, handle);
+            if threaded {
+                p = p
+                    .with_deadline(
+                        std::time::Duration::from_secs(60),
+                        Arc::new(crate::daemon::metrics::Metrics::new()),
+                    )
+                    .unwrap();
+            }
+            let mut adm = admitter("restricted", Scope::Container, vec![p]);
+            assert!(adm.admit(&pod()).admitted);
+            assert!(adm.admit(&other_pod("u2")).admitted);
+            assert_eq!(
+                *log.lock().unwrap(),
+                [
+                    "share u1",
+                    "hints ",
+                    "allocate ",
+                    "hints ",
+                    "allocate ",
+                    "hints ",
+                    "allocate ",
+                    "share u2",
+                    "hints ",
+                    "allocate ",
+                ],
+                "threaded: {threaded}"
+            );
+        }
     }
 
     fn exclusive(cpus: &str) -> Allocation {
@@ -1003,7 +1092,7 @@ mod tests {
             .with_containers(vec![container("app", false)])
     }
 
-    fn admitter(policy: &str, scope: Scope, providers: Vec<Box<dyn HintProvider>>) -> Admitter {
+    fn admitter(policy: &str, scope: Scope, providers: Vec<Provider>) -> Admitter {
         let numa = NumaInfo::new(vec![0, 1], None).unwrap();
         Admitter::new(
             &topomgr_sdk::testkit::machine(2, 4),

@@ -17,15 +17,12 @@ use std::path::{Path, PathBuf};
 
 use topomgr_sdk::abi_stable::library::{lib_header_from_path, LibraryError};
 use topomgr_sdk::abi_stable::std_types::RStr;
-use topomgr_sdk::ffi::{self, FfiInit, ProviderHandle, ProviderModRef};
-use topomgr_sdk::{
-    Allocation, ContainerView, Inventory, Machine, PodView, PreferredAllocationRequest,
-    ProviderError, ProviderHints, TopologyHint, SDK_ABI_VERSION, SDK_VERSION,
-};
+use topomgr_sdk::ffi::{self, FfiInit, ProviderModRef};
+use topomgr_sdk::{Machine, ProviderError, SDK_ABI_VERSION, SDK_VERSION};
 
 use crate::config::{is_path, HostConfig, ProviderEntry};
 pub use crate::ownership::check_ownership;
-use crate::provider::HintProvider;
+use crate::provider::Provider;
 
 /// Why a provider could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -104,83 +101,6 @@ pub enum PluginError {
         /// The encoder's message.
         reason: String,
     },
-}
-
-/// A provider loaded from its shared library.
-pub struct LoadedProvider {
-    name: String,
-    path: PathBuf,
-    handle: ProviderHandle,
-}
-
-impl std::fmt::Debug for LoadedProvider {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LoadedProvider")
-            .field("name", &self.name)
-            .field("path", &self.path)
-            .finish()
-    }
-}
-
-impl LoadedProvider {
-    /// The library file it was loaded from (canonical path).
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl HintProvider for LoadedProvider {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn share_pod(&mut self, pod: &std::sync::Arc<PodView>) {
-        self.handle.share_pod(pod);
-    }
-
-    fn topology_hints(
-        &mut self,
-        pod: &PodView,
-        container: &ContainerView,
-    ) -> Result<ProviderHints, ProviderError> {
-        self.handle.topology_hints(pod, container)
-    }
-
-    fn pod_topology_hints(&mut self, pod: &PodView) -> Result<ProviderHints, ProviderError> {
-        self.handle.pod_topology_hints(pod)
-    }
-
-    fn allocate(
-        &mut self,
-        pod: &PodView,
-        container: &ContainerView,
-        hint: &TopologyHint,
-    ) -> Result<Allocation, ProviderError> {
-        self.handle.allocate(pod, container, hint)
-    }
-
-    fn release(&mut self, pod_uid: &str, container: &str) -> Result<(), ProviderError> {
-        self.handle.release(pod_uid, container)
-    }
-
-    fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
-        self.handle.checkpoint()
-    }
-
-    fn restore(&mut self, data: &[u8]) -> Result<(), ProviderError> {
-        self.handle.restore(data)
-    }
-
-    fn preferred_allocation(
-        &mut self,
-        request: &PreferredAllocationRequest,
-    ) -> Result<Vec<String>, ProviderError> {
-        self.handle.preferred_allocation(request)
-    }
-
-    fn inventory(&mut self) -> Result<Inventory, ProviderError> {
-        self.handle.inventory()
-    }
 }
 
 /// Where bare library names are looked up: the config's `plugin_dirs`, then
@@ -262,7 +182,7 @@ pub fn load_provider(
     search_dirs: &[PathBuf],
     machine: &Machine,
     state_dir: &Path,
-) -> Result<LoadedProvider, PluginError> {
+) -> Result<Provider, PluginError> {
     let machine_json = serde_json::to_value(machine).map_err(|e| PluginError::Machine {
         provider: name.to_owned(),
         reason: e.to_string(),
@@ -279,7 +199,7 @@ pub fn load_provider_from_json(
     search_dirs: &[PathBuf],
     machine_json: &serde_json::Value,
     state_dir: &Path,
-) -> Result<LoadedProvider, PluginError> {
+) -> Result<Provider, PluginError> {
     let found = resolve_library(name, &entry.library, search_dirs)?;
     let path = found.canonicalize().map_err(|e| PluginError::Open {
         provider: name.to_owned(),
@@ -319,11 +239,7 @@ pub fn load_provider_from_json(
         error,
     })?;
     tracing::info!(provider = name, path = %path.display(), "provider loaded");
-    Ok(LoadedProvider {
-        name: name.to_owned(),
-        path,
-        handle,
-    })
+    Ok(Provider::new(name, Some(path), handle))
 }
 
 fn open_module(name: &str, path: &Path) -> Result<ProviderModRef, PluginError> {

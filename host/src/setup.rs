@@ -21,12 +21,11 @@ use topomgr_sdk::Machine;
 use crate::admission::Admitter;
 use crate::config::HostConfig;
 use crate::daemon::metrics::Metrics;
-use crate::daemon::timed::TimedProvider;
 use crate::node_state::{NodeState, Records};
 use crate::numa::{NumaError, NumaInfo};
 use crate::plugin::{self, PluginError};
 use crate::policy::{Policy, PolicyError, Scope};
-use crate::provider::HintProvider;
+use crate::provider::Provider;
 
 /// Why the configuration could not be turned into an engine.
 #[derive(Debug, thiserror::Error)]
@@ -75,7 +74,7 @@ pub struct EngineParts {
     /// The admission scope.
     pub scope: Scope,
     /// Every enabled provider, in name order, called directly.
-    pub providers: Vec<Box<dyn HintProvider>>,
+    pub providers: Vec<Provider>,
 }
 
 impl EngineParts {
@@ -128,15 +127,11 @@ pub fn load_provider(
     cfg: &HostConfig,
     name: &str,
     machine: &Machine,
-) -> Result<Box<dyn HintProvider>, SetupError> {
+) -> Result<Provider, SetupError> {
     with_deadline(cfg, load_direct(cfg, name, machine)?)
 }
 
-fn load_direct(
-    cfg: &HostConfig,
-    name: &str,
-    machine: &Machine,
-) -> Result<Box<dyn HintProvider>, SetupError> {
+fn load_direct(cfg: &HostConfig, name: &str, machine: &Machine) -> Result<Provider, SetupError> {
     let entry = cfg
         .providers
         .get(name)
@@ -165,23 +160,18 @@ fn load_direct(
     }
     let dirs = plugin::search_dirs(cfg);
     let p = plugin::load_provider(name, entry, &dirs, machine, &cfg.state_dir)?;
-    Ok(Box::new(p))
+    Ok(p)
 }
 
 /// `provider` on its own thread, every call with the configured deadline,
 /// as the daemon calls it.
-fn with_deadline(
-    cfg: &HostConfig,
-    provider: Box<dyn HintProvider>,
-) -> Result<Box<dyn HintProvider>, SetupError> {
+fn with_deadline(cfg: &HostConfig, provider: Provider) -> Result<Provider, SetupError> {
     let name = provider.name().to_owned();
     let timeout = Duration::from_millis(cfg.daemon.provider_timeout_ms);
-    let timed =
-        TimedProvider::spawn(provider, timeout, Arc::new(Metrics::new())).map_err(|cause| {
-            SetupError::ProviderThread {
-                provider: name,
-                cause,
-            }
-        })?;
-    Ok(Box::new(timed))
+    provider
+        .with_deadline(timeout, Arc::new(Metrics::new()))
+        .map_err(|cause| SetupError::ProviderThread {
+            provider: name,
+            cause,
+        })
 }

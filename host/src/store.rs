@@ -50,10 +50,10 @@ use crate::checkpoint::{
     self, body_of, encode, provider_bytes, provider_part, read_snapshot, to_hex, write_atomic,
     Body, CheckpointError, Restored, STATE_FILE,
 };
-use crate::daemon::timed::PROVIDER_TIMEOUT;
 use crate::journal::{self, Journal, JournalHeader, JOURNAL_FILE, JOURNAL_FORMAT, JOURNAL_VERSION};
 use crate::node_state::{Change, NodeState};
-use crate::provider::HintProvider;
+use crate::provider::Provider;
+use crate::provider::PROVIDER_TIMEOUT;
 
 /// The journal is compacted once it is larger than this and larger than
 /// the snapshot.
@@ -422,10 +422,7 @@ pub fn state_json(dir: &Path) -> Result<serde_json::Value, CheckpointError> {
 
 /// Restore one provider (`topomgr provider NAME ... --state-dir`) from the
 /// recovered state of `dir`, if it has a part for it.
-pub fn restore_provider(
-    dir: &Path,
-    provider: &mut dyn HintProvider,
-) -> Result<(), CheckpointError> {
+pub fn restore_provider(dir: &Path, provider: &mut Provider) -> Result<(), CheckpointError> {
     let rec = recover(dir)?;
     let Some(hex) = rec.body.providers.get(provider.name()) else {
         return Ok(());
@@ -443,7 +440,7 @@ pub fn restore_provider(
 
 /// Save one provider's state into `dir`, keeping everything else its state
 /// holds: a new snapshot (and journal) with that provider's part replaced.
-pub fn save_provider(dir: &Path, provider: &dyn HintProvider) -> Result<(), CheckpointError> {
+pub fn save_provider(dir: &Path, provider: &Provider) -> Result<(), CheckpointError> {
     let boot_id = &checkpoint::boot_id();
     let rec = recover(dir)?;
     let mut body = rec.body;
@@ -490,9 +487,9 @@ mod tests {
     #[derive(Default)]
     struct Cpus(BTreeSet<(String, String, u32)>);
 
-    impl HintProvider for Cpus {
-        fn name(&self) -> &str {
-            "cpus"
+    impl topomgr_sdk::Provider for Cpus {
+        fn new(_: &topomgr_sdk::ProviderContext<'_>) -> Result<Self, ProviderError> {
+            Ok(Cpus::default())
         }
         fn topology_hints(
             &mut self,
@@ -542,7 +539,7 @@ mod tests {
             &machine,
             policy,
             Scope::Container,
-            vec![Box::new(Cpus::default())],
+            vec![Provider::in_process("cpus", Cpus::default())],
         );
         NodeState::new(adm, Records::default(), &dir.join("no-cgroups"), "boot")
     }

@@ -141,7 +141,7 @@ pub fn run(config: &Path, args: ProviderArgs) -> anyhow::Result<ExitCode> {
     let _lock = match &args.state_dir {
         Some(dir) => {
             let lock = topomgr::state_lock::StateLock::acquire_within(dir, host::STATE_LOCK_WAIT)?;
-            store::restore_provider(dir, provider.as_mut()).context("restoring provider state")?;
+            store::restore_provider(dir, &mut provider).context("restoring provider state")?;
             Some(lock)
         }
         None => None,
@@ -225,7 +225,7 @@ pub fn run(config: &Path, args: ProviderArgs) -> anyhow::Result<ExitCode> {
         }
     };
     if let Some(dir) = &args.state_dir {
-        store::save_provider(dir, provider.as_ref()).context("saving provider state")?;
+        store::save_provider(dir, &provider).context("saving provider state")?;
     }
     Ok(code)
 }

@@ -95,7 +95,7 @@ pub const REJECTION_REASONS: [&str; 9] = [
     TOPOLOGY_AFFINITY_ERROR,
     UNEXPECTED_ADMISSION_ERROR,
     "SMTAlignmentError",
-    super::timed::PROVIDER_TIMEOUT,
+    crate::provider::PROVIDER_TIMEOUT,
     PROVIDER_HELD,
     TOO_MANY_CONTAINERS,
     UID_CONFLICT,
@@ -103,7 +103,7 @@ pub const REJECTION_REASONS: [&str; 9] = [
     "Other",
 ];
 
-/// The provider calls timed by [`super::timed::TimedProvider`].
+/// The provider calls timed by [`crate::provider::deadline`].
 pub const PROVIDER_CALLS: [&str; 8] = [
     "topology_hints",
     "pod_topology_hints",

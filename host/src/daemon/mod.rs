@@ -1,7 +1,8 @@
 //! `topomgr serve`: the node daemon.
 //!
 //! - [`crate::state_lock`]: one daemon per state directory (`flock`);
-//! - [`timed`]: every provider on its own thread, each call with a deadline;
+//! - [`crate::provider::deadline`]: every provider on its own thread, each
+//!   call with a deadline;
 //! - [`engine`]: the serialized admission engine with group-committed,
 //!   durable state ([`crate::store::Store`]: journal and snapshot);
 //! - [`server`]: the HTTP/JSON API on a Unix socket;
@@ -26,7 +27,6 @@ pub mod metrics;
 pub mod scrape;
 pub mod server;
 pub mod systemd;
-pub mod timed;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -40,13 +40,12 @@ use tracing::{info, warn};
 
 use crate::admission::Admitter;
 use crate::policy::{Policy, Scope};
-use crate::provider::HintProvider;
+use crate::provider::Provider;
 use crate::state_lock::StateLock;
 use access::AccessPolicy;
 use engine::{Engine, EngineSettings};
 use metrics::Metrics;
 use server::AppState;
-use timed::TimedProvider;
 
 /// Everything the daemon needs, prepared by `topomgr serve`.
 pub struct Daemon {
@@ -69,7 +68,7 @@ pub struct Daemon {
     /// The scope.
     pub scope: Scope,
     /// Loaded providers, in call order.
-    pub providers: Vec<Box<dyn HintProvider>>,
+    pub providers: Vec<Provider>,
     /// The held state-directory lock (kept for the daemon's lifetime).
     pub lock: StateLock,
     /// The NodeResourceTopology export (node name, file).
@@ -137,7 +136,7 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
 
 /// What a provider owns, for the metrics; a provider that cannot answer
 /// owns nothing there (it still works).
-fn inventory_of(p: &mut TimedProvider) -> Inventory {
+fn inventory_of(p: &mut Provider) -> Inventory {
     p.inventory().unwrap_or_else(|e| {
         warn!(provider = p.name(), error = %e, "no inventory: its allocations are not counted as CPU or memory pinning");
         Inventory::default()
@@ -147,17 +146,17 @@ fn inventory_of(p: &mut TimedProvider) -> Inventory {
 /// Restore state, bind the socket and serve until SIGTERM/SIGINT.
 pub fn run(d: Daemon) -> Result<(), DaemonError> {
     let metrics = Arc::new(Metrics::for_machine(&d.machine));
-    let mut providers: Vec<Box<dyn HintProvider>> = Vec::with_capacity(d.providers.len());
+    let mut providers: Vec<Provider> = Vec::with_capacity(d.providers.len());
     for p in d.providers {
         let name = p.name().to_owned();
-        let mut t = TimedProvider::spawn(p, d.provider_timeout, Arc::clone(&metrics)).map_err(
-            |source| DaemonError::ProviderThread {
+        let mut p = p
+            .with_deadline(d.provider_timeout, Arc::clone(&metrics))
+            .map_err(|source| DaemonError::ProviderThread {
                 provider: name.clone(),
                 cause: source,
-            },
-        )?;
-        metrics.provider(&name, &inventory_of(&mut t));
-        providers.push(Box::new(t));
+            })?;
+        metrics.provider(&name, &inventory_of(&mut p));
+        providers.push(p);
     }
     let admitter = Admitter::new(&d.machine, d.policy, d.scope, providers);
     let settings = EngineSettings {

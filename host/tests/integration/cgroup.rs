@@ -15,7 +15,7 @@ use topomgr::cgroup::{CgroupManager, CgroupPath, CgroupVersion, Cpuset};
 use topomgr::node_state::{NodeState, Records};
 use topomgr::numa::NumaInfo;
 use topomgr::policy::{Policy, Scope};
-use topomgr::provider::HintProvider;
+use topomgr::provider::Provider;
 use topomgr_sdk::{
     testkit, Allocation, ContainerView, CpuSet, NumaMask, PodView, ProviderError, ProviderHints,
     TopologyHint,
@@ -283,9 +283,9 @@ fn symlink_escapes_are_refused() {
 /// A provider that gives each pod (by uid) a scripted allocation.
 struct Scripted(BTreeMap<String, Allocation>);
 
-impl HintProvider for Scripted {
-    fn name(&self) -> &str {
-        "scripted"
+impl topomgr_sdk::Provider for Scripted {
+    fn new(_: &topomgr_sdk::ProviderContext<'_>) -> Result<Self, ProviderError> {
+        Ok(Scripted(BTreeMap::new()))
     }
     fn topology_hints(
         &mut self,
@@ -349,7 +349,7 @@ fn shared_pool_follows_exclusive_assignments() {
         &machine,
         policy,
         Scope::Container,
-        vec![Box::new(Scripted(script))],
+        vec![Provider::in_process("scripted", Scripted(script))],
     );
     let mut node = NodeState::new(admitter, Records::default(), &dir, "boot");
     let mgr = CgroupManager::detect(&dir).unwrap();

@@ -244,7 +244,7 @@ pub fn load_on_example_machine(
     name: &str,
     so: &Path,
     config: serde_json::Value,
-) -> topomgr::plugin::LoadedProvider {
+) -> topomgr::provider::Provider {
     let machine = topomgr::discover::discover(Path::new(&example_sys())).expect("example machine");
     let entry = topomgr::config::ProviderEntry {
         library: so.to_string_lossy().into_owned(),

@@ -409,7 +409,7 @@ fn corpus_hybrid_machine_never_hands_out_the_reserved_cpu() {
 }
 
 /// `(node, capacity, allocatable, available)` of every `cpu` zone, in CPUs.
-fn cpu_zones(p: &mut dyn topomgr::provider::HintProvider) -> Vec<(u32, u64, u64, u64)> {
+fn cpu_zones(p: &mut topomgr::provider::Provider) -> Vec<(u32, u64, u64, u64)> {
     let inv = p.inventory().expect("inventory");
     let r = &inv.resources["cpu"];
     let zones: Vec<(u32, u64, u64, u64)> = r
@@ -433,7 +433,6 @@ fn cpu_zones(p: &mut dyn topomgr::provider::HintProvider) -> Vec<(u32, u64, u64,
 
 #[test]
 fn inventory_through_the_plugin_follows_allocations_and_restores() {
-    use topomgr::provider::HintProvider;
     use topomgr_sdk::testkit;
     let so = common::cpu_plugin();
     let cfg = serde_json::json!({"policy": "static", "reserved_cpus": "0"});

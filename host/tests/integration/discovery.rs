@@ -1642,7 +1642,6 @@ fn corpus_online_cpus_without_a_node_are_kept() {
 
     // The CPU provider runs on this machine and never hands those CPUs out:
     // node 1's online CPUs are the only exclusive ones.
-    use topomgr::provider::HintProvider;
     let entry = topomgr::config::ProviderEntry {
         library: common::cpu_plugin().to_string_lossy().into_owned(),
         enabled: true,

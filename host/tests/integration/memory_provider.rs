@@ -279,7 +279,7 @@ fn corpus_machine_history() {
 
 /// `(node, capacity, allocatable, available)` of every zone of `resource`,
 /// in MiB.
-fn zones(p: &mut dyn topomgr::provider::HintProvider, resource: &str) -> Vec<(u32, u64, u64, u64)> {
+fn zones(p: &mut topomgr::provider::Provider, resource: &str) -> Vec<(u32, u64, u64, u64)> {
     let inv = p.inventory().expect("inventory");
     let r = &inv.resources[resource];
     let mib = 1 << 20;
@@ -299,7 +299,6 @@ fn zones(p: &mut dyn topomgr::provider::HintProvider, resource: &str) -> Vec<(u3
 
 #[test]
 fn inventory_through_the_plugin_follows_allocations_and_restores() {
-    use topomgr::provider::HintProvider;
     use topomgr_sdk::testkit;
     let so = common::memory_plugin();
     let cfg = serde_json::json!({"policy": "static",

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::json;
 use topomgr::config::{HostConfig, ProviderEntry};
-use topomgr::plugin::{load_provider, search_dirs, LoadedProvider, PluginError};
-use topomgr::provider::HintProvider;
+use topomgr::plugin::{load_provider, search_dirs, PluginError};
+use topomgr::provider::Provider;
 use topomgr_sdk::{testkit, NumaMask, PreferredAllocationRequest, ProviderError, TopologyHint};
 
 const W: &str = "example.com/widget";
@@ -31,11 +31,7 @@ fn state_dir() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugin-state")
 }
 
-fn load(
-    name: &str,
-    library: &Path,
-    config: serde_json::Value,
-) -> Result<LoadedProvider, PluginError> {
+fn load(name: &str, library: &Path, config: serde_json::Value) -> Result<Provider, PluginError> {
     load_provider(
         name,
         &entry(library, config),
@@ -45,7 +41,7 @@ fn load(
     )
 }
 
-fn load_ok(name: &str, library: &Path, config: serde_json::Value) -> LoadedProvider {
+fn load_ok(name: &str, library: &Path, config: serde_json::Value) -> Provider {
     load(name, library, config).unwrap_or_else(|e| panic!("loading {name}: {e}"))
 }
 
@@ -71,7 +67,7 @@ fn mock_answers_what_its_config_scripts() {
         }),
     );
     assert_eq!(mock.name(), "mock");
-    assert_eq!(mock.path(), p.mock.canonicalize().unwrap());
+    assert_eq!(mock.library().unwrap(), p.mock.canonicalize().unwrap());
     let pod = testkit::guaranteed_pod("a", &[("example.com/foo", 1)]);
     let h = mock.topology_hints(&pod, &pod.containers[0]).unwrap();
     assert_eq!(
@@ -225,7 +221,7 @@ fn a_panic_in_any_method_is_an_error_and_the_provider_keeps_working() {
             &p.mock,
             json!({"panic_in": point, "hints": {"r": "none"}}),
         );
-        let call = |m: &mut LoadedProvider, what: &str| -> Result<(), ProviderError> {
+        let call = |m: &mut Provider, what: &str| -> Result<(), ProviderError> {
             match what {
                 "hints" => m.topology_hints(&pod, c).map(drop),
                 "pod_hints" => m.pod_topology_hints(&pod).map(drop),
@@ -375,7 +371,7 @@ fn bare_library_names_are_found_in_search_dirs() {
     };
     let dirs = [PathBuf::from("/opt/nowhere"), dir];
     let m = load_provider("mock", &e, &dirs, &testkit::machine(1, 1), &state_dir()).unwrap();
-    assert_eq!(m.path(), p.mock.canonicalize().unwrap());
+    assert_eq!(m.library().unwrap(), p.mock.canonicalize().unwrap());
     let cfg = HostConfig {
         plugin_dirs: vec![PathBuf::from("/opt/x")],
         ..HostConfig::default()

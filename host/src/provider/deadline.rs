@@ -1,37 +1,35 @@
-//! Provider calls with a deadline, off the async runtime.
+//! A provider on its own OS thread, called with a deadline.
 //!
-//! [`TimedProvider`] wraps one loaded provider: the provider lives on its own
-//! OS thread and every call is a job sent there; the caller waits at most the
-//! configured deadline. A call that misses it fails with reason
-//! [`PROVIDER_TIMEOUT`] (so that admission fails and is rolled back), the
-//! provider is marked *stuck*, and every later call fails at once with the
-//! same reason until the stuck call returns. An `allocate` that completes
-//! after its caller gave up is released again on the provider's thread, so a
-//! late answer never leaks resources.
+//! [`Deadline`] owns the thread a [`ProviderHandle`] lives on: every call
+//! is a job sent there, and the caller waits at most the configured
+//! deadline. A call that misses it fails with reason [`PROVIDER_TIMEOUT`]
+//! (so that admission fails and is rolled back), the provider is marked
+//! *stuck*, and every later call fails at once with the same reason until
+//! the stuck call returns. An `allocate` that completes after its caller
+//! gave up is released again on the provider's thread ([`Undo`]), so a late
+//! answer never leaks resources.
 //!
 //! Every call's duration is recorded in [`Metrics`] as
-//! `topomgr_provider_call_duration_seconds{provider, call}`, and every
-//! `allocate` outcome is handed to [`Metrics::allocation`] (the CPU and
-//! Memory Managers' pinning counters), and every answer with hints to
-//! [`Metrics::hints`] (which resources the provider owns).
+//! `topomgr_provider_call_duration_seconds{provider, call}`;
+//! [`super::Provider`] hands answers to the other metrics.
 //!
 //! The pod crosses to the provider's thread as the `Arc<PodView>` the caller
-//! shared ([`HintProvider::share_pod`]; an admission calls every provider
+//! shared ([`super::Provider::share_pod`]; an admission calls every provider
 //! once or twice per container, with the same pod): recognising it costs a
-//! pointer comparison, where copying or even comparing a pod of many
-//! containers on every call would make an admission cost quadratic time in
-//! its containers. The provider behind the thread gets the same `Arc`.
+//! pointer comparison ([`Deadline::shared`]), where copying or even
+//! comparing a pod of many containers on every call would make an admission
+//! cost quadratic time in its containers.
 
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use topomgr_sdk::{Allocation, ContainerView, PodView, ProviderError, ProviderHints, TopologyHint};
+use topomgr_sdk::ffi::ProviderHandle;
+use topomgr_sdk::{PodView, ProviderError};
 use tracing::{error, info, warn};
 
-use super::metrics::Metrics;
-use crate::provider::HintProvider;
+use crate::daemon::metrics::Metrics;
 
 /// Reason of a provider call that missed its deadline or hit a stuck provider.
 pub const PROVIDER_TIMEOUT: &str = "ProviderTimeout";
@@ -43,46 +41,46 @@ struct Abandoned {
     since: Instant,
 }
 
-type Job = Box<dyn FnOnce(&mut dyn HintProvider, &Mutex<Option<Abandoned>>) + Send>;
+type Job = Box<dyn FnOnce(&mut ProviderHandle, &Mutex<Option<Abandoned>>) + Send>;
 
 /// Undoes a call that succeeded after its caller gave up.
-type Undo = Box<dyn FnOnce(&mut dyn HintProvider) + Send>;
+pub(super) type Undo = Box<dyn FnOnce(&mut ProviderHandle) + Send>;
 
-/// One provider on its own thread, called with a deadline.
-pub struct TimedProvider {
+/// The caller's side of one provider's thread.
+pub(super) struct Deadline {
     name: String,
-    last_pod: Option<Arc<PodView>>,
-    timeout: Duration,
+    pub(super) last_pod: Option<Arc<PodView>>,
+    pub(super) timeout: Duration,
     jobs: mpsc::Sender<Job>,
     abandoned: Arc<Mutex<Option<Abandoned>>>,
-    metrics: Arc<Metrics>,
+    pub(super) metrics: Arc<Metrics>,
 }
 
 fn lock(m: &Mutex<Option<Abandoned>>) -> MutexGuard<'_, Option<Abandoned>> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl TimedProvider {
-    /// Move `provider` onto its own thread; calls wait at most `timeout`.
-    pub fn spawn(
-        provider: Box<dyn HintProvider>,
+impl Deadline {
+    /// Move `handle` onto its own thread; calls wait at most `timeout`.
+    pub(super) fn spawn(
+        name: &str,
+        handle: ProviderHandle,
         timeout: Duration,
         metrics: Arc<Metrics>,
-    ) -> std::io::Result<TimedProvider> {
-        let name = provider.name().to_owned();
+    ) -> std::io::Result<Deadline> {
         let (jobs, rx) = mpsc::channel::<Job>();
         let abandoned = Arc::new(Mutex::new(None));
         let slot = Arc::clone(&abandoned);
         thread::Builder::new()
             .name(format!("provider-{name}"))
             .spawn(move || {
-                let mut provider = provider;
+                let mut handle = handle;
                 while let Ok(job) = rx.recv() {
-                    job(provider.as_mut(), &slot);
+                    job(&mut handle, &slot);
                 }
             })?;
-        Ok(TimedProvider {
-            name,
+        Ok(Deadline {
+            name: name.to_owned(),
             last_pod: None,
             timeout,
             jobs,
@@ -93,7 +91,7 @@ impl TimedProvider {
 
     /// `pod` to send to the provider's thread: the shared one when `pod`
     /// is that very object (compared by address, a constant cost).
-    fn shared(&mut self, pod: &PodView) -> Arc<PodView> {
+    pub(super) fn shared(&mut self, pod: &PodView) -> Arc<PodView> {
         match &self.last_pod {
             Some(last) if std::ptr::eq(&**last, pod) => Arc::clone(last),
             _ => {
@@ -105,7 +103,7 @@ impl TimedProvider {
     }
 
     /// Whether a call that timed out is still running in the provider.
-    pub fn is_stuck(&self) -> bool {
+    pub(super) fn is_stuck(&self) -> bool {
         lock(&self.abandoned).is_some()
     }
 
@@ -122,10 +120,10 @@ impl TimedProvider {
 
     /// Run `f` on the provider's thread with the deadline. `undo` runs on
     /// that thread when the call succeeds after its caller gave up.
-    fn call<T: Send + 'static>(
+    pub(super) fn call<T: Send + 'static>(
         &self,
         call: &'static str,
-        f: impl FnOnce(&mut dyn HintProvider) -> Result<T, ProviderError> + Send + 'static,
+        f: impl FnOnce(&mut ProviderHandle) -> Result<T, ProviderError> + Send + 'static,
         undo: Option<Undo>,
     ) -> Result<T, ProviderError> {
         if let Some(a) = lock(&self.abandoned).as_ref() {
@@ -191,106 +189,5 @@ impl TimedProvider {
         self.metrics
             .provider_call(&self.name, call, start.elapsed().as_secs_f64());
         result
-    }
-}
-
-impl HintProvider for TimedProvider {
-    fn name(&self) -> &str {
-        &self.name
-    }
-
-    fn share_pod(&mut self, pod: &Arc<PodView>) {
-        self.last_pod = Some(Arc::clone(pod));
-    }
-
-    fn topology_hints(
-        &mut self,
-        pod: &PodView,
-        container: &ContainerView,
-    ) -> Result<ProviderHints, ProviderError> {
-        let (pod, container) = (self.shared(pod), container.clone());
-        let result = self.call(
-            "topology_hints",
-            move |p| {
-                p.share_pod(&pod);
-                p.topology_hints(&pod, &container)
-            },
-            None,
-        );
-        if let Ok(hints) = &result {
-            self.metrics.hints(&self.name, hints);
-        }
-        result
-    }
-
-    fn pod_topology_hints(&mut self, pod: &PodView) -> Result<ProviderHints, ProviderError> {
-        let pod = self.shared(pod);
-        let result = self.call(
-            "pod_topology_hints",
-            move |p| {
-                p.share_pod(&pod);
-                p.pod_topology_hints(&pod)
-            },
-            None,
-        );
-        if let Ok(hints) = &result {
-            self.metrics.hints(&self.name, hints);
-        }
-        result
-    }
-
-    fn allocate(
-        &mut self,
-        pod: &PodView,
-        container: &ContainerView,
-        hint: &TopologyHint,
-    ) -> Result<Allocation, ProviderError> {
-        let (uid, cname) = (pod.uid.clone(), container.name.clone());
-        let (shared, owned, hint) = (self.shared(pod), container.clone(), *hint);
-        let result = self.call(
-            "allocate",
-            move |p| {
-                p.share_pod(&shared);
-                p.allocate(&shared, &owned, &hint)
-            },
-            Some(Box::new(move |p| {
-                if let Err(e) = p.release(&uid, &cname) {
-                    warn!(provider = p.name(), pod = %uid, container = %cname, error = %e, "releasing a late allocation failed");
-                }
-            })),
-        );
-        self.metrics
-            .allocation(&self.name, pod, container, result.as_ref());
-        result
-    }
-
-    fn release(&mut self, pod_uid: &str, container: &str) -> Result<(), ProviderError> {
-        let (uid, cname) = (pod_uid.to_owned(), container.to_owned());
-        self.call("release", move |p| p.release(&uid, &cname), None)
-    }
-
-    fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
-        self.call("checkpoint", |p| p.checkpoint(), None)
-    }
-
-    fn restore(&mut self, data: &[u8]) -> Result<(), ProviderError> {
-        let data = data.to_vec();
-        self.call("restore", move |p| p.restore(&data), None)
-    }
-
-    fn preferred_allocation(
-        &mut self,
-        request: &topomgr_sdk::PreferredAllocationRequest,
-    ) -> Result<Vec<String>, ProviderError> {
-        let request = request.clone();
-        self.call(
-            "preferred_allocation",
-            move |p| p.preferred_allocation(&request),
-            None,
-        )
-    }
-
-    fn inventory(&mut self) -> Result<topomgr_sdk::Inventory, ProviderError> {
-        self.call("inventory", |p| p.inventory(), None)
     }
 }
