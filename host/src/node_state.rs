@@ -298,6 +298,14 @@ impl NodeState {
         }
     }
 
+    /// Apply through `cgroups` instead of detecting a hierarchy under the
+    /// cgroup root when first needed (a test double behind
+    /// [`crate::cgroup::ControlFs`]).
+    pub fn with_cgroups(mut self, cgroups: CgroupManager) -> Self {
+        self.cgroups = Some(cgroups);
+        self
+    }
+
     /// The admitter (pods, providers, ledger).
     pub fn admitter(&self) -> &Admitter {
         &self.admitter

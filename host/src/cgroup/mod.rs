@@ -22,10 +22,13 @@
 //! canonical root before anything is written in it (a symlink out of the
 //! hierarchy is refused). Control files are opened with `O_NOFOLLOW`.
 //!
-//! A hierarchy that is not a mounted cgroup filesystem (a directory tree in a
-//! test, a what-if run) is *emulated*: control files are created when first
-//! written, a missing one reads as empty, and removing a cgroup removes its
-//! files with it. On a real cgroupfs none of that applies.
+//! Everything that touches the kernel's files goes through one small trait,
+//! [`ControlFs`] (read or write a control file, remove a cgroup directory,
+//! accept a root): [`Cgroupfs`] is the only implementation in production and
+//! accepts only a mounted cgroup filesystem ([`CgroupManager::detect`]).
+//! Tests put a double behind the trait ([`CgroupManager::detect_with`]; the
+//! integration tests' `cgroup_tree.rs` emulates a hierarchy in a plain
+//! directory tree), as youki keeps its test manager apart.
 //!
 //! [`pool`] holds the one rule for a container's cpuset and rewrites the
 //! shared-pool containers' `cpuset.cpus`; [`crate::node_state`] decides
@@ -105,6 +108,15 @@ pub enum CgroupError {
     )]
     NoCpuset {
         /// The root looked at.
+        root: PathBuf,
+    },
+    /// The root is a plain directory, not a mounted cgroup filesystem.
+    #[error(
+        "{} is not a mounted cgroup filesystem (cgroup v1 cpuset or cgroup2); set cgroup_root to the cgroup mount point (usually /sys/fs/cgroup)",
+        root.display()
+    )]
+    NotCgroupfs {
+        /// The hierarchy root.
         root: PathBuf,
     },
     /// cgroup v2 without the cpuset controller.
@@ -200,53 +212,87 @@ pub struct Cpuset {
     pub mems: NumaMask,
 }
 
-/// Reading and writing control files, aware of emulated hierarchies.
-#[derive(Debug, Clone, Copy)]
-pub struct Control {
-    emulated: bool,
+/// What [`ControlFs::remove_dir`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Removal {
+    /// The directory is gone.
+    Removed,
+    /// Processes or child cgroups are still in it (`EBUSY`).
+    Busy,
 }
 
-impl Control {
-    /// A control-file accessor; `emulated` for plain directory trees.
-    pub fn new(emulated: bool) -> Self {
-        Control { emulated }
+/// How the manager touches a hierarchy's files: the seam between the
+/// manager and the kernel ([`Cgroupfs`] in production, doubles in tests).
+pub trait ControlFs: fmt::Debug + Send + Sync {
+    /// Accept `root` (canonical) as a hierarchy root, or say why not.
+    fn check_root(&self, root: &Path) -> Result<(), CgroupError>;
+    /// The trimmed content of a control file.
+    fn read(&self, path: &Path) -> Result<String, CgroupError>;
+    /// Write `value` into a control file (never through a symlink).
+    fn write(&self, path: &Path, value: &str) -> Result<(), CgroupError>;
+    /// Remove one cgroup directory.
+    fn remove_dir(&self, dir: &Path) -> Result<Removal, CgroupError>;
+}
+
+/// The kernel's cgroup filesystem (v1 cpuset or cgroup2 mounts only).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Cgroupfs;
+
+impl ControlFs for Cgroupfs {
+    fn check_root(&self, root: &Path) -> Result<(), CgroupError> {
+        use nix::sys::statfs::{statfs, CGROUP2_SUPER_MAGIC, CGROUP_SUPER_MAGIC};
+        let fs_type = statfs(root)
+            .map_err(|errno| CgroupError::Io {
+                op: "statfs",
+                path: root.to_path_buf(),
+                cause: io::Error::from(errno),
+            })?
+            .filesystem_type();
+        if fs_type == CGROUP_SUPER_MAGIC || fs_type == CGROUP2_SUPER_MAGIC {
+            Ok(())
+        } else {
+            Err(CgroupError::NotCgroupfs {
+                root: root.to_path_buf(),
+            })
+        }
     }
 
-    /// Whether the hierarchy is a plain directory tree.
-    pub fn emulated(self) -> bool {
-        self.emulated
-    }
-
-    /// The trimmed content of a control file (a missing file reads as empty
-    /// in an emulated hierarchy).
-    pub fn read(self, path: &Path) -> Result<String, CgroupError> {
-        match fs::read_to_string(path) {
-            Ok(s) => Ok(s.trim().to_string()),
-            Err(e) if self.emulated && e.kind() == io::ErrorKind::NotFound => Ok(String::new()),
-            Err(source) => Err(CgroupError::Io {
+    fn read(&self, path: &Path) -> Result<String, CgroupError> {
+        fs::read_to_string(path)
+            .map(|s| s.trim().to_string())
+            .map_err(|cause| CgroupError::Io {
                 op: "read",
                 path: path.to_path_buf(),
-                cause: source,
-            }),
-        }
+                cause,
+            })
     }
 
-    /// Write `value` into a control file (never through a symlink).
-    pub fn write(self, path: &Path, value: &str) -> Result<(), CgroupError> {
-        let werr = |source| CgroupError::Write {
+    fn write(&self, path: &Path, value: &str) -> Result<(), CgroupError> {
+        let werr = |cause| CgroupError::Write {
             path: path.to_path_buf(),
             value: value.to_string(),
-            cause: source,
+            cause,
         };
-        let mut opts = OpenOptions::new();
-        opts.write(true).custom_flags(libc::O_NOFOLLOW);
-        if self.emulated {
-            opts.create(true).truncate(true);
-        }
-        let mut f = opts.open(path).map_err(werr)?;
+        let mut f = OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+            .map_err(werr)?;
         f.write_all(value.as_bytes()).map_err(werr)?;
         debug!(path = %path.display(), value, "cgroup file written");
         Ok(())
+    }
+
+    fn remove_dir(&self, dir: &Path) -> Result<Removal, CgroupError> {
+        match fs::remove_dir(dir) {
+            Ok(()) => Ok(Removal::Removed),
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Ok(Removal::Busy),
+            Err(cause) => Err(CgroupError::Io {
+                op: "remove cgroup directory",
+                path: dir.to_path_buf(),
+                cause,
+            }),
+        }
     }
 }
 
@@ -257,11 +303,20 @@ pub trait Layout: fmt::Debug + Send + Sync {
     /// Make `parent` ready to hold a child cgroup with cpusets (v2: enable
     /// `+cpuset` in its `cgroup.subtree_control`). `is_root` for the
     /// hierarchy root.
-    fn prepare_parent(&self, ctl: Control, parent: &Path, is_root: bool)
-        -> Result<(), CgroupError>;
+    fn prepare_parent(
+        &self,
+        fs: &dyn ControlFs,
+        parent: &Path,
+        is_root: bool,
+    ) -> Result<(), CgroupError>;
     /// Initialise `child` (new or existing) after it was created in `parent`
     /// (v1: copy the parent's cpus / mems where the child's are empty).
-    fn init_child(&self, ctl: Control, parent: &Path, child: &Path) -> Result<(), CgroupError>;
+    fn init_child(
+        &self,
+        fs: &dyn ControlFs,
+        parent: &Path,
+        child: &Path,
+    ) -> Result<(), CgroupError>;
     /// The files with the effective CPUs and memory nodes.
     fn effective_files(&self) -> [&'static str; 2];
 }
@@ -295,28 +350,20 @@ impl Cgroup {
 pub struct CgroupManager {
     root: PathBuf,
     layout: Box<dyn Layout>,
-    ctl: Control,
-}
-
-/// Result of one `rmdir` attempt.
-enum Rmdir {
-    Removed,
-    Busy,
-}
-
-fn is_cgroupfs(dir: &Path) -> bool {
-    use nix::sys::statfs::{statfs, CGROUP2_SUPER_MAGIC, CGROUP_SUPER_MAGIC};
-    statfs(dir).is_ok_and(|s| {
-        let t = s.filesystem_type();
-        t == CGROUP_SUPER_MAGIC || t == CGROUP2_SUPER_MAGIC
-    })
+    fs: Box<dyn ControlFs>,
 }
 
 impl CgroupManager {
     /// Detect the hierarchy under `cgroup_root`: cgroup v2 when
     /// `cgroup.controllers` is there, else a v1 cpuset controller at
-    /// `<root>/cpuset` (or `<root>` itself when it is that mount).
+    /// `<root>/cpuset` (or `<root>` itself when it is that mount). The
+    /// hierarchy must be a mounted cgroup filesystem ([`Cgroupfs`]).
     pub fn detect(cgroup_root: &Path) -> Result<Self, CgroupError> {
+        Self::detect_with(cgroup_root, Box::new(Cgroupfs))
+    }
+
+    /// [`CgroupManager::detect`] with its files behind `fs`.
+    pub fn detect_with(cgroup_root: &Path, fs: Box<dyn ControlFs>) -> Result<Self, CgroupError> {
         let (base, layout): (PathBuf, Box<dyn Layout>) =
             if cgroup_root.join("cgroup.controllers").is_file() {
                 (cgroup_root.to_path_buf(), Box::new(v2::V2))
@@ -329,24 +376,24 @@ impl CgroupManager {
                     root: cgroup_root.to_path_buf(),
                 });
             };
-        Self::with_layout(&base, layout)
+        Self::with_layout(&base, layout, fs)
     }
 
     /// A manager for the hierarchy (v1: the cpuset controller's directory)
-    /// at `base` with an explicit layout.
-    pub fn with_layout(base: &Path, layout: Box<dyn Layout>) -> Result<Self, CgroupError> {
+    /// at `base` with an explicit layout, its files behind `fs`.
+    pub fn with_layout(
+        base: &Path,
+        layout: Box<dyn Layout>,
+        fs: Box<dyn ControlFs>,
+    ) -> Result<Self, CgroupError> {
         let root = base.canonicalize().map_err(|source| CgroupError::Io {
             op: "resolve",
             path: base.to_path_buf(),
             cause: source,
         })?;
-        let emulated = !is_cgroupfs(&root);
-        info!(root = %root.display(), version = %layout.version(), emulated, "cgroup hierarchy");
-        Ok(CgroupManager {
-            root,
-            layout,
-            ctl: Control::new(emulated),
-        })
+        fs.check_root(&root)?;
+        info!(root = %root.display(), version = %layout.version(), "cgroup hierarchy");
+        Ok(CgroupManager { root, layout, fs })
     }
 
     /// The cgroup version.
@@ -359,17 +406,12 @@ impl CgroupManager {
         &self.root
     }
 
-    /// Whether the hierarchy is a plain directory tree, not a cgroupfs.
-    pub fn emulated(&self) -> bool {
-        self.ctl.emulated()
-    }
-
     /// Create the cgroup `path` and any missing parents, each made ready
     /// for cpusets. An existing cgroup is reused.
     pub fn create(&self, path: &CgroupPath) -> Result<Cgroup, CgroupError> {
         let mut dir = self.root.clone();
         for (i, name) in path.names().enumerate() {
-            self.layout.prepare_parent(self.ctl, &dir, i == 0)?;
+            self.layout.prepare_parent(&*self.fs, &dir, i == 0)?;
             let child = dir.join(name);
             match fs::create_dir(&child) {
                 Ok(()) => debug!(dir = %child.display(), "cgroup directory created"),
@@ -383,7 +425,7 @@ impl CgroupManager {
                 }
             }
             let real = confine(&self.root, &child, path)?;
-            self.layout.init_child(self.ctl, &dir, &real)?;
+            self.layout.init_child(&*self.fs, &dir, &real)?;
             dir = real;
         }
         info!(cgroup = %dir.display(), "cgroup ready");
@@ -414,26 +456,26 @@ impl CgroupManager {
         mems: &NumaMask,
     ) -> Result<(), CgroupError> {
         self.set_cpus(cg, cpus)?;
-        self.ctl
+        self.fs
             .write(&cg.dir.join("cpuset.mems"), &mems.to_string())?;
         Ok(())
     }
 
     /// Write `cpuset.cpus` only.
     pub fn set_cpus(&self, cg: &Cgroup, cpus: &CpuSet) -> Result<(), CgroupError> {
-        self.ctl
+        self.fs
             .write(&cg.dir.join("cpuset.cpus"), &cpus.to_string())
     }
 
     /// Move process `pid` into the cgroup.
     pub fn add_process(&self, cg: &Cgroup, pid: u32) -> Result<(), CgroupError> {
-        self.ctl.write(&cg.procs_file(), &pid.to_string())
+        self.fs.write(&cg.procs_file(), &pid.to_string())
     }
 
     /// The processes in the cgroup.
     pub fn procs(&self, cg: &Cgroup) -> Result<Vec<u32>, CgroupError> {
         let file = cg.procs_file();
-        let text = self.ctl.read(&file)?;
+        let text = self.fs.read(&file)?;
         text.split_whitespace()
             .map(|p| {
                 p.parse::<u32>().map_err(|e| CgroupError::Parse {
@@ -450,7 +492,7 @@ impl CgroupManager {
         let [cpus_file, mems_file] = self.layout.effective_files();
         let read = |name: &str| -> Result<(PathBuf, String), CgroupError> {
             let p = cg.dir.join(name);
-            Ok((p.clone(), self.ctl.read(&p)?))
+            Ok((p.clone(), self.fs.read(&p)?))
         };
         let (cp, ct) = read(cpus_file)?;
         let cpus = CpuSet::parse(&ct).map_err(|e| CgroupError::Parse {
@@ -474,9 +516,9 @@ impl CgroupManager {
         let start = Instant::now();
         let mut pause = Duration::from_millis(5);
         loop {
-            match self.rmdir(&cg.dir)? {
-                Rmdir::Removed => break,
-                Rmdir::Busy => {
+            match self.fs.remove_dir(&cg.dir)? {
+                Removal::Removed => break,
+                Removal::Busy => {
                     let children = self.child_dirs(&cg.dir)?;
                     if !children.is_empty() {
                         return Err(CgroupError::HasChildren {
@@ -505,12 +547,12 @@ impl CgroupManager {
             if parent == self.root || !parent.starts_with(&self.root) {
                 break;
             }
-            match self.rmdir(&parent) {
-                Ok(Rmdir::Removed) => {
+            match self.fs.remove_dir(&parent) {
+                Ok(Removal::Removed) => {
                     debug!(cgroup = %parent.display(), "empty parent cgroup removed")
                 }
                 // Other cgroups or processes still use it: it stays.
-                Ok(Rmdir::Busy) | Err(_) => break,
+                Ok(Removal::Busy) | Err(_) => break,
             }
             dir = parent;
         }
@@ -530,41 +572,5 @@ impl CgroupManager {
             .collect();
         names.sort();
         Ok(names)
-    }
-
-    /// One `rmdir`. On a cgroupfs, `EBUSY` means processes or children are
-    /// left. In an emulated tree a directory holding only files is emptied
-    /// first; one holding directories counts as busy.
-    fn rmdir(&self, dir: &Path) -> Result<Rmdir, CgroupError> {
-        let rm_err = |source| CgroupError::Io {
-            op: "remove cgroup directory",
-            path: dir.to_path_buf(),
-            cause: source,
-        };
-        match fs::remove_dir(dir) {
-            Ok(()) => Ok(Rmdir::Removed),
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Ok(Rmdir::Busy),
-            Err(e) if self.ctl.emulated() && e.raw_os_error() == Some(libc::ENOTEMPTY) => {
-                if !self.child_dirs(dir)?.is_empty() {
-                    return Ok(Rmdir::Busy);
-                }
-                let entries = fs::read_dir(dir).map_err(|source| CgroupError::Io {
-                    op: "list",
-                    path: dir.to_path_buf(),
-                    cause: source,
-                })?;
-                for entry in entries.filter_map(Result::ok) {
-                    let p = entry.path();
-                    fs::remove_file(&p).map_err(|source| CgroupError::Io {
-                        op: "remove",
-                        path: p.clone(),
-                        cause: source,
-                    })?;
-                }
-                fs::remove_dir(dir).map_err(rm_err)?;
-                Ok(Rmdir::Removed)
-            }
-            Err(e) => Err(rm_err(e)),
-        }
     }
 }

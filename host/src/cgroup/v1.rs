@@ -8,7 +8,7 @@
 
 use std::path::Path;
 
-use super::{CgroupError, CgroupVersion, Control, Layout};
+use super::{CgroupError, CgroupVersion, ControlFs, Layout};
 
 /// The cgroup v1 cpuset layout.
 #[derive(Debug, Clone, Copy, Default)]
@@ -21,19 +21,24 @@ impl Layout for V1 {
 
     fn prepare_parent(
         &self,
-        _ctl: Control,
+        _fs: &dyn ControlFs,
         _parent: &Path,
         _is_root: bool,
     ) -> Result<(), CgroupError> {
         Ok(())
     }
 
-    fn init_child(&self, ctl: Control, parent: &Path, child: &Path) -> Result<(), CgroupError> {
+    fn init_child(
+        &self,
+        fs: &dyn ControlFs,
+        parent: &Path,
+        child: &Path,
+    ) -> Result<(), CgroupError> {
         for file in ["cpuset.cpus", "cpuset.mems"] {
-            let mine = ctl.read(&child.join(file))?;
+            let mine = fs.read(&child.join(file))?;
             if mine.is_empty() {
-                let inherited = ctl.read(&parent.join(file))?;
-                ctl.write(&child.join(file), &inherited)?;
+                let inherited = fs.read(&parent.join(file))?;
+                fs.write(&child.join(file), &inherited)?;
             }
         }
         Ok(())

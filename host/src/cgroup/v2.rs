@@ -10,14 +10,14 @@
 
 use std::path::Path;
 
-use super::{CgroupError, CgroupVersion, Control, Layout};
+use super::{CgroupError, CgroupVersion, ControlFs, Layout};
 
 /// The cgroup v2 layout.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct V2;
 
-/// Whether a controller list names cpuset (an emulated tree holds what was
-/// written, `+cpuset`; the kernel shows `cpuset`).
+/// Whether a controller list names cpuset (the kernel shows `cpuset`; a
+/// test double's tree holds what was written, `+cpuset`).
 fn lists_cpuset(text: &str) -> bool {
     text.split_whitespace()
         .any(|c| c.trim_start_matches('+') == "cpuset")
@@ -30,12 +30,12 @@ impl Layout for V2 {
 
     fn prepare_parent(
         &self,
-        ctl: Control,
+        fs: &dyn ControlFs,
         parent: &Path,
         is_root: bool,
     ) -> Result<(), CgroupError> {
         if is_root {
-            let available = ctl.read(&parent.join("cgroup.controllers"))?;
+            let available = fs.read(&parent.join("cgroup.controllers"))?;
             if !lists_cpuset(&available) {
                 return Err(CgroupError::CpusetUnavailable {
                     root: parent.to_path_buf(),
@@ -44,13 +44,18 @@ impl Layout for V2 {
             }
         }
         let subtree = parent.join("cgroup.subtree_control");
-        if !lists_cpuset(&ctl.read(&subtree)?) {
-            ctl.write(&subtree, "+cpuset")?;
+        if !lists_cpuset(&fs.read(&subtree)?) {
+            fs.write(&subtree, "+cpuset")?;
         }
         Ok(())
     }
 
-    fn init_child(&self, _ctl: Control, _parent: &Path, _child: &Path) -> Result<(), CgroupError> {
+    fn init_child(
+        &self,
+        _fs: &dyn ControlFs,
+        _parent: &Path,
+        _child: &Path,
+    ) -> Result<(), CgroupError> {
         Ok(())
     }
 

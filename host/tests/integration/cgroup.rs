@@ -2,7 +2,7 @@
 //! contents), path-escape refusals, the shared pool, and a real cgroup on this
 //! machine (root with a cpuset controller; skipped with a `SKIP:` line otherwise).
 
-use crate::common;
+use crate::{cgroup_tree, common};
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -64,10 +64,9 @@ fn v2_tree(tag: &str, controllers: &str) -> PathBuf {
 #[test]
 fn v1_tree_create_set_move_read_remove() {
     let (dir, root) = v1_tree("cg-v1");
-    let mgr = CgroupManager::detect(&dir).unwrap();
+    let mgr = cgroup_tree::detect(&dir).unwrap();
     assert_eq!(mgr.version(), CgroupVersion::V1);
     assert_eq!(mgr.root(), root);
-    assert!(mgr.emulated());
 
     let app = mgr.create(&path("topomgr/pod-1/app")).unwrap();
     assert_eq!(app.dir(), root.join("topomgr/pod-1/app"));
@@ -140,7 +139,7 @@ fn v1_tree_create_set_move_read_remove() {
 #[test]
 fn v1_detected_when_the_root_is_the_cpuset_mount() {
     let (_dir, root) = v1_tree("cg-v1-mount");
-    let mgr = CgroupManager::detect(&root).unwrap();
+    let mgr = cgroup_tree::detect(&root).unwrap();
     assert_eq!(mgr.version(), CgroupVersion::V1);
     assert_eq!(mgr.root(), root);
 }
@@ -148,7 +147,7 @@ fn v1_detected_when_the_root_is_the_cpuset_mount() {
 #[test]
 fn v2_tree_enables_cpuset_in_every_ancestor() {
     let root = v2_tree("cg-v2", "cpuset cpu io memory pids\n");
-    let mgr = CgroupManager::detect(&root).unwrap();
+    let mgr = cgroup_tree::detect(&root).unwrap();
     assert_eq!(mgr.version(), CgroupVersion::V2);
     assert_eq!(mgr.root(), root);
 
@@ -197,7 +196,7 @@ fn v2_tree_enables_cpuset_in_every_ancestor() {
 #[test]
 fn v2_without_cpuset_is_refused() {
     let root = v2_tree("cg-v2-nocpuset", "cpu memory\n");
-    let mgr = CgroupManager::detect(&root).unwrap();
+    let mgr = cgroup_tree::detect(&root).unwrap();
     assert_eq!(
         mgr.create(&path("topomgr/p/app")).unwrap_err().to_string(),
         format!(
@@ -208,11 +207,35 @@ fn v2_without_cpuset_is_refused() {
     assert!(!root.join("topomgr").exists());
 }
 
+/// Production code applies cpusets only to a mounted cgroup filesystem: a
+/// directory tree shaped like one is refused, naming it, before anything
+/// is written (the emulation lives in the tests' `cgroup_tree`).
+#[test]
+fn a_plain_directory_tree_is_not_a_cgroup_hierarchy() {
+    let (dir, root) = v1_tree("cg-plain");
+    assert_eq!(
+        CgroupManager::detect(&dir).unwrap_err().to_string(),
+        format!(
+            "{} is not a mounted cgroup filesystem (cgroup v1 cpuset or cgroup2); set cgroup_root to the cgroup mount point (usually /sys/fs/cgroup)",
+            root.display()
+        )
+    );
+    assert!(!root.join("topomgr").exists());
+    let v2 = v2_tree("cg-plain-v2", "cpuset cpu");
+    assert!(CgroupManager::detect(&v2)
+        .unwrap_err()
+        .to_string()
+        .starts_with(&format!(
+            "{} is not a mounted cgroup filesystem",
+            v2.display()
+        )));
+}
+
 #[test]
 fn no_hierarchy_is_a_clear_error() {
     let dir = common::scratch_dir("cg-none");
     assert_eq!(
-        CgroupManager::detect(&dir).unwrap_err().to_string(),
+        cgroup_tree::detect(&dir).unwrap_err().to_string(),
         format!(
             "no cgroup hierarchy with a cpuset controller under {}: expected cgroup v2 (cgroup.controllers) or a cgroup v1 cpuset controller (cpuset/cpuset.cpus); set cgroup_root to the cgroup mount point (usually /sys/fs/cgroup)",
             dir.display()
@@ -247,7 +270,7 @@ fn symlink_escapes_are_refused() {
     let outside = dir.join("outside");
     fs::create_dir_all(&outside).unwrap();
     std::os::unix::fs::symlink(&outside, root.join("topomgr")).unwrap();
-    let mgr = CgroupManager::detect(&dir).unwrap();
+    let mgr = cgroup_tree::detect(&dir).unwrap();
     let want = format!(
         "cgroup path \"topomgr/pod-1/app\": {} resolves to {}, outside the cgroup root {}; symlinks out of the cgroup root are refused",
         root.join("topomgr").display(),
@@ -351,8 +374,9 @@ fn shared_pool_follows_exclusive_assignments() {
         Scope::Container,
         vec![Provider::in_process("scripted", Scripted(script))],
     );
-    let mut node = NodeState::new(admitter, Records::default(), &dir, "boot");
-    let mgr = CgroupManager::detect(&dir).unwrap();
+    let mut node = NodeState::new(admitter, Records::default(), &dir, "boot")
+        .with_cgroups(cgroup_tree::detect(&dir).unwrap());
+    let mgr = cgroup_tree::detect(&dir).unwrap();
     for uid in ["b", "c"] {
         assert!(node.admit(&pod(uid)).admitted);
         let p = format!("topomgr/{uid}/main");
@@ -406,28 +430,6 @@ fn shared_pool_follows_exclusive_assignments() {
     assert!(!node.records().attachments.contains_key("c"));
 }
 
-/// The machine's real cgroup hierarchy, or `None` with a `SKIP:` line.
-fn real_hierarchy(test: &str) -> Option<CgroupManager> {
-    if !common::is_root() {
-        eprintln!("SKIP: {test}: not running as root; real cgroups cannot be created");
-        return None;
-    }
-    match CgroupManager::detect(Path::new("/sys/fs/cgroup")) {
-        Ok(m) if !m.emulated() => Some(m),
-        Ok(m) => {
-            eprintln!(
-                "SKIP: {test}: {} is not a mounted cgroup filesystem",
-                m.root().display()
-            );
-            None
-        }
-        Err(e) => {
-            eprintln!("SKIP: {test}: {e}");
-            None
-        }
-    }
-}
-
 fn status_field(pid: u32, field: &str) -> String {
     let text = read(Path::new(&format!("/proc/{pid}/status")));
     text.lines()
@@ -438,7 +440,7 @@ fn status_field(pid: u32, field: &str) -> String {
 
 #[test]
 fn real_cgroup_applies_the_cpuset_to_a_process() {
-    let Some(mgr) = real_hierarchy("real_cgroup_applies_the_cpuset_to_a_process") else {
+    let Some(mgr) = common::real_cgroups("real_cgroup_applies_the_cpuset_to_a_process") else {
         return;
     };
     let (cpus_file, mems_file) = match mgr.version() {

@@ -330,3 +330,96 @@ pub fn hint_list(json: &str, resource: &str) -> Vec<String> {
         })
         .collect()
 }
+
+/// The machine's cgroup hierarchy at `/sys/fs/cgroup`, or `None` after a
+/// `SKIP:` line naming `test` and why (not root, no cpuset controller
+/// mounted there).
+pub fn real_cgroups(test: &str) -> Option<topomgr::cgroup::CgroupManager> {
+    if !is_root() {
+        eprintln!("SKIP: {test}: not running as root; real cgroups cannot be created");
+        return None;
+    }
+    match topomgr::cgroup::CgroupManager::detect(Path::new("/sys/fs/cgroup")) {
+        Ok(m) => Some(m),
+        Err(e) => {
+            eprintln!("SKIP: {test}: {e}");
+            None
+        }
+    }
+}
+
+/// Cgroups a test made in the real hierarchy, under
+/// `topomgr-test/<tag>-<pid>/`, each level initialised as topomgr does;
+/// removed again (leaves first) when dropped.
+pub struct TestCgroups {
+    /// The hierarchy.
+    pub mgr: topomgr::cgroup::CgroupManager,
+    base: String,
+    made: Vec<topomgr::cgroup::Cgroup>,
+}
+
+impl TestCgroups {
+    /// Create `leaves` (paths below the test's own directory).
+    pub fn create(mgr: topomgr::cgroup::CgroupManager, tag: &str, leaves: &[&str]) -> Self {
+        let base = format!("topomgr-test/{tag}-{}", std::process::id());
+        let made = leaves
+            .iter()
+            .map(|leaf| {
+                let p = topomgr::cgroup::CgroupPath::new(&format!("{base}/{leaf}")).unwrap();
+                mgr.create(&p)
+                    .unwrap_or_else(|e| panic!("creating test cgroup {p}: {e}"))
+            })
+            .collect();
+        TestCgroups { mgr, base, made }
+    }
+
+    /// `leaf`'s path relative to the cgroup root (what `attach` takes).
+    pub fn path(&self, leaf: &str) -> String {
+        format!("{}/{leaf}", self.base)
+    }
+
+    /// `leaf`'s `cpuset.cpus` as the kernel shows it.
+    pub fn cpus(&self, leaf: &str) -> String {
+        self.file(leaf, "cpuset.cpus")
+    }
+
+    /// `leaf`'s `cpuset.mems` as the kernel shows it.
+    pub fn mems(&self, leaf: &str) -> String {
+        self.file(leaf, "cpuset.mems")
+    }
+
+    fn file(&self, leaf: &str, name: &str) -> String {
+        let p = self.mgr.root().join(self.path(leaf)).join(name);
+        std::fs::read_to_string(&p)
+            .unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
+            .trim()
+            .to_owned()
+    }
+
+    /// The root cpuset's effective CPUs and memory nodes (what a
+    /// container on the whole machine gets).
+    pub fn root_cpuset(&self) -> (String, String) {
+        let read = |names: [&str; 2]| {
+            names
+                .iter()
+                .find_map(|n| std::fs::read_to_string(self.mgr.root().join(n)).ok())
+                .unwrap_or_else(|| panic!("no {names:?} at {}", self.mgr.root().display()))
+                .trim()
+                .to_owned()
+        };
+        (
+            read(["cpuset.effective_cpus", "cpuset.cpus.effective"]),
+            read(["cpuset.effective_mems", "cpuset.mems.effective"]),
+        )
+    }
+}
+
+impl Drop for TestCgroups {
+    fn drop(&mut self) {
+        for cg in self.made.iter().rev() {
+            // Up to `topomgr-test/<tag>-<pid>` (kept when others still use it).
+            let depth = cg.path().depth().saturating_sub(1);
+            let _ = self.mgr.remove(cg, depth);
+        }
+    }
+}

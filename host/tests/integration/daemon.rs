@@ -86,30 +86,48 @@ impl Drop for Daemon {
     }
 }
 
-/// A config dir using the 2s4n example machine and `providers` (TOML).
+/// A config dir using the 2s4n example machine and `providers` (TOML); its
+/// `cgroup_root` is a directory with no hierarchy (nothing is applied).
 fn config_dir(tag: &str, providers: &str) -> PathBuf {
+    let sys = common::workspace_root().join("examples/machines/2s4n/sys");
+    config_on(tag, &sys, Path::new("cgroup"), providers)
+}
+
+/// A config dir on this machine itself: its sysfs and its cgroup hierarchy
+/// (tests that apply cpusets, with [`common::real_cgroups`]).
+fn host_config_dir(tag: &str, providers: &str) -> PathBuf {
+    config_on(
+        tag,
+        Path::new("/sys"),
+        Path::new("/sys/fs/cgroup"),
+        providers,
+    )
+}
+
+fn config_on(tag: &str, sys: &Path, cgroup_root: &Path, providers: &str) -> PathBuf {
     let dir = common::scratch_dir(tag);
-    let root = common::workspace_root();
     fs::write(
         dir.join("topomgr.toml"),
         format!(
-            "policy = \"single-numa-node\"\nsysfs_root = \"{}\"\nstate_dir = \"state\"\ncgroup_root = \"cgroup\"\n{providers}",
-            root.join("examples/machines/2s4n/sys").display()
+            "policy = \"single-numa-node\"\nsysfs_root = \"{}\"\nstate_dir = \"state\"\ncgroup_root = \"{}\"\n{providers}",
+            sys.display(),
+            cgroup_root.display()
         ),
     )
     .unwrap();
     dir
 }
 
-fn widgets_config(tag: &str) -> PathBuf {
-    let p = common::plugins();
-    config_dir(
-        tag,
-        &format!(
-            "[providers.widgets]\nlibrary = \"{}\"\n[providers.widgets.config]\nwidgets_per_node = 2\n",
-            p.widgets.display()
-        ),
+/// The SDK example's widget provider, two widgets per NUMA node (TOML).
+fn widgets_provider() -> String {
+    format!(
+        "[providers.widgets]\nlibrary = \"{}\"\n[providers.widgets.config]\nwidgets_per_node = 2\n",
+        common::plugins().widgets.display()
     )
+}
+
+fn widgets_config(tag: &str) -> PathBuf {
+    config_dir(tag, &widgets_provider())
 }
 
 fn example_pod(name: &str) -> String {
@@ -440,42 +458,40 @@ fn reads_are_answered_while_a_slow_admission_runs() {
     assert_eq!(pods["pods"][0]["uid"], WIDGETS_UID, "{pods}");
 }
 
+/// The daemon applies an attached container's cpuset in the machine's
+/// real cgroup hierarchy (this machine's sysfs and cgroups; skipped, saying
+/// why, without root or a cpuset controller).
 #[test]
 fn attach_writes_cpuset_and_mems_of_the_container() {
-    let dir = widgets_config("daemon-attach");
-    // An emulated cgroup v1 cpuset hierarchy (a plain directory tree).
-    let cg = dir.join("cgroup");
-    fs::create_dir_all(cg.join("kubepods/pod-w/trainer")).unwrap();
-    fs::write(cg.join("cpuset.cpus"), "0-15\n").unwrap();
-    fs::write(cg.join("cpuset.mems"), "0-3\n").unwrap();
+    let test = "attach_writes_cpuset_and_mems_of_the_container";
+    let Some(mgr) = common::real_cgroups(test) else {
+        return;
+    };
+    let cgs = common::TestCgroups::create(mgr, "daemon-attach", &["kubepods/pod-w/trainer"]);
+    let (root_cpus, root_mems) = cgs.root_cpuset();
+    let leaf = cgs.path("kubepods/pod-w/trainer");
+    let dir = host_config_dir("daemon-attach", &widgets_provider());
     let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
     let mut c = d.client();
-    c.admit(&example_pod("guaranteed-widgets.yaml")).unwrap();
-    let r = c
-        .attach(WIDGETS_UID, "trainer", "kubepods/pod-w/trainer")
-        .unwrap();
+    let r = c.admit(&example_pod("guaranteed-widgets.yaml")).unwrap();
+    assert_eq!(r.json().unwrap()["pods"][0]["admitted"], true);
+    let r = c.attach(WIDGETS_UID, "trainer", &leaf).unwrap();
     assert_eq!(
         (r.status, r.json().unwrap()),
         (
             200,
             // Only the widget provider is loaded and device providers set no
-            // `mems`: the container gets every memory node of the root.
-            json!({"uid": WIDGETS_UID, "container": "trainer", "cgroup": "kubepods/pod-w/trainer", "cpus": "0-15", "mems": "0-3"})
+            // `mems`: a shared container gets every CPU and memory node.
+            json!({"uid": WIDGETS_UID, "container": "trainer", "cgroup": leaf, "cpus": root_cpus, "mems": root_mems})
         )
     );
-    let leaf = cg.join("kubepods/pod-w/trainer");
-    assert_eq!(
-        fs::read_to_string(leaf.join("cpuset.cpus")).unwrap().trim(),
-        "0-15"
-    );
-    assert_eq!(
-        fs::read_to_string(leaf.join("cpuset.mems")).unwrap().trim(),
-        "0-3"
-    );
+    // What the kernel now applies.
+    assert_eq!(cgs.cpus("kubepods/pod-w/trainer"), root_cpus);
+    assert_eq!(cgs.mems("kubepods/pod-w/trainer"), root_mems);
     let listed = c.get("/v1/pods").unwrap().json().unwrap();
     assert_eq!(
         listed["attachments"],
-        json!({WIDGETS_UID: {"trainer": "kubepods/pod-w/trainer"}})
+        json!({WIDGETS_UID: {"trainer": leaf}})
     );
     let r = c.attach(WIDGETS_UID, "nope", "kubepods/x").unwrap();
     assert_eq!(
@@ -546,12 +562,15 @@ fn cpu_config(tag: &str) -> PathBuf {
 
 /// [`cpu_config`] with `daemon` (TOML keys of `[daemon]`).
 fn cpu_config_with(tag: &str, daemon: &str) -> PathBuf {
-    config_dir(
-        tag,
-        &format!(
-            "[daemon]\n{daemon}[providers.cpu]\nlibrary = \"{}\"\n[providers.cpu.config]\npolicy = \"static\"\nreserved_cpus = \"0\"\n",
-            common::cpu_plugin().display()
-        ),
+    config_dir(tag, &cpu_provider(daemon))
+}
+
+/// `[daemon]` with `daemon` and the CPU provider, static policy, CPU 0
+/// reserved (TOML).
+fn cpu_provider(daemon: &str) -> String {
+    format!(
+        "[daemon]\n{daemon}[providers.cpu]\nlibrary = \"{}\"\n[providers.cpu.config]\npolicy = \"static\"\nreserved_cpus = \"0\"\n",
+        common::cpu_plugin().display()
     )
 }
 
@@ -572,47 +591,41 @@ fn admitted(c: &mut Client, yaml: &str) -> Value {
     v["pods"][0].clone()
 }
 
-/// An emulated cgroup v1 cpuset tree under the config dir with `leaves`.
-fn cgroup_tree(dir: &Path, leaves: &[&str]) -> PathBuf {
-    let cg = dir.join("cgroup");
-    for l in leaves {
-        fs::create_dir_all(cg.join(l)).unwrap();
-    }
-    fs::write(cg.join("cpuset.cpus"), "0-15\n").unwrap();
-    fs::write(cg.join("cpuset.mems"), "0-3\n").unwrap();
-    cg
-}
-
-fn cpus_of(cg: &Path, leaf: &str) -> String {
-    fs::read_to_string(cg.join(leaf).join("cpuset.cpus"))
-        .unwrap()
-        .trim()
-        .to_owned()
-}
-
 /// Attaching a shared-pool container and admitting an exclusive one both
 /// leave every attached shared cgroup without the exclusive CPUs before the
 /// answer; a release gives them back before its answer too (after the
-/// state is saved).
+/// state is saved). On this machine's real cgroup hierarchy (skipped,
+/// saying why, without root, a cpuset controller or a second CPU).
 #[test]
 fn the_shared_pool_shrinks_before_an_exclusive_container_can_run() {
-    let dir = cpu_config("daemon-pool");
-    let cg = cgroup_tree(&dir, &["k/shared", "k/excl", "k/late"]);
+    let test = "the_shared_pool_shrinks_before_an_exclusive_container_can_run";
+    let Some(mgr) = common::real_cgroups(test) else {
+        return;
+    };
+    let cgs = common::TestCgroups::create(mgr, "daemon-pool", &["k/shared", "k/excl", "k/late"]);
+    let (all, _) = cgs.root_cpuset();
+    let all_cpus = topomgr_sdk::CpuSet::parse(&all).unwrap();
+    if all_cpus.len() < 2 {
+        eprintln!("SKIP: {test}: one CPU ({all}); CPU 0 is reserved and none is left to assign");
+        return;
+    }
+    let dir = host_config_dir("daemon-pool", &cpu_provider(""));
     let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
     let mut c = d.client();
     admitted(&mut c, &pod_yaml("shared", BURSTABLE));
-    let r = c.attach("shared", "app", "k/shared").unwrap();
-    assert_eq!(r.json().unwrap()["cpus"], "0-15");
+    let r = c.attach("shared", "app", &cgs.path("k/shared")).unwrap();
+    assert_eq!(r.json().unwrap()["cpus"], all.as_str());
+    assert_eq!(cgs.cpus("k/shared"), all);
 
     let excl = admitted(&mut c, &pod_yaml("excl", EXCLUSIVE));
     let cpu = excl["containers"][0]["cpus"].as_str().unwrap().to_owned();
     assert_eq!(excl["containers"][0]["exclusive"], true);
-    let mut pool = topomgr_sdk::CpuSet::parse("0-15").unwrap();
-    pool = pool.difference(&topomgr_sdk::CpuSet::parse(&cpu).unwrap());
-    assert_eq!(cpus_of(&cg, "k/shared"), pool.to_string());
-    let r = c.attach("excl", "app", "k/excl").unwrap();
+    let pool = all_cpus.difference(&topomgr_sdk::CpuSet::parse(&cpu).unwrap());
+    // Shrunk in the kernel before the admission was answered.
+    assert_eq!(cgs.cpus("k/shared"), pool.to_string());
+    let r = c.attach("excl", "app", &cgs.path("k/excl")).unwrap();
     assert_eq!(r.json().unwrap()["cpus"], cpu.as_str());
-    assert_eq!(cpus_of(&cg, "k/excl"), cpu);
+    assert_eq!(cgs.cpus("k/excl"), cpu);
 
     // The pods admitted before show the pool as it is now, not as it was
     // at their admission.
@@ -642,17 +655,18 @@ fn the_shared_pool_shrinks_before_an_exclusive_container_can_run() {
     // A shared container attached now gets the pool without that CPU.
     let late = admitted(&mut c, &pod_yaml("late", BURSTABLE));
     assert_eq!(late["containers"][0]["cpus"], pool_now.as_str());
-    let r = c.attach("late", "app", "k/late").unwrap();
+    let r = c.attach("late", "app", &cgs.path("k/late")).unwrap();
     assert_eq!(r.json().unwrap()["cpus"], pool_now.as_str());
+    assert_eq!(cgs.cpus("k/late"), pool_now);
 
     assert_eq!(c.release("excl").unwrap().status, 200);
-    assert_eq!(cpus_of(&cg, "k/shared"), "0-15");
-    assert_eq!(cpus_of(&cg, "k/late"), "0-15");
+    assert_eq!(cgs.cpus("k/shared"), all);
+    assert_eq!(cgs.cpus("k/late"), all);
     assert_eq!(
         shown(&mut c),
         [
-            ("late".to_owned(), "0-15".to_owned()),
-            ("shared".to_owned(), "0-15".to_owned())
+            ("late".to_owned(), all.clone()),
+            ("shared".to_owned(), all.clone())
         ]
     );
     let health = c.get("/v1/health").unwrap().json().unwrap();

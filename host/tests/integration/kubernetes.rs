@@ -319,11 +319,25 @@ fn extended_resources_nobody_serves_are_refused_as_the_kubelet_does() {
     assert_eq!(v["pods"][0]["admitted"], true, "{v}");
 
     // `run` refuses before the command starts: the marker is never written
-    // (an emulated cgroup v1 cpuset tree: nothing is created in it).
-    let cpuset = dir.join("cgroup/cpuset");
-    fs::create_dir_all(&cpuset).unwrap();
-    fs::write(cpuset.join("cpuset.cpus"), "0-15\n").unwrap();
-    fs::write(cpuset.join("cpuset.mems"), "0-3\n").unwrap();
+    // (`run` needs the real cgroup hierarchy; the refusal comes before any
+    // cgroup is made).
+    if common::real_cgroups(
+        "extended_resources_nobody_serves_are_refused_as_the_kubelet_does (run)",
+    )
+    .is_none()
+    {
+        return;
+    }
+    let toml = dir.join("topomgr.toml");
+    let text = fs::read_to_string(&toml).unwrap();
+    fs::write(
+        &toml,
+        text.replace(
+            "cgroup_root = \"cgroup\"",
+            "cgroup_root = \"/sys/fs/cgroup\"",
+        ),
+    )
+    .unwrap();
     let marker = dir.join("ran");
     let (code, _, err) = common::topomgr(
         &dir,

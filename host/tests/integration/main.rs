@@ -5,6 +5,7 @@
 //!
 //! Run one module with `cargo test -p topomgr --test integration MODULE::`.
 
+mod cgroup_tree;
 mod common;
 
 mod admission;

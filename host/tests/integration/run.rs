@@ -10,36 +10,18 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use topomgr::cgroup::CgroupManager;
-
 const ALLOCATION: &str =
     "allocation = { cpus = \"1\", exclusive = true, mems = [0], env = { TOPOMGR_TEST = \"aligned\" } }";
 
 /// The real hierarchy's root (v1: its cpuset directory), or `None` with a `SKIP:` line.
 fn live(test: &str) -> Option<PathBuf> {
-    if !common::is_root() {
-        eprintln!("SKIP: {test}: not running as root; topomgr run cannot create cgroups");
-        return None;
-    }
+    let mgr = common::real_cgroups(test)?;
     let online = fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
     if !topomgr_sdk::CpuSet::parse(online.trim()).is_ok_and(|c| c.contains(1)) {
         eprintln!("SKIP: {test}: CPU 1 is not online here (the mock gives CPU 1)");
         return None;
     }
-    match CgroupManager::detect(Path::new("/sys/fs/cgroup")) {
-        Ok(m) if !m.emulated() => Some(m.root().to_path_buf()),
-        Ok(m) => {
-            eprintln!(
-                "SKIP: {test}: {} is not a mounted cgroup filesystem",
-                m.root().display()
-            );
-            None
-        }
-        Err(e) => {
-            eprintln!("SKIP: {test}: {e}");
-            None
-        }
-    }
+    Some(mgr.root().to_path_buf())
 }
 
 /// A config dir: cgroup_root /sys/fs/cgroup, state in `<dir>/state`, and
