@@ -20,6 +20,7 @@ mod gpu;
 mod kubernetes;
 mod manifests;
 mod memory_provider;
+mod merge;
 mod plugins;
 mod run;
 mod sriov;
