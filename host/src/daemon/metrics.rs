@@ -103,7 +103,7 @@ pub const REJECTION_REASONS: [&str; 9] = [
     "Other",
 ];
 
-/// The provider calls timed by [`crate::provider::deadline`].
+/// The provider calls timed by [`crate::provider::Provider::with_deadline`].
 pub const PROVIDER_CALLS: [&str; 8] = [
     "topology_hints",
     "pod_topology_hints",

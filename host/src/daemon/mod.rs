@@ -1,7 +1,7 @@
 //! `topomgr serve`: the node daemon.
 //!
 //! - [`crate::state_lock`]: one daemon per state directory (`flock`);
-//! - [`crate::provider::deadline`]: every provider on its own thread, each
+//! - [`crate::provider::Provider::with_deadline`]: every provider on its own thread, each
 //!   call with a deadline;
 //! - [`engine`]: the serialized admission engine with group-committed,
 //!   durable state ([`crate::store::Store`]: journal and snapshot);

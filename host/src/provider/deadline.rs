@@ -1,12 +1,12 @@
 //! A provider on its own OS thread, called with a deadline.
 //!
-//! [`Deadline`] owns the thread a [`ProviderHandle`] lives on: every call
+//! `Deadline` owns the thread a [`ProviderHandle`] lives on: every call
 //! is a job sent there, and the caller waits at most the configured
 //! deadline. A call that misses it fails with reason [`PROVIDER_TIMEOUT`]
 //! (so that admission fails and is rolled back), the provider is marked
 //! *stuck*, and every later call fails at once with the same reason until
 //! the stuck call returns. An `allocate` that completes after its caller
-//! gave up is released again on the provider's thread ([`Undo`]), so a late
+//! gave up is released again on the provider's thread (`Undo`), so a late
 //! answer never leaks resources.
 //!
 //! Every call's duration is recorded in [`Metrics`] as
@@ -16,7 +16,7 @@
 //! The pod crosses to the provider's thread as the `Arc<PodView>` the caller
 //! shared ([`super::Provider::share_pod`]; an admission calls every provider
 //! once or twice per container, with the same pod): recognising it costs a
-//! pointer comparison ([`Deadline::shared`]), where copying or even
+//! pointer comparison (`Deadline::shared`), where copying or even
 //! comparing a pod of many containers on every call would make an admission
 //! cost quadratic time in its containers.
 

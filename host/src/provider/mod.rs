@@ -6,11 +6,11 @@
 //! [`Provider::in_process`] (tests and benches: the same boundary adapter,
 //! the same conversions and panic guard, no `dlopen`). It is called either
 //! on the caller's thread or, after [`Provider::with_deadline`], on its own
-//! thread with a deadline ([`deadline`]). The admission pipeline, the state
+//! thread with a deadline (`provider/deadline.rs`). The admission pipeline, the state
 //! store, the NRT export and the daemon see only this type, so the six calls
 //! of the provider contract are declared once on the host side.
 
-pub mod deadline;
+mod deadline;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -70,7 +70,7 @@ impl Provider {
     }
 
     /// The provider on its own thread, every call waiting at most `timeout`
-    /// and timed into `metrics` (see [`deadline`]). A provider already on
+    /// and timed into `metrics` (`provider/deadline.rs`). A provider already on
     /// its thread keeps it and takes the new deadline and metrics.
     pub fn with_deadline(self, timeout: Duration, metrics: Arc<Metrics>) -> std::io::Result<Self> {
         let calls = match self.calls {

@@ -6,7 +6,7 @@
 //! * `PCIDEVICE_<PREFIX>_<NAME>`: the devices' PCI addresses, comma-separated,
 //!   in allocation order;
 //! * `PCIDEVICE_<PREFIX>_<NAME>_INFO`: a JSON object, PCI address -> that
-//!   device's [`DeviceInfo`](crate::info::DeviceInfo), written as Go's
+//!   device's [`DeviceInfo`], written as Go's
 //!   `json.Marshal` writes it (keys sorted, no spaces).
 //!
 //! The names are `PCIDEVICE_` + prefix + `_` + resource name (+ `_INFO`) with

@@ -20,7 +20,7 @@
 //!   crate lists, field by field, where each comes from in sysfs);
 //! * [`selector`] and [`pf_selector`]: the selector semantics;
 //! * [`pool`]: the pools built from config and devices;
-//! * [`info`] and [`env`]: `PCIDEVICE_<PREFIX>_<NAME>` and its `_INFO` JSON;
+//! * [`info`] and [`env`](mod@env): `PCIDEVICE_<PREFIX>_<NAME>` and its `_INFO` JSON;
 //! * [`link_type`]: netlink link type names for `linkTypes`;
 //! * [`go_json`]: the Go `encoding/json` behaviour the plugin's formats
 //!   depend on;
