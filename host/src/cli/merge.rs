@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use serde::Deserialize;
+use topomgr::api::MergeDecision;
 use topomgr::numa::NumaInfo;
 use topomgr::policy::Policy;
 use topomgr_sdk::{HintSet, ProviderHints};
@@ -72,11 +73,11 @@ pub fn run() -> anyhow::Result<ExitCode> {
     let refs: Vec<(&str, &ProviderHints)> =
         names.iter().map(String::as_str).zip(hints.iter()).collect();
     let decision = policy.decide(&refs).context("invalid merge input")?;
-    let out = serde_json::json!({
-        "affinity": decision.hint.affinity,
-        "preferred": decision.hint.preferred,
-        "admit": decision.admit,
-    });
-    println!("{out}");
+    let out = MergeDecision {
+        affinity: decision.hint.affinity,
+        preferred: decision.hint.preferred,
+        admit: decision.admit,
+    };
+    println!("{}", serde_json::to_string(&out)?);
     Ok(ExitCode::SUCCESS)
 }
