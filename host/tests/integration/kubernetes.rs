@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 use crate::daemon::Daemon;
 use serde_json::{json, Value};
+use topomgr::api;
 
 /// The v1alpha2 `openAPIV3Schema` of the vendored CRD, made strict the way
 /// `kubectl apply --validate=strict` is: an object with declared
@@ -506,6 +507,14 @@ fn nullable_to_json_schema(v: &mut Value) {
     }
 }
 
+/// `resp` read as `T` (by the client) and written back as JSON.
+fn rewritten<T: serde::de::DeserializeOwned + serde::Serialize>(
+    resp: &topomgr::daemon::client::Response,
+) -> Value {
+    let typed: T = resp.parse().unwrap();
+    serde_json::to_value(typed).unwrap()
+}
+
 /// The schema docs/api/openapi.yaml gives the JSON answer of `method path`
 /// with `status`, made strict (no undocumented fields), with the document's
 /// components beside it so `$ref`s resolve.
@@ -587,6 +596,19 @@ fn daemon_answers_match_the_openapi_document() {
             "{method} {path} {}: {body:#}",
             resp.status
         );
+        // Its type reads it and writes the same JSON back.
+        let written = match (*method, *path) {
+            _ if resp.status >= 400 => rewritten::<api::ErrorBody>(resp),
+            ("get", "/v1/health") => rewritten::<api::Health>(resp),
+            ("get", "/v1/machine") => rewritten::<api::Machine>(resp),
+            ("get", "/v1/noderesourcetopology") => rewritten::<api::NodeResourceTopology>(resp),
+            ("post", "/v1/pods") => rewritten::<api::Admissions>(resp),
+            ("get", "/v1/pods") => rewritten::<api::PodList>(resp),
+            ("get" | "delete", "/v1/pods/{uid}") => rewritten::<api::Admission>(resp),
+            ("get", "/v1/pods/{uid}/explain") => rewritten::<api::Explain>(resp),
+            other => panic!("no type for {other:?}"),
+        };
+        assert_eq!(written, body, "{method} {path} {}", resp.status);
         statuses.push(resp.status);
     }
     assert_eq!(
@@ -596,9 +618,9 @@ fn daemon_answers_match_the_openapi_document() {
     // The dry-run explain answer is an array of Explain objects.
     let dry = c
         .post("/v1/pods?dry_run=true&explain=true", yaml, POD.as_bytes())
-        .unwrap()
-        .json()
         .unwrap();
+    assert_eq!(rewritten::<api::Explains>(&dry), dry.json().unwrap());
+    let dry = dry.json().unwrap();
     let explain = json!({"allOf": [{"$ref": "#/components/schemas/Explain"}], "components": doc["components"]});
     let mut explain = explain;
     nullable_to_json_schema(&mut explain);

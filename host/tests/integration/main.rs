@@ -8,6 +8,7 @@
 mod common;
 
 mod admission;
+mod api;
 mod cgroup;
 mod config;
 mod cpu_provider;
