@@ -363,6 +363,50 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_answer_that_does_not_fit_its_type_names_route_and_field() {
+        let resp = |body: &str| Response {
+            route: "GET /v1/pods".to_owned(),
+            status: 200,
+            body: body.as_bytes().to_vec(),
+        };
+        let good = r#"{"pods": [{"uid": "u", "name": "p", "namespace": "d", "qos": "Guaranteed",
+            "admitted": true, "reason": null, "message": null, "containers": [{"name": "app",
+            "affinity": [0], "preferred": true, "cpus": "2-3", "exclusive": true, "mems": "0",
+            "devices": {}, "env": {}}]}], "attachments": {}}"#;
+        let list: crate::api::PodList = resp(good).parse().unwrap();
+        assert_eq!(list.pods[0].containers[0].cpus.to_string(), "2-3");
+        let err = resp(&good.replace(r#""2-3""#, r#""2-x""#))
+            .parse::<crate::api::PodList>()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("unexpected answer from the topomgr daemon: GET /v1/pods answered 200: at pods[0].containers[0].cpus: "),
+            "{err}"
+        );
+        let err = resp(&good.replace(r#""qos": "Guaranteed","#, ""))
+            .parse::<crate::api::PodList>()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("unexpected answer from the topomgr daemon: GET /v1/pods answered 200: at pods[0]: missing field `qos`"),
+            "{err}"
+        );
+        let err = resp("<html>")
+            .parse::<crate::api::PodList>()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("unexpected answer from the topomgr daemon: GET /v1/pods answered 200: expected value"),
+            "{err}"
+        );
+        assert_eq!(
+            resp(r#"{"error": "no", "reason": "UnknownPod"}"#).error_message(),
+            "no"
+        );
+        assert_eq!(resp("plain").error_message(), "plain");
+    }
+
+    #[test]
     fn segments_are_percent_encoded() {
         assert_eq!(encode_segment("default/web-0"), "default%2Fweb-0");
         assert_eq!(encode_segment("a b~c"), "a%20b~c");
