@@ -471,3 +471,108 @@ fn a_schema_that_differs_from_its_type_is_named_with_the_field() {
         "{p:#?}"
     );
 }
+
+/// Run `topomgr` in the repository (its `topomgr.toml`, the repository's
+/// plugins), with `stdin`; its exit code and output.
+fn in_repo(args: &[&str], stdin: &str) -> (i32, String, String) {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+    common::repository_plugins();
+    let mut child = Command::new(common::topomgr_bin())
+        .current_dir(common::workspace_root())
+        .args(["--config", "topomgr.toml"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run topomgr");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `text` (what the CLI printed) read as `T` and written back: the same JSON.
+fn same_through<T: DeserializeOwned + Serialize>(what: &str, text: &str) -> T {
+    let printed: Value =
+        serde_json::from_str(text).unwrap_or_else(|e| panic!("{what}: {e}: {text}"));
+    let typed: T = serde_path_to_error::deserialize(&printed)
+        .unwrap_or_else(|e| panic!("{what}: at {}: {}", e.path(), e.inner()));
+    let written = serde_json::to_value(&typed).unwrap();
+    assert_eq!(difference("", &printed, &written), None, "{what}");
+    // The printed key order is the types' field order.
+    assert_eq!(written.to_string(), printed.to_string(), "{what}");
+    typed
+}
+
+#[test]
+fn cli_answers_read_into_their_types_and_write_back_the_same() {
+    let sriov = "examples/machines/2s2n-sriov/sys";
+    let (code, out, err) = in_repo(&["topology", "--sysfs-root", sriov], "");
+    assert_eq!(code, 0, "{err}");
+    let machine: api::Machine = same_through("topology", &out);
+    assert!(
+        machine
+            .pci_devices
+            .iter()
+            .any(|d| d.vf_index.is_some() && d.physfn.is_some()),
+        "the SR-IOV machine has VFs, so the optional fields are exercised"
+    );
+
+    let sys = "examples/machines/2s4n/sys";
+    let pods = [
+        "examples/pods/two-pods.yaml",
+        "examples/pods/too-wide.yaml",
+        "examples/pods/init-and-sidecar.yaml",
+    ];
+    let mut args = vec!["admit", "--sysfs-root", sys];
+    args.extend(pods);
+    let (code, out, err) = in_repo(&args, "");
+    assert_eq!(code, 0, "{err}");
+    let admitted: api::Admissions = same_through("admit", &out);
+    assert!(admitted.pods.iter().any(|p| p.admitted));
+    assert!(admitted.pods.iter().any(|p| !p.admitted));
+
+    let mut args = vec!["explain", "-o", "json", "--sysfs-root", sys];
+    args.extend(pods);
+    let (code, out, err) = in_repo(&args, "");
+    assert_eq!(code, 0, "{err}");
+    let traces: api::Explains = same_through("explain", &out);
+    assert_eq!(traces.pods.len(), admitted.pods.len());
+
+    let merge = r#"{"numa_nodes": [0, 1], "distances": null, "policy": "best-effort", "options": {},
+        "providers": [{"cpu": [{"affinity": [0], "preferred": true}]}]}"#;
+    let (code, out, err) = in_repo(&["merge"], merge);
+    assert_eq!(code, 0, "{err}");
+    let decision: api::MergeDecision = same_through("merge", &out);
+    assert!(decision.admit && decision.preferred);
+
+    let (code, out, err) = in_repo(
+        &[
+            "provider",
+            "cpu",
+            "--sysfs-root",
+            sys,
+            "allocate",
+            "--pod",
+            "examples/pods/guaranteed-2cpu.yaml",
+            "--container",
+            "app",
+            "--hint",
+            r#"{"affinity":[1],"preferred":true}"#,
+        ],
+        "",
+    );
+    assert_eq!(code, 0, "{err}");
+    let allocation: api::ProviderAllocation = same_through("provider allocate", &out);
+    assert_eq!(allocation.cpus.len(), 2);
+}
