@@ -18,7 +18,8 @@
 //! route), 405 (a route that does not take the method), 409
 //! (a uid admitted with a different spec), 422 (cgroup problem), 500
 //! (provider errors on release), 503 (state cannot be saved, or shutting
-//! down). `docs/api/openapi.yaml` documents the same.
+//! down). `docs/api/openapi.yaml` documents the same. Every answer is one
+//! of the types of [`crate::api`].
 
 use std::future::Future;
 use std::path::PathBuf;
