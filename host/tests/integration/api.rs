@@ -244,144 +244,98 @@ fn check<T: DeserializeOwned + Serialize>(doc: &Value, name: &str, at: &str) -> 
     problems
 }
 
-/// Every object schema of the document, with its type.
-fn checks(doc: &Value) -> Vec<String> {
-    let s = "/components/schemas";
-    let mut p = Vec::new();
-    p.extend(check::<api::ErrorBody>(doc, "Error", &format!("{s}/Error")));
-    p.extend(check::<api::Health>(doc, "Health", &format!("{s}/Health")));
-    p.extend(check::<api::Admissions>(
-        doc,
-        "Admissions",
-        &format!("{s}/Admissions"),
-    ));
-    p.extend(check::<api::PodList>(
-        doc,
-        "PodList",
-        &format!("{s}/PodList"),
-    ));
-    p.extend(check::<api::AttachRequest>(
-        doc,
-        "AttachRequest",
-        &format!("{s}/AttachRequest"),
-    ));
-    p.extend(check::<api::Attached>(
-        doc,
-        "Attached",
-        &format!("{s}/Attached"),
-    ));
-    p.extend(check::<api::Admission>(
-        doc,
-        "Admission",
-        &format!("{s}/Admission"),
-    ));
-    p.extend(check::<api::ContainerAdmission>(
-        doc,
-        "Admission.containers",
-        &format!("{s}/Admission/properties/containers/items"),
-    ));
-    p.extend(check::<sdk::TopologyHint>(
-        doc,
-        "Hint",
-        &format!("{s}/Hint"),
-    ));
-    p.extend(check::<api::Explains>(
-        doc,
-        "Explains",
-        &format!("{s}/Explains"),
-    ));
-    p.extend(check::<api::Explain>(
-        doc,
-        "Explain",
-        &format!("{s}/Explain"),
-    ));
-    let step = format!("{s}/Explain/properties/steps/items");
-    p.extend(check::<api::ExplainStep>(doc, "Explain.steps", &step));
-    p.extend(check::<api::MergeSummary>(
-        doc,
-        "Explain.steps.merge",
-        &format!("{step}/properties/merge"),
-    ));
-    let m = format!("{s}/Machine/properties");
-    p.extend(check::<api::Machine>(
-        doc,
-        "Machine",
-        &format!("{s}/Machine"),
-    ));
-    p.extend(check::<sdk::NumaNode>(
-        doc,
-        "Machine.numa_nodes",
-        &format!("{m}/numa_nodes/items"),
-    ));
-    p.extend(check::<sdk::HugePages>(
-        doc,
-        "Machine.numa_nodes.hugepages",
-        &format!("{m}/numa_nodes/items/properties/hugepages/additionalProperties"),
-    ));
-    p.extend(check::<sdk::Cpu>(
-        doc,
-        "Machine.cpus",
-        &format!("{m}/cpus/items"),
-    ));
-    p.extend(check::<sdk::PciDevice>(
-        doc,
-        "Machine.pci_devices",
-        &format!("{m}/pci_devices/items"),
-    ));
-    p.extend(check::<sdk::Sriov>(
-        doc,
-        "Machine.pci_devices.sriov",
-        &format!("{m}/pci_devices/items/properties/sriov"),
-    ));
-    let n = format!("{s}/NodeResourceTopology/properties");
-    p.extend(check::<nrt::NodeResourceTopology>(
-        doc,
-        "NodeResourceTopology",
-        &format!("{s}/NodeResourceTopology"),
-    ));
-    p.extend(check::<nrt::ObjectMeta>(
-        doc,
-        "NodeResourceTopology.metadata",
-        &format!("{n}/metadata"),
-    ));
-    p.extend(check::<nrt::Attribute>(
-        doc,
-        "NodeResourceTopology.attributes",
-        &format!("{n}/attributes/items"),
-    ));
-    p.extend(check::<nrt::NrtZone>(
-        doc,
-        "NodeResourceTopology.zones",
-        &format!("{n}/zones/items"),
-    ));
-    let z = format!("{n}/zones/items/properties");
-    p.extend(check::<nrt::Cost>(
-        doc,
-        "NodeResourceTopology.zones.costs",
-        &format!("{z}/costs/items"),
-    ));
-    p.extend(check::<nrt::ResourceInfo>(
-        doc,
-        "NodeResourceTopology.zones.resources",
-        &format!("{z}/resources/items"),
-    ));
-    p
-}
+/// The check of one schema against one type: `(document, schema name,
+/// pointer) -> problems`.
+type Check = fn(&Value, &str, &str) -> Vec<String>;
 
-/// The component schemas [`checks`] covers: a new one needs its type there.
-const CHECKED: [&str; 12] = [
-    "Error",
-    "Health",
-    "Admissions",
-    "PodList",
-    "AttachRequest",
-    "Attached",
-    "Admission",
-    "Hint",
-    "Explains",
-    "Explain",
-    "Machine",
-    "NodeResourceTopology",
+/// Every object schema of the document (its name, a nested one's path
+/// after a dot; its place under `/components/schemas/`) with its type.
+const SCHEMAS: [(&str, &str, Check); 25] = [
+    ("Error", "Error", check::<api::ErrorBody>),
+    ("Health", "Health", check::<api::Health>),
+    ("Admissions", "Admissions", check::<api::Admissions>),
+    ("PodList", "PodList", check::<api::PodList>),
+    (
+        "AttachRequest",
+        "AttachRequest",
+        check::<api::AttachRequest>,
+    ),
+    ("Attached", "Attached", check::<api::Attached>),
+    ("Admission", "Admission", check::<api::Admission>),
+    (
+        "Admission.containers",
+        "Admission/properties/containers/items",
+        check::<api::ContainerAdmission>,
+    ),
+    ("Hint", "Hint", check::<sdk::TopologyHint>),
+    ("Explains", "Explains", check::<api::Explains>),
+    ("Explain", "Explain", check::<api::Explain>),
+    (
+        "Explain.steps",
+        "Explain/properties/steps/items",
+        check::<api::ExplainStep>,
+    ),
+    (
+        "Explain.steps.merge",
+        "Explain/properties/steps/items/properties/merge",
+        check::<api::MergeSummary>,
+    ),
+    ("Machine", "Machine", check::<api::Machine>),
+    (
+        "Machine.numa_nodes",
+        "Machine/properties/numa_nodes/items",
+        check::<sdk::NumaNode>,
+    ),
+    (
+        "Machine.numa_nodes.hugepages",
+        "Machine/properties/numa_nodes/items/properties/hugepages/additionalProperties",
+        check::<sdk::HugePages>,
+    ),
+    (
+        "Machine.cpus",
+        "Machine/properties/cpus/items",
+        check::<sdk::Cpu>,
+    ),
+    (
+        "Machine.pci_devices",
+        "Machine/properties/pci_devices/items",
+        check::<sdk::PciDevice>,
+    ),
+    (
+        "Machine.pci_devices.sriov",
+        "Machine/properties/pci_devices/items/properties/sriov",
+        check::<sdk::Sriov>,
+    ),
+    (
+        "NodeResourceTopology",
+        "NodeResourceTopology",
+        check::<nrt::NodeResourceTopology>,
+    ),
+    (
+        "NodeResourceTopology.metadata",
+        "NodeResourceTopology/properties/metadata",
+        check::<nrt::ObjectMeta>,
+    ),
+    (
+        "NodeResourceTopology.attributes",
+        "NodeResourceTopology/properties/attributes/items",
+        check::<nrt::Attribute>,
+    ),
+    (
+        "NodeResourceTopology.zones",
+        "NodeResourceTopology/properties/zones/items",
+        check::<nrt::NrtZone>,
+    ),
+    (
+        "NodeResourceTopology.zones.costs",
+        "NodeResourceTopology/properties/zones/items/properties/costs/items",
+        check::<nrt::Cost>,
+    ),
+    (
+        "NodeResourceTopology.zones.resources",
+        "NodeResourceTopology/properties/zones/items/properties/resources/items",
+        check::<nrt::ResourceInfo>,
+    ),
 ];
 
 #[test]
@@ -394,13 +348,21 @@ fn every_schema_of_the_openapi_document_is_its_type() {
         .map(String::as_str)
         .collect();
     names.sort_unstable();
-    let mut checked = CHECKED.to_vec();
+    let mut checked: Vec<&str> = SCHEMAS
+        .iter()
+        .map(|(name, ..)| *name)
+        .filter(|name| !name.contains('.'))
+        .collect();
     checked.sort_unstable();
     assert_eq!(
         names, checked,
         "every component schema is checked against its type"
     );
-    assert_eq!(checks(&doc), Vec::<String>::new());
+    let problems: Vec<String> = SCHEMAS
+        .iter()
+        .flat_map(|(name, at, check)| check(&doc, name, &format!("/components/schemas/{at}")))
+        .collect();
+    assert_eq!(problems, Vec::<String>::new());
 }
 
 #[test]
@@ -473,31 +435,22 @@ fn a_schema_that_differs_from_its_type_is_named_with_the_field() {
 }
 
 /// Run `topomgr` in the repository (its `topomgr.toml`, the repository's
-/// plugins), with `stdin`; its exit code and output.
-fn in_repo(args: &[&str], stdin: &str) -> (i32, String, String) {
-    use std::io::Write as _;
-    use std::process::{Command, Stdio};
+/// plugins), reading `stdin` when given; its exit code and output.
+fn in_repo(args: &[&str], stdin: Option<&std::path::Path>) -> (i32, String, String) {
     common::repository_plugins();
-    let mut child = Command::new(common::topomgr_bin())
-        .current_dir(common::workspace_root())
+    let mut cmd = std::process::Command::new(common::topomgr_bin());
+    cmd.current_dir(common::workspace_root())
         .args(["--config", "topomgr.toml"])
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run topomgr");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+        .args(args);
+    if let Some(path) = stdin {
+        cmd.stdin(std::fs::File::open(path).unwrap());
+    }
+    let out = cmd.output().expect("run topomgr");
+    let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
     (
         out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+        text(out.stdout),
+        text(out.stderr),
     )
 }
 
@@ -517,7 +470,7 @@ fn same_through<T: DeserializeOwned + Serialize>(what: &str, text: &str) -> T {
 #[test]
 fn cli_answers_read_into_their_types_and_write_back_the_same() {
     let sriov = "examples/machines/2s2n-sriov/sys";
-    let (code, out, err) = in_repo(&["topology", "--sysfs-root", sriov], "");
+    let (code, out, err) = in_repo(&["topology", "--sysfs-root", sriov], None);
     assert_eq!(code, 0, "{err}");
     let machine: api::Machine = same_through("topology", &out);
     assert!(
@@ -536,7 +489,7 @@ fn cli_answers_read_into_their_types_and_write_back_the_same() {
     ];
     let mut args = vec!["admit", "--sysfs-root", sys];
     args.extend(pods);
-    let (code, out, err) = in_repo(&args, "");
+    let (code, out, err) = in_repo(&args, None);
     assert_eq!(code, 0, "{err}");
     let admitted: api::Admissions = same_through("admit", &out);
     assert!(admitted.pods.iter().any(|p| p.admitted));
@@ -544,14 +497,19 @@ fn cli_answers_read_into_their_types_and_write_back_the_same() {
 
     let mut args = vec!["explain", "-o", "json", "--sysfs-root", sys];
     args.extend(pods);
-    let (code, out, err) = in_repo(&args, "");
+    let (code, out, err) = in_repo(&args, None);
     assert_eq!(code, 0, "{err}");
     let traces: api::Explains = same_through("explain", &out);
     assert_eq!(traces.pods.len(), admitted.pods.len());
 
-    let merge = r#"{"numa_nodes": [0, 1], "distances": null, "policy": "best-effort", "options": {},
-        "providers": [{"cpu": [{"affinity": [0], "preferred": true}]}]}"#;
-    let (code, out, err) = in_repo(&["merge"], merge);
+    let merge = common::scratch_dir("api-cli").join("merge.json");
+    std::fs::write(
+        &merge,
+        r#"{"numa_nodes": [0, 1], "distances": null, "policy": "best-effort", "options": {},
+            "providers": [{"cpu": [{"affinity": [0], "preferred": true}]}]}"#,
+    )
+    .unwrap();
+    let (code, out, err) = in_repo(&["merge"], Some(&merge));
     assert_eq!(code, 0, "{err}");
     let decision: api::MergeDecision = same_through("merge", &out);
     assert!(decision.admit && decision.preferred);
@@ -570,7 +528,7 @@ fn cli_answers_read_into_their_types_and_write_back_the_same() {
             "--hint",
             r#"{"affinity":[1],"preferred":true}"#,
         ],
-        "",
+        None,
     );
     assert_eq!(code, 0, "{err}");
     let allocation: api::ProviderAllocation = same_through("provider allocate", &out);
