@@ -521,18 +521,18 @@ fn state_chains_through_the_state_dir_and_held_gpus_are_kept() {
     let admit = |pods: &[&str]| {
         let mut args = vec!["admit", "--state-dir", admit_state.to_str().unwrap()];
         args.extend(pods);
-        json_of(in_config(&dir, &args, &[]))
+        serde_json::from_value::<Admissions>(json_of(in_config(&dir, &args, &[]))).unwrap()
     };
     let first = admit(&["examples/gpu/train-4gpu.yaml"]);
-    assert_eq!(first["pods"][0]["containers"][0]["affinity"], json!([0]));
+    assert_eq!(summary(&first.pods[0].containers[0]).0, "0");
     let second = admit(&[
         "examples/gpu/train-2gpu.yaml",
         "examples/gpu/too-many-gpus.yaml",
     ]);
-    let c = &second["pods"][0]["containers"][0];
-    assert_eq!(c["affinity"], json!([1]), "node 0 is full");
-    assert_eq!(c["devices"], json!({GPU: ["GPU-4", "GPU-5"]}));
-    assert_eq!(second["pods"][1]["admitted"], false);
+    let c = &second.pods[0].containers[0];
+    assert_eq!(summary(c).0, "1", "node 0 is full");
+    assert_eq!(c.devices[GPU], ["GPU-4", "GPU-5"]);
+    assert!(!second.pods[1].admitted);
 }
 
 #[test]
@@ -567,13 +567,14 @@ spec:
     )
     .unwrap();
     let v = json_of(in_config(&dir, &["admit", pod.to_str().unwrap()], &[]));
-    let containers = v["pods"][0]["containers"].as_array().unwrap();
-    let devices: Vec<(String, Vec<String>)> = containers
+    let v: Admissions = serde_json::from_value(v).unwrap();
+    let devices: Vec<(String, Vec<String>)> = v.pods[0]
+        .containers
         .iter()
         .map(|c| {
             (
-                c["name"].as_str().unwrap().to_owned(),
-                strings(&c["devices"][GPU]),
+                c.name.clone(),
+                c.devices.get(GPU).cloned().unwrap_or_default(),
             )
         })
         .collect();
@@ -594,8 +595,12 @@ spec:
         ]
     );
     assert_eq!(
-        containers[2]["env"],
-        json!({"NVIDIA_VISIBLE_DEVICES": "GPU-1,GPU-2"})
+        v.pods[0].containers[2].env,
+        [(
+            "NVIDIA_VISIBLE_DEVICES".to_owned(),
+            "GPU-1,GPU-2".to_owned()
+        )]
+        .into()
     );
 }
 
