@@ -20,7 +20,7 @@
 //! | `topomgr topology`, `GET /v1/machine` | [`Machine`] (the SDK's) |
 //! | `POST .../attach` | [`AttachRequest`] → [`Attached`] |
 //! | every daemon error | [`ErrorBody`] |
-//! | `topomgr merge` | [`MergeDecision`] |
+//! | `topomgr merge` | [`MergeRequest`] → [`MergeDecision`] |
 //! | `topomgr provider NAME allocate` | [`ProviderAllocation`] |
 //! | `topomgr provider NAME preferred` | [`PreferredDevices`] |
 //! | `GET /v1/noderesourcetopology`, `topomgr export nrt` | [`NodeResourceTopology`] (the Kubernetes object [`crate::nrt`] builds; its schema is the CRD's) |
@@ -255,6 +255,24 @@ pub struct MergeSummary {
 pub struct Explains {
     /// One per pod.
     pub pods: Vec<Explain>,
+}
+
+/// What `topomgr merge` reads from standard input.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MergeRequest {
+    /// The machine's NUMA node ids (checked by the command: 0..=255).
+    pub numa_nodes: Vec<i64>,
+    /// `null`, or node id (as a string) -> its distance row in `numa_nodes` order.
+    #[serde(default)]
+    pub distances: Option<BTreeMap<String, Vec<u64>>>,
+    /// The policy name.
+    pub policy: String,
+    /// Policy options (`prefer-closest-numa-nodes`: `"true"`).
+    #[serde(default)]
+    pub options: BTreeMap<String, String>,
+    /// One entry per provider: its hints as a provider gives them.
+    pub providers: Vec<ProviderHints>,
 }
 
 /// What `topomgr merge` prints.
