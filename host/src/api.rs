@@ -338,6 +338,23 @@ mod tests {
     use super::*;
 
     #[test]
+    fn every_form_of_hints_in_a_trace_reads_back_as_written() {
+        // Provider order kept; no map, a resource without preference, an
+        // explicit list and a compact set (machines above 8 nodes).
+        let text = r#"{"uid":"u","name":"p","namespace":"d","qos":"Burstable","policy":"single-numa-node","scope":"pod","admitted":false,"reason":"TopologyAffinityError","message":"m","unaligned":["cpu"],"steps":[{"container":null,"hints":{"widgets":null,"cpu":{"cpu":{"minimal":[[0],[1,2]],"preferred_width":1},"example.com/x":null,"memory":[{"affinity":[0],"preferred":true},{"affinity":null,"preferred":false}]}},"merge":{"rule":"NonPreferredAtBestCount","lists":2,"best_non_preferred_count":2},"affinity":null,"preferred":false,"admit":false}]}"#;
+        let trace: Explain = serde_json::from_str(text).unwrap();
+        assert_eq!(trace.policy, PolicyName::SingleNumaNode);
+        assert_eq!(trace.scope, Scope::Pod);
+        let step = &trace.steps[0];
+        assert_eq!(step.hints.keys().collect::<Vec<_>>(), ["widgets", "cpu"]);
+        assert_eq!(
+            step.merge.as_ref().unwrap().rule,
+            MergeRule::NonPreferredAtBestCount
+        );
+        assert_eq!(serde_json::to_string(&trace).unwrap(), text);
+    }
+
+    #[test]
     fn mems_are_a_list_and_read_back() {
         let c = ContainerAdmission {
             name: "app".into(),
