@@ -81,39 +81,6 @@ pub struct AdmitResult {
     pub containers: Vec<ContainerResult>,
 }
 
-impl AdmitResult {
-    /// The documented JSON of one admission (SPEC section 6): what
-    /// `topomgr admit` prints per pod and what the daemon answers.
-    pub fn to_json(&self) -> serde_json::Value {
-        let containers: Vec<serde_json::Value> = self
-            .containers
-            .iter()
-            .map(|c| {
-                serde_json::json!({
-                    "name": c.name,
-                    "affinity": c.hint.affinity,
-                    "preferred": c.hint.preferred,
-                    "cpus": c.allocation.cpus.to_string(),
-                    "exclusive": c.allocation.exclusive,
-                    "mems": c.allocation.mems.to_string(),
-                    "devices": c.allocation.devices,
-                    "env": c.allocation.env,
-                })
-            })
-            .collect();
-        serde_json::json!({
-            "uid": self.pod.uid,
-            "name": self.pod.name,
-            "namespace": self.pod.namespace,
-            "qos": self.pod.qos.as_str(),
-            "admitted": self.admitted,
-            "reason": self.reason,
-            "message": self.message,
-            "containers": containers,
-        })
-    }
-}
-
 /// One step of an admission, for `topomgr explain`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TraceStep {

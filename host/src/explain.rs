@@ -1,4 +1,4 @@
-//! The decision trace of one admission as data: what `topomgr explain -o
+//! The decision trace of one admission as data ([`crate::api::Explain`]): what `topomgr explain -o
 //! json`, `GET /v1/pods/{uid}/explain` and `POST
 //! /v1/pods?dry_run=true&explain=true` answer.
 //!
@@ -22,10 +22,10 @@
 //! on the chosen affinity: those the policy could not align. It is empty
 //! for other rejections (the `reason` then says why).
 
-use serde_json::{json, Map, Value};
 use topomgr_sdk::{HintSet, NumaMask, NumaNodeId, ProviderHints, TopologyHint};
 
 use crate::admission::{AdmitResult, TraceStep};
+use crate::api::{Explain, ExplainStep, MergeSummary};
 use crate::policy::{PolicyName, Scope};
 
 /// Expand compact hint sets on machines of up to
@@ -45,39 +45,24 @@ pub fn printable(hints: ProviderHints, nodes: &[NumaNodeId]) -> ProviderHints {
     })
 }
 
-fn affinity(hint: &TopologyHint) -> Value {
-    hint.affinity
-        .map_or(Value::Null, |m| m.iter().map(NumaNodeId::get).collect())
-}
-
-/// One step as JSON.
-fn step_json(step: &TraceStep, nodes: &[NumaNodeId]) -> Value {
-    let hints: Map<String, Value> = step
-        .hints
-        .iter()
-        .map(|(provider, h)| {
-            let shown = printable(h.clone(), nodes);
-            (
-                provider.clone(),
-                serde_json::to_value(shown).unwrap_or(Value::Null),
-            )
-        })
-        .collect();
-    let merge = step.merge.as_ref().map_or(Value::Null, |m| {
-        json!({
-            "rule": format!("{:?}", m.rule),
-            "lists": m.lists,
-            "best_non_preferred_count": m.best_non_preferred_count,
-        })
-    });
-    json!({
-        "container": step.container,
-        "hints": hints,
-        "merge": merge,
-        "affinity": affinity(&step.decision.hint),
-        "preferred": step.decision.hint.preferred,
-        "admit": step.decision.admit,
-    })
+/// One step of the trace.
+fn step(step: &TraceStep, nodes: &[NumaNodeId]) -> ExplainStep {
+    ExplainStep {
+        container: step.container.clone(),
+        hints: step
+            .hints
+            .iter()
+            .map(|(provider, h)| (provider.clone(), printable(h.clone(), nodes)))
+            .collect(),
+        merge: step.merge.as_ref().map(|m| MergeSummary {
+            rule: m.rule,
+            lists: m.lists,
+            best_non_preferred_count: m.best_non_preferred_count,
+        }),
+        affinity: step.decision.hint.affinity,
+        preferred: step.decision.hint.preferred,
+        admit: step.decision.admit,
+    }
 }
 
 /// The resources of a refused step that the policy could not align, in
@@ -127,32 +112,32 @@ fn unaligned(step: &TraceStep, nodes: &[NumaNodeId]) -> Vec<String> {
 
 /// The trace of admitting `result`'s pod under `policy` and `scope` on a
 /// machine of NUMA nodes `nodes`.
-pub fn explain_json(
+pub fn explain(
     policy: PolicyName,
     scope: Scope,
     nodes: &[NumaNodeId],
     result: &AdmitResult,
     trace: &[TraceStep],
-) -> Value {
+) -> Explain {
     let refused = trace.iter().find(|s| !s.decision.admit);
     let unaligned = match refused {
         Some(step) if !result.admitted => unaligned(step, nodes),
         _ => Vec::new(),
     };
     let pod = &result.pod;
-    json!({
-        "uid": pod.uid,
-        "name": pod.name,
-        "namespace": pod.namespace,
-        "qos": pod.qos.as_str(),
-        "policy": policy.as_str(),
-        "scope": scope.as_str(),
-        "admitted": result.admitted,
-        "reason": result.reason,
-        "message": result.message,
-        "unaligned": unaligned,
-        "steps": trace.iter().map(|s| step_json(s, nodes)).collect::<Vec<_>>(),
-    })
+    Explain {
+        uid: pod.uid.clone(),
+        name: pod.name.clone(),
+        namespace: pod.namespace.clone(),
+        qos: pod.qos,
+        policy,
+        scope,
+        admitted: result.admitted,
+        reason: result.reason.clone(),
+        message: result.message.clone(),
+        unaligned,
+        steps: trace.iter().map(|s| step(s, nodes)).collect(),
+    }
 }
 
 /// What a trace is read against: the policy, the scope and the machine's
@@ -178,7 +163,7 @@ impl Setting {
     }
 }
 
-/// One admission with its trace, kept as it was made; [`Traced::to_json`]
+/// One admission with its trace, kept as it was made; [`Traced::explain`]
 /// builds the answer when it is asked for.
 #[derive(Debug, Clone)]
 pub struct Traced {
@@ -191,10 +176,10 @@ pub struct Traced {
 }
 
 impl Traced {
-    /// The trace JSON ([`explain_json`]).
-    pub fn to_json(&self) -> Value {
+    /// The trace ([`explain()`]).
+    pub fn explain(&self) -> Explain {
         let s = &self.setting;
-        explain_json(s.policy, s.scope, &s.nodes, &self.result, &self.trace)
+        explain(s.policy, s.scope, &s.nodes, &self.result, &self.trace)
     }
 }
 
@@ -282,13 +267,13 @@ mod tests {
             h.record(traced(&format!("r{i}"), false, i));
         }
         assert!(h.get("r0").is_none(), "the oldest rejection is dropped");
-        assert_eq!(h.get("r1").unwrap().to_json()["name"], "p1");
-        assert_eq!(h.get("a").unwrap().to_json()["admitted"], true);
+        assert_eq!(h.get("r1").unwrap().explain().name, "p1");
+        assert!(h.get("a").unwrap().explain().admitted);
         h.retain_admitted(|u| u != "a");
         assert!(h.get("a").is_none());
         // Rejected again: one entry, the latest.
         h.record(traced("r5", false, 99));
-        assert_eq!(h.get("r5").unwrap().to_json()["name"], "p99");
+        assert_eq!(h.get("r5").unwrap().explain().name, "p99");
         assert_eq!(h.rejected.len(), REJECTED_KEPT);
     }
 }

@@ -3,6 +3,7 @@
 //! See ARCHITECTURE.md at the repository root for the data flow of one admission.
 
 pub mod admission;
+pub mod api;
 pub mod cgroup;
 pub mod checkpoint;
 pub mod config;

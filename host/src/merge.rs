@@ -89,8 +89,9 @@ pub struct MergeMode {
     pub prefer_closest: bool,
 }
 
-/// Which rule chose the merged hint (for explanations).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Which rule chose the merged hint (for explanations; serialized as the
+/// variant's name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum MergeRule {
     /// The best mask that every provider prefers.
     Preferred,

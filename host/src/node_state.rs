@@ -41,7 +41,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use topomgr_sdk::{CpuSet, NumaMask, PodView};
+use topomgr_sdk::{CpuSet, PodView};
 use tracing::{info, warn};
 
 use crate::admission::{AdmissionError, AdmitResult, Admitter, UNEXPECTED_ADMISSION_ERROR};
@@ -177,20 +177,8 @@ pub enum PoolMode {
     Exact,
 }
 
-/// What a container's cgroup was given.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Attached {
-    /// Pod uid.
-    pub uid: String,
-    /// Container name.
-    pub container: String,
-    /// Cgroup path relative to the cgroup root.
-    pub cgroup: String,
-    /// `cpuset.cpus` written.
-    pub cpus: CpuSet,
-    /// `cpuset.mems` written.
-    pub mems: NumaMask,
-}
+/// What a container's cgroup was given (the attach endpoint's answer).
+pub use crate::api::Attached;
 
 /// A container name the pod does not have.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

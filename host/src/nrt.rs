@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 use topomgr_sdk::{Amounts, Inventory, Machine, NumaNodeId};
 
 use crate::admission::{Admitter, ProviderState};
@@ -33,6 +33,79 @@ pub const KIND: &str = "NodeResourceTopology";
 pub const ATTRIBUTE_POLICY: &str = "topologyManagerPolicy";
 /// Attribute naming the Topology Manager scope.
 pub const ATTRIBUTE_SCOPE: &str = "topologyManagerScope";
+
+/// The exported object (the fields of the v1alpha2 CRD that topomgr sets;
+/// reading ignores the others).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeResourceTopology {
+    /// [`API_VERSION`].
+    pub api_version: String,
+    /// [`KIND`].
+    pub kind: String,
+    /// The node's name.
+    pub metadata: ObjectMeta,
+    /// The deprecated policy-and-scope value (`SingleNUMANodeContainerLevel`).
+    pub topology_policies: Vec<String>,
+    /// [`ATTRIBUTE_POLICY`] and [`ATTRIBUTE_SCOPE`].
+    pub attributes: Vec<Attribute>,
+    /// One zone per NUMA node.
+    pub zones: Vec<NrtZone>,
+}
+
+/// `metadata` of the object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectMeta {
+    /// The Kubernetes node name.
+    pub name: String,
+}
+
+/// A name-value attribute.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attribute {
+    /// Its name.
+    pub name: String,
+    /// Its value.
+    pub value: String,
+}
+
+/// One zone: a NUMA node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NrtZone {
+    /// `node-<id>` ([`zone_name`]).
+    pub name: String,
+    /// `Node`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The distance to each zone (absent when the machine has none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub costs: Vec<Cost>,
+    /// The resources of the zone (absent when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<ResourceInfo>,
+}
+
+/// The distance to a zone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cost {
+    /// The zone.
+    pub name: String,
+    /// The NUMA distance.
+    pub value: u64,
+}
+
+/// One resource of a zone, amounts as Kubernetes quantities ([`quantity`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceInfo {
+    /// The resource name.
+    pub name: String,
+    /// Capacity.
+    pub capacity: String,
+    /// Allocatable.
+    pub allocatable: String,
+    /// Available now.
+    pub available: String,
+}
 
 /// What identifies the node and its alignment rules in the export.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -137,7 +210,7 @@ pub fn build(
     id: &NrtIdentity,
     machine: &Machine,
     inventories: &[(String, Inventory)],
-) -> Result<Value, NrtError> {
+) -> Result<NodeResourceTopology, NrtError> {
     owners(inventories)?;
     let mut per_zone: BTreeMap<NumaNodeId, BTreeMap<&str, Amounts>> = BTreeMap::new();
     for (_, inv) in inventories {
@@ -154,49 +227,50 @@ pub fn build(
             }
         }
     }
-    let zones: Vec<Value> = machine
+    let zones = machine
         .numa_nodes
         .iter()
-        .map(|node| {
-            let costs: Vec<Value> = node
+        .map(|node| NrtZone {
+            name: zone_name(node.id),
+            kind: "Node".to_owned(),
+            costs: node
                 .distances
                 .iter()
-                .map(|(to, d)| json!({"name": zone_name(*to), "value": d}))
-                .collect();
-            let resources: Vec<Value> = per_zone
+                .map(|(to, d)| Cost {
+                    name: zone_name(*to),
+                    value: u64::from(*d),
+                })
+                .collect(),
+            resources: per_zone
                 .get(&node.id)
                 .into_iter()
                 .flatten()
-                .map(|(name, a)| {
-                    json!({
-                        "name": name,
-                        "capacity": quantity(name, a.capacity),
-                        "allocatable": quantity(name, a.allocatable),
-                        "available": quantity(name, a.available),
-                    })
+                .map(|(name, a)| ResourceInfo {
+                    name: (*name).to_owned(),
+                    capacity: quantity(name, a.capacity),
+                    allocatable: quantity(name, a.allocatable),
+                    available: quantity(name, a.available),
                 })
-                .collect();
-            let mut zone = json!({"name": zone_name(node.id), "type": "Node"});
-            if !costs.is_empty() {
-                zone["costs"] = costs.into();
-            }
-            if !resources.is_empty() {
-                zone["resources"] = resources.into();
-            }
-            zone
+                .collect(),
         })
         .collect();
-    Ok(json!({
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": {"name": id.node_name},
-        "topologyPolicies": [legacy_policy(id.policy, id.scope)],
-        "attributes": [
-            {"name": ATTRIBUTE_POLICY, "value": id.policy.as_str()},
-            {"name": ATTRIBUTE_SCOPE, "value": id.scope.as_str()},
+    let attribute = |name: &str, value: &str| Attribute {
+        name: name.to_owned(),
+        value: value.to_owned(),
+    };
+    Ok(NodeResourceTopology {
+        api_version: API_VERSION.to_owned(),
+        kind: KIND.to_owned(),
+        metadata: ObjectMeta {
+            name: id.node_name.clone(),
+        },
+        topology_policies: vec![legacy_policy(id.policy, id.scope).to_owned()],
+        attributes: vec![
+            attribute(ATTRIBUTE_POLICY, id.policy.as_str()),
+            attribute(ATTRIBUTE_SCOPE, id.scope.as_str()),
         ],
-        "zones": zones,
-    }))
+        zones,
+    })
 }
 
 /// The export of `admitter`'s providers on `machine` as `node_name`.
@@ -204,7 +278,7 @@ pub fn of_admitter(
     node_name: &str,
     machine: &Machine,
     admitter: &mut Admitter,
-) -> Result<Value, NrtError> {
+) -> Result<NodeResourceTopology, NrtError> {
     let id = NrtIdentity {
         node_name: node_name.to_owned(),
         policy: admitter.policy().name(),
@@ -216,7 +290,7 @@ pub fn of_admitter(
 
 /// Write `object` to `path` atomically (pretty JSON), for an agent that
 /// pushes it to the API server.
-pub fn write(path: &Path, object: &Value) -> Result<(), NrtError> {
+pub fn write(path: &Path, object: &NodeResourceTopology) -> Result<(), NrtError> {
     let mut text = serde_json::to_vec_pretty(object).unwrap_or_default();
     text.push(b'\n');
     crate::checkpoint::write_atomic(path, &text)?;
@@ -336,7 +410,8 @@ mod tests {
         );
         let inv = vec![("cpu".to_owned(), cpu), ("widgets".to_owned(), dev)];
         let got = build(&id(), &machine(), &inv).unwrap();
-        let want = json!({
+        let got = serde_json::to_value(got).unwrap();
+        let want = serde_json::json!({
             "apiVersion": "topology.node.k8s.io/v1alpha2",
             "kind": "NodeResourceTopology",
             "metadata": {"name": "worker-1"},

@@ -100,8 +100,10 @@ pub enum PolicyError {
     MissingDistances,
 }
 
-/// One of the four Topology Manager policies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// One of the four Topology Manager policies (serialized as the
+/// configuration spelling, [`PolicyName::as_str`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum PolicyName {
     /// No alignment; every pod is admitted.
     None,
@@ -144,8 +146,10 @@ impl fmt::Display for PolicyName {
     }
 }
 
-/// Alignment scope: each container on its own, or the whole pod at once.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Alignment scope: each container on its own, or the whole pod at once
+/// (serialized as the configuration spelling, [`Scope::as_str`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Scope {
     /// Align each container in turn (init containers first).
     Container,

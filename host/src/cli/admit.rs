@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use serde_json::{json, Value};
 use topomgr::admission::{AdmitResult, TraceStep};
+use topomgr::api::{Admission, Admissions, Attachments, Explains};
 use topomgr::node_state::NodeState;
 use topomgr_sdk::HintSet;
 
@@ -62,13 +62,8 @@ pub enum ExplainOutput {
     Json,
 }
 
-/// The SPEC section 6 JSON of one admission.
-pub fn result_json(r: &AdmitResult) -> Value {
-    r.to_json()
-}
-
 /// The columns of an admission table (`pods` adds `CGROUP`).
-pub(super) const POD_COLUMNS: [&str; 9] = [
+const POD_COLUMNS: [&str; 9] = [
     "POD",
     "QOS",
     "ADMITTED",
@@ -80,59 +75,79 @@ pub(super) const POD_COLUMNS: [&str; 9] = [
     "DEVICES",
 ];
 
-fn print_table(results: &[AdmitResult]) {
-    let mut table = Columns::new(&POD_COLUMNS);
-    for r in results {
-        let pod = format!("{}/{}", field(&r.pod.namespace), field(&r.pod.name));
-        if !r.admitted {
+/// The table of admissions, one row per container (one per rejected pod);
+/// with `cgroups`, a `CGROUP` column from the daemon's attachments.
+pub(super) fn print_table(pods: &[Admission], cgroups: Option<&Attachments>) {
+    let mut header = POD_COLUMNS.to_vec();
+    if cgroups.is_some() {
+        header.push("CGROUP");
+    }
+    let mut table = Columns::new(&header);
+    for p in pods {
+        let pod = format!("{}/{}", field(&p.namespace), field(&p.name));
+        if !p.admitted {
             table.row(vec![
                 pod,
-                r.pod.qos.as_str().to_owned(),
+                p.qos.as_str().to_owned(),
                 "no".to_owned(),
                 format!(
                     "{}: {}",
-                    field(r.reason.as_deref().unwrap_or("")),
-                    field(r.message.as_deref().unwrap_or(""))
+                    field(p.reason.as_deref().unwrap_or("")),
+                    field(p.message.as_deref().unwrap_or(""))
                 ),
             ]);
             continue;
         }
-        for c in &r.containers {
+        for c in &p.containers {
             let devices: Vec<String> = c
-                .allocation
                 .devices
                 .iter()
                 .map(|(k, v)| format!("{}={}", field(k), field(&v.join(","))))
                 .collect();
-            let cpus = if c.allocation.cpus.is_empty() {
+            let cpus = if c.cpus.is_empty() {
                 "-".to_string()
-            } else if c.allocation.exclusive {
-                format!("{}*", c.allocation.cpus)
+            } else if c.exclusive {
+                format!("{}*", c.cpus)
             } else {
-                c.allocation.cpus.to_string()
+                c.cpus.to_string()
             };
-            table.row(vec![
+            let mut row = vec![
                 pod.clone(),
-                r.pod.qos.as_str().to_owned(),
+                p.qos.as_str().to_owned(),
                 "yes".to_owned(),
                 field(&c.name).into_owned(),
-                c.hint.affinity.map_or("any".to_string(), |m| m.to_string()),
-                c.hint.preferred.to_string(),
+                c.affinity.map_or("any".to_string(), |m| m.to_string()),
+                c.preferred.to_string(),
                 cpus,
-                if c.allocation.mems.is_empty() {
+                if c.mems.is_empty() {
                     "-".to_string()
                 } else {
-                    c.allocation.mems.to_string()
+                    c.mems.to_string()
                 },
                 if devices.is_empty() {
                     "-".to_string()
                 } else {
                     devices.join(" ")
                 },
-            ]);
+            ];
+            if let Some(cgroups) = cgroups {
+                row.push(
+                    cgroups
+                        .get(&p.uid)
+                        .and_then(|by_container| by_container.get(&c.name))
+                        .map_or_else(|| "-".to_owned(), |path| field(path).into_owned()),
+                );
+            }
+            table.row(row);
         }
     }
     print!("{}", table.render());
+}
+
+/// Print `value` as pretty JSON (the contract's form of every answer).
+pub(super) fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
+    println!("{}", serde_json::to_string_pretty(value)?);
+    Ok(())
 }
 
 /// Admit every pod in order and print the results.
@@ -158,15 +173,10 @@ pub fn run(config: &Path, args: AdmitArgs) -> anyhow::Result<ExitCode> {
         }
         _ => pods.iter().map(|p| node.admitter_mut().admit(p)).collect(),
     };
+    let pods: Vec<Admission> = results.iter().map(Admission::from).collect();
     match args.output {
-        Output::Json => {
-            let pods: Vec<Value> = results.iter().map(result_json).collect();
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&json!({ "pods": pods }))?
-            );
-        }
-        Output::Table => print_table(&results),
+        Output::Json => print_json(&Admissions { pods })?,
+        Output::Table => print_table(&pods, None),
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -251,7 +261,7 @@ pub fn explain(config: &Path, args: ExplainArgs) -> anyhow::Result<ExitCode> {
         for pod in &pods {
             let mut trace = Vec::new();
             let r = adm.admit_traced(pod, &mut trace);
-            out.push(topomgr::explain::explain_json(
+            out.push(topomgr::explain::explain(
                 adm.policy().name(),
                 adm.scope(),
                 &nodes,
@@ -259,7 +269,7 @@ pub fn explain(config: &Path, args: ExplainArgs) -> anyhow::Result<ExitCode> {
                 &trace,
             ));
         }
-        println!("{}", serde_json::to_string_pretty(&json!({ "pods": out }))?);
+        print_json(&Explains { pods: out })?;
         return Ok(ExitCode::SUCCESS);
     }
     println!(

@@ -8,8 +8,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
-use serde_json::Value;
 use topomgr::node_state::NodeState;
+use topomgr::nrt::NodeResourceTopology;
 
 use super::client::SocketArg;
 use super::host;
@@ -73,10 +73,7 @@ fn nrt(config: &Path, args: NrtArgs) -> anyhow::Result<ExitCode> {
                 .socket
                 .client(config)?
                 .get("/v1/noderesourcetopology")?;
-            let mut printed = Ok(());
-            let code = super::client::finish(&resp, |v| printed = print(v, args.output))?;
-            printed?;
-            return Ok(code);
+            return super::client::finish(&resp, |v| print(v, args.output));
         }
     };
     print(&object, args.output)?;
@@ -91,7 +88,7 @@ pub fn node_name(cfg: &topomgr::config::HostConfig) -> anyhow::Result<String> {
     }
 }
 
-fn print(object: &Value, format: Format) -> anyhow::Result<()> {
+fn print(object: &NodeResourceTopology, format: Format) -> anyhow::Result<()> {
     let text = match format {
         Format::Json => serde_json::to_string_pretty(object)? + "\n",
         Format::Yaml => serde_saphyr::to_string(object).context("writing YAML")?,

@@ -1,26 +1,13 @@
 //! `topomgr merge`: the what-if merge of SPEC section 6.
 
-use std::collections::BTreeMap;
 use std::io::Read;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
-use serde::Deserialize;
+use topomgr::api::{MergeDecision, MergeRequest};
 use topomgr::numa::NumaInfo;
 use topomgr::policy::Policy;
-use topomgr_sdk::{HintSet, ProviderHints};
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct MergeInput {
-    numa_nodes: Vec<i64>,
-    #[serde(default)]
-    distances: Option<BTreeMap<String, Vec<u64>>>,
-    policy: String,
-    #[serde(default)]
-    options: BTreeMap<String, String>,
-    providers: Vec<Option<BTreeMap<String, Option<HintSet>>>>,
-}
+use topomgr_sdk::ProviderHints;
 
 /// The largest merge input read from standard input (as for manifests).
 const MAX_INPUT_BYTES: u64 = topomgr::manifest::MAX_MANIFEST_BYTES;
@@ -35,7 +22,7 @@ pub fn run() -> anyhow::Result<ExitCode> {
     if text.len() as u64 > MAX_INPUT_BYTES {
         bail!("invalid merge input: larger than {MAX_INPUT_BYTES} bytes");
     }
-    let input: MergeInput = serde_json::from_str(&text).context("invalid merge input")?;
+    let input: MergeRequest = serde_json::from_str(&text).context("invalid merge input")?;
     let mut nodes = Vec::with_capacity(input.numa_nodes.len());
     for &n in &input.numa_nodes {
         let Ok(id) = u32::try_from(n) else {
@@ -72,11 +59,11 @@ pub fn run() -> anyhow::Result<ExitCode> {
     let refs: Vec<(&str, &ProviderHints)> =
         names.iter().map(String::as_str).zip(hints.iter()).collect();
     let decision = policy.decide(&refs).context("invalid merge input")?;
-    let out = serde_json::json!({
-        "affinity": decision.hint.affinity,
-        "preferred": decision.hint.preferred,
-        "admit": decision.admit,
-    });
-    println!("{out}");
+    let out = MergeDecision {
+        affinity: decision.hint.affinity,
+        preferred: decision.hint.preferred,
+        admit: decision.admit,
+    };
+    println!("{}", serde_json::to_string(&out)?);
     Ok(ExitCode::SUCCESS)
 }

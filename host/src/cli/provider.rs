@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
-use serde_json::json;
+use topomgr::api::{PreferredDevices, ProviderAllocation};
 use topomgr::store;
 use topomgr_sdk::{PodView, PreferredAllocationRequest, TopologyHint};
 
@@ -192,12 +192,7 @@ pub fn run(config: &Path, args: ProviderArgs) -> anyhow::Result<ExitCode> {
                 .with_context(|| format!("pod {} has no container {container:?}", pod.name))?;
             match provider.allocate(&pod, c, &hint) {
                 Ok(a) => {
-                    let out = json!({
-                        "cpus": a.cpus.to_string(),
-                        "mems": a.mems.to_string(),
-                        "devices": a.devices,
-                        "env": a.env,
-                    });
+                    let out = serde_json::to_string(&ProviderAllocation::from(a))?;
                     println!("{out}");
                     ExitCode::SUCCESS
                 }
@@ -213,7 +208,7 @@ pub fn run(config: &Path, args: ProviderArgs) -> anyhow::Result<ExitCode> {
             let req = preferred_request(resource, &available, &must_include, size)?;
             match provider.preferred_allocation(&req) {
                 Ok(devices) => {
-                    println!("{}", json!({ "devices": devices }));
+                    println!("{}", serde_json::to_string(&PreferredDevices { devices })?);
                     ExitCode::SUCCESS
                 }
                 // Ids or a resource the provider does not have: unusable input.

@@ -66,6 +66,6 @@ pub fn run(config: &Path, args: ReleaseArgs) -> anyhow::Result<ExitCode> {
             pids.join(",")
         );
     }
-    println!("{}", serde_json::to_string_pretty(&released.to_json())?);
+    super::admit::print_json(&topomgr::api::Admission::from(&released))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -18,9 +18,13 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::UnixStream;
 
+use crate::api::{AttachRequest, ErrorBody};
+
 /// An answer of the daemon.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Response {
+    /// The request it answers (`GET /v1/pods`), for messages.
+    pub route: String,
     /// HTTP status code.
     pub status: u16,
     /// The body.
@@ -28,18 +32,42 @@ pub struct Response {
 }
 
 impl Response {
-    /// The body as JSON.
-    pub fn json(&self) -> Result<serde_json::Value, ClientError> {
-        serde_json::from_slice(&self.body).map_err(|e| ClientError::BadResponse {
-            message: format!("body is not JSON: {e}"),
+    /// The body as one of the API's types ([`crate::api`]); an answer that
+    /// does not fit names the route and the field path.
+    pub fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T, ClientError> {
+        let de = &mut serde_json::Deserializer::from_slice(&self.body);
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let at = e.path().to_string();
+            ClientError::BadResponse {
+                message: if at == "." {
+                    format!("{} answered {}: {}", self.route, self.status, e.inner())
+                } else {
+                    format!(
+                        "{} answered {}: at {at}: {}",
+                        self.route,
+                        self.status,
+                        e.inner()
+                    )
+                },
+            }
         })
     }
 
-    /// The daemon's error message (`{"error": ...}`), or the raw body.
+    /// The body as untyped JSON (tests and debugging; the CLI reads
+    /// [`Response::parse`]).
+    pub fn json(&self) -> Result<serde_json::Value, ClientError> {
+        self.parse()
+    }
+
+    /// The daemon's error answer, when the body is one.
+    pub fn error(&self) -> Option<ErrorBody> {
+        serde_json::from_slice(&self.body).ok()
+    }
+
+    /// The daemon's error message ([`ErrorBody::error`]), or the raw body.
     pub fn error_message(&self) -> String {
-        self.json()
-            .ok()
-            .and_then(|v| v["error"].as_str().map(str::to_owned))
+        self.error()
+            .map(|e| e.error)
             .unwrap_or_else(|| String::from_utf8_lossy(&self.body).into_owned())
     }
 }
@@ -202,11 +230,12 @@ impl Client {
                 .map_err(|cause| ClientError::Runtime { cause })?,
         };
         let reused = self.conn.as_ref().is_some_and(|c| !c.is_closed());
-        let answer = match self.attempt(&rt, request()?) {
+        let route = format!("{method} {path}");
+        let answer = match self.attempt(&rt, request()?, &route) {
             Err(ClientError::Http { cause, .. }) if reused && unanswered(&cause) => {
                 // The daemon closed the idle connection: resend once.
                 self.conn = None;
-                self.attempt(&rt, request()?)
+                self.attempt(&rt, request()?, &route)
             }
             r => r,
         };
@@ -218,6 +247,7 @@ impl Client {
         &mut self,
         rt: &tokio::runtime::Runtime,
         req: hyper::Request<Full<Bytes>>,
+        route: &str,
     ) -> Result<Response, ClientError> {
         let socket = self.socket.clone();
         let conn = self.conn.take().filter(|c| !c.is_closed());
@@ -251,7 +281,11 @@ impl Client {
                 let resp = conn.send_request(req).await?;
                 let status = resp.status().as_u16();
                 let body = resp.into_body().collect().await?.to_bytes().to_vec();
-                Ok::<_, hyper::Error>(Response { status, body })
+                Ok::<_, hyper::Error>(Response {
+                    route: route.to_owned(),
+                    status,
+                    body,
+                })
             }
             .await
             .map_err(http);
@@ -300,7 +334,10 @@ impl Client {
         container: &str,
         cgroup: &str,
     ) -> Result<Response, ClientError> {
-        let body = serde_json::json!({ "cgroup": cgroup }).to_string();
+        let body = serde_json::to_string(&AttachRequest {
+            cgroup: cgroup.to_owned(),
+        })
+        .unwrap_or_default();
         self.post(
             &format!(
                 "/v1/pods/{}/containers/{}/attach",
@@ -324,6 +361,50 @@ mod tests {
     use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 
     use super::*;
+
+    #[test]
+    fn an_answer_that_does_not_fit_its_type_names_route_and_field() {
+        let resp = |body: &str| Response {
+            route: "GET /v1/pods".to_owned(),
+            status: 200,
+            body: body.as_bytes().to_vec(),
+        };
+        let good = r#"{"pods": [{"uid": "u", "name": "p", "namespace": "d", "qos": "Guaranteed",
+            "admitted": true, "reason": null, "message": null, "containers": [{"name": "app",
+            "affinity": [0], "preferred": true, "cpus": "2-3", "exclusive": true, "mems": "0",
+            "devices": {}, "env": {}}]}], "attachments": {}}"#;
+        let list: crate::api::PodList = resp(good).parse().unwrap();
+        assert_eq!(list.pods[0].containers[0].cpus.to_string(), "2-3");
+        let err = resp(&good.replace(r#""2-3""#, r#""2-x""#))
+            .parse::<crate::api::PodList>()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("unexpected answer from the topomgr daemon: GET /v1/pods answered 200: at pods[0].containers[0].cpus: "),
+            "{err}"
+        );
+        let err = resp(&good.replace(r#""qos": "Guaranteed","#, ""))
+            .parse::<crate::api::PodList>()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("unexpected answer from the topomgr daemon: GET /v1/pods answered 200: at pods[0]: missing field `qos`"),
+            "{err}"
+        );
+        let err = resp("<html>")
+            .parse::<crate::api::PodList>()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with("unexpected answer from the topomgr daemon: GET /v1/pods answered 200: expected value"),
+            "{err}"
+        );
+        assert_eq!(
+            resp(r#"{"error": "no", "reason": "UnknownPod"}"#).error_message(),
+            "no"
+        );
+        assert_eq!(resp("plain").error_message(), "plain");
+    }
 
     #[test]
     fn segments_are_percent_encoded() {

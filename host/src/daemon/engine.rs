@@ -84,9 +84,9 @@ pub enum Reply {
     /// The cgroup was written.
     Attached(Attached),
     /// The NodeResourceTopology object ([`crate::nrt`]).
-    NodeResourceTopology(serde_json::Value),
+    NodeResourceTopology(crate::nrt::NodeResourceTopology),
     /// One decision trace per pod of a dry run, in order.
-    DryRun(Vec<serde_json::Value>),
+    DryRun(Vec<crate::api::Explain>),
 }
 
 /// Why a command failed.
@@ -411,16 +411,16 @@ impl Worker {
         &self,
         result: &AdmitResult,
         trace: &[crate::admission::TraceStep],
-    ) -> serde_json::Value {
+    ) -> crate::api::Explain {
         let s = &self.setting;
-        crate::explain::explain_json(s.policy, s.scope, &s.nodes, result, trace)
+        crate::explain::explain(s.policy, s.scope, &s.nodes, result, trace)
     }
 
     /// Admit `pods` in order on the admitter alone (no cgroup, no record),
     /// then release the ones admitted here in reverse order: providers
     /// and ledger end as they began. A pod already admitted answers its
     /// recorded trace and is left alone.
-    fn dry_run(&mut self, pods: &[PodView]) -> Vec<serde_json::Value> {
+    fn dry_run(&mut self, pods: &[PodView]) -> Vec<crate::api::Explain> {
         let mut out = Vec::with_capacity(pods.len());
         let mut undo = Vec::new();
         for pod in pods {
@@ -429,7 +429,7 @@ impl Worker {
                 let known = view.explains.get(&pod.uid);
                 drop(view);
                 let stored = self.node.pods()[&pod.uid].clone();
-                out.push(known.map_or_else(|| self.explain(&stored, &[]), |t| t.to_json()));
+                out.push(known.map_or_else(|| self.explain(&stored, &[]), |t| t.explain()));
                 continue;
             }
             let mut trace = Vec::new();
@@ -448,7 +448,7 @@ impl Worker {
     }
 
     /// The NodeResourceTopology object as of now.
-    fn nrt(&mut self) -> Result<serde_json::Value, crate::nrt::NrtError> {
+    fn nrt(&mut self) -> Result<crate::nrt::NodeResourceTopology, crate::nrt::NrtError> {
         crate::nrt::of_admitter(
             &self.export.node_name,
             &self.machine,

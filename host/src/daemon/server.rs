@@ -18,7 +18,8 @@
 //! route), 405 (a route that does not take the method), 409
 //! (a uid admitted with a different spec), 422 (cgroup problem), 500
 //! (provider errors on release), 503 (state cannot be saved, or shutting
-//! down). `docs/api/openapi.yaml` documents the same.
+//! down). `docs/api/openapi.yaml` documents the same. Every answer is one
+//! of the types of [`crate::api`].
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -35,7 +36,6 @@ use axum::routing::{get, post};
 use axum::serve::IncomingStream;
 use axum::{Json, Router};
 use serde::Deserialize;
-use serde_json::{json, Value};
 use tokio::net::UnixListener;
 use topomgr_sdk::Machine;
 use tracing::{debug, info};
@@ -44,7 +44,12 @@ use super::access::{AccessPolicy, Peer};
 use super::engine::{Command, Engine, EngineError, Reply};
 use super::metrics::{Metrics, BAD_MANIFEST};
 use crate::admission::AdmitResult;
+use crate::api::{
+    Admission, Admissions, AttachRequest, Attached, ErrorBody, Explain, Explains, Health,
+    HealthStatus, PodList,
+};
 use crate::node_state::current_pool;
+use crate::nrt::NodeResourceTopology;
 
 /// Shared state of the handlers.
 #[derive(Clone)]
@@ -95,7 +100,10 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         (
             self.status,
-            Json(json!({"error": self.message, "reason": self.reason})),
+            Json(ErrorBody {
+                error: self.message,
+                reason: self.reason.to_owned(),
+            }),
         )
             .into_response()
     }
@@ -191,25 +199,25 @@ async fn check_peer(
 async fn health(State(state): State<AppState>) -> Response {
     let (code, body) = state.engine.read(|snap| {
         let status = if snap.failure.is_some() {
-            "failing"
+            HealthStatus::Failing
         } else if snap.restore_notes.is_empty() {
-            "ok"
+            HealthStatus::Ok
         } else {
-            "degraded"
+            HealthStatus::Degraded
         };
         let code = if snap.failure.is_some() {
             StatusCode::SERVICE_UNAVAILABLE
         } else {
             StatusCode::OK
         };
-        let body = json!({
-            "status": status,
-            "pods": snap.pods.len(),
-            "exclusive_cpus": snap.exclusive_cpus.to_string(),
-            "shared_pool": snap.shared_pool.to_string(),
-            "notes": snap.restore_notes,
-            "failure": snap.failure,
-        });
+        let body = Health {
+            status,
+            pods: snap.pods.len(),
+            exclusive_cpus: snap.exclusive_cpus.clone(),
+            shared_pool: snap.shared_pool.clone(),
+            notes: snap.restore_notes.clone(),
+            failure: snap.failure.clone(),
+        };
         (code, body)
     });
     (code, Json(body)).into_response()
@@ -233,7 +241,7 @@ async fn admit(
     State(state): State<AppState>,
     query: Result<Query<AdmitQuery>, QueryRejection>,
     body: Bytes,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -265,16 +273,16 @@ async fn admit(
     })?;
     if query.dry_run {
         return match state.engine.submit(Command::DryRun(pods)).await? {
-            Reply::DryRun(traces) => Ok(Json(json!({ "pods": traces }))),
+            Reply::DryRun(pods) => Ok(Json(Explains { pods }).into_response()),
             other => Err(unexpected(&other)),
         };
     }
     debug!(pods = pods.len(), "admission requested");
     match state.engine.submit(Command::Admit(pods)).await? {
-        Reply::Admitted(results) => {
-            let pods: Vec<Value> = results.iter().map(|r| r.to_json()).collect();
-            Ok(Json(json!({ "pods": pods })))
-        }
+        Reply::Admitted(results) => Ok(Json(Admissions {
+            pods: results.iter().map(Admission::from).collect(),
+        })
+        .into_response()),
         other => Err(unexpected(&other)),
     }
 }
@@ -287,25 +295,27 @@ fn unexpected(reply: &Reply) -> ApiError {
     )
 }
 
-async fn list_pods(State(state): State<AppState>) -> Json<Value> {
+async fn list_pods(State(state): State<AppState>) -> Json<PodList> {
     let (pods, pool, attachments) = state.engine.read(|snap| {
         let pods: Vec<Arc<AdmitResult>> = snap.pods.values().cloned().collect();
-        (pods, snap.shared_pool.clone(), json!(snap.attachments))
+        (pods, snap.shared_pool.clone(), snap.attachments.clone())
     });
-    let pods: Vec<Value> = pods
+    let pods = pods
         .iter()
-        .map(|r| current_pool(r, &pool).to_json())
+        .map(|r| Admission::from(current_pool(r, &pool).as_ref()))
         .collect();
-    Json(json!({ "pods": pods, "attachments": attachments }))
+    Json(PodList { pods, attachments })
 }
 
 async fn get_pod(
     State(state): State<AppState>,
     UrlPath(uid): UrlPath<String>,
-) -> Result<Json<Value>, ApiError> {
-    let pod = state
-        .engine
-        .read(|snap| snap.pods.get(&uid).map(|r| snap.current(r).to_json()));
+) -> Result<Json<Admission>, ApiError> {
+    let pod = state.engine.read(|snap| {
+        snap.pods
+            .get(&uid)
+            .map(|r| Admission::from(snap.current(r).as_ref()))
+    });
     pod.map(Json)
         .ok_or_else(|| EngineError::UnknownPod(uid).into())
 }
@@ -313,12 +323,12 @@ async fn get_pod(
 async fn explain_pod(
     State(state): State<AppState>,
     UrlPath(uid): UrlPath<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Explain>, ApiError> {
     let (trace, admitted) = state
         .engine
         .read(|snap| (snap.explains.get(&uid), snap.pods.contains_key(&uid)));
     match trace {
-        Some(traced) => Ok(Json(traced.to_json())),
+        Some(traced) => Ok(Json(traced.explain())),
         None if admitted => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "NoTrace",
@@ -335,26 +345,19 @@ async fn explain_pod(
 async fn release_pod(
     State(state): State<AppState>,
     UrlPath(uid): UrlPath<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Admission>, ApiError> {
     match state.engine.submit(Command::Release(uid)).await? {
-        Reply::Released(r) => Ok(Json(r.to_json())),
+        Reply::Released(r) => Ok(Json(Admission::from(&r))),
         other => Err(unexpected(&other)),
     }
-}
-
-/// Body of the attach endpoint.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AttachBody {
-    cgroup: String,
 }
 
 async fn attach(
     State(state): State<AppState>,
     UrlPath((uid, container)): UrlPath<(String, String)>,
     body: Bytes,
-) -> Result<Json<Value>, ApiError> {
-    let b: AttachBody = serde_json::from_slice(&body).map_err(|e| {
+) -> Result<Json<Attached>, ApiError> {
+    let b: AttachRequest = serde_json::from_slice(&body).map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
             "BadRequest",
@@ -367,18 +370,14 @@ async fn attach(
         cgroup: b.cgroup,
     };
     match state.engine.submit(cmd).await? {
-        Reply::Attached(a) => Ok(Json(json!({
-            "uid": a.uid,
-            "container": a.container,
-            "cgroup": a.cgroup,
-            "cpus": a.cpus.to_string(),
-            "mems": a.mems.to_string(),
-        }))),
+        Reply::Attached(a) => Ok(Json(a)),
         other => Err(unexpected(&other)),
     }
 }
 
-async fn node_resource_topology(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+async fn node_resource_topology(
+    State(state): State<AppState>,
+) -> Result<Json<NodeResourceTopology>, ApiError> {
     match state.engine.submit(Command::NodeResourceTopology).await? {
         Reply::NodeResourceTopology(object) => Ok(Json(object)),
         other => Err(unexpected(&other)),

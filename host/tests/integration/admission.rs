@@ -8,6 +8,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use serde_json::Value;
+use topomgr::api::{Admission, Admissions};
 
 /// What the first mock owns unless its config says otherwise: the
 /// extended resource of the test pods (a pod requesting an extended
@@ -75,7 +76,7 @@ spec:
       resources: {limits: {cpu: "1", memory: 1Gi}}
 "#;
 
-fn admit(dir: &Path, extra: &[&str], sysfs: &Path) -> Value {
+fn admit(dir: &Path, extra: &[&str], sysfs: &Path) -> Admissions {
     let out = Command::new(common::topomgr_bin())
         .arg("--config")
         .arg(dir.join("topomgr.toml"))
@@ -94,12 +95,14 @@ fn admit(dir: &Path, extra: &[&str], sysfs: &Path) -> Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-fn affinities(pod: &Value) -> Vec<String> {
-    pod["containers"]
-        .as_array()
-        .unwrap()
+fn affinities(pod: &Admission) -> Vec<String> {
+    pod.containers
         .iter()
-        .map(|c| format!("{}={}", c["name"].as_str().unwrap(), c["affinity"]))
+        .map(|c| {
+            // As the JSON prints it: `[2]`, `[2,3]`, `null`.
+            let affinity = serde_json::to_string(&c.affinity).unwrap();
+            format!("{}={affinity}", c.name)
+        })
         .collect()
 }
 
@@ -117,16 +120,16 @@ allocation = { cpus = "8-9", exclusive = true, mems = [2], devices = { "example.
     );
     pod_file(&dir, POD);
     let out = admit(&dir, &[], &example_machine());
-    let pod = &out["pods"][0];
-    assert_eq!(pod["admitted"], true);
-    assert_eq!(pod["qos"], "Guaranteed");
+    let pod = &out.pods[0];
+    assert!(pod.admitted);
+    assert_eq!(pod.qos, topomgr_sdk::QosClass::Guaranteed);
     assert_eq!(affinities(pod), ["init=[2]", "app=[2]"]);
-    let app = &pod["containers"][1];
-    assert_eq!(app["cpus"], "8-9");
-    assert_eq!(app["exclusive"], true);
-    assert_eq!(app["mems"], "2");
-    assert_eq!(app["devices"]["example.com/foo"][0], "foo-2");
-    assert_eq!(app["env"]["FOO"], "2");
+    let app = &pod.containers[1];
+    assert_eq!(app.cpus.to_string(), "8-9");
+    assert!(app.exclusive);
+    assert_eq!(app.mems.to_string(), "2");
+    assert_eq!(app.devices["example.com/foo"], ["foo-2"]);
+    assert_eq!(app.env["FOO"], "2");
 }
 
 #[test]
@@ -149,7 +152,7 @@ fn pod_scope_single_numa_node_and_rejection() {
     );
     pod_file(&dir, POD);
     let out = admit(&dir, &[], &example_machine());
-    assert_eq!(affinities(&out["pods"][0]), ["init=[3]", "app=[3]"]);
+    assert_eq!(affinities(&out.pods[0]), ["init=[3]", "app=[3]"]);
 
     let dir = config_dir(
         "e2e-pod-reject",
@@ -168,14 +171,14 @@ fn pod_scope_single_numa_node_and_rejection() {
     );
     pod_file(&dir, POD);
     let out = admit(&dir, &[], &example_machine());
-    let pod = &out["pods"][0];
-    assert_eq!(pod["admitted"], false);
-    assert_eq!(pod["reason"], "TopologyAffinityError");
+    let pod = &out.pods[0];
+    assert!(!pod.admitted);
+    assert_eq!(pod.reason.as_deref(), Some("TopologyAffinityError"));
     assert_eq!(
-        pod["message"],
+        pod.message.as_deref().unwrap(),
         "Resources cannot be allocated with Topology Locality: the pod needs every resource on one common NUMA node (policy single-numa-node); cpu (mocka): preferred on {1}; example.com/foo (mockb): preferred on {0}"
     );
-    assert_eq!(pod["containers"], serde_json::json!([]));
+    assert!(pod.containers.is_empty());
 }
 
 fn mock_calls(state: &Path, name: &str) -> Vec<String> {
@@ -211,15 +214,15 @@ fail_reason = "OutOfFoo""#,
         &["--state-dir", state.to_str().unwrap()],
         &example_machine(),
     );
-    let p1 = &out["pods"][0];
-    assert_eq!(p1["admitted"], false);
-    assert_eq!(p1["reason"], "OutOfFoo");
+    let p1 = &out.pods[0];
+    assert!(!p1.admitted);
+    assert_eq!(p1.reason.as_deref(), Some("OutOfFoo"));
     assert_eq!(
-        p1["message"],
+        p1.message.as_deref().unwrap(),
         "provider \"mockb\" could not allocate container \"app\": no foo left on node 2"
     );
     // The second pod is admitted by the same host afterwards.
-    assert_eq!(out["pods"][1]["admitted"], true);
+    assert!(out.pods[1].admitted);
     assert_eq!(
         mock_calls(&state, "mocka"),
         [
@@ -268,11 +271,11 @@ fn panicking_provider_fails_the_admission_not_the_host() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(run.status.success(), "topomgr admit failed: {stderr}");
-    let out: Value = serde_json::from_slice(&run.stdout).unwrap();
-    for pod in out["pods"].as_array().unwrap() {
-        assert_eq!(pod["admitted"], false);
-        assert_eq!(pod["reason"], "ProviderPanic");
-        let msg = pod["message"].as_str().unwrap();
+    let out: Admissions = serde_json::from_slice(&run.stdout).unwrap();
+    for pod in &out.pods {
+        assert!(!pod.admitted);
+        assert_eq!(pod.reason.as_deref(), Some("ProviderPanic"));
+        let msg = pod.message.as_deref().unwrap();
         assert!(
             msg.starts_with("provider \"mock\" could not allocate container"),
             "{msg}"
@@ -307,11 +310,11 @@ fn hints_naming_a_missing_node_are_refused() {
     );
     pod_file(&dir, POD);
     let out = admit(&dir, &[], &example_machine());
-    let pod = &out["pods"][0];
-    assert_eq!(pod["admitted"], false);
-    assert_eq!(pod["reason"], "UnexpectedAdmissionError");
+    let pod = &out.pods[0];
+    assert!(!pod.admitted);
+    assert_eq!(pod.reason.as_deref(), Some("UnexpectedAdmissionError"));
     assert_eq!(
-        pod["message"],
+        pod.message.as_deref().unwrap(),
         "provider \"mock\" returned hints for resource \"example.com/foo\" naming NUMA node(s) 9, which this machine does not have (its nodes: 0-3)"
     );
 }
@@ -360,7 +363,7 @@ fn compact_hints_on_the_recorded_64_node_machine() {
         "64-node machine, 4 mock providers with compact hints: whole `topomgr admit` run took {:?}",
         start.elapsed()
     );
-    assert_eq!(affinities(&out["pods"][0]), ["init=[5]", "app=[5]"]);
+    assert_eq!(affinities(&out.pods[0]), ["init=[5]", "app=[5]"]);
 }
 
 fn single_pod(uid: &str, name: &str) -> String {
@@ -371,7 +374,7 @@ fn single_pod(uid: &str, name: &str) -> String {
 
 /// `topomgr admit --state-dir <dir>/state` of `pods` with one mock provider
 /// scripted by `mock`: the config dir and the admission JSON of each pod.
-fn admit_with_mock(tag: &str, mock: &str, pods: &[(&str, &str)]) -> (PathBuf, Vec<Value>) {
+fn admit_with_mock(tag: &str, mock: &str, pods: &[(&str, &str)]) -> (PathBuf, Vec<Admission>) {
     let dir = config_dir(tag, "best-effort", "container", &[("mock", mock)]);
     let yaml: String = pods
         .iter()
@@ -384,7 +387,7 @@ fn admit_with_mock(tag: &str, mock: &str, pods: &[(&str, &str)]) -> (PathBuf, Ve
         &["--state-dir", &state.to_string_lossy()],
         &example_machine(),
     );
-    (dir, out["pods"].as_array().unwrap().clone())
+    (dir, out.pods)
 }
 
 /// A provider that hands the same CPUs or devices to every pod is refused
@@ -398,11 +401,11 @@ fn the_ledger_refuses_what_is_held_or_missing() {
         r#"allocation = { cpus = "1-15", exclusive = true, devices = { "example.com/foo" = ["foo-0"] } }"#,
         &two,
     );
-    assert_eq!(out[0]["admitted"], true);
-    assert_eq!(out[1]["admitted"], false);
-    assert_eq!(out[1]["reason"], "UnexpectedAdmissionError");
+    assert!(out[0].admitted);
+    assert!(!out[1].admitted);
+    assert_eq!(out[1].reason.as_deref(), Some("UnexpectedAdmissionError"));
     assert_eq!(
-        out[1]["message"],
+        out[1].message.as_deref().unwrap(),
         "provider \"mock\" gave pod default/second container \"app\" CPUs 1-15 exclusively, but CPUs 1-15 are held by pod default/first (uid uid-1) container \"app\""
     );
     // The refused allocation was given back to the provider.
@@ -420,9 +423,9 @@ fn the_ledger_refuses_what_is_held_or_missing() {
         r#"allocation = { cpus = "0-15", devices = { "example.com/foo" = ["foo-0"] } }"#,
         &two,
     );
-    assert_eq!(out[0]["admitted"], true);
+    assert!(out[0].admitted);
     assert_eq!(
-        out[1]["message"],
+        out[1].message.as_deref().unwrap(),
         "provider \"mock\" gave pod default/second container \"app\" example.com/foo device foo-0, but it is held by pod default/first (uid uid-1) container \"app\""
     );
     // CPUs and memory nodes the machine does not have.
@@ -432,12 +435,12 @@ fn the_ledger_refuses_what_is_held_or_missing() {
         &two[..1],
     );
     assert_eq!(
-        out[0]["message"],
+        out[0].message.as_deref().unwrap(),
         "provider \"mock\" gave pod default/first container \"app\" CPUs 16-1000, which are not online CPUs of this machine (online: 0-15)"
     );
     let (_, out) = admit_with_mock("e2e-ledger-mems", "allocation = { mems = [5] }", &two[..1]);
     assert_eq!(
-        out[0]["message"],
+        out[0].message.as_deref().unwrap(),
         "provider \"mock\" gave pod default/first container \"app\" memory on NUMA node(s) 5, which this machine does not have (its nodes: 0-3)"
     );
 }
@@ -455,10 +458,10 @@ fn two_providers_contradicting_an_environment_variable_are_refused() {
     );
     pod_file(&dir, &single_pod("uid-1", "first"));
     let out = admit(&dir, &[], &example_machine());
-    let pod = &out["pods"][0];
-    assert_eq!(pod["reason"], "UnexpectedAdmissionError");
+    let pod = &out.pods[0];
+    assert_eq!(pod.reason.as_deref(), Some("UnexpectedAdmissionError"));
     assert_eq!(
-        pod["message"],
+        pod.message.as_deref().unwrap(),
         "providers \"gpu\" and \"nic\" set environment variable \"VISIBLE\" of container \"app\" to different values (\"0\" and \"1\"); topomgr refuses contradicting environments"
     );
 }
@@ -478,10 +481,10 @@ fn the_cli_honours_the_provider_deadline() {
     std::fs::write(&toml, text).unwrap();
     pod_file(&dir, &single_pod("uid-1", "first"));
     let out = admit(&dir, &[], &example_machine());
-    let pod = &out["pods"][0];
-    assert_eq!(pod["reason"], "ProviderTimeout");
+    let pod = &out.pods[0];
+    assert_eq!(pod.reason.as_deref(), Some("ProviderTimeout"));
     assert_eq!(
-        pod["message"],
+        pod.message.as_deref().unwrap(),
         "provider \"mock\" failed to give hints: provider \"mock\" did not answer topology_hints within 100 ms; it is not called again until that call returns"
     );
 }
@@ -515,13 +518,13 @@ fn many_containers_are_admitted_and_the_cap_is_enforced() {
         "1000-container pod through two mock providers: whole `topomgr admit` run took {:?}",
         start.elapsed()
     );
-    assert_eq!(out["pods"][0]["admitted"], true);
-    assert_eq!(out["pods"][0]["containers"].as_array().unwrap().len(), 1000);
+    assert!(out.pods[0].admitted);
+    assert_eq!(out.pods[0].containers.len(), 1000);
     pod_file(&dir, &many_containers("many-2", 1025));
     let out = admit(&dir, &[], &example_machine());
-    assert_eq!(out["pods"][0]["reason"], "TooManyContainers");
+    assert_eq!(out.pods[0].reason.as_deref(), Some("TooManyContainers"));
     assert_eq!(
-        out["pods"][0]["message"],
+        out.pods[0].message.as_deref().unwrap(),
         "pod default/many has 1025 containers (init and app); topomgr admits at most 1024 per pod"
     );
 }

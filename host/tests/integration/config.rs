@@ -8,6 +8,8 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use topomgr::api::Admissions;
+
 /// A config directory with the SDK example provider enabled by a drop-in.
 fn config_dir(tag: &str) -> PathBuf {
     let p = common::plugins();
@@ -43,15 +45,15 @@ fn example_pod(name: &str) -> String {
 }
 
 /// `topomgr admit --dry-run` of the widgets example pod: the devices it got.
-fn widget_devices(dir: &Path) -> serde_json::Value {
+fn widget_devices(dir: &Path) -> std::collections::BTreeMap<String, Vec<String>> {
     let sys = common::example_sys();
     let pod = example_pod("guaranteed-widgets.yaml");
     let (code, out, err) =
         common::topomgr(dir, &["admit", "--dry-run", "--sysfs-root", &sys, &pod]);
     assert_eq!(code, 0, "{err}");
-    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
-    assert_eq!(v["pods"][0]["admitted"], true, "{out}");
-    v["pods"][0]["containers"][0]["devices"].clone()
+    let mut v: Admissions = serde_json::from_str(&out).expect("json");
+    assert!(v.pods[0].admitted, "{out}");
+    v.pods.remove(0).containers.remove(0).devices
 }
 
 #[test]
@@ -59,9 +61,9 @@ fn enabled_false_in_a_dropin_disables_the_provider() {
     let dir = config_dir("cfg-enabled");
     let devices = widget_devices(&dir);
     assert_eq!(
-        devices["example.com/widget"].as_array().map(Vec::len),
+        devices.get("example.com/widget").map(Vec::len),
         Some(2),
-        "{devices}"
+        "{devices:?}"
     );
     fs::write(
         dir.join("plugins.d/90-off.toml"),
@@ -75,8 +77,9 @@ fn enabled_false_in_a_dropin_disables_the_provider() {
     let (code, out, err) =
         common::topomgr(&dir, &["admit", "--dry-run", "--sysfs-root", &sys, &pod]);
     assert_eq!(code, 0, "{err}");
-    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
-    assert_eq!(v["pods"][0]["reason"], "OutOfexample.com/widget", "{out}");
+    let v: Admissions = serde_json::from_str(&out).expect("json");
+    let reason = v.pods[0].reason.as_deref();
+    assert_eq!(reason, Some("OutOfexample.com/widget"), "{out}");
     let (code, _, err) = common::topomgr(
         &dir,
         &[

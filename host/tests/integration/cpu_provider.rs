@@ -7,6 +7,8 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use topomgr::api::{Admissions, ProviderAllocation};
+
 /// A config directory whose only drop-in enables the CPU provider with
 /// `extra` appended to its `[providers.cpu.config]` table.
 fn config_dir(tag: &str, policy: &str, extra: &str) -> PathBuf {
@@ -111,10 +113,10 @@ fn hints_and_chained_allocations_on_the_example_machine() {
         r#"{"affinity":[1],"preferred":true}"#,
     ]);
     assert_eq!(code, 0, "{err}");
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let v: ProviderAllocation = serde_json::from_str(&out).unwrap();
     assert_eq!(
-        (v["cpus"].as_str(), v["mems"].as_str()),
-        (Some("2,10"), Some(""))
+        (v.cpus.to_string(), v.mems.to_string()),
+        ("2,10".to_owned(), String::new())
     );
     // The next allocation sees the first one through the state directory.
     let (code, out, err) = run(&[
@@ -127,10 +129,10 @@ fn hints_and_chained_allocations_on_the_example_machine() {
         r#"{"affinity":[1],"preferred":true}"#,
     ]);
     assert_eq!(code, 0, "{err}");
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let v: ProviderAllocation = serde_json::from_str(&out).unwrap();
     // Core 3 on node 1, then the last CPU from the socket with the fewest
     // free CPUs: CPU 8, the sibling of reserved CPU 0.
-    assert_eq!(v["cpus"].as_str(), Some("3,8,11"));
+    assert_eq!(v.cpus.to_string(), "3,8,11");
     let (code, out, err) = run(&[
         "allocate",
         "--pod",
@@ -141,8 +143,8 @@ fn hints_and_chained_allocations_on_the_example_machine() {
         r#"{"affinity":null,"preferred":true}"#,
     ]);
     assert_eq!(code, 0, "{err}");
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["cpus"].as_str(), Some("0-1,4-7,9,12-15"));
+    let v: ProviderAllocation = serde_json::from_str(&out).unwrap();
+    assert_eq!(v.cpus.to_string(), "0-1,4-7,9,12-15");
     // The allocated pod's hints are regenerated from its own CPUs (node 1).
     let (code, out, err) = run(&["hints", "--pod", &two]);
     assert_eq!(code, 0, "{err}");
@@ -314,9 +316,9 @@ fn corpus_64amd64_4s2n4ca2co_allocation() {
         ],
     );
     assert_eq!(code, 0, "{err}");
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    println!("64amd64-4s2n4ca2co: 8 CPUs on node 3 -> {}", v["cpus"]);
-    assert_eq!(v["cpus"].as_str(), Some(CORPUS_64AMD64_NODE3_8));
+    let v: ProviderAllocation = serde_json::from_str(&out).unwrap();
+    println!("64amd64-4s2n4ca2co: 8 CPUs on node 3 -> {}", v.cpus);
+    assert_eq!(v.cpus.to_string(), CORPUS_64AMD64_NODE3_8);
 }
 
 /// What the 8-CPU allocation on node 3 of 64amd64-4s2n4ca2co gives.
@@ -354,11 +356,12 @@ fn corpus_256ia64_64n2s2c_admits_a_4_cpu_pod_quickly() {
     let (code, out, err) = topomgr(&dir, &["admit", "--sysfs-root", &sys_s, &pod]);
     let took = start.elapsed();
     assert_eq!(code, 0, "{err}");
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let p = &v["pods"][0];
-    assert_eq!(p["admitted"], true, "{out}");
-    assert_eq!(p["containers"][0]["affinity"], serde_json::json!([0]));
-    assert_eq!(p["containers"][0]["cpus"], "0-3");
+    let v: Admissions = serde_json::from_str(&out).unwrap();
+    let p = &v.pods[0];
+    assert!(p.admitted, "{out}");
+    let c = &p.containers[0];
+    assert_eq!(c.affinity.map(|m| m.to_string()).as_deref(), Some("0"));
+    assert_eq!(c.cpus.to_string(), "0-3");
     println!("256ia64-64n2s2c: admitting a 4-CPU Guaranteed pod end to end (process start included) took {took:?}");
 }
 
@@ -401,8 +404,8 @@ fn corpus_hybrid_machine_never_hands_out_the_reserved_cpu() {
             ],
         );
         assert_eq!(code, 0, "{err}");
-        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-        assert_eq!(v["cpus"].as_str(), Some(want), "pod {name}");
+        let v: ProviderAllocation = serde_json::from_str(&out).unwrap();
+        assert_eq!(v.cpus.to_string(), want, "pod {name}");
         held.push(want.to_owned());
     }
     assert_eq!(held, ["12-13", "14-15", "16-18"]);
@@ -534,21 +537,14 @@ fn pod_level_resources_through_admit_with_the_gate_off_and_on() {
         let pod = pod_level_manifest(&dir).display().to_string();
         let (code, out, err) = topomgr(&dir, &["admit", "--sysfs-root", &sys, &pod]);
         assert_eq!(code, 0, "{err}");
-        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-        let p = &v["pods"][0];
-        assert_eq!(p["admitted"], true, "{tag}: {out}");
-        assert_eq!(p["qos"], "Guaranteed", "{tag}");
-        let got: Vec<(String, String, bool)> = p["containers"]
-            .as_array()
-            .unwrap()
+        let v: Admissions = serde_json::from_str(&out).unwrap();
+        let p = &v.pods[0];
+        assert!(p.admitted, "{tag}: {out}");
+        assert_eq!(p.qos, topomgr_sdk::QosClass::Guaranteed, "{tag}");
+        let got: Vec<(String, String, bool)> = p
+            .containers
             .iter()
-            .map(|c| {
-                (
-                    c["name"].as_str().unwrap().to_owned(),
-                    c["cpus"].as_str().unwrap().to_owned(),
-                    c["exclusive"].as_bool().unwrap(),
-                )
-            })
+            .map(|c| (c.name.clone(), c.cpus.to_string(), c.exclusive))
             .collect();
         let want: Vec<(String, String, bool)> = want
             .iter()

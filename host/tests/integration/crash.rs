@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde_json::Value;
+use topomgr::api::{Admission, Admissions, Health, HealthStatus, PodList};
 use topomgr::daemon::client::Client;
 
 const KILLS: usize = 50;
@@ -124,19 +124,18 @@ fn manifest(uid: &str) -> String {
     )
 }
 
-fn cpus_of(pod: &Value) -> topomgr_sdk::CpuSet {
-    let c = &pod["containers"][0];
-    assert_eq!(c["exclusive"], true, "{pod}");
-    topomgr_sdk::CpuSet::parse(c["cpus"].as_str().unwrap()).unwrap()
+fn cpus_of(pod: &Admission) -> topomgr_sdk::CpuSet {
+    let c = &pod.containers[0];
+    assert!(c.exclusive, "{pod:?}");
+    c.cpus.clone()
 }
 
-fn widgets_of(pod: &Value) -> Vec<String> {
-    pod["containers"][0]["devices"]["example.com/widget"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|v| v.as_str().map(str::to_owned))
-        .collect()
+fn widgets_of(pod: &Admission) -> Vec<String> {
+    pod.containers[0]
+        .devices
+        .get("example.com/widget")
+        .cloned()
+        .unwrap_or_default()
 }
 
 fn start(config: &Path, socket: &Path) -> Child {
@@ -192,12 +191,13 @@ fn storm(
         };
         known[i] = match (admit, resp.status) {
             (true, 200) => {
-                let v = resp.json().expect("admit answer is JSON");
-                let pod = &v["pods"][0];
-                if pod["admitted"] == true {
+                let v: Admissions = resp.parse().expect("an admission answer");
+                let pod = &v.pods[0];
+                if pod.admitted {
                     Known::Admitted(widgets_of(pod))
                 } else {
-                    assert_eq!(pod["reason"], "TopologyAffinityError", "{pod}");
+                    let reason = pod.reason.as_deref();
+                    assert_eq!(reason, Some("TopologyAffinityError"), "{pod:?}");
                     Known::Absent
                 }
             }
@@ -215,36 +215,39 @@ fn storm(
 /// Check the restarted daemon against what clients saw; returns the truth.
 fn verify(socket: &Path, known: &[Vec<Known>], kill: usize) -> Vec<Vec<Known>> {
     let mut c = Client::new(socket);
-    let listed = c.get("/v1/pods").unwrap().json().unwrap();
-    let health = c.get("/v1/health").unwrap().json().unwrap();
+    let listed: PodList = c.get("/v1/pods").unwrap().parse().unwrap();
+    let health: Health = c.get("/v1/health").unwrap().parse().unwrap();
     let mut present: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut taken: BTreeSet<String> = BTreeSet::new();
     let mut exclusive = topomgr_sdk::CpuSet::new();
-    for pod in listed["pods"].as_array().unwrap() {
+    for pod in &listed.pods {
         let w = widgets_of(pod);
-        assert_eq!(w.len(), 1, "after kill {kill}: {pod}");
+        assert_eq!(w.len(), 1, "after kill {kill}: {pod:?}");
         for id in &w {
             assert!(
                 taken.insert(id.clone()),
-                "after kill {kill}: widget {id} assigned twice: {listed}"
+                "after kill {kill}: widget {id} assigned twice: {listed:?}"
             );
         }
         let cpus = cpus_of(pod);
         assert!(
             cpus.intersection(&exclusive).is_empty(),
-            "after kill {kill}: CPUs {cpus} held twice: {listed}"
+            "after kill {kill}: CPUs {cpus} held twice: {listed:?}"
         );
         exclusive = exclusive.union(&cpus);
-        present.insert(pod["uid"].as_str().unwrap().to_owned(), w);
+        present.insert(pod.uid.clone(), w);
     }
     // The ledger holds exactly what the listed pods hold: nothing for a
     // pod that is gone.
     assert_eq!(
-        health["exclusive_cpus"],
-        exclusive.to_string(),
-        "after kill {kill}: {health}"
+        health.exclusive_cpus, exclusive,
+        "after kill {kill}: {health:?}"
     );
-    assert_eq!(health["status"], "ok", "after kill {kill}: {health}");
+    assert_eq!(
+        health.status,
+        HealthStatus::Ok,
+        "after kill {kill}: {health:?}"
+    );
     let mut truth = Vec::new();
     for (t, pods) in known.iter().enumerate() {
         let mut row = Vec::new();
@@ -346,17 +349,17 @@ fn kill_9_storm_loses_nothing_and_never_double_assigns() {
     }
     let mut all = BTreeSet::new();
     for n in 0..WIDGETS {
-        let v = c
+        let v: Admissions = c
             .admit(&manifest(&format!("free-{n}")))
             .unwrap()
-            .json()
+            .parse()
             .unwrap();
-        assert_eq!(v["pods"][0]["admitted"], true, "widget {n} not free: {v}");
-        all.extend(widgets_of(&v["pods"][0]));
+        assert!(v.pods[0].admitted, "widget {n} not free: {v:?}");
+        all.extend(widgets_of(&v.pods[0]));
     }
     assert_eq!(all.len(), WIDGETS);
-    let health = c.get("/v1/health").unwrap().json().unwrap();
-    assert_eq!(health["pods"], WIDGETS, "{health}");
+    let health: Health = c.get("/v1/health").unwrap().parse().unwrap();
+    assert_eq!(health.pods, WIDGETS, "{health:?}");
     let mut child = child;
     let _ = child.kill();
     let _ = child.wait();

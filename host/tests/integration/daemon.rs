@@ -11,6 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use topomgr::api::{Admission, Admissions, Attached, ErrorBody, Health, HealthStatus, PodList};
 use topomgr::daemon::client::Client;
 
 /// A running daemon; killed when dropped.
@@ -176,15 +177,15 @@ fn api_admit_list_get_release_metrics_and_machine() {
     let r = c.get(&format!("/v1/pods/{WIDGETS_UID}")).unwrap();
     assert_eq!((r.status, r.json().unwrap()), (200, expected.clone()));
 
-    let machine = c.get("/v1/machine").unwrap().json().unwrap();
-    assert_eq!(machine["numa_nodes"].as_array().unwrap().len(), 4);
-    assert_eq!(machine["cpus"].as_array().unwrap().len(), 16);
+    let machine: topomgr::api::Machine = c.get("/v1/machine").unwrap().parse().unwrap();
+    assert_eq!(machine.numa_nodes.len(), 4);
+    assert_eq!(machine.cpus.len(), 16);
 
     let r = c
         .post("/v1/pods", "application/yaml", b"kind: Pod\nspec: 3\n")
         .unwrap();
     assert_eq!(r.status, 400);
-    assert_eq!(r.json().unwrap()["reason"], "BadManifest");
+    assert_eq!(r.error().unwrap().reason, "BadManifest");
 
     let metrics = String::from_utf8(c.get("/metrics").unwrap().body).unwrap();
     for line in [
@@ -252,13 +253,14 @@ fn cli_clients_match_in_process_admit() {
     );
 
     let listed = topomgr(&["pods", "--socket", &d.socket.to_string_lossy()]);
-    let listed: Value = serde_json::from_slice(&listed.stdout).unwrap();
-    let admitted: Value = serde_json::from_slice(&via_daemon.stdout).unwrap();
-    let mut want = admitted["pods"].as_array().unwrap().clone();
-    want.sort_by_key(|p| p["uid"].as_str().unwrap().to_owned());
-    assert_eq!(listed, json!({"pods": want, "attachments": {}}));
+    let listed: PodList = serde_json::from_slice(&listed.stdout).unwrap();
+    let admitted: Admissions = serde_json::from_slice(&via_daemon.stdout).unwrap();
+    let mut want = admitted.pods;
+    want.sort_by(|a, b| a.uid.cmp(&b.uid));
+    assert_eq!(listed.pods, want);
+    assert!(listed.attachments.is_empty());
 
-    let uid = want[0]["uid"].as_str().unwrap().to_owned();
+    let uid = want[0].uid.clone();
     let out = topomgr(&["release", "--socket", &d.socket.to_string_lossy(), &uid]);
     assert!(out.status.success());
     let out = topomgr(&["release", "--socket", &d.socket.to_string_lossy(), &uid]);
@@ -319,10 +321,14 @@ fn second_daemon_on_same_state_dir_is_refused_and_restart_restores() {
     let other = example_pod("guaranteed-widgets.yaml")
         .replace(WIDGETS_UID, "other-uid")
         .replace("name: guaranteed-widgets", "name: other");
-    let r = c.admit(&other).unwrap().json().unwrap();
+    let r: Admissions = c.admit(&other).unwrap().parse().unwrap();
     assert_eq!(
-        r["pods"][0]["containers"][0]["devices"],
-        json!({"example.com/widget": ["widget-1-0", "widget-1-1"]})
+        r.pods[0].containers[0].devices,
+        [(
+            "example.com/widget".to_owned(),
+            vec!["widget-1-0".to_owned(), "widget-1-1".to_owned()]
+        )]
+        .into()
     );
 
     // A damaged state file stops the next start with a clear message.
@@ -374,19 +380,19 @@ fn provider_timeout_fails_the_admission_not_the_daemon() {
     let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
     let mut c = d.client();
     let pod = example_pod("guaranteed-widgets.yaml");
-    let r = c.admit(&pod).unwrap().json().unwrap();
-    assert_eq!(r["pods"][0]["admitted"], false);
-    assert_eq!(r["pods"][0]["reason"], "ProviderTimeout");
+    let r: Admissions = c.admit(&pod).unwrap().parse().unwrap();
+    assert!(!r.pods[0].admitted);
+    assert_eq!(r.pods[0].reason.as_deref(), Some("ProviderTimeout"));
     assert_eq!(
-        r["pods"][0]["message"],
+        r.pods[0].message.as_deref().unwrap(),
         "provider \"mock\" failed to give hints: provider \"mock\" did not answer topology_hints within 200 ms; it is not called again until that call returns"
     );
     // While the call is stuck, the next admission fails at once.
     let start = Instant::now();
-    let r = c.admit(&pod).unwrap().json().unwrap();
+    let r: Admissions = c.admit(&pod).unwrap().parse().unwrap();
     assert!(start.elapsed() < Duration::from_millis(1000));
-    assert_eq!(r["pods"][0]["reason"], "ProviderTimeout");
-    let msg = r["pods"][0]["message"].as_str().unwrap();
+    assert_eq!(r.pods[0].reason.as_deref(), Some("ProviderTimeout"));
+    let msg = r.pods[0].message.as_deref().unwrap();
     assert!(
         // The pod asks for an extended resource, so the first call is the
         // inventory (which provider owns it); it is refused at once too.
@@ -431,7 +437,7 @@ fn reads_are_answered_while_a_slow_admission_runs() {
     let admission = {
         let (mut c, done) = (d.client(), std::sync::Arc::clone(&done));
         std::thread::spawn(move || {
-            let r = c.admit(&pod).unwrap().json().unwrap();
+            let r: Admissions = c.admit(&pod).unwrap().parse().unwrap();
             done.store(true, std::sync::atomic::Ordering::SeqCst);
             r
         })
@@ -453,9 +459,9 @@ fn reads_are_answered_while_a_slow_admission_runs() {
         "a read waited for the admission"
     );
     let r = admission.join().unwrap();
-    assert_eq!(r["pods"][0]["admitted"], true, "{r}");
-    let pods = c.get("/v1/pods").unwrap().json().unwrap();
-    assert_eq!(pods["pods"][0]["uid"], WIDGETS_UID, "{pods}");
+    assert!(r.pods[0].admitted, "{r:?}");
+    let pods: PodList = c.get("/v1/pods").unwrap().parse().unwrap();
+    assert_eq!(pods.pods[0].uid, WIDGETS_UID, "{pods:?}");
 }
 
 /// The daemon applies an attached container's cpuset in the machine's
@@ -474,7 +480,7 @@ fn attach_writes_cpuset_and_mems_of_the_container() {
     let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
     let mut c = d.client();
     let r = c.admit(&example_pod("guaranteed-widgets.yaml")).unwrap();
-    assert_eq!(r.json().unwrap()["pods"][0]["admitted"], true);
+    assert!(r.parse::<Admissions>().unwrap().pods[0].admitted);
     let r = c.attach(WIDGETS_UID, "trainer", &leaf).unwrap();
     assert_eq!(
         (r.status, r.json().unwrap()),
@@ -488,10 +494,14 @@ fn attach_writes_cpuset_and_mems_of_the_container() {
     // What the kernel now applies.
     assert_eq!(cgs.cpus("kubepods/pod-w/trainer"), root_cpus);
     assert_eq!(cgs.mems("kubepods/pod-w/trainer"), root_mems);
-    let listed = c.get("/v1/pods").unwrap().json().unwrap();
+    let listed: PodList = c.get("/v1/pods").unwrap().parse().unwrap();
     assert_eq!(
-        listed["attachments"],
-        json!({WIDGETS_UID: {"trainer": leaf}})
+        listed.attachments,
+        [(
+            WIDGETS_UID.to_owned(),
+            [("trainer".to_owned(), leaf.clone())].into()
+        )]
+        .into()
     );
     let r = c.attach(WIDGETS_UID, "nope", "kubepods/x").unwrap();
     assert_eq!(
@@ -583,12 +593,18 @@ fn pod_yaml(uid: &str, resources: &str) -> String {
 const EXCLUSIVE: &str = "      limits:\n        cpu: \"1\"\n        memory: 1Gi\n";
 const BURSTABLE: &str = "      requests:\n        cpu: 500m\n";
 
-fn admitted(c: &mut Client, yaml: &str) -> Value {
+fn admitted(c: &mut Client, yaml: &str) -> Admission {
     let r = c.admit(yaml).unwrap();
     assert_eq!(r.status, 200, "{}", r.error_message());
-    let v = r.json().unwrap();
-    assert_eq!(v["pods"][0]["admitted"], true, "{v}");
-    v["pods"][0].clone()
+    let mut v: Admissions = r.parse().unwrap();
+    assert!(v.pods[0].admitted, "{v:?}");
+    v.pods.remove(0)
+}
+
+/// The CPUs an attach wrote.
+fn attached_cpus(r: &topomgr::daemon::client::Response) -> String {
+    assert_eq!(r.status, 200, "{}", r.error_message());
+    r.parse::<Attached>().unwrap().cpus.to_string()
 }
 
 /// Attaching a shared-pool container and admitting an exclusive one both
@@ -614,32 +630,33 @@ fn the_shared_pool_shrinks_before_an_exclusive_container_can_run() {
     let mut c = d.client();
     admitted(&mut c, &pod_yaml("shared", BURSTABLE));
     let r = c.attach("shared", "app", &cgs.path("k/shared")).unwrap();
-    assert_eq!(r.json().unwrap()["cpus"], all.as_str());
+    assert_eq!(attached_cpus(&r), all);
     assert_eq!(cgs.cpus("k/shared"), all);
 
     let excl = admitted(&mut c, &pod_yaml("excl", EXCLUSIVE));
-    let cpu = excl["containers"][0]["cpus"].as_str().unwrap().to_owned();
-    assert_eq!(excl["containers"][0]["exclusive"], true);
+    let cpu = excl.containers[0].cpus.to_string();
+    assert!(excl.containers[0].exclusive);
     let pool = all_cpus.difference(&topomgr_sdk::CpuSet::parse(&cpu).unwrap());
     // Shrunk in the kernel before the admission was answered.
     assert_eq!(cgs.cpus("k/shared"), pool.to_string());
     let r = c.attach("excl", "app", &cgs.path("k/excl")).unwrap();
-    assert_eq!(r.json().unwrap()["cpus"], cpu.as_str());
+    assert_eq!(attached_cpus(&r), cpu);
     assert_eq!(cgs.cpus("k/excl"), cpu);
 
     // The pods admitted before show the pool as it is now, not as it was
     // at their admission.
     let shown = |c: &mut Client| -> Vec<(String, String)> {
-        let list = c.get("/v1/pods").unwrap().json().unwrap();
-        list["pods"]
-            .as_array()
-            .unwrap()
+        let list: PodList = c.get("/v1/pods").unwrap().parse().unwrap();
+        list.pods
             .iter()
             .map(|p| {
-                let uid = p["uid"].as_str().unwrap().to_owned();
-                let one = c.get(&format!("/v1/pods/{uid}")).unwrap().json().unwrap();
-                assert_eq!(&one, p, "GET /v1/pods/{uid} and GET /v1/pods agree");
-                (uid, p["containers"][0]["cpus"].as_str().unwrap().to_owned())
+                let one: Admission = c
+                    .get(&format!("/v1/pods/{}", p.uid))
+                    .unwrap()
+                    .parse()
+                    .unwrap();
+                assert_eq!(&one, p, "GET /v1/pods/{} and GET /v1/pods agree", p.uid);
+                (p.uid.clone(), p.containers[0].cpus.to_string())
             })
             .collect()
     };
@@ -654,9 +671,9 @@ fn the_shared_pool_shrinks_before_an_exclusive_container_can_run() {
 
     // A shared container attached now gets the pool without that CPU.
     let late = admitted(&mut c, &pod_yaml("late", BURSTABLE));
-    assert_eq!(late["containers"][0]["cpus"], pool_now.as_str());
+    assert_eq!(late.containers[0].cpus.to_string(), pool_now);
     let r = c.attach("late", "app", &cgs.path("k/late")).unwrap();
-    assert_eq!(r.json().unwrap()["cpus"], pool_now.as_str());
+    assert_eq!(attached_cpus(&r), pool_now);
     assert_eq!(cgs.cpus("k/late"), pool_now);
 
     assert_eq!(c.release("excl").unwrap().status, 200);
@@ -669,8 +686,8 @@ fn the_shared_pool_shrinks_before_an_exclusive_container_can_run() {
             ("shared".to_owned(), all.clone())
         ]
     );
-    let health = c.get("/v1/health").unwrap().json().unwrap();
-    assert_eq!(health["exclusive_cpus"], "");
+    let health: Health = c.get("/v1/health").unwrap().parse().unwrap();
+    assert!(health.exclusive_cpus.is_empty());
 }
 
 /// Re-POSTing an admitted uid: the same spec is idempotent, another spec
@@ -696,8 +713,9 @@ fn same_uid_with_another_spec_is_a_conflict() {
             })
         )
     );
-    let listed = c.get("/v1/pods").unwrap().json().unwrap();
-    assert_eq!(listed["pods"], first["pods"]);
+    let listed: PodList = c.get("/v1/pods").unwrap().parse().unwrap();
+    let first: Admissions = serde_json::from_value(first).unwrap();
+    assert_eq!(listed.pods, first.pods);
 }
 
 /// The daemon counts what the ledger refuses.
@@ -710,14 +728,14 @@ fn ledger_violations_are_refused_and_counted() {
     );
     let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
     let mut c = d.client();
-    let r = c
+    let r: Admissions = c
         .admit(&pod_yaml("wide", EXCLUSIVE))
         .unwrap()
-        .json()
+        .parse()
         .unwrap();
-    assert_eq!(r["pods"][0]["admitted"], false);
+    assert!(!r.pods[0].admitted);
     assert_eq!(
-        r["pods"][0]["message"],
+        r.pods[0].message.as_deref().unwrap(),
         "provider \"mock\" gave pod t/wide container \"app\" CPUs 16-1000, which are not online CPUs of this machine (online: 0-15)"
     );
     let metrics = String::from_utf8(c.get("/metrics").unwrap().body).unwrap();
@@ -727,10 +745,10 @@ fn ledger_violations_are_refused_and_counted() {
             .any(|l| l == "topomgr_ledger_violations_total{provider=\"mock\"} 1"),
         "{metrics}"
     );
-    let health = c.get("/v1/health").unwrap().json().unwrap();
+    let health: Health = c.get("/v1/health").unwrap().parse().unwrap();
     assert_eq!(
-        (health["pods"].clone(), health["exclusive_cpus"].clone()),
-        (json!(0), json!(""))
+        (health.pods, health.exclusive_cpus.to_string()),
+        (0, String::new())
     );
 }
 
@@ -765,20 +783,15 @@ fn vanished_cpus_are_reported_and_the_pods_kept() {
     let socket = dir.join("t.sock");
     let d = Daemon::start(&config, &socket);
     let pod = admitted(&mut d.client(), &pod_yaml("holder", EXCLUSIVE));
-    let cpu = pod["containers"][0]["cpus"].as_str().unwrap().to_owned();
+    let cpu = pod.containers[0].cpus.to_string();
     d.stop();
 
     let smaller = machine_without(&dir, &topomgr_sdk::CpuSet::parse(&cpu).unwrap());
     let d = Daemon::start_with(&config, &socket, &[Path::new("--sysfs-root"), &smaller]);
     let mut c = d.client();
-    let health = c.get("/v1/health").unwrap().json().unwrap();
-    assert_eq!(health["status"], "degraded", "{health}");
-    let notes: Vec<String> = health["notes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n.as_str().unwrap().to_owned())
-        .collect();
+    let health: Health = c.get("/v1/health").unwrap().parse().unwrap();
+    assert_eq!(health.status, HealthStatus::Degraded, "{health:?}");
+    let notes = health.notes;
     assert!(
         notes.contains(&format!(
             "pod \"holder\" container \"app\": CPUs {cpu} are allocated but not online on this machine"
@@ -796,27 +809,27 @@ fn vanished_cpus_are_reported_and_the_pods_kept() {
             .all(|n| !n.contains("state.ckpt") && !n.contains("move it away")),
         "{notes:?}"
     );
-    let listed = c.get("/v1/pods").unwrap().json().unwrap();
-    assert_eq!(listed["pods"][0], pod);
-    let r = c
+    let listed: PodList = c.get("/v1/pods").unwrap().parse().unwrap();
+    assert_eq!(listed.pods[0], pod);
+    let r: Admissions = c
         .admit(&pod_yaml("newcomer", EXCLUSIVE))
         .unwrap()
-        .json()
+        .parse()
         .unwrap();
-    assert_eq!(r["pods"][0]["reason"], "ProviderHeld");
+    assert_eq!(r.pods[0].reason.as_deref(), Some("ProviderHeld"));
     assert_eq!(c.release("holder").unwrap().status, 200);
     d.stop();
 
     // The CPU is back: the provider restores and learns of the release.
     let d = Daemon::start(&config, &socket);
     let mut c = d.client();
-    let health = c.get("/v1/health").unwrap().json().unwrap();
-    assert_eq!(health["status"], "ok", "{health}");
+    let health: Health = c.get("/v1/health").unwrap().parse().unwrap();
+    assert_eq!(health.status, HealthStatus::Ok, "{health:?}");
     let cp: Value =
         serde_json::from_slice(&common::provider_state(&dir.join("state"), "cpu")).unwrap();
     assert_eq!(cp["entries"], json!({}), "{cp}");
     let again = admitted(&mut c, &pod_yaml("newcomer", EXCLUSIVE));
-    assert_eq!(again["containers"][0]["cpus"], cpu.as_str());
+    assert_eq!(again.containers[0].cpus.to_string(), cpu);
 }
 
 /// Run `topomgr serve`, expecting it to refuse to start: its output, or a
@@ -961,9 +974,9 @@ fn a_full_disk_refuses_changes_until_space_is_freed() {
         .replace("name: guaranteed-widgets", "name: second");
     for r in [refused, c.admit(&second).unwrap()] {
         assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
-        let err = r.json().unwrap();
-        assert_eq!(err["reason"], "StateNotSaved");
-        let msg = err["error"].as_str().unwrap();
+        let err: ErrorBody = r.parse().unwrap();
+        assert_eq!(err.reason, "StateNotSaved");
+        let msg = err.error;
         assert!(
             msg.starts_with("topomgr cannot save its state (")
                 && msg.contains("No space left on device")
@@ -982,28 +995,27 @@ fn a_full_disk_refuses_changes_until_space_is_freed() {
     assert_eq!(names, ["state.ckpt", "state.journal", "topomgr.lock"]);
     let health = c.get("/v1/health").unwrap();
     assert_eq!(health.status, 503);
-    let listed = c.get("/v1/pods").unwrap().json().unwrap();
-    assert_eq!(listed["pods"].as_array().unwrap().len(), acked);
+    let listed: PodList = c.get("/v1/pods").unwrap().parse().unwrap();
+    assert_eq!(listed.pods.len(), acked);
 
     fs::remove_file(&filler).unwrap();
     let again = admitted(&mut c, &second);
     // The undone admission gave its widgets back: the retry gets the same.
     assert_eq!(
-        again["containers"][0]["devices"],
-        json!({"example.com/widget": ["widget-1-0", "widget-1-1"]})
+        again.containers[0].devices,
+        [(
+            "example.com/widget".to_owned(),
+            vec!["widget-1-0".to_owned(), "widget-1-1".to_owned()]
+        )]
+        .into()
     );
     assert_eq!(c.get("/v1/health").unwrap().status, 200);
     d.stop();
     let d = Daemon::start(&config, &dir.join("t.sock"));
-    let listed = d.client().get("/v1/pods").unwrap().json().unwrap();
-    let uids: Vec<&str> = listed["pods"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["uid"].as_str().unwrap())
-        .collect();
+    let listed: PodList = d.client().get("/v1/pods").unwrap().parse().unwrap();
+    let uids: Vec<&str> = listed.pods.iter().map(|p| p.uid.as_str()).collect();
     assert_eq!(uids.len(), acked + 1);
-    assert!(uids.contains(&first["uid"].as_str().unwrap()));
+    assert!(uids.contains(&first.uid.as_str()));
     assert!(uids.contains(&"second"));
     drop(d);
 }
@@ -1107,11 +1119,7 @@ fn metrics_over_tcp_with_the_kubelet_names() {
 
     let mut c = d.client();
     let excl = admitted(&mut c, &pod_yaml("excl", EXCLUSIVE));
-    let cpu: u32 = excl["containers"][0]["cpus"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let cpu: u32 = excl.containers[0].cpus.to_string().parse().unwrap();
     admitted(&mut c, &pod_yaml("shared", BURSTABLE));
     let r = c
         .post("/v1/pods", "application/yaml", b"kind: Pod\n")
@@ -1207,12 +1215,12 @@ fn readiness_is_notified_once_the_restored_state_is_served() {
     let mut buf = [0u8; 1024];
     let n = rx.recv(&mut buf).expect("READY=1 within 30 s");
     // Right at READY=1: the socket answers with the restored pod.
-    let pods = Client::new(&socket)
+    let pods: PodList = Client::new(&socket)
         .get("/v1/pods")
         .unwrap()
-        .json()
+        .parse()
         .unwrap();
-    assert_eq!(pods["pods"][0]["uid"], "kept", "{pods}");
+    assert_eq!(pods.pods[0].uid, "kept", "{pods:?}");
     assert_eq!(
         std::str::from_utf8(&buf[..n]).unwrap(),
         format!("READY=1\nSTATUS=serving 1 pod(s) on {}\n", socket.display())

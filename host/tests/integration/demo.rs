@@ -6,6 +6,13 @@ use crate::common;
 
 use std::process::Command;
 
+use topomgr::api::{Admissions, ContainerAdmission};
+
+/// A container's affinity as the JSON prints it (`[0]`, `[0,1]`, `null`).
+fn affinity(c: &ContainerAdmission) -> String {
+    serde_json::to_string(&c.affinity).unwrap()
+}
+
 #[test]
 fn readme_demo_admits_and_rejects_as_documented() {
     // Builds the providers into target/debug, beside the topomgr binary,
@@ -39,33 +46,31 @@ fn readme_demo_admits_and_rejects_as_documented() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let summary: Vec<String> = v["pods"]
-        .as_array()
-        .unwrap()
+    let v: Admissions = serde_json::from_slice(&out.stdout).unwrap();
+    let summary: Vec<String> = v
+        .pods
         .iter()
         .map(|p| {
-            let containers: Vec<String> = p["containers"]
-                .as_array()
-                .unwrap()
+            let containers: Vec<String> = p
+                .containers
                 .iter()
                 .map(|c| {
                     format!(
                         "{}@{}:{}{}",
-                        c["name"].as_str().unwrap(),
-                        c["affinity"],
-                        c["cpus"].as_str().unwrap(),
-                        if c["exclusive"] == true { "*" } else { "" }
+                        c.name,
+                        affinity(c),
+                        c.cpus,
+                        if c.exclusive { "*" } else { "" }
                     )
                 })
                 .collect();
             format!(
                 "{} {} {}",
-                p["name"].as_str().unwrap(),
-                if p["admitted"] == true {
+                p.name,
+                if p.admitted {
                     "admitted"
                 } else {
-                    p["reason"].as_str().unwrap()
+                    p.reason.as_deref().unwrap()
                 },
                 containers.join(",")
             )
@@ -119,28 +124,21 @@ fn pod_scope_example_aligns_cpus_and_memory_on_one_node() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let pods = v["pods"].as_array().unwrap();
+    let v: Admissions = serde_json::from_slice(&out.stdout).unwrap();
+    let pods = &v.pods;
     // Rejections name the resource that could not be placed on one node.
-    assert_eq!(pods[0]["reason"], "TopologyAffinityError");
-    let m0 = pods[0]["message"].as_str().unwrap();
+    assert_eq!(pods[0].reason.as_deref(), Some("TopologyAffinityError"));
+    let m0 = pods[0].message.as_deref().unwrap();
     assert!(m0.contains("cpu (cpu): preferred on {0-1}"), "{m0}");
-    let m1 = pods[1]["message"].as_str().unwrap();
+    let m1 = pods[1].message.as_deref().unwrap();
     assert!(m1.contains("memory (memory): preferred on {0,2}"), "{m1}");
     // The admitted pod: every container's CPUs and memory on node 0.
     let db = &pods[2];
-    assert_eq!(db["admitted"], true);
-    let got: Vec<(String, String, String)> = db["containers"]
-        .as_array()
-        .unwrap()
+    assert!(db.admitted);
+    let got: Vec<(String, String, String)> = db
+        .containers
         .iter()
-        .map(|c| {
-            (
-                c["affinity"].to_string(),
-                c["cpus"].as_str().unwrap().to_string(),
-                c["mems"].as_str().unwrap().to_string(),
-            )
-        })
+        .map(|c| (affinity(c), c.cpus.to_string(), c.mems.to_string()))
         .collect();
     assert_eq!(
         got,

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::{json, Value};
+use topomgr::api::{Admissions, ContainerAdmission, PreferredDevices};
 
 const GPU: &str = "nvidia.com/gpu";
 
@@ -144,12 +145,9 @@ fn two_gpu_pod(dir: &Path, uid: &str) -> PathBuf {
 /// `provider gpu preferred` in `dir`'s config; the device ids.
 fn preferred(dir: &Path, available: &[&str], must: &[&str], size: usize) -> Vec<String> {
     let v = json_of(preferred_call(dir, &[], available, must, size, &[]));
-    v["devices"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{v}"))
-        .iter()
-        .map(|d| d.as_str().unwrap().to_owned())
-        .collect()
+    let answer: PreferredDevices =
+        serde_json::from_value(v.clone()).unwrap_or_else(|e| panic!("{e}: {v}"));
+    answer.devices
 }
 
 /// A sysfs tree of `nodes` NUMA nodes (2 CPUs each, socket = node) with
@@ -209,15 +207,15 @@ fn the_gpu_demo_aligns_nvlinked_gpus_with_cpus_and_memory() {
     ];
     let config = ["--config", "examples/gpu/topomgr.toml", "admit"];
     let args: Vec<&str> = config.iter().chain(&pods).copied().collect();
-    let v = json_of(run(&args, &[]));
-    let pods = v["pods"].as_array().unwrap();
-    assert_eq!(pods.len(), 3, "{v}");
+    let v: Admissions = serde_json::from_value(json_of(run(&args, &[]))).unwrap();
+    let pods = &v.pods;
+    assert_eq!(pods.len(), 3, "{v:?}");
 
     let rejected = &pods[0];
-    assert_eq!(rejected["name"], "too-many-gpus");
-    assert_eq!(rejected["admitted"], false);
-    assert_eq!(rejected["reason"], "TopologyAffinityError");
-    let message = rejected["message"].as_str().unwrap();
+    assert_eq!(rejected.name, "too-many-gpus");
+    assert!(!rejected.admitted);
+    assert_eq!(rejected.reason.as_deref(), Some("TopologyAffinityError"));
+    let message = rejected.message.as_deref().unwrap();
     assert!(
         message.contains("nvidia.com/gpu (gpu): preferred on {0-1}"),
         "{message}"
@@ -225,31 +223,53 @@ fn the_gpu_demo_aligns_nvlinked_gpus_with_cpus_and_memory() {
 
     // 8 exclusive CPUs (whole cores; CPU 0 is reserved), memory and an
     // NVLink-bridged pair, all on node 0.
-    let c = &pods[1]["containers"][0];
-    assert_eq!(pods[1]["name"], "train-2gpu");
-    assert_eq!(pods[1]["admitted"], true);
+    let c = &pods[1].containers[0];
+    assert_eq!(pods[1].name, "train-2gpu");
+    assert!(pods[1].admitted);
     assert_eq!(
-        (&c["affinity"], &c["cpus"], &c["exclusive"], &c["mems"]),
-        (&json!([0]), &json!("1-4,17-20"), &json!(true), &json!("0"))
+        (summary(c), c.exclusive),
+        (
+            ("0".to_owned(), "1-4,17-20".to_owned(), "0".to_owned()),
+            true
+        )
     );
-    assert_eq!(c["devices"], json!({GPU: ["GPU-0", "GPU-1"]}));
-    assert_eq!(c["env"], json!({"NVIDIA_VISIBLE_DEVICES": "GPU-0,GPU-1"}));
+    assert_eq!(c.devices[GPU], ["GPU-0", "GPU-1"]);
+    assert_eq!(c.devices.len(), 1);
+    assert_eq!(
+        c.env,
+        [(
+            "NVIDIA_VISIBLE_DEVICES".to_owned(),
+            "GPU-0,GPU-1".to_owned()
+        )]
+        .into()
+    );
 
     // Node 0 has two GPUs left: the 4-GPU pod lands on node 1 whole.
-    let c = &pods[2]["containers"][0];
-    assert_eq!(pods[2]["admitted"], true);
+    let c = &pods[2].containers[0];
+    assert!(pods[2].admitted);
     assert_eq!(
-        (&c["affinity"], &c["cpus"], &c["mems"]),
-        (&json!([1]), &json!("8-11,24-27"), &json!("1"))
+        summary(c),
+        ("1".to_owned(), "8-11,24-27".to_owned(), "1".to_owned())
     );
+    assert_eq!(c.devices[GPU], ["GPU-4", "GPU-5", "GPU-6", "GPU-7"]);
+    assert_eq!(c.devices.len(), 1);
     assert_eq!(
-        c["devices"],
-        json!({GPU: ["GPU-4", "GPU-5", "GPU-6", "GPU-7"]})
+        c.env,
+        [(
+            "NVIDIA_VISIBLE_DEVICES".to_owned(),
+            "GPU-4,GPU-5,GPU-6,GPU-7".to_owned()
+        )]
+        .into()
     );
-    assert_eq!(
-        c["env"],
-        json!({"NVIDIA_VISIBLE_DEVICES": "GPU-4,GPU-5,GPU-6,GPU-7"})
-    );
+}
+
+/// A container's (affinity, cpus, mems) as lists (`"0-1"`; affinity `"any"`).
+fn summary(c: &ContainerAdmission) -> (String, String, String) {
+    (
+        c.affinity.map_or("any".to_owned(), |m| m.to_string()),
+        c.cpus.to_string(),
+        c.mems.to_string(),
+    )
 }
 
 /// A command of README's GPU section and the output README shows for it.
@@ -501,18 +521,18 @@ fn state_chains_through_the_state_dir_and_held_gpus_are_kept() {
     let admit = |pods: &[&str]| {
         let mut args = vec!["admit", "--state-dir", admit_state.to_str().unwrap()];
         args.extend(pods);
-        json_of(in_config(&dir, &args, &[]))
+        serde_json::from_value::<Admissions>(json_of(in_config(&dir, &args, &[]))).unwrap()
     };
     let first = admit(&["examples/gpu/train-4gpu.yaml"]);
-    assert_eq!(first["pods"][0]["containers"][0]["affinity"], json!([0]));
+    assert_eq!(summary(&first.pods[0].containers[0]).0, "0");
     let second = admit(&[
         "examples/gpu/train-2gpu.yaml",
         "examples/gpu/too-many-gpus.yaml",
     ]);
-    let c = &second["pods"][0]["containers"][0];
-    assert_eq!(c["affinity"], json!([1]), "node 0 is full");
-    assert_eq!(c["devices"], json!({GPU: ["GPU-4", "GPU-5"]}));
-    assert_eq!(second["pods"][1]["admitted"], false);
+    let c = &second.pods[0].containers[0];
+    assert_eq!(summary(c).0, "1", "node 0 is full");
+    assert_eq!(c.devices[GPU], ["GPU-4", "GPU-5"]);
+    assert!(!second.pods[1].admitted);
 }
 
 #[test]
@@ -547,13 +567,14 @@ spec:
     )
     .unwrap();
     let v = json_of(in_config(&dir, &["admit", pod.to_str().unwrap()], &[]));
-    let containers = v["pods"][0]["containers"].as_array().unwrap();
-    let devices: Vec<(String, Vec<String>)> = containers
+    let v: Admissions = serde_json::from_value(v).unwrap();
+    let devices: Vec<(String, Vec<String>)> = v.pods[0]
+        .containers
         .iter()
         .map(|c| {
             (
-                c["name"].as_str().unwrap().to_owned(),
-                strings(&c["devices"][GPU]),
+                c.name.clone(),
+                c.devices.get(GPU).cloned().unwrap_or_default(),
             )
         })
         .collect();
@@ -574,8 +595,12 @@ spec:
         ]
     );
     assert_eq!(
-        containers[2]["env"],
-        json!({"NVIDIA_VISIBLE_DEVICES": "GPU-1,GPU-2"})
+        v.pods[0].containers[2].env,
+        [(
+            "NVIDIA_VISIBLE_DEVICES".to_owned(),
+            "GPU-1,GPU-2".to_owned()
+        )]
+        .into()
     );
 }
 

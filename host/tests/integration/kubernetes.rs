@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 
 use crate::daemon::Daemon;
 use serde_json::{json, Value};
+use topomgr::api;
 
 /// The v1alpha2 `openAPIV3Schema` of the vendored CRD, made strict the way
 /// `kubectl apply --validate=strict` is: an object with declared
@@ -150,14 +151,18 @@ spec:
 /// (name, capacity, allocatable, available) of every resource of every
 /// zone, for comparisons.
 fn table(object: &Value) -> Vec<(String, String, [String; 3])> {
+    let object: api::NodeResourceTopology = serde_json::from_value(object.clone()).unwrap();
     let mut out = Vec::new();
-    for zone in object["zones"].as_array().unwrap() {
-        for r in zone["resources"].as_array().into_iter().flatten() {
-            let s = |k: &str| r[k].as_str().unwrap().to_owned();
+    for zone in &object.zones {
+        for r in &zone.resources {
             out.push((
-                zone["name"].as_str().unwrap().to_owned(),
-                s("name"),
-                [s("capacity"), s("allocatable"), s("available")],
+                zone.name.clone(),
+                r.name.clone(),
+                [
+                    r.capacity.clone(),
+                    r.allocatable.clone(),
+                    r.available.clone(),
+                ],
             ));
         }
     }
@@ -223,9 +228,10 @@ fn daemon_export_follows_admission_and_release() {
     // zone's `available`, nothing else moves.
     let r = c.admit(POD).unwrap();
     assert_eq!(r.status, 200, "{}", r.error_message());
-    let pod = r.json().unwrap()["pods"][0].clone();
-    assert_eq!(pod["admitted"], true, "{pod}");
-    let node = pod["containers"][0]["affinity"][0].as_u64().unwrap();
+    let pod = r.parse::<api::Admissions>().unwrap().pods.remove(0);
+    assert!(pod.admitted, "{pod:?}");
+    let affinity = pod.containers[0].affinity.expect("one NUMA node");
+    let node = affinity.iter().next().unwrap().get();
     let after = get(&mut c);
     assert_eq!(violations(&after), Vec::<String>::new());
     let mut want = idle();
@@ -307,16 +313,17 @@ fn extended_resources_nobody_serves_are_refused_as_the_kubelet_does() {
     fs::write(&pod, dongle_pod("u-dongle")).unwrap();
     let (code, out, err) = common::topomgr(&dir, &["admit", &pod.to_string_lossy()]);
     assert_eq!(code, 0, "{err}");
-    let v: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v["pods"][0]["admitted"], false);
-    assert_eq!(v["pods"][0]["reason"], "OutOfexample.com/dongle");
-    assert_eq!(v["pods"][0]["message"], DONGLE_MESSAGE);
+    let v: api::Admissions = serde_json::from_str(&out).unwrap();
+    assert!(!v.pods[0].admitted);
+    assert_eq!(v.pods[0].reason.as_deref(), Some("OutOfexample.com/dongle"));
+    assert_eq!(v.pods[0].message.as_deref(), Some(DONGLE_MESSAGE));
     // A served extended resource is admitted as before.
     let widgets = dir.join("w.yaml");
     fs::write(&widgets, POD).unwrap();
     let (_, out, err) = common::topomgr(&dir, &["admit", &widgets.to_string_lossy()]);
-    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
-    assert_eq!(v["pods"][0]["admitted"], true, "{v}");
+    let v: api::Admissions =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
+    assert!(v.pods[0].admitted, "{v:?}");
 
     // `run` refuses before the command starts: the marker is never written
     // (`run` needs the real cgroup hierarchy; the refusal comes before any
@@ -420,6 +427,12 @@ fn explain_as_data_cli_dry_run_and_history() {
     assert_eq!(code, 0, "{err}");
     let cli: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(cli, json!({"pods": [too_wide_trace()]}));
+    let typed: api::Explains = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        serde_json::to_value(&typed).unwrap(),
+        cli,
+        "read and written back"
+    );
 
     let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
     let mut c = d.client();
@@ -433,20 +446,18 @@ fn explain_as_data_cli_dry_run_and_history() {
         )
         .unwrap();
     assert_eq!(r.status, 200, "{}", r.error_message());
-    let dry = r.json().unwrap();
-    assert_eq!(dry["pods"][0]["admitted"], true, "{dry}");
-    assert_eq!(dry["pods"][0]["unaligned"], json!([]));
+    let dry = r.parse::<api::Explains>().unwrap().pods.remove(0);
+    assert!(dry.admitted, "{dry:?}");
+    assert!(dry.unaligned.is_empty());
     assert_eq!(
         c.get("/v1/noderesourcetopology").unwrap().json().unwrap(),
         nrt
     );
-    assert_eq!(
-        c.get("/v1/pods").unwrap().json().unwrap()["pods"],
-        json!([])
-    );
+    let listed: api::PodList = c.get("/v1/pods").unwrap().parse().unwrap();
+    assert!(listed.pods.is_empty());
     let r = c.get(&format!("/v1/pods/{UID}/explain")).unwrap();
     assert_eq!(r.status, 404);
-    assert_eq!(r.json().unwrap()["reason"], "UnknownPod");
+    assert_eq!(r.error().unwrap().reason, "UnknownPod");
     let r = c
         .post(
             "/v1/pods?dry_run=true&explain=true",
@@ -458,16 +469,14 @@ fn explain_as_data_cli_dry_run_and_history() {
 
     // Real admissions: the rejected pod stays explainable, the admitted one
     // answers the same trace as its dry run.
-    assert_eq!(
-        c.admit(TOO_WIDE).unwrap().json().unwrap()["pods"][0]["admitted"],
-        false
-    );
+    let rejected: api::Admissions = c.admit(TOO_WIDE).unwrap().parse().unwrap();
+    assert!(!rejected.pods[0].admitted);
     let r = c.get("/v1/pods/u-too-wide/explain").unwrap();
     assert_eq!(r.status, 200);
     assert_eq!(r.json().unwrap(), too_wide_trace());
     assert_eq!(c.admit(POD).unwrap().status, 200);
     let r = c.get(&format!("/v1/pods/{UID}/explain")).unwrap();
-    assert_eq!(r.json().unwrap(), dry["pods"][0]);
+    assert_eq!(r.parse::<api::Explain>().unwrap(), dry);
     assert_eq!(c.release(UID).unwrap().status, 200);
     assert_eq!(
         c.get(&format!("/v1/pods/{UID}/explain")).unwrap().status,
@@ -479,7 +488,7 @@ fn explain_as_data_cli_dry_run_and_history() {
         .post("/v1/pods?dry_run=true", "application/yaml", POD.as_bytes())
         .unwrap();
     assert_eq!(r.status, 400);
-    assert_eq!(r.json().unwrap()["reason"], "BadRequest");
+    assert_eq!(r.error().unwrap().reason, "BadRequest");
     let r = c
         .post("/v1/pods?dryrun=1", "application/yaml", POD.as_bytes())
         .unwrap();
@@ -518,6 +527,14 @@ fn nullable_to_json_schema(v: &mut Value) {
         Value::Array(a) => a.iter_mut().for_each(nullable_to_json_schema),
         _ => {}
     }
+}
+
+/// `resp` read as `T` (by the client) and written back as JSON.
+fn rewritten<T: serde::de::DeserializeOwned + serde::Serialize>(
+    resp: &topomgr::daemon::client::Response,
+) -> Value {
+    let typed: T = resp.parse().unwrap();
+    serde_json::to_value(typed).unwrap()
 }
 
 /// The schema docs/api/openapi.yaml gives the JSON answer of `method path`
@@ -601,6 +618,19 @@ fn daemon_answers_match_the_openapi_document() {
             "{method} {path} {}: {body:#}",
             resp.status
         );
+        // Its type reads it and writes the same JSON back.
+        let written = match (*method, *path) {
+            _ if resp.status >= 400 => rewritten::<api::ErrorBody>(resp),
+            ("get", "/v1/health") => rewritten::<api::Health>(resp),
+            ("get", "/v1/machine") => rewritten::<api::Machine>(resp),
+            ("get", "/v1/noderesourcetopology") => rewritten::<api::NodeResourceTopology>(resp),
+            ("post", "/v1/pods") => rewritten::<api::Admissions>(resp),
+            ("get", "/v1/pods") => rewritten::<api::PodList>(resp),
+            ("get" | "delete", "/v1/pods/{uid}") => rewritten::<api::Admission>(resp),
+            ("get", "/v1/pods/{uid}/explain") => rewritten::<api::Explain>(resp),
+            other => panic!("no type for {other:?}"),
+        };
+        assert_eq!(written, body, "{method} {path} {}", resp.status);
         statuses.push(resp.status);
     }
     assert_eq!(
@@ -610,9 +640,9 @@ fn daemon_answers_match_the_openapi_document() {
     // The dry-run explain answer is an array of Explain objects.
     let dry = c
         .post("/v1/pods?dry_run=true&explain=true", yaml, POD.as_bytes())
-        .unwrap()
-        .json()
         .unwrap();
+    assert_eq!(rewritten::<api::Explains>(&dry), dry.json().unwrap());
+    let dry = dry.json().unwrap();
     let explain = json!({"allOf": [{"$ref": "#/components/schemas/Explain"}], "components": doc["components"]});
     let mut explain = explain;
     nullable_to_json_schema(&mut explain);

@@ -9,6 +9,7 @@ mod cgroup_tree;
 mod common;
 
 mod admission;
+mod api;
 mod cgroup;
 mod config;
 mod cpu_provider;

@@ -5,7 +5,7 @@ use crate::common;
 
 use std::path::PathBuf;
 
-use serde_json::Value;
+use topomgr::api::Admissions;
 
 /// A config dir with only the memory provider enabled (reserved 512Mi on node 0).
 fn config(tag: &str, policy: &str, scope: &str) -> PathBuf {
@@ -168,18 +168,13 @@ fn admit_under_single_numa_node_pod_scope() {
         ],
     );
     assert_eq!(code, 0, "{err}");
-    let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
-    let pods = v["pods"].as_array().expect("pods");
-    let summary: Vec<(bool, String)> = pods
+    let v: Admissions = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let summary: Vec<(bool, String)> = v
+        .pods
         .iter()
         .map(|p| {
-            (
-                p["admitted"].as_bool().unwrap_or(false),
-                p["containers"][0]["mems"]
-                    .as_str()
-                    .unwrap_or("-")
-                    .to_owned(),
-            )
+            let mems = p.containers.first().map(|c| c.mems.to_string());
+            (p.admitted, mems.unwrap_or_else(|| "-".to_owned()))
         })
         .collect();
     // db takes node 0 (the first preferred single node); node 0 keeps 512Mi
@@ -188,7 +183,11 @@ fn admit_under_single_numa_node_pod_scope() {
     assert_eq!(summary[0], (true, "0".to_owned()), "{out}");
     assert_eq!(summary[1], (true, "1".to_owned()), "{out}");
     assert!(!summary[2].0, "{out}");
-    assert_eq!(pods[2]["reason"], "TopologyAffinityError", "{out}");
+    assert_eq!(
+        v.pods[2].reason.as_deref(),
+        Some("TopologyAffinityError"),
+        "{out}"
+    );
 }
 
 #[test]
@@ -387,13 +386,13 @@ fn pod_level_resources_through_admit_with_the_gate_off_and_on() {
         let pod = pod.to_string_lossy().into_owned();
         let (code, out, err) = common::topomgr(&cfg, &["admit", "--sysfs-root", &machine, &pod]);
         assert_eq!(code, 0, "{err}");
-        let v: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
-        let p = &v["pods"][0];
-        assert_eq!(p["admitted"], true, "{out}");
+        let v: Admissions = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let p = &v.pods[0];
+        assert!(p.admitted, "{out}");
         // Off: the kubelet pins nothing; on, in pod scope: both containers
         // on the pod's node.
-        for c in p["containers"].as_array().unwrap() {
-            assert_eq!(c["mems"], want, "gate {gate}: {out}");
+        for c in &p.containers {
+            assert_eq!(c.mems.to_string(), want, "gate {gate}: {out}");
         }
     }
 }

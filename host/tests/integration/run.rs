@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use topomgr::api::{Admission, Admissions, Health};
+
 const ALLOCATION: &str =
     "allocation = { cpus = \"1\", exclusive = true, mems = [0], env = { TOPOMGR_TEST = \"aligned\" } }";
 
@@ -512,8 +514,8 @@ fn a_killed_run_takes_its_command_along_and_is_reclaimed() {
         &pod.to_string_lossy(),
     ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(v["pods"][0]["containers"][0]["cpus"], "1", "{v}");
+    let v: Admissions = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v.pods[0].containers[0].cpus.to_string(), "1", "{v:?}");
     assert_eq!(cgroups_of(&root, pid), Vec::<String>::new());
     let out = topomgr(&["release", "--state-dir", &state.to_string_lossy(), "p"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -530,27 +532,24 @@ fn a_killed_run_takes_its_command_along_and_is_reclaimed() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut health = serde_json::Value::Null;
+    let mut health = None;
     wait_for(
         "the daemon to serve",
         || match topomgr::daemon::client::Client::new(&socket).get("/v1/health") {
             Ok(r) if r.status == 200 => {
-                health = r.json().unwrap();
+                health = Some(r.parse::<Health>().unwrap());
                 true
             }
             _ => false,
         },
     );
+    let health = health.unwrap();
     let _ = daemon.kill();
     let _ = daemon.wait();
-    let notes = health["notes"].to_string();
-    assert!(
-        notes.contains(&format!(
-            "of topomgr run pid {pid}, which is gone, was released (its cgroup was empty)"
-        )),
-        "{health}"
-    );
-    assert_eq!(health["pods"], 0, "{health}");
+    let gone =
+        format!("of topomgr run pid {pid}, which is gone, was released (its cgroup was empty)");
+    assert!(health.notes.iter().any(|n| n.contains(&gone)), "{health:?}");
+    assert_eq!(health.pods, 0, "{health:?}");
     assert_eq!(cgroups_of(&root, pid), Vec::<String>::new());
     assert_no_pods(&dir);
     let state = common::state_body(&dir.join("state"));
@@ -658,8 +657,8 @@ fn release_from_a_state_directory() {
         .output()
         .unwrap();
     assert!(admit.status.success(), "{}", text(&admit.stderr));
-    let admitted: serde_json::Value = serde_json::from_slice(&admit.stdout).unwrap();
-    let uid = admitted["pods"][0]["uid"].as_str().unwrap().to_owned();
+    let admitted: Admissions = serde_json::from_slice(&admit.stdout).unwrap();
+    let uid = admitted.pods[0].uid.clone();
     let release = |uid: &str| {
         Command::new(common::topomgr_bin())
             .arg("--config")
@@ -672,8 +671,8 @@ fn release_from_a_state_directory() {
     };
     let out = release(&uid);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    let released: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(released, admitted["pods"][0]);
+    let released: Admission = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(released, admitted.pods[0]);
     assert_no_pods(&dir);
     let out = release(&uid);
     assert_eq!(out.status.code(), Some(1));

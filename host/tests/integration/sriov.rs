@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::{json, Value};
+use topomgr::api::{Admissions, ProviderAllocation};
 
 const DPDK: &str = "intel.com/intel_sriov_dpdk";
 
@@ -75,51 +76,45 @@ fn readme_dpdk_pod_lands_on_one_node_and_too_many_vfs_is_rejected() {
     assert_eq!(code, 0, "{err}");
     // Every resource of examples/sriov/config.json has devices here.
     assert!(!err.contains("WARN"), "{err}");
-    let v = parse(&out);
-    let pods = v["pods"].as_array().expect("pods");
+    let v: Admissions = serde_json::from_str(&out).unwrap();
+    let pods = &v.pods;
     assert_eq!(pods.len(), 2);
     let rejected = &pods[0];
     assert_eq!(
         (
-            &rejected["name"],
-            &rejected["admitted"],
-            &rejected["reason"]
+            rejected.name.as_str(),
+            rejected.admitted,
+            rejected.reason.as_deref()
         ),
-        (
-            &json!("too-many-vfs"),
-            &json!(false),
-            &json!("TopologyAffinityError")
-        )
+        ("too-many-vfs", false, Some("TopologyAffinityError"))
     );
-    let message = rejected["message"].as_str().expect("message");
+    let message = rejected.message.as_deref().expect("message");
     assert!(
         message.ends_with("intel.com/intel_sriov_dpdk (sriov): preferred on {0-1}"),
         "{message}"
     );
     let dpdk = &pods[1];
-    assert_eq!(dpdk["admitted"], true, "{dpdk}");
-    let c = &dpdk["containers"][0];
+    assert!(dpdk.admitted, "{dpdk:?}");
+    let c = &dpdk.containers[0];
     assert_eq!(
         (
-            &c["affinity"],
-            &c["preferred"],
-            &c["cpus"],
-            &c["exclusive"],
-            &c["mems"]
+            c.affinity.map(|m| m.to_string()),
+            c.preferred,
+            c.cpus.to_string(),
+            c.exclusive,
+            c.mems.to_string()
         ),
         (
-            &json!([0]),
-            &json!(true),
-            &json!("1-2,9-10"),
-            &json!(true),
-            &json!("0")
+            Some("0".to_owned()),
+            true,
+            "1-2,9-10".to_owned(),
+            true,
+            "0".to_owned()
         )
     );
-    assert_eq!(
-        c["devices"],
-        json!({DPDK: ["0000:18:01.2", "0000:18:01.3"]})
-    );
-    let env = c["env"].as_object().expect("env");
+    assert_eq!(c.devices.len(), 1);
+    assert_eq!(c.devices[DPDK], ["0000:18:01.2", "0000:18:01.3"]);
+    let env = &c.env;
     assert_eq!(env.len(), 2, "{env:?}");
     assert_eq!(
         env["PCIDEVICE_INTEL_COM_INTEL_SRIOV_DPDK"],
@@ -131,11 +126,7 @@ fn readme_dpdk_pod_lands_on_one_node_and_too_many_vfs_is_rejected() {
         "{\"0000:18:01.2\":{\"generic\":{\"deviceID\":\"0000:18:01.2\"},\"vfio\":{\"dev-mount\":\"/dev/vfio/16\",\"mount\":\"/dev/vfio/vfio\"}},\
          \"0000:18:01.3\":{\"generic\":{\"deviceID\":\"0000:18:01.3\"},\"vfio\":{\"dev-mount\":\"/dev/vfio/17\",\"mount\":\"/dev/vfio/vfio\"}}}"
     );
-    let info = parse(
-        env["PCIDEVICE_INTEL_COM_INTEL_SRIOV_DPDK_INFO"]
-            .as_str()
-            .unwrap(),
-    );
+    let info = parse(&env["PCIDEVICE_INTEL_COM_INTEL_SRIOV_DPDK_INFO"]);
     assert_eq!(
         info,
         json!({"0000:18:01.2": vfio_info("0000:18:01.2", 16), "0000:18:01.3": vfio_info("0000:18:01.3", 17)})
@@ -194,7 +185,8 @@ fn repository_config_on_a_machine_without_the_devices() {
         "examples/pods/guaranteed-2cpu.yaml",
     ]);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(parse(&out)["pods"][0]["admitted"], true);
+    let v: Admissions = serde_json::from_str(&out).unwrap();
+    assert!(v.pods[0].admitted);
     let warnings: Vec<&str> = err.lines().filter(|l| l.contains("WARN")).collect();
     assert_eq!(warnings.len(), 1, "{err}");
     assert!(
@@ -255,22 +247,16 @@ fn provider_cli_on_the_example_machine() {
         r#"{"affinity": [1], "preferred": true}"#,
     ]);
     assert_eq!(code, 0, "{err}");
-    let a = parse(&out);
+    let a: ProviderAllocation = serde_json::from_str(&out).unwrap();
+    assert_eq!(a.devices.len(), 1);
+    assert_eq!(a.devices[DPDK], ["0000:86:01.2", "0000:86:01.3"]);
+    assert!(a.cpus.is_empty() && a.mems.is_empty());
     assert_eq!(
-        a["devices"],
-        json!({DPDK: ["0000:86:01.2", "0000:86:01.3"]})
-    );
-    assert_eq!((&a["cpus"], &a["mems"]), (&json!(""), &json!("")));
-    assert_eq!(
-        a["env"]["PCIDEVICE_INTEL_COM_INTEL_SRIOV_DPDK"],
+        a.env["PCIDEVICE_INTEL_COM_INTEL_SRIOV_DPDK"],
         "0000:86:01.2,0000:86:01.3"
     );
     assert_eq!(
-        parse(
-            a["env"]["PCIDEVICE_INTEL_COM_INTEL_SRIOV_DPDK_INFO"]
-                .as_str()
-                .unwrap()
-        ),
+        parse(&a.env["PCIDEVICE_INTEL_COM_INTEL_SRIOV_DPDK_INFO"]),
         json!({"0000:86:01.2": vfio_info("0000:86:01.2", 21), "0000:86:01.3": vfio_info("0000:86:01.3", 22)})
     );
     // Node 1's vfio-pci VFs are held now (state saved and restored): the
@@ -433,15 +419,10 @@ fn topology_shows_vfs_with_their_pf_driver_and_node() {
 
     let (code, out, err) = in_repo(&["topology", "--sysfs-root", &sriov_sys()]);
     assert_eq!(code, 0, "{err}");
-    let v = parse(&out);
+    let machine: topomgr::api::Machine = serde_json::from_str(&out).unwrap();
     let dev = |a: &str| {
-        v["pci_devices"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|d| d["address"] == a)
-            .unwrap_or_else(|| panic!("no {a}"))
-            .clone()
+        let d = machine.pci_devices.iter().find(|d| d.address == a);
+        serde_json::to_value(d.unwrap_or_else(|| panic!("no {a}"))).unwrap()
     };
     assert_eq!(
         dev("0000:d8:00.3"),
