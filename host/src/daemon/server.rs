@@ -27,7 +27,8 @@ use std::sync::Arc;
 
 use axum::body::Bytes;
 use axum::extract::connect_info::Connected;
-use axum::extract::rejection::QueryRejection;
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
+use axum::extract::DefaultBodyLimit;
 use axum::extract::{ConnectInfo, Path as UrlPath, Query, Request, State};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
@@ -109,6 +110,42 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// A path segment that does not decode (bad percent-encoding, not UTF-8).
+impl From<PathRejection> for ApiError {
+    fn from(e: PathRejection) -> ApiError {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            format!("{}; docs/api/openapi.yaml lists the API", e.body_text()),
+        )
+    }
+}
+
+/// A request body that is too large or could not be read.
+impl From<BytesRejection> for ApiError {
+    fn from(e: BytesRejection) -> ApiError {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "RequestTooLarge",
+                format!(
+                    "the request body is larger than {} bytes (3 MiB, the Kubernetes API server's limit, as for manifest files); send fewer pods per request",
+                    MAX_BODY_BYTES
+                ),
+            )
+        } else {
+            ApiError::new(
+                e.status(),
+                "BadRequest",
+                format!("cannot read the request body: {}", e.body_text()),
+            )
+        }
+    }
+}
+
+/// The largest request body: the manifest size limit of the CLI.
+pub const MAX_BODY_BYTES: usize = crate::manifest::MAX_MANIFEST_BYTES as usize;
+
 impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> ApiError {
         let (status, reason) = match &e {
@@ -139,6 +176,7 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .fallback(unknown_route)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(middleware::from_fn_with_state(state.clone(), check_peer))
         .with_state(state)
 }
@@ -240,7 +278,7 @@ struct AdmitQuery {
 async fn admit(
     State(state): State<AppState>,
     query: Result<Query<AdmitQuery>, QueryRejection>,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let Query(query) = query.map_err(|e| {
         ApiError::new(
@@ -259,6 +297,7 @@ async fn admit(
             "dry_run and explain go together: POST /v1/pods?dry_run=true&explain=true answers the decision traces of a what-if; GET /v1/pods/{uid}/explain explains an admission",
         ));
     }
+    let body = body?;
     let text = std::str::from_utf8(&body).map_err(|e| {
         state.metrics.request_refused(BAD_MANIFEST);
         ApiError::new(
@@ -309,8 +348,9 @@ async fn list_pods(State(state): State<AppState>) -> Json<PodList> {
 
 async fn get_pod(
     State(state): State<AppState>,
-    UrlPath(uid): UrlPath<String>,
+    uid: Result<UrlPath<String>, PathRejection>,
 ) -> Result<Json<Admission>, ApiError> {
+    let UrlPath(uid) = uid?;
     let pod = state.engine.read(|snap| {
         snap.pods
             .get(&uid)
@@ -322,8 +362,9 @@ async fn get_pod(
 
 async fn explain_pod(
     State(state): State<AppState>,
-    UrlPath(uid): UrlPath<String>,
+    uid: Result<UrlPath<String>, PathRejection>,
 ) -> Result<Json<Explain>, ApiError> {
+    let UrlPath(uid) = uid?;
     let (trace, admitted) = state
         .engine
         .read(|snap| (snap.explains.get(&uid), snap.pods.contains_key(&uid)));
@@ -344,8 +385,9 @@ async fn explain_pod(
 
 async fn release_pod(
     State(state): State<AppState>,
-    UrlPath(uid): UrlPath<String>,
+    uid: Result<UrlPath<String>, PathRejection>,
 ) -> Result<Json<Admission>, ApiError> {
+    let UrlPath(uid) = uid?;
     match state.engine.submit(Command::Release(uid)).await? {
         Reply::Released(r) => Ok(Json(Admission::from(&r))),
         other => Err(unexpected(&other)),
@@ -354,9 +396,11 @@ async fn release_pod(
 
 async fn attach(
     State(state): State<AppState>,
-    UrlPath((uid, container)): UrlPath<(String, String)>,
-    body: Bytes,
+    path: Result<UrlPath<(String, String)>, PathRejection>,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Attached>, ApiError> {
+    let UrlPath((uid, container)) = path?;
+    let body = body?;
     let b: AttachRequest = serde_json::from_slice(&body).map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,

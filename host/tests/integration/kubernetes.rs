@@ -512,6 +512,47 @@ fn unknown_routes_and_methods_answer_json_errors() {
         r.json().unwrap(),
         json!({"error": "/v1/pods does not take PUT; docs/api/openapi.yaml lists the API", "reason": "MethodNotAllowed"})
     );
+    // A path segment that does not decode is a JSON 400 too.
+    let r = c.get("/v1/pods/%FF").unwrap();
+    assert_eq!(r.status, 400);
+    let e = r.error().unwrap();
+    assert_eq!(e.reason, "BadRequest");
+    assert!(
+        e.error.ends_with("; docs/api/openapi.yaml lists the API"),
+        "{}",
+        e.error
+    );
+}
+
+/// The daemon takes a request body as large as the CLI takes a manifest
+/// file (3 MiB, the API server's limit) and refuses a larger one with a
+/// JSON 413 that says what to do, admitting nothing.
+#[test]
+fn request_bodies_up_to_the_manifest_limit_are_taken() {
+    let dir = config("k8s-body-limit");
+    let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
+    let mut c = d.client();
+    let limit = topomgr::manifest::MAX_MANIFEST_BYTES as usize;
+    // Past axum's default limit of 2 MiB, within 3 MiB: admitted.
+    let mut big = format!("# {}\n", "x".repeat(limit - POD.len() - 16));
+    big.push_str(POD);
+    assert!(big.len() > 2 * 1024 * 1024 && big.len() <= limit);
+    let r = c.admit(&big).unwrap();
+    assert_eq!(r.status, 200, "{}", r.error_message());
+    let admitted: api::Admissions = r.parse().unwrap();
+    assert!(admitted.pods[0].admitted);
+    // One byte over: refused, nothing admitted.
+    let r = c.admit(&"#".repeat(limit + 1)).unwrap();
+    assert_eq!(r.status, 413);
+    assert_eq!(
+        r.error().unwrap(),
+        api::ErrorBody {
+            error: format!("the request body is larger than {limit} bytes (3 MiB, the Kubernetes API server's limit, as for manifest files); send fewer pods per request"),
+            reason: "RequestTooLarge".to_owned(),
+        }
+    );
+    let pods: api::PodList = c.get("/v1/pods").unwrap().parse().unwrap();
+    assert_eq!(pods.pods.len(), 1);
 }
 
 /// OpenAPI 3.0's `nullable: true` as JSON Schema: the value or null.
