@@ -1050,6 +1050,103 @@ mod tests {
         }
     }
 
+    /// Logs allocations and releases; its hints for container `stall`
+    /// wait for one message on `gate`.
+    struct Stalling {
+        log: Log,
+        stall: &'static str,
+        gate: Mutex<std::sync::mpsc::Receiver<()>>,
+    }
+
+    impl topomgr_sdk::Provider for Stalling {
+        fn new(_: &topomgr_sdk::ProviderContext<'_>) -> Result<Self, ProviderError> {
+            Err(ProviderError::admission("built in the test"))
+        }
+        fn topology_hints(
+            &mut self,
+            _: &PodView,
+            c: &ContainerView,
+        ) -> Result<ProviderHints, ProviderError> {
+            if c.name == self.stall {
+                let _ = self.gate.lock().unwrap().recv();
+            }
+            Ok(None)
+        }
+        fn pod_topology_hints(&mut self, _: &PodView) -> Result<ProviderHints, ProviderError> {
+            Ok(None)
+        }
+        fn allocate(
+            &mut self,
+            _: &PodView,
+            c: &ContainerView,
+            _: &TopologyHint,
+        ) -> Result<Allocation, ProviderError> {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("allocate {}", c.name));
+            Ok(Allocation::default())
+        }
+        fn release(&mut self, _: &str, c: &str) -> Result<(), ProviderError> {
+            self.log.lock().unwrap().push(format!("release {c}"));
+            Ok(())
+        }
+        fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
+            Ok(Vec::new())
+        }
+        fn restore(&mut self, _: &[u8]) -> Result<(), ProviderError> {
+            Ok(())
+        }
+    }
+
+    /// A provider that misses its deadline in the middle of a pod still
+    /// gets the rollback's releases of the containers it already allocated
+    /// (queued behind the stuck call): nothing stays held for a pod that
+    /// was not admitted.
+    #[test]
+    fn a_rollback_against_a_stuck_provider_releases_what_it_allocated() {
+        let log = Log::default();
+        let (open, gate) = std::sync::mpsc::channel();
+        let p = Provider::in_process(
+            "stalling",
+            Stalling {
+                log: log.clone(),
+                stall: "side",
+                gate: Mutex::new(gate),
+            },
+        )
+        .with_deadline(
+            std::time::Duration::from_millis(100),
+            Arc::new(crate::daemon::metrics::Metrics::new()),
+        )
+        .unwrap();
+        let mut adm = admitter("best-effort", Scope::Container, vec![p]);
+        let r = adm.admit(&pod());
+        assert!(!r.admitted);
+        assert_eq!(r.reason.as_deref(), Some(crate::provider::PROVIDER_TIMEOUT));
+        assert!(adm.pods().is_empty());
+        open.send(()).unwrap();
+        let start = std::time::Instant::now();
+        while log.lock().unwrap().len() < 4 {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(10),
+                "{:?}",
+                log.lock().unwrap()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(
+            *log.lock().unwrap(),
+            [
+                "allocate init",
+                "allocate app",
+                "release app",
+                "release init"
+            ]
+        );
+        assert!(!adm.providers()[0].is_stuck());
+    }
+
     fn exclusive(cpus: &str) -> Allocation {
         Allocation::default().with_cpus(CpuSet::parse(cpus).unwrap(), true)
     }

@@ -22,10 +22,12 @@
 //! canonical root before anything is written in it (a symlink out of the
 //! hierarchy is refused). Control files are opened with `O_NOFOLLOW`.
 //!
-//! Everything that touches the kernel's files goes through one small trait,
-//! [`ControlFs`] (read or write a control file, remove a cgroup directory,
-//! accept a root): [`Cgroupfs`] is the only implementation in production and
-//! accepts only a mounted cgroup filesystem ([`CgroupManager::detect`]).
+//! What differs between the kernel's files and a test's goes through one
+//! small trait, [`ControlFs`] (accept a root, read or write a control file,
+//! remove a cgroup directory; directories are created, listed and resolved
+//! with `std::fs`, the same on both): [`Cgroupfs`] is the only
+//! implementation in production and accepts only a mounted cgroup
+//! filesystem ([`CgroupManager::detect`]).
 //! Tests put a double behind the trait ([`CgroupManager::detect_with`]; the
 //! integration tests' `cgroup_tree.rs` emulates a hierarchy in a plain
 //! directory tree), as youki keeps its test manager apart.

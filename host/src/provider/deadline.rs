@@ -5,9 +5,12 @@
 //! deadline. A call that misses it fails with reason [`PROVIDER_TIMEOUT`]
 //! (so that admission fails and is rolled back), the provider is marked
 //! *stuck*, and every later call fails at once with the same reason until
-//! the stuck call returns. An `allocate` that completes after its caller
-//! gave up is released again on the provider's thread (`Undo`), so a late
-//! answer never leaks resources.
+//! the stuck call returns, except `release`, which is queued behind the
+//! stuck call (`Deadline::queue`) so that a rollback or a release while the
+//! provider is stuck still frees what it holds. An `allocate` that completes
+//! after its caller gave up is released again on the provider's thread
+//! (`Undo`), with the provider still marked stuck until that is done, so a
+//! late answer never leaks resources and never blocks a caller.
 //!
 //! Every call's duration is recorded in [`Metrics`] as
 //! `topomgr_provider_call_duration_seconds{provider, call}`;
@@ -118,6 +121,26 @@ impl Deadline {
         )
     }
 
+    /// Queue `f` on the provider's thread without waiting for it: it runs
+    /// after every call sent before it, the stuck one included (the thread
+    /// runs its jobs in order). A failure is logged there.
+    pub(super) fn queue(
+        &self,
+        call: &'static str,
+        f: impl FnOnce(&mut ProviderHandle) -> Result<(), ProviderError> + Send + 'static,
+    ) {
+        let name = self.name.clone();
+        let job: Job = Box::new(move |p, _| match f(p) {
+            Ok(()) => info!(provider = %name, call, "queued call done"),
+            Err(e) => warn!(provider = %name, call, error = %e, "queued call failed"),
+        });
+        if self.jobs.send(job).is_err() {
+            error!(provider = %self.name, call, "provider thread is gone; queued call dropped");
+        } else {
+            info!(provider = %self.name, call, "queued behind a call that missed its deadline");
+        }
+    }
+
     /// Run `f` on the provider's thread with the deadline. `undo` runs on
     /// that thread when the call succeeds after its caller gave up.
     pub(super) fn call<T: Send + 'static>(
@@ -141,18 +164,30 @@ impl Deadline {
         let name = self.name.clone();
         let job: Job = Box::new(move |p, slot| {
             let result = f(p);
-            let mut gave_up = lock(slot);
-            if let Some(a) = gave_up.take() {
-                warn!(provider = %name, call = a.call, late_ms = a.since.elapsed().as_millis() as u64, "provider answered after its deadline; the provider is usable again");
-                if result.is_ok() {
-                    if let Some(undo) = undo {
-                        undo(p);
-                        info!(provider = %name, call = a.call, "late allocation released");
+            let a = {
+                // Under the lock the caller either still waits (and gets the
+                // result) or has given up (and the call stays abandoned).
+                let guard = lock(slot);
+                match guard.as_ref() {
+                    Some(a) => a.clone(),
+                    None => {
+                        let _ = tx.send(result);
+                        return;
                     }
                 }
-            } else {
-                let _ = tx.send(result);
+            };
+            warn!(provider = %name, call = a.call, late_ms = a.since.elapsed().as_millis() as u64, "provider answered after its deadline");
+            // The undo is a provider call without a deadline: it runs with
+            // the lock released and the provider still marked stuck, so
+            // callers keep failing fast instead of waiting for it.
+            if result.is_ok() {
+                if let Some(undo) = undo {
+                    undo(p);
+                    info!(provider = %name, call = a.call, "late allocation released");
+                }
             }
+            *lock(slot) = None;
+            info!(provider = %name, "provider usable again");
         });
         let start = Instant::now();
         if self.jobs.send(job).is_err() {

@@ -206,12 +206,23 @@ impl Provider {
         }
     }
 
-    /// Release a container's resources.
+    /// Release a container's resources. On its own thread, while a call
+    /// that missed its deadline still runs, the release is queued behind it
+    /// (and answered `Ok` now): the provider frees the resources as soon as
+    /// it returns. Until then they are neither in the ledger nor offered by
+    /// the provider, so nothing is handed out twice; the provider's saved
+    /// state catches up at the first commit after it answers (a crash before
+    /// that restores it still holding them: capacity, never exclusivity, is
+    /// lost until its state is reset).
     pub fn release(&mut self, pod_uid: &str, container: &str) -> Result<(), ProviderError> {
         match &mut self.calls {
             Calls::Direct(h) => h.release(pod_uid, container),
             Calls::Deadline(d) => {
                 let (uid, cname) = (pod_uid.to_owned(), container.to_owned());
+                if d.is_stuck() {
+                    d.queue("release", move |h| h.release(&uid, &cname));
+                    return Ok(());
+                }
                 d.call("release", move |h| h.release(&uid, &cname), None)
             }
         }
@@ -262,5 +273,136 @@ impl Provider {
             Calls::Direct(h) => h.inventory(),
             Calls::Deadline(d) => d.call("inventory", |h| h.inventory(), None),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc::{self, Receiver};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    use topomgr_sdk::{testkit, Allocation, ProviderContext};
+
+    use super::*;
+
+    type Log = Arc<Mutex<Vec<String>>>;
+
+    /// Allocates nothing; `allocate` and `release` each wait for one
+    /// message on their gate when it is set, and log when they finish.
+    struct Gated {
+        log: Log,
+        allocate_gate: Option<Mutex<Receiver<()>>>,
+        release_gate: Option<Mutex<Receiver<()>>>,
+    }
+
+    impl topomgr_sdk::Provider for Gated {
+        fn new(_: &ProviderContext<'_>) -> Result<Self, ProviderError> {
+            Err(ProviderError::admission("built in the test"))
+        }
+        fn topology_hints(
+            &mut self,
+            _: &PodView,
+            _: &ContainerView,
+        ) -> Result<ProviderHints, ProviderError> {
+            Ok(None)
+        }
+        fn pod_topology_hints(&mut self, _: &PodView) -> Result<ProviderHints, ProviderError> {
+            Ok(None)
+        }
+        fn allocate(
+            &mut self,
+            _: &PodView,
+            c: &ContainerView,
+            _: &TopologyHint,
+        ) -> Result<Allocation, ProviderError> {
+            if let Some(g) = &self.allocate_gate {
+                let _ = g.lock().unwrap().recv();
+            }
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("allocate {}", c.name));
+            Ok(Allocation::default())
+        }
+        fn release(&mut self, _: &str, c: &str) -> Result<(), ProviderError> {
+            if let Some(g) = &self.release_gate {
+                let _ = g.lock().unwrap().recv();
+            }
+            self.log.lock().unwrap().push(format!("release {c}"));
+            Ok(())
+        }
+        fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
+            Ok(Vec::new())
+        }
+        fn restore(&mut self, _: &[u8]) -> Result<(), ProviderError> {
+            Ok(())
+        }
+    }
+
+    fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+        let start = Instant::now();
+        while !done() {
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "waited too long for {what}"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// A late allocation is released on the provider's thread while the
+    /// provider stays marked stuck: callers fail fast during the undo
+    /// (they used to wait for it) and it is usable again after.
+    #[test]
+    fn a_late_allocation_is_undone_without_blocking_callers() {
+        let log = Log::default();
+        let (open_allocate, allocate_gate) = mpsc::channel();
+        let (open_release, release_gate) = mpsc::channel();
+        let mut p = Provider::in_process(
+            "gated",
+            Gated {
+                log: log.clone(),
+                allocate_gate: Some(Mutex::new(allocate_gate)),
+                release_gate: Some(Mutex::new(release_gate)),
+            },
+        )
+        .with_deadline(Duration::from_millis(100), Arc::new(Metrics::new()))
+        .unwrap();
+        let pod = testkit::guaranteed_pod("late", &[("cpu", 1000)]);
+        let err = p
+            .allocate(&pod, &pod.containers[0], &TopologyHint::ANY)
+            .unwrap_err();
+        assert_eq!(err.reason, PROVIDER_TIMEOUT);
+        assert!(p.is_stuck());
+        // The late answer arrives; its undo (a release) now waits.
+        open_allocate.send(()).unwrap();
+        wait_until("the late allocation", || log.lock().unwrap().len() == 1);
+        // Callers are answered at once while the undo runs.
+        let (tx, rx) = mpsc::channel();
+        let probe = std::thread::spawn(move || {
+            let stuck = p.is_stuck();
+            let err = p.release("other", "side");
+            tx.send((stuck, err.is_ok())).unwrap();
+            p
+        });
+        let (stuck, queued) = rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("a caller waited for the undo");
+        assert!(
+            stuck,
+            "usable again before the late allocation was released"
+        );
+        assert!(queued);
+        open_release.send(()).unwrap();
+        open_release.send(()).unwrap();
+        let p = probe.join().unwrap();
+        wait_until("the undo and the queued release", || {
+            !p.is_stuck() && log.lock().unwrap().len() == 3
+        });
+        assert_eq!(
+            *log.lock().unwrap(),
+            ["allocate app", "release app", "release side"]
+        );
     }
 }

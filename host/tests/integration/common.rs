@@ -332,20 +332,56 @@ pub fn hint_list(json: &str, resource: &str) -> Vec<String> {
 }
 
 /// The machine's cgroup hierarchy at `/sys/fs/cgroup`, or `None` after a
-/// `SKIP:` line naming `test` and why (not root, no cpuset controller
-/// mounted there).
+/// `SKIP:` line naming `test` and why: not root, no cpuset controller
+/// mounted there, a cpuset cgroup cannot be made there (a container
+/// without cpuset delegation), or the root cpuset is not every online CPU
+/// (topomgr gives shared containers the online CPUs, which such a root
+/// refuses).
 pub fn real_cgroups(test: &str) -> Option<topomgr::cgroup::CgroupManager> {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static PROBES: AtomicUsize = AtomicUsize::new(0);
     if !is_root() {
         eprintln!("SKIP: {test}: not running as root; real cgroups cannot be created");
         return None;
     }
-    match topomgr::cgroup::CgroupManager::detect(Path::new("/sys/fs/cgroup")) {
-        Ok(m) => Some(m),
+    let mgr = match topomgr::cgroup::CgroupManager::detect(Path::new("/sys/fs/cgroup")) {
+        Ok(m) => m,
         Err(e) => {
             eprintln!("SKIP: {test}: {e}");
-            None
+            return None;
+        }
+    };
+    let probe = topomgr::cgroup::CgroupPath::new(&format!(
+        "topomgr-test/probe-{}-{}",
+        std::process::id(),
+        PROBES.fetch_add(1, Ordering::SeqCst)
+    ))
+    .unwrap();
+    match mgr.create(&probe) {
+        Ok(cg) => {
+            if let Err(e) = mgr.remove(&cg, 0) {
+                eprintln!("warning: {test}: probe cgroup left behind: {e}");
+            }
+        }
+        Err(e) => {
+            eprintln!("SKIP: {test}: cannot create a cpuset cgroup: {e}");
+            return None;
         }
     }
+    let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
+    let root = ["cpuset.effective_cpus", "cpuset.cpus.effective"]
+        .iter()
+        .find_map(|n| std::fs::read_to_string(mgr.root().join(n)).ok())
+        .unwrap_or_default();
+    if online.trim() != root.trim() {
+        eprintln!(
+            "SKIP: {test}: the root cpuset ({}) is not every online CPU ({})",
+            root.trim(),
+            online.trim()
+        );
+        return None;
+    }
+    Some(mgr)
 }
 
 /// Cgroups a test made in the real hierarchy, under
@@ -361,16 +397,21 @@ pub struct TestCgroups {
 impl TestCgroups {
     /// Create `leaves` (paths below the test's own directory).
     pub fn create(mgr: topomgr::cgroup::CgroupManager, tag: &str, leaves: &[&str]) -> Self {
-        let base = format!("topomgr-test/{tag}-{}", std::process::id());
-        let made = leaves
-            .iter()
-            .map(|leaf| {
-                let p = topomgr::cgroup::CgroupPath::new(&format!("{base}/{leaf}")).unwrap();
-                mgr.create(&p)
-                    .unwrap_or_else(|e| panic!("creating test cgroup {p}: {e}"))
-            })
-            .collect();
-        TestCgroups { mgr, base, made }
+        let mut t = TestCgroups {
+            mgr,
+            base: format!("topomgr-test/{tag}-{}", std::process::id()),
+            made: Vec::new(),
+        };
+        for leaf in leaves {
+            // Those made before a failure are removed when `t` drops.
+            let p = topomgr::cgroup::CgroupPath::new(&t.path(leaf)).unwrap();
+            let cg = t
+                .mgr
+                .create(&p)
+                .unwrap_or_else(|e| panic!("creating test cgroup {p}: {e}"));
+            t.made.push(cg);
+        }
+        t
     }
 
     /// `leaf`'s path relative to the cgroup root (what `attach` takes).
@@ -417,9 +458,12 @@ impl TestCgroups {
 impl Drop for TestCgroups {
     fn drop(&mut self) {
         for cg in self.made.iter().rev() {
-            // Up to `topomgr-test/<tag>-<pid>` (kept when others still use it).
-            let depth = cg.path().depth().saturating_sub(1);
-            let _ = self.mgr.remove(cg, depth);
+            // Up to `topomgr-test/<tag>-<pid>`; `topomgr-test` itself stays,
+            // so that a test creating its cgroups meanwhile never loses it.
+            let depth = cg.path().depth().saturating_sub(2);
+            if let Err(e) = self.mgr.remove(cg, depth) {
+                eprintln!("warning: test cgroup {} left behind: {e}", cg.path());
+            }
         }
     }
 }
