@@ -320,11 +320,15 @@ impl Store {
             .filter(|(name, _)| names.iter().any(|n| n == name))
             .map(|(name, state)| {
                 let held = matches!(state, ProviderState::Held(_));
-                (name.to_owned(), held, provider_part(name, state))
+                let unsaved = match state {
+                    ProviderState::Live(p) => p.unsaved_releases(),
+                    ProviderState::Held(_) => Vec::new(),
+                };
+                (name.to_owned(), held, provider_part(name, state), unsaved)
             })
             .collect();
         let mut later = Vec::new();
-        for (name, held, part) in parts {
+        for (name, held, part, unsaved) in parts {
             match part {
                 Ok((_, pending)) if held => {
                     record.pending_releases.insert(name, pending);
@@ -333,9 +337,16 @@ impl Store {
                     record.providers.insert(name, to_hex(&bytes));
                 }
                 // A provider whose call timed out cannot answer until that
-                // call returns; nothing of this commit concerns it (its
-                // admissions failed), so its state is written later.
-                Err(e) if is_stuck(&e) => later.push(name),
+                // call returns: its state is written later. Its admissions
+                // in this commit failed; the releases queued behind the
+                // stuck call are recorded, so that a restore replays them
+                // on the state saved before.
+                Err(e) if is_stuck(&e) => {
+                    if !unsaved.is_empty() {
+                        record.pending_releases.insert(name.clone(), unsaved);
+                    }
+                    later.push(name);
+                }
                 Err(e) => {
                     node.admitter_mut().keep_changed(&names);
                     return Err(e.into());
@@ -577,6 +588,104 @@ mod tests {
             .values()
             .map(|r| format!("{}:{}", r.pod.uid, r.containers[0].allocation.cpus))
             .collect()
+    }
+
+    /// [`Cpus`] whose `allocate` for pod `slow` waits for one message.
+    struct SlowCpus {
+        cpus: Cpus,
+        gate: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+    }
+
+    impl topomgr_sdk::Provider for SlowCpus {
+        fn new(_: &topomgr_sdk::ProviderContext<'_>) -> Result<Self, ProviderError> {
+            Err(ProviderError::admission("built in the test"))
+        }
+        fn topology_hints(
+            &mut self,
+            p: &PodView,
+            c: &ContainerView,
+        ) -> Result<ProviderHints, ProviderError> {
+            self.cpus.topology_hints(p, c)
+        }
+        fn pod_topology_hints(&mut self, p: &PodView) -> Result<ProviderHints, ProviderError> {
+            self.cpus.pod_topology_hints(p)
+        }
+        fn allocate(
+            &mut self,
+            p: &PodView,
+            c: &ContainerView,
+            h: &TopologyHint,
+        ) -> Result<Allocation, ProviderError> {
+            if p.uid == "slow" {
+                let _ = self.gate.lock().unwrap().recv();
+            }
+            self.cpus.allocate(p, c, h)
+        }
+        fn release(&mut self, uid: &str, c: &str) -> Result<(), ProviderError> {
+            self.cpus.release(uid, c)
+        }
+        fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
+            self.cpus.checkpoint()
+        }
+        fn restore(&mut self, data: &[u8]) -> Result<(), ProviderError> {
+            self.cpus.restore(data)
+        }
+    }
+
+    /// A release made while the provider is stuck in a call that missed
+    /// its deadline cannot be in the provider's saved state yet: the
+    /// journal records it, and a restart (the daemon killed before the
+    /// stuck call returned) replays it, so the released pod's CPU is free.
+    #[test]
+    fn a_release_while_a_provider_is_stuck_survives_a_crash() {
+        let dir = scratch("stuck-release");
+        let (open_gate, gate) = std::sync::mpsc::channel();
+        let provider = Provider::in_process(
+            "cpus",
+            SlowCpus {
+                cpus: Cpus::default(),
+                gate: std::sync::Mutex::new(gate),
+            },
+        )
+        .with_deadline(
+            std::time::Duration::from_millis(100),
+            std::sync::Arc::new(crate::daemon::metrics::Metrics::new()),
+        )
+        .unwrap();
+        let machine = testkit::machine(1, 8);
+        let policy = Policy::new(
+            "none",
+            &BTreeMap::new(),
+            NumaInfo::from_machine(&machine).unwrap(),
+        )
+        .unwrap();
+        let adm = Admitter::new(&machine, policy, Scope::Container, vec![provider]);
+        let mut n = NodeState::new(adm, Records::default(), &dir.join("no-cgroups"), "boot");
+        let (mut store, _) = Store::open(&dir, n.admitter_mut(), "boot").unwrap();
+        assert!(n.admit(&pod("a")).admitted);
+        store.commit(&mut n).unwrap();
+        assert!(n.admit(&pod("b")).admitted);
+        store.commit(&mut n).unwrap();
+        assert_eq!(held(&n), ["a:0", "b:1"]);
+        // `slow` times out: the provider is stuck.
+        let r = n.admit(&pod("slow"));
+        assert_eq!(r.reason.as_deref(), Some(PROVIDER_TIMEOUT));
+        assert!(n.admitter().providers()[0].is_stuck());
+        n.release("a").unwrap();
+        store.commit(&mut n).unwrap();
+        assert_eq!(
+            n.admitter().providers()[0].unsaved_releases(),
+            [("a".to_owned(), "app".to_owned())]
+        );
+        // Killed here: the stuck call never returned. A new host restores
+        // the provider's state saved with `a` and `b`, then the release.
+        drop((store, n));
+        let (_, mut again, r) = open(&dir);
+        assert!(r.found);
+        assert_eq!(held(&again), ["b:1"]);
+        assert!(again.admit(&pod("c")).admitted);
+        assert_eq!(held(&again), ["b:1", "c:0"]);
+        open_gate.send(()).unwrap();
     }
 
     #[test]

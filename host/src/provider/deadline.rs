@@ -57,6 +57,9 @@ pub(super) struct Deadline {
     jobs: mpsc::Sender<Job>,
     abandoned: Arc<Mutex<Option<Abandoned>>>,
     pub(super) metrics: Arc<Metrics>,
+    /// Releases queued behind a stuck call since the provider's state was
+    /// last read ([`super::Provider::unsaved_releases`]).
+    pub(super) unsaved_releases: Mutex<Vec<(String, String)>>,
 }
 
 fn lock(m: &Mutex<Option<Abandoned>>) -> MutexGuard<'_, Option<Abandoned>> {
@@ -89,6 +92,7 @@ impl Deadline {
             jobs,
             abandoned,
             metrics,
+            unsaved_releases: Mutex::new(Vec::new()),
         })
     }
 

@@ -13,7 +13,7 @@
 mod deadline;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use topomgr_sdk::ffi::{self, ProviderHandle};
@@ -26,6 +26,10 @@ use tracing::warn;
 use crate::daemon::metrics::Metrics;
 use deadline::Deadline;
 pub use deadline::PROVIDER_TIMEOUT;
+
+fn lock_list(m: &Mutex<Vec<(String, String)>>) -> MutexGuard<'_, Vec<(String, String)>> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// One hint provider as the host drives it.
 pub struct Provider {
@@ -210,16 +214,17 @@ impl Provider {
     /// that missed its deadline still runs, the release is queued behind it
     /// (and answered `Ok` now): the provider frees the resources as soon as
     /// it returns. Until then they are neither in the ledger nor offered by
-    /// the provider, so nothing is handed out twice; the provider's saved
-    /// state catches up at the first commit after it answers (a crash before
-    /// that restores it still holding them: capacity, never exclusivity, is
-    /// lost until its state is reset).
+    /// the provider, so nothing is handed out twice. Its saved state cannot
+    /// be read meanwhile, so the store records these releases
+    /// ([`Provider::unsaved_releases`]) and a restore replays them on the
+    /// state saved before.
     pub fn release(&mut self, pod_uid: &str, container: &str) -> Result<(), ProviderError> {
         match &mut self.calls {
             Calls::Direct(h) => h.release(pod_uid, container),
             Calls::Deadline(d) => {
                 let (uid, cname) = (pod_uid.to_owned(), container.to_owned());
                 if d.is_stuck() {
+                    lock_list(&d.unsaved_releases).push((uid.clone(), cname.clone()));
                     d.queue("release", move |h| h.release(&uid, &cname));
                     return Ok(());
                 }
@@ -232,7 +237,21 @@ impl Provider {
     pub fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
         match &self.calls {
             Calls::Direct(h) => h.checkpoint(),
-            Calls::Deadline(d) => d.call("checkpoint", |h| h.checkpoint(), None),
+            Calls::Deadline(d) => {
+                let bytes = d.call("checkpoint", |h| h.checkpoint(), None)?;
+                // Its thread ran every queued release before this call.
+                lock_list(&d.unsaved_releases).clear();
+                Ok(bytes)
+            }
+        }
+    }
+
+    /// The releases queued behind a call that missed its deadline since
+    /// the provider's state was last read: what a state saved before lacks.
+    pub fn unsaved_releases(&self) -> Vec<(String, String)> {
+        match &self.calls {
+            Calls::Direct(_) => Vec::new(),
+            Calls::Deadline(d) => lock_list(&d.unsaved_releases).clone(),
         }
     }
 
