@@ -539,6 +539,11 @@ mod tests {
     }
 
     fn node(dir: &Path) -> NodeState {
+        node_with(dir, Provider::in_process("cpus", Cpus::default()))
+    }
+
+    /// A node on a 1-node, 8-CPU machine, policy none, with `provider`.
+    fn node_with(dir: &Path, provider: Provider) -> NodeState {
         let machine = testkit::machine(1, 8);
         let policy = Policy::new(
             "none",
@@ -546,12 +551,7 @@ mod tests {
             NumaInfo::from_machine(&machine).unwrap(),
         )
         .unwrap();
-        let adm = Admitter::new(
-            &machine,
-            policy,
-            Scope::Container,
-            vec![Provider::in_process("cpus", Cpus::default())],
-        );
+        let adm = Admitter::new(&machine, policy, Scope::Container, vec![provider]);
         NodeState::new(adm, Records::default(), &dir.join("no-cgroups"), "boot")
     }
 
@@ -652,15 +652,7 @@ mod tests {
             std::sync::Arc::new(crate::daemon::metrics::Metrics::new()),
         )
         .unwrap();
-        let machine = testkit::machine(1, 8);
-        let policy = Policy::new(
-            "none",
-            &BTreeMap::new(),
-            NumaInfo::from_machine(&machine).unwrap(),
-        )
-        .unwrap();
-        let adm = Admitter::new(&machine, policy, Scope::Container, vec![provider]);
-        let mut n = NodeState::new(adm, Records::default(), &dir.join("no-cgroups"), "boot");
+        let mut n = node_with(&dir, provider);
         let (mut store, _) = Store::open(&dir, n.admitter_mut(), "boot").unwrap();
         assert!(n.admit(&pod("a")).admitted);
         store.commit(&mut n).unwrap();
