@@ -318,17 +318,11 @@ impl Store {
             .admitter()
             .provider_states()
             .filter(|(name, _)| names.iter().any(|n| n == name))
-            .map(|(name, state)| {
-                let held = matches!(state, ProviderState::Held(_));
-                let unsaved = match state {
-                    ProviderState::Live(p) => p.unsaved_releases(),
-                    ProviderState::Held(_) => Vec::new(),
-                };
-                (name.to_owned(), held, provider_part(name, state), unsaved)
-            })
+            .map(|(name, state)| (name.to_owned(), state, provider_part(name, state)))
             .collect();
         let mut later = Vec::new();
-        for (name, held, part, unsaved) in parts {
+        for (name, state, part) in parts {
+            let held = matches!(state, ProviderState::Held(_));
             match part {
                 Ok((_, pending)) if held => {
                     record.pending_releases.insert(name, pending);
@@ -342,8 +336,11 @@ impl Store {
                 // stuck call are recorded, so that a restore replays them
                 // on the state saved before.
                 Err(e) if is_stuck(&e) => {
-                    if !unsaved.is_empty() {
-                        record.pending_releases.insert(name.clone(), unsaved);
+                    if let ProviderState::Live(p) = state {
+                        let unsaved = p.unsaved_releases();
+                        if !unsaved.is_empty() {
+                            record.pending_releases.insert(name.clone(), unsaved);
+                        }
                     }
                     later.push(name);
                 }

@@ -59,10 +59,10 @@ pub(super) struct Deadline {
     pub(super) metrics: Arc<Metrics>,
     /// Releases queued behind a stuck call since the provider's state was
     /// last read ([`super::Provider::unsaved_releases`]).
-    pub(super) unsaved_releases: Mutex<Vec<(String, String)>>,
+    unsaved_releases: Mutex<Vec<(String, String)>>,
 }
 
-fn lock(m: &Mutex<Option<Abandoned>>) -> MutexGuard<'_, Option<Abandoned>> {
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -125,10 +125,30 @@ impl Deadline {
         )
     }
 
+    /// Release (`uid`, `container`) behind the stuck call ([`Deadline::queue`])
+    /// and remember it until the provider's state is next read.
+    pub(super) fn queue_release(&self, uid: String, container: String) {
+        lock(&self.unsaved_releases).push((uid.clone(), container.clone()));
+        self.queue("release", move |h| h.release(&uid, &container));
+    }
+
+    /// The provider's state as its thread has it now: every queued release
+    /// ran before this call, so none of them is unsaved after it.
+    pub(super) fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
+        let bytes = self.call("checkpoint", |h| h.checkpoint(), None)?;
+        lock(&self.unsaved_releases).clear();
+        Ok(bytes)
+    }
+
+    /// The releases queued since the provider's state was last read.
+    pub(super) fn unsaved_releases(&self) -> Vec<(String, String)> {
+        lock(&self.unsaved_releases).clone()
+    }
+
     /// Queue `f` on the provider's thread without waiting for it: it runs
     /// after every call sent before it, the stuck one included (the thread
     /// runs its jobs in order). A failure is logged there.
-    pub(super) fn queue(
+    fn queue(
         &self,
         call: &'static str,
         f: impl FnOnce(&mut ProviderHandle) -> Result<(), ProviderError> + Send + 'static,

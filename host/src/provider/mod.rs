@@ -6,14 +6,14 @@
 //! [`Provider::in_process`] (tests and benches: the same boundary adapter,
 //! the same conversions and panic guard, no `dlopen`). It is called either
 //! on the caller's thread or, after [`Provider::with_deadline`], on its own
-//! thread with a deadline (`provider/deadline.rs`). The admission pipeline, the state
-//! store, the NRT export and the daemon see only this type, so the six calls
-//! of the provider contract are declared once on the host side.
+//! thread with a deadline (`provider/deadline.rs`). The admission pipeline,
+//! the state store, the NRT export and the daemon see only this type, so the
+//! six calls of the provider contract are declared once on the host side.
 
 mod deadline;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::Duration;
 
 use topomgr_sdk::ffi::{self, ProviderHandle};
@@ -26,10 +26,6 @@ use tracing::warn;
 use crate::daemon::metrics::Metrics;
 use deadline::Deadline;
 pub use deadline::PROVIDER_TIMEOUT;
-
-fn lock_list(m: &Mutex<Vec<(String, String)>>) -> MutexGuard<'_, Vec<(String, String)>> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 
 /// One hint provider as the host drives it.
 pub struct Provider {
@@ -74,8 +70,8 @@ impl Provider {
     }
 
     /// The provider on its own thread, every call waiting at most `timeout`
-    /// and timed into `metrics` (`provider/deadline.rs`). A provider already on
-    /// its thread keeps it and takes the new deadline and metrics.
+    /// and timed into `metrics` (`provider/deadline.rs`). A provider already
+    /// on its thread keeps it and takes the new deadline and metrics.
     pub fn with_deadline(self, timeout: Duration, metrics: Arc<Metrics>) -> std::io::Result<Self> {
         let calls = match self.calls {
             Calls::Direct(handle) => {
@@ -224,8 +220,7 @@ impl Provider {
             Calls::Deadline(d) => {
                 let (uid, cname) = (pod_uid.to_owned(), container.to_owned());
                 if d.is_stuck() {
-                    lock_list(&d.unsaved_releases).push((uid.clone(), cname.clone()));
-                    d.queue("release", move |h| h.release(&uid, &cname));
+                    d.queue_release(uid, cname);
                     return Ok(());
                 }
                 d.call("release", move |h| h.release(&uid, &cname), None)
@@ -237,12 +232,7 @@ impl Provider {
     pub fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
         match &self.calls {
             Calls::Direct(h) => h.checkpoint(),
-            Calls::Deadline(d) => {
-                let bytes = d.call("checkpoint", |h| h.checkpoint(), None)?;
-                // Its thread ran every queued release before this call.
-                lock_list(&d.unsaved_releases).clear();
-                Ok(bytes)
-            }
+            Calls::Deadline(d) => d.checkpoint(),
         }
     }
 
@@ -251,7 +241,7 @@ impl Provider {
     pub fn unsaved_releases(&self) -> Vec<(String, String)> {
         match &self.calls {
             Calls::Direct(_) => Vec::new(),
-            Calls::Deadline(d) => lock_list(&d.unsaved_releases).clone(),
+            Calls::Deadline(d) => d.unsaved_releases(),
         }
     }
 
