@@ -369,19 +369,32 @@ pub fn real_cgroups(test: &str) -> Option<topomgr::cgroup::CgroupManager> {
         }
     }
     let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
-    let root = ["cpuset.effective_cpus", "cpuset.cpus.effective"]
-        .iter()
-        .find_map(|n| std::fs::read_to_string(mgr.root().join(n)).ok())
-        .unwrap_or_default();
-    if online.trim() != root.trim() {
+    let (root, _) = root_cpuset(&mgr);
+    if online.trim() != root {
         eprintln!(
-            "SKIP: {test}: the root cpuset ({}) is not every online CPU ({})",
-            root.trim(),
+            "SKIP: {test}: the root cpuset ({root}) is not every online CPU ({})",
             online.trim()
         );
         return None;
     }
     Some(mgr)
+}
+
+/// The effective CPUs and memory nodes of the hierarchy's root (v1 or v2
+/// file names); empty where they cannot be read.
+fn root_cpuset(mgr: &topomgr::cgroup::CgroupManager) -> (String, String) {
+    let read = |names: [&str; 2]| {
+        names
+            .iter()
+            .find_map(|n| std::fs::read_to_string(mgr.root().join(n)).ok())
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    (
+        read(["cpuset.effective_cpus", "cpuset.cpus.effective"]),
+        read(["cpuset.effective_mems", "cpuset.mems.effective"]),
+    )
 }
 
 /// Cgroups a test made in the real hierarchy, under
@@ -440,18 +453,7 @@ impl TestCgroups {
     /// The root cpuset's effective CPUs and memory nodes (what a
     /// container on the whole machine gets).
     pub fn root_cpuset(&self) -> (String, String) {
-        let read = |names: [&str; 2]| {
-            names
-                .iter()
-                .find_map(|n| std::fs::read_to_string(self.mgr.root().join(n)).ok())
-                .unwrap_or_else(|| panic!("no {names:?} at {}", self.mgr.root().display()))
-                .trim()
-                .to_owned()
-        };
-        (
-            read(["cpuset.effective_cpus", "cpuset.cpus.effective"]),
-            read(["cpuset.effective_mems", "cpuset.mems.effective"]),
-        )
+        root_cpuset(&self.mgr)
     }
 }
 
