@@ -26,7 +26,7 @@ use topomgr::config::ProviderEntry;
 use topomgr::daemon::metrics::Metrics;
 use topomgr::numa::NumaInfo;
 use topomgr::policy::{Policy, Scope};
-use topomgr::provider::Provider;
+use topomgr::provider::{Provider, ProviderObserver};
 use topomgr_sdk::{ContainerView, PodView, QosClass};
 
 use topomgr_bench::workspace_root as workspace;
@@ -152,8 +152,9 @@ fn many_containers(c: &mut Criterion) {
     let machine = topomgr::discover::discover(&sys).expect("discover");
     let metrics = Arc::new(Metrics::new());
     let timed = |p: Provider| -> Provider {
-        p.with_deadline(Duration::from_secs(60), Arc::clone(&metrics))
+        p.with_deadline(Duration::from_secs(60))
             .unwrap()
+            .with_observer(Arc::clone(&metrics) as Arc<dyn ProviderObserver>)
     };
     let mock = || {
         load(

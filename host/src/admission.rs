@@ -1021,12 +1021,7 @@ mod tests {
             ));
             let mut p = Provider::new("recorder", None, handle);
             if threaded {
-                p = p
-                    .with_deadline(
-                        std::time::Duration::from_secs(60),
-                        Arc::new(crate::daemon::metrics::Metrics::new()),
-                    )
-                    .unwrap();
+                p = p.with_deadline(std::time::Duration::from_secs(60)).unwrap();
             }
             let mut adm = admitter("restricted", Scope::Container, vec![p]);
             assert!(adm.admit(&pod()).admitted);
@@ -1115,10 +1110,7 @@ mod tests {
                 gate: Mutex::new(gate),
             },
         )
-        .with_deadline(
-            std::time::Duration::from_millis(100),
-            Arc::new(crate::daemon::metrics::Metrics::new()),
-        )
+        .with_deadline(std::time::Duration::from_millis(100))
         .unwrap();
         let mut adm = admitter("best-effort", Scope::Container, vec![p]);
         let r = adm.admit(&pod());

@@ -13,14 +13,12 @@
 //!   (`[daemon] provider_timeout_ms`), as one-shot commands use them.
 //! - [`load_provider`]: one configured provider, for the `provider` verbs.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use topomgr_sdk::Machine;
 
 use crate::admission::Admitter;
 use crate::config::HostConfig;
-use crate::daemon::metrics::Metrics;
 use crate::node_state::{NodeState, Records};
 use crate::numa::{NumaError, NumaInfo};
 use crate::plugin::{self, PluginError};
@@ -169,7 +167,7 @@ fn with_deadline(cfg: &HostConfig, provider: Provider) -> Result<Provider, Setup
     let name = provider.name().to_owned();
     let timeout = Duration::from_millis(cfg.daemon.provider_timeout_ms);
     provider
-        .with_deadline(timeout, Arc::new(Metrics::new()))
+        .with_deadline(timeout)
         .map_err(|cause| SetupError::ProviderThread {
             provider: name,
             cause,

@@ -644,10 +644,7 @@ mod tests {
                 gate: std::sync::Mutex::new(gate),
             },
         )
-        .with_deadline(
-            std::time::Duration::from_millis(100),
-            std::sync::Arc::new(crate::daemon::metrics::Metrics::new()),
-        )
+        .with_deadline(std::time::Duration::from_millis(100))
         .unwrap();
         let mut n = node_with(&dir, provider);
         let (mut store, _) = Store::open(&dir, n.admitter_mut(), "boot").unwrap();

@@ -85,6 +85,7 @@ use crate::admission::{
     UNEXPECTED_ADMISSION_ERROR,
 };
 use crate::policy::{PolicyName, Scope};
+use crate::provider::ProviderObserver;
 
 /// The reason of a request whose body is not a usable Pod manifest.
 pub const BAD_MANIFEST: &str = "BadManifest";
@@ -103,7 +104,7 @@ pub const REJECTION_REASONS: [&str; 9] = [
     "Other",
 ];
 
-/// The provider calls timed by [`crate::provider::Provider::with_deadline`].
+/// The calls a provider reports to its observer ([`crate::provider::ProviderObserver`]).
 pub const PROVIDER_CALLS: [&str; 8] = [
     "topology_hints",
     "pod_topology_hints",
@@ -244,7 +245,7 @@ const ALIGN_NUMA: [AlignLabels; 2] = [
 ];
 
 impl Metrics {
-    /// Every metric at zero, without per-NUMA-node series (one-shot commands).
+    /// Every metric at zero, without per-NUMA-node series (tests and benches).
     pub fn new() -> Metrics {
         let mut registry = Registry::default();
         let admission_requests = Counter::default();
@@ -473,19 +474,6 @@ impl Metrics {
             .inc();
     }
 
-    /// Hints `provider` gave: the resources they name make it an owner
-    /// (for a provider whose inventory does not list them).
-    pub fn hints(&self, provider: &str, hints: &ProviderHints) {
-        let Some(map) = hints else { return };
-        let seen = Ownership::of(map.keys());
-        if seen == Ownership::default() || self.owns(provider).union(seen) == self.owns(provider) {
-            return;
-        }
-        let mut owners = self.owners.write().unwrap_or_else(|p| p.into_inner());
-        let entry = owners.entry(provider.to_owned()).or_default();
-        *entry = entry.union(seen);
-    }
-
     fn owns(&self, provider: &str) -> Ownership {
         self.owners
             .read()
@@ -493,65 +481,6 @@ impl Metrics {
             .get(provider)
             .copied()
             .unwrap_or_default()
-    }
-
-    /// One `allocate` call of `provider` and its outcome (the CPU and
-    /// Memory Manager pinning counters, see the module documentation).
-    pub fn allocation(
-        &self,
-        provider: &str,
-        pod: &PodView,
-        container: &ContainerView,
-        outcome: Result<&Allocation, &ProviderError>,
-    ) {
-        let owns = self.owns(provider);
-        if pod.qos != QosClass::Guaranteed {
-            return;
-        }
-        if owns.cpu && whole_cpus(container) {
-            match outcome {
-                Err(_) => {
-                    self.cpu_pinning_requests.inc();
-                    self.cpu_pinning_errors.inc();
-                }
-                Ok(a) if a.exclusive && !a.cpus.is_empty() => {
-                    self.cpu_pinning_requests.inc();
-                }
-                Ok(_) => {}
-            }
-        }
-        if owns.memory {
-            match outcome {
-                Err(_) => {
-                    self.memory_pinning_requests.inc();
-                    self.memory_pinning_errors.inc();
-                }
-                Ok(a) if !a.mems.is_empty() => {
-                    self.memory_pinning_requests.inc();
-                }
-                Ok(_) => {}
-            }
-        }
-    }
-
-    /// One provider call's duration.
-    pub fn provider_call(&self, provider: &str, call: &str, seconds: f64) {
-        self.provider_calls
-            .get_or_create(&CallLabels {
-                provider: provider.to_owned(),
-                call: call.to_owned(),
-            })
-            .observe(seconds);
-    }
-
-    /// One provider call that missed its deadline.
-    pub fn provider_timeout(&self, provider: &str, call: &str) {
-        self.provider_timeouts
-            .get_or_create(&CallLabels {
-                provider: provider.to_owned(),
-                call: call.to_owned(),
-            })
-            .inc();
     }
 
     /// One allocation of `provider` refused by the ledger.
@@ -599,6 +528,82 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);
         out
+    }
+}
+
+/// The provider calls' reports (the daemon sets its metrics as every
+/// provider's observer).
+impl ProviderObserver for Metrics {
+    /// Hints `provider` gave: the resources they name make it an owner
+    /// (for a provider whose inventory does not list them).
+    fn hints(&self, provider: &str, hints: &ProviderHints) {
+        let Some(map) = hints else { return };
+        let seen = Ownership::of(map.keys());
+        if seen == Ownership::default() || self.owns(provider).union(seen) == self.owns(provider) {
+            return;
+        }
+        let mut owners = self.owners.write().unwrap_or_else(|p| p.into_inner());
+        let entry = owners.entry(provider.to_owned()).or_default();
+        *entry = entry.union(seen);
+    }
+
+    /// One `allocate` call of `provider` and its outcome (the CPU and
+    /// Memory Manager pinning counters, see the module documentation).
+    fn allocation(
+        &self,
+        provider: &str,
+        pod: &PodView,
+        container: &ContainerView,
+        outcome: Result<&Allocation, &ProviderError>,
+    ) {
+        let owns = self.owns(provider);
+        if pod.qos != QosClass::Guaranteed {
+            return;
+        }
+        if owns.cpu && whole_cpus(container) {
+            match outcome {
+                Err(_) => {
+                    self.cpu_pinning_requests.inc();
+                    self.cpu_pinning_errors.inc();
+                }
+                Ok(a) if a.exclusive && !a.cpus.is_empty() => {
+                    self.cpu_pinning_requests.inc();
+                }
+                Ok(_) => {}
+            }
+        }
+        if owns.memory {
+            match outcome {
+                Err(_) => {
+                    self.memory_pinning_requests.inc();
+                    self.memory_pinning_errors.inc();
+                }
+                Ok(a) if !a.mems.is_empty() => {
+                    self.memory_pinning_requests.inc();
+                }
+                Ok(_) => {}
+            }
+        }
+    }
+
+    /// One provider call's duration.
+    fn provider_call(&self, provider: &str, call: &str, seconds: f64) {
+        self.provider_calls
+            .get_or_create(&CallLabels {
+                provider: provider.to_owned(),
+                call: call.to_owned(),
+            })
+            .observe(seconds);
+    }
+
+    /// One provider call that missed its deadline.
+    fn provider_timeout(&self, provider: &str, call: &str) {
+        self.provider_timeouts
+            .get_or_create(&CallLabels {
+                provider: provider.to_owned(),
+                call: call.to_owned(),
+            })
+            .inc();
     }
 }
 

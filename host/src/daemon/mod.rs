@@ -2,7 +2,8 @@
 //!
 //! - [`crate::state_lock`]: one daemon per state directory (`flock`);
 //! - [`crate::provider::Provider::with_deadline`]: every provider on its own thread, each
-//!   call with a deadline;
+//!   call with a deadline, reporting to the metrics
+//!   ([`crate::provider::Provider::with_observer`]);
 //! - [`engine`]: the serialized admission engine with group-committed,
 //!   durable state ([`crate::store::Store`]: journal and snapshot);
 //! - [`server`]: the HTTP/JSON API on a Unix socket;
@@ -40,7 +41,7 @@ use tracing::{info, warn};
 
 use crate::admission::Admitter;
 use crate::policy::{Policy, Scope};
-use crate::provider::Provider;
+use crate::provider::{Provider, ProviderObserver};
 use crate::state_lock::StateLock;
 use access::AccessPolicy;
 use engine::{Engine, EngineSettings};
@@ -150,11 +151,12 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
     for p in d.providers {
         let name = p.name().to_owned();
         let mut p = p
-            .with_deadline(d.provider_timeout, Arc::clone(&metrics))
+            .with_deadline(d.provider_timeout)
             .map_err(|source| DaemonError::ProviderThread {
                 provider: name.clone(),
                 cause: source,
-            })?;
+            })?
+            .with_observer(Arc::clone(&metrics) as Arc<dyn ProviderObserver>);
         metrics.provider(&name, &inventory_of(&mut p));
         providers.push(p);
     }

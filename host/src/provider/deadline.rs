@@ -12,9 +12,9 @@
 //! (`Undo`), with the provider still marked stuck until that is done, so a
 //! late answer never leaks resources and never blocks a caller.
 //!
-//! Every call's duration is recorded in [`Metrics`] as
-//! `topomgr_provider_call_duration_seconds{provider, call}`;
-//! [`super::Provider`] hands answers to the other metrics.
+//! Every call's duration and every missed deadline is reported to the
+//! provider's [`ProviderObserver`], when it has one; [`super::Provider`]
+//! reports the answers.
 //!
 //! The pod crosses to the provider's thread as the `Arc<PodView>` the caller
 //! shared ([`super::Provider::share_pod`]; an admission calls every provider
@@ -32,7 +32,7 @@ use topomgr_sdk::ffi::ProviderHandle;
 use topomgr_sdk::{PodView, ProviderError};
 use tracing::{error, info, warn};
 
-use crate::daemon::metrics::Metrics;
+use super::ProviderObserver;
 
 /// Reason of a provider call that missed its deadline or hit a stuck provider.
 pub const PROVIDER_TIMEOUT: &str = "ProviderTimeout";
@@ -56,7 +56,6 @@ pub(super) struct Deadline {
     pub(super) timeout: Duration,
     jobs: mpsc::Sender<Job>,
     abandoned: Arc<Mutex<Option<Abandoned>>>,
-    pub(super) metrics: Arc<Metrics>,
     /// Releases queued behind a stuck call since the provider's state was
     /// last read ([`super::Provider::unsaved_releases`]).
     unsaved_releases: Mutex<Vec<(String, String)>>,
@@ -72,7 +71,6 @@ impl Deadline {
         name: &str,
         handle: ProviderHandle,
         timeout: Duration,
-        metrics: Arc<Metrics>,
     ) -> std::io::Result<Deadline> {
         let (jobs, rx) = mpsc::channel::<Job>();
         let abandoned = Arc::new(Mutex::new(None));
@@ -91,7 +89,6 @@ impl Deadline {
             timeout,
             jobs,
             abandoned,
-            metrics,
             unsaved_releases: Mutex::new(Vec::new()),
         })
     }
@@ -134,8 +131,11 @@ impl Deadline {
 
     /// The provider's state as its thread has it now: every queued release
     /// ran before this call, so none of them is unsaved after it.
-    pub(super) fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
-        let bytes = self.call("checkpoint", |h| h.checkpoint(), None)?;
+    pub(super) fn checkpoint(
+        &self,
+        observer: Option<&dyn ProviderObserver>,
+    ) -> Result<Vec<u8>, ProviderError> {
+        let bytes = self.call("checkpoint", observer, |h| h.checkpoint(), None)?;
         lock(&self.unsaved_releases).clear();
         Ok(bytes)
     }
@@ -165,11 +165,13 @@ impl Deadline {
         }
     }
 
-    /// Run `f` on the provider's thread with the deadline. `undo` runs on
-    /// that thread when the call succeeds after its caller gave up.
+    /// Run `f` on the provider's thread with the deadline, reporting to
+    /// `observer`. `undo` runs on that thread when the call succeeds after
+    /// its caller gave up.
     pub(super) fn call<T: Send + 'static>(
         &self,
         call: &'static str,
+        observer: Option<&dyn ProviderObserver>,
         f: impl FnOnce(&mut ProviderHandle) -> Result<T, ProviderError> + Send + 'static,
         undo: Option<Undo>,
     ) -> Result<T, ProviderError> {
@@ -235,7 +237,9 @@ impl Deadline {
                         });
                         drop(slot);
                         warn!(provider = %self.name, call, timeout_ms = self.timeout.as_millis() as u64, "provider call timed out");
-                        self.metrics.provider_timeout(&self.name, call);
+                        if let Some(o) = observer {
+                            o.provider_timeout(&self.name, call);
+                        }
                         Err(self.timeout_error(call))
                     }
                 }
@@ -245,8 +249,9 @@ impl Deadline {
                 format!("provider {:?} dropped a {call} call", self.name),
             )),
         };
-        self.metrics
-            .provider_call(&self.name, call, start.elapsed().as_secs_f64());
+        if let Some(o) = observer {
+            o.provider_call(&self.name, call, start.elapsed().as_secs_f64());
+        }
         result
     }
 }

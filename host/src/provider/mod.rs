@@ -9,12 +9,17 @@
 //! thread with a deadline (`provider/deadline.rs`). The admission pipeline,
 //! the state store, the NRT export and the daemon see only this type, so the
 //! six calls of the provider contract are declared once on the host side.
+//!
+//! What the calls did (durations, deadlines missed, hints and allocations
+//! given) is reported to a [`ProviderObserver`] when one is set
+//! ([`Provider::with_observer`]: the daemon's metrics); one-shot commands
+//! set none.
 
 mod deadline;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use topomgr_sdk::ffi::{self, ProviderHandle};
 use topomgr_sdk::{
@@ -23,15 +28,54 @@ use topomgr_sdk::{
 };
 use tracing::warn;
 
-use crate::daemon::metrics::Metrics;
 use deadline::Deadline;
 pub use deadline::PROVIDER_TIMEOUT;
+
+/// What a [`Provider`]'s calls report, in both calling modes (on the
+/// caller's thread and on the provider's own thread): the daemon's metrics
+/// implement it.
+pub trait ProviderObserver: Send + Sync {
+    /// Hints `provider` gave (`topology_hints` or `pod_topology_hints`).
+    fn hints(&self, provider: &str, hints: &ProviderHints);
+
+    /// One `allocate` call of `provider` and its outcome.
+    fn allocation(
+        &self,
+        provider: &str,
+        pod: &PodView,
+        container: &ContainerView,
+        outcome: Result<&Allocation, &ProviderError>,
+    );
+
+    /// One call's duration. A call refused at once (the provider is stuck
+    /// in an earlier call, or its thread is gone) reached no provider and
+    /// is not reported; nor is a release queued behind a stuck call.
+    fn provider_call(&self, provider: &str, call: &str, seconds: f64);
+
+    /// One call that missed its deadline.
+    fn provider_timeout(&self, provider: &str, call: &str);
+}
 
 /// One hint provider as the host drives it.
 pub struct Provider {
     name: String,
     library: Option<PathBuf>,
     calls: Calls,
+    observer: Option<Arc<dyn ProviderObserver>>,
+}
+
+/// `f`, a call on the caller's thread, timed into `observer` when there is one.
+fn timed<T>(
+    observer: Option<&dyn ProviderObserver>,
+    provider: &str,
+    call: &str,
+    f: impl FnOnce() -> T,
+) -> T {
+    let Some(o) = observer else { return f() };
+    let start = Instant::now();
+    let result = f();
+    o.provider_call(provider, call, start.elapsed().as_secs_f64());
+    result
 }
 
 /// How calls reach the provider.
@@ -60,6 +104,7 @@ impl Provider {
             name: name.to_owned(),
             library,
             calls: Calls::Direct(handle),
+            observer: None,
         }
     }
 
@@ -70,20 +115,25 @@ impl Provider {
     }
 
     /// The provider on its own thread, every call waiting at most `timeout`
-    /// and timed into `metrics` (`provider/deadline.rs`). A provider already
-    /// on its thread keeps it and takes the new deadline and metrics.
-    pub fn with_deadline(self, timeout: Duration, metrics: Arc<Metrics>) -> std::io::Result<Self> {
+    /// (`provider/deadline.rs`). A provider already on its thread keeps it
+    /// and takes the new deadline.
+    pub fn with_deadline(self, timeout: Duration) -> std::io::Result<Self> {
         let calls = match self.calls {
-            Calls::Direct(handle) => {
-                Calls::Deadline(Deadline::spawn(&self.name, handle, timeout, metrics)?)
-            }
+            Calls::Direct(handle) => Calls::Deadline(Deadline::spawn(&self.name, handle, timeout)?),
             Calls::Deadline(mut d) => {
                 d.timeout = timeout;
-                d.metrics = metrics;
                 Calls::Deadline(d)
             }
         };
         Ok(Provider { calls, ..self })
+    }
+
+    /// The provider reporting its calls to `observer` (replacing any other).
+    pub fn with_observer(self, observer: Arc<dyn ProviderObserver>) -> Self {
+        Provider {
+            observer: Some(observer),
+            ..self
+        }
     }
 
     /// The provider's name (its `[providers.NAME]` key).
@@ -130,46 +180,54 @@ impl Provider {
         pod: &PodView,
         container: &ContainerView,
     ) -> Result<ProviderHints, ProviderError> {
-        match &mut self.calls {
-            Calls::Direct(h) => h.topology_hints(pod, container),
+        let observer = self.observer.as_deref();
+        let result = match &mut self.calls {
+            Calls::Direct(h) => timed(observer, &self.name, "topology_hints", || {
+                h.topology_hints(pod, container)
+            }),
             Calls::Deadline(d) => {
                 let (pod, container) = (d.shared(pod), container.clone());
-                let result = d.call(
+                d.call(
                     "topology_hints",
+                    observer,
                     move |h| {
                         h.share_pod(&pod);
                         h.topology_hints(&pod, &container)
                     },
                     None,
-                );
-                if let Ok(hints) = &result {
-                    d.metrics.hints(&self.name, hints);
-                }
-                result
+                )
             }
+        };
+        if let (Some(o), Ok(hints)) = (observer, &result) {
+            o.hints(&self.name, hints);
         }
+        result
     }
 
     /// Hints for the whole pod (pod scope).
     pub fn pod_topology_hints(&mut self, pod: &PodView) -> Result<ProviderHints, ProviderError> {
-        match &mut self.calls {
-            Calls::Direct(h) => h.pod_topology_hints(pod),
+        let observer = self.observer.as_deref();
+        let result = match &mut self.calls {
+            Calls::Direct(h) => timed(observer, &self.name, "pod_topology_hints", || {
+                h.pod_topology_hints(pod)
+            }),
             Calls::Deadline(d) => {
                 let pod = d.shared(pod);
-                let result = d.call(
+                d.call(
                     "pod_topology_hints",
+                    observer,
                     move |h| {
                         h.share_pod(&pod);
                         h.pod_topology_hints(&pod)
                     },
                     None,
-                );
-                if let Ok(hints) = &result {
-                    d.metrics.hints(&self.name, hints);
-                }
-                result
+                )
             }
+        };
+        if let (Some(o), Ok(hints)) = (observer, &result) {
+            o.hints(&self.name, hints);
         }
+        result
     }
 
     /// Reserve resources for a container honouring the merged hint. On its
@@ -181,14 +239,18 @@ impl Provider {
         container: &ContainerView,
         hint: &TopologyHint,
     ) -> Result<Allocation, ProviderError> {
-        match &mut self.calls {
-            Calls::Direct(h) => h.allocate(pod, container, hint),
+        let observer = self.observer.as_deref();
+        let result = match &mut self.calls {
+            Calls::Direct(h) => timed(observer, &self.name, "allocate", || {
+                h.allocate(pod, container, hint)
+            }),
             Calls::Deadline(d) => {
                 let (uid, cname) = (pod.uid.clone(), container.name.clone());
                 let (shared, owned, hint) = (d.shared(pod), container.clone(), *hint);
                 let name = self.name.clone();
-                let result = d.call(
+                d.call(
                     "allocate",
+                    observer,
                     move |h| {
                         h.share_pod(&shared);
                         h.allocate(&shared, &owned, &hint)
@@ -198,12 +260,13 @@ impl Provider {
                             warn!(provider = %name, pod = %uid, container = %cname, error = %e, "releasing a late allocation failed");
                         }
                     })),
-                );
-                d.metrics
-                    .allocation(&self.name, pod, container, result.as_ref());
-                result
+                )
             }
+        };
+        if let Some(o) = observer {
+            o.allocation(&self.name, pod, container, result.as_ref());
         }
+        result
     }
 
     /// Release a container's resources. On its own thread, while a call
@@ -215,24 +278,28 @@ impl Provider {
     /// ([`Provider::unsaved_releases`]) and a restore replays them on the
     /// state saved before.
     pub fn release(&mut self, pod_uid: &str, container: &str) -> Result<(), ProviderError> {
+        let observer = self.observer.as_deref();
         match &mut self.calls {
-            Calls::Direct(h) => h.release(pod_uid, container),
+            Calls::Direct(h) => timed(observer, &self.name, "release", || {
+                h.release(pod_uid, container)
+            }),
             Calls::Deadline(d) => {
                 let (uid, cname) = (pod_uid.to_owned(), container.to_owned());
                 if d.is_stuck() {
                     d.queue_release(uid, cname);
                     return Ok(());
                 }
-                d.call("release", move |h| h.release(&uid, &cname), None)
+                d.call("release", observer, move |h| h.release(&uid, &cname), None)
             }
         }
     }
 
     /// Serialize the provider's state.
     pub fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
+        let observer = self.observer.as_deref();
         match &self.calls {
-            Calls::Direct(h) => h.checkpoint(),
-            Calls::Deadline(d) => d.checkpoint(),
+            Calls::Direct(h) => timed(observer, &self.name, "checkpoint", || h.checkpoint()),
+            Calls::Deadline(d) => d.checkpoint(observer),
         }
     }
 
@@ -247,11 +314,12 @@ impl Provider {
 
     /// Restore the provider's state.
     pub fn restore(&mut self, data: &[u8]) -> Result<(), ProviderError> {
+        let observer = self.observer.as_deref();
         match &mut self.calls {
-            Calls::Direct(h) => h.restore(data),
+            Calls::Direct(h) => timed(observer, &self.name, "restore", || h.restore(data)),
             Calls::Deadline(d) => {
                 let data = data.to_vec();
-                d.call("restore", move |h| h.restore(&data), None)
+                d.call("restore", observer, move |h| h.restore(&data), None)
             }
         }
     }
@@ -262,12 +330,16 @@ impl Provider {
         &mut self,
         request: &PreferredAllocationRequest,
     ) -> Result<Vec<String>, ProviderError> {
+        let observer = self.observer.as_deref();
         match &mut self.calls {
-            Calls::Direct(h) => h.preferred_allocation(request),
+            Calls::Direct(h) => timed(observer, &self.name, "preferred_allocation", || {
+                h.preferred_allocation(request)
+            }),
             Calls::Deadline(d) => {
                 let request = request.clone();
                 d.call(
                     "preferred_allocation",
+                    observer,
                     move |h| h.preferred_allocation(&request),
                     None,
                 )
@@ -278,9 +350,10 @@ impl Provider {
     /// What the provider owns per NUMA node and how much is free (see
     /// [`topomgr_sdk::Provider::inventory`]).
     pub fn inventory(&mut self) -> Result<Inventory, ProviderError> {
+        let observer = self.observer.as_deref();
         match &mut self.calls {
-            Calls::Direct(h) => h.inventory(),
-            Calls::Deadline(d) => d.call("inventory", |h| h.inventory(), None),
+            Calls::Direct(h) => timed(observer, &self.name, "inventory", || h.inventory()),
+            Calls::Deadline(d) => d.call("inventory", observer, |h| h.inventory(), None),
         }
     }
 }
@@ -376,7 +449,7 @@ mod tests {
                 release_gate: Some(Mutex::new(release_gate)),
             },
         )
-        .with_deadline(Duration::from_millis(100), Arc::new(Metrics::new()))
+        .with_deadline(Duration::from_millis(100))
         .unwrap();
         let pod = testkit::guaranteed_pod("late", &[("cpu", 1000)]);
         let err = p
