@@ -38,7 +38,6 @@ use crate::admission::AdmitResult;
 use crate::merge::MergeRule;
 use crate::policy::{PolicyName, Scope};
 
-pub use crate::node_state::Attachments;
 pub use crate::nrt::NodeResourceTopology;
 pub use topomgr_sdk::Machine;
 
@@ -167,6 +166,10 @@ pub struct AttachRequest {
     /// The container's cgroup, relative to the cgroup root.
     pub cgroup: String,
 }
+
+/// Containers attached to cgroups: pod uid -> container -> cgroup path
+/// (relative to the cgroup root).
+pub type Attachments = BTreeMap<String, BTreeMap<String, String>>;
 
 /// What an attach wrote (schema `Attached`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -49,16 +49,16 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::admission::{AdmitResult, Admitter, HeldProvider, PendingReleases, ProviderState};
+use crate::api::Attachments;
+use crate::fsutil::PathError;
 use crate::journal::JournalError;
 use crate::ledger::Finding;
-pub use crate::node_state::Attachments;
 use crate::node_state::Records;
 use crate::owner::Owner;
 
@@ -129,58 +129,12 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
     }
 }
 
-fn temp_prefix(name: &str) -> String {
-    format!(".{name}.tmp.")
-}
-
-/// Write `data` to `path` atomically (temp file, fsync, rename, fsync dir).
-/// When any step fails the temporary file is removed.
-pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), CheckpointError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    fs::create_dir_all(dir).map_err(io(dir))?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = dir.join(format!("{}{}", temp_prefix(&name), std::process::id()));
-    let written = (|| {
-        let mut f = fs::File::create(&tmp).map_err(io(&tmp))?;
-        f.write_all(data).map_err(io(&tmp))?;
-        f.sync_all().map_err(io(&tmp))?;
-        drop(f);
-        fs::rename(&tmp, path).map_err(io(path))
-    })();
-    if let Err(e) = written {
-        if let Err(rm) = fs::remove_file(&tmp) {
-            if rm.kind() != std::io::ErrorKind::NotFound {
-                tracing::warn!(path = %tmp.display(), error = %rm, "cannot remove a temporary state file");
-            }
-        }
-        return Err(e);
-    }
-    fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io(dir))?;
-    Ok(())
-}
-
-/// Remove temporary files a killed writer left in `dir` (call with the
-/// state lock held: no other writer is running).
-pub fn remove_stale_temps(dir: &Path) {
-    let prefix = temp_prefix(STATE_FILE);
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.filter_map(Result::ok) {
-        if e.file_name().to_string_lossy().starts_with(&prefix) {
-            match fs::remove_file(e.path()) {
-                Ok(()) => {
-                    tracing::info!(path = %e.path().display(), "stale temporary state file removed")
-                }
-                Err(err) => {
-                    tracing::warn!(path = %e.path().display(), error = %err, "cannot remove a stale temporary state file")
-                }
-            }
+// By hand, not `#[from]`: the message carries the path and the cause.
+impl From<PathError> for CheckpointError {
+    fn from(e: PathError) -> Self {
+        CheckpointError::Io {
+            path: e.path,
+            cause: e.cause,
         }
     }
 }
@@ -193,8 +147,6 @@ pub const STATE_FORMAT: &str = "topomgr-state";
 pub const STATE_VERSION: u32 = 2;
 /// The oldest envelope version this build reads.
 pub const OLDEST_STATE_VERSION: u32 = 1;
-/// Where Linux publishes the id of the current boot.
-pub const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -223,16 +175,6 @@ pub(crate) struct Body {
     /// The journal generation that continues this snapshot.
     #[serde(default)]
     pub(crate) generation: u64,
-}
-
-/// The id of the running boot (`/proc/sys/kernel/random/boot_id`), or
-/// `"unknown"` where the kernel does not publish one.
-pub fn boot_id() -> String {
-    fs::read_to_string(BOOT_ID_PATH)
-        .map(|s| s.trim().to_owned())
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "unknown".to_owned())
 }
 
 pub(crate) fn to_hex(bytes: &[u8]) -> String {
@@ -587,21 +529,6 @@ pub(crate) fn install(
 mod tests {
     use super::*;
 
-    #[test]
-    fn atomic_write_replaces_and_leaves_no_temp() {
-        let dir = std::env::temp_dir().join(format!("topomgr-ckpt-{}", std::process::id()));
-        let p = dir.join("a/b.json");
-        write_atomic(&p, b"one").unwrap();
-        write_atomic(&p, b"two").unwrap();
-        assert_eq!(fs::read(&p).unwrap(), b"two");
-        let names: Vec<_> = fs::read_dir(dir.join("a"))
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
-        assert_eq!(names, ["b.json"]);
-        fs::remove_dir_all(dir).unwrap();
-    }
-
     use topomgr_sdk::testkit;
     use topomgr_sdk::{Allocation, CpuSet, NumaMask, TopologyHint};
 
@@ -616,10 +543,10 @@ mod tests {
         records: &Records,
         boot: &str,
     ) -> Result<(), CheckpointError> {
-        write_atomic(
+        Ok(crate::fsutil::write_atomic(
             &dir.join(STATE_FILE),
             &encode(&body_of(a, records, 0)?, boot)?,
-        )
+        )?)
     }
 
     fn restore_state(

@@ -11,6 +11,7 @@ pub mod daemon;
 pub mod discover;
 pub mod explain;
 pub mod extended;
+pub mod fsutil;
 pub mod journal;
 pub mod ledger;
 pub mod manifest;

@@ -45,6 +45,7 @@ use topomgr_sdk::{CpuSet, PodView};
 use tracing::{info, warn};
 
 use crate::admission::{AdmissionError, AdmitResult, Admitter, UNEXPECTED_ADMISSION_ERROR};
+use crate::api::{Attached, Attachments};
 use crate::cgroup::pool::{self, PoolWrite};
 use crate::cgroup::{CgroupError, CgroupManager, CgroupPath, TOPOMGR_PARENT};
 use crate::owner::Owner;
@@ -66,10 +67,6 @@ pub fn current_pool<'a>(r: &'a AdmitResult, pool: &CpuSet) -> Cow<'a, AdmitResul
     }
     Cow::Owned(now)
 }
-
-/// Containers attached to cgroups: pod uid -> container -> cgroup path
-/// (relative to the cgroup root).
-pub type Attachments = BTreeMap<String, BTreeMap<String, String>>;
 
 /// What the host records besides the pod table and the providers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -176,9 +173,6 @@ pub enum PoolMode {
     /// Write the pool as the ledger has it (after the state is durable).
     Exact,
 }
-
-/// What a container's cgroup was given (the attach endpoint's answer).
-pub use crate::api::Attached;
 
 /// A container name the pod does not have.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

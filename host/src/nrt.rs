@@ -153,7 +153,15 @@ pub enum NrtError {
     HostName(String),
     /// The export file could not be written.
     #[error("cannot write the NodeResourceTopology export: {0}")]
-    Write(#[from] crate::checkpoint::CheckpointError),
+    Write(crate::fsutil::PathError),
+}
+
+// By hand, not `#[from]`: the message carries the error, so it is not also
+// chained as the source (the binary prints each cause once).
+impl From<crate::fsutil::PathError> for NrtError {
+    fn from(e: crate::fsutil::PathError) -> Self {
+        NrtError::Write(e)
+    }
 }
 
 /// The default node name: the host name, lower-cased as the kubelet does.
@@ -293,7 +301,7 @@ pub fn of_admitter(
 pub fn write(path: &Path, object: &NodeResourceTopology) -> Result<(), NrtError> {
     let mut text = serde_json::to_vec_pretty(object).unwrap_or_default();
     text.push(b'\n');
-    crate::checkpoint::write_atomic(path, &text)?;
+    crate::fsutil::write_atomic(path, &text)?;
     Ok(())
 }
 

@@ -115,7 +115,7 @@ impl NodeState {
             Admitter::from_config(cfg, machine)?,
             Records::default(),
             &cfg.cgroup_root,
-            &crate::checkpoint::boot_id(),
+            &crate::fsutil::boot_id(),
         ))
     }
 }

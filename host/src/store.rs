@@ -47,9 +47,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::admission::{Admitter, PendingReleases, ProviderState};
 use crate::checkpoint::{
-    self, body_of, encode, provider_bytes, provider_part, read_snapshot, to_hex, write_atomic,
-    Body, CheckpointError, Restored, STATE_FILE,
+    self, body_of, encode, provider_bytes, provider_part, read_snapshot, to_hex, Body,
+    CheckpointError, Restored, STATE_FILE,
 };
+use crate::fsutil::{self, write_atomic};
 use crate::journal::{self, Journal, JournalHeader, JOURNAL_FILE, JOURNAL_FORMAT, JOURNAL_VERSION};
 use crate::node_state::{Change, NodeState};
 use crate::provider::Provider;
@@ -199,7 +200,7 @@ impl Store {
         admitter: &mut Admitter,
         boot_id: &str,
     ) -> Result<(Store, Restored), CheckpointError> {
-        checkpoint::remove_stale_temps(dir);
+        fsutil::remove_stale_temps(dir, STATE_FILE);
         let rec = recover(dir)?;
         let found = rec.boot_id.is_some();
         let generation = rec.body.generation;
@@ -377,7 +378,7 @@ impl Store {
     pub fn compact(&mut self, node: &NodeState) -> Result<(), CommitError> {
         let body = body_of(node.admitter(), node.records(), self.generation + 1)?;
         let bytes = encode(&body, &self.boot_id)?;
-        write_atomic(&self.dir.join(STATE_FILE), &bytes)?;
+        write_atomic(&self.dir.join(STATE_FILE), &bytes).map_err(CheckpointError::from)?;
         self.generation += 1;
         self.snapshot_len = bytes.len() as u64;
         if let Err(e) = self.new_journal() {
@@ -449,7 +450,7 @@ pub fn restore_provider(dir: &Path, provider: &mut Provider) -> Result<(), Check
 /// Save one provider's state into `dir`, keeping everything else its state
 /// holds: a new snapshot (and journal) with that provider's part replaced.
 pub fn save_provider(dir: &Path, provider: &Provider) -> Result<(), CheckpointError> {
-    let boot_id = &checkpoint::boot_id();
+    let boot_id = &fsutil::boot_id();
     let rec = recover(dir)?;
     let mut body = rec.body;
     let path = dir.join(STATE_FILE);

@@ -42,11 +42,10 @@ use tracing::{error, info, warn};
 
 use super::metrics::Metrics;
 use crate::admission::{AdmissionError, AdmitResult, Admitter, UID_CONFLICT};
-use crate::checkpoint::{self, Attachments, Restored};
+use crate::api::{Attached, Attachments};
+use crate::checkpoint::{self, Restored};
 use crate::node_state::{current_pool, AttachError, Change, NodeState, Reclaim, UnknownContainer};
 use crate::store::Store;
-
-pub use crate::node_state::Attached;
 
 /// The most commands applied before one state-file write.
 pub const MAX_BATCH: usize = 256;

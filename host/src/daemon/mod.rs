@@ -164,7 +164,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
     let settings = EngineSettings {
         state_dir: d.state_dir.clone(),
         cgroup_root: d.cgroup_root,
-        boot_id: crate::checkpoint::boot_id(),
+        boot_id: crate::fsutil::boot_id(),
         export: d.export,
     };
     let (engine, restored) = Engine::start(admitter, &d.machine, settings, Arc::clone(&metrics))?;
