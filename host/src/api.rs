@@ -30,14 +30,12 @@
 
 use std::collections::BTreeMap;
 
-use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use topomgr_sdk::{CpuSet, NumaMask, ProviderHints, QosClass};
 
 use crate::admission::AdmitResult;
-use crate::merge::MergeRule;
-use crate::policy::{PolicyName, Scope};
 
+pub use crate::explain::{Explain, ExplainStep, MergeSummary};
 pub use crate::nrt::NodeResourceTopology;
 pub use topomgr_sdk::Machine;
 
@@ -196,63 +194,6 @@ pub struct ErrorBody {
     pub reason: String,
 }
 
-/// The decision trace of one admission (schema `Explain`; built by
-/// [`crate::explain`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Explain {
-    /// Pod uid.
-    pub uid: String,
-    /// Pod name.
-    pub name: String,
-    /// Pod namespace.
-    pub namespace: String,
-    /// QoS class.
-    pub qos: QosClass,
-    /// The policy that decided.
-    pub policy: PolicyName,
-    /// Its scope.
-    pub scope: Scope,
-    /// Whether the pod was admitted.
-    pub admitted: bool,
-    /// Why it was rejected.
-    pub reason: Option<String>,
-    /// The rejection's message.
-    pub message: Option<String>,
-    /// For a pod the policy refused: the resources it could not align.
-    pub unaligned: Vec<String>,
-    /// One step per decision (per container, or one for pod scope).
-    pub steps: Vec<ExplainStep>,
-}
-
-/// One decision of a trace.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExplainStep {
-    /// The container (`null`: the whole pod, pod scope).
-    pub container: Option<String>,
-    /// Provider -> its hints, in provider order (compact sets expanded on
-    /// machines of up to 8 NUMA nodes).
-    pub hints: IndexMap<String, ProviderHints>,
-    /// How the merge decided (`null` under policy `none`).
-    pub merge: Option<MergeSummary>,
-    /// The merged hint's NUMA nodes (`null`: any).
-    pub affinity: Option<NumaMask>,
-    /// Whether the merged hint is preferred.
-    pub preferred: bool,
-    /// Whether the step admits.
-    pub admit: bool,
-}
-
-/// [`ExplainStep::merge`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MergeSummary {
-    /// The rule that chose the merged hint.
-    pub rule: MergeRule,
-    /// Hint lists merged (one per provider resource).
-    pub lists: usize,
-    /// The kubelet's best-non-preferred affinity count.
-    pub best_non_preferred_count: u32,
-}
-
 /// Decision traces in input order: `topomgr explain -o json` and a dry run.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Explains {
@@ -339,23 +280,6 @@ mod mask_list {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_form_of_hints_in_a_trace_reads_back_as_written() {
-        // Provider order kept; no map, a resource without preference, an
-        // explicit list and a compact set (machines above 8 nodes).
-        let text = r#"{"uid":"u","name":"p","namespace":"d","qos":"Burstable","policy":"single-numa-node","scope":"pod","admitted":false,"reason":"TopologyAffinityError","message":"m","unaligned":["cpu"],"steps":[{"container":null,"hints":{"widgets":null,"cpu":{"cpu":{"minimal":[[0],[1,2]],"preferred_width":1},"example.com/x":null,"memory":[{"affinity":[0],"preferred":true},{"affinity":null,"preferred":false}]}},"merge":{"rule":"NonPreferredAtBestCount","lists":2,"best_non_preferred_count":2},"affinity":null,"preferred":false,"admit":false}]}"#;
-        let trace: Explain = serde_json::from_str(text).unwrap();
-        assert_eq!(trace.policy, PolicyName::SingleNumaNode);
-        assert_eq!(trace.scope, Scope::Pod);
-        let step = &trace.steps[0];
-        assert_eq!(step.hints.keys().collect::<Vec<_>>(), ["widgets", "cpu"]);
-        assert_eq!(
-            step.merge.as_ref().unwrap().rule,
-            MergeRule::NonPreferredAtBestCount
-        );
-        assert_eq!(serde_json::to_string(&trace).unwrap(), text);
-    }
 
     #[test]
     fn mems_are_a_list_and_read_back() {
