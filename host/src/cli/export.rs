@@ -1,5 +1,5 @@
 //! `topomgr export nrt`: this node's NodeResourceTopology object
-//! ([`topomgr::nrt`]) as JSON or YAML, an object `kubectl apply -f -`
+//! ([`topomgr_node::nrt`]) as JSON or YAML, an object `kubectl apply -f -`
 //! accepts. From the running daemon, or with `--state-dir` from a state
 //! directory in-process (no daemon may serve it).
 
@@ -8,8 +8,8 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
-use topomgr::node_state::NodeState;
-use topomgr::nrt::NodeResourceTopology;
+use topomgr_node::node_state::NodeState;
+use topomgr_node::nrt::NodeResourceTopology;
 
 use super::client::SocketArg;
 use super::host;
@@ -66,7 +66,7 @@ fn nrt(config: &Path, args: NrtArgs) -> anyhow::Result<ExitCode> {
             let mut node = NodeState::from_config(&cfg, &machine)?;
             let _held = host::open_state(dir, &mut node)?;
             let name = node_name(&cfg)?;
-            topomgr::nrt::of_admitter(&name, &machine, node.admitter_mut())?
+            topomgr_node::nrt::of_admitter(&name, &machine, node.admitter_mut())?
         }
         None => {
             let resp = args
@@ -81,10 +81,10 @@ fn nrt(config: &Path, args: NrtArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// The configured node name, or the host name.
-pub fn node_name(cfg: &topomgr::config::HostConfig) -> anyhow::Result<String> {
+pub fn node_name(cfg: &topomgr_node::config::HostConfig) -> anyhow::Result<String> {
     match &cfg.node_name {
         Some(n) => Ok(n.clone()),
-        None => Ok(topomgr::nrt::default_node_name()?),
+        None => Ok(topomgr_node::nrt::default_node_name()?),
     }
 }
 

@@ -1,14 +1,14 @@
 //! Shared set-up for commands: config file, machine, state directory; the
-//! engine itself comes from the library (`topomgr::setup`).
+//! engine itself comes from the library (`topomgr_node::setup`).
 
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Context;
-use topomgr::config::HostConfig;
-use topomgr::node_state::NodeState;
-use topomgr::state_lock::StateLock;
-use topomgr::store::Store;
+use topomgr_node::config::HostConfig;
+use topomgr_node::node_state::NodeState;
+use topomgr_node::state_lock::StateLock;
+use topomgr_node::store::Store;
 use topomgr_sdk::Machine;
 
 /// Load the config file; the default path may be absent (built-in defaults).
@@ -30,17 +30,17 @@ fn load(path: &Path, protected: bool) -> anyhow::Result<HostConfig> {
         return Ok(HostConfig::default());
     }
     let env = |var: &str| std::env::var(var).ok();
-    let opts = topomgr::config::LoadOptions {
+    let opts = topomgr_node::config::LoadOptions {
         env: &env,
         protected,
     };
-    Ok(topomgr::config::load_with(path, &opts)?)
+    Ok(topomgr_node::config::load_with(path, &opts)?)
 }
 
 /// Discover the machine from `--sysfs-root` or the configured root.
 pub fn discover(cfg: &HostConfig, sysfs_root: Option<&Path>) -> anyhow::Result<Machine> {
     let root = sysfs_root.unwrap_or(&cfg.sysfs_root);
-    topomgr::discover::discover(root)
+    topomgr_discovery::discover(root)
         .with_context(|| format!("discovering the machine from {}", root.display()))
 }
 
@@ -78,7 +78,7 @@ impl HeldState {
     /// empty; say which stay held because processes remain.
     pub fn reclaim(&self, node: &mut NodeState) {
         for r in node.reclaim() {
-            if let topomgr::node_state::Reclaim::Kept { uid, pids } = r {
+            if let topomgr_node::node_state::Reclaim::Kept { uid, pids } = r {
                 tracing::info!(pod = %uid, ?pids, "pod of an ended topomgr run stays held: processes remain in its cgroup");
             }
         }

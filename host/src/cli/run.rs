@@ -36,12 +36,12 @@ use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::exfiltrator::origin::WithOrigin;
 use signal_hook::iterator::SignalsInfo;
 use signal_hook::low_level::siginfo::Cause;
-use topomgr::admission::AdmitResult;
-use topomgr::cgroup::{Cgroup, CgroupManager, CgroupPath};
-use topomgr::config::HostConfig;
-use topomgr::node_state::NodeState;
-use topomgr::owner::Owner;
-use topomgr::quantity::parse_resource_amount;
+use topomgr_cgroup::{Cgroup, CgroupManager, CgroupPath};
+use topomgr_engine::admission::AdmitResult;
+use topomgr_manifest::quantity::parse_resource_amount;
+use topomgr_node::config::HostConfig;
+use topomgr_node::node_state::NodeState;
+use topomgr_node::owner::Owner;
 use topomgr_sdk::{ContainerView, PodView, QosClass, ResourceList};
 use tracing::{debug, info, warn};
 

@@ -5,10 +5,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use topomgr::daemon::{self, Daemon};
-use topomgr::setup::EngineParts;
+use topomgr_daemon::{self as daemon, Daemon};
+use topomgr_node::setup::EngineParts;
 
-use topomgr::state_lock::StateLock;
+use topomgr_node::state_lock::StateLock;
 
 use super::host;
 
@@ -48,7 +48,7 @@ pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
         scope: parts.scope,
         providers: parts.providers,
         lock,
-        export: topomgr::nrt::ExportSettings {
+        export: topomgr_node::nrt::ExportSettings {
             node_name: super::export::node_name(&cfg)?,
             file: cfg.export_file.clone(),
         },

@@ -11,8 +11,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use topomgr::api::{Admission, Admissions, Attached, ErrorBody, Health, HealthStatus, PodList};
-use topomgr::daemon::client::Client;
+use topomgr_daemon::client::Client;
+use topomgr_node::api::{
+    Admission, Admissions, Attached, ErrorBody, Health, HealthStatus, PodList,
+};
 
 /// A running daemon; killed when dropped.
 pub struct Daemon {
@@ -177,7 +179,7 @@ fn api_admit_list_get_release_metrics_and_machine() {
     let r = c.get(&format!("/v1/pods/{WIDGETS_UID}")).unwrap();
     assert_eq!((r.status, r.json().unwrap()), (200, expected.clone()));
 
-    let machine: topomgr::api::Machine = c.get("/v1/machine").unwrap().parse().unwrap();
+    let machine: topomgr_node::api::Machine = c.get("/v1/machine").unwrap().parse().unwrap();
     assert_eq!(machine.numa_nodes.len(), 4);
     assert_eq!(machine.cpus.len(), 16);
 
@@ -602,7 +604,7 @@ fn admitted(c: &mut Client, yaml: &str) -> Admission {
 }
 
 /// The CPUs an attach wrote.
-fn attached_cpus(r: &topomgr::daemon::client::Response) -> String {
+fn attached_cpus(r: &topomgr_daemon::client::Response) -> String {
     assert_eq!(r.status, 200, "{}", r.error_message());
     r.parse::<Attached>().unwrap().cpus.to_string()
 }

@@ -1,11 +1,11 @@
 //! `topomgr serve`: the node daemon.
 //!
-//! - [`crate::state_lock`]: one daemon per state directory (`flock`);
-//! - [`crate::provider::Provider::with_deadline`]: every provider on its own thread, each
+//! - [`topomgr_node::state_lock`]: one daemon per state directory (`flock`);
+//! - [`topomgr_engine::provider::Provider::with_deadline`]: every provider on its own thread, each
 //!   call with a deadline, reporting to the metrics
-//!   ([`crate::provider::Provider::with_observer`]);
+//!   ([`topomgr_engine::provider::Provider::with_observer`]);
 //! - [`engine`]: the serialized admission engine with group-committed,
-//!   durable state ([`crate::store::Store`]: journal and snapshot);
+//!   durable state ([`topomgr_node::store::Store`]: journal and snapshot);
 //! - [`server`]: the HTTP/JSON API on a Unix socket;
 //! - [`access`]: socket ownership/mode and the peer-credential check;
 //! - [`metrics`]: Prometheus metrics (kubelet names);
@@ -13,7 +13,7 @@
 //! - [`systemd`]: readiness and stopping notifications (`Type=notify`);
 //! - [`client`]: a small blocking HTTP/1.1 client for the CLI, tests and benches.
 //!
-//! Start-up order matters: the caller takes the [`crate::state_lock::StateLock`] before
+//! Start-up order matters: the caller takes the [`topomgr_node::state_lock::StateLock`] before
 //! loading providers (they may read the state directory); [`run`] then asks
 //! each provider what it owns (its inventory, for the metrics), restores
 //! the state (verify, check against the machine; nothing is re-admitted or
@@ -39,14 +39,14 @@ use tokio::sync::watch;
 use topomgr_sdk::{Inventory, Machine};
 use tracing::{info, warn};
 
-use crate::admission::Admitter;
-use crate::policy::{Policy, Scope};
-use crate::provider::{Provider, ProviderObserver};
-use crate::state_lock::StateLock;
 use access::AccessPolicy;
 use engine::{Engine, EngineSettings};
 use metrics::Metrics;
 use server::AppState;
+use topomgr_engine::admission::Admitter;
+use topomgr_engine::policy::{Policy, Scope};
+use topomgr_engine::provider::{Provider, ProviderObserver};
+use topomgr_node::state_lock::StateLock;
 
 /// Everything the daemon needs, prepared by `topomgr serve`.
 pub struct Daemon {
@@ -73,7 +73,7 @@ pub struct Daemon {
     /// The held state-directory lock (kept for the daemon's lifetime).
     pub lock: StateLock,
     /// The NodeResourceTopology export (node name, file).
-    pub export: crate::nrt::ExportSettings,
+    pub export: topomgr_node::nrt::ExportSettings,
 }
 
 /// Why the daemon could not start or stopped with an error.
@@ -164,7 +164,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
     let settings = EngineSettings {
         state_dir: d.state_dir.clone(),
         cgroup_root: d.cgroup_root,
-        boot_id: crate::fsutil::boot_id(),
+        boot_id: topomgr_node::fsutil::boot_id(),
         export: d.export,
     };
     let (engine, restored) = Engine::start(admitter, &d.machine, settings, Arc::clone(&metrics))?;

@@ -45,7 +45,6 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::admission::{Admitter, PendingReleases, ProviderState};
 use crate::checkpoint::{
     self, body_of, encode, provider_bytes, provider_part, read_snapshot, to_hex, Body,
     CheckpointError, Restored, STATE_FILE,
@@ -53,8 +52,9 @@ use crate::checkpoint::{
 use crate::fsutil::{self, write_atomic};
 use crate::journal::{self, Journal, JournalHeader, JOURNAL_FILE, JOURNAL_FORMAT, JOURNAL_VERSION};
 use crate::node_state::{Change, NodeState};
-use crate::provider::Provider;
-use crate::provider::PROVIDER_TIMEOUT;
+use topomgr_engine::admission::{Admitter, PendingReleases, ProviderState};
+use topomgr_engine::provider::Provider;
+use topomgr_engine::provider::PROVIDER_TIMEOUT;
 
 /// The journal is compacted once it is larger than this and larger than
 /// the snapshot.
@@ -488,8 +488,8 @@ mod tests {
 
     use super::*;
     use crate::node_state::Records;
-    use crate::numa::NumaInfo;
-    use crate::policy::{Policy, Scope};
+    use topomgr_engine::numa::NumaInfo;
+    use topomgr_engine::policy::{Policy, Scope};
 
     /// Gives every container one exclusive CPU, the lowest free one; its
     /// state is the set of (pod, container, cpu) it holds.

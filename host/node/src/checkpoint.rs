@@ -38,12 +38,12 @@
 //!   refused ([`CheckpointError::MissingProviderState`]): starting it empty
 //!   could hand out what those pods hold;
 //! - a provider that refuses its saved state (e.g. it names CPUs that
-//!   vanished) is *held* ([`crate::admission::HeldProvider`]): its bytes are
+//!   vanished) is *held* ([`topomgr_engine::admission::HeldProvider`]): its bytes are
 //!   kept, admissions are refused, pods are kept and can be released; the
 //!   releases are replayed into it when it restores again;
 //! - the saved state of a provider that is not configured now is kept and
 //!   written back unchanged, with the same replay of releases;
-//! - the pod table rebuilds the [`crate::ledger`], which reports what
+//! - the pod table rebuilds the [`topomgr_engine::ledger`], which reports what
 //!   vanished from the machine and anything held twice, never dropping it.
 
 use std::collections::BTreeMap;
@@ -54,13 +54,15 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::admission::{AdmitResult, Admitter, HeldProvider, PendingReleases, ProviderState};
 use crate::api::Attachments;
 use crate::fsutil::PathError;
 use crate::journal::JournalError;
-use crate::ledger::Finding;
 use crate::node_state::Records;
 use crate::owner::Owner;
+use topomgr_engine::admission::{
+    AdmitResult, Admitter, HeldProvider, PendingReleases, ProviderState,
+};
+use topomgr_engine::ledger::Finding;
 
 /// Errors reading or writing a state directory; each names its path.
 #[derive(Debug, thiserror::Error)]
@@ -532,8 +534,8 @@ mod tests {
     use topomgr_sdk::testkit;
     use topomgr_sdk::{Allocation, CpuSet, NumaMask, TopologyHint};
 
-    use crate::numa::NumaInfo;
-    use crate::policy::{Policy, Scope};
+    use topomgr_engine::numa::NumaInfo;
+    use topomgr_engine::policy::{Policy, Scope};
     use topomgr_sdk::Machine;
 
     /// The snapshot alone (no journal), as `Store` writes it at compaction.
@@ -585,7 +587,7 @@ mod tests {
             admitted: true,
             reason: None,
             message: None,
-            containers: vec![crate::admission::ContainerResult {
+            containers: vec![topomgr_engine::admission::ContainerResult {
                 name: "app".to_owned(),
                 hint: TopologyHint {
                     affinity: None,
@@ -670,12 +672,12 @@ mod tests {
                     RestoreIssue::Ledger(Finding::Conflict {
                         what: "CPUs 2".to_owned(),
                         holders: vec![
-                            crate::ledger::Holder {
+                            topomgr_engine::ledger::Holder {
                                 pod: "p1".to_owned(),
                                 label: "default/p1".to_owned(),
                                 container: "app".to_owned(),
                             },
-                            crate::ledger::Holder {
+                            topomgr_engine::ledger::Holder {
                                 pod: "p2".to_owned(),
                                 label: "default/p2".to_owned(),
                                 container: "app".to_owned(),

@@ -6,24 +6,24 @@
 //! binary only adds reading the config file and choosing the sysfs root.
 //!
 //! - [`EngineParts::from_config`]: policy (created in the kubelet's order,
-//!   see [`crate::policy`]), scope, and every enabled provider in name order,
+//!   see [`topomgr_engine::policy`]), scope, and every enabled provider in name order,
 //!   each called directly (the daemon puts each on its own thread).
-//! - [`Admitter::from_config`] and [`NodeState::from_config`]: the same with
-//!   every provider called on its own thread under the configured deadline
-//!   (`[daemon] provider_timeout_ms`), as one-shot commands use them.
+//! - [`NodeState::from_config`]: the same with every provider called on
+//!   its own thread under the configured deadline (`[daemon]
+//!   provider_timeout_ms`), as one-shot commands use them.
 //! - [`load_provider`]: one configured provider, for the `provider` verbs.
 
 use std::time::Duration;
 
 use topomgr_sdk::Machine;
 
-use crate::admission::Admitter;
 use crate::config::HostConfig;
 use crate::node_state::{NodeState, Records};
-use crate::numa::{NumaError, NumaInfo};
 use crate::plugin::{self, PluginError};
-use crate::policy::{Policy, PolicyError, Scope};
-use crate::provider::Provider;
+use topomgr_engine::admission::Admitter;
+use topomgr_engine::numa::{NumaError, NumaInfo};
+use topomgr_engine::policy::{Policy, PolicyError, Scope};
+use topomgr_engine::provider::Provider;
 
 /// Why the configuration could not be turned into an engine.
 #[derive(Debug, thiserror::Error)]
@@ -93,26 +93,26 @@ impl EngineParts {
     }
 }
 
-impl Admitter {
-    /// An admitter over [`EngineParts::from_config`], every provider called
-    /// on its own thread with the configured deadline.
-    pub fn from_config(cfg: &HostConfig, machine: &Machine) -> Result<Self, SetupError> {
-        let parts = EngineParts::from_config(cfg, machine)?;
-        let providers = parts
-            .providers
-            .into_iter()
-            .map(|p| with_deadline(cfg, p))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(Admitter::new(machine, parts.policy, parts.scope, providers))
-    }
+/// An admitter over [`EngineParts::from_config`], every provider called
+/// on its own thread with the configured deadline.
+fn admitter_from_config(cfg: &HostConfig, machine: &Machine) -> Result<Admitter, SetupError> {
+    let parts = EngineParts::from_config(cfg, machine)?;
+    let providers = parts
+        .providers
+        .into_iter()
+        .map(|p| with_deadline(cfg, p))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Admitter::new(machine, parts.policy, parts.scope, providers))
 }
 
 impl NodeState {
-    /// A node state over [`Admitter::from_config`], with no records yet,
+    /// A node state over an admitter of [`EngineParts::from_config`] whose
+    /// providers each run on their own thread under the configured deadline,
+    /// with no records yet,
     /// applying under the configured cgroup root, in this boot.
     pub fn from_config(cfg: &HostConfig, machine: &Machine) -> Result<Self, SetupError> {
         Ok(NodeState::new(
-            Admitter::from_config(cfg, machine)?,
+            admitter_from_config(cfg, machine)?,
             Records::default(),
             &cfg.cgroup_root,
             &crate::fsutil::boot_id(),

@@ -56,6 +56,7 @@
 
 mod pod;
 mod qos;
+pub mod quantity;
 pub mod reader;
 
 use std::collections::HashMap;

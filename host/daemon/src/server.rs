@@ -4,13 +4,13 @@
 //! |---|---|---|
 //! | GET | `/v1/health` | `{"status": "ok"|"degraded"|"failing", "pods", "notes", "failure"}` |
 //! | GET | `/v1/machine` | the discovered machine (the JSON of `topomgr topology`) |
-//! | POST | `/v1/pods` | admit the Pod manifest(s) of the body (YAML or JSON): the JSON of `topomgr admit`; with `?dry_run=true&explain=true` a what-if that changes nothing: `{"pods": [decision trace, ...]}` ([`crate::explain`]) |
+//! | POST | `/v1/pods` | admit the Pod manifest(s) of the body (YAML or JSON): the JSON of `topomgr admit`; with `?dry_run=true&explain=true` a what-if that changes nothing: `{"pods": [decision trace, ...]}` ([`topomgr_engine::explain`]) |
 //! | GET | `/v1/pods` | `{"pods": [...], "attachments": {uid: {container: cgroup}}}` |
 //! | GET | `/v1/pods/{uid}` | one pod's admission JSON |
 //! | GET | `/v1/pods/{uid}/explain` | the decision trace of an admitted or recently rejected pod |
 //! | DELETE | `/v1/pods/{uid}` | release the pod; answers its admission JSON |
 //! | POST | `/v1/pods/{uid}/containers/{container}/attach` | body `{"cgroup": "path"}`: write the container's cpuset/mems |
-//! | GET | `/v1/noderesourcetopology` | the node's NodeResourceTopology object ([`crate::nrt`]) |
+//! | GET | `/v1/noderesourcetopology` | the node's NodeResourceTopology object ([`topomgr_node::nrt`]) |
 //! | GET | `/metrics` | Prometheus text |
 //!
 //! Errors are `{"error": "<message>", "reason": "<code>"}` with status 400
@@ -19,7 +19,7 @@
 //! (a uid admitted with a different spec), 422 (cgroup problem), 500
 //! (provider errors on release), 503 (state cannot be saved, or shutting
 //! down). `docs/api/openapi.yaml` documents the same. Every answer is one
-//! of the types of [`crate::api`].
+//! of the types of [`topomgr_node::api`].
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -44,13 +44,13 @@ use tracing::{debug, info};
 use super::access::{AccessPolicy, Peer};
 use super::engine::{Command, Engine, EngineError, Reply};
 use super::metrics::{Metrics, BAD_MANIFEST};
-use crate::admission::AdmitResult;
-use crate::api::{
+use topomgr_engine::admission::AdmitResult;
+use topomgr_node::api::{
     Admission, Admissions, AttachRequest, Attached, ErrorBody, Explain, Explains, Health,
     HealthStatus, PodList,
 };
-use crate::node_state::current_pool;
-use crate::nrt::NodeResourceTopology;
+use topomgr_node::node_state::current_pool;
+use topomgr_node::nrt::NodeResourceTopology;
 
 /// Shared state of the handlers.
 #[derive(Clone)]
@@ -144,7 +144,7 @@ impl From<BytesRejection> for ApiError {
 }
 
 /// The largest request body: the manifest size limit of the CLI.
-pub const MAX_BODY_BYTES: usize = crate::manifest::MAX_MANIFEST_BYTES as usize;
+pub const MAX_BODY_BYTES: usize = topomgr_manifest::MAX_MANIFEST_BYTES as usize;
 
 impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> ApiError {
@@ -306,7 +306,7 @@ async fn admit(
             format!("request body is not UTF-8: {e}"),
         )
     })?;
-    let pods = crate::manifest::parse_pods(text, "<request body>").map_err(|e| {
+    let pods = topomgr_manifest::parse_pods(text, "<request body>").map_err(|e| {
         state.metrics.request_refused(BAD_MANIFEST);
         ApiError::new(StatusCode::BAD_REQUEST, BAD_MANIFEST, e.to_string())
     })?;
@@ -378,7 +378,7 @@ async fn explain_pod(
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "UnknownPod",
-            format!("no admitted or recently rejected pod with uid {uid:?} (the last {} rejections are kept)", crate::explain::REJECTED_KEPT),
+            format!("no admitted or recently rejected pod with uid {uid:?} (the last {} rejections are kept)", topomgr_engine::explain::REJECTED_KEPT),
         )),
     }
 }

@@ -18,7 +18,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::UnixStream;
 
-use crate::api::{AttachRequest, ErrorBody};
+use topomgr_node::api::{AttachRequest, ErrorBody};
 
 /// An answer of the daemon.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,7 +32,7 @@ pub struct Response {
 }
 
 impl Response {
-    /// The body as one of the API's types ([`crate::api`]); an answer that
+    /// The body as one of the API's types ([`topomgr_node::api`]); an answer that
     /// does not fit names the route and the field path.
     pub fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T, ClientError> {
         let de = &mut serde_json::Deserializer::from_slice(&self.body);
@@ -373,10 +373,10 @@ mod tests {
             "admitted": true, "reason": null, "message": null, "containers": [{"name": "app",
             "affinity": [0], "preferred": true, "cpus": "2-3", "exclusive": true, "mems": "0",
             "devices": {}, "env": {}}]}], "attachments": {}}"#;
-        let list: crate::api::PodList = resp(good).parse().unwrap();
+        let list: topomgr_node::api::PodList = resp(good).parse().unwrap();
         assert_eq!(list.pods[0].containers[0].cpus.to_string(), "2-3");
         let err = resp(&good.replace(r#""2-3""#, r#""2-x""#))
-            .parse::<crate::api::PodList>()
+            .parse::<topomgr_node::api::PodList>()
             .unwrap_err()
             .to_string();
         assert!(
@@ -384,7 +384,7 @@ mod tests {
             "{err}"
         );
         let err = resp(&good.replace(r#""qos": "Guaranteed","#, ""))
-            .parse::<crate::api::PodList>()
+            .parse::<topomgr_node::api::PodList>()
             .unwrap_err()
             .to_string();
         assert!(
@@ -392,7 +392,7 @@ mod tests {
             "{err}"
         );
         let err = resp("<html>")
-            .parse::<crate::api::PodList>()
+            .parse::<topomgr_node::api::PodList>()
             .unwrap_err()
             .to_string();
         assert!(

@@ -3,7 +3,7 @@
 //! commands (`run`, `admit --state-dir`, `release --state-dir`) change
 //! state and apply it to cgroups.
 //!
-//! It owns the [`Admitter`] (providers, pod table, [`crate::ledger`]) and
+//! It owns the [`Admitter`] (providers, pod table, [`topomgr_engine::ledger`]) and
 //! the host's [`Records`]: which cgroup each attached container has, and
 //! which process owns each pod that `topomgr run` admitted.
 //!
@@ -44,18 +44,20 @@ use serde::{Deserialize, Serialize};
 use topomgr_sdk::{CpuSet, PodView};
 use tracing::{info, warn};
 
-use crate::admission::{AdmissionError, AdmitResult, Admitter, UNEXPECTED_ADMISSION_ERROR};
 use crate::api::{Attached, Attachments};
-use crate::cgroup::pool::{self, PoolWrite};
-use crate::cgroup::{CgroupError, CgroupManager, CgroupPath, TOPOMGR_PARENT};
 use crate::owner::Owner;
+use topomgr_cgroup::pool::{self, PoolWrite};
+use topomgr_cgroup::{CgroupError, CgroupManager, CgroupPath, TOPOMGR_PARENT};
+use topomgr_engine::admission::{
+    AdmissionError, AdmitResult, Admitter, UNEXPECTED_ADMISSION_ERROR,
+};
 
 /// `r` with every shared-pool container's CPUs replaced by `pool` (the
 /// pool now, where its allocation has the pool as it was at admission); a
 /// container with exclusive CPUs, or without CPUs from any provider, is
 /// shown as allocated. Borrowed when nothing differs.
 pub fn current_pool<'a>(r: &'a AdmitResult, pool: &CpuSet) -> Cow<'a, AdmitResult> {
-    let stale = |c: &crate::admission::ContainerResult| {
+    let stale = |c: &topomgr_engine::admission::ContainerResult| {
         !c.allocation.exclusive && !c.allocation.cpus.is_empty() && c.allocation.cpus != *pool
     };
     if !r.containers.iter().any(stale) {
@@ -282,7 +284,7 @@ impl NodeState {
 
     /// Apply through `cgroups` instead of detecting a hierarchy under the
     /// cgroup root when first needed (a test double behind
-    /// [`crate::cgroup::ControlFs`]).
+    /// [`topomgr_cgroup::ControlFs`]).
     pub fn with_cgroups(mut self, cgroups: CgroupManager) -> Self {
         self.cgroups = Some(cgroups);
         self
@@ -363,7 +365,7 @@ impl NodeState {
     pub fn admit_traced(
         &mut self,
         pod: &PodView,
-        trace: &mut Vec<crate::admission::TraceStep>,
+        trace: &mut Vec<topomgr_engine::admission::TraceStep>,
     ) -> AdmitResult {
         let known = self.admitter.pods().contains_key(&pod.uid);
         let result = self.admitter.admit_traced(pod, trace);
@@ -700,7 +702,7 @@ impl NodeState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::ContainerResult;
+    use topomgr_engine::admission::ContainerResult;
     use topomgr_sdk::{Allocation, QosClass, TopologyHint};
 
     fn container(name: &str, cpus: &str, exclusive: bool) -> ContainerResult {

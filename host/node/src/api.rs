@@ -3,7 +3,7 @@
 //!
 //! The daemon's handlers serialize these types, the CLI prints them (as
 //! JSON, or as tables built from the typed values), the daemon client
-//! ([`crate::daemon::client::Response::parse`]) deserializes answers into
+//! (`topomgr_daemon::client::Response::parse`) deserializes answers into
 //! them, and the tests check them against the OpenAPI document: every
 //! captured answer reads into its type and writes back to the same JSON, and
 //! each component schema's properties and required list equal the type's
@@ -33,10 +33,10 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use topomgr_sdk::{CpuSet, NumaMask, ProviderHints, QosClass};
 
-use crate::admission::AdmitResult;
+use topomgr_engine::admission::AdmitResult;
 
-pub use crate::explain::{Explain, ExplainStep, MergeSummary};
 pub use crate::nrt::NodeResourceTopology;
+pub use topomgr_engine::explain::{Explain, ExplainStep, MergeSummary};
 pub use topomgr_sdk::Machine;
 
 /// One pod's admission (schema `Admission`): what `topomgr admit` prints

@@ -33,7 +33,7 @@
 //! directory tree), as youki keeps its test manager apart.
 //!
 //! [`pool`] holds the one rule for a container's cpuset and rewrites the
-//! shared-pool containers' `cpuset.cpus`; [`crate::node_state`] decides
+//! shared-pool containers' `cpuset.cpus`; `topomgr_node::node_state` decides
 //! when (before an exclusive container can run, after a release is durable).
 
 mod path;

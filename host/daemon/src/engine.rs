@@ -41,11 +41,13 @@ use topomgr_sdk::{CpuSet, Machine, PodView};
 use tracing::{error, info, warn};
 
 use super::metrics::Metrics;
-use crate::admission::{AdmissionError, AdmitResult, Admitter, UID_CONFLICT};
-use crate::api::{Attached, Attachments};
-use crate::checkpoint::{self, Restored};
-use crate::node_state::{current_pool, AttachError, Change, NodeState, Reclaim, UnknownContainer};
-use crate::store::Store;
+use topomgr_engine::admission::{AdmissionError, AdmitResult, Admitter, UID_CONFLICT};
+use topomgr_node::api::{Attached, Attachments};
+use topomgr_node::checkpoint::{self, Restored};
+use topomgr_node::node_state::{
+    current_pool, AttachError, Change, NodeState, Reclaim, UnknownContainer,
+};
+use topomgr_node::store::Store;
 
 /// The most commands applied before one state-file write.
 pub const MAX_BATCH: usize = 256;
@@ -69,7 +71,7 @@ pub enum Command {
     /// Build the NodeResourceTopology export (changes nothing).
     NodeResourceTopology,
     /// Admit pods in order as a what-if and undo it: their decision traces
-    /// ([`crate::explain`]); nothing changes.
+    /// ([`topomgr_engine::explain`]); nothing changes.
     DryRun(Vec<PodView>),
 }
 
@@ -82,10 +84,10 @@ pub enum Reply {
     Released(AdmitResult),
     /// The cgroup was written.
     Attached(Attached),
-    /// The NodeResourceTopology object ([`crate::nrt`]).
-    NodeResourceTopology(crate::nrt::NodeResourceTopology),
+    /// The NodeResourceTopology object ([`topomgr_node::nrt`]).
+    NodeResourceTopology(topomgr_node::nrt::NodeResourceTopology),
     /// One decision trace per pod of a dry run, in order.
-    DryRun(Vec<crate::api::Explain>),
+    DryRun(Vec<topomgr_node::api::Explain>),
 }
 
 /// Why a command failed.
@@ -137,7 +139,7 @@ pub struct Snapshot {
     /// held providers, reclaimed pods).
     pub restore_notes: Vec<String>,
     /// Decision traces of admitted and recently rejected pods.
-    pub explains: crate::explain::History,
+    pub explains: topomgr_engine::explain::History,
 }
 
 impl Snapshot {
@@ -158,7 +160,7 @@ pub struct EngineSettings {
     /// The current boot id.
     pub boot_id: String,
     /// The NodeResourceTopology export.
-    pub export: crate::nrt::ExportSettings,
+    pub export: topomgr_node::nrt::ExportSettings,
 }
 
 type Job = (Command, oneshot::Sender<Result<Reply, EngineError>>);
@@ -173,11 +175,11 @@ pub struct Engine {
 struct Worker {
     node: NodeState,
     machine: Machine,
-    export: crate::nrt::ExportSettings,
+    export: topomgr_node::nrt::ExportSettings,
     /// Policy, scope and nodes of every trace.
-    setting: Arc<crate::explain::Setting>,
+    setting: Arc<topomgr_engine::explain::Setting>,
     /// Traces of this batch, published with it.
-    traces: Vec<crate::explain::Traced>,
+    traces: Vec<topomgr_engine::explain::Traced>,
     store: Store,
     metrics: Arc<Metrics>,
     failure: Option<String>,
@@ -242,7 +244,7 @@ impl Engine {
                 "state restored; nothing re-admitted or released"
             );
         }
-        let setting = Arc::new(crate::explain::Setting::of(&admitter));
+        let setting = Arc::new(topomgr_engine::explain::Setting::of(&admitter));
         let node = NodeState::new(
             admitter,
             restored.records.clone(),
@@ -409,17 +411,17 @@ impl Worker {
     fn explain(
         &self,
         result: &AdmitResult,
-        trace: &[crate::admission::TraceStep],
-    ) -> crate::api::Explain {
+        trace: &[topomgr_engine::admission::TraceStep],
+    ) -> topomgr_node::api::Explain {
         let s = &self.setting;
-        crate::explain::explain(s.policy, s.scope, &s.nodes, result, trace)
+        topomgr_engine::explain::explain(s.policy, s.scope, &s.nodes, result, trace)
     }
 
     /// Admit `pods` in order on the admitter alone (no cgroup, no record),
     /// then release the ones admitted here in reverse order: providers
     /// and ledger end as they began. A pod already admitted answers its
     /// recorded trace and is left alone.
-    fn dry_run(&mut self, pods: &[PodView]) -> Vec<crate::api::Explain> {
+    fn dry_run(&mut self, pods: &[PodView]) -> Vec<topomgr_node::api::Explain> {
         let mut out = Vec::with_capacity(pods.len());
         let mut undo = Vec::new();
         for pod in pods {
@@ -447,8 +449,10 @@ impl Worker {
     }
 
     /// The NodeResourceTopology object as of now.
-    fn nrt(&mut self) -> Result<crate::nrt::NodeResourceTopology, crate::nrt::NrtError> {
-        crate::nrt::of_admitter(
+    fn nrt(
+        &mut self,
+    ) -> Result<topomgr_node::nrt::NodeResourceTopology, topomgr_node::nrt::NrtError> {
+        topomgr_node::nrt::of_admitter(
             &self.export.node_name,
             &self.machine,
             self.node.admitter_mut(),
@@ -463,7 +467,7 @@ impl Worker {
         };
         match self
             .nrt()
-            .and_then(|object| crate::nrt::write(&path, &object))
+            .and_then(|object| topomgr_node::nrt::write(&path, &object))
         {
             Ok(()) => {
                 tracing::debug!(path = %path.display(), "NodeResourceTopology export written")
@@ -494,7 +498,7 @@ impl Worker {
                     let mut trace = Vec::new();
                     let r = self.node.admit_traced(pod, &mut trace);
                     if !known {
-                        self.traces.push(crate::explain::Traced {
+                        self.traces.push(topomgr_engine::explain::Traced {
                             setting: Arc::clone(&self.setting),
                             result: r.clone(),
                             trace,

@@ -80,12 +80,12 @@ use topomgr_sdk::{
     QosClass,
 };
 
-use crate::admission::{
+use topomgr_engine::admission::{
     AdmitResult, PROVIDER_HELD, TOO_MANY_CONTAINERS, TOPOLOGY_AFFINITY_ERROR, UID_CONFLICT,
     UNEXPECTED_ADMISSION_ERROR,
 };
-use crate::policy::{PolicyName, Scope};
-use crate::provider::ProviderObserver;
+use topomgr_engine::policy::{PolicyName, Scope};
+use topomgr_engine::provider::ProviderObserver;
 
 /// The reason of a request whose body is not a usable Pod manifest.
 pub const BAD_MANIFEST: &str = "BadManifest";
@@ -96,7 +96,7 @@ pub const REJECTION_REASONS: [&str; 9] = [
     TOPOLOGY_AFFINITY_ERROR,
     UNEXPECTED_ADMISSION_ERROR,
     "SMTAlignmentError",
-    crate::provider::PROVIDER_TIMEOUT,
+    topomgr_engine::provider::PROVIDER_TIMEOUT,
     PROVIDER_HELD,
     TOO_MANY_CONTAINERS,
     UID_CONFLICT,
@@ -104,7 +104,7 @@ pub const REJECTION_REASONS: [&str; 9] = [
     "Other",
 ];
 
-/// The calls a provider reports to its observer ([`crate::provider::ProviderObserver`]).
+/// The calls a provider reports to its observer ([`topomgr_engine::provider::ProviderObserver`]).
 pub const PROVIDER_CALLS: [&str; 8] = [
     "topology_hints",
     "pod_topology_hints",
@@ -644,7 +644,7 @@ mod tests {
             reason: reason.map(str::to_owned),
             message: None,
             containers: (0..containers)
-                .map(|i| crate::admission::ContainerResult {
+                .map(|i| topomgr_engine::admission::ContainerResult {
                     name: format!("c{i}"),
                     hint: topomgr_sdk::TopologyHint {
                         affinity: None,

@@ -22,7 +22,7 @@ use topomgr_sdk::{Machine, ProviderError, SDK_ABI_VERSION, SDK_VERSION};
 
 use crate::config::{is_path, HostConfig, ProviderEntry};
 pub use crate::ownership::check_ownership;
-use crate::provider::Provider;
+use topomgr_engine::provider::Provider;
 
 /// Why a provider could not be loaded.
 #[derive(Debug, thiserror::Error)]

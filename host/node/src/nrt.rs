@@ -22,8 +22,8 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use topomgr_sdk::{Amounts, Inventory, Machine, NumaNodeId};
 
-use crate::admission::{Admitter, ProviderState};
-use crate::policy::{PolicyName, Scope};
+use topomgr_engine::admission::{Admitter, ProviderState};
+use topomgr_engine::policy::{PolicyName, Scope};
 
 /// `apiVersion` of the exported object.
 pub const API_VERSION: &str = "topology.node.k8s.io/v1alpha2";
