@@ -11,7 +11,7 @@ use topomgr_bench::workspace_root;
 use topomgr_daemon::client::Client;
 use topomgr_daemon::{self as daemon, Daemon};
 use topomgr_node::config::{HostConfig, ProviderEntry};
-use topomgr_node::setup::EngineParts;
+use topomgr_node::setup::AdmitterParts;
 use topomgr_node::state_lock::StateLock;
 
 /// Build the CPU provider in release mode and return its .so.
@@ -48,7 +48,7 @@ pub fn start_daemon(tag: &str, state_root: &Path, plugin: &Path) -> PathBuf {
         .into(),
         ..HostConfig::default()
     };
-    let parts = EngineParts::from_config(&cfg, &machine).expect("load the cpu provider");
+    let parts = AdmitterParts::from_config(&cfg, &machine).expect("load the cpu provider");
     let d = Daemon {
         socket: socket.clone(),
         group: "topomgr".to_owned(),

@@ -4,7 +4,8 @@
 //! - [`topomgr_engine::provider::Provider::with_deadline`]: every provider on its own thread, each
 //!   call with a deadline, reporting to the metrics
 //!   ([`topomgr_engine::provider::Provider::with_observer`]);
-//! - [`engine`]: the serialized admission engine with group-committed,
+//! - [`state_thread`]: the one thread that owns the node state and applies
+//!   requests one at a time, with group-committed,
 //!   durable state ([`topomgr_node::store::Store`]: journal and snapshot);
 //! - [`server`]: the HTTP/JSON API on a Unix socket;
 //! - [`access`]: socket ownership/mode and the peer-credential check;
@@ -23,10 +24,10 @@
 
 pub mod access;
 pub mod client;
-pub mod engine;
 pub mod metrics;
 pub mod scrape;
 pub mod server;
+pub mod state_thread;
 pub mod systemd;
 
 use std::net::SocketAddr;
@@ -40,9 +41,9 @@ use topomgr_sdk::{Inventory, Machine};
 use tracing::{info, warn};
 
 use access::AccessPolicy;
-use engine::{Engine, EngineSettings};
 use metrics::Metrics;
 use server::AppState;
+use state_thread::{StateThread, StateThreadSettings};
 use topomgr_engine::admission::Admitter;
 use topomgr_engine::policy::{Policy, Scope};
 use topomgr_engine::provider::{Provider, ProviderObserver};
@@ -87,9 +88,9 @@ pub enum DaemonError {
         /// The error.
         cause: std::io::Error,
     },
-    /// The engine could not start (e.g. damaged state).
+    /// The state thread could not start (e.g. damaged state).
     #[error(transparent)]
-    Engine(#[from] engine::StartError),
+    Start(#[from] state_thread::StartError),
     /// The socket could not be prepared or secured.
     #[error(transparent)]
     Socket(#[from] access::SocketError),
@@ -161,13 +162,14 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
         providers.push(p);
     }
     let admitter = Admitter::new(&d.machine, d.policy, d.scope, providers);
-    let settings = EngineSettings {
+    let settings = StateThreadSettings {
         state_dir: d.state_dir.clone(),
         cgroup_root: d.cgroup_root,
         boot_id: topomgr_node::fsutil::boot_id(),
         export: d.export,
     };
-    let (engine, restored) = Engine::start(admitter, &d.machine, settings, Arc::clone(&metrics))?;
+    let (state_thread, restored) =
+        StateThread::start(admitter, &d.machine, settings, Arc::clone(&metrics))?;
     let access = Arc::new(AccessPolicy::for_group(&d.group));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -210,7 +212,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
             ))
         });
         let state = AppState {
-            engine,
+            state_thread,
             machine: Arc::new(machine),
             metrics,
             access,

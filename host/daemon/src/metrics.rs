@@ -11,7 +11,7 @@
 //!
 //! | metric | type | kubelet | what topomgr counts |
 //! |---|---|---|---|
-//! | `topology_manager_admission_requests_total` | counter | same | every pod the engine is asked to admit |
+//! | `topology_manager_admission_requests_total` | counter | same | every pod the daemon is asked to admit |
 //! | `topology_manager_admission_errors_total` | counter | same | those rejected, whatever the reason |
 //! | `topology_manager_admission_duration_ms` | histogram, buckets 0.05 ms × 2^k, k = 0..14 | same | one pod's admission (hints, merge, allocation), in milliseconds (fractional: the kubelet truncates to whole ms) |
 //! | `container_aligned_compute_resources_count{scope,boundary}` | unknown (see below) | same | under `single-numa-node`: each container admitted (container scope) or each pod admitted (pod scope), `boundary="numa_node"` |
@@ -421,7 +421,7 @@ impl Metrics {
         }
     }
 
-    /// One pod admission handed to the engine. `repeated`: the pod was
+    /// One pod admission handed to the state thread. `repeated`: the pod was
     /// already admitted with the same spec (its stored result is answered).
     pub fn admission(
         &self,

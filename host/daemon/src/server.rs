@@ -42,8 +42,8 @@ use topomgr_sdk::Machine;
 use tracing::{debug, info};
 
 use super::access::{AccessPolicy, Peer};
-use super::engine::{Command, Engine, EngineError, Reply};
 use super::metrics::{Metrics, BAD_MANIFEST};
+use super::state_thread::{Command, CommandError, Reply, StateThread};
 use topomgr_engine::admission::AdmitResult;
 use topomgr_node::api::{
     Admission, Admissions, AttachRequest, Attached, ErrorBody, Explain, Explains, Health,
@@ -55,8 +55,8 @@ use topomgr_node::nrt::NodeResourceTopology;
 /// Shared state of the handlers.
 #[derive(Clone)]
 pub struct AppState {
-    /// The admission engine.
-    pub engine: Engine,
+    /// The thread that owns the node state.
+    pub state_thread: StateThread,
     /// The discovered machine.
     pub machine: Arc<Machine>,
     /// Metrics.
@@ -146,18 +146,18 @@ impl From<BytesRejection> for ApiError {
 /// The largest request body: the manifest size limit of the CLI.
 pub const MAX_BODY_BYTES: usize = topomgr_manifest::MAX_MANIFEST_BYTES as usize;
 
-impl From<EngineError> for ApiError {
-    fn from(e: EngineError) -> ApiError {
+impl From<CommandError> for ApiError {
+    fn from(e: CommandError) -> ApiError {
         let (status, reason) = match &e {
-            EngineError::UnknownPod(_) => (StatusCode::NOT_FOUND, "UnknownPod"),
-            EngineError::UnknownContainer(_) => (StatusCode::NOT_FOUND, "UnknownContainer"),
-            EngineError::Conflict(_) => (StatusCode::CONFLICT, "PodUidConflict"),
-            EngineError::ReleaseErrors(_) => (StatusCode::INTERNAL_SERVER_ERROR, "ReleaseErrors"),
-            EngineError::Cgroup(_) => (StatusCode::UNPROCESSABLE_ENTITY, "CgroupError"),
-            EngineError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "StateNotSaved"),
-            EngineError::Broken(_) => (StatusCode::SERVICE_UNAVAILABLE, "StateUnavailable"),
-            EngineError::Stopped => (StatusCode::SERVICE_UNAVAILABLE, "ShuttingDown"),
-            EngineError::Export(_) => (StatusCode::INTERNAL_SERVER_ERROR, "ExportFailed"),
+            CommandError::UnknownPod(_) => (StatusCode::NOT_FOUND, "UnknownPod"),
+            CommandError::UnknownContainer(_) => (StatusCode::NOT_FOUND, "UnknownContainer"),
+            CommandError::Conflict(_) => (StatusCode::CONFLICT, "PodUidConflict"),
+            CommandError::ReleaseErrors(_) => (StatusCode::INTERNAL_SERVER_ERROR, "ReleaseErrors"),
+            CommandError::Cgroup(_) => (StatusCode::UNPROCESSABLE_ENTITY, "CgroupError"),
+            CommandError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "StateNotSaved"),
+            CommandError::Broken(_) => (StatusCode::SERVICE_UNAVAILABLE, "StateUnavailable"),
+            CommandError::Stopped => (StatusCode::SERVICE_UNAVAILABLE, "ShuttingDown"),
+            CommandError::Export(_) => (StatusCode::INTERNAL_SERVER_ERROR, "ExportFailed"),
         };
         ApiError::new(status, reason, e.to_string())
     }
@@ -235,7 +235,7 @@ async fn check_peer(
 }
 
 async fn health(State(state): State<AppState>) -> Response {
-    let (code, body) = state.engine.read(|snap| {
+    let (code, body) = state.state_thread.read(|snap| {
         let status = if snap.failure.is_some() {
             HealthStatus::Failing
         } else if snap.restore_notes.is_empty() {
@@ -311,13 +311,13 @@ async fn admit(
         ApiError::new(StatusCode::BAD_REQUEST, BAD_MANIFEST, e.to_string())
     })?;
     if query.dry_run {
-        return match state.engine.submit(Command::DryRun(pods)).await? {
+        return match state.state_thread.submit(Command::DryRun(pods)).await? {
             Reply::DryRun(pods) => Ok(Json(Explains { pods }).into_response()),
             other => Err(unexpected(&other)),
         };
     }
     debug!(pods = pods.len(), "admission requested");
-    match state.engine.submit(Command::Admit(pods)).await? {
+    match state.state_thread.submit(Command::Admit(pods)).await? {
         Reply::Admitted(results) => Ok(Json(Admissions {
             pods: results.iter().map(Admission::from).collect(),
         })
@@ -330,12 +330,12 @@ fn unexpected(reply: &Reply) -> ApiError {
     ApiError::new(
         StatusCode::INTERNAL_SERVER_ERROR,
         "Internal",
-        format!("the engine answered with an unexpected reply: {reply:?}"),
+        format!("the state thread answered with an unexpected reply: {reply:?}"),
     )
 }
 
 async fn list_pods(State(state): State<AppState>) -> Json<PodList> {
-    let (pods, pool, attachments) = state.engine.read(|snap| {
+    let (pods, pool, attachments) = state.state_thread.read(|snap| {
         let pods: Vec<Arc<AdmitResult>> = snap.pods.values().cloned().collect();
         (pods, snap.shared_pool.clone(), snap.attachments.clone())
     });
@@ -351,13 +351,13 @@ async fn get_pod(
     uid: Result<UrlPath<String>, PathRejection>,
 ) -> Result<Json<Admission>, ApiError> {
     let UrlPath(uid) = uid?;
-    let pod = state.engine.read(|snap| {
+    let pod = state.state_thread.read(|snap| {
         snap.pods
             .get(&uid)
             .map(|r| Admission::from(snap.current(r).as_ref()))
     });
     pod.map(Json)
-        .ok_or_else(|| EngineError::UnknownPod(uid).into())
+        .ok_or_else(|| CommandError::UnknownPod(uid).into())
 }
 
 async fn explain_pod(
@@ -366,7 +366,7 @@ async fn explain_pod(
 ) -> Result<Json<Explain>, ApiError> {
     let UrlPath(uid) = uid?;
     let (trace, admitted) = state
-        .engine
+        .state_thread
         .read(|snap| (snap.explains.get(&uid), snap.pods.contains_key(&uid)));
     match trace {
         Some(traced) => Ok(Json(traced.explain())),
@@ -388,7 +388,7 @@ async fn release_pod(
     uid: Result<UrlPath<String>, PathRejection>,
 ) -> Result<Json<Admission>, ApiError> {
     let UrlPath(uid) = uid?;
-    match state.engine.submit(Command::Release(uid)).await? {
+    match state.state_thread.submit(Command::Release(uid)).await? {
         Reply::Released(r) => Ok(Json(Admission::from(&r))),
         other => Err(unexpected(&other)),
     }
@@ -413,7 +413,7 @@ async fn attach(
         container,
         cgroup: b.cgroup,
     };
-    match state.engine.submit(cmd).await? {
+    match state.state_thread.submit(cmd).await? {
         Reply::Attached(a) => Ok(Json(a)),
         other => Err(unexpected(&other)),
     }
@@ -422,7 +422,11 @@ async fn attach(
 async fn node_resource_topology(
     State(state): State<AppState>,
 ) -> Result<Json<NodeResourceTopology>, ApiError> {
-    match state.engine.submit(Command::NodeResourceTopology).await? {
+    match state
+        .state_thread
+        .submit(Command::NodeResourceTopology)
+        .await?
+    {
         Reply::NodeResourceTopology(object) => Ok(Json(object)),
         other => Err(unexpected(&other)),
     }

@@ -1,11 +1,11 @@
-//! From a loaded configuration and a discovered machine to a working engine:
+//! From a loaded configuration and a discovered machine to a working admitter:
 //! the policy, the scope and the providers, wired as every command, the
 //! daemon, the benches and the tests need them.
 //!
-//! This is the one place that turns [`HostConfig`] into engine parts; the
+//! This is the one place that turns [`HostConfig`] into an admitter's parts; the
 //! binary only adds reading the config file and choosing the sysfs root.
 //!
-//! - [`EngineParts::from_config`]: policy (created in the kubelet's order,
+//! - [`AdmitterParts::from_config`]: policy (created in the kubelet's order,
 //!   see [`topomgr_engine::policy`]), scope, and every enabled provider in name order,
 //!   each called directly (the daemon puts each on its own thread).
 //! - [`NodeState::from_config`]: the same with every provider called on
@@ -25,7 +25,7 @@ use topomgr_engine::numa::{NumaError, NumaInfo};
 use topomgr_engine::policy::{Policy, PolicyError, Scope};
 use topomgr_engine::provider::Provider;
 
-/// Why the configuration could not be turned into an engine.
+/// Why the configuration could not be turned into an admitter.
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
     /// A provider name that no configuration file defines.
@@ -66,7 +66,7 @@ pub enum SetupError {
 }
 
 /// What an admitter is made of.
-pub struct EngineParts {
+pub struct AdmitterParts {
     /// The Topology Manager policy.
     pub policy: Policy,
     /// The admission scope.
@@ -75,7 +75,7 @@ pub struct EngineParts {
     pub providers: Vec<Provider>,
 }
 
-impl EngineParts {
+impl AdmitterParts {
     /// The policy, the scope and every enabled provider of `cfg` on `machine`.
     pub fn from_config(cfg: &HostConfig, machine: &Machine) -> Result<Self, SetupError> {
         let numa = NumaInfo::from_machine(machine).map_err(SetupError::Numa)?;
@@ -85,7 +85,7 @@ impl EngineParts {
             .enabled_providers()
             .map(|(name, _)| load_direct(cfg, name, machine))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(EngineParts {
+        Ok(AdmitterParts {
             policy,
             scope,
             providers,
@@ -93,10 +93,10 @@ impl EngineParts {
     }
 }
 
-/// An admitter over [`EngineParts::from_config`], every provider called
+/// An admitter over [`AdmitterParts::from_config`], every provider called
 /// on its own thread with the configured deadline.
 fn admitter_from_config(cfg: &HostConfig, machine: &Machine) -> Result<Admitter, SetupError> {
-    let parts = EngineParts::from_config(cfg, machine)?;
+    let parts = AdmitterParts::from_config(cfg, machine)?;
     let providers = parts
         .providers
         .into_iter()
@@ -106,7 +106,7 @@ fn admitter_from_config(cfg: &HostConfig, machine: &Machine) -> Result<Admitter,
 }
 
 impl NodeState {
-    /// A node state over an admitter of [`EngineParts::from_config`] whose
+    /// A node state over an admitter of [`AdmitterParts::from_config`] whose
     /// providers each run on their own thread under the configured deadline,
     /// with no records yet,
     /// applying under the configured cgroup root, in this boot.

@@ -5,7 +5,7 @@
 //! # Writing: proportional to the change
 //!
 //! [`Store::commit`] appends ONE record for everything changed since the
-//! last commit — the daemon's engine commits once per batch of waiting
+//! last commit — the daemon's state thread commits once per batch of waiting
 //! requests (group commit) — and makes it durable with `fdatasync` before
 //! the caller acknowledges anything. A record holds
 //! - the host's changes ([`Change`]: pods admitted and released, cgroups

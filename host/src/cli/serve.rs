@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 use topomgr_daemon::{self as daemon, Daemon};
-use topomgr_node::setup::EngineParts;
+use topomgr_node::setup::AdmitterParts;
 
 use topomgr_node::state_lock::StateLock;
 
@@ -35,7 +35,7 @@ pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
     // Lock first: providers may read their state directories while loading.
     let lock = StateLock::acquire(&cfg.state_dir)?;
     let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
-    let parts = EngineParts::from_config(&cfg, &machine)?;
+    let parts = AdmitterParts::from_config(&cfg, &machine)?;
     daemon::run(Daemon {
         socket: args.socket.unwrap_or_else(|| cfg.daemon.socket.clone()),
         group: cfg.daemon.group.clone(),

@@ -1,11 +1,11 @@
-//! The serialized admission engine.
+//! The state thread: the daemon's one owner of the node state.
 //!
 //! One OS thread owns the [`NodeState`] (and through it the [`Admitter`],
 //! every provider and the ledger) and applies commands one at a time, like
 //! the kubelet admits one pod at a time. HTTP handlers submit commands and
 //! await the answer; they never touch providers.
 //!
-//! Durability with group commit: the engine takes every command that is
+//! Durability with group commit: the state thread takes every command that is
 //! waiting (up to [`MAX_BATCH`]), applies them in order, appends ONE record
 //! of what they changed to the journal ([`Store::commit`]: checksummed,
 //! `fdatasync`ed, compacted into a snapshot from time to time) and only
@@ -17,15 +17,15 @@
 //! that frees CPUs is on disk.
 //!
 //! When the state cannot be written (a full disk), the changes of that batch
-//! are answered with an error and the engine rolls its memory (providers,
+//! are answered with an error and the state thread rolls its memory (providers,
 //! pods, records) back to what is on disk ([`Store::reload`]), so memory and
 //! disk agree again; the next change is tried as usual, so once space is
 //! freed the daemon accepts changes again without a restart.
 //!
-//! Reads (`pods`, `health`) are served from a view that the engine brings
+//! Reads (`pods`, `health`) are served from a view that the state thread brings
 //! up to date with each commit's changes (under a short write lock), without
 //! queueing behind admissions. Pods are stored as admitted; readers show a
-//! shared-pool container with the pool as it is now ([`Snapshot::current`]),
+//! shared-pool container with the pool as it is now ([`View::current`]),
 //! and an admission's answer with the pool after its batch.
 
 use std::borrow::Cow;
@@ -52,7 +52,7 @@ use topomgr_node::store::Store;
 /// The most commands applied before one state-file write.
 pub const MAX_BATCH: usize = 256;
 
-/// A change requested from the engine.
+/// A request to the state thread.
 #[derive(Debug, Clone)]
 pub enum Command {
     /// Admit pods in order (each sees the allocations of the ones before).
@@ -75,7 +75,7 @@ pub enum Command {
     DryRun(Vec<PodView>),
 }
 
-/// The engine's answer to a [`Command`].
+/// The state thread's answer to a [`Command`].
 #[derive(Debug, Clone)]
 pub enum Reply {
     /// One result per pod, in order.
@@ -92,7 +92,7 @@ pub enum Reply {
 
 /// Why a command failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum EngineError {
+pub enum CommandError {
     /// No admitted pod has that uid.
     #[error("no admitted pod with uid {0:?}")]
     UnknownPod(String),
@@ -117,14 +117,14 @@ pub enum EngineError {
     /// The NodeResourceTopology export could not be built.
     #[error("{0}")]
     Export(String),
-    /// The engine thread is gone (shutting down).
-    #[error("the admission engine has stopped")]
+    /// The state thread is gone (shutting down).
+    #[error("the daemon's state thread has stopped")]
     Stopped,
 }
 
 /// What readers see: the state as of the last commit.
 #[derive(Debug, Clone, Default)]
-pub struct Snapshot {
+pub struct View {
     /// Admitted pods by uid.
     pub pods: BTreeMap<String, Arc<AdmitResult>>,
     /// Cgroup attachments.
@@ -142,7 +142,7 @@ pub struct Snapshot {
     pub explains: topomgr_engine::explain::History,
 }
 
-impl Snapshot {
+impl View {
     /// `r` as it is now: shared-pool containers show the current shared
     /// pool, not the pool at their admission ([`current_pool`]).
     pub fn current<'a>(&self, r: &'a AdmitResult) -> Cow<'a, AdmitResult> {
@@ -150,9 +150,9 @@ impl Snapshot {
     }
 }
 
-/// Settings of the engine.
+/// Settings of the state thread.
 #[derive(Debug, Clone)]
-pub struct EngineSettings {
+pub struct StateThreadSettings {
     /// Where the state file lives (already locked by the caller).
     pub state_dir: PathBuf,
     /// Root of the cgroup hierarchy for `attach`.
@@ -163,13 +163,13 @@ pub struct EngineSettings {
     pub export: topomgr_node::nrt::ExportSettings,
 }
 
-type Job = (Command, oneshot::Sender<Result<Reply, EngineError>>);
+type Job = (Command, oneshot::Sender<Result<Reply, CommandError>>);
 
-/// Handle to the engine thread; cheap to clone.
+/// Handle to the state thread; cheap to clone.
 #[derive(Clone)]
-pub struct Engine {
+pub struct StateThread {
     jobs: mpsc::Sender<Job>,
-    view: Arc<RwLock<Snapshot>>,
+    view: Arc<RwLock<View>>,
 }
 
 struct Worker {
@@ -184,17 +184,17 @@ struct Worker {
     metrics: Arc<Metrics>,
     failure: Option<String>,
     broken: Option<String>,
-    view: Arc<RwLock<Snapshot>>,
+    view: Arc<RwLock<View>>,
 }
 
-/// Errors starting the engine.
+/// Errors starting the state thread.
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     /// The saved state could not be restored.
     #[error("restoring state: {0}")]
     Restore(checkpoint::CheckpointError),
-    /// The engine thread could not be started.
-    #[error("cannot start the engine thread: {0}")]
+    /// The state thread could not be started.
+    #[error("cannot start the state thread: {0}")]
     Thread(std::io::Error),
 }
 
@@ -223,17 +223,17 @@ fn notes_of(restored: &Restored, boot_id: &str) -> Vec<String> {
     notes
 }
 
-impl Engine {
+impl StateThread {
     /// Restore the saved state into `admitter` (snapshot and journal),
     /// reclaim pods of dead `topomgr run` owners, bring the shared pool in
     /// line, compact the journal when it holds anything, then start the
-    /// engine thread.
+    /// state thread.
     pub fn start(
         mut admitter: Admitter,
         machine: &Machine,
-        settings: EngineSettings,
+        settings: StateThreadSettings,
         metrics: Arc<Metrics>,
-    ) -> Result<(Engine, Restored), StartError> {
+    ) -> Result<(StateThread, Restored), StartError> {
         let (store, restored) = Store::open(&settings.state_dir, &mut admitter, &settings.boot_id)?;
         let mut notes = notes_of(&restored, &settings.boot_id);
         if restored.found {
@@ -261,7 +261,7 @@ impl Engine {
             metrics,
             failure: None,
             broken: None,
-            view: Arc::new(RwLock::new(Snapshot::default())),
+            view: Arc::new(RwLock::new(View::default())),
         };
         let reclaimed = worker.node.reclaim();
         for r in &reclaimed {
@@ -298,24 +298,24 @@ impl Engine {
         let (jobs, rx) = mpsc::channel::<Job>();
         let view = Arc::clone(&worker.view);
         thread::Builder::new()
-            .name("admission-engine".to_owned())
+            .name("state-thread".to_owned())
             .spawn(move || worker.run(rx))
             .map_err(StartError::Thread)?;
-        Ok((Engine { jobs, view }, restored))
+        Ok((StateThread { jobs, view }, restored))
     }
 
     /// Submit a command and wait for its answer (sent after the state is saved).
-    pub async fn submit(&self, cmd: Command) -> Result<Reply, EngineError> {
+    pub async fn submit(&self, cmd: Command) -> Result<Reply, CommandError> {
         let (tx, rx) = oneshot::channel();
         self.jobs
             .send((cmd, tx))
-            .map_err(|_| EngineError::Stopped)?;
-        rx.await.unwrap_or(Err(EngineError::Stopped))
+            .map_err(|_| CommandError::Stopped)?;
+        rx.await.unwrap_or(Err(CommandError::Stopped))
     }
 
-    /// Read the state as of the last commit (keep `f` short: the engine
+    /// Read the state as of the last commit (keep `f` short: the state thread
     /// waits for it to bring the view up to date).
-    pub fn read<R>(&self, f: impl FnOnce(&Snapshot) -> R) -> R {
+    pub fn read<R>(&self, f: impl FnOnce(&View) -> R) -> R {
         let guard = self.view.read().unwrap_or_else(|p| p.into_inner());
         f(&guard)
     }
@@ -335,7 +335,7 @@ impl Worker {
             let mut dirty = false;
             for (cmd, reply) in batch {
                 if let Some(b) = &self.broken {
-                    answers.push((reply, Err(EngineError::Broken(b.clone())), false));
+                    answers.push((reply, Err(CommandError::Broken(b.clone())), false));
                     continue;
                 }
                 let (result, changed) = self.apply(cmd);
@@ -359,7 +359,7 @@ impl Worker {
                         self.failure = Some(msg.clone());
                         for (_, result, changed) in &mut answers {
                             if *changed {
-                                *result = Err(EngineError::Unavailable(msg.clone()));
+                                *result = Err(CommandError::Unavailable(msg.clone()));
                             }
                         }
                         self.rollback();
@@ -384,7 +384,7 @@ impl Worker {
                 let _ = reply.send(result);
             }
         }
-        info!("admission engine stopped");
+        info!("state thread stopped");
     }
 
     /// Bring memory back to what is on disk, and the readers' view with it.
@@ -479,12 +479,12 @@ impl Worker {
     }
 
     /// Apply one command: (answer, state changed).
-    fn apply(&mut self, cmd: Command) -> (Result<Reply, EngineError>, bool) {
+    fn apply(&mut self, cmd: Command) -> (Result<Reply, CommandError>, bool) {
         match cmd {
             Command::Admit(pods) => {
                 if let Some(conflict) = self.conflict(&pods) {
                     self.metrics.request_refused(UID_CONFLICT);
-                    return (Err(EngineError::Conflict(conflict)), false);
+                    return (Err(CommandError::Conflict(conflict)), false);
                 }
                 let mut results = Vec::with_capacity(pods.len());
                 let mut changed = false;
@@ -519,10 +519,10 @@ impl Worker {
                     info!(pod = %uid, "pod released");
                     (Ok(Reply::Released(r)), true)
                 }
-                Err(AdmissionError::UnknownPod(u)) => (Err(EngineError::UnknownPod(u)), false),
+                Err(AdmissionError::UnknownPod(u)) => (Err(CommandError::UnknownPod(u)), false),
                 Err(e) => {
                     warn!(pod = %uid, error = %e, "pod released with provider errors");
-                    (Err(EngineError::ReleaseErrors(e.to_string())), true)
+                    (Err(CommandError::ReleaseErrors(e.to_string())), true)
                 }
             },
             Command::Attach {
@@ -531,19 +531,19 @@ impl Worker {
                 cgroup,
             } => match self.node.attach(&uid, &container, &cgroup) {
                 Ok(a) => (Ok(Reply::Attached(a)), true),
-                Err(AttachError::UnknownPod(u)) => (Err(EngineError::UnknownPod(u)), false),
+                Err(AttachError::UnknownPod(u)) => (Err(CommandError::UnknownPod(u)), false),
                 Err(AttachError::UnknownContainer(e)) => {
-                    (Err(EngineError::UnknownContainer(e)), false)
+                    (Err(CommandError::UnknownContainer(e)), false)
                 }
-                Err(e) => (Err(EngineError::Cgroup(e.to_string())), false),
+                Err(e) => (Err(CommandError::Cgroup(e.to_string())), false),
             },
             Command::DryRun(pods) => match self.conflict(&pods) {
-                Some(conflict) => (Err(EngineError::Conflict(conflict)), false),
+                Some(conflict) => (Err(CommandError::Conflict(conflict)), false),
                 None => (Ok(Reply::DryRun(self.dry_run(&pods))), false),
             },
             Command::NodeResourceTopology => match self.nrt() {
                 Ok(object) => (Ok(Reply::NodeResourceTopology(object)), false),
-                Err(e) => (Err(EngineError::Export(e.to_string())), false),
+                Err(e) => (Err(CommandError::Export(e.to_string())), false),
             },
         }
     }
@@ -570,7 +570,7 @@ impl Worker {
 
     /// The readers' view from scratch (at start and after a rollback).
     fn rebuild_view(&mut self, notes: Vec<String>) {
-        let snap = Snapshot {
+        let snap = View {
             pods: self
                 .node
                 .pods()
@@ -588,7 +588,7 @@ impl Worker {
                     .unwrap_or_else(|p| p.into_inner())
                     .explains,
             ),
-            ..Snapshot::default()
+            ..View::default()
         };
         *self.view.write().unwrap_or_else(|p| p.into_inner()) = snap;
         self.publish(Vec::new());
