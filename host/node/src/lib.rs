@@ -18,5 +18,6 @@ pub mod owner;
 pub mod ownership;
 pub mod plugin;
 pub mod setup;
+pub mod state_dir;
 pub mod state_lock;
 pub mod store;

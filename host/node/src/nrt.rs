@@ -164,6 +164,14 @@ impl From<crate::fsutil::PathError> for NrtError {
     }
 }
 
+/// The node's name: the config's `node_name`, else [`default_node_name`].
+pub fn node_name(cfg: &crate::config::HostConfig) -> Result<String, NrtError> {
+    match &cfg.node_name {
+        Some(n) => Ok(n.clone()),
+        None => default_node_name(),
+    }
+}
+
 /// The default node name: the host name, lower-cased as the kubelet does.
 pub fn default_node_name() -> Result<String, NrtError> {
     let name = nix::unistd::gethostname().map_err(|e| NrtError::HostName(e.to_string()))?;

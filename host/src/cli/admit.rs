@@ -7,6 +7,7 @@ use clap::Args;
 use topomgr_engine::admission::{AdmitResult, TraceStep};
 use topomgr_node::api::{Admission, Admissions, Attachments, Explains};
 use topomgr_node::node_state::NodeState;
+use topomgr_node::state_dir::StateDir;
 use topomgr_sdk::HintSet;
 
 use super::text::{field, Columns};
@@ -160,7 +161,7 @@ pub fn run(config: &Path, args: AdmitArgs) -> anyhow::Result<ExitCode> {
     let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
     let mut node = NodeState::from_config(&cfg, &machine)?;
     let mut held = match &args.state_dir {
-        Some(dir) => Some(host::open_state(dir, &mut node)?),
+        Some(dir) => Some(StateDir::open(dir, &mut node)?),
         None => None,
     };
     let results: Vec<AdmitResult> = match (held.as_mut(), args.dry_run) {
@@ -251,7 +252,7 @@ pub fn explain(config: &Path, args: ExplainArgs) -> anyhow::Result<ExitCode> {
     let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
     let mut node = NodeState::from_config(&cfg, &machine)?;
     let _held = match &args.state_dir {
-        Some(dir) => Some(host::open_state(dir, &mut node)?),
+        Some(dir) => Some(StateDir::open(dir, &mut node)?),
         None => None,
     };
     let adm = node.admitter_mut();

@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::Args;
 use topomgr_engine::admission::AdmissionError;
 use topomgr_node::node_state::NodeState;
+use topomgr_node::state_dir::StateDir;
 
 use super::client::{self, SocketArg};
 use super::host;
@@ -34,7 +35,7 @@ pub fn run(config: &Path, args: ReleaseArgs) -> anyhow::Result<ExitCode> {
     let cfg = host::load_config(config)?;
     let machine = host::discover(&cfg, None)?;
     let mut node = NodeState::from_config(&cfg, &machine)?;
-    let mut held = host::open_state(dir, &mut node)?;
+    let mut held = StateDir::open(dir, &mut node)?;
     let uid = &args.uid;
     if !node.pods().contains_key(uid) {
         eprintln!(

@@ -42,6 +42,7 @@ use topomgr_manifest::quantity::parse_resource_amount;
 use topomgr_node::config::HostConfig;
 use topomgr_node::node_state::NodeState;
 use topomgr_node::owner::Owner;
+use topomgr_node::state_dir::StateDir;
 use topomgr_sdk::{ContainerView, PodView, QosClass, ResourceList};
 use tracing::{debug, info, warn};
 
@@ -229,7 +230,7 @@ impl Session {
     /// this process as the owner, create the cgroup and attach the
     /// container to it (the shared pool shrinks first), save.
     fn admit(&mut self, pod: &PodView) -> anyhow::Result<AdmitResult> {
-        let mut held = host::open_state(&self.cfg.state_dir, &mut self.node)?;
+        let mut held = StateDir::open(&self.cfg.state_dir, &mut self.node)?;
         held.reclaim(&mut self.node);
         let result = self.node.admit(pod);
         if !result.admitted {
@@ -256,8 +257,8 @@ impl Session {
     fn teardown(&mut self, admitted: bool) -> Teardown {
         let mut out = Teardown::default();
         if admitted {
-            match host::open_state(&self.cfg.state_dir, &mut self.node) {
-                Err(e) => out.errors.push(format!("{e:#}")),
+            match StateDir::open(&self.cfg.state_dir, &mut self.node) {
+                Err(e) => out.errors.push(format!("{:#}", anyhow::Error::from(e))),
                 Ok(mut held) => {
                     if self.node.pods().contains_key(&self.uid) {
                         match self.node.processes(&self.uid) {
@@ -267,7 +268,7 @@ impl Session {
                                     out.errors.push(format!("releasing the pod: {e}"));
                                 }
                                 if let Err(e) = held.save(&mut self.node) {
-                                    out.errors.push(format!("{e:#}"));
+                                    out.errors.push(format!("{:#}", anyhow::Error::from(e)));
                                 }
                             }
                             Some(pids) => {

@@ -49,7 +49,7 @@ pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
         providers: parts.providers,
         lock,
         export: topomgr_node::nrt::ExportSettings {
-            node_name: super::export::node_name(&cfg)?,
+            node_name: topomgr_node::nrt::node_name(&cfg)?,
             file: cfg.export_file.clone(),
         },
     })?;
