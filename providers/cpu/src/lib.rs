@@ -52,7 +52,9 @@
 //! hybrid P/E-core machines); `distribute-cpus-across-cores` spreads round
 //! robin over cores in core-id order (#140766); `distribute-cpus-across-numa`
 //! prefers NUMA-node combinations inside one socket with `align-by-socket`
-//! (#139778) and starts at the merged hint's node count (#139456). The
+//! (#139778) and starts at the merged hint's node count (#139456);
+//! `prefer-align-cpus-by-uncorecache` orders the uncore caches once for its
+//! whole-cache and partial-cache passes (#141026). The
 //! kubelet's `cpu_assignment_test.go` tables are ported in the crate's
 //! tests (`upstream_tables`). Pods
 //! with pod-level `spec.resources` follow the `PodLevelResourceManagers`
