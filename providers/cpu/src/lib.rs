@@ -80,7 +80,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use topomgr_sdk::{
     Allocation, ContainerView, CpuSet, HintSet, Inventory, PodView, Provider, ProviderContext,
-    ProviderError, ProviderHints, TopologyHint,
+    ProviderError, ProviderHints, Reconciled, TopologyHint,
 };
 
 use crate::error::CpuError;
@@ -256,7 +256,7 @@ impl Provider for CpuManager {
         cp.to_bytes().map_err(Into::into)
     }
 
-    fn restore(&mut self, data: &[u8]) -> Result<(), ProviderError> {
+    fn restore(&mut self, data: &[u8]) -> Result<Reconciled, ProviderError> {
         let cp = Checkpoint::parse(data)?;
         match self {
             CpuManager::None { .. } => {
@@ -268,9 +268,12 @@ impl Provider for CpuManager {
                     ))
                     .into());
                 }
-                Ok(())
+                Ok(Reconciled::new())
             }
-            CpuManager::Static(p) => p.restore(&cp).map_err(Into::into),
+            CpuManager::Static(p) => p
+                .restore(&cp)
+                .map(|()| Reconciled::new())
+                .map_err(Into::into),
         }
     }
 
