@@ -61,8 +61,8 @@ fn policy_with_half_taken(topo: &CpuTopology) -> StaticPolicy {
         cpus_to_reuse: BTreeMap::new(),
         pod_entries: BTreeMap::new(),
     };
-    let report = p.reconcile(&cp);
-    assert!(report.conflicts.is_empty(), "bench state: {report:?}");
+    let out = p.reconcile(&cp);
+    assert!(out.report.is_empty(), "bench state: {out:?}");
     p
 }
 

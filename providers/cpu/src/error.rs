@@ -83,8 +83,9 @@ pub enum CpuError {
         /// Container name.
         container: String,
     },
-    /// A container whose every CPU cannot be used now (offline).
-    #[error("container {container:?} of pod {pod} holds CPUs {held}, none of which is online now; bring them online again (/sys/devices/system/cpu/cpuN/online) or release the pod")]
+    /// A container whose every CPU cannot be used now (offline, or claimed
+    /// first by another pod in a restored state).
+    #[error("container {container:?} of pod {pod} holds CPUs {held}, none of which it can run on now (offline, or claimed first by another pod in the restored state); bring them online again (/sys/devices/system/cpu/cpuN/online) or release the pod")]
     NoUsableCpus {
         /// Pod uid.
         pod: String,

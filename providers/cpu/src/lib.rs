@@ -88,13 +88,13 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use topomgr_sdk::{
     Allocation, ContainerView, CpuSet, HintSet, Inventory, PodView, Provider, ProviderContext,
-    ProviderError, ProviderHints, TopologyHint,
+    ProviderError, ProviderHints, Reconciled, TopologyHint,
 };
 
 use crate::error::CpuError;
 use crate::options::{OptionsError, StaticOptions};
 use crate::policy::StaticPolicy;
-use crate::reconcile::Reconciled;
+use crate::reconcile::Restored;
 use crate::state::Checkpoint;
 use crate::topology::{from_cpuset, to_cpuset, CpuTopology};
 
@@ -222,7 +222,7 @@ impl CpuManager {
     /// Adopts a saved state on this machine and config (see [`reconcile`]):
     /// never refused for a difference; an error only for bytes that are not
     /// a checkpoint of this provider.
-    pub fn reconcile(&mut self, data: &[u8]) -> Result<Reconciled, CpuError> {
+    pub fn reconcile(&mut self, data: &[u8]) -> Result<Restored, CpuError> {
         let cp = Checkpoint::parse(data)?;
         Ok(match self {
             CpuManager::None(p) | CpuManager::Static(p) => p.reconcile(&cp),
@@ -292,9 +292,8 @@ impl Provider for CpuManager {
         cp.to_bytes().map_err(Into::into)
     }
 
-    fn restore(&mut self, data: &[u8]) -> Result<(), ProviderError> {
-        self.reconcile(data)?;
-        Ok(())
+    fn restore(&mut self, saved: &[u8]) -> Result<Reconciled, ProviderError> {
+        Ok(self.reconcile(saved)?.report)
     }
 
     fn inventory(&self) -> Result<Inventory, ProviderError> {

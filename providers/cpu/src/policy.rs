@@ -337,8 +337,9 @@ impl StaticPolicy {
     }
 
     /// Where a container that already holds `held` runs: the CPUs of it
-    /// that are online (the kernel refuses offline CPUs in a cpuset; the
-    /// others stay the container's, see [`crate::reconcile`]).
+    /// that are online (the kernel refuses offline CPUs in a cpuset) and
+    /// that no other pod claimed first in a restored state; the others stay
+    /// the container's (see [`crate::reconcile`]).
     pub(crate) fn held_placement(
         &self,
         pod: &str,
@@ -348,7 +349,7 @@ impl StaticPolicy {
         let cpus: Cpus = held
             .iter()
             .copied()
-            .filter(|c| self.topo.is_usable(*c))
+            .filter(|c| self.topo.is_usable(*c) && self.first_claim(pod, *c).is_none())
             .collect();
         if cpus.is_empty() && !held.is_empty() {
             return Err(CpuError::NoUsableCpus {

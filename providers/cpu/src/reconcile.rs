@@ -12,8 +12,9 @@
 //! * A held CPU that is not usable now (offline, online in no NUMA node,
 //!   or not on this machine) stays its container's: it is in no pool, no
 //!   other pod gets it, and when it comes back it is still that
-//!   container's. It is a [`Conflict`]. The container's cpuset is its
-//!   usable CPUs (the kernel refuses offline ones).
+//!   container's. It is a [`Conflict`] (the CPU ids in `ids`). The
+//!   container's cpuset is its usable CPUs (the kernel refuses offline
+//!   ones).
 //! * A reserved CPU that a pod holds (`reserved_cpus` grew) stays the
 //!   pod's until it is released, then it is reserved. It is a note, not a
 //!   conflict: nothing is missing.
@@ -21,60 +22,45 @@
 //!   `PodLevelResourceManagers` gate) applies to new admissions; existing
 //!   assignments are kept until released.
 //! * A CPU the saved state gives to two pods (a state no history of this
-//!   provider writes) stays held by both records and is a conflict of the
-//!   later pod; it is never given to a third.
+//!   provider writes): the first claim (pods in uid order) keeps it; the
+//!   later claim is a conflict, keeps it recorded and runs without it until
+//!   the first is released. It is never given to a third pod.
 //!
 //! With no assignments any machine and config are accepted as they are.
 
 use std::collections::BTreeMap;
-use std::fmt;
+
+use topomgr_sdk::{Conflict, Reconciled};
 
 use crate::policy::{Assignments, StaticPolicy};
 use crate::state::Checkpoint;
 use crate::topology::{from_cpuset, to_cpuset, Cpus};
 use crate::RESOURCE;
 
-/// An assignment that lost part of what it holds.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Conflict {
-    /// Pod uid.
-    pub pod: String,
-    /// Container name; `None` for a pod's pod-level CPU set.
-    pub container: Option<String>,
-    /// The resource (`cpu`).
-    pub resource: String,
-    /// The CPUs it holds that cannot be used now.
-    pub cpus: Cpus,
-    /// What is missing, e.g. `CPUs 5,11 are offline`.
-    pub missing: String,
-    /// What resolves it.
-    pub remedy: String,
-}
-
-impl fmt::Display for Conflict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "pod {}", self.pod)?;
-        match &self.container {
-            Some(c) => write!(f, " container {c:?}")?,
-            None => write!(f, " (pod-level CPU set)")?,
-        }
-        write!(f, ": {}; {}", self.missing, self.remedy)
-    }
-}
-
-/// What a restore found.
+/// What a restore found: the report the host gets, and notes for the log
+/// about what was kept although the config says otherwise now (reserved
+/// CPUs held by pods, pod-level sets without the gate); nothing is missing
+/// there.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Reconciled {
-    /// Assignments that hold CPUs that cannot be used now.
-    pub conflicts: Vec<Conflict>,
-    /// What was kept although the config says otherwise now (reserved CPUs
-    /// held by pods, pod-level sets without the gate); nothing is missing.
+pub struct Restored {
+    /// The conflicts (this provider reports no moves).
+    pub report: Reconciled,
+    /// The notes.
     pub notes: Vec<String>,
 }
 
-/// Why the CPUs of `cpus` cannot be used, grouped: offline, online in no
+/// `CPU 7 is offline`, `CPUs 5,11 are offline`.
+fn cpus_are(cpus: &Cpus, what: &str) -> String {
+    if cpus.len() == 1 {
+        format!("CPU {} is {what}", to_cpuset(cpus))
+    } else {
+        format!("CPUs {} are {what}", to_cpuset(cpus))
+    }
+}
+
+/// Why the CPUs of `cpus` cannot be used, in words: offline, online in no
 /// NUMA node, or not on this machine.
-fn unusable(policy: &StaticPolicy, cpus: &Cpus) -> Vec<String> {
+fn unusable(policy: &StaticPolicy, cpus: &Cpus) -> String {
     let topo = &policy.topo;
     let pick =
         |f: &dyn Fn(u32) -> bool| -> Cpus { cpus.iter().copied().filter(|c| f(*c)).collect() };
@@ -84,40 +70,22 @@ fn unusable(policy: &StaticPolicy, cpus: &Cpus) -> Vec<String> {
         !topo.is_usable(c) && !topo.offline().contains(&c) && !topo.unplaced().contains(&c)
     });
     let mut out = Vec::new();
-    let word = |s: &Cpus| if s.len() == 1 { "CPU" } else { "CPUs" };
     if !offline.is_empty() {
-        out.push(format!(
-            "{} {} {} offline",
-            word(&offline),
-            to_cpuset(&offline),
-            if offline.len() == 1 { "is" } else { "are" }
-        ));
+        out.push(cpus_are(&offline, "offline"));
     }
     if !unplaced.is_empty() {
-        out.push(format!(
-            "{} {} {} online but in no NUMA node",
-            word(&unplaced),
-            to_cpuset(&unplaced),
-            if unplaced.len() == 1 { "is" } else { "are" }
-        ));
+        out.push(cpus_are(&unplaced, "online but in no NUMA node"));
     }
     if !absent.is_empty() {
-        out.push(format!(
-            "this machine has no {} {}",
-            word(&absent),
-            to_cpuset(&absent)
-        ));
+        let word = if absent.len() == 1 { "CPU" } else { "CPUs" };
+        out.push(format!("this machine has no {word} {}", to_cpuset(&absent)));
     }
-    out
+    out.join(", ")
 }
 
-/// The remedy for CPUs that cannot be used.
-fn unusable_remedy(cpus: &Cpus) -> String {
-    format!(
-        "they stay this pod's and its cpuset leaves them out; bring {} online again \
-         (/sys/devices/system/cpu/cpuN/online) or release the pod",
-        to_cpuset(cpus)
-    )
+/// A conflict of `container` of `pod` (`""`: the pod-level set) over `cpus`.
+fn conflict(pod: &str, container: &str, cpus: &Cpus, missing: String) -> Conflict {
+    Conflict::new(pod, container, RESOURCE, missing).with_ids(cpus.iter().map(u32::to_string))
 }
 
 impl StaticPolicy {
@@ -146,7 +114,7 @@ impl StaticPolicy {
 
     /// Adopts `cp` on this machine and config (see the module docs); the
     /// state this provider had before is replaced.
-    pub fn reconcile(&mut self, cp: &Checkpoint) -> Reconciled {
+    pub fn reconcile(&mut self, cp: &Checkpoint) -> Restored {
         let mut assignments = Assignments::new();
         for (pod, m) in &cp.entries {
             for (c, s) in m {
@@ -180,24 +148,26 @@ impl StaticPolicy {
         self.pod_scope = None;
         self.recompute_shared_pool();
 
-        let mut report = Reconciled::default();
-        self.report_unusable(&mut report);
-        self.report_shared_between_pods(&mut report);
-        self.note_reserved_held(&mut report);
+        let mut out = Restored::default();
+        self.report_shared_between_pods(&mut out.report);
+        self.report_unusable(&mut out.report);
+        self.note_reserved_held(&mut out.notes);
         if !self.pod_sets.is_empty() && !self.pod_level_managers {
-            report.notes.push(format!(
+            out.notes.push(format!(
                 "pods {} hold pod-level CPU sets although the PodLevelResourceManagers feature \
                  gate is off now; they keep them until released, new pods get none",
                 self.pod_sets.keys().cloned().collect::<Vec<_>>().join(", ")
             ));
         }
-        for c in &report.conflicts {
-            tracing::warn!(conflict = %c, "cpu provider: a restored assignment holds CPUs that cannot be used");
+        for c in &out.report.conflicts {
+            tracing::warn!(conflict = %c,
+                "cpu provider: restored assignment keeps CPUs it cannot use now; they go to no \
+                 other pod until it is released (bring them online, or release the pod)");
         }
-        for n in &report.notes {
+        for n in &out.notes {
             tracing::info!(note = %n, "cpu provider: restored");
         }
-        report
+        out
     }
 
     fn report_unusable(&self, report: &mut Reconciled) {
@@ -205,17 +175,12 @@ impl StaticPolicy {
         for (pod, m) in &self.assignments {
             for (container, cpus) in m {
                 let lost: Cpus = cpus.iter().copied().filter(|c| !usable(c)).collect();
-                if lost.is_empty() {
-                    continue;
+                if !lost.is_empty() {
+                    let missing = unusable(self, &lost);
+                    report
+                        .conflicts
+                        .push(conflict(pod, container, &lost, missing));
                 }
-                report.conflicts.push(Conflict {
-                    pod: pod.clone(),
-                    container: Some(container.clone()),
-                    resource: RESOURCE.to_owned(),
-                    missing: unusable(self, &lost).join(", "),
-                    remedy: unusable_remedy(&lost),
-                    cpus: lost,
-                });
             }
         }
         // A pod-level set's CPUs that none of its containers names.
@@ -230,75 +195,69 @@ impl StaticPolicy {
                 .copied()
                 .filter(|c| !usable(c) && !named.contains(c))
                 .collect();
-            if lost.is_empty() {
-                continue;
+            if !lost.is_empty() {
+                let missing = format!("its pod-level CPU set: {}", unusable(self, &lost));
+                report.conflicts.push(conflict(pod, "", &lost, missing));
             }
-            report.conflicts.push(Conflict {
-                pod: pod.clone(),
-                container: None,
-                resource: RESOURCE.to_owned(),
-                missing: unusable(self, &lost).join(", "),
-                remedy: unusable_remedy(&lost),
-                cpus: lost,
-            });
         }
     }
 
-    /// CPUs that the saved state gives to containers of two different pods.
+    /// The pod that claims `cpu` first (pods in uid order), if another
+    /// than `pod` does: the saved state gave the CPU to both, the first
+    /// claim keeps it.
+    pub(crate) fn first_claim(&self, pod: &str, cpu: u32) -> Option<&str> {
+        let in_sets = self
+            .pod_sets
+            .iter()
+            .filter(|(_, s)| s.contains(&cpu))
+            .map(|(p, _)| p.as_str());
+        let in_containers = self
+            .assignments
+            .iter()
+            .filter(|(_, m)| m.values().any(|s| s.contains(&cpu)))
+            .map(|(p, _)| p.as_str());
+        in_sets
+            .chain(in_containers)
+            .min()
+            .filter(|first| *first != pod)
+    }
+
+    /// CPUs that the saved state gives to two pods: the first claim (pods
+    /// in uid order) keeps them, each later claim is a conflict.
     fn report_shared_between_pods(&self, report: &mut Reconciled) {
-        let mut owner: BTreeMap<u32, (String, String)> = BTreeMap::new();
-        let mut pod_level: BTreeMap<u32, String> = BTreeMap::new();
-        for (pod, set) in &self.pod_sets {
-            for c in set {
-                pod_level.entry(*c).or_insert_with(|| pod.clone());
-            }
-        }
         for (pod, m) in &self.assignments {
             for (container, cpus) in m {
-                let mut twice: BTreeMap<(String, String), Cpus> = BTreeMap::new();
-                for c in cpus {
-                    let first = owner
-                        .entry(*c)
-                        .or_insert_with(|| (pod.clone(), container.clone()));
-                    if first.0 != *pod {
-                        twice.entry(first.clone()).or_default().insert(*c);
-                    } else if let Some(p) = pod_level.get(c).filter(|p| *p != pod) {
-                        twice
-                            .entry((p.clone(), String::new()))
-                            .or_default()
-                            .insert(*c);
+                let mut lost: BTreeMap<&str, Cpus> = BTreeMap::new();
+                for &c in cpus {
+                    if let Some(first) = self.first_claim(pod, c) {
+                        lost.entry(first).or_default().insert(c);
                     }
                 }
-                for ((other, other_container), both) in twice {
-                    let whose = if other_container.is_empty() {
-                        format!("pod {other}'s pod-level CPU set")
-                    } else {
-                        format!("pod {other} container {other_container:?}")
-                    };
-                    report.conflicts.push(Conflict {
-                        pod: pod.clone(),
-                        container: Some(container.clone()),
-                        resource: RESOURCE.to_owned(),
-                        missing: format!(
-                            "CPUs {} are also held by {whose} in the saved state",
-                            to_cpuset(&both)
+                for (first, both) in lost {
+                    let them = if both.len() == 1 { "it" } else { "them" };
+                    let missing = cpus_are(
+                        &both,
+                        &format!(
+                            "also held by pod {first}, which claimed {them} first in the saved \
+                             state"
                         ),
-                        remedy: "no other pod gets them; release one of the two pods".to_owned(),
-                        cpus: both,
-                    });
+                    );
+                    report
+                        .conflicts
+                        .push(conflict(pod, container, &both, missing));
                 }
             }
         }
     }
 
-    fn note_reserved_held(&self, report: &mut Reconciled) {
+    fn note_reserved_held(&self, notes: &mut Vec<String>) {
         for (pod, m) in &self.assignments {
             for (container, cpus) in m {
                 let reserved: Cpus = cpus.intersection(&self.reserved).copied().collect();
                 if reserved.is_empty() {
                     continue;
                 }
-                report.notes.push(format!(
+                notes.push(format!(
                     "pod {pod} container {container:?} holds CPUs {} of reserved_cpus; they stay \
                      its until it is released, then they are reserved",
                     to_cpuset(&reserved)

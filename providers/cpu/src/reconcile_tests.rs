@@ -1,8 +1,9 @@
 //! Restore is reconcile: each change of the machine or the config, with no
 //! pods and with pods held. The state is written by one provider and
 //! restored into a new one built for the machine and config as they are
-//! now, loaded through the plugin boundary (the SDK test kit's `load`); the
-//! report comes from the provider's own `reconcile` on the same bytes.
+//! now, loaded through the plugin boundary (the SDK test kit's `load`),
+//! which answers the report; the notes (not part of the report) come from
+//! the provider's own `reconcile` on the same bytes.
 //! After every step: no CPU is held by two pods, the shared pool holds no
 //! held and no offline CPU, and the inventory is exact.
 
@@ -10,9 +11,11 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 use topomgr_sdk::testkit::{self, Loaded};
-use topomgr_sdk::{ContainerView, Machine, NumaMask, PodView, QosClass, TopologyHint};
+use topomgr_sdk::{
+    Conflict, ContainerView, Machine, NumaMask, PodView, QosClass, Reconciled, TopologyHint,
+};
 
-use crate::reconcile::{Conflict, Reconciled};
+use crate::reconcile::Restored;
 use crate::state::Checkpoint;
 use crate::testmachines::dual_socket_ht;
 use crate::tests::cpu_zones;
@@ -64,15 +67,16 @@ fn saved(m: &Machine, cfg: Value, pods: &[(&str, u64, u32)]) -> Vec<u8> {
     p.checkpoint().unwrap()
 }
 
-/// `saved` restored on `m` with `cfg`: the loaded provider and the report.
-fn restored(m: &Machine, cfg: Value, saved: &[u8]) -> (Loaded, Reconciled) {
+/// `saved` restored on `m` with `cfg`: the loaded provider, the report it
+/// answered and the notes.
+fn restored(m: &Machine, cfg: Value, saved: &[u8]) -> (Loaded, Restored) {
     let mut direct = testkit::new_provider::<CpuManager>(m, cfg.clone()).unwrap();
-    let report = direct.reconcile(saved).unwrap();
+    let out = direct.reconcile(saved).unwrap();
     let mut p = testkit::load::<CpuManager>(m, cfg).unwrap();
-    p.restore(saved).unwrap();
+    assert_eq!(p.restore(saved).unwrap(), out.report);
     assert_eq!(p.checkpoint().unwrap(), direct.checkpoint().unwrap());
     let _ = check(&mut p, m);
-    (p, report)
+    (p, out)
 }
 
 /// The invariants; returns the shared pool.
@@ -111,17 +115,7 @@ fn check(p: &mut Loaded, m: &Machine) -> String {
 }
 
 fn conflict(pod: &str, cpus: &str, missing: &str) -> Conflict {
-    Conflict {
-        pod: pod.to_owned(),
-        container: Some("app".to_owned()),
-        resource: "cpu".to_owned(),
-        cpus: set(cpus),
-        missing: missing.to_owned(),
-        remedy: format!(
-            "they stay this pod's and its cpuset leaves them out; bring {cpus} online again \
-             (/sys/devices/system/cpu/cpuN/online) or release the pod"
-        ),
-    }
+    Conflict::new(pod, "app", "cpu", missing).with_ids(set(cpus).iter().map(u32::to_string))
 }
 
 fn zones(p: &mut Loaded) -> Vec<(i64, u64, u64, u64)> {
@@ -156,7 +150,7 @@ fn any_machine_and_config_is_accepted_without_pods() {
         ),
     ] {
         let (mut p, report) = restored(&machine, cfg, &empty);
-        assert_eq!(report, Reconciled::default());
+        assert_eq!(report, Restored::default());
         assert_eq!(zones(&mut p), want);
     }
 }
@@ -166,11 +160,11 @@ fn an_unheld_cpu_goes_offline() {
     let m = dual_socket_ht();
     let now = offline(dual_socket_ht(), "11");
     let (mut p, report) = restored(&now, reserved("0"), &saved(&m, reserved("0"), &[]));
-    assert_eq!(report, Reconciled::default());
+    assert_eq!(report, Restored::default());
     assert_eq!(zones(&mut p), [(0, 6, 5, 5), (1, 5, 5, 5)]);
 
     let (mut p, report) = restored(&now, reserved("0"), &saved(&m, reserved("0"), AB));
-    assert_eq!(report, Reconciled::default());
+    assert_eq!(report, Restored::default());
     assert_eq!(zones(&mut p), [(0, 6, 5, 3), (1, 5, 5, 3)]);
     assert_eq!(alloc(&mut p, &pod("a", 2), &[1]), Ok(("2,8".into(), true)));
     assert_eq!(
@@ -185,22 +179,21 @@ fn a_held_cpu_goes_offline_and_comes_back() {
     let m = dual_socket_ht();
     let now = offline(dual_socket_ht(), "7");
     let (mut p, report) = restored(&now, reserved("0"), &saved(&m, reserved("0"), &[]));
-    assert_eq!(report, Reconciled::default());
+    assert_eq!(report, Restored::default());
     assert_eq!(zones(&mut p), [(0, 6, 5, 5), (1, 5, 5, 5)]);
 
     let before = saved(&m, reserved("0"), AB);
     let (mut p, report) = restored(&now, reserved("0"), &before);
     assert_eq!(
-        report.conflicts,
+        report.report.conflicts,
         [conflict("b-uid", "7", "CPU 7 is offline")]
     );
     assert_eq!(report.notes, Vec::<String>::new());
     assert_eq!(
-        report.conflicts[0].to_string(),
-        "pod b-uid container \"app\": CPU 7 is offline; they stay this pod's and its cpuset \
-         leaves them out; bring 7 online again (/sys/devices/system/cpu/cpuN/online) or release \
-         the pod"
+        report.report.conflicts[0].to_string(),
+        "container app of pod b-uid, cpu: CPU 7 is offline"
     );
+    assert_eq!(report.report.conflicts[0].ids, ["7"]);
     // b keeps 1 and 7; its cpuset is CPU 1. Node 1 offers 3,5,9,11.
     assert_eq!(alloc(&mut p, &pod("b", 2), &[1]), Ok(("1".into(), true)));
     assert_eq!(zones(&mut p), [(0, 6, 5, 3), (1, 5, 5, 4)]);
@@ -213,7 +206,7 @@ fn a_held_cpu_goes_offline_and_comes_back() {
 
     // CPU 7 is back: b's again, nobody else's, no conflict.
     let (mut q, report) = restored(&m, reserved("0"), &after);
-    assert_eq!(report, Reconciled::default());
+    assert_eq!(report, Restored::default());
     assert_eq!(alloc(&mut q, &pod("b", 2), &[1]), Ok(("1,7".into(), true)));
     assert_eq!(zones(&mut q), [(0, 6, 5, 3), (1, 6, 6, 0)]);
     assert_eq!(check(&mut q, &m), "0,4,6,10");
@@ -223,7 +216,7 @@ fn a_held_cpu_goes_offline_and_comes_back() {
     assert_eq!(zones(&mut p), [(0, 6, 5, 3), (1, 5, 5, 1)]);
     assert_eq!(check(&mut p, &now), "0-1,4,6,10");
     let (mut q, report) = restored(&m, reserved("0"), &p.checkpoint().unwrap());
-    assert_eq!(report, Reconciled::default());
+    assert_eq!(report, Restored::default());
     assert_eq!(zones(&mut q), [(0, 6, 5, 3), (1, 6, 6, 2)]);
     assert_eq!(alloc(&mut q, &pod("d", 2), &[1]), Ok(("1,7".into(), true)));
 }
@@ -234,15 +227,16 @@ fn every_held_cpu_offline_refuses_only_that_container() {
     let now = offline(dual_socket_ht(), "1,7");
     let (mut p, report) = restored(&now, reserved("0"), &saved(&m, reserved("0"), AB));
     assert_eq!(
-        report.conflicts,
+        report.report.conflicts,
         [conflict("b-uid", "1,7", "CPUs 1,7 are offline")]
     );
     assert_eq!(
         alloc(&mut p, &pod("b", 2), &[1]),
         Err(
             "UnexpectedAdmissionError: container \"app\" of pod b-uid holds CPUs 1,7, none of \
-             which is online now; bring them online again (/sys/devices/system/cpu/cpuN/online) \
-             or release the pod"
+             which it can run on now (offline, or claimed first by another pod in the restored \
+             state); bring them online again (/sys/devices/system/cpu/cpuN/online) or release \
+             the pod"
                 .into()
         )
     );
@@ -255,12 +249,12 @@ fn a_cpu_comes_online() {
     let before = offline(dual_socket_ht(), "11");
     let m = dual_socket_ht();
     let (mut p, report) = restored(&m, reserved("0"), &saved(&before, reserved("0"), &[]));
-    assert_eq!(report, Reconciled::default());
+    assert_eq!(report, Restored::default());
     assert_eq!(zones(&mut p), [(0, 6, 5, 5), (1, 6, 6, 6)]);
 
     // With CPU 11 offline, core 5 was a one-thread core: b got 1 and 5.
     let (mut p, report) = restored(&m, reserved("0"), &saved(&before, reserved("0"), AB));
-    assert_eq!(report, Reconciled::default());
+    assert_eq!(report, Restored::default());
     assert_eq!(alloc(&mut p, &pod("b", 2), &[1]), Ok(("1,5".into(), true)));
     assert_eq!(zones(&mut p), [(0, 6, 5, 3), (1, 6, 6, 4)]);
     assert_eq!(
@@ -274,12 +268,12 @@ fn a_cpu_comes_online() {
 fn reserved_cpus_grow_over_a_held_cpu() {
     let m = dual_socket_ht();
     let (mut p, report) = restored(&m, reserved("0-1"), &saved(&m, reserved("0"), &[]));
-    assert_eq!(report, Reconciled::default());
+    assert_eq!(report, Restored::default());
     assert_eq!(zones(&mut p), [(0, 6, 5, 5), (1, 6, 5, 5)]);
 
     // b holds CPU 1, reserved now: b keeps it until released.
     let (mut p, report) = restored(&m, reserved("0-1"), &saved(&m, reserved("0"), AB));
-    assert_eq!(report.conflicts, []);
+    assert_eq!(report.report.conflicts, []);
     assert_eq!(
         report.notes,
         [
@@ -312,12 +306,12 @@ fn reserved_cpus_grow_over_a_held_cpu() {
 fn reserved_cpus_shrink() {
     let m = dual_socket_ht();
     let (mut p, report) = restored(&m, reserved("0"), &saved(&m, reserved("0-1"), &[]));
-    assert_eq!(report, Reconciled::default());
+    assert_eq!(report, Restored::default());
     assert_eq!(zones(&mut p), [(0, 6, 5, 5), (1, 6, 6, 6)]);
 
     // Saved with 0-1 reserved: b got the whole core 3,9.
     let (mut p, report) = restored(&m, reserved("0"), &saved(&m, reserved("0-1"), AB));
-    assert_eq!(report, Reconciled::default());
+    assert_eq!(report, Restored::default());
     assert_eq!(alloc(&mut p, &pod("b", 2), &[1]), Ok(("3,9".into(), true)));
     assert_eq!(zones(&mut p), [(0, 6, 5, 3), (1, 6, 6, 4)]);
     assert_eq!(alloc(&mut p, &pod("c", 2), &[1]), Ok(("1,7".into(), true)));
@@ -329,7 +323,7 @@ fn static_to_none_keeps_assignments_until_released() {
     let m = dual_socket_ht();
     let none = json!({"policy": "none"});
     let (mut p, report) = restored(&m, none.clone(), &saved(&m, reserved("0"), &[]));
-    assert_eq!(report, Reconciled::default());
+    assert_eq!(report, Restored::default());
     assert_eq!(zones(&mut p), [(0, 6, 0, 0), (1, 6, 0, 0)]);
     assert_eq!(
         alloc(&mut p, &pod("c", 2), &[1]),
@@ -337,7 +331,7 @@ fn static_to_none_keeps_assignments_until_released() {
     );
 
     let (mut p, report) = restored(&m, none, &saved(&m, reserved("0"), AB));
-    assert_eq!(report, Reconciled::default());
+    assert_eq!(report, Restored::default());
     let c = pod("c", 2);
     assert_eq!(p.topology_hints(&c, &c.containers[0]).unwrap(), None);
     assert_eq!(alloc(&mut p, &c, &[1]), Ok(("0,3-6,9-11".into(), false)));
@@ -351,7 +345,7 @@ fn static_to_none_keeps_assignments_until_released() {
     assert_eq!(check(&mut p, &m), "0,2-6,8-11");
     // Back to static: b is still held.
     let (mut q, report) = restored(&m, reserved("0"), &p.checkpoint().unwrap());
-    assert_eq!(report, Reconciled::default());
+    assert_eq!(report, Restored::default());
     assert_eq!(zones(&mut q), [(0, 6, 5, 5), (1, 6, 6, 4)]);
     assert_eq!(alloc(&mut q, &pod("b", 2), &[0]), Ok(("1,7".into(), true)));
 }
@@ -361,12 +355,12 @@ fn options_change_applies_to_new_admissions() {
     let m = dual_socket_ht();
     let smt = json!({"reserved_cpus": "0", "options": {"full-pcpus-only": "true", "strict-cpu-reservation": "true"}});
     let (mut p, report) = restored(&m, smt.clone(), &saved(&m, reserved("0"), &[]));
-    assert_eq!(report, Reconciled::default());
+    assert_eq!(report, Restored::default());
     assert_eq!(check(&mut p, &m), "1-11");
 
     // b's 3 CPUs are not whole cores: kept as they are.
     let (mut p, report) = restored(&m, smt, &saved(&m, reserved("0"), &[("b", 3, 1)]));
-    assert_eq!(report, Reconciled::default());
+    assert_eq!(report, Restored::default());
     assert_eq!(
         alloc(&mut p, &pod("b", 3), &[1]),
         Ok(("1,3,7".into(), true))
@@ -389,12 +383,12 @@ fn a_numa_node_appears() {
     let before = testkit::machine(2, 4);
     let now = testkit::machine(3, 4);
     let (mut p, report) = restored(&now, reserved("0"), &saved(&before, reserved("0"), &[]));
-    assert_eq!(report, Reconciled::default());
+    assert_eq!(report, Restored::default());
     assert_eq!(zones(&mut p), [(0, 4, 3, 3), (1, 4, 4, 4), (2, 4, 4, 4)]);
 
     let pods = [("a", 2, 0), ("b", 4, 1)];
     let (mut p, report) = restored(&now, reserved("0"), &saved(&before, reserved("0"), &pods));
-    assert_eq!(report, Reconciled::default());
+    assert_eq!(report, Restored::default());
     assert_eq!(zones(&mut p), [(0, 4, 3, 1), (1, 4, 4, 0), (2, 4, 4, 4)]);
     assert_eq!(alloc(&mut p, &pod("c", 4), &[2]), Ok(("8-11".into(), true)));
     assert_eq!(check(&mut p, &now), "0,3");
@@ -410,7 +404,7 @@ fn held_cpus_the_machine_does_not_have_are_conflicts() {
         &saved(&before, reserved("0"), &[("a", 2, 0), ("b", 2, 1)]),
     );
     assert_eq!(
-        report.conflicts,
+        report.report.conflicts,
         [conflict("b-uid", "4-5", "this machine has no CPUs 4-5")]
     );
     assert_eq!(zones(&mut p), [(0, 4, 3, 1)]);
@@ -419,42 +413,34 @@ fn held_cpus_the_machine_does_not_have_are_conflicts() {
 }
 
 #[test]
-fn a_cpu_saved_for_two_pods_is_given_to_neither_new_pod() {
+fn a_cpu_saved_for_two_pods_stays_with_the_first_claim() {
     let m = dual_socket_ht();
-    let bytes = br#"{"policy_name":"static","default_cpu_set":"0,2-6,8-11","entries":{"a-uid":{"app":"1,7"},"b-uid":{"app":"7"}},"cpus_to_reuse":{}}"#;
-    let mut direct = testkit::new_provider::<CpuManager>(&m, reserved("0")).unwrap();
-    let report = direct.reconcile(bytes).unwrap();
+    let bytes = br#"{"policy_name":"static","default_cpu_set":"0,2-6,8-11","entries":{"a-uid":{"app":"1,7"},"b-uid":{"app":"7,9"}},"cpus_to_reuse":{}}"#;
+    let mut p = testkit::load::<CpuManager>(&m, reserved("0")).unwrap();
     assert_eq!(
-        report.conflicts,
-        [Conflict {
-            pod: "b-uid".into(),
-            container: Some("app".into()),
-            resource: "cpu".into(),
-            cpus: set("7"),
-            missing: "CPUs 7 are also held by pod a-uid container \"app\" in the saved state"
-                .into(),
-            remedy: "no other pod gets them; release one of the two pods".into(),
-        }]
+        p.restore(bytes).unwrap(),
+        Reconciled::new().with_conflict(conflict(
+            "b-uid",
+            "7",
+            "CPU 7 is also held by pod a-uid, which claimed it first in the saved state"
+        ))
     );
-    let mut p = testkit::through_boundary(direct);
-    assert_eq!(
-        cpu_zones(&p.inventory().unwrap()),
-        [(0, 6, 5, 5), (1, 6, 6, 4)]
-    );
+    // a runs on 1,7; b on 9 alone; nobody else gets 1, 7 or 9.
+    assert_eq!(alloc(&mut p, &pod("a", 2), &[1]), Ok(("1,7".into(), true)));
+    assert_eq!(alloc(&mut p, &pod("b", 2), &[1]), Ok(("9".into(), true)));
+    assert_eq!(zones(&mut p), [(0, 6, 5, 5), (1, 6, 6, 3)]);
     let be = best_effort();
     let shared = p
         .allocate(&be, &be.containers[0], &TopologyHint::ANY)
         .unwrap();
-    assert_eq!(shared.cpus.to_string(), "0,2-6,8-11");
+    assert_eq!(shared.cpus.to_string(), "0,2-6,8,10-11");
+    // a released: CPU 7 is b's alone now; b released: all free.
     p.release("a-uid", "app").unwrap();
-    // CPU 7 stays held by b.
-    assert_eq!(
-        cpu_zones(&p.inventory().unwrap()),
-        [(0, 6, 5, 5), (1, 6, 6, 5)]
-    );
-    p.release("b-uid", "app").unwrap();
-    assert_eq!(
-        cpu_zones(&p.inventory().unwrap()),
-        [(0, 6, 5, 5), (1, 6, 6, 6)]
-    );
+    assert_eq!(zones(&mut p), [(0, 6, 5, 5), (1, 6, 6, 4)]);
+    assert_eq!(check(&mut p, &m), "0-6,8,10-11");
+    let (mut q, out) = restored(&m, reserved("0"), &p.checkpoint().unwrap());
+    assert_eq!(out, Restored::default());
+    assert_eq!(alloc(&mut q, &pod("b", 2), &[1]), Ok(("7,9".into(), true)));
+    q.release("b-uid", "app").unwrap();
+    assert_eq!(zones(&mut q), [(0, 6, 5, 5), (1, 6, 6, 6)]);
 }

@@ -59,7 +59,7 @@ pub mod state;
 
 use topomgr_sdk::{
     Allocation, ContainerView, Inventory, PodView, Provider, ProviderContext, ProviderError,
-    ProviderHints, QosClass, TopologyHint,
+    ProviderHints, QosClass, Reconciled, TopologyHint,
 };
 
 use crate::config::{Config, Policy};
@@ -263,7 +263,7 @@ impl Provider for MemoryProvider {
         })
     }
 
-    fn restore(&mut self, data: &[u8]) -> Result<(), ProviderError> {
+    fn restore(&mut self, data: &[u8]) -> Result<Reconciled, ProviderError> {
         let cp: Checkpoint = serde_json::from_slice(data).map_err(checkpoint_error)?;
         let ours = self.policy.kubelet_name();
         if cp.policy_name != ours {
@@ -274,7 +274,7 @@ impl Provider for MemoryProvider {
             )));
         }
         if self.policy == Policy::None {
-            return Ok(());
+            return Ok(Reconciled::new());
         }
         if !cp.pod_entries.is_empty() && !self.pod_level_managers {
             return Err(checkpoint_error(format!(
@@ -322,7 +322,7 @@ impl Provider for MemoryProvider {
         self.assignments = cp.entries;
         self.reusable = reusable_from_entries(&cp.reusable);
         self.pod_blocks = cp.pod_entries;
-        Ok(())
+        Ok(Reconciled::new())
     }
 
     fn inventory(&self) -> Result<Inventory, ProviderError> {

@@ -584,7 +584,7 @@ fn kubelet_static_policy_start_table() {
         let cp = json!({"policyName": "Static", "machineState": state, "entries": entries});
         let got = p.restore(&serde_json::to_vec(&cp).unwrap());
         match (&want, got) {
-            (Ok(()), Ok(())) => {
+            (Ok(()), Ok(_)) => {
                 let back: serde_json::Value =
                     serde_json::from_slice(&p.checkpoint().unwrap()).unwrap();
                 if cp["machineState"] != json!({}) {
