@@ -85,7 +85,7 @@ pub enum CpuError {
     },
     /// A container whose every CPU cannot be used now (offline, or claimed
     /// first by another pod in a restored state).
-    #[error("container {container:?} of pod {pod} holds CPUs {held}, none of which it can run on now (offline, or claimed first by another pod in the restored state); bring them online again (/sys/devices/system/cpu/cpuN/online) or release the pod")]
+    #[error("container {container:?} of pod {pod} holds CPUs {held} and can run on none of them now: {why}; {remedy}")]
     NoUsableCpus {
         /// Pod uid.
         pod: String,
@@ -93,6 +93,10 @@ pub enum CpuError {
         container: String,
         /// The CPUs it holds.
         held: topomgr_sdk::CpuSet,
+        /// Why, e.g. `CPUs 1,7 are offline`.
+        why: String,
+        /// What resolves it.
+        remedy: String,
     },
     /// Bad `[config]`.
     #[error("cpu provider config: {0}")]

@@ -352,10 +352,13 @@ impl StaticPolicy {
             .filter(|c| self.topo.is_usable(*c) && self.first_claim(pod, *c).is_none())
             .collect();
         if cpus.is_empty() && !held.is_empty() {
+            let (why, remedy) = self.why_unusable(pod, held);
             return Err(CpuError::NoUsableCpus {
                 pod: pod.to_owned(),
                 container: container.to_owned(),
                 held: crate::topology::to_cpuset(held),
+                why,
+                remedy,
             });
         }
         Ok(Placement {

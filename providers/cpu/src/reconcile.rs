@@ -161,8 +161,8 @@ impl StaticPolicy {
         }
         for c in &out.report.conflicts {
             tracing::warn!(conflict = %c,
-                "cpu provider: restored assignment keeps CPUs it cannot use now; they go to no \
-                 other pod until it is released (bring them online, or release the pod)");
+                "cpu provider: a restored assignment keeps CPUs it cannot use now; no other pod \
+                 gets them until it is released");
         }
         for n in &out.notes {
             tracing::info!(note = %n, "cpu provider: restored");
@@ -200,6 +200,40 @@ impl StaticPolicy {
                 report.conflicts.push(conflict(pod, "", &lost, missing));
             }
         }
+    }
+
+    /// Why pod `pod` cannot run on `held` (offline CPUs, CPUs another pod
+    /// claimed first), and what resolves it.
+    pub(crate) fn why_unusable(&self, pod: &str, held: &Cpus) -> (String, String) {
+        let lost: Cpus = held
+            .iter()
+            .copied()
+            .filter(|c| !self.topo.is_usable(*c))
+            .collect();
+        let mut why = Vec::new();
+        if !lost.is_empty() {
+            why.push(unusable(self, &lost));
+        }
+        let mut claimed: BTreeMap<&str, Cpus> = BTreeMap::new();
+        for &c in held {
+            if let Some(first) = self.first_claim(pod, c).filter(|_| self.topo.is_usable(c)) {
+                claimed.entry(first).or_default().insert(c);
+            }
+        }
+        for (first, cpus) in &claimed {
+            why.push(cpus_are(cpus, &format!("claimed first by pod {first}")));
+        }
+        let mut remedy = vec!["release this pod".to_owned()];
+        if !lost.is_empty() {
+            remedy.push(format!(
+                "bring CPUs {} online again (/sys/devices/system/cpu/cpuN/online)",
+                to_cpuset(&lost)
+            ));
+        }
+        for first in claimed.keys() {
+            remedy.push(format!("release pod {first}"));
+        }
+        (why.join(", "), remedy.join(", or "))
     }
 
     /// The pod that claims `cpu` first (pods in uid order), if another

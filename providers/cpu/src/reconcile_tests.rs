@@ -233,10 +233,9 @@ fn every_held_cpu_offline_refuses_only_that_container() {
     assert_eq!(
         alloc(&mut p, &pod("b", 2), &[1]),
         Err(
-            "UnexpectedAdmissionError: container \"app\" of pod b-uid holds CPUs 1,7, none of \
-             which it can run on now (offline, or claimed first by another pod in the restored \
-             state); bring them online again (/sys/devices/system/cpu/cpuN/online) or release \
-             the pod"
+            "UnexpectedAdmissionError: container \"app\" of pod b-uid holds CPUs 1,7 and can \
+             run on none of them now: CPUs 1,7 are offline; release this pod, or bring CPUs 1,7 \
+             online again (/sys/devices/system/cpu/cpuN/online)"
                 .into()
         )
     );
@@ -434,6 +433,19 @@ fn a_cpu_saved_for_two_pods_stays_with_the_first_claim() {
         .allocate(&be, &be.containers[0], &TopologyHint::ANY)
         .unwrap();
     assert_eq!(shared.cpus.to_string(), "0,2-6,8,10-11");
+    // A claim that keeps nothing cannot run; what resolves it is said.
+    let mut c = testkit::load::<CpuManager>(&m, reserved("0")).unwrap();
+    c.restore(br#"{"policy_name":"static","default_cpu_set":"","entries":{"a-uid":{"app":"1,7"},"c-uid":{"app":"1"}},"cpus_to_reuse":{}}"#)
+        .unwrap();
+    assert_eq!(
+        alloc(&mut c, &pod("c", 1), &[1]),
+        Err(
+            "UnexpectedAdmissionError: container \"app\" of pod c-uid holds CPUs 1 and can run \
+             on none of them now: CPU 1 is claimed first by pod a-uid; release this pod, or \
+             release pod a-uid"
+                .into()
+        )
+    );
     // a released: CPU 7 is b's alone now; b released: all free.
     p.release("a-uid", "app").unwrap();
     assert_eq!(zones(&mut p), [(0, 6, 5, 5), (1, 6, 6, 4)]);
