@@ -70,13 +70,14 @@ use serde::{Deserialize, Serialize};
 use crate::{
     Allocation, CompactHints, ContainerView, HintSet, Inventory, Machine, NumaMask, PodView,
     PreferredAllocationRequest, Provider, ProviderConfig, ProviderContext, ProviderError,
-    ProviderHints, TopologyHint,
+    ProviderHints, Reconciled, TopologyHint,
 };
 
 /// Version of the binary interface exchanged with plugins: a host refuses a
 /// plugin whose root module reports a different value. `1` was SDK 0.1;
-/// `2` is SDK 0.2 (256-bit masks, JSON pods and allocations, named calls).
-pub const SDK_ABI_VERSION: u32 = 2;
+/// `2` was SDK 0.2 (256-bit masks, JSON pods and allocations, named calls);
+/// `3` is SDK 0.3 (`restore` answers the reconcile report as JSON).
+pub const SDK_ABI_VERSION: u32 = 3;
 
 /// The version of this SDK crate.
 pub const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -334,8 +335,9 @@ pub trait FfiProvider: Send + Sync {
     /// See [`Provider::checkpoint`].
     fn checkpoint(&self) -> RResult<RVec<u8>, FfiError>;
 
-    /// See [`Provider::restore`].
-    fn restore(&mut self, data: RSlice<'_, u8>) -> RResult<(), FfiError>;
+    /// See [`Provider::restore`]; the answer is the [`Reconciled`] report
+    /// as JSON.
+    fn restore(&mut self, data: RSlice<'_, u8>) -> RResult<RString, FfiError>;
 
     /// A named call: `method` with a JSON `request`; the JSON answer, or
     /// `RNone` when the plugin does not know `method` (it was built before
@@ -612,9 +614,10 @@ impl<P: Provider> FfiProvider for Adapter<P> {
         })
     }
 
-    fn restore(&mut self, data: RSlice<'_, u8>) -> RResult<(), FfiError> {
+    fn restore(&mut self, data: RSlice<'_, u8>) -> RResult<RString, FfiError> {
         guarded(&self.name, "restore", || {
-            self.inner.restore(data.as_slice())
+            let report = self.inner.restore(data.as_slice())?;
+            to_json(&report).map(RString::from)
         })
     }
 
@@ -837,9 +840,16 @@ impl ProviderHandle {
         Ok(self.inner.checkpoint().into_result()?.into_vec())
     }
 
-    /// See [`Provider::restore`].
-    pub fn restore(&mut self, data: &[u8]) -> Result<(), ProviderError> {
-        Ok(self.inner.restore(RSlice::from_slice(data)).into_result()?)
+    /// See [`Provider::restore`]. The report is read leniently (fields
+    /// this SDK does not know are ignored; an empty answer is an empty
+    /// report); one that does not parse at all is an error (reason
+    /// [`INVALID_OUTPUT_REASON`]).
+    pub fn restore(&mut self, data: &[u8]) -> Result<Reconciled, ProviderError> {
+        let answer = self.inner.restore(RSlice::from_slice(data)).into_result()?;
+        if answer.trim().is_empty() {
+            return Ok(Reconciled::default());
+        }
+        from_plugin("reconcile report", answer.as_str())
     }
 
     /// A named call with a JSON request: the JSON answer, or `None` when the
@@ -979,8 +989,8 @@ mod tests {
         fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
             Ok(vec![1, 2])
         }
-        fn restore(&mut self, _: &[u8]) -> Result<(), ProviderError> {
-            Ok(())
+        fn restore(&mut self, _: &[u8]) -> Result<Reconciled, ProviderError> {
+            Ok(Reconciled::default())
         }
         fn preferred_allocation(
             &mut self,
@@ -1030,7 +1040,7 @@ mod tests {
         assert_eq!(a.mems, mask(&[0, 250]));
         assert_eq!(a.devices["x/y"], ["boom"]);
         assert_eq!(a.env["K"], "V");
-        assert_eq!(h.restore(&[]), Ok(()));
+        assert_eq!(h.restore(&[]), Ok(Reconciled::default()));
         let req = |size| {
             PreferredAllocationRequest::new("x/y", vec!["a".into(), "b".into()], vec![], size)
         };
@@ -1095,8 +1105,13 @@ mod tests {
         fn checkpoint(&self) -> RResult<RVec<u8>, FfiError> {
             RResult::ROk(RVec::new())
         }
-        fn restore(&mut self, _: RSlice<'_, u8>) -> RResult<(), FfiError> {
-            RResult::ROk(())
+        fn restore(&mut self, _: RSlice<'_, u8>) -> RResult<RString, FfiError> {
+            RResult::ROk(
+                r#"{"conflicts": [{"pod_uid": "u", "container": "c", "resource": "x/y",
+                    "missing": "device b is gone", "ids": ["b"], "severity": "high"}],
+                    "moves": [], "adopted": [{"pod_uid": "v"}]}"#
+                    .into(),
+            )
         }
         fn call(&mut self, method: RStr<'_>, _: RStr<'_>) -> RResult<ROption<RString>, FfiError> {
             match method.as_str() {
@@ -1133,6 +1148,13 @@ mod tests {
         assert_eq!(zone.amounts.available, 1);
         let req = PreferredAllocationRequest::new("x/y", vec!["a".into(), "b".into()], vec![], 1);
         assert_eq!(h.preferred_allocation(&req), Ok(vec!["b".to_owned()]));
+        let report = h.restore(b"{}").unwrap();
+        assert_eq!(
+            report,
+            Reconciled::new().with_conflict(
+                crate::Conflict::new("u", "c", "x/y", "device b is gone").with_ids(["b"])
+            )
+        );
     }
 
     #[test]
@@ -1184,8 +1206,8 @@ mod tests {
             fn checkpoint(&self) -> RResult<RVec<u8>, FfiError> {
                 RResult::ROk(RVec::new())
             }
-            fn restore(&mut self, _: RSlice<'_, u8>) -> RResult<(), FfiError> {
-                RResult::ROk(())
+            fn restore(&mut self, _: RSlice<'_, u8>) -> RResult<RString, FfiError> {
+                RResult::ROk(r#"{"conflicts": "none"}"#.into())
             }
             fn call(&mut self, _: RStr<'_>, _: RStr<'_>) -> RResult<ROption<RString>, FfiError> {
                 RResult::ROk(ROption::RSome("[1]".into()))
@@ -1212,6 +1234,14 @@ mod tests {
         assert!(err
             .message
             .starts_with("the provider's inventory is invalid: "));
+        let err = h.restore(b"{}").unwrap_err();
+        assert_eq!(err.reason, "InvalidProviderOutput");
+        assert!(
+            err.message
+                .starts_with("the provider's reconcile report is invalid: invalid type: string"),
+            "{}",
+            err.message
+        );
     }
 
     /// A plugin that records the pod argument of every call; it knows
@@ -1249,8 +1279,8 @@ mod tests {
         fn checkpoint(&self) -> RResult<RVec<u8>, FfiError> {
             RResult::ROk(RVec::new())
         }
-        fn restore(&mut self, _: RSlice<'_, u8>) -> RResult<(), FfiError> {
-            RResult::ROk(())
+        fn restore(&mut self, _: RSlice<'_, u8>) -> RResult<RString, FfiError> {
+            RResult::ROk("{}".into())
         }
         fn call(
             &mut self,
@@ -1331,8 +1361,8 @@ mod tests {
             fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
                 Ok(Vec::new())
             }
-            fn restore(&mut self, _: &[u8]) -> Result<(), ProviderError> {
-                Ok(())
+            fn restore(&mut self, _: &[u8]) -> Result<Reconciled, ProviderError> {
+                Ok(Reconciled::default())
             }
         }
         let container = to_json(&crate::testkit::container("app", &[])).unwrap();

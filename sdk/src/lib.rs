@@ -168,6 +168,7 @@ mod pod;
 mod preferred;
 mod provider;
 pub mod quantity;
+mod reconcile;
 pub mod testkit;
 
 /// The `abi_stable` crate the SDK is built with (an implementation detail of
@@ -200,3 +201,4 @@ pub use mask::{
 pub use pod::{ContainerView, PodResources, PodView, QosClass, ResourceList};
 pub use preferred::{PreferredAllocationRequest, INVALID_REQUEST_REASON};
 pub use provider::{Provider, ProviderConfig, ProviderContext, ProviderError};
+pub use reconcile::{Conflict, Move, Reconciled, ResourceId};

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use crate::{
     Allocation, ContainerView, Inventory, Machine, PodView, PreferredAllocationRequest,
-    ProviderHints, TopologyHint,
+    ProviderHints, Reconciled, TopologyHint,
 };
 
 /// An error from a provider, with a short machine-readable `reason` (shown as
@@ -234,12 +234,61 @@ pub trait Provider: Send + Sync + 'static {
     /// something unknown is not an error.
     fn release(&mut self, pod_uid: &str, container: &str) -> Result<(), ProviderError>;
 
-    /// Serialize the provider's assignments.
+    /// Serialize the provider's assignments: what each (pod, container)
+    /// holds, including what it lost and keeps (see
+    /// [`restore`](Self::restore)). A later version of the provider must be
+    /// able to read it back.
     fn checkpoint(&self) -> Result<Vec<u8>, ProviderError>;
 
-    /// Restore assignments from a [`Provider::checkpoint`]; must validate the
-    /// bytes against the current machine and change nothing on error.
-    fn restore(&mut self, data: &[u8]) -> Result<(), ProviderError>;
+    /// Take back the assignments `saved` by [`checkpoint`](Self::checkpoint)
+    /// (of this or an earlier instance, possibly on another machine or
+    /// config) and reconcile them with the machine and config this instance
+    /// was built with.
+    ///
+    /// # When the host calls it
+    ///
+    /// On an instance fresh from [`new`](Self::new), before any other call,
+    /// with the machine and config *as they are now*: at start, with the
+    /// saved state of the last run; and whenever the host reconciles live
+    /// (the operator reloads the config, the machine changed), it builds a
+    /// new instance with the new machine and config and restores the running
+    /// instance's checkpoint into it. One call covers restart, reload and
+    /// hot-plug alike.
+    ///
+    /// # What the provider must do
+    ///
+    /// 1. **Recompute from now.** Capacity, reserved sets and free amounts
+    ///    come from the machine and config `new` got, never from `saved`.
+    /// 2. **Keep what exists.** Every saved assignment whose resources are
+    ///    all still there is kept as it was.
+    /// 3. **Keep what remains, hold what is missing.** An assignment that
+    ///    lost part of what it holds (a vanished device, an offline CPU,
+    ///    memory shrunk below what is assigned) is kept for what remains,
+    ///    and what it lost is reported as a [`Conflict`](crate::Conflict) (pod, container,
+    ///    resource, what is missing in words, and its ids where it has
+    ///    ids). What it lost is never offered to anyone else: it stays the
+    ///    assignment's, in the next checkpoint too, so that when it comes
+    ///    back it is the same pod's again — never another pod's and never
+    ///    held twice. Releasing the container frees all of it.
+    /// 4. **Follow what moved.** An assignment whose resource is found
+    ///    again under another device id or resource name (the same device
+    ///    seen by another discovery source, a renamed resource) holds it
+    ///    under its new name, reported as a [`Move`](crate::Move) (from and to, each a
+    ///    resource and an id). Recognise devices by what they are (a PCI
+    ///    address, a serial), not only by their id: the device toolkit
+    ///    ([`devices`](crate::devices)) does.
+    /// 5. **Refuse nothing wholesale.** A provider with no saved assignments
+    ///    accepts any machine and config. Two saved assignments that claim
+    ///    one resource keep the first claim and report the second as a
+    ///    conflict; admissions that do not touch a conflict go on.
+    /// 6. **Fail only on unreadable bytes.** Return `Err` only when `saved`
+    ///    cannot be read at all (corrupt, a format this provider does not
+    ///    know), and then change nothing. The host keeps the bytes and holds
+    ///    the provider with the error's message until its state is readable.
+    ///
+    /// The host logs the report, shows conflicts as the node's degraded
+    /// health and never lets anything a conflict names be handed out.
+    fn restore(&mut self, saved: &[u8]) -> Result<Reconciled, ProviderError>;
 
     /// The device plugins' `GetPreferredAllocation`: the `size` devices of
     /// `request.resource` this provider would pick from `request.available`,

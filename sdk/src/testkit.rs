@@ -26,7 +26,7 @@ use crate::ffi::{self, FfiInit, ProviderHandle};
 use crate::{
     Allocation, ContainerView, Cpu, HintSet, Inventory, Machine, NumaMask, NumaNode, NumaNodeId,
     PciDevice, PodView, PreferredAllocationRequest, Provider, ProviderConfig, ProviderContext,
-    ProviderError, ProviderHints, QosClass, ResourceList, TopologyHint,
+    ProviderError, ProviderHints, QosClass, Reconciled, ResourceList, TopologyHint,
 };
 
 /// Memory per NUMA node of [`machine`]: 16 GiB.
@@ -191,7 +191,7 @@ pub fn new_provider<P: Provider>(
 /// #     fn allocate(&mut self, _: &PodView, _: &ContainerView, _: &TopologyHint) -> Result<Allocation, ProviderError> { Ok(Allocation::default()) }
 /// #     fn release(&mut self, _: &str, _: &str) -> Result<(), ProviderError> { Ok(()) }
 /// #     fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> { Ok(vec![]) }
-/// #     fn restore(&mut self, _: &[u8]) -> Result<(), ProviderError> { Ok(()) }
+/// #     fn restore(&mut self, _: &[u8]) -> Result<Reconciled, ProviderError> { Ok(Reconciled::new()) }
 /// # }
 /// let machine = testkit::machine(2, 2);
 /// let err = testkit::load::<Nothing>(&machine, serde_json::json!({"a": "x"})).unwrap_err();
@@ -260,7 +260,7 @@ impl Loaded {
     }
 
     /// [`Provider::restore`] through the boundary.
-    pub fn restore(&mut self, data: &[u8]) -> Result<(), ProviderError> {
+    pub fn restore(&mut self, data: &[u8]) -> Result<Reconciled, ProviderError> {
         self.0.restore(data)
     }
 

@@ -874,8 +874,8 @@ mod tests {
         fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
             Ok(Vec::new())
         }
-        fn restore(&mut self, _: &[u8]) -> Result<(), ProviderError> {
-            Ok(())
+        fn restore(&mut self, _: &[u8]) -> Result<topomgr_sdk::Reconciled, ProviderError> {
+            Ok(topomgr_sdk::Reconciled::new())
         }
     }
 
@@ -983,8 +983,8 @@ mod tests {
             fn checkpoint(&self) -> RResult<RVec<u8>, FfiError> {
                 RResult::ROk(RVec::new())
             }
-            fn restore(&mut self, _: RSlice<'_, u8>) -> RResult<(), FfiError> {
-                RResult::ROk(())
+            fn restore(&mut self, _: RSlice<'_, u8>) -> RResult<RString, FfiError> {
+                RResult::ROk("{}".into())
             }
             fn call(
                 &mut self,
@@ -1089,8 +1089,8 @@ mod tests {
         fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
             Ok(Vec::new())
         }
-        fn restore(&mut self, _: &[u8]) -> Result<(), ProviderError> {
-            Ok(())
+        fn restore(&mut self, _: &[u8]) -> Result<topomgr_sdk::Reconciled, ProviderError> {
+            Ok(topomgr_sdk::Reconciled::new())
         }
     }
 

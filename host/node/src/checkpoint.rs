@@ -464,7 +464,7 @@ pub(crate) fn install(
         };
         let restored = p.restore(&bytes);
         match restored {
-            Ok(()) => {
+            Ok(_reconciled) => {
                 replayed += pending.len();
                 if !pending.is_empty() {
                     changed.push(p.name().to_owned());

@@ -440,6 +440,7 @@ pub fn restore_provider(dir: &Path, provider: &mut Provider) -> Result<(), Check
     let bytes = provider_bytes(&path, provider.name(), hex)?;
     provider
         .restore(&bytes)
+        .map(|_reconciled| ())
         .map_err(|e| CheckpointError::Provider {
             provider: provider.name().to_string(),
             message: e.to_string(),
@@ -529,10 +530,10 @@ mod tests {
         fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
             Ok(serde_json::to_vec(&self.0).unwrap())
         }
-        fn restore(&mut self, data: &[u8]) -> Result<(), ProviderError> {
+        fn restore(&mut self, data: &[u8]) -> Result<topomgr_sdk::Reconciled, ProviderError> {
             self.0 = serde_json::from_slice(data)
                 .map_err(|e| ProviderError::admission(e.to_string()))?;
-            Ok(())
+            Ok(topomgr_sdk::Reconciled::new())
         }
     }
 
@@ -625,7 +626,7 @@ mod tests {
         fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
             self.cpus.checkpoint()
         }
-        fn restore(&mut self, data: &[u8]) -> Result<(), ProviderError> {
+        fn restore(&mut self, data: &[u8]) -> Result<topomgr_sdk::Reconciled, ProviderError> {
             self.cpus.restore(data)
         }
     }

@@ -334,8 +334,8 @@ impl topomgr_sdk::Provider for Scripted {
     fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
         Ok(Vec::new())
     }
-    fn restore(&mut self, _: &[u8]) -> Result<(), ProviderError> {
-        Ok(())
+    fn restore(&mut self, _: &[u8]) -> Result<topomgr_sdk::Reconciled, ProviderError> {
+        Ok(topomgr_sdk::Reconciled::new())
     }
 }
 

@@ -14,8 +14,8 @@ pub struct Plugins {
     pub widgets: PathBuf,
     /// The plugin of `tests/incompatible-sdk` (built against a changed SDK shape).
     pub incompatible: PathBuf,
-    /// The same fixture built with `--features sdk-0-1`: it reports the
-    /// previous SDK minor, 0.1.0.
+    /// The same fixture built with `--features sdk-0-2`: a plugin of the
+    /// previous SDK minor, 0.2.1.
     pub older_minor: PathBuf,
     /// `tests/vendor-accelerator`: a device provider built outside the
     /// workspace against the SDK alone.
@@ -129,8 +129,8 @@ pub fn plugins() -> &'static Plugins {
         };
         let incompatible = keep(fixture(&[]), "libincompatible_layout.so");
         let older_minor = keep(
-            fixture(&["--features", "sdk-0-1"]),
-            "libincompatible_sdk_0_1.so",
+            fixture(&["--features", "sdk-0-2"]),
+            "libincompatible_sdk_0_2.so",
         );
         Plugins {
             mock: pick(&main, "topomgr_mock_provider"),

@@ -237,7 +237,7 @@ fn a_panic_in_any_method_is_an_error_and_the_provider_keeps_working() {
                     ))
                     .map(drop),
                 "inventory" => m.inventory().map(drop),
-                _ => m.restore(br#"{"calls":[]}"#),
+                _ => m.restore(br#"{"calls":[]}"#).map(drop),
             }
         };
         let method = match point {
@@ -439,14 +439,14 @@ fn a_plugin_built_against_an_incompatible_sdk_is_refused_in_one_line() {
             topomgr_sdk::SDK_VERSION
         )
     );
-    // A plugin of the previous SDK minor (0.1): refused on the version.
+    // A plugin of the previous SDK minor (0.2): refused on the version.
     let err = load("old", &p.older_minor, json!(null)).unwrap_err();
     assert!(matches!(err, PluginError::Incompatible { .. }), "{err:?}");
     assert_eq!(
         err.to_string(),
         format!(
             "provider `old`: {} was built against an incompatible topomgr SDK: plugin SDK version \
-             0.1.0, host SDK version {}; the 0.MINOR versions must match; rebuild it with topomgr-sdk {}",
+             0.2.1, host SDK version {}; the 0.MINOR versions must match; rebuild it with topomgr-sdk {}",
             p.older_minor.canonicalize().unwrap().display(),
             topomgr_sdk::SDK_VERSION,
             topomgr_sdk::SDK_VERSION

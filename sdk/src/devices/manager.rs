@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{Device, DeviceHooks, Devices};
 use crate::{
-    Amounts, Inventory, Machine, NumaNodeId, PreferredAllocationRequest, ProviderError,
+    Amounts, Inventory, Machine, NumaNodeId, PreferredAllocationRequest, ProviderError, Reconciled,
     ResourceInventory, Zone,
 };
 
@@ -331,7 +331,7 @@ impl DeviceManager {
     /// different pods, reuse naming devices the pod does not hold.
     /// Assignments of resources or devices the provider no longer has are
     /// kept, with a warning, and never handed out.
-    pub fn restore(&mut self, data: &[u8]) -> Result<(), ProviderError> {
+    pub fn restore(&mut self, data: &[u8]) -> Result<Reconciled, ProviderError> {
         let cp: Checkpoint = serde_json::from_slice(data).map_err(|e| {
             ProviderError::checkpoint(format!("device assignments do not parse: {e}"))
         })?;
@@ -466,7 +466,7 @@ impl DeviceManager {
         self.assignments = assignments;
         self.vanished = vanished;
         self.reuse = reuse;
-        Ok(())
+        Ok(Reconciled::default())
     }
 
     /// Capacity, allocatable and available devices per resource and NUMA

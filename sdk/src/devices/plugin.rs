@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use super::{Device, DeviceManager, Devices};
 use crate::{
     Allocation, ContainerView, Inventory, PodView, PreferredAllocationRequest, Provider,
-    ProviderContext, ProviderError, ProviderHints, TopologyHint,
+    ProviderContext, ProviderError, ProviderHints, Reconciled, TopologyHint,
 };
 
 /// Where a device provider's own logic plugs into the [`DeviceManager`]:
@@ -133,8 +133,8 @@ impl<P: DevicePlugin> Provider for DeviceProvider<P> {
         self.manager.checkpoint()
     }
 
-    fn restore(&mut self, data: &[u8]) -> Result<(), ProviderError> {
-        self.manager.restore(data)
+    fn restore(&mut self, saved: &[u8]) -> Result<Reconciled, ProviderError> {
+        self.manager.restore(saved)
     }
 
     fn preferred_allocation(

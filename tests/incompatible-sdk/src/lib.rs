@@ -1,9 +1,9 @@
-//! A copy of topomgr-sdk 0.2's ABI types with one deliberate change
+//! A copy of topomgr-sdk 0.3's ABI types with one deliberate change
 //! (`FfiHint` has an extra `distance` field), exporting a plugin the host
 //! must refuse at load with a one-line "incompatible SDK" message. With the
-//! feature `sdk-0-1` the root module reports SDK version 0.1.0 instead, the
-//! previous minor, which the host refuses first. Nothing here is ever
-//! called: the checks fail before.
+//! feature `sdk-0-2` it is a plugin of SDK 0.2 instead: version 0.2.1, ABI
+//! version 2 and 0.2's `restore` (no report), which the host refuses on the
+//! version first. Nothing here is ever called: the checks fail before.
 
 #![allow(missing_docs)]
 
@@ -57,6 +57,13 @@ pub struct FfiResourceHints {
 
 pub type FfiProviderHints = ROption<RVec<FfiResourceHints>>;
 
+/// What `restore` answers: SDK 0.3 the reconcile report as JSON.
+#[cfg(not(feature = "sdk-0-2"))]
+pub type RestoreAnswer = RString;
+/// What `restore` answers: SDK 0.2 nothing.
+#[cfg(feature = "sdk-0-2")]
+pub type RestoreAnswer = ();
+
 /// The provider object behind the boundary.
 #[sabi_trait]
 pub trait FfiProvider: Send + Sync {
@@ -79,11 +86,10 @@ pub trait FfiProvider: Send + Sync {
 
     fn checkpoint(&self) -> RResult<RVec<u8>, FfiError>;
 
-    fn restore(&mut self, data: RSlice<'_, u8>) -> RResult<(), FfiError>;
+    fn restore(&mut self, data: RSlice<'_, u8>) -> RResult<RestoreAnswer, FfiError>;
 
     #[sabi(last_prefix_field)]
-    fn call(&mut self, method: RStr<'_>, request: RStr<'_>)
-        -> RResult<ROption<RString>, FfiError>;
+    fn call(&mut self, method: RStr<'_>, request: RStr<'_>) -> RResult<ROption<RString>, FfiError>;
 }
 
 pub type FfiProviderBox = FfiProvider_TO<'static, RBox<()>>;
@@ -112,10 +118,10 @@ impl RootModule for ProviderModRef {
     abi_stable::declare_root_module_statics! {ProviderModRef}
     const BASE_NAME: &'static str = "topomgr_provider";
     const NAME: &'static str = "topomgr_provider";
-    #[cfg(not(feature = "sdk-0-1"))]
+    #[cfg(not(feature = "sdk-0-2"))]
     const VERSION_STRINGS: VersionStrings = abi_stable::package_version_strings!();
-    #[cfg(feature = "sdk-0-1")]
-    const VERSION_STRINGS: VersionStrings = VersionStrings::new("0.1.0");
+    #[cfg(feature = "sdk-0-2")]
+    const VERSION_STRINGS: VersionStrings = VersionStrings::new("0.2.1");
 }
 
 extern "C" fn new_provider(_init: FfiInit) -> RResult<FfiProviderBox, FfiError> {
@@ -128,7 +134,7 @@ extern "C" fn new_provider(_init: FfiInit) -> RResult<FfiProviderBox, FfiError> 
 #[export_root_module]
 pub fn root_module() -> ProviderModRef {
     ProviderMod {
-        sdk_abi_version: 2,
+        sdk_abi_version: if cfg!(feature = "sdk-0-2") { 2 } else { 3 },
         new: new_provider,
     }
     .leak_into_prefix()

@@ -26,6 +26,10 @@
 //! preferred = ["dev-1", "dev-0"]   # GetPreferredAllocation answer (default: no preference)
 //! inventory = { resources = { "example.com/foo" = { total = { capacity = 2, allocatable = 2,
 //!     available = 1 }, zones = [{ numa = 0, capacity = 2, allocatable = 2, available = 1 }] } } }
+//! reconciled = { conflicts = [{ pod_uid = "u", container = "app", resource = "example.com/foo",
+//!     missing = "device foo-1 is gone", ids = ["foo-1"] }],
+//!     moves = [{ pod_uid = "u", container = "app", from = { resource = "example.com/foo", id = "a" },
+//!     to = { resource = "example.com/foo", id = "b" } }] }   # what `restore` reports
 //! ```
 //!
 //! # Checkpoint
@@ -42,7 +46,7 @@ use serde::{Deserialize, Serialize};
 use topomgr_sdk::{
     Allocation, ContainerView, CpuSet, HintSet, Inventory, NumaMask, PodView,
     PreferredAllocationRequest, Provider, ProviderContext, ProviderError, ProviderHints,
-    TopologyHint,
+    Reconciled, TopologyHint,
 };
 
 /// Methods `panic_in` may name.
@@ -87,6 +91,8 @@ struct MockConfig {
     preferred: Vec<String>,
     #[serde(default)]
     inventory: Option<Inventory>,
+    #[serde(default)]
+    reconciled: Reconciled,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -124,6 +130,7 @@ pub struct MockProvider {
     calls: Vec<String>,
     preferred: Vec<String>,
     inventory: Inventory,
+    reconciled: Reconciled,
 }
 
 fn config_error(key: &str, message: impl std::fmt::Display) -> ProviderError {
@@ -244,6 +251,7 @@ impl Provider for MockProvider {
             calls: Vec::new(),
             preferred: cfg.preferred,
             inventory: cfg.inventory.unwrap_or_default(),
+            reconciled: cfg.reconciled,
         })
     }
 
@@ -304,7 +312,7 @@ impl Provider for MockProvider {
         })
     }
 
-    fn restore(&mut self, data: &[u8]) -> Result<(), ProviderError> {
+    fn restore(&mut self, data: &[u8]) -> Result<Reconciled, ProviderError> {
         self.maybe_panic("restore");
         let r: Record = serde_json::from_slice(data).map_err(|e| {
             ProviderError::new(
@@ -313,7 +321,7 @@ impl Provider for MockProvider {
             )
         })?;
         self.calls = r.calls;
-        Ok(())
+        Ok(self.reconciled.clone())
     }
 
     fn preferred_allocation(
@@ -394,6 +402,24 @@ mod tests {
     }
 
     #[test]
+    fn restore_answers_the_scripted_report() {
+        let report = json!({"conflicts": [{"pod_uid": "u", "container": "app",
+            "resource": "example.com/foo", "missing": "device foo-1 is gone", "ids": ["foo-1"]}]});
+        let mut p = build(json!({ "reconciled": report })).unwrap();
+        let r = p.restore(br#"{"calls": []}"#).unwrap();
+        assert_eq!(r.conflicts.len(), 1);
+        assert_eq!(
+            r.conflicts[0].to_string(),
+            "container app of pod u, example.com/foo: device foo-1 is gone"
+        );
+        assert!(build(json!({}))
+            .unwrap()
+            .restore(br#"{"calls": []}"#)
+            .unwrap()
+            .is_empty());
+    }
+
+    #[test]
     fn config_errors_name_the_key() {
         let msg = |v| build(v).err().map(|e| e.to_string());
         assert_eq!(
@@ -401,7 +427,7 @@ mod tests {
             Some(
                 "InvalidConfig: mock config: unknown field `colour`, expected one of `hints`, `pod_hints`, \
                  `no_map`, `fail_hints`, `allocation`, `fail_allocate`, `fail_allocate_for`, `fail_reason`, \
-                 `panic_in`, `sleep_ms`, `log_message`, `preferred`, `inventory`"
+                 `panic_in`, `sleep_ms`, `log_message`, `preferred`, `inventory`, `reconciled`"
             )
         );
         assert_eq!(

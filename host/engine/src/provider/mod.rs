@@ -312,16 +312,27 @@ impl Provider {
         }
     }
 
-    /// Restore the provider's state.
-    pub fn restore(&mut self, data: &[u8]) -> Result<(), ProviderError> {
+    /// Restore the provider's state, reconciled with the machine and config
+    /// it was built with (see [`topomgr_sdk::Provider::restore`]). Every
+    /// conflict and move of the report is logged at warn level.
+    pub fn restore(&mut self, data: &[u8]) -> Result<topomgr_sdk::Reconciled, ProviderError> {
         let observer = self.observer.as_deref();
-        match &mut self.calls {
+        let report = match &mut self.calls {
             Calls::Direct(h) => timed(observer, &self.name, "restore", || h.restore(data)),
             Calls::Deadline(d) => {
                 let data = data.to_vec();
                 d.call("restore", observer, move |h| h.restore(&data), None)
             }
+        }?;
+        for c in &report.conflicts {
+            warn!(provider = %self.name, pod = %c.pod_uid, container = %c.container, resource = %c.resource,
+                ids = %c.ids.join(","), "restored assignment misses {}", c.missing);
         }
+        for m in &report.moves {
+            warn!(provider = %self.name, pod = %m.pod_uid, container = %m.container,
+                "restored assignment moved: {} is now {}", m.from, m.to);
+        }
+        Ok(report)
     }
 
     /// The device plugins' `GetPreferredAllocation` (see
@@ -417,8 +428,8 @@ mod tests {
         fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
             Ok(Vec::new())
         }
-        fn restore(&mut self, _: &[u8]) -> Result<(), ProviderError> {
-            Ok(())
+        fn restore(&mut self, _: &[u8]) -> Result<topomgr_sdk::Reconciled, ProviderError> {
+            Ok(topomgr_sdk::Reconciled::new())
         }
     }
 
