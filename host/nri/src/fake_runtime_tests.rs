@@ -436,6 +436,29 @@ async fn unknown_methods_services_and_malformed_requests_are_answered_with_error
         )
     );
 
+    // pod events need no container; container events do
+    let ev = StateChangeEvent {
+        event: Event::RunPodSandbox as i32,
+        pod: Some(pod()),
+        container: None,
+    };
+    let r = rt
+        .call(PLUGIN_SERVICE, "StateChange", &ev.encode_to_vec())
+        .await;
+    assert_eq!(status(&r), (0, ""));
+    let ev = StateChangeEvent {
+        event: Event::PostStartContainer as i32,
+        pod: Some(pod()),
+        container: None,
+    };
+    let r = rt
+        .call(PLUGIN_SERVICE, "StateChange", &ev.encode_to_vec())
+        .await;
+    assert_eq!(
+        status(&r),
+        (2, "StateChange PostStartContainer carries no container")
+    );
+
     // an even stream id, and a ttrpc envelope that does not decode
     rt.send(PLUGIN_SERVICE_CONN, 1000, TYPE_REQUEST, b"").await;
     let r = rt.response(1000).await;
@@ -801,14 +824,15 @@ async fn reconnects_with_backoff_and_reports_status() {
         .await
     });
 
-    // no runtime yet: failed attempts back off 20, 40, 40 ms
+    // no runtime yet: failed attempts back off 10, 20, 40, 40 ms
     let mut seen = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..4 {
         seen.push(statuses.recv().await.unwrap());
     }
     assert_eq!(
         seen,
         [
+            "disconnected true 10ms",
             "disconnected true 20ms",
             "disconnected true 40ms",
             "disconnected true 40ms"

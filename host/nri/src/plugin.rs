@@ -307,39 +307,40 @@ fn pod_and_container(
 }
 
 async fn state_change<P: Plugin>(plugin: &P, r: StateChangeEvent) -> HandlerResult<()> {
-    let event = Event::try_from(r.event).unwrap_or(Event::Unknown);
+    let event = match Event::try_from(r.event) {
+        Ok(
+            e @ (Event::RunPodSandbox
+            | Event::StopPodSandbox
+            | Event::RemovePodSandbox
+            | Event::PostCreateContainer
+            | Event::StartContainer
+            | Event::PostStartContainer
+            | Event::PostUpdateContainer
+            | Event::RemoveContainer),
+        ) => e,
+        _ => {
+            return Err(PluginError::new(format!(
+                "StateChange does not carry event {} (it has its own call or is unknown)",
+                r.event
+            )))
+        }
+    };
     let pod = r
         .pod
         .ok_or_else(|| PluginError::new(format!("StateChange {event:?} carries no pod")))?;
-    let container = |c: Option<Container>| {
-        c.ok_or_else(|| PluginError::new(format!("StateChange {event:?} carries no container")))
+    let container = || {
+        r.container
+            .ok_or_else(|| PluginError::new(format!("StateChange {event:?} carries no container")))
     };
     match event {
         Event::RunPodSandbox => plugin.run_pod_sandbox(pod).await,
         Event::StopPodSandbox => plugin.stop_pod_sandbox(pod).await,
         Event::RemovePodSandbox => plugin.remove_pod_sandbox(pod).await,
-        Event::PostCreateContainer => {
-            plugin
-                .post_create_container(pod, container(r.container)?)
-                .await
-        }
-        Event::StartContainer => plugin.start_container(pod, container(r.container)?).await,
-        Event::PostStartContainer => {
-            plugin
-                .post_start_container(pod, container(r.container)?)
-                .await
-        }
-        Event::PostUpdateContainer => {
-            plugin
-                .post_update_container(pod, container(r.container)?)
-                .await
-        }
-        Event::RemoveContainer => plugin.remove_container(pod, container(r.container)?).await,
-        Event::Unknown | Event::CreateContainer | Event::UpdateContainer | Event::StopContainer => {
-            Err(PluginError::new(format!(
-                "StateChange does not carry event {} (it has its own call or is unknown)",
-                r.event
-            )))
-        }
+        Event::PostCreateContainer => plugin.post_create_container(pod, container()?).await,
+        Event::StartContainer => plugin.start_container(pod, container()?).await,
+        Event::PostStartContainer => plugin.post_start_container(pod, container()?).await,
+        Event::PostUpdateContainer => plugin.post_update_container(pod, container()?).await,
+        // RemoveContainer, the only one left
+        _ => plugin.remove_container(pod, container()?).await,
     }
 }

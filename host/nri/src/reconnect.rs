@@ -12,8 +12,9 @@ use crate::error::NriError;
 use crate::events::EventMask;
 use crate::plugin::Plugin;
 
-/// Delays between connection attempts: `initial` after a connection that was
-/// registered, doubling after each failed attempt up to `max`.
+/// Delays between connection attempts: `initial` after the first failed
+/// attempt (or after a registered connection ends), doubling with each
+/// further failure in a row up to `max`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Backoff {
     pub initial: Duration,
@@ -59,7 +60,9 @@ pub async fn serve_with_reconnect<P: Plugin>(
         Ok(r) => r,
         Err(e) => return e,
     };
-    let mut delay = backoff.initial;
+    // The wait after the next failed attempt: `initial`, doubling with each
+    // failure in a row, back to `initial` once a connection was registered.
+    let mut wait = backoff.initial;
     loop {
         let mut registered = false;
         let result = match connection::connect(socket).await {
@@ -73,19 +76,18 @@ pub async fn serve_with_reconnect<P: Plugin>(
             }
             Err(e) => Err(e),
         };
-        delay = if registered {
-            backoff.initial
-        } else {
-            (delay * 2).min(backoff.max).max(backoff.initial)
-        };
+        if registered {
+            wait = backoff.initial;
+        }
         let error = result.err().unwrap_or(NriError::Closed);
         if registered {
-            warn!(error = %error, retry_in = ?delay, "NRI connection ended");
+            warn!(error = %error, retry_in = ?wait, "NRI connection ended");
         }
         on_status(ConnectionStatus::Disconnected {
             error,
-            retry_in: delay,
+            retry_in: wait,
         });
-        tokio::time::sleep(delay).await;
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(backoff.max).max(backoff.initial);
     }
 }

@@ -363,10 +363,13 @@ async fn plugin_adjusts_rejects_and_updates_real_containers_and_survives_a_runti
         .await
         .unwrap_err()
         .to_string();
-    assert!(
-        err.contains("failed to get NRI adjustment for container")
-            && err.contains("topomgr: no NUMA node has 4 free CPUs for team-a/burstable/too-wide"),
-        "{err}"
+    // containerd wraps the ttrpc status of the plugin's error as the kubelet
+    // shows it (CreateContainerError).
+    assert_eq!(
+        err,
+        "CRI CreateContainer failed: failed to create containerd container: \
+         failed to get NRI adjustment for container: rpc error: code = Unknown desc = \
+         topomgr: no NUMA node has 4 free CPUs for team-a/burstable/too-wide"
     );
 
     // An unsolicited update moves the running shared container to CPUs 0-1.
