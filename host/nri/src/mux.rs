@@ -14,7 +14,11 @@
 //!
 //! What we write is cut into frames of at most [`WRITE_CHUNK`] bytes: the Go
 //! reader of NRI 0.6 hands each frame to a `bufio.Reader` read of at most
-//! 4 KiB and fails a larger frame with ENOMEM, closing the plugin.
+//! 4 KiB and fails a larger frame with ENOMEM. Seen with Debian's containerd
+//! 1.7.24: an answer of 10 KB in one frame made it log "closing plugin …,
+//! failed to handle CreateContainer request: ttrpc: closed"; cut into 4 KiB
+//! frames it arrives whole (the containerd integration test sends such an
+//! answer).
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 

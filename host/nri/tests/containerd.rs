@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use topomgr_nri::api::{
-    Container, ContainerAdjustment, ContainerUpdate, CreateContainerResponse,
+    Container, ContainerAdjustment, ContainerUpdate, CreateContainerResponse, KeyValue,
     LinuxContainerAdjustment, LinuxResources, PodSandbox,
 };
 use topomgr_nri::{
@@ -19,6 +19,10 @@ use topomgr_nri::{
 use topomgr_runtime_harness::{ContainerSpec, Containerd, CriClient, Pod, PodSpec, Qos};
 
 const NEEDS: &str = "needs root, a cpuset cgroup and containerd 1.7";
+
+/// Length of an environment variable every adjustment carries, so that each
+/// answer spans several multiplexed frames.
+const PAD: usize = 10_000;
 
 /// What the test plugin was told, in order.
 #[derive(Debug, Clone, PartialEq)]
@@ -104,6 +108,12 @@ impl Plugin for TestPlugin {
             Some(Err(message)) => Err(PluginError::new(message)),
             Some(Ok((cpus, mems))) => Ok(CreateContainerResponse {
                 adjust: Some(ContainerAdjustment {
+                    // An answer larger than one 4 KiB frame, as a big
+                    // environment makes it.
+                    env: vec![KeyValue {
+                        key: "TOPOMGR_TEST_PAD".into(),
+                        value: "x".repeat(PAD),
+                    }],
                     linux: Some(LinuxContainerAdjustment {
                         resources: Some(LinuxResources::cpuset(&cpus, &mems)),
                         ..Default::default()
@@ -320,6 +330,15 @@ async fn plugin_adjusts_rejects_and_updates_real_containers_and_survives_a_runti
         ),
         ("1", "0"),
         "the adjustment is what the container's processes get"
+    );
+    let pad = cri
+        .exec(&pinned, &["sh", "-c", "echo ${#TOPOMGR_TEST_PAD}"])
+        .await
+        .unwrap();
+    assert_eq!(
+        pad.trim(),
+        PAD.to_string(),
+        "the whole multi-frame answer arrived"
     );
 
     // A Burstable pod of another team: the shared CPU 0.
