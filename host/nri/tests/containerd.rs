@@ -498,7 +498,7 @@ async fn plugin_adjusts_rejects_and_updates_real_containers_and_survives_a_runti
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs root, a cpuset cgroup and containerd 1.7"]
 async fn create_container_wall_time_with_and_without_the_plugin() {
-    const N: usize = 15;
+    const N: usize = 25;
     let containerd = start_containerd();
     let mut cri = containerd.cri().await.unwrap();
     let pod = cri
