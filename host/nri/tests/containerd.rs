@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use topomgr_nri::api::{
     Container, ContainerAdjustment, ContainerUpdate, CreateContainerResponse, KeyValue,
-    LinuxContainerAdjustment, LinuxResources, PodSandbox,
+    LinuxContainerAdjustment, LinuxResources, PodSandbox, UpdateContainerResponse,
 };
 use topomgr_nri::{
     serve_with_reconnect, Backoff, ConnectionStatus, Event, EventMask, HandlerResult, Plugin,
@@ -34,6 +34,10 @@ enum Seen {
         containers: Vec<String>,
     },
     Create(Created),
+    Update {
+        container: String,
+        quota: Option<i64>,
+    },
     Stop(String),
     Remove(String),
     StopPod(String),
@@ -125,6 +129,20 @@ impl Plugin for TestPlugin {
         }
     }
 
+    async fn update_container(
+        &self,
+        _pod: PodSandbox,
+        ctr: Container,
+        resources: Option<LinuxResources>,
+    ) -> HandlerResult<UpdateContainerResponse> {
+        let quota = resources.and_then(|r| r.cpu?.quota).map(|q| q.value);
+        let _ = self.seen.send(Seen::Update {
+            container: ctr.name,
+            quota,
+        });
+        Ok(UpdateContainerResponse::default())
+    }
+
     async fn stop_container(
         &self,
         _pod: PodSandbox,
@@ -169,6 +187,7 @@ impl Running {
         });
         let events: EventMask = [
             Event::CreateContainer,
+            Event::UpdateContainer,
             Event::StopContainer,
             Event::RemoveContainer,
             Event::StopPodSandbox,
@@ -423,6 +442,27 @@ async fn plugin_adjusts_rejects_and_updates_real_containers_and_survives_a_runti
         cri.placement(&pinned, "1").await.unwrap().cpus_allowed_list,
         "1"
     );
+
+    // A CRI resource update (the kubelet's in-place resize) is relayed.
+    let mut resized = shared_spec.resources.clone();
+    resized.cpu_quota = 70_000;
+    resized.cpuset_cpus = "0-1".into();
+    resized.cpuset_mems = "0".into();
+    cri.update_resources(&shared, resized).await.unwrap();
+    nri.wait_for("UpdateContainer", |s| {
+        *s == Seen::Update {
+            container: "shared".into(),
+            quota: Some(70_000),
+        }
+    })
+    .await;
+    let recorded = cri
+        .container_status(&shared)
+        .await
+        .unwrap()
+        .resources
+        .and_then(|r| r.linux);
+    assert_eq!(recorded.map(|r| r.cpu_quota), Some(70_000));
 
     // containerd restarts: the plugin reconnects and is told what exists.
     containerd.restart().unwrap();
