@@ -63,6 +63,8 @@ use topomgr_engine::admission::{
     AdmitResult, Admitter, HeldProvider, PendingReleases, ProviderState,
 };
 use topomgr_engine::ledger::Finding;
+use topomgr_engine::provider::PROVIDER_TIMEOUT;
+use topomgr_sdk::ProviderError;
 
 /// Errors reading or writing a state directory; each names its path.
 #[derive(Debug, thiserror::Error)]
@@ -102,6 +104,18 @@ pub enum StateError {
     /// A provider failed to produce its state.
     #[error("provider {provider:?}: {message} ({path})")]
     Provider {
+        /// Provider name.
+        provider: String,
+        /// The provider's message.
+        message: String,
+        /// The state file.
+        path: PathBuf,
+    },
+    /// A provider cannot give its state now: a call of it missed its
+    /// deadline and has not returned (reason
+    /// [`topomgr_engine::provider::PROVIDER_TIMEOUT`]).
+    #[error("provider {provider:?}: {message} ({path})")]
+    ProviderStuck {
         /// Provider name.
         provider: String,
         /// The provider's message.
@@ -215,6 +229,26 @@ fn sha256_hex(data: &[u8]) -> String {
     to_hex(&Sha256::digest(data))
 }
 
+/// Provider `name`'s failure `e` to give or take its state in `path`:
+/// [`StateError::ProviderStuck`] for a provider stuck in a call that timed
+/// out, else [`StateError::Provider`].
+pub(crate) fn provider_error(name: &str, e: &ProviderError, path: PathBuf) -> StateError {
+    let (provider, message) = (name.to_owned(), e.to_string());
+    if e.reason == PROVIDER_TIMEOUT {
+        StateError::ProviderStuck {
+            provider,
+            message,
+            path,
+        }
+    } else {
+        StateError::Provider {
+            provider,
+            message,
+            path,
+        }
+    }
+}
+
 /// One provider's part of the state: its checkpoint bytes, and the
 /// releases it has not seen when it is held or not configured.
 pub(crate) fn provider_part(
@@ -223,11 +257,9 @@ pub(crate) fn provider_part(
 ) -> Result<(Vec<u8>, PendingReleases), StateError> {
     match state {
         ProviderState::Live(p) => {
-            let bytes = p.checkpoint().map_err(|e| StateError::Provider {
-                provider: name.to_string(),
-                message: e.to_string(),
-                path: PathBuf::from(STATE_FILE),
-            })?;
+            let bytes = p
+                .checkpoint()
+                .map_err(|e| provider_error(name, &e, PathBuf::from(STATE_FILE)))?;
             Ok((bytes, Vec::new()))
         }
         ProviderState::Held(h) => Ok((h.saved.clone(), h.pending_releases.clone())),

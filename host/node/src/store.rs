@@ -49,12 +49,11 @@ use crate::fsutil::{self, write_atomic};
 use crate::journal::{self, Journal, JournalHeader, JOURNAL_FILE, JOURNAL_FORMAT, JOURNAL_VERSION};
 use crate::node_state::{Change, NodeState};
 use crate::snapshot::{
-    self, body_of, encode, provider_bytes, provider_part, read_snapshot, to_hex, Body, Restored,
-    StateError, STATE_FILE,
+    self, body_of, encode, provider_bytes, provider_error, provider_part, read_snapshot, to_hex,
+    Body, Restored, StateError, STATE_FILE,
 };
 use topomgr_engine::admission::{Admitter, PendingReleases, ProviderState};
 use topomgr_engine::provider::LoadedProvider;
-use topomgr_engine::provider::PROVIDER_TIMEOUT;
 
 /// The journal is compacted once it is larger than this and larger than
 /// the snapshot.
@@ -416,7 +415,7 @@ impl Store {
 /// Whether `e` is a provider that cannot answer because a call of it timed
 /// out and has not returned yet.
 fn is_stuck(e: &StateError) -> bool {
-    matches!(e, StateError::Provider { message, .. } if message.starts_with(PROVIDER_TIMEOUT))
+    matches!(e, StateError::ProviderStuck { .. })
 }
 
 /// The recovered state of `dir` as JSON (the snapshot body with the journal
@@ -438,11 +437,9 @@ pub fn restore_provider(dir: &Path, provider: &mut LoadedProvider) -> Result<(),
     };
     let path = dir.join(STATE_FILE);
     let bytes = provider_bytes(&path, provider.name(), hex)?;
-    provider.restore(&bytes).map_err(|e| StateError::Provider {
-        provider: provider.name().to_string(),
-        message: e.to_string(),
-        path,
-    })
+    provider
+        .restore(&bytes)
+        .map_err(|e| provider_error(provider.name(), &e, path))
 }
 
 /// Save one provider's state into `dir`, keeping everything else its state
@@ -452,11 +449,9 @@ pub fn save_provider(dir: &Path, provider: &LoadedProvider) -> Result<(), StateE
     let rec = recover(dir)?;
     let mut body = rec.body;
     let path = dir.join(STATE_FILE);
-    let bytes = provider.checkpoint().map_err(|e| StateError::Provider {
-        provider: provider.name().to_string(),
-        message: e.to_string(),
-        path: path.clone(),
-    })?;
+    let bytes = provider
+        .checkpoint()
+        .map_err(|e| provider_error(provider.name(), &e, path.clone()))?;
     body.providers
         .insert(provider.name().to_string(), to_hex(&bytes));
     body.pending_releases.remove(provider.name());
@@ -486,6 +481,7 @@ mod tests {
     use crate::node_state::Records;
     use topomgr_engine::numa::NumaInfo;
     use topomgr_engine::policy::{Policy, Scope};
+    use topomgr_engine::provider::PROVIDER_TIMEOUT;
 
     /// Gives every container one exclusive CPU, the lowest free one; its
     /// state is the set of (pod, container, cpu) it holds.
