@@ -54,6 +54,7 @@ pub fn start_daemon(tag: &str, state_root: &Path, plugin: &Path) -> PathBuf {
         group: "topomgr".to_owned(),
         metrics_address: None,
         provider_timeout: Duration::from_secs(10),
+        reclaim_interval: Duration::from_secs(10),
         state_dir,
         cgroup_root: dir.join("cgroup"),
         machine,

@@ -3,13 +3,17 @@
 //! the benchmark: hyper's HTTP/1 connection over a tokio Unix stream, driven
 //! by a current-thread runtime of its own. It keeps one connection alive
 //! between requests and resends once on a fresh connection when the daemon
-//! closed an idle one before answering.
+//! closed an idle one before answering. A client made
+//! [`Client::with_deadline`] gives up on a request (connecting included)
+//! that has not been answered in time, so a caller that must not hang (an
+//! OCI hook during a container's creation) never does.
 
 use std::io;
 use std::os::fd::AsRawFd as _;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
@@ -18,7 +22,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::UnixStream;
 
-use topomgr_node::api::{AttachRequest, ErrorBody};
+use topomgr_node::api::{AdmissionRequest, AttachRequest, ErrorBody, OWNED_ADMISSION};
 
 /// An answer of the daemon.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,6 +95,16 @@ pub enum ClientError {
         /// The error.
         cause: hyper::Error,
     },
+    /// No answer within the client's deadline.
+    #[error("the topomgr daemon at {} did not answer {route} within {} ms; see its log (journalctl -u topomgr) and GET /v1/health", path.display(), after.as_millis())]
+    Timeout {
+        /// The socket.
+        path: PathBuf,
+        /// The request.
+        route: String,
+        /// The deadline.
+        after: Duration,
+    },
     /// The client's own I/O runtime could not be created.
     #[error("cannot start the daemon client's I/O runtime: {cause}")]
     Runtime {
@@ -109,6 +123,7 @@ pub enum ClientError {
 #[derive(Debug)]
 pub struct Client {
     socket: PathBuf,
+    deadline: Option<Duration>,
     /// Created on first use, so that building a client never fails.
     runtime: Option<tokio::runtime::Runtime>,
     conn: Option<SendRequest<Full<Bytes>>>,
@@ -191,8 +206,19 @@ impl Client {
     pub fn new(socket: &Path) -> Client {
         Client {
             socket: socket.to_path_buf(),
+            deadline: None,
             runtime: None,
             conn: None,
+        }
+    }
+
+    /// A client for the daemon at `socket` that gives up on a request not
+    /// answered within `deadline` (connecting and a resend included):
+    /// [`ClientError::Timeout`].
+    pub fn with_deadline(socket: &Path, deadline: Duration) -> Client {
+        Client {
+            deadline: Some(deadline),
+            ..Client::new(socket)
         }
     }
 
@@ -226,16 +252,18 @@ impl Client {
             Some(rt) => rt,
             None => tokio::runtime::Builder::new_current_thread()
                 .enable_io()
+                .enable_time()
                 .build()
                 .map_err(|cause| ClientError::Runtime { cause })?,
         };
         let reused = self.conn.as_ref().is_some_and(|c| !c.is_closed());
         let route = format!("{method} {path}");
-        let answer = match self.attempt(&rt, request()?, &route) {
+        let until = self.deadline.map(|d| Instant::now() + d);
+        let answer = match self.attempt(&rt, request()?, &route, until) {
             Err(ClientError::Http { cause, .. }) if reused && unanswered(&cause) => {
                 // The daemon closed the idle connection: resend once.
                 self.conn = None;
-                self.attempt(&rt, request()?, &route)
+                self.attempt(&rt, request()?, &route, until)
             }
             r => r,
         };
@@ -248,6 +276,7 @@ impl Client {
         rt: &tokio::runtime::Runtime,
         req: hyper::Request<Full<Bytes>>,
         route: &str,
+        until: Option<Instant>,
     ) -> Result<Response, ClientError> {
         let socket = self.socket.clone();
         let conn = self.conn.take().filter(|c| !c.is_closed());
@@ -255,7 +284,7 @@ impl Client {
             path: socket.clone(),
             cause,
         };
-        let (result, conn) = rt.block_on(async {
+        let exchange = async {
             let mut conn = match conn {
                 Some(c) => c,
                 None => {
@@ -290,7 +319,19 @@ impl Client {
             .await
             .map_err(http);
             Ok::<_, ClientError>((answer, conn))
-        })?;
+        };
+        let (result, conn) = match until {
+            None => rt.block_on(exchange)?,
+            Some(until) => {
+                let left = until.saturating_duration_since(Instant::now());
+                rt.block_on(async { tokio::time::timeout(left, exchange).await })
+                    .map_err(|_| ClientError::Timeout {
+                        path: self.socket.clone(),
+                        route: route.to_owned(),
+                        after: self.deadline.unwrap_or_default(),
+                    })??
+            }
+        };
         if result.is_ok() {
             self.conn = Some(conn);
         }
@@ -320,6 +361,15 @@ impl Client {
     /// Admit the manifest text (YAML or JSON).
     pub fn admit(&mut self, manifest: &str) -> Result<Response, ClientError> {
         self.post("/v1/pods", "application/yaml", manifest.as_bytes())
+    }
+
+    /// Admit one pod for its owner ([`AdmissionRequest`], content type
+    /// [`OWNED_ADMISSION`]).
+    pub fn admit_owned(&mut self, request: &AdmissionRequest) -> Result<Response, ClientError> {
+        let body = serde_json::to_vec(request).map_err(|e| ClientError::BadResponse {
+            message: format!("cannot encode the admission request: {e}"),
+        })?;
+        self.post("/v1/pods", OWNED_ADMISSION, &body)
     }
 
     /// Release pod `uid`.
@@ -460,6 +510,32 @@ mod tests {
             "cannot connect to the topomgr daemon at {}: ",
             dir.join("none.sock").display()
         )));
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_daemon_that_does_not_answer_is_given_up_on_at_the_deadline() {
+        use std::os::unix::net::UnixListener;
+        let dir = std::env::temp_dir().join(format!("topomgr-client-dl-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let sock = dir.join("s.sock");
+        let l = UnixListener::bind(&sock).unwrap();
+        // Accepts (the backlog does) but never answers.
+        let start = Instant::now();
+        let err = Client::with_deadline(&sock, Duration::from_millis(300))
+            .get("/v1/health")
+            .unwrap_err();
+        let waited = start.elapsed();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "the topomgr daemon at {} did not answer GET /v1/health within 300 ms; see its log (journalctl -u topomgr) and GET /v1/health",
+                sock.display()
+            )
+        );
+        assert!(waited >= Duration::from_millis(300), "{waited:?}");
+        drop(l);
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

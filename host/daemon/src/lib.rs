@@ -18,9 +18,10 @@
 //! loading providers (they may read the state directory); [`run`] then asks
 //! each provider what it owns (its inventory, for the metrics), restores
 //! the state (verify, check against the machine; nothing is re-admitted or
-//! released), binds the socket and the metrics address, tells the service
-//! manager it is ready, and serves until SIGTERM or SIGINT (telling the
-//! service manager it is stopping).
+//! released), reclaims the pods whose owners are gone, binds the socket
+//! and the metrics address, tells the service manager it is ready, and
+//! serves until SIGTERM or SIGINT (telling the service manager it is
+//! stopping), reclaiming again every `reclaim_interval`.
 
 pub mod access;
 pub mod client;
@@ -59,6 +60,8 @@ pub struct Daemon {
     pub metrics_address: Option<SocketAddr>,
     /// Deadline of one provider call.
     pub provider_timeout: Duration,
+    /// How often pods whose owners are gone are released (also at start).
+    pub reclaim_interval: Duration,
     /// State directory (locked by `lock`).
     pub state_dir: PathBuf,
     /// Root of the cgroup hierarchy (`attach`).
@@ -131,6 +134,30 @@ async fn shutdown_signal() {
     }
 }
 
+/// Ask the state thread to reclaim every `interval` until `stop` says so.
+async fn reclaim_periodically(
+    state_thread: StateThread,
+    interval: Duration,
+    stop: watch::Receiver<bool>,
+) {
+    let mut ticks = tokio::time::interval(interval);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The first tick is immediate; the start already reclaimed.
+    ticks.tick().await;
+    let stopping = stopped(stop);
+    tokio::pin!(stopping);
+    loop {
+        tokio::select! {
+            _ = &mut stopping => return,
+            _ = ticks.tick() => {
+                if let Err(e) = state_thread.submit(state_thread::Command::Reclaim).await {
+                    warn!(error = %e, "periodic reclaim failed");
+                }
+            }
+        }
+    }
+}
+
 /// Completes once `stop` says so (or its sender is gone).
 async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|s| *s).await;
@@ -185,6 +212,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
     let state_dir = d.state_dir;
     let machine = d.machine;
     let metrics_address = d.metrics_address;
+    let reclaim_interval = d.reclaim_interval;
     runtime.block_on(async move {
         access::prepare_socket_path(&socket)?;
         let listener = UnixListener::bind(&socket).map_err(|source| DaemonError::Bind {
@@ -211,6 +239,11 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
                 stopped(stop_rx.clone()),
             ))
         });
+        tokio::spawn(reclaim_periodically(
+            state_thread.clone(),
+            reclaim_interval,
+            stop_rx.clone(),
+        ));
         let state = AppState {
             state_thread,
             machine: Arc::new(machine),

@@ -27,6 +27,7 @@
 //! | `topomgr_ledger_violations_total{provider}` | counter | — | allocations the ledger refused |
 //! | `topomgr_checkpoint_duration_seconds` | histogram | — | one durable state write |
 //! | `topomgr_admitted_pods` | gauge | — | pods admitted now |
+//! | `topomgr_reclaimed_pods_total{owner,cause}` | counter | — | owned pods released because their owner is gone (`owner`: `process` or `container`; `cause`: `owner_gone` or `never_attached`), at start and by the periodic reclaim |
 //!
 //! Every counter is exported from the start, at 0; labelled series are
 //! created up front for every value topomgr knows (both scopes of the
@@ -142,6 +143,29 @@ struct AlignLabels {
     boundary: &'static str,
 }
 
+/// Label set `{owner, cause}` of the reclaim counter.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReclaimLabels {
+    owner: &'static str,
+    cause: &'static str,
+}
+
+/// Every `{owner, cause}` pair of the reclaim counter.
+const RECLAIM_LABELS: [ReclaimLabels; 3] = [
+    ReclaimLabels {
+        owner: "process",
+        cause: "owner_gone",
+    },
+    ReclaimLabels {
+        owner: "container",
+        cause: "owner_gone",
+    },
+    ReclaimLabels {
+        owner: "container",
+        cause: "never_attached",
+    },
+];
+
 /// Label set `{numa_node}`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NumaLabel {
@@ -222,6 +246,7 @@ pub struct Metrics {
     ledger_violations: Family<ProviderLabel, Counter>,
     checkpoint_duration: Histogram,
     admitted_pods: Gauge,
+    reclaimed: Family<ReclaimLabels, Counter>,
     /// NUMA node of each CPU id (index), for `cpu_manager_allocation_per_numa`.
     cpu_nodes: Vec<Option<String>>,
     owners: RwLock<BTreeMap<String, Ownership>>,
@@ -282,6 +307,7 @@ impl Metrics {
             ledger_violations: Family::default(),
             checkpoint_duration: latency_histogram(),
             admitted_pods: Gauge::default(),
+            reclaimed: Family::default(),
             cpu_nodes: Vec::new(),
             owners: RwLock::new(BTreeMap::new()),
             registry: Registry::default(),
@@ -376,6 +402,14 @@ impl Metrics {
             "admitted_pods",
             "Pods currently admitted",
             m.admitted_pods.clone(),
+        );
+        for labels in &RECLAIM_LABELS {
+            let _ = m.reclaimed.get_or_create(labels);
+        }
+        own.register(
+            "reclaimed_pods",
+            "Owned pods released because their owner is gone, by owner kind and cause",
+            m.reclaimed.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -489,6 +523,14 @@ impl Metrics {
             .get_or_create(&ProviderLabel {
                 provider: provider.to_owned(),
             })
+            .inc();
+    }
+
+    /// One owned pod reclaimed (`owner`: `process` or `container`;
+    /// `cause`: `owner_gone` or `never_attached`).
+    pub fn reclaimed(&self, owner: &'static str, cause: &'static str) {
+        self.reclaimed
+            .get_or_create(&ReclaimLabels { owner, cause })
             .inc();
     }
 

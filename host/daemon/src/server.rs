@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | GET | `/v1/health` | `{"status": "ok"|"degraded"|"failing", "pods", "notes", "failure"}` |
 //! | GET | `/v1/machine` | the discovered machine (the JSON of `topomgr topology`) |
-//! | POST | `/v1/pods` | admit the Pod manifest(s) of the body (YAML or JSON): the JSON of `topomgr admit`; with `?dry_run=true&explain=true` a what-if that changes nothing: `{"pods": [decision trace, ...]}` ([`topomgr_engine::explain`]) |
+//! | POST | `/v1/pods` | admit the Pod manifest(s) of the body (YAML or JSON): the JSON of `topomgr admit`; with `?dry_run=true&explain=true` a what-if that changes nothing: `{"pods": [decision trace, ...]}` ([`topomgr_engine::explain`]); with content type [`OWNED_ADMISSION`] the body is an [`AdmissionRequest`] (one pod and its owner, recorded with it) |
 //! | GET | `/v1/pods` | `{"pods": [...], "attachments": {uid: {container: cgroup}}}` |
 //! | GET | `/v1/pods/{uid}` | one pod's admission JSON |
 //! | GET | `/v1/pods/{uid}/explain` | the decision trace of an admitted or recently rejected pod |
@@ -46,8 +46,8 @@ use super::metrics::{Metrics, BAD_MANIFEST};
 use super::state_thread::{Command, CommandError, Reply, StateThread};
 use topomgr_engine::admission::AdmitResult;
 use topomgr_node::api::{
-    Admission, Admissions, AttachRequest, Attached, ErrorBody, Explain, Explains, Health,
-    HealthStatus, PodList,
+    Admission, AdmissionRequest, Admissions, AttachRequest, Attached, ErrorBody, Explain, Explains,
+    Health, HealthStatus, PodList, OWNED_ADMISSION,
 };
 use topomgr_node::node_state::current_pool;
 use topomgr_node::nrt::NodeResourceTopology;
@@ -152,6 +152,8 @@ impl From<CommandError> for ApiError {
             CommandError::UnknownPod(_) => (StatusCode::NOT_FOUND, "UnknownPod"),
             CommandError::UnknownContainer(_) => (StatusCode::NOT_FOUND, "UnknownContainer"),
             CommandError::Conflict(_) => (StatusCode::CONFLICT, "PodUidConflict"),
+            CommandError::OwnerConflict(_) => (StatusCode::CONFLICT, "OwnerConflict"),
+            CommandError::BadOwner(_) => (StatusCode::BAD_REQUEST, "BadOwner"),
             CommandError::ReleaseErrors(_) => (StatusCode::INTERNAL_SERVER_ERROR, "ReleaseErrors"),
             CommandError::Cgroup(_) => (StatusCode::UNPROCESSABLE_ENTITY, "CgroupError"),
             CommandError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "StateNotSaved"),
@@ -275,8 +277,53 @@ struct AdmitQuery {
     explain: bool,
 }
 
+/// Whether the request's content type is [`OWNED_ADMISSION`] (parameters
+/// such as `; charset=utf-8` allowed).
+fn is_owned_admission(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case(OWNED_ADMISSION))
+}
+
+/// An owned admission: one pod and its owner ([`AdmissionRequest`]).
+async fn admit_owned(state: &AppState, body: &[u8]) -> Result<Response, ApiError> {
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    let request: AdmissionRequest = serde_path_to_error::deserialize(de).map_err(|e| {
+        state.metrics.request_refused(BAD_MANIFEST);
+        let at = e.path().to_string();
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            BAD_MANIFEST,
+            format!(
+                "the {OWNED_ADMISSION} body{}: {} (expected {{\"pod\": <pod>, \"owner\": <owner>}}; docs/api/openapi.yaml, schema AdmissionRequest)",
+                if at == "." { String::new() } else { format!(" at {at}") },
+                e.inner()
+            ),
+        )
+    })?;
+    request.check_pod().map_err(|e| {
+        state.metrics.request_refused(BAD_MANIFEST);
+        ApiError::new(StatusCode::BAD_REQUEST, BAD_MANIFEST, e)
+    })?;
+    debug!(pod = %request.pod.uid, owner = ?request.owner.kind, "owned admission requested");
+    let cmd = Command::AdmitOwned {
+        pod: request.pod,
+        owner: request.owner,
+    };
+    match state.state_thread.submit(cmd).await? {
+        Reply::Admitted(results) => Ok(Json(Admissions {
+            pods: results.iter().map(Admission::from).collect(),
+        })
+        .into_response()),
+        other => Err(unexpected(&other)),
+    }
+}
+
 async fn admit(
     State(state): State<AppState>,
+    headers: axum::http::HeaderMap,
     query: Result<Query<AdmitQuery>, QueryRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -298,6 +345,18 @@ async fn admit(
         ));
     }
     let body = body?;
+    if is_owned_admission(&headers) {
+        if query.dry_run {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                format!(
+                    "a dry run takes Pod manifests, not an owned admission ({OWNED_ADMISSION})"
+                ),
+            ));
+        }
+        return admit_owned(&state, &body).await;
+    }
     let text = std::str::from_utf8(&body).map_err(|e| {
         state.metrics.request_refused(BAD_MANIFEST);
         ApiError::new(

@@ -42,9 +42,12 @@ use tracing::{error, info, warn};
 
 use super::metrics::Metrics;
 use topomgr_engine::admission::{AdmissionError, AdmitResult, Admitter, UID_CONFLICT};
+#[cfg(doc)]
+use topomgr_node::api::AdmissionRequest;
+use topomgr_node::api::OwnerSpec;
 use topomgr_node::api::{Attached, Attachments};
 use topomgr_node::node_state::{
-    current_pool, AttachError, Change, NodeState, Reclaim, UnknownContainer,
+    current_pool, AttachError, Change, NodeState, OwnerConflict, Reclaim, UnknownContainer,
 };
 use topomgr_node::snapshot::{self, Restored};
 use topomgr_node::store::Store;
@@ -57,6 +60,16 @@ pub const MAX_BATCH: usize = 256;
 pub enum Command {
     /// Admit pods in order (each sees the allocations of the ones before).
     Admit(Vec<PodView>),
+    /// Admit one pod for `owner` and record the owner with it.
+    AdmitOwned {
+        /// The pod (checked by the caller: [`AdmissionRequest::check_pod`]).
+        pod: PodView,
+        /// Its owner as the client told it (checked here, where the boot
+        /// id and the time of the admission are known).
+        owner: OwnerSpec,
+    },
+    /// Release the pods whose owners are gone ([`NodeState::reclaim`]).
+    Reclaim,
     /// Release an admitted pod.
     Release(String),
     /// Apply a container's cpuset/mems to an existing cgroup and remember it.
@@ -82,6 +95,8 @@ pub enum Reply {
     Admitted(Vec<AdmitResult>),
     /// The released pod as it was admitted.
     Released(AdmitResult),
+    /// What a reclaim did.
+    Reclaimed(Vec<Reclaim>),
     /// The cgroup was written.
     Attached(Attached),
     /// The NodeResourceTopology object ([`topomgr_node::nrt`]).
@@ -102,6 +117,12 @@ pub enum CommandError {
     /// A uid is admitted with a different spec (nothing of the request was admitted).
     #[error("{0}")]
     Conflict(String),
+    /// A uid is admitted for another owner (nothing was admitted).
+    #[error(transparent)]
+    OwnerConflict(OwnerConflict),
+    /// The owner of an owned admission is not usable.
+    #[error("{0}")]
+    BadOwner(String),
     /// The pod was released and saved, but providers reported errors.
     #[error("{0}")]
     ReleaseErrors(String),
@@ -263,17 +284,8 @@ impl StateThread {
             broken: None,
             view: Arc::new(RwLock::new(View::default())),
         };
-        let reclaimed = worker.node.reclaim();
-        for r in &reclaimed {
-            notes.push(match r {
-                Reclaim::Released { uid, pid } => format!(
-                    "pod {uid:?} of topomgr run pid {pid}, which is gone, was released (its cgroup was empty)"
-                ),
-                Reclaim::Kept { uid, pids } => format!(
-                    "pod {uid:?}: its topomgr run is gone but processes {pids:?} remain in its cgroup; it stays held until they exit"
-                ),
-            });
-        }
+        let reclaimed = worker.reclaim();
+        notes.extend(reclaimed.iter().map(ToString::to_string));
         let released = reclaimed
             .iter()
             .any(|r| matches!(r, Reclaim::Released { .. }));
@@ -385,6 +397,17 @@ impl Worker {
             }
         }
         info!("state thread stopped");
+    }
+
+    /// Reclaim the pods of owners that are gone, counting each release.
+    fn reclaim(&mut self) -> Vec<Reclaim> {
+        let reclaimed = self.node.reclaim();
+        for r in &reclaimed {
+            if let Reclaim::Released { owner, cause, .. } = r {
+                self.metrics.reclaimed(owner.kind(), cause.as_str());
+            }
+        }
+        reclaimed
     }
 
     /// Bring memory back to what is on disk, and the readers' view with it.
@@ -513,6 +536,53 @@ impl Worker {
                     results.push(r);
                 }
                 (Ok(Reply::Admitted(results)), changed)
+            }
+            Command::AdmitOwned { pod, owner } => {
+                if let Some(conflict) = self.conflict(std::slice::from_ref(&pod)) {
+                    self.metrics.request_refused(UID_CONFLICT);
+                    return (Err(CommandError::Conflict(conflict)), false);
+                }
+                let known = self.node.pods().contains_key(&pod.uid);
+                let (policy, scope) = {
+                    let a = self.node.admitter();
+                    (a.policy().name(), a.scope())
+                };
+                let owner = match owner
+                    .to_owner(self.node.boot_id(), topomgr_node::pod_owner::unix_now())
+                {
+                    Ok(o) => o,
+                    Err(e) => return (Err(CommandError::BadOwner(e)), false),
+                };
+                let start = Instant::now();
+                let mut trace = Vec::new();
+                let r = match self.node.admit_owned(&pod, owner, &mut trace) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        self.metrics.request_refused(UID_CONFLICT);
+                        return (Err(CommandError::OwnerConflict(e)), false);
+                    }
+                };
+                if !known {
+                    self.traces.push(topomgr_engine::explain::Traced {
+                        setting: Arc::clone(&self.setting),
+                        result: r.clone(),
+                        trace,
+                    });
+                }
+                self.metrics
+                    .admission(&r, policy, scope, start.elapsed(), known);
+                for provider in self.node.admitter_mut().take_violations() {
+                    self.metrics.ledger_violation(&provider);
+                }
+                let changed = r.admitted && !known;
+                (Ok(Reply::Admitted(vec![r])), changed)
+            }
+            Command::Reclaim => {
+                let reclaimed = self.reclaim();
+                let changed = reclaimed
+                    .iter()
+                    .any(|r| matches!(r, Reclaim::Released { .. }));
+                (Ok(Reply::Reclaimed(reclaimed)), changed)
             }
             Command::Release(uid) => match self.node.release(&uid) {
                 Ok(r) => {

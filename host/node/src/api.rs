@@ -12,6 +12,7 @@
 //! | answer | type |
 //! |---|---|
 //! | `topomgr admit`, `POST /v1/pods` | [`Admissions`] of [`Admission`] |
+//! | `POST /v1/pods` with [`OWNED_ADMISSION`] | [`AdmissionRequest`] (a [`PodView`] and its [`OwnerSpec`]) → [`Admissions`] |
 //! | `GET /v1/pods` (`topomgr pods`) | [`PodList`] |
 //! | `GET`/`DELETE /v1/pods/{uid}`, `topomgr release` | [`Admission`] |
 //! | `topomgr explain -o json`, `POST /v1/pods?dry_run=true&explain=true` | [`Explains`] of [`Explain`] |
@@ -31,8 +32,9 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use topomgr_sdk::{CpuSet, NumaMask, ProviderHints, QosClass};
+use topomgr_sdk::{CpuSet, NumaMask, PodView, ProviderHints, QosClass};
 
+use crate::pod_owner::{self, ContainerOwner, ContainerRuntime, Owner, ProcessOwner};
 use topomgr_engine::admission::AdmitResult;
 
 pub use crate::nrt::NodeResourceTopology;
@@ -163,6 +165,236 @@ pub enum HealthStatus {
 pub struct AttachRequest {
     /// The container's cgroup, relative to the cgroup root.
     pub cgroup: String,
+}
+
+/// The content type of an owned admission: `POST /v1/pods` whose body is
+/// an [`AdmissionRequest`].
+pub const OWNED_ADMISSION: &str = "application/vnd.topomgr.admission+json";
+
+/// Body of an owned admission (schema `AdmissionRequest`): one pod, as
+/// providers see it, and who owns it. The daemon records the owner with
+/// the pod and releases the pod once the owner is gone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdmissionRequest {
+    /// The pod (`cpu` in millicores, `memory` and `hugepages-*` in bytes,
+    /// other resources as counts; requests already defaulted from limits;
+    /// its QoS class as the caller knows it).
+    pub pod: PodView,
+    /// Its owner.
+    pub owner: OwnerSpec,
+}
+
+/// [`OwnerSpec::kind`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OwnerKind {
+    /// A process (`topomgr run`, or a client admitting for itself).
+    Process,
+    /// A container created by a runtime.
+    Container,
+}
+
+/// Who owns an admission, as the client tells it (schema `OwnerSpec`).
+/// The daemon adds its boot id and, for a container, the time of the
+/// admission.
+///
+/// - `process`: `pid` and `start_time` (field 22 of `/proc/<pid>/stat`);
+/// - `container`: `runtime` and `id`; `pid` and `start_time` of its init
+///   process once the runtime has one; `cgroup`, relative to the daemon's
+///   cgroup root, once known.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OwnerSpec {
+    /// `process` or `container`.
+    pub kind: OwnerKind,
+    /// The process's (or the container's init process's) pid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// Its start time (clock ticks after boot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<u64>,
+    /// `oci-hook` or `nri` (containers only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<ContainerRuntime>,
+    /// The runtime's container id (containers only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// The container's cgroup, relative to the cgroup root (containers only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
+}
+
+impl OwnerSpec {
+    /// Process `pid`, started at `start_time`.
+    pub fn process(pid: u32, start_time: u64) -> OwnerSpec {
+        OwnerSpec {
+            kind: OwnerKind::Process,
+            pid: Some(pid),
+            start_time: Some(start_time),
+            runtime: None,
+            id: None,
+            cgroup: None,
+        }
+    }
+
+    /// Container `id` of `runtime`.
+    pub fn container(runtime: ContainerRuntime, id: &str) -> OwnerSpec {
+        OwnerSpec {
+            kind: OwnerKind::Container,
+            pid: None,
+            start_time: None,
+            runtime: Some(runtime),
+            id: Some(id.to_owned()),
+            cgroup: None,
+        }
+    }
+
+    /// With its (init) process.
+    pub fn with_process(mut self, pid: u32, start_time: u64) -> OwnerSpec {
+        self.pid = Some(pid);
+        self.start_time = Some(start_time);
+        self
+    }
+
+    /// With its cgroup (relative to the cgroup root).
+    pub fn with_cgroup(mut self, cgroup: &str) -> OwnerSpec {
+        self.cgroup = Some(cgroup.to_owned());
+        self
+    }
+
+    /// The owner to record: checked (the fields its kind needs, and only
+    /// those; a process that runs now; a cgroup path under the root), with
+    /// this boot's id and, for a container, `now` (seconds since the Unix
+    /// epoch) as the time of its admission.
+    pub fn to_owner(&self, boot_id: &str, now: u64) -> Result<Owner, String> {
+        let process = match (self.pid, self.start_time) {
+            (Some(pid), Some(start)) => {
+                if !pod_owner::process_runs(pid, start, boot_id, boot_id) {
+                    return Err(format!(
+                        "owner.pid: no running process {pid} with start time {start} (field 22 of /proc/{pid}/stat); the owner must be running when it admits"
+                    ));
+                }
+                Some((pid, start))
+            }
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(
+                    "owner.start_time: required with owner.pid (field 22 of /proc/<pid>/stat)"
+                        .into(),
+                )
+            }
+            (None, Some(_)) => return Err("owner.pid: required with owner.start_time".into()),
+        };
+        match self.kind {
+            OwnerKind::Process => {
+                for (field, set) in [
+                    ("runtime", self.runtime.is_some()),
+                    ("id", self.id.is_some()),
+                    ("cgroup", self.cgroup.is_some()),
+                ] {
+                    if set {
+                        return Err(format!(
+                            "owner.{field}: only a container owner has one; a process owner is pid and start_time"
+                        ));
+                    }
+                }
+                let Some((pid, start_time)) = process else {
+                    return Err("owner.pid: a process owner needs pid and start_time".into());
+                };
+                Ok(Owner::Process(ProcessOwner {
+                    pid,
+                    start_time,
+                    boot_id: boot_id.to_owned(),
+                }))
+            }
+            OwnerKind::Container => {
+                let runtime = self.runtime.ok_or(
+                    "owner.runtime: a container owner needs its runtime (\"oci-hook\" or \"nri\")",
+                )?;
+                let id = match self.id.as_deref() {
+                    None | Some("") => {
+                        return Err("owner.id: a container owner needs the runtime's container id".into())
+                    }
+                    Some(id) if id.len() > 256 || id.chars().any(char::is_control) => {
+                        return Err(format!(
+                            "owner.id: {id:?} is not a container id (at most 256 characters, no control characters)"
+                        ))
+                    }
+                    Some(id) => id.to_owned(),
+                };
+                if let Some(cg) = &self.cgroup {
+                    topomgr_cgroup::CgroupPath::new(cg)
+                        .map_err(|e| format!("owner.cgroup: {e}"))?;
+                }
+                Ok(Owner::Container(ContainerOwner {
+                    runtime,
+                    id,
+                    pid: process.map(|p| p.0),
+                    start_time: process.map(|p| p.1),
+                    boot_id: boot_id.to_owned(),
+                    cgroup: self.cgroup.clone(),
+                    admitted_at: now,
+                }))
+            }
+        }
+    }
+}
+
+impl AdmissionRequest {
+    /// What is wrong with the pod, naming the field (`pod.containers[1].name:
+    /// ...`): empty uid, name or namespace, no app container, an empty or
+    /// repeated container name, a sidecar among the app containers, a
+    /// request above its limit.
+    pub fn check_pod(&self) -> Result<(), String> {
+        let pod = &self.pod;
+        for (field, value) in [
+            ("uid", &pod.uid),
+            ("name", &pod.name),
+            ("namespace", &pod.namespace),
+        ] {
+            if value.is_empty() {
+                return Err(format!("pod.{field}: must not be empty"));
+            }
+        }
+        if pod.containers.is_empty() {
+            return Err("pod.containers: the pod needs at least one container".into());
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        let lists = [
+            ("init_containers", &pod.init_containers),
+            ("containers", &pod.containers),
+        ];
+        for (list, containers) in lists {
+            for (i, c) in containers.iter().enumerate() {
+                let at = format!("pod.{list}[{i}]");
+                if c.name.is_empty() {
+                    return Err(format!("{at}.name: must not be empty"));
+                }
+                if !seen.insert(c.name.as_str()) {
+                    return Err(format!(
+                        "{at}.name: container name {:?} is used twice in the pod",
+                        c.name
+                    ));
+                }
+                if c.sidecar && list == "containers" {
+                    return Err(format!(
+                        "{at}.sidecar: only init containers can be sidecars"
+                    ));
+                }
+                for (resource, request) in &c.requests {
+                    if let Some(limit) = c.limits.get(resource) {
+                        if request > limit {
+                            return Err(format!(
+                                "{at}.requests.{resource}: {request} is above its limit {limit}"
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Containers attached to cgroups: pod uid -> container -> cgroup path

@@ -38,6 +38,7 @@
 //! socket = "/run/topomgr/topomgr.sock"
 //! group = "topomgr"            # may use the socket besides root
 //! provider_timeout_ms = 10000  # deadline of one provider call
+//! reclaim_interval_ms = 10000  # how often pods of owners that are gone are released
 //! metrics_address = "127.0.0.1:9337"  # also serve GET /metrics over TCP (default: off)
 //! [providers.NAME]             # NAME: lowercase letters, digits, '-', '_'
 //! library = "topomgr_provider_cpu"   # -> libtopomgr_provider_cpu.so, or a path
@@ -117,6 +118,9 @@ pub const DEFAULT_SOCKET: &str = "/run/topomgr/topomgr.sock";
 pub const DEFAULT_GROUP: &str = "topomgr";
 /// Default deadline of one provider call in the daemon, in milliseconds.
 pub const DEFAULT_PROVIDER_TIMEOUT_MS: u64 = 10_000;
+/// Default interval of the daemon's reclaim of pods whose owners are
+/// gone, in milliseconds.
+pub const DEFAULT_RECLAIM_INTERVAL_MS: u64 = 10_000;
 
 /// The `[daemon]` table: settings of `topomgr serve`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,6 +131,10 @@ pub struct DaemonConfig {
     pub group: String,
     /// Deadline of one provider call, in milliseconds (at least 1).
     pub provider_timeout_ms: u64,
+    /// How often the daemon releases the pods whose owners are gone
+    /// (`topomgr run`, containers admitted by `topomgr oci-hook` or NRI),
+    /// in milliseconds (at least 1); it also does at start.
+    pub reclaim_interval_ms: u64,
     /// Where `GET /metrics` is also served over TCP, without the socket's
     /// access check (`None`: only on the socket).
     pub metrics_address: Option<SocketAddr>,
@@ -138,6 +146,7 @@ impl Default for DaemonConfig {
             socket: PathBuf::from(DEFAULT_SOCKET),
             group: DEFAULT_GROUP.to_owned(),
             provider_timeout_ms: DEFAULT_PROVIDER_TIMEOUT_MS,
+            reclaim_interval_ms: DEFAULT_RECLAIM_INTERVAL_MS,
             metrics_address: None,
         }
     }
@@ -442,6 +451,9 @@ impl Sources {
             if let Some(v) = d.provider_timeout_ms {
                 cfg.daemon.provider_timeout_ms = v.0;
             }
+            if let Some(v) = d.reclaim_interval_ms {
+                cfg.daemon.reclaim_interval_ms = v.0;
+            }
             if let Some(v) = d.metrics_address {
                 cfg.daemon.metrics_address = Some(v.0);
             }
@@ -519,6 +531,7 @@ struct DaemonLayer {
     socket: Option<PathBuf>,
     group: Option<NonEmpty>,
     provider_timeout_ms: Option<Millis>,
+    reclaim_interval_ms: Option<Millis>,
     metrics_address: Option<ListenAddress>,
 }
 
@@ -577,6 +590,7 @@ impl Layer {
             set(&mut mine.socket, d.socket);
             set(&mut mine.group, d.group);
             set(&mut mine.provider_timeout_ms, d.provider_timeout_ms);
+            set(&mut mine.reclaim_interval_ms, d.reclaim_interval_ms);
             set(&mut mine.metrics_address, d.metrics_address);
         }
         for (name, p) in later.providers.into_iter().flatten() {
@@ -1008,7 +1022,7 @@ nested = { a = 1, b = [1, 2] }
             ),
             (
                 "[daemon]\nport = 1\n",
-                "line 2: daemon.port: unknown field `port`, expected one of `socket`, `group`, `provider_timeout_ms`, `metrics_address`",
+                "line 2: daemon.port: unknown field `port`, expected one of `socket`, `group`, `provider_timeout_ms`, `reclaim_interval_ms`, `metrics_address`",
             ),
             ("policy = \n", "line 1: string values must be quoted, expected literal string"),
         ];
@@ -1114,12 +1128,13 @@ nested = { a = 1, b = [1, 2] }
                 socket: PathBuf::from("/run/topomgr/topomgr.sock"),
                 group: "topomgr".to_owned(),
                 provider_timeout_ms: 10_000,
+                reclaim_interval_ms: 10_000,
                 metrics_address: None,
             }
         );
         d.write(
             "plugins.d/50-daemon.toml",
-            "[daemon]\nsocket = \"run/t.sock\"\ngroup = \"wheel\"\nprovider_timeout_ms = 250\n",
+            "[daemon]\nsocket = \"run/t.sock\"\ngroup = \"wheel\"\nprovider_timeout_ms = 250\nreclaim_interval_ms = 500\n",
         );
         d.write("plugins.d/60-group.toml", "[daemon]\ngroup = \"other\"\n");
         assert_eq!(
@@ -1128,6 +1143,7 @@ nested = { a = 1, b = [1, 2] }
                 socket: d.0.join("run/t.sock"),
                 group: "other".to_owned(),
                 provider_timeout_ms: 250,
+                reclaim_interval_ms: 500,
                 metrics_address: None,
             }
         );

@@ -30,22 +30,36 @@
 //!
 //! # Owners
 //!
-//! A pod admitted by `topomgr run` records its [`Owner`]. When the owner
-//! is dead (pid gone, or reused: the start time differs, or another boot)
-//! and every cgroup of the pod is empty or gone, [`NodeState::reclaim`]
-//! releases it: the next `run`, `admit --state-dir` or daemon start does.
-//! A pod whose cgroup still has processes stays held, whoever started them.
+//! An admission made for something that can end without telling topomgr
+//! records its [`Owner`] ([`crate::pod_owner`]): a process (`topomgr run`,
+//! or a client admitting for itself) or a container (`topomgr oci-hook`,
+//! a runtime's NRI plugin). [`NodeState::reclaim`] releases the pod of an
+//! owner that is gone:
+//! - a **process** owner is gone when its process is (pid gone, reused: the
+//!   start time differs, another boot, or a zombie) and every cgroup of the
+//!   pod is empty or gone;
+//! - a **container** owner is gone when its init process is known to have
+//!   ended (or the machine rebooted) and its cgroup and every attached
+//!   cgroup are empty or gone;
+//! - a container admitted by `topomgr oci-hook` that was never attached
+//!   [`ATTACH_TIMEOUT`] after its admission is released too (the hook was
+//!   killed between its admission and its attach).
+//!
+//! The daemon reclaims at start and periodically; `run` and `admit
+//! --state-dir` before they change anything. A pod whose cgroup still has
+//! processes stays held, whoever started them.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use topomgr_sdk::{CpuSet, PodView};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::api::{Attached, Attachments};
-use crate::pod_owner::Owner;
+use crate::pod_owner::{ContainerRuntime, Owner};
 use topomgr_cgroup::pool::{self, PoolWrite};
 use topomgr_cgroup::{CgroupError, CgroupManager, CgroupPath, TOPOMGR_PARENT};
 use topomgr_engine::admission::{
@@ -188,6 +202,19 @@ pub struct UnknownContainer {
     pub known: String,
 }
 
+/// An owned admission of a pod that is already admitted for another
+/// owner (or for none).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("pod {uid:?} is already admitted {}; it was asked for {asked}. Release it first, or admit under another uid", match .recorded { Some(o) => format!("for {o}"), None => "without an owner".to_owned() })]
+pub struct OwnerConflict {
+    /// Pod uid.
+    pub uid: String,
+    /// The owner recorded (`None`: admitted without one).
+    pub recorded: Option<String>,
+    /// The owner asked for.
+    pub asked: String,
+}
+
 /// Why a container could not be attached.
 #[derive(Debug, thiserror::Error)]
 pub enum AttachError {
@@ -237,23 +264,79 @@ fn describe_failures(failed: &[(CgroupPath, CgroupError)]) -> String {
         .join(", ")
 }
 
+/// How long a container admitted by `topomgr oci-hook` may stay
+/// unattached before [`NodeState::reclaim`] releases it: the hook attaches
+/// right after its admission, under a deadline far shorter than this.
+pub const ATTACH_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Why [`NodeState::reclaim`] released a pod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReclaimCause {
+    /// Its owner is gone and its cgroups are empty or gone.
+    OwnerGone,
+    /// A hook's admission was never attached within [`ATTACH_TIMEOUT`].
+    NeverAttached,
+}
+
+impl ReclaimCause {
+    /// The metric label (`owner_gone`, `never_attached`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReclaimCause::OwnerGone => "owner_gone",
+            ReclaimCause::NeverAttached => "never_attached",
+        }
+    }
+}
+
 /// What [`NodeState::reclaim`] did with one pod whose owner is gone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Reclaim {
-    /// Released: the owner is dead and its cgroups are empty or gone.
+    /// Released.
     Released {
         /// Pod uid.
         uid: String,
-        /// The owner's pid.
-        pid: u32,
+        /// Its owner.
+        owner: Owner,
+        /// Why.
+        cause: ReclaimCause,
     },
-    /// Kept: processes are still in its cgroups.
+    /// Kept: the owner is gone but processes are still in its cgroups.
     Kept {
         /// Pod uid.
         uid: String,
+        /// Its owner.
+        owner: Owner,
         /// The processes left.
         pids: Vec<u32>,
     },
+}
+
+impl std::fmt::Display for Reclaim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reclaim::Released {
+                uid,
+                owner,
+                cause: ReclaimCause::OwnerGone,
+            } => write!(
+                f,
+                "pod {uid:?} of {owner}, which is gone, was released (its cgroups were empty or gone)"
+            ),
+            Reclaim::Released {
+                uid,
+                owner,
+                cause: ReclaimCause::NeverAttached,
+            } => write!(
+                f,
+                "pod {uid:?} of {owner} was released: it was never attached to a cgroup within {} s of its admission",
+                ATTACH_TIMEOUT.as_secs()
+            ),
+            Reclaim::Kept { uid, owner, pids } => write!(
+                f,
+                "pod {uid:?}: its owner {owner} is gone but processes {pids:?} remain in its cgroups; it stays held until they exit"
+            ),
+        }
+    }
 }
 
 /// The admitted pods of this node, their cgroups and owners.
@@ -420,13 +503,23 @@ impl NodeState {
         result
     }
 
-    /// The cgroup paths attached for pod `uid`.
+    /// The cgroups of pod `uid`: those attached, and a container owner's
+    /// own cgroup.
     fn cgroup_paths(&self, uid: &str) -> Vec<String> {
-        self.records
+        let mut paths: Vec<String> = self
+            .records
             .attachments
             .get(uid)
             .map(|c| c.values().cloned().collect())
-            .unwrap_or_default()
+            .unwrap_or_default();
+        if let Some(Owner::Container(c)) = self.records.owners.get(uid) {
+            if let Some(cg) = &c.cgroup {
+                if !paths.contains(cg) {
+                    paths.push(cg.clone());
+                }
+            }
+        }
+        paths
     }
 
     /// Drop pod `uid`'s attachments and owner.
@@ -438,13 +531,44 @@ impl NodeState {
         });
     }
 
-    /// Record the process that owns pod `uid` (`topomgr run`).
+    /// Record who owns pod `uid` (replacing what was recorded).
     pub fn set_owner(&mut self, uid: &str, owner: Owner) {
         self.records.owners.insert(uid.to_owned(), owner.clone());
         self.changes.push(Change::Owner {
             uid: uid.to_owned(),
             owner,
         });
+    }
+
+    /// Admit `pod` for `owner` and record the owner with it
+    /// ([`NodeState::admit_traced`]). A pod already admitted answers its
+    /// admission when `owner` is the one recorded for it (a retry) and
+    /// changes nothing; another owner's (or none) is an [`OwnerConflict`]
+    /// and changes nothing either.
+    pub fn admit_owned(
+        &mut self,
+        pod: &PodView,
+        owner: Owner,
+        trace: &mut Vec<topomgr_engine::admission::TraceStep>,
+    ) -> Result<AdmitResult, OwnerConflict> {
+        if self.admitter.pods().contains_key(&pod.uid) {
+            match self.records.owners.get(&pod.uid) {
+                Some(o) if o.same_as(&owner) => {}
+                recorded => {
+                    return Err(OwnerConflict {
+                        uid: pod.uid.clone(),
+                        recorded: recorded.map(ToString::to_string),
+                        asked: owner.to_string(),
+                    })
+                }
+            }
+        }
+        let known = self.admitter.pods().contains_key(&pod.uid);
+        let result = self.admit_traced(pod, trace);
+        if result.admitted && !known {
+            self.set_owner(&pod.uid, owner);
+        }
+        Ok(result)
     }
 
     /// Apply the cpuset of `container` of pod `uid` to the existing cgroup
@@ -632,37 +756,65 @@ impl NodeState {
         }
     }
 
-    /// Release every pod whose owner is dead and whose cgroups are empty
-    /// or gone; keep (and report) those with processes left.
+    /// Release every pod whose owner is gone (see the module's "Owners"),
+    /// now; keep (and report) those with processes left in their cgroups.
     pub fn reclaim(&mut self) -> Vec<Reclaim> {
-        let dead: Vec<(String, u32)> = self
-            .records
-            .owners
-            .iter()
-            .filter(|(_, o)| !o.is_alive(&self.boot_id))
-            .map(|(u, o)| (u.clone(), o.pid))
-            .collect();
+        self.reclaim_at(crate::pod_owner::unix_now(), ATTACH_TIMEOUT)
+    }
+
+    /// [`NodeState::reclaim`] at `now` (seconds since the Unix epoch) with
+    /// `attach_timeout` for hook admissions that were never attached.
+    pub fn reclaim_at(&mut self, now: u64, attach_timeout: Duration) -> Vec<Reclaim> {
+        let boot = self.boot_id.clone();
+        let mut candidates: Vec<(String, Owner, ReclaimCause)> = Vec::new();
+        for (uid, owner) in &self.records.owners {
+            let cause = match owner {
+                Owner::Process(p) if !p.is_alive(&boot) => Some(ReclaimCause::OwnerGone),
+                Owner::Process(_) => None,
+                Owner::Container(c) if c.process_ended(&boot) => Some(ReclaimCause::OwnerGone),
+                Owner::Container(c) => {
+                    let attached = self
+                        .records
+                        .attachments
+                        .get(uid)
+                        .is_some_and(|a| !a.is_empty());
+                    let late = now.saturating_sub(c.admitted_at) >= attach_timeout.as_secs();
+                    (c.runtime == ContainerRuntime::OciHook && !attached && late)
+                        .then_some(ReclaimCause::NeverAttached)
+                }
+            };
+            if let Some(cause) = cause {
+                candidates.push((uid.clone(), owner.clone(), cause));
+            }
+        }
         let mut out = Vec::new();
-        for (uid, pid) in dead {
+        for (uid, owner, cause) in candidates {
             if !self.admitter.pods().contains_key(&uid) {
                 self.forget(&uid);
                 continue;
             }
-            match self.processes(&uid) {
+            let pids = match cause {
+                // The container runs unplaced: nothing of it is topomgr's.
+                ReclaimCause::NeverAttached => Some(Vec::new()),
+                ReclaimCause::OwnerGone => self.processes(&uid),
+            };
+            match pids {
                 Some(pids) if pids.is_empty() => {
                     self.remove_cgroups(&uid);
                     if let Err(e) = self.release(&uid) {
                         warn!(pod = %uid, error = %e, "reclaimed pod released with errors");
                     }
-                    info!(pod = %uid, owner = pid, "pod of a dead topomgr run reclaimed");
-                    out.push(Reclaim::Released { uid, pid });
+                    let r = Reclaim::Released { uid, owner, cause };
+                    info!(reclaimed = %r, "pod reclaimed");
+                    out.push(r);
                 }
                 Some(pids) => {
-                    info!(pod = %uid, owner = pid, ?pids, "owner is gone but processes remain in its cgroup; kept");
-                    out.push(Reclaim::Kept { uid, pids });
+                    let r = Reclaim::Kept { uid, owner, pids };
+                    debug!(kept = %r, "owner is gone but processes remain");
+                    out.push(r);
                 }
                 None => {
-                    warn!(pod = %uid, owner = pid, "owner is gone but its cgroups cannot be read; kept");
+                    warn!(pod = %uid, %owner, "owner is gone but its cgroups cannot be read; kept");
                 }
             }
         }
@@ -679,12 +831,18 @@ impl NodeState {
         for (h, cpus) in held {
             let mut line = format!("CPUs {cpus}: {h}");
             if let Some(o) = self.records.owners.get(&h.pod).cloned() {
-                let alive = o.is_alive(&self.boot_id);
-                line.push_str(&format!(
-                    ", topomgr run pid {} ({})",
-                    o.pid,
-                    if alive { "running" } else { "exited" }
-                ));
+                match &o {
+                    Owner::Process(p) => line.push_str(&format!(
+                        ", topomgr run pid {} ({})",
+                        p.pid,
+                        if p.is_alive(&self.boot_id) {
+                            "running"
+                        } else {
+                            "exited"
+                        }
+                    )),
+                    Owner::Container(_) => line.push_str(&format!(", {o}")),
+                }
                 match self.processes(&h.pod) {
                     Some(p) if !p.is_empty() => {
                         let pids: Vec<String> = p.iter().map(u32::to_string).collect();
@@ -740,5 +898,247 @@ mod tests {
         assert!(now.containers[1].allocation.exclusive);
         // Nothing to change: the result is borrowed as is.
         assert!(matches!(current_pool(&now, &pool), Cow::Borrowed(_)));
+    }
+
+    /// Cgroup files as plain files under a temporary directory.
+    #[derive(Debug)]
+    struct PlainFiles;
+
+    impl topomgr_cgroup::ControlFs for PlainFiles {
+        fn check_root(&self, _root: &Path) -> Result<(), CgroupError> {
+            Ok(())
+        }
+        fn read(&self, path: &Path) -> Result<String, CgroupError> {
+            std::fs::read_to_string(path)
+                .map(|s| s.trim().to_owned())
+                .map_err(|cause| CgroupError::Io {
+                    op: "read",
+                    path: path.to_path_buf(),
+                    cause,
+                })
+        }
+        fn write(&self, path: &Path, value: &str) -> Result<(), CgroupError> {
+            std::fs::write(path, value).map_err(|cause| CgroupError::Io {
+                op: "write",
+                path: path.to_path_buf(),
+                cause,
+            })
+        }
+        fn remove_dir(&self, dir: &Path) -> Result<topomgr_cgroup::Removal, CgroupError> {
+            std::fs::remove_dir_all(dir)
+                .map(|()| topomgr_cgroup::Removal::Removed)
+                .map_err(|cause| CgroupError::Io {
+                    op: "remove",
+                    path: dir.to_path_buf(),
+                    cause,
+                })
+        }
+    }
+
+    /// A node state without providers over a plain directory as its cgroup
+    /// hierarchy, in boot "b".
+    fn node(tag: &str) -> (NodeState, PathBuf) {
+        let machine = topomgr_sdk::testkit::machine(2, 2);
+        let numa = topomgr_engine::numa::NumaInfo::from_machine(&machine).unwrap();
+        let policy =
+            topomgr_engine::policy::Policy::new("best-effort", &BTreeMap::new(), numa).unwrap();
+        let admitter = Admitter::new(
+            &machine,
+            policy,
+            topomgr_engine::policy::Scope::Container,
+            Vec::new(),
+        );
+        let root =
+            std::env::temp_dir().join(format!("topomgr-node-state-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        std::fs::create_dir_all(&root).unwrap();
+        let cgroups = CgroupManager::with_layout(
+            &root,
+            Box::new(topomgr_cgroup::v1::V1),
+            Box::new(PlainFiles),
+        )
+        .unwrap();
+        let node = NodeState::new(admitter, Records::default(), &root, "b").with_cgroups(cgroups);
+        (node, root)
+    }
+
+    fn one_container(uid: &str) -> PodView {
+        PodView::new(uid, uid, "t", QosClass::BestEffort)
+            .with_containers(vec![topomgr_sdk::ContainerView::new("app")])
+    }
+
+    /// A cgroup directory with `pids` in its `cgroup.procs`.
+    fn cgroup(root: &Path, path: &str, pids: &str) {
+        std::fs::create_dir_all(root.join(path)).unwrap();
+        std::fs::write(root.join(path).join("cgroup.procs"), pids).unwrap();
+    }
+
+    fn container_owner(id: &str, process: Option<(u32, u64)>, cgroup: Option<&str>) -> Owner {
+        Owner::Container(crate::pod_owner::ContainerOwner {
+            runtime: ContainerRuntime::OciHook,
+            id: id.to_owned(),
+            pid: process.map(|p| p.0),
+            start_time: process.map(|p| p.1),
+            boot_id: "b".to_owned(),
+            cgroup: cgroup.map(str::to_owned),
+            admitted_at: 1_000,
+        })
+    }
+
+    /// A process that has ended and was reaped: its pid and a start time.
+    fn ended() -> (u32, u64) {
+        let mut c = std::process::Command::new("true").spawn().unwrap();
+        let pid = c.id();
+        let start = crate::pod_owner::start_time(pid).unwrap_or(1);
+        c.wait().unwrap();
+        (pid, start)
+    }
+
+    #[test]
+    fn owners_that_are_gone_are_reclaimed_by_the_rule_of_their_kind() {
+        let (mut n, root) = node("reclaim");
+        let me = crate::pod_owner::ProcessOwner::current("b").unwrap();
+        let dead = ended();
+        let admit = |n: &mut NodeState, uid: &str, owner: Owner| {
+            let r = n
+                .admit_owned(&one_container(uid), owner, &mut Vec::new())
+                .unwrap();
+            assert!(r.admitted, "{r:?}");
+        };
+        // A process owner that runs; one that ended (no cgroup).
+        admit(&mut n, "p-alive", Owner::Process(me.clone()));
+        admit(
+            &mut n,
+            "p-dead",
+            Owner::Process(crate::pod_owner::ProcessOwner {
+                pid: dead.0,
+                start_time: dead.1,
+                boot_id: "b".into(),
+            }),
+        );
+        // Containers: ended with its cgroup empty; ended with a process
+        // left in its cgroup; running and attached; running and never
+        // attached.
+        cgroup(&root, "ctr/empty", "");
+        cgroup(&root, "ctr/busy", "4242\n");
+        cgroup(&root, "ctr/attached", "");
+        admit(
+            &mut n,
+            "c-empty",
+            container_owner("e", Some(dead), Some("ctr/empty")),
+        );
+        admit(
+            &mut n,
+            "c-busy",
+            container_owner("b", Some(dead), Some("ctr/busy")),
+        );
+        admit(
+            &mut n,
+            "c-attached",
+            container_owner("a", Some((me.pid, me.start_time)), Some("ctr/attached")),
+        );
+        n.attach("c-attached", "app", "ctr/attached").unwrap();
+        admit(
+            &mut n,
+            "c-unattached",
+            container_owner("u", Some((me.pid, me.start_time)), None),
+        );
+        n.take_changes();
+
+        // Before the attach timeout: the dead owners' pods with empty
+        // cgroups go, the busy one stays.
+        let r = n.reclaim_at(1_000 + 119, ATTACH_TIMEOUT);
+        let released: Vec<(&str, ReclaimCause)> = r
+            .iter()
+            .filter_map(|r| match r {
+                Reclaim::Released { uid, cause, .. } => Some((uid.as_str(), *cause)),
+                Reclaim::Kept { .. } => None,
+            })
+            .collect();
+        assert_eq!(
+            released,
+            [
+                ("c-empty", ReclaimCause::OwnerGone),
+                ("p-dead", ReclaimCause::OwnerGone)
+            ]
+        );
+        let kept: Vec<String> = r
+            .iter()
+            .filter(|r| matches!(r, Reclaim::Kept { .. }))
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            kept,
+            [format!(
+                "pod \"c-busy\": its owner oci-hook container b (init pid {}) is gone but processes [4242] remain in its cgroups; it stays held until they exit",
+                dead.0
+            )]
+        );
+        assert_eq!(
+            n.take_changes(),
+            [
+                Change::Released {
+                    uid: "c-empty".into()
+                },
+                Change::Released {
+                    uid: "p-dead".into()
+                }
+            ]
+        );
+        // The container's own cgroup is the runtime's: left alone.
+        assert!(root.join("ctr/empty").is_dir());
+
+        // At the attach timeout, the hook's unattached admission goes; the
+        // attached one stays while its process runs.
+        let r = n.reclaim_at(1_000 + 120, ATTACH_TIMEOUT);
+        assert!(
+            r.iter().any(|r| r.to_string()
+                == "pod \"c-unattached\" of oci-hook container u (init pid ".to_owned()
+                    + &me.pid.to_string()
+                    + ") was released: it was never attached to a cgroup within 120 s of its admission"),
+            "{r:?}"
+        );
+        // The busy container's process left: reclaimed now.
+        std::fs::write(root.join("ctr/busy/cgroup.procs"), "").unwrap();
+        let r = n.reclaim_at(1_000 + 121, ATTACH_TIMEOUT);
+        assert_eq!(r.len(), 1, "{r:?}");
+        let mut left: Vec<&String> = n.pods().keys().collect();
+        left.sort();
+        assert_eq!(left, ["c-attached", "p-alive"]);
+        assert_eq!(
+            n.records().owners.keys().collect::<Vec<_>>(),
+            ["c-attached", "p-alive"]
+        );
+        std::fs::remove_dir_all(root).unwrap();
+    }
+
+    #[test]
+    fn an_owned_admission_retried_by_its_owner_answers_and_another_owner_conflicts() {
+        let (mut n, root) = node("owned");
+        let me = Owner::current("b").unwrap();
+        let pod = one_container("u1");
+        let first = n.admit_owned(&pod, me.clone(), &mut Vec::new()).unwrap();
+        assert_eq!(n.take_changes().len(), 2, "admitted and its owner");
+        let again = n.admit_owned(&pod, me.clone(), &mut Vec::new()).unwrap();
+        assert_eq!(again, first);
+        assert!(n.take_changes().is_empty());
+        let other = container_owner("x", None, None);
+        let err = n.admit_owned(&pod, other, &mut Vec::new()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "pod \"u1\" is already admitted for {me}; it was asked for oci-hook container x. Release it first, or admit under another uid"
+            )
+        );
+        n.admit(&one_container("plain"));
+        let err = n
+            .admit_owned(&one_container("plain"), me, &mut Vec::new())
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("pod \"plain\" is already admitted without an owner;"),
+            "{err}"
+        );
+        std::fs::remove_dir_all(root).unwrap();
     }
 }

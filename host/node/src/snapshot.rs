@@ -22,13 +22,14 @@
 //! {"format":"topomgr-state","version":2,"boot_id":"…","sha256":"<hex>","length":N}\n
 //! <N bytes of body: {"pods": {uid: AdmitResult}, "providers": {name: "<hex of checkpoint bytes>"},
 //!                    "attachments": {uid: {container: cgroup path}},
-//!                    "owners": {uid: {"pid", "start_time", "boot_id"}},
+//!                    "owners": {uid: {"kind": "process"|"container", ...}},
 //!                    "pending_releases": {provider: [[uid, container], ...]},
 //!                    "generation": G}>
 //! ```
 //!
 //! Version 1 files (without `owners`, `pending_releases`, `generation`) are
-//! read too. `generation` links the snapshot to the journal that continues
+//! read too, and so are owners saved without `kind` (process owners,
+//! before containers could own pods; [`crate::pod_owner::Owner`]). `generation` links the snapshot to the journal that continues
 //! it.
 //!
 //! On restore the header, the length and the SHA-256 of the body are
@@ -563,6 +564,7 @@ pub(crate) fn install(
 mod tests {
     use super::*;
 
+    use crate::pod_owner::ProcessOwner;
     use topomgr_sdk::testkit;
     use topomgr_sdk::{Allocation, CpuSet, NumaMask, TopologyHint};
 
@@ -664,11 +666,11 @@ mod tests {
             .insert("app".to_owned(), "kubepods/p1/app".to_owned());
         records.owners.insert(
             "p1".to_owned(),
-            Owner {
+            Owner::Process(ProcessOwner {
                 pid: 7,
                 start_time: 99,
                 boot_id: "boot-a".to_owned(),
-            },
+            }),
         );
         save_state(&dir, &a, &records, "boot-a").unwrap();
 

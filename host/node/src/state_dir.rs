@@ -56,13 +56,9 @@ impl StateDir {
         Ok(())
     }
 
-    /// Release the pods of dead `topomgr run` owners whose cgroups are
-    /// empty; log which stay held because processes remain.
-    pub fn reclaim(&self, node: &mut NodeState) {
-        for r in node.reclaim() {
-            if let Reclaim::Kept { uid, pids } = r {
-                tracing::info!(pod = %uid, ?pids, "pod of an ended topomgr run stays held: processes remain in its cgroup");
-            }
-        }
+    /// Release the pods whose owners are gone
+    /// ([`NodeState::reclaim`]); each is logged there.
+    pub fn reclaim(&self, node: &mut NodeState) -> Vec<Reclaim> {
+        node.reclaim()
     }
 }

@@ -41,6 +41,7 @@ pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
         group: cfg.daemon.group.clone(),
         metrics_address: cfg.daemon.metrics_address,
         provider_timeout: Duration::from_millis(cfg.daemon.provider_timeout_ms),
+        reclaim_interval: Duration::from_millis(cfg.daemon.reclaim_interval_ms),
         state_dir: cfg.state_dir.clone(),
         cgroup_root: cfg.cgroup_root.clone(),
         machine,

@@ -250,8 +250,25 @@ type Check = fn(&Value, &str, &str) -> Vec<String>;
 
 /// Every object schema of the document (its name, a nested one's path
 /// after a dot; its place under `/components/schemas/`) with its type.
-const SCHEMAS: [(&str, &str, Check); 25] = [
+const SCHEMAS: [(&str, &str, Check); 30] = [
     ("Error", "Error", check::<api::ErrorBody>),
+    (
+        "AdmissionRequest",
+        "AdmissionRequest",
+        check::<api::AdmissionRequest>,
+    ),
+    ("OwnerSpec", "OwnerSpec", check::<api::OwnerSpec>),
+    ("PodView", "PodView", check::<sdk::PodView>),
+    (
+        "PodView.resources",
+        "PodView/properties/resources",
+        check::<sdk::PodResources>,
+    ),
+    (
+        "ContainerView",
+        "ContainerView",
+        check::<sdk::ContainerView>,
+    ),
     ("Health", "Health", check::<api::Health>),
     ("Admissions", "Admissions", check::<api::Admissions>),
     ("PodList", "PodList", check::<api::PodList>),
