@@ -71,6 +71,17 @@ pub use topomgr_sdk::PodResources;
 
 use crate::quantity::QuantityError;
 
+/// The QoS class of a pod of one container with these requests (already
+/// defaulted from limits) and limits, in canonical units (`cpu` in
+/// millicores): Kubernetes' rule (`pkg/apis/core/v1/helper/qos`), as for
+/// manifests. Only `cpu` and `memory` count, zeros ignored.
+pub fn one_container_qos(
+    requests: &topomgr_sdk::ResourceList,
+    limits: &topomgr_sdk::ResourceList,
+) -> topomgr_sdk::QosClass {
+    qos::one_container_class(requests, limits)
+}
+
 /// The path argument that means "read standard input".
 pub const STDIN_PATH: &str = "-";
 

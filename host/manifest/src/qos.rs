@@ -72,6 +72,20 @@ pub(super) fn qos_class(
     }
 }
 
+/// The class of a pod of one container with these requests (already
+/// defaulted from limits) and limits, in canonical units: the classic rule
+/// only needs zero versus non-zero and equality, which units keep.
+pub(super) fn one_container_class(
+    requests: &topomgr_sdk::ResourceList,
+    limits: &topomgr_sdk::ResourceList,
+) -> QosClass {
+    let widen = |l: &topomgr_sdk::ResourceList| -> Quantities {
+        l.iter().map(|(k, v)| (k.clone(), u128::from(*v))).collect()
+    };
+    let (r, l) = (widen(requests), widen(limits));
+    class_of(std::iter::once((&r, &l)))
+}
+
 /// The classic rule over a set of requirement pairs.
 fn class_of<'a>(sets: impl Iterator<Item = (&'a Quantities, &'a Quantities)>) -> QosClass {
     let mut requests: BTreeMap<&str, u128> = BTreeMap::new();

@@ -1,0 +1,297 @@
+//! What a container runtime tells about a container, as the one-container
+//! pod topomgr admits ([`topomgr_manifest::Pod`]), with the kubelet's own
+//! conversions: shared by `topomgr oci-hook` (Podman, CRI-O's hooks.d,
+//! containerd's `base_runtime_spec`) and NRI (containerd, CRI-O).
+//!
+//! [`map_container`] takes a [`ContainerSpec`] (the runtime's container
+//! id, its annotations, its pod when the runtime hands it on, the kubelet's
+//! cgroup parent or the container's cgroups path, its Linux resources and
+//! environment) and answers [`Mapping::Admit`] with a [`ContainerRequest`]
+//! or [`Mapping::Leave`] with why topomgr leaves the container alone
+//! ([`Skip`]: a pod's sandbox, opted out, or pinned by its user).
+//!
+//! # The pod it builds
+//!
+//! One container, in a pod whose uid is the runtime's container id (each
+//! container is admitted on its own, in container scope; releasing it when
+//! it stops gives init containers' resources back before app containers
+//! start, as the kubelet's reuse does), named as its Kubernetes pod
+//! ([`annotations`]):
+//!
+//! - **requests and limits** from the Linux resources ([`resources`]): CPU
+//!   request from `cpu.shares`, CPU limit from quota and period, memory
+//!   limit, memory request from `memory.reservation`, hugepage limits, and
+//!   the extended resources of the `topomgr.io/resources` annotation. As
+//!   the API server defaults them, a limit without a request is also the
+//!   request (Podman's `--cpus 1 --memory 256m` is 1 CPU and 256 MiB
+//!   requested and limited). A request above its limit, which Kubernetes
+//!   refuses, is an error naming both;
+//! - **QoS class** from the kubelet's cgroup parent ([`cgroup_parent`]),
+//!   which knows the whole pod (a container of a Burstable pod may on its
+//!   own look Guaranteed); without one (Podman), derived from the
+//!   container's requests and limits as Kubernetes derives it
+//!   (`pkg/apis/core/v1/helper/qos`, [`topomgr_manifest::one_container_qos`]);
+//! - **devices** the device plugins already assigned, from its
+//!   environment ([`devices`]), for the providers that know them.
+//!
+//! A container whose spec sets `linux.resources.cpu.cpus` was pinned by
+//! its user (`podman run --cpuset-cpus`) and is left alone.
+
+pub mod annotations;
+pub mod cgroup_parent;
+pub mod devices;
+pub mod resources;
+
+use std::collections::BTreeMap;
+
+use topomgr_manifest::Pod;
+use topomgr_sdk::{ContainerView, PodResources, PodView, ResourceList};
+
+pub use annotations::{Identity, IdentitySource, PodSandbox};
+pub use devices::{AssignedDevices, DeviceId, ResourceHint};
+pub use resources::LinuxResources;
+
+/// Why a container's spec cannot be mapped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MappingError {
+    /// A `topomgr.io/…` annotation that does not parse.
+    #[error("annotation {key}={value:?} {problem}")]
+    Annotation {
+        /// The annotation.
+        key: &'static str,
+        /// Its value.
+        value: String,
+        /// What is wrong and what to write.
+        problem: String,
+    },
+    /// A device plugin's variable that does not parse.
+    #[error("environment variable {variable}={value:?}: {problem}")]
+    Environment {
+        /// The variable.
+        variable: String,
+        /// Its value.
+        value: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A request above its limit (Kubernetes refuses those).
+    #[error("{what} requests {request} but is limited to {limit}; a request cannot be above its limit ({remedy})")]
+    RequestAboveLimit {
+        /// The resource and where the request comes from.
+        what: String,
+        /// The request.
+        request: String,
+        /// The limit.
+        limit: String,
+        /// What to change.
+        remedy: &'static str,
+    },
+    /// A hugepage limit whose page size does not parse.
+    #[error("linux.resources.hugepageLimits: page size {0:?} is not a size such as 2MB or 1GB")]
+    PageSize(String),
+}
+
+/// A container as its runtime tells it.
+#[derive(Debug, Clone, Copy)]
+pub struct ContainerSpec<'a> {
+    /// The runtime's container id.
+    pub id: &'a str,
+    /// The container's name, when the runtime tells it (NRI).
+    pub name: Option<&'a str>,
+    /// The container's annotations.
+    pub annotations: &'a BTreeMap<String, String>,
+    /// Its pod, when the runtime hands it on (NRI).
+    pub sandbox: Option<&'a PodSandbox>,
+    /// The kubelet's cgroup parent of its pod, or the container's cgroups
+    /// path (`linux.cgroupsPath`); the sandbox's cgroup parent is used when
+    /// this is `None`.
+    pub cgroup_parent: Option<&'a str>,
+    /// Its Linux resources.
+    pub resources: &'a LinuxResources,
+    /// Its environment (`KEY=VALUE`).
+    pub env: &'a [String],
+}
+
+/// What topomgr does with a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mapping {
+    /// Admit this.
+    Admit(Box<ContainerRequest>),
+    /// Leave it alone.
+    Leave(Skip),
+}
+
+/// Why topomgr leaves a container alone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Skip {
+    /// A pod's sandbox (pause) container.
+    Sandbox,
+    /// It carries `topomgr.io/opt-out: "true"`.
+    OptedOut,
+    /// Its user pinned it (`linux.resources.cpu.cpus`).
+    Pinned {
+        /// The CPUs it was pinned to.
+        cpus: String,
+    },
+}
+
+impl std::fmt::Display for Skip {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Skip::Sandbox => f.write_str("a pod's sandbox container"),
+            Skip::OptedOut => write!(f, "opted out ({}: \"true\")", annotations::OPT_OUT),
+            Skip::Pinned { cpus } => write!(f, "pinned by its user to CPUs {cpus}"),
+        }
+    }
+}
+
+/// Where a [`ContainerRequest`]'s QoS class comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QosSource {
+    /// The kubelet's cgroup parent.
+    CgroupParent,
+    /// The container's requests and limits.
+    Derived,
+}
+
+/// A container to admit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerRequest {
+    /// The one-container pod (uid: the runtime's container id).
+    pub pod: Pod,
+    /// Who the container is.
+    pub identity: Identity,
+    /// Where its QoS class comes from.
+    pub qos_source: QosSource,
+    /// Devices its device plugins already assigned.
+    pub devices: Vec<AssignedDevices>,
+}
+
+/// What topomgr does with the container `spec` describes.
+pub fn map_container(spec: &ContainerSpec<'_>) -> Result<Mapping, MappingError> {
+    let pod_annotations = spec.sandbox.map(|s| &s.annotations);
+    if annotations::is_sandbox(spec.annotations) {
+        return Ok(Mapping::Leave(Skip::Sandbox));
+    }
+    if annotations::opted_out(spec.annotations, pod_annotations)? {
+        return Ok(Mapping::Leave(Skip::OptedOut));
+    }
+    let cpu = spec.resources.cpu.clone().unwrap_or_default();
+    if let Some(cpus) = cpu.cpus.as_deref().map(str::trim).filter(|c| !c.is_empty()) {
+        return Ok(Mapping::Leave(Skip::Pinned {
+            cpus: cpus.to_owned(),
+        }));
+    }
+    let (requests, limits) = requests_and_limits(spec)?;
+    let parent = spec
+        .cgroup_parent
+        .or_else(|| spec.sandbox.and_then(|s| s.cgroup_parent.as_deref()))
+        .and_then(cgroup_parent::kubelet_cgroup);
+    let (qos, qos_source) = match &parent {
+        Some(p) => (p.qos, QosSource::CgroupParent),
+        None => (
+            topomgr_manifest::one_container_qos(&requests, &limits),
+            QosSource::Derived,
+        ),
+    };
+    let mut identity = annotations::identity(spec.id, spec.name, spec.annotations, spec.sandbox);
+    if identity.pod_uid.is_none() {
+        identity.pod_uid = parent.map(|p| p.pod_uid);
+    }
+    let devices = devices::assigned_devices(spec.env)?;
+    let view =
+        PodView::new(spec.id, &identity.pod_name, &identity.namespace, qos).with_containers(vec![
+            ContainerView::new(&identity.container)
+                .with_requests(requests.clone())
+                .with_limits(limits.clone()),
+        ]);
+    Ok(Mapping::Admit(Box::new(ContainerRequest {
+        pod: Pod {
+            view,
+            effective: PodResources::new(requests, limits),
+        },
+        identity,
+        qos_source,
+        devices,
+    })))
+}
+
+/// The container's requests (defaulted from limits) and limits.
+fn requests_and_limits(
+    spec: &ContainerSpec<'_>,
+) -> Result<(ResourceList, ResourceList), MappingError> {
+    let r = spec.resources;
+    let cpu = r.cpu.clone().unwrap_or_default();
+    let memory = r.memory.clone().unwrap_or_default();
+    let mut requests = ResourceList::new();
+    let mut limits = ResourceList::new();
+
+    if let Some(m) = resources::quota_to_millicpu(cpu.quota, cpu.period).filter(|m| *m > 0) {
+        limits.insert("cpu".to_owned(), m);
+    }
+    if let Some(m) = cpu
+        .shares
+        .map(resources::shares_to_millicpu)
+        .filter(|m| *m > 0)
+    {
+        requests.insert("cpu".to_owned(), m);
+    }
+    let positive = |v: Option<i64>| v.and_then(|v| u64::try_from(v).ok()).filter(|v| *v > 0);
+    if let Some(bytes) = positive(memory.limit) {
+        limits.insert("memory".to_owned(), bytes);
+    }
+    if let Some(bytes) = positive(memory.reservation) {
+        requests.insert("memory".to_owned(), bytes);
+    }
+    for h in r.hugepage_limits.iter().flatten() {
+        let name = resources::hugepage_resource(&h.page_size)
+            .ok_or_else(|| MappingError::PageSize(h.page_size.clone()))?;
+        if h.limit > 0 {
+            limits.insert(name.clone(), h.limit);
+            requests.insert(name, h.limit);
+        }
+    }
+    let pod_annotations = spec.sandbox.map(|s| &s.annotations);
+    for (name, count) in annotations::extended_resources(spec.annotations, pod_annotations)? {
+        limits.insert(name.clone(), count);
+        requests.insert(name, count);
+    }
+    // API defaulting: a limit without a request is the request too.
+    for (name, limit) in &limits {
+        requests.entry(name.clone()).or_insert(*limit);
+    }
+    for (name, what, remedy) in [
+        (
+            "cpu",
+            "CPU (cpu.shares)",
+            "lower the CPU shares (podman --cpu-shares) or raise the CPU limit (--cpus)",
+        ),
+        (
+            "memory",
+            "memory (memory.reservation)",
+            "lower the memory reservation (podman --memory-reservation) or raise the limit (--memory)",
+        ),
+    ] {
+        if let (Some(request), Some(limit)) = (requests.get(name), limits.get(name)) {
+            if request > limit {
+                let show = |v: u64| {
+                    if name == "cpu" {
+                        format!("{v}m")
+                    } else {
+                        format!("{v} bytes")
+                    }
+                };
+                return Err(MappingError::RequestAboveLimit {
+                    what: what.to_owned(),
+                    request: show(*request),
+                    limit: show(*limit),
+                    remedy,
+                });
+            }
+        }
+    }
+    Ok((requests, limits))
+}
+
+#[cfg(test)]
+mod tests;
