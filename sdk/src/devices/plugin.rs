@@ -62,6 +62,17 @@ pub trait DevicePlugin: DeviceHooks + Send + Sync + 'static {
     /// Builds the plugin from the machine and its config, and lists its
     /// resources and devices. Bad config is an error naming the key
     /// ([`ProviderConfig::parse`](crate::ProviderConfig::parse) does).
+    ///
+    /// The toolkit then checks the list ([`DeviceManager::new`]) and
+    /// refuses the provider's start (reason `"InvalidConfig"`, naming the
+    /// resource and device) for: an empty or repeated resource name; an
+    /// empty or repeated device id within a resource; a device id with a
+    /// comma or whitespace; two devices with one identity (one PCI address,
+    /// one serial); an empty identity or a PCI address that is not one; a
+    /// device on a NUMA node the machine does not have. No need to check
+    /// these again. Give each device its PCI address or serial where it has
+    /// one ([`Device::with_pci_address`], [`Device::with_serial`]): saved
+    /// assignments then find it under any id or resource name.
     fn new(ctx: &ProviderContext<'_>) -> Result<(Self, Devices), ProviderError>
     where
         Self: Sized;
@@ -69,8 +80,9 @@ pub trait DevicePlugin: DeviceHooks + Send + Sync + 'static {
 
 /// A [`Provider`] made of a [`DevicePlugin`] and a [`DeviceManager`].
 ///
-/// Its checkpoint holds the device assignments only; a plugin with state
-/// of its own implements [`Provider`] itself around a [`DeviceManager`].
+/// Its checkpoint holds the device assignments only, and its restore is
+/// [`DeviceManager::restore`]'s reconcile; a plugin with state of its own
+/// implements [`Provider`] itself around a [`DeviceManager`].
 pub struct DeviceProvider<P: DevicePlugin> {
     plugin: P,
     manager: DeviceManager,

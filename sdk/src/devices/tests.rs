@@ -1369,25 +1369,15 @@ fn checkpoint_round_trip_and_validation() {
     assert_eq!(again.checkpoint().unwrap(), full);
     assert_eq!(again.inventory(), fresh.inventory());
 
-    // Refused, naming what is wrong, and nothing changes.
+    // Refused, naming what is wrong, and nothing changes: bytes that are
+    // not a checkpoint (what can be read is reconciled: see reconcile/tests.rs).
     let before = again.checkpoint().unwrap();
     for (data, message) in [
         (&b"{"[..], "device assignments do not parse: EOF while parsing an object at line 1 column 1"),
-        (
-            br#"{"assignments":[{"pod_uid":"a","container":"c","resource":"r","devices":["Dev1"]},{"pod_uid":"b","container":"c","resource":"r","devices":["Dev1"]}]}"#,
-            "device \"Dev1\" of r is held by pods a and b",
-        ),
-        (
-            br#"{"assignments":[{"pod_uid":"a","container":"c","resource":"r","devices":["Dev1","Dev1"]}]}"#,
-            "device \"Dev1\" of r is listed twice for container \"c\" of pod a",
-        ),
+        (&b" []"[..], "device assignments are a JSON list, not an object with `assignments`"),
         (
             br#"{"assignments":[{"pod_uid":"","container":"c","resource":"r","devices":["Dev1"]}]}"#,
             "an assignment has an empty pod uid, container or resource: \"\"/\"c\"/\"r\"",
-        ),
-        (
-            br#"{"assignments":[],"reuse":{"pod_uid":"a","devices":{"r":["Dev2"]}}}"#,
-            "reusable device \"Dev2\" of r is not held by pod a",
         ),
     ] {
         assert_eq!(
@@ -1398,28 +1388,6 @@ fn checkpoint_round_trip_and_validation() {
         );
         assert_eq!(again.checkpoint().unwrap(), before);
     }
-}
-
-#[test]
-fn vanished_devices_are_kept_and_never_handed_out() {
-    let machine = testkit::machine(1, 1);
-    let mut m = manager(&machine, vec![("r", vec![nodev("d1"), nodev("d2")])]);
-    let cp = br#"{"assignments":[
-        {"pod_uid":"a","container":"c","resource":"r","devices":["d1","gone"]},
-        {"pod_uid":"b","container":"c","resource":"old.com/x","devices":["x0"]}],
-        "saved_by":"a later SDK"}"#;
-    m.restore(cp).unwrap();
-    assert_eq!(m.held("a", "c", "r"), ["d1"]);
-    let text = String::from_utf8(m.checkpoint().unwrap()).unwrap();
-    assert!(text.contains(r#""devices":["gone"]"#), "{text}");
-    assert!(
-        text.contains(r#""resource":"old.com/x","devices":["x0"]"#),
-        "{text}"
-    );
-    m.release("b", "c");
-    assert!(!String::from_utf8(m.checkpoint().unwrap())
-        .unwrap()
-        .contains("x0"));
 }
 
 #[test]
