@@ -172,3 +172,40 @@ impl Devices {
         self.0.iter().map(|(r, _)| r.as_str())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pci_addresses_normalize_to_the_sysfs_form() {
+        assert_eq!(
+            normalize_pci_address("00000000:07:00.0").as_deref(),
+            Some("0000:07:00.0")
+        );
+        assert_eq!(
+            normalize_pci_address(" 0000:B7:1F.7").as_deref(),
+            Some("0000:b7:1f.7")
+        );
+        for bad in [
+            "",
+            "07:00.0",
+            "00010000:07:00.0",
+            "0000:7:00.0",
+            "0000:07:00.8",
+            "0000:07:00",
+        ] {
+            assert_eq!(normalize_pci_address(bad), None, "{bad}");
+        }
+        let d = Device::new("x", None)
+            .with_pci_address("0000:3B:00.0")
+            .with_serial("SN1")
+            .with_pci_address("00000000:3b:00.0");
+        assert_eq!(d.identity, ["pci:0000:3b:00.0", "serial:SN1"]);
+        // Not an address: kept as given, refused when registered.
+        assert_eq!(
+            Device::new("x", None).with_pci_address("3b:00.0").identity,
+            ["pci:3b:00.0"]
+        );
+    }
+}
