@@ -21,26 +21,26 @@
 //!
 //! Built as a cdylib by the workspace member `examples/numa-widgets`: a plain
 //! `cargo build --workspace` gives `target/debug/libnuma_widgets.so` (or
-//! `target/release/...`), beside the `topomgr` binary. Its own `Cargo.toml`
-//! is all a vendor's crate needs: `crate-type = ["cdylib"]` and a dependency
-//! on `topomgr-sdk`.
+//! `target/release/...`), beside the `topomgr` binary. A vendor's crate
+//! needs `crate-type = ["cdylib"]` and a dependency on `topomgr-sdk`, nothing
+//! else: this file compiles as it is in such a crate.
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
 use topomgr_sdk::devices::{Device, DeviceHooks, DevicePlugin, Devices};
-use topomgr_sdk::{ProviderContext, ProviderError};
+use topomgr_sdk::{tracing, ProviderContext, ProviderError};
 
 /// The largest `widgets_per_node` accepted.
 const MAX_WIDGETS_PER_NODE: u32 = 1024;
 
-/// The provider's config table.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Config {
-    widgets_per_node: u32,
-    #[serde(default = "default_resource")]
-    resource: String,
+topomgr_sdk::provider_config! {
+    /// The provider's config table (unknown keys are refused).
+    #[derive(Debug)]
+    struct Config {
+        widgets_per_node: u32,
+        #[serde(default = "default_resource")]
+        resource: String,
+    }
 }
 
 fn default_resource() -> String {
@@ -124,7 +124,7 @@ topomgr_sdk::export_device_plugin!(NumaWidgets);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use topomgr_sdk::serde_json::json;
     use topomgr_sdk::{testkit, HintSet, PreferredAllocationRequest};
 
     const W: &str = "example.com/widget";

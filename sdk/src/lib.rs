@@ -21,9 +21,10 @@
 //!
 //! * [`Provider::new`] gets the discovered [`Machine`], the provider's
 //!   `[providers.NAME.config]` table and a state directory. Bad config is an
-//!   error naming the key: derive `serde::Deserialize` with
-//!   `#[serde(deny_unknown_fields)]` and use [`ProviderConfig::parse`], whose
-//!   errors carry the full key path (`devices[0].node: invalid type ...`).
+//!   error naming the key: declare the config type with
+//!   [`provider_config!`] (serde's derive, unknown keys refused) and use
+//!   [`ProviderConfig::parse`], whose errors carry the full key path
+//!   (`devices[0].node: invalid type ...`).
 //! * [`Provider::topology_hints`] (container scope) and
 //!   [`Provider::pod_topology_hints`] (pod scope, use
 //!   [`PodView::effective_request`]) answer a [`ProviderHints`], which keeps
@@ -87,10 +88,10 @@
 //! widgets_per_node = 2
 //! ```
 //!
-//! A vendor crate needs `crate-type = ["cdylib"]` and this crate; `serde`,
-//! `serde_json` and `tracing` are re-exported ([`serde`], [`serde_json`],
-//! [`tracing`]) so a provider can depend on the SDK alone (derive with
-//! `#[serde(crate = "topomgr_sdk::serde")]`).
+//! A vendor crate needs `crate-type = ["cdylib"]` and this crate alone:
+//! the example compiles as it is in such a crate. `serde`, `serde_json` and
+//! `tracing` are re-exported ([`serde`], [`serde_json`], [`tracing`]), and
+//! [`provider_config!`] derives a config type through the SDK's `serde`.
 //!
 //! ## Compatibility rule
 //!
@@ -151,7 +152,11 @@
 //! ```
 #![warn(missing_docs)]
 
+// The SDK's own tests use its macros, which name the crate `topomgr_sdk`.
+extern crate self as topomgr_sdk;
+
 mod allocation;
+mod config_macro;
 mod cpuset;
 pub mod devices;
 mod export;
@@ -175,8 +180,8 @@ pub mod testkit;
 /// [`export_provider!`]; plugins need no other copy).
 #[doc(hidden)]
 pub use abi_stable;
-/// The `serde` the SDK is built with (derive with
-/// `#[serde(crate = "topomgr_sdk::serde")]` to need no `serde` dependency).
+/// The `serde` the SDK is built with ([`provider_config!`] derives through
+/// it, so a provider needs no `serde` dependency).
 pub use serde;
 /// The `serde_json` the SDK is built with (config tables are JSON values).
 pub use serde_json;
