@@ -5,10 +5,10 @@ use abi_stable::std_types::{ROption, RResult, RSlice, RStr, RString, RVec};
 
 use super::convert::to_json;
 use super::*;
+use crate::testkit::FakeProvider;
 use crate::{
-    Allocation, CompactHints, ContainerView, CpuSet, HintSet, Inventory, NumaMask, NumaNodeId,
-    PodView, PreferredAllocationRequest, Provider, ProviderContext, ProviderError, ProviderHints,
-    Reconciled, TopologyHint,
+    Allocation, CompactHints, CpuSet, HintSet, Inventory, NumaMask, NumaNodeId, PodView,
+    PreferredAllocationRequest, ProviderError, ProviderHints, Reconciled, TopologyHint,
 };
 
 fn mask(ids: &[i64]) -> NumaMask {
@@ -73,66 +73,42 @@ fn duplicate_resource_is_refused() {
     );
 }
 
-struct Panicky;
-
-impl Provider for Panicky {
-    fn new(_: &ProviderContext<'_>) -> Result<Self, ProviderError> {
-        Ok(Panicky)
-    }
-    fn topology_hints(
-        &mut self,
-        _: &PodView,
-        c: &ContainerView,
-    ) -> Result<ProviderHints, ProviderError> {
-        if c.name == "boom" {
-            panic!("boom in {}", c.name);
-        }
-        Ok(None)
-    }
-    fn pod_topology_hints(&mut self, _: &PodView) -> Result<ProviderHints, ProviderError> {
-        Err(ProviderError::config("nope"))
-    }
-    fn allocate(
-        &mut self,
-        _: &PodView,
-        c: &ContainerView,
-        _: &TopologyHint,
-    ) -> Result<Allocation, ProviderError> {
-        Ok(Allocation::default()
-            .with_cpus(CpuSet::parse("0-3,8").unwrap(), true)
-            .with_mems(mask(&[0, 250]))
-            .with_devices("x/y", vec![c.name.clone()])
-            .with_env("K", "V"))
-    }
-    fn release(&mut self, _: &str, _: &str) -> Result<(), ProviderError> {
-        std::panic::panic_any(7u32)
-    }
-    fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
-        Ok(vec![1, 2])
-    }
-    fn restore(&mut self, _: &[u8]) -> Result<Reconciled, ProviderError> {
-        Ok(Reconciled::default())
-    }
-    fn preferred_allocation(
-        &mut self,
-        request: &PreferredAllocationRequest,
-    ) -> Result<Vec<String>, ProviderError> {
-        if request.size == 9 {
-            panic!("nine");
-        }
-        Ok(request
-            .available
-            .iter()
-            .rev()
-            .take(request.size)
-            .cloned()
-            .collect())
-    }
+/// Panics in some calls, answers the others.
+fn panicky() -> FakeProvider {
+    FakeProvider::new()
+        .with_hints(|_, c| {
+            if c.name == "boom" {
+                panic!("boom in {}", c.name);
+            }
+            Ok(None)
+        })
+        .with_pod_hints(|_| Err(ProviderError::config("nope")))
+        .with_allocate(|_, c, _| {
+            Ok(Allocation::default()
+                .with_cpus(CpuSet::parse("0-3,8").unwrap(), true)
+                .with_mems(mask(&[0, 250]))
+                .with_devices("x/y", vec![c.name.clone()])
+                .with_env("K", "V"))
+        })
+        .with_release(|_, _| std::panic::panic_any(7u32))
+        .with_checkpoint(|| Ok(vec![1, 2]))
+        .with_preferred_allocation(|request| {
+            if request.size == 9 {
+                panic!("nine");
+            }
+            Ok(request
+                .available
+                .iter()
+                .rev()
+                .take(request.size)
+                .cloned()
+                .collect())
+        })
 }
 
 #[test]
 fn panics_become_errors_and_the_object_keeps_working() {
-    let mut h = in_process(Panicky);
+    let mut h = in_process(panicky());
     let pod = crate::testkit::guaranteed_pod("p", &[]);
     let boom = crate::testkit::container("boom", &[]);
     assert_eq!(
@@ -179,7 +155,7 @@ fn panics_become_errors_and_the_object_keeps_working() {
 
 #[test]
 fn host_data_with_fields_from_a_later_sdk_is_read() {
-    let mut h = in_process(Panicky);
+    let mut h = in_process(panicky());
     let pod = r#"{"uid": "u", "name": "p", "namespace": "d", "qos": "Guaranteed",
                   "init_containers": [], "containers": [], "resources": null,
                   "priority_class": "high"}"#;
@@ -431,44 +407,11 @@ fn a_shared_pod_crosses_once_and_other_pods_in_full() {
 
 #[test]
 fn the_adapter_answers_calls_about_the_shared_pod() {
-    struct Echo;
-    impl Provider for Echo {
-        fn new(_: &ProviderContext<'_>) -> Result<Self, ProviderError> {
-            Ok(Echo)
-        }
-        fn topology_hints(
-            &mut self,
-            _: &PodView,
-            _: &ContainerView,
-        ) -> Result<ProviderHints, ProviderError> {
-            Ok(None)
-        }
-        fn pod_topology_hints(&mut self, _: &PodView) -> Result<ProviderHints, ProviderError> {
-            Ok(None)
-        }
-        fn allocate(
-            &mut self,
-            pod: &PodView,
-            c: &ContainerView,
-            _: &TopologyHint,
-        ) -> Result<Allocation, ProviderError> {
-            let mut a = Allocation::default();
-            a.env
-                .insert("SEEN".into(), format!("{}/{}", pod.name, c.name));
-            Ok(a)
-        }
-        fn release(&mut self, _: &str, _: &str) -> Result<(), ProviderError> {
-            Ok(())
-        }
-        fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
-            Ok(Vec::new())
-        }
-        fn restore(&mut self, _: &[u8]) -> Result<Reconciled, ProviderError> {
-            Ok(Reconciled::default())
-        }
-    }
+    let echo = FakeProvider::new().with_allocate(|pod, c, _| {
+        Ok(Allocation::default().with_env("SEEN", format!("{}/{}", pod.name, c.name)))
+    });
     let container = to_json(&crate::testkit::container("app", &[])).unwrap();
-    let mut h = in_process(Echo);
+    let mut h = in_process(echo);
     let err = h
         .allocate_json("", &container, &TopologyHint::ANY)
         .unwrap_err();
