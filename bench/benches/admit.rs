@@ -21,12 +21,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use topomgr::admission::Admitter;
-use topomgr::config::ProviderEntry;
-use topomgr::daemon::metrics::Metrics;
-use topomgr::numa::NumaInfo;
-use topomgr::policy::{Policy, Scope};
-use topomgr::provider::Provider;
+use topomgr_daemon::metrics::Metrics;
+use topomgr_engine::admission::Admitter;
+use topomgr_engine::numa::NumaInfo;
+use topomgr_engine::policy::{Policy, Scope};
+use topomgr_engine::provider::{Provider, ProviderObserver};
+use topomgr_node::config::ProviderEntry;
 use topomgr_sdk::{ContainerView, PodView, QosClass};
 
 use topomgr_bench::workspace_root as workspace;
@@ -60,7 +60,7 @@ fn load(
     machine: &topomgr_sdk::Machine,
 ) -> Provider {
     let state = workspace().join("target/bench-state");
-    topomgr::plugin::load_provider(name, &entry(libs, lib, config), &[], machine, &state)
+    topomgr_node::plugin::load_provider(name, &entry(libs, lib, config), &[], machine, &state)
         .unwrap_or_else(|e| panic!("load {name}: {e}"))
 }
 
@@ -100,7 +100,7 @@ fn bench(c: &mut Criterion) {
         return;
     };
     let libs = build_providers();
-    let machine = topomgr::discover::discover(&sys).expect("discover");
+    let machine = topomgr_discovery::discover(&sys).expect("discover");
     let providers = vec![
         load(&libs, "cpu", "topomgr_provider_cpu", cpu_config(), &machine),
         load(
@@ -149,11 +149,12 @@ fn many(uid: &str, n: usize) -> PodView {
 fn many_containers(c: &mut Criterion) {
     let libs = build_providers();
     let sys = workspace().join("examples/machines/2s4n/sys");
-    let machine = topomgr::discover::discover(&sys).expect("discover");
+    let machine = topomgr_discovery::discover(&sys).expect("discover");
     let metrics = Arc::new(Metrics::new());
     let timed = |p: Provider| -> Provider {
-        p.with_deadline(Duration::from_secs(60), Arc::clone(&metrics))
+        p.with_deadline(Duration::from_secs(60))
             .unwrap()
+            .with_observer(Arc::clone(&metrics) as Arc<dyn ProviderObserver>)
     };
     let mock = || {
         load(

@@ -61,9 +61,8 @@ fn policy_with_half_taken(topo: &CpuTopology) -> StaticPolicy {
         cpus_to_reuse: BTreeMap::new(),
         pod_entries: BTreeMap::new(),
     };
-    if let Err(e) = p.restore(&cp) {
-        panic!("bench state: {e}");
-    }
+    let out = p.reconcile(&cp);
+    assert!(out.report.is_empty(), "bench state: {out:?}");
     p
 }
 

@@ -4,8 +4,8 @@
 //! tmpfs (`/dev/shm`, the daemon's own cost) and on the target directory's
 //! disk (every commit fsyncs; concurrent requests share one commit).
 //!
-//! The daemon runs in this process (`topomgr::daemon::run` on a thread, the
-//! same code as `topomgr serve`); clients use `topomgr::daemon::client`.
+//! The daemon runs in this process (`topomgr_daemon::run` on a thread, the
+//! same code as `topomgr serve`); clients use `topomgr_daemon::client`.
 //! Run: `cargo bench -p topomgr-bench --bench daemon`. Figures in BENCHMARKS.md.
 
 mod support;
@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use topomgr::daemon::client::Client;
+use topomgr_daemon::client::Client;
 
 use support::{admit_release, cpu_plugin, manifest, places, start_daemon, EXCLUSIVE};
 

@@ -1,4 +1,4 @@
-//! A daemon for the benchmarks: `topomgr::daemon::run` on a thread of this
+//! A daemon for the benchmarks: `topomgr_daemon::run` on a thread of this
 //! process (the same code as `topomgr serve`) over the real CPU provider
 //! `.so` (static policy, CPU 0 reserved) on the example 2-socket machine.
 
@@ -7,12 +7,12 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use topomgr::config::{HostConfig, ProviderEntry};
-use topomgr::daemon::client::Client;
-use topomgr::daemon::{self, Daemon};
-use topomgr::setup::EngineParts;
-use topomgr::state_lock::StateLock;
 use topomgr_bench::workspace_root;
+use topomgr_daemon::client::Client;
+use topomgr_daemon::{self as daemon, Daemon};
+use topomgr_node::config::{HostConfig, ProviderEntry};
+use topomgr_node::setup::AdmitterParts;
+use topomgr_node::state_lock::StateLock;
 
 /// Build the CPU provider in release mode and return its .so.
 pub fn cpu_plugin() -> PathBuf {
@@ -29,7 +29,7 @@ pub fn start_daemon(tag: &str, state_root: &Path, plugin: &Path) -> PathBuf {
     let socket = dir.join("t.sock");
     let state_dir = dir.join("state");
     let lock = StateLock::acquire(&state_dir).expect("lock");
-    let machine = topomgr::discover::discover(&workspace_root().join("examples/machines/2s4n/sys"))
+    let machine = topomgr_discovery::discover(&workspace_root().join("examples/machines/2s4n/sys"))
         .expect("discover the example machine");
     // The wiring every command uses, from a config as the files would give.
     let cfg = HostConfig {
@@ -48,7 +48,7 @@ pub fn start_daemon(tag: &str, state_root: &Path, plugin: &Path) -> PathBuf {
         .into(),
         ..HostConfig::default()
     };
-    let parts = EngineParts::from_config(&cfg, &machine).expect("load the cpu provider");
+    let parts = AdmitterParts::from_config(&cfg, &machine).expect("load the cpu provider");
     let d = Daemon {
         socket: socket.clone(),
         group: "topomgr".to_owned(),

@@ -4,9 +4,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use topomgr::admission::{AdmitResult, TraceStep};
-use topomgr::api::{Admission, Admissions, Attachments, Explains};
-use topomgr::node_state::NodeState;
+use topomgr_engine::admission::{AdmitResult, TraceStep};
+use topomgr_node::api::{Admission, Admissions, Attachments, Explains};
+use topomgr_node::node_state::NodeState;
+use topomgr_node::state_dir::StateDir;
 use topomgr_sdk::HintSet;
 
 use super::text::{field, Columns};
@@ -44,7 +45,7 @@ pub struct ExplainArgs {
     /// Restore state from DIR first (never saved).
     #[arg(long)]
     state_dir: Option<PathBuf>,
-    /// Output format: text for people, or the JSON of `topomgr::explain`
+    /// Output format: text for people, or the JSON of `topomgr_engine::explain`
     /// (`{"pods": [...]}`).
     #[arg(short, long, value_enum, default_value = "text")]
     output: ExplainOutput,
@@ -156,11 +157,11 @@ pub fn run(config: &Path, args: AdmitArgs) -> anyhow::Result<ExitCode> {
         return super::client::admit(socket, &args.pods, args.output);
     }
     let cfg = host::load_config(config)?;
-    let pods = topomgr::manifest::read_pods(&args.pods)?;
+    let pods = topomgr_manifest::read_pods(&args.pods)?;
     let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
     let mut node = NodeState::from_config(&cfg, &machine)?;
     let mut held = match &args.state_dir {
-        Some(dir) => Some(host::open_state(dir, &mut node)?),
+        Some(dir) => Some(StateDir::open(dir, &mut node)?),
         None => None,
     };
     let results: Vec<AdmitResult> = match (held.as_mut(), args.dry_run) {
@@ -198,7 +199,7 @@ fn describe_hints(set: &Option<HintSet>) -> String {
             .join(" "),
         Some(HintSet::Compact(c)) => format!(
             "{} (preferred at width {})",
-            topomgr::admission::compact_summary(c, usize::MAX),
+            topomgr_engine::admission::compact_summary(c, usize::MAX),
             c.preferred_width
         ),
     }
@@ -247,11 +248,11 @@ fn print_step(step: &TraceStep) {
 /// Admit (without saving) and print each decision's trace.
 pub fn explain(config: &Path, args: ExplainArgs) -> anyhow::Result<ExitCode> {
     let cfg = host::load_config(config)?;
-    let pods = topomgr::manifest::read_pods(&args.pods)?;
+    let pods = topomgr_manifest::read_pods(&args.pods)?;
     let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
     let mut node = NodeState::from_config(&cfg, &machine)?;
     let _held = match &args.state_dir {
-        Some(dir) => Some(host::open_state(dir, &mut node)?),
+        Some(dir) => Some(StateDir::open(dir, &mut node)?),
         None => None,
     };
     let adm = node.admitter_mut();
@@ -261,7 +262,7 @@ pub fn explain(config: &Path, args: ExplainArgs) -> anyhow::Result<ExitCode> {
         for pod in &pods {
             let mut trace = Vec::new();
             let r = adm.admit_traced(pod, &mut trace);
-            out.push(topomgr::explain::explain(
+            out.push(topomgr_engine::explain::explain(
                 adm.policy().name(),
                 adm.scope(),
                 &nodes,

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use topomgr::api::{Admission, Admissions, Attached, Attachments, PodList};
-use topomgr::daemon::client::{encode_segment, Client, Response};
-use topomgr::manifest::STDIN_PATH;
+use topomgr_daemon::client::{encode_segment, Client, Response};
+use topomgr_manifest::STDIN_PATH;
+use topomgr_node::api::{Admission, Admissions, Attached, Attachments, PodList};
 
 use super::admit::{print_json, print_table};
 use super::{host, Output};
@@ -111,11 +111,11 @@ pub fn attach(config: &Path, args: AttachArgs) -> anyhow::Result<ExitCode> {
 pub fn admit(socket: &Path, inputs: &[String], output: Output) -> anyhow::Result<ExitCode> {
     let mut texts = Vec::with_capacity(inputs.len());
     if inputs.iter().filter(|p| *p == STDIN_PATH).count() > 1 {
-        return Err(topomgr::manifest::ManifestError::StdinTwice.into());
+        return Err(topomgr_manifest::ManifestError::StdinTwice.into());
     }
     for path in inputs {
-        let (text, origin) = topomgr::manifest::read_input(path)?;
-        topomgr::manifest::parse_pods(&text, &origin)?;
+        let (text, origin) = topomgr_manifest::read_input(path)?;
+        topomgr_manifest::parse_pods(&text, &origin)?;
         texts.push(text);
     }
     let mut client = Client::new(socket);

@@ -1,5 +1,5 @@
 //! `topomgr export nrt`: this node's NodeResourceTopology object
-//! ([`topomgr::nrt`]) as JSON or YAML, an object `kubectl apply -f -`
+//! ([`topomgr_node::nrt`]) as JSON or YAML, an object `kubectl apply -f -`
 //! accepts. From the running daemon, or with `--state-dir` from a state
 //! directory in-process (no daemon may serve it).
 
@@ -8,8 +8,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
-use topomgr::node_state::NodeState;
-use topomgr::nrt::NodeResourceTopology;
+use topomgr_node::node_state::NodeState;
+use topomgr_node::nrt::NodeResourceTopology;
+use topomgr_node::state_dir::StateDir;
 
 use super::client::SocketArg;
 use super::host;
@@ -64,9 +65,9 @@ fn nrt(config: &Path, args: NrtArgs) -> anyhow::Result<ExitCode> {
             let cfg = host::load_config(config)?;
             let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
             let mut node = NodeState::from_config(&cfg, &machine)?;
-            let _held = host::open_state(dir, &mut node)?;
-            let name = node_name(&cfg)?;
-            topomgr::nrt::of_admitter(&name, &machine, node.admitter_mut())?
+            let _held = StateDir::open(dir, &mut node)?;
+            let name = topomgr_node::nrt::node_name(&cfg)?;
+            topomgr_node::nrt::of_admitter(&name, &machine, node.admitter_mut())?
         }
         None => {
             let resp = args
@@ -81,13 +82,6 @@ fn nrt(config: &Path, args: NrtArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// The configured node name, or the host name.
-pub fn node_name(cfg: &topomgr::config::HostConfig) -> anyhow::Result<String> {
-    match &cfg.node_name {
-        Some(n) => Ok(n.clone()),
-        None => Ok(topomgr::nrt::default_node_name()?),
-    }
-}
-
 fn print(object: &NodeResourceTopology, format: Format) -> anyhow::Result<()> {
     let text = match format {
         Format::Json => serde_json::to_string_pretty(object)? + "\n",

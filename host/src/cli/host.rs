@@ -1,14 +1,11 @@
-//! Shared set-up for commands: config file, machine, state directory; the
-//! engine itself comes from the library (`topomgr::setup`).
+//! What every command reads first: the config file and the machine. The
+//! rest of the set-up is the library's (`topomgr_node::setup`,
+//! `topomgr_node::state_dir`).
 
 use std::path::Path;
-use std::time::Duration;
 
 use anyhow::Context;
-use topomgr::config::HostConfig;
-use topomgr::node_state::NodeState;
-use topomgr::state_lock::StateLock;
-use topomgr::store::Store;
+use topomgr_node::config::HostConfig;
 use topomgr_sdk::Machine;
 
 /// Load the config file; the default path may be absent (built-in defaults).
@@ -30,57 +27,16 @@ fn load(path: &Path, protected: bool) -> anyhow::Result<HostConfig> {
         return Ok(HostConfig::default());
     }
     let env = |var: &str| std::env::var(var).ok();
-    let opts = topomgr::config::LoadOptions {
+    let opts = topomgr_node::config::LoadOptions {
         env: &env,
         protected,
     };
-    Ok(topomgr::config::load_with(path, &opts)?)
+    Ok(topomgr_node::config::load_with(path, &opts)?)
 }
 
 /// Discover the machine from `--sysfs-root` or the configured root.
 pub fn discover(cfg: &HostConfig, sysfs_root: Option<&Path>) -> anyhow::Result<Machine> {
     let root = sysfs_root.unwrap_or(&cfg.sysfs_root);
-    topomgr::discover::discover(root)
+    topomgr_discovery::discover(root)
         .with_context(|| format!("discovering the machine from {}", root.display()))
-}
-
-/// How long a one-shot command waits for another holder of the state lock.
-pub const STATE_LOCK_WAIT: Duration = Duration::from_secs(30);
-
-/// A state directory held by one command: its lock (released on drop) and
-/// its store (snapshot and journal).
-pub struct HeldState {
-    _lock: StateLock,
-    store: Store,
-}
-
-/// Lock `dir` (waiting up to [`STATE_LOCK_WAIT`]) and restore it into `node`.
-pub fn open_state(dir: &Path, node: &mut NodeState) -> anyhow::Result<HeldState> {
-    let lock = StateLock::acquire_within(dir, STATE_LOCK_WAIT)?;
-    let boot_id = node.boot_id().to_owned();
-    let (store, restored) =
-        Store::open(dir, node.admitter_mut(), &boot_id).context("restoring state")?;
-    for issue in &restored.issues {
-        tracing::warn!(state_dir = %dir.display(), %issue, "restored state does not match the machine or the config");
-    }
-    node.set_records(restored.records);
-    Ok(HeldState { _lock: lock, store })
-}
-
-impl HeldState {
-    /// Make what `node` changed since it was opened (or last saved) durable.
-    pub fn save(&mut self, node: &mut NodeState) -> anyhow::Result<()> {
-        self.store.commit(node).context("saving state")?;
-        Ok(())
-    }
-
-    /// Release the pods of dead `topomgr run` owners whose cgroups are
-    /// empty; say which stay held because processes remain.
-    pub fn reclaim(&self, node: &mut NodeState) {
-        for r in node.reclaim() {
-            if let topomgr::node_state::Reclaim::Kept { uid, pids } = r {
-                tracing::info!(pod = %uid, ?pids, "pod of an ended topomgr run stays held: processes remain in its cgroup");
-            }
-        }
-    }
 }

@@ -4,13 +4,13 @@ use std::io::Read;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
-use topomgr::api::{MergeDecision, MergeRequest};
-use topomgr::numa::NumaInfo;
-use topomgr::policy::Policy;
+use topomgr_engine::numa::NumaInfo;
+use topomgr_engine::policy::Policy;
+use topomgr_node::api::{MergeDecision, MergeRequest};
 use topomgr_sdk::ProviderHints;
 
 /// The largest merge input read from standard input (as for manifests).
-const MAX_INPUT_BYTES: u64 = topomgr::manifest::MAX_MANIFEST_BYTES;
+const MAX_INPUT_BYTES: u64 = topomgr_manifest::MAX_MANIFEST_BYTES;
 
 /// Read the input, merge, print `{"affinity", "preferred", "admit"}`.
 pub fn run() -> anyhow::Result<ExitCode> {

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
-use topomgr::api::{PreferredDevices, ProviderAllocation};
-use topomgr::store;
+use topomgr_node::api::{PreferredDevices, ProviderAllocation};
+use topomgr_node::store;
 use topomgr_sdk::{PodView, PreferredAllocationRequest, TopologyHint};
 
 use super::host;
@@ -96,7 +96,7 @@ fn preferred_request(
 }
 
 fn read_pod(path: &str) -> anyhow::Result<PodView> {
-    let mut pods = topomgr::manifest::read_pods(&[path.to_string()])?;
+    let mut pods = topomgr_manifest::read_pods(&[path.to_string()])?;
     if pods.is_empty() {
         bail!("{path}: no pod found");
     }
@@ -137,10 +137,13 @@ fn refused(name: &str, e: &topomgr_sdk::ProviderError) -> ExitCode {
 pub fn run(config: &Path, args: ProviderArgs) -> anyhow::Result<ExitCode> {
     let cfg = host::load_config(config)?;
     let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
-    let mut provider = topomgr::setup::load_provider(&cfg, &args.name, &machine)?;
+    let mut provider = topomgr_node::setup::load_provider(&cfg, &args.name, &machine)?;
     let _lock = match &args.state_dir {
         Some(dir) => {
-            let lock = topomgr::state_lock::StateLock::acquire_within(dir, host::STATE_LOCK_WAIT)?;
+            let lock = topomgr_node::state_lock::StateLock::acquire_within(
+                dir,
+                topomgr_node::state_dir::STATE_LOCK_WAIT,
+            )?;
             store::restore_provider(dir, &mut provider).context("restoring provider state")?;
             Some(lock)
         }
@@ -167,7 +170,7 @@ pub fn run(config: &Path, args: ProviderArgs) -> anyhow::Result<ExitCode> {
                 Ok(h) => {
                     println!(
                         "{}",
-                        serde_json::to_string(&topomgr::explain::printable(h, &nodes))?
+                        serde_json::to_string(&topomgr_engine::explain::printable(h, &nodes))?
                     );
                     ExitCode::SUCCESS
                 }

@@ -1,6 +1,6 @@
 //! `topomgr release --state-dir DIR UID`: release a pod from a state
 //! directory without a daemon (operator repair), through the same
-//! [`topomgr::node_state::NodeState`] the daemon uses. `--socket` (or no
+//! [`topomgr_node::node_state::NodeState`] the daemon uses. `--socket` (or no
 //! `--state-dir`) asks the running daemon instead.
 
 use std::path::{Path, PathBuf};
@@ -8,8 +8,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::Args;
-use topomgr::admission::AdmissionError;
-use topomgr::node_state::NodeState;
+use topomgr_engine::admission::AdmissionError;
+use topomgr_node::node_state::NodeState;
+use topomgr_node::state_dir::StateDir;
 
 use super::client::{self, SocketArg};
 use super::host;
@@ -34,7 +35,7 @@ pub fn run(config: &Path, args: ReleaseArgs) -> anyhow::Result<ExitCode> {
     let cfg = host::load_config(config)?;
     let machine = host::discover(&cfg, None)?;
     let mut node = NodeState::from_config(&cfg, &machine)?;
-    let mut held = host::open_state(dir, &mut node)?;
+    let mut held = StateDir::open(dir, &mut node)?;
     let uid = &args.uid;
     if !node.pods().contains_key(uid) {
         eprintln!(
@@ -66,6 +67,6 @@ pub fn run(config: &Path, args: ReleaseArgs) -> anyhow::Result<ExitCode> {
             pids.join(",")
         );
     }
-    super::admit::print_json(&topomgr::api::Admission::from(&released))?;
+    super::admit::print_json(&topomgr_node::api::Admission::from(&released))?;
     Ok(ExitCode::SUCCESS)
 }

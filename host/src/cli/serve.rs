@@ -5,10 +5,10 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use topomgr::daemon::{self, Daemon};
-use topomgr::setup::EngineParts;
+use topomgr_daemon::{self as daemon, Daemon};
+use topomgr_node::setup::AdmitterParts;
 
-use topomgr::state_lock::StateLock;
+use topomgr_node::state_lock::StateLock;
 
 use super::host;
 
@@ -35,7 +35,7 @@ pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
     // Lock first: providers may read their state directories while loading.
     let lock = StateLock::acquire(&cfg.state_dir)?;
     let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
-    let parts = EngineParts::from_config(&cfg, &machine)?;
+    let parts = AdmitterParts::from_config(&cfg, &machine)?;
     daemon::run(Daemon {
         socket: args.socket.unwrap_or_else(|| cfg.daemon.socket.clone()),
         group: cfg.daemon.group.clone(),
@@ -48,8 +48,8 @@ pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
         scope: parts.scope,
         providers: parts.providers,
         lock,
-        export: topomgr::nrt::ExportSettings {
-            node_name: super::export::node_name(&cfg)?,
+        export: topomgr_node::nrt::ExportSettings {
+            node_name: topomgr_node::nrt::node_name(&cfg)?,
             file: cfg.export_file.clone(),
         },
     })?;

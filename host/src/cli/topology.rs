@@ -13,7 +13,7 @@ pub fn run(config: &Path, sysfs_root: Option<&Path>, output: Output) -> anyhow::
         Output::Json => println!("{}", serde_json::to_string_pretty(&machine)?),
         Output::Table => print!(
             "{}",
-            super::text::lines(&topomgr::discover::render_table(&machine))
+            super::text::lines(&topomgr_discovery::render_table(&machine))
         ),
     }
     Ok(ExitCode::SUCCESS)

@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use serde_json::Value;
-use topomgr::api::{Admission, Admissions};
+use topomgr_node::api::{Admission, Admissions};
 
 /// What the first mock owns unless its config says otherwise: the
 /// extended resource of the test pods (a pod requesting an extended

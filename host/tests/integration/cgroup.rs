@@ -10,12 +10,12 @@ use std::process::Command;
 
 use std::collections::BTreeMap;
 
-use topomgr::admission::Admitter;
-use topomgr::cgroup::{CgroupManager, CgroupPath, CgroupVersion, Cpuset};
-use topomgr::node_state::{NodeState, Records};
-use topomgr::numa::NumaInfo;
-use topomgr::policy::{Policy, Scope};
-use topomgr::provider::Provider;
+use topomgr_cgroup::{CgroupManager, CgroupPath, CgroupVersion, Cpuset};
+use topomgr_engine::admission::Admitter;
+use topomgr_engine::numa::NumaInfo;
+use topomgr_engine::policy::{Policy, Scope};
+use topomgr_engine::provider::Provider;
+use topomgr_node::node_state::{NodeState, Records};
 use topomgr_sdk::{
     testkit, Allocation, ContainerView, CpuSet, NumaMask, PodView, ProviderError, ProviderHints,
     TopologyHint,

@@ -11,7 +11,7 @@ use std::io::{self, Write as _};
 use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 
-use topomgr::cgroup::{CgroupError, CgroupManager, ControlFs, Removal};
+use topomgr_cgroup::{CgroupError, CgroupManager, ControlFs, Removal};
 
 /// Control files in a plain directory tree.
 #[derive(Debug, Clone, Copy, Default)]

@@ -244,9 +244,9 @@ pub fn load_on_example_machine(
     name: &str,
     so: &Path,
     config: serde_json::Value,
-) -> topomgr::provider::Provider {
-    let machine = topomgr::discover::discover(Path::new(&example_sys())).expect("example machine");
-    let entry = topomgr::config::ProviderEntry {
+) -> topomgr_engine::provider::Provider {
+    let machine = topomgr_discovery::discover(Path::new(&example_sys())).expect("example machine");
+    let entry = topomgr_node::config::ProviderEntry {
         library: so.to_string_lossy().into_owned(),
         enabled: true,
         config,
@@ -254,14 +254,14 @@ pub fn load_on_example_machine(
         config_dir: PathBuf::new(),
     };
     let state = scratch_dir(&format!("{name}-plugin-state"));
-    topomgr::plugin::load_provider(name, &entry, &[], &machine, &state)
+    topomgr_node::plugin::load_provider(name, &entry, &[], &machine, &state)
         .unwrap_or_else(|e| panic!("load {name}: {e}"))
 }
 
 /// The saved state of a state directory (its snapshot with the journal
 /// applied), as JSON.
 pub fn state_body(dir: &Path) -> serde_json::Value {
-    topomgr::store::state_json(dir)
+    topomgr_node::store::state_json(dir)
         .unwrap_or_else(|e| panic!("read the state in {}: {e}", dir.display()))
 }
 
@@ -337,21 +337,21 @@ pub fn hint_list(json: &str, resource: &str) -> Vec<String> {
 /// without cpuset delegation), or the root cpuset is not every online CPU
 /// (topomgr gives shared containers the online CPUs, which such a root
 /// refuses).
-pub fn real_cgroups(test: &str) -> Option<topomgr::cgroup::CgroupManager> {
+pub fn real_cgroups(test: &str) -> Option<topomgr_cgroup::CgroupManager> {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static PROBES: AtomicUsize = AtomicUsize::new(0);
     if !is_root() {
         eprintln!("SKIP: {test}: not running as root; real cgroups cannot be created");
         return None;
     }
-    let mgr = match topomgr::cgroup::CgroupManager::detect(Path::new("/sys/fs/cgroup")) {
+    let mgr = match topomgr_cgroup::CgroupManager::detect(Path::new("/sys/fs/cgroup")) {
         Ok(m) => m,
         Err(e) => {
             eprintln!("SKIP: {test}: {e}");
             return None;
         }
     };
-    let probe = topomgr::cgroup::CgroupPath::new(&format!(
+    let probe = topomgr_cgroup::CgroupPath::new(&format!(
         "topomgr-test/probe-{}-{}",
         std::process::id(),
         PROBES.fetch_add(1, Ordering::SeqCst)
@@ -382,7 +382,7 @@ pub fn real_cgroups(test: &str) -> Option<topomgr::cgroup::CgroupManager> {
 
 /// The effective CPUs and memory nodes of the hierarchy's root (v1 or v2
 /// file names); empty where they cannot be read.
-fn root_cpuset(mgr: &topomgr::cgroup::CgroupManager) -> (String, String) {
+fn root_cpuset(mgr: &topomgr_cgroup::CgroupManager) -> (String, String) {
     let read = |names: [&str; 2]| {
         names
             .iter()
@@ -402,14 +402,14 @@ fn root_cpuset(mgr: &topomgr::cgroup::CgroupManager) -> (String, String) {
 /// removed again (leaves first) when dropped.
 pub struct TestCgroups {
     /// The hierarchy.
-    pub mgr: topomgr::cgroup::CgroupManager,
+    pub mgr: topomgr_cgroup::CgroupManager,
     base: String,
-    made: Vec<topomgr::cgroup::Cgroup>,
+    made: Vec<topomgr_cgroup::Cgroup>,
 }
 
 impl TestCgroups {
     /// Create `leaves` (paths below the test's own directory).
-    pub fn create(mgr: topomgr::cgroup::CgroupManager, tag: &str, leaves: &[&str]) -> Self {
+    pub fn create(mgr: topomgr_cgroup::CgroupManager, tag: &str, leaves: &[&str]) -> Self {
         let mut t = TestCgroups {
             mgr,
             base: format!("topomgr-test/{tag}-{}", std::process::id()),
@@ -417,7 +417,7 @@ impl TestCgroups {
         };
         for leaf in leaves {
             // Those made before a failure are removed when `t` drops.
-            let p = topomgr::cgroup::CgroupPath::new(&t.path(leaf)).unwrap();
+            let p = topomgr_cgroup::CgroupPath::new(&t.path(leaf)).unwrap();
             let cg = t
                 .mgr
                 .create(&p)

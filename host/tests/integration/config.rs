@@ -8,7 +8,7 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use topomgr::api::Admissions;
+use topomgr_node::api::Admissions;
 
 /// A config directory with the SDK example provider enabled by a drop-in.
 fn config_dir(tag: &str) -> PathBuf {

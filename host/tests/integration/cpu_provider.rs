@@ -7,7 +7,7 @@ use crate::common;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use topomgr::api::{Admissions, ProviderAllocation};
+use topomgr_node::api::{Admissions, ProviderAllocation};
 
 /// A config directory whose only drop-in enables the CPU provider with
 /// `extra` appended to its `[providers.cpu.config]` table.
@@ -412,7 +412,7 @@ fn corpus_hybrid_machine_never_hands_out_the_reserved_cpu() {
 }
 
 /// `(node, capacity, allocatable, available)` of every `cpu` zone, in CPUs.
-fn cpu_zones(p: &mut topomgr::provider::Provider) -> Vec<(u32, u64, u64, u64)> {
+fn cpu_zones(p: &mut topomgr_engine::provider::Provider) -> Vec<(u32, u64, u64, u64)> {
     let inv = p.inventory().expect("inventory");
     let r = &inv.resources["cpu"];
     let zones: Vec<(u32, u64, u64, u64)> = r

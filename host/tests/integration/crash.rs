@@ -32,8 +32,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use topomgr::api::{Admission, Admissions, Health, HealthStatus, PodList};
-use topomgr::daemon::client::Client;
+use topomgr_daemon::client::Client;
+use topomgr_node::api::{Admission, Admissions, Health, HealthStatus, PodList};
 
 const KILLS: usize = 50;
 const THREADS: usize = 4;

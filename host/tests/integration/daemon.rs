@@ -11,8 +11,10 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use topomgr::api::{Admission, Admissions, Attached, ErrorBody, Health, HealthStatus, PodList};
-use topomgr::daemon::client::Client;
+use topomgr_daemon::client::Client;
+use topomgr_node::api::{
+    Admission, Admissions, Attached, ErrorBody, Health, HealthStatus, PodList,
+};
 
 /// A running daemon; killed when dropped.
 pub struct Daemon {
@@ -177,7 +179,7 @@ fn api_admit_list_get_release_metrics_and_machine() {
     let r = c.get(&format!("/v1/pods/{WIDGETS_UID}")).unwrap();
     assert_eq!((r.status, r.json().unwrap()), (200, expected.clone()));
 
-    let machine: topomgr::api::Machine = c.get("/v1/machine").unwrap().parse().unwrap();
+    let machine: topomgr_node::api::Machine = c.get("/v1/machine").unwrap().parse().unwrap();
     assert_eq!(machine.numa_nodes.len(), 4);
     assert_eq!(machine.cpus.len(), 16);
 
@@ -602,7 +604,7 @@ fn admitted(c: &mut Client, yaml: &str) -> Admission {
 }
 
 /// The CPUs an attach wrote.
-fn attached_cpus(r: &topomgr::daemon::client::Response) -> String {
+fn attached_cpus(r: &topomgr_daemon::client::Response) -> String {
     assert_eq!(r.status, 200, "{}", r.error_message());
     r.parse::<Attached>().unwrap().cpus.to_string()
 }
@@ -772,10 +774,10 @@ fn machine_without(dir: &Path, offline: &topomgr_sdk::CpuSet) -> PathBuf {
     copy
 }
 
-/// A CPU held by a pod vanishes: the daemon starts anyway, keeps the pod,
-/// reports the CPU in /v1/health, holds the CPU provider (which refuses its
-/// state) and refuses admissions, lets the pod be released, and replays that
-/// release into the provider once the CPU is back.
+/// A CPU held by a pod goes offline: the daemon starts, keeps the pod and
+/// its CPU (reported in /v1/health), the CPU provider restores by
+/// reconciling (it is not held), a newcomer is admitted on other CPUs, the
+/// pod can be released, and once the CPU is back it is free again.
 #[test]
 fn vanished_cpus_are_reported_and_the_pods_kept() {
     let dir = cpu_config("daemon-vanished");
@@ -799,37 +801,39 @@ fn vanished_cpus_are_reported_and_the_pods_kept() {
         "{notes:?}"
     );
     assert!(
-        notes.iter().any(|n| n.starts_with("provider \"cpu\" refused its saved state (")
-            && n.ends_with("); it is held: its state is kept unchanged, admitted pods are kept and can be released, new admissions are refused until topomgr starts where that state can be restored")),
-        "{notes:?}"
-    );
-    assert!(
-        notes
-            .iter()
-            .all(|n| !n.contains("state.ckpt") && !n.contains("move it away")),
+        notes.iter().all(|n| !n.contains("refused its saved state")
+            && !n.contains("state.ckpt")
+            && !n.contains("move it away")),
         "{notes:?}"
     );
     let listed: PodList = c.get("/v1/pods").unwrap().parse().unwrap();
     assert_eq!(listed.pods[0], pod);
-    let r: Admissions = c
-        .admit(&pod_yaml("newcomer", EXCLUSIVE))
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert_eq!(r.pods[0].reason.as_deref(), Some("ProviderHeld"));
+    let newcomer = admitted(&mut c, &pod_yaml("newcomer", EXCLUSIVE));
+    let theirs = newcomer.containers[0].cpus.clone();
+    assert!(
+        theirs.intersection(&pod.containers[0].cpus).is_empty(),
+        "the offline CPU {cpu} stays the holder's, newcomer got {theirs}"
+    );
     assert_eq!(c.release("holder").unwrap().status, 200);
     d.stop();
 
-    // The CPU is back: the provider restores and learns of the release.
+    // The CPU is back and free: the provider holds only the newcomer.
     let d = Daemon::start(&config, &socket);
     let mut c = d.client();
     let health: Health = c.get("/v1/health").unwrap().parse().unwrap();
     assert_eq!(health.status, HealthStatus::Ok, "{health:?}");
     let cp: Value =
         serde_json::from_slice(&common::provider_state(&dir.join("state"), "cpu")).unwrap();
-    assert_eq!(cp["entries"], json!({}), "{cp}");
-    let again = admitted(&mut c, &pod_yaml("newcomer", EXCLUSIVE));
-    assert_eq!(again.containers[0].cpus.to_string(), cpu);
+    assert_eq!(
+        cp["entries"],
+        json!({"newcomer": {"app": theirs.to_string()}}),
+        "{cp}"
+    );
+    let third = admitted(&mut c, &pod_yaml("third", EXCLUSIVE));
+    assert!(
+        third.containers[0].cpus.intersection(&theirs).is_empty(),
+        "{third:?}"
+    );
 }
 
 /// Run `topomgr serve`, expecting it to refuse to start: its output, or a

@@ -6,7 +6,7 @@ use crate::common;
 
 use std::process::Command;
 
-use topomgr::api::{Admissions, ContainerAdmission};
+use topomgr_node::api::{Admissions, ContainerAdmission};
 
 /// A container's affinity as the JSON prints it (`[0]`, `[0,1]`, `null`).
 fn affinity(c: &ContainerAdmission) -> String {

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
-use topomgr::discover::{discover, render_table, DiscoveryError};
+use topomgr_discovery::{discover, render_table, DiscoveryError};
 use topomgr_sdk::{Cpu, CpuSet, Machine, NumaNode, NumaNodeId, PciDevice, Sriov};
 
 const GIB: u64 = 1 << 30;
@@ -1595,7 +1595,7 @@ fn corpus_48amd64_sparse_node_ids() {
     );
     // The merge works on these ids: a policy over the machine ranks masks
     // of nodes 72-73 by their value, above every mask of lower ids.
-    let numa = topomgr::numa::NumaInfo::from_machine(&machine).expect("numa info");
+    let numa = topomgr_engine::numa::NumaInfo::from_machine(&machine).expect("numa info");
     assert_eq!(numa.default_mask().to_string(), "0-2,33-34,45,72-73");
 }
 
@@ -1642,7 +1642,7 @@ fn corpus_online_cpus_without_a_node_are_kept() {
 
     // The CPU provider runs on this machine and never hands those CPUs out:
     // node 1's online CPUs are the only exclusive ones.
-    let entry = topomgr::config::ProviderEntry {
+    let entry = topomgr_node::config::ProviderEntry {
         library: common::cpu_plugin().to_string_lossy().into_owned(),
         enabled: true,
         config: serde_json::json!({"policy": "static", "reserved_cpus": ""}),
@@ -1650,7 +1650,7 @@ fn corpus_online_cpus_without_a_node_are_kept() {
         config_dir: PathBuf::new(),
     };
     let state = Scratch::new("nonode-cpu");
-    let mut cpu = topomgr::plugin::load_provider("cpu", &entry, &[], &machine, &state.0)
+    let mut cpu = topomgr_node::plugin::load_provider("cpu", &entry, &[], &machine, &state.0)
         .unwrap_or_else(|e| panic!("{e}"));
     let online_on_node1 = machine.numa_nodes[0]
         .cpus

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::{json, Value};
-use topomgr::api::{Admissions, ContainerAdmission, PreferredDevices};
+use topomgr_node::api::{Admissions, ContainerAdmission, PreferredDevices};
 
 const GPU: &str = "nvidia.com/gpu";
 

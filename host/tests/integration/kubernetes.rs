@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 
 use crate::daemon::Daemon;
 use serde_json::{json, Value};
-use topomgr::api;
+use topomgr_node::api;
 
 /// The v1alpha2 `openAPIV3Schema` of the vendored CRD, made strict the way
 /// `kubectl apply --validate=strict` is: an object with declared
@@ -201,7 +201,7 @@ fn daemon_export_follows_admission_and_release() {
     let dir = config("nrt-daemon");
     let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
     let mut c = d.client();
-    let get = |c: &mut topomgr::daemon::client::Client| {
+    let get = |c: &mut topomgr_daemon::client::Client| {
         let r = c.get("/v1/noderesourcetopology").unwrap();
         assert_eq!(r.status, 200, "{}", r.error_message());
         r.json().unwrap()
@@ -532,7 +532,7 @@ fn request_bodies_up_to_the_manifest_limit_are_taken() {
     let dir = config("k8s-body-limit");
     let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
     let mut c = d.client();
-    let limit = topomgr::manifest::MAX_MANIFEST_BYTES as usize;
+    let limit = topomgr_manifest::MAX_MANIFEST_BYTES as usize;
     // Past axum's default limit of 2 MiB, within 3 MiB: admitted.
     let mut big = format!("# {}\n", "x".repeat(limit - POD.len() - 16));
     big.push_str(POD);
@@ -572,7 +572,7 @@ fn nullable_to_json_schema(v: &mut Value) {
 
 /// `resp` read as `T` (by the client) and written back as JSON.
 fn rewritten<T: serde::de::DeserializeOwned + serde::Serialize>(
-    resp: &topomgr::daemon::client::Response,
+    resp: &topomgr_daemon::client::Response,
 ) -> Value {
     let typed: T = resp.parse().unwrap();
     serde_json::to_value(typed).unwrap()

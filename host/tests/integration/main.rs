@@ -10,6 +10,7 @@ mod common;
 
 mod admission;
 mod api;
+mod architecture;
 mod cgroup;
 mod config;
 mod cpu_provider;

@@ -9,7 +9,7 @@ use crate::common;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use topomgr::manifest::{
+use topomgr_manifest::{
     parse_manifests, parse_pods, read_manifests, read_pods, ManifestError, Pod, PodResources,
     MAX_MANIFEST_BYTES,
 };

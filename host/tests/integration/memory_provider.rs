@@ -5,7 +5,7 @@ use crate::common;
 
 use std::path::PathBuf;
 
-use topomgr::api::Admissions;
+use topomgr_node::api::Admissions;
 
 /// A config dir with only the memory provider enabled (reserved 512Mi on node 0).
 fn config(tag: &str, policy: &str, scope: &str) -> PathBuf {
@@ -278,7 +278,7 @@ fn corpus_machine_history() {
 
 /// `(node, capacity, allocatable, available)` of every zone of `resource`,
 /// in MiB.
-fn zones(p: &mut topomgr::provider::Provider, resource: &str) -> Vec<(u32, u64, u64, u64)> {
+fn zones(p: &mut topomgr_engine::provider::Provider, resource: &str) -> Vec<(u32, u64, u64, u64)> {
     let inv = p.inventory().expect("inventory");
     let r = &inv.resources[resource];
     let mib = 1 << 20;

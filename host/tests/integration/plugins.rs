@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use serde_json::json;
-use topomgr::config::{HostConfig, ProviderEntry};
-use topomgr::plugin::{load_provider, search_dirs, PluginError};
-use topomgr::provider::Provider;
+use topomgr_engine::provider::Provider;
+use topomgr_node::config::{HostConfig, ProviderEntry};
+use topomgr_node::plugin::{load_provider, search_dirs, PluginError};
 use topomgr_sdk::{testkit, NumaMask, PreferredAllocationRequest, ProviderError, TopologyHint};
 
 const W: &str = "example.com/widget";
@@ -523,7 +523,7 @@ fn a_plugins_tracing_events_reach_the_host_log() {
 fn the_repository_config_loads_the_example_provider() {
     let _ = common::plugins();
     let root = common::workspace_root();
-    let cfg = topomgr::config::load_with_env(&root.join("topomgr.toml"), &|_| None).unwrap();
+    let cfg = topomgr_node::config::load_with_env(&root.join("topomgr.toml"), &|_| None).unwrap();
     assert_eq!(cfg.policy, "single-numa-node");
     assert_eq!(cfg.scope, "container");
     // No plugin_dirs: the host finds the plugins beside its own binary
@@ -544,7 +544,7 @@ fn the_repository_config_loads_the_example_provider() {
 
 /// The example machine as discovered, for plugins that read PCI devices.
 fn example_machine() -> topomgr_sdk::Machine {
-    topomgr::discover::discover(Path::new(&common::example_sys())).expect("example machine")
+    topomgr_discovery::discover(Path::new(&common::example_sys())).expect("example machine")
 }
 
 #[test]
@@ -634,7 +634,7 @@ fn a_plugin_of_this_sdk_loads_into_a_host_that_added_fields() {
     let machine = example_machine();
     let newer = with_added_fields(serde_json::to_value(&machine).unwrap());
     // Through the host's own loader, with the newer machine description.
-    let mut accel = topomgr::plugin::load_provider_from_json(
+    let mut accel = topomgr_node::plugin::load_provider_from_json(
         "accel",
         &entry(&p.vendor, json!({"vendor": "0x10de"})),
         &[],

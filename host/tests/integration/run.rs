@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use topomgr::api::{Admission, Admissions, Health};
+use topomgr_node::api::{Admission, Admissions, Health};
 
 const ALLOCATION: &str =
     "allocation = { cpus = \"1\", exclusive = true, mems = [0], env = { TOPOMGR_TEST = \"aligned\" } }";
@@ -535,7 +535,7 @@ fn a_killed_run_takes_its_command_along_and_is_reclaimed() {
     let mut health = None;
     wait_for(
         "the daemon to serve",
-        || match topomgr::daemon::client::Client::new(&socket).get("/v1/health") {
+        || match topomgr_daemon::client::Client::new(&socket).get("/v1/health") {
             Ok(r) if r.status == 200 => {
                 health = Some(r.parse::<Health>().unwrap());
                 true

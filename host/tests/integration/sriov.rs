@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::{json, Value};
-use topomgr::api::{Admissions, ProviderAllocation};
+use topomgr_node::api::{Admissions, ProviderAllocation};
 
 const DPDK: &str = "intel.com/intel_sriov_dpdk";
 
@@ -419,7 +419,7 @@ fn topology_shows_vfs_with_their_pf_driver_and_node() {
 
     let (code, out, err) = in_repo(&["topology", "--sysfs-root", &sriov_sys()]);
     assert_eq!(code, 0, "{err}");
-    let machine: topomgr::api::Machine = serde_json::from_str(&out).unwrap();
+    let machine: topomgr_node::api::Machine = serde_json::from_str(&out).unwrap();
     let dev = |a: &str| {
         let d = machine.pci_devices.iter().find(|d| d.address == a);
         serde_json::to_value(d.unwrap_or_else(|| panic!("no {a}"))).unwrap()

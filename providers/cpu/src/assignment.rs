@@ -6,7 +6,8 @@
 //! 1. whole NUMA nodes, then whole sockets (sockets first when a socket holds
 //!    several NUMA nodes), when at least that many CPUs are still needed;
 //! 2. with `prefer-align-cpus-by-uncorecache`: whole uncore (L3) caches, then
-//!    the first uncore cache that can hold the rest on whole cores;
+//!    the first uncore cache whose lowest free cores hold exactly the rest,
+//!    both passes in one cache order fixed before either;
 //! 3. whole cores (skipped with `distribute-cpus-across-cores`);
 //! 4. single threads, filling partly used cores first.
 //!
@@ -156,8 +157,15 @@ impl<'t> Accumulator<'t> {
         }
     }
 
+    /// Uncore caches by NUMA node order, then fewest free CPUs; a cache
+    /// that spans several NUMA nodes is listed once, where it first
+    /// appears (kubernetes #141026).
     fn sorted_uncores(&self) -> Vec<u32> {
+        let mut seen = BTreeSet::new();
         self.nested(self.sorted_numas(), Level::Numa, Level::Uncore)
+            .into_iter()
+            .filter(|u| seen.insert(*u))
+            .collect()
     }
 
     /// Free CPUs grouped by `level`, each group ascending.
@@ -247,12 +255,18 @@ impl<'t> Accumulator<'t> {
         self.take_full(order, Level::Core);
     }
 
-    fn take_full_uncores(&mut self) {
-        let order = self.sorted_uncores();
-        self.take_full(order, Level::Uncore);
-    }
-
-    /// Takes the rest from one uncore cache if its lowest free cores hold exactly what is needed.
+    /// Takes the rest from one uncore cache when its lowest free cores
+    /// hold exactly what is needed (the kubelet's `takePartialUncore`).
+    ///
+    /// The cores are the cache's `ceil(needed / CPUsPerCore)` lowest free
+    /// cores, or all of its free cores when it has fewer (the kubelet's
+    /// `CoresNeededInUncoreCache`, kubernetes #126750): on a machine whose
+    /// cores have uneven thread counts, fewer cores than that can still
+    /// hold the request. For an odd request on an SMT machine the highest
+    /// free CPU of those cores is left out (kubernetes #131850). The cache
+    /// is claimed only when the CPUs then equal what is needed. Partly
+    /// free cores are not preferred or skipped: the fix proposed for that
+    /// (kubernetes #137315, #137319, #137360) was not merged.
     fn take_partial_uncore(&mut self, uncore: u32) {
         let per_core = self.topo.cpus_per_core();
         if per_core == 0 || self.needed < 1 {
@@ -260,17 +274,16 @@ impl<'t> Accumulator<'t> {
         }
         let needed = self.needed as usize;
         let cores_needed = needed.div_ceil(per_core);
-        let cores: BTreeSet<u32> = self
+        let chosen: BTreeSet<u32> = self
             .avail
             .iter()
             .filter_map(|c| self.topo.info(*c))
             .filter(|i| i.uncore == uncore)
             .map(|i| i.core)
+            .collect::<BTreeSet<u32>>()
+            .into_iter()
+            .take(cores_needed)
             .collect();
-        if cores.len() < cores_needed {
-            return;
-        }
-        let chosen: BTreeSet<u32> = cores.into_iter().take(cores_needed).collect();
         let mut free: Vec<u32> = self
             .avail
             .iter()
@@ -287,12 +300,18 @@ impl<'t> Accumulator<'t> {
         }
     }
 
+    /// The kubelet's `takeUncoreCache`: the caches are ordered once, before
+    /// anything is taken, and that order serves both passes: whole free
+    /// caches while at least a cache's worth is needed, then the first
+    /// cache that holds the rest (kubernetes #141026; re-sorting after the
+    /// first pass would let a NUMA node emptied by it jump ahead).
     fn take_uncore_caches(&mut self) {
-        self.take_full_uncores();
+        let order = self.sorted_uncores();
+        self.take_full(order.clone(), Level::Uncore);
         if self.is_satisfied() {
             return;
         }
-        for u in self.sorted_uncores() {
+        for u in order {
             self.take_partial_uncore(u);
             if self.is_satisfied() {
                 return;
@@ -775,6 +794,54 @@ mod tests {
         // Odd request: 3 CPUs from 2 cores of cache 0, dropping the highest id.
         let three = take_packed(&t, &avail, 3, SortingStrategy::Packed, true).unwrap();
         assert_eq!(show(&three), "1-2,17");
+    }
+
+    #[test]
+    fn uncore_cache_order_is_fixed_before_the_whole_cache_pass() {
+        use crate::testmachines::{cpu_l3, finish};
+        // Node 0 (socket 0): cache 0 = CPUs 0-3, cache 1 = CPUs 4-9;
+        // node 1 (socket 1): cache 2 = CPUs 10-15; one thread per core.
+        let cpus = (0..16)
+            .map(|id| match id {
+                0..=3 => cpu_l3(id, 0, id, 0, 0),
+                4..=9 => cpu_l3(id, 0, id, 0, 1),
+                _ => cpu_l3(id, 1, id, 1, 2),
+            })
+            .collect();
+        let t = topo(&finish(cpus, 2));
+        // Free: all of cache 0, 3 CPUs of cache 1, 4 of cache 2. Node 1
+        // (4 free) sorts before node 0 (7 free): caches 2, 1, 0. The whole
+        // pass takes cache 0; the partial pass keeps that order and takes 3
+        // CPUs of cache 2, as the kubelet does. Sorting again after the
+        // whole pass would put node 0 (3 free now) first and take cache 1.
+        let got = take_packed(&t, &set("0-3,7-9,12-15"), 7, SortingStrategy::Packed, true);
+        assert_eq!(show(&got.unwrap()), "0-3,12-14");
+    }
+
+    #[test]
+    fn a_partial_uncore_cache_with_fewer_cores_than_needed_is_taken_when_its_cpus_fit() {
+        use crate::testmachines::{cpu_l3, finish};
+        // Cache 0: two-thread cores 0, 2, 4 (CPUs 0-5); cache 1: one-thread
+        // cores 6-11. 12 CPUs in 9 cores: CPUsPerCore is 1.
+        let cpus = (0..12)
+            .map(|id| {
+                if id < 6 {
+                    cpu_l3(id, 0, id - id % 2, 0, 0)
+                } else {
+                    cpu_l3(id, 0, id, 0, 1)
+                }
+            })
+            .collect();
+        let t = topo(&finish(cpus, 1));
+        assert_eq!(t.cpus_per_core(), 1);
+        // 5 CPUs "need" 5 cores; cache 0 has 3 free cores (CPU 4 is taken)
+        // holding exactly 5 CPUs: the kubelet's CoresNeededInUncoreCache
+        // gives all 3 and the cache is claimed.
+        let got = take_packed(&t, &set("0-3,5-11"), 5, SortingStrategy::Packed, true);
+        assert_eq!(show(&got.unwrap()), "0-3,5");
+        // 4 CPUs: the 3 cores hold 5, not 4: cache 1's lowest 4 cores.
+        let got = take_packed(&t, &set("0-3,5-11"), 4, SortingStrategy::Packed, true);
+        assert_eq!(show(&got.unwrap()), "6-9");
     }
 
     #[test]

@@ -7,7 +7,9 @@
 //! - `EmptyPodSharedPoolError` — with `PodLevelResourceManagers`, a pod
 //!   whose pod-level CPUs leave its shared containers none;
 //! - `InvalidConfig` — bad config or policy options;
-//! - `InvalidCheckpoint` — a checkpoint that does not fit this machine.
+//! - `InvalidCheckpoint` — saved bytes that are not a checkpoint of this
+//!   provider (a checkpoint is never refused for not fitting the machine:
+//!   see [`crate::reconcile`]).
 
 use topomgr_sdk::ProviderError;
 
@@ -81,6 +83,21 @@ pub enum CpuError {
         /// Container name.
         container: String,
     },
+    /// A container whose every CPU cannot be used now (offline, or claimed
+    /// first by another pod in a restored state).
+    #[error("container {container:?} of pod {pod} holds CPUs {held} and can run on none of them now: {why}; {remedy}")]
+    NoUsableCpus {
+        /// Pod uid.
+        pod: String,
+        /// Container name.
+        container: String,
+        /// The CPUs it holds.
+        held: topomgr_sdk::CpuSet,
+        /// Why, e.g. `CPUs 1,7 are offline`.
+        why: String,
+        /// What resolves it.
+        remedy: String,
+    },
     /// Bad `[config]`.
     #[error("cpu provider config: {0}")]
     Config(String),
@@ -102,7 +119,8 @@ impl CpuError {
             CpuError::NotEnough { .. }
             | CpuError::Take { .. }
             | CpuError::TooManyCombinations { .. }
-            | CpuError::NotInPodSet { .. } => UNEXPECTED_ADMISSION_ERROR,
+            | CpuError::NotInPodSet { .. }
+            | CpuError::NoUsableCpus { .. } => UNEXPECTED_ADMISSION_ERROR,
             CpuError::EmptyPodSharedPool(_) => EMPTY_POD_SHARED_POOL_ERROR,
             CpuError::Config(_) | CpuError::Options(_) => "InvalidConfig",
             CpuError::Checkpoint(_) => "InvalidCheckpoint",

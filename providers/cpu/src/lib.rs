@@ -33,6 +33,11 @@
 //! The inventory ([`inventory`]) reports `cpu` per NUMA zone in
 //! millicores of whole CPUs.
 //!
+//! Restore is reconcile ([`reconcile`]): saved assignments are kept on the
+//! machine and config as they are now; held CPUs that went offline stay
+//! their container's and are reported as conflicts; cpusets never name an
+//! offline CPU. Only bytes that are not a checkpoint are refused.
+//!
 //! Differences from the kubelet: no option feature gates (every option is
 //! accepted; the one gate followed is `PodLevelResourceManagers`); an
 //! empty reserved set is allowed; align-by-socket under the host's
@@ -52,7 +57,9 @@
 //! hybrid P/E-core machines); `distribute-cpus-across-cores` spreads round
 //! robin over cores in core-id order (#140766); `distribute-cpus-across-numa`
 //! prefers NUMA-node combinations inside one socket with `align-by-socket`
-//! (#139778) and starts at the merged hint's node count (#139456). The
+//! (#139778) and starts at the merged hint's node count (#139456);
+//! `prefer-align-cpus-by-uncorecache` orders the uncore caches once for its
+//! whole-cache and partial-cache passes (#141026). The
 //! kubelet's `cpu_assignment_test.go` tables are ported in the crate's
 //! tests (`upstream_tables`). Pods
 //! with pod-level `spec.resources` follow the `PodLevelResourceManagers`
@@ -70,6 +77,7 @@ pub mod inventory;
 pub mod options;
 pub mod podlevel;
 pub mod policy;
+pub mod reconcile;
 pub mod state;
 #[cfg(test)]
 mod testmachines;
@@ -86,6 +94,7 @@ use topomgr_sdk::{
 use crate::error::CpuError;
 use crate::options::{OptionsError, StaticOptions};
 use crate::policy::StaticPolicy;
+use crate::reconcile::Restored;
 use crate::state::Checkpoint;
 use crate::topology::{from_cpuset, to_cpuset, CpuTopology};
 
@@ -122,13 +131,12 @@ fn default_policy() -> String {
 /// The CPU manager provider.
 #[derive(Debug)]
 pub enum CpuManager {
-    /// `policy = "none"`: no hints, every container on all online CPUs.
-    None {
-        /// All online CPUs.
-        all: CpuSet,
-        /// The topology (for the inventory).
-        topo: Box<CpuTopology>,
-    },
+    /// `policy = "none"`: no hints, every new container on the shared pool
+    /// (every usable CPU no exclusive assignment holds). The policy's state
+    /// holds only the exclusive assignments kept from the static policy
+    /// until they are released (see [`reconcile`]); it has no reserved
+    /// CPUs and default options.
+    None(Box<StaticPolicy>),
     /// `policy = "static"`.
     Static(Box<StaticPolicy>),
 }
@@ -147,10 +155,11 @@ impl CpuManager {
                     let names: Vec<&str> = cfg.options.keys().map(String::as_str).collect();
                     return Err(OptionsError::NoneWithOptions(names.join(",")).into());
                 }
-                Ok(CpuManager::None {
-                    all: to_cpuset(&topo.all_cpus()),
-                    topo: Box::new(topo),
-                })
+                Ok(CpuManager::None(Box::new(StaticPolicy::new(
+                    topo,
+                    crate::topology::Cpus::new(),
+                    StaticOptions::default(),
+                ))))
             }
             "static" => {
                 let options = StaticOptions::parse(&cfg.options)?;
@@ -163,14 +172,26 @@ impl CpuManager {
                 })?;
                 let reserved = from_cpuset(&reserved);
                 let all = topo.all_cpus();
-                let missing: crate::topology::Cpus = reserved.difference(&all).copied().collect();
+                let listed: crate::topology::Cpus = all
+                    .iter()
+                    .chain(topo.offline())
+                    .chain(topo.unplaced())
+                    .copied()
+                    .collect();
+                let missing: crate::topology::Cpus =
+                    reserved.difference(&listed).copied().collect();
                 if !missing.is_empty() {
                     return Err(CpuError::Config(format!(
-                        "reserved_cpus = {:?} names CPUs {} that are not online on this machine (online CPUs: {})",
+                        "reserved_cpus = {:?} names CPUs {} that this machine does not have (its CPUs: {})",
                         cfg.reserved_cpus,
                         to_cpuset(&missing),
-                        to_cpuset(&all)
+                        to_cpuset(&listed)
                     )));
+                }
+                let idle: crate::topology::Cpus = reserved.difference(&all).copied().collect();
+                if !idle.is_empty() {
+                    tracing::warn!(cpus = %to_cpuset(&idle),
+                        "reserved_cpus names CPUs that are offline or in no NUMA node now; they are reserved when they come back");
                 }
                 if options.align_by_socket
                     && topo.num_numa_nodes() > topomgr_sdk::hintgen::EXPLICIT_HINT_MAX_NODES
@@ -197,6 +218,18 @@ impl CpuManager {
     }
 }
 
+impl CpuManager {
+    /// Adopts a saved state on this machine and config (see [`reconcile`]):
+    /// never refused for a difference; an error only for bytes that are not
+    /// a checkpoint of this provider.
+    pub fn reconcile(&mut self, data: &[u8]) -> Result<Restored, CpuError> {
+        let cp = Checkpoint::parse(data)?;
+        Ok(match self {
+            CpuManager::None(p) | CpuManager::Static(p) => p.reconcile(&cp),
+        })
+    }
+}
+
 impl Provider for CpuManager {
     fn new(ctx: &ProviderContext<'_>) -> Result<Self, ProviderError> {
         CpuManager::from_config(ctx.machine, ctx.config).map_err(Into::into)
@@ -208,7 +241,7 @@ impl Provider for CpuManager {
         container: &ContainerView,
     ) -> Result<ProviderHints, ProviderError> {
         match self {
-            CpuManager::None { .. } => Ok(None),
+            CpuManager::None(_) => Ok(None),
             CpuManager::Static(p) => {
                 p.set_pod_scope(None);
                 Ok(Self::answer(p.hints(pod, container)?))
@@ -218,7 +251,7 @@ impl Provider for CpuManager {
 
     fn pod_topology_hints(&mut self, pod: &PodView) -> Result<ProviderHints, ProviderError> {
         match self {
-            CpuManager::None { .. } => Ok(None),
+            CpuManager::None(_) => Ok(None),
             CpuManager::Static(p) => {
                 p.set_pod_scope(Some(&pod.uid));
                 Ok(Self::answer(p.pod_hints(pod)?))
@@ -232,55 +265,41 @@ impl Provider for CpuManager {
         container: &ContainerView,
         hint: &TopologyHint,
     ) -> Result<Allocation, ProviderError> {
-        match self {
-            CpuManager::None { all, .. } => Ok(Allocation::default().with_cpus(all.clone(), false)),
-            CpuManager::Static(p) => {
-                let placed = p.allocate(pod, container, hint.affinity)?;
-                Ok(Allocation::default().with_cpus(to_cpuset(&placed.cpus), placed.exclusive))
-            }
-        }
+        let placed = match self {
+            CpuManager::None(p) => p.allocate_unmanaged(&pod.uid, &container.name)?,
+            CpuManager::Static(p) => p.allocate(pod, container, hint.affinity)?,
+        };
+        Ok(Allocation::default().with_cpus(to_cpuset(&placed.cpus), placed.exclusive))
     }
 
     fn release(&mut self, pod_uid: &str, container: &str) -> Result<(), ProviderError> {
-        if let CpuManager::Static(p) = self {
-            p.remove(pod_uid, container);
+        match self {
+            CpuManager::None(p) | CpuManager::Static(p) => p.remove(pod_uid, container),
         }
         Ok(())
     }
 
     fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
         let cp = match self {
-            CpuManager::None { .. } => Checkpoint::none(),
+            CpuManager::None(p) => {
+                let mut cp = p.checkpoint();
+                cp.policy_name = "none".to_owned();
+                cp.default_cpu_set = CpuSet::new();
+                cp
+            }
             CpuManager::Static(p) => p.checkpoint(),
         };
         cp.to_bytes().map_err(Into::into)
     }
 
-    fn restore(&mut self, data: &[u8]) -> Result<Reconciled, ProviderError> {
-        let cp = Checkpoint::parse(data)?;
-        match self {
-            CpuManager::None { .. } => {
-                if cp.policy_name != "none" {
-                    return Err(CpuError::Checkpoint(format!(
-                        "configured policy \"none\" differs from state checkpoint policy {:?}; \
-                         drain the node and remove the provider's state file",
-                        cp.policy_name
-                    ))
-                    .into());
-                }
-                Ok(Reconciled::new())
-            }
-            CpuManager::Static(p) => p
-                .restore(&cp)
-                .map(|()| Reconciled::new())
-                .map_err(Into::into),
-        }
+    fn restore(&mut self, saved: &[u8]) -> Result<Reconciled, ProviderError> {
+        Ok(self.reconcile(saved)?.report)
     }
 
     fn inventory(&self) -> Result<Inventory, ProviderError> {
         Ok(match self {
-            CpuManager::None { topo, .. } => {
-                inventory::cpu_inventory(topo, &Default::default(), &Default::default())
+            CpuManager::None(p) => {
+                inventory::cpu_inventory(&p.topo, &Default::default(), &Default::default())
             }
             CpuManager::Static(p) => {
                 let allocatable = p.topo.all_cpus().difference(&p.reserved).copied().collect();
@@ -292,6 +311,8 @@ impl Provider for CpuManager {
 
 topomgr_sdk::export_provider!(CpuManager);
 
+#[cfg(test)]
+mod reconcile_tests;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]

@@ -101,10 +101,7 @@ impl StaticPolicy {
             .get(&pod.uid)
             .and_then(|m| m.get(&container.name))
         {
-            Some(cpus) => Ok(Placement {
-                cpus: cpus.clone(),
-                exclusive: true,
-            }),
+            Some(cpus) => self.held_placement(&pod.uid, &container.name, cpus),
             None => Err(CpuError::NotInPodSet {
                 pod: pod.uid.clone(),
                 container: container.name.clone(),

@@ -226,11 +226,7 @@ impl StaticPolicy {
             }
             return self.hint_set(held, &Cpus::new(), requested).map(Some);
         }
-        let reusable = self
-            .cpus_to_reuse
-            .get(&pod.uid)
-            .cloned()
-            .unwrap_or_default();
+        let reusable = self.reusable(&pod.uid);
         self.hint_set(&self.available(), &reusable, requested)
             .map(Some)
     }
@@ -262,12 +258,8 @@ impl StaticPolicy {
         if assigned.len() == requested {
             return self.hint_set(&assigned, &Cpus::new(), requested).map(Some);
         }
-        let mut reusable = self
-            .cpus_to_reuse
-            .get(&pod.uid)
-            .cloned()
-            .unwrap_or_default();
-        reusable.extend(assigned);
+        let mut reusable = self.reusable(&pod.uid);
+        reusable.extend(assigned.into_iter().filter(|c| self.topo.is_usable(*c)));
         self.hint_set(&self.available(), &reusable, requested)
             .map(Some)
     }
@@ -307,20 +299,16 @@ impl StaticPolicy {
         if num == 0 || self.skips_pod_level(pod) {
             return Ok(self.shared());
         }
-        self.enforce_smt_alignment(num)?;
+        // A container that holds CPUs keeps them whatever the options say
+        // now (they apply to new admissions, see `crate::reconcile`); the
+        // kubelet checks full-pcpus-only first.
         if let Some(held) = self.assigned(&pod.uid, &container.name).cloned() {
             self.update_cpus_to_reuse(pod, container, &held);
             tracing::info!(pod = %pod.uid, container = %container.name, "container already present in state, skipping");
-            return Ok(Placement {
-                cpus: held,
-                exclusive: true,
-            });
+            return self.held_placement(&pod.uid, &container.name, &held);
         }
-        let reusable = self
-            .cpus_to_reuse
-            .get(&pod.uid)
-            .cloned()
-            .unwrap_or_default();
+        self.enforce_smt_alignment(num)?;
+        let reusable = self.reusable(&pod.uid);
         let cpus = self.allocate_cpus(num, affinity, &reusable)?;
         self.assignments
             .entry(pod.uid.clone())
@@ -332,6 +320,65 @@ impl StaticPolicy {
             cpus,
             exclusive: true,
         })
+    }
+
+    /// The CPUs pod `uid` may reuse from its init containers that can be
+    /// handed out now (online, in a NUMA node).
+    fn reusable(&self, uid: &str) -> Cpus {
+        self.cpus_to_reuse
+            .get(uid)
+            .map(|s| {
+                s.iter()
+                    .copied()
+                    .filter(|c| self.topo.is_usable(*c))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Where a container that already holds `held` runs: the CPUs of it
+    /// that are online (the kernel refuses offline CPUs in a cpuset) and
+    /// that no other pod claimed first in a restored state; the others stay
+    /// the container's (see [`crate::reconcile`]).
+    pub(crate) fn held_placement(
+        &self,
+        pod: &str,
+        container: &str,
+        held: &Cpus,
+    ) -> Result<Placement, CpuError> {
+        let cpus: Cpus = held
+            .iter()
+            .copied()
+            .filter(|c| self.topo.is_usable(*c) && self.first_claim(pod, *c).is_none())
+            .collect();
+        if cpus.is_empty() && !held.is_empty() {
+            let (why, remedy) = self.why_unusable(pod, held);
+            return Err(CpuError::NoUsableCpus {
+                pod: pod.to_owned(),
+                container: container.to_owned(),
+                held: crate::topology::to_cpuset(held),
+                why,
+                remedy,
+            });
+        }
+        Ok(Placement {
+            cpus,
+            exclusive: true,
+        })
+    }
+
+    /// The none policy's `allocate`: a container that holds exclusive CPUs
+    /// (kept from the static policy) keeps them; any other gets the shared
+    /// pool.
+    pub(crate) fn allocate_unmanaged(
+        &self,
+        pod: &str,
+        container: &str,
+    ) -> Result<Placement, CpuError> {
+        match self.assigned(pod, container) {
+            Some(held) => self.held_placement(pod, container, held),
+            None => Ok(self.shared()),
+        }
     }
 
     /// The node's shared pool, for a container without exclusive CPUs.
@@ -461,7 +508,10 @@ impl StaticPolicy {
     }
 
     /// The kubelet's `RemoveContainer`: the container's CPUs not used by
-    /// its pod's other containers go back to the shared pool.
+    /// its pod's other containers go back to the shared pool, a pod-level
+    /// CPU set with the pod's last container. A released CPU that cannot be
+    /// handed out now (offline) goes nowhere: it is free when it comes
+    /// back; a reserved one is reserved again.
     pub fn remove(&mut self, pod_uid: &str, container: &str) {
         let Some(pod) = self.assignments.get_mut(pod_uid) else {
             return;
@@ -469,22 +519,36 @@ impl StaticPolicy {
         let Some(released) = pod.remove(container) else {
             return;
         };
-        if let Some(pod_set) = self.pod_sets.get(pod_uid) {
-            // A pod-level CPU set goes back with the pod's last container.
-            if pod.is_empty() {
-                self.assignments.remove(pod_uid);
-                tracing::info!(pod = %pod_uid, cpus = %crate::topology::to_cpuset(pod_set), "released pod-level CPUs");
-                self.default_set.extend(pod_set.iter().copied());
-                self.pod_sets.remove(pod_uid);
-            }
-            return;
-        }
-        let in_use: Cpus = pod.values().flatten().copied().collect();
         if pod.is_empty() {
             self.assignments.remove(pod_uid);
         }
-        let back: Cpus = released.difference(&in_use).copied().collect();
-        tracing::info!(pod = %pod_uid, container, cpus = %crate::topology::to_cpuset(&back), "released CPUs to the shared pool");
-        self.default_set.extend(back);
+        if self.pod_sets.contains_key(pod_uid) {
+            if self.assignments.contains_key(pod_uid) {
+                return;
+            }
+            if let Some(pod_set) = self.pod_sets.remove(pod_uid) {
+                tracing::info!(pod = %pod_uid, cpus = %crate::topology::to_cpuset(&pod_set), "released pod-level CPUs");
+                self.return_to_pool(&pod_set);
+            }
+            return;
+        }
+        tracing::info!(pod = %pod_uid, container, cpus = %crate::topology::to_cpuset(&released), "released CPUs");
+        self.return_to_pool(&released);
+    }
+
+    /// Puts `cpus` back in the shared pool, except those still held by a
+    /// container or pod-level set, those that cannot be handed out now,
+    /// and reserved ones with `strict-cpu-reservation`.
+    fn return_to_pool(&mut self, cpus: &Cpus) {
+        let held = self.held();
+        let strict = self.options.strict_cpu_reservation;
+        for &c in cpus {
+            if !held.contains(&c)
+                && self.topo.is_usable(c)
+                && !(strict && self.reserved.contains(&c))
+            {
+                self.default_set.insert(c);
+            }
+        }
     }
 }

@@ -393,7 +393,7 @@ fn config_errors_name_the_key() {
     );
     assert_eq!(
         config_error(&m, json!({"reserved_cpus": "12-13"})),
-        "InvalidConfig: cpu provider config: reserved_cpus = \"12-13\" names CPUs 12-13 that are not online on this machine (online CPUs: 0-11)"
+        "InvalidConfig: cpu provider config: reserved_cpus = \"12-13\" names CPUs 12-13 that this machine does not have (its CPUs: 0-11)"
     );
     assert!(config_error(&m, json!({"reserved_cpus": "x"})).starts_with(
         "InvalidConfig: cpu provider config: reserved_cpus = \"x\" is not a Linux CPU list like \"0,64\""
@@ -431,34 +431,17 @@ fn checkpoint_round_trip_and_validation() {
         Ok(("1,7".into(), true))
     );
 
-    let mut fresh = provider(&m, json!({"reserved_cpus": "0"}));
-    let before = fresh.checkpoint().unwrap();
-    let bad = |data: &str, fresh: &mut CpuManager| {
-        fresh.restore(data.as_bytes()).unwrap_err().to_string()
-    };
+    // Bytes that are not a checkpoint are the one refusal; nothing changes.
+    let before = q.checkpoint().unwrap();
+    let err = q.restore(b"{\"policy_name\": 1}").unwrap_err();
+    assert_eq!(err.reason, "InvalidCheckpoint");
     assert_eq!(
-        bad(r#"{"policy_name":"static","default_cpu_set":"0-11,12","entries":{}}"#, &mut fresh),
-        "InvalidCheckpoint: cpu provider checkpoint: it names CPUs 12 that this machine does not have \
-         (online CPUs: 0-11); drain the node and remove the provider's state file"
+        err.message,
+        "cpu provider checkpoint: the saved state is not a checkpoint of this CPU provider \
+         (invalid type: integer `1`, expected a string at line 1 column 17); only the provider \
+         that wrote it (another library or version configured under this name) reads it"
     );
-    assert_eq!(
-        bad(r#"{"policy_name":"static","default_cpu_set":"1-11","entries":{"u":{"c":"0"}}}"#, &mut fresh),
-        "InvalidCheckpoint: cpu provider checkpoint: not all reserved cpus: \"0\" are present in defaultCpuSet: \"1-11\""
-    );
-    assert_eq!(
-        bad(r#"{"policy_name":"static","default_cpu_set":"0-5","entries":{"u":{"c":"5-6"}}}"#, &mut fresh),
-        "InvalidCheckpoint: cpu provider checkpoint: pod: u, container: c cpuset: \"5-6\" overlaps with default cpuset \"0-5\""
-    );
-    assert_eq!(
-        bad(r#"{"policy_name":"static","default_cpu_set":"0-5","entries":{}}"#, &mut fresh),
-        "InvalidCheckpoint: cpu provider checkpoint: current set of available CPUs \"0-11\" doesn't match with CPUs in state \"0-5\""
-    );
-    assert_eq!(
-        bad(r#"{"policy_name":"none","default_cpu_set":""}"#, &mut fresh),
-        "InvalidCheckpoint: cpu provider checkpoint: configured policy \"static\" differs from state checkpoint \
-         policy \"none\"; drain the node and remove the provider's state file"
-    );
-    assert_eq!(fresh.checkpoint().unwrap(), before);
+    assert_eq!(q.checkpoint().unwrap(), before);
 }
 
 #[test]
@@ -481,7 +464,7 @@ fn works_through_the_plugin_boundary() {
 
 /// Per zone `(node, capacity, allocatable, available)` of the `cpu`
 /// inventory, in CPUs; `node` -1 for "no NUMA node".
-fn cpu_zones(inv: &topomgr_sdk::Inventory) -> Vec<(i64, u64, u64, u64)> {
+pub(crate) fn cpu_zones(inv: &topomgr_sdk::Inventory) -> Vec<(i64, u64, u64, u64)> {
     let r = &inv.resources["cpu"];
     let zones: Vec<(i64, u64, u64, u64)> = r
         .zones
@@ -670,16 +653,27 @@ fn pod_level_resources_in_pod_scope_share_one_pod_set() {
         String::from_utf8(cp.clone()).unwrap(),
         r#"{"policy_name":"static","default_cpu_set":"0-1,3,5,7,9-11","entries":{"o-uid":{"app":"4"},"pl":{"gu":"2","shared":"8","side":"6"}},"cpus_to_reuse":{"o-uid":""},"pod_entries":{"pl":"2,6,8"}}"#
     );
-    // Restore: the same state; refused without the gate.
+    // Restore: the same state. Without the gate the pod keeps its set
+    // until released (a note, not a conflict); new pods get none.
     let mut q = provider(&m, cfg);
     q.restore(&cp).unwrap();
     assert_eq!(q.checkpoint().unwrap(), cp);
     let mut off = provider(&m, json!({"reserved_cpus": "0"}));
+    let out = off.reconcile(&cp).unwrap();
+    assert!(out.report.is_empty());
     assert_eq!(
-        off.restore(&cp).unwrap_err().to_string(),
-        "InvalidCheckpoint: cpu provider checkpoint: it holds pod-level CPU sets (pods pl) but the \
-         PodLevelResourceManagers feature gate is off in [providers.cpu.config.feature_gates]; turn \
-         it on or release those pods"
+        out.notes,
+        ["pods pl hold pod-level CPU sets although the PodLevelResourceManagers feature gate is \
+          off now; they keep them until released, new pods get none"]
+    );
+    assert_eq!(off.checkpoint().unwrap(), cp);
+    for c in ["side", "gu", "shared"] {
+        off.release("pl", c).unwrap();
+    }
+    // Only pod o's CPU 4 is held now.
+    assert_eq!(
+        cpu_zones(&off.inventory().unwrap()),
+        [(0, 6, 5, 4), (1, 6, 6, 6)]
     );
     // The pod's CPUs go back with its last container.
     p.release("pl", "side").unwrap();

@@ -63,6 +63,8 @@ pub struct CpuTopology {
     machine_nodes: Vec<NumaNodeId>,
     /// Online CPUs in no NUMA node (left out of everything else).
     unplaced: Cpus,
+    /// CPUs the machine lists as offline.
+    offline: Cpus,
     num_cores: usize,
     num_sockets: usize,
     num_numa: usize,
@@ -135,6 +137,12 @@ impl CpuTopology {
                 .filter(|c| c.online && c.numa.is_none())
                 .map(|c| c.id)
                 .collect(),
+            offline: machine
+                .cpus
+                .iter()
+                .filter(|c| !c.online)
+                .map(|c| c.id)
+                .collect(),
             num_cores: distinct(Level::Core),
             num_sockets: distinct(Level::Socket),
             num_numa: distinct(Level::Numa),
@@ -191,6 +199,16 @@ impl CpuTopology {
     /// Online CPUs that no NUMA node lists: never handed out.
     pub fn unplaced(&self) -> &Cpus {
         &self.unplaced
+    }
+
+    /// CPUs the machine lists as offline.
+    pub fn offline(&self) -> &Cpus {
+        &self.offline
+    }
+
+    /// Whether `cpu` can be handed out: online and in a NUMA node.
+    pub fn is_usable(&self, cpu: u32) -> bool {
+        self.details.contains_key(&cpu)
     }
 
     /// NUMA nodes that have CPUs, ascending.

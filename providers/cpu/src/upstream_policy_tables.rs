@@ -8,7 +8,8 @@
 //!
 //! How the kubelet's harness maps here: its mock state (assignments and
 //! default CPU set) is the policy's own state set directly; `Start` is
-//! [`StaticPolicy::restore`] of that state; `numReservedCPUs` becomes the
+//! [`StaticPolicy::reconcile`] of that state (which, unlike the kubelet's,
+//! never refuses: see the Start tables); `numReservedCPUs` becomes the
 //! CPUs the kubelet's `takeByTopology` reserves (the lowest cores); the
 //! fake topology manager's hint is the `affinity` handed to `allocate`.
 //! Error texts are topomgr's (each names the same numbers as the kubelet's,
@@ -207,68 +208,77 @@ fn strings(v: &[&str]) -> Vec<String> {
 
 // ------------------------------------------------- TestStaticPolicyStart
 
+/// The kubelet's `Start` validates its state file and refuses one that does
+/// not fit (the node must be drained and the file deleted); topomgr's
+/// restore is reconcile (`crate::reconcile`): the assignments are kept and
+/// the shared pool is recomputed from the machine and config. Each case
+/// keeps its name, states the kubelet's refusal, and checks the pool
+/// topomgr computes instead.
 #[test]
 fn test_static_policy_start() {
-    // (description, reserved count, strict, assignments, default, result)
-    type Case<'a> = (&'a str, usize, bool, State<'a>, Result<&'a str, &'a str>);
+    // (description, reserved count, strict, assignments, saved default,
+    //  the kubelet's refusal or "", topomgr's shared pool)
+    type Case<'a> = (&'a str, usize, bool, State<'a>, &'a str, &'a str);
     let cases: &[Case<'_>] = &[
         (
             "non-corrupted state",
             0,
             false,
             (&[("fakePod", "0", "0")], "1-11"),
-            Ok("1-11"),
+            "",
+            "1-11",
         ),
-        ("empty cpuset", 1, false, (&[], ""), Ok("0-11")),
+        ("empty cpuset", 1, false, (&[], ""), "", "0-11"),
         (
             "reserved cores 0 & 6 are not present in available cpuset",
             2,
             false,
             (&[], "0-1"),
-            Err("not all reserved cpus: \"0,6\" are present in defaultCpuSet: \"0-1\""),
+            "not all reserved cpus: \"0,6\" are present in defaultCpuSet: \"0-1\"",
+            "0-11",
         ),
         (
             "some of reserved cores are present in available cpuset (StrictCPUReservationOption)",
             2,
             true,
             (&[], "0-1"),
-            Err("some of strictly reserved cpus: \"0\" are present in defaultCpuSet: \"0-1\""),
+            "some of strictly reserved cpus: \"0\" are present in defaultCpuSet: \"0-1\"",
+            "1-5,7-11",
         ),
         (
             "assigned core 2 is still present in available cpuset",
             0,
             false,
             (&[("fakePod", "0", "0-2")], "2-11"),
-            Err("pod: fakePod, container: 0 cpuset: \"0-2\" overlaps with default cpuset \"2-11\""),
+            "pod: fakePod, container: 0 cpuset: \"0-2\" overlaps with default cpuset \"2-11\"",
+            "3-11",
         ),
         (
             "assigned core 2 is still present in available cpuset (StrictCPUReservationOption)",
             0,
             true,
             (&[("fakePod", "0", "0-2")], "2-11"),
-            Err("pod: fakePod, container: 0 cpuset: \"0-2\" overlaps with default cpuset \"2-11\""),
+            "pod: fakePod, container: 0 cpuset: \"0-2\" overlaps with default cpuset \"2-11\"",
+            "3-11",
         ),
         (
-            // The kubelet: current set of available CPUs "0-11" doesn't
-            // match with CPUs in state "0-12". topomgr names the unknown CPU.
             "core 12 is not present in topology but is in state cpuset",
             0,
             false,
             (&[("fakePod", "0", "0-2"), ("fakePod", "1", "3-4")], "5-12"),
-            Err(
-                "it names CPUs 12 that this machine does not have (online CPUs: 0-11); drain the \
-                 node and remove the provider's state file",
-            ),
+            "current set of available CPUs \"0-11\" doesn't match with CPUs in state \"0-12\"",
+            "5-11",
         ),
         (
             "core 11 is present in topology but is not in state cpuset",
             0,
             false,
             (&[("fakePod", "0", "0-2"), ("fakePod", "1", "3-4")], "5-10"),
-            Err("current set of available CPUs \"0-11\" doesn't match with CPUs in state \"0-10\""),
+            "current set of available CPUs \"0-11\" doesn't match with CPUs in state \"0-10\"",
+            "5-11",
         ),
     ];
-    for (name, n, strict, state, want) in cases {
+    for (name, n, strict, state, _kubelet_refuses, want) in cases {
         let t = dual_socket_ht();
         let reserved = kubelet_reserved(&t, *n);
         let opts = if *strict {
@@ -290,14 +300,14 @@ fn test_static_policy_start() {
         } else {
             set(state.1)
         });
-        let got = p
-            .restore(&cp)
-            .map(|()| show(&p.default_set))
-            .map_err(|e| e.to_string());
-        let want = want
-            .map(str::to_owned)
-            .map_err(|e| format!("cpu provider checkpoint: {e}"));
-        assert_eq!(got, want, "{name}");
+        let out = p.reconcile(&cp);
+        assert!(out.report.is_empty(), "{name}");
+        assert_eq!(show(&p.default_set), *want, "{name}");
+        assert_eq!(
+            p.checkpoint().entries,
+            cp.entries,
+            "{name}: assignments kept"
+        );
     }
 }
 
@@ -844,35 +854,40 @@ fn test_topology_aware_allocate_cpus() {
 
 // ------------------------------------------------- with --reserved-cpus
 
+/// As `test_static_policy_start`: the kubelet refuses, topomgr reconciles.
 #[test]
 fn test_static_policy_start_with_resv_list() {
-    // (description, reserved, strict, default, result)
-    type Case<'a> = (&'a str, &'a str, bool, &'a str, Result<&'a str, &'a str>);
+    // (description, reserved, strict, saved default, the kubelet's refusal
+    //  or "", topomgr's shared pool)
+    type Case<'a> = (&'a str, &'a str, bool, &'a str, &'a str, &'a str);
     let cases: &[Case<'_>] = &[
-        ("empty cpuset", "0-1", false, "", Ok("0-11")),
+        ("empty cpuset", "0-1", false, "", "", "0-11"),
         (
             "empty cpuset with StrictCPUReservationOption enabled",
             "0-1",
             true,
             "",
-            Ok("2-11"),
+            "",
+            "2-11",
         ),
         (
             "reserved cores 0 & 1 are not present in available cpuset",
             "0-1",
             false,
             "2-5",
-            Err("not all reserved cpus: \"0-1\" are present in defaultCpuSet: \"2-5\""),
+            "not all reserved cpus: \"0-1\" are present in defaultCpuSet: \"2-5\"",
+            "0-11",
         ),
         (
             "reserved cores 0 & 1 are present in available cpuset with StrictCPUReservationOption enabled",
             "0-1",
             true,
             "0-5",
-            Err("some of strictly reserved cpus: \"0-1\" are present in defaultCpuSet: \"0-5\""),
+            "some of strictly reserved cpus: \"0-1\" are present in defaultCpuSet: \"0-5\"",
+            "2-11",
         ),
     ];
-    for (name, reserved, strict, default, want) in cases {
+    for (name, reserved, strict, default, _kubelet_refuses, want) in cases {
         let opts = if *strict {
             options(&[("strict-cpu-reservation", "true")])
         } else {
@@ -887,14 +902,9 @@ fn test_static_policy_start_with_resv_list() {
             }),
             ..p.checkpoint()
         };
-        let got = p
-            .restore(&cp)
-            .map(|()| show(&p.default_set))
-            .map_err(|e| e.to_string());
-        let want = want
-            .map(str::to_owned)
-            .map_err(|e| format!("cpu provider checkpoint: {e}"));
-        assert_eq!(got, want, "{name}");
+        let out = p.reconcile(&cp);
+        assert_eq!(out, Default::default(), "{name}");
+        assert_eq!(show(&p.default_set), *want, "{name}");
     }
 }
 

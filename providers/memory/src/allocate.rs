@@ -214,6 +214,9 @@ impl MemoryProvider {
         };
         if per_pod.is_empty() {
             self.assignments.remove(pod_uid);
+            // Nothing of the pod is left to reuse (a pod admitted again
+            // under the same uid must not count on it).
+            self.reusable.remove(pod_uid);
         }
         if let Some(pod_blocks) = self.pod_blocks.get(pod_uid) {
             // Pod-level memory goes back with the pod's last container.

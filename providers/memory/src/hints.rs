@@ -538,6 +538,7 @@ impl ValueOrderSearch<'_> {
 mod tests {
     use super::*;
     use crate::state::{reserve, MemoryTable, NodeState};
+    use proptest::prelude::{any, Just, Strategy};
 
     fn node_bit(n: u32) -> NumaMask {
         NumaMask::single(id(n))
@@ -550,20 +551,6 @@ mod tests {
     const GB: u64 = 1 << 30;
     const HUGE: &str = "hugepages-1Gi";
 
-    /// A tiny deterministic PRNG (xorshift).
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
-
     fn table(allocatable: u64) -> MemoryTable {
         MemoryTable {
             total: allocatable + GB / 2,
@@ -574,98 +561,133 @@ mod tests {
         }
     }
 
-    /// `n` nodes with 1-4Gi of memory and 0-2 1Gi hugepages each.
-    fn random_state(rng: &mut Rng, n: u32) -> MachineState {
-        (0..n)
-            .map(|id| {
-                let mut map = BTreeMap::new();
-                map.insert(MEMORY_KEY.to_owned(), table((1 + rng.below(4)) * GB));
-                map.insert(HUGE.to_owned(), table(rng.below(3) * GB));
-                let node = NodeState {
-                    number_of_assignments: 0,
-                    memory_map: map,
-                    cells: node_bit(id),
-                };
-                (self::id(id), node)
-            })
-            .collect()
-    }
-
     const MEMORY_KEY: &str = "memory";
 
-    fn random_mask(rng: &mut Rng, n: u32) -> NumaMask {
-        loop {
-            let bits = rng.next() & ((1u64 << n) - 1);
-            let m: NumaMask = (0..n)
-                .filter(|i| bits & (1 << i) != 0)
-                .map(node_bit)
-                .fold(NumaMask::EMPTY, NumaMask::or);
-            if !m.is_empty() {
-                return m;
-            }
+    /// The nodes of `bits` among `0..n`; node 0 when none is.
+    fn mask_of(bits: u64, n: u32) -> NumaMask {
+        let m = (0..n)
+            .filter(|i| bits & (1 << i) != 0)
+            .map(node_bit)
+            .fold(NumaMask::EMPTY, NumaMask::or);
+        if m.is_empty() {
+            node_bit(0)
+        } else {
+            m
         }
     }
 
-    /// Prior allocations: mostly the kubelet's shapes (a single node, or a
-    /// group of nodes without assignments, or an existing group again),
-    /// sometimes arbitrary masks, sometimes a node left with a stale group
-    /// and no assignment (a state only a restore can produce).
-    fn allocate_randomly(rng: &mut Rng, state: &mut MachineState, n: u32) {
-        for _ in 0..rng.below(5) {
-            let mask = match rng.below(4) {
-                0 => node_bit(rng.below(u64::from(n)) as u32),
-                1 => {
-                    let free: Vec<NumaNodeId> = state
-                        .iter()
-                        .filter(|(_, s)| s.number_of_assignments == 0)
-                        .map(|(&id, _)| id)
-                        .collect();
-                    let m = free
-                        .iter()
-                        .filter(|_| rng.below(2) == 0)
-                        .fold(NumaMask::EMPTY, |m, &id| m.with(id));
-                    if m.is_empty() {
-                        continue;
+    /// One generated machine state with a request against it.
+    #[derive(Debug, Clone)]
+    struct Case {
+        state: MachineState,
+        requested: Requested,
+        reusable: Option<PodReusable>,
+    }
+
+    /// `n` nodes with 1-4Gi of memory and 0-2 1Gi hugepages each; up to 4
+    /// prior allocations, each `(how its mask is chosen, node, mask bits,
+    /// hugepages or memory, half-GiB units)`, mostly of the kubelet's
+    /// shapes (a single node, a group of nodes without assignments, an
+    /// existing group again), sometimes an arbitrary mask; sometimes a node
+    /// left with a stale group and no assignment (a state only a restore
+    /// can produce); a request of memory (and sometimes hugepages);
+    /// sometimes reusable init-container memory.
+    fn case() -> impl Strategy<Value = Case> {
+        (1u32..=10)
+            .prop_flat_map(|n| {
+                (
+                    Just(n),
+                    proptest::collection::vec((1u64..=4, 0u64..3), n as usize),
+                    proptest::collection::vec(
+                        (
+                            0u8..4,
+                            0..n,
+                            any::<u64>(),
+                            proptest::bool::weighted(0.33),
+                            0u64..4,
+                        ),
+                        0..5,
+                    ),
+                    proptest::option::weighted(0.125, (0..n, any::<u64>())),
+                    (0u64..9, proptest::option::weighted(0.33, 0u64..4)),
+                    proptest::option::weighted(
+                        0.33,
+                        proptest::collection::vec((any::<u64>(), 0u64..5), 1..=2),
+                    ),
+                )
+            })
+            .prop_map(|(n, sizes, allocs, stale, (mem, huge), reuse)| {
+                let mut state: MachineState = sizes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(mem, pages))| {
+                        let map = BTreeMap::from([
+                            (MEMORY_KEY.to_owned(), table(mem * GB)),
+                            (HUGE.to_owned(), table(pages * GB)),
+                        ]);
+                        let node = NodeState {
+                            number_of_assignments: 0,
+                            memory_map: map,
+                            cells: node_bit(i as u32),
+                        };
+                        (id(i as u32), node)
+                    })
+                    .collect();
+                for (kind, node, bits, huge, halves) in allocs {
+                    let mask = match kind {
+                        0 => node_bit(node),
+                        1 => {
+                            let m = state
+                                .iter()
+                                .filter(|(id, s)| {
+                                    s.number_of_assignments == 0 && bits & (1 << id.get()) != 0
+                                })
+                                .fold(NumaMask::EMPTY, |m, (&id, _)| m.with(id));
+                            if m.is_empty() {
+                                continue;
+                            }
+                            m
+                        }
+                        2 => state[&id(node)].cells,
+                        _ => mask_of(bits, n),
+                    };
+                    let resource = if huge { HUGE } else { MEMORY_KEY };
+                    reserve(&mut state, mask, resource, halves * GB / 2);
+                }
+                if let Some((node, bits)) = stale {
+                    if let Some(s) = state.get_mut(&id(node)) {
+                        if s.number_of_assignments == 0 {
+                            s.cells = s.cells.or(mask_of(bits, n));
+                        }
                     }
-                    m
                 }
-                2 => {
-                    let id = id(rng.below(u64::from(n)) as u32);
-                    state[&id].cells
+                let mut requested = Requested::from([(MEMORY_KEY.to_owned(), mem * GB / 2)]);
+                if let Some(h) = huge {
+                    requested.insert(HUGE.to_owned(), h * GB);
                 }
-                _ => random_mask(rng, n),
-            };
-            let resource = if rng.below(3) == 0 { HUGE } else { MEMORY_KEY };
-            reserve(state, mask, resource, rng.below(4) * GB / 2);
-        }
-        if rng.below(8) == 0 {
-            let id = id(rng.below(u64::from(n)) as u32);
-            if let Some(s) = state.get_mut(&id) {
-                if s.number_of_assignments == 0 {
-                    s.cells = s.cells.or(random_mask(rng, n));
+                let reusable = reuse.map(|entries| {
+                    entries
+                        .into_iter()
+                        .map(|(bits, halves)| {
+                            let per = BTreeMap::from([(MEMORY_KEY.to_owned(), halves * GB / 2)]);
+                            (mask_of(bits, n), per)
+                        })
+                        .collect()
+                });
+                Case {
+                    state,
+                    requested,
+                    reusable,
                 }
-            }
-        }
+            })
     }
 
-    fn random_request(rng: &mut Rng) -> Requested {
-        let mut r = Requested::new();
-        r.insert(MEMORY_KEY.to_owned(), rng.below(9) * GB / 2);
-        if rng.below(3) == 0 {
-            r.insert(HUGE.to_owned(), rng.below(4) * GB);
+    fn hinter(c: &Case) -> Hinter<'_> {
+        Hinter {
+            state: &c.state,
+            reusable: c.reusable.as_ref(),
+            requested: &c.requested,
         }
-        r
-    }
-
-    fn random_reusable(rng: &mut Rng, n: u32) -> Option<PodReusable> {
-        (rng.below(3) == 0).then(|| {
-            (0..1 + rng.below(2))
-                .map(|_| {
-                    let per = BTreeMap::from([(MEMORY_KEY.to_owned(), rng.below(5) * GB / 2)]);
-                    (random_mask(rng, n), per)
-                })
-                .collect()
-        })
     }
 
     fn expanded(h: &Hinter<'_>) -> Vec<TopologyHint> {
@@ -679,32 +701,33 @@ mod tests {
         }
     }
 
-    #[test]
-    fn compact_is_exactly_the_explicit_list_after_random_allocations() {
-        let mut rng = Rng(0x6d65_6d6f_7279_0005);
-        let mut bounded = 0;
-        for case in 0..3000 {
-            let n = 1 + rng.below(10) as u32;
-            let mut state = random_state(&mut rng, n);
-            allocate_randomly(&mut rng, &mut state, n);
-            let requested = random_request(&mut rng);
-            let reusable = random_reusable(&mut rng, n);
-            let h = Hinter {
-                state: &state,
-                reusable: reusable.as_ref(),
-                requested: &requested,
-            };
-            if let Ok(Some(c)) = h.compact() {
-                bounded += usize::from(!c.within.is_empty());
-            }
-            assert_eq!(
-                expanded(&h),
-                h.explicit(),
-                "case {case}: {state:?} {requested:?} {reusable:?}"
-            );
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig { cases: 3000, ..Default::default() })]
+
+        /// The compact form stands for exactly the explicit list, after any
+        /// prior allocations.
+        #[test]
+        fn compact_is_exactly_the_explicit_list_after_random_allocations(c in case()) {
+            let h = hinter(&c);
+            proptest::prop_assert_eq!(expanded(&h), h.explicit());
         }
-        // The generator does reach the bounded form, and often.
-        assert!(bounded > 500, "only {bounded} bounded answers");
+    }
+
+    /// The generator reaches the bounded compact form, and often: the
+    /// property above is tested on it.
+    #[test]
+    fn generated_states_reach_the_bounded_form() {
+        use proptest::strategy::ValueTree;
+        let mut runner = proptest::test_runner::TestRunner::deterministic();
+        let strategy = case();
+        let mut bounded = 0;
+        for _ in 0..1000 {
+            let c = strategy.new_tree(&mut runner).unwrap().current();
+            if let Ok(Some(compact)) = hinter(&c).compact() {
+                bounded += usize::from(!compact.within.is_empty());
+            }
+        }
+        assert!(bounded > 300, "only {bounded} of 1000 bounded answers");
     }
 
     fn strings(c: &CompactHints) -> (Vec<String>, Vec<String>) {

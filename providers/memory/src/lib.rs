@@ -15,11 +15,12 @@
 //!   kubelet (see [`hints`] and [`allocate`]); the allocation's `mems` is
 //!   the NUMA set of the container's memory.
 //! * State is checkpointed in the kubelet's `memory_manager_state` JSON shape
-//!   (plus reusable init-container memory) and validated on restore with the
-//!   checks of the kubelet's `validateState` that do not depend on the order
-//!   containers were allocated in (see [`state::validate`]): every state a
-//!   history of allocations and releases writes restores; a refused restore
-//!   changes nothing.
+//!   (plus reusable init-container memory). Restore is reconcile
+//!   ([`reconcile`]): unlike the kubelet's `validateState`, which refuses a
+//!   state that does not match the machine, the assignments are kept on the
+//!   machine and config as they are now, and what cannot be given any more
+//!   is reported as conflicts. Only bytes that are not a checkpoint are
+//!   refused, changing nothing.
 //!
 //! Config (`[providers.memory.config]`, SPEC section 9):
 //!
@@ -55,6 +56,7 @@ pub mod hints;
 pub mod inventory;
 pub mod machine;
 pub mod podlevel;
+pub mod reconcile;
 pub mod state;
 
 use topomgr_sdk::{
@@ -65,9 +67,9 @@ use topomgr_sdk::{
 use crate::config::{Config, Policy};
 use crate::hints::{eligible_requests, pod_scope_requests, regenerate, Hinter, Requested};
 use crate::machine::{MachineMemory, MEMORY};
+use crate::reconcile::Restored;
 use crate::state::{
-    default_state, reusable_entries, reusable_from_entries, validate, Assignments, Checkpoint,
-    MachineState, PodBlocks, Reusable,
+    default_state, reusable_entries, Assignments, Checkpoint, MachineState, PodBlocks, Reusable,
 };
 
 /// The memory provider.
@@ -94,7 +96,11 @@ fn config_error(message: impl std::fmt::Display) -> ProviderError {
 fn checkpoint_error(message: impl std::fmt::Display) -> ProviderError {
     ProviderError::new(
         "InvalidCheckpoint",
-        format!("memory provider state: {message}"),
+        format!(
+            "memory provider state: the saved state is not a checkpoint of this memory provider \
+             ({message}); only the provider that wrote it (another library or version \
+             configured under this name) reads it"
+        ),
     )
 }
 
@@ -107,6 +113,14 @@ impl MemoryProvider {
     /// The current container assignments.
     pub fn assignments(&self) -> &Assignments {
         &self.assignments
+    }
+
+    /// Adopts a saved state on this machine and config (see [`reconcile`]):
+    /// never refused for a difference; an error, changing nothing, only for
+    /// bytes that are not a checkpoint of this provider.
+    pub fn reconcile(&mut self, saved: &[u8]) -> Result<Restored, ProviderError> {
+        let cp: Checkpoint = serde_json::from_slice(saved).map_err(checkpoint_error)?;
+        Ok(self.reconcile_checkpoint(cp))
     }
 
     fn hints_for(
@@ -249,7 +263,9 @@ impl Provider for MemoryProvider {
     fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
         let cp = Checkpoint {
             policy_name: self.policy.kubelet_name().to_owned(),
-            machine_state: if self.policy == Policy::Static {
+            // The none policy writes no machine state (as the kubelet's),
+            // unless it keeps assignments of the static policy.
+            machine_state: if self.policy == Policy::Static || !self.assignments.is_empty() {
                 self.state.clone()
             } else {
                 MachineState::new()
@@ -263,66 +279,8 @@ impl Provider for MemoryProvider {
         })
     }
 
-    fn restore(&mut self, data: &[u8]) -> Result<Reconciled, ProviderError> {
-        let cp: Checkpoint = serde_json::from_slice(data).map_err(checkpoint_error)?;
-        let ours = self.policy.kubelet_name();
-        if cp.policy_name != ours {
-            return Err(checkpoint_error(format!(
-                "configured policy {ours:?} differs from the saved state's policy {:?}; \
-                 release the pods or remove the state file before changing the policy",
-                cp.policy_name
-            )));
-        }
-        if self.policy == Policy::None {
-            return Ok(Reconciled::new());
-        }
-        if !cp.pod_entries.is_empty() && !self.pod_level_managers {
-            return Err(checkpoint_error(format!(
-                "it holds pod-level memory (pods {}) but the PodLevelResourceManagers feature \
-                 gate is off in [providers.memory.config.feature_gates]; turn it on or release \
-                 those pods",
-                cp.pod_entries
-                    .keys()
-                    .cloned()
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            )));
-        }
-        let state = if cp.machine_state.is_empty() {
-            if !cp.entries.is_empty() || !cp.pod_entries.is_empty() {
-                return Err(checkpoint_error(
-                    crate::state::StateError::EmptyWithAssignments,
-                ));
-            }
-            default_state(&self.machine)
-        } else {
-            validate(
-                &self.machine,
-                &cp.machine_state,
-                &cp.entries,
-                &cp.pod_entries,
-            )
-            .map_err(checkpoint_error)?;
-            cp.machine_state
-        };
-        let all = self.machine.mask();
-        if let Some(e) = cp
-            .reusable
-            .iter()
-            .find(|e| e.numa_affinity.is_empty() || !e.numa_affinity.is_subset_of(all))
-        {
-            return Err(checkpoint_error(format!(
-                "reusable memory of pod {} is on NUMA nodes {:?}, not a set of this machine's \
-                 nodes ({all})",
-                e.pod,
-                e.numa_affinity.to_string()
-            )));
-        }
-        self.state = state;
-        self.assignments = cp.entries;
-        self.reusable = reusable_from_entries(&cp.reusable);
-        self.pod_blocks = cp.pod_entries;
-        Ok(Reconciled::new())
+    fn restore(&mut self, saved: &[u8]) -> Result<Reconciled, ProviderError> {
+        Ok(self.reconcile(saved)?.report)
     }
 
     fn inventory(&self) -> Result<Inventory, ProviderError> {
@@ -333,6 +291,8 @@ impl Provider for MemoryProvider {
 
 topomgr_sdk::export_provider!(MemoryProvider);
 
+#[cfg(test)]
+mod reconcile_tests;
 #[cfg(test)]
 mod roundtrip_tests;
 #[cfg(test)]

@@ -144,68 +144,62 @@ fn init_group_then_app_on_one_node_restores() {
 }
 
 #[test]
-fn restore_refuses_states_no_history_gives() {
+fn states_no_history_gives_are_repaired() {
     let m = machine(&[4, 4], &[]);
     let mut p = provider(&m);
     let a = testkit::guaranteed_pod("a", &[("cpu", 1000), ("memory", GB)]);
     p.allocate(&a, &a.containers[0], &TopologyHint::new(mask(&[1]), true))
         .unwrap();
-    let good: serde_json::Value = serde_json::from_slice(&p.checkpoint().unwrap()).unwrap();
-    let refused = |edit: &dyn Fn(&mut serde_json::Value)| {
+    let good_bytes = p.checkpoint().unwrap();
+    let good: serde_json::Value = serde_json::from_slice(&good_bytes).unwrap();
+    let repaired = |edit: &dyn Fn(&mut serde_json::Value)| {
         let mut v = good.clone();
         edit(&mut v);
         let mut q = provider(&m);
-        let err = q.restore(&serde_json::to_vec(&v).unwrap()).unwrap_err();
-        assert!(
-            q.assignments().is_empty(),
-            "a refused restore changes nothing"
+        let out = q.reconcile(&serde_json::to_vec(&v).unwrap()).unwrap();
+        assert!(out.report.is_empty(), "{:?}", out.report);
+        assert_eq!(
+            q.checkpoint().unwrap(),
+            good_bytes,
+            "repaired to what allocations give"
         );
-        err.message
+        out.notes
     };
-    let tail = "; the machine or reserved_memory changed since the state was saved — release the \
-                pods or remove the state file";
+    let rebuilt = |why: &str| {
+        vec![format!(
+            "the saved per-node memory accounting does not add up ({why}); it was rebuilt from \
+             the assignments"
+        )]
+    };
     assert_eq!(
-        refused(&|v| v["machineState"]["1"]["memoryMap"]["memory"]["reserved"] = json!(0)),
-        format!(
-            "memory provider state: the expected machine state is different from the stored \
-             one: NUMA node 1 memory: 3Gi free and 0 reserved do not add up to its allocatable \
-             4Gi{tail}"
-        )
+        repaired(&|v| v["machineState"]["1"]["memoryMap"]["memory"]["reserved"] = json!(0)),
+        rebuilt("NUMA node 1 memory: 3Gi free and 0 reserved do not add up to its allocatable 4Gi")
     );
     assert_eq!(
-        refused(&|v| v["machineState"]["1"]["numberOfAssignments"] = json!(2)),
-        format!(
-            "memory provider state: the expected machine state is different from the stored \
-             one: NUMA node 1 has 2 assignments, but 1 memory blocks of the containers are on \
-             it{tail}"
-        )
-    );
-    assert_eq!(
-        refused(&|v| v["machineState"]["0"]["cells"] = json!([0, 1])),
-        format!(
-            "memory provider state: the expected machine state is different from the stored \
-             one: NUMA node 0 is grouped with nodes 0-1 although no memory is allocated on it \
-             (expected 0 alone){tail}"
-        )
-    );
-    assert_eq!(
-        refused(&|v| v["machineState"]["1"]["cells"] = json!([0])),
-        format!(
-            "memory provider state: the expected machine state is different from the stored \
-             one: NUMA node 1 is grouped with nodes 0, which must include it and be nodes of \
-             the machine (0-1){tail}"
-        )
-    );
-    assert_eq!(
-        refused(&|v| {
+        repaired(&|v| {
             v["machineState"]["1"]["memoryMap"]["memory"]["reserved"] = json!(512 * MB);
             v["machineState"]["1"]["memoryMap"]["memory"]["free"] = json!(3584 * MB);
         }),
-        format!(
-            "memory provider state: the expected machine state is different from the stored \
-             one: memory reserved on all NUMA nodes is 512Mi, less than the containers' blocks \
-             hold (1Gi){tail}"
-        )
+        rebuilt("memory reserved on all NUMA nodes is 512Mi, less than the blocks hold (1Gi)")
+    );
+    // Counts and groups come from the blocks.
+    let none: Vec<String> = Vec::new();
+    assert_eq!(
+        repaired(&|v| v["machineState"]["1"]["numberOfAssignments"] = json!(2)),
+        none
+    );
+    assert_eq!(
+        repaired(&|v| v["machineState"]["0"]["cells"] = json!([0, 1])),
+        none
+    );
+    assert_eq!(
+        repaired(&|v| v["machineState"]["1"]["cells"] = json!([0])),
+        none
+    );
+    // No machine state at all (the none policy writes none).
+    assert_eq!(
+        repaired(&|v| v["machineState"] = json!({})),
+        rebuilt("the saved state has no per-node accounting")
     );
 }
 
@@ -452,7 +446,14 @@ fn block(nodes: &[u32], resource: &str, size: u64) -> serde_json::Value {
 
 /// The kubelet's `TestStaticPolicyStart` table (memorymanager
 /// `policy_static_test.go`), case names kept: a stored state and
-/// assignments restored on a machine; `Ok` or the start of the refusal.
+/// assignments restored on a machine. The kubelet refuses every state that
+/// does not match (then the node must be drained and the state file
+/// deleted); topomgr reconciles (`crate::reconcile`): the assignments are
+/// kept, the accounting is taken from the machine and config, and what the
+/// machine cannot give is a conflict. Each case states why the kubelet
+/// refuses (or "") and checks topomgr's conflicts, and whether the stored
+/// machine state is kept as it is. After each: the machine's totals, and
+/// free = allocatable - held, never below zero.
 #[test]
 fn kubelet_static_policy_start_table() {
     let m = MB;
@@ -466,45 +467,41 @@ fn kubelet_static_policy_start_table() {
         table(1536 * m, 1536 * m, 0, 512 * m, 2 * g),
         Some(table(g, g, 0, 0, g)),
     );
-    let mismatch =
-        "memory provider state: the expected machine state is different from the stored one: ";
+    let differs = "the expected machine state is different from the stored one";
     #[allow(clippy::type_complexity)]
-    let cases: Vec<(&str, Machine, serde_json::Value, serde_json::Value, serde_json::Value, Result<(), String>)> = vec![
+    let cases: Vec<(&str, Machine, serde_json::Value, serde_json::Value, serde_json::Value, &str, bool, Vec<&str>)> = vec![
         (
             "should fail, if machine state is empty, but it has memory assignments",
             one(2 * g, 1), r512.clone(), json!({}),
             json!({"pod": {"container1": [block(&[0], "memory", 512 * m)]}}),
-            Err("memory provider state: the machine state is empty although it has memory assignments".into()),
+            "the machine state is empty although it has memory assignments", false, vec![],
         ),
         (
             "should fill the state with default values, when the state is empty",
-            one(3 * g, 1), r512.clone(), json!({}), json!({}), Ok(()),
+            one(3 * g, 1), r512.clone(), json!({}), json!({}), "", false, vec![],
         ),
         (
             "should fail when machine state does not have all NUMA nodes",
             machine_of(&[(2 * g, 1), (2 * g, 1)]), r512.clone(), json!({"0": free_node.clone()}), json!({}),
-            Err(format!("{mismatch}it has NUMA nodes 0 but the machine has 0-1")),
+            differs, false, vec![],
         ),
         (
             "should fail when machine state does not have memory resource",
             one(2 * g, 1), r512.clone(),
             json!({"0": {"numberOfAssignments": 0, "cells": [0], "memoryMap": {"hugepages-1Gi": table(g, g, 0, 0, g)}}}),
-            json!({}),
-            Err(format!("{mismatch}NUMA node 0 has resources [hugepages-1Gi], expected [hugepages-1Gi, memory]")),
+            json!({}), differs, false, vec![],
         ),
         (
             "should fail when machine state has wrong size of total memory",
             one(2 * g, 1), r512.clone(),
             json!({"0": node(0, &[0], table(1536 * m, 1536 * m, 0, 512 * m, 1536 * m), Some(table(g, g, 0, 0, g)))}),
-            json!({}),
-            Err(format!("{mismatch}NUMA node 0 memory total is 1536Mi, expected 2Gi")),
+            json!({}), differs, false, vec![],
         ),
         (
             "should fail when machine state has wrong size of system reserved memory",
             one(2 * g, 1), r512.clone(),
             json!({"0": node(0, &[0], table(1536 * m, 1536 * m, 0, 1024, 2 * g), Some(table(g, g, 0, 0, g)))}),
-            json!({}),
-            Err(format!("{mismatch}NUMA node 0 memory system-reserved is 1Ki, expected 512Mi")),
+            json!({}), differs, false, vec![],
         ),
         (
             // Upstream's machine (2Gi with 1Gi of hugepages) leaves 512Mi
@@ -514,7 +511,7 @@ fn kubelet_static_policy_start_table() {
             one(3 * g, 1), r512.clone(),
             json!({"0": node(1, &[0], table(1536 * m, 1536 * m, 0, 512 * m, 3 * g), Some(table(g, g, 0, 0, g)))}),
             json!({"pod": {"container1": [block(&[0], "memory", 512 * m)]}}),
-            Err(format!("{mismatch}memory reserved on all NUMA nodes is 0, less than the containers' blocks hold (512Mi)")),
+            differs, false, vec![],
         ),
         (
             // Upstream: 2Gi of memory with 2Gi of hugepages, which topomgr
@@ -523,41 +520,44 @@ fn kubelet_static_policy_start_table() {
             "should fail when machine state has wrong size of hugepages",
             one(4 * g, 2), r512.clone(),
             json!({"0": node(0, &[0], table(1536 * m, 1536 * m, 0, 512 * m, 4 * g), Some(table(g, g, 0, 0, g)))}),
-            json!({}),
-            Err(format!("{mismatch}NUMA node 0 hugepages-1Gi total is 1Gi, expected 2Gi")),
+            json!({}), differs, false, vec![],
         ),
         (
             "should fail when machine state has wrong size of system reserved hugepages",
             one(4 * g, 2), r512.clone(),
             json!({"0": node(0, &[0], table(1536 * m, 1536 * m, 0, 512 * m, 4 * g), Some(table(g, g, 0, g, 2 * g)))}),
-            json!({}),
-            Err(format!("{mismatch}NUMA node 0 hugepages-1Gi system-reserved is 1Gi, expected 0")),
+            json!({}), differs, false, vec![],
         ),
         (
-            "should fail when the hugepages reserved machine state is different from the hugepages of all containers memory assignments",
             // Upstream: 2Gi of memory with 4Gi of hugepages (a config
             // topomgr refuses); here 6Gi, with the memory table to match.
+            // More bytes reserved than blocks hold is a state the kubelet's
+            // own release accounting reaches (`releases_can_strand_bytes_*`):
+            // kept as it is.
+            "should fail when the hugepages reserved machine state is different from the hugepages of all containers memory assignments",
             one(6 * g, 4), r512.clone(),
             json!({"0": node(2, &[0], table(1536 * m, 1536 * m, 0, 512 * m, 6 * g), Some(table(4 * g, g, 3 * g, 0, 4 * g)))}),
             json!({"pod1": {"container1": [block(&[0], "hugepages-1Gi", g)]},
                    "pod2": {"container2": [block(&[0], "hugepages-1Gi", g)]}}),
-            // Refused upstream. Accepted here on purpose: more bytes
-            // reserved than blocks hold is a state the kubelet's own
-            // release accounting reaches (`releases_can_strand_bytes_*`).
-            Ok(()),
+            differs, true, vec![],
         ),
         (
             "should fail when machine state does not have NUMA node that used under the memory assignment",
             one(2 * g, 1), r512.clone(), json!({"0": free_node.clone()}),
             json!({"pod1": {"container1": [block(&[1], "memory", g)]}}),
-            Err("memory provider state: pod pod1 container container1: its memory block is on NUMA nodes 1, but this machine has no NUMA node 1".into()),
+            "the machine state does not have the NUMA node used by the assignment", false,
+            vec!["container container1 of pod pod1, memory: NUMA node 1 is gone (its 1Gi block of memory is on NUMA nodes 1)"],
         ),
         (
             "should fail when machine state does not have resource that used under the memory assignment",
             one(2 * g, 1), r512.clone(),
             json!({"0": node(2, &[0], table(1536 * m, 1536 * m, 0, 512 * m, 2 * g), Some(table(g, g, 0, 0, g)))}),
             json!({"pod1": {"container1": [block(&[0], "memory", g), block(&[0], "hugepages-2Mi", g)]}}),
-            Err("memory provider state: pod pod1 container container1: it holds hugepages-2Mi on NUMA node 0, which has no hugepages-2Mi".into()),
+            "the machine state does not have the resource used by the assignment", false,
+            vec![
+                "container container1 of pod pod1, hugepages-2Mi: NUMA node 0 has no hugepages-2Mi now",
+                "container container1 of pod pod1, memory: NUMA node 0 can give 512Mi of memory now, but 1Gi are held there (512Mi short)",
+            ],
         ),
         (
             // Upstream's machine (2Gi with 1Gi of hugepages) leaves 512Mi
@@ -567,7 +567,7 @@ fn kubelet_static_policy_start_table() {
             one(3 * g, 1), r512.clone(),
             json!({"0": node(1, &[0], table(1536 * m, 1536 * m, 0, 512 * m, 3 * g), Some(table(g, g, 0, 0, g)))}),
             json!({"pod1": {"container1": [block(&[0], "memory", g), block(&[0], "hugepages-1Gi", g)]}}),
-            Err(format!("{mismatch}NUMA node 0 has 1 assignments, but 2 memory blocks of the containers are on it")),
+            differs, false, vec![],
         ),
         (
             "should validate cross NUMA reserved memory vs container assignments",
@@ -576,28 +576,37 @@ fn kubelet_static_policy_start_table() {
                    "1": node(4, &[0, 1], table(640 * m, 256 * m, 384 * m, 512 * m, 2176 * m), Some(table(g, 0, g, 0, g)))}),
             json!({"pod1": {"container1": [block(&[0, 1], "memory", 768 * m), block(&[0, 1], "hugepages-1Gi", g)]},
                    "pod2": {"container2": [block(&[0, 1], "memory", 256 * m), block(&[0, 1], "hugepages-1Gi", g)]}}),
-            Ok(()),
+            "", true, vec![],
         ),
     ];
-    for (name, machine, cfg, state, entries, want) in cases {
-        let mut p = testkit::new_provider::<MemoryProvider>(&machine, cfg).unwrap();
+    for (name, machine, cfg, state, entries, _kubelet_refuses, keeps_state, want) in cases {
         let cp = json!({"policyName": "Static", "machineState": state, "entries": entries});
-        let got = p.restore(&serde_json::to_vec(&cp).unwrap());
-        match (&want, got) {
-            (Ok(()), Ok(_)) => {
-                let back: serde_json::Value =
-                    serde_json::from_slice(&p.checkpoint().unwrap()).unwrap();
-                if cp["machineState"] != json!({}) {
-                    assert_eq!(back["machineState"], cp["machineState"], "{name}");
-                }
-                assert_eq!(back["entries"], cp["entries"], "{name}");
+        let bytes = serde_json::to_vec(&cp).unwrap();
+        let mut p = testkit::load::<MemoryProvider>(&machine, cfg).unwrap();
+        let report = p.restore(&bytes).unwrap();
+        let got: Vec<String> = report.conflicts.iter().map(|c| c.to_string()).collect();
+        assert_eq!(got, want, "{name}");
+        let back: serde_json::Value = serde_json::from_slice(&p.checkpoint().unwrap()).unwrap();
+        assert_eq!(back["entries"], cp["entries"], "{name}: assignments kept");
+        if keeps_state {
+            assert_eq!(back["machineState"], cp["machineState"], "{name}");
+        }
+        // Whatever was stored, the accounting fits the machine now: the
+        // machine's totals, free = allocatable - held (never below 0).
+        for (id, node) in back["machineState"].as_object().unwrap() {
+            let total = machine.numa_nodes[id.parse::<usize>().unwrap()].memory_bytes;
+            assert_eq!(
+                node["memoryMap"]["memory"]["total"], total,
+                "{name}: node {id}"
+            );
+            for (r, t) in node["memoryMap"].as_object().unwrap() {
+                let n = |k: &str| t[k].as_u64().unwrap();
+                assert_eq!(
+                    n("free"),
+                    n("allocatable").saturating_sub(n("reserved")),
+                    "{name}: node {id} {r}"
+                );
             }
-            (Err(w), Err(e)) => assert!(
-                e.message.starts_with(w.as_str()),
-                "{name}:\n got {}\nwant {w}",
-                e.message
-            ),
-            (w, g) => panic!("{name}: want {w:?}, got {g:?}"),
         }
     }
 }

@@ -1,0 +1,237 @@
+//! `topomgr serve`: the node daemon.
+//!
+//! - [`topomgr_node::state_lock`]: one daemon per state directory (`flock`);
+//! - [`topomgr_engine::provider::Provider::with_deadline`]: every provider on its own thread, each
+//!   call with a deadline, reporting to the metrics
+//!   ([`topomgr_engine::provider::Provider::with_observer`]);
+//! - [`state_thread`]: the one thread that owns the node state and applies
+//!   requests one at a time, with group-committed,
+//!   durable state ([`topomgr_node::store::Store`]: journal and snapshot);
+//! - [`server`]: the HTTP/JSON API on a Unix socket;
+//! - [`access`]: socket ownership/mode and the peer-credential check;
+//! - [`metrics`]: Prometheus metrics (kubelet names);
+//! - [`scrape`]: `GET /metrics` over TCP at `daemon.metrics_address`;
+//! - [`systemd`]: readiness and stopping notifications (`Type=notify`);
+//! - [`client`]: a small blocking HTTP/1.1 client for the CLI, tests and benches.
+//!
+//! Start-up order matters: the caller takes the [`topomgr_node::state_lock::StateLock`] before
+//! loading providers (they may read the state directory); [`run`] then asks
+//! each provider what it owns (its inventory, for the metrics), restores
+//! the state (verify, check against the machine; nothing is re-admitted or
+//! released), binds the socket and the metrics address, tells the service
+//! manager it is ready, and serves until SIGTERM or SIGINT (telling the
+//! service manager it is stopping).
+
+pub mod access;
+pub mod client;
+pub mod metrics;
+pub mod scrape;
+pub mod server;
+pub mod state_thread;
+pub mod systemd;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::UnixListener;
+use tokio::sync::watch;
+use topomgr_sdk::{Inventory, Machine};
+use tracing::{info, warn};
+
+use access::AccessPolicy;
+use metrics::Metrics;
+use server::AppState;
+use state_thread::{StateThread, StateThreadSettings};
+use topomgr_engine::admission::Admitter;
+use topomgr_engine::policy::{Policy, Scope};
+use topomgr_engine::provider::{Provider, ProviderObserver};
+use topomgr_node::state_lock::StateLock;
+
+/// Everything the daemon needs, prepared by `topomgr serve`.
+pub struct Daemon {
+    /// Socket path.
+    pub socket: PathBuf,
+    /// Group allowed besides root.
+    pub group: String,
+    /// Where `GET /metrics` is also served over TCP (`None`: socket only).
+    pub metrics_address: Option<SocketAddr>,
+    /// Deadline of one provider call.
+    pub provider_timeout: Duration,
+    /// State directory (locked by `lock`).
+    pub state_dir: PathBuf,
+    /// Root of the cgroup hierarchy (`attach`).
+    pub cgroup_root: PathBuf,
+    /// The discovered machine.
+    pub machine: Machine,
+    /// The Topology Manager policy.
+    pub policy: Policy,
+    /// The scope.
+    pub scope: Scope,
+    /// Loaded providers, in call order.
+    pub providers: Vec<Provider>,
+    /// The held state-directory lock (kept for the daemon's lifetime).
+    pub lock: StateLock,
+    /// The NodeResourceTopology export (node name, file).
+    pub export: topomgr_node::nrt::ExportSettings,
+}
+
+/// Why the daemon could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// A provider thread could not be started.
+    #[error("cannot start the thread of provider {provider:?}: {cause}")]
+    ProviderThread {
+        /// Provider name.
+        provider: String,
+        /// The error.
+        cause: std::io::Error,
+    },
+    /// The state thread could not start (e.g. damaged state).
+    #[error(transparent)]
+    Start(#[from] state_thread::StartError),
+    /// The socket could not be prepared or secured.
+    #[error(transparent)]
+    Socket(#[from] access::SocketError),
+    /// The metrics address could not be bound.
+    #[error(transparent)]
+    Metrics(#[from] scrape::BindError),
+    /// Binding the socket failed.
+    #[error("cannot listen on {}: {cause}", path.display())]
+    Bind {
+        /// The socket.
+        path: PathBuf,
+        /// The error.
+        cause: std::io::Error,
+    },
+    /// The async runtime could not be built or serving failed.
+    #[error("{what}: {cause}")]
+    Runtime {
+        /// What failed.
+        what: &'static str,
+        /// The error.
+        cause: std::io::Error,
+    },
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            warn!(error = %e, "cannot watch SIGTERM; stopping on SIGINT only");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => info!("SIGTERM: shutting down"),
+        _ = tokio::signal::ctrl_c() => info!("SIGINT: shutting down"),
+    }
+}
+
+/// Completes once `stop` says so (or its sender is gone).
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|s| *s).await;
+}
+
+/// What a provider owns, for the metrics; a provider that cannot answer
+/// owns nothing there (it still works).
+fn inventory_of(p: &mut Provider) -> Inventory {
+    p.inventory().unwrap_or_else(|e| {
+        warn!(provider = p.name(), error = %e, "no inventory: its allocations are not counted as CPU or memory pinning");
+        Inventory::default()
+    })
+}
+
+/// Restore state, bind the socket and serve until SIGTERM/SIGINT.
+pub fn run(d: Daemon) -> Result<(), DaemonError> {
+    let metrics = Arc::new(Metrics::for_machine(&d.machine));
+    let mut providers: Vec<Provider> = Vec::with_capacity(d.providers.len());
+    for p in d.providers {
+        let name = p.name().to_owned();
+        let mut p = p
+            .with_deadline(d.provider_timeout)
+            .map_err(|source| DaemonError::ProviderThread {
+                provider: name.clone(),
+                cause: source,
+            })?
+            .with_observer(Arc::clone(&metrics) as Arc<dyn ProviderObserver>);
+        metrics.provider(&name, &inventory_of(&mut p));
+        providers.push(p);
+    }
+    let admitter = Admitter::new(&d.machine, d.policy, d.scope, providers);
+    let settings = StateThreadSettings {
+        state_dir: d.state_dir.clone(),
+        cgroup_root: d.cgroup_root,
+        boot_id: topomgr_node::fsutil::boot_id(),
+        export: d.export,
+    };
+    let (state_thread, restored) =
+        StateThread::start(admitter, &d.machine, settings, Arc::clone(&metrics))?;
+    let access = Arc::new(AccessPolicy::for_group(&d.group));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("topomgr-http")
+        .build()
+        .map_err(|source| DaemonError::Runtime {
+            what: "cannot start the async runtime",
+            cause: source,
+        })?;
+    let socket = d.socket;
+    let lock = d.lock;
+    let lock_path = lock.path().to_path_buf();
+    let state_dir = d.state_dir;
+    let machine = d.machine;
+    let metrics_address = d.metrics_address;
+    runtime.block_on(async move {
+        access::prepare_socket_path(&socket)?;
+        let listener = UnixListener::bind(&socket).map_err(|source| DaemonError::Bind {
+            path: socket.clone(),
+            cause: source,
+        })?;
+        access::secure_socket(&socket, &access)?;
+        let scrape_listener = match metrics_address {
+            Some(address) => Some(scrape::bind(address).await?),
+            None => None,
+        };
+        let scrape_address = scrape_listener.as_ref().and_then(|l| l.local_addr().ok());
+        info!(socket = %socket.display(), state_dir = %state_dir.display(), lock = %lock_path.display(), pods = restored.pods, group = %access.group, metrics_address = ?scrape_address, "topomgr daemon listening");
+        let (stop, stop_rx) = watch::channel(false);
+        tokio::spawn(async move {
+            shutdown_signal().await;
+            systemd::stopping();
+            let _ = stop.send(true);
+        });
+        let scraping = scrape_listener.map(|l| {
+            tokio::spawn(scrape::serve(
+                l,
+                Arc::clone(&metrics),
+                stopped(stop_rx.clone()),
+            ))
+        });
+        let state = AppState {
+            state_thread,
+            machine: Arc::new(machine),
+            metrics,
+            access,
+        };
+        systemd::ready(&format!(
+            "serving {} pod(s) on {}",
+            restored.pods,
+            socket.display()
+        ));
+        let served = server::serve(listener, socket, state, stopped(stop_rx)).await;
+        let scraped = match scraping {
+            Some(task) => task.await.unwrap_or_else(|e| Err(std::io::Error::other(e))),
+            None => Ok(()),
+        };
+        served.and(scraped).map_err(|source| DaemonError::Runtime {
+            what: "serving failed",
+            cause: source,
+        })
+    })?;
+    drop(lock);
+    Ok(())
+}

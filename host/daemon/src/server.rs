@@ -1,0 +1,455 @@
+//! The HTTP/JSON API on the Unix socket (axum over `tokio::net::UnixListener`).
+//!
+//! | method | path | what |
+//! |---|---|---|
+//! | GET | `/v1/health` | `{"status": "ok"|"degraded"|"failing", "pods", "notes", "failure"}` |
+//! | GET | `/v1/machine` | the discovered machine (the JSON of `topomgr topology`) |
+//! | POST | `/v1/pods` | admit the Pod manifest(s) of the body (YAML or JSON): the JSON of `topomgr admit`; with `?dry_run=true&explain=true` a what-if that changes nothing: `{"pods": [decision trace, ...]}` ([`topomgr_engine::explain`]) |
+//! | GET | `/v1/pods` | `{"pods": [...], "attachments": {uid: {container: cgroup}}}` |
+//! | GET | `/v1/pods/{uid}` | one pod's admission JSON |
+//! | GET | `/v1/pods/{uid}/explain` | the decision trace of an admitted or recently rejected pod |
+//! | DELETE | `/v1/pods/{uid}` | release the pod; answers its admission JSON |
+//! | POST | `/v1/pods/{uid}/containers/{container}/attach` | body `{"cgroup": "path"}`: write the container's cpuset/mems |
+//! | GET | `/v1/noderesourcetopology` | the node's NodeResourceTopology object ([`topomgr_node::nrt`]) |
+//! | GET | `/metrics` | Prometheus text |
+//!
+//! Errors are `{"error": "<message>", "reason": "<code>"}` with status 400
+//! (bad input), 403 (peer not allowed), 404 (unknown pod, container or
+//! route), 405 (a route that does not take the method), 409
+//! (a uid admitted with a different spec), 422 (cgroup problem), 500
+//! (provider errors on release), 503 (state cannot be saved, or shutting
+//! down). `docs/api/openapi.yaml` documents the same. Every answer is one
+//! of the types of [`topomgr_node::api`].
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::connect_info::Connected;
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
+use axum::extract::DefaultBodyLimit;
+use axum::extract::{ConnectInfo, Path as UrlPath, Query, Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::serve::IncomingStream;
+use axum::{Json, Router};
+use serde::Deserialize;
+use tokio::net::UnixListener;
+use topomgr_sdk::Machine;
+use tracing::{debug, info};
+
+use super::access::{AccessPolicy, Peer};
+use super::metrics::{Metrics, BAD_MANIFEST};
+use super::state_thread::{Command, CommandError, Reply, StateThread};
+use topomgr_engine::admission::AdmitResult;
+use topomgr_node::api::{
+    Admission, Admissions, AttachRequest, Attached, ErrorBody, Explain, Explains, Health,
+    HealthStatus, PodList,
+};
+use topomgr_node::node_state::current_pool;
+use topomgr_node::nrt::NodeResourceTopology;
+
+/// Shared state of the handlers.
+#[derive(Clone)]
+pub struct AppState {
+    /// The thread that owns the node state.
+    pub state_thread: StateThread,
+    /// The discovered machine.
+    pub machine: Arc<Machine>,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Who may connect.
+    pub access: Arc<AccessPolicy>,
+}
+
+/// Credentials of the peer of one connection, taken at accept.
+#[derive(Debug, Clone, Copy)]
+pub struct PeerConn(pub Option<Peer>);
+
+impl Connected<IncomingStream<'_, UnixListener>> for PeerConn {
+    fn connect_info(stream: IncomingStream<'_, UnixListener>) -> Self {
+        PeerConn(stream.io().peer_cred().ok().map(|c| Peer {
+            uid: c.uid(),
+            gid: c.gid(),
+            pid: c.pid(),
+        }))
+    }
+}
+
+/// An error answer.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    reason: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, reason: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (
+            self.status,
+            Json(ErrorBody {
+                error: self.message,
+                reason: self.reason.to_owned(),
+            }),
+        )
+            .into_response()
+    }
+}
+
+/// A path segment that does not decode (bad percent-encoding, not UTF-8).
+impl From<PathRejection> for ApiError {
+    fn from(e: PathRejection) -> ApiError {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            format!("{}; docs/api/openapi.yaml lists the API", e.body_text()),
+        )
+    }
+}
+
+/// A request body that is too large or could not be read.
+impl From<BytesRejection> for ApiError {
+    fn from(e: BytesRejection) -> ApiError {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "RequestTooLarge",
+                format!(
+                    "the request body is larger than {} bytes (3 MiB, the Kubernetes API server's limit, as for manifest files); send fewer pods per request",
+                    MAX_BODY_BYTES
+                ),
+            )
+        } else {
+            ApiError::new(
+                e.status(),
+                "BadRequest",
+                format!("cannot read the request body: {}", e.body_text()),
+            )
+        }
+    }
+}
+
+/// The largest request body: the manifest size limit of the CLI.
+pub const MAX_BODY_BYTES: usize = topomgr_manifest::MAX_MANIFEST_BYTES as usize;
+
+impl From<CommandError> for ApiError {
+    fn from(e: CommandError) -> ApiError {
+        let (status, reason) = match &e {
+            CommandError::UnknownPod(_) => (StatusCode::NOT_FOUND, "UnknownPod"),
+            CommandError::UnknownContainer(_) => (StatusCode::NOT_FOUND, "UnknownContainer"),
+            CommandError::Conflict(_) => (StatusCode::CONFLICT, "PodUidConflict"),
+            CommandError::ReleaseErrors(_) => (StatusCode::INTERNAL_SERVER_ERROR, "ReleaseErrors"),
+            CommandError::Cgroup(_) => (StatusCode::UNPROCESSABLE_ENTITY, "CgroupError"),
+            CommandError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "StateNotSaved"),
+            CommandError::Broken(_) => (StatusCode::SERVICE_UNAVAILABLE, "StateUnavailable"),
+            CommandError::Stopped => (StatusCode::SERVICE_UNAVAILABLE, "ShuttingDown"),
+            CommandError::Export(_) => (StatusCode::INTERNAL_SERVER_ERROR, "ExportFailed"),
+        };
+        ApiError::new(status, reason, e.to_string())
+    }
+}
+
+/// The router with every endpoint and the peer-credential check.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/v1/health", get(health))
+        .route("/v1/machine", get(machine))
+        .route("/v1/pods", post(admit).get(list_pods))
+        .route("/v1/pods/{uid}", get(get_pod).delete(release_pod))
+        .route("/v1/pods/{uid}/explain", get(explain_pod))
+        .route("/v1/pods/{uid}/containers/{container}/attach", post(attach))
+        .route("/v1/noderesourcetopology", get(node_resource_topology))
+        .route("/metrics", get(metrics))
+        .fallback(unknown_route)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn_with_state(state.clone(), check_peer))
+        .with_state(state)
+}
+
+async fn unknown_route(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "UnknownRoute",
+        format!(
+            "no route {method} {}; docs/api/openapi.yaml lists the API",
+            uri.path()
+        ),
+    )
+}
+
+async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "MethodNotAllowed",
+        format!(
+            "{} does not take {method}; docs/api/openapi.yaml lists the API",
+            uri.path()
+        ),
+    )
+}
+
+async fn check_peer(
+    State(state): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<PeerConn>,
+    req: Request,
+    next: Next,
+) -> Response {
+    let allowed = match peer.0 {
+        Some(p) => state.access.check(&p),
+        None => {
+            tracing::warn!("connection refused: peer credentials unavailable");
+            false
+        }
+    };
+    if !allowed {
+        let who = peer
+            .0
+            .map(|p| format!("uid {} gid {}", p.uid, p.gid))
+            .unwrap_or_else(|| "unknown peer".to_owned());
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            format!(
+                "{who} may not use topomgr: only root and members of group {:?} may",
+                state.access.group
+            ),
+        )
+        .into_response();
+    }
+    next.run(req).await
+}
+
+async fn health(State(state): State<AppState>) -> Response {
+    let (code, body) = state.state_thread.read(|snap| {
+        let status = if snap.failure.is_some() {
+            HealthStatus::Failing
+        } else if snap.restore_notes.is_empty() {
+            HealthStatus::Ok
+        } else {
+            HealthStatus::Degraded
+        };
+        let code = if snap.failure.is_some() {
+            StatusCode::SERVICE_UNAVAILABLE
+        } else {
+            StatusCode::OK
+        };
+        let body = Health {
+            status,
+            pods: snap.pods.len(),
+            exclusive_cpus: snap.exclusive_cpus.clone(),
+            shared_pool: snap.shared_pool.clone(),
+            notes: snap.restore_notes.clone(),
+            failure: snap.failure.clone(),
+        };
+        (code, body)
+    });
+    (code, Json(body)).into_response()
+}
+
+async fn machine(State(state): State<AppState>) -> Json<Machine> {
+    Json(state.machine.as_ref().clone())
+}
+
+/// Query of `POST /v1/pods`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AdmitQuery {
+    #[serde(default)]
+    dry_run: bool,
+    #[serde(default)]
+    explain: bool,
+}
+
+async fn admit(
+    State(state): State<AppState>,
+    query: Result<Query<AdmitQuery>, QueryRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let Query(query) = query.map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            format!(
+                "{} (POST /v1/pods takes dry_run=true&explain=true)",
+                e.body_text()
+            ),
+        )
+    })?;
+    if query.dry_run != query.explain {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "dry_run and explain go together: POST /v1/pods?dry_run=true&explain=true answers the decision traces of a what-if; GET /v1/pods/{uid}/explain explains an admission",
+        ));
+    }
+    let body = body?;
+    let text = std::str::from_utf8(&body).map_err(|e| {
+        state.metrics.request_refused(BAD_MANIFEST);
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            BAD_MANIFEST,
+            format!("request body is not UTF-8: {e}"),
+        )
+    })?;
+    let pods = topomgr_manifest::parse_pods(text, "<request body>").map_err(|e| {
+        state.metrics.request_refused(BAD_MANIFEST);
+        ApiError::new(StatusCode::BAD_REQUEST, BAD_MANIFEST, e.to_string())
+    })?;
+    if query.dry_run {
+        return match state.state_thread.submit(Command::DryRun(pods)).await? {
+            Reply::DryRun(pods) => Ok(Json(Explains { pods }).into_response()),
+            other => Err(unexpected(&other)),
+        };
+    }
+    debug!(pods = pods.len(), "admission requested");
+    match state.state_thread.submit(Command::Admit(pods)).await? {
+        Reply::Admitted(results) => Ok(Json(Admissions {
+            pods: results.iter().map(Admission::from).collect(),
+        })
+        .into_response()),
+        other => Err(unexpected(&other)),
+    }
+}
+
+fn unexpected(reply: &Reply) -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "Internal",
+        format!("the state thread answered with an unexpected reply: {reply:?}"),
+    )
+}
+
+async fn list_pods(State(state): State<AppState>) -> Json<PodList> {
+    let (pods, pool, attachments) = state.state_thread.read(|snap| {
+        let pods: Vec<Arc<AdmitResult>> = snap.pods.values().cloned().collect();
+        (pods, snap.shared_pool.clone(), snap.attachments.clone())
+    });
+    let pods = pods
+        .iter()
+        .map(|r| Admission::from(current_pool(r, &pool).as_ref()))
+        .collect();
+    Json(PodList { pods, attachments })
+}
+
+async fn get_pod(
+    State(state): State<AppState>,
+    uid: Result<UrlPath<String>, PathRejection>,
+) -> Result<Json<Admission>, ApiError> {
+    let UrlPath(uid) = uid?;
+    let pod = state.state_thread.read(|snap| {
+        snap.pods
+            .get(&uid)
+            .map(|r| Admission::from(snap.current(r).as_ref()))
+    });
+    pod.map(Json)
+        .ok_or_else(|| CommandError::UnknownPod(uid).into())
+}
+
+async fn explain_pod(
+    State(state): State<AppState>,
+    uid: Result<UrlPath<String>, PathRejection>,
+) -> Result<Json<Explain>, ApiError> {
+    let UrlPath(uid) = uid?;
+    let (trace, admitted) = state
+        .state_thread
+        .read(|snap| (snap.explains.get(&uid), snap.pods.contains_key(&uid)));
+    match trace {
+        Some(traced) => Ok(Json(traced.explain())),
+        None if admitted => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "NoTrace",
+            format!("pod {uid:?} was admitted before this daemon started; its decision trace was not kept"),
+        )),
+        None => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "UnknownPod",
+            format!("no admitted or recently rejected pod with uid {uid:?} (the last {} rejections are kept)", topomgr_engine::explain::REJECTED_KEPT),
+        )),
+    }
+}
+
+async fn release_pod(
+    State(state): State<AppState>,
+    uid: Result<UrlPath<String>, PathRejection>,
+) -> Result<Json<Admission>, ApiError> {
+    let UrlPath(uid) = uid?;
+    match state.state_thread.submit(Command::Release(uid)).await? {
+        Reply::Released(r) => Ok(Json(Admission::from(&r))),
+        other => Err(unexpected(&other)),
+    }
+}
+
+async fn attach(
+    State(state): State<AppState>,
+    path: Result<UrlPath<(String, String)>, PathRejection>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Attached>, ApiError> {
+    let UrlPath((uid, container)) = path?;
+    let body = body?;
+    let b: AttachRequest = serde_json::from_slice(&body).map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            format!("attach body must be {{\"cgroup\": \"<path under the cgroup root>\"}}: {e}"),
+        )
+    })?;
+    let cmd = Command::Attach {
+        uid,
+        container,
+        cgroup: b.cgroup,
+    };
+    match state.state_thread.submit(cmd).await? {
+        Reply::Attached(a) => Ok(Json(a)),
+        other => Err(unexpected(&other)),
+    }
+}
+
+async fn node_resource_topology(
+    State(state): State<AppState>,
+) -> Result<Json<NodeResourceTopology>, ApiError> {
+    match state
+        .state_thread
+        .submit(Command::NodeResourceTopology)
+        .await?
+    {
+        Reply::NodeResourceTopology(object) => Ok(Json(object)),
+        other => Err(unexpected(&other)),
+    }
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    super::scrape::response(&state.metrics)
+}
+
+/// Serve `state` on `listener` until `shutdown` completes, then remove `socket`.
+pub async fn serve(
+    listener: UnixListener,
+    socket: PathBuf,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = router(state).into_make_service_with_connect_info::<PeerConn>();
+    let result = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await;
+    if let Err(e) = std::fs::remove_file(&socket) {
+        debug!(socket = %socket.display(), error = %e, "socket not removed");
+    }
+    info!(socket = %socket.display(), "stopped serving");
+    result
+}

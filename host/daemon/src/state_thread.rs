@@ -1,0 +1,618 @@
+//! The state thread: the daemon's one owner of the node state.
+//!
+//! One OS thread owns the [`NodeState`] (and through it the [`Admitter`],
+//! every provider and the ledger) and applies commands one at a time, like
+//! the kubelet admits one pod at a time. HTTP handlers submit commands and
+//! await the answer; they never touch providers.
+//!
+//! Durability with group commit: the state thread takes every command that is
+//! waiting (up to [`MAX_BATCH`]), applies them in order, appends ONE record
+//! of what they changed to the journal ([`Store::commit`]: checksummed,
+//! `fdatasync`ed, compacted into a snapshot from time to time) and only
+//! then answers them. An answer therefore always describes state that is on
+//! disk: a `kill -9` at any instant loses no acknowledged change. The cost
+//! of a commit is that of the change, not of the pods held. Cgroups follow
+//! the order [`NodeState`] documents: an exclusive admission shrinks the
+//! shared pool before it is answered; the pool grows only after the state
+//! that frees CPUs is on disk.
+//!
+//! When the state cannot be written (a full disk), the changes of that batch
+//! are answered with an error and the state thread rolls its memory (providers,
+//! pods, records) back to what is on disk ([`Store::reload`]), so memory and
+//! disk agree again; the next change is tried as usual, so once space is
+//! freed the daemon accepts changes again without a restart.
+//!
+//! Reads (`pods`, `health`) are served from a view that the state thread brings
+//! up to date with each commit's changes (under a short write lock), without
+//! queueing behind admissions. Pods are stored as admitted; readers show a
+//! shared-pool container with the pool as it is now ([`View::current`]),
+//! and an admission's answer with the pool after its batch.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::sync::{Arc, RwLock};
+use std::thread;
+use std::time::Instant;
+
+use tokio::sync::oneshot;
+use topomgr_sdk::{CpuSet, Machine, PodView};
+use tracing::{error, info, warn};
+
+use super::metrics::Metrics;
+use topomgr_engine::admission::{AdmissionError, AdmitResult, Admitter, UID_CONFLICT};
+use topomgr_node::api::{Attached, Attachments};
+use topomgr_node::checkpoint::{self, Restored};
+use topomgr_node::node_state::{
+    current_pool, AttachError, Change, NodeState, Reclaim, UnknownContainer,
+};
+use topomgr_node::store::Store;
+
+/// The most commands applied before one state-file write.
+pub const MAX_BATCH: usize = 256;
+
+/// A request to the state thread.
+#[derive(Debug, Clone)]
+pub enum Command {
+    /// Admit pods in order (each sees the allocations of the ones before).
+    Admit(Vec<PodView>),
+    /// Release an admitted pod.
+    Release(String),
+    /// Apply a container's cpuset/mems to an existing cgroup and remember it.
+    Attach {
+        /// Pod uid.
+        uid: String,
+        /// Container name.
+        container: String,
+        /// Cgroup path relative to the cgroup root.
+        cgroup: String,
+    },
+    /// Build the NodeResourceTopology export (changes nothing).
+    NodeResourceTopology,
+    /// Admit pods in order as a what-if and undo it: their decision traces
+    /// ([`topomgr_engine::explain`]); nothing changes.
+    DryRun(Vec<PodView>),
+}
+
+/// The state thread's answer to a [`Command`].
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// One result per pod, in order.
+    Admitted(Vec<AdmitResult>),
+    /// The released pod as it was admitted.
+    Released(AdmitResult),
+    /// The cgroup was written.
+    Attached(Attached),
+    /// The NodeResourceTopology object ([`topomgr_node::nrt`]).
+    NodeResourceTopology(topomgr_node::nrt::NodeResourceTopology),
+    /// One decision trace per pod of a dry run, in order.
+    DryRun(Vec<topomgr_node::api::Explain>),
+}
+
+/// Why a command failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CommandError {
+    /// No admitted pod has that uid.
+    #[error("no admitted pod with uid {0:?}")]
+    UnknownPod(String),
+    /// The pod has no such container.
+    #[error(transparent)]
+    UnknownContainer(UnknownContainer),
+    /// A uid is admitted with a different spec (nothing of the request was admitted).
+    #[error("{0}")]
+    Conflict(String),
+    /// The pod was released and saved, but providers reported errors.
+    #[error("{0}")]
+    ReleaseErrors(String),
+    /// The cgroup could not be written.
+    #[error("{0}")]
+    Cgroup(String),
+    /// The state could not be saved: the change was undone.
+    #[error("topomgr cannot save its state ({0}); the change was not made. Free space or fix the state directory, then retry")]
+    Unavailable(String),
+    /// Memory could not be brought back to the saved state: changes are refused.
+    #[error("topomgr could not return to its saved state after a failed write ({0}); it refuses changes until it is restarted")]
+    Broken(String),
+    /// The NodeResourceTopology export could not be built.
+    #[error("{0}")]
+    Export(String),
+    /// The state thread is gone (shutting down).
+    #[error("the daemon's state thread has stopped")]
+    Stopped,
+}
+
+/// What readers see: the state as of the last commit.
+#[derive(Debug, Clone, Default)]
+pub struct View {
+    /// Admitted pods by uid.
+    pub pods: BTreeMap<String, Arc<AdmitResult>>,
+    /// Cgroup attachments.
+    pub attachments: Attachments,
+    /// CPUs held exclusively.
+    pub exclusive_cpus: CpuSet,
+    /// The shared pool (online minus exclusive).
+    pub shared_pool: CpuSet,
+    /// Set while the last state write failed (or changes are refused).
+    pub failure: Option<String>,
+    /// What the restore at start reported (reboot, vanished resources,
+    /// held providers, reclaimed pods).
+    pub restore_notes: Vec<String>,
+    /// Decision traces of admitted and recently rejected pods.
+    pub explains: topomgr_engine::explain::History,
+}
+
+impl View {
+    /// `r` as it is now: shared-pool containers show the current shared
+    /// pool, not the pool at their admission ([`current_pool`]).
+    pub fn current<'a>(&self, r: &'a AdmitResult) -> Cow<'a, AdmitResult> {
+        current_pool(r, &self.shared_pool)
+    }
+}
+
+/// Settings of the state thread.
+#[derive(Debug, Clone)]
+pub struct StateThreadSettings {
+    /// Where the state file lives (already locked by the caller).
+    pub state_dir: PathBuf,
+    /// Root of the cgroup hierarchy for `attach`.
+    pub cgroup_root: PathBuf,
+    /// The current boot id.
+    pub boot_id: String,
+    /// The NodeResourceTopology export.
+    pub export: topomgr_node::nrt::ExportSettings,
+}
+
+type Job = (Command, oneshot::Sender<Result<Reply, CommandError>>);
+
+/// Handle to the state thread; cheap to clone.
+#[derive(Clone)]
+pub struct StateThread {
+    jobs: mpsc::Sender<Job>,
+    view: Arc<RwLock<View>>,
+}
+
+struct Worker {
+    node: NodeState,
+    machine: Machine,
+    export: topomgr_node::nrt::ExportSettings,
+    /// Policy, scope and nodes of every trace.
+    setting: Arc<topomgr_engine::explain::Setting>,
+    /// Traces of this batch, published with it.
+    traces: Vec<topomgr_engine::explain::Traced>,
+    store: Store,
+    metrics: Arc<Metrics>,
+    failure: Option<String>,
+    broken: Option<String>,
+    view: Arc<RwLock<View>>,
+}
+
+/// Errors starting the state thread.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The saved state could not be restored.
+    #[error("restoring state: {0}")]
+    Restore(checkpoint::CheckpointError),
+    /// The state thread could not be started.
+    #[error("cannot start the state thread: {0}")]
+    Thread(std::io::Error),
+}
+
+// By hand, not `#[from]`: the message carries the restore error, so it is
+// not also chained as the source (the binary prints each cause once).
+impl From<checkpoint::CheckpointError> for StartError {
+    fn from(e: checkpoint::CheckpointError) -> Self {
+        StartError::Restore(e)
+    }
+}
+
+fn notes_of(restored: &Restored, boot_id: &str) -> Vec<String> {
+    let mut notes = Vec::new();
+    if restored.rebooted {
+        let saved = restored.saved_boot_id.clone().unwrap_or_default();
+        warn!(saved_boot_id = %saved, boot_id = %boot_id, pods = restored.pods, "state was saved before a reboot; its pods are kept until released");
+        notes.push(format!(
+            "state was saved under boot id {saved}, this boot is {boot_id}; its {} pod(s) are kept until released",
+            restored.pods
+        ));
+    }
+    for issue in &restored.issues {
+        warn!(issue = %issue, "restored state does not match the machine or the config");
+        notes.push(issue.to_string());
+    }
+    notes
+}
+
+impl StateThread {
+    /// Restore the saved state into `admitter` (snapshot and journal),
+    /// reclaim pods of dead `topomgr run` owners, bring the shared pool in
+    /// line, compact the journal when it holds anything, then start the
+    /// state thread.
+    pub fn start(
+        mut admitter: Admitter,
+        machine: &Machine,
+        settings: StateThreadSettings,
+        metrics: Arc<Metrics>,
+    ) -> Result<(StateThread, Restored), StartError> {
+        let (store, restored) = Store::open(&settings.state_dir, &mut admitter, &settings.boot_id)?;
+        let mut notes = notes_of(&restored, &settings.boot_id);
+        if restored.found {
+            info!(
+                pods = restored.pods,
+                issues = restored.issues.len(),
+                journal_records = store.records(),
+                "state restored; nothing re-admitted or released"
+            );
+        }
+        let setting = Arc::new(topomgr_engine::explain::Setting::of(&admitter));
+        let node = NodeState::new(
+            admitter,
+            restored.records.clone(),
+            &settings.cgroup_root,
+            &settings.boot_id,
+        );
+        let mut worker = Worker {
+            node,
+            machine: machine.clone(),
+            export: settings.export.clone(),
+            setting,
+            traces: Vec::new(),
+            store,
+            metrics,
+            failure: None,
+            broken: None,
+            view: Arc::new(RwLock::new(View::default())),
+        };
+        let reclaimed = worker.node.reclaim();
+        for r in &reclaimed {
+            notes.push(match r {
+                Reclaim::Released { uid, pid } => format!(
+                    "pod {uid:?} of topomgr run pid {pid}, which is gone, was released (its cgroup was empty)"
+                ),
+                Reclaim::Kept { uid, pids } => format!(
+                    "pod {uid:?}: its topomgr run is gone but processes {pids:?} remain in its cgroup; it stays held until they exit"
+                ),
+            });
+        }
+        let released = reclaimed
+            .iter()
+            .any(|r| matches!(r, Reclaim::Released { .. }));
+        if released || restored.replayed > 0 || worker.store.records() > 0 {
+            // Start with a fresh snapshot: recovery stays short and the
+            // boot id is this boot's.
+            match worker.store.compact(&worker.node) {
+                Ok(()) => {
+                    worker.node.take_changes();
+                    worker.node.admitter_mut().take_changed_providers();
+                }
+                Err(e) => {
+                    error!(error = %e, "cannot save the state after reclaiming pods and replaying releases; it stays as saved");
+                    worker.failure = Some(e.to_string());
+                    worker.rollback();
+                }
+            }
+        }
+        worker.node.settle_pool();
+        worker.write_export();
+        worker.rebuild_view(notes);
+        let (jobs, rx) = mpsc::channel::<Job>();
+        let view = Arc::clone(&worker.view);
+        thread::Builder::new()
+            .name("state-thread".to_owned())
+            .spawn(move || worker.run(rx))
+            .map_err(StartError::Thread)?;
+        Ok((StateThread { jobs, view }, restored))
+    }
+
+    /// Submit a command and wait for its answer (sent after the state is saved).
+    pub async fn submit(&self, cmd: Command) -> Result<Reply, CommandError> {
+        let (tx, rx) = oneshot::channel();
+        self.jobs
+            .send((cmd, tx))
+            .map_err(|_| CommandError::Stopped)?;
+        rx.await.unwrap_or(Err(CommandError::Stopped))
+    }
+
+    /// Read the state as of the last commit (keep `f` short: the state thread
+    /// waits for it to bring the view up to date).
+    pub fn read<R>(&self, f: impl FnOnce(&View) -> R) -> R {
+        let guard = self.view.read().unwrap_or_else(|p| p.into_inner());
+        f(&guard)
+    }
+}
+
+impl Worker {
+    fn run(mut self, rx: mpsc::Receiver<Job>) {
+        while let Ok(first) = rx.recv() {
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match rx.try_recv() {
+                    Ok(j) => batch.push(j),
+                    Err(_) => break,
+                }
+            }
+            let mut answers = Vec::with_capacity(batch.len());
+            let mut dirty = false;
+            for (cmd, reply) in batch {
+                if let Some(b) = &self.broken {
+                    answers.push((reply, Err(CommandError::Broken(b.clone())), false));
+                    continue;
+                }
+                let (result, changed) = self.apply(cmd);
+                dirty |= changed;
+                answers.push((reply, result, changed));
+            }
+            let mut committed = Vec::new();
+            if dirty {
+                let start = Instant::now();
+                match self.store.commit(&mut self.node) {
+                    Ok(changes) => {
+                        self.metrics.checkpoint(start.elapsed().as_secs_f64());
+                        committed = changes;
+                        if self.broken.is_none() {
+                            self.failure = None;
+                        }
+                    }
+                    Err(e) => {
+                        let msg = e.to_string();
+                        error!(error = %msg, "cannot save state; the batch's changes are undone");
+                        self.failure = Some(msg.clone());
+                        for (_, result, changed) in &mut answers {
+                            if *changed {
+                                *result = Err(CommandError::Unavailable(msg.clone()));
+                            }
+                        }
+                        self.rollback();
+                    }
+                }
+            }
+            self.node.settle_pool();
+            if !committed.is_empty() {
+                self.write_export();
+            }
+            self.publish(committed);
+            let pool = self.node.shared_pool();
+            for (reply, mut result, _) in answers {
+                // Earlier pods of the batch show the pool after the batch.
+                if let Ok(Reply::Admitted(results)) = &mut result {
+                    for r in results.iter_mut() {
+                        if let Cow::Owned(now) = current_pool(r, &pool) {
+                            *r = now;
+                        }
+                    }
+                }
+                let _ = reply.send(result);
+            }
+        }
+        info!("state thread stopped");
+    }
+
+    /// Bring memory back to what is on disk, and the readers' view with it.
+    fn rollback(&mut self) {
+        match self.store.reload(&mut self.node) {
+            Ok(_) => info!("memory rolled back to the saved state"),
+            Err(e) => {
+                let msg = e.to_string();
+                error!(error = %msg, "cannot roll back to the saved state; refusing changes");
+                self.broken = Some(msg.clone());
+                self.failure = Some(msg);
+            }
+        }
+        let notes = self.read_notes();
+        self.rebuild_view(notes);
+    }
+
+    fn read_notes(&self) -> Vec<String> {
+        let view = self.view.read().unwrap_or_else(|p| p.into_inner());
+        view.restore_notes.clone()
+    }
+
+    /// The decision trace of `result`.
+    fn explain(
+        &self,
+        result: &AdmitResult,
+        trace: &[topomgr_engine::admission::TraceStep],
+    ) -> topomgr_node::api::Explain {
+        let s = &self.setting;
+        topomgr_engine::explain::explain(s.policy, s.scope, &s.nodes, result, trace)
+    }
+
+    /// Admit `pods` in order on the admitter alone (no cgroup, no record),
+    /// then release the ones admitted here in reverse order: providers
+    /// and ledger end as they began. A pod already admitted answers its
+    /// recorded trace and is left alone.
+    fn dry_run(&mut self, pods: &[PodView]) -> Vec<topomgr_node::api::Explain> {
+        let mut out = Vec::with_capacity(pods.len());
+        let mut undo = Vec::new();
+        for pod in pods {
+            if self.node.pods().contains_key(&pod.uid) {
+                let view = self.view.read().unwrap_or_else(|p| p.into_inner());
+                let known = view.explains.get(&pod.uid);
+                drop(view);
+                let stored = self.node.pods()[&pod.uid].clone();
+                out.push(known.map_or_else(|| self.explain(&stored, &[]), |t| t.explain()));
+                continue;
+            }
+            let mut trace = Vec::new();
+            let r = self.node.admitter_mut().admit_traced(pod, &mut trace);
+            if r.admitted {
+                undo.push(pod.uid.clone());
+            }
+            out.push(self.explain(&r, &trace));
+        }
+        for uid in undo.iter().rev() {
+            if let Err(e) = self.node.admitter_mut().release(uid) {
+                warn!(pod = %uid, error = %e, "undoing a dry-run admission reported errors");
+            }
+        }
+        out
+    }
+
+    /// The NodeResourceTopology object as of now.
+    fn nrt(
+        &mut self,
+    ) -> Result<topomgr_node::nrt::NodeResourceTopology, topomgr_node::nrt::NrtError> {
+        topomgr_node::nrt::of_admitter(
+            &self.export.node_name,
+            &self.machine,
+            self.node.admitter_mut(),
+        )
+    }
+
+    /// Rewrite the export file, when one is configured (a failure is
+    /// logged: the change it follows is saved and stays).
+    fn write_export(&mut self) {
+        let Some(path) = self.export.file.clone() else {
+            return;
+        };
+        match self
+            .nrt()
+            .and_then(|object| topomgr_node::nrt::write(&path, &object))
+        {
+            Ok(()) => {
+                tracing::debug!(path = %path.display(), "NodeResourceTopology export written")
+            }
+            Err(e) => {
+                error!(path = %path.display(), error = %e, "cannot update the NodeResourceTopology export file")
+            }
+        }
+    }
+
+    /// Apply one command: (answer, state changed).
+    fn apply(&mut self, cmd: Command) -> (Result<Reply, CommandError>, bool) {
+        match cmd {
+            Command::Admit(pods) => {
+                if let Some(conflict) = self.conflict(&pods) {
+                    self.metrics.request_refused(UID_CONFLICT);
+                    return (Err(CommandError::Conflict(conflict)), false);
+                }
+                let mut results = Vec::with_capacity(pods.len());
+                let mut changed = false;
+                let (policy, scope) = {
+                    let a = self.node.admitter();
+                    (a.policy().name(), a.scope())
+                };
+                for pod in &pods {
+                    let known = self.node.pods().contains_key(&pod.uid);
+                    let start = Instant::now();
+                    let mut trace = Vec::new();
+                    let r = self.node.admit_traced(pod, &mut trace);
+                    if !known {
+                        self.traces.push(topomgr_engine::explain::Traced {
+                            setting: Arc::clone(&self.setting),
+                            result: r.clone(),
+                            trace,
+                        });
+                    }
+                    self.metrics
+                        .admission(&r, policy, scope, start.elapsed(), known);
+                    for provider in self.node.admitter_mut().take_violations() {
+                        self.metrics.ledger_violation(&provider);
+                    }
+                    changed |= r.admitted && !known;
+                    results.push(r);
+                }
+                (Ok(Reply::Admitted(results)), changed)
+            }
+            Command::Release(uid) => match self.node.release(&uid) {
+                Ok(r) => {
+                    info!(pod = %uid, "pod released");
+                    (Ok(Reply::Released(r)), true)
+                }
+                Err(AdmissionError::UnknownPod(u)) => (Err(CommandError::UnknownPod(u)), false),
+                Err(e) => {
+                    warn!(pod = %uid, error = %e, "pod released with provider errors");
+                    (Err(CommandError::ReleaseErrors(e.to_string())), true)
+                }
+            },
+            Command::Attach {
+                uid,
+                container,
+                cgroup,
+            } => match self.node.attach(&uid, &container, &cgroup) {
+                Ok(a) => (Ok(Reply::Attached(a)), true),
+                Err(AttachError::UnknownPod(u)) => (Err(CommandError::UnknownPod(u)), false),
+                Err(AttachError::UnknownContainer(e)) => {
+                    (Err(CommandError::UnknownContainer(e)), false)
+                }
+                Err(e) => (Err(CommandError::Cgroup(e.to_string())), false),
+            },
+            Command::DryRun(pods) => match self.conflict(&pods) {
+                Some(conflict) => (Err(CommandError::Conflict(conflict)), false),
+                None => (Ok(Reply::DryRun(self.dry_run(&pods))), false),
+            },
+            Command::NodeResourceTopology => match self.nrt() {
+                Ok(object) => (Ok(Reply::NodeResourceTopology(object)), false),
+                Err(e) => (Err(CommandError::Export(e.to_string())), false),
+            },
+        }
+    }
+
+    /// A uid of `pods` admitted (or earlier in the same request) with a
+    /// different spec.
+    fn conflict(&self, pods: &[PodView]) -> Option<String> {
+        let mut seen: BTreeMap<&str, &PodView> = BTreeMap::new();
+        for pod in pods {
+            if let Some(c) = self.node.admitter().uid_conflict(pod) {
+                return Some(c);
+            }
+            if let Some(first) = seen.insert(&pod.uid, pod) {
+                if first != pod {
+                    return Some(format!(
+                        "the request holds pod uid {:?} twice with different specs",
+                        pod.uid
+                    ));
+                }
+            }
+        }
+        None
+    }
+
+    /// The readers' view from scratch (at start and after a rollback).
+    fn rebuild_view(&mut self, notes: Vec<String>) {
+        let snap = View {
+            pods: self
+                .node
+                .pods()
+                .iter()
+                .map(|(uid, r)| (uid.clone(), Arc::new(r.clone())))
+                .collect(),
+            attachments: self.node.records().attachments.clone(),
+            restore_notes: notes,
+            // Traces outlive a rollback; those of pods it undid are dropped
+            // at the next publish.
+            explains: std::mem::take(
+                &mut self
+                    .view
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .explains,
+            ),
+            ..View::default()
+        };
+        *self.view.write().unwrap_or_else(|p| p.into_inner()) = snap;
+        self.publish(Vec::new());
+    }
+
+    /// Bring the readers' view up to date with what was committed.
+    fn publish(&mut self, committed: Vec<Change>) {
+        let ledger = self.node.admitter().ledger();
+        let exclusive = ledger.exclusive_cpus().clone();
+        let shared = self.node.shared_pool();
+        self.metrics
+            .cpus(&exclusive, shared.len(), self.node.pods().len());
+        let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
+        let view = &mut *view;
+        for change in committed {
+            change.apply(&mut view.pods, &mut view.attachments, None, Arc::from);
+        }
+        for traced in self.traces.drain(..) {
+            view.explains.record(traced);
+        }
+        let pods = &view.pods;
+        view.explains.retain_admitted(|uid| pods.contains_key(uid));
+        view.exclusive_cpus = exclusive;
+        view.shared_pool = shared;
+        view.failure = self.failure.clone();
+    }
+}

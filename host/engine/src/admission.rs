@@ -1,0 +1,1427 @@
+//! The admission pipeline: hints -> merge -> decide -> allocate, per scope.
+//!
+//! [`Admitter`] owns the loaded providers, the policy and the table of
+//! admitted pods. It follows the kubelet's scopes:
+//! - **container**: each container in turn (init containers first, then app
+//!   containers) gets hints from every provider, a merged hint, a decision,
+//!   and is allocated before the next container is considered (so later
+//!   containers see earlier allocations, as in the kubelet);
+//! - **pod**: one set of pod-level hints, one decision, and that hint is
+//!   stored for and handed to every container's allocation.
+//!
+//! Unlike the kubelet, an admission is all-or-nothing: if any container is
+//! rejected or any provider's `allocate` fails, everything already allocated
+//! for the pod is released before the rejection is reported.
+//!
+//! Under the `none` policy no hints are asked for (as in the kubelet's none
+//! scope); every container is allocated with the hint "any, not preferred".
+//!
+//! Providers are not trusted with exclusivity: every provider's allocation
+//! is judged by the [`Ledger`] before the admission goes on (CPUs online,
+//! memory nodes present, no exclusive CPU or device held by another pod),
+//! and two providers setting one environment variable to different values
+//! for a container fail the admission. Both are `UnexpectedAdmissionError`
+//! rejections, rolled back like any other.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use topomgr_sdk::{
+    Allocation, ContainerView, HintSet, Machine, PodView, ProviderHints, TopologyHint,
+};
+use tracing::{debug, info, warn};
+
+use crate::ledger::{Finding, Ledger};
+use crate::merge::MergeOutcome;
+use crate::policy::{Decision, Policy, PolicyName, Scope};
+use crate::provider::Provider;
+
+/// The kubelet's reason for a topology rejection.
+pub const TOPOLOGY_AFFINITY_ERROR: &str = "TopologyAffinityError";
+/// Reason for a provider that misbehaved (bad hints, failed call, an
+/// allocation the ledger refuses).
+pub const UNEXPECTED_ADMISSION_ERROR: &str = "UnexpectedAdmissionError";
+/// Reason for a pod with more than [`MAX_CONTAINERS_PER_POD`] containers.
+pub const TOO_MANY_CONTAINERS: &str = "TooManyContainers";
+/// Reason while a provider is held (it refused its saved state).
+pub const PROVIDER_HELD: &str = "ProviderHeld";
+/// Reason for a uid that is already admitted with another spec.
+pub const UID_CONFLICT: &str = "PodUidConflict";
+
+/// The most containers (init + app) one pod may have. Admission costs time
+/// linear in the containers; the cap bounds how long one admission can keep
+/// the daemon's other clients waiting.
+pub const MAX_CONTAINERS_PER_POD: usize = 1024;
+
+/// What one container received.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ContainerResult {
+    /// Container name.
+    pub name: String,
+    /// The merged hint stored for the container.
+    pub hint: TopologyHint,
+    /// The union of every provider's allocation.
+    pub allocation: Allocation,
+}
+
+/// The outcome of admitting one pod.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdmitResult {
+    /// The pod as parsed.
+    pub pod: PodView,
+    /// Whether the pod was admitted.
+    pub admitted: bool,
+    /// Rejection reason (`TopologyAffinityError` or the provider's reason).
+    pub reason: Option<String>,
+    /// Rejection message: which resources could not be aligned and why.
+    pub message: Option<String>,
+    /// Per-container results (empty when rejected: nothing stays allocated).
+    pub containers: Vec<ContainerResult>,
+}
+
+/// One step of an admission, for `topomgr explain`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TraceStep {
+    /// The container, or `None` for a pod-scope decision.
+    pub container: Option<String>,
+    /// Each provider's hints.
+    pub hints: Vec<(String, ProviderHints)>,
+    /// The decision.
+    pub decision: Decision,
+    /// How the merge decided (absent under the `none` policy).
+    pub merge: Option<MergeOutcome>,
+}
+
+/// Errors of operations on admitted pods.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AdmissionError {
+    /// No admitted pod has that uid.
+    #[error("no admitted pod with uid {0:?}")]
+    UnknownPod(String),
+    /// Releasing failed in some providers (the pod is forgotten anyway).
+    #[error("pod {uid:?} released, but providers reported errors: {errors}")]
+    ReleaseErrors {
+        /// Pod uid.
+        uid: String,
+        /// The providers' messages.
+        errors: String,
+    },
+}
+
+/// (pod uid, container) releases a provider has not seen yet, in order.
+pub type PendingReleases = Vec<(String, String)>;
+
+/// A provider that refused its saved state at restore. It is kept but not
+/// called: its saved bytes are written back unchanged, releases of its
+/// containers are remembered for when it can restore again, and every
+/// admission is refused while it is held (see [`PROVIDER_HELD`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldProvider {
+    /// Why it is held (the provider's refusal).
+    pub reason: String,
+    /// Its saved state, kept as it was.
+    pub saved: Vec<u8>,
+    /// (pod uid, container) released while it was held, in order.
+    pub pending_releases: PendingReleases,
+}
+
+/// What a provider's part of the saved state is.
+#[derive(Clone, Copy)]
+pub enum ProviderState<'a> {
+    /// A working provider: ask it for its checkpoint.
+    Live(&'a Provider),
+    /// A held provider: its saved bytes and the releases it has not seen.
+    Held(&'a HeldProvider),
+}
+
+/// Owns providers, policy, admitted pods and the [`Ledger`]; admits one
+/// pod at a time.
+pub struct Admitter {
+    policy: Policy,
+    scope: Scope,
+    providers: Vec<Provider>,
+    held: Vec<Option<HeldProvider>>,
+    absent: BTreeMap<String, HeldProvider>,
+    /// Per provider: changed since the last [`Admitter::take_changed_providers`].
+    dirty: Vec<bool>,
+    absent_dirty: bool,
+    pods: BTreeMap<String, AdmitResult>,
+    ledger: Ledger,
+    violations: Vec<String>,
+}
+
+struct Rejection {
+    reason: String,
+    message: String,
+}
+
+impl Rejection {
+    fn unexpected(message: String) -> Rejection {
+        Rejection {
+            reason: UNEXPECTED_ADMISSION_ERROR.to_string(),
+            message,
+        }
+    }
+}
+
+impl Admitter {
+    /// A new admitter over loaded providers (called in this order) for `machine`.
+    pub fn new(machine: &Machine, policy: Policy, scope: Scope, providers: Vec<Provider>) -> Self {
+        Admitter {
+            policy,
+            scope,
+            held: vec![None; providers.len()],
+            absent: BTreeMap::new(),
+            dirty: vec![false; providers.len()],
+            absent_dirty: false,
+            providers,
+            pods: BTreeMap::new(),
+            ledger: Ledger::new(machine),
+            violations: Vec::new(),
+        }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The scope.
+    pub fn scope(&self) -> Scope {
+        self.scope
+    }
+
+    /// The providers, in call order.
+    pub fn providers(&self) -> &[Provider] {
+        &self.providers
+    }
+
+    /// Mutable access to the providers (restore).
+    pub fn providers_mut(&mut self) -> &mut [Provider] {
+        &mut self.providers
+    }
+
+    /// Each provider's part of the state to save: the configured ones in
+    /// call order, then those only the saved state knows.
+    pub fn provider_states(&self) -> impl Iterator<Item = (&str, ProviderState<'_>)> {
+        let configured = self.providers.iter().zip(&self.held).map(|(p, h)| {
+            let state = match h {
+                Some(h) => ProviderState::Held(h),
+                None => ProviderState::Live(p),
+            };
+            (p.name(), state)
+        });
+        let absent = self
+            .absent
+            .iter()
+            .map(|(n, h)| (n.as_str(), ProviderState::Held(h)));
+        configured.chain(absent)
+    }
+
+    /// Forget held and absent providers (before a restore installs them
+    /// again); what is installed is the saved state, so nothing has changed.
+    pub fn forget_held(&mut self) {
+        self.held.iter_mut().for_each(|h| *h = None);
+        self.absent.clear();
+        self.dirty.iter_mut().for_each(|d| *d = false);
+        self.absent_dirty = false;
+    }
+
+    /// Note that provider `name`'s state changed (e.g. a release replayed into it).
+    pub fn mark_changed(&mut self, name: &str) {
+        if let Some(i) = self.providers.iter().position(|p| p.name() == name) {
+            self.dirty[i] = true;
+        }
+    }
+
+    /// The providers whose state changed since the last call (calls to
+    /// `allocate` or `release`, or releases remembered for a held or absent
+    /// provider), by name; they are marked unchanged.
+    pub fn take_changed_providers(&mut self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .providers
+            .iter()
+            .zip(&mut self.dirty)
+            .filter(|(_, d)| **d)
+            .map(|(p, d)| {
+                *d = false;
+                p.name().to_owned()
+            })
+            .collect();
+        if std::mem::take(&mut self.absent_dirty) {
+            out.extend(self.absent.keys().cloned());
+        }
+        out
+    }
+
+    /// Put `names` back as changed (their state could not be saved yet).
+    pub fn keep_changed(&mut self, names: &[String]) {
+        for n in names {
+            if self.absent.contains_key(n) {
+                self.absent_dirty = true;
+            } else {
+                self.mark_changed(n);
+            }
+        }
+    }
+
+    /// Keep the saved state of a provider that is not configured now: it
+    /// is written back unchanged, and releases are remembered for it.
+    pub fn keep_absent(&mut self, name: &str, held: HeldProvider) {
+        self.absent.insert(name.to_owned(), held);
+    }
+
+    /// Hold provider `index` (it refused its saved state): see [`HeldProvider`].
+    pub fn hold_provider(&mut self, index: usize, held: HeldProvider) {
+        if let Some(slot) = self.held.get_mut(index) {
+            *slot = Some(held);
+        }
+    }
+
+    /// The held providers: (name, why).
+    pub fn held_providers(&self) -> Vec<(&str, &HeldProvider)> {
+        self.providers
+            .iter()
+            .zip(&self.held)
+            .filter_map(|(p, h)| h.as_ref().map(|h| (p.name(), h)))
+            .collect()
+    }
+
+    /// Admitted pods by uid.
+    pub fn pods(&self) -> &BTreeMap<String, AdmitResult> {
+        &self.pods
+    }
+
+    /// The ledger of what admitted pods hold.
+    pub fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    /// Replace the table of admitted pods (after a restore) and rebuild the
+    /// ledger from it; returns what breaks the invariant (kept, reported).
+    pub fn set_pods(&mut self, pods: BTreeMap<String, AdmitResult>) -> Vec<Finding> {
+        self.pods = pods;
+        let table: Vec<(&PodView, Vec<(String, Allocation)>)> = self
+            .pods
+            .values()
+            .map(|r| {
+                let containers = r
+                    .containers
+                    .iter()
+                    .map(|c| (c.name.clone(), c.allocation.clone()))
+                    .collect();
+                (&r.pod, containers)
+            })
+            .collect();
+        self.ledger
+            .restore(table.iter().map(|(p, c)| (*p, c.as_slice())))
+    }
+
+    /// The providers whose allocations the ledger refused since the last
+    /// call (one entry per refusal), for metrics.
+    pub fn take_violations(&mut self) -> Vec<String> {
+        std::mem::take(&mut self.violations)
+    }
+
+    /// Why `pod` cannot be admitted under its uid: that uid is admitted
+    /// with a different spec. `None` when it is new or identical.
+    pub fn uid_conflict(&self, pod: &PodView) -> Option<String> {
+        let existing = self.pods.get(&pod.uid)?;
+        (existing.pod != *pod).then(|| {
+            format!(
+                "pod uid {:?} is already admitted as {}/{} with a different spec; release it first, or give the new pod its own uid",
+                pod.uid, existing.pod.namespace, existing.pod.name
+            )
+        })
+    }
+
+    /// Admit `pod`. Admitting a uid that is already admitted returns the
+    /// stored result unchanged (idempotent retries) when the spec is the
+    /// same, and a [`UID_CONFLICT`] rejection when it differs.
+    pub fn admit(&mut self, pod: &PodView) -> AdmitResult {
+        self.admit_traced(pod, &mut Vec::new())
+    }
+
+    /// [`Admitter::admit`], recording every decision into `trace`.
+    pub fn admit_traced(&mut self, pod: &PodView, trace: &mut Vec<TraceStep>) -> AdmitResult {
+        if let Some(existing) = self.pods.get(&pod.uid) {
+            if existing.pod == *pod {
+                debug!(pod = %pod.uid, "pod already admitted; returning stored result");
+                return existing.clone();
+            }
+        }
+        let mut done: Vec<ContainerResult> = Vec::new();
+        let outcome = self
+            .precheck(pod)
+            .and_then(|()| self.check_extended(pod))
+            .and_then(|()| {
+                // Every provider gets the pod once; the calls below pass this
+                // object, so a pod of N containers is not sent 2N times.
+                let shared = Arc::new(pod.clone());
+                for p in &mut self.providers {
+                    p.share_pod(&shared);
+                }
+                match self.scope {
+                    Scope::Pod if self.policy.name() != PolicyName::None => {
+                        self.admit_pod_scope(&shared, &mut done, trace)
+                    }
+                    _ => self.admit_container_scope(&shared, &mut done, trace),
+                }
+            });
+        let result = match outcome {
+            Ok(()) => {
+                info!(pod = %pod.uid, name = %pod.name, "pod admitted");
+                AdmitResult {
+                    pod: pod.clone(),
+                    admitted: true,
+                    reason: None,
+                    message: None,
+                    containers: done,
+                }
+            }
+            Err(rej) => {
+                self.rollback(pod, &done);
+                info!(pod = %pod.uid, name = %pod.name, reason = %rej.reason, message = %rej.message, "pod rejected");
+                AdmitResult {
+                    pod: pod.clone(),
+                    admitted: false,
+                    reason: Some(rej.reason),
+                    message: Some(rej.message),
+                    containers: Vec::new(),
+                }
+            }
+        };
+        if result.admitted {
+            self.pods.insert(pod.uid.clone(), result.clone());
+        }
+        result
+    }
+
+    /// What refuses a pod before any provider is asked.
+    fn precheck(&self, pod: &PodView) -> Result<(), Rejection> {
+        if let Some(message) = self.uid_conflict(pod) {
+            return Err(Rejection {
+                reason: UID_CONFLICT.to_string(),
+                message,
+            });
+        }
+        let n = pod.init_containers.len() + pod.containers.len();
+        if n > MAX_CONTAINERS_PER_POD {
+            return Err(Rejection {
+                reason: TOO_MANY_CONTAINERS.to_string(),
+                message: format!(
+                    "pod {}/{} has {n} containers (init and app); topomgr admits at most {MAX_CONTAINERS_PER_POD} per pod",
+                    pod.namespace, pod.name
+                ),
+            });
+        }
+        if let Some((name, held)) = self.held_providers().first() {
+            return Err(Rejection {
+                reason: PROVIDER_HELD.to_string(),
+                message: format!(
+                    "provider {name:?} is held: it refused its saved state ({}); admissions are refused until topomgr starts where that state can be restored (pods can still be listed and released)",
+                    held.reason
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Refuses a pod requesting an extended resource no provider owns
+    /// ([`crate::extended`]); providers are asked for their inventories only
+    /// when the pod requests one.
+    fn check_extended(&mut self, pod: &PodView) -> Result<(), Rejection> {
+        if crate::extended::requested(pod).is_empty() {
+            return Ok(());
+        }
+        let mut owned = std::collections::BTreeSet::new();
+        for p in &mut self.providers {
+            let inv = p.inventory().map_err(|e| Rejection {
+                reason: e.reason.clone(),
+                message: format!(
+                    "provider {:?} failed to report which resources it owns: {}",
+                    p.name(),
+                    e.message
+                ),
+            })?;
+            owned.extend(inv.resources.into_keys());
+        }
+        match crate::extended::unserved(pod, &owned) {
+            Some((reason, message)) => Err(Rejection { reason, message }),
+            None => Ok(()),
+        }
+    }
+
+    fn ordered_containers(pod: &PodView) -> impl Iterator<Item = &ContainerView> {
+        pod.init_containers.iter().chain(&pod.containers)
+    }
+
+    fn admit_container_scope(
+        &mut self,
+        pod: &PodView,
+        done: &mut Vec<ContainerResult>,
+        trace: &mut Vec<TraceStep>,
+    ) -> Result<(), Rejection> {
+        for container in Self::ordered_containers(pod) {
+            let decision = if self.policy.name() == PolicyName::None {
+                Decision {
+                    hint: TopologyHint {
+                        affinity: None,
+                        preferred: false,
+                    },
+                    admit: true,
+                }
+            } else {
+                let hints = self.collect(|p| p.topology_hints(pod, container))?;
+                self.decide(Some(&container.name), hints, trace)?
+            };
+            let allocation = self.allocate(pod, container, &decision.hint)?;
+            done.push(ContainerResult {
+                name: container.name.clone(),
+                hint: decision.hint,
+                allocation,
+            });
+        }
+        Ok(())
+    }
+
+    fn admit_pod_scope(
+        &mut self,
+        pod: &PodView,
+        done: &mut Vec<ContainerResult>,
+        trace: &mut Vec<TraceStep>,
+    ) -> Result<(), Rejection> {
+        let hints = self.collect(|p| p.pod_topology_hints(pod))?;
+        let decision = self.decide(None, hints, trace)?;
+        for container in Self::ordered_containers(pod) {
+            let allocation = self.allocate(pod, container, &decision.hint)?;
+            done.push(ContainerResult {
+                name: container.name.clone(),
+                hint: decision.hint,
+                allocation,
+            });
+        }
+        Ok(())
+    }
+
+    /// Ask every provider for hints.
+    fn collect(
+        &mut self,
+        mut ask: impl FnMut(&mut Provider) -> Result<ProviderHints, topomgr_sdk::ProviderError>,
+    ) -> Result<Vec<(String, ProviderHints)>, Rejection> {
+        let mut all = Vec::with_capacity(self.providers.len());
+        for p in &mut self.providers {
+            match ask(p) {
+                Ok(h) => all.push((p.name().to_string(), h)),
+                Err(e) => {
+                    return Err(Rejection {
+                        reason: e.reason.clone(),
+                        message: format!(
+                            "provider {:?} failed to give hints: {}",
+                            p.name(),
+                            e.message
+                        ),
+                    })
+                }
+            }
+        }
+        Ok(all)
+    }
+
+    fn decide(
+        &self,
+        container: Option<&str>,
+        hints: Vec<(String, ProviderHints)>,
+        trace: &mut Vec<TraceStep>,
+    ) -> Result<Decision, Rejection> {
+        let refs: Vec<(&str, &ProviderHints)> =
+            hints.iter().map(|(n, h)| (n.as_str(), h)).collect();
+        let (decision, merge) = self.policy.decide_traced(&refs).map_err(|e| Rejection {
+            reason: UNEXPECTED_ADMISSION_ERROR.to_string(),
+            message: e.to_string(),
+        })?;
+        debug!(container = container.unwrap_or("<pod>"), affinity = ?decision.hint.affinity, preferred = decision.hint.preferred, admit = decision.admit, "merged hint");
+        let rejection = (!decision.admit).then(|| Rejection {
+            reason: TOPOLOGY_AFFINITY_ERROR.to_string(),
+            message: rejection_message(&self.policy, container, &hints),
+        });
+        trace.push(TraceStep {
+            container: container.map(str::to_string),
+            hints,
+            decision,
+            merge,
+        });
+        match rejection {
+            Some(r) => Err(r),
+            None => Ok(decision),
+        }
+    }
+
+    /// Allocate one container in every provider, each provider's part
+    /// judged by the ledger and the container's environment kept free of
+    /// contradictions; on failure release what this container already got.
+    /// On success the container's allocation is held in the ledger.
+    fn allocate(
+        &mut self,
+        pod: &PodView,
+        container: &ContainerView,
+        hint: &TopologyHint,
+    ) -> Result<Allocation, Rejection> {
+        let mut merged = Allocation::default();
+        let mut env_from: BTreeMap<String, usize> = BTreeMap::new();
+        for i in 0..self.providers.len() {
+            self.dirty[i] = true;
+            let answer = self.providers[i].allocate(pod, container, hint);
+            let name = self.providers[i].name();
+            let failure = match answer {
+                Err(e) => {
+                    let message = format!(
+                        "provider {name:?} could not allocate container {:?}: {}",
+                        container.name, e.message
+                    );
+                    self.release_container(pod, &container.name, i);
+                    return Err(Rejection {
+                        reason: e.reason,
+                        message,
+                    });
+                }
+                Ok(a) => match self.ledger.check(pod, &container.name, name, &a) {
+                    Err(v) => {
+                        info!(provider = %v.provider, pod = %pod.uid, container = %container.name, violation = %v.message, "allocation refused by the ledger");
+                        let message = v.message.clone();
+                        self.violations.push(v.provider);
+                        Rejection::unexpected(message)
+                    }
+                    Ok(()) => match merge_allocation(&mut merged, &mut env_from, a, i) {
+                        Ok(()) => continue,
+                        Err((var, first, value, other)) => Rejection::unexpected(format!(
+                            "providers {:?} and {name:?} set environment variable {var:?} of container {:?} to different values ({first:?} and {value:?}); topomgr refuses contradicting environments",
+                            self.providers[other].name(),
+                            container.name
+                        )),
+                    },
+                },
+            };
+            self.release_container(pod, &container.name, i + 1);
+            return Err(failure);
+        }
+        self.ledger.hold(pod, &container.name, &merged);
+        Ok(merged)
+    }
+
+    /// Release `container` in the first `n` providers (a failed allocation).
+    fn release_container(&mut self, pod: &PodView, container: &str, n: usize) {
+        for q in &mut self.providers[..n] {
+            if let Err(err) = q.release(&pod.uid, container) {
+                warn!(provider = q.name(), pod = %pod.uid, container, error = %err, "release during rollback failed");
+            }
+        }
+    }
+
+    fn rollback(&mut self, pod: &PodView, done: &[ContainerResult]) {
+        for c in done.iter().rev() {
+            self.dirty.iter_mut().for_each(|d| *d = true);
+            for p in &mut self.providers {
+                if let Err(err) = p.release(&pod.uid, &c.name) {
+                    warn!(provider = p.name(), pod = %pod.uid, container = %c.name, error = %err, "release during rollback failed");
+                }
+            }
+        }
+        if !self.pods.contains_key(&pod.uid) {
+            self.ledger.release(&pod.uid);
+        }
+    }
+
+    /// Release every container of an admitted pod in every provider (a held
+    /// provider remembers the release for later).
+    pub fn release(&mut self, uid: &str) -> Result<AdmitResult, AdmissionError> {
+        let result = self
+            .pods
+            .remove(uid)
+            .ok_or_else(|| AdmissionError::UnknownPod(uid.to_string()))?;
+        self.ledger.release(uid);
+        self.dirty.iter_mut().for_each(|d| *d = true);
+        self.absent_dirty = !self.absent.is_empty();
+        let mut errors = Vec::new();
+        for c in result.containers.iter().rev() {
+            for (p, held) in self.providers.iter_mut().zip(&mut self.held) {
+                if let Some(h) = held {
+                    h.pending_releases.push((uid.to_string(), c.name.clone()));
+                } else if let Err(e) = p.release(uid, &c.name) {
+                    errors.push(format!("{}: {}", p.name(), e));
+                }
+            }
+            for h in self.absent.values_mut() {
+                h.pending_releases.push((uid.to_string(), c.name.clone()));
+            }
+        }
+        if errors.is_empty() {
+            Ok(result)
+        } else {
+            Err(AdmissionError::ReleaseErrors {
+                uid: uid.to_string(),
+                errors: errors.join("; "),
+            })
+        }
+    }
+}
+
+/// A variable two providers set differently: (name, first value, second
+/// value, index of the provider that set the first).
+type EnvConflict = (String, String, String, usize);
+
+/// Combine provider `index`'s allocation into the container's.
+fn merge_allocation(
+    into: &mut Allocation,
+    env_from: &mut BTreeMap<String, usize>,
+    a: Allocation,
+    index: usize,
+) -> Result<(), EnvConflict> {
+    for (k, v) in &a.env {
+        if let Some(old) = into.env.get(k) {
+            if old != v {
+                return Err((k.clone(), old.clone(), v.clone(), env_from[k]));
+            }
+        }
+    }
+    into.cpus = into.cpus.union(&a.cpus);
+    into.exclusive |= a.exclusive;
+    into.mems = into.mems.or(a.mems);
+    for (k, v) in a.devices {
+        into.devices.entry(k).or_default().extend(v);
+    }
+    for (k, v) in a.env {
+        env_from.entry(k.clone()).or_insert(index);
+        into.env.insert(k, v);
+    }
+    Ok(())
+}
+
+fn describe(set: &Option<HintSet>) -> String {
+    match set {
+        None => "any NUMA node".to_string(),
+        Some(HintSet::Explicit(v)) if v.is_empty() => {
+            "cannot be satisfied on any NUMA node".to_string()
+        }
+        Some(HintSet::Explicit(v)) => {
+            let preferred: Vec<String> = v
+                .iter()
+                .filter(|h| h.preferred)
+                .map(|h| h.affinity.map_or("any".to_string(), |m| format!("{{{m}}}")))
+                .collect();
+            if preferred.is_empty() {
+                let widths: Vec<String> = v
+                    .iter()
+                    .filter_map(|h| h.affinity)
+                    .map(|m| format!("{{{m}}}"))
+                    .take(4)
+                    .collect();
+                format!("no preferred placement (fits on {})", widths.join(" or "))
+            } else {
+                let n = preferred.len();
+                let mut s = preferred
+                    .into_iter()
+                    .take(4)
+                    .collect::<Vec<_>>()
+                    .join(" or ");
+                if n > 4 {
+                    let _ = write!(s, " (+{} more)", n - 4);
+                }
+                format!("preferred on {s}")
+            }
+        }
+        Some(HintSet::Compact(c)) => format!(
+            "fits on {} (preferred at {} node(s))",
+            compact_summary(c, 4),
+            c.preferred_width
+        ),
+    }
+}
+
+/// A compact hint set in words: each interval as `{0} or larger` (no bound)
+/// or `{0} up to {0-3}`, at most `limit` of them.
+pub fn compact_summary(c: &topomgr_sdk::CompactHints, limit: usize) -> String {
+    let all = c.minimal.len();
+    let mut parts: Vec<String> = c
+        .intervals()
+        .take(limit)
+        .map(|(lo, hi)| {
+            if c.within.is_empty() {
+                format!("{{{lo}}} or larger")
+            } else {
+                format!("{{{lo}}} up to {{{hi}}}")
+            }
+        })
+        .collect();
+    if all > limit {
+        parts.push(format!("{} more", all - limit));
+    }
+    parts.join(", ")
+}
+
+/// Which resources could not be aligned, and what each provider offered.
+fn rejection_message(
+    policy: &Policy,
+    container: Option<&str>,
+    hints: &[(String, ProviderHints)],
+) -> String {
+    let mut parts = Vec::new();
+    for (provider, h) in hints {
+        if let Some(map) = h {
+            for (resource, set) in map {
+                if set.is_some() {
+                    parts.push(format!("{resource} ({provider}): {}", describe(set)));
+                }
+            }
+        }
+    }
+    let what = match container {
+        Some(c) => format!("container {c:?}"),
+        None => "the pod".to_string(),
+    };
+    let rule = match policy.name() {
+        PolicyName::SingleNumaNode => "needs every resource on one common NUMA node",
+        _ => "needs a NUMA placement that every resource prefers",
+    };
+    format!(
+        "Resources cannot be allocated with Topology Locality: {what} {rule} (policy {}); {}",
+        policy.name(),
+        if parts.is_empty() {
+            "no provider offered a placement".to_string()
+        } else {
+            parts.join("; ")
+        }
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::{Arc, Mutex};
+
+    use topomgr_sdk::{CpuSet, NumaMask, ProviderError, QosClass};
+
+    use super::*;
+    use crate::numa::NumaInfo;
+
+    type Log = Arc<Mutex<Vec<String>>>;
+
+    /// An in-process provider scripted per container name.
+    struct Fake {
+        name: String,
+        hints: BTreeMap<String, ProviderHints>,
+        pod_hints: ProviderHints,
+        fail_for: Option<String>,
+        log: Log,
+        alloc: Option<Allocation>,
+    }
+
+    impl topomgr_sdk::Provider for Fake {
+        fn new(_: &topomgr_sdk::ProviderContext<'_>) -> Result<Self, ProviderError> {
+            Err(ProviderError::admission("scripted in each test"))
+        }
+        fn topology_hints(
+            &mut self,
+            _: &PodView,
+            c: &ContainerView,
+        ) -> Result<ProviderHints, ProviderError> {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("{}:hints:{}", self.name, c.name));
+            Ok(self.hints.get(&c.name).cloned().flatten())
+        }
+        fn pod_topology_hints(&mut self, _: &PodView) -> Result<ProviderHints, ProviderError> {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("{}:pod_hints", self.name));
+            Ok(self.pod_hints.clone())
+        }
+        fn allocate(
+            &mut self,
+            _: &PodView,
+            c: &ContainerView,
+            hint: &TopologyHint,
+        ) -> Result<Allocation, ProviderError> {
+            let aff = hint.affinity.map_or("any".to_string(), |m| m.to_string());
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("{}:allocate:{}:{}", self.name, c.name, aff));
+            if self.fail_for.as_deref() == Some(c.name.as_str()) {
+                return Err(ProviderError::new(
+                    "OutOfWidgets",
+                    "no widgets left on node 1",
+                ));
+            }
+            if let Some(a) = &self.alloc {
+                return Ok(a.clone());
+            }
+            Ok(Allocation::default()
+                .with_cpus(CpuSet::parse("2-3").unwrap(), false)
+                .with_mems(hint.affinity.unwrap_or(NumaMask::EMPTY)))
+        }
+        fn release(&mut self, _: &str, c: &str) -> Result<(), ProviderError> {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("{}:release:{}", self.name, c));
+            Ok(())
+        }
+        fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
+            Ok(Vec::new())
+        }
+        fn restore(&mut self, _: &[u8]) -> Result<topomgr_sdk::Reconciled, ProviderError> {
+            Ok(topomgr_sdk::Reconciled::new())
+        }
+    }
+
+    fn container(name: &str, sidecar: bool) -> ContainerView {
+        ContainerView::new(name)
+            .with_requests(BTreeMap::from([("cpu".to_string(), 1000)]))
+            .with_limits(BTreeMap::from([("cpu".to_string(), 1000)]))
+            .with_sidecar(sidecar)
+    }
+
+    fn pod() -> PodView {
+        PodView::new("u1", "p", "default", QosClass::Guaranteed)
+            .with_init_containers(vec![container("init", false)])
+            .with_containers(vec![container("app", false), container("side", false)])
+    }
+
+    fn hints(masks: &[(&[u32], bool)]) -> ProviderHints {
+        Some(BTreeMap::from([(
+            "example.com/r".to_string(),
+            Some(HintSet::Explicit(
+                masks
+                    .iter()
+                    .map(|(n, p)| {
+                        TopologyHint::new(
+                            NumaMask::from_nodes(n.iter().map(|&x| i64::from(x))).unwrap(),
+                            *p,
+                        )
+                    })
+                    .collect(),
+            )),
+        )]))
+    }
+
+    fn fake(
+        name: &str,
+        per: &[(&str, ProviderHints)],
+        fail_for: Option<&str>,
+        log: &Log,
+    ) -> Provider {
+        Provider::in_process(
+            name,
+            Fake {
+                name: name.into(),
+                hints: per
+                    .iter()
+                    .map(|(c, h)| (c.to_string(), h.clone()))
+                    .collect(),
+                pod_hints: hints(&[(&[1], true)]),
+                fail_for: fail_for.map(str::to_string),
+                log: log.clone(),
+                alloc: None,
+            },
+        )
+    }
+
+    fn giving(name: &str, alloc: Allocation, log: &Log) -> Provider {
+        Provider::in_process(
+            name,
+            Fake {
+                name: name.into(),
+                hints: BTreeMap::new(),
+                pod_hints: None,
+                fail_for: None,
+                log: log.clone(),
+                alloc: Some(alloc),
+            },
+        )
+    }
+
+    /// A plugin object that records the pod argument of every call and
+    /// keeps a pod handed over by [`topomgr_sdk::ffi::METHOD_SHARE_POD`].
+    struct PodRecorder(Log);
+
+    mod recorder {
+        use topomgr_sdk::abi_stable::std_types::{ROption, RResult, RSlice, RStr, RString, RVec};
+        use topomgr_sdk::ffi::{
+            FfiError, FfiHint, FfiProvider, FfiProviderHints, METHOD_SHARE_POD,
+        };
+
+        impl FfiProvider for super::PodRecorder {
+            fn topology_hints(
+                &mut self,
+                pod: RStr<'_>,
+                _: RStr<'_>,
+            ) -> RResult<FfiProviderHints, FfiError> {
+                self.0.lock().unwrap().push(format!("hints {pod}"));
+                RResult::ROk(ROption::RNone)
+            }
+            fn pod_topology_hints(&mut self, pod: RStr<'_>) -> RResult<FfiProviderHints, FfiError> {
+                self.0.lock().unwrap().push(format!("pod_hints {pod}"));
+                RResult::ROk(ROption::RNone)
+            }
+            fn allocate(
+                &mut self,
+                pod: RStr<'_>,
+                _: RStr<'_>,
+                _: FfiHint,
+            ) -> RResult<RString, FfiError> {
+                self.0.lock().unwrap().push(format!("allocate {pod}"));
+                RResult::ROk("{}".into())
+            }
+            fn release(&mut self, _: RStr<'_>, _: RStr<'_>) -> RResult<(), FfiError> {
+                RResult::ROk(())
+            }
+            fn checkpoint(&self) -> RResult<RVec<u8>, FfiError> {
+                RResult::ROk(RVec::new())
+            }
+            fn restore(&mut self, _: RSlice<'_, u8>) -> RResult<RString, FfiError> {
+                RResult::ROk("{}".into())
+            }
+            fn call(
+                &mut self,
+                method: RStr<'_>,
+                request: RStr<'_>,
+            ) -> RResult<ROption<RString>, FfiError> {
+                if method.as_str() != METHOD_SHARE_POD {
+                    return RResult::ROk(ROption::RNone);
+                }
+                let uid = serde_json::from_str::<serde_json::Value>(request.as_str()).unwrap()
+                    ["uid"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned();
+                self.0.lock().unwrap().push(format!("share {uid}"));
+                RResult::ROk(ROption::RSome("{}".into()))
+            }
+        }
+    }
+
+    /// An admission hands its pod to each provider once, called directly or
+    /// on the provider's thread; every later call names it by an empty
+    /// argument (linear time in the pod's containers, SDK `share_pod`).
+    #[test]
+    fn an_admission_shares_its_pod_once_with_each_provider() {
+        use topomgr_sdk::abi_stable::sabi_trait::TD_Opaque;
+        use topomgr_sdk::ffi::{FfiProvider_TO, ProviderHandle};
+
+        for threaded in [false, true] {
+            let log = Log::default();
+            let handle = ProviderHandle::new(FfiProvider_TO::from_value(
+                PodRecorder(log.clone()),
+                TD_Opaque,
+            ));
+            let mut p = Provider::new("recorder", None, handle);
+            if threaded {
+                p = p.with_deadline(std::time::Duration::from_secs(60)).unwrap();
+            }
+            let mut adm = admitter("restricted", Scope::Container, vec![p]);
+            assert!(adm.admit(&pod()).admitted);
+            assert!(adm.admit(&other_pod("u2")).admitted);
+            assert_eq!(
+                *log.lock().unwrap(),
+                [
+                    "share u1",
+                    "hints ",
+                    "allocate ",
+                    "hints ",
+                    "allocate ",
+                    "hints ",
+                    "allocate ",
+                    "share u2",
+                    "hints ",
+                    "allocate ",
+                ],
+                "threaded: {threaded}"
+            );
+        }
+    }
+
+    /// Logs allocations and releases; its hints for container `stall`
+    /// wait for one message on `gate`.
+    struct Stalling {
+        log: Log,
+        stall: &'static str,
+        gate: Mutex<std::sync::mpsc::Receiver<()>>,
+    }
+
+    impl topomgr_sdk::Provider for Stalling {
+        fn new(_: &topomgr_sdk::ProviderContext<'_>) -> Result<Self, ProviderError> {
+            Err(ProviderError::admission("built in the test"))
+        }
+        fn topology_hints(
+            &mut self,
+            _: &PodView,
+            c: &ContainerView,
+        ) -> Result<ProviderHints, ProviderError> {
+            if c.name == self.stall {
+                let _ = self.gate.lock().unwrap().recv();
+            }
+            Ok(None)
+        }
+        fn pod_topology_hints(&mut self, _: &PodView) -> Result<ProviderHints, ProviderError> {
+            Ok(None)
+        }
+        fn allocate(
+            &mut self,
+            _: &PodView,
+            c: &ContainerView,
+            _: &TopologyHint,
+        ) -> Result<Allocation, ProviderError> {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("allocate {}", c.name));
+            Ok(Allocation::default())
+        }
+        fn release(&mut self, _: &str, c: &str) -> Result<(), ProviderError> {
+            self.log.lock().unwrap().push(format!("release {c}"));
+            Ok(())
+        }
+        fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
+            Ok(Vec::new())
+        }
+        fn restore(&mut self, _: &[u8]) -> Result<topomgr_sdk::Reconciled, ProviderError> {
+            Ok(topomgr_sdk::Reconciled::new())
+        }
+    }
+
+    /// A provider that misses its deadline in the middle of a pod still
+    /// gets the rollback's releases of the containers it already allocated
+    /// (queued behind the stuck call): nothing stays held for a pod that
+    /// was not admitted.
+    #[test]
+    fn a_rollback_against_a_stuck_provider_releases_what_it_allocated() {
+        let log = Log::default();
+        let (open, gate) = std::sync::mpsc::channel();
+        let p = Provider::in_process(
+            "stalling",
+            Stalling {
+                log: log.clone(),
+                stall: "side",
+                gate: Mutex::new(gate),
+            },
+        )
+        .with_deadline(std::time::Duration::from_millis(100))
+        .unwrap();
+        let mut adm = admitter("best-effort", Scope::Container, vec![p]);
+        let r = adm.admit(&pod());
+        assert!(!r.admitted);
+        assert_eq!(r.reason.as_deref(), Some(crate::provider::PROVIDER_TIMEOUT));
+        assert!(adm.pods().is_empty());
+        open.send(()).unwrap();
+        let start = std::time::Instant::now();
+        while log.lock().unwrap().len() < 4 {
+            assert!(
+                start.elapsed() < std::time::Duration::from_secs(10),
+                "{:?}",
+                log.lock().unwrap()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(
+            *log.lock().unwrap(),
+            [
+                "allocate init",
+                "allocate app",
+                "release app",
+                "release init"
+            ]
+        );
+        assert!(!adm.providers()[0].is_stuck());
+    }
+
+    fn exclusive(cpus: &str) -> Allocation {
+        Allocation::default().with_cpus(CpuSet::parse(cpus).unwrap(), true)
+    }
+
+    fn other_pod(uid: &str) -> PodView {
+        PodView::new(uid, uid, "default", QosClass::Guaranteed)
+            .with_containers(vec![container("app", false)])
+    }
+
+    fn admitter(policy: &str, scope: Scope, providers: Vec<Provider>) -> Admitter {
+        let numa = NumaInfo::new(vec![0, 1], None).unwrap();
+        Admitter::new(
+            &topomgr_sdk::testkit::machine(2, 4),
+            Policy::new(policy, &BTreeMap::new(), numa).unwrap(),
+            scope,
+            providers,
+        )
+    }
+
+    #[test]
+    fn container_scope_goes_init_first_and_allocates_each_in_turn() {
+        let log: Log = Default::default();
+        let a = fake(
+            "a",
+            &[
+                ("init", hints(&[(&[0], true)])),
+                ("app", hints(&[(&[1], true)])),
+            ],
+            None,
+            &log,
+        );
+        let mut adm = admitter("restricted", Scope::Container, vec![a]);
+        let r = adm.admit(&pod());
+        assert!(r.admitted);
+        assert_eq!(
+            *log.lock().unwrap(),
+            [
+                "a:hints:init",
+                "a:allocate:init:0",
+                "a:hints:app",
+                "a:allocate:app:1",
+                "a:hints:side",
+                "a:allocate:side:0-1"
+            ]
+        );
+        assert_eq!(
+            r.containers[1].hint,
+            TopologyHint::new(NumaMask::single(1.into()), true)
+        );
+        assert_eq!(r.containers[1].allocation.mems.to_string(), "1");
+        // Idempotent: the same uid returns the stored result without provider calls.
+        let n = log.lock().unwrap().len();
+        assert_eq!(adm.admit(&pod()), r);
+        assert_eq!(log.lock().unwrap().len(), n);
+    }
+
+    #[test]
+    fn pod_scope_hands_one_hint_to_every_container() {
+        let log: Log = Default::default();
+        let a = fake("a", &[], None, &log);
+        let mut adm = admitter("single-numa-node", Scope::Pod, vec![a]);
+        let r = adm.admit(&pod());
+        assert!(r.admitted);
+        assert_eq!(
+            *log.lock().unwrap(),
+            [
+                "a:pod_hints",
+                "a:allocate:init:1",
+                "a:allocate:app:1",
+                "a:allocate:side:1"
+            ]
+        );
+    }
+
+    #[test]
+    fn failing_allocate_rolls_back_everything() {
+        let log: Log = Default::default();
+        let a = fake("a", &[], None, &log);
+        let b = fake("b", &[], Some("app"), &log);
+        let mut adm = admitter("best-effort", Scope::Container, vec![a, b]);
+        let r = adm.admit(&pod());
+        assert!(!r.admitted);
+        assert_eq!(r.reason.as_deref(), Some("OutOfWidgets"));
+        assert_eq!(
+            r.message.as_deref(),
+            Some("provider \"b\" could not allocate container \"app\": no widgets left on node 1")
+        );
+        let l = log.lock().unwrap().clone();
+        let tail: Vec<&str> = l
+            .iter()
+            .skip_while(|s| *s != "b:allocate:app:0-1")
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            tail,
+            [
+                "b:allocate:app:0-1",
+                "a:release:app",
+                "a:release:init",
+                "b:release:init"
+            ]
+        );
+        assert!(adm.pods().is_empty());
+    }
+
+    #[test]
+    fn topology_rejection_names_resources_and_releases() {
+        let log: Log = Default::default();
+        let a = fake(
+            "cpu",
+            &[("app", hints(&[(&[0], true), (&[0, 1], false)]))],
+            None,
+            &log,
+        );
+        let b = fake(
+            "gpu",
+            &[("app", hints(&[(&[1], true), (&[0, 1], false)]))],
+            None,
+            &log,
+        );
+        let mut adm = admitter("single-numa-node", Scope::Container, vec![a, b]);
+        let r = adm.admit(&pod());
+        assert!(!r.admitted);
+        assert_eq!(r.reason.as_deref(), Some(TOPOLOGY_AFFINITY_ERROR));
+        assert_eq!(
+            r.message.as_deref(),
+            Some("Resources cannot be allocated with Topology Locality: container \"app\" needs every resource on one common NUMA node (policy single-numa-node); example.com/r (cpu): preferred on {0}; example.com/r (gpu): preferred on {1}")
+        );
+        assert!(log
+            .lock()
+            .unwrap()
+            .contains(&"gpu:release:init".to_string()));
+    }
+
+    #[test]
+    fn bad_mask_is_refused_naming_the_provider() {
+        let log: Log = Default::default();
+        let a = fake("mock", &[("init", hints(&[(&[3], true)]))], None, &log);
+        let mut adm = admitter("best-effort", Scope::Container, vec![a]);
+        let r = adm.admit(&pod());
+        assert_eq!(r.reason.as_deref(), Some(UNEXPECTED_ADMISSION_ERROR));
+        assert_eq!(
+            r.message.as_deref(),
+            Some("provider \"mock\" returned hints for resource \"example.com/r\" naming NUMA node(s) 3, which this machine does not have (its nodes: 0-1)")
+        );
+    }
+
+    #[test]
+    fn release_forgets_the_pod() {
+        let log: Log = Default::default();
+        let mut adm = admitter("none", Scope::Pod, vec![fake("a", &[], None, &log)]);
+        assert!(adm.admit(&pod()).admitted);
+        // `none` asks for no hints and hands "any" to allocate.
+        assert_eq!(log.lock().unwrap()[0], "a:allocate:init:any");
+        adm.release("u1").unwrap();
+        assert_eq!(
+            adm.release("u1").unwrap_err().to_string(),
+            "no admitted pod with uid \"u1\""
+        );
+    }
+
+    #[test]
+    fn the_ledger_refuses_a_cpu_twice_and_rolls_back() {
+        let log: Log = Default::default();
+        let mut adm = admitter(
+            "none",
+            Scope::Container,
+            vec![giving("mock", exclusive("1-7"), &log)],
+        );
+        assert!(adm.admit(&other_pod("a")).admitted);
+        let r = adm.admit(&other_pod("b"));
+        assert_eq!(r.reason.as_deref(), Some(UNEXPECTED_ADMISSION_ERROR));
+        assert_eq!(
+            r.message.as_deref(),
+            Some("provider \"mock\" gave pod default/b container \"app\" CPUs 1-7 exclusively, but CPUs 1-7 are held by pod default/a (uid a) container \"app\"")
+        );
+        assert_eq!(adm.take_violations(), ["mock"]);
+        assert!(adm.take_violations().is_empty());
+        // The refused allocation was released again in the provider.
+        assert_eq!(log.lock().unwrap().last().unwrap(), "mock:release:app");
+        assert_eq!(adm.ledger().exclusive_cpus().to_string(), "1-7");
+        adm.release("a").unwrap();
+        assert!(adm.ledger().exclusive_cpus().is_empty());
+        assert!(adm.admit(&other_pod("b")).admitted);
+
+        let mut adm = admitter(
+            "none",
+            Scope::Container,
+            vec![giving("mock", exclusive("0-1000"), &log)],
+        );
+        let r = adm.admit(&other_pod("c"));
+        assert_eq!(
+            r.message.as_deref(),
+            Some("provider \"mock\" gave pod default/c container \"app\" CPUs 8-1000, which are not online CPUs of this machine (online: 0-7)")
+        );
+    }
+
+    #[test]
+    fn contradicting_environments_are_refused() {
+        let log: Log = Default::default();
+        let env = |v: &str| Allocation::default().with_env("DEV", v);
+        let mut adm = admitter(
+            "none",
+            Scope::Container,
+            vec![
+                giving("gpu", env("0"), &log),
+                giving("same", env("0"), &log),
+                giving("nic", env("1"), &log),
+            ],
+        );
+        let r = adm.admit(&other_pod("a"));
+        assert_eq!(r.reason.as_deref(), Some(UNEXPECTED_ADMISSION_ERROR));
+        assert_eq!(
+            r.message.as_deref(),
+            Some("providers \"gpu\" and \"nic\" set environment variable \"DEV\" of container \"app\" to different values (\"0\" and \"1\"); topomgr refuses contradicting environments")
+        );
+        let l = log.lock().unwrap().clone();
+        assert_eq!(
+            &l[l.len() - 3..],
+            ["gpu:release:app", "same:release:app", "nic:release:app"]
+        );
+    }
+
+    #[test]
+    fn same_uid_other_spec_is_a_conflict_and_too_many_containers_are_refused() {
+        let log: Log = Default::default();
+        let mut adm = admitter("none", Scope::Container, vec![fake("a", &[], None, &log)]);
+        let first = adm.admit(&other_pod("u"));
+        assert!(first.admitted);
+        assert_eq!(adm.admit(&other_pod("u")), first);
+        let mut changed = other_pod("u");
+        changed.name = "renamed".into();
+        let r = adm.admit(&changed);
+        assert_eq!(
+            (r.reason.as_deref(), r.message.as_deref()),
+            (
+                Some(UID_CONFLICT),
+                Some("pod uid \"u\" is already admitted as default/u with a different spec; release it first, or give the new pod its own uid")
+            )
+        );
+        assert_eq!(adm.pods()["u"], first);
+        let mut big = other_pod("big");
+        big.containers = (0..=MAX_CONTAINERS_PER_POD)
+            .map(|i| container(&format!("c{i}"), false))
+            .collect();
+        let r = adm.admit(&big);
+        assert_eq!(r.reason.as_deref(), Some(TOO_MANY_CONTAINERS));
+        assert_eq!(
+            r.message.as_deref(),
+            Some("pod default/big has 1025 containers (init and app); topomgr admits at most 1024 per pod")
+        );
+    }
+
+    #[test]
+    fn a_held_provider_refuses_admissions_and_remembers_releases() {
+        let log: Log = Default::default();
+        let mut adm = admitter("none", Scope::Container, vec![fake("a", &[], None, &log)]);
+        assert!(adm.admit(&other_pod("u")).admitted);
+        adm.hold_provider(
+            0,
+            HeldProvider {
+                reason: "it names CPUs 9 that this machine does not have".into(),
+                saved: b"old".to_vec(),
+                pending_releases: Vec::new(),
+            },
+        );
+        let r = adm.admit(&other_pod("v"));
+        assert_eq!(r.reason.as_deref(), Some(PROVIDER_HELD));
+        assert_eq!(
+            r.message.as_deref(),
+            Some("provider \"a\" is held: it refused its saved state (it names CPUs 9 that this machine does not have); admissions are refused until topomgr starts where that state can be restored (pods can still be listed and released)")
+        );
+        let n = log.lock().unwrap().len();
+        adm.release("u").unwrap();
+        assert_eq!(
+            log.lock().unwrap().len(),
+            n,
+            "a held provider is not called"
+        );
+        let held = adm.held_providers();
+        assert_eq!(
+            held[0].1.pending_releases,
+            [("u".to_string(), "app".to_string())]
+        );
+    }
+}

@@ -1,0 +1,355 @@
+//! The decision trace of one admission as data ([`Explain`]): what `topomgr explain -o
+//! json`, `GET /v1/pods/{uid}/explain` and `POST
+//! /v1/pods?dry_run=true&explain=true` answer.
+//!
+//! ```json
+//! {"uid": "..", "name": "..", "namespace": "..", "qos": "Guaranteed",
+//!  "policy": "single-numa-node", "scope": "container",
+//!  "admitted": false, "reason": "TopologyAffinityError", "message": "..",
+//!  "unaligned": ["example.com/widget"],
+//!  "steps": [{"container": "app",            // null: the whole pod (pod scope)
+//!             "hints": {"cpu": {"cpu": [{"affinity": [0], "preferred": true}]},
+//!                       "widgets": null},      // provider -> resource -> hints
+//!             "merge": {"rule": "NonPreferredAtBestCount", "lists": 2,
+//!                       "best_non_preferred_count": 2},   // null under policy none
+//!             "affinity": [0, 1], "preferred": false, "admit": false}]}
+//! ```
+//!
+//! Hints are shown as providers gave them, a compact hint set expanded into
+//! its explicit list on machines of up to 8 NUMA nodes (the form of
+//! `topomgr provider NAME hints`). `unaligned` names, for a pod the policy
+//! refused, the resources of the refusing step that had no preferred hint
+//! on the chosen affinity: those the policy could not align. It is empty
+//! for other rejections (the `reason` then says why).
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+use topomgr_sdk::{HintSet, NumaMask, NumaNodeId, ProviderHints, QosClass, TopologyHint};
+
+use crate::admission::{AdmitResult, TraceStep};
+use crate::merge::MergeRule;
+use crate::policy::{PolicyName, Scope};
+
+/// The decision trace of one admission (schema `Explain`; built by
+/// [`explain`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Explain {
+    /// Pod uid.
+    pub uid: String,
+    /// Pod name.
+    pub name: String,
+    /// Pod namespace.
+    pub namespace: String,
+    /// QoS class.
+    pub qos: QosClass,
+    /// The policy that decided.
+    pub policy: PolicyName,
+    /// Its scope.
+    pub scope: Scope,
+    /// Whether the pod was admitted.
+    pub admitted: bool,
+    /// Why it was rejected.
+    pub reason: Option<String>,
+    /// The rejection's message.
+    pub message: Option<String>,
+    /// For a pod the policy refused: the resources it could not align.
+    pub unaligned: Vec<String>,
+    /// One step per decision (per container, or one for pod scope).
+    pub steps: Vec<ExplainStep>,
+}
+
+/// One decision of a trace.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExplainStep {
+    /// The container (`null`: the whole pod, pod scope).
+    pub container: Option<String>,
+    /// Provider -> its hints, in provider order (compact sets expanded on
+    /// machines of up to 8 NUMA nodes).
+    pub hints: IndexMap<String, ProviderHints>,
+    /// How the merge decided (`null` under policy `none`).
+    pub merge: Option<MergeSummary>,
+    /// The merged hint's NUMA nodes (`null`: any).
+    pub affinity: Option<NumaMask>,
+    /// Whether the merged hint is preferred.
+    pub preferred: bool,
+    /// Whether the step admits.
+    pub admit: bool,
+}
+
+/// [`ExplainStep::merge`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MergeSummary {
+    /// The rule that chose the merged hint.
+    pub rule: MergeRule,
+    /// Hint lists merged (one per provider resource).
+    pub lists: usize,
+    /// The kubelet's best-non-preferred affinity count.
+    pub best_non_preferred_count: u32,
+}
+
+/// Expand compact hint sets on machines of up to
+/// [`topomgr_sdk::hintgen::EXPLICIT_HINT_MAX_NODES`] NUMA nodes; keep them
+/// compact above.
+pub fn printable(hints: ProviderHints, nodes: &[NumaNodeId]) -> ProviderHints {
+    let expand = nodes.len() <= topomgr_sdk::hintgen::EXPLICIT_HINT_MAX_NODES;
+    hints.map(|map| {
+        map.into_iter()
+            .map(|(k, v)| match v {
+                Some(HintSet::Compact(c)) if expand => {
+                    (k, Some(HintSet::Explicit(c.expand(nodes))))
+                }
+                other => (k, other),
+            })
+            .collect()
+    })
+}
+
+/// One step of the trace.
+fn step(step: &TraceStep, nodes: &[NumaNodeId]) -> ExplainStep {
+    ExplainStep {
+        container: step.container.clone(),
+        hints: step
+            .hints
+            .iter()
+            .map(|(provider, h)| (provider.clone(), printable(h.clone(), nodes)))
+            .collect(),
+        merge: step.merge.as_ref().map(|m| MergeSummary {
+            rule: m.rule,
+            lists: m.lists,
+            best_non_preferred_count: m.best_non_preferred_count,
+        }),
+        affinity: step.decision.hint.affinity,
+        preferred: step.decision.hint.preferred,
+        admit: step.decision.admit,
+    }
+}
+
+/// The resources of a refused step that the policy could not align, in
+/// provider order: with a chosen affinity, those without a preferred hint
+/// on exactly it (the merged hint is the intersection of one hint per
+/// resource, preferred only when all of them are); without one (the
+/// single-numa-node policy found no single node), those without a preferred
+/// hint on the single NUMA node that suits the most resources (the lowest
+/// such node on a tie).
+fn unaligned(step: &TraceStep, nodes: &[NumaNodeId]) -> Vec<String> {
+    let lists: Vec<(&String, Vec<TopologyHint>)> = step
+        .hints
+        .iter()
+        .flat_map(|(_, hints)| hints.iter().flatten())
+        .filter_map(|(resource, set)| {
+            let list = match set.as_ref()? {
+                HintSet::Explicit(l) => l.clone(),
+                HintSet::Compact(c) => c.expand(nodes),
+            };
+            Some((resource, list))
+        })
+        .collect();
+    let fits = |list: &[TopologyHint], mask: &NumaMask| {
+        list.iter()
+            .any(|h| h.preferred && h.affinity.as_ref() == Some(mask))
+    };
+    let target = match step.decision.hint.affinity {
+        Some(m) => m,
+        None => {
+            let single = |n: &NumaNodeId| NumaMask::from(*n);
+            let score = |m: &NumaMask| lists.iter().filter(|(_, l)| fits(l, m)).count();
+            match nodes.iter().map(single).max_by_key(|m| {
+                // Most resources; on a tie the lowest node (max_by_key keeps the last).
+                (score(m), std::cmp::Reverse(m.iter().next()))
+            }) {
+                Some(m) => m,
+                None => return Vec::new(),
+            }
+        }
+    };
+    lists
+        .into_iter()
+        .filter(|(_, l)| !fits(l, &target))
+        .map(|(r, _)| r.clone())
+        .collect()
+}
+
+/// The trace of admitting `result`'s pod under `policy` and `scope` on a
+/// machine of NUMA nodes `nodes`.
+pub fn explain(
+    policy: PolicyName,
+    scope: Scope,
+    nodes: &[NumaNodeId],
+    result: &AdmitResult,
+    trace: &[TraceStep],
+) -> Explain {
+    let refused = trace.iter().find(|s| !s.decision.admit);
+    let unaligned = match refused {
+        Some(step) if !result.admitted => unaligned(step, nodes),
+        _ => Vec::new(),
+    };
+    let pod = &result.pod;
+    Explain {
+        uid: pod.uid.clone(),
+        name: pod.name.clone(),
+        namespace: pod.namespace.clone(),
+        qos: pod.qos,
+        policy,
+        scope,
+        admitted: result.admitted,
+        reason: result.reason.clone(),
+        message: result.message.clone(),
+        unaligned,
+        steps: trace.iter().map(|s| step(s, nodes)).collect(),
+    }
+}
+
+/// What a trace is read against: the policy, the scope and the machine's
+/// NUMA nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Setting {
+    /// The policy.
+    pub policy: PolicyName,
+    /// The scope.
+    pub scope: Scope,
+    /// The machine's NUMA nodes.
+    pub nodes: Vec<NumaNodeId>,
+}
+
+impl Setting {
+    /// The setting of `admitter`.
+    pub fn of(admitter: &crate::admission::Admitter) -> Setting {
+        Setting {
+            policy: admitter.policy().name(),
+            scope: admitter.scope(),
+            nodes: admitter.policy().numa().default_mask().iter().collect(),
+        }
+    }
+}
+
+/// One admission with its trace, kept as it was made; [`Traced::explain`]
+/// builds the answer when it is asked for.
+#[derive(Debug, Clone)]
+pub struct Traced {
+    /// Policy, scope, nodes.
+    pub setting: std::sync::Arc<Setting>,
+    /// The admission.
+    pub result: AdmitResult,
+    /// Its decisions.
+    pub trace: Vec<TraceStep>,
+}
+
+impl Traced {
+    /// The trace ([`explain()`]).
+    pub fn explain(&self) -> Explain {
+        let s = &self.setting;
+        explain(s.policy, s.scope, &s.nodes, &self.result, &self.trace)
+    }
+}
+
+/// How many rejected pods' traces [`History`] keeps.
+pub const REJECTED_KEPT: usize = 256;
+
+/// The daemon's traces: one per admitted pod (while it is admitted) and
+/// those of the last [`REJECTED_KEPT`] rejected pods, so a pod rejected a
+/// moment ago can still be explained.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    admitted: std::collections::BTreeMap<String, std::sync::Arc<Traced>>,
+    rejected: std::collections::VecDeque<(String, std::sync::Arc<Traced>)>,
+}
+
+impl History {
+    /// Remember one admission.
+    pub fn record(&mut self, traced: Traced) {
+        let uid = traced.result.pod.uid.clone();
+        let admitted = traced.result.admitted;
+        let traced = std::sync::Arc::new(traced);
+        if admitted {
+            self.admitted.insert(uid, traced);
+        } else {
+            self.rejected.retain(|(u, _)| *u != uid);
+            if self.rejected.len() == REJECTED_KEPT {
+                self.rejected.pop_front();
+            }
+            self.rejected.push_back((uid, traced));
+        }
+    }
+
+    /// Forget the admitted pods `keep` says are gone (released, or never
+    /// saved).
+    pub fn retain_admitted(&mut self, keep: impl Fn(&str) -> bool) {
+        self.admitted.retain(|uid, _| keep(uid));
+    }
+
+    /// The trace of `uid`: its admission while it is admitted, else its
+    /// latest rejection if still kept.
+    pub fn get(&self, uid: &str) -> Option<std::sync::Arc<Traced>> {
+        self.admitted.get(uid).cloned().or_else(|| {
+            self.rejected
+                .iter()
+                .rev()
+                .find(|(u, _)| u == uid)
+                .map(|(_, t)| t.clone())
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn traced(uid: &str, admitted: bool, n: usize) -> Traced {
+        let pod = topomgr_sdk::PodView::new(
+            uid,
+            format!("p{n}"),
+            "ns",
+            topomgr_sdk::QosClass::BestEffort,
+        );
+        Traced {
+            setting: std::sync::Arc::new(Setting {
+                policy: PolicyName::None,
+                scope: Scope::Container,
+                nodes: Vec::new(),
+            }),
+            result: AdmitResult {
+                pod,
+                admitted,
+                reason: None,
+                message: None,
+                containers: Vec::new(),
+            },
+            trace: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn every_form_of_hints_in_a_trace_reads_back_as_written() {
+        // Provider order kept; no map, a resource without preference, an
+        // explicit list and a compact set (machines above 8 nodes).
+        let text = r#"{"uid":"u","name":"p","namespace":"d","qos":"Burstable","policy":"single-numa-node","scope":"pod","admitted":false,"reason":"TopologyAffinityError","message":"m","unaligned":["cpu"],"steps":[{"container":null,"hints":{"widgets":null,"cpu":{"cpu":{"minimal":[[0],[1,2]],"preferred_width":1},"example.com/x":null,"memory":[{"affinity":[0],"preferred":true},{"affinity":null,"preferred":false}]}},"merge":{"rule":"NonPreferredAtBestCount","lists":2,"best_non_preferred_count":2},"affinity":null,"preferred":false,"admit":false}]}"#;
+        let trace: Explain = serde_json::from_str(text).unwrap();
+        assert_eq!(trace.policy, PolicyName::SingleNumaNode);
+        assert_eq!(trace.scope, Scope::Pod);
+        let step = &trace.steps[0];
+        assert_eq!(step.hints.keys().collect::<Vec<_>>(), ["widgets", "cpu"]);
+        assert_eq!(
+            step.merge.as_ref().unwrap().rule,
+            MergeRule::NonPreferredAtBestCount
+        );
+        assert_eq!(serde_json::to_string(&trace).unwrap(), text);
+    }
+
+    #[test]
+    fn history_keeps_admitted_until_gone_and_the_last_rejections() {
+        let mut h = History::default();
+        h.record(traced("a", true, 0));
+        for i in 0..REJECTED_KEPT + 1 {
+            h.record(traced(&format!("r{i}"), false, i));
+        }
+        assert!(h.get("r0").is_none(), "the oldest rejection is dropped");
+        assert_eq!(h.get("r1").unwrap().explain().name, "p1");
+        assert!(h.get("a").unwrap().explain().admitted);
+        h.retain_admitted(|u| u != "a");
+        assert!(h.get("a").is_none());
+        // Rejected again: one entry, the latest.
+        h.record(traced("r5", false, 99));
+        assert_eq!(h.get("r5").unwrap().explain().name, "p99");
+        assert_eq!(h.rejected.len(), REJECTED_KEPT);
+    }
+}

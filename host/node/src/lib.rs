@@ -1,0 +1,23 @@
+//! topomgr's node: the configuration, plugin loading, the node state (the
+//! admitted pods applied to cgroups, with their owners) and its persistence
+//! (journal, snapshot, the state directory's lock), the
+//! NodeResourceTopology export and the JSON contract of the CLI and the
+//! daemon.
+//!
+//! See ARCHITECTURE.md at the repository root for the data flow of one
+//! admission.
+
+pub mod api;
+pub mod checkpoint;
+pub mod config;
+pub mod fsutil;
+pub mod journal;
+pub mod node_state;
+pub mod nrt;
+pub mod owner;
+pub mod ownership;
+pub mod plugin;
+pub mod setup;
+pub mod state_dir;
+pub mod state_lock;
+pub mod store;

@@ -1,0 +1,744 @@
+//! [`NodeState`]: the admitted pods of this node with their cgroups and
+//! owners — the one service through which the daemon and the one-shot
+//! commands (`run`, `admit --state-dir`, `release --state-dir`) change
+//! state and apply it to cgroups.
+//!
+//! It owns the [`Admitter`] (providers, pod table, [`topomgr_engine::ledger`]) and
+//! the host's [`Records`]: which cgroup each attached container has, and
+//! which process owns each pod that `topomgr run` admitted.
+//!
+//! # Applying to cgroups
+//!
+//! One rule gives a container its cpuset ([`pool::container_cpuset`]):
+//! exclusive CPUs when it has them, the shared pool otherwise. The shared
+//! pool is the online CPUs minus every CPU the ledger holds exclusively
+//! (attached or not). Its order with durability is what keeps CPUs
+//! exclusive:
+//! - an admission that takes exclusive CPUs shrinks every attached
+//!   shared-pool cgroup *before* it is answered ([`PoolMode::Shrink`]); if a
+//!   shared cgroup cannot be shrunk, the admission is rolled back;
+//! - a release grows the pool only after it is durable: the caller saves
+//!   first, then calls [`NodeState::settle_pool`] ([`PoolMode::Exact`]).
+//!   Until then the pool only ever shrinks, so a crash never leaves a CPU
+//!   in a shared cgroup while the saved state still holds it exclusively.
+//!
+//! # Reading
+//!
+//! A shared-pool container's stored allocation holds the pool as it was at
+//! admission; [`current_pool`] shows it with the pool as it is now (what
+//! its cgroup gets), as the daemon's answers do.
+//!
+//! # Owners
+//!
+//! A pod admitted by `topomgr run` records its [`Owner`]. When the owner
+//! is dead (pid gone, or reused: the start time differs, or another boot)
+//! and every cgroup of the pod is empty or gone, [`NodeState::reclaim`]
+//! releases it: the next `run`, `admit --state-dir` or daemon start does.
+//! A pod whose cgroup still has processes stays held, whoever started them.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use topomgr_sdk::{CpuSet, PodView};
+use tracing::{info, warn};
+
+use crate::api::{Attached, Attachments};
+use crate::owner::Owner;
+use topomgr_cgroup::pool::{self, PoolWrite};
+use topomgr_cgroup::{CgroupError, CgroupManager, CgroupPath, TOPOMGR_PARENT};
+use topomgr_engine::admission::{
+    AdmissionError, AdmitResult, Admitter, UNEXPECTED_ADMISSION_ERROR,
+};
+
+/// `r` with every shared-pool container's CPUs replaced by `pool` (the
+/// pool now, where its allocation has the pool as it was at admission); a
+/// container with exclusive CPUs, or without CPUs from any provider, is
+/// shown as allocated. Borrowed when nothing differs.
+pub fn current_pool<'a>(r: &'a AdmitResult, pool: &CpuSet) -> Cow<'a, AdmitResult> {
+    let stale = |c: &topomgr_engine::admission::ContainerResult| {
+        !c.allocation.exclusive && !c.allocation.cpus.is_empty() && c.allocation.cpus != *pool
+    };
+    if !r.containers.iter().any(stale) {
+        return Cow::Borrowed(r);
+    }
+    let mut now = r.clone();
+    for c in now.containers.iter_mut().filter(|c| stale(c)) {
+        c.allocation.cpus = pool.clone();
+    }
+    Cow::Owned(now)
+}
+
+/// What the host records besides the pod table and the providers.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Records {
+    /// The containers' cgroups.
+    pub attachments: Attachments,
+    /// The owners of pods admitted by `topomgr run`.
+    pub owners: BTreeMap<String, Owner>,
+}
+
+/// One change to the host's part of the state, in the order it was made:
+/// what the journal records ([`crate::store`]) and the daemon's readers
+/// catch up with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum Change {
+    /// A pod was admitted.
+    Admitted(Box<AdmitResult>),
+    /// A pod was released (or, not admitted, forgotten): it, its
+    /// attachments and its owner are gone.
+    Released {
+        /// Pod uid.
+        uid: String,
+    },
+    /// A container was attached to a cgroup.
+    Attached {
+        /// Pod uid.
+        uid: String,
+        /// Container name.
+        container: String,
+        /// Cgroup path relative to the cgroup root.
+        cgroup: String,
+    },
+    /// An attached cgroup is gone and was forgotten.
+    Detached {
+        /// Pod uid.
+        uid: String,
+        /// Container name.
+        container: String,
+    },
+    /// A process owns the pod (`topomgr run`).
+    Owner {
+        /// Pod uid.
+        uid: String,
+        /// The owner.
+        owner: Owner,
+    },
+}
+
+impl Change {
+    /// Apply to a table of pods (values made from the admission by `wrap`),
+    /// attachments and, when kept, owners.
+    pub fn apply<P>(
+        self,
+        pods: &mut BTreeMap<String, P>,
+        attachments: &mut Attachments,
+        owners: Option<&mut BTreeMap<String, Owner>>,
+        wrap: impl FnOnce(Box<AdmitResult>) -> P,
+    ) {
+        match self {
+            Change::Admitted(r) => {
+                pods.insert(r.pod.uid.clone(), wrap(r));
+            }
+            Change::Released { uid } => {
+                pods.remove(&uid);
+                attachments.remove(&uid);
+                if let Some(o) = owners {
+                    o.remove(&uid);
+                }
+            }
+            Change::Attached {
+                uid,
+                container,
+                cgroup,
+            } => {
+                attachments
+                    .entry(uid)
+                    .or_default()
+                    .insert(container, cgroup);
+            }
+            Change::Detached { uid, container } => {
+                if let Some(c) = attachments.get_mut(&uid) {
+                    c.remove(&container);
+                    if c.is_empty() {
+                        attachments.remove(&uid);
+                    }
+                }
+            }
+            Change::Owner { uid, owner } => {
+                if let Some(o) = owners {
+                    o.insert(uid, owner);
+                }
+            }
+        }
+    }
+}
+
+/// How [`NodeState::sync_pool`] may change the shared-pool cgroups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PoolMode {
+    /// Only take CPUs away (before an exclusive container runs; changes
+    /// that are not durable yet never give CPUs back).
+    Shrink,
+    /// Write the pool as the ledger has it (after the state is durable).
+    Exact,
+}
+
+/// A container name the pod does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("pod {uid:?} has no container {container:?} (containers: {known})")]
+pub struct UnknownContainer {
+    /// Pod uid.
+    pub uid: String,
+    /// Container name.
+    pub container: String,
+    /// The pod's containers, comma-separated.
+    pub known: String,
+}
+
+/// Why a container could not be attached.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    /// No admitted pod has that uid.
+    #[error("no admitted pod with uid {0:?}")]
+    UnknownPod(String),
+    /// The pod has no such container.
+    #[error(transparent)]
+    UnknownContainer(#[from] UnknownContainer),
+    /// The cgroup could not be written.
+    #[error("cannot attach: {0}")]
+    Cgroup(CgroupError),
+}
+
+// By hand, not `#[from]`: the message carries the cgroup error, so it is not
+// also chained as the source (the binary prints each cause once).
+impl From<CgroupError> for AttachError {
+    fn from(e: CgroupError) -> Self {
+        AttachError::Cgroup(e)
+    }
+}
+
+/// Why the shared pool could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum PoolError {
+    /// No cgroup hierarchy under the configured root.
+    #[error(transparent)]
+    Hierarchy(CgroupError),
+    /// Exclusive CPUs cover every online CPU while shared containers exist.
+    #[error(transparent)]
+    Empty(CgroupError),
+    /// Some shared-pool cgroups could not be written.
+    #[error("cannot write the shared CPU pool {pool} to {}", describe_failures(.failed))]
+    Write {
+        /// The pool.
+        pool: CpuSet,
+        /// The cgroups and their errors.
+        failed: Vec<(CgroupPath, CgroupError)>,
+    },
+}
+
+fn describe_failures(failed: &[(CgroupPath, CgroupError)]) -> String {
+    failed
+        .iter()
+        .map(|(p, e)| format!("{} ({e})", p.as_path().display()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// What [`NodeState::reclaim`] did with one pod whose owner is gone.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reclaim {
+    /// Released: the owner is dead and its cgroups are empty or gone.
+    Released {
+        /// Pod uid.
+        uid: String,
+        /// The owner's pid.
+        pid: u32,
+    },
+    /// Kept: processes are still in its cgroups.
+    Kept {
+        /// Pod uid.
+        uid: String,
+        /// The processes left.
+        pids: Vec<u32>,
+    },
+}
+
+/// The admitted pods of this node, their cgroups and owners.
+pub struct NodeState {
+    admitter: Admitter,
+    records: Records,
+    changes: Vec<Change>,
+    cgroup_root: PathBuf,
+    cgroups: Option<CgroupManager>,
+    applied_pool: Option<CpuSet>,
+    boot_id: String,
+}
+
+impl NodeState {
+    /// A node state over `admitter` (pods already restored, or none),
+    /// applying to cgroups under `cgroup_root` (detected when first needed).
+    pub fn new(admitter: Admitter, records: Records, cgroup_root: &Path, boot_id: &str) -> Self {
+        NodeState {
+            admitter,
+            records,
+            changes: Vec::new(),
+            cgroup_root: cgroup_root.to_path_buf(),
+            cgroups: None,
+            applied_pool: None,
+            boot_id: boot_id.to_owned(),
+        }
+    }
+
+    /// Apply through `cgroups` instead of detecting a hierarchy under the
+    /// cgroup root when first needed (a test double behind
+    /// [`topomgr_cgroup::ControlFs`]).
+    pub fn with_cgroups(mut self, cgroups: CgroupManager) -> Self {
+        self.cgroups = Some(cgroups);
+        self
+    }
+
+    /// The admitter (pods, providers, ledger).
+    pub fn admitter(&self) -> &Admitter {
+        &self.admitter
+    }
+
+    /// Mutable access to the admitter (restore, `explain`).
+    pub fn admitter_mut(&mut self) -> &mut Admitter {
+        &mut self.admitter
+    }
+
+    /// The host's records (attachments, owners).
+    pub fn records(&self) -> &Records {
+        &self.records
+    }
+
+    /// Replace the records (after a restore); changes not taken yet are
+    /// dropped (they are undone).
+    pub fn set_records(&mut self, records: Records) {
+        self.records = records;
+        self.changes.clear();
+    }
+
+    /// The changes made since the last call, in order.
+    pub fn take_changes(&mut self) -> Vec<Change> {
+        std::mem::take(&mut self.changes)
+    }
+
+    /// The boot id this state runs under.
+    pub fn boot_id(&self) -> &str {
+        &self.boot_id
+    }
+
+    /// Admitted pods by uid.
+    pub fn pods(&self) -> &BTreeMap<String, AdmitResult> {
+        self.admitter.pods()
+    }
+
+    /// The shared pool as the ledger has it: online CPUs minus every CPU
+    /// held exclusively.
+    pub fn shared_pool(&self) -> CpuSet {
+        let l = self.admitter.ledger();
+        l.online_cpus().difference(l.exclusive_cpus())
+    }
+
+    /// The pool a shared container may be given now: never more than what
+    /// the shared cgroups already have while a release is not durable.
+    fn pool_now(&self) -> CpuSet {
+        let target = self.shared_pool();
+        match &self.applied_pool {
+            Some(applied) => applied.intersection(&target),
+            None => target,
+        }
+    }
+
+    fn cgroups(&mut self) -> Result<&CgroupManager, CgroupError> {
+        if self.cgroups.is_none() {
+            self.cgroups = Some(CgroupManager::detect(&self.cgroup_root)?);
+        }
+        self.cgroups.as_ref().ok_or_else(|| CgroupError::NoCpuset {
+            root: self.cgroup_root.clone(),
+        })
+    }
+
+    /// Admit `pod`. When it takes exclusive CPUs, the shared pool is
+    /// shrunk before this returns; if that fails the pod is released again
+    /// and rejected with the cgroup named.
+    pub fn admit(&mut self, pod: &PodView) -> AdmitResult {
+        self.admit_traced(pod, &mut Vec::new())
+    }
+
+    /// [`NodeState::admit`], recording every decision into `trace`
+    /// (see [`Admitter::admit_traced`]).
+    pub fn admit_traced(
+        &mut self,
+        pod: &PodView,
+        trace: &mut Vec<topomgr_engine::admission::TraceStep>,
+    ) -> AdmitResult {
+        let known = self.admitter.pods().contains_key(&pod.uid);
+        let result = self.admitter.admit_traced(pod, trace);
+        let exclusive = result
+            .containers
+            .iter()
+            .any(|c| !pool::is_shared(&c.allocation));
+        if result.admitted && !known && !exclusive {
+            self.changes
+                .push(Change::Admitted(Box::new(result.clone())));
+        }
+        if !result.admitted || known || !exclusive {
+            return result;
+        }
+        match self.sync_pool(PoolMode::Shrink) {
+            Ok(_) => {
+                self.changes
+                    .push(Change::Admitted(Box::new(result.clone())));
+                result
+            }
+            Err(e) => {
+                warn!(pod = %pod.uid, error = %e, "cannot shrink the shared pool; admission rolled back");
+                if let Err(err) = self.admitter.release(&pod.uid) {
+                    warn!(pod = %pod.uid, error = %err, "rollback reported errors");
+                }
+                let cpus = result
+                    .containers
+                    .iter()
+                    .filter(|c| !pool::is_shared(&c.allocation))
+                    .fold(CpuSet::new(), |all, c| all.union(&c.allocation.cpus));
+                AdmitResult {
+                    pod: pod.clone(),
+                    admitted: false,
+                    reason: Some(UNEXPECTED_ADMISSION_ERROR.to_owned()),
+                    message: Some(format!(
+                        "CPUs {cpus} could not be taken out of the shared pool before the pod runs: {e}"
+                    )),
+                    containers: Vec::new(),
+                }
+            }
+        }
+    }
+
+    /// Release pod `uid`: providers, ledger, its attachments and owner. The
+    /// shared pool grows only at [`NodeState::settle_pool`], after the
+    /// caller made the release durable.
+    pub fn release(&mut self, uid: &str) -> Result<AdmitResult, AdmissionError> {
+        let result = self.admitter.release(uid);
+        if !matches!(result, Err(AdmissionError::UnknownPod(_))) {
+            self.forget(uid);
+        }
+        result
+    }
+
+    /// The cgroup paths attached for pod `uid`.
+    fn cgroup_paths(&self, uid: &str) -> Vec<String> {
+        self.records
+            .attachments
+            .get(uid)
+            .map(|c| c.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Drop pod `uid`'s attachments and owner.
+    fn forget(&mut self, uid: &str) {
+        self.records.attachments.remove(uid);
+        self.records.owners.remove(uid);
+        self.changes.push(Change::Released {
+            uid: uid.to_owned(),
+        });
+    }
+
+    /// Record the process that owns pod `uid` (`topomgr run`).
+    pub fn set_owner(&mut self, uid: &str, owner: Owner) {
+        self.records.owners.insert(uid.to_owned(), owner.clone());
+        self.changes.push(Change::Owner {
+            uid: uid.to_owned(),
+            owner,
+        });
+    }
+
+    /// Apply the cpuset of `container` of pod `uid` to the existing cgroup
+    /// `cgroup` (relative to the cgroup root) and remember it.
+    pub fn attach(
+        &mut self,
+        uid: &str,
+        container: &str,
+        cgroup: &str,
+    ) -> Result<Attached, AttachError> {
+        let pod = self
+            .admitter
+            .pods()
+            .get(uid)
+            .ok_or_else(|| AttachError::UnknownPod(uid.to_owned()))?;
+        let c = pod
+            .containers
+            .iter()
+            .find(|c| c.name == container)
+            .ok_or_else(|| UnknownContainer {
+                uid: uid.to_owned(),
+                container: container.to_owned(),
+                known: pod
+                    .containers
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })?;
+        let allocation = c.allocation.clone();
+        let path = CgroupPath::new(cgroup)?;
+        let nodes = self.admitter.ledger().numa_nodes();
+        let set = pool::container_cpuset(&allocation, &self.pool_now(), nodes)?;
+        let mgr = self.cgroups()?;
+        let cg = mgr.open(&path)?;
+        mgr.set_cpuset(&cg, &set.cpus, &set.mems)?;
+        info!(pod = %uid, container, cgroup, cpus = %set.cpus, mems = %set.mems, "container attached");
+        self.records
+            .attachments
+            .entry(uid.to_owned())
+            .or_default()
+            .insert(container.to_owned(), cgroup.to_owned());
+        self.changes.push(Change::Attached {
+            uid: uid.to_owned(),
+            container: container.to_owned(),
+            cgroup: cgroup.to_owned(),
+        });
+        Ok(Attached {
+            uid: uid.to_owned(),
+            container: container.to_owned(),
+            cgroup: cgroup.to_owned(),
+            cpus: set.cpus,
+            mems: set.mems,
+        })
+    }
+
+    /// The cgroups of the attached shared-pool containers.
+    fn shared_members(&self) -> Vec<CgroupPath> {
+        let mut out = Vec::new();
+        for (uid, containers) in &self.records.attachments {
+            let Some(pod) = self.admitter.pods().get(uid) else {
+                continue;
+            };
+            for (name, path) in containers {
+                let shared = pod
+                    .containers
+                    .iter()
+                    .find(|c| &c.name == name)
+                    .is_none_or(|c| pool::is_shared(&c.allocation));
+                if !shared {
+                    continue;
+                }
+                match CgroupPath::new(path) {
+                    Ok(p) => out.push(p),
+                    Err(e) => {
+                        warn!(pod = %uid, container = %name, error = %e, "bad attached cgroup path")
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Write the shared pool to every attached shared-pool cgroup (see
+    /// [`PoolMode`]). Cgroups that are gone are forgotten (their containers
+    /// ended). Returns the pool written.
+    pub fn sync_pool(&mut self, mode: PoolMode) -> Result<CpuSet, PoolError> {
+        let pool = match mode {
+            PoolMode::Shrink => self.pool_now(),
+            PoolMode::Exact => self.shared_pool(),
+        };
+        if self.applied_pool.as_ref() == Some(&pool) {
+            return Ok(pool);
+        }
+        let members = self.shared_members();
+        if members.is_empty() {
+            self.applied_pool = Some(pool.clone());
+            return Ok(pool);
+        }
+        if pool.is_empty() {
+            let l = self.admitter.ledger();
+            return Err(PoolError::Empty(CgroupError::EmptySharedPool {
+                online: l.online_cpus().to_string(),
+                exclusive: l.exclusive_cpus().to_string(),
+            }));
+        }
+        let PoolWrite { gone, failed } = match self.cgroups() {
+            Ok(mgr) => pool::write_pool(mgr, &pool, &members),
+            Err(e) => return Err(PoolError::Hierarchy(e)),
+        };
+        for path in gone {
+            let p = path.as_path().to_string_lossy();
+            let mut dropped = Vec::new();
+            for (uid, containers) in &mut self.records.attachments {
+                containers.retain(|name, c| {
+                    let keep = *c != p;
+                    if !keep {
+                        dropped.push((uid.clone(), name.clone()));
+                    }
+                    keep
+                });
+            }
+            self.records.attachments.retain(|_, c| !c.is_empty());
+            for (uid, container) in dropped {
+                self.changes.push(Change::Detached { uid, container });
+            }
+            info!(cgroup = %p, "attached cgroup is gone; forgotten");
+        }
+        if !failed.is_empty() {
+            self.applied_pool = None;
+            return Err(PoolError::Write { pool, failed });
+        }
+        self.applied_pool = Some(pool.clone());
+        Ok(pool)
+    }
+
+    /// After the state is durable: give the shared-pool cgroups the pool
+    /// as the ledger has it. A failure is logged (it concerns other
+    /// containers, which keep a smaller pool until the next change).
+    pub fn settle_pool(&mut self) {
+        if let Err(e) = self.sync_pool(PoolMode::Exact) {
+            warn!(error = %e, "cannot update the shared-pool containers' cpusets");
+        }
+    }
+
+    /// The processes in pod `uid`'s cgroups (`None` when that cannot be
+    /// known: no cgroup hierarchy, an unreadable cgroup).
+    pub fn processes(&mut self, uid: &str) -> Option<Vec<u32>> {
+        let paths = self.cgroup_paths(uid);
+        if paths.is_empty() {
+            return Some(Vec::new());
+        }
+        let mgr = self.cgroups().ok()?;
+        let mut pids = Vec::new();
+        for p in paths {
+            let path = CgroupPath::new(&p).ok()?;
+            match mgr.open(&path) {
+                Ok(cg) => pids.extend(mgr.procs(&cg).ok()?),
+                Err(CgroupError::Missing { .. }) => {}
+                Err(_) => return None,
+            }
+        }
+        Some(pids)
+    }
+
+    /// Remove pod `uid`'s empty cgroups under `topomgr/` (those `run`
+    /// created); others belong to whoever made them.
+    pub fn remove_cgroups(&mut self, uid: &str) {
+        let paths = self.cgroup_paths(uid);
+        let Ok(mgr) = self.cgroups() else {
+            return;
+        };
+        for p in paths {
+            let Ok(path) = CgroupPath::new(&p) else {
+                continue;
+            };
+            if path.names().next() != Some(std::ffi::OsStr::new(TOPOMGR_PARENT)) {
+                continue;
+            }
+            if let Ok(cg) = mgr.open(&path) {
+                if let Err(e) = mgr.remove(&cg, 1) {
+                    warn!(cgroup = %p, error = %e, "cannot remove a reclaimed pod's cgroup");
+                }
+            }
+        }
+    }
+
+    /// Release every pod whose owner is dead and whose cgroups are empty
+    /// or gone; keep (and report) those with processes left.
+    pub fn reclaim(&mut self) -> Vec<Reclaim> {
+        let dead: Vec<(String, u32)> = self
+            .records
+            .owners
+            .iter()
+            .filter(|(_, o)| !o.is_alive(&self.boot_id))
+            .map(|(u, o)| (u.clone(), o.pid))
+            .collect();
+        let mut out = Vec::new();
+        for (uid, pid) in dead {
+            if !self.admitter.pods().contains_key(&uid) {
+                self.forget(&uid);
+                continue;
+            }
+            match self.processes(&uid) {
+                Some(pids) if pids.is_empty() => {
+                    self.remove_cgroups(&uid);
+                    if let Err(e) = self.release(&uid) {
+                        warn!(pod = %uid, error = %e, "reclaimed pod released with errors");
+                    }
+                    info!(pod = %uid, owner = pid, "pod of a dead topomgr run reclaimed");
+                    out.push(Reclaim::Released { uid, pid });
+                }
+                Some(pids) => {
+                    info!(pod = %uid, owner = pid, ?pids, "owner is gone but processes remain in its cgroup; kept");
+                    out.push(Reclaim::Kept { uid, pids });
+                }
+                None => {
+                    warn!(pod = %uid, owner = pid, "owner is gone but its cgroups cannot be read; kept");
+                }
+            }
+        }
+        out
+    }
+
+    /// Who holds the exclusive CPUs, one line each, for refusal messages:
+    /// the pod, container, CPUs, and for `topomgr run` pods the owner and
+    /// the processes in its cgroup.
+    pub fn exclusive_holders(&mut self) -> Vec<String> {
+        let l = self.admitter.ledger();
+        let held = l.holders_of(&l.exclusive_cpus().clone());
+        let mut lines = Vec::new();
+        for (h, cpus) in held {
+            let mut line = format!("CPUs {cpus}: {h}");
+            if let Some(o) = self.records.owners.get(&h.pod).cloned() {
+                let alive = o.is_alive(&self.boot_id);
+                line.push_str(&format!(
+                    ", topomgr run pid {} ({})",
+                    o.pid,
+                    if alive { "running" } else { "exited" }
+                ));
+                match self.processes(&h.pod) {
+                    Some(p) if !p.is_empty() => {
+                        let pids: Vec<String> = p.iter().map(u32::to_string).collect();
+                        line.push_str(&format!(", processes {} in its cgroup", pids.join(",")));
+                    }
+                    _ => {}
+                }
+            }
+            lines.push(line);
+        }
+        lines
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use topomgr_engine::admission::ContainerResult;
+    use topomgr_sdk::{Allocation, QosClass, TopologyHint};
+
+    fn container(name: &str, cpus: &str, exclusive: bool) -> ContainerResult {
+        ContainerResult {
+            name: name.to_owned(),
+            hint: TopologyHint {
+                affinity: None,
+                preferred: true,
+            },
+            allocation: Allocation::default().with_cpus(CpuSet::parse(cpus).unwrap(), exclusive),
+        }
+    }
+
+    #[test]
+    fn shared_containers_show_the_pool_now() {
+        let r = AdmitResult {
+            pod: PodView::new("u", "p", "default", QosClass::Burstable),
+            admitted: true,
+            reason: None,
+            message: None,
+            containers: vec![
+                container("shared", "0-7", false),
+                container("pinned", "2-3", true),
+                container("none", "", false),
+            ],
+        };
+        let pool = CpuSet::parse("0-1,4-7").unwrap();
+        let now = current_pool(&r, &pool);
+        let cpus: Vec<String> = now
+            .containers
+            .iter()
+            .map(|c| c.allocation.cpus.to_string())
+            .collect();
+        assert_eq!(cpus, ["0-1,4-7", "2-3", ""]);
+        assert!(now.containers[1].allocation.exclusive);
+        // Nothing to change: the result is borrowed as is.
+        assert!(matches!(current_pool(&now, &pool), Cow::Borrowed(_)));
+    }
+}

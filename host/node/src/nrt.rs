@@ -1,0 +1,477 @@
+//! The NodeResourceTopology export: this node's per-NUMA resources as a
+//! `topology.node.k8s.io/v1alpha2` `NodeResourceTopology` object, the
+//! custom resource a topology-aware scheduler (scheduler-plugins'
+//! `NodeResourceTopologyMatch`) reads to send pods where they will be
+//! admitted.
+//!
+//! The object is built from the machine (zones and their distance costs),
+//! the policy and scope (the `topologyManagerPolicy` and
+//! `topologyManagerScope` attributes, spelled as the kubelet's config spells
+//! them, which is what the scheduler plugin parses) and the providers'
+//! inventories (every resource a provider owns, per zone: `capacity`,
+//! `allocatable`, `available`). Resources of a device attached to no NUMA
+//! node have no zone to go in and are left out, as topology exporters do.
+//!
+//! The daemon serves it (`GET /v1/noderesourcetopology`, and the
+//! `export_file` it rewrites after each change) and `topomgr export nrt`
+//! prints it; this module is the one place that builds it.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use topomgr_sdk::{Amounts, Inventory, Machine, NumaNodeId};
+
+use topomgr_engine::admission::{Admitter, ProviderState};
+use topomgr_engine::policy::{PolicyName, Scope};
+
+/// `apiVersion` of the exported object.
+pub const API_VERSION: &str = "topology.node.k8s.io/v1alpha2";
+/// `kind` of the exported object.
+pub const KIND: &str = "NodeResourceTopology";
+/// Attribute naming the Topology Manager policy.
+pub const ATTRIBUTE_POLICY: &str = "topologyManagerPolicy";
+/// Attribute naming the Topology Manager scope.
+pub const ATTRIBUTE_SCOPE: &str = "topologyManagerScope";
+
+/// The exported object (the fields of the v1alpha2 CRD that topomgr sets;
+/// reading ignores the others).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeResourceTopology {
+    /// [`API_VERSION`].
+    pub api_version: String,
+    /// [`KIND`].
+    pub kind: String,
+    /// The node's name.
+    pub metadata: ObjectMeta,
+    /// The deprecated policy-and-scope value (`SingleNUMANodeContainerLevel`).
+    pub topology_policies: Vec<String>,
+    /// [`ATTRIBUTE_POLICY`] and [`ATTRIBUTE_SCOPE`].
+    pub attributes: Vec<Attribute>,
+    /// One zone per NUMA node.
+    pub zones: Vec<NrtZone>,
+}
+
+/// `metadata` of the object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectMeta {
+    /// The Kubernetes node name.
+    pub name: String,
+}
+
+/// A name-value attribute.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attribute {
+    /// Its name.
+    pub name: String,
+    /// Its value.
+    pub value: String,
+}
+
+/// One zone: a NUMA node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NrtZone {
+    /// `node-<id>` ([`zone_name`]).
+    pub name: String,
+    /// `Node`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The distance to each zone (absent when the machine has none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub costs: Vec<Cost>,
+    /// The resources of the zone (absent when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<ResourceInfo>,
+}
+
+/// The distance to a zone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cost {
+    /// The zone.
+    pub name: String,
+    /// The NUMA distance.
+    pub value: u64,
+}
+
+/// One resource of a zone, amounts as Kubernetes quantities ([`quantity`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceInfo {
+    /// The resource name.
+    pub name: String,
+    /// Capacity.
+    pub capacity: String,
+    /// Allocatable.
+    pub allocatable: String,
+    /// Available now.
+    pub available: String,
+}
+
+/// What identifies the node and its alignment rules in the export.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NrtIdentity {
+    /// `metadata.name`: the Kubernetes node name.
+    pub node_name: String,
+    /// The Topology Manager policy.
+    pub policy: PolicyName,
+    /// The scope.
+    pub scope: Scope,
+}
+
+/// The daemon's export settings.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ExportSettings {
+    /// `metadata.name` (config `node_name`, default the host name).
+    pub node_name: String,
+    /// Rewritten after each change when set (config `export_file`).
+    pub file: Option<std::path::PathBuf>,
+}
+
+/// Why the export could not be built or written.
+#[derive(Debug, thiserror::Error)]
+pub enum NrtError {
+    /// A provider's inventory call failed.
+    #[error("provider {provider:?} could not report its inventory: {message}")]
+    Inventory {
+        /// Provider name.
+        provider: String,
+        /// Its error.
+        message: String,
+    },
+    /// Two providers claim the same resource.
+    #[error("providers {first:?} and {second:?} both report resource {resource:?}; give each resource to one provider")]
+    SharedResource {
+        /// The resource.
+        resource: String,
+        /// The provider seen first.
+        first: String,
+        /// The other one.
+        second: String,
+    },
+    /// The host name (the default node name) could not be read.
+    #[error("cannot read the host name for the node name ({0}); set `node_name` in the config")]
+    HostName(String),
+    /// The export file could not be written.
+    #[error("cannot write the NodeResourceTopology export: {0}")]
+    Write(crate::fsutil::PathError),
+}
+
+// By hand, not `#[from]`: the message carries the error, so it is not also
+// chained as the source (the binary prints each cause once).
+impl From<crate::fsutil::PathError> for NrtError {
+    fn from(e: crate::fsutil::PathError) -> Self {
+        NrtError::Write(e)
+    }
+}
+
+/// The node's name: the config's `node_name`, else [`default_node_name`].
+pub fn node_name(cfg: &crate::config::HostConfig) -> Result<String, NrtError> {
+    match &cfg.node_name {
+        Some(n) => Ok(n.clone()),
+        None => default_node_name(),
+    }
+}
+
+/// The default node name: the host name, lower-cased as the kubelet does.
+pub fn default_node_name() -> Result<String, NrtError> {
+    let name = nix::unistd::gethostname().map_err(|e| NrtError::HostName(e.to_string()))?;
+    let name = name.to_string_lossy().trim().to_lowercase();
+    if name.is_empty() {
+        return Err(NrtError::HostName("it is empty".to_owned()));
+    }
+    Ok(name)
+}
+
+/// The inventories of the admitter's loaded providers, in call order
+/// (providers held for a bad checkpoint answer nothing and are skipped).
+pub fn inventories(admitter: &mut Admitter) -> Result<Vec<(String, Inventory)>, NrtError> {
+    let loaded: Vec<bool> = admitter
+        .provider_states()
+        .map(|(_, s)| matches!(s, ProviderState::Live(_)))
+        .collect();
+    let mut out = Vec::new();
+    for (p, loaded) in admitter.providers_mut().iter_mut().zip(loaded) {
+        if !loaded {
+            continue;
+        }
+        let inv = p.inventory().map_err(|e| NrtError::Inventory {
+            provider: p.name().to_owned(),
+            message: e.to_string(),
+        })?;
+        out.push((p.name().to_owned(), inv));
+    }
+    Ok(out)
+}
+
+/// The resource names the inventories own, each with the provider owning it.
+pub fn owners(inventories: &[(String, Inventory)]) -> Result<BTreeMap<&str, &str>, NrtError> {
+    let mut owners: BTreeMap<&str, &str> = BTreeMap::new();
+    for (provider, inv) in inventories {
+        for resource in inv.resources.keys() {
+            if let Some(first) = owners.insert(resource, provider) {
+                return Err(NrtError::SharedResource {
+                    resource: resource.clone(),
+                    first: first.to_owned(),
+                    second: provider.clone(),
+                });
+            }
+        }
+    }
+    Ok(owners)
+}
+
+/// The NodeResourceTopology object of `machine` with the resources of
+/// `inventories` (provider name, its inventory).
+pub fn build(
+    id: &NrtIdentity,
+    machine: &Machine,
+    inventories: &[(String, Inventory)],
+) -> Result<NodeResourceTopology, NrtError> {
+    owners(inventories)?;
+    let mut per_zone: BTreeMap<NumaNodeId, BTreeMap<&str, Amounts>> = BTreeMap::new();
+    for (_, inv) in inventories {
+        for (name, r) in &inv.resources {
+            for zone in &r.zones {
+                if let Some(numa) = zone.numa {
+                    per_zone
+                        .entry(numa)
+                        .or_default()
+                        .entry(name)
+                        .or_default()
+                        .add(zone.amounts);
+                }
+            }
+        }
+    }
+    let zones = machine
+        .numa_nodes
+        .iter()
+        .map(|node| NrtZone {
+            name: zone_name(node.id),
+            kind: "Node".to_owned(),
+            costs: node
+                .distances
+                .iter()
+                .map(|(to, d)| Cost {
+                    name: zone_name(*to),
+                    value: u64::from(*d),
+                })
+                .collect(),
+            resources: per_zone
+                .get(&node.id)
+                .into_iter()
+                .flatten()
+                .map(|(name, a)| ResourceInfo {
+                    name: (*name).to_owned(),
+                    capacity: quantity(name, a.capacity),
+                    allocatable: quantity(name, a.allocatable),
+                    available: quantity(name, a.available),
+                })
+                .collect(),
+        })
+        .collect();
+    let attribute = |name: &str, value: &str| Attribute {
+        name: name.to_owned(),
+        value: value.to_owned(),
+    };
+    Ok(NodeResourceTopology {
+        api_version: API_VERSION.to_owned(),
+        kind: KIND.to_owned(),
+        metadata: ObjectMeta {
+            name: id.node_name.clone(),
+        },
+        topology_policies: vec![legacy_policy(id.policy, id.scope).to_owned()],
+        attributes: vec![
+            attribute(ATTRIBUTE_POLICY, id.policy.as_str()),
+            attribute(ATTRIBUTE_SCOPE, id.scope.as_str()),
+        ],
+        zones,
+    })
+}
+
+/// The export of `admitter`'s providers on `machine` as `node_name`.
+pub fn of_admitter(
+    node_name: &str,
+    machine: &Machine,
+    admitter: &mut Admitter,
+) -> Result<NodeResourceTopology, NrtError> {
+    let id = NrtIdentity {
+        node_name: node_name.to_owned(),
+        policy: admitter.policy().name(),
+        scope: admitter.scope(),
+    };
+    let inv = inventories(admitter)?;
+    build(&id, machine, &inv)
+}
+
+/// Write `object` to `path` atomically (pretty JSON), for an agent that
+/// pushes it to the API server.
+pub fn write(path: &Path, object: &NodeResourceTopology) -> Result<(), NrtError> {
+    let mut text = serde_json::to_vec_pretty(object).unwrap_or_default();
+    text.push(b'\n');
+    crate::fsutil::write_atomic(path, &text)?;
+    Ok(())
+}
+
+/// A zone's name: `node-<id>`, as the API's helpers spell it.
+pub fn zone_name(id: NumaNodeId) -> String {
+    format!("node-{id}")
+}
+
+/// The deprecated `topologyPolicies` value (v1alpha2 still has the field,
+/// and schedulers older than the attributes read it).
+fn legacy_policy(policy: PolicyName, scope: Scope) -> &'static str {
+    match (policy, scope) {
+        (PolicyName::None, _) => "None",
+        (PolicyName::BestEffort, Scope::Container) => "BestEffortContainerLevel",
+        (PolicyName::BestEffort, Scope::Pod) => "BestEffortPodLevel",
+        (PolicyName::Restricted, Scope::Container) => "RestrictedContainerLevel",
+        (PolicyName::Restricted, Scope::Pod) => "RestrictedPodLevel",
+        (PolicyName::SingleNumaNode, Scope::Container) => "SingleNUMANodeContainerLevel",
+        (PolicyName::SingleNumaNode, Scope::Pod) => "SingleNUMANodePodLevel",
+    }
+}
+
+/// An amount in the SDK's canonical unit as a Kubernetes quantity:
+/// `cpu` millicores as cores (`"4"`, `"1500m"`), bytes of `memory`,
+/// `hugepages-*` and `ephemeral-storage` with the largest exact binary
+/// suffix (`"2Gi"`), anything else as a plain count.
+pub fn quantity(resource: &str, amount: u64) -> String {
+    if resource == "cpu" {
+        return if amount.is_multiple_of(1000) {
+            (amount / 1000).to_string()
+        } else {
+            format!("{amount}m")
+        };
+    }
+    let bytes = resource == "memory"
+        || resource == "ephemeral-storage"
+        || resource.starts_with("hugepages-");
+    if bytes && amount > 0 {
+        for (suffix, shift) in [
+            ("Ei", 60),
+            ("Pi", 50),
+            ("Ti", 40),
+            ("Gi", 30),
+            ("Mi", 20),
+            ("Ki", 10),
+        ] {
+            if amount.is_multiple_of(1u64 << shift) {
+                return format!("{}{suffix}", amount >> shift);
+            }
+        }
+    }
+    amount.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use topomgr_sdk::{CpuSet, NumaNode, ResourceInventory, Zone};
+
+    fn machine() -> Machine {
+        let n = |id: u8, d: [(u8, u32); 2]| {
+            NumaNode::new(NumaNodeId::from(id), CpuSet::default()).with_distances(
+                d.iter()
+                    .map(|(to, dist)| (NumaNodeId::from(*to), *dist))
+                    .collect(),
+            )
+        };
+        Machine::new(
+            vec![n(0, [(0, 10), (1, 21)]), n(1, [(0, 21), (1, 10)])],
+            Vec::new(),
+            Vec::new(),
+        )
+    }
+
+    fn res(zones: &[(Option<u8>, [u64; 3])]) -> ResourceInventory {
+        let zones: Vec<Zone> = zones
+            .iter()
+            .map(|(n, [c, al, av])| Zone::new(n.map(NumaNodeId::from), Amounts::new(*c, *al, *av)))
+            .collect();
+        let mut total = Amounts::default();
+        zones.iter().for_each(|z| total.add(z.amounts));
+        ResourceInventory::new(total, zones)
+    }
+
+    fn id() -> NrtIdentity {
+        NrtIdentity {
+            node_name: "worker-1".to_owned(),
+            policy: PolicyName::SingleNumaNode,
+            scope: Scope::Container,
+        }
+    }
+
+    #[test]
+    fn quantities_are_kubernetes_spellings() {
+        assert_eq!(quantity("cpu", 4000), "4");
+        assert_eq!(quantity("cpu", 1500), "1500m");
+        assert_eq!(quantity("cpu", 0), "0");
+        assert_eq!(quantity("memory", 8 << 30), "8Gi");
+        assert_eq!(quantity("memory", (8 << 30) + 512), "8589935104");
+        assert_eq!(quantity("hugepages-2Mi", 3 << 21), "6Mi");
+        assert_eq!(quantity("memory", 0), "0");
+        assert_eq!(quantity("example.com/widget", 1024), "1024");
+    }
+
+    #[test]
+    fn object_has_zones_costs_attributes_and_resources() {
+        let cpu = Inventory::new().with_resource(
+            "cpu",
+            res(&[(Some(0), [4000, 3000, 2000]), (Some(1), [4000, 4000, 4000])]),
+        );
+        let dev = Inventory::new().with_resource(
+            "example.com/widget",
+            res(&[(Some(1), [2, 2, 1]), (None, [1, 1, 1])]),
+        );
+        let inv = vec![("cpu".to_owned(), cpu), ("widgets".to_owned(), dev)];
+        let got = build(&id(), &machine(), &inv).unwrap();
+        let got = serde_json::to_value(got).unwrap();
+        let want = serde_json::json!({
+            "apiVersion": "topology.node.k8s.io/v1alpha2",
+            "kind": "NodeResourceTopology",
+            "metadata": {"name": "worker-1"},
+            "topologyPolicies": ["SingleNUMANodeContainerLevel"],
+            "attributes": [
+                {"name": "topologyManagerPolicy", "value": "single-numa-node"},
+                {"name": "topologyManagerScope", "value": "container"},
+            ],
+            "zones": [
+                {"name": "node-0", "type": "Node",
+                 "costs": [{"name": "node-0", "value": 10}, {"name": "node-1", "value": 21}],
+                 "resources": [{"name": "cpu", "capacity": "4", "allocatable": "3", "available": "2"}]},
+                {"name": "node-1", "type": "Node",
+                 "costs": [{"name": "node-0", "value": 21}, {"name": "node-1", "value": 10}],
+                 "resources": [
+                    {"name": "cpu", "capacity": "4", "allocatable": "4", "available": "4"},
+                    {"name": "example.com/widget", "capacity": "2", "allocatable": "2", "available": "1"},
+                 ]},
+            ],
+        });
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn two_owners_of_one_resource_is_an_error() {
+        let a = Inventory::new().with_resource("x.com/y", res(&[(Some(0), [1, 1, 1])]));
+        let inv = vec![("a".to_owned(), a.clone()), ("b".to_owned(), a)];
+        let err = build(&id(), &machine(), &inv).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "providers \"a\" and \"b\" both report resource \"x.com/y\"; give each resource to one provider"
+        );
+    }
+
+    #[test]
+    fn legacy_policies_follow_policy_and_scope() {
+        assert_eq!(legacy_policy(PolicyName::None, Scope::Pod), "None");
+        assert_eq!(
+            legacy_policy(PolicyName::Restricted, Scope::Pod),
+            "RestrictedPodLevel"
+        );
+        assert_eq!(
+            legacy_policy(PolicyName::BestEffort, Scope::Container),
+            "BestEffortContainerLevel"
+        );
+    }
+}

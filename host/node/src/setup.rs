@@ -1,0 +1,175 @@
+//! From a loaded configuration and a discovered machine to a working admitter:
+//! the policy, the scope and the providers, wired as every command, the
+//! daemon, the benches and the tests need them.
+//!
+//! This is the one place that turns [`HostConfig`] into an admitter's parts; the
+//! binary only adds reading the config file and choosing the sysfs root.
+//!
+//! - [`AdmitterParts::from_config`]: policy (created in the kubelet's order,
+//!   see [`topomgr_engine::policy`]), scope, and every enabled provider in name order,
+//!   each called directly (the daemon puts each on its own thread).
+//! - [`NodeState::from_config`]: the same with every provider called on
+//!   its own thread under the configured deadline (`[daemon]
+//!   provider_timeout_ms`), as one-shot commands use them.
+//! - [`load_provider`]: one configured provider, for the `provider` verbs.
+
+use std::time::Duration;
+
+use topomgr_sdk::Machine;
+
+use crate::config::HostConfig;
+use crate::node_state::{NodeState, Records};
+use crate::plugin::{self, PluginError};
+use topomgr_engine::admission::Admitter;
+use topomgr_engine::numa::{NumaError, NumaInfo};
+use topomgr_engine::policy::{Policy, PolicyError, Scope};
+use topomgr_engine::provider::Provider;
+
+/// Why the configuration could not be turned into an admitter.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// A provider name that no configuration file defines.
+    #[error("no provider {name:?} is configured (configured: {known})")]
+    UnknownProvider {
+        /// The name asked for.
+        name: String,
+        /// The configured names, comma-separated, or `none`.
+        known: String,
+    },
+    /// A provider that the configuration disables.
+    #[error(
+        "provider {name:?} is disabled (enabled = false in the configuration read from {files})"
+    )]
+    Disabled {
+        /// The provider.
+        name: String,
+        /// The configuration files read, comma-separated.
+        files: String,
+    },
+    /// A plugin that could not be loaded.
+    #[error(transparent)]
+    Plugin(#[from] PluginError),
+    /// The machine's NUMA information is unusable.
+    #[error(transparent)]
+    Numa(NumaError),
+    /// The policy could not be created from the configuration.
+    #[error("cannot create the Topology Manager policy: {0}")]
+    Policy(PolicyError),
+    /// A provider's thread could not be started.
+    #[error("cannot start the thread of provider {provider:?}: {cause}")]
+    ProviderThread {
+        /// The provider.
+        provider: String,
+        /// The error.
+        cause: std::io::Error,
+    },
+}
+
+/// What an admitter is made of.
+pub struct AdmitterParts {
+    /// The Topology Manager policy.
+    pub policy: Policy,
+    /// The admission scope.
+    pub scope: Scope,
+    /// Every enabled provider, in name order, called directly.
+    pub providers: Vec<Provider>,
+}
+
+impl AdmitterParts {
+    /// The policy, the scope and every enabled provider of `cfg` on `machine`.
+    pub fn from_config(cfg: &HostConfig, machine: &Machine) -> Result<Self, SetupError> {
+        let numa = NumaInfo::from_machine(machine).map_err(SetupError::Numa)?;
+        let (policy, scope) = Policy::create(&cfg.policy, &cfg.scope, &cfg.policy_options, numa)
+            .map_err(SetupError::Policy)?;
+        let providers = cfg
+            .enabled_providers()
+            .map(|(name, _)| load_direct(cfg, name, machine))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(AdmitterParts {
+            policy,
+            scope,
+            providers,
+        })
+    }
+}
+
+/// An admitter over [`AdmitterParts::from_config`], every provider called
+/// on its own thread with the configured deadline.
+fn admitter_from_config(cfg: &HostConfig, machine: &Machine) -> Result<Admitter, SetupError> {
+    let parts = AdmitterParts::from_config(cfg, machine)?;
+    let providers = parts
+        .providers
+        .into_iter()
+        .map(|p| with_deadline(cfg, p))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Admitter::new(machine, parts.policy, parts.scope, providers))
+}
+
+impl NodeState {
+    /// A node state over an admitter of [`AdmitterParts::from_config`] whose
+    /// providers each run on their own thread under the configured deadline,
+    /// with no records yet,
+    /// applying under the configured cgroup root, in this boot.
+    pub fn from_config(cfg: &HostConfig, machine: &Machine) -> Result<Self, SetupError> {
+        Ok(NodeState::new(
+            admitter_from_config(cfg, machine)?,
+            Records::default(),
+            &cfg.cgroup_root,
+            &crate::fsutil::boot_id(),
+        ))
+    }
+}
+
+/// One configured, enabled provider, called with the configured deadline.
+pub fn load_provider(
+    cfg: &HostConfig,
+    name: &str,
+    machine: &Machine,
+) -> Result<Provider, SetupError> {
+    with_deadline(cfg, load_direct(cfg, name, machine)?)
+}
+
+fn load_direct(cfg: &HostConfig, name: &str, machine: &Machine) -> Result<Provider, SetupError> {
+    let entry = cfg
+        .providers
+        .get(name)
+        .ok_or_else(|| SetupError::UnknownProvider {
+            name: name.to_owned(),
+            known: if cfg.providers.is_empty() {
+                "none".to_owned()
+            } else {
+                cfg.providers
+                    .keys()
+                    .map(String::as_str)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            },
+        })?;
+    if !entry.enabled {
+        return Err(SetupError::Disabled {
+            name: name.to_owned(),
+            files: cfg
+                .files
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+        });
+    }
+    let dirs = plugin::search_dirs(cfg);
+    let p = plugin::load_provider(name, entry, &dirs, machine, &cfg.state_dir)?;
+    Ok(p)
+}
+
+/// `provider` on its own thread, every call with the configured deadline,
+/// as the daemon calls it.
+fn with_deadline(cfg: &HostConfig, provider: Provider) -> Result<Provider, SetupError> {
+    let name = provider.name().to_owned();
+    let timeout = Duration::from_millis(cfg.daemon.provider_timeout_ms);
+    provider
+        .with_deadline(timeout)
+        .map_err(|cause| SetupError::ProviderThread {
+            provider: name,
+            cause,
+        })
+}

@@ -1,0 +1,68 @@
+//! A state directory as one-shot commands (`admit --state-dir`, `run`,
+//! `release --state-dir`, `explain --state-dir`, `export nrt --state-dir`)
+//! use it: locked (waiting for another holder up to [`STATE_LOCK_WAIT`]),
+//! restored into a [`NodeState`], saved after each change. The daemon holds
+//! the lock for its lifetime instead and commits through its state thread.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::checkpoint::CheckpointError;
+use crate::node_state::{NodeState, Reclaim};
+use crate::state_lock::{LockError, StateLock};
+use crate::store::{CommitError, Store};
+
+/// How long a one-shot command waits for another holder of the state lock.
+pub const STATE_LOCK_WAIT: Duration = Duration::from_secs(30);
+
+/// Why a state directory could not be opened or saved.
+#[derive(Debug, thiserror::Error)]
+pub enum StateDirError {
+    /// Another process holds the directory, or its lock file is unusable.
+    #[error(transparent)]
+    Lock(#[from] LockError),
+    /// The saved state could not be restored.
+    #[error("restoring state")]
+    Restore(#[source] CheckpointError),
+    /// The changes could not be made durable.
+    #[error("saving state")]
+    Save(#[source] CommitError),
+}
+
+/// A state directory held by one command: its lock (released on drop) and
+/// its store (snapshot and journal).
+pub struct StateDir {
+    _lock: StateLock,
+    store: Store,
+}
+
+impl StateDir {
+    /// Lock `dir` (waiting up to [`STATE_LOCK_WAIT`]) and restore it into `node`.
+    pub fn open(dir: &Path, node: &mut NodeState) -> Result<StateDir, StateDirError> {
+        let lock = StateLock::acquire_within(dir, STATE_LOCK_WAIT)?;
+        let boot_id = node.boot_id().to_owned();
+        let (store, restored) =
+            Store::open(dir, node.admitter_mut(), &boot_id).map_err(StateDirError::Restore)?;
+        for issue in &restored.issues {
+            tracing::warn!(state_dir = %dir.display(), %issue, "restored state does not match the machine or the config");
+        }
+        node.set_records(restored.records);
+        Ok(StateDir { _lock: lock, store })
+    }
+
+    /// Make what `node` changed since it was opened (or last saved) durable.
+    pub fn save(&mut self, node: &mut NodeState) -> Result<(), StateDirError> {
+        self.store.commit(node).map_err(StateDirError::Save)?;
+        Ok(())
+    }
+
+    /// Release the pods of dead `topomgr run` owners whose cgroups are
+    /// empty; log which stay held because processes remain.
+    pub fn reclaim(&self, node: &mut NodeState) {
+        for r in node.reclaim() {
+            if let Reclaim::Kept { uid, pids } = r {
+                tracing::info!(pod = %uid, ?pids, "pod of an ended topomgr run stays held: processes remain in its cgroup");
+            }
+        }
+    }
+}
