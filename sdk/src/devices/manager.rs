@@ -183,7 +183,7 @@ impl DeviceManager {
                         )));
                     }
                 }
-                let unknown = d.numa.and_not(machine_mask);
+                let unknown = d.numa.difference(machine_mask);
                 if !unknown.is_empty() {
                     return Err(config_error(format!(
                         "resource {resource}: device {:?} is on NUMA node(s) {unknown}, which this \

@@ -1074,8 +1074,8 @@ fn kubelet_hints(
     let mut hints = Vec::new();
     for_each_mask_in_kubelet_order(nodes, |mask| {
         let in_mask = all.iter().filter(|d| d.intersects(mask)).count() as u64;
-        if in_mask >= request && mask.count() < min {
-            min = mask.count();
+        if in_mask >= request && mask.len() < min {
+            min = mask.len();
         }
         let mut matching = 0u64;
         for d in reusable {
@@ -1094,7 +1094,7 @@ fn kubelet_hints(
     });
     hints
         .iter()
-        .map(|m| format!("{m}:{}", m.count() == min))
+        .map(|m| format!("{m}:{}", m.len() == min))
         .collect()
 }
 
