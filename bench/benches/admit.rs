@@ -25,7 +25,7 @@ use topomgr_daemon::metrics::Metrics;
 use topomgr_engine::admission::Admitter;
 use topomgr_engine::numa::NumaInfo;
 use topomgr_engine::policy::{Policy, Scope};
-use topomgr_engine::provider::{Provider, ProviderObserver};
+use topomgr_engine::provider::{LoadedProvider, ProviderObserver};
 use topomgr_node::config::ProviderEntry;
 use topomgr_sdk::{ContainerView, PodView, QosClass};
 
@@ -58,7 +58,7 @@ fn load(
     lib: &str,
     config: serde_json::Value,
     machine: &topomgr_sdk::Machine,
-) -> Provider {
+) -> LoadedProvider {
     let state = workspace().join("target/bench-state");
     topomgr_node::plugin::load_provider(name, &entry(libs, lib, config), &[], machine, &state)
         .unwrap_or_else(|e| panic!("load {name}: {e}"))
@@ -151,7 +151,7 @@ fn many_containers(c: &mut Criterion) {
     let sys = workspace().join("examples/machines/2s4n/sys");
     let machine = topomgr_discovery::discover(&sys).expect("discover");
     let metrics = Arc::new(Metrics::new());
-    let timed = |p: Provider| -> Provider {
+    let timed = |p: LoadedProvider| -> LoadedProvider {
         p.with_deadline(Duration::from_secs(60))
             .unwrap()
             .with_observer(Arc::clone(&metrics) as Arc<dyn ProviderObserver>)
@@ -165,7 +165,7 @@ fn many_containers(c: &mut Criterion) {
             &machine,
         )
     };
-    let sets: [(&str, Vec<Provider>); 2] = [
+    let sets: [(&str, Vec<LoadedProvider>); 2] = [
         ("mock", vec![timed(mock())]),
         (
             "cpu+memory+mock",

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use topomgr_engine::merge::{cross_product_merge, merge, MergeMode};
+use topomgr_engine::merge::oracle::cross_product_merge;
+use topomgr_engine::merge::{merge, MergeMode};
 use topomgr_engine::numa::NumaInfo;
 use topomgr_sdk::{
     for_each_mask_in_kubelet_order, CompactHints, HintSet, NumaMask, NumaNodeId, ProviderHints,

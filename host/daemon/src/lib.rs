@@ -1,9 +1,9 @@
 //! `topomgr serve`: the node daemon.
 //!
 //! - [`topomgr_node::state_lock`]: one daemon per state directory (`flock`);
-//! - [`topomgr_engine::provider::Provider::with_deadline`]: every provider on its own thread, each
+//! - [`topomgr_engine::provider::LoadedProvider::with_deadline`]: every provider on its own thread, each
 //!   call with a deadline, reporting to the metrics
-//!   ([`topomgr_engine::provider::Provider::with_observer`]);
+//!   ([`topomgr_engine::provider::LoadedProvider::with_observer`]);
 //! - [`state_thread`]: the one thread that owns the node state and applies
 //!   requests one at a time, with group-committed,
 //!   durable state ([`topomgr_node::store::Store`]: journal and snapshot);
@@ -46,7 +46,7 @@ use server::AppState;
 use state_thread::{StateThread, StateThreadSettings};
 use topomgr_engine::admission::Admitter;
 use topomgr_engine::policy::{Policy, Scope};
-use topomgr_engine::provider::{Provider, ProviderObserver};
+use topomgr_engine::provider::{LoadedProvider, ProviderObserver};
 use topomgr_node::state_lock::StateLock;
 
 /// Everything the daemon needs, prepared by `topomgr serve`.
@@ -70,7 +70,7 @@ pub struct Daemon {
     /// The scope.
     pub scope: Scope,
     /// Loaded providers, in call order.
-    pub providers: Vec<Provider>,
+    pub providers: Vec<LoadedProvider>,
     /// The held state-directory lock (kept for the daemon's lifetime).
     pub lock: StateLock,
     /// The NodeResourceTopology export (node name, file).
@@ -138,7 +138,7 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
 
 /// What a provider owns, for the metrics; a provider that cannot answer
 /// owns nothing there (it still works).
-fn inventory_of(p: &mut Provider) -> Inventory {
+fn inventory_of(p: &mut LoadedProvider) -> Inventory {
     p.inventory().unwrap_or_else(|e| {
         warn!(provider = p.name(), error = %e, "no inventory: its allocations are not counted as CPU or memory pinning");
         Inventory::default()
@@ -148,7 +148,7 @@ fn inventory_of(p: &mut Provider) -> Inventory {
 /// Restore state, bind the socket and serve until SIGTERM/SIGINT.
 pub fn run(d: Daemon) -> Result<(), DaemonError> {
     let metrics = Arc::new(Metrics::for_machine(&d.machine));
-    let mut providers: Vec<Provider> = Vec::with_capacity(d.providers.len());
+    let mut providers: Vec<LoadedProvider> = Vec::with_capacity(d.providers.len());
     for p in d.providers {
         let name = p.name().to_owned();
         let mut p = p

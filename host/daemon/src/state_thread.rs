@@ -43,10 +43,10 @@ use tracing::{error, info, warn};
 use super::metrics::Metrics;
 use topomgr_engine::admission::{AdmissionError, AdmitResult, Admitter, UID_CONFLICT};
 use topomgr_node::api::{Attached, Attachments};
-use topomgr_node::checkpoint::{self, Restored};
 use topomgr_node::node_state::{
     current_pool, AttachError, Change, NodeState, Reclaim, UnknownContainer,
 };
+use topomgr_node::snapshot::{self, Restored};
 use topomgr_node::store::Store;
 
 /// The most commands applied before one state-file write.
@@ -192,7 +192,7 @@ struct Worker {
 pub enum StartError {
     /// The saved state could not be restored.
     #[error("restoring state: {0}")]
-    Restore(checkpoint::CheckpointError),
+    Restore(snapshot::StateError),
     /// The state thread could not be started.
     #[error("cannot start the state thread: {0}")]
     Thread(std::io::Error),
@@ -200,8 +200,8 @@ pub enum StartError {
 
 // By hand, not `#[from]`: the message carries the restore error, so it is
 // not also chained as the source (the binary prints each cause once).
-impl From<checkpoint::CheckpointError> for StartError {
-    fn from(e: checkpoint::CheckpointError) -> Self {
+impl From<snapshot::StateError> for StartError {
+    fn from(e: snapshot::StateError) -> Self {
         StartError::Restore(e)
     }
 }

@@ -36,7 +36,7 @@ use tracing::{debug, info, warn};
 use crate::ledger::{Finding, Ledger};
 use crate::merge::MergeOutcome;
 use crate::policy::{Decision, Policy, PolicyName, Scope};
-use crate::provider::Provider;
+use crate::provider::LoadedProvider;
 
 /// The kubelet's reason for a topology rejection.
 pub const TOPOLOGY_AFFINITY_ERROR: &str = "TopologyAffinityError";
@@ -131,7 +131,7 @@ pub struct HeldProvider {
 #[derive(Clone, Copy)]
 pub enum ProviderState<'a> {
     /// A working provider: ask it for its checkpoint.
-    Live(&'a Provider),
+    Live(&'a LoadedProvider),
     /// A held provider: its saved bytes and the releases it has not seen.
     Held(&'a HeldProvider),
 }
@@ -141,7 +141,7 @@ pub enum ProviderState<'a> {
 pub struct Admitter {
     policy: Policy,
     scope: Scope,
-    providers: Vec<Provider>,
+    providers: Vec<LoadedProvider>,
     held: Vec<Option<HeldProvider>>,
     absent: BTreeMap<String, HeldProvider>,
     /// Per provider: changed since the last [`Admitter::take_changed_providers`].
@@ -168,7 +168,12 @@ impl Rejection {
 
 impl Admitter {
     /// A new admitter over loaded providers (called in this order) for `machine`.
-    pub fn new(machine: &Machine, policy: Policy, scope: Scope, providers: Vec<Provider>) -> Self {
+    pub fn new(
+        machine: &Machine,
+        policy: Policy,
+        scope: Scope,
+        providers: Vec<LoadedProvider>,
+    ) -> Self {
         Admitter {
             policy,
             scope,
@@ -194,12 +199,12 @@ impl Admitter {
     }
 
     /// The providers, in call order.
-    pub fn providers(&self) -> &[Provider] {
+    pub fn providers(&self) -> &[LoadedProvider] {
         &self.providers
     }
 
     /// Mutable access to the providers (restore).
-    pub fn providers_mut(&mut self) -> &mut [Provider] {
+    pub fn providers_mut(&mut self) -> &mut [LoadedProvider] {
         &mut self.providers
     }
 
@@ -509,7 +514,7 @@ impl Admitter {
     /// Ask every provider for hints.
     fn collect(
         &mut self,
-        mut ask: impl FnMut(&mut Provider) -> Result<ProviderHints, topomgr_sdk::ProviderError>,
+        mut ask: impl FnMut(&mut LoadedProvider) -> Result<ProviderHints, topomgr_sdk::ProviderError>,
     ) -> Result<Vec<(String, ProviderHints)>, Rejection> {
         let mut all = Vec::with_capacity(self.providers.len());
         for p in &mut self.providers {
@@ -914,8 +919,8 @@ mod tests {
         per: &[(&str, ProviderHints)],
         fail_for: Option<&str>,
         log: &Log,
-    ) -> Provider {
-        Provider::in_process(
+    ) -> LoadedProvider {
+        LoadedProvider::in_process(
             name,
             Fake {
                 name: name.into(),
@@ -931,8 +936,8 @@ mod tests {
         )
     }
 
-    fn giving(name: &str, alloc: Allocation, log: &Log) -> Provider {
-        Provider::in_process(
+    fn giving(name: &str, alloc: Allocation, log: &Log) -> LoadedProvider {
+        LoadedProvider::in_process(
             name,
             Fake {
                 name: name.into(),
@@ -1019,7 +1024,7 @@ mod tests {
                 PodRecorder(log.clone()),
                 TD_Opaque,
             ));
-            let mut p = Provider::new("recorder", None, handle);
+            let mut p = LoadedProvider::new("recorder", None, handle);
             if threaded {
                 p = p.with_deadline(std::time::Duration::from_secs(60)).unwrap();
             }
@@ -1102,7 +1107,7 @@ mod tests {
     fn a_rollback_against_a_stuck_provider_releases_what_it_allocated() {
         let log = Log::default();
         let (open, gate) = std::sync::mpsc::channel();
-        let p = Provider::in_process(
+        let p = LoadedProvider::in_process(
             "stalling",
             Stalling {
                 log: log.clone(),
@@ -1148,7 +1153,7 @@ mod tests {
             .with_containers(vec![container("app", false)])
     }
 
-    fn admitter(policy: &str, scope: Scope, providers: Vec<Provider>) -> Admitter {
+    fn admitter(policy: &str, scope: Scope, providers: Vec<LoadedProvider>) -> Admitter {
         let numa = NumaInfo::new(vec![0, 1], None).unwrap();
         Admitter::new(
             &topomgr_sdk::testkit::machine(2, 4),

@@ -65,7 +65,7 @@
 //!
 //! With [`LoadOptions::protected`] (`topomgr serve`, and every command run as
 //! root) the main file, the drop-in directory and every drop-in must pass
-//! [`crate::ownership::check_ownership`], as plugin libraries do: a drop-in is
+//! [`crate::trusted_file::check`], as plugin libraries do: a drop-in is
 //! configuration with the power of the daemon (its socket group, its plugins).
 
 use std::collections::BTreeMap;
@@ -76,7 +76,7 @@ use std::path::{Path, PathBuf};
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
 
-use crate::ownership::check_ownership;
+use crate::trusted_file;
 
 /// Where `topomgr` looks for its config when `--config` is not given.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/topomgr/topomgr.toml";
@@ -316,7 +316,7 @@ pub fn load_with(path: &Path, opts: &LoadOptions<'_>) -> Result<HostConfig, Conf
             return Ok(());
         }
         let canonical = p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
-        check_ownership(&canonical).map_err(|why| ConfigError::Insecure {
+        trusted_file::check(&canonical).map_err(|why| ConfigError::Insecure {
             what,
             path: p.to_path_buf(),
             why,

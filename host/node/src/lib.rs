@@ -8,16 +8,16 @@
 //! admission.
 
 pub mod api;
-pub mod checkpoint;
 pub mod config;
 pub mod fsutil;
 pub mod journal;
 pub mod node_state;
 pub mod nrt;
-pub mod owner;
-pub mod ownership;
 pub mod plugin;
+pub mod pod_owner;
 pub mod setup;
+pub mod snapshot;
 pub mod state_dir;
 pub mod state_lock;
 pub mod store;
+pub mod trusted_file;

@@ -45,7 +45,7 @@ use topomgr_sdk::{CpuSet, PodView};
 use tracing::{info, warn};
 
 use crate::api::{Attached, Attachments};
-use crate::owner::Owner;
+use crate::pod_owner::Owner;
 use topomgr_cgroup::pool::{self, PoolWrite};
 use topomgr_cgroup::{CgroupError, CgroupManager, CgroupPath, TOPOMGR_PARENT};
 use topomgr_engine::admission::{

@@ -6,7 +6,7 @@
 //! (it contains `/` or ends in `.so`).
 //!
 //! Before a file is opened, it and every directory above it must pass
-//! [`crate::ownership::check_ownership`] (owned by root or the user running
+//! [`crate::trusted_file::check`] (owned by root or the user running
 //! topomgr, not writable by group or others). Each file
 //! is loaded with its own `lib_header_from_path(..).init_root_module()` so
 //! that different plugins never share a cached root module. abi_stable checks
@@ -21,8 +21,8 @@ use topomgr_sdk::ffi::{self, FfiInit, ProviderModRef};
 use topomgr_sdk::{Machine, ProviderError, SDK_ABI_VERSION, SDK_VERSION};
 
 use crate::config::{is_path, HostConfig, ProviderEntry};
-pub use crate::ownership::check_ownership;
-use topomgr_engine::provider::Provider;
+use crate::trusted_file;
+use topomgr_engine::provider::LoadedProvider;
 
 /// Why a provider could not be loaded.
 #[derive(Debug, thiserror::Error)]
@@ -182,7 +182,7 @@ pub fn load_provider(
     search_dirs: &[PathBuf],
     machine: &Machine,
     state_dir: &Path,
-) -> Result<Provider, PluginError> {
+) -> Result<LoadedProvider, PluginError> {
     let machine_json = serde_json::to_value(machine).map_err(|e| PluginError::Machine {
         provider: name.to_owned(),
         reason: e.to_string(),
@@ -199,14 +199,14 @@ pub fn load_provider_from_json(
     search_dirs: &[PathBuf],
     machine_json: &serde_json::Value,
     state_dir: &Path,
-) -> Result<Provider, PluginError> {
+) -> Result<LoadedProvider, PluginError> {
     let found = resolve_library(name, &entry.library, search_dirs)?;
     let path = found.canonicalize().map_err(|e| PluginError::Open {
         provider: name.to_owned(),
         path: found.clone(),
         reason: e.to_string(),
     })?;
-    check_ownership(&path).map_err(|why| PluginError::Insecure {
+    trusted_file::check(&path).map_err(|why| PluginError::Insecure {
         provider: name.to_owned(),
         path: path.clone(),
         why,
@@ -239,7 +239,7 @@ pub fn load_provider_from_json(
         error,
     })?;
     tracing::info!(provider = name, path = %path.display(), "provider loaded");
-    Ok(Provider::new(name, Some(path), handle))
+    Ok(LoadedProvider::new(name, Some(path), handle))
 }
 
 fn open_module(name: &str, path: &Path) -> Result<ProviderModRef, PluginError> {
@@ -456,13 +456,13 @@ Found:
             library_file_name("topomgr_provider_cpu"),
             "libtopomgr_provider_cpu.so"
         );
-        assert_eq!(check_ownership(Path::new("/")), Ok(()));
+        assert_eq!(trusted_file::check(Path::new("/")), Ok(()));
         let tmp = std::env::temp_dir().join(format!("topomgr-own-{}", std::process::id()));
         std::fs::create_dir_all(&tmp).unwrap();
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o757)).unwrap();
         assert_eq!(
-            check_ownership(&tmp),
+            trusted_file::check(&tmp),
             Err(format!(
                 "{} is writable by everyone (mode 0757); run chmod o-w on it",
                 tmp.display()

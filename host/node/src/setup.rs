@@ -23,7 +23,7 @@ use crate::plugin::{self, PluginError};
 use topomgr_engine::admission::Admitter;
 use topomgr_engine::numa::{NumaError, NumaInfo};
 use topomgr_engine::policy::{Policy, PolicyError, Scope};
-use topomgr_engine::provider::Provider;
+use topomgr_engine::provider::LoadedProvider;
 
 /// Why the configuration could not be turned into an admitter.
 #[derive(Debug, thiserror::Error)]
@@ -72,7 +72,7 @@ pub struct AdmitterParts {
     /// The admission scope.
     pub scope: Scope,
     /// Every enabled provider, in name order, called directly.
-    pub providers: Vec<Provider>,
+    pub providers: Vec<LoadedProvider>,
 }
 
 impl AdmitterParts {
@@ -125,11 +125,15 @@ pub fn load_provider(
     cfg: &HostConfig,
     name: &str,
     machine: &Machine,
-) -> Result<Provider, SetupError> {
+) -> Result<LoadedProvider, SetupError> {
     with_deadline(cfg, load_direct(cfg, name, machine)?)
 }
 
-fn load_direct(cfg: &HostConfig, name: &str, machine: &Machine) -> Result<Provider, SetupError> {
+fn load_direct(
+    cfg: &HostConfig,
+    name: &str,
+    machine: &Machine,
+) -> Result<LoadedProvider, SetupError> {
     let entry = cfg
         .providers
         .get(name)
@@ -163,7 +167,7 @@ fn load_direct(cfg: &HostConfig, name: &str, machine: &Machine) -> Result<Provid
 
 /// `provider` on its own thread, every call with the configured deadline,
 /// as the daemon calls it.
-fn with_deadline(cfg: &HostConfig, provider: Provider) -> Result<Provider, SetupError> {
+fn with_deadline(cfg: &HostConfig, provider: LoadedProvider) -> Result<LoadedProvider, SetupError> {
     let name = provider.name().to_owned();
     let timeout = Duration::from_millis(cfg.daemon.provider_timeout_ms);
     provider

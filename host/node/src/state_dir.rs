@@ -7,8 +7,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::checkpoint::CheckpointError;
 use crate::node_state::{NodeState, Reclaim};
+use crate::snapshot::StateError;
 use crate::state_lock::{LockError, StateLock};
 use crate::store::{CommitError, Store};
 
@@ -23,7 +23,7 @@ pub enum StateDirError {
     Lock(#[from] LockError),
     /// The saved state could not be restored.
     #[error("restoring state")]
-    Restore(#[source] CheckpointError),
+    Restore(#[source] StateError),
     /// The changes could not be made durable.
     #[error("saving state")]
     Save(#[source] CommitError),

@@ -1,5 +1,5 @@
 //! The durable state of a state directory: a snapshot ([`STATE_FILE`],
-//! [`crate::checkpoint`]) and the journal of every change made since
+//! [`crate::snapshot`]) and the journal of every change made since
 //! ([`JOURNAL_FILE`], [`crate::journal`]).
 //!
 //! # Writing: proportional to the change
@@ -45,16 +45,15 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::checkpoint::{
-    self, body_of, encode, provider_bytes, provider_part, read_snapshot, to_hex, Body,
-    CheckpointError, Restored, STATE_FILE,
-};
 use crate::fsutil::{self, write_atomic};
 use crate::journal::{self, Journal, JournalHeader, JOURNAL_FILE, JOURNAL_FORMAT, JOURNAL_VERSION};
 use crate::node_state::{Change, NodeState};
+use crate::snapshot::{
+    self, body_of, encode, provider_bytes, provider_error, provider_part, read_snapshot, to_hex,
+    Body, Restored, StateError, STATE_FILE,
+};
 use topomgr_engine::admission::{Admitter, PendingReleases, ProviderState};
-use topomgr_engine::provider::Provider;
-use topomgr_engine::provider::PROVIDER_TIMEOUT;
+use topomgr_engine::provider::LoadedProvider;
 
 /// The journal is compacted once it is larger than this and larger than
 /// the snapshot.
@@ -111,7 +110,7 @@ struct Recovered {
     journal: Option<(u64, u64, String)>,
 }
 
-fn recover(dir: &Path) -> Result<Recovered, CheckpointError> {
+fn recover(dir: &Path) -> Result<Recovered, StateError> {
     let snapshot = dir.join(STATE_FILE);
     let (mut boot_id, mut body, snapshot_len) = match read_snapshot(&snapshot)? {
         Some((boot, body, len)) => (Some(boot), body, len),
@@ -128,7 +127,7 @@ fn recover(dir: &Path) -> Result<Recovered, CheckpointError> {
                 let record: Record = match serde_json::from_slice(payload) {
                     Ok(r) => r,
                     Err(e) => {
-                        return Err(CheckpointError::Corrupt {
+                        return Err(StateError::Corrupt {
                             path: path.clone(),
                             reason: format!(
                                 "record {} has a valid checksum but does not parse: {e}",
@@ -138,7 +137,7 @@ fn recover(dir: &Path) -> Result<Recovered, CheckpointError> {
                     }
                 };
                 if record.seq != seq + 1 {
-                    return Err(CheckpointError::Corrupt {
+                    return Err(StateError::Corrupt {
                         path: path.clone(),
                         reason: format!(
                             "record {} has sequence number {}, expected {}",
@@ -189,7 +188,7 @@ pub struct Store {
 /// Why a commit failed (nothing of it is durable).
 #[derive(Debug, thiserror::Error)]
 #[error(transparent)]
-pub struct CommitError(#[from] CheckpointError);
+pub struct CommitError(#[from] StateError);
 
 impl Store {
     /// Recover the state of `dir` (lock it first) into `admitter`: snapshot
@@ -199,14 +198,14 @@ impl Store {
         dir: &Path,
         admitter: &mut Admitter,
         boot_id: &str,
-    ) -> Result<(Store, Restored), CheckpointError> {
+    ) -> Result<(Store, Restored), StateError> {
         fsutil::remove_stale_temps(dir, STATE_FILE);
         let rec = recover(dir)?;
         let found = rec.boot_id.is_some();
         let generation = rec.body.generation;
         let saved_boot = rec.boot_id.clone().unwrap_or_else(|| boot_id.to_owned());
         let restored = if found {
-            checkpoint::install(
+            snapshot::install(
                 &dir.join(STATE_FILE),
                 saved_boot,
                 rec.body,
@@ -267,7 +266,7 @@ impl Store {
         self.seq
     }
 
-    fn new_journal(&mut self) -> Result<(), CheckpointError> {
+    fn new_journal(&mut self) -> Result<(), StateError> {
         self.journal = None;
         let header = JournalHeader {
             format: JOURNAL_FORMAT.to_owned(),
@@ -352,12 +351,12 @@ impl Store {
             }
         }
         node.admitter_mut().keep_changed(&later);
-        let payload = serde_json::to_vec(&record).map_err(|e| CheckpointError::Corrupt {
+        let payload = serde_json::to_vec(&record).map_err(|e| StateError::Corrupt {
             path: self.dir.join(JOURNAL_FILE),
             reason: format!("cannot serialize a journal record: {e}"),
         })?;
         let Some(journal) = self.journal.as_mut() else {
-            return Err(CheckpointError::Corrupt {
+            return Err(StateError::Corrupt {
                 path: self.dir.join(JOURNAL_FILE),
                 reason: "no journal to append to".to_owned(),
             }
@@ -367,7 +366,7 @@ impl Store {
             if !e.clean {
                 self.journal = None;
             }
-            return Err(CheckpointError::from(e.error).into());
+            return Err(StateError::from(e.error).into());
         }
         self.seq = record.seq;
         Ok(record.changes)
@@ -378,7 +377,7 @@ impl Store {
     pub fn compact(&mut self, node: &NodeState) -> Result<(), CommitError> {
         let body = body_of(node.admitter(), node.records(), self.generation + 1)?;
         let bytes = encode(&body, &self.boot_id)?;
-        write_atomic(&self.dir.join(STATE_FILE), &bytes).map_err(CheckpointError::from)?;
+        write_atomic(&self.dir.join(STATE_FILE), &bytes).map_err(StateError::from)?;
         self.generation += 1;
         self.snapshot_len = bytes.len() as u64;
         if let Err(e) = self.new_journal() {
@@ -389,11 +388,11 @@ impl Store {
     }
 
     /// Roll `node` back to what is durable (after a failed commit).
-    pub fn reload(&mut self, node: &mut NodeState) -> Result<Restored, CheckpointError> {
+    pub fn reload(&mut self, node: &mut NodeState) -> Result<Restored, StateError> {
         let rec = recover(&self.dir)?;
         let saved_boot = rec.boot_id.clone().unwrap_or_else(|| self.boot_id.clone());
         self.generation = rec.body.generation;
-        let restored = checkpoint::install(
+        let restored = snapshot::install(
             &self.dir.join(STATE_FILE),
             saved_boot,
             rec.body,
@@ -415,15 +414,15 @@ impl Store {
 
 /// Whether `e` is a provider that cannot answer because a call of it timed
 /// out and has not returned yet.
-fn is_stuck(e: &CheckpointError) -> bool {
-    matches!(e, CheckpointError::Provider { message, .. } if message.starts_with(PROVIDER_TIMEOUT))
+fn is_stuck(e: &StateError) -> bool {
+    matches!(e, StateError::ProviderStuck { .. })
 }
 
 /// The recovered state of `dir` as JSON (the snapshot body with the journal
 /// applied): for tests and for looking at a state directory.
-pub fn state_json(dir: &Path) -> Result<serde_json::Value, CheckpointError> {
+pub fn state_json(dir: &Path) -> Result<serde_json::Value, StateError> {
     let rec = recover(dir)?;
-    serde_json::to_value(&rec.body).map_err(|e| CheckpointError::Corrupt {
+    serde_json::to_value(&rec.body).map_err(|e| StateError::Corrupt {
         path: dir.join(STATE_FILE),
         reason: e.to_string(),
     })
@@ -431,7 +430,7 @@ pub fn state_json(dir: &Path) -> Result<serde_json::Value, CheckpointError> {
 
 /// Restore one provider (`topomgr provider NAME ... --state-dir`) from the
 /// recovered state of `dir`, if it has a part for it.
-pub fn restore_provider(dir: &Path, provider: &mut Provider) -> Result<(), CheckpointError> {
+pub fn restore_provider(dir: &Path, provider: &mut LoadedProvider) -> Result<(), StateError> {
     let rec = recover(dir)?;
     let Some(hex) = rec.body.providers.get(provider.name()) else {
         return Ok(());
@@ -441,27 +440,19 @@ pub fn restore_provider(dir: &Path, provider: &mut Provider) -> Result<(), Check
     provider
         .restore(&bytes)
         .map(|_reconciled| ())
-        .map_err(|e| CheckpointError::Provider {
-            provider: provider.name().to_string(),
-            message: e.to_string(),
-            path,
-        })
+        .map_err(|e| provider_error(provider.name(), &e, path))
 }
 
 /// Save one provider's state into `dir`, keeping everything else its state
 /// holds: a new snapshot (and journal) with that provider's part replaced.
-pub fn save_provider(dir: &Path, provider: &Provider) -> Result<(), CheckpointError> {
+pub fn save_provider(dir: &Path, provider: &LoadedProvider) -> Result<(), StateError> {
     let boot_id = &fsutil::boot_id();
     let rec = recover(dir)?;
     let mut body = rec.body;
     let path = dir.join(STATE_FILE);
     let bytes = provider
         .checkpoint()
-        .map_err(|e| CheckpointError::Provider {
-            provider: provider.name().to_string(),
-            message: e.to_string(),
-            path: path.clone(),
-        })?;
+        .map_err(|e| provider_error(provider.name(), &e, path.clone()))?;
     body.providers
         .insert(provider.name().to_string(), to_hex(&bytes));
     body.pending_releases.remove(provider.name());
@@ -491,6 +482,7 @@ mod tests {
     use crate::node_state::Records;
     use topomgr_engine::numa::NumaInfo;
     use topomgr_engine::policy::{Policy, Scope};
+    use topomgr_engine::provider::PROVIDER_TIMEOUT;
 
     /// Gives every container one exclusive CPU, the lowest free one; its
     /// state is the set of (pod, container, cpu) it holds.
@@ -538,11 +530,11 @@ mod tests {
     }
 
     fn node(dir: &Path) -> NodeState {
-        node_with(dir, Provider::in_process("cpus", Cpus::default()))
+        node_with(dir, LoadedProvider::in_process("cpus", Cpus::default()))
     }
 
     /// A node on a 1-node, 8-CPU machine, policy none, with `provider`.
-    fn node_with(dir: &Path, provider: Provider) -> NodeState {
+    fn node_with(dir: &Path, provider: LoadedProvider) -> NodeState {
         let machine = testkit::machine(1, 8);
         let policy = Policy::new(
             "none",
@@ -639,7 +631,7 @@ mod tests {
     fn a_release_while_a_provider_is_stuck_survives_a_crash() {
         let dir = scratch("stuck-release");
         let (open_gate, gate) = std::sync::mpsc::channel();
-        let provider = Provider::in_process(
+        let provider = LoadedProvider::in_process(
             "cpus",
             SlowCpus {
                 cpus: Cpus::default(),

@@ -45,7 +45,7 @@ use topomgr_cgroup::{Cgroup, CgroupError, CgroupManager, CgroupPath};
 use topomgr_engine::admission::AdmitResult;
 use topomgr_node::config::HostConfig;
 use topomgr_node::node_state::{AttachError, NodeState};
-use topomgr_node::owner::Owner;
+use topomgr_node::pod_owner::Owner;
 use topomgr_node::setup::SetupError;
 use topomgr_node::state_dir::{StateDir, StateDirError};
 use topomgr_sdk::{ContainerView, Machine, PodView, QosClass, ResourceList};

@@ -14,7 +14,7 @@ use topomgr_cgroup::{CgroupManager, CgroupPath, CgroupVersion, Cpuset};
 use topomgr_engine::admission::Admitter;
 use topomgr_engine::numa::NumaInfo;
 use topomgr_engine::policy::{Policy, Scope};
-use topomgr_engine::provider::Provider;
+use topomgr_engine::provider::LoadedProvider;
 use topomgr_node::node_state::{NodeState, Records};
 use topomgr_sdk::{
     testkit, Allocation, ContainerView, CpuSet, NumaMask, PodView, ProviderError, ProviderHints,
@@ -372,7 +372,7 @@ fn shared_pool_follows_exclusive_assignments() {
         &machine,
         policy,
         Scope::Container,
-        vec![Provider::in_process("scripted", Scripted(script))],
+        vec![LoadedProvider::in_process("scripted", Scripted(script))],
     );
     let mut node = NodeState::new(admitter, Records::default(), &dir, "boot")
         .with_cgroups(cgroup_tree::detect(&dir).unwrap());

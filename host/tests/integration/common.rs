@@ -244,7 +244,7 @@ pub fn load_on_example_machine(
     name: &str,
     so: &Path,
     config: serde_json::Value,
-) -> topomgr_engine::provider::Provider {
+) -> topomgr_engine::provider::LoadedProvider {
     let machine = topomgr_discovery::discover(Path::new(&example_sys())).expect("example machine");
     let entry = topomgr_node::config::ProviderEntry {
         library: so.to_string_lossy().into_owned(),

@@ -412,7 +412,7 @@ fn corpus_hybrid_machine_never_hands_out_the_reserved_cpu() {
 }
 
 /// `(node, capacity, allocatable, available)` of every `cpu` zone, in CPUs.
-fn cpu_zones(p: &mut topomgr_engine::provider::Provider) -> Vec<(u32, u64, u64, u64)> {
+fn cpu_zones(p: &mut topomgr_engine::provider::LoadedProvider) -> Vec<(u32, u64, u64, u64)> {
     let inv = p.inventory().expect("inventory");
     let r = &inv.resources["cpu"];
     let zones: Vec<(u32, u64, u64, u64)> = r

@@ -278,7 +278,10 @@ fn corpus_machine_history() {
 
 /// `(node, capacity, allocatable, available)` of every zone of `resource`,
 /// in MiB.
-fn zones(p: &mut topomgr_engine::provider::Provider, resource: &str) -> Vec<(u32, u64, u64, u64)> {
+fn zones(
+    p: &mut topomgr_engine::provider::LoadedProvider,
+    resource: &str,
+) -> Vec<(u32, u64, u64, u64)> {
     let inv = p.inventory().expect("inventory");
     let r = &inv.resources[resource];
     let mib = 1 << 20;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use serde_json::json;
-use topomgr_engine::provider::Provider;
+use topomgr_engine::provider::LoadedProvider;
 use topomgr_node::config::{HostConfig, ProviderEntry};
 use topomgr_node::plugin::{load_provider, search_dirs, PluginError};
 use topomgr_sdk::{testkit, NumaMask, PreferredAllocationRequest, ProviderError, TopologyHint};
@@ -31,7 +31,11 @@ fn state_dir() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugin-state")
 }
 
-fn load(name: &str, library: &Path, config: serde_json::Value) -> Result<Provider, PluginError> {
+fn load(
+    name: &str,
+    library: &Path,
+    config: serde_json::Value,
+) -> Result<LoadedProvider, PluginError> {
     load_provider(
         name,
         &entry(library, config),
@@ -41,7 +45,7 @@ fn load(name: &str, library: &Path, config: serde_json::Value) -> Result<Provide
     )
 }
 
-fn load_ok(name: &str, library: &Path, config: serde_json::Value) -> Provider {
+fn load_ok(name: &str, library: &Path, config: serde_json::Value) -> LoadedProvider {
     load(name, library, config).unwrap_or_else(|e| panic!("loading {name}: {e}"))
 }
 
@@ -221,7 +225,7 @@ fn a_panic_in_any_method_is_an_error_and_the_provider_keeps_working() {
             &p.mock,
             json!({"panic_in": point, "hints": {"r": "none"}}),
         );
-        let call = |m: &mut Provider, what: &str| -> Result<(), ProviderError> {
+        let call = |m: &mut LoadedProvider, what: &str| -> Result<(), ProviderError> {
             match what {
                 "hints" => m.topology_hints(&pod, c).map(drop),
                 "pod_hints" => m.pod_topology_hints(&pod).map(drop),

@@ -13,11 +13,11 @@
 //! late answer never leaks resources and never blocks a caller.
 //!
 //! Every call's duration and every missed deadline is reported to the
-//! provider's [`ProviderObserver`], when it has one; [`super::Provider`]
+//! provider's [`ProviderObserver`], when it has one; [`super::LoadedProvider`]
 //! reports the answers.
 //!
 //! The pod crosses to the provider's thread as the `Arc<PodView>` the caller
-//! shared ([`super::Provider::share_pod`]; an admission calls every provider
+//! shared ([`super::LoadedProvider::share_pod`]; an admission calls every provider
 //! once or twice per container, with the same pod): recognising it costs a
 //! pointer comparison (`Deadline::shared`), where copying or even
 //! comparing a pod of many containers on every call would make an admission
@@ -57,7 +57,7 @@ pub(super) struct Deadline {
     jobs: mpsc::Sender<Job>,
     abandoned: Arc<Mutex<Option<Abandoned>>>,
     /// Releases queued behind a stuck call since the provider's state was
-    /// last read ([`super::Provider::unsaved_releases`]).
+    /// last read ([`super::LoadedProvider::unsaved_releases`]).
     unsaved_releases: Mutex<Vec<(String, String)>>,
 }
 

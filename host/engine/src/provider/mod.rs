@@ -1,18 +1,18 @@
-//! [`Provider`]: the host's one view of a hint provider.
+//! [`LoadedProvider`]: the host's one view of a hint provider.
 //!
 //! Every provider the host drives is a plugin behind its FFI handle
 //! ([`ProviderHandle`]): loaded from a `.so` by `topomgr_node::plugin`, or built
 //! in process from a [`topomgr_sdk::Provider`] value by
-//! [`Provider::in_process`] (tests and benches: the same boundary adapter,
+//! [`LoadedProvider::in_process`] (tests and benches: the same boundary adapter,
 //! the same conversions and panic guard, no `dlopen`). It is called either
-//! on the caller's thread or, after [`Provider::with_deadline`], on its own
+//! on the caller's thread or, after [`LoadedProvider::with_deadline`], on its own
 //! thread with a deadline (`provider/deadline.rs`). The admission pipeline,
 //! the state store, the NRT export and the daemon see only this type, so the
 //! six calls of the provider contract are declared once on the host side.
 //!
 //! What the calls did (durations, deadlines missed, hints and allocations
 //! given) is reported to a [`ProviderObserver`] when one is set
-//! ([`Provider::with_observer`]: the daemon's metrics); one-shot commands
+//! ([`LoadedProvider::with_observer`]: the daemon's metrics); one-shot commands
 //! set none.
 
 mod deadline;
@@ -31,7 +31,7 @@ use tracing::warn;
 use deadline::Deadline;
 pub use deadline::PROVIDER_TIMEOUT;
 
-/// What a [`Provider`]'s calls report, in both calling modes (on the
+/// What a [`LoadedProvider`]'s calls report, in both calling modes (on the
 /// caller's thread and on the provider's own thread): the daemon's metrics
 /// implement it.
 pub trait ProviderObserver: Send + Sync {
@@ -57,7 +57,7 @@ pub trait ProviderObserver: Send + Sync {
 }
 
 /// One hint provider as the host drives it.
-pub struct Provider {
+pub struct LoadedProvider {
     name: String,
     library: Option<PathBuf>,
     calls: Calls,
@@ -86,7 +86,7 @@ enum Calls {
     Deadline(Deadline),
 }
 
-impl std::fmt::Debug for Provider {
+impl std::fmt::Debug for LoadedProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Provider")
             .field("name", &self.name)
@@ -96,11 +96,11 @@ impl std::fmt::Debug for Provider {
     }
 }
 
-impl Provider {
+impl LoadedProvider {
     /// Provider `name` behind `handle`, loaded from `library` (if any),
     /// called on the caller's thread.
     pub fn new(name: &str, library: Option<PathBuf>, handle: ProviderHandle) -> Self {
-        Provider {
+        LoadedProvider {
             name: name.to_owned(),
             library,
             calls: Calls::Direct(handle),
@@ -111,7 +111,7 @@ impl Provider {
     /// `provider` as provider `name`, behind the same boundary adapter as a
     /// plugin, without a shared library (fakes in tests and benches).
     pub fn in_process<P: topomgr_sdk::Provider>(name: &str, provider: P) -> Self {
-        Provider::new(name, None, ffi::in_process(provider))
+        LoadedProvider::new(name, None, ffi::in_process(provider))
     }
 
     /// The provider on its own thread, every call waiting at most `timeout`
@@ -125,12 +125,12 @@ impl Provider {
                 Calls::Deadline(d)
             }
         };
-        Ok(Provider { calls, ..self })
+        Ok(LoadedProvider { calls, ..self })
     }
 
     /// The provider reporting its calls to `observer` (replacing any other).
     pub fn with_observer(self, observer: Arc<dyn ProviderObserver>) -> Self {
-        Provider {
+        LoadedProvider {
             observer: Some(observer),
             ..self
         }
@@ -275,7 +275,7 @@ impl Provider {
     /// it returns. Until then they are neither in the ledger nor offered by
     /// the provider, so nothing is handed out twice. Its saved state cannot
     /// be read meanwhile, so the store records these releases
-    /// ([`Provider::unsaved_releases`]) and a restore replays them on the
+    /// ([`LoadedProvider::unsaved_releases`]) and a restore replays them on the
     /// state saved before.
     pub fn release(&mut self, pod_uid: &str, container: &str) -> Result<(), ProviderError> {
         let observer = self.observer.as_deref();
@@ -452,7 +452,7 @@ mod tests {
         let log = Log::default();
         let (open_allocate, allocate_gate) = mpsc::channel();
         let (open_release, release_gate) = mpsc::channel();
-        let mut p = Provider::in_process(
+        let mut p = LoadedProvider::in_process(
             "gated",
             Gated {
                 log: log.clone(),

@@ -35,7 +35,7 @@
 //! verified before anything is handed to a provider; the boot id tells
 //! whether the machine rebooted since. Then, when the state is installed:
 //! - a configured provider without saved state while pods are admitted is
-//!   refused ([`CheckpointError::MissingProviderState`]): starting it empty
+//!   refused ([`StateError::MissingProviderState`]): starting it empty
 //!   could hand out what those pods hold;
 //! - a provider that refuses its saved state (e.g. it names CPUs that
 //!   vanished) is *held* ([`topomgr_engine::admission::HeldProvider`]): its bytes are
@@ -58,15 +58,17 @@ use crate::api::Attachments;
 use crate::fsutil::PathError;
 use crate::journal::JournalError;
 use crate::node_state::Records;
-use crate::owner::Owner;
+use crate::pod_owner::Owner;
 use topomgr_engine::admission::{
     AdmitResult, Admitter, HeldProvider, PendingReleases, ProviderState,
 };
 use topomgr_engine::ledger::Finding;
+use topomgr_engine::provider::PROVIDER_TIMEOUT;
+use topomgr_sdk::ProviderError;
 
 /// Errors reading or writing a state directory; each names its path.
 #[derive(Debug, thiserror::Error)]
-pub enum CheckpointError {
+pub enum StateError {
     /// An IO error on a path.
     #[error("{path}: {cause}")]
     Io {
@@ -109,6 +111,18 @@ pub enum CheckpointError {
         /// The state file.
         path: PathBuf,
     },
+    /// A provider cannot give its state now: a call of it missed its
+    /// deadline and has not returned (reason
+    /// [`topomgr_engine::provider::PROVIDER_TIMEOUT`]).
+    #[error("provider {provider:?}: {message} ({path})")]
+    ProviderStuck {
+        /// Provider name.
+        provider: String,
+        /// The provider's message.
+        message: String,
+        /// The state file.
+        path: PathBuf,
+    },
     /// The journal could not be read, started or appended to.
     #[error(transparent)]
     Journal(#[from] JournalError),
@@ -124,17 +138,17 @@ pub enum CheckpointError {
     },
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
-    move |source| CheckpointError::Io {
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StateError + '_ {
+    move |source| StateError::Io {
         path: path.to_path_buf(),
         cause: source,
     }
 }
 
 // By hand, not `#[from]`: the message carries the path and the cause.
-impl From<PathError> for CheckpointError {
+impl From<PathError> for StateError {
     fn from(e: PathError) -> Self {
-        CheckpointError::Io {
+        StateError::Io {
             path: e.path,
             cause: e.cause,
         }
@@ -204,8 +218,8 @@ pub(crate) fn provider_bytes(
     path: &Path,
     provider: &str,
     hex: &str,
-) -> Result<Vec<u8>, CheckpointError> {
-    from_hex(hex).ok_or_else(|| CheckpointError::Corrupt {
+) -> Result<Vec<u8>, StateError> {
+    from_hex(hex).ok_or_else(|| StateError::Corrupt {
         path: path.to_path_buf(),
         reason: format!("provider {provider:?}: state is not hex"),
     })
@@ -215,19 +229,37 @@ fn sha256_hex(data: &[u8]) -> String {
     to_hex(&Sha256::digest(data))
 }
 
+/// Provider `name`'s failure `e` to give or take its state in `path`:
+/// [`StateError::ProviderStuck`] for a provider stuck in a call that timed
+/// out, else [`StateError::Provider`].
+pub(crate) fn provider_error(name: &str, e: &ProviderError, path: PathBuf) -> StateError {
+    let (provider, message) = (name.to_owned(), e.to_string());
+    if e.reason == PROVIDER_TIMEOUT {
+        StateError::ProviderStuck {
+            provider,
+            message,
+            path,
+        }
+    } else {
+        StateError::Provider {
+            provider,
+            message,
+            path,
+        }
+    }
+}
+
 /// One provider's part of the state: its checkpoint bytes, and the
 /// releases it has not seen when it is held or not configured.
 pub(crate) fn provider_part(
     name: &str,
     state: ProviderState<'_>,
-) -> Result<(Vec<u8>, PendingReleases), CheckpointError> {
+) -> Result<(Vec<u8>, PendingReleases), StateError> {
     match state {
         ProviderState::Live(p) => {
-            let bytes = p.checkpoint().map_err(|e| CheckpointError::Provider {
-                provider: name.to_string(),
-                message: e.to_string(),
-                path: PathBuf::from(STATE_FILE),
-            })?;
+            let bytes = p
+                .checkpoint()
+                .map_err(|e| provider_error(name, &e, PathBuf::from(STATE_FILE)))?;
             Ok((bytes, Vec::new()))
         }
         ProviderState::Held(h) => Ok((h.saved.clone(), h.pending_releases.clone())),
@@ -239,7 +271,7 @@ pub(crate) fn body_of(
     admitter: &Admitter,
     records: &Records,
     generation: u64,
-) -> Result<Body, CheckpointError> {
+) -> Result<Body, StateError> {
     let mut body = Body {
         pods: admitter.pods().clone(),
         providers: BTreeMap::new(),
@@ -260,8 +292,8 @@ pub(crate) fn body_of(
 
 /// The envelope: a header line (format, version, boot id, SHA-256, length)
 /// and the JSON body.
-pub(crate) fn encode(body: &Body, boot_id: &str) -> Result<Vec<u8>, CheckpointError> {
-    let body = serde_json::to_vec(body).map_err(|e| CheckpointError::Corrupt {
+pub(crate) fn encode(body: &Body, boot_id: &str) -> Result<Vec<u8>, StateError> {
+    let body = serde_json::to_vec(body).map_err(|e| StateError::Corrupt {
         path: PathBuf::from(STATE_FILE),
         reason: format!("cannot serialize the state: {e}"),
     })?;
@@ -272,7 +304,7 @@ pub(crate) fn encode(body: &Body, boot_id: &str) -> Result<Vec<u8>, CheckpointEr
         sha256: sha256_hex(&body),
         length: body.len() as u64,
     };
-    let mut out = serde_json::to_vec(&header).map_err(|e| CheckpointError::Corrupt {
+    let mut out = serde_json::to_vec(&header).map_err(|e| StateError::Corrupt {
         path: PathBuf::from(STATE_FILE),
         reason: format!("cannot serialize the state header: {e}"),
     })?;
@@ -339,7 +371,7 @@ pub struct Restored {
 
 /// Read and verify the snapshot `path`: its boot id and body, and its size;
 /// `None` when the file is absent.
-pub(crate) fn read_snapshot(path: &Path) -> Result<Option<(String, Body, u64)>, CheckpointError> {
+pub(crate) fn read_snapshot(path: &Path) -> Result<Option<(String, Body, u64)>, StateError> {
     match read_file(path)? {
         Some(bytes) => {
             let (header, body) = decode(path, &bytes)?;
@@ -350,7 +382,7 @@ pub(crate) fn read_snapshot(path: &Path) -> Result<Option<(String, Body, u64)>, 
 }
 
 /// The bytes of `path`; `None` when it is absent.
-fn read_file(path: &Path) -> Result<Option<Vec<u8>>, CheckpointError> {
+fn read_file(path: &Path) -> Result<Option<Vec<u8>>, StateError> {
     match fs::read(path) {
         Ok(b) => Ok(Some(b)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -359,8 +391,8 @@ fn read_file(path: &Path) -> Result<Option<Vec<u8>>, CheckpointError> {
 }
 
 /// Verify and parse an envelope read from `path`.
-fn decode(path: &Path, bytes: &[u8]) -> Result<(Header, Body), CheckpointError> {
-    let damaged = |reason: String| CheckpointError::Damaged {
+fn decode(path: &Path, bytes: &[u8]) -> Result<(Header, Body), StateError> {
+    let damaged = |reason: String| StateError::Damaged {
         path: path.to_path_buf(),
         reason,
     };
@@ -371,7 +403,7 @@ fn decode(path: &Path, bytes: &[u8]) -> Result<(Header, Body), CheckpointError> 
     let header: Header = serde_json::from_slice(&bytes[..nl])
         .map_err(|e| damaged(format!("unreadable header: {e}")))?;
     if header.format != STATE_FORMAT {
-        return Err(CheckpointError::Unsupported {
+        return Err(StateError::Unsupported {
             path: path.to_path_buf(),
             reason: format!(
                 "not a topomgr state file (format {:?}, expected {STATE_FORMAT:?})",
@@ -380,7 +412,7 @@ fn decode(path: &Path, bytes: &[u8]) -> Result<(Header, Body), CheckpointError> 
         });
     }
     if !(OLDEST_STATE_VERSION..=STATE_VERSION).contains(&header.version) {
-        return Err(CheckpointError::Unsupported {
+        return Err(StateError::Unsupported {
             path: path.to_path_buf(),
             reason: format!(
                 "state version {} is not supported by this topomgr (it reads versions {OLDEST_STATE_VERSION} to {STATE_VERSION}); run the topomgr that wrote it",
@@ -403,7 +435,7 @@ fn decode(path: &Path, bytes: &[u8]) -> Result<(Header, Body), CheckpointError> 
             header.sha256
         )));
     }
-    let body: Body = serde_json::from_slice(body).map_err(|e| CheckpointError::Corrupt {
+    let body: Body = serde_json::from_slice(body).map_err(|e| StateError::Corrupt {
         path: path.to_path_buf(),
         reason: e.to_string(),
     })?;
@@ -422,7 +454,7 @@ pub(crate) fn install(
     mut body: Body,
     admitter: &mut Admitter,
     current_boot_id: &str,
-) -> Result<Restored, CheckpointError> {
+) -> Result<Restored, StateError> {
     let path = path.to_path_buf();
     if !body.pods.is_empty() {
         if let Some(p) = admitter
@@ -430,7 +462,7 @@ pub(crate) fn install(
             .iter()
             .find(|p| !body.providers.contains_key(p.name()))
         {
-            return Err(CheckpointError::MissingProviderState {
+            return Err(StateError::MissingProviderState {
                 path,
                 provider: p.name().to_owned(),
                 pods: body.pods.len(),
@@ -544,7 +576,7 @@ mod tests {
         a: &Admitter,
         records: &Records,
         boot: &str,
-    ) -> Result<(), CheckpointError> {
+    ) -> Result<(), StateError> {
         Ok(crate::fsutil::write_atomic(
             &dir.join(STATE_FILE),
             &encode(&body_of(a, records, 0)?, boot)?,
@@ -556,7 +588,7 @@ mod tests {
         a: &mut Admitter,
         _machine: &Machine,
         boot: &str,
-    ) -> Result<Restored, CheckpointError> {
+    ) -> Result<Restored, StateError> {
         let path = dir.join(STATE_FILE);
         match read_snapshot(&path)? {
             Some((saved, body, _)) => install(&path, saved, body, a, boot),

@@ -1,0 +1,93 @@
+//! Staying connected: reconnect with exponential backoff whenever the
+//! runtime restarts or is not there yet.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::{info, warn};
+
+use crate::connection::{self, Registration, RuntimeClient};
+use crate::error::NriError;
+use crate::events::EventMask;
+use crate::plugin::Plugin;
+
+/// Delays between connection attempts: `initial` after the first failed
+/// attempt (or after a registered connection ends), doubling with each
+/// further failure in a row up to `max`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Backoff {
+    pub initial: Duration,
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    /// 100 ms, doubling to 5 s.
+    fn default() -> Self {
+        Backoff {
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What [`serve_with_reconnect`] reports to its status callback.
+#[derive(Debug)]
+pub enum ConnectionStatus {
+    /// The runtime accepted the registration; `runtime` calls it until the
+    /// connection closes.
+    Connected { runtime: RuntimeClient },
+    /// An attempt failed or a connection ended; the next attempt is in
+    /// `retry_in`.
+    Disconnected { error: NriError, retry_in: Duration },
+}
+
+/// Keeps `handler` registered with the runtime at `socket`: connects,
+/// serves until the connection ends, waits, and connects again, for ever.
+/// `on_status` hears of every registration and every disconnection or failed
+/// attempt. Returns only when the registration itself is invalid (that
+/// cannot get better by retrying); to stop, drop the future.
+pub async fn serve_with_reconnect<P: Plugin>(
+    socket: &Path,
+    name: &str,
+    index: &str,
+    events: EventMask,
+    handler: Arc<P>,
+    backoff: Backoff,
+    mut on_status: impl FnMut(ConnectionStatus) + Send,
+) -> NriError {
+    let registration = match Registration::new(name, index, events) {
+        Ok(r) => r,
+        Err(e) => return e,
+    };
+    // The wait after the next failed attempt: `initial`, doubling with each
+    // failure in a row, back to `initial` once a connection was registered.
+    let mut wait = backoff.initial;
+    loop {
+        let mut registered = false;
+        let result = match connection::connect(socket).await {
+            Ok(stream) => {
+                connection::serve(stream, &registration, handler.clone(), |runtime| {
+                    registered = true;
+                    info!(socket = %socket.display(), "registered with the runtime's NRI");
+                    on_status(ConnectionStatus::Connected { runtime });
+                })
+                .await
+            }
+            Err(e) => Err(e),
+        };
+        if registered {
+            wait = backoff.initial;
+        }
+        let error = result.err().unwrap_or(NriError::Closed);
+        if registered {
+            warn!(error = %error, retry_in = ?wait, "NRI connection ended");
+        }
+        on_status(ConnectionStatus::Disconnected {
+            error,
+            retry_in: wait,
+        });
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(backoff.max).max(backoff.initial);
+    }
+}
