@@ -175,6 +175,7 @@
 extern crate self as topomgr_sdk;
 
 mod allocation;
+mod assigned;
 mod config_macro;
 mod cpuset;
 pub mod devices;
@@ -208,6 +209,10 @@ pub use serde_json;
 pub use tracing;
 
 pub use allocation::Allocation;
+pub use assigned::{
+    AssignedDeviceHints, AssignedDevices, AssignedDevicesRequest, AssignedResource, DeviceRef,
+    ResourceMatch,
+};
 pub use cpuset::{CpuSet, ListParseError, MAX_CPU_ID};
 pub use export::ROOT_MODULE_SYMBOL;
 pub use ffi::{SDK_ABI_VERSION, SDK_VERSION};

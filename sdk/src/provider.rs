@@ -3,8 +3,8 @@
 use std::path::Path;
 
 use crate::{
-    Allocation, ContainerView, Inventory, Machine, PodView, PreferredAllocationRequest,
-    ProviderHints, Reconciled, TopologyHint,
+    Allocation, AssignedDeviceHints, AssignedDevicesRequest, ContainerView, Inventory, Machine,
+    PodView, PreferredAllocationRequest, ProviderHints, Reconciled, TopologyHint,
 };
 
 /// An error from a provider, with a short machine-readable `reason` (shown as
@@ -308,6 +308,24 @@ pub trait Provider: Send + Sync + 'static {
     /// extended resources). The default owns nothing.
     fn inventory(&self) -> Result<Inventory, ProviderError> {
         Ok(Inventory::default())
+    }
+
+    /// Which of the devices a container already holds from outside topomgr
+    /// (the kubelet's device plugins gave them; the container's environment
+    /// names them) this provider knows, and the hints they fix: for each of
+    /// its resources with recognised devices, the hints the kubelet's Device
+    /// Manager gives a container that holds exactly those devices. The
+    /// host adds them to the provider's hints for that container, so that
+    /// CPUs and memory are aligned with devices chosen elsewhere; nothing is
+    /// allocated for them. The default (and a provider built before the
+    /// call) knows none. The device toolkit answers it for every
+    /// [`DevicePlugin`](crate::devices::DevicePlugin).
+    fn assigned_device_hints(
+        &mut self,
+        request: &AssignedDevicesRequest,
+    ) -> Result<AssignedDeviceHints, ProviderError> {
+        let _ = request;
+        Ok(AssignedDeviceHints::none())
     }
 }
 

@@ -24,9 +24,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::ffi::{self, FfiInit, ProviderHandle};
 use crate::{
-    Allocation, ContainerView, Cpu, HintSet, Inventory, Machine, NumaMask, NumaNode, NumaNodeId,
-    PciDevice, PodView, PreferredAllocationRequest, Provider, ProviderConfig, ProviderContext,
-    ProviderError, ProviderHints, QosClass, Reconciled, ResourceList, TopologyHint,
+    Allocation, AssignedDeviceHints, AssignedDevicesRequest, ContainerView, Cpu, HintSet,
+    Inventory, Machine, NumaMask, NumaNode, NumaNodeId, PciDevice, PodView,
+    PreferredAllocationRequest, Provider, ProviderConfig, ProviderContext, ProviderError,
+    ProviderHints, QosClass, Reconciled, ResourceList, TopologyHint,
 };
 
 /// Memory per NUMA node of [`machine`]: 16 GiB.
@@ -276,6 +277,14 @@ impl Loaded {
     pub fn inventory(&mut self) -> Result<Inventory, ProviderError> {
         self.0.inventory()
     }
+
+    /// [`Provider::assigned_device_hints`] through the boundary.
+    pub fn assigned_device_hints(
+        &mut self,
+        request: &AssignedDevicesRequest,
+    ) -> Result<AssignedDeviceHints, ProviderError> {
+        self.0.assigned_device_hints(request)
+    }
 }
 
 type HintsFn =
@@ -290,6 +299,8 @@ type RestoreFn = dyn FnMut(&[u8]) -> Result<Reconciled, ProviderError> + Send + 
 type PreferredFn =
     dyn FnMut(&PreferredAllocationRequest) -> Result<Vec<String>, ProviderError> + Send + Sync;
 type InventoryFn = dyn Fn() -> Result<Inventory, ProviderError> + Send + Sync;
+type AssignedFn =
+    dyn FnMut(&AssignedDevicesRequest) -> Result<AssignedDeviceHints, ProviderError> + Send + Sync;
 
 /// A provider made of closures, for tests of code that drives providers
 /// (a host, a wrapper): each call runs its closure, and a call without one
@@ -337,6 +348,7 @@ pub struct FakeProvider {
     restore: Option<Box<RestoreFn>>,
     preferred: Option<Box<PreferredFn>>,
     inventory: Option<Box<InventoryFn>>,
+    assigned: Option<Box<AssignedFn>>,
 }
 
 impl std::fmt::Debug for FakeProvider {
@@ -431,6 +443,18 @@ impl FakeProvider {
         self.inventory = Some(Box::new(f));
         self
     }
+
+    /// Hints of devices assigned elsewhere ([`Provider::assigned_device_hints`]).
+    pub fn with_assigned_device_hints(
+        mut self,
+        f: impl FnMut(&AssignedDevicesRequest) -> Result<AssignedDeviceHints, ProviderError>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        self.assigned = Some(Box::new(f));
+        self
+    }
 }
 
 impl Provider for FakeProvider {
@@ -495,6 +519,15 @@ impl Provider for FakeProvider {
         self.inventory
             .as_ref()
             .map_or_else(|| Ok(Inventory::default()), |f| f())
+    }
+
+    fn assigned_device_hints(
+        &mut self,
+        request: &AssignedDevicesRequest,
+    ) -> Result<AssignedDeviceHints, ProviderError> {
+        self.assigned
+            .as_mut()
+            .map_or_else(|| Ok(AssignedDeviceHints::none()), |f| f(request))
     }
 }
 

@@ -61,8 +61,13 @@ impl DevicePlugin for GpuPlugin {
 /// an NVML UUID, so that a GPU first found by its PCI address and later
 /// through NVML or a topology file (or under a renamed resource) stays the
 /// pod's that holds it.
+///
+/// Its index (NVML's) is the device's `index` attribute, so that a
+/// container whose `NVIDIA_VISIBLE_DEVICES` names GPUs by index is aligned
+/// with them ([`topomgr_sdk::devices::DeviceManager::assigned_device_hints`]).
 fn device(g: &Gpu) -> Device {
-    let mut d = Device::new(&g.id, g.numa);
+    let mut d = Device::new(&g.id, g.numa)
+        .with_attribute(topomgr_sdk::devices::INDEX_ATTRIBUTE, g.index.to_string());
     if let Some(pci) = &g.pci {
         d = d.with_pci_address(pci);
     }

@@ -22,16 +22,17 @@
 //! Up to 8 NUMA nodes the list is the kubelet's explicit one; above, the
 //! same hints in the compact form (see [`crate::hintgen`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
+use super::device::{normalize_pci_address, PCI_IDENTITY, SERIAL_IDENTITY};
 use super::manager::Pool;
 use super::DeviceManager;
 use crate::hintgen::{
     min_width_additive, minimal_masks, upward_closed_hints, EXPLICIT_HINT_MAX_NODES,
 };
 use crate::{
-    for_each_mask_in_kubelet_order, ContainerView, HintSet, NumaMask, PodView, ProviderError,
-    ProviderHints,
+    for_each_mask_in_kubelet_order, AssignedDeviceHints, AssignedDevicesRequest, AssignedResource,
+    ContainerView, DeviceRef, HintSet, NumaMask, PodView, ProviderError, ProviderHints,
 };
 
 impl DeviceManager {
@@ -210,5 +211,89 @@ impl DeviceManager {
         }
         let minimal = minimal_masks(&self.nodes, reach)?;
         Ok(minimal.iter().map(|m| m.len().max(1)).min().unwrap_or(n))
+    }
+}
+
+/// The attribute a device provider sets to a device's index where devices
+/// are also named by index (the GPU provider: NVML's index, which
+/// `NVIDIA_VISIBLE_DEVICES=0,1` names); a [`DeviceRef::Index`] matches it.
+pub const INDEX_ATTRIBUTE: &str = "index";
+
+impl DeviceManager {
+    /// The named call [`Provider::assigned_device_hints`](crate::Provider::assigned_device_hints):
+    /// for each resource that a group of `request` may belong to
+    /// ([`ResourceMatch`](crate::ResourceMatch)), the devices its refs name
+    /// and the hints they fix.
+    ///
+    /// A ref names a device of the resource when it is a UUID equal to the
+    /// device's id or to its serial identity
+    /// ([`Device::with_serial`](super::Device::with_serial)), an index equal
+    /// to its [`INDEX_ATTRIBUTE`], or a PCI address equal (in the sysfs
+    /// form) to its PCI identity
+    /// ([`Device::with_pci_address`](super::Device::with_pci_address)) or
+    /// its id. The hints are those of a container that holds exactly the
+    /// named devices (as the kubelet's `GetTopologyHints` gives a container
+    /// its allocated devices' hints): every mask that touches each of them,
+    /// preferred at the narrowest width that devices of the resource could
+    /// fill; `None` when none of them has a NUMA node. Refs this provider
+    /// does not know are left out.
+    pub fn assigned_device_hints(
+        &self,
+        request: &AssignedDevicesRequest,
+    ) -> Result<AssignedDeviceHints, ProviderError> {
+        let mut found: BTreeMap<&str, (BTreeSet<usize>, Vec<String>)> = BTreeMap::new();
+        for group in &request.devices {
+            for (resource, pool) in &self.pools {
+                if !group.resource.matches(resource) {
+                    continue;
+                }
+                for r in &group.ids {
+                    let Some(i) = pool.devices.iter().position(|d| names(r, d)) else {
+                        continue;
+                    };
+                    let entry = found.entry(resource).or_default();
+                    entry.0.insert(i);
+                    let text = r.to_string();
+                    if !entry.1.contains(&text) {
+                        entry.1.push(text);
+                    }
+                }
+            }
+        }
+        let mut out = AssignedDeviceHints::none();
+        for (resource, (positions, matched)) in found {
+            let pool = &self.pools[resource];
+            let held: Vec<usize> = positions.into_iter().collect();
+            let hints = if held.iter().any(|&i| pool.devices[i].has_topology()) {
+                Some(self.hint_set(resource, pool, &held, &[], held.len() as u64)?)
+            } else {
+                None
+            };
+            out = out.with(
+                resource,
+                AssignedResource::new(pool.ids(&held), matched, hints),
+            );
+        }
+        Ok(out)
+    }
+}
+
+/// Whether `r` names device `d` (see [`DeviceManager::assigned_device_hints`]).
+fn names(r: &DeviceRef, d: &super::Device) -> bool {
+    match r {
+        DeviceRef::Uuid(u) => {
+            d.id == *u
+                || d.identity
+                    .iter()
+                    .any(|i| i.strip_prefix(SERIAL_IDENTITY) == Some(u.as_str()))
+        }
+        DeviceRef::Index(n) => d.attribute(INDEX_ATTRIBUTE) == Some(n.to_string().as_str()),
+        DeviceRef::PciAddress(a) => {
+            let a = normalize_pci_address(a).unwrap_or_else(|| a.clone());
+            d.id == a
+                || d.identity
+                    .iter()
+                    .any(|i| i.strip_prefix(PCI_IDENTITY) == Some(a.as_str()))
+        }
     }
 }

@@ -26,6 +26,10 @@
 //!   [`Device::with_pci_address`], [`Device::with_serial`]) under whatever
 //!   id and resource they have now, else by resource and id; a device that
 //!   is gone stays its container's until released, and comes back to it;
+//! - **devices assigned elsewhere** ([`DeviceManager::assigned_device_hints`]):
+//!   the hints of devices a container already holds from the kubelet's
+//!   device plugins, named by UUID, index or PCI address, so that topomgr
+//!   aligns its CPUs and memory with them;
 //! - **inventory** per NUMA zone (for the NodeResourceTopology export), and
 //!   **`GetPreferredAllocation`** routed to the provider's choice.
 //!
@@ -70,5 +74,6 @@ mod reconcile;
 mod tests;
 
 pub use device::{normalize_pci_address, Device, Devices};
+pub use hints::INDEX_ATTRIBUTE;
 pub use manager::DeviceManager;
 pub use plugin::{DeviceHooks, DevicePlugin, DeviceProvider};

@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 
 use super::{Device, DeviceManager, Devices};
 use crate::{
-    Allocation, ContainerView, Inventory, PodView, PreferredAllocationRequest, Provider,
-    ProviderContext, ProviderError, ProviderHints, Reconciled, TopologyHint,
+    Allocation, AssignedDeviceHints, AssignedDevicesRequest, ContainerView, Inventory, PodView,
+    PreferredAllocationRequest, Provider, ProviderContext, ProviderError, ProviderHints,
+    Reconciled, TopologyHint,
 };
 
 /// Where a device provider's own logic plugs into the [`DeviceManager`]:
@@ -212,6 +213,13 @@ impl<P: DevicePlugin> Provider for DeviceProvider<P> {
 
     fn inventory(&self) -> Result<Inventory, ProviderError> {
         Ok(self.manager.inventory())
+    }
+
+    fn assigned_device_hints(
+        &mut self,
+        request: &AssignedDevicesRequest,
+    ) -> Result<AssignedDeviceHints, ProviderError> {
+        self.manager.assigned_device_hints(request)
     }
 }
 

@@ -1505,3 +1505,108 @@ fn registration_errors_name_the_device() {
         "InvalidConfig: resource r: device 0 has an empty id"
     );
 }
+
+/// Devices the kubelet's device plugins already gave a container, named by
+/// UUID, index or PCI address: the toolkit recognises exactly those and
+/// answers the hints of a container holding them.
+#[test]
+fn assigned_devices_fix_the_hints_of_exactly_those_devices() {
+    use crate::{AssignedDevices, AssignedDevicesRequest, DeviceRef, ResourceMatch};
+    let machine = testkit::machine(2, 2);
+    let gpu = |i: u8, node: u8| {
+        dev(&format!("GPU-{i}"), node)
+            .with_serial(&format!("GPU-{i}"))
+            .with_pci_address(&format!("0000:{:02x}:00.0", 0x10 + i))
+            .with_attribute(INDEX_ATTRIBUTE, i.to_string())
+    };
+    let m = manager(
+        &machine,
+        vec![
+            (
+                "nvidia.com/gpu",
+                vec![gpu(0, 0), gpu(1, 0), gpu(2, 1), gpu(3, 1)],
+            ),
+            (
+                "intel.com/sriov_vf",
+                vec![
+                    dev("0000:3b:02.0", 0).with_pci_address("0000:3b:02.0"),
+                    dev("0000:af:02.0", 1).with_pci_address("0000:af:02.0"),
+                ],
+            ),
+        ],
+    );
+    let nvidia = |ids: Vec<DeviceRef>| {
+        AssignedDevices::new(
+            "NVIDIA_VISIBLE_DEVICES",
+            ResourceMatch::Prefix("nvidia.com/".into()),
+            ids,
+        )
+    };
+    let hints_of = |a: &crate::AssignedDeviceHints, resource: &str| -> Option<Vec<String>> {
+        let set = a.resources.get(resource)?.hints.clone();
+        let map = Some(BTreeMap::from([(resource.to_owned(), set)]));
+        hint_strings(&map, resource, &[0, 1])
+    };
+
+    // One GPU on node 1, by UUID: node 1 preferred, both nodes not.
+    let a = m
+        .assigned_device_hints(&AssignedDevicesRequest::new(vec![nvidia(vec![
+            DeviceRef::Uuid("GPU-2".into()),
+        ])]))
+        .unwrap();
+    assert_eq!(a.resources["nvidia.com/gpu"].devices, ["GPU-2"]);
+    assert_eq!(a.resources["nvidia.com/gpu"].matched, ["GPU-2"]);
+    assert_eq!(
+        hints_of(&a, "nvidia.com/gpu").unwrap(),
+        ["1:true", "0-1:false"]
+    );
+    assert!(!a.resources.contains_key("intel.com/sriov_vf"));
+
+    // Indexes 0 and 2 (nodes 0 and 1): only both nodes hold them, and two
+    // GPUs fit on one node, so that hint is not preferred. An unknown UUID
+    // is left out.
+    let a = m
+        .assigned_device_hints(&AssignedDevicesRequest::new(vec![nvidia(vec![
+            DeviceRef::Index(0),
+            DeviceRef::Index(2),
+            DeviceRef::Uuid("GPU-9".into()),
+        ])]))
+        .unwrap();
+    assert_eq!(a.resources["nvidia.com/gpu"].devices, ["GPU-0", "GPU-2"]);
+    assert_eq!(a.resources["nvidia.com/gpu"].matched, ["0", "2"]);
+    assert_eq!(hints_of(&a, "nvidia.com/gpu").unwrap(), ["0-1:false"]);
+
+    // A VF by its PCI address (any case, short forms normalised), for the
+    // resource its variable names; the GPU resource does not match.
+    let a = m
+        .assigned_device_hints(&AssignedDevicesRequest::new(vec![AssignedDevices::new(
+            "PCIDEVICE_INTEL_COM_SRIOV_VF",
+            ResourceMatch::EnvName("INTEL_COM_SRIOV_VF".into()),
+            vec![DeviceRef::PciAddress("0000:AF:02.0".into())],
+        )]))
+        .unwrap();
+    assert_eq!(
+        a.resources.keys().collect::<Vec<_>>(),
+        ["intel.com/sriov_vf"]
+    );
+    assert_eq!(a.resources["intel.com/sriov_vf"].devices, ["0000:af:02.0"]);
+    assert_eq!(
+        hints_of(&a, "intel.com/sriov_vf").unwrap(),
+        ["1:true", "0-1:false"]
+    );
+
+    // Nothing it knows: an empty answer; devices without a node: no preference.
+    let none = m
+        .assigned_device_hints(&AssignedDevicesRequest::new(vec![nvidia(vec![
+            DeviceRef::Uuid("GPU-7".into()),
+        ])]))
+        .unwrap();
+    assert!(none.resources.is_empty());
+    let flat = manager(&machine, vec![("nvidia.com/gpu", vec![nodev("GPU-0")])]);
+    let a = flat
+        .assigned_device_hints(&AssignedDevicesRequest::new(vec![nvidia(vec![
+            DeviceRef::Uuid("GPU-0".into()),
+        ])]))
+        .unwrap();
+    assert_eq!(a.resources["nvidia.com/gpu"].hints, None);
+}

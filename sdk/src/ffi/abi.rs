@@ -9,8 +9,10 @@
 //! types they reach. Everything that may grow crosses as JSON inside them
 //! (see the parent module).
 //!
-//! The named calls of SDK 0.3.0: [`METHOD_PREFERRED_ALLOCATION`],
-//! [`METHOD_INVENTORY`], [`METHOD_SHARE_POD`].
+//! The named calls of SDK 0.3: [`METHOD_PREFERRED_ALLOCATION`],
+//! [`METHOD_INVENTORY`], [`METHOD_SHARE_POD`] (0.3.0) and
+//! [`METHOD_ASSIGNED_DEVICE_HINTS`] (added in a patch release, as named
+//! calls may be).
 
 use abi_stable::library::RootModule;
 use abi_stable::sabi_types::VersionStrings;
@@ -37,6 +39,12 @@ pub const METHOD_INVENTORY: &str = "inventory";
 /// pod is the empty string is about this pod. Default (a plugin without
 /// it): every call carries its pod in full.
 pub const METHOD_SHARE_POD: &str = "share_pod";
+
+/// Named call: [`Provider::assigned_device_hints`](crate::Provider::assigned_device_hints).
+/// Request: an [`AssignedDevicesRequest`](crate::AssignedDevicesRequest); answer: an
+/// [`AssignedDeviceHints`](crate::AssignedDeviceHints). Default (a plugin without it): the
+/// provider knows none of the devices.
+pub const METHOD_ASSIGNED_DEVICE_HINTS: &str = "assigned_device_hints";
 
 /// An error as it crosses the boundary; see [`ProviderError`](crate::ProviderError).
 #[repr(C)]

@@ -13,8 +13,8 @@ use super::abi::*;
 use super::convert::*;
 use super::handle::ProviderHandle;
 use crate::{
-    ContainerView, PodView, PreferredAllocationRequest, Provider, ProviderConfig, ProviderContext,
-    ProviderError, TopologyHint,
+    AssignedDevicesRequest, ContainerView, PodView, PreferredAllocationRequest, Provider,
+    ProviderConfig, ProviderContext, ProviderError, TopologyHint,
 };
 
 /// Text of a panic payload.
@@ -127,6 +127,10 @@ impl<P: Provider> Adapter<P> {
                 to_json(&PreferredAnswer { devices }).map(Some)
             }
             METHOD_INVENTORY => to_json(&self.inner.inventory()?).map(Some),
+            METHOD_ASSIGNED_DEVICE_HINTS => {
+                let req: AssignedDevicesRequest = from_host("request", request)?;
+                to_json(&self.inner.assigned_device_hints(&req)?).map(Some)
+            }
             _ => Ok(None),
         }
     }

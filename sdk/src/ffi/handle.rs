@@ -9,8 +9,8 @@ use abi_stable::std_types::{RResult, RSlice, RStr, RString};
 use super::abi::*;
 use super::convert::*;
 use crate::{
-    Allocation, ContainerView, Inventory, PodView, PreferredAllocationRequest, ProviderError,
-    ProviderHints, Reconciled, TopologyHint,
+    Allocation, AssignedDeviceHints, AssignedDevicesRequest, ContainerView, Inventory, PodView,
+    PreferredAllocationRequest, ProviderError, ProviderHints, Reconciled, TopologyHint,
 };
 
 /// Calls a root module's constructor and wraps the result.
@@ -193,6 +193,18 @@ impl ProviderHandle {
         match self.call(METHOD_INVENTORY, "{}")? {
             None => Ok(Inventory::default()),
             Some(json) => from_plugin("inventory", &json),
+        }
+    }
+
+    /// See [`Provider::assigned_device_hints`](crate::Provider::assigned_device_hints);
+    /// a plugin that does not know the call knows none of the devices.
+    pub fn assigned_device_hints(
+        &mut self,
+        request: &AssignedDevicesRequest,
+    ) -> Result<AssignedDeviceHints, ProviderError> {
+        match self.call(METHOD_ASSIGNED_DEVICE_HINTS, &to_json(request)?)? {
+            None => Ok(AssignedDeviceHints::none()),
+            Some(json) => from_plugin("assigned device hints", &json),
         }
     }
 }

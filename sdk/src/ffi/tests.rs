@@ -151,6 +151,11 @@ fn panics_become_errors_and_the_object_keeps_working() {
     // The default inventory owns nothing; an unknown call answers None.
     assert_eq!(h.inventory(), Ok(Inventory::default()));
     assert_eq!(h.call("added_in_a_later_sdk", "{}"), Ok(None));
+    // A provider without devices assigned elsewhere knows none of them.
+    assert_eq!(
+        h.assigned_device_hints(&crate::AssignedDevicesRequest::default()),
+        Ok(crate::AssignedDeviceHints::none())
+    );
 }
 
 #[test]
