@@ -29,7 +29,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use topomgr_sdk::{
-    Allocation, ContainerView, HintSet, Machine, PodView, ProviderHints, TopologyHint,
+    Allocation, AssignedDevicesRequest, ContainerView, HintSet, Machine, PodView, ProviderHints,
+    TopologyHint,
 };
 use tracing::{debug, info, warn};
 
@@ -109,6 +110,10 @@ pub enum AdmissionError {
         errors: String,
     },
 }
+
+/// Devices containers already hold from outside topomgr, by container name
+/// (see [`Admitter::admit_assigned`]).
+pub type AssignedDevices = BTreeMap<String, AssignedDevicesRequest>;
 
 /// (pod uid, container) releases a provider has not seen yet, in order.
 pub type PendingReleases = Vec<(String, String)>;
@@ -351,6 +356,24 @@ impl Admitter {
 
     /// [`Admitter::admit`], recording every decision into `trace`.
     pub fn admit_traced(&mut self, pod: &PodView, trace: &mut Vec<TraceStep>) -> AdmitResult {
+        self.admit_assigned(pod, &AssignedDevices::new(), trace)
+    }
+
+    /// [`Admitter::admit_traced`] for a pod whose containers already hold
+    /// devices that were assigned outside topomgr (`assigned`, by container
+    /// name: the kubelet's device plugins gave them). Every provider is
+    /// asked which of them it knows
+    /// ([`LoadedProvider::assigned_device_hints`]); the hints those devices
+    /// fix are added to that provider's hints for the container (in pod
+    /// scope, for the pod), so the merge aligns CPUs and memory with them.
+    /// Nothing is allocated for them. A device no provider knows is logged
+    /// and not aligned with.
+    pub fn admit_assigned(
+        &mut self,
+        pod: &PodView,
+        assigned: &AssignedDevices,
+        trace: &mut Vec<TraceStep>,
+    ) -> AdmitResult {
         if let Some(existing) = self.pods.get(&pod.uid) {
             if existing.pod == *pod {
                 debug!(pod = %pod.uid, "pod already admitted; returning stored result");
@@ -370,9 +393,9 @@ impl Admitter {
                 }
                 match self.scope {
                     Scope::Pod if self.policy.name() != PolicyName::None => {
-                        self.admit_pod_scope(&shared, &mut done, trace)
+                        self.admit_pod_scope(&shared, assigned, &mut done, trace)
                     }
-                    _ => self.admit_container_scope(&shared, &mut done, trace),
+                    _ => self.admit_container_scope(&shared, assigned, &mut done, trace),
                 }
             });
         let result = match outcome {
@@ -466,6 +489,7 @@ impl Admitter {
     fn admit_container_scope(
         &mut self,
         pod: &PodView,
+        assigned: &AssignedDevices,
         done: &mut Vec<ContainerResult>,
         trace: &mut Vec<TraceStep>,
     ) -> Result<(), Rejection> {
@@ -479,7 +503,10 @@ impl Admitter {
                     admit: true,
                 }
             } else {
-                let hints = self.collect(|p| p.topology_hints(pod, container))?;
+                let mut hints = self.collect(|p| p.topology_hints(pod, container))?;
+                if let Some(request) = assigned.get(&container.name) {
+                    self.add_assigned(&mut hints, request)?;
+                }
                 self.decide(Some(&container.name), hints, trace)?
             };
             let allocation = self.allocate(pod, container, &decision.hint)?;
@@ -495,10 +522,18 @@ impl Admitter {
     fn admit_pod_scope(
         &mut self,
         pod: &PodView,
+        assigned: &AssignedDevices,
         done: &mut Vec<ContainerResult>,
         trace: &mut Vec<TraceStep>,
     ) -> Result<(), Rejection> {
-        let hints = self.collect(|p| p.pod_topology_hints(pod))?;
+        let mut hints = self.collect(|p| p.pod_topology_hints(pod))?;
+        let all = AssignedDevicesRequest::new(
+            assigned
+                .values()
+                .flat_map(|r| r.devices.iter().cloned())
+                .collect(),
+        );
+        self.add_assigned(&mut hints, &all)?;
         let decision = self.decide(None, hints, trace)?;
         for container in Self::ordered_containers(pod) {
             let allocation = self.allocate(pod, container, &decision.hint)?;
@@ -533,6 +568,43 @@ impl Admitter {
             }
         }
         Ok(all)
+    }
+
+    /// Adds to `hints` (one entry per provider, in order) the hints of the
+    /// devices of `request` each provider knows (see
+    /// [`Admitter::admit_assigned`]).
+    fn add_assigned(
+        &mut self,
+        hints: &mut [(String, ProviderHints)],
+        request: &AssignedDevicesRequest,
+    ) -> Result<(), Rejection> {
+        if request.is_empty() {
+            return Ok(());
+        }
+        let mut known = std::collections::BTreeSet::new();
+        for (p, (name, h)) in self.providers.iter_mut().zip(hints.iter_mut()) {
+            let answer = p.assigned_device_hints(request).map_err(|e| Rejection {
+                reason: e.reason.clone(),
+                message: format!(
+                    "provider {name:?} failed to say which devices assigned to the container it knows: {}",
+                    e.message
+                ),
+            })?;
+            for (resource, found) in answer.resources {
+                info!(provider = %name, resource = %resource, devices = %found.devices.join(","),
+                    "the container already holds these devices; aligning with them");
+                known.extend(found.matched);
+                h.get_or_insert_with(BTreeMap::new)
+                    .insert(resource, found.hints);
+            }
+        }
+        for group in &request.devices {
+            for r in group.ids.iter().filter(|r| !known.contains(&r.to_string())) {
+                warn!(source = %group.source, device = %r,
+                    "no provider knows this device the container holds; its CPUs and memory are not aligned with it");
+            }
+        }
+        Ok(())
     }
 
     fn decide(
@@ -1198,6 +1270,95 @@ mod tests {
         let n = log.lock().unwrap().len();
         assert_eq!(adm.admit(&pod()), r);
         assert_eq!(log.lock().unwrap().len(), n);
+    }
+
+    /// A container that already holds a GPU on node 1 (assigned by the
+    /// kubelet's device plugin) gets its CPUs where the GPU is: the GPU
+    /// provider's hints for it come from the named call, and are merged with
+    /// the CPU provider's; a provider that knows none of the devices adds
+    /// nothing, and an unknown device only costs the alignment with it.
+    #[test]
+    fn devices_assigned_elsewhere_steer_the_merge() {
+        use topomgr_sdk::testkit::FakeProvider;
+        use topomgr_sdk::{
+            AssignedDeviceHints, AssignedDevices as Group, AssignedResource, DeviceRef,
+            ResourceMatch,
+        };
+        let log: Log = Default::default();
+        let cpu = fake(
+            "cpu",
+            &[(
+                "app",
+                hints(&[(&[0], true), (&[1], true), (&[0, 1], false)]),
+            )],
+            None,
+            &log,
+        );
+        let asked = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&asked);
+        let gpu = LoadedProvider::in_process(
+            "gpu",
+            FakeProvider::new().with_assigned_device_hints(move |r| {
+                seen.lock().unwrap().push(r.clone());
+                let knows = r
+                    .devices
+                    .iter()
+                    .flat_map(|g| &g.ids)
+                    .any(|d| *d == DeviceRef::Uuid("GPU-1".into()));
+                Ok(if knows {
+                    let on_1 = HintSet::Explicit(vec![
+                        TopologyHint::new(NumaMask::single(1.into()), true),
+                        TopologyHint::new(NumaMask::from_nodes([0, 1]).unwrap(), false),
+                    ]);
+                    AssignedDeviceHints::none().with(
+                        "nvidia.com/gpu",
+                        AssignedResource::new(
+                            vec!["GPU-1".into()],
+                            vec!["GPU-1".into()],
+                            Some(on_1),
+                        ),
+                    )
+                } else {
+                    AssignedDeviceHints::none()
+                })
+            }),
+        );
+        let mut adm = admitter("single-numa-node", Scope::Container, vec![cpu, gpu]);
+        let one = PodView::new("u9", "p9", "default", QosClass::Guaranteed)
+            .with_containers(vec![container("app", false)]);
+        let request = AssignedDevicesRequest::new(vec![Group::new(
+            "NVIDIA_VISIBLE_DEVICES",
+            ResourceMatch::Prefix("nvidia.com/".into()),
+            vec![
+                DeviceRef::Uuid("GPU-1".into()),
+                DeviceRef::Uuid("GPU-7".into()),
+            ],
+        )]);
+        let assigned = AssignedDevices::from([("app".to_owned(), request.clone())]);
+        let mut trace = Vec::new();
+        let r = adm.admit_assigned(&one, &assigned, &mut trace);
+        assert!(r.admitted, "{r:?}");
+        assert_eq!(
+            r.containers[0].hint,
+            TopologyHint::new(NumaMask::single(1.into()), true)
+        );
+        assert_eq!(*asked.lock().unwrap(), [request]);
+        let gpu_hints = &trace[0].hints[1];
+        assert_eq!(gpu_hints.0, "gpu");
+        assert!(gpu_hints.1.as_ref().unwrap().contains_key("nvidia.com/gpu"));
+        // Without the devices the CPU provider alone picks node 0.
+        let other = PodView::new("u10", "p10", "default", QosClass::Guaranteed)
+            .with_containers(vec![container("app", false)]);
+        let r = adm.admit(&other);
+        assert_eq!(
+            r.containers[0].hint,
+            TopologyHint::new(NumaMask::single(0.into()), true)
+        );
+        assert_eq!(
+            asked.lock().unwrap().len(),
+            1,
+            "no assigned devices, no call"
+        );
     }
 
     #[test]

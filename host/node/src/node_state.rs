@@ -63,7 +63,7 @@ use crate::pod_owner::{ContainerRuntime, Owner};
 use topomgr_cgroup::pool::{self, PoolWrite};
 use topomgr_cgroup::{CgroupError, CgroupManager, CgroupPath, TOPOMGR_PARENT};
 use topomgr_engine::admission::{
-    AdmissionError, AdmitResult, Admitter, UNEXPECTED_ADMISSION_ERROR,
+    AdmissionError, AdmitResult, Admitter, AssignedDevices, UNEXPECTED_ADMISSION_ERROR,
 };
 
 /// `r` with every shared-pool container's CPUs replaced by `pool` (the
@@ -450,8 +450,19 @@ impl NodeState {
         pod: &PodView,
         trace: &mut Vec<topomgr_engine::admission::TraceStep>,
     ) -> AdmitResult {
+        self.admit_assigned(pod, &AssignedDevices::new(), trace)
+    }
+
+    /// [`NodeState::admit_traced`] aligned with devices the pod's containers
+    /// already hold ([`Admitter::admit_assigned`]).
+    pub fn admit_assigned(
+        &mut self,
+        pod: &PodView,
+        assigned: &AssignedDevices,
+        trace: &mut Vec<topomgr_engine::admission::TraceStep>,
+    ) -> AdmitResult {
         let known = self.admitter.pods().contains_key(&pod.uid);
-        let result = self.admitter.admit_traced(pod, trace);
+        let result = self.admitter.admit_assigned(pod, assigned, trace);
         let exclusive = result
             .containers
             .iter()
@@ -551,6 +562,18 @@ impl NodeState {
         owner: Owner,
         trace: &mut Vec<topomgr_engine::admission::TraceStep>,
     ) -> Result<AdmitResult, OwnerConflict> {
+        self.admit_owned_assigned(pod, owner, &AssignedDevices::new(), trace)
+    }
+
+    /// [`NodeState::admit_owned`] aligned with devices the pod's containers
+    /// already hold ([`Admitter::admit_assigned`]).
+    pub fn admit_owned_assigned(
+        &mut self,
+        pod: &PodView,
+        owner: Owner,
+        assigned: &AssignedDevices,
+        trace: &mut Vec<topomgr_engine::admission::TraceStep>,
+    ) -> Result<AdmitResult, OwnerConflict> {
         if self.admitter.pods().contains_key(&pod.uid) {
             match self.records.owners.get(&pod.uid) {
                 Some(o) if o.same_as(&owner) => {}
@@ -564,7 +587,7 @@ impl NodeState {
             }
         }
         let known = self.admitter.pods().contains_key(&pod.uid);
-        let result = self.admit_traced(pod, trace);
+        let result = self.admit_assigned(pod, assigned, trace);
         if result.admitted && !known {
             self.set_owner(&pod.uid, owner);
         }

@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use topomgr_sdk::ffi::{self, ProviderHandle};
 use topomgr_sdk::{
-    Allocation, ContainerView, Inventory, PodView, PreferredAllocationRequest, ProviderError,
-    ProviderHints, TopologyHint,
+    Allocation, AssignedDeviceHints, AssignedDevicesRequest, ContainerView, Inventory, PodView,
+    PreferredAllocationRequest, ProviderError, ProviderHints, TopologyHint,
 };
 use tracing::warn;
 
@@ -365,6 +365,30 @@ impl LoadedProvider {
         match &mut self.calls {
             Calls::Direct(h) => timed(observer, &self.name, "inventory", || h.inventory()),
             Calls::Deadline(d) => d.call("inventory", observer, |h| h.inventory(), None),
+        }
+    }
+
+    /// The hints of devices a container already holds from outside
+    /// topomgr (see [`topomgr_sdk::Provider::assigned_device_hints`]); a
+    /// provider built before the call knows none.
+    pub fn assigned_device_hints(
+        &mut self,
+        request: &AssignedDevicesRequest,
+    ) -> Result<AssignedDeviceHints, ProviderError> {
+        let observer = self.observer.as_deref();
+        match &mut self.calls {
+            Calls::Direct(h) => timed(observer, &self.name, "assigned_device_hints", || {
+                h.assigned_device_hints(request)
+            }),
+            Calls::Deadline(d) => {
+                let request = request.clone();
+                d.call(
+                    "assigned_device_hints",
+                    observer,
+                    move |h| h.assigned_device_hints(&request),
+                    None,
+                )
+            }
         }
     }
 }
