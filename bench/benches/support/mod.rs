@@ -63,6 +63,7 @@ pub fn start_daemon(tag: &str, state_root: &Path, plugin: &Path) -> PathBuf {
         providers: parts.providers,
         lock,
         export: Default::default(),
+        nri: None,
     };
     std::thread::spawn(move || daemon::run(d));
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -12,7 +12,9 @@
 //! - [`metrics`]: Prometheus metrics (kubelet names);
 //! - [`scrape`]: `GET /metrics` over TCP at `daemon.metrics_address`;
 //! - [`systemd`]: readiness and stopping notifications (`Type=notify`);
-//! - [`client`]: a small blocking HTTP/1.1 client for the CLI, tests and benches.
+//! - [`client`]: a small blocking HTTP/1.1 client for the CLI, tests and benches;
+//! - [`nri`]: the container runtime's NRI plugin (`[nri] enabled`), admitting
+//!   through the state thread.
 //!
 //! Start-up order matters: the caller takes the [`topomgr_node::state_lock::StateLock`] before
 //! loading providers (they may read the state directory); [`run`] then asks
@@ -21,11 +23,14 @@
 //! released), reclaims the pods whose owners are gone, binds the socket
 //! and the metrics address, tells the service manager it is ready, and
 //! serves until SIGTERM or SIGINT (telling the service manager it is
-//! stopping), reclaiming again every `reclaim_interval`.
+//! stopping), reclaiming again every `reclaim_interval`. With `[nri]
+//! enabled` it also registers with the runtime's NRI socket once the state
+//! is restored, and keeps re-registering while it serves.
 
 pub mod access;
 pub mod client;
 pub mod metrics;
+pub mod nri;
 pub mod scrape;
 pub mod server;
 pub mod state_thread;
@@ -78,6 +83,8 @@ pub struct Daemon {
     pub lock: StateLock,
     /// The NodeResourceTopology export (node name, file).
     pub export: topomgr_node::nrt::ExportSettings,
+    /// The runtime's NRI socket and registration, when `[nri] enabled`.
+    pub nri: Option<nri::NriSettings>,
 }
 
 /// Why the daemon could not start or stopped with an error.
@@ -108,6 +115,9 @@ pub enum DaemonError {
         /// The error.
         cause: std::io::Error,
     },
+    /// `[nri] enabled` under pod scope.
+    #[error(transparent)]
+    NriScope(#[from] nri::PodScopeUnderNri),
     /// The async runtime could not be built or serving failed.
     #[error("{what}: {cause}")]
     Runtime {
@@ -174,6 +184,9 @@ fn inventory_of(p: &mut LoadedProvider) -> Inventory {
 
 /// Restore state, bind the socket and serve until SIGTERM/SIGINT.
 pub fn run(d: Daemon) -> Result<(), DaemonError> {
+    if d.nri.is_some() {
+        nri::check_scope(d.scope)?;
+    }
     let metrics = Arc::new(Metrics::for_machine(&d.machine));
     let mut providers: Vec<LoadedProvider> = Vec::with_capacity(d.providers.len());
     for p in d.providers {
@@ -213,6 +226,11 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
     let machine = d.machine;
     let metrics_address = d.metrics_address;
     let reclaim_interval = d.reclaim_interval;
+    let nri_settings = d.nri;
+    let nri_status = match &nri_settings {
+        Some(s) => nri::NriStatus::enabled(&s.socket, Some(Arc::clone(&metrics))),
+        None => nri::NriStatus::disabled(),
+    };
     runtime.block_on(async move {
         access::prepare_socket_path(&socket)?;
         let listener = UnixListener::bind(&socket).map_err(|source| DaemonError::Bind {
@@ -244,11 +262,20 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
             reclaim_interval,
             stop_rx.clone(),
         ));
+        if let Some(settings) = nri_settings {
+            let face = Arc::new(nri::Face::new(
+                state_thread.clone(),
+                &machine,
+                Arc::clone(&nri_status),
+            ));
+            tokio::spawn(nri::serve(face, settings, stopped(stop_rx.clone())));
+        }
         let state = AppState {
             state_thread,
             machine: Arc::new(machine),
             metrics,
             access,
+            nri: nri_status,
         };
         systemd::ready(&format!(
             "serving {} pod(s) on {}",

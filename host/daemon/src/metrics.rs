@@ -28,6 +28,7 @@
 //! | `topomgr_checkpoint_duration_seconds` | histogram | — | one durable state write |
 //! | `topomgr_admitted_pods` | gauge | — | pods admitted now |
 //! | `topomgr_reclaimed_pods_total{owner,cause}` | counter | — | owned pods released because their owner is gone (`owner`: `process` or `container`; `cause`: `owner_gone` or `never_attached`), at start and by the periodic reclaim |
+//! | `topomgr_nri_connected` | gauge | — | 1 while topomgr is registered with the container runtime's NRI, else 0 (also 0 without `[nri] enabled`) |
 //!
 //! Every counter is exported from the start, at 0; labelled series are
 //! created up front for every value topomgr knows (both scopes of the
@@ -106,7 +107,7 @@ pub const REJECTION_REASONS: [&str; 9] = [
 ];
 
 /// The calls a provider reports to its observer ([`topomgr_engine::provider::ProviderObserver`]).
-pub const PROVIDER_CALLS: [&str; 8] = [
+pub const PROVIDER_CALLS: [&str; 9] = [
     "topology_hints",
     "pod_topology_hints",
     "allocate",
@@ -115,6 +116,7 @@ pub const PROVIDER_CALLS: [&str; 8] = [
     "restore",
     "preferred_allocation",
     "inventory",
+    "assigned_device_hints",
 ];
 
 /// Label set `{reason}`.
@@ -247,6 +249,7 @@ pub struct Metrics {
     checkpoint_duration: Histogram,
     admitted_pods: Gauge,
     reclaimed: Family<ReclaimLabels, Counter>,
+    nri_connected: Gauge,
     /// NUMA node of each CPU id (index), for `cpu_manager_allocation_per_numa`.
     cpu_nodes: Vec<Option<String>>,
     owners: RwLock<BTreeMap<String, Ownership>>,
@@ -308,6 +311,7 @@ impl Metrics {
             checkpoint_duration: latency_histogram(),
             admitted_pods: Gauge::default(),
             reclaimed: Family::default(),
+            nri_connected: Gauge::default(),
             cpu_nodes: Vec::new(),
             owners: RwLock::new(BTreeMap::new()),
             registry: Registry::default(),
@@ -410,6 +414,11 @@ impl Metrics {
             "reclaimed_pods",
             "Owned pods released because their owner is gone, by owner kind and cause",
             m.reclaimed.clone(),
+        );
+        own.register(
+            "nri_connected",
+            "1 while topomgr is registered with the container runtime's NRI (Node Resource Interface), else 0",
+            m.nri_connected.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -532,6 +541,11 @@ impl Metrics {
         self.reclaimed
             .get_or_create(&ReclaimLabels { owner, cause })
             .inc();
+    }
+
+    /// Whether topomgr is registered with the runtime's NRI now.
+    pub fn nri_connected(&self, connected: bool) {
+        self.nri_connected.set(i64::from(connected));
     }
 
     /// One durable state write.

@@ -2,7 +2,7 @@
 //!
 //! | method | path | what |
 //! |---|---|---|
-//! | GET | `/v1/health` | `{"status": "ok"|"degraded"|"failing", "pods", "notes", "failure"}` |
+//! | GET | `/v1/health` | `{"status": "ok"|"degraded"|"failing", "pods", "notes", "failure", "nri"}` |
 //! | GET | `/v1/machine` | the discovered machine (the JSON of `topomgr topology`) |
 //! | POST | `/v1/pods` | admit the Pod manifest(s) of the body (YAML or JSON): the JSON of `topomgr admit`; with `?dry_run=true&explain=true` a what-if that changes nothing: `{"pods": [decision trace, ...]}` ([`topomgr_engine::explain`]); with content type [`OWNED_ADMISSION`] the body is an [`AdmissionRequest`] (one pod and its owner, recorded with it) |
 //! | GET | `/v1/pods` | `{"pods": [...], "attachments": {uid: {container: cgroup}}}` |
@@ -63,6 +63,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Who may connect.
     pub access: Arc<AccessPolicy>,
+    /// The NRI plugin's status.
+    pub nri: Arc<crate::nri::NriStatus>,
 }
 
 /// Credentials of the peer of one connection, taken at accept.
@@ -237,10 +239,12 @@ async fn check_peer(
 }
 
 async fn health(State(state): State<AppState>) -> Response {
+    let nri = state.nri.health();
+    let nri_notes = state.nri.notes();
     let (code, body) = state.state_thread.read(|snap| {
         let status = if snap.failure.is_some() {
             HealthStatus::Failing
-        } else if snap.restore_notes.is_empty() {
+        } else if snap.restore_notes.is_empty() && nri_notes.is_empty() {
             HealthStatus::Ok
         } else {
             HealthStatus::Degraded
@@ -255,8 +259,14 @@ async fn health(State(state): State<AppState>) -> Response {
             pods: snap.pods.len(),
             exclusive_cpus: snap.exclusive_cpus.clone(),
             shared_pool: snap.shared_pool.clone(),
-            notes: snap.restore_notes.clone(),
+            notes: snap
+                .restore_notes
+                .iter()
+                .chain(&nri_notes)
+                .cloned()
+                .collect(),
             failure: snap.failure.clone(),
+            nri,
         };
         (code, body)
     });

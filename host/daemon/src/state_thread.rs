@@ -29,7 +29,7 @@
 //! and an admission's answer with the pool after its batch.
 
 use std::borrow::Cow;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::sync::{Arc, RwLock};
@@ -37,7 +37,7 @@ use std::thread;
 use std::time::Instant;
 
 use tokio::sync::oneshot;
-use topomgr_sdk::{CpuSet, Machine, PodView};
+use topomgr_sdk::{AssignedDevicesRequest, CpuSet, Machine, PodView};
 use tracing::{error, info, warn};
 
 use super::metrics::Metrics;
@@ -49,6 +49,7 @@ use topomgr_node::api::{Attached, Attachments};
 use topomgr_node::node_state::{
     current_pool, AttachError, Change, NodeState, OwnerConflict, Reclaim, UnknownContainer,
 };
+use topomgr_node::pod_owner::{ContainerRuntime, Owner};
 use topomgr_node::snapshot::{self, Restored};
 use topomgr_node::store::Store;
 
@@ -67,6 +68,26 @@ pub enum Command {
         /// Its owner as the client told it (checked here, where the boot
         /// id and the time of the admission are known).
         owner: OwnerSpec,
+    },
+    /// Admit a runtime's container (a one-container pod) for its owner,
+    /// aligned with the devices the container already holds (the NRI
+    /// plugin: [`NodeState::admit_owned_assigned`]).
+    AdmitContainer {
+        /// The one-container pod.
+        pod: PodView,
+        /// The container as owner.
+        owner: OwnerSpec,
+        /// Devices the container was given outside topomgr.
+        assigned: AssignedDevicesRequest,
+    },
+    /// Release the pods owned by containers of `runtime` that are not in
+    /// `existing` (the runtime's own list, at each (re)connection); answers
+    /// the containers whose pods stay.
+    ReconcileContainers {
+        /// The runtime face whose containers are compared.
+        runtime: ContainerRuntime,
+        /// The container ids the runtime has now.
+        existing: BTreeSet<String>,
     },
     /// Release the pods whose owners are gone ([`NodeState::reclaim`]).
     Reclaim,
@@ -97,6 +118,15 @@ pub enum Reply {
     Released(AdmitResult),
     /// What a reclaim did.
     Reclaimed(Vec<Reclaim>),
+    /// What a reconcile with a runtime's containers did.
+    ContainersReconciled {
+        /// Container ids whose pods were released (the runtime no longer
+        /// has them).
+        released: Vec<String>,
+        /// The containers the runtime has whose pods stay admitted: (container
+        /// id, its pod as admitted).
+        kept: Vec<(String, AdmitResult)>,
+    },
     /// The cgroup was written.
     Attached(Attached),
     /// The NodeResourceTopology object ([`topomgr_node::nrt`]).
@@ -538,44 +568,17 @@ impl Worker {
                 (Ok(Reply::Admitted(results)), changed)
             }
             Command::AdmitOwned { pod, owner } => {
-                if let Some(conflict) = self.conflict(std::slice::from_ref(&pod)) {
-                    self.metrics.request_refused(UID_CONFLICT);
-                    return (Err(CommandError::Conflict(conflict)), false);
-                }
-                let known = self.node.pods().contains_key(&pod.uid);
-                let (policy, scope) = {
-                    let a = self.node.admitter();
-                    (a.policy().name(), a.scope())
-                };
-                let owner = match owner
-                    .to_owner(self.node.boot_id(), topomgr_node::pod_owner::unix_now())
-                {
-                    Ok(o) => o,
-                    Err(e) => return (Err(CommandError::BadOwner(e)), false),
-                };
-                let start = Instant::now();
-                let mut trace = Vec::new();
-                let r = match self.node.admit_owned(&pod, owner, &mut trace) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        self.metrics.request_refused(UID_CONFLICT);
-                        return (Err(CommandError::OwnerConflict(e)), false);
-                    }
-                };
-                if !known {
-                    self.traces.push(topomgr_engine::explain::Traced {
-                        setting: Arc::clone(&self.setting),
-                        result: r.clone(),
-                        trace,
-                    });
-                }
-                self.metrics
-                    .admission(&r, policy, scope, start.elapsed(), known);
-                for provider in self.node.admitter_mut().take_violations() {
-                    self.metrics.ledger_violation(&provider);
-                }
-                let changed = r.admitted && !known;
-                (Ok(Reply::Admitted(vec![r])), changed)
+                self.admit_owned(pod, owner, AssignedDevicesRequest::default())
+            }
+            Command::AdmitContainer {
+                pod,
+                owner,
+                assigned,
+            } => self.admit_owned(pod, owner, assigned),
+            Command::ReconcileContainers { runtime, existing } => {
+                let (released, kept) = self.reconcile_containers(runtime, &existing);
+                let changed = !released.is_empty();
+                (Ok(Reply::ContainersReconciled { released, kept }), changed)
             }
             Command::Reclaim => {
                 let reclaimed = self.reclaim();
@@ -616,6 +619,104 @@ impl Worker {
                 Err(e) => (Err(CommandError::Export(e.to_string())), false),
             },
         }
+    }
+
+    /// Admit `pod` for `owner`, aligned with the devices of `assigned` (its
+    /// containers hold them all): [`Command::AdmitOwned`],
+    /// [`Command::AdmitContainer`].
+    fn admit_owned(
+        &mut self,
+        pod: PodView,
+        owner: OwnerSpec,
+        assigned: AssignedDevicesRequest,
+    ) -> (Result<Reply, CommandError>, bool) {
+        if let Some(conflict) = self.conflict(std::slice::from_ref(&pod)) {
+            self.metrics.request_refused(UID_CONFLICT);
+            return (Err(CommandError::Conflict(conflict)), false);
+        }
+        let known = self.node.pods().contains_key(&pod.uid);
+        let (policy, scope) = {
+            let a = self.node.admitter();
+            (a.policy().name(), a.scope())
+        };
+        let owner = match owner.to_owner(self.node.boot_id(), topomgr_node::pod_owner::unix_now()) {
+            Ok(o) => o,
+            Err(e) => return (Err(CommandError::BadOwner(e)), false),
+        };
+        let assigned: topomgr_engine::admission::AssignedDevices = if assigned.is_empty() {
+            BTreeMap::new()
+        } else {
+            pod.init_containers
+                .iter()
+                .chain(&pod.containers)
+                .map(|c| (c.name.clone(), assigned.clone()))
+                .collect()
+        };
+        let start = Instant::now();
+        let mut trace = Vec::new();
+        let r = match self
+            .node
+            .admit_owned_assigned(&pod, owner, &assigned, &mut trace)
+        {
+            Ok(r) => r,
+            Err(e) => {
+                self.metrics.request_refused(UID_CONFLICT);
+                return (Err(CommandError::OwnerConflict(e)), false);
+            }
+        };
+        if !known {
+            self.traces.push(topomgr_engine::explain::Traced {
+                setting: Arc::clone(&self.setting),
+                result: r.clone(),
+                trace,
+            });
+        }
+        self.metrics
+            .admission(&r, policy, scope, start.elapsed(), known);
+        for provider in self.node.admitter_mut().take_violations() {
+            self.metrics.ledger_violation(&provider);
+        }
+        let changed = r.admitted && !known;
+        (Ok(Reply::Admitted(vec![r])), changed)
+    }
+
+    /// Release the pods owned by containers of `runtime` that `existing`
+    /// lacks; (released container ids, kept containers with their pods).
+    fn reconcile_containers(
+        &mut self,
+        runtime: ContainerRuntime,
+        existing: &BTreeSet<String>,
+    ) -> (Vec<String>, Vec<(String, AdmitResult)>) {
+        let owned: Vec<(String, String)> = self
+            .node
+            .records()
+            .owners
+            .iter()
+            .filter_map(|(uid, owner)| match owner {
+                Owner::Container(c) if c.runtime == runtime => Some((uid.clone(), c.id.clone())),
+                _ => None,
+            })
+            .collect();
+        let (mut released, mut kept) = (Vec::new(), Vec::new());
+        for (uid, id) in owned {
+            if existing.contains(&id) {
+                if let Some(r) = self.node.pods().get(&uid) {
+                    kept.push((id, r.clone()));
+                }
+                continue;
+            }
+            match self.node.release(&uid) {
+                Ok(_) => {
+                    info!(pod = %uid, container = %id, runtime = runtime.as_str(), "the runtime no longer has this container; its pod is released")
+                }
+                Err(AdmissionError::UnknownPod(_)) => {}
+                Err(e) => {
+                    warn!(pod = %uid, container = %id, error = %e, "a container's pod released with provider errors")
+                }
+            }
+            released.push(id);
+        }
+        (released, kept)
     }
 
     /// A uid of `pods` admitted (or earlier in the same request) with a

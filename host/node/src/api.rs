@@ -145,6 +145,46 @@ pub struct Health {
     pub notes: Vec<String>,
     /// Why the state cannot be saved, when it cannot.
     pub failure: Option<String>,
+    /// topomgr as the container runtime's NRI plugin.
+    pub nri: NriHealth,
+}
+
+/// How topomgr stands as the container runtime's NRI plugin (schema
+/// `NriHealth`, the `nri` of [`Health`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NriHealth {
+    /// Whether `[nri] enabled` is set.
+    pub enabled: bool,
+    /// Whether topomgr is registered with the runtime now.
+    pub connected: bool,
+    /// The runtime's NRI socket (when enabled).
+    pub socket: Option<String>,
+    /// The runtime's name and version, as it told them at the last
+    /// registration (`containerd v1.7.24`).
+    pub runtime: Option<String>,
+    /// When the connection last came up or went down (seconds since the
+    /// Unix epoch).
+    pub since: Option<u64>,
+    /// Why topomgr is not connected, when it is not (the last attempt's
+    /// error).
+    pub error: Option<String>,
+    /// The containers topomgr placed through NRI and follows now.
+    pub containers: usize,
+}
+
+impl NriHealth {
+    /// The health of a daemon without `[nri] enabled`.
+    pub fn disabled() -> NriHealth {
+        NriHealth {
+            enabled: false,
+            connected: false,
+            socket: None,
+            runtime: None,
+            since: None,
+            error: None,
+            containers: 0,
+        }
+    }
 }
 
 /// [`Health::status`].

@@ -40,6 +40,11 @@
 //! provider_timeout_ms = 10000  # deadline of one provider call
 //! reclaim_interval_ms = 10000  # how often pods of owners that are gone are released
 //! metrics_address = "127.0.0.1:9337"  # also serve GET /metrics over TCP (default: off)
+//! [nri]                        # `topomgr serve` as the runtime's NRI plugin; every key optional
+//! enabled = false              # connect to the runtime's NRI socket
+//! socket = "/var/run/nri/nri.sock"
+//! plugin_name = "topomgr"      # letters, digits, '-', '_', '.'
+//! plugin_index = "50"          # two digits: the runtime calls plugins in ascending index order
 //! [providers.NAME]             # NAME: lowercase letters, digits, '-', '_'
 //! library = "topomgr_provider_cpu"   # -> libtopomgr_provider_cpu.so, or a path
 //! enabled = true               # default true; false: the provider is not loaded
@@ -49,7 +54,7 @@
 //! # Relative paths
 //!
 //! Relative paths in files (`plugin_dirs`, `sysfs_root`, `cgroup_root`,
-//! `state_dir`, `export_file`, `plugins_d`, `daemon.socket` and a provider `library` that is
+//! `state_dir`, `export_file`, `plugins_d`, `daemon.socket`, `nri.socket` and a provider `library` that is
 //! a path) are resolved against the directory of the main config file, so the
 //! repository's `topomgr.toml` works from any working directory. Relative
 //! paths in environment variables are resolved against the working directory.
@@ -108,6 +113,8 @@ pub struct HostConfig {
     pub providers: BTreeMap<String, ProviderEntry>,
     /// The `[daemon]` table (`topomgr serve`).
     pub daemon: DaemonConfig,
+    /// The `[nri]` table (`topomgr serve` as the runtime's NRI plugin).
+    pub nri: NriConfig,
     /// The files read, in the order they were applied.
     pub files: Vec<PathBuf>,
 }
@@ -152,6 +159,40 @@ impl Default for DaemonConfig {
     }
 }
 
+/// The runtime's default NRI socket.
+pub const DEFAULT_NRI_SOCKET: &str = "/var/run/nri/nri.sock";
+/// The name topomgr registers with the runtime's NRI by default.
+pub const DEFAULT_NRI_PLUGIN_NAME: &str = "topomgr";
+/// The index topomgr registers at by default (the runtime calls plugins in
+/// ascending index order).
+pub const DEFAULT_NRI_PLUGIN_INDEX: &str = "50";
+
+/// The `[nri]` table: `topomgr serve` as the container runtime's NRI
+/// plugin (containerd 1.7 with NRI enabled, 2.x; CRI-O 1.26+).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NriConfig {
+    /// Whether `serve` connects to the runtime's NRI socket (default false).
+    pub enabled: bool,
+    /// The runtime's NRI socket (relative paths resolve against the main
+    /// file's directory).
+    pub socket: PathBuf,
+    /// The name topomgr registers under: letters, digits, `-`, `_` and `.`.
+    pub plugin_name: String,
+    /// Where topomgr stands among the runtime's plugins: two digits.
+    pub plugin_index: String,
+}
+
+impl Default for NriConfig {
+    fn default() -> Self {
+        NriConfig {
+            enabled: false,
+            socket: PathBuf::from(DEFAULT_NRI_SOCKET),
+            plugin_name: DEFAULT_NRI_PLUGIN_NAME.to_owned(),
+            plugin_index: DEFAULT_NRI_PLUGIN_INDEX.to_owned(),
+        }
+    }
+}
+
 /// One `[providers.NAME]` table.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProviderEntry {
@@ -186,6 +227,7 @@ impl Default for HostConfig {
             export_file: None,
             providers: BTreeMap::new(),
             daemon: DaemonConfig::default(),
+            nri: NriConfig::default(),
             files: Vec::new(),
         }
     }
@@ -458,6 +500,20 @@ impl Sources {
                 cfg.daemon.metrics_address = Some(v.0);
             }
         }
+        if let Some(n) = m.nri {
+            if let Some(v) = n.enabled {
+                cfg.nri.enabled = v;
+            }
+            if let Some(v) = n.socket {
+                cfg.nri.socket = v;
+            }
+            if let Some(v) = n.plugin_name {
+                cfg.nri.plugin_name = v.0;
+            }
+            if let Some(v) = n.plugin_index {
+                cfg.nri.plugin_index = v.0;
+            }
+        }
         for (name, p) in m.providers.unwrap_or_default() {
             let (library_file, last_file) = self
                 .provenance
@@ -523,6 +579,7 @@ struct Layer {
     policy_options: Option<BTreeMap<String, OptionValue>>,
     providers: Option<BTreeMap<ProviderName, ProviderLayer>>,
     daemon: Option<DaemonLayer>,
+    nri: Option<NriLayer>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -533,6 +590,15 @@ struct DaemonLayer {
     provider_timeout_ms: Option<Millis>,
     reclaim_interval_ms: Option<Millis>,
     metrics_address: Option<ListenAddress>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NriLayer {
+    enabled: Option<bool>,
+    socket: Option<PathBuf>,
+    plugin_name: Option<NriPluginName>,
+    plugin_index: Option<NriPluginIndex>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -555,6 +621,9 @@ impl Layer {
         self.export_file.iter_mut().for_each(join);
         if let Some(d) = &mut self.daemon {
             d.socket.iter_mut().for_each(join);
+        }
+        if let Some(n) = &mut self.nri {
+            n.socket.iter_mut().for_each(join);
         }
         for p in self.providers.iter_mut().flat_map(|m| m.values_mut()) {
             if let Some(lib) = &mut p.library {
@@ -592,6 +661,13 @@ impl Layer {
             set(&mut mine.provider_timeout_ms, d.provider_timeout_ms);
             set(&mut mine.reclaim_interval_ms, d.reclaim_interval_ms);
             set(&mut mine.metrics_address, d.metrics_address);
+        }
+        if let Some(n) = later.nri {
+            let mine = self.nri.get_or_insert_default();
+            set(&mut mine.enabled, n.enabled);
+            set(&mut mine.socket, n.socket);
+            set(&mut mine.plugin_name, n.plugin_name);
+            set(&mut mine.plugin_index, n.plugin_index);
         }
         for (name, p) in later.providers.into_iter().flatten() {
             let mine = self
@@ -765,6 +841,53 @@ impl<'de> serde::Deserialize<'de> for NonEmpty {
         } else {
             Ok(NonEmpty(s))
         }
+    }
+}
+
+/// An NRI plugin name: what the runtime logs and orders by, one path
+/// component (upstream builds the plugin's id from index and name).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct NriPluginName(String);
+
+impl<'de> serde::Deserialize<'de> for NriPluginName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        let valid = !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+        if valid {
+            Ok(NriPluginName(s))
+        } else {
+            Err(de::Error::invalid_value(
+                de::Unexpected::Str(&s),
+                &"a plugin name of letters, digits, '-', '_' and '.' (e.g. \"topomgr\")",
+            ))
+        }
+    }
+}
+
+/// An NRI plugin index: two digits, as the runtime requires (upstream
+/// `CheckPluginIndex`); plugins are called in ascending order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct NriPluginIndex(String);
+
+impl<'de> serde::Deserialize<'de> for NriPluginIndex {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl de::Visitor<'_> for V {
+            type Value = NriPluginIndex;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("two digits as a string, \"00\" to \"99\" (write \"05\", not 5)")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<NriPluginIndex, E> {
+                if v.len() == 2 && v.bytes().all(|b| b.is_ascii_digit()) {
+                    Ok(NriPluginIndex(v.to_owned()))
+                } else {
+                    Err(E::invalid_value(de::Unexpected::Str(v), &self))
+                }
+            }
+        }
+        d.deserialize_str(V)
     }
 }
 
@@ -994,7 +1117,7 @@ nested = { a = 1, b = [1, 2] }
             (
                 "polcy = \"none\"\n",
                 "line 1: polcy: unknown field `polcy`, expected one of `policy`, `scope`, `plugins_d`, `plugin_dirs`, \
-                 `sysfs_root`, `cgroup_root`, `state_dir`, `node_name`, `export_file`, `policy_options`, `providers`, `daemon`",
+                 `sysfs_root`, `cgroup_root`, `state_dir`, `node_name`, `export_file`, `policy_options`, `providers`, `daemon`, `nri`",
             ),
             (
                 "[policy_options]\nprefer-closest-numa-nodes = true\n",
@@ -1024,6 +1147,22 @@ nested = { a = 1, b = [1, 2] }
                 "[daemon]\nport = 1\n",
                 "line 2: daemon.port: unknown field `port`, expected one of `socket`, `group`, `provider_timeout_ms`, `reclaim_interval_ms`, `metrics_address`",
             ),
+            (
+                "[nri]\nplugin_index = 5\n",
+                "line 2: nri.plugin_index: invalid type: integer `5`, expected two digits as a string, \"00\" to \"99\" (write \"05\", not 5)",
+            ),
+            (
+                "[nri]\nplugin_index = \"100\"\n",
+                "line 2: nri.plugin_index: invalid value: string \"100\", expected two digits as a string, \"00\" to \"99\" (write \"05\", not 5)",
+            ),
+            (
+                "[nri]\nplugin_name = \"top/mgr\"\n",
+                "line 2: nri.plugin_name: invalid value: string \"top/mgr\", expected a plugin name of letters, digits, '-', '_' and '.' (e.g. \"topomgr\")",
+            ),
+            (
+                "[nri]\nenable = true\n",
+                "line 2: nri.enable: unknown field `enable`, expected one of `enabled`, `socket`, `plugin_name`, `plugin_index`",
+            ),
             ("policy = \n", "line 1: string values must be quoted, expected literal string"),
         ];
         for (text, want) in cases {
@@ -1037,6 +1176,35 @@ nested = { a = 1, b = [1, 2] }
                 "provider `y` (last set in {}) has no `library`; add library = \"<name or path>\" to its [providers.y] table",
                 f.display()
             )
+        );
+    }
+
+    #[test]
+    fn the_nri_table_has_defaults_and_merges_key_by_key() {
+        let d = Dir::new("nri");
+        let main = d.write("topomgr.toml", "");
+        assert_eq!(
+            load_with_env(&main, &no_env).unwrap().nri,
+            NriConfig {
+                enabled: false,
+                socket: PathBuf::from("/var/run/nri/nri.sock"),
+                plugin_name: "topomgr".into(),
+                plugin_index: "50".into(),
+            }
+        );
+        d.write(
+            "topomgr.toml",
+            "[nri]\nsocket = \"run/nri.sock\"\nplugin_index = \"05\"\n",
+        );
+        d.write("plugins.d/50-nri.toml", "[nri]\nenabled = true\n");
+        assert_eq!(
+            load_with_env(&main, &no_env).unwrap().nri,
+            NriConfig {
+                enabled: true,
+                socket: d.0.join("run/nri.sock"),
+                plugin_name: "topomgr".into(),
+                plugin_index: "05".into(),
+            }
         );
     }
 

@@ -53,6 +53,11 @@ pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
             node_name: topomgr_node::nrt::node_name(&cfg)?,
             file: cfg.export_file.clone(),
         },
+        nri: cfg.nri.enabled.then(|| daemon::nri::NriSettings {
+            socket: cfg.nri.socket.clone(),
+            plugin_name: cfg.nri.plugin_name.clone(),
+            plugin_index: cfg.nri.plugin_index.clone(),
+        }),
     })?;
     Ok(ExitCode::SUCCESS)
 }

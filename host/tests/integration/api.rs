@@ -250,7 +250,7 @@ type Check = fn(&Value, &str, &str) -> Vec<String>;
 
 /// Every object schema of the document (its name, a nested one's path
 /// after a dot; its place under `/components/schemas/`) with its type.
-const SCHEMAS: [(&str, &str, Check); 30] = [
+const SCHEMAS: [(&str, &str, Check); 31] = [
     ("Error", "Error", check::<api::ErrorBody>),
     (
         "AdmissionRequest",
@@ -270,6 +270,7 @@ const SCHEMAS: [(&str, &str, Check); 30] = [
         check::<sdk::ContainerView>,
     ),
     ("Health", "Health", check::<api::Health>),
+    ("NriHealth", "NriHealth", check::<api::NriHealth>),
     ("Admissions", "Admissions", check::<api::Admissions>),
     ("PodList", "PodList", check::<api::PodList>),
     (

@@ -1,0 +1,292 @@
+//! Between NRI's messages and topomgr's types: what the runtime tells
+//! about a pod and a container, as `topomgr_runtime` reads it, and a
+//! container's cpuset and environment as an NRI adjustment or update.
+
+use std::collections::BTreeMap;
+
+use topomgr_cgroup::Cpuset;
+use topomgr_nri::api;
+use topomgr_runtime::{resources, ContainerSpec, Mapping, MappingError};
+use topomgr_sdk::{AssignedDevices, AssignedDevicesRequest, DeviceRef, ResourceMatch};
+
+/// The pod as `topomgr_runtime` reads it.
+pub(crate) fn sandbox(pod: &api::PodSandbox) -> topomgr_runtime::PodSandbox {
+    topomgr_runtime::PodSandbox {
+        uid: pod.uid.clone(),
+        name: pod.name.clone(),
+        namespace: pod.namespace.clone(),
+        annotations: pod.annotations.clone(),
+        cgroup_parent: Some(pod.cgroup_parent().to_owned()).filter(|p| !p.is_empty()),
+    }
+}
+
+/// A container's Linux resources as `topomgr_runtime` reads them (NRI
+/// carries the OCI fields; an empty cpuset string is "not set").
+pub(crate) fn linux_resources(r: Option<&api::LinuxResources>) -> resources::LinuxResources {
+    let Some(r) = r else {
+        return resources::LinuxResources::default();
+    };
+    let cpu = r.cpu.as_ref().map(|c| resources::LinuxCpu {
+        shares: c.shares.as_ref().map(|v| v.value),
+        quota: c.quota.as_ref().map(|v| v.value),
+        period: c.period.as_ref().map(|v| v.value),
+        cpus: Some(c.cpus.clone()).filter(|s| !s.trim().is_empty()),
+        mems: Some(c.mems.clone()).filter(|s| !s.trim().is_empty()),
+    });
+    let memory = r.memory.as_ref().map(|m| resources::LinuxMemory {
+        limit: m.limit.as_ref().map(|v| v.value),
+        reservation: m.reservation.as_ref().map(|v| v.value),
+    });
+    let hugepage_limits = (!r.hugepage_limits.is_empty()).then(|| {
+        r.hugepage_limits
+            .iter()
+            .map(|h| resources::HugepageLimit {
+                page_size: h.page_size.clone(),
+                limit: h.limit,
+            })
+            .collect()
+    });
+    resources::LinuxResources {
+        cpu,
+        memory,
+        hugepage_limits,
+    }
+}
+
+/// What topomgr does with `container` of `pod` ([`topomgr_runtime::map_container`]).
+pub(crate) fn map(
+    pod: &api::PodSandbox,
+    container: &api::Container,
+) -> Result<Mapping, MappingError> {
+    let sandbox = sandbox(pod);
+    let resources = linux_resources(container.resources());
+    topomgr_runtime::map_container(&ContainerSpec {
+        id: &container.id,
+        name: Some(&container.name)
+            .filter(|n| !n.is_empty())
+            .map(String::as_str),
+        annotations: &container.annotations,
+        sandbox: Some(&sandbox),
+        cgroup_parent: None,
+        resources: &resources,
+        env: &container.env,
+    })
+}
+
+/// The devices a container's environment names, as the named call asks
+/// providers about them.
+pub(crate) fn assigned(devices: &[topomgr_runtime::AssignedDevices]) -> AssignedDevicesRequest {
+    AssignedDevicesRequest::new(
+        devices
+            .iter()
+            .map(|d| {
+                let resource = match &d.resource {
+                    topomgr_runtime::ResourceHint::NvidiaGpu => {
+                        ResourceMatch::Prefix("nvidia.com/".to_owned())
+                    }
+                    topomgr_runtime::ResourceHint::PciDevice { env_name } => {
+                        ResourceMatch::EnvName(env_name.clone())
+                    }
+                };
+                let ids = d
+                    .ids
+                    .iter()
+                    .map(|id| match id {
+                        topomgr_runtime::DeviceId::Uuid(u) => DeviceRef::Uuid(u.clone()),
+                        topomgr_runtime::DeviceId::Index(i) => DeviceRef::Index(*i),
+                        topomgr_runtime::DeviceId::PciAddress(a) => {
+                            DeviceRef::PciAddress(a.clone())
+                        }
+                    })
+                    .collect();
+                AssignedDevices::new(d.variable.clone(), resource, ids)
+            })
+            .collect(),
+    )
+}
+
+/// Resources that set a container's cpuset (CPUs and memory nodes) only.
+pub(crate) fn cpuset_resources(set: &Cpuset) -> api::LinuxResources {
+    api::LinuxResources::cpuset(&set.cpus.to_string(), &set.mems.to_string())
+}
+
+/// The adjustment of a container being created: its cpuset and the
+/// providers' environment.
+pub(crate) fn adjustment(set: &Cpuset, env: &BTreeMap<String, String>) -> api::ContainerAdjustment {
+    api::ContainerAdjustment {
+        env: env
+            .iter()
+            .map(|(key, value)| api::KeyValue {
+                key: key.clone(),
+                value: value.clone(),
+            })
+            .collect(),
+        linux: Some(api::LinuxContainerAdjustment {
+            resources: Some(cpuset_resources(set)),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// An update of container `id`'s cpuset.
+pub(crate) fn update(id: &str, set: &Cpuset, ignore_failure: bool) -> api::ContainerUpdate {
+    api::ContainerUpdate {
+        ignore_failure,
+        ..api::ContainerUpdate::resources(id, cpuset_resources(set))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use topomgr_nri::api::{
+        LinuxContainer, LinuxCpu, LinuxMemory, LinuxPodSandbox, OptionalInt64, OptionalUInt64,
+    };
+    use topomgr_sdk::{CpuSet, NumaMask, QosClass};
+
+    fn pod(parent: &str) -> api::PodSandbox {
+        api::PodSandbox {
+            id: "sandbox-1".into(),
+            name: "web-0".into(),
+            uid: "8dbc5a0a-1111-2222-3333-444455556666".into(),
+            namespace: "shop".into(),
+            linux: Some(LinuxPodSandbox {
+                cgroup_parent: parent.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn container(shares: u64, quota: i64, memory: i64, env: &[&str]) -> api::Container {
+        api::Container {
+            id: "c0ffee".into(),
+            pod_sandbox_id: "sandbox-1".into(),
+            name: "app".into(),
+            env: env.iter().map(|e| e.to_string()).collect(),
+            linux: Some(LinuxContainer {
+                resources: Some(api::LinuxResources {
+                    cpu: Some(LinuxCpu {
+                        shares: Some(OptionalUInt64 { value: shares }),
+                        quota: Some(OptionalInt64 { value: quota }),
+                        period: Some(OptionalUInt64 { value: 100_000 }),
+                        ..Default::default()
+                    }),
+                    memory: Some(LinuxMemory {
+                        limit: Some(OptionalInt64 { value: memory }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// What containerd hands on for a Guaranteed 1-CPU container and a
+    /// Burstable one becomes the kubelet's pod again: requests, limits,
+    /// QoS from the cgroup parent, identity from the sandbox, the
+    /// runtime's container id as the uid.
+    #[test]
+    fn an_nri_container_maps_to_the_pod_the_kubelet_had() {
+        let g = pod("/kubepods/pod8dbc5a0a-1111-2222-3333-444455556666");
+        let Mapping::Admit(req) = map(&g, &container(1024, 100_000, 128 << 20, &[])).unwrap()
+        else {
+            panic!("admitted")
+        };
+        let view = &req.pod.view;
+        assert_eq!(
+            (
+                view.uid.as_str(),
+                view.name.as_str(),
+                view.namespace.as_str()
+            ),
+            ("c0ffee", "web-0", "shop")
+        );
+        assert_eq!(view.qos, QosClass::Guaranteed);
+        let c = &view.containers[0];
+        assert_eq!(c.name, "app");
+        assert_eq!(c.requests["cpu"], 1000);
+        assert_eq!(c.limits["cpu"], 1000);
+        assert_eq!(c.limits["memory"], 128 << 20);
+        assert_eq!(
+            req.identity.pod_uid.as_deref(),
+            Some("8dbc5a0a-1111-2222-3333-444455556666")
+        );
+        let b = pod("/kubepods/burstable/pod8dbc5a0a-1111-2222-3333-444455556666");
+        let Mapping::Admit(req) = map(&b, &container(102, 50_000, 0, &[])).unwrap() else {
+            panic!("admitted")
+        };
+        assert_eq!(req.pod.view.qos, QosClass::Burstable);
+        assert_eq!(req.pod.view.containers[0].requests["cpu"], 100);
+        assert_eq!(req.pod.view.containers[0].limits["cpu"], 500);
+    }
+
+    #[test]
+    fn device_variables_become_the_named_calls_request() {
+        let g = pod("/kubepods/pod8dbc5a0a-1111-2222-3333-444455556666");
+        let c = container(
+            1024,
+            100_000,
+            0,
+            &[
+                "NVIDIA_VISIBLE_DEVICES=GPU-aa,1",
+                "PCIDEVICE_INTEL_COM_SRIOV_VF=0000:3b:02.1",
+            ],
+        );
+        let Mapping::Admit(req) = map(&g, &c).unwrap() else {
+            panic!("admitted")
+        };
+        let text = serde_json::to_string(&assigned(&req.devices)).unwrap();
+        assert_eq!(
+            text,
+            r#"{"devices":[{"source":"NVIDIA_VISIBLE_DEVICES","resource":{"prefix":"nvidia.com/"},"ids":[{"uuid":"GPU-aa"},{"index":1}]},{"source":"PCIDEVICE_INTEL_COM_SRIOV_VF","resource":{"env_name":"INTEL_COM_SRIOV_VF"},"ids":[{"pci_address":"0000:3b:02.1"}]}]}"#
+        );
+    }
+
+    #[test]
+    fn a_pinned_container_and_an_opted_out_pod_are_left_alone() {
+        let g = pod("/kubepods/pod8dbc5a0a-1111-2222-3333-444455556666");
+        let mut c = container(1024, 100_000, 0, &[]);
+        c.linux
+            .as_mut()
+            .unwrap()
+            .resources
+            .as_mut()
+            .unwrap()
+            .cpu
+            .as_mut()
+            .unwrap()
+            .cpus = "3".into();
+        assert!(matches!(map(&g, &c).unwrap(), Mapping::Leave(_)));
+        let mut opted = g.clone();
+        opted
+            .annotations
+            .insert("topomgr.io/opt-out".into(), "true".into());
+        assert!(matches!(
+            map(&opted, &container(1024, 100_000, 0, &[])).unwrap(),
+            Mapping::Leave(_)
+        ));
+    }
+
+    #[test]
+    fn adjustments_and_updates_carry_the_cpuset_and_environment() {
+        let set = Cpuset {
+            cpus: CpuSet::parse("1").unwrap(),
+            mems: NumaMask::from_nodes([0]).unwrap(),
+        };
+        let env = BTreeMap::from([("NVIDIA_VISIBLE_DEVICES".to_owned(), "GPU-aa".to_owned())]);
+        let a = adjustment(&set, &env);
+        let cpu = a.linux.unwrap().resources.unwrap().cpu.unwrap();
+        assert_eq!((cpu.cpus.as_str(), cpu.mems.as_str()), ("1", "0"));
+        assert_eq!(a.env[0].key, "NVIDIA_VISIBLE_DEVICES");
+        let u = update("abc", &set, true);
+        assert_eq!(u.container_id, "abc");
+        assert!(u.ignore_failure);
+        let cpu = u.linux.unwrap().resources.unwrap().cpu.unwrap();
+        assert_eq!((cpu.cpus.as_str(), cpu.mems.as_str()), ("1", "0"));
+        assert_eq!(cpu.shares, None, "an update changes the cpuset only");
+    }
+}

@@ -1,0 +1,163 @@
+//! `topomgr serve` as the container runtime's NRI plugin (`[nri] enabled`):
+//! containerd 1.7 (NRI enabled) and 2.x, CRI-O 1.26+ call topomgr before
+//! each container is created, and apply the cpuset, memory nodes and
+//! environment it answers. The wire protocol is `topomgr_nri`'s; this
+//! module decides.
+//!
+//! # Events
+//!
+//! topomgr subscribes to CreateContainer, UpdateContainer, StopContainer,
+//! RemoveContainer and RemovePodSandbox ([`EVENTS`]); the runtime sends
+//! Configure and Synchronize at every registration.
+//!
+//! - **CreateContainer** ([`Face::create`]): what the runtime tells (the
+//!   pod sandbox: uid, name, namespace, annotations, the kubelet's cgroup
+//!   parent; the container: name, CPU shares/quota/period, memory and
+//!   hugepage limits, environment) becomes a one-container pod
+//!   (`topomgr_runtime`, with the kubelet's own conversions; its uid is the
+//!   runtime's container id) and is admitted in container scope through the
+//!   state thread, owned by the container (`nri` container owner), aligned
+//!   with the devices the kubelet's device plugins already gave it (its
+//!   `NVIDIA_VISIBLE_DEVICES`, `PCIDEVICE_*`: the providers that know them
+//!   contribute exactly their hints, through the SDK's named call
+//!   `assigned_device_hints`). A Guaranteed container with whole CPUs gets
+//!   exclusive CPUs (the CPU provider's static policy), every other the
+//!   shared pool. The answer sets the container's cpuset CPUs and memory
+//!   nodes and the providers' environment, and updates every shared-pool
+//!   container whose cpuset just lost a CPU to it. A refusal fails the
+//!   creation with topomgr's reason and message; nothing is held.
+//!   Sandboxes, containers whose spec pins CPUs and pods or containers
+//!   annotated `topomgr.io/opt-out: "true"` are left alone.
+//! - **StopContainer** releases the container and gives the CPUs back to the
+//!   shared containers in its answer; **RemoveContainer** and
+//!   **RemovePodSandbox** release whatever is still held (the shared
+//!   containers get the CPUs back unsolicited, from the follower).
+//! - **UpdateContainer** (the kubelet's resource update) keeps the
+//!   container's cpuset; it is not admitted again.
+//! - **Synchronize** ([`Face::synchronize`]) lists every pod and container
+//!   the runtime has: pods of containers it no longer has (or that stopped)
+//!   are released; containers it has that topomgr does not know (created
+//!   while topomgr was not connected) are admitted now, or, when they
+//!   cannot be, followed in the shared pool and reported in `/v1/health`;
+//!   every container is told its cpuset. containerd 1.7 sends no pod events
+//!   for pods created before its own restart, so this is where their
+//!   releases happen.
+//!
+//! # Staying connected
+//!
+//! [`serve`] registers and re-registers with backoff (100 ms doubling to
+//! 5 s) whenever the runtime restarts; the HTTP API keeps working. While
+//! topomgr is not connected the runtime creates containers without it
+//! (unadjusted: the kubelet's own cpuset, usually every CPU); they are
+//! admitted at the next Synchronize. `/v1/health` carries `nri` and is
+//! `degraded` meanwhile; `topomgr_nri_connected` says the same.
+//!
+//! # Scope
+//!
+//! NRI tells one container at a time, never the whole pod, so `scope =
+//! "pod"` cannot decide for a pod: `serve` refuses to start with `[nri]
+//! enabled` under pod scope ([`check_scope`]).
+
+mod convert;
+mod face;
+mod placements;
+mod status;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use topomgr_engine::policy::Scope;
+use topomgr_nri::{serve_with_reconnect, Backoff, ConnectionStatus, Event, EventMask};
+use tracing::{error, info};
+
+pub use face::Face;
+pub use status::NriStatus;
+
+/// How often the follower looks for cpusets the runtime was not told
+/// (a release through the HTTP API or a reclaim), besides being woken.
+const FOLLOW_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The events topomgr subscribes to.
+pub const EVENTS: [Event; 5] = [
+    Event::CreateContainer,
+    Event::UpdateContainer,
+    Event::StopContainer,
+    Event::RemoveContainer,
+    Event::RemovePodSandbox,
+];
+
+/// Where and as what the plugin registers (`[nri]` of the config).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NriSettings {
+    /// The runtime's NRI socket.
+    pub socket: PathBuf,
+    /// The plugin's name.
+    pub plugin_name: String,
+    /// Its index (two digits).
+    pub plugin_index: String,
+}
+
+/// Why the daemon refuses to start with `[nri] enabled`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("[nri] enabled needs scope = \"container\" (the config says \"pod\"): the runtime tells topomgr one container at a time through NRI, never the whole pod, so pod scope cannot decide; set scope = \"container\", or set enabled = false in [nri]")]
+pub struct PodScopeUnderNri;
+
+/// Refuses pod scope under NRI (see the module docs).
+pub fn check_scope(scope: Scope) -> Result<(), PodScopeUnderNri> {
+    match scope {
+        Scope::Pod => Err(PodScopeUnderNri),
+        Scope::Container => Ok(()),
+    }
+}
+
+/// Sends the runtime what it was not told: woken by the handlers that
+/// released outside an answer, and every [`FOLLOW_INTERVAL`].
+async fn follow(face: Arc<Face>) {
+    loop {
+        tokio::select! {
+            () = face.woken() => {}
+            () = tokio::time::sleep(FOLLOW_INTERVAL) => {}
+        }
+        face.push_updates().await;
+    }
+}
+
+/// Keeps `face` registered with the runtime at `settings.socket` until
+/// `stop` completes.
+pub async fn serve(
+    face: Arc<Face>,
+    settings: NriSettings,
+    stop: impl std::future::Future<Output = ()>,
+) {
+    let events: EventMask = EVENTS.into_iter().collect();
+    let follower = tokio::spawn(follow(Arc::clone(&face)));
+    info!(socket = %settings.socket.display(), name = %settings.plugin_name, index = %settings.plugin_index, "connecting to the runtime's NRI");
+    let on_status = {
+        let face = Arc::clone(&face);
+        move |status: ConnectionStatus| match status {
+            ConnectionStatus::Connected { runtime } => face.connected(runtime),
+            ConnectionStatus::Disconnected { error, .. } => face.disconnected(error.to_string()),
+        }
+    };
+    let connection = serve_with_reconnect(
+        &settings.socket,
+        &settings.plugin_name,
+        &settings.plugin_index,
+        events,
+        Arc::clone(&face),
+        Backoff::default(),
+        on_status,
+    );
+    tokio::select! {
+        e = connection => {
+            error!(error = %e, "the NRI plugin stopped");
+            face.disconnected(e.to_string());
+        }
+        () = stop => {}
+    }
+    follower.abort();
+}
+
+#[cfg(test)]
+mod tests;

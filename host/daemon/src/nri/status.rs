@@ -1,0 +1,159 @@
+//! How the NRI plugin stands, for `/v1/health` and the
+//! `topomgr_nri_connected` gauge.
+
+use std::sync::{Arc, Mutex};
+
+use topomgr_node::api::NriHealth;
+use topomgr_node::pod_owner::unix_now;
+
+use crate::metrics::Metrics;
+
+/// The NRI plugin's state as the health endpoint shows it; shared by the
+/// plugin (which updates it) and the HTTP server (which reads it).
+#[derive(Debug)]
+pub struct NriStatus {
+    health: Mutex<NriHealth>,
+    /// Containers the last Synchronize could not admit (health notes).
+    notes: Mutex<Vec<String>>,
+    metrics: Option<Arc<Metrics>>,
+}
+
+impl NriStatus {
+    /// The status of a daemon without `[nri] enabled`.
+    pub fn disabled() -> Arc<NriStatus> {
+        Arc::new(NriStatus {
+            health: Mutex::new(NriHealth::disabled()),
+            notes: Mutex::new(Vec::new()),
+            metrics: None,
+        })
+    }
+
+    /// The status of a plugin that connects to `socket`, not connected yet;
+    /// `metrics` hears of every (dis)connection.
+    pub fn enabled(socket: &std::path::Path, metrics: Option<Arc<Metrics>>) -> Arc<NriStatus> {
+        if let Some(m) = &metrics {
+            m.nri_connected(false);
+        }
+        Arc::new(NriStatus {
+            health: Mutex::new(NriHealth {
+                enabled: true,
+                connected: false,
+                socket: Some(socket.display().to_string()),
+                runtime: None,
+                since: None,
+                error: Some("not connected yet".to_owned()),
+                containers: 0,
+            }),
+            notes: Mutex::new(Vec::new()),
+            metrics,
+        })
+    }
+
+    /// What `/v1/health` shows.
+    pub fn health(&self) -> NriHealth {
+        self.health
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// What makes the daemon's health `degraded`: not connected while
+    /// enabled, and the containers the last Synchronize could not admit.
+    pub fn notes(&self) -> Vec<String> {
+        let h = self.health();
+        let mut notes = Vec::new();
+        if h.enabled && !h.connected {
+            notes.push(format!(
+                "nri: not registered with the runtime at {} ({}); the runtime creates containers without topomgr's placement meanwhile",
+                h.socket.as_deref().unwrap_or("?"),
+                h.error.as_deref().unwrap_or("no attempt yet"),
+            ));
+        }
+        notes.extend(
+            self.notes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .cloned(),
+        );
+        notes
+    }
+
+    fn change(&self, f: impl FnOnce(&mut NriHealth)) {
+        let mut h = self.health.lock().unwrap_or_else(|p| p.into_inner());
+        f(&mut h);
+        if let Some(m) = &self.metrics {
+            m.nri_connected(h.connected);
+        }
+    }
+
+    /// Registered with the runtime.
+    pub(crate) fn connected(&self) {
+        self.change(|h| {
+            h.connected = true;
+            h.error = None;
+            h.since = Some(unix_now());
+        });
+    }
+
+    /// The runtime said who it is (Configure).
+    pub(crate) fn runtime(&self, name: &str, version: &str) {
+        let runtime = format!("{name} {version}").trim().to_owned();
+        self.change(|h| h.runtime = Some(runtime).filter(|r| !r.is_empty()));
+    }
+
+    /// Not connected: an attempt failed or the connection ended.
+    pub(crate) fn disconnected(&self, error: String) {
+        self.change(|h| {
+            if h.connected || h.since.is_none() {
+                h.since = Some(unix_now());
+            }
+            h.connected = false;
+            h.error = Some(error);
+        });
+    }
+
+    /// The containers followed now.
+    pub(crate) fn containers(&self, n: usize) {
+        self.change(|h| h.containers = n);
+    }
+
+    /// The containers the last Synchronize could not admit.
+    pub(crate) fn set_notes(&self, notes: Vec<String>) {
+        *self.notes.lock().unwrap_or_else(|p| p.into_inner()) = notes;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_status_follows_connections_and_makes_notes() {
+        let metrics = Arc::new(Metrics::new());
+        let s = NriStatus::enabled("/run/nri.sock".as_ref(), Some(Arc::clone(&metrics)));
+        assert!(metrics.render().contains("topomgr_nri_connected 0"));
+        assert_eq!(
+            s.notes(),
+            ["nri: not registered with the runtime at /run/nri.sock (not connected yet); the runtime creates containers without topomgr's placement meanwhile"]
+        );
+        s.connected();
+        s.runtime("containerd", "v1.7.24");
+        s.containers(3);
+        let h = s.health();
+        assert!(h.connected && h.enabled);
+        assert_eq!(h.runtime.as_deref(), Some("containerd v1.7.24"));
+        assert_eq!(h.containers, 3);
+        assert!(h.error.is_none() && h.since.is_some());
+        assert!(s.notes().is_empty());
+        assert!(metrics.render().contains("topomgr_nri_connected 1"));
+        s.set_notes(vec!["container x".into()]);
+        assert_eq!(s.notes(), ["container x"]);
+        s.disconnected("the NRI connection is closed".into());
+        assert!(!s.health().connected);
+        assert!(metrics.render().contains("topomgr_nri_connected 0"));
+        assert_eq!(s.notes().len(), 2);
+        let off = NriStatus::disabled().health();
+        assert_eq!(off, NriHealth::disabled());
+    }
+}
