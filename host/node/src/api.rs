@@ -160,7 +160,7 @@ pub struct NriHealth {
     /// The runtime's NRI socket (when enabled).
     pub socket: Option<String>,
     /// The runtime's name and version, as it told them at the last
-    /// registration (`containerd v1.7.24`).
+    /// registration (`containerd 1.7.24`).
     pub runtime: Option<String>,
     /// When the connection last came up or went down (seconds since the
     /// Unix epoch).

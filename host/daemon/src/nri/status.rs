@@ -138,11 +138,11 @@ mod tests {
             ["nri: not registered with the runtime at /run/nri.sock (not connected yet); the runtime creates containers without topomgr's placement meanwhile"]
         );
         s.connected();
-        s.runtime("containerd", "v1.7.24");
+        s.runtime("containerd", "1.7.24~ds1");
         s.containers(3);
         let h = s.health();
         assert!(h.connected && h.enabled);
-        assert_eq!(h.runtime.as_deref(), Some("containerd v1.7.24"));
+        assert_eq!(h.runtime.as_deref(), Some("containerd 1.7.24~ds1"));
         assert_eq!(h.containers, 3);
         assert!(h.error.is_none() && h.since.is_some());
         assert!(s.notes().is_empty());
