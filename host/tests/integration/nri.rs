@@ -238,6 +238,24 @@ fn recorded(cri: &mut Cri, id: &str) -> String {
         .unwrap_or_default()
 }
 
+/// Waits until containerd's record of container `id` says `cpus` (20 s): an
+/// update it applies (an answer to Synchronize, an unsolicited one) lands
+/// there once applied.
+fn wait_recorded(cri: &mut Cri, id: &str, cpus: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = recorded(cri, id);
+        if now == cpus {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "containerd's record of {id} is {now:?}, not {cpus:?}, after 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// The invariants, after every step: no CPU exclusive to two containers;
 /// the pool is every online CPU but those; every pod topomgr holds belongs
 /// to a container containerd has; each running container of `running` runs
@@ -442,6 +460,9 @@ fn containers_get_their_cpus_through_nri_and_keep_them_across_restarts() {
             && p.pods.iter().any(|a| a.uid == late)
             && !p.pods.iter().any(|a| a.uid == ephemeral)
     });
+    // The Synchronize answer moves it; containerd applies it after the
+    // admission is visible here.
+    wait_recorded(&mut cri, &late, "0");
     assert_eq!(inside(&mut cri, &late), ("0".into(), "0".into()));
     assert_eq!(inside(&mut cri, &exclusive), ("1".into(), "0".into()));
     check(&d, &mut cri, &[&shared, &exclusive, &late]);
@@ -495,6 +516,25 @@ fn containers_get_their_cpus_through_nri_and_keep_them_across_restarts() {
     assert_eq!(recorded(&mut cri, &shared), "0-1");
     assert_eq!(inside(&mut cri, &late).0, "0-1");
     check(&d, &mut cri, &[&shared, &late]);
+
+    // An operator releases a running Guaranteed container through the API:
+    // it keeps running, in the shared pool now, and every shared container
+    // gets CPU 1 back, through unsolicited NRI updates.
+    let again = cri.run(
+        &g2,
+        &ContainerSpec::sleeper("again", image).with_resources(1000, 1000, 64 << 20),
+    );
+    assert_eq!(inside(&mut cri, &again), ("1".into(), "0".into()));
+    assert_eq!(inside(&mut cri, &shared).0, "0");
+    check(&d, &mut cri, &[&shared, &late, &again]);
+    let r = d.client().delete(&format!("/v1/pods/{again}")).unwrap();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    wait_recorded(&mut cri, &again, "0-1");
+    for id in [&shared, &late, &again] {
+        assert_eq!(inside(&mut cri, id).0, "0-1", "{id}");
+        assert_eq!(recorded(&mut cri, id), "0-1", "containerd's record of {id}");
+    }
+    check(&d, &mut cri, &[&shared, &late, &again]);
 
     // Removing every pod releases everything.
     cri.remove_all_pods();
