@@ -127,7 +127,10 @@
 //!    default implementation on [`Provider`]. A plugin built before the
 //!    method existed answers "unknown method" and the host uses the
 //!    documented default; no binary layout changes. `0.3.0` has
-//!    `preferred_allocation`, `inventory` and `share_pod`.
+//!    `preferred_allocation`, `inventory` and `share_pod`; a later `0.3`
+//!    patch added `assigned_device_hints` ([`Provider::assigned_device_hints`]:
+//!    devices a container already holds from the kubelet's device plugins,
+//!    answered by the device toolkit).
 //!
 //! What does change the binary interface — the root module, the method
 //! table, the typed hint structures, anything abi_stable checks, all in one
