@@ -131,12 +131,15 @@ impl Face {
         self.status.containers(t.len());
     }
 
-    async fn admit(&self, cmd: Command) -> Result<AdmitResult, CommandError> {
-        match self.state.submit(cmd).await? {
-            Reply::Admitted(mut results) if results.len() == 1 => Ok(results.remove(0)),
-            other => Err(CommandError::Export(format!(
+    /// One container's admission: its result, or why the state thread
+    /// could not make it (nothing was admitted then).
+    async fn admit(&self, cmd: Command) -> Result<AdmitResult, String> {
+        match self.state.submit(cmd).await {
+            Ok(Reply::Admitted(mut results)) if results.len() == 1 => Ok(results.remove(0)),
+            Ok(other) => Err(format!(
                 "the state thread answered an admission with {other:?}"
-            ))),
+            )),
+            Err(e) => Err(e.to_string()),
         }
     }
 
