@@ -26,5 +26,6 @@ mod merge;
 mod oci_hook;
 mod owners;
 mod plugins;
+mod podman;
 mod run;
 mod sriov;
