@@ -64,7 +64,7 @@ pub struct Process {
     pub env: Option<Vec<String>>,
 }
 
-/// Read the state from `input` (at most [`MAX_STATE_BYTES`]).
+/// Read the state from `input` (at most 1 MiB).
 pub fn read_state(input: impl std::io::Read) -> Result<State, HookError> {
     let mut bytes = Vec::new();
     input
