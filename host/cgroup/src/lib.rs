@@ -38,6 +38,7 @@
 
 mod path;
 pub mod pool;
+mod process;
 pub mod v1;
 pub mod v2;
 
@@ -131,6 +132,20 @@ pub enum CgroupError {
         root: PathBuf,
         /// What `cgroup.controllers` lists.
         available: String,
+    },
+    /// A process's cgroup is not under the root.
+    #[error(
+        "process {pid} is in cgroup {}, which is not under topomgr's cgroup root {}; set cgroup_root to a directory that holds the containers' cgroups (usually /sys/fs/cgroup)",
+        cgroup.display(), root.display()
+    )]
+    NotUnderRoot {
+        /// The process.
+        pid: u32,
+        /// Its cgroup (its directory when the hierarchy is mounted, else
+        /// its path inside the hierarchy).
+        cgroup: PathBuf,
+        /// The root.
+        root: PathBuf,
     },
     /// The cgroup does not exist.
     #[error("cgroup {} does not exist", path.display())]

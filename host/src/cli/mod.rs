@@ -5,6 +5,7 @@ mod client;
 mod export;
 mod host;
 mod merge;
+mod oci_hook;
 mod provider;
 mod release;
 mod run;
@@ -87,6 +88,9 @@ pub enum Command {
     Attach(client::AttachArgs),
     /// Export this node's state for Kubernetes (`export nrt`: the NodeResourceTopology object).
     Export(export::ExportArgs),
+    /// The OCI runtime hook: place a container through the daemon at
+    /// createRuntime, release it at poststop (the container's state on stdin).
+    OciHook(oci_hook::OciHookArgs),
 }
 
 /// Install the stderr logger.
@@ -145,5 +149,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Release(args) => release::run(&cli.config, args),
         Command::Attach(args) => client::attach(&cli.config, args),
         Command::Export(args) => export::run(&cli.config, args),
+        Command::OciHook(args) => oci_hook::run(&cli.config, args),
     }
 }
