@@ -20,7 +20,7 @@ fn all_masks(nodes: &[u32], preferred_width: u32) -> ProviderHints {
     let ids: Vec<NumaNodeId> = nodes.iter().map(|&n| NumaNodeId::new(n).unwrap()).collect();
     let mut v = Vec::new();
     for_each_mask_in_kubelet_order(&ids, |m| {
-        v.push(TopologyHint::new(m, m.count() == preferred_width))
+        v.push(TopologyHint::new(m, m.len() == preferred_width))
     });
     Some(BTreeMap::from([(
         "r".to_string(),

@@ -21,26 +21,26 @@
 //!
 //! Built as a cdylib by the workspace member `examples/numa-widgets`: a plain
 //! `cargo build --workspace` gives `target/debug/libnuma_widgets.so` (or
-//! `target/release/...`), beside the `topomgr` binary. Its own `Cargo.toml`
-//! is all a vendor's crate needs: `crate-type = ["cdylib"]` and a dependency
-//! on `topomgr-sdk`.
+//! `target/release/...`), beside the `topomgr` binary. A vendor's crate
+//! needs `crate-type = ["cdylib"]` and a dependency on `topomgr-sdk`, nothing
+//! else: this file compiles as it is in such a crate.
 
 use std::collections::BTreeMap;
 
-use serde::Deserialize;
 use topomgr_sdk::devices::{Device, DeviceHooks, DevicePlugin, Devices};
-use topomgr_sdk::{ProviderContext, ProviderError};
+use topomgr_sdk::{tracing, ProviderContext, ProviderError};
 
 /// The largest `widgets_per_node` accepted.
 const MAX_WIDGETS_PER_NODE: u32 = 1024;
 
-/// The provider's config table.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Config {
-    widgets_per_node: u32,
-    #[serde(default = "default_resource")]
-    resource: String,
+topomgr_sdk::provider_config! {
+    /// The provider's config table (unknown keys are refused).
+    #[derive(Debug)]
+    struct Config {
+        widgets_per_node: u32,
+        #[serde(default = "default_resource")]
+        resource: String,
+    }
 }
 
 fn default_resource() -> String {
@@ -124,7 +124,7 @@ topomgr_sdk::export_device_plugin!(NumaWidgets);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use topomgr_sdk::serde_json::json;
     use topomgr_sdk::{testkit, HintSet, PreferredAllocationRequest};
 
     const W: &str = "example.com/widget";
@@ -248,19 +248,21 @@ mod tests {
     }
 
     #[test]
-    fn restore_rejects_a_widget_held_twice_and_keeps_state() {
+    fn fewer_widgets_keep_what_pods_hold() {
         let mut p = provider(2, 2);
-        let err = p
-            .restore(
-                br#"{"assignments":[
-                    {"pod_uid":"u","container":"c","resource":"example.com/widget","devices":["widget-0-0"]},
-                    {"pod_uid":"v","container":"c","resource":"example.com/widget","devices":["widget-0-0"]}]}"#,
-            )
-            .unwrap_err();
+        let pod = testkit::guaranteed_pod("a", &[(W, 2)]);
+        let a = p
+            .allocate(&pod, &pod.containers[0], &testkit::hint("0:true"))
+            .unwrap();
+        assert_eq!(a.env["WIDGET_DEVICES"], "widget-0-0,widget-0-1");
+        // Restarted with one widget per node: widget-0-1 is gone, the pod
+        // keeps widget-0-0 and is told what it misses.
+        let mut fewer = provider(2, 1);
+        let report = fewer.restore(&p.checkpoint().unwrap()).unwrap();
         assert_eq!(
-            err.message,
-            "device \"widget-0-0\" of example.com/widget is held by pods u and v"
+            report.conflicts[0].to_string(),
+            "container app of pod a-uid, example.com/widget: device widget-0-1 is gone"
         );
-        assert_eq!(p.inventory().unwrap().resources[W].total.available, 4);
+        assert_eq!(fewer.inventory().unwrap().resources[W].total.available, 1);
     }
 }

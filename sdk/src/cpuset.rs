@@ -89,7 +89,9 @@ pub(crate) fn write_id_list(
     Ok(())
 }
 
-/// A set of CPU ids, stored as a bitset. Serialises as a Linux list string (`"0-3,8"`).
+/// A set of CPU ids, stored as a bitset. Serialises as a Linux list string
+/// (`"0-3,8"`). Its operations have the names of the standard collections,
+/// as [`NumaMask`](crate::NumaMask)'s.
 #[derive(Clone, PartialEq, Eq, Hash, Default)]
 pub struct CpuSet {
     words: Vec<u64>,
@@ -199,8 +201,13 @@ impl CpuSet {
     }
 
     /// True when every element of `self` is in `other`.
-    pub fn is_subset_of(&self, other: &CpuSet) -> bool {
+    pub fn is_subset(&self, other: &CpuSet) -> bool {
         self.difference(other).is_empty()
+    }
+
+    /// True when the sets share an element.
+    pub fn intersects(&self, other: &CpuSet) -> bool {
+        self.words.iter().zip(&other.words).any(|(a, b)| a & b != 0)
     }
 }
 
@@ -273,7 +280,7 @@ mod tests {
         assert_eq!(a.intersection(&b).to_string(), "4-7");
         assert_eq!(a.difference(&b).to_string(), "0-3");
         assert_eq!(b.difference(&a).to_string(), "8-11");
-        assert!(CpuSet::parse("5").unwrap().is_subset_of(&a));
+        assert!(CpuSet::parse("5").unwrap().is_subset(&a));
         let mut c = CpuSet::parse("200").unwrap();
         c.remove(200);
         assert_eq!(c, CpuSet::new());

@@ -133,7 +133,7 @@ impl CompactHints {
             });
         }
         for (index, (&minimal, &within)) in self.minimal.iter().zip(&self.within).enumerate() {
-            if within.is_empty() || !minimal.is_subset_of(within) {
+            if within.is_empty() || !minimal.is_subset(within) {
                 return Err(CompactHintsError::OutsideBound {
                     index,
                     minimal,
@@ -162,13 +162,13 @@ impl CompactHints {
     /// True when `mask` is a hint of this set (inside one of its intervals).
     pub fn contains(&self, mask: NumaMask) -> bool {
         self.intervals()
-            .any(|(lo, hi)| lo.is_subset_of(mask) && mask.is_subset_of(hi))
+            .any(|(lo, hi)| lo.is_subset(mask) && mask.is_subset(hi))
     }
 
     /// The smallest width of any hint (`None` when there are no minimal
     /// masks). An empty minimal mask stands for hints of width 1 and up.
     pub fn min_width(&self) -> Option<u32> {
-        self.minimal.iter().map(|m| m.count().max(1)).min()
+        self.minimal.iter().map(|m| m.len().max(1)).min()
     }
 
     /// The explicit list this compact form stands for on a machine whose NUMA
@@ -179,10 +179,7 @@ impl CompactHints {
         let mut out = Vec::new();
         for_each_mask_in_kubelet_order(nodes, |mask| {
             if self.contains(mask) {
-                out.push(TopologyHint::new(
-                    mask,
-                    mask.count() == self.preferred_width,
-                ));
+                out.push(TopologyHint::new(mask, mask.len() == self.preferred_width));
             }
         });
         out
@@ -267,13 +264,13 @@ impl HintSet {
             HintSet::Explicit(v) => v
                 .iter()
                 .filter_map(|h| h.affinity)
-                .fold(NumaMask::EMPTY, NumaMask::or),
+                .fold(NumaMask::EMPTY, NumaMask::union),
             HintSet::Compact(c) => c
                 .minimal
                 .iter()
                 .chain(&c.within)
                 .copied()
-                .fold(NumaMask::EMPTY, NumaMask::or),
+                .fold(NumaMask::EMPTY, NumaMask::union),
         }
     }
 }

@@ -21,9 +21,10 @@
 //!
 //! * [`Provider::new`] gets the discovered [`Machine`], the provider's
 //!   `[providers.NAME.config]` table and a state directory. Bad config is an
-//!   error naming the key: derive `serde::Deserialize` with
-//!   `#[serde(deny_unknown_fields)]` and use [`ProviderConfig::parse`], whose
-//!   errors carry the full key path (`devices[0].node: invalid type ...`).
+//!   error naming the key: declare the config type with
+//!   [`provider_config!`] (serde's derive, unknown keys refused) and use
+//!   [`ProviderConfig::parse`], whose errors carry the full key path
+//!   (`devices[0].node: invalid type ...`).
 //! * [`Provider::topology_hints`] (container scope) and
 //!   [`Provider::pod_topology_hints`] (pod scope, use
 //!   [`PodView::effective_request`]) answer a [`ProviderHints`], which keeps
@@ -46,8 +47,14 @@
 //!   merged hint and returns an [`Allocation`] (CPUs, memory nodes, device
 //!   ids, environment). [`Provider::release`] undoes it. If any provider
 //!   refuses, the host releases everything already allocated for the pod.
-//! * [`Provider::checkpoint`] / [`Provider::restore`] persist assignments
-//!   across host restarts.
+//! * [`Provider::checkpoint`] saves the assignments; [`Provider::restore`]
+//!   takes them back on a provider built with the machine and config *as
+//!   they are now* and reconciles: what still exists is kept, what moved is
+//!   followed, what is missing stays its pod's and is reported, nothing is
+//!   refused wholesale. It answers a [`Reconciled`] report ([`Conflict`]s
+//!   and [`Move`]s). The host uses it at restart, config reload and when the
+//!   machine changes. The [`devices`] toolkit does all of it for devices
+//!   listed with an identity (PCI address, serial).
 //! * [`Provider::preferred_allocation`] (the device plugins'
 //!   `GetPreferredAllocation`) and [`Provider::inventory`] (what the provider
 //!   owns per NUMA node, for the NodeResourceTopology export and the host's
@@ -87,10 +94,10 @@
 //! widgets_per_node = 2
 //! ```
 //!
-//! A vendor crate needs `crate-type = ["cdylib"]` and this crate; `serde`,
-//! `serde_json` and `tracing` are re-exported ([`serde`], [`serde_json`],
-//! [`tracing`]) so a provider can depend on the SDK alone (derive with
-//! `#[serde(crate = "topomgr_sdk::serde")]`).
+//! A vendor crate needs `crate-type = ["cdylib"]` and this crate alone:
+//! the example compiles as it is in such a crate. `serde`, `serde_json` and
+//! `tracing` are re-exported ([`serde`], [`serde_json`], [`tracing`]), and
+//! [`provider_config!`] derives a config type through the SDK's `serde`.
 //!
 //! ## Compatibility rule
 //!
@@ -106,29 +113,42 @@
 //! 1. **Fields the host sends** ([`Machine`] and its parts, [`PodView`],
 //!    [`ContainerView`], the constructor's input, request payloads) cross as
 //!    JSON. The SDK's readers ignore fields they do not know, so a plugin
-//!    built against `0.2.0` loads into a `0.2.x` host whose discovery
+//!    built against `0.3.0` loads into a `0.3.x` host whose discovery
 //!    reports more; new fields are optional (`#[serde(default)]`), so a
 //!    newer plugin on an older host reads their default. The types are
 //!    `#[non_exhaustive]`: vendor code builds them with their constructors
 //!    and `with_*` methods, so a new field is not a source break either.
 //! 2. **Fields a plugin returns** ([`Allocation`], [`Inventory`], the
-//!    preferred-allocation answer) cross as JSON under the same two rules:
-//!    the host ignores what it does not know, and new fields have defaults.
+//!    [`Reconciled`] report, the preferred-allocation answer) cross as JSON
+//!    under the same two rules: the host ignores what it does not know, and
+//!    new fields have defaults.
 //! 3. **A new provider method** is added as a *named call* (a method name
 //!    plus JSON, over one generic entry of the plugin's method table), with a
 //!    default implementation on [`Provider`]. A plugin built before the
 //!    method existed answers "unknown method" and the host uses the
-//!    documented default; no binary layout changes. `preferred_allocation`
-//!    and `inventory` are the first two.
+//!    documented default; no binary layout changes. `0.3.0` has
+//!    `preferred_allocation`, `inventory` and `share_pod`.
 //!
 //! What does change the binary interface — the root module, the method
-//! table, the typed hint structures, anything abi_stable checks — needs a
-//! new minor version and a new [`SDK_ABI_VERSION`]. (abi_stable can load a
+//! table, the typed hint structures, anything abi_stable checks, all in one
+//! file of the SDK (`src/ffi/abi.rs`) — needs a new minor version and a new
+//! [`SDK_ABI_VERSION`]; such changes are batched, one minor per round of
+//! them. `0.3` is one: `restore` answers the reconcile report (the method
+//! table changed), devices gained identities, set types share one
+//! vocabulary. A `0.2` plugin is refused by a `0.3` host. (abi_stable can load a
 //! plugin that *appended* fields to its root module into an older host, but
 //! a newer host refuses an older plugin, and operators upgrade hosts first:
 //! hence named calls instead of new table entries.) The SDK pins
 //! `abi_stable` and uses it only behind [`export_provider!`]; a plugin needs
 //! no copy of its own.
+//!
+//! The rule is tested in topomgr's repository: a plugin built against a
+//! changed copy of this minor's ABI, and a real `0.2` plugin, are both
+//! refused at load in one line naming the file and the difference (the
+//! first differing type, or both versions); a plugin of this SDK loads into
+//! a host that sends fields and makes named calls this SDK does not know;
+//! the host reads plugin answers (allocation, inventory, reconcile report)
+//! that carry fields of a later patch release.
 //!
 //! ## Testing a provider
 //!
@@ -151,7 +171,11 @@
 //! ```
 #![warn(missing_docs)]
 
+// The SDK's own tests use its macros, which name the crate `topomgr_sdk`.
+extern crate self as topomgr_sdk;
+
 mod allocation;
+mod config_macro;
 mod cpuset;
 pub mod devices;
 mod export;
@@ -175,8 +199,8 @@ pub mod testkit;
 /// [`export_provider!`]; plugins need no other copy).
 #[doc(hidden)]
 pub use abi_stable;
-/// The `serde` the SDK is built with (derive with
-/// `#[serde(crate = "topomgr_sdk::serde")]` to need no `serde` dependency).
+/// The `serde` the SDK is built with ([`provider_config!`] derives through
+/// it, so a provider needs no `serde` dependency).
 pub use serde;
 /// The `serde_json` the SDK is built with (config tables are JSON values).
 pub use serde_json;

@@ -146,11 +146,17 @@ const WORDS: usize = (MAX_NUMA_NODE_ID as usize + 1) / 64;
 
 /// A set of NUMA node ids `0..=255`, with the kubelet's bitmask semantics.
 ///
-/// The operations mirror the kubelet's `bitmask` package so that decisions
-/// compare exactly: [`count`](Self::count), [`is_narrower_than`](Self::is_narrower_than)
-/// (fewer nodes, ties broken by [`is_less_than`](Self::is_less_than): the
-/// smaller numeric value of the bitmask, bit `n` being node `n`). `Ord`
-/// follows that numeric value too. It serializes as a JSON list of ids
+/// Set operations have the names of the standard collections (and of
+/// [`CpuSet`](crate::CpuSet)): [`contains`](Self::contains),
+/// [`insert`](Self::insert), [`remove`](Self::remove), [`len`](Self::len),
+/// [`is_empty`](Self::is_empty), [`iter`](Self::iter),
+/// [`union`](Self::union), [`intersection`](Self::intersection),
+/// [`difference`](Self::difference), [`is_subset`](Self::is_subset),
+/// [`intersects`](Self::intersects). The comparisons of the kubelet's
+/// `bitmask` package keep its names, so that decisions compare exactly:
+/// [`is_narrower_than`](Self::is_narrower_than) (fewer nodes, ties broken by
+/// [`is_less_than`](Self::is_less_than): the smaller numeric value of the
+/// bitmask, bit `n` being node `n`). `Ord` follows that numeric value too. It serializes as a JSON list of ids
 /// (`[0, 1]`) and displays as a Linux list (`0-1,4`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
 pub struct NumaMask([u64; WORDS]);
@@ -211,8 +217,8 @@ impl NumaMask {
         self
     }
 
-    /// Intersection (the kubelet's `And`).
-    pub const fn and(self, other: NumaMask) -> NumaMask {
+    /// The nodes in both (the kubelet's `And`).
+    pub const fn intersection(self, other: NumaMask) -> NumaMask {
         let mut w = self.0;
         let mut i = 0;
         while i < WORDS {
@@ -222,8 +228,8 @@ impl NumaMask {
         NumaMask(w)
     }
 
-    /// Union (the kubelet's `Or`).
-    pub const fn or(self, other: NumaMask) -> NumaMask {
+    /// The nodes in either (the kubelet's `Or`).
+    pub const fn union(self, other: NumaMask) -> NumaMask {
         let mut w = self.0;
         let mut i = 0;
         while i < WORDS {
@@ -233,8 +239,8 @@ impl NumaMask {
         NumaMask(w)
     }
 
-    /// Nodes in `self` that are not in `other`.
-    pub const fn and_not(self, other: NumaMask) -> NumaMask {
+    /// The nodes in `self` that are not in `other`.
+    pub const fn difference(self, other: NumaMask) -> NumaMask {
         let mut w = self.0;
         let mut i = 0;
         while i < WORDS {
@@ -244,8 +250,9 @@ impl NumaMask {
         NumaMask(w)
     }
 
-    /// Number of nodes in the mask.
-    pub const fn count(self) -> u32 {
+    /// The number of nodes (the kubelet's `Count`), as a `u32` like the
+    /// widths of hints it is compared with (a mask has at most 256 nodes).
+    pub const fn len(self) -> u32 {
         let mut c = 0;
         let mut i = 0;
         while i < WORDS {
@@ -267,8 +274,8 @@ impl NumaMask {
         true
     }
 
-    /// True when `node` is in the mask.
-    pub const fn is_set(self, node: NumaNodeId) -> bool {
+    /// True when `node` is in the mask (the kubelet's `IsSet`).
+    pub const fn contains(self, node: NumaNodeId) -> bool {
         let n = node.0 as usize;
         self.0[n / 64] & (1u64 << (n % 64)) != 0
     }
@@ -276,12 +283,12 @@ impl NumaMask {
     /// True when the masks share a node (the kubelet's `AnySet` of one
     /// mask's nodes on the other).
     pub const fn intersects(self, other: NumaMask) -> bool {
-        !self.and(other).is_empty()
+        !self.intersection(other).is_empty()
     }
 
     /// True when every node of `self` is in `other`.
-    pub const fn is_subset_of(self, other: NumaMask) -> bool {
-        self.and_not(other).is_empty()
+    pub const fn is_subset(self, other: NumaMask) -> bool {
+        self.difference(other).is_empty()
     }
 
     /// The kubelet's `IsLessThan`: the smaller numeric value of the bitmask.
@@ -291,7 +298,7 @@ impl NumaMask {
 
     /// The kubelet's `IsNarrowerThan`: fewer nodes, ties broken by [`Self::is_less_than`].
     pub fn is_narrower_than(self, other: NumaMask) -> bool {
-        let (a, b) = (self.count(), other.count());
+        let (a, b) = (self.len(), other.len());
         if a == b {
             self.is_less_than(other)
         } else {
@@ -497,14 +504,13 @@ impl NodePositions {
         match &self.table {
             None => mask.0[0] & self.all,
             Some(_) if mask == NumaMask::ALL => self.all,
-            Some(table) => {
-                mask.and(self.present)
-                    .iter()
-                    .fold(0u64, |acc, id| match table[usize::from(id)] {
-                        u8::MAX => acc,
-                        pos => acc | 1u64 << pos,
-                    })
-            }
+            Some(table) => mask
+                .intersection(self.present)
+                .iter()
+                .fold(0u64, |acc, id| match table[usize::from(id)] {
+                    u8::MAX => acc,
+                    pos => acc | 1u64 << pos,
+                }),
         }
     }
 
@@ -563,7 +569,7 @@ mod tests {
         let all: Vec<NumaNodeId> = (0u8..=255).step_by(4).map(NumaNodeId::from).collect();
         let full = NodePositions::new(all).unwrap();
         assert_eq!(full.all(), u64::MAX);
-        assert_eq!(full.to_mask(u64::MAX).count(), 64);
+        assert_eq!(full.to_mask(u64::MAX).len(), 64);
         assert_eq!(
             NodePositions::new((0u8..65).map(NumaNodeId::from))
                 .unwrap_err()
@@ -608,20 +614,20 @@ mod tests {
     fn set_operations_across_words() {
         let a = m(&[0, 63, 64, 127, 128, 250, 255]);
         let b = m(&[63, 64, 200, 255]);
-        assert_eq!(a.and(b), m(&[63, 64, 255]));
-        assert_eq!(a.or(b).count(), 8);
-        assert_eq!(a.and_not(b), m(&[0, 127, 128, 250]));
+        assert_eq!(a.intersection(b), m(&[63, 64, 255]));
+        assert_eq!(a.union(b).len(), 8);
+        assert_eq!(a.difference(b), m(&[0, 127, 128, 250]));
         assert!(a.intersects(b));
         assert!(!m(&[1]).intersects(m(&[129])));
-        assert!(m(&[64, 255]).is_subset_of(a));
-        assert!(a.is_set(id(250)) && !a.is_set(id(249)));
+        assert!(m(&[64, 255]).is_subset(a));
+        assert!(a.contains(id(250)) && !a.contains(id(249)));
         assert_eq!(
             a.nodes().iter().map(|n| n.get()).collect::<Vec<_>>(),
             [0, 63, 64, 127, 128, 250, 255]
         );
         assert_eq!(a.iter().len(), 7);
         assert_eq!(a.first(), Some(id(0)));
-        assert_eq!(NumaMask::ALL.count(), 256);
+        assert_eq!(NumaMask::ALL.len(), 256);
         let collected: NumaMask = [id(3), id(250)].into_iter().collect();
         assert_eq!(collected, m(&[3, 250]));
         let mut c = collected;

@@ -276,7 +276,8 @@ pub trait Provider: Send + Sync + 'static {
     ///    under its new name, reported as a [`Move`](crate::Move) (from and to, each a
     ///    resource and an id). Recognise devices by what they are (a PCI
     ///    address, a serial), not only by their id: the device toolkit
-    ///    ([`devices`](crate::devices)) does.
+    ///    does for devices listed with an identity
+    ///    ([`Device::with_pci_address`](crate::devices::Device::with_pci_address)).
     /// 5. **Refuse nothing wholesale.** A provider with no saved assignments
     ///    accepts any machine and config. Two saved assignments that claim
     ///    one resource keep the first claim and report the second as a

@@ -278,6 +278,226 @@ impl Loaded {
     }
 }
 
+type HintsFn =
+    dyn FnMut(&PodView, &ContainerView) -> Result<ProviderHints, ProviderError> + Send + Sync;
+type PodHintsFn = dyn FnMut(&PodView) -> Result<ProviderHints, ProviderError> + Send + Sync;
+type AllocateFn = dyn FnMut(&PodView, &ContainerView, &TopologyHint) -> Result<Allocation, ProviderError>
+    + Send
+    + Sync;
+type ReleaseFn = dyn FnMut(&str, &str) -> Result<(), ProviderError> + Send + Sync;
+type CheckpointFn = dyn Fn() -> Result<Vec<u8>, ProviderError> + Send + Sync;
+type RestoreFn = dyn FnMut(&[u8]) -> Result<Reconciled, ProviderError> + Send + Sync;
+type PreferredFn =
+    dyn FnMut(&PreferredAllocationRequest) -> Result<Vec<String>, ProviderError> + Send + Sync;
+type InventoryFn = dyn Fn() -> Result<Inventory, ProviderError> + Send + Sync;
+
+/// A provider made of closures, for tests of code that drives providers
+/// (a host, a wrapper): each call runs its closure, and a call without one
+/// answers the default — no hints map, an empty allocation, releases and
+/// restores that succeed with an empty report, an empty checkpoint, no
+/// preference, an empty inventory.
+///
+/// State shared between calls lives in what the closures capture (an
+/// `Arc<Mutex<..>>`). Wrap it with [`through_boundary`] (or a host's
+/// in-process constructor) to call it as a plugin; it is never loaded by
+/// name, so [`Provider::new`] refuses.
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use topomgr_sdk::{testkit, Allocation, CpuSet, ProviderError};
+///
+/// let released = Arc::new(Mutex::new(Vec::new()));
+/// let log = Arc::clone(&released);
+/// let fake = testkit::FakeProvider::new()
+///     .with_allocate(|_, c, _| {
+///         if c.name == "bad" {
+///             return Err(ProviderError::admission("no room"));
+///         }
+///         Ok(Allocation::default().with_cpus(CpuSet::parse("2-3").unwrap(), true))
+///     })
+///     .with_release(move |uid, c| {
+///         log.lock().unwrap().push(format!("{uid}/{c}"));
+///         Ok(())
+///     });
+/// let mut p = testkit::through_boundary(fake);
+/// let pod = testkit::guaranteed_pod("a", &[("cpu", 2000)]);
+/// let a = p.allocate(&pod, &pod.containers[0], &testkit::hint("0:true")).unwrap();
+/// assert_eq!(a.cpus.to_string(), "2-3");
+/// p.release("a-uid", "app").unwrap();
+/// assert_eq!(*released.lock().unwrap(), ["a-uid/app"]);
+/// assert_eq!(p.topology_hints(&pod, &pod.containers[0]), Ok(None));
+/// ```
+#[derive(Default)]
+pub struct FakeProvider {
+    hints: Option<Box<HintsFn>>,
+    pod_hints: Option<Box<PodHintsFn>>,
+    allocate: Option<Box<AllocateFn>>,
+    release: Option<Box<ReleaseFn>>,
+    checkpoint: Option<Box<CheckpointFn>>,
+    restore: Option<Box<RestoreFn>>,
+    preferred: Option<Box<PreferredFn>>,
+    inventory: Option<Box<InventoryFn>>,
+}
+
+impl std::fmt::Debug for FakeProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FakeProvider")
+    }
+}
+
+impl FakeProvider {
+    /// A provider that answers every call with its default.
+    pub fn new() -> Self {
+        FakeProvider::default()
+    }
+
+    /// Container-scope hints ([`Provider::topology_hints`]).
+    pub fn with_hints(
+        mut self,
+        f: impl FnMut(&PodView, &ContainerView) -> Result<ProviderHints, ProviderError>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        self.hints = Some(Box::new(f));
+        self
+    }
+
+    /// Pod-scope hints ([`Provider::pod_topology_hints`]).
+    pub fn with_pod_hints(
+        mut self,
+        f: impl FnMut(&PodView) -> Result<ProviderHints, ProviderError> + Send + Sync + 'static,
+    ) -> Self {
+        self.pod_hints = Some(Box::new(f));
+        self
+    }
+
+    /// Allocation ([`Provider::allocate`]).
+    pub fn with_allocate(
+        mut self,
+        f: impl FnMut(&PodView, &ContainerView, &TopologyHint) -> Result<Allocation, ProviderError>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        self.allocate = Some(Box::new(f));
+        self
+    }
+
+    /// Release ([`Provider::release`]).
+    pub fn with_release(
+        mut self,
+        f: impl FnMut(&str, &str) -> Result<(), ProviderError> + Send + Sync + 'static,
+    ) -> Self {
+        self.release = Some(Box::new(f));
+        self
+    }
+
+    /// The saved state ([`Provider::checkpoint`]).
+    pub fn with_checkpoint(
+        mut self,
+        f: impl Fn() -> Result<Vec<u8>, ProviderError> + Send + Sync + 'static,
+    ) -> Self {
+        self.checkpoint = Some(Box::new(f));
+        self
+    }
+
+    /// Restore ([`Provider::restore`]).
+    pub fn with_restore(
+        mut self,
+        f: impl FnMut(&[u8]) -> Result<Reconciled, ProviderError> + Send + Sync + 'static,
+    ) -> Self {
+        self.restore = Some(Box::new(f));
+        self
+    }
+
+    /// `GetPreferredAllocation` ([`Provider::preferred_allocation`]).
+    pub fn with_preferred_allocation(
+        mut self,
+        f: impl FnMut(&PreferredAllocationRequest) -> Result<Vec<String>, ProviderError>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        self.preferred = Some(Box::new(f));
+        self
+    }
+
+    /// The inventory ([`Provider::inventory`]).
+    pub fn with_inventory(
+        mut self,
+        f: impl Fn() -> Result<Inventory, ProviderError> + Send + Sync + 'static,
+    ) -> Self {
+        self.inventory = Some(Box::new(f));
+        self
+    }
+}
+
+impl Provider for FakeProvider {
+    /// Refuses: a fake is built with [`FakeProvider::new`], not by a host.
+    fn new(_: &ProviderContext<'_>) -> Result<Self, ProviderError> {
+        Err(ProviderError::config(
+            "testkit::FakeProvider is built with FakeProvider::new in a test, not loaded",
+        ))
+    }
+
+    fn topology_hints(
+        &mut self,
+        pod: &PodView,
+        container: &ContainerView,
+    ) -> Result<ProviderHints, ProviderError> {
+        self.hints.as_mut().map_or(Ok(None), |f| f(pod, container))
+    }
+
+    fn pod_topology_hints(&mut self, pod: &PodView) -> Result<ProviderHints, ProviderError> {
+        self.pod_hints.as_mut().map_or(Ok(None), |f| f(pod))
+    }
+
+    fn allocate(
+        &mut self,
+        pod: &PodView,
+        container: &ContainerView,
+        hint: &TopologyHint,
+    ) -> Result<Allocation, ProviderError> {
+        self.allocate
+            .as_mut()
+            .map_or_else(|| Ok(Allocation::default()), |f| f(pod, container, hint))
+    }
+
+    fn release(&mut self, pod_uid: &str, container: &str) -> Result<(), ProviderError> {
+        self.release
+            .as_mut()
+            .map_or(Ok(()), |f| f(pod_uid, container))
+    }
+
+    fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
+        self.checkpoint
+            .as_ref()
+            .map_or_else(|| Ok(Vec::new()), |f| f())
+    }
+
+    fn restore(&mut self, saved: &[u8]) -> Result<Reconciled, ProviderError> {
+        self.restore
+            .as_mut()
+            .map_or_else(|| Ok(Reconciled::new()), |f| f(saved))
+    }
+
+    fn preferred_allocation(
+        &mut self,
+        request: &PreferredAllocationRequest,
+    ) -> Result<Vec<String>, ProviderError> {
+        self.preferred
+            .as_mut()
+            .map_or_else(|| Ok(Vec::new()), |f| f(request))
+    }
+
+    fn inventory(&self) -> Result<Inventory, ProviderError> {
+        self.inventory
+            .as_ref()
+            .map_or_else(|| Ok(Inventory::default()), |f| f())
+    }
+}
+
 /// Formats one hint as `"<mask>:<preferred>"`, `"any:<preferred>"` for no affinity.
 pub fn hint_string(h: &TopologyHint) -> String {
     match h.affinity {
@@ -404,6 +624,43 @@ mod tests {
     #[should_panic(expected = "testkit::hint(\"0-1:maybe\"): \"maybe\" is not true or false")]
     fn hint_parser_names_bad_input() {
         hint("0-1:maybe");
+    }
+
+    #[test]
+    fn a_fake_provider_answers_defaults_and_its_closures() {
+        let mut p = through_boundary(FakeProvider::new());
+        let pod = guaranteed_pod("a", &[("cpu", 1000)]);
+        assert_eq!(p.topology_hints(&pod, &pod.containers[0]), Ok(None));
+        assert_eq!(p.pod_topology_hints(&pod), Ok(None));
+        assert_eq!(
+            p.allocate(&pod, &pod.containers[0], &TopologyHint::ANY),
+            Ok(Allocation::default())
+        );
+        assert_eq!(p.release("a-uid", "app"), Ok(()));
+        assert_eq!(p.checkpoint(), Ok(Vec::new()));
+        assert_eq!(p.restore(b"x"), Ok(Reconciled::new()));
+        let req = PreferredAllocationRequest::new("r", vec!["d".into()], vec![], 1);
+        assert_eq!(p.preferred_allocation(&req), Ok(Vec::new()));
+        assert_eq!(p.inventory(), Ok(Inventory::default()));
+        let saved = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let keep = std::sync::Arc::clone(&saved);
+        let mut p = through_boundary(
+            FakeProvider::new()
+                .with_restore(move |bytes| {
+                    keep.lock().unwrap().extend_from_slice(bytes);
+                    Ok(Reconciled::new().with_conflict(crate::Conflict::new("u", "c", "r", "x")))
+                })
+                .with_pod_hints(|_| Err(ProviderError::admission("full"))),
+        );
+        assert_eq!(p.restore(b"ab").unwrap().conflicts.len(), 1);
+        assert_eq!(*saved.lock().unwrap(), b"ab");
+        assert_eq!(
+            p.pod_topology_hints(&pod),
+            Err(ProviderError::admission("full"))
+        );
+        let err =
+            new_provider::<FakeProvider>(&machine(1, 1), serde_json::Value::Null).unwrap_err();
+        assert_eq!(err.reason, "InvalidConfig");
     }
 
     #[test]

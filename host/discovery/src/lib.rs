@@ -130,7 +130,8 @@ mod fuzz {
     }
 
     fn copy_example() -> Copy {
-        let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/machines/2s4n/sys");
+        let example =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/machines/2s4n/sys");
         let dir =
             std::env::temp_dir().join(format!("topomgr-discover-fuzz-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);

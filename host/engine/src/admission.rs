@@ -693,7 +693,7 @@ fn merge_allocation(
     }
     into.cpus = into.cpus.union(&a.cpus);
     into.exclusive |= a.exclusive;
-    into.mems = into.mems.or(a.mems);
+    into.mems = into.mems.union(a.mems);
     for (k, v) in a.devices {
         into.devices.entry(k).or_default().extend(v);
     }

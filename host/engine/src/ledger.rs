@@ -318,7 +318,7 @@ impl Ledger {
                 self.online
             )));
         }
-        let missing = a.mems.and_not(self.nodes);
+        let missing = a.mems.difference(self.nodes);
         if !missing.is_empty() {
             return Err(fail(format!(
                 "provider {provider:?} gave {who} memory on NUMA node(s) {missing}, which this machine does not have (its nodes: {})",
@@ -448,7 +448,7 @@ impl Ledger {
                 cpus: gone,
             });
         }
-        let gone = a.mems.and_not(self.nodes);
+        let gone = a.mems.difference(self.nodes);
         if !gone.is_empty() {
             out.push(Finding::VanishedNumaNodes {
                 pod: pod.uid.clone(),

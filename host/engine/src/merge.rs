@@ -136,7 +136,7 @@ pub fn validate(numa: &NumaInfo, providers: &[(&str, &ProviderHints)]) -> Result
                     cause: Box::new(source),
                 })?;
             }
-            let bad = set.nodes_named().and_not(machine);
+            let bad = set.nodes_named().difference(machine);
             if !bad.is_empty() {
                 return Err(MergeError::UnknownNode {
                     provider: name.to_string(),
@@ -808,7 +808,7 @@ mod tests {
                 .map(|&a| {
                     let u = match rng.below(3) {
                         0 => a,
-                        1 => a.or(random_mask(rng)),
+                        1 => a.union(random_mask(rng)),
                         _ => full,
                     };
                     if u.is_empty() {
@@ -868,7 +868,7 @@ mod tests {
                             .iter()
                             .map(|a| match rng.below(3) {
                                 0 => *a,
-                                1 => a.or(subset(full, rng.next())),
+                                1 => a.union(subset(full, rng.next())),
                                 _ => full,
                             })
                             .collect()

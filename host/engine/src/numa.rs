@@ -29,7 +29,7 @@ impl NumaInfo {
         let mut mask = NumaMask::EMPTY;
         for &n in &nodes {
             let id = NumaNodeId::new(n).map_err(|e| NumaError(e.to_string()))?;
-            if mask.is_set(id) {
+            if mask.contains(id) {
                 return Err(NumaError(format!("NUMA node {n} is listed twice")));
             }
             mask.insert(id);

@@ -185,7 +185,7 @@ pub fn run(config: &Path, args: ProviderArgs) -> anyhow::Result<ExitCode> {
             let pod = read_pod(&pod)?;
             let hint: TopologyHint = serde_json::from_str(&hint).context("invalid --hint")?;
             if let Some(m) = hint.affinity {
-                let extra = m.and_not(machine.numa_mask());
+                let extra = m.difference(machine.numa_mask());
                 if !extra.is_empty() {
                     bail!("invalid --hint: NUMA node(s) {extra} do not exist on this machine (nodes: {})", machine.numa_mask());
                 }

@@ -506,13 +506,17 @@ fn state_chains_through_the_state_dir_and_held_gpus_are_kept() {
     assert_eq!(common::hint_list(&h.1, GPU), ["0:true", "0,1:false"]);
     let saved: Value =
         serde_json::from_slice(&common::provider_state(&state, "gpu")).expect("JSON state");
+    // Each GPU is saved with its PCI address, so that it is found again
+    // under another id or resource.
+    let gpu = |id: &str, pci: &str| json!({"id": id, "identity": [format!("pci:{pci}")]});
     assert_eq!(
         saved["assignments"],
         json!([
             {"pod_uid": "6f1c2a3e-0101-4c8e-9a51-000000000101", "container": "trainer",
-             "resource": GPU, "devices": ["GPU-0", "GPU-1"]},
+             "resource": GPU, "devices": [gpu("GPU-0", "0000:17:00.0"), gpu("GPU-1", "0000:18:00.0")]},
             {"pod_uid": "6f1c2a3e-0102-4c8e-9a51-000000000102", "container": "trainer",
-             "resource": GPU, "devices": ["GPU-4", "GPU-5", "GPU-6", "GPU-7"]}
+             "resource": GPU, "devices": [gpu("GPU-4", "0000:86:00.0"), gpu("GPU-5", "0000:87:00.0"),
+                 gpu("GPU-6", "0000:af:00.0"), gpu("GPU-7", "0000:b0:00.0")]}
         ])
     );
 

@@ -66,7 +66,7 @@ fn fitting(topo: &CpuTopology, req: &HintRequest<'_>) -> impl Fn(NumaMask) -> bo
     let free = topo.count_by(req.available, Level::Numa);
     let reusable_mask = topo.numa_mask_of(req.reusable);
     let (reusable, request) = (req.reusable.len(), req.request);
-    move |mask| reusable_mask.is_subset_of(mask) && reusable + mask_sum(mask, &free) >= request
+    move |mask| reusable_mask.is_subset(mask) && reusable + mask_sum(mask, &free) >= request
 }
 
 /// The hints for `req` on `topo`: explicit up to [`EXPLICIT_HINT_MAX_NODES`]

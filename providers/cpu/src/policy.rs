@@ -481,7 +481,7 @@ impl StaticPolicy {
         allocatable.extend(reusable.iter().copied());
         if allocatable.len() < num {
             let nodes = self.topo.numa_mask_of(&allocatable);
-            let location = match nodes.count() {
+            let location = match nodes.len() {
                 0 => String::new(),
                 1 => format!(" on NUMA node {nodes}"),
                 _ => format!(" on NUMA nodes {nodes}"),
@@ -496,7 +496,7 @@ impl StaticPolicy {
         if let Some(mask) = affinity {
             let aligned = self.aligned_cpus(mask, &allocatable);
             let n = num.min(aligned.len());
-            result = self.take(&aligned, n, mask.count() as usize)?;
+            result = self.take(&aligned, n, mask.len() as usize)?;
         }
         let rest: Cpus = allocatable.difference(&result).copied().collect();
         let more = self.take(&rest, num - result.len(), 0)?;

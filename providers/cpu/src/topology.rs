@@ -228,7 +228,7 @@ impl CpuTopology {
     pub fn cpus_on_numa_nodes(&self, cpus: &Cpus, mask: NumaMask) -> Cpus {
         cpus.iter()
             .copied()
-            .filter(|c| self.details.get(c).is_some_and(|i| mask.is_set(i.numa)))
+            .filter(|c| self.details.get(c).is_some_and(|i| mask.contains(i.numa)))
             .collect()
     }
 
@@ -288,7 +288,7 @@ impl CpuTopology {
     pub fn sockets_in_numa_nodes(&self, numas: NumaMask) -> BTreeSet<u32> {
         self.details
             .values()
-            .filter(|i| numas.is_set(i.numa))
+            .filter(|i| numas.contains(i.numa))
             .map(|i| i.socket)
             .collect()
     }

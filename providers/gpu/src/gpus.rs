@@ -10,6 +10,7 @@ use topomgr_sdk::{Machine, NumaNodeId};
 use crate::choice::Chooser;
 use crate::config::{ConfigError, GpuConfig};
 use crate::discovery::{self, DiscoveryError, Source};
+use crate::topology::Gpu;
 
 /// The environment variable NVIDIA's container runtime reads.
 pub const VISIBLE_DEVICES_ENV: &str = "NVIDIA_VISIBLE_DEVICES";
@@ -66,6 +67,11 @@ impl Gpus {
     /// Where the GPUs came from.
     pub fn source(&self) -> &Source {
         &self.source
+    }
+
+    /// The GPUs, by index.
+    pub fn gpus(&self) -> &[Gpu] {
+        self.chooser.topology().gpus()
     }
 
     /// Every GPU's device id and NUMA node, by index.

@@ -21,6 +21,10 @@
 //!   kubelet's Device Manager: hints, allocation, reuse, checkpoints),
 //!   exported as the topomgr plugin `libtopomgr_provider_gpu.so`.
 //!
+//! Test oracles and fixtures (`choice::exhaustive`, `fixtures`: the
+//! machines of upstream's tests) are not in the plugin: they are built for
+//! this crate's tests and, with the feature `oracles`, for the benchmarks.
+//!
 //! Pair scores ([`link`]): SYS 10, NODE 20, PHB 30, PXB 40, PIX 50, BOARD
 //! 60, NV*k* 100·*k*, summed over a pair's links. NVSwitch crediting: see
 //! [`nvml`].
@@ -28,6 +32,7 @@
 pub mod choice;
 pub mod config;
 pub mod discovery;
+#[cfg(any(test, feature = "oracles"))]
 pub mod fixtures;
 pub mod gpus;
 pub mod link;

@@ -56,6 +56,20 @@ const MAX_LINKS: u32 = 18;
 /// `NVML_NVLINK_DEVICE_TYPE_SWITCH`.
 const REMOTE_SWITCH: c_uint = 2;
 
+/// Whether `id` is an NVML UUID: `GPU-` (or `MIG-` for a MIG instance)
+/// and a UUID in its canonical form (8-4-4-4-12 hexadecimal digits).
+pub fn is_uuid(id: &str) -> bool {
+    let Some(uuid) = id.strip_prefix("GPU-").or_else(|| id.strip_prefix("MIG-")) else {
+        return false;
+    };
+    let groups: Vec<&str> = uuid.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, len)| g.len() == len && g.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
 /// NVML answered, but not well enough to build a topology.
 #[derive(Debug, thiserror::Error)]
 pub enum NvmlDiscoveryError {
@@ -266,4 +280,24 @@ fn direct_links(links: &[NvLinks], gpus: &[Gpu], a: usize, b: usize) -> u32 {
         );
     }
     ab.min(ba)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uuids_in_their_canonical_form() {
+        assert!(is_uuid("GPU-8e2c1d5a-0b1c-4d3e-9f00-123456789abc"));
+        assert!(is_uuid("MIG-8E2C1D5A-0B1C-4D3E-9F00-123456789ABC"));
+        for not in [
+            "GPU-0",
+            "GPU-8e2c1d5a-0b1c-4d3e-9f00-123456789ab",
+            "8e2c1d5a-0b1c-4d3e-9f00-123456789abc",
+            "GPU-8e2c1d5a-0b1c-4d3e-9f00-123456789abg",
+            "0000:07:00.0",
+        ] {
+            assert!(!is_uuid(not), "{not}");
+        }
+    }
 }

@@ -29,6 +29,7 @@ use topomgr_sdk::devices::{Device, DeviceHooks, DevicePlugin, Devices};
 use topomgr_sdk::{ProviderContext, ProviderError, INVALID_REQUEST_REASON};
 
 use crate::gpus::{Gpus, SetupError};
+use crate::topology::Gpu;
 
 /// The GPU provider: [`Gpus`] behind the device toolkit's hooks.
 #[derive(Debug)]
@@ -49,13 +50,26 @@ impl DevicePlugin for GpuPlugin {
             SetupError::Config(e) => ProviderError::config(e.to_string()),
             SetupError::Discovery(e) => ProviderError::config(e.to_string()),
         })?;
-        let devices = gpus
-            .devices()
-            .map(|(id, numa)| Device::new(id, numa))
-            .collect();
+        let devices = gpus.gpus().iter().map(device).collect();
         let devices = Devices::new().resource(gpus.resource(), devices);
         Ok((GpuPlugin { gpus }, devices))
     }
+}
+
+/// A GPU as the toolkit's device: known by its PCI address (every source
+/// gives it, a topology file when it lists `pci`) and by its id when that is
+/// an NVML UUID, so that a GPU first found by its PCI address and later
+/// through NVML or a topology file (or under a renamed resource) stays the
+/// pod's that holds it.
+fn device(g: &Gpu) -> Device {
+    let mut d = Device::new(&g.id, g.numa);
+    if let Some(pci) = &g.pci {
+        d = d.with_pci_address(pci);
+    }
+    if crate::nvml::is_uuid(&g.id) {
+        d = d.with_serial(&g.id);
+    }
+    d
 }
 
 impl DeviceHooks for GpuPlugin {

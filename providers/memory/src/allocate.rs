@@ -20,7 +20,7 @@ pub fn shortfall(state: &MachineState, mask: NumaMask, requested: &Requested) ->
         (have < q).then(|| {
             format!(
                 "not enough {r} on NUMA {} {mask}: requested {}, {} free",
-                if mask.count() == 1 { "node" } else { "nodes" },
+                if mask.len() == 1 { "node" } else { "nodes" },
                 BinarySi(q),
                 BinarySi(have)
             )
@@ -32,7 +32,7 @@ pub fn shortfall(state: &MachineState, mask: NumaMask, requested: &Requested) ->
 /// multi-node `mask` may not contain a node holding single-node allocations
 /// nor a node grouped with other nodes than exactly `mask`.
 pub fn violation(state: &MachineState, mask: NumaMask) -> Option<String> {
-    if mask.count() == 1 {
+    if mask.len() == 1 {
         return None;
     }
     mask.iter().find_map(|n| {
@@ -40,7 +40,7 @@ pub fn violation(state: &MachineState, mask: NumaMask) -> Option<String> {
         if s.number_of_assignments <= 0 {
             return None;
         }
-        if s.cells.count() == 1 {
+        if s.cells.len() == 1 {
             return Some(format!(
                 "NUMA node {n} holds single-NUMA-node memory allocations, so it cannot be part \
                  of the multi-node set {mask}"
@@ -137,7 +137,7 @@ impl MemoryProvider {
     ) -> Result<NumaMask, ProviderError> {
         let all = self.machine.mask();
         if let Some(m) = hint.affinity {
-            let outside = m.and_not(all);
+            let outside = m.difference(all);
             if !outside.is_empty() {
                 return Err(ProviderError::admission(format!(
                     "{who}: the hint names NUMA nodes {outside}, which this machine does not have \
@@ -313,6 +313,6 @@ pub fn allocation_of(blocks: &[Block]) -> Allocation {
     Allocation::default().with_mems(
         blocks
             .iter()
-            .fold(NumaMask::EMPTY, |m, b| m.or(b.numa_affinity)),
+            .fold(NumaMask::EMPTY, |m, b| m.union(b.numa_affinity)),
     )
 }

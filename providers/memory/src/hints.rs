@@ -194,13 +194,13 @@ impl<'a> Hinter<'a> {
 
     /// The kubelet's group rules allow `mask` as a hint.
     pub fn groups_allow(&self, mask: NumaMask) -> bool {
-        if mask.count() == 1 {
+        if mask.len() == 1 {
             return mask
                 .iter()
-                .all(|n| self.state.get(&n).is_none_or(|s| s.cells.count() <= 1));
+                .all(|n| self.state.get(&n).is_none_or(|s| s.cells.len() <= 1));
         }
         mask.iter().all(|n| match self.state.get(&n) {
-            Some(s) if s.number_of_assignments > 0 => s.cells.count() > 1 && s.cells == mask,
+            Some(s) if s.number_of_assignments > 0 => s.cells.len() > 1 && s.cells == mask,
             _ => true,
         })
     }
@@ -219,14 +219,14 @@ impl<'a> Hinter<'a> {
             if !self.allocatable_fits(mask) {
                 return;
             }
-            min_width = min_width.min(mask.count());
+            min_width = min_width.min(mask.len());
             if self.groups_allow(mask) && self.free_fits_with_reuse(mask) {
                 masks.push(mask);
             }
         });
         masks
             .into_iter()
-            .map(|m| TopologyHint::new(m, m.count() == min_width))
+            .map(|m| TopologyHint::new(m, m.len() == min_width))
             .collect()
     }
 
@@ -325,7 +325,7 @@ impl<'a> Hinter<'a> {
         let mut kept: Vec<(NumaMask, NumaMask)> = Vec::with_capacity(lows.len());
         let mut extra: Vec<(NumaMask, NumaMask)> = Vec::new();
         for a in lows {
-            if a.count() != 1 || self.groups_allow(a) {
+            if a.len() != 1 || self.groups_allow(a) {
                 kept.push((a, f_mask));
             } else {
                 for &m in &free_nodes {
@@ -341,7 +341,7 @@ impl<'a> Hinter<'a> {
         points.extend(
             self.state
                 .values()
-                .filter(|s| s.number_of_assignments > 0 && s.cells.count() > 1)
+                .filter(|s| s.number_of_assignments > 0 && s.cells.len() > 1)
                 .map(|s| s.cells),
         );
         if let Some(r) = self.reusable {
@@ -354,16 +354,16 @@ impl<'a> Hinter<'a> {
                 .map(|m| (m, m)),
         );
         // Wider intervals first, so a narrower one is checked against them.
-        extra.sort_by_key(|&(lo, hi)| (lo.count(), lo.nodes(), u32::MAX - hi.count(), hi.nodes()));
+        extra.sort_by_key(|&(lo, hi)| (lo.len(), lo.nodes(), u32::MAX - hi.len(), hi.nodes()));
         extra.dedup();
         for (lo, hi) in extra {
-            let inside = |&(l, h): &(NumaMask, NumaMask)| l.is_subset_of(lo) && hi.is_subset_of(h);
+            let inside = |&(l, h): &(NumaMask, NumaMask)| l.is_subset(lo) && hi.is_subset(h);
             if !kept.iter().any(inside) {
                 kept.push((lo, hi));
             }
         }
         kept.sort_by_cached_key(|&(lo, hi)| {
-            (lo.count(), lo.nodes(), u32::MAX - hi.count(), hi.nodes())
+            (lo.len(), lo.nodes(), u32::MAX - hi.len(), hi.nodes())
         });
         if kept.is_empty() {
             return Ok(None);
@@ -407,7 +407,7 @@ impl<'a> Hinter<'a> {
             let mut best: Option<TopologyHint> = None;
             for h in self.explicit() {
                 let Some(m) = h.affinity else { continue };
-                if !base.is_subset_of(m) {
+                if !base.is_subset(m) {
                     continue;
                 }
                 best = match best {
@@ -427,16 +427,13 @@ impl<'a> Hinter<'a> {
         let min_width = self.min_width()?;
         let mut found: Option<NumaMask> = None;
         let consider = |m: NumaMask, found: &mut Option<NumaMask>| {
-            if base.is_subset_of(m)
-                && self.is_hint(m)
-                && found.is_none_or(|f| m.is_narrower_than(f))
-            {
+            if base.is_subset(m) && self.is_hint(m) && found.is_none_or(|f| m.is_narrower_than(f)) {
                 *found = Some(m);
             }
         };
         for (&n, s) in self.state {
             if s.number_of_assignments > 0 {
-                let m = if s.cells.count() > 1 {
+                let m = if s.cells.len() > 1 {
                     s.cells
                 } else {
                     NumaMask::single(n)
@@ -453,21 +450,21 @@ impl<'a> Hinter<'a> {
             .state
             .iter()
             .filter(|(&n, s)| {
-                s.number_of_assignments <= 0 && s.cells.count() <= 1 && !base.is_set(n)
+                s.number_of_assignments <= 0 && s.cells.len() <= 1 && !base.contains(n)
             })
             .map(|(&n, _)| n)
             .collect();
         let base_unused = base.iter().all(|n| {
             self.state
                 .get(&n)
-                .is_some_and(|s| s.number_of_assignments <= 0 && s.cells.count() <= 1)
+                .is_some_and(|s| s.number_of_assignments <= 0 && s.cells.len() <= 1)
         });
         if base_unused {
             let mut steps = 0u64;
-            let limit = found.map_or(u32::MAX, |f| f.count());
-            let from = base.count().max(1);
-            for k in from..=(base.count() + unused.len() as u32).min(limit) {
-                let extra = (k - base.count()) as usize;
+            let limit = found.map_or(u32::MAX, |f| f.len());
+            let from = base.len().max(1);
+            for k in from..=(base.len() + unused.len() as u32).min(limit) {
+                let extra = (k - base.len()) as usize;
                 let search = ValueOrderSearch {
                     nodes: &unused,
                     ok: &|m| self.is_hint(m),
@@ -479,7 +476,7 @@ impl<'a> Hinter<'a> {
                 }
             }
         }
-        Ok(found.map(|m| TopologyHint::new(m, m.count() == min_width)))
+        Ok(found.map(|m| TopologyHint::new(m, m.len() == min_width)))
     }
 }
 
@@ -568,7 +565,7 @@ mod tests {
         let m = (0..n)
             .filter(|i| bits & (1 << i) != 0)
             .map(node_bit)
-            .fold(NumaMask::EMPTY, NumaMask::or);
+            .fold(NumaMask::EMPTY, NumaMask::union);
         if m.is_empty() {
             node_bit(0)
         } else {
@@ -657,7 +654,7 @@ mod tests {
                 if let Some((node, bits)) = stale {
                     if let Some(s) = state.get_mut(&id(node)) {
                         if s.number_of_assignments == 0 {
-                            s.cells = s.cells.or(mask_of(bits, n));
+                            s.cells = s.cells.union(mask_of(bits, n));
                         }
                     }
                 }
@@ -752,7 +749,7 @@ mod tests {
             })
             .collect();
         reserve(&mut state, node_bit(0), MEMORY_KEY, GB);
-        reserve(&mut state, node_bit(2).or(node_bit(3)), MEMORY_KEY, GB);
+        reserve(&mut state, node_bit(2).union(node_bit(3)), MEMORY_KEY, GB);
         let requested = Requested::from([(MEMORY_KEY.to_owned(), GB)]);
         let h = Hinter {
             state: &state,

@@ -125,7 +125,7 @@ impl MemoryProvider {
         };
         let pod_mask = pod_blocks
             .iter()
-            .fold(NumaMask::EMPTY, |m, b| m.or(b.numa_affinity));
+            .fold(NumaMask::EMPTY, |m, b| m.union(b.numa_affinity));
         match self
             .assignments
             .get(&pod.uid)

@@ -193,11 +193,11 @@ impl MemoryProvider {
         let all = self.machine.mask();
         let mut touching: BTreeMap<NumaNodeId, (i64, NumaMask)> = BTreeMap::new();
         for b in held.iter().flat_map(|h| h.blocks) {
-            for id in b.numa_affinity.iter().filter(|id| all.is_set(*id)) {
+            for id in b.numa_affinity.iter().filter(|id| all.contains(*id)) {
                 let e = touching.entry(id).or_insert((0, NumaMask::EMPTY));
                 e.0 += 1;
                 if e.1.is_empty() {
-                    e.1 = b.numa_affinity.and(all);
+                    e.1 = b.numa_affinity.intersection(all);
                 }
             }
         }
@@ -207,10 +207,10 @@ impl MemoryProvider {
                 continue;
             };
             node.number_of_assignments = count;
-            let saved = cp.machine_state.get(id).map(|n| n.cells.and(all));
+            let saved = cp.machine_state.get(id).map(|n| n.cells.intersection(all));
             node.cells = match saved {
-                Some(cells) if alone.is_subset_of(cells) => cells,
-                _ => first_block.or(alone),
+                Some(cells) if alone.is_subset(cells) => cells,
+                _ => first_block.union(alone),
             };
         }
 
@@ -221,7 +221,7 @@ impl MemoryProvider {
         let before = reusable.values().map(BTreeMap::len).sum::<usize>();
         reusable.retain(|pod, _| assignments.contains_key(pod));
         for per in reusable.values_mut() {
-            per.retain(|mask, _| !mask.is_empty() && mask.is_subset_of(all));
+            per.retain(|mask, _| !mask.is_empty() && mask.is_subset(all));
         }
         reusable.retain(|_, per| !per.is_empty());
         let after = reusable.values().map(BTreeMap::len).sum::<usize>();

@@ -101,7 +101,7 @@ fn check(p: &mut Loaded, report: &Reconciled) -> Checkpoint {
             .values()
             .flat_map(|m| m.values())
             .flatten()
-            .filter(|b| b.numa_affinity.is_set(*id))
+            .filter(|b| b.numa_affinity.contains(*id))
             .count();
         assert_eq!(node.number_of_assignments, blocks as i64, "node {id}");
         for (r, t) in &node.memory_map {

@@ -268,7 +268,7 @@ fn choose(hints: &[TopologyHint], nodes: &[u32], pick: (u8, u8, bool)) -> Topolo
                 .iter()
                 .enumerate()
                 .filter(|(i, _)| bits & (1 << i) != 0)
-                .fold(NumaMask::EMPTY, |m, (_, &n)| m.or(mask(&[n])));
+                .fold(NumaMask::EMPTY, |m, (_, &n)| m.union(mask(&[n])));
             TopologyHint::new(m, preferred)
         }
         _ => TopologyHint {

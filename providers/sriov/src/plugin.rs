@@ -6,7 +6,9 @@
 //! * One resource per pool, its devices in the pool's order, each on the
 //!   NUMA node of its sysfs `numa_node`; a device without one (`-1`) or of
 //!   an `excludeTopology` resource has no topology, which the kubelet (and
-//!   the toolkit) treats as "any node".
+//!   the toolkit) treats as "any node". Each device's id and identity is
+//!   its PCI address, so a device a pod holds stays that pod's when the
+//!   operator renames its resource or moves it to another pool.
 //! * A pool without devices is not registered (the plugin starts no server
 //!   for it): it is not in the inventory, and a pod asking for it gets no
 //!   hint from this provider. One warning names every such resource.
@@ -60,7 +62,9 @@ impl SriovPlugin {
                 .iter()
                 .map(|d| {
                     let numa = d.numa.and_then(|n| NumaNodeId::new(n).ok());
-                    Device::new(d.address.clone(), numa)
+                    // Known by its PCI address: a VF that a pod holds stays
+                    // its own under a renamed resource or another pool.
+                    Device::new(d.address.clone(), numa).with_pci_address(&d.address)
                 })
                 .collect();
             devices = devices.resource(pool.resource(), list);

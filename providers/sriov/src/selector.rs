@@ -9,7 +9,9 @@
 //!   `linkTypes`: exact, case-sensitive string equality with one of the
 //!   values (ids are lower-case hex without `0x`, addresses in the full
 //!   `0000:3b:02.0` form). A device without an ACPI index or link type has
-//!   the empty string there.
+//!   the empty string there. Unlike the plugin, which accepts them and
+//!   selects nothing, the config loader refuses `pciAddresses` not in the
+//!   form sysfs writes and `linkTypes` that are not netlink's names.
 //! * `pfNames` / `rootDevices`: see [`crate::pf_selector`]; a device that has
 //!   no PF name / PF address never passes.
 //! * `isRdma: true`: only devices with RDMA resources pass (and they get RDMA

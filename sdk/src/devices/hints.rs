@@ -194,21 +194,21 @@ impl DeviceManager {
         if self.nodes.len() <= EXPLICIT_HINT_MAX_NODES {
             let mut best = n;
             for_each_mask_in_kubelet_order(&self.nodes, |m| {
-                if reach(m) && m.count() < best {
-                    best = m.count();
+                if reach(m) && m.len() < best {
+                    best = m.len();
                 }
             });
             return Ok(best);
         }
-        if all.iter().all(|d| d.count() == 1) {
+        if all.iter().all(|d| d.len() == 1) {
             // Single-node devices add up over nodes.
             let per_node = self
                 .nodes
                 .iter()
-                .map(|&id| all.iter().filter(|d| d.is_set(id)).count() as u64);
+                .map(|&id| all.iter().filter(|d| d.contains(id)).count() as u64);
             return Ok(min_width_additive(per_node, request));
         }
         let minimal = minimal_masks(&self.nodes, reach)?;
-        Ok(minimal.iter().map(|m| m.count().max(1)).min().unwrap_or(n))
+        Ok(minimal.iter().map(|m| m.len().max(1)).min().unwrap_or(n))
     }
 }

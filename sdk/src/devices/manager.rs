@@ -3,11 +3,11 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use serde::{Deserialize, Serialize};
-
+use super::device::{normalize_pci_address, PCI_IDENTITY, SERIAL_IDENTITY};
+use super::reconcile::SavedDevice;
 use super::{Device, DeviceHooks, Devices};
 use crate::{
-    Amounts, Inventory, Machine, NumaNodeId, PreferredAllocationRequest, ProviderError, Reconciled,
+    Amounts, Inventory, Machine, NumaNodeId, PreferredAllocationRequest, ProviderError,
     ResourceInventory, Zone,
 };
 
@@ -74,49 +74,74 @@ pub struct DeviceManager {
     /// (pod uid, container) -> resource -> device positions, in the order
     /// they were picked.
     pub(super) assignments: BTreeMap<Key, BTreeMap<String, Vec<usize>>>,
-    /// Assignments restored from a checkpoint that name resources or
-    /// devices the provider no longer has: kept (never handed out, saved
-    /// again) until their container is released.
-    pub(super) vanished: BTreeMap<Key, BTreeMap<String, Vec<String>>>,
+    /// Devices that restored assignments hold but that the provider no
+    /// longer lists (by identity, nor by resource and id), under the
+    /// resource the assignment named: kept (saved again, so that a device
+    /// that comes back is its pod's) until their container is released.
+    pub(super) vanished: BTreeMap<Key, BTreeMap<String, Vec<SavedDevice>>>,
     pub(super) reuse: Option<Reuse>,
-}
-
-/// The checkpoint form.
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Checkpoint {
-    #[serde(default)]
-    assignments: Vec<CheckpointEntry>,
-    #[serde(default)]
-    reuse: Option<CheckpointReuse>,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-struct CheckpointEntry {
-    pod_uid: String,
-    container: String,
-    resource: String,
-    devices: Vec<String>,
-}
-
-#[derive(Debug, Serialize, Deserialize)]
-struct CheckpointReuse {
-    pod_uid: String,
-    devices: BTreeMap<String, Vec<String>>,
 }
 
 fn config_error(message: String) -> ProviderError {
     ProviderError::config(message)
 }
 
+/// Refuses an empty identity or a `pci:` one that is not a PCI address.
+fn check_identity(resource: &str, d: &Device, identity: &str) -> Result<(), ProviderError> {
+    let value = identity
+        .strip_prefix(PCI_IDENTITY)
+        .or_else(|| identity.strip_prefix(SERIAL_IDENTITY))
+        .unwrap_or(identity);
+    if value.is_empty() {
+        return Err(config_error(format!(
+            "resource {resource}: device {:?} has an empty identity {identity:?}; give its PCI \
+             address or serial, or none",
+            d.id
+        )));
+    }
+    if identity.starts_with(PCI_IDENTITY) && normalize_pci_address(value).as_deref() != Some(value)
+    {
+        return Err(config_error(format!(
+            "resource {resource}: device {:?} has PCI address {value:?}, which is not one \
+             (domain:bus:device.function, e.g. 0000:3b:00.0)",
+            d.id
+        )));
+    }
+    Ok(())
+}
+
+/// An identity for people: `PCI device 0000:07:00.0`, `serial X`.
+fn describe_identity(identity: &str) -> String {
+    if let Some(a) = identity.strip_prefix(PCI_IDENTITY) {
+        format!("PCI device {a}")
+    } else if let Some(s) = identity.strip_prefix(SERIAL_IDENTITY) {
+        format!("serial {s}")
+    } else {
+        identity.to_owned()
+    }
+}
+
 impl DeviceManager {
     /// The devices of `devices` on `machine`. Refuses (reason
-    /// `"InvalidConfig"`, naming what) an empty or repeated resource name, an
-    /// empty or repeated device id within a resource, and a device on a
-    /// NUMA node the machine does not have.
+    /// `"InvalidConfig"`, naming what and what to do) anything that would
+    /// hand one device to two containers or cannot be placed:
+    ///
+    /// - an empty or repeated resource name;
+    /// - an empty or repeated device id within a resource;
+    /// - a device id with a comma or whitespace (ids are joined with commas
+    ///   in environment variables such as `NVIDIA_VISIBLE_DEVICES`, where
+    ///   `a,b` would name two other devices);
+    /// - two devices, of any resources, with one identity (one PCI address,
+    ///   one serial): one device listed twice;
+    /// - an identity that is empty, or a `pci:` identity that is not a PCI
+    ///   address;
+    /// - a device on a NUMA node the machine does not have.
     pub fn new(machine: &Machine, devices: Devices) -> Result<Self, ProviderError> {
         let nodes = machine.numa_ids();
         let machine_mask = machine.numa_mask();
         let mut pools = BTreeMap::new();
+        // Identity -> (resource, device id) of the device that has it.
+        let mut known: HashMap<String, (String, String)> = HashMap::new();
         for (resource, list) in devices.0 {
             if resource.is_empty() {
                 return Err(config_error(
@@ -136,7 +161,29 @@ impl DeviceManager {
                         d.id
                     )));
                 }
-                let unknown = d.numa.and_not(machine_mask);
+                if let Some(c) = d.id.chars().find(|c| *c == ',' || c.is_whitespace()) {
+                    let what = if c == ',' { "a comma" } else { "whitespace" };
+                    return Err(config_error(format!(
+                        "resource {resource}: device id {:?} contains {what}; device ids are \
+                         joined with commas in environment variables, where this one would name \
+                         other devices: give the device an id without commas or whitespace",
+                        d.id
+                    )));
+                }
+                for identity in &d.identity {
+                    check_identity(&resource, d, identity)?;
+                    let here = (resource.clone(), d.id.clone());
+                    if let Some((r, id)) = known.insert(identity.clone(), here) {
+                        return Err(config_error(format!(
+                            "resource {resource}: device {:?} and device {id:?} of {r} are one \
+                             device ({}); listed twice it would be handed to two containers: list \
+                             it once",
+                            d.id,
+                            describe_identity(identity)
+                        )));
+                    }
+                }
+                let unknown = d.numa.difference(machine_mask);
                 if !unknown.is_empty() {
                     return Err(config_error(format!(
                         "resource {resource}: device {:?} is on NUMA node(s) {unknown}, which this \
@@ -273,200 +320,6 @@ impl DeviceManager {
                 set.retain(|i| held.is_some_and(|h| h.contains(i)));
             }
         }
-    }
-
-    /// The assignments as bytes (JSON): every (pod, container, resource)
-    /// with its device ids, vanished ones included, and the pending reuse.
-    pub fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
-        let mut cp = Checkpoint::default();
-        for ((pod_uid, container), by_resource) in &self.assignments {
-            for (resource, positions) in by_resource {
-                cp.assignments.push(CheckpointEntry {
-                    pod_uid: pod_uid.clone(),
-                    container: container.clone(),
-                    resource: resource.clone(),
-                    devices: self.pools[resource].ids(positions),
-                });
-            }
-        }
-        for ((pod_uid, container), by_resource) in &self.vanished {
-            for (resource, ids) in by_resource {
-                cp.assignments.push(CheckpointEntry {
-                    pod_uid: pod_uid.clone(),
-                    container: container.clone(),
-                    resource: resource.clone(),
-                    devices: ids.clone(),
-                });
-            }
-        }
-        cp.reuse = self
-            .reuse
-            .as_ref()
-            .map(|r| CheckpointReuse {
-                pod_uid: r.pod.clone(),
-                devices: r
-                    .devices
-                    .iter()
-                    .filter(|(_, set)| !set.is_empty())
-                    .map(|(res, set)| {
-                        let v: Vec<usize> = set.iter().copied().collect();
-                        (res.clone(), self.pools[res].ids(&v))
-                    })
-                    .collect(),
-            })
-            .filter(|r| !r.devices.is_empty());
-        serde_json::to_vec(&cp).map_err(|e| {
-            ProviderError::new(
-                "CheckpointError",
-                format!("encoding device assignments: {e}"),
-            )
-        })
-    }
-
-    /// Restores a [`DeviceManager::checkpoint`], checked against the
-    /// current devices; on error (reason `"InvalidCheckpoint"`, naming the
-    /// entry) nothing changes. Refused: bytes that are not a checkpoint, an
-    /// entry without pod, container or resource, an entry given twice, a
-    /// device listed twice in one entry, a device held by containers of two
-    /// different pods, reuse naming devices the pod does not hold.
-    /// Assignments of resources or devices the provider no longer has are
-    /// kept, with a warning, and never handed out.
-    pub fn restore(&mut self, data: &[u8]) -> Result<Reconciled, ProviderError> {
-        let cp: Checkpoint = serde_json::from_slice(data).map_err(|e| {
-            ProviderError::checkpoint(format!("device assignments do not parse: {e}"))
-        })?;
-        let mut assignments: BTreeMap<Key, BTreeMap<String, Vec<usize>>> = BTreeMap::new();
-        let mut vanished: BTreeMap<Key, BTreeMap<String, Vec<String>>> = BTreeMap::new();
-        let mut owner: BTreeMap<(&str, usize), &str> = BTreeMap::new();
-        let mut holders: BTreeMap<&str, Vec<u32>> = self
-            .pools
-            .iter()
-            .map(|(r, p)| (r.as_str(), vec![0; p.devices.len()]))
-            .collect();
-        for e in &cp.assignments {
-            if e.pod_uid.is_empty() || e.container.is_empty() || e.resource.is_empty() {
-                return Err(ProviderError::checkpoint(format!(
-                    "an assignment has an empty pod uid, container or resource: {:?}/{:?}/{:?}",
-                    e.pod_uid, e.container, e.resource
-                )));
-            }
-            let key = (e.pod_uid.clone(), e.container.clone());
-            let twice = || {
-                ProviderError::checkpoint(format!(
-                    "resource {} of container {:?} of pod {} is assigned twice",
-                    e.resource, e.container, e.pod_uid
-                ))
-            };
-            let Some(pool) = self.pools.get(&e.resource) else {
-                tracing::warn!(pod = %e.pod_uid, container = %e.container, resource = %e.resource,
-                    devices = %e.devices.join(","),
-                    "restored devices of a resource this provider no longer has; keeping the assignment");
-                if vanished
-                    .entry(key)
-                    .or_default()
-                    .insert(e.resource.clone(), e.devices.clone())
-                    .is_some()
-                {
-                    return Err(twice());
-                }
-                continue;
-            };
-            let mut positions = Vec::new();
-            let mut gone = Vec::new();
-            for id in &e.devices {
-                let Some(&i) = pool.index.get(id) else {
-                    gone.push(id.clone());
-                    continue;
-                };
-                if positions.contains(&i) {
-                    return Err(ProviderError::checkpoint(format!(
-                        "device {id:?} of {} is listed twice for container {:?} of pod {}",
-                        e.resource, e.container, e.pod_uid
-                    )));
-                }
-                match owner.get(&(e.resource.as_str(), i)) {
-                    Some(other) if *other != e.pod_uid => {
-                        return Err(ProviderError::checkpoint(format!(
-                            "device {id:?} of {} is held by pods {other} and {}",
-                            e.resource, e.pod_uid
-                        )));
-                    }
-                    _ => {
-                        owner.insert((e.resource.as_str(), i), e.pod_uid.as_str());
-                    }
-                }
-                positions.push(i);
-            }
-            if !gone.is_empty() {
-                tracing::warn!(pod = %e.pod_uid, container = %e.container, resource = %e.resource,
-                    devices = %gone.join(","),
-                    "restored devices this provider no longer has; keeping the assignment");
-                if vanished
-                    .entry(key.clone())
-                    .or_default()
-                    .insert(e.resource.clone(), gone)
-                    .is_some()
-                {
-                    return Err(twice());
-                }
-            }
-            if positions.is_empty() {
-                continue;
-            }
-            if let Some(h) = holders.get_mut(e.resource.as_str()) {
-                for &i in &positions {
-                    h[i] += 1;
-                }
-            }
-            if assignments
-                .entry(key)
-                .or_default()
-                .insert(e.resource.clone(), positions)
-                .is_some()
-            {
-                return Err(twice());
-            }
-        }
-        let reuse = match cp.reuse {
-            None => None,
-            Some(r) => {
-                let mut devices = BTreeMap::new();
-                for (resource, ids) in r.devices {
-                    let Some(pool) = self.pools.get(&resource) else {
-                        continue;
-                    };
-                    let mut set = BTreeSet::new();
-                    for id in ids {
-                        let held = pool.index.get(&id).copied().filter(|&i| {
-                            owner.get(&(resource.as_str(), i)) == Some(&r.pod_uid.as_str())
-                        });
-                        let Some(i) = held else {
-                            return Err(ProviderError::checkpoint(format!(
-                                "reusable device {id:?} of {resource} is not held by pod {}",
-                                r.pod_uid
-                            )));
-                        };
-                        set.insert(i);
-                    }
-                    devices.insert(resource, set);
-                }
-                Some(Reuse {
-                    pod: r.pod_uid,
-                    devices,
-                })
-            }
-        };
-        let holders: BTreeMap<String, Vec<u32>> = holders
-            .into_iter()
-            .map(|(r, h)| (r.to_owned(), h))
-            .collect();
-        for (resource, pool) in self.pools.iter_mut() {
-            pool.holders = holders[resource].clone();
-        }
-        self.assignments = assignments;
-        self.vanished = vanished;
-        self.reuse = reuse;
-        Ok(Reconciled::default())
     }
 
     /// Capacity, allocatable and available devices per resource and NUMA

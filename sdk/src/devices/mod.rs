@@ -20,10 +20,14 @@
 //!   available devices, then unaligned ones, then those without a node;
 //!   init-container devices reused by later containers; re-allocating a
 //!   container returns what it holds;
-//! - **release**, **checkpoint/restore** (validated against the current
-//!   devices), **inventory** per NUMA zone (for the NodeResourceTopology
-//!   export), and **`GetPreferredAllocation`** routed to the provider's
-//!   choice.
+//! - **release**, **checkpoint** and **restore** as the SDK's reconcile
+//!   contract asks ([`Provider::restore`](crate::Provider::restore)):
+//!   saved devices are found again by their identity (PCI address, serial:
+//!   [`Device::with_pci_address`], [`Device::with_serial`]) under whatever
+//!   id and resource they have now, else by resource and id; a device that
+//!   is gone stays its container's until released, and comes back to it;
+//! - **inventory** per NUMA zone (for the NodeResourceTopology export), and
+//!   **`GetPreferredAllocation`** routed to the provider's choice.
 //!
 //! Where the kubelet iterates Go sets in random order the toolkit is
 //! deterministic: devices are considered in the order the provider lists
@@ -61,9 +65,10 @@ mod device;
 mod hints;
 mod manager;
 mod plugin;
+mod reconcile;
 #[cfg(test)]
 mod tests;
 
-pub use device::{Device, Devices};
+pub use device::{normalize_pci_address, Device, Devices};
 pub use manager::DeviceManager;
 pub use plugin::{DeviceHooks, DevicePlugin, DeviceProvider};

@@ -56,12 +56,77 @@ impl DeviceHooks for () {}
 /// A device provider written like a kubelet device plugin: it lists its
 /// devices once, at construction, and implements the [`DeviceHooks`] it
 /// needs; [`DeviceProvider`] does the rest (hints, allocation, reuse,
-/// release, checkpoint, inventory) exactly as the kubelet's Device Manager.
-/// Export it with [`export_device_plugin!`](crate::export_device_plugin).
+/// release, checkpoint and reconcile, inventory) exactly as the kubelet's
+/// Device Manager. Export it with
+/// [`export_device_plugin!`](crate::export_device_plugin).
+///
+/// A complete provider for 4 FPGAs on 2 NUMA nodes, each known by its PCI
+/// address, with its resource name in the config and an environment
+/// variable naming the FPGAs a container gets:
+///
+/// ```
+/// use std::collections::BTreeMap;
+///
+/// use topomgr_sdk::devices::{Device, DeviceHooks, DevicePlugin, Devices};
+/// use topomgr_sdk::{NumaNodeId, ProviderContext, ProviderError};
+///
+/// topomgr_sdk::provider_config! {
+///     struct Config {
+///         resource: String,
+///     }
+/// }
+///
+/// pub struct Fpgas;
+///
+/// impl DevicePlugin for Fpgas {
+///     fn new(ctx: &ProviderContext<'_>) -> Result<(Self, Devices), ProviderError> {
+///         let cfg: Config = ctx.config.parse()?;
+///         let fpgas = (0..4u8)
+///             .map(|i| {
+///                 Device::new(format!("fpga-{i}"), Some(NumaNodeId::from(i / 2)))
+///                     .with_pci_address(&format!("0000:{:02x}:00.0", 0x3b + i))
+///             })
+///             .collect();
+///         Ok((Fpgas, Devices::new().resource(cfg.resource, fpgas)))
+///     }
+/// }
+///
+/// impl DeviceHooks for Fpgas {
+///     fn environment(
+///         &self,
+///         _resource: &str,
+///         devices: &[&Device],
+///     ) -> Result<BTreeMap<String, String>, ProviderError> {
+///         let ids: Vec<&str> = devices.iter().map(|d| d.id.as_str()).collect();
+///         Ok(BTreeMap::from([("FPGA_DEVICES".to_owned(), ids.join(","))]))
+///     }
+/// }
+///
+/// topomgr_sdk::export_device_plugin!(Fpgas);
+/// # use topomgr_sdk::{devices::DeviceProvider, testkit};
+/// # let mut p = testkit::load::<DeviceProvider<Fpgas>>(
+/// #     &testkit::machine(2, 1),
+/// #     topomgr_sdk::serde_json::json!({"resource": "example.com/fpga"}),
+/// # ).unwrap();
+/// # let pod = testkit::guaranteed_pod("a", &[("example.com/fpga", 2)]);
+/// # let a = p.allocate(&pod, &pod.containers[0], &testkit::hint("1:true")).unwrap();
+/// # assert_eq!(a.env["FPGA_DEVICES"], "fpga-2,fpga-3");
+/// ```
 pub trait DevicePlugin: DeviceHooks + Send + Sync + 'static {
     /// Builds the plugin from the machine and its config, and lists its
     /// resources and devices. Bad config is an error naming the key
     /// ([`ProviderConfig::parse`](crate::ProviderConfig::parse) does).
+    ///
+    /// The toolkit then checks the list ([`DeviceManager::new`]) and
+    /// refuses the provider's start (reason `"InvalidConfig"`, naming the
+    /// resource and device) for: an empty or repeated resource name; an
+    /// empty or repeated device id within a resource; a device id with a
+    /// comma or whitespace; two devices with one identity (one PCI address,
+    /// one serial); an empty identity or a PCI address that is not one; a
+    /// device on a NUMA node the machine does not have. No need to check
+    /// these again. Give each device its PCI address or serial where it has
+    /// one ([`Device::with_pci_address`], [`Device::with_serial`]): saved
+    /// assignments then find it under any id or resource name.
     fn new(ctx: &ProviderContext<'_>) -> Result<(Self, Devices), ProviderError>
     where
         Self: Sized;
@@ -69,8 +134,9 @@ pub trait DevicePlugin: DeviceHooks + Send + Sync + 'static {
 
 /// A [`Provider`] made of a [`DevicePlugin`] and a [`DeviceManager`].
 ///
-/// Its checkpoint holds the device assignments only; a plugin with state
-/// of its own implements [`Provider`] itself around a [`DeviceManager`].
+/// Its checkpoint holds the device assignments only, and its restore is
+/// [`DeviceManager::restore`]'s reconcile; a plugin with state of its own
+/// implements [`Provider`] itself around a [`DeviceManager`].
 pub struct DeviceProvider<P: DevicePlugin> {
     plugin: P,
     manager: DeviceManager,

@@ -1,6 +1,7 @@
-//! A copy of topomgr-sdk 0.3's ABI types with one deliberate change
-//! (`FfiHint` has an extra `distance` field), exporting a plugin the host
-//! must refuse at load with a one-line "incompatible SDK" message. With the
+//! A copy of topomgr-sdk 0.3's ABI types (`sdk/src/ffi/abi.rs`) with one
+//! deliberate change (`FfiHint` has an extra `distance` field), exporting a
+//! plugin the host must refuse at load with a one-line "incompatible SDK"
+//! message. With the
 //! feature `sdk-0-2` it is a plugin of SDK 0.2 instead: version 0.2.1, ABI
 //! version 2 and 0.2's `restore` (no report), which the host refuses on the
 //! version first. Nothing here is ever called: the checks fail before.

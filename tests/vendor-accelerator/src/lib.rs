@@ -17,15 +17,14 @@
 use std::collections::BTreeMap;
 
 use topomgr_sdk::devices::{Device, DeviceHooks, DevicePlugin, Devices};
-use topomgr_sdk::serde::Deserialize;
 use topomgr_sdk::{ProviderContext, ProviderError};
 
-#[derive(Debug, Deserialize)]
-#[serde(crate = "topomgr_sdk::serde", deny_unknown_fields)]
-struct Config {
-    vendor: String,
-    #[serde(default = "default_resource")]
-    resource: String,
+topomgr_sdk::provider_config! {
+    struct Config {
+        vendor: String,
+        #[serde(default = "default_resource")]
+        resource: String,
+    }
 }
 
 fn default_resource() -> String {
@@ -48,7 +47,11 @@ impl DevicePlugin for Accelerators {
             .pci_devices
             .iter()
             .filter(|d| d.vendor == vendor)
-            .map(|d| Device::new(d.address.clone(), d.numa).with_attribute("class", d.class.clone()))
+            .map(|d| {
+                Device::new(d.address.clone(), d.numa)
+                    .with_pci_address(&d.address)
+                    .with_attribute("class", d.class.clone())
+            })
             .collect();
         if devices.is_empty() {
             return Err(ProviderError::config(format!(
@@ -91,7 +94,10 @@ impl DeviceHooks for Accelerators {
         devices: &[&Device],
     ) -> Result<BTreeMap<String, String>, ProviderError> {
         let ids: Vec<&str> = devices.iter().map(|d| d.id.as_str()).collect();
-        Ok(BTreeMap::from([("ACCELERATOR_PCI".to_owned(), ids.join(","))]))
+        Ok(BTreeMap::from([(
+            "ACCELERATOR_PCI".to_owned(),
+            ids.join(","),
+        )]))
     }
 }
 

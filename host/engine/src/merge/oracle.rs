@@ -44,19 +44,19 @@ pub fn cross_product_merge(
             .into_iter()
             .map(|v| {
                 v.into_iter()
-                    .filter(|h| h.preferred && h.affinity.is_none_or(|m| m.count() == 1))
+                    .filter(|h| h.preferred && h.affinity.is_none_or(|m| m.len() == 1))
                     .collect()
             })
             .collect();
     }
     let b = lists
         .iter()
-        .filter_map(|v| v.iter().filter_map(|h| h.affinity).map(|m| m.count()).min())
+        .filter_map(|v| v.iter().filter_map(|h| h.affinity).map(|m| m.len()).min())
         .max()
         .unwrap_or(0);
     let better = |a: NumaMask, c: NumaMask| {
-        if a.count() != c.count() {
-            return a.count() < c.count();
+        if a.len() != c.len() {
+            return a.len() < c.len();
         }
         if mode.prefer_closest {
             if let (Some(da), Some(dc)) = (numa.average_distance(a), numa.average_distance(c)) {
@@ -90,7 +90,7 @@ pub fn cross_product_merge(
         for (i, l) in lists.iter().enumerate() {
             let hint = l[idx[i]];
             if let Some(a) = hint.affinity {
-                acc = acc.and(a);
+                acc = acc.intersection(a);
                 match first {
                     None => first = Some(a),
                     Some(f) if f != a => preferred = false,
@@ -102,14 +102,14 @@ pub fn cross_product_merge(
             }
         }
         let cand = TopologyHint::new(acc, preferred);
-        if acc.count() > 0 {
+        if !acc.is_empty() {
             best = Some(match best {
                 None => cand,
                 Some(cur) if !cur.preferred && cand.preferred => cand,
                 Some(cur) if cur.preferred && !cand.preferred => cur,
                 Some(cur) if cur.preferred && cand.preferred => fitter(cur, cand),
                 Some(cur) => {
-                    let (cc, nc) = (cur.affinity.unwrap_or_default().count(), acc.count());
+                    let (cc, nc) = (cur.affinity.unwrap_or_default().len(), acc.len());
                     if cc > b {
                         fitter(cur, cand)
                     } else if cc == b {

@@ -4,8 +4,10 @@
 //! must-include device ids are looked up among the machine's GPUs, an
 //! unknown id is an error, and the best-effort policy picks the set).
 //!
-//! [`Chooser::choose`] is the entry point; [`besteffort::best_effort`],
-//! [`simple`] and [`exhaustive::best_effort`] work on GPU indices.
+//! [`Chooser::choose`] is the entry point; [`besteffort::best_effort`] and
+//! [`simple`] work on GPU indices. The literal port of upstream's exhaustive
+//! search (`exhaustive`, the test oracle and the benchmarks' baseline) is
+//! built only for tests and with the feature `oracles`.
 //!
 //! # Parity with upstream, and two deliberate differences
 //!
@@ -33,6 +35,7 @@
 //! id listed twice in `available` or in `required` ([`ChoiceError`]).
 
 pub mod besteffort;
+#[cfg(any(test, feature = "oracles"))]
 pub mod exhaustive;
 
 use serde::Deserialize;

@@ -618,36 +618,6 @@ fn every_size_and_order_on_the_dgx1_fixtures_matches_the_exhaustive_search() {
 }
 
 #[test]
-fn partitions_of_seven_sets_match_the_exhaustive_search() {
-    // 14 GPUs in pairs: upstream's aliasing would corrupt this search.
-    let topology = seeded_topology(14, 0x5eed);
-    let scores = Scores::from_topology(&topology);
-    let available: Vec<usize> = (0..14).rev().collect();
-    for required in [&[][..], &[3], &[5, 8]] {
-        let fast = besteffort::best_effort(&scores, &available, required, 2);
-        assert_eq!(
-            fast,
-            exhaustive::best_effort(&scores, &available, required, 2)
-        );
-        assert_eq!(fast.len(), 2);
-    }
-}
-
-#[test]
-fn past_the_work_limit_the_choice_is_greedy_and_complete() {
-    let scores = Scores::from_topology(&seeded_topology(12, 7));
-    let available: Vec<usize> = (0..12).collect();
-    let exact = besteffort::best_effort(&scores, &available, &[], 4);
-    assert_eq!(exact, exhaustive::best_effort(&scores, &available, &[], 4));
-    for required in [&[][..], &[5], &[2, 9]] {
-        let greedy = besteffort::best_effort_within(&scores, &available, required, 4, 10);
-        assert_eq!(greedy.len(), 4, "{required:?}");
-        assert!(required.iter().all(|r| greedy.contains(r)), "{required:?}");
-        assert!(greedy.windows(2).all(|w| w[0] < w[1]), "available order");
-    }
-}
-
-#[test]
 fn more_classes_than_a_key_holds_falls_back_to_greedy() {
     // 70 GPUs, all pair scores distinct: no twins, 2^70 remainders.
     let scores = Scores::from_fn(70, |a, b| (a.min(b) * 70 + a.max(b)) as i64);
@@ -657,10 +627,25 @@ fn more_classes_than_a_key_holds_falls_back_to_greedy() {
     assert!(chosen.contains(&3));
 }
 
+/// Every size (1 and 11 pad nothing, the others pad), with and without
+/// required GPUs, equals the exhaustive search on 11 GPUs.
+fn every_size_matches_the_exhaustive_search(topology: &GpuTopology) {
+    let available: Vec<usize> = vec![4, 9, 0, 7, 2, 10, 5, 1, 8, 3, 6];
+    let scores = Scores::from_topology(topology);
+    for size in 1..=11 {
+        for required in [&[][..], &[7], &[2, 3]] {
+            assert_eq!(
+                besteffort::best_effort(&scores, &available, required, size),
+                exhaustive::best_effort(&scores, &available, required, size),
+                "size {size} required {required:?}"
+            );
+        }
+    }
+}
+
 #[test]
-fn eleven_gpus_every_size_match_the_exhaustive_search() {
-    // 11 GPUs: every size but 1 and 11 pads; seeded topologies with ties,
-    // one NVSwitch-like (NV12 everywhere plus a PCIe tree).
+fn eleven_gpus_on_an_nvswitch_every_size_matches_the_exhaustive_search() {
+    // NV12 everywhere plus a PCIe tree: every pair ties on NVLink.
     let nvswitch: Vec<(usize, usize, &str)> = (0..11)
         .flat_map(|a| {
             (a + 1..11).flat_map(move |b| {
@@ -675,46 +660,75 @@ fn eleven_gpus_every_size_match_the_exhaustive_search() {
             })
         })
         .collect();
-    let topologies = [
-        seeded_topology(11, 11),
-        seeded_topology(11, 0xdead_beef),
-        fixtures::from_links(11, &nvswitch),
-    ];
-    let available: Vec<usize> = vec![4, 9, 0, 7, 2, 10, 5, 1, 8, 3, 6];
-    for topology in &topologies {
-        let scores = Scores::from_topology(topology);
-        for size in 1..=11 {
-            for required in [&[][..], &[7], &[2, 3]] {
-                assert_eq!(
-                    besteffort::best_effort(&scores, &available, required, size),
-                    exhaustive::best_effort(&scores, &available, required, size),
-                    "size {size} required {required:?}"
-                );
+    every_size_matches_the_exhaustive_search(&fixtures::from_links(11, &nvswitch));
+}
+
+/// A topology of `n` GPUs with few distinct labels, so that ties are
+/// common: per pair SYS, NODE or PIX, and NV1 or NV2 for a third of the
+/// pairs.
+fn tied_topology(n: usize) -> impl Strategy<Value = GpuTopology> {
+    let pair = (
+        prop_oneof![Just("SYS"), Just("NODE"), Just("PIX")],
+        prop_oneof![2 => Just(None), 1 => prop_oneof![Just(Some("NV1")), Just(Some("NV2"))]],
+    );
+    proptest::collection::vec(pair, n * (n - 1) / 2).prop_map(move |labels| {
+        let mut links = Vec::new();
+        let mut it = labels.into_iter();
+        for a in 0..n {
+            for b in a + 1..n {
+                let (pcie, nvlink) = it.next().unwrap_or(("SYS", None));
+                links.push((a, b, pcie));
+                if let Some(nv) = nvlink {
+                    links.push((a, b, nv));
+                }
             }
         }
+        fixtures::from_links(n, &links)
+    })
+}
+
+proptest! {
+    // Each case runs the exhaustive search tens of times on 11-12 GPUs.
+    #![proptest_config(ProptestConfig::with_cases(3))]
+
+    #[test]
+    fn eleven_gpus_every_size_match_the_exhaustive_search(topology in tied_topology(11)) {
+        every_size_matches_the_exhaustive_search(&topology);
     }
 }
 
-/// A random-looking topology from a fixed seed (xorshift), with few
-/// distinct labels so that ties are common.
-fn seeded_topology(n: usize, seed: u64) -> GpuTopology {
-    let mut x = seed;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    let mut links = Vec::new();
-    for a in 0..n {
-        for b in a + 1..n {
-            links.push((a, b, ["SYS", "NODE", "PIX"][(next() % 3) as usize]));
-            if next() % 3 == 0 {
-                links.push((a, b, ["NV1", "NV2"][(next() % 2) as usize]));
-            }
+proptest! {
+    // The exhaustive search over 14 GPUs takes seconds: one topology a run.
+    #![proptest_config(ProptestConfig::with_cases(1))]
+
+    #[test]
+    fn partitions_of_seven_sets_match_the_exhaustive_search(topology in tied_topology(14)) {
+        // 14 GPUs in pairs: upstream's aliasing would corrupt this search.
+        let scores = Scores::from_topology(&topology);
+        let available: Vec<usize> = (0..14).rev().collect();
+        for required in [&[][..], &[3], &[5, 8]] {
+            let fast = besteffort::best_effort(&scores, &available, required, 2);
+            prop_assert_eq!(
+                &fast,
+                &exhaustive::best_effort(&scores, &available, required, 2)
+            );
+            prop_assert_eq!(fast.len(), 2);
         }
     }
-    fixtures::from_links(n, &links)
+
+    #[test]
+    fn past_the_work_limit_the_choice_is_greedy_and_complete(topology in tied_topology(12)) {
+        let scores = Scores::from_topology(&topology);
+        let available: Vec<usize> = (0..12).collect();
+        let exact = besteffort::best_effort(&scores, &available, &[], 4);
+        prop_assert_eq!(exact, exhaustive::best_effort(&scores, &available, &[], 4));
+        for required in [&[][..], &[5], &[2, 9]] {
+            let greedy = besteffort::best_effort_within(&scores, &available, required, 4, 10);
+            prop_assert_eq!(greedy.len(), 4, "{:?}", required);
+            prop_assert!(required.iter().all(|r| greedy.contains(r)), "{:?}", required);
+            prop_assert!(greedy.windows(2).all(|w| w[0] < w[1]), "available order");
+        }
+    }
 }
 
 /// A random topology: per pair a PCIe level (or none) and 0-2 NVLinks, from

@@ -77,53 +77,13 @@ pub fn parse(text: &str) -> Result<GpuTopology, ParseError> {
     }
 }
 
-/// A PCI address as sysfs writes it (`0000:07:00.0`, lower case) from the
-/// forms NVML and people write (`00000000:07:00.0`, upper case); `None`
-/// when it is not a PCI address.
-pub fn normalize_pci_address(address: &str) -> Option<String> {
-    let lower = address.trim().to_ascii_lowercase();
-    let (domain, rest) = lower.split_once(':')?;
-    let domain = match domain.len() {
-        4 => domain,
-        8 => domain.strip_prefix("0000")?,
-        _ => return None,
-    };
-    let (bus, rest) = rest.split_once(':')?;
-    let (device, function) = rest.split_once('.')?;
-    let hex = |s: &str, len: usize| s.len() == len && s.bytes().all(|b| b.is_ascii_hexdigit());
-    let ok = hex(domain, 4)
-        && hex(bus, 2)
-        && hex(device, 2)
-        && function.len() == 1
-        && matches!(function.as_bytes()[0], b'0'..=b'7');
-    ok.then(|| format!("{domain}:{bus}:{device}.{function}"))
-}
+/// A PCI address as sysfs writes it, from the forms NVML and people write
+/// (the SDK's, which device identities use).
+pub use topomgr_sdk::devices::normalize_pci_address;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn pci_addresses_normalize_to_the_sysfs_form() {
-        assert_eq!(
-            normalize_pci_address("00000000:07:00.0").as_deref(),
-            Some("0000:07:00.0")
-        );
-        assert_eq!(
-            normalize_pci_address("0000:B7:1F.7").as_deref(),
-            Some("0000:b7:1f.7")
-        );
-        for bad in [
-            "",
-            "07:00.0",
-            "00010000:07:00.0",
-            "0000:7:00.0",
-            "0000:07:00.8",
-            "0000:07:00",
-        ] {
-            assert_eq!(normalize_pci_address(bad), None, "{bad}");
-        }
-    }
 
     #[test]
     fn unreadable_files_are_named() {

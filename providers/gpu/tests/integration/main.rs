@@ -4,3 +4,4 @@
 
 mod example_machine;
 mod nvml;
+mod reidentify;

@@ -22,7 +22,7 @@ fn workspace_root() -> PathBuf {
 }
 
 /// Builds the fake library once and returns its path.
-fn fake_library() -> &'static Path {
+pub(crate) fn fake_library() -> &'static Path {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
@@ -63,7 +63,7 @@ fn scratch(tag: &str) -> PathBuf {
 
 /// Runs `f` (given a scratch directory) with the fake answering `script`;
 /// one scenario at a time.
-fn with_script<T>(tag: &str, script: &Value, f: impl FnOnce(&Path) -> T) -> T {
+pub(crate) fn with_script<T>(tag: &str, script: &Value, f: impl FnOnce(&Path) -> T) -> T {
     static LOCK: Mutex<()> = Mutex::new(());
     let _guard = LOCK.lock().unwrap_or_else(|p| p.into_inner());
     let dir = scratch(tag);
@@ -96,13 +96,13 @@ fn bus(i: usize) -> String {
     format!("00000000:{:02X}:00.0", 0x07 + 0x10 * i)
 }
 
-fn address(i: usize) -> String {
+pub(crate) fn address(i: usize) -> String {
     format!("0000:{:02x}:00.0", 0x07 + 0x10 * i)
 }
 
 /// NVML's common-ancestor levels: 10 single switch, 20 multiple switches,
 /// 30 host bridge, 40 node, 50 system.
-fn levels(n: usize, level: impl Fn(usize, usize) -> u32) -> Value {
+pub(crate) fn levels(n: usize, level: impl Fn(usize, usize) -> u32) -> Value {
     json!((0..n)
         .map(|a| (0..n)
             .map(|b| if a == b { 0 } else { level(a, b) })
@@ -110,7 +110,7 @@ fn levels(n: usize, level: impl Fn(usize, usize) -> u32) -> Value {
         .collect::<Vec<_>>())
 }
 
-fn gpu(i: usize, nvlinks: Vec<Value>) -> Value {
+pub(crate) fn gpu(i: usize, nvlinks: Vec<Value>) -> Value {
     json!({"uuid": format!("GPU-{i}-uuid"), "bus_id": bus(i), "nvlinks": nvlinks})
 }
 

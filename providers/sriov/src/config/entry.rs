@@ -7,7 +7,10 @@ use serde_json::Value;
 
 use super::{Problem, ResourceConfig};
 use crate::device::DeviceType;
+use topomgr_sdk::devices::normalize_pci_address;
+
 use crate::go_json::decode::{self, has_effect, Fields, TypeError};
+use crate::link_type::link_type_number;
 use crate::pf_selector::{first_duplicate, PfSelector};
 use crate::selector::Selector;
 
@@ -408,6 +411,8 @@ impl<'a> EntryReader<'a> {
                 }
             }
         }
+        self.check_pci_addresses(at, &pci_addresses);
+        self.check_link_types(at, &link_types);
         let pf_names = self.pf_items(at, "pfNames", &pf_names);
         let root_devices = self.pf_items(at, "rootDevices", &root_devices);
         (self.problems.len() == before).then_some(Selector {
@@ -422,6 +427,45 @@ impl<'a> EntryReader<'a> {
             is_rdma,
             need_vhost_net,
         })
+    }
+
+    /// `pciAddresses` items are compared with the address sysfs writes: one
+    /// in any other form selects nothing.
+    fn check_pci_addresses(&mut self, at: &str, items: &[String]) {
+        for (i, item) in items.iter().enumerate() {
+            let normal = normalize_pci_address(item);
+            if normal.as_deref() == Some(item.as_str()) {
+                continue;
+            }
+            let remedy = match normal {
+                Some(n) => format!("write it as sysfs does: {n:?}"),
+                None => "give domain:bus:device.function, e.g. \"0000:3b:02.0\"".to_owned(),
+            };
+            self.problem(
+                Some(format!("{at}.pciAddresses[{i}]")),
+                format!("{item:?} is not a PCI address as sysfs writes it, so it selects nothing; {remedy}"),
+            );
+        }
+    }
+
+    /// `linkTypes` items are compared with netlink's names: any other
+    /// selects nothing.
+    fn check_link_types(&mut self, at: &str, items: &[String]) {
+        for (i, item) in items.iter().enumerate() {
+            if link_type_number(item).is_some() {
+                continue;
+            }
+            let lower = item.to_ascii_lowercase();
+            let remedy = if link_type_number(&lower).is_some() {
+                format!("names are lower case: {lower:?}")
+            } else {
+                "use netlink's names, such as \"ether\" or \"infiniband\"".to_owned()
+            };
+            self.problem(
+                Some(format!("{at}.linkTypes[{i}]")),
+                format!("{item:?} is not a link type name, so it selects nothing; {remedy}"),
+            );
+        }
     }
 
     fn pf_items(&mut self, at: &str, name: &str, items: &[String]) -> Vec<PfSelector> {

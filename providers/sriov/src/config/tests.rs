@@ -341,6 +341,19 @@ fn bad_input_names_the_entry_and_the_key() {
             "{\"resourceList\": [{\"resourceName\": \"a\", \"deviceType\": \"accelerator\", \"selectors\": [{\"acpiIndexes\": [\"101\"]}]}]}",
             "config.json: resourceList[0] (\"a\"): selectors[0].acpiIndexes: acpiIndexes has no effect on accelerator resources in the device plugin (its accelerator selectors lack the field although its README lists it); remove it, or select by pciAddresses",
         ),
+        // Values that can never select anything.
+        (
+            "{\"resourceList\": [{\"resourceName\": \"a\", \"selectors\": [{\"pciAddresses\": [\"0000:3b:02.0\", \"0000:3B:02.1\", \"3b:02.2\"]}]}]}",
+            "config.json: 2 problems:\n  resourceList[0] (\"a\"): selectors[0].pciAddresses[1]: \"0000:3B:02.1\" is not a PCI address as sysfs writes it, so it selects nothing; write it as sysfs does: \"0000:3b:02.1\"\n  resourceList[0] (\"a\"): selectors[0].pciAddresses[2]: \"3b:02.2\" is not a PCI address as sysfs writes it, so it selects nothing; give domain:bus:device.function, e.g. \"0000:3b:02.0\"",
+        ),
+        (
+            "{\"resourceList\": [{\"resourceName\": \"a\", \"selectors\": [{\"linkTypes\": [\"ether\", \"Infiniband\", \"eth\"]}]}]}",
+            "config.json: 2 problems:\n  resourceList[0] (\"a\"): selectors[0].linkTypes[1]: \"Infiniband\" is not a link type name, so it selects nothing; names are lower case: \"infiniband\"\n  resourceList[0] (\"a\"): selectors[0].linkTypes[2]: \"eth\" is not a link type name, so it selects nothing; use netlink's names, such as \"ether\" or \"infiniband\"",
+        ),
+        (
+            "{\"resourceList\": [{\"resourceName\": \"a\", \"deviceType\": \"accelerator\", \"selectors\": [{\"pciAddresses\": [\"0000:3b:02.8\"]}]}]}",
+            "config.json: resourceList[0] (\"a\"): selectors[0].pciAddresses[0]: \"0000:3b:02.8\" is not a PCI address as sysfs writes it, so it selects nothing; give domain:bus:device.function, e.g. \"0000:3b:02.0\"",
+        ),
         // Duplicates.
         (
             "{\"resourceList\": [{\"resourceName\": \"dup\", \"selectors\": [{}]}, {\"resourceName\": \"ok\", \"selectors\": [{}]}, {\"resourceName\": \"dup\", \"resourcePrefix\": \"intel.com\", \"selectors\": [{\"drivers\": [\"vfio-pci\"]}]}]}",

@@ -3,7 +3,8 @@ use std::path::PathBuf;
 use serde_json::json;
 use topomgr_sdk::devices::DeviceProvider;
 use topomgr_sdk::{
-    testkit, Machine, NumaNodeId, PciDevice, PreferredAllocationRequest, ProviderConfig, Sriov,
+    testkit, Machine, Move, NumaNodeId, PciDevice, PreferredAllocationRequest, ProviderConfig,
+    Reconciled, ResourceId, Sriov,
 };
 
 use super::*;
@@ -174,6 +175,44 @@ fn allocation_sets_the_plugins_environment() {
     q.release("a-uid", "app").unwrap();
     let h = q.topology_hints(&pod2, &pod2.containers[0]).unwrap();
     testkit::assert_hints(&h, DPDK, &[0, 1], Some(&["0:true", "1:true", "0-1:false"]));
+}
+
+#[test]
+fn a_renamed_resource_keeps_the_vfs_pods_hold() {
+    let mut p = load();
+    let pod = testkit::guaranteed_pod("a", &[(DPDK, 1)]);
+    let a = p
+        .allocate(&pod, &pod.containers[0], &testkit::hint("0:true"))
+        .unwrap();
+    assert_eq!(a.devices[DPDK], ["0000:18:01.2"]);
+    let saved = p.checkpoint().unwrap();
+    // The operator renames "dpdk" to "dpdk_vfio" and restarts.
+    let mut config = config();
+    config["resource_list"][0]["resourceName"] = json!("dpdk_vfio");
+    let renamed = "intel.com/dpdk_vfio";
+    let mut q = testkit::load::<Provider>(&machine(), config).unwrap();
+    let report = q.restore(&saved).unwrap();
+    assert_eq!(
+        report,
+        Reconciled::new().with_move(Move::new(
+            "a-uid",
+            "app",
+            ResourceId::new(DPDK, "0000:18:01.2"),
+            ResourceId::new(renamed, "0000:18:01.2"),
+        ))
+    );
+    assert_eq!(q.inventory().unwrap().resources[renamed].total.available, 3);
+    // Node 0's other VF, then node 1's: never the held one.
+    for (name, want) in [("b", "0000:18:01.3"), ("c", "0000:86:01.2")] {
+        let pod = testkit::guaranteed_pod(name, &[(renamed, 1)]);
+        let a = q
+            .allocate(&pod, &pod.containers[0], &testkit::hint("0:true"))
+            .unwrap();
+        assert_eq!(a.devices[renamed], [want]);
+    }
+    let pod = testkit::guaranteed_pod("d", &[(renamed, 2)]);
+    let h = q.topology_hints(&pod, &pod.containers[0]).unwrap();
+    testkit::assert_hints(&h, renamed, &[0, 1], Some(&[]));
 }
 
 #[test]
