@@ -5,7 +5,7 @@
 //! | GET | `/v1/health` | `{"status": "ok"|"degraded"|"failing", "pods", "notes", "failure"}` |
 //! | GET | `/v1/machine` | the discovered machine (the JSON of `topomgr topology`) |
 //! | POST | `/v1/pods` | admit the Pod manifest(s) of the body (YAML or JSON): the JSON of `topomgr admit`; with `?dry_run=true&explain=true` a what-if that changes nothing: `{"pods": [decision trace, ...]}` ([`topomgr_engine::explain`]); with content type [`OWNED_ADMISSION`] the body is an [`AdmissionRequest`] (one pod and its owner, recorded with it) |
-//! | GET | `/v1/pods` | `{"pods": [...], "attachments": {uid: {container: cgroup}}}` |
+//! | GET | `/v1/pods` | `{"pods": [...], "attachments": {uid: {container: cgroup}}, "owners": {uid: owner}}` |
 //! | GET | `/v1/pods/{uid}` | one pod's admission JSON |
 //! | GET | `/v1/pods/{uid}/explain` | the decision trace of an admitted or recently rejected pod |
 //! | DELETE | `/v1/pods/{uid}` | release the pod; answers its admission JSON |
@@ -47,7 +47,7 @@ use super::state_thread::{Command, CommandError, Reply, StateThread};
 use topomgr_engine::admission::AdmitResult;
 use topomgr_node::api::{
     Admission, AdmissionRequest, Admissions, AttachRequest, Attached, ErrorBody, Explain, Explains,
-    Health, HealthStatus, PodList, OWNED_ADMISSION,
+    Health, HealthStatus, OwnerSpec, PodList, OWNED_ADMISSION,
 };
 use topomgr_node::node_state::current_pool;
 use topomgr_node::nrt::NodeResourceTopology;
@@ -394,15 +394,29 @@ fn unexpected(reply: &Reply) -> ApiError {
 }
 
 async fn list_pods(State(state): State<AppState>) -> Json<PodList> {
-    let (pods, pool, attachments) = state.state_thread.read(|snap| {
+    let (pods, pool, attachments, owners) = state.state_thread.read(|snap| {
         let pods: Vec<Arc<AdmitResult>> = snap.pods.values().cloned().collect();
-        (pods, snap.shared_pool.clone(), snap.attachments.clone())
+        let owners = snap
+            .owners
+            .iter()
+            .map(|(uid, o)| (uid.clone(), OwnerSpec::from(o)))
+            .collect();
+        (
+            pods,
+            snap.shared_pool.clone(),
+            snap.attachments.clone(),
+            owners,
+        )
     });
     let pods = pods
         .iter()
         .map(|r| Admission::from(current_pool(r, &pool).as_ref()))
         .collect();
-    Json(PodList { pods, attachments })
+    Json(PodList {
+        pods,
+        attachments,
+        owners,
+    })
 }
 
 async fn get_pod(

@@ -49,6 +49,7 @@ use topomgr_node::api::{Attached, Attachments};
 use topomgr_node::node_state::{
     current_pool, AttachError, Change, NodeState, OwnerConflict, Reclaim, UnknownContainer,
 };
+use topomgr_node::pod_owner::Owner;
 use topomgr_node::snapshot::{self, Restored};
 use topomgr_node::store::Store;
 
@@ -150,6 +151,8 @@ pub struct View {
     pub pods: BTreeMap<String, Arc<AdmitResult>>,
     /// Cgroup attachments.
     pub attachments: Attachments,
+    /// The owners of owned admissions.
+    pub owners: BTreeMap<String, Owner>,
     /// CPUs held exclusively.
     pub exclusive_cpus: CpuSet,
     /// The shared pool (online minus exclusive).
@@ -648,6 +651,7 @@ impl Worker {
                 .map(|(uid, r)| (uid.clone(), Arc::new(r.clone())))
                 .collect(),
             attachments: self.node.records().attachments.clone(),
+            owners: self.node.records().owners.clone(),
             restore_notes: notes,
             // Traces outlive a rollback; those of pods it undid are dropped
             // at the next publish.
@@ -674,7 +678,12 @@ impl Worker {
         let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
         let view = &mut *view;
         for change in committed {
-            change.apply(&mut view.pods, &mut view.attachments, None, Arc::from);
+            change.apply(
+                &mut view.pods,
+                &mut view.attachments,
+                Some(&mut view.owners),
+                Arc::from,
+            );
         }
         for traced in self.traces.drain(..) {
             view.explains.record(traced);

@@ -174,7 +174,7 @@ fn api_admit_list_get_release_metrics_and_machine() {
     let r = c.get("/v1/pods").unwrap();
     assert_eq!(
         r.json().unwrap(),
-        json!({"pods": [expected.clone()], "attachments": {}})
+        json!({"pods": [expected.clone()], "attachments": {}, "owners": {}})
     );
     let r = c.get(&format!("/v1/pods/{WIDGETS_UID}")).unwrap();
     assert_eq!((r.status, r.json().unwrap()), (200, expected.clone()));
@@ -451,7 +451,7 @@ fn reads_are_answered_while_a_slow_admission_runs() {
     let pods = c.get("/v1/pods").unwrap();
     assert_eq!(
         (pods.status, pods.json().unwrap()),
-        (200, json!({"pods": [], "attachments": {}}))
+        (200, json!({"pods": [], "attachments": {}, "owners": {}}))
     );
     assert_eq!(c.get("/v1/health").unwrap().status, 200);
     let metrics = c.get("/metrics").unwrap();
