@@ -32,10 +32,14 @@
 //! integration tests' `cgroup_tree.rs` emulates a hierarchy in a plain
 //! directory tree), as youki keeps its test manager apart.
 //!
+//! [`hierarchy`] says which hierarchy a cgroup root is in (what the node
+//! lock of `topomgr_node` is keyed by).
+//!
 //! [`pool`] holds the one rule for a container's cpuset and rewrites the
 //! shared-pool containers' `cpuset.cpus`; `topomgr_node::node_state` decides
 //! when (before an exclusive container can run, after a release is durable).
 
+pub mod hierarchy;
 mod path;
 pub mod pool;
 pub mod v1;

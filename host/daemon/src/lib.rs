@@ -1,5 +1,8 @@
 //! `topomgr serve`: the node daemon.
 //!
+//! - [`topomgr_node::node_lock`]: the daemon is the only owner of its cgroup
+//!   hierarchy's cpusets on this machine (no other daemon, no one-shot
+//!   command beside it);
 //! - [`topomgr_node::state_lock`]: one daemon per state directory (`flock`);
 //! - [`topomgr_engine::provider::LoadedProvider::with_deadline`]: every provider on its own thread, each
 //!   call with a deadline, reporting to the metrics
@@ -14,7 +17,8 @@
 //! - [`systemd`]: readiness and stopping notifications (`Type=notify`);
 //! - [`client`]: a small blocking HTTP/1.1 client for the CLI, tests and benches.
 //!
-//! Start-up order matters: the caller takes the [`topomgr_node::state_lock::StateLock`] before
+//! Start-up order matters: the caller takes the
+//! [`topomgr_node::node_lock::NodeLock`] and the [`topomgr_node::state_lock::StateLock`] before
 //! loading providers (they may read the state directory); [`run`] then asks
 //! each provider what it owns (its inventory, for the metrics), restores
 //! the state (verify, check against the machine; nothing is re-admitted or
@@ -48,6 +52,7 @@ use state_thread::{StateThread, StateThreadSettings};
 use topomgr_engine::admission::Admitter;
 use topomgr_engine::policy::{Policy, Scope};
 use topomgr_engine::provider::{LoadedProvider, ProviderObserver};
+use topomgr_node::node_lock::NodeLock;
 use topomgr_node::state_lock::StateLock;
 
 /// Everything the daemon needs, prepared by `topomgr serve`.
@@ -76,6 +81,8 @@ pub struct Daemon {
     pub providers: Vec<LoadedProvider>,
     /// The held state-directory lock (kept for the daemon's lifetime).
     pub lock: StateLock,
+    /// The held node lock (kept for the daemon's lifetime).
+    pub node_lock: NodeLock,
     /// The NodeResourceTopology export (node name, file).
     pub export: topomgr_node::nrt::ExportSettings,
 }
@@ -208,7 +215,9 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
         })?;
     let socket = d.socket;
     let lock = d.lock;
+    let node_lock = d.node_lock;
     let lock_path = lock.path().to_path_buf();
+    let node_lock_path = node_lock.path().to_path_buf();
     let state_dir = d.state_dir;
     let machine = d.machine;
     let metrics_address = d.metrics_address;
@@ -225,7 +234,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
             None => None,
         };
         let scrape_address = scrape_listener.as_ref().and_then(|l| l.local_addr().ok());
-        info!(socket = %socket.display(), state_dir = %state_dir.display(), lock = %lock_path.display(), pods = restored.pods, group = %access.group, metrics_address = ?scrape_address, "topomgr daemon listening");
+        info!(socket = %socket.display(), state_dir = %state_dir.display(), lock = %lock_path.display(), node_lock = %node_lock_path.display(), pods = restored.pods, group = %access.group, metrics_address = ?scrape_address, "topomgr daemon listening");
         let (stop, stop_rx) = watch::channel(false);
         tokio::spawn(async move {
             shutdown_signal().await;
@@ -266,5 +275,6 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
         })
     })?;
     drop(lock);
+    drop(node_lock);
     Ok(())
 }

@@ -1,6 +1,7 @@
 //! topomgr's node: the configuration, plugin loading, the node state (the
 //! admitted pods applied to cgroups, with their owners) and its persistence
-//! (journal, snapshot, the state directory's lock), the
+//! (journal, snapshot, the state directory's lock), the node lock (one
+//! owner of a machine's cpusets), the
 //! NodeResourceTopology export and the JSON contract of the CLI and the
 //! daemon.
 //!
@@ -11,6 +12,8 @@ pub mod api;
 pub mod config;
 pub mod fsutil;
 pub mod journal;
+pub mod lock_holder;
+pub mod node_lock;
 pub mod node_state;
 pub mod nrt;
 pub mod plugin;

@@ -492,6 +492,18 @@ impl NodeState {
         }
     }
 
+    /// Whether the state records any cgroup (an attached container, a
+    /// container owner's cgroup): whether its changes may write cpusets or
+    /// remove cgroups.
+    pub fn has_cgroups(&self) -> bool {
+        !self.records.attachments.is_empty()
+            || self
+                .records
+                .owners
+                .values()
+                .any(|o| matches!(o, Owner::Container(c) if c.cgroup.is_some()))
+    }
+
     /// Release pod `uid`: providers, ledger, its attachments and owner. The
     /// shared pool grows only at [`NodeState::settle_pool`], after the
     /// caller made the release durable.

@@ -5,7 +5,9 @@
 //! 1. Build a one-container Guaranteed pod (requests = limits) from the
 //!    options ([`pod`]); its uid is `run-<pid>-<nanoseconds>`, its container
 //!    `main`.
-//! 2. Under the state directory's exclusive lock: restore, admit through
+//! 2. Holding the node lock (`topomgr_node::node_lock`, shared with the
+//!    other runs of the state directory, for as long as the run lasts),
+//!    under the state directory's exclusive lock: restore, admit through
 //!    every configured provider, save; create the cgroup
 //!    `topomgr/<uid>/main` under `cgroup_root`, write its cpuset, rewrite the
 //!    shared-pool containers' cpusets. A rejected pod: its reason on stderr,
@@ -44,6 +46,8 @@ use signal_hook::low_level::siginfo::Cause;
 use topomgr_cgroup::{Cgroup, CgroupError, CgroupManager, CgroupPath};
 use topomgr_engine::admission::AdmitResult;
 use topomgr_node::config::HostConfig;
+use topomgr_node::lock_holder::Role;
+use topomgr_node::node_lock::NodeLock;
 use topomgr_node::node_state::{AttachError, NodeState};
 use topomgr_node::pod_owner::Owner;
 use topomgr_node::setup::SetupError;
@@ -225,6 +229,7 @@ pub struct Run {
     cgroups: CgroupManager,
     uid: String,
     cgroup: Option<Cgroup>,
+    _node_lock: NodeLock,
 }
 
 /// What the end of a run did with its pod.
@@ -272,8 +277,14 @@ impl Ended {
 impl Run {
     /// A run of `pod` on `machine` as `cfg` configures it: the cgroup
     /// hierarchy under its `cgroup_root`, every provider it enables (the
-    /// state is restored when the pod is admitted).
-    pub fn new(cfg: HostConfig, machine: &Machine, pod: &PodView) -> Result<Run, RunError> {
+    /// state is restored when the pod is admitted), holding the node lock
+    /// `node_lock` until it ends.
+    pub fn new(
+        cfg: HostConfig,
+        machine: &Machine,
+        pod: &PodView,
+        node_lock: NodeLock,
+    ) -> Result<Run, RunError> {
         let cgroups = CgroupManager::detect(&cfg.cgroup_root).map_err(RunError::CgroupRoot)?;
         let node = NodeState::from_config(&cfg, machine)?;
         Ok(Run {
@@ -282,6 +293,7 @@ impl Run {
             cgroups,
             uid: pod.uid.clone(),
             cgroup: None,
+            _node_lock: node_lock,
         })
     }
 
@@ -295,7 +307,7 @@ impl Run {
     /// this process as the owner, create the cgroup and attach the
     /// container to it (the shared pool shrinks first), save.
     pub fn admit(&mut self, pod: &PodView) -> Result<AdmitResult, RunError> {
-        let mut held = StateDir::open(&self.cfg.state_dir, &mut self.node)?;
+        let mut held = StateDir::open(&self.cfg.state_dir, &mut self.node, Role::Run)?;
         held.reclaim(&mut self.node);
         let result = self.node.admit(pod);
         if !result.admitted {
@@ -323,7 +335,7 @@ impl Run {
         let admitted = self.node.pods().contains_key(&self.uid);
         let mut out = Teardown::default();
         if admitted {
-            match StateDir::open(&self.cfg.state_dir, &mut self.node) {
+            match StateDir::open(&self.cfg.state_dir, &mut self.node, Role::Run) {
                 Err(e) => out.errors.push(chain(&e)),
                 Ok(mut held) => {
                     if self.node.pods().contains_key(&self.uid) {

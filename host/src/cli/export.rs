@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
+use topomgr_node::lock_holder::Role;
 use topomgr_node::node_state::NodeState;
 use topomgr_node::nrt::NodeResourceTopology;
 use topomgr_node::state_dir::StateDir;
@@ -65,7 +66,7 @@ fn nrt(config: &Path, args: NrtArgs) -> anyhow::Result<ExitCode> {
             let cfg = host::load_config(config)?;
             let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
             let mut node = NodeState::from_config(&cfg, &machine)?;
-            let _held = StateDir::open(dir, &mut node)?;
+            let _held = StateDir::open(dir, &mut node, Role::ExportNrt)?;
             let name = topomgr_node::nrt::node_name(&cfg)?;
             topomgr_node::nrt::of_admitter(&name, &machine, node.admitter_mut())?
         }

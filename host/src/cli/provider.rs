@@ -140,8 +140,14 @@ pub fn run(config: &Path, args: ProviderArgs) -> anyhow::Result<ExitCode> {
     let mut provider = topomgr_node::setup::load_provider(&cfg, &args.name, &machine)?;
     let _lock = match &args.state_dir {
         Some(dir) => {
+            let me = topomgr_node::lock_holder::Holder::current(
+                topomgr_node::lock_holder::Role::Provider,
+                dir,
+                None,
+            );
             let lock = topomgr_node::state_lock::StateLock::acquire_within(
                 dir,
+                &me,
                 topomgr_node::state_dir::STATE_LOCK_WAIT,
             )?;
             store::restore_provider(dir, &mut provider).context("restoring provider state")?;

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 use topomgr_engine::admission::AdmissionError;
+use topomgr_node::lock_holder::Role;
 use topomgr_node::node_state::NodeState;
 use topomgr_node::state_dir::StateDir;
 
@@ -35,7 +36,10 @@ pub fn run(config: &Path, args: ReleaseArgs) -> anyhow::Result<ExitCode> {
     let cfg = host::load_config(config)?;
     let machine = host::discover(&cfg, None)?;
     let mut node = NodeState::from_config(&cfg, &machine)?;
-    let mut held = StateDir::open(dir, &mut node)?;
+    let mut held = StateDir::open(dir, &mut node, Role::Release)?;
+    // With cgroups in the state, it removes cgroups and grows the shared
+    // pool: only while this command may own the node.
+    let _node = host::node_lock_for(&cfg, dir, Role::Release, &node)?;
     let uid = &args.uid;
     if !node.pods().contains_key(uid) {
         eprintln!(

@@ -8,6 +8,8 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 use clap::Args;
 use topomgr_manifest::quantity::parse_resource_amount;
+use topomgr_node::lock_holder::{Holder, Role};
+use topomgr_node::node_lock::NodeLock;
 use topomgr_run::{Ended, Run, Signals, Teardown};
 use topomgr_sdk::ResourceList;
 use tracing::{info, warn};
@@ -73,8 +75,12 @@ pub fn run(config: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     let signals = Signals::install()?;
     let pod = topomgr_run::pod(requests(&args)?);
     let cfg = host::load_config(config)?;
+    // One node has one owner: refused at once while a daemon or another
+    // state directory owns it.
+    let me = Holder::current(Role::Run, &cfg.state_dir, None);
+    let node_lock = NodeLock::acquire(&cfg.cgroup_root, &me)?;
     let machine = host::discover(&cfg, None)?;
-    let mut run = Run::new(cfg, &machine, &pod)?;
+    let mut run = Run::new(cfg, &machine, &pod, node_lock)?;
     let result = match run.admit(&pod) {
         Ok(r) => r,
         Err(e) => {

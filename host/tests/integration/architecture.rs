@@ -326,3 +326,29 @@ fn only_the_sdk_and_the_plugin_loader_name_abi_stable() {
     }
     assert_eq!(named, ["host/node/src/plugin.rs"]);
 }
+
+/// One owner per node: cpusets are written only through the node state
+/// (`NodeState::attach` and the shared pool), which a process changes
+/// only while it owns the node (the daemon, or a one-shot command holding
+/// the node lock): no other module calls the cgroup crate's cpuset writes.
+#[test]
+fn cpusets_are_written_only_by_the_node_state() {
+    let root = workspace_root();
+    let mut writers = Vec::new();
+    for (krate, src) in HOST_CRATES {
+        if krate == "topomgr-cgroup" {
+            continue;
+        }
+        for file in rust_files(&root.join(src)) {
+            let text = fs::read_to_string(&file).unwrap();
+            let code = without_comments(text.split("#[cfg(test)]\nmod tests").next().unwrap());
+            if [".set_cpuset(", ".set_cpus(", "write_pool("]
+                .iter()
+                .any(|w| code.contains(w))
+            {
+                writers.push(file.strip_prefix(&root).unwrap().display().to_string());
+            }
+        }
+    }
+    assert_eq!(writers, ["host/node/src/node_state.rs"]);
+}

@@ -23,6 +23,7 @@ mod kubernetes;
 mod manifests;
 mod memory_provider;
 mod merge;
+mod node_lock;
 mod owners;
 mod plugins;
 mod run;
