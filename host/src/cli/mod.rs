@@ -75,7 +75,8 @@ pub enum Command {
     /// Call one loaded provider directly.
     Provider(provider::ProviderArgs),
     /// Run a command NUMA-aligned: admit a one-container Guaranteed pod,
-    /// start the command in its cgroup with the cpuset applied, release when it ends.
+    /// start the command in its cgroup with the cpuset applied, release when it ends
+    /// (through the daemon when one owns the node).
     Run(run::RunArgs),
     /// Run the daemon: the HTTP/JSON API on a Unix socket (SPEC section 7).
     Serve(serve::ServeArgs),

@@ -292,7 +292,13 @@ fn host_crates_depend_only_on_the_crates_below_them() {
         ),
         (
             "topomgr-run",
-            &["topomgr-engine", "topomgr-cgroup", "topomgr-node"],
+            &[
+                "topomgr-engine",
+                "topomgr-cgroup",
+                "topomgr-manifest",
+                "topomgr-node",
+                "topomgr-daemon",
+            ],
         ),
         ("topomgr-runtime", &["topomgr-manifest"]),
     ];

@@ -27,4 +27,5 @@ mod node_lock;
 mod owners;
 mod plugins;
 mod run;
+mod run_daemon;
 mod sriov;

@@ -48,7 +48,7 @@ fn example_config(dir: &Path, name: &str, state: &Path, root: &Path) -> PathBuf 
 /// `topomgr ARGS`, given at most 60 s (a command that should be refused at
 /// once but runs on, a daemon that was let in, is killed and fails the
 /// test).
-fn topomgr(args: &[&str]) -> Output {
+pub(crate) fn topomgr(args: &[&str]) -> Output {
     let child = Command::new(common::topomgr_bin())
         .args(args)
         .stdout(Stdio::piped())
@@ -74,14 +74,14 @@ fn finish(mut child: Child, args: &[&str]) -> Output {
     child.wait_with_output().unwrap()
 }
 
-fn text(b: &[u8]) -> String {
+pub(crate) fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
 /// The one error line of a refused command, without its `(node lock
 /// <file>)` tail (the file's name depends on where the test runs), which
 /// must be there.
-fn refusal(out: &Output) -> String {
+pub(crate) fn refusal(out: &Output) -> String {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
     let err = text(&out.stderr);
     let line = err
@@ -325,7 +325,7 @@ fn one_shot_commands_on_a_daemons_state_directory_fail_at_once_with_the_form_tha
 
 /// The machine's hierarchy, the guard of the tests on it, and the online
 /// CPUs; fails (the test was asked for) when it cannot be used.
-fn machine(test: &str) -> (common::NodeGuard, CpuSet) {
+pub(crate) fn machine(test: &str) -> (common::NodeGuard, CpuSet) {
     let guard = common::node_guard();
     assert!(
         common::real_cgroups(test).is_some(),
@@ -343,7 +343,13 @@ fn machine(test: &str) -> (common::NodeGuard, CpuSet) {
 /// This machine, its cgroup hierarchy, state in `state`, and the real CPU
 /// provider with every online CPU reserved but the last: one CPU to give
 /// exclusively. `daemon`: the `[daemon]` table's lines.
-fn machine_config(dir: &Path, name: &str, state: &Path, online: &CpuSet, daemon: &str) -> PathBuf {
+pub(crate) fn machine_config(
+    dir: &Path,
+    name: &str,
+    state: &Path,
+    online: &CpuSet,
+    daemon: &str,
+) -> PathBuf {
     let mut reserved = online.clone();
     reserved.remove(online.iter().last().unwrap());
     let config = dir.join(name);
@@ -361,7 +367,7 @@ fn machine_config(dir: &Path, name: &str, state: &Path, online: &CpuSet, daemon:
     config
 }
 
-fn alive(pid: u32) -> bool {
+pub(crate) fn alive(pid: u32) -> bool {
     fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
         s.rsplit(')')
             .next()
@@ -370,7 +376,7 @@ fn alive(pid: u32) -> bool {
     })
 }
 
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+pub(crate) fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !done() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
@@ -380,7 +386,7 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 
 /// The pid of the command `comm` that `topomgr run` (pid `run`) started in
 /// its cgroup, once it runs there.
-fn command_of(run: u32, comm: &str) -> u32 {
+pub(crate) fn command_of(run: u32, comm: &str) -> u32 {
     let root = Hierarchy::of(Path::new("/sys/fs/cgroup"));
     let Hierarchy::Cgroupfs { top, .. } = root else {
         panic!("no cgroup hierarchy at /sys/fs/cgroup");

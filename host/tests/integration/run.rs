@@ -591,7 +591,10 @@ fn leftover_processes_keep_the_cpus_reserved() {
     let uid = held[0].clone();
     assert_eq!(
         text(&out.stderr),
-        format!("topomgr: warning: processes {left} are still in the command's cgroup; its CPUs stay reserved until they exit (the next topomgr run reclaims them then; topomgr release --state-dir DIR UID releases them now)\n")
+        format!(
+            "topomgr: warning: processes {left} are still in the command's cgroup; its CPUs stay reserved until they exit (the next topomgr run reclaims them then; topomgr release --state-dir {} {uid} releases them now)\n",
+            dir.join("state").display()
+        )
     );
 
     let marker = dir.join("ran");
