@@ -28,4 +28,5 @@ mod owners;
 mod plugins;
 mod run;
 mod run_daemon;
+mod service_units;
 mod sriov;

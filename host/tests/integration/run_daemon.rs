@@ -376,3 +376,46 @@ fn a_run_never_places_on_its_own_when_the_daemon_does_not_answer() {
     assert!(marker.exists());
     s.nothing_held(&[]);
 }
+
+/// The command line of `packaging/examples/numa-worker.service`, with this
+/// test's binary, config and socket, one CPU (what this machine can give)
+/// and a command that shows what it got: placed by the daemon, released
+/// when it ends.
+#[test]
+#[ignore = "needs root and a cpuset cgroup"]
+fn the_example_services_command_line_runs_through_the_daemon() {
+    let s = Setup::new("run-daemon-unit");
+    let unit =
+        fs::read_to_string(common::workspace_root().join("packaging/examples/numa-worker.service"))
+            .unwrap();
+    let exec = unit
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .expect("an ExecStart");
+    let (options, command) = exec.split_once(" -- ").expect("a command after --");
+    let options = options
+        .replace(
+            "/usr/bin/topomgr",
+            &common::topomgr_bin().display().to_string(),
+        )
+        .replace(
+            "/etc/topomgr/topomgr.toml",
+            &s.run_config.display().to_string(),
+        )
+        .replace("/run/topomgr/topomgr.sock", &s.socket.display().to_string())
+        .replace("--cpus 2 --memory 4Gi", "--cpus 1");
+    assert!(!command.is_empty());
+    let mut words = options.split_whitespace();
+    let out = Command::new(words.next().unwrap())
+        .args(words)
+        .args(["--", "grep", "Cpus_allowed_list", "/proc/self/status"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stderr), "");
+    assert_eq!(
+        text(&out.stdout),
+        format!("Cpus_allowed_list:\t{}\n", s.free)
+    );
+    s.nothing_held(&[]);
+}
