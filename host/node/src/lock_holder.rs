@@ -16,6 +16,9 @@ pub enum Role {
     Serve,
     /// `topomgr run` without a daemon.
     Run,
+    /// `topomgr run` placed by the daemon (holding no lock; recorded as an
+    /// owner for the daemon's state directory while it runs).
+    RunThroughDaemon,
     /// `topomgr admit --state-dir`.
     Admit,
     /// `topomgr admit --state-dir --dry-run`.
@@ -36,6 +39,7 @@ impl Role {
         match self {
             Role::Serve => "topomgr serve",
             Role::Run => "topomgr run",
+            Role::RunThroughDaemon => "topomgr run (through the daemon)",
             Role::Admit => "topomgr admit --state-dir",
             Role::AdmitDryRun => "topomgr admit --state-dir --dry-run",
             Role::Release => "topomgr release --state-dir",
@@ -53,7 +57,9 @@ impl Role {
             Role::Serve => format!(
                 "stop that daemon first, or use it (its socket is {s})"
             ),
-            Role::Run => format!("run through it: `topomgr run --socket {s} [OPTIONS] -- CMD...`"),
+            Role::Run | Role::RunThroughDaemon => {
+                format!("run through it: `topomgr run --socket {s} [OPTIONS] -- CMD...`")
+            }
             Role::Admit => format!("admit through it: `topomgr admit --socket {s} POD...`"),
             Role::AdmitDryRun | Role::Explain => format!(
                 "ask it for a what-if: `curl --unix-socket {s} -X POST -H 'Content-Type: application/yaml' --data-binary @POD.yaml 'http://localhost/v1/pods?dry_run=true&explain=true'`"

@@ -175,91 +175,121 @@ impl NodeLock {
         cgroup_root: &Path,
         me: &Holder,
     ) -> Result<NodeLock, NodeLockError> {
-        let hierarchy = Hierarchy::of(cgroup_root);
-        prepare_dir(dir)?;
-        let key = hierarchy.key(sha256_hex);
-        let path = dir.join(format!("node-{key}.lock"));
-        let _guard = guard(&dir.join(format!("node-{key}.guard")))?;
-        let file = open(&path)?;
-        let boot = crate::fsutil::boot_id();
-        let described = hierarchy.to_string();
-        let (mut lock, others) = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(lock) => (lock, Vec::new()),
-            Err((mut file, Errno::EWOULDBLOCK)) => {
-                let mut text = String::new();
-                file.read_to_string(&mut text)
-                    .map_err(io("read the node lock", &path))?;
-                let live: Vec<Holder> = Holder::parse_all(&text)
-                    .into_iter()
-                    .filter(|h| h.runs(&boot))
-                    .collect();
-                if let Some(d) = live.iter().find(|h| h.role == Role::Serve) {
-                    let socket = d.socket.clone().unwrap_or_default();
-                    return Err(NodeLockError::Daemon {
-                        hierarchy: described,
-                        remedy: me.role.through_daemon(&socket),
-                        holder: Box::new(d.clone()),
-                        role: me.role,
-                        lock: path,
-                    });
-                }
-                if live.is_empty() {
-                    return Err(NodeLockError::Unknown {
-                        hierarchy: described,
-                        lock: path,
-                    });
-                }
-                if me.role == Role::Serve {
-                    return Err(NodeLockError::InUse {
-                        hierarchy: described,
-                        holders: live,
-                        lock: path,
-                    });
-                }
-                if let Some(other) = live.iter().find(|h| h.state_dir != me.state_dir) {
-                    let theirs = other.state_dir.clone();
-                    return Err(NodeLockError::OtherStateDir {
-                        hierarchy: described,
-                        holders: live.into_iter().filter(|h| h.state_dir == theirs).collect(),
-                        theirs,
-                        role: me.role,
-                        mine: me.state_dir.clone(),
-                        lock: path,
-                    });
-                }
-                match Flock::lock(file, FlockArg::LockSharedNonblock) {
-                    Ok(lock) => (lock, live),
-                    // Held exclusively by someone who recorded nothing.
-                    Err((_, Errno::EWOULDBLOCK)) => {
+        let node = Node::open(dir, cgroup_root)?;
+        let described = node.hierarchy.to_string();
+        let path = node.path.clone();
+        // Runs placed by a daemon hold no lock (the daemon holds it) but own
+        // the node for that daemon's state directory while they run, even
+        // after the daemon stopped.
+        let (members, holders): (Vec<Holder>, Vec<Holder>) = node
+            .live
+            .iter()
+            .cloned()
+            .partition(|h| h.role == Role::RunThroughDaemon);
+        let (mut lock, holders, exclusive) =
+            match Flock::lock(node.file, FlockArg::LockExclusiveNonblock) {
+                // No process holds it: whoever is recorded besides the
+                // members is gone.
+                Ok(lock) => (lock, Vec::new(), true),
+                Err((file, Errno::EWOULDBLOCK)) => {
+                    if let Some(d) = holders.iter().find(|h| h.role == Role::Serve) {
+                        let socket = d.socket.clone().unwrap_or_default();
+                        return Err(NodeLockError::Daemon {
+                            hierarchy: described,
+                            remedy: me.role.through_daemon(&socket),
+                            holder: Box::new(d.clone()),
+                            role: me.role,
+                            lock: path,
+                        });
+                    }
+                    if holders.is_empty() {
                         return Err(NodeLockError::Unknown {
                             hierarchy: described,
                             lock: path,
-                        })
+                        });
                     }
-                    Err((_, e)) => return Err(errno("lock", &path)(e)),
+                    if me.role == Role::Serve {
+                        return Err(NodeLockError::InUse {
+                            hierarchy: described,
+                            holders,
+                            lock: path,
+                        });
+                    }
+                    if let Some(e) = other_state_dir(&holders, me, &described, &path) {
+                        return Err(e);
+                    }
+                    match Flock::lock(file, FlockArg::LockSharedNonblock) {
+                        Ok(lock) => (lock, holders, false),
+                        // Held exclusively by someone who recorded nothing.
+                        Err((_, Errno::EWOULDBLOCK)) => {
+                            return Err(NodeLockError::Unknown {
+                                hierarchy: described,
+                                lock: path,
+                            })
+                        }
+                        Err((_, e)) => return Err(errno("lock", &path)(e)),
+                    }
                 }
-            }
-            Err((_, e)) => return Err(errno("lock", &path)(e)),
-        };
-        let mut text: String = others.iter().map(|h| h.to_line() + "\n").collect();
-        text.push_str(&me.to_line());
-        text.push('\n');
-        lock.set_len(0).map_err(io("truncate", &path))?;
-        lock.seek(SeekFrom::Start(0)).map_err(io("write", &path))?;
-        lock.write_all(text.as_bytes())
-            .map_err(io("write", &path))?;
-        if me.role != Role::Serve && others.is_empty() {
+                Err((_, e)) => return Err(errno("lock", &path)(e)),
+            };
+        let foreign: Vec<Holder> = members
+            .iter()
+            .filter(|m| m.state_dir != me.state_dir)
+            .cloned()
+            .collect();
+        if !foreign.is_empty() {
+            return Err(if me.role == Role::Serve {
+                NodeLockError::InUse {
+                    hierarchy: described,
+                    holders: foreign,
+                    lock: path,
+                }
+            } else {
+                other_state_dir(&foreign, me, &described, &path).unwrap_or(NodeLockError::Unknown {
+                    hierarchy: described,
+                    lock: path,
+                })
+            });
+        }
+        let mut recorded = members;
+        recorded.extend(holders);
+        recorded.push(me.clone());
+        write_holders(&mut lock, &path, &recorded)?;
+        if me.role != Role::Serve && exclusive {
             // The first one-shot holder: exclusive while it wrote itself,
             // shared from now on (the guard keeps newcomers out meanwhile).
             lock.relock(FlockArg::LockSharedNonblock)
                 .map_err(errno("share", &path))?;
         }
-        tracing::debug!(lock = %path.display(), hierarchy = %hierarchy, role = ?me.role, "node lock taken");
+        tracing::debug!(lock = %path.display(), hierarchy = %node.hierarchy, role = ?me.role, "node lock taken");
         Ok(NodeLock {
             _lock: lock,
             path,
-            hierarchy,
+            hierarchy: node.hierarchy,
         })
+    }
+
+    /// The daemon that owns the node of `cgroup_root`, if one does.
+    pub fn daemon(cgroup_root: &Path) -> Result<Option<Holder>, NodeLockError> {
+        let node = Node::open(&lock_dir(), cgroup_root)?;
+        Ok(node.live.into_iter().find(|h| h.role == Role::Serve))
+    }
+
+    /// Record `me`, a run placed by the daemon that owns the node of
+    /// `cgroup_root` (`me.state_dir` and `me.socket` are the daemon's), as
+    /// an owner of the node for that daemon's state directory while it
+    /// runs: no lock is held (the daemon holds it); after the daemon
+    /// stopped, an owner of another state directory is still refused while
+    /// the run lives.
+    pub fn join(cgroup_root: &Path, me: &Holder) -> Result<(), NodeLockError> {
+        Self::join_in(&lock_dir(), cgroup_root, me)
+    }
+
+    /// [`NodeLock::join`] with the locks in `dir`.
+    pub fn join_in(dir: &Path, cgroup_root: &Path, me: &Holder) -> Result<(), NodeLockError> {
+        let mut node = Node::open(dir, cgroup_root)?;
+        node.live.push(me.clone());
+        write_holders(&mut node.file, &node.path, &node.live)
     }
 
     /// The lock file.
@@ -271,6 +301,73 @@ impl NodeLock {
     pub fn hierarchy(&self) -> &Hierarchy {
         &self.hierarchy
     }
+}
+
+/// A node lock file opened and read under its guard.
+struct Node {
+    hierarchy: Hierarchy,
+    path: PathBuf,
+    file: File,
+    /// The holders it records that still run.
+    live: Vec<Holder>,
+    _guard: Flock<File>,
+}
+
+impl Node {
+    fn open(dir: &Path, cgroup_root: &Path) -> Result<Node, NodeLockError> {
+        let hierarchy = Hierarchy::of(cgroup_root);
+        prepare_dir(dir)?;
+        let key = hierarchy.key(sha256_hex);
+        let path = dir.join(format!("node-{key}.lock"));
+        let guard = guard(&dir.join(format!("node-{key}.guard")))?;
+        let mut file = open(&path)?;
+        let mut text = String::new();
+        file.read_to_string(&mut text)
+            .map_err(io("read the node lock", &path))?;
+        let boot = crate::fsutil::boot_id();
+        let live = Holder::parse_all(&text)
+            .into_iter()
+            .filter(|h| h.runs(&boot))
+            .collect();
+        Ok(Node {
+            hierarchy,
+            path,
+            file,
+            live,
+            _guard: guard,
+        })
+    }
+}
+
+/// The refusal of `me` when one of `owners` has another state directory.
+fn other_state_dir(
+    owners: &[Holder],
+    me: &Holder,
+    hierarchy: &str,
+    lock: &Path,
+) -> Option<NodeLockError> {
+    let other = owners.iter().find(|h| h.state_dir != me.state_dir)?;
+    let theirs = other.state_dir.clone();
+    Some(NodeLockError::OtherStateDir {
+        hierarchy: hierarchy.to_owned(),
+        holders: owners
+            .iter()
+            .filter(|h| h.state_dir == theirs)
+            .cloned()
+            .collect(),
+        theirs,
+        role: me.role,
+        mine: me.state_dir.clone(),
+        lock: lock.to_path_buf(),
+    })
+}
+
+/// Replace the records of the lock file with `holders`.
+fn write_holders(file: &mut File, path: &Path, holders: &[Holder]) -> Result<(), NodeLockError> {
+    let text: String = holders.iter().map(|h| h.to_line() + "\n").collect();
+    file.set_len(0).map_err(io("truncate", path))?;
+    file.seek(SeekFrom::Start(0)).map_err(io("write", path))?;
+    file.write_all(text.as_bytes()).map_err(io("write", path))
 }
 
 /// Create the lock directory (0755; 0700 for a user's) and check that it
@@ -436,6 +533,49 @@ mod tests {
                 held.path().display()
             )
         );
+        fs::remove_dir_all(d).unwrap();
+    }
+
+    #[test]
+    fn a_run_placed_by_a_daemon_owns_the_node_for_its_state_dir_after_the_daemon_stopped() {
+        let d = scratch("member");
+        let locks = d.join("locks");
+        let root = d.join("cgroup");
+        let (s1, s2) = (d.join("s1"), d.join("s2"));
+        let daemon = Holder::current(Role::Serve, &s1, Some(Path::new("/d.sock")));
+        let held = NodeLock::acquire_in(&locks, &root, &daemon).unwrap();
+        let member = other(Role::RunThroughDaemon, &s1);
+        NodeLock::join_in(&locks, &root, &member).unwrap();
+        let recorded = Holder::parse_all(&fs::read_to_string(held.path()).unwrap());
+        assert_eq!(recorded, [daemon.clone(), member.clone()]);
+        drop(held);
+
+        // The daemon is gone; its run is not.
+        let run = Holder::current(Role::Run, &s2, None);
+        let err = NodeLock::acquire_in(&locks, &root, &run).unwrap_err();
+        assert!(
+            matches!(&err, NodeLockError::OtherStateDir { holders, theirs, .. } if holders == std::slice::from_ref(&member) && *theirs == s1),
+            "{err}"
+        );
+        assert!(
+            err.to_string().contains(&format!(
+                "by topomgr run (through the daemon) (pid {}, command `other topomgr run (through the daemon)`, state directory {}",
+                member.pid,
+                s1.display()
+            )),
+            "{err}"
+        );
+        let elsewhere = Holder::current(Role::Serve, &s2, Some(Path::new("/e.sock")));
+        let err = NodeLock::acquire_in(&locks, &root, &elsewhere).unwrap_err();
+        assert!(
+            matches!(&err, NodeLockError::InUse { holders, .. } if holders == std::slice::from_ref(&member)),
+            "{err}"
+        );
+        // The daemon of its state directory starts again, and keeps it.
+        let again = NodeLock::acquire_in(&locks, &root, &daemon).unwrap();
+        let recorded = Holder::parse_all(&fs::read_to_string(again.path()).unwrap());
+        assert_eq!(recorded, [member, daemon]);
+        drop(again);
         fs::remove_dir_all(d).unwrap();
     }
 

@@ -213,8 +213,21 @@ pub enum Through {
 /// config's `[daemon] socket`; else this run, which then holds the node
 /// lock. Another state directory owning the node is refused
 /// ([`NodeLockError`]).
+///
+/// A run through the daemon that owns the node records itself in the node
+/// lock as an owner for that daemon's state directory while it runs
+/// ([`NodeLock::join`]): should the daemon stop meanwhile, no owner of
+/// another state directory gives its CPUs away.
 pub fn through(cfg: &HostConfig, socket: Option<&Path>) -> Result<Through, RunError> {
+    let lock_error = |e| RunError::NodeLock(Box::new(e));
+    let join = |d: &Holder| {
+        let me = Holder::current(Role::RunThroughDaemon, &d.state_dir, d.socket.as_deref());
+        NodeLock::join(&cfg.cgroup_root, &me).map_err(lock_error)
+    };
     if let Some(socket) = socket {
+        if let Some(d) = NodeLock::daemon(&cfg.cgroup_root).map_err(lock_error)? {
+            join(&d)?;
+        }
         return Ok(Through::Daemon {
             socket: socket.to_path_buf(),
             found: None,
@@ -226,12 +239,13 @@ pub fn through(cfg: &HostConfig, socket: Option<&Path>) -> Result<Through, RunEr
         Err(e) => match e.daemon() {
             Some(d) => {
                 info!(daemon = %d, socket = %cfg.daemon.socket.display(), "a daemon owns the node; running through it");
+                join(d)?;
                 Ok(Through::Daemon {
                     socket: cfg.daemon.socket.clone(),
                     found: Some(Box::new(d.clone())),
                 })
             }
-            None => Err(RunError::NodeLock(Box::new(e))),
+            None => Err(lock_error(e)),
         },
     }
 }

@@ -419,3 +419,74 @@ fn the_example_services_command_line_runs_through_the_daemon() {
     );
     s.nothing_held(&[]);
 }
+
+/// A run placed by the daemon keeps owning the node for the daemon's state
+/// directory when the daemon stops: nothing of another state directory
+/// takes its CPU meanwhile, and the daemon that starts again finds it.
+#[test]
+#[ignore = "needs root and a cpuset cgroup"]
+fn a_run_through_a_daemon_keeps_the_node_for_its_state_directory_when_the_daemon_stops() {
+    let mut s = Setup::new("run-daemon-stopped");
+    let a = s
+        .run(&["--cpus", "1", "--", "sleep", "60"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let a_pid = a.id();
+    let sleeper = command_of(a_pid, "sleep");
+    let uid = s.held_for(a_pid);
+    s.daemon.take().unwrap().stop();
+
+    let hierarchy = Hierarchy::of(Path::new("/sys/fs/cgroup")).to_string();
+    let sd = s.dir.join("sd");
+    let run_a = format!(
+        "topomgr run (through the daemon) (pid {a_pid}, command `{} --config {} run --cpus 1 -- sleep 60`, state directory {}, socket {})",
+        common::topomgr_bin().display(),
+        s.run_config.display(),
+        sd.display(),
+        s.socket.display()
+    );
+    // A run of its own state directory cannot place beside it.
+    let marker = s.dir.join("ran");
+    let out = s
+        .run(&["--cpus", "1", "--", "touch", &marker.to_string_lossy()])
+        .output()
+        .unwrap();
+    assert_eq!(
+        crate::node_lock::refusal(&out),
+        format!(
+            "topomgr: error: {hierarchy} is managed with state directory {} by {run_a}; one node has one owner, so topomgr run with state directory {} is refused (two state directories would hand out the same CPUs): use state directory {} (state_dir in the config, or --state-dir), or wait until they end",
+            sd.display(),
+            s.run_state.display(),
+            sd.display()
+        )
+    );
+    assert!(!marker.exists());
+    // Nor can a daemon of another state directory.
+    let out = topomgr(&[
+        "--config",
+        &s.run_config.to_string_lossy(),
+        "serve",
+        "--socket",
+        &s.dir.join("other.sock").to_string_lossy(),
+    ]);
+    assert_eq!(
+        crate::node_lock::refusal(&out),
+        format!("topomgr: error: cannot serve {hierarchy}: it is in use by {run_a}; the daemon must be its only owner: wait until they end (or stop them), then start the daemon")
+    );
+    // The daemon of its state directory starts and finds it, and the run
+    // releases through it when its command ends.
+    s.daemon = Some(Daemon::start(&s.dir.join("d.toml"), &s.socket));
+    assert_eq!(s.held_for(a_pid), uid);
+    let kill = Command::new("kill")
+        .args(["-TERM", &a_pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let out = a.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(128 + 15), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stderr), "");
+    assert!(!alive(sleeper));
+    s.nothing_held(&[a_pid]);
+}
