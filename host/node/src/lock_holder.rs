@@ -19,6 +19,9 @@ pub enum Role {
     /// `topomgr run` placed by the daemon (holding no lock; recorded as an
     /// owner for the daemon's state directory while it runs).
     RunThroughDaemon,
+    /// A process a run left in its pod's cgroup (it keeps the pod's CPUs,
+    /// so it owns the node for that state directory while it lives).
+    LeftBehind,
     /// `topomgr admit --state-dir`.
     Admit,
     /// `topomgr admit --state-dir --dry-run`.
@@ -34,12 +37,19 @@ pub enum Role {
 }
 
 impl Role {
+    /// An owner recorded in the node lock without holding it (a run placed
+    /// by the daemon, a process a run left behind).
+    pub fn is_member(self) -> bool {
+        matches!(self, Role::RunThroughDaemon | Role::LeftBehind)
+    }
+
     /// The command, as people type it.
     pub fn command(self) -> &'static str {
         match self {
             Role::Serve => "topomgr serve",
             Role::Run => "topomgr run",
             Role::RunThroughDaemon => "topomgr run (through the daemon)",
+            Role::LeftBehind => "a process left in the cgroup of a topomgr run",
             Role::Admit => "topomgr admit --state-dir",
             Role::AdmitDryRun => "topomgr admit --state-dir --dry-run",
             Role::Release => "topomgr release --state-dir",
@@ -57,7 +67,7 @@ impl Role {
             Role::Serve => format!(
                 "stop that daemon first, or use it (its socket is {s})"
             ),
-            Role::Run | Role::RunThroughDaemon => {
+            Role::Run | Role::RunThroughDaemon | Role::LeftBehind => {
                 format!("run through it: `topomgr run --socket {s} [OPTIONS] -- CMD...`")
             }
             Role::Admit => format!("admit through it: `topomgr admit --socket {s} POD...`"),
@@ -105,10 +115,26 @@ impl Holder {
             pid,
             start_time: pod_owner::start_time(pid).unwrap_or(0),
             boot_id: crate::fsutil::boot_id(),
-            command: command_line(),
+            command: command_line(pid),
             state_dir: absolute(state_dir),
             socket: socket.map(absolute),
         }
+    }
+
+    /// Process `pid` (which must run) in `role`, with `state_dir` and the
+    /// daemon's `socket`; `None` when it does not run.
+    pub fn process(
+        pid: u32,
+        role: Role,
+        state_dir: &Path,
+        socket: Option<&Path>,
+    ) -> Option<Holder> {
+        Some(Holder {
+            start_time: pod_owner::start_time(pid)?,
+            pid,
+            command: command_line(pid),
+            ..Holder::current(role, state_dir, socket)
+        })
     }
 
     /// Whether the holder still runs (same boot, pid and start time, not
@@ -160,9 +186,9 @@ pub fn describe(holders: &[Holder]) -> String {
         .join("; ")
 }
 
-/// This process's command line, arguments joined by spaces.
-fn command_line() -> String {
-    let raw = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+/// Process `pid`'s command line, arguments joined by spaces.
+fn command_line(pid: u32) -> String {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
     let mut text = raw
         .split(|&b| b == 0)
         .filter(|a| !a.is_empty())

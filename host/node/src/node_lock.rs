@@ -18,6 +18,12 @@
 //!   state lock orders their changes); one with another state directory is
 //!   refused, and so is every one-shot while a daemon holds it.
 //!
+//! - *Members* own the node without holding the lock: a run placed by the
+//!   daemon (for the daemon's state directory: a daemon restart does not
+//!   open the node to another one) and a process a run left in its pod's
+//!   cgroup (it keeps the pod's CPUs after the run ended), recorded by
+//!   [`NodeLock::join`] for as long as they live.
+//!
 //! Every holder records itself in the file ([`Holder`]: role, pid, start
 //! time, command line, state directory, the daemon's socket); a refusal
 //! names the live holders and says what to do. Holders are checked and
@@ -178,14 +184,11 @@ impl NodeLock {
         let node = Node::open(dir, cgroup_root)?;
         let described = node.hierarchy.to_string();
         let path = node.path.clone();
-        // Runs placed by a daemon hold no lock (the daemon holds it) but own
-        // the node for that daemon's state directory while they run, even
-        // after the daemon stopped.
-        let (members, holders): (Vec<Holder>, Vec<Holder>) = node
-            .live
-            .iter()
-            .cloned()
-            .partition(|h| h.role == Role::RunThroughDaemon);
+        // Members hold no lock (runs placed by a daemon: the daemon holds
+        // it; processes a run left behind) but own the node for their state
+        // directory while they run, even after the daemon or the run ended.
+        let (members, holders): (Vec<Holder>, Vec<Holder>) =
+            node.live.iter().cloned().partition(|h| h.role.is_member());
         let (mut lock, holders, exclusive) =
             match Flock::lock(node.file, FlockArg::LockExclusiveNonblock) {
                 // No process holds it: whoever is recorded besides the

@@ -203,7 +203,8 @@ pub enum Through {
     Daemon {
         /// Its socket.
         socket: PathBuf,
-        /// The daemon the node lock named (none with `--socket`).
+        /// The daemon the node lock names (none when it names none: a
+        /// daemon at `--socket` serving another cgroup root).
         found: Option<Box<Holder>>,
     },
 }
@@ -225,12 +226,13 @@ pub fn through(cfg: &HostConfig, socket: Option<&Path>) -> Result<Through, RunEr
         NodeLock::join(&cfg.cgroup_root, &me).map_err(lock_error)
     };
     if let Some(socket) = socket {
-        if let Some(d) = NodeLock::daemon(&cfg.cgroup_root).map_err(lock_error)? {
-            join(&d)?;
+        let found = NodeLock::daemon(&cfg.cgroup_root).map_err(lock_error)?;
+        if let Some(d) = &found {
+            join(d)?;
         }
         return Ok(Through::Daemon {
             socket: socket.to_path_buf(),
-            found: None,
+            found: found.map(Box::new),
         });
     }
     let me = Holder::current(Role::Run, &cfg.state_dir, None);
@@ -260,6 +262,7 @@ enum Placer {
 pub struct Run {
     placer: Placer,
     cgroups: CgroupManager,
+    cgroup_root: PathBuf,
     uid: String,
     cgroup: Option<Cgroup>,
 }
@@ -321,6 +324,7 @@ impl Run {
     ) -> Result<Run, RunError> {
         let cgroups = CgroupManager::detect(&cfg.cgroup_root).map_err(RunError::CgroupRoot)?;
         Ok(Run {
+            cgroup_root: cfg.cgroup_root.clone(),
             placer: Placer::Itself(Box::new(Local::new(cfg, machine, node)?)),
             cgroups,
             uid: pod.uid.clone(),
@@ -339,6 +343,7 @@ impl Run {
     ) -> Result<Run, RunError> {
         let cgroups = CgroupManager::detect(&cfg.cgroup_root).map_err(RunError::CgroupRoot)?;
         Ok(Run {
+            cgroup_root: cfg.cgroup_root.clone(),
             placer: Placer::Daemon(ViaDaemon::new(socket, found)),
             cgroups,
             uid: pod.uid.clone(),
@@ -378,6 +383,9 @@ impl Run {
             }
         };
         if !remove {
+            if let Some(pids) = &out.kept {
+                self.leave_behind(pids, &mut out.errors);
+            }
             return out;
         }
         if let Some(cg) = self.cgroup.take() {
@@ -388,6 +396,29 @@ impl Run {
             }
         }
         out
+    }
+
+    /// Record the processes left in the pod's cgroup as owners of the node
+    /// for the state directory that holds the pod (this run's, or its
+    /// daemon's): they keep its CPUs after this run is gone, so nothing of
+    /// another state directory may take the node while they live.
+    fn leave_behind(&self, pids: &[u32], errors: &mut Vec<String>) {
+        let (state_dir, socket) = match &self.placer {
+            Placer::Itself(l) => (l.state_dir().to_path_buf(), None),
+            Placer::Daemon(d) => match d.daemon() {
+                Some(h) => (h.state_dir.clone(), h.socket.clone()),
+                None => return,
+            },
+        };
+        for &pid in pids {
+            let Some(me) = Holder::process(pid, Role::LeftBehind, &state_dir, socket.as_deref())
+            else {
+                continue;
+            };
+            if let Err(e) = NodeLock::join(&self.cgroup_root, &me) {
+                errors.push(e.to_string());
+            }
+        }
     }
 
     /// Start CMD (with the environment of `admission`) in the pod's cgroup,

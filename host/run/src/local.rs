@@ -36,6 +36,11 @@ impl Local {
         })
     }
 
+    /// The state directory.
+    pub(crate) fn state_dir(&self) -> &std::path::Path {
+        &self.cfg.state_dir
+    }
+
     /// [`NodeState::exclusive_holders`].
     pub(crate) fn exclusive_holders(&mut self) -> Vec<String> {
         self.node.exclusive_holders()

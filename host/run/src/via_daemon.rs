@@ -35,6 +35,11 @@ impl ViaDaemon {
         }
     }
 
+    /// The daemon the node lock names.
+    pub(crate) fn daemon(&self) -> Option<&Holder> {
+        self.found.as_deref()
+    }
+
     /// A failed exchange: when the node lock named the daemon that cannot
     /// be reached, with what it knows of it.
     fn failed(&self, e: ClientError) -> RunError {

@@ -597,6 +597,22 @@ fn leftover_processes_keep_the_cpus_reserved() {
         )
     );
 
+    // They own the node for the state directory: a run of another one is
+    // refused, naming them.
+    let other = config_dir_sharing_state("run-leftover-other", ALLOCATION, &dir.join("other"));
+    let (_, out) = run(&other, &["--", "true"]);
+    assert_eq!(
+        crate::node_lock::refusal(&out),
+        format!(
+            "topomgr: error: {} is managed with state directory {} by a process left in the cgroup of a topomgr run (pid {left}, command `sleep 60`, state directory {}); one node has one owner, so topomgr run with state directory {} is refused (two state directories would hand out the same CPUs): use state directory {} (state_dir in the config, or --state-dir), or wait until they end",
+            topomgr_cgroup::hierarchy::Hierarchy::of(Path::new("/sys/fs/cgroup")),
+            dir.join("state").display(),
+            dir.join("state").display(),
+            dir.join("other/state").display(),
+            dir.join("state").display()
+        )
+    );
+
     let marker = dir.join("ran");
     let (_, refused) = run(
         &dir,

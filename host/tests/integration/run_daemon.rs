@@ -253,7 +253,7 @@ fn a_run_killed_with_sigkill_is_reclaimed_by_the_daemon() {
 #[test]
 #[ignore = "needs root and a cpuset cgroup"]
 fn sigterm_is_forwarded_and_leftover_processes_keep_the_pod_until_they_exit() {
-    let s = Setup::new("run-daemon-signals");
+    let mut s = Setup::new("run-daemon-signals");
     // SIGTERM to the run reaches the command; the run exits 128 + 15 and
     // the pod is released.
     let a = s
@@ -303,6 +303,25 @@ fn sigterm_is_forwarded_and_leftover_processes_keep_the_pod_until_they_exit() {
     );
     std::thread::sleep(std::time::Duration::from_millis(600));
     assert_eq!(s.pods().pods.len(), 1, "released while its process runs");
+    // It keeps the node for the daemon's state directory, also while the
+    // daemon is stopped.
+    s.daemon.take().unwrap().stop();
+    let out = s.run(&["--cpus", "1", "--", "true"]).output().unwrap();
+    let sd = s.dir.join("sd");
+    assert_eq!(
+        crate::node_lock::refusal(&out),
+        format!(
+            "topomgr: error: {} is managed with state directory {} by a process left in the cgroup of a topomgr run (pid {left}, command `sleep 60`, state directory {}, socket {}); one node has one owner, so topomgr run with state directory {} is refused (two state directories would hand out the same CPUs): use state directory {} (state_dir in the config, or --state-dir), or wait until they end",
+            Hierarchy::of(Path::new("/sys/fs/cgroup")),
+            sd.display(),
+            sd.display(),
+            s.socket.display(),
+            s.run_state.display(),
+            sd.display()
+        )
+    );
+    s.daemon = Some(Daemon::start(&s.dir.join("d.toml"), &s.socket));
+    assert_eq!(s.pods().pods.len(), 1);
     let kill = Command::new("kill")
         .args(["-9", &left.to_string()])
         .status()
