@@ -211,7 +211,7 @@ fn command_line(pid: u32) -> String {
 /// `path` made absolute: its nearest existing ancestor canonical (so
 /// every process names one directory alike, symlinks resolved), the rest
 /// against it with `.` and `..` taken out.
-pub fn absolute(path: &Path) -> PathBuf {
+fn absolute(path: &Path) -> PathBuf {
     let joined = if path.is_absolute() {
         path.to_path_buf()
     } else {
