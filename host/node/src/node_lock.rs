@@ -27,12 +27,17 @@
 //! Every holder records itself in the file ([`Holder`]: role, pid, start
 //! time, command line, state directory, the daemon's socket); a refusal
 //! names the live holders and says what to do. Holders are checked and
-//! recorded under a short exclusive lock of `node-<key>.guard`, so two
-//! newcomers never both see an empty node. The kernel drops a dead
+//! recorded under a short exclusive lock of the directory's `node.guard`,
+//! so two newcomers never both see an empty node. The kernel drops a dead
 //! holder's lock (a zombie holds none: its files are closed), and a
 //! recorded holder counts only while its pid runs with the same start
-//! time in the same boot and is not a zombie. Lock files are never
-//! removed (removing one a process holds would let a second owner in).
+//! time in the same boot and is not a zombie. The last holder removes the
+//! lock file when it lets go and no member is recorded: under the guard,
+//! holding the lock exclusively, so no one else holds it or is about to
+//! open it (anything else removing it, while a process holds it, would let
+//! a second owner in: the daemon's unit keeps the directory); so, under
+//! the guard, does anyone who takes a lock, for the files of holders killed
+//! before they let go.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
@@ -50,6 +55,9 @@ use crate::lock_holder::{describe, Holder, Role};
 /// Where root keeps node locks (the daemon's runtime directory; it must
 /// outlive a stop of the daemon: `RuntimeDirectoryPreserve=yes`).
 pub const LOCK_DIR: &str = "/run/topomgr";
+
+/// The guard of the directory's node locks.
+const GUARD_FILE: &str = "node.guard";
 
 /// How long a process waits for another to finish checking the holders.
 const GUARD_WAIT: Duration = Duration::from_secs(10);
@@ -145,7 +153,8 @@ impl NodeLockError {
 /// The held node lock; dropping it releases it.
 #[derive(Debug)]
 pub struct NodeLock {
-    _lock: Flock<File>,
+    lock: Flock<File>,
+    dir: PathBuf,
     path: PathBuf,
     hierarchy: Hierarchy,
 }
@@ -266,7 +275,8 @@ impl NodeLock {
         }
         tracing::debug!(lock = %path.display(), hierarchy = %node.hierarchy, role = ?me.role, "node lock taken");
         Ok(NodeLock {
-            _lock: lock,
+            lock,
+            dir: dir.to_path_buf(),
             path,
             hierarchy: node.hierarchy,
         })
@@ -306,6 +316,35 @@ impl NodeLock {
     }
 }
 
+impl Drop for NodeLock {
+    /// Let go; the last holder removes the file when no member is
+    /// recorded (see the module's documentation).
+    fn drop(&mut self) {
+        let Ok(_guard) = guard(&self.dir.join(GUARD_FILE)) else {
+            return;
+        };
+        // Others hold it: they keep the file.
+        if self.lock.relock(FlockArg::LockExclusiveNonblock).is_err() {
+            return;
+        }
+        let mut text = String::new();
+        if self.lock.seek(SeekFrom::Start(0)).is_err()
+            || self.lock.read_to_string(&mut text).is_err()
+        {
+            return;
+        }
+        let boot = crate::fsutil::boot_id();
+        let members = Holder::parse_all(&text)
+            .into_iter()
+            .any(|h| h.role.is_member() && h.runs(&boot));
+        if !members {
+            if let Err(e) = fs::remove_file(&self.path) {
+                tracing::debug!(lock = %self.path.display(), error = %e, "node lock file not removed");
+            }
+        }
+    }
+}
+
 /// A node lock file opened and read under its guard.
 struct Node {
     hierarchy: Hierarchy,
@@ -322,7 +361,8 @@ impl Node {
         prepare_dir(dir)?;
         let key = hierarchy.key(sha256_hex);
         let path = dir.join(format!("node-{key}.lock"));
-        let guard = guard(&dir.join(format!("node-{key}.guard")))?;
+        let guard = guard(&dir.join(GUARD_FILE))?;
+        sweep(dir);
         let mut file = open(&path)?;
         let mut text = String::new();
         file.read_to_string(&mut text)
@@ -339,6 +379,44 @@ impl Node {
             live,
             _guard: guard,
         })
+    }
+}
+
+/// Under the guard: remove the lock files of `dir` that no process holds
+/// and that record no live member (left by holders killed before they
+/// could let go), as their last holder would have.
+fn sweep(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    let boot = crate::fsutil::boot_id();
+    for e in entries.filter_map(Result::ok) {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with("node-") && name.ends_with(".lock")) {
+            continue;
+        }
+        let path = e.path();
+        let Ok(file) = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&path)
+        else {
+            continue;
+        };
+        let Ok(mut held) = Flock::lock(file, FlockArg::LockExclusiveNonblock) else {
+            continue;
+        };
+        let mut text = String::new();
+        if held.read_to_string(&mut text).is_err() {
+            continue;
+        }
+        let members = Holder::parse_all(&text)
+            .into_iter()
+            .any(|h| h.role.is_member() && h.runs(&boot));
+        if !members {
+            let _ = fs::remove_file(&path);
+        }
     }
 }
 
@@ -501,10 +579,21 @@ mod tests {
         // Another root is another node lock.
         let elsewhere = NodeLock::acquire_in(&locks, &d.join("other-root"), &me).unwrap();
         assert_ne!(elsewhere.path(), a.path());
-        drop((a, b));
+        // The last one to let go removes the file; the others keep it.
+        let path = a.path().to_path_buf();
+        drop(a);
+        assert!(path.exists());
+        drop(b);
+        assert!(!path.exists());
         // Gone: the daemon gets it now.
         let held = NodeLock::acquire_in(&locks, &root, &daemon).unwrap();
         drop(held);
+        assert!(!path.exists());
+        assert_eq!(
+            fs::read_dir(&locks).unwrap().count(),
+            2,
+            "the guard and the other root's lock"
+        );
         fs::remove_dir_all(d).unwrap();
     }
 
@@ -600,6 +689,16 @@ mod tests {
         assert_eq!(recorded.len(), 2, "the dead one is dropped: {recorded:?}");
         assert!(recorded.iter().all(|h| h.role != Role::Serve));
         drop((held, ok));
+
+        // Files left by holders killed before they let go are swept by the
+        // next one to take a lock there; one with a live member stays.
+        fs::write(locks.join("node-stale.lock"), gone.to_line() + "\n").unwrap();
+        let member = other(Role::LeftBehind, &d.join("s1"));
+        fs::write(locks.join("node-member.lock"), member.to_line() + "\n").unwrap();
+        let again = NodeLock::acquire_in(&locks, &d.join("elsewhere"), &me).unwrap();
+        assert!(!locks.join("node-stale.lock").exists());
+        assert!(locks.join("node-member.lock").exists());
+        drop(again);
         fs::remove_dir_all(d).unwrap();
     }
 }

@@ -153,7 +153,8 @@ fn a_run_beside_a_daemon_is_placed_by_it_and_released_at_exit() {
     let s = Setup::new("run-daemon-placed");
     let (f1, f2) = (s.dir.join("f1"), s.dir.join("f2"));
     let script = format!(
-        "grep Cpus_allowed_list /proc/self/status; touch {}; while [ ! -e {} ]; do sleep 0.02; done; exit 7",
+        // At most a minute: a failed test leaves nothing running.
+        "grep Cpus_allowed_list /proc/self/status; touch {}; i=0; while [ ! -e {} ] && [ $i -lt 3000 ]; do sleep 0.02; i=$((i+1)); done; exit 7",
         f1.display(),
         f2.display()
     );
