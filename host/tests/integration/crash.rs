@@ -32,6 +32,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use proptest::prelude::{Rng as _, RngExt as _};
+use proptest::test_runner::{RngAlgorithm, TestRng};
 use topomgr_daemon::client::Client;
 use topomgr_node::api::{Admission, Admissions, Health, HealthStatus, PodList};
 
@@ -51,20 +53,18 @@ enum Known {
     Unknown,
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // xorshift64*
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+/// The random choices of a run (storm, kill times, tears) from `seed`:
+/// proptest's ChaCha generator, so one seed gives one sequence of choices.
+fn rng(seed: u64) -> TestRng {
+    let mut bytes = [0u8; 32];
+    for chunk in bytes.chunks_mut(8) {
+        chunk.copy_from_slice(&seed.to_le_bytes());
     }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
+    TestRng::from_seed(RngAlgorithm::ChaCha, &bytes)
 }
+
+/// The environment variable that fixes the seed (to replay a run's choices).
+const SEED_ENV: &str = "TOPOMGR_CRASH_SEED";
 
 /// The byte ranges of the journal's records (after its header line).
 fn frames(journal: &[u8]) -> Vec<std::ops::Range<usize>> {
@@ -85,7 +85,7 @@ fn frames(journal: &[u8]) -> Vec<std::ops::Range<usize>> {
 
 /// Tear the end of the journal in `state` the way kill `n` chooses;
 /// returns what was done.
-fn tear(state: &Path, n: usize, rng: &mut Rng) -> &'static str {
+fn tear(state: &Path, n: usize, rng: &mut TestRng) -> &'static str {
     let path = state.join("state.journal");
     let Ok(mut bytes) = fs::read(&path) else {
         return "no journal";
@@ -95,13 +95,14 @@ fn tear(state: &Path, n: usize, rng: &mut Rng) -> &'static str {
             let Some(last) = frames(&bytes).pop() else {
                 return "no record";
             };
-            let cut = 1 + rng.below(last.len() as u64 - 1) as usize;
+            let cut = rng.random_range(1..last.len());
             let torn: Vec<u8> = bytes[last.start..last.start + cut].to_vec();
             bytes.extend_from_slice(&torn);
             "a record cut short"
         }
         1 => {
-            bytes.extend((0..1 + rng.below(300)).map(|_| rng.next() as u8));
+            let len = rng.random_range(1..=300);
+            bytes.extend((0..len).map(|_| rng.next_u64() as u8));
             "garbage"
         }
         _ => {
@@ -173,10 +174,10 @@ fn storm(
     seed: u64,
     stop: Arc<AtomicBool>,
 ) -> Vec<Known> {
-    let mut rng = Rng(seed | 1);
+    let mut rng = rng(seed);
     let mut c = Client::new(&socket);
     while !stop.load(Ordering::Relaxed) {
-        let i = rng.below(PODS_PER_THREAD as u64) as usize;
+        let i = rng.random_range(0..PODS_PER_THREAD);
         let u = uid(t, i);
         let admit = known[i] == Known::Absent;
         let before = known[i].clone();
@@ -291,12 +292,17 @@ fn kill_9_storm_loses_nothing_and_never_double_assigns() {
     )
     .unwrap();
     let socket = dir.join("t.sock");
-    let seed = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(42);
-    println!("crash test seed {seed}");
-    let mut rng = Rng(seed | 1);
+    let seed = match std::env::var(SEED_ENV) {
+        Ok(s) => s
+            .parse()
+            .unwrap_or_else(|e| panic!("{SEED_ENV}={s:?}: not a seed ({e})")),
+        Err(_) => SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(42),
+    };
+    println!("crash test seed {seed} (replay its choices with {SEED_ENV}={seed})");
+    let mut rng = rng(seed);
     let mut known: Vec<Vec<Known>> = vec![vec![Known::Absent; PODS_PER_THREAD]; THREADS];
     let (mut acked_ops, mut kills) = (0usize, 0usize);
     let mut torn = Vec::new();
@@ -312,11 +318,11 @@ fn kill_9_storm_loses_nothing_and_never_double_assigns() {
             .cloned()
             .enumerate()
             .map(|(t, k)| {
-                let (s, stop, seed) = (socket.clone(), Arc::clone(&stop), rng.next());
+                let (s, stop, seed) = (socket.clone(), Arc::clone(&stop), rng.next_u64());
                 std::thread::spawn(move || storm(s, t, k, seed, stop))
             })
             .collect();
-        std::thread::sleep(Duration::from_millis(10 + rng.below(120)));
+        std::thread::sleep(Duration::from_millis(rng.random_range(10..130)));
         child.kill().expect("kill -9 the daemon");
         let _ = child.wait();
         kills += 1;
