@@ -11,7 +11,7 @@ use topomgr_node::state_dir::StateDir;
 use topomgr_sdk::HintSet;
 
 use super::text::{field, Columns};
-use super::{host, Output};
+use super::{inputs, Output};
 
 /// Arguments of `topomgr admit`.
 #[derive(Debug, Args)]
@@ -156,9 +156,9 @@ pub fn run(config: &Path, args: AdmitArgs) -> anyhow::Result<ExitCode> {
     if let Some(socket) = &args.socket {
         return super::client::admit(socket, &args.pods, args.output);
     }
-    let cfg = host::load_config(config)?;
+    let cfg = inputs::load_config(config)?;
     let pods = topomgr_manifest::read_pods(&args.pods)?;
-    let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
+    let machine = inputs::discover(&cfg, args.sysfs_root.as_deref())?;
     let mut node = NodeState::from_config(&cfg, &machine)?;
     let mut held = match &args.state_dir {
         Some(dir) => Some(StateDir::open(dir, &mut node)?),
@@ -247,9 +247,9 @@ fn print_step(step: &TraceStep) {
 
 /// Admit (without saving) and print each decision's trace.
 pub fn explain(config: &Path, args: ExplainArgs) -> anyhow::Result<ExitCode> {
-    let cfg = host::load_config(config)?;
+    let cfg = inputs::load_config(config)?;
     let pods = topomgr_manifest::read_pods(&args.pods)?;
-    let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
+    let machine = inputs::discover(&cfg, args.sysfs_root.as_deref())?;
     let mut node = NodeState::from_config(&cfg, &machine)?;
     let _held = match &args.state_dir {
         Some(dir) => Some(StateDir::open(dir, &mut node)?),

@@ -3,7 +3,7 @@
 mod admit;
 mod client;
 mod export;
-mod host;
+mod inputs;
 mod merge;
 mod oci_hook;
 mod provider;
@@ -17,9 +17,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-
-/// Default configuration file.
-pub const DEFAULT_CONFIG: &str = "/etc/topomgr/topomgr.toml";
 
 /// What `topomgr --version` prints: the host's version and the plugin SDK
 /// version and ABI it loads (plugins must be built with an SDK of the same
@@ -38,7 +35,7 @@ pub static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 #[command(name = "topomgr", version = VERSION.as_str(), about)]
 pub struct Cli {
     /// Configuration file (drop-ins are read from its plugins.d/).
-    #[arg(long, global = true, default_value = DEFAULT_CONFIG)]
+    #[arg(long, global = true, default_value = topomgr_node::config::DEFAULT_CONFIG_PATH)]
     pub config: PathBuf,
     /// More logging on stderr (-v info, -vv debug, -vvv trace; RUST_LOG overrides).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]

@@ -12,7 +12,7 @@ use topomgr_run::{Ended, Run, Signals, Teardown};
 use topomgr_sdk::ResourceList;
 use tracing::{info, warn};
 
-use super::host;
+use super::inputs;
 use super::text::field;
 
 /// Exit status when the pod is rejected.
@@ -72,8 +72,8 @@ fn requests(args: &RunArgs) -> anyhow::Result<ResourceList> {
 pub fn run(config: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     let signals = Signals::install()?;
     let pod = topomgr_run::pod(requests(&args)?);
-    let cfg = host::load_config(config)?;
-    let machine = host::discover(&cfg, None)?;
+    let cfg = inputs::load_config(config)?;
+    let machine = inputs::discover(&cfg, None)?;
     let mut run = Run::new(cfg, &machine, &pod)?;
     let result = match run.admit(&pod) {
         Ok(r) => r,

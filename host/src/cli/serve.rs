@@ -10,7 +10,7 @@ use topomgr_node::setup::AdmitterParts;
 
 use topomgr_node::state_lock::StateLock;
 
-use super::host;
+use super::inputs;
 
 /// Arguments of `topomgr serve`.
 #[derive(Debug, Args)]
@@ -28,13 +28,13 @@ pub struct ServeArgs {
 
 /// Run the daemon until SIGTERM or SIGINT.
 pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let mut cfg = host::load_config_protected(config)?;
+    let mut cfg = inputs::load_config_protected(config)?;
     if let Some(dir) = args.state_dir {
         cfg.state_dir = dir;
     }
     // Lock first: providers may read their state directories while loading.
     let lock = StateLock::acquire(&cfg.state_dir)?;
-    let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
+    let machine = inputs::discover(&cfg, args.sysfs_root.as_deref())?;
     let parts = AdmitterParts::from_config(&cfg, &machine)?;
     daemon::run(Daemon {
         socket: args.socket.unwrap_or_else(|| cfg.daemon.socket.clone()),
