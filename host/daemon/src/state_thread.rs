@@ -46,10 +46,11 @@ use topomgr_engine::admission::{AdmissionError, AdmitResult, Admitter, UID_CONFL
 use topomgr_node::api::AdmissionRequest;
 use topomgr_node::api::OwnerSpec;
 use topomgr_node::api::{Attached, Attachments};
+use topomgr_node::image::Restored;
 use topomgr_node::node_state::{
-    current_pool, AttachError, Change, NodeState, OwnerConflict, Reclaim, UnknownContainer,
+    current_pool, AttachError, Change, NodeState, OwnerConflict, Reclaim, Records, UnknownContainer,
 };
-use topomgr_node::snapshot::{self, Restored};
+use topomgr_node::snapshot;
 use topomgr_node::store::Store;
 
 /// The most commands applied before one state-file write.
@@ -250,12 +251,19 @@ impl StateThread {
     /// line, compact the journal when it holds anything, then start the
     /// state thread.
     pub fn start(
-        mut admitter: Admitter,
+        admitter: Admitter,
         machine: &Machine,
         settings: StateThreadSettings,
         metrics: Arc<Metrics>,
     ) -> Result<(StateThread, Restored), StartError> {
-        let (store, restored) = Store::open(&settings.state_dir, &mut admitter, &settings.boot_id)?;
+        let setting = Arc::new(topomgr_engine::explain::Setting::of(&admitter));
+        let mut node = NodeState::new(
+            admitter,
+            Records::default(),
+            &settings.cgroup_root,
+            &settings.boot_id,
+        );
+        let (store, restored) = Store::open(&settings.state_dir, &mut node, &settings.boot_id)?;
         let mut notes = notes_of(&restored, &settings.boot_id);
         if restored.found {
             info!(
@@ -265,13 +273,6 @@ impl StateThread {
                 "state restored; nothing re-admitted or released"
             );
         }
-        let setting = Arc::new(topomgr_engine::explain::Setting::of(&admitter));
-        let node = NodeState::new(
-            admitter,
-            restored.records.clone(),
-            &settings.cgroup_root,
-            &settings.boot_id,
-        );
         let mut worker = Worker {
             node,
             machine: machine.clone(),
@@ -295,7 +296,7 @@ impl StateThread {
             match worker.store.compact(&worker.node) {
                 Ok(()) => {
                     worker.node.take_changes();
-                    worker.node.admitter_mut().take_changed_providers();
+                    worker.node.saved();
                 }
                 Err(e) => {
                     error!(error = %e, "cannot save the state after reclaiming pods and replaying releases; it stays as saved");

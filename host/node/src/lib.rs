@@ -10,11 +10,13 @@
 pub mod api;
 pub mod config;
 pub mod fsutil;
+pub mod image;
 pub mod journal;
 pub mod node_state;
 pub mod nrt;
 pub mod plugin;
 pub mod pod_owner;
+pub mod provider_states;
 pub mod setup;
 pub mod snapshot;
 pub mod state_dir;

@@ -60,6 +60,7 @@ use tracing::{debug, info, warn};
 
 use crate::api::{Attached, Attachments};
 use crate::pod_owner::{ContainerRuntime, Owner};
+use crate::provider_states::ProviderStates;
 use topomgr_cgroup::pool::{self, PoolWrite};
 use topomgr_cgroup::{CgroupError, CgroupManager, CgroupPath, TOPOMGR_PARENT};
 use topomgr_engine::admission::{
@@ -342,6 +343,8 @@ impl std::fmt::Display for Reclaim {
 /// The admitted pods of this node, their cgroups and owners.
 pub struct NodeState {
     admitter: Admitter,
+    /// What the state keeps of the providers besides them.
+    provider_states: ProviderStates,
     records: Records,
     changes: Vec<Change>,
     cgroup_root: PathBuf,
@@ -355,6 +358,7 @@ impl NodeState {
     /// applying to cgroups under `cgroup_root` (detected when first needed).
     pub fn new(admitter: Admitter, records: Records, cgroup_root: &Path, boot_id: &str) -> Self {
         NodeState {
+            provider_states: ProviderStates::new(&admitter),
             admitter,
             records,
             changes: Vec::new(),
@@ -381,6 +385,23 @@ impl NodeState {
     /// Mutable access to the admitter (restore, `explain`).
     pub fn admitter_mut(&mut self) -> &mut Admitter {
         &mut self.admitter
+    }
+
+    /// What the state keeps of the providers besides them (held and absent
+    /// ones, which changed since the last save).
+    pub fn provider_states(&self) -> &ProviderStates {
+        &self.provider_states
+    }
+
+    /// The admitter and the providers' book together (a restore changes
+    /// both).
+    pub fn provider_states_mut(&mut self) -> (&mut Admitter, &mut ProviderStates) {
+        (&mut self.admitter, &mut self.provider_states)
+    }
+
+    /// Every provider's state is saved now (a whole snapshot was written).
+    pub fn saved(&mut self) {
+        self.provider_states.saved_all(&self.admitter);
     }
 
     /// The host's records (attachments, owners).
@@ -496,8 +517,14 @@ impl NodeState {
     /// shared pool grows only at [`NodeState::settle_pool`], after the
     /// caller made the release durable.
     pub fn release(&mut self, uid: &str) -> Result<AdmitResult, AdmissionError> {
+        // Released last container first, as the providers see it.
+        let containers: Vec<String> = match self.admitter.pods().get(uid) {
+            Some(r) => r.containers.iter().rev().map(|c| c.name.clone()).collect(),
+            None => Vec::new(),
+        };
         let result = self.admitter.release(uid);
         if !matches!(result, Err(AdmissionError::UnknownPod(_))) {
+            self.provider_states.missed_release(uid, &containers);
             self.forget(uid);
         }
         result

@@ -22,7 +22,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use topomgr_sdk::{Amounts, Inventory, Machine, NumaNodeId};
 
-use topomgr_engine::admission::{Admitter, ProviderState};
+use topomgr_engine::admission::Admitter;
 use topomgr_engine::policy::{PolicyName, Scope};
 
 /// `apiVersion` of the exported object.
@@ -185,9 +185,15 @@ pub fn default_node_name() -> Result<String, NrtError> {
 /// The inventories of the admitter's loaded providers, in call order
 /// (providers held for a bad checkpoint answer nothing and are skipped).
 pub fn inventories(admitter: &mut Admitter) -> Result<Vec<(String, Inventory)>, NrtError> {
+    let held: Vec<String> = admitter
+        .held()
+        .into_iter()
+        .map(|(name, _)| name.to_owned())
+        .collect();
     let loaded: Vec<bool> = admitter
-        .provider_states()
-        .map(|(_, s)| matches!(s, ProviderState::Live(_)))
+        .providers()
+        .iter()
+        .map(|p| !held.iter().any(|h| h == p.name()))
         .collect();
     let mut out = Vec::new();
     for (p, loaded) in admitter.providers_mut().iter_mut().zip(loaded) {

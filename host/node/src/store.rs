@@ -46,13 +46,13 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::fsutil::{self, write_atomic};
+use crate::image::{self, provider_part, Restored};
 use crate::journal::{self, Journal, JournalHeader, JOURNAL_FILE, JOURNAL_FORMAT, JOURNAL_VERSION};
 use crate::node_state::{Change, NodeState};
+use crate::provider_states::{PendingReleases, ProviderPart};
 use crate::snapshot::{
-    self, body_of, encode, provider_bytes, provider_error, provider_part, read_snapshot, to_hex,
-    Body, Restored, StateError, STATE_FILE,
+    encode, provider_bytes, provider_error, read_snapshot, to_hex, Body, StateError, STATE_FILE,
 };
-use topomgr_engine::admission::{Admitter, PendingReleases, ProviderState};
 use topomgr_engine::provider::LoadedProvider;
 
 /// The journal is compacted once it is larger than this and larger than
@@ -191,12 +191,12 @@ pub struct Store {
 pub struct CommitError(#[from] StateError);
 
 impl Store {
-    /// Recover the state of `dir` (lock it first) into `admitter`: snapshot
+    /// Recover the state of `dir` (lock it first) into `node`: snapshot
     /// plus the valid prefix of the journal, installed with
     /// the same checks as a snapshot alone. A torn journal tail is cut off.
     pub fn open(
         dir: &Path,
-        admitter: &mut Admitter,
+        node: &mut NodeState,
         boot_id: &str,
     ) -> Result<(Store, Restored), StateError> {
         fsutil::remove_stale_temps(dir, STATE_FILE);
@@ -205,13 +205,7 @@ impl Store {
         let generation = rec.body.generation;
         let saved_boot = rec.boot_id.clone().unwrap_or_else(|| boot_id.to_owned());
         let restored = if found {
-            snapshot::install(
-                &dir.join(STATE_FILE),
-                saved_boot,
-                rec.body,
-                admitter,
-                boot_id,
-            )?
+            image::install(&dir.join(STATE_FILE), saved_boot, rec.body, node, boot_id)?
         } else {
             Restored::default()
         };
@@ -290,7 +284,7 @@ impl Store {
         if due {
             match self.compact(node) {
                 Ok(()) => {
-                    node.admitter_mut().take_changed_providers();
+                    node.saved();
                     return Ok(node.take_changes());
                 }
                 // A provider whose call timed out cannot give its state
@@ -308,21 +302,25 @@ impl Store {
         node: &mut NodeState,
         changes: Vec<Change>,
     ) -> Result<Vec<Change>, CommitError> {
-        let names = node.admitter_mut().take_changed_providers();
+        let names = {
+            let (admitter, states) = node.provider_states_mut();
+            states.take_changed(admitter)
+        };
         let mut record = Record {
             seq: self.seq + 1,
             changes,
             ..Record::default()
         };
         let parts: Vec<_> = node
-            .admitter()
             .provider_states()
+            .parts(node.admitter())
+            .into_iter()
             .filter(|(name, _)| names.iter().any(|n| n == name))
             .map(|(name, state)| (name.to_owned(), state, provider_part(name, state)))
             .collect();
         let mut later = Vec::new();
         for (name, state, part) in parts {
-            let held = matches!(state, ProviderState::Held(_));
+            let held = matches!(state, ProviderPart::Kept(_));
             match part {
                 Ok((_, pending)) if held => {
                     record.pending_releases.insert(name, pending);
@@ -336,7 +334,7 @@ impl Store {
                 // stuck call are recorded, so that a restore replays them
                 // on the state saved before.
                 Err(e) if is_stuck(&e) => {
-                    if let ProviderState::Live(p) = state {
+                    if let ProviderPart::Live(p) = state {
                         let unsaved = p.unsaved_releases();
                         if !unsaved.is_empty() {
                             record.pending_releases.insert(name.clone(), unsaved);
@@ -345,12 +343,12 @@ impl Store {
                     later.push(name);
                 }
                 Err(e) => {
-                    node.admitter_mut().keep_changed(&names);
+                    node.provider_states_mut().1.keep_changed(&names);
                     return Err(e.into());
                 }
             }
         }
-        node.admitter_mut().keep_changed(&later);
+        node.provider_states_mut().1.keep_changed(&later);
         let payload = serde_json::to_vec(&record).map_err(|e| StateError::Corrupt {
             path: self.dir.join(JOURNAL_FILE),
             reason: format!("cannot serialize a journal record: {e}"),
@@ -375,7 +373,7 @@ impl Store {
     /// Write the whole state as a new snapshot (generation + 1) and start a
     /// new journal for it.
     pub fn compact(&mut self, node: &NodeState) -> Result<(), CommitError> {
-        let body = body_of(node.admitter(), node.records(), self.generation + 1)?;
+        let body = image::body_of(node, self.generation + 1)?;
         let bytes = encode(&body, &self.boot_id)?;
         write_atomic(&self.dir.join(STATE_FILE), &bytes).map_err(StateError::from)?;
         self.generation += 1;
@@ -392,14 +390,13 @@ impl Store {
         let rec = recover(&self.dir)?;
         let saved_boot = rec.boot_id.clone().unwrap_or_else(|| self.boot_id.clone());
         self.generation = rec.body.generation;
-        let restored = snapshot::install(
+        let restored = image::install(
             &self.dir.join(STATE_FILE),
             saved_boot,
             rec.body,
-            node.admitter_mut(),
+            node,
             &self.boot_id,
         )?;
-        node.set_records(restored.records.clone());
         if let Some((seq, valid_len, _)) = rec.journal {
             self.seq = seq;
             if self.journal.is_some() {
@@ -479,7 +476,9 @@ mod tests {
     };
 
     use super::*;
+    use crate::image::RestoreIssue;
     use crate::node_state::Records;
+    use topomgr_engine::admission::Admitter;
     use topomgr_engine::numa::NumaInfo;
     use topomgr_engine::policy::{Policy, Scope};
     use topomgr_engine::provider::PROVIDER_TIMEOUT;
@@ -548,8 +547,7 @@ mod tests {
 
     fn open(dir: &Path) -> (Store, NodeState, Restored) {
         let mut n = node(dir);
-        let (store, restored) = Store::open(dir, n.admitter_mut(), "boot").unwrap();
-        n.set_records(restored.records.clone());
+        let (store, restored) = Store::open(dir, &mut n, "boot").unwrap();
         (store, n, restored)
     }
 
@@ -641,7 +639,7 @@ mod tests {
         .with_deadline(std::time::Duration::from_millis(100))
         .unwrap();
         let mut n = node_with(&dir, provider);
-        let (mut store, _) = Store::open(&dir, n.admitter_mut(), "boot").unwrap();
+        let (mut store, _) = Store::open(&dir, &mut n, "boot").unwrap();
         assert!(n.admit(&pod("a")).admitted);
         store.commit(&mut n).unwrap();
         assert!(n.admit(&pod("b")).admitted);
@@ -666,6 +664,53 @@ mod tests {
         assert!(again.admit(&pod("c")).admitted);
         assert_eq!(held(&again), ["b:1", "c:0"]);
         open_gate.send(()).unwrap();
+    }
+
+    /// A node on the same machine without providers.
+    fn bare_node(dir: &Path) -> NodeState {
+        let machine = testkit::machine(1, 8);
+        let policy = Policy::new(
+            "none",
+            &BTreeMap::new(),
+            NumaInfo::from_machine(&machine).unwrap(),
+        )
+        .unwrap();
+        let adm = Admitter::new(&machine, policy, Scope::Container, Vec::new());
+        NodeState::new(adm, Records::default(), &dir.join("no-cgroups"), "boot")
+    }
+
+    /// A provider the config no longer has keeps its saved state; pods it
+    /// holds can be released meanwhile (journaled as its pending releases,
+    /// through a compaction too), and configured again it gets the releases
+    /// replayed: the released pod's CPU is free, the other's is not.
+    #[test]
+    fn an_unconfigured_provider_keeps_its_state_and_gets_its_releases_back() {
+        let dir = scratch("absent");
+        commit_pods(&dir, &["a", "b", "c"]);
+        let mut n = bare_node(&dir);
+        let (mut store, r) = Store::open(&dir, &mut n, "boot").unwrap();
+        assert_eq!(
+            r.issues,
+            [RestoreIssue::MissingProvider {
+                provider: "cpus".to_owned()
+            }]
+        );
+        n.release("a").unwrap();
+        store.commit(&mut n).unwrap();
+        assert!(store.records() > 0, "the release was appended");
+        drop((store, n));
+        let mut n = bare_node(&dir);
+        let (mut store, _) = Store::open(&dir, &mut n, "boot").unwrap();
+        n.release("c").unwrap();
+        store.compact(&n).unwrap();
+        drop((store, n));
+        let (_, mut again, r) = open(&dir);
+        assert_eq!(r.replayed, 2);
+        assert_eq!(held(&again), ["b:1"]);
+        assert!(again.admit(&pod("d")).admitted);
+        assert!(again.admit(&pod("e")).admitted);
+        assert_eq!(held(&again), ["b:1", "d:0", "e:2"]);
+        fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
@@ -718,15 +763,14 @@ mod tests {
         let dir = scratch("boot");
         commit_pods(&dir, &["a", "b"]);
         let mut n = node(&dir);
-        let (mut store, r) = Store::open(&dir, n.admitter_mut(), "next-boot").unwrap();
-        n.set_records(r.records.clone());
+        let (mut store, r) = Store::open(&dir, &mut n, "next-boot").unwrap();
         assert!(r.rebooted);
         assert_eq!(r.saved_boot_id.as_deref(), Some("boot"));
         n.admit(&pod("c"));
         store.commit(&mut n).unwrap();
         assert_eq!(store.records(), 0, "the commit wrote a snapshot");
         let mut n = node(&dir);
-        let (_, r) = Store::open(&dir, n.admitter_mut(), "next-boot").unwrap();
+        let (_, r) = Store::open(&dir, &mut n, "next-boot").unwrap();
         assert!(!r.rebooted);
         assert_eq!(r.pods, 3);
         fs::remove_dir_all(dir).unwrap();
