@@ -4,14 +4,14 @@
 //! - [`topomgr_engine::provider::LoadedProvider::with_deadline`]: every provider on its own thread, each
 //!   call with a deadline, reporting to the metrics
 //!   ([`topomgr_engine::provider::LoadedProvider::with_observer`]);
-//! - [`state_thread`]: the one thread that owns the node state and applies
+//! - `state_thread`: the one thread that owns the node state and applies
 //!   requests one at a time, with group-committed,
 //!   durable state ([`topomgr_node::store::Store`]: journal and snapshot);
-//! - [`server`]: the HTTP/JSON API on a Unix socket;
-//! - [`access`]: socket ownership/mode and the peer-credential check;
+//! - `server`: the HTTP/JSON API on a Unix socket;
+//! - `access`: socket ownership/mode and the peer-credential check;
 //! - [`metrics`]: Prometheus metrics (kubelet names);
-//! - [`scrape`]: `GET /metrics` over TCP at `daemon.metrics_address`;
-//! - [`systemd`]: readiness and stopping notifications (`Type=notify`);
+//! - `scrape`: `GET /metrics` over TCP at `daemon.metrics_address`;
+//! - `systemd`: readiness and stopping notifications (`Type=notify`);
 //! - [`client`]: a small blocking HTTP/1.1 client for the CLI, tests and benches.
 //!
 //! Start-up order matters: the caller takes the [`topomgr_node::state_lock::StateLock`] before
@@ -23,13 +23,13 @@
 //! serves until SIGTERM or SIGINT (telling the service manager it is
 //! stopping), reclaiming again every `reclaim_interval`.
 
-pub mod access;
+mod access;
 pub mod client;
 pub mod metrics;
-pub mod scrape;
-pub mod server;
-pub mod state_thread;
-pub mod systemd;
+mod scrape;
+mod server;
+mod state_thread;
+mod systemd;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

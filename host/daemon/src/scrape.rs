@@ -23,10 +23,10 @@ use tracing::info;
 use super::metrics::Metrics;
 
 /// The content type of the exposition ([`Metrics::render`]).
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// The answer to `GET /metrics`, on the socket and on TCP.
-pub fn response(metrics: &Metrics) -> Response {
+pub(crate) fn response(metrics: &Metrics) -> Response {
     ([(header::CONTENT_TYPE, CONTENT_TYPE)], metrics.render()).into_response()
 }
 
@@ -42,14 +42,14 @@ pub struct BindError {
 
 /// Bind `address` (before readiness is announced, so a bad address stops
 /// the start with an error).
-pub async fn bind(address: SocketAddr) -> Result<TcpListener, BindError> {
+pub(crate) async fn bind(address: SocketAddr) -> Result<TcpListener, BindError> {
     TcpListener::bind(address)
         .await
         .map_err(|cause| BindError { address, cause })
 }
 
 /// The router of the TCP listener: `GET /metrics` only.
-pub fn router(metrics: Arc<Metrics>) -> Router {
+pub(crate) fn router(metrics: Arc<Metrics>) -> Router {
     async fn scrape(State(metrics): State<Arc<Metrics>>) -> Response {
         response(&metrics)
     }
@@ -59,7 +59,7 @@ pub fn router(metrics: Arc<Metrics>) -> Router {
 }
 
 /// Serve the metrics on `listener` until `shutdown` completes.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + 'static,

@@ -54,7 +54,7 @@ use topomgr_node::nrt::NodeResourceTopology;
 
 /// Shared state of the handlers.
 #[derive(Clone)]
-pub struct AppState {
+pub(crate) struct AppState {
     /// The thread that owns the node state.
     pub state_thread: StateThread,
     /// The discovered machine.
@@ -67,7 +67,7 @@ pub struct AppState {
 
 /// Credentials of the peer of one connection, taken at accept.
 #[derive(Debug, Clone, Copy)]
-pub struct PeerConn(pub Option<Peer>);
+pub(crate) struct PeerConn(pub Option<Peer>);
 
 impl Connected<IncomingStream<'_, UnixListener>> for PeerConn {
     fn connect_info(stream: IncomingStream<'_, UnixListener>) -> Self {
@@ -81,7 +81,7 @@ impl Connected<IncomingStream<'_, UnixListener>> for PeerConn {
 
 /// An error answer.
 #[derive(Debug)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     status: StatusCode,
     reason: &'static str,
     message: String,
@@ -166,7 +166,7 @@ impl From<CommandError> for ApiError {
 }
 
 /// The router with every endpoint and the peer-credential check.
-pub fn router(state: AppState) -> Router {
+pub(crate) fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/health", get(health))
         .route("/v1/machine", get(machine))
@@ -496,7 +496,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
 }
 
 /// Serve `state` on `listener` until `shutdown` completes, then remove `socket`.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: UnixListener,
     socket: PathBuf,
     state: AppState,

@@ -54,11 +54,11 @@ use topomgr_node::snapshot;
 use topomgr_node::store::Store;
 
 /// The most commands applied before one state-file write.
-pub const MAX_BATCH: usize = 256;
+pub(crate) const MAX_BATCH: usize = 256;
 
 /// A request to the state thread.
 #[derive(Debug, Clone)]
-pub enum Command {
+pub(crate) enum Command {
     /// Admit pods in order (each sees the allocations of the ones before).
     Admit(Vec<PodView>),
     /// Admit one pod for `owner` and record the owner with it.
@@ -91,13 +91,14 @@ pub enum Command {
 
 /// The state thread's answer to a [`Command`].
 #[derive(Debug, Clone)]
-pub enum Reply {
+pub(crate) enum Reply {
     /// One result per pod, in order.
     Admitted(Vec<AdmitResult>),
     /// The released pod as it was admitted.
     Released(AdmitResult),
-    /// What a reclaim did.
-    Reclaimed(Vec<Reclaim>),
+    /// A reclaim ran (what it released is logged and counted in the
+    /// metrics).
+    Reclaimed,
     /// The cgroup was written.
     Attached(Attached),
     /// The NodeResourceTopology object ([`topomgr_node::nrt`]).
@@ -108,7 +109,7 @@ pub enum Reply {
 
 /// Why a command failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CommandError {
+pub(crate) enum CommandError {
     /// No admitted pod has that uid.
     #[error("no admitted pod with uid {0:?}")]
     UnknownPod(String),
@@ -146,7 +147,7 @@ pub enum CommandError {
 
 /// What readers see: the state as of the last commit.
 #[derive(Debug, Clone, Default)]
-pub struct View {
+pub(crate) struct View {
     /// Admitted pods by uid.
     pub pods: BTreeMap<String, Arc<AdmitResult>>,
     /// Cgroup attachments.
@@ -167,14 +168,14 @@ pub struct View {
 impl View {
     /// `r` as it is now: shared-pool containers show the current shared
     /// pool, not the pool at their admission ([`current_pool`]).
-    pub fn current<'a>(&self, r: &'a AdmitResult) -> Cow<'a, AdmitResult> {
+    pub(crate) fn current<'a>(&self, r: &'a AdmitResult) -> Cow<'a, AdmitResult> {
         current_pool(r, &self.shared_pool)
     }
 }
 
 /// Settings of the state thread.
 #[derive(Debug, Clone)]
-pub struct StateThreadSettings {
+pub(crate) struct StateThreadSettings {
     /// Where the state file lives (already locked by the caller).
     pub state_dir: PathBuf,
     /// Root of the cgroup hierarchy for `attach`.
@@ -189,7 +190,7 @@ type Job = (Command, oneshot::Sender<Result<Reply, CommandError>>);
 
 /// Handle to the state thread; cheap to clone.
 #[derive(Clone)]
-pub struct StateThread {
+pub(crate) struct StateThread {
     jobs: mpsc::Sender<Job>,
     view: Arc<RwLock<View>>,
 }
@@ -250,7 +251,7 @@ impl StateThread {
     /// reclaim pods of dead `topomgr run` owners, bring the shared pool in
     /// line, compact the journal when it holds anything, then start the
     /// state thread.
-    pub fn start(
+    pub(crate) fn start(
         admitter: Admitter,
         machine: &Machine,
         settings: StateThreadSettings,
@@ -318,7 +319,7 @@ impl StateThread {
     }
 
     /// Submit a command and wait for its answer (sent after the state is saved).
-    pub async fn submit(&self, cmd: Command) -> Result<Reply, CommandError> {
+    pub(crate) async fn submit(&self, cmd: Command) -> Result<Reply, CommandError> {
         let (tx, rx) = oneshot::channel();
         self.jobs
             .send((cmd, tx))
@@ -328,7 +329,7 @@ impl StateThread {
 
     /// Read the state as of the last commit (keep `f` short: the state thread
     /// waits for it to bring the view up to date).
-    pub fn read<R>(&self, f: impl FnOnce(&View) -> R) -> R {
+    pub(crate) fn read<R>(&self, f: impl FnOnce(&View) -> R) -> R {
         let guard = self.view.read().unwrap_or_else(|p| p.into_inner());
         f(&guard)
     }
@@ -583,7 +584,7 @@ impl Worker {
                 let changed = reclaimed
                     .iter()
                     .any(|r| matches!(r, Reclaim::Released { .. }));
-                (Ok(Reply::Reclaimed(reclaimed)), changed)
+                (Ok(Reply::Reclaimed), changed)
             }
             Command::Release(uid) => match self.node.release(&uid) {
                 Ok(r) => {

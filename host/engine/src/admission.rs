@@ -43,7 +43,7 @@ pub const TOPOLOGY_AFFINITY_ERROR: &str = "TopologyAffinityError";
 /// Reason for a provider that misbehaved (bad hints, failed call, an
 /// allocation the ledger refuses).
 pub const UNEXPECTED_ADMISSION_ERROR: &str = "UnexpectedAdmissionError";
-/// Reason for a pod with more than [`MAX_CONTAINERS_PER_POD`] containers.
+/// Reason for a pod with more than `MAX_CONTAINERS_PER_POD` containers.
 pub const TOO_MANY_CONTAINERS: &str = "TooManyContainers";
 /// Reason while a provider is held (it refused its saved state).
 pub const PROVIDER_HELD: &str = "ProviderHeld";
@@ -53,7 +53,7 @@ pub const UID_CONFLICT: &str = "PodUidConflict";
 /// The most containers (init + app) one pod may have. Admission costs time
 /// linear in the containers; the cap bounds how long one admission can keep
 /// the daemon's other clients waiting.
-pub const MAX_CONTAINERS_PER_POD: usize = 1024;
+pub(crate) const MAX_CONTAINERS_PER_POD: usize = 1024;
 
 /// What one container received.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -123,7 +123,10 @@ pub struct MergeOutcome {
 
 /// Refuse malformed compact sets and hints that name NUMA nodes the machine
 /// does not have (for a compact set: in a minimal mask or a bound).
-pub fn validate(numa: &NumaInfo, providers: &[(&str, &ProviderHints)]) -> Result<(), MergeError> {
+pub(crate) fn validate(
+    numa: &NumaInfo,
+    providers: &[(&str, &ProviderHints)],
+) -> Result<(), MergeError> {
     let machine = numa.default_mask();
     for (name, hints) in providers {
         let Some(map) = hints else { continue };
@@ -576,7 +579,7 @@ fn best_non_preferred(
 
 /// Merge the providers' hints into the kubelet's merged hint.
 ///
-/// Callers must have run [`validate`]; masks outside the machine are not
+/// Callers must have run `validate`; masks outside the machine are not
 /// expected here (they would be AND-ed away as the kubelet does).
 pub fn merge(numa: &NumaInfo, providers: &[&ProviderHints], mode: MergeMode) -> MergeOutcome {
     let pos = numa.positions();

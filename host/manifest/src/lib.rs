@@ -2,7 +2,7 @@
 //! [`PodView`]).
 //!
 //! Three parts, one concept each:
-//! - [`reader`]: input bytes (at most [`MAX_MANIFEST_BYTES`],
+//! - `reader`: input bytes (at most [`MAX_MANIFEST_BYTES`],
 //!   the API server's request limit), UTF-8 text, the documents in it (YAML
 //!   1.2 with serde-saphyr under a node budget, or JSON), and typed
 //!   deserialization with field paths;
@@ -57,7 +57,7 @@
 mod pod;
 mod qos;
 pub mod quantity;
-pub mod reader;
+mod reader;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -86,7 +86,7 @@ pub fn one_container_qos(
 pub const STDIN_PATH: &str = "-";
 
 /// How standard input is named in errors.
-pub const STDIN_NAME: &str = "<stdin>";
+pub(crate) const STDIN_NAME: &str = "<stdin>";
 
 /// Where in the input an error is: source, document, field path.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -69,7 +69,7 @@
 //!
 //! With [`LoadOptions::protected`] (`topomgr serve`, and every command run as
 //! root: [`load`]) the main file, the drop-in directory and every drop-in must pass
-//! [`crate::trusted_file::check`], as plugin libraries do: a drop-in is
+//! `crate::trusted_file::check`, as plugin libraries do: a drop-in is
 //! configuration with the power of the daemon (its socket group, its plugins).
 
 use std::collections::BTreeMap;
@@ -121,7 +121,7 @@ pub struct HostConfig {
     /// Topology Manager policy options (kubelet names, string values).
     #[serde(default, deserialize_with = "option_values")]
     pub policy_options: BTreeMap<String, String>,
-    /// Providers by name, enabled or not (see [`HostConfig::enabled_providers`]).
+    /// Providers by name, enabled or not (see `HostConfig::enabled_providers`).
     #[serde(default, deserialize_with = "providers")]
     pub providers: BTreeMap<String, ProviderEntry>,
     /// The `[daemon]` table (`topomgr serve`).
@@ -133,14 +133,14 @@ pub struct HostConfig {
 }
 
 /// Default socket of `topomgr serve`.
-pub const DEFAULT_SOCKET: &str = "/run/topomgr/topomgr.sock";
+pub(crate) const DEFAULT_SOCKET: &str = "/run/topomgr/topomgr.sock";
 /// Default group allowed on the daemon's socket besides root.
-pub const DEFAULT_GROUP: &str = "topomgr";
+pub(crate) const DEFAULT_GROUP: &str = "topomgr";
 /// Default deadline of one provider call in the daemon, in milliseconds.
-pub const DEFAULT_PROVIDER_TIMEOUT_MS: u64 = 10_000;
+pub(crate) const DEFAULT_PROVIDER_TIMEOUT_MS: u64 = 10_000;
 /// Default interval of the daemon's reclaim of pods whose owners are
 /// gone, in milliseconds.
-pub const DEFAULT_RECLAIM_INTERVAL_MS: u64 = 10_000;
+pub(crate) const DEFAULT_RECLAIM_INTERVAL_MS: u64 = 10_000;
 
 /// The `[daemon]` table: settings of `topomgr serve`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -246,7 +246,7 @@ impl Default for DaemonConfig {
 impl HostConfig {
     /// The providers to load, in name order (those with `enabled = false`
     /// are left out).
-    pub fn enabled_providers(&self) -> impl Iterator<Item = (&String, &ProviderEntry)> {
+    pub(crate) fn enabled_providers(&self) -> impl Iterator<Item = (&String, &ProviderEntry)> {
         self.providers.iter().filter(|(_, p)| p.enabled)
     }
 
@@ -499,7 +499,7 @@ impl Sources {
 }
 
 /// True when a `library` value is a path rather than a bare library name.
-pub fn is_path(library: &str) -> bool {
+pub(crate) fn is_path(library: &str) -> bool {
     library.contains('/') || library.ends_with(".so")
 }
 

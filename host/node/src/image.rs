@@ -1,5 +1,5 @@
-//! The node state as a snapshot body ([`body_of`]) and a recovered body
-//! installed into the node state ([`install`]); the file format is
+//! The node state as a snapshot body (`body_of`) and a recovered body
+//! installed into the node state (`install`); the file format is
 //! [`crate::snapshot`]'s.
 //!
 //! When a state is installed:
@@ -7,7 +7,7 @@
 //!   refused ([`StateError::MissingProviderState`]): starting it empty
 //!   could hand out what those pods hold;
 //! - a provider that refuses its saved state (e.g. it names CPUs that
-//!   vanished) is *held* ([`crate::provider_states::ProviderStates::hold`]): its bytes are kept,
+//!   vanished) is *held* (`crate::provider_states::ProviderStates::hold`): its bytes are kept,
 //!   admissions are refused, pods are kept and can be released; the
 //!   releases are replayed into it when it restores again;
 //! - the saved state of a provider that is not configured now is kept and

@@ -25,20 +25,20 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 /// File name of the journal in a state directory.
-pub const JOURNAL_FILE: &str = "state.journal";
+pub(crate) const JOURNAL_FILE: &str = "state.journal";
 /// The `format` field of the journal header.
-pub const JOURNAL_FORMAT: &str = "topomgr-journal";
+pub(crate) const JOURNAL_FORMAT: &str = "topomgr-journal";
 /// The journal version this build writes and reads.
-pub const JOURNAL_VERSION: u32 = 1;
+pub(crate) const JOURNAL_VERSION: u32 = 1;
 /// Largest record accepted when reading (a larger length is a torn header).
-pub const MAX_RECORD: usize = 256 << 20;
+pub(crate) const MAX_RECORD: usize = 256 << 20;
 
 const FRAME_HEADER: usize = 4 + 32;
 
 /// The header line of a journal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct JournalHeader {
+pub(crate) struct JournalHeader {
     /// Always [`JOURNAL_FORMAT`].
     pub format: String,
     /// [`JOURNAL_VERSION`].
@@ -72,7 +72,7 @@ pub enum JournalError {
 
 /// What reading a journal found.
 #[derive(Debug, Default)]
-pub struct Contents {
+pub(crate) struct Contents {
     /// Its header (`None`: no journal, or one whose header line was never
     /// completed).
     pub header: Option<JournalHeader>,
@@ -95,7 +95,7 @@ fn frame(payload: &[u8]) -> Vec<u8> {
 /// Parse journal bytes: the header, then every valid record up to the
 /// first torn or damaged one. Only a header line that ends in a newline but
 /// does not parse is an error (a torn header counts as no journal).
-pub fn parse(path: &Path, bytes: &[u8]) -> Result<Contents, JournalError> {
+pub(crate) fn parse(path: &Path, bytes: &[u8]) -> Result<Contents, JournalError> {
     let Some(nl) = bytes.iter().position(|b| *b == b'\n') else {
         return Ok(Contents {
             ignored: bytes.len() as u64,
@@ -141,7 +141,7 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Contents, JournalError> {
 }
 
 /// Read the journal at `path` (`Contents::default()` when absent).
-pub fn read(path: &Path) -> Result<Contents, JournalError> {
+pub(crate) fn read(path: &Path) -> Result<Contents, JournalError> {
     match fs::read(path) {
         Ok(bytes) => parse(path, &bytes),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Contents::default()),
@@ -154,7 +154,7 @@ pub fn read(path: &Path) -> Result<Contents, JournalError> {
 
 /// A journal open for appending.
 #[derive(Debug)]
-pub struct Journal {
+pub(crate) struct Journal {
     path: PathBuf,
     file: File,
     len: u64,
@@ -163,7 +163,7 @@ pub struct Journal {
 impl Journal {
     /// Continue the journal at `path` after its `valid_len` bytes (a torn
     /// tail is cut off first).
-    pub fn resume(path: &Path, valid_len: u64) -> Result<Journal, JournalError> {
+    pub(crate) fn resume(path: &Path, valid_len: u64) -> Result<Journal, JournalError> {
         let io = |source| JournalError::Io {
             path: path.to_path_buf(),
             cause: source,
@@ -182,7 +182,7 @@ impl Journal {
 
     /// Start a new journal at `path` for `header` (written to a temporary
     /// file, synced, renamed over the old one, directory synced).
-    pub fn create(path: &Path, header: &JournalHeader) -> Result<Journal, JournalError> {
+    pub(crate) fn create(path: &Path, header: &JournalHeader) -> Result<Journal, JournalError> {
         let io = |p: &Path| {
             let p = p.to_path_buf();
             move |source| JournalError::Io {
@@ -216,7 +216,7 @@ impl Journal {
     /// Append one record and make it durable. On failure the file is cut
     /// back to where it was; when even that fails the error says so and the
     /// journal must be started anew before the next append.
-    pub fn append(&mut self, payload: &[u8]) -> Result<(), AppendError> {
+    pub(crate) fn append(&mut self, payload: &[u8]) -> Result<(), AppendError> {
         let frame = frame(payload);
         let written = self
             .file
@@ -247,7 +247,7 @@ impl Journal {
     }
 
     /// Bytes in the journal (header and records).
-    pub fn size(&self) -> u64 {
+    pub(crate) fn size(&self) -> u64 {
         self.len
     }
 }
@@ -255,7 +255,7 @@ impl Journal {
 /// A failed append.
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
-pub struct AppendError {
+pub(crate) struct AppendError {
     /// What failed.
     pub error: JournalError,
     /// Whether the journal was cut back to its last record (else it must be

@@ -17,11 +17,11 @@ use topomgr_engine::admission::Admitter;
 use topomgr_engine::provider::LoadedProvider;
 
 /// (pod uid, container) releases a provider has not seen yet, in order.
-pub type PendingReleases = Vec<(String, String)>;
+pub(crate) type PendingReleases = Vec<(String, String)>;
 
 /// The saved state of a provider that does not hold it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Kept {
+pub(crate) struct Kept {
     /// Why it is kept: the provider's refusal, or that it is not configured.
     pub reason: String,
     /// Its saved state, as it was.
@@ -32,7 +32,7 @@ pub struct Kept {
 
 /// One provider's part of the state to save.
 #[derive(Clone, Copy)]
-pub enum ProviderPart<'a> {
+pub(crate) enum ProviderPart<'a> {
     /// A live provider: ask it for its state.
     Live(&'a LoadedProvider),
     /// A held or absent provider: its saved bytes and what it missed.
@@ -41,7 +41,7 @@ pub enum ProviderPart<'a> {
 
 /// The state layer's book of the providers (see the module documentation).
 #[derive(Debug)]
-pub struct ProviderStates {
+pub(crate) struct ProviderStates {
     /// Configured providers that refused their saved state, by name.
     held: BTreeMap<String, Kept>,
     /// Providers of the saved state that are not configured, by name.
@@ -56,7 +56,7 @@ pub struct ProviderStates {
 impl ProviderStates {
     /// The book of `admitter`'s providers as they are: none held or absent,
     /// each one's state as saved.
-    pub fn new(admitter: &Admitter) -> ProviderStates {
+    pub(crate) fn new(admitter: &Admitter) -> ProviderStates {
         let mut states = ProviderStates {
             held: BTreeMap::new(),
             absent: BTreeMap::new(),
@@ -69,7 +69,7 @@ impl ProviderStates {
 
     /// Forget every held and absent provider (before a restore installs
     /// them again).
-    pub fn reset(&mut self, admitter: &mut Admitter) {
+    pub(crate) fn reset(&mut self, admitter: &mut Admitter) {
         admitter.clear_holds();
         self.held.clear();
         self.absent.clear();
@@ -78,20 +78,20 @@ impl ProviderStates {
 
     /// Hold configured provider `name`, which refused its `saved` state
     /// (`reason`), with the releases it missed.
-    pub fn hold(&mut self, admitter: &mut Admitter, name: &str, kept: Kept) {
+    pub(crate) fn hold(&mut self, admitter: &mut Admitter, name: &str, kept: Kept) {
         admitter.hold(name, kept.reason.clone());
         self.held.insert(name.to_owned(), kept);
     }
 
     /// Keep the saved state of provider `name`, which is not configured:
     /// it is written back unchanged, and releases are remembered for it.
-    pub fn keep_absent(&mut self, name: &str, kept: Kept) {
+    pub(crate) fn keep_absent(&mut self, name: &str, kept: Kept) {
         self.absent.insert(name.to_owned(), kept);
     }
 
     /// Remember that the containers of pod `uid` (in release order) were
     /// released, for every held and absent provider.
-    pub fn missed_release(&mut self, uid: &str, containers: &[String]) {
+    pub(crate) fn missed_release(&mut self, uid: &str, containers: &[String]) {
         for (name, kept) in self.held.iter_mut().chain(self.absent.iter_mut()) {
             for c in containers {
                 kept.pending_releases.push((uid.to_owned(), c.clone()));
@@ -102,7 +102,7 @@ impl ProviderStates {
 
     /// Each provider's part of the state to save: the configured ones in
     /// call order, then those only the saved state knows.
-    pub fn parts<'a>(&'a self, admitter: &'a Admitter) -> Vec<(&'a str, ProviderPart<'a>)> {
+    pub(crate) fn parts<'a>(&'a self, admitter: &'a Admitter) -> Vec<(&'a str, ProviderPart<'a>)> {
         let configured = admitter.providers().iter().map(|p| {
             let part = match self.held.get(p.name()) {
                 Some(kept) => ProviderPart::Kept(kept),
@@ -119,7 +119,7 @@ impl ProviderStates {
 
     /// The providers whose state changed since it was last saved, by name;
     /// they count as saved from now on (see [`ProviderStates::keep_changed`]).
-    pub fn take_changed(&mut self, admitter: &Admitter) -> Vec<String> {
+    pub(crate) fn take_changed(&mut self, admitter: &Admitter) -> Vec<String> {
         let mut out = Vec::new();
         for p in admitter.providers() {
             if self.held.contains_key(p.name()) {
@@ -135,7 +135,7 @@ impl ProviderStates {
     }
 
     /// Put `names` back as changed (their state could not be saved yet).
-    pub fn keep_changed(&mut self, names: &[String]) {
+    pub(crate) fn keep_changed(&mut self, names: &[String]) {
         for n in names {
             if self.held.contains_key(n) || self.absent.contains_key(n) {
                 self.kept_changed.insert(n.clone());
@@ -146,7 +146,7 @@ impl ProviderStates {
     }
 
     /// Take every provider's state as saved now (after a whole snapshot).
-    pub fn saved_all(&mut self, admitter: &Admitter) {
+    pub(crate) fn saved_all(&mut self, admitter: &Admitter) {
         for p in admitter.providers() {
             self.saved_at.insert(p.name().to_owned(), p.state_changes());
         }

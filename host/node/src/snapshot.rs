@@ -3,7 +3,7 @@
 //! installs a recovered one.
 //!
 //! [`crate::store`] pairs the snapshot with the journal of the changes made
-//! since ([`crate::journal`]); the daemon (`topomgr serve`) and the one-shot
+//! since (`crate::journal`); the daemon (`topomgr serve`) and the one-shot
 //! commands (`admit --state-dir`, `run`, `release --state-dir`, `provider
 //! ... --state-dir`) share both formats and one lock
 //! ([`crate::state_lock`]), so they can take turns on a state directory. The
@@ -14,7 +14,7 @@
 //!
 //! # The state file
 //!
-//! The snapshot is ONE file, [`STATE_FILE`], so the host's pod table and
+//! The snapshot is ONE file, `STATE_FILE`, so the host's pod table and
 //! every provider's state change together in one atomic rename (two files
 //! could disagree after a crash between their renames, which could assign a
 //! CPU twice). The file is a versioned envelope:
@@ -34,7 +34,7 @@
 //! `generation` links the snapshot to the journal that continues it.
 //!
 //! On restore the header, the length and the SHA-256 of the body are
-//! verified ([`read_snapshot`]) before anything is handed to a provider;
+//! verified (`read_snapshot`) before anything is handed to a provider;
 //! the boot id tells whether the machine rebooted since.
 
 use std::collections::BTreeMap;
@@ -142,13 +142,13 @@ impl From<PathError> for StateError {
 }
 
 /// File name of the snapshot in a state directory.
-pub const STATE_FILE: &str = "state.ckpt";
+pub(crate) const STATE_FILE: &str = "state.ckpt";
 /// The `format` field of the state envelope.
-pub const STATE_FORMAT: &str = "topomgr-state";
+pub(crate) const STATE_FORMAT: &str = "topomgr-state";
 /// The envelope version this build writes.
-pub const STATE_VERSION: u32 = 2;
+pub(crate) const STATE_VERSION: u32 = 2;
 /// The oldest envelope version this build reads.
-pub const OLDEST_STATE_VERSION: u32 = 1;
+pub(crate) const OLDEST_STATE_VERSION: u32 = 1;
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -17,7 +17,7 @@ use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
 /// File name of the lock inside the state directory.
-pub const LOCK_FILE: &str = "topomgr.lock";
+pub(crate) const LOCK_FILE: &str = "topomgr.lock";
 
 /// Why the state directory could not be locked.
 #[derive(Debug, thiserror::Error)]

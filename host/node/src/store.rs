@@ -1,6 +1,6 @@
-//! The durable state of a state directory: a snapshot ([`STATE_FILE`],
+//! The durable state of a state directory: a snapshot (`STATE_FILE`,
 //! [`crate::snapshot`]) and the journal of every change made since
-//! ([`JOURNAL_FILE`], [`crate::journal`]).
+//! (`JOURNAL_FILE`, `crate::journal`).
 //!
 //! # Writing: proportional to the change
 //!
@@ -17,7 +17,7 @@
 //!   CPU, memory and device providers' states are bounded by the machine
 //!   (what they hold exclusively), not by the pods held.
 //!
-//! When the journal has grown past [`COMPACT_MIN`] and past the size of the
+//! When the journal has grown past `COMPACT_MIN` and past the size of the
 //! snapshot, the commit writes a new snapshot instead (generation + 1,
 //! atomic rename) and starts a new journal for it: compaction costs the
 //! state's size once per that many bytes of records, so the cost per change
@@ -57,7 +57,7 @@ use topomgr_engine::provider::LoadedProvider;
 
 /// The journal is compacted once it is larger than this and larger than
 /// the snapshot.
-pub const COMPACT_MIN: u64 = 1 << 20;
+pub(crate) const COMPACT_MIN: u64 = 1 << 20;
 
 /// One journal record: everything one commit changed.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -250,7 +250,8 @@ impl Store {
 
     /// Compact once the journal is larger than `bytes` (and the snapshot)
     /// instead of [`COMPACT_MIN`].
-    pub fn compact_above(mut self, bytes: u64) -> Store {
+    #[cfg(test)]
+    fn compact_above(mut self, bytes: u64) -> Store {
         self.compact_min = bytes;
         self
     }

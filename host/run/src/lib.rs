@@ -52,7 +52,7 @@ use topomgr_sdk::{ContainerView, Machine, PodView, QosClass, ResourceList};
 use tracing::{debug, info, warn};
 
 /// The container name of a `topomgr run` pod.
-pub const CONTAINER: &str = "main";
+pub(crate) const CONTAINER: &str = "main";
 
 /// Why a run could not go on.
 #[derive(Debug, thiserror::Error)]

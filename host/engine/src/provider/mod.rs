@@ -151,7 +151,7 @@ impl LoadedProvider {
     }
 
     /// The deadline of every call, when the provider runs on its own thread.
-    pub fn deadline(&self) -> Option<Duration> {
+    pub(crate) fn deadline(&self) -> Option<Duration> {
         match &self.calls {
             Calls::Direct(_) => None,
             Calls::Deadline(d) => Some(d.timeout),
@@ -177,7 +177,7 @@ impl LoadedProvider {
     /// receives it once, see [`topomgr_sdk::ffi::METHOD_SHARE_POD`]) and
     /// recognises it by address in the calls that pass `&**pod`; calls about
     /// any other pod carry their pod as usual.
-    pub fn share_pod(&mut self, pod: &Arc<PodView>) {
+    pub(crate) fn share_pod(&mut self, pod: &Arc<PodView>) {
         match &mut self.calls {
             Calls::Direct(h) => h.share_pod(pod),
             Calls::Deadline(d) => d.last_pod = Some(Arc::clone(pod)),
