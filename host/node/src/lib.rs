@@ -19,5 +19,6 @@ pub mod setup;
 pub mod snapshot;
 pub mod state_dir;
 pub mod state_lock;
+pub mod state_repair;
 pub mod store;
 pub mod trusted_file;

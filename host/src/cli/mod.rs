@@ -9,6 +9,7 @@ mod provider;
 mod release;
 mod run;
 mod serve;
+mod state;
 mod text;
 mod topology;
 
@@ -87,6 +88,8 @@ pub enum Command {
     Attach(client::AttachArgs),
     /// Export this node's state for Kubernetes (`export nrt`: the NodeResourceTopology object).
     Export(export::ExportArgs),
+    /// Check or recover a state directory (`state check`, `state recover`).
+    State(state::StateArgs),
 }
 
 /// Install the stderr logger.
@@ -145,5 +148,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Release(args) => release::run(&cli.config, args),
         Command::Attach(args) => client::attach(&cli.config, args),
         Command::Export(args) => export::run(&cli.config, args),
+        Command::State(args) => state::run(args),
     }
 }

@@ -26,3 +26,4 @@ mod merge;
 mod plugins;
 mod run;
 mod sriov;
+mod state;
