@@ -26,7 +26,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::connect_info::Connected;
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::DefaultBodyLimit;
 use axum::extract::{ConnectInfo, Path as UrlPath, Query, Request, State};
@@ -34,7 +33,6 @@ use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::IncomingStream;
 use axum::{Json, Router};
 use serde::Deserialize;
 use tokio::net::UnixListener;
@@ -42,6 +40,7 @@ use topomgr_sdk::Machine;
 use tracing::{debug, info};
 
 use super::access::{AccessPolicy, Peer};
+use super::listener::Limits;
 use super::metrics::{Metrics, BAD_MANIFEST};
 use super::state_thread::{Command, CommandError, Reply, StateThread};
 use topomgr_engine::admission::AdmitResult;
@@ -69,9 +68,10 @@ pub struct AppState {
 #[derive(Debug, Clone, Copy)]
 pub struct PeerConn(pub Option<Peer>);
 
-impl Connected<IncomingStream<'_, UnixListener>> for PeerConn {
-    fn connect_info(stream: IncomingStream<'_, UnixListener>) -> Self {
-        PeerConn(stream.io().peer_cred().ok().map(|c| Peer {
+impl PeerConn {
+    /// The credentials of the peer of `stream`.
+    pub fn of(stream: &tokio::net::UnixStream) -> PeerConn {
+        PeerConn(stream.peer_cred().ok().map(|c| Peer {
             uid: c.uid(),
             gid: c.gid(),
             pid: c.pid(),
@@ -177,6 +177,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(unknown_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn(super::listener::body_deadline))
         .layer(middleware::from_fn_with_state(state.clone(), check_peer))
         .with_state(state)
 }
@@ -369,7 +370,7 @@ async fn explain_pod(
         .state_thread
         .read(|snap| (snap.explains.get(&uid), snap.pods.contains_key(&uid)));
     match trace {
-        Some(traced) => Ok(Json(traced.explain())),
+        Some(explain) => Ok(Json(explain)),
         None if admitted => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "NoTrace",
@@ -378,7 +379,7 @@ async fn explain_pod(
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "UnknownPod",
-            format!("no admitted or recently rejected pod with uid {uid:?} (the last {} rejections are kept)", topomgr_engine::explain::REJECTED_KEPT),
+            format!("no admitted or recently rejected pod with uid {uid:?} (the last {} rejections are kept, up to {} MiB of their traces)", topomgr_engine::explain::REJECTED_KEPT, topomgr_engine::explain::REJECTED_BYTES >> 20),
         )),
     }
 }
@@ -436,20 +437,25 @@ async fn metrics(State(state): State<AppState>) -> Response {
     super::scrape::response(&state.metrics)
 }
 
-/// Serve `state` on `listener` until `shutdown` completes, then remove `socket`.
+/// Serve `state` on `listener` within `limits` until `shutdown` completes,
+/// then remove `socket`.
 pub async fn serve(
     listener: UnixListener,
     socket: PathBuf,
     state: AppState,
+    limits: Limits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = router(state).into_make_service_with_connect_info::<PeerConn>();
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let listener = &listener;
+    let accept = move || async move {
+        let (stream, _) = listener.accept().await?;
+        let peer = PeerConn::of(&stream);
+        Ok((stream, peer))
+    };
+    super::listener::serve("socket", limits, accept, router(state), shutdown).await;
     if let Err(e) = std::fs::remove_file(&socket) {
         debug!(socket = %socket.display(), error = %e, "socket not removed");
     }
     info!(socket = %socket.display(), "stopped serving");
-    result
+    Ok(())
 }

@@ -16,6 +16,7 @@ mod config;
 mod cpu_provider;
 mod crash;
 mod daemon;
+mod daemon_limits;
 mod demo;
 mod discovery;
 mod gpu;
