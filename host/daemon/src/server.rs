@@ -15,7 +15,8 @@
 //!
 //! Errors are `{"error": "<message>", "reason": "<code>"}` with status 400
 //! (bad input), 403 (peer not allowed), 404 (unknown pod, container or
-//! route), 405 (a route that does not take the method), 409
+//! route), 405 (a route that does not take the method), 415 (a body that is
+//! not `application/json` or `application/yaml`, by its `Content-Type`), 409
 //! (a uid admitted with a different spec), 422 (cgroup problem), 500
 //! (provider errors on release), 503 (state cannot be saved, or shutting
 //! down). `docs/api/openapi.yaml` documents the same. Every answer is one
@@ -29,7 +30,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::DefaultBodyLimit;
 use axum::extract::{ConnectInfo, Path as UrlPath, Query, Request, State};
-use axum::http::StatusCode;
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -276,11 +277,57 @@ struct AdmitQuery {
     explain: bool,
 }
 
+/// The media types `POST /v1/pods` takes (YAML under each name in use).
+const MANIFEST_TYPES: [&str; 5] = [
+    "application/json",
+    "application/yaml",
+    "application/x-yaml",
+    "text/yaml",
+    "text/x-yaml",
+];
+
+/// Refuse a request whose `Content-Type` (parameters aside) is not one of
+/// `accepted`, as the API server refuses media types it cannot decode.
+fn require_content_type(
+    headers: &HeaderMap,
+    accepted: &[&str],
+    route: &str,
+) -> Result<(), ApiError> {
+    let given = headers
+        .get(header::CONTENT_TYPE)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let media = given.as_deref().map(|v| {
+        v.split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase()
+    });
+    if media.as_deref().is_some_and(|m| accepted.contains(&m)) {
+        return Ok(());
+    }
+    let what = match &given {
+        Some(v) => format!("Content-Type {v:?} is not accepted"),
+        None => "the request has no Content-Type".to_owned(),
+    };
+    Err(ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "UnsupportedMediaType",
+        format!(
+            "{what}: {route} takes {} (with curl: -H 'Content-Type: {}')",
+            accepted.join(" or "),
+            accepted[accepted.len().min(2) - 1]
+        ),
+    ))
+}
+
 async fn admit(
     State(state): State<AppState>,
     query: Result<Query<AdmitQuery>, QueryRejection>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    require_content_type(&headers, &MANIFEST_TYPES, "POST /v1/pods")?;
     let Query(query) = query.map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -398,9 +445,11 @@ async fn release_pod(
 async fn attach(
     State(state): State<AppState>,
     path: Result<UrlPath<(String, String)>, PathRejection>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Attached>, ApiError> {
     let UrlPath((uid, container)) = path?;
+    require_content_type(&headers, &["application/json"], "POST .../attach")?;
     let body = body?;
     let b: AttachRequest = serde_json::from_slice(&body).map_err(|e| {
         ApiError::new(

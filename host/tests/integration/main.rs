@@ -28,3 +28,4 @@ mod plugins;
 mod run;
 mod sriov;
 mod state;
+mod validation;
