@@ -13,6 +13,7 @@ mod api;
 mod architecture;
 mod cgroup;
 mod config;
+mod config_refusals;
 mod cpu_provider;
 mod crash;
 mod daemon;
