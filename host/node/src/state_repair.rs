@@ -776,3 +776,77 @@ impl fmt::Display for Recovery {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(tag: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("topomgr-repair-{tag}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&d);
+        fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// A journal of `records` empty records for snapshot `generation`.
+    fn journal(dir: &Path, generation: u64, records: u64) {
+        let mut j = Journal::create(
+            &dir.join(JOURNAL_FILE),
+            &JournalHeader::new(generation, "boot"),
+        )
+        .unwrap();
+        for seq in 1..=records {
+            j.append(seq, format!("{{\"seq\":{seq}}}").as_bytes())
+                .unwrap();
+        }
+    }
+
+    #[test]
+    fn a_journal_without_its_snapshot_is_refused_and_recovered() {
+        let dir = scratch("orphan");
+        journal(&dir, 4, 2);
+        let c = check(&dir).unwrap();
+        assert!(!c.ok());
+        assert!(
+            c.to_string().contains(
+                "it holds 2 record(s) of snapshot generation 4, but there is no snapshot"
+            ),
+            "{c}"
+        );
+        let r = recover(&dir, &dir.join("backup")).unwrap();
+        assert!(!r.kept_snapshot);
+        assert_eq!(r.dropped.len(), 2);
+        assert_eq!(r.written, Some(5));
+        assert!(dir.join("backup").join(JOURNAL_FILE).is_file());
+        let c = check(&dir).unwrap();
+        assert!(c.ok(), "{c}");
+        // Nothing damaged: recover changes nothing.
+        let r = recover(&dir, &dir.join("backup-2")).unwrap();
+        assert!(r.backup.is_none() && !dir.join("backup-2").exists());
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_journal_of_another_generation_is_dropped_and_the_snapshot_kept() {
+        let dir = scratch("generation");
+        write_atomic(
+            &dir.join(STATE_FILE),
+            &encode(
+                &Body {
+                    generation: 3,
+                    ..Body::default()
+                },
+                "boot",
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        journal(&dir, 7, 1);
+        assert!(!check(&dir).unwrap().ok());
+        let r = recover(&dir, &dir.join("backup")).unwrap();
+        assert!(r.kept_snapshot);
+        assert_eq!(r.written, Some(8));
+        assert!(check(&dir).unwrap().ok());
+        fs::remove_dir_all(dir).unwrap();
+    }
+}
