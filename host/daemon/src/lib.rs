@@ -11,6 +11,9 @@
 //! - `access`: socket ownership/mode and the peer-credential check;
 //! - [`metrics`]: Prometheus metrics (kubelet names);
 //! - `scrape`: `GET /metrics` over TCP at `daemon.metrics_address`;
+//! - [`listener`]: the accept loop both listeners share: a cap on open
+//!   connections each, within the open-file limit, and deadlines for a
+//!   request's headers (and a kept-alive connection's idle time) and body;
 //! - `systemd`: readiness and stopping notifications (`Type=notify`);
 //! - [`client`]: a small blocking HTTP/1.1 client for the CLI, tests and benches.
 //!
@@ -25,6 +28,7 @@
 
 mod access;
 pub mod client;
+pub mod listener;
 pub mod metrics;
 mod scrape;
 mod server;
@@ -100,6 +104,9 @@ pub enum DaemonError {
     /// The metrics address could not be bound.
     #[error(transparent)]
     Metrics(#[from] scrape::BindError),
+    /// Too few file descriptors to serve.
+    #[error(transparent)]
+    Budget(#[from] listener::BudgetError),
     /// Binding the socket failed.
     #[error("cannot listen on {}: {cause}", path.display())]
     Bind {
@@ -174,6 +181,7 @@ fn inventory_of(p: &mut LoadedProvider) -> Inventory {
 
 /// Restore state, bind the socket and serve until SIGTERM/SIGINT.
 pub fn run(d: Daemon) -> Result<(), DaemonError> {
+    let budget = listener::Budget::of_process()?;
     let metrics = Arc::new(Metrics::for_machine(&d.machine));
     let mut providers: Vec<LoadedProvider> = Vec::with_capacity(d.providers.len());
     for p in d.providers {
@@ -225,7 +233,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
             None => None,
         };
         let scrape_address = scrape_listener.as_ref().and_then(|l| l.local_addr().ok());
-        info!(socket = %socket.display(), state_dir = %state_dir.display(), lock = %lock_path.display(), pods = restored.pods, group = %access.group, metrics_address = ?scrape_address, "topomgr daemon listening");
+        info!(socket = %socket.display(), state_dir = %state_dir.display(), lock = %lock_path.display(), pods = restored.pods, group = %access.group, metrics_address = ?scrape_address, max_connections = budget.socket.max_connections, metrics_max_connections = budget.metrics.max_connections, "topomgr daemon listening");
         let (stop, stop_rx) = watch::channel(false);
         tokio::spawn(async move {
             shutdown_signal().await;
@@ -236,6 +244,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
             tokio::spawn(scrape::serve(
                 l,
                 Arc::clone(&metrics),
+                budget.metrics,
                 stopped(stop_rx.clone()),
             ))
         });
@@ -255,7 +264,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
             restored.pods,
             socket.display()
         ));
-        let served = server::serve(listener, socket, state, stopped(stop_rx)).await;
+        let served = server::serve(listener, socket, state, budget.socket, stopped(stop_rx)).await;
         let scraped = match scraping {
             Some(task) => task.await.unwrap_or_else(|e| Err(std::io::Error::other(e))),
             None => Ok(()),

@@ -20,6 +20,7 @@ use axum::Router;
 use tokio::net::TcpListener;
 use tracing::info;
 
+use super::listener::Limits;
 use super::metrics::Metrics;
 
 /// The content type of the exposition ([`Metrics::render`]).
@@ -58,16 +59,19 @@ pub(crate) fn router(metrics: Arc<Metrics>) -> Router {
         .with_state(metrics)
 }
 
-/// Serve the metrics on `listener` until `shutdown` completes.
+/// Serve the metrics on `listener` within `limits` until `shutdown`
+/// completes.
 pub(crate) async fn serve(
     listener: TcpListener,
     metrics: Arc<Metrics>,
+    limits: Limits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let address = listener.local_addr()?;
-    let result = axum::serve(listener, router(metrics))
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let listener = &listener;
+    let accept = move || async move { listener.accept().await };
+    let router = router(metrics).layer(axum::middleware::from_fn(super::listener::body_deadline));
+    super::listener::serve("metrics", limits, accept, router, shutdown).await;
     info!(%address, "stopped serving metrics");
-    result
+    Ok(())
 }

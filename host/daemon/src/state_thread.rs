@@ -455,7 +455,7 @@ impl Worker {
                 let known = view.explains.get(&pod.uid);
                 drop(view);
                 let stored = self.node.pods()[&pod.uid].clone();
-                out.push(known.map_or_else(|| self.explain(&stored, &[]), |t| t.explain()));
+                out.push(known.unwrap_or_else(|| self.explain(&stored, &[])));
                 continue;
             }
             let mut trace = Vec::new();

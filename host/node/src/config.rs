@@ -274,6 +274,14 @@ impl HostConfig {
 /// (or variable) and, for a bad value, the full key path.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// A `*.toml` entry of the drop-in directory that is not a file.
+    #[error("drop-in {} is {what}, not a config file: remove it, or rename it without .toml", path.display())]
+    DropInNotFile {
+        /// The entry.
+        path: PathBuf,
+        /// What it is.
+        what: String,
+    },
     /// A file could not be read.
     #[error("cannot read config file {}: {error}", path.display())]
     Read {
@@ -409,7 +417,8 @@ pub fn load_with(path: &Path, opts: &LoadOptions<'_>) -> Result<HostConfig, Conf
                     error,
                 })?;
                 let p = entry.path();
-                if p.extension().is_some_and(|e| e == "toml") && p.is_file() {
+                if p.extension().is_some_and(|e| e == "toml") {
+                    dropin_is_file(&p)?;
                     names.push(p);
                 }
             }
@@ -439,6 +448,33 @@ pub fn load_with(path: &Path, opts: &LoadOptions<'_>) -> Result<HostConfig, Conf
     }
     merge_tables(&mut sources.merged, env_table(opts.env)?);
     sources.finish(&main, &base)
+}
+
+/// A `*.toml` entry of the drop-in directory must be a file (a symbolic
+/// link to one counts): a directory, a link to nothing or a device named
+/// like a drop-in is refused rather than skipped.
+fn dropin_is_file(p: &Path) -> Result<(), ConfigError> {
+    let not_a_file = |what: String| ConfigError::DropInNotFile {
+        path: p.to_path_buf(),
+        what,
+    };
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_file() => Ok(()),
+        Ok(m) if m.is_dir() => Err(not_a_file("a directory".to_owned())),
+        Ok(_) => Err(not_a_file("not a regular file".to_owned())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let target = std::fs::read_link(p)
+                .map(|t| t.display().to_string())
+                .unwrap_or_default();
+            Err(not_a_file(format!(
+                "a symbolic link to {target:?}, which does not exist"
+            )))
+        }
+        Err(error) => Err(ConfigError::Read {
+            path: p.to_path_buf(),
+            error,
+        }),
+    }
 }
 
 /// The raw tables read so far, merged, with which file set each provider.

@@ -20,7 +20,7 @@
 //! CPU twice). The file is a versioned envelope:
 //!
 //! ```text
-//! {"format":"topomgr-state","version":2,"boot_id":"…","sha256":"<hex>","length":N}\n
+//! {"format":"topomgr-state","version":3,"boot_id":"…","sha256":"<hex>","length":N}\n
 //! <N bytes of body: {"pods": {uid: AdmitResult}, "providers": {name: "<hex of checkpoint bytes>"},
 //!                    "attachments": {uid: {container: cgroup path}},
 //!                    "owners": {uid: {"kind": "process"|"container", ...}},
@@ -31,14 +31,15 @@
 //! Version 1 files (without `owners`, `pending_releases`, `generation`) are
 //! read too, and so are owners saved without `kind` (process owners,
 //! before containers could own pods; [`crate::pod_owner::Owner`]).
-//! `generation` links the snapshot to the journal that continues it.
+//! `sha256` is the SHA-256 of the boot id, a NUL byte and the body (version
+//! 1 and 2 files have the SHA-256 of the body alone). `generation` links
+//! the snapshot to the journal that continues it.
 //!
 //! On restore the header, the length and the SHA-256 of the body are
 //! verified (`read_snapshot`) before anything is handed to a provider;
 //! the boot id tells whether the machine rebooted since.
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -71,8 +72,9 @@ pub enum StateError {
         /// What was wrong.
         reason: String,
     },
-    /// A state file whose checksum or length does not match its header.
-    #[error("{path}: state file is damaged: {reason}; refusing to use it (move it away to start from empty state, which forgets every admitted pod)")]
+    /// A state file whose checksum or length does not match its header, or
+    /// whose checked body does not parse.
+    #[error("{}: state file is damaged: {reason}. Nothing was changed; `topomgr state check --state-dir {dir}` shows what the directory holds, and `topomgr state recover --state-dir {dir}` backs the files up and starts from empty state, forgetting every admitted pod (it lists those it can still read)", path.display(), dir = state_dir_of(path).display())]
     Damaged {
         /// The path.
         path: PathBuf,
@@ -112,6 +114,17 @@ pub enum StateError {
     /// The journal could not be read, started or appended to.
     #[error(transparent)]
     Journal(#[from] JournalError),
+    /// The journal is damaged in a way a torn append cannot explain, or does
+    /// not continue the snapshot.
+    #[error("{}: {what}. Nothing was changed; `topomgr state check --state-dir {dir}` shows what the directory holds, and `topomgr state recover --state-dir {dir}` {keeps}, after a backup copy, and lists what it drops", path.display(), dir = state_dir_of(path).display())]
+    JournalDamaged {
+        /// The journal.
+        path: PathBuf,
+        /// What is wrong (file offset and record sequence number included).
+        what: String,
+        /// What `state recover` keeps.
+        keeps: String,
+    },
     /// Pods are admitted but a configured provider has no saved state.
     #[error("{path}: the state holds {pods} admitted pod(s) but no saved state for provider {provider:?}, which is configured now; started empty it could hand out what those pods hold. Release those pods before enabling the provider (topomgr release --state-dir DIR UID, with the provider not configured), or configure the state directory it was saved with")]
     MissingProviderState {
@@ -124,6 +137,15 @@ pub enum StateError {
     },
 }
 
+/// The state directory of a file in it, for the remedies messages name.
+fn state_dir_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
+}
+
+#[cfg(test)]
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StateError + '_ {
     move |source| StateError::Io {
         path: path.to_path_buf(),
@@ -145,8 +167,9 @@ impl From<PathError> for StateError {
 pub(crate) const STATE_FILE: &str = "state.ckpt";
 /// The `format` field of the state envelope.
 pub(crate) const STATE_FORMAT: &str = "topomgr-state";
-/// The envelope version this build writes.
-pub(crate) const STATE_VERSION: u32 = 2;
+/// The envelope version this build writes (3: the checksum covers the boot
+/// id too).
+pub(crate) const STATE_VERSION: u32 = 3;
 /// The oldest envelope version this build reads.
 pub(crate) const OLDEST_STATE_VERSION: u32 = 1;
 
@@ -215,6 +238,20 @@ fn sha256_hex(data: &[u8]) -> String {
     to_hex(&Sha256::digest(data))
 }
 
+/// The checksum of an envelope of `version`: of the body, and from version
+/// 3 on of the boot id before it (a changed boot id would change what a
+/// restart decides about `run` pods' owners).
+fn checksum(version: u32, boot_id: &str, body: &[u8]) -> String {
+    if version < 3 {
+        return sha256_hex(body);
+    }
+    let mut h = Sha256::new();
+    h.update(boot_id.as_bytes());
+    h.update([0]);
+    h.update(body);
+    to_hex(&h.finalize())
+}
+
 /// Provider `name`'s failure `e` to give or take its state in `path`:
 /// [`StateError::ProviderStuck`] for a provider stuck in a call that timed
 /// out, else [`StateError::Provider`].
@@ -246,7 +283,7 @@ pub(crate) fn encode(body: &Body, boot_id: &str) -> Result<Vec<u8>, StateError> 
         format: STATE_FORMAT.to_owned(),
         version: STATE_VERSION,
         boot_id: boot_id.to_owned(),
-        sha256: sha256_hex(&body),
+        sha256: checksum(STATE_VERSION, boot_id, &body),
         length: body.len() as u64,
     };
     let mut out = serde_json::to_vec(&header).map_err(|e| StateError::Corrupt {
@@ -260,19 +297,27 @@ pub(crate) fn encode(body: &Body, boot_id: &str) -> Result<Vec<u8>, StateError> 
 
 /// Read and verify the snapshot `path`: its boot id and body, and its size;
 /// `None` when the file is absent.
+#[cfg(test)]
 pub(crate) fn read_snapshot(path: &Path) -> Result<Option<(String, Body, u64)>, StateError> {
     match read_file(path)? {
         Some(bytes) => {
-            let (header, body) = decode(path, &bytes)?;
-            Ok(Some((header.boot_id, body, bytes.len() as u64)))
+            let (boot_id, body) = decode_snapshot(path, &bytes)?;
+            Ok(Some((boot_id, body, bytes.len() as u64)))
         }
         None => Ok(None),
     }
 }
 
+/// Verify and parse the bytes of snapshot `path`: its boot id and body.
+pub(crate) fn decode_snapshot(path: &Path, bytes: &[u8]) -> Result<(String, Body), StateError> {
+    let (header, body) = decode(path, bytes)?;
+    Ok((header.boot_id, body))
+}
+
 /// The bytes of `path`; `None` when it is absent.
+#[cfg(test)]
 fn read_file(path: &Path) -> Result<Option<Vec<u8>>, StateError> {
-    match fs::read(path) {
+    match std::fs::read(path) {
         Ok(b) => Ok(Some(b)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(io(path)(e)),
@@ -317,22 +362,27 @@ fn decode(path: &Path, bytes: &[u8]) -> Result<(Header, Body), StateError> {
             header.length
         )));
     }
-    let sum = sha256_hex(body);
+    let sum = checksum(header.version, &header.boot_id, body);
     if sum != header.sha256 {
         return Err(damaged(format!(
-            "SHA-256 of the body is {sum}, header says {}",
+            "SHA-256 of the {} is {sum}, header says {}",
+            if header.version < 3 {
+                "body"
+            } else {
+                "boot id and body"
+            },
             header.sha256
         )));
     }
-    let body: Body = serde_json::from_slice(body).map_err(|e| StateError::Corrupt {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
+    let body: Body = serde_json::from_slice(body)
+        .map_err(|e| damaged(format!("the body does not parse: {e}")))?;
     Ok((header, body))
 }
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
 
     use topomgr_engine::admission::ContainerResult;
@@ -378,6 +428,10 @@ mod tests {
         let (boot, read, len) = read_snapshot(&path).unwrap().unwrap();
         assert_eq!((boot.as_str(), len), ("boot", good.len() as u64));
         assert_eq!(read.pods, body.pods);
+        let remedy = format!(
+            ". Nothing was changed; `topomgr state check --state-dir {dir}` shows what the directory holds, and `topomgr state recover --state-dir {dir}` backs the files up and starts from empty state, forgetting every admitted pod (it lists those it can still read)",
+            dir = dir.display()
+        );
 
         let mut flipped = good.clone();
         let last = flipped.len() - 2;
@@ -386,19 +440,19 @@ mod tests {
         let msg = read_snapshot(&path).unwrap_err().to_string();
         assert!(
             msg.starts_with(&format!(
-                "{}: state file is damaged: SHA-256 of the body is ",
+                "{}: state file is damaged: SHA-256 of the boot id and body is ",
                 path.display()
             )),
             "{msg}"
         );
-        assert!(msg.ends_with("; refusing to use it (move it away to start from empty state, which forgets every admitted pod)"));
+        assert!(msg.ends_with(&remedy), "{msg}");
 
         fs::write(&path, &good[..good.len() - 3]).unwrap();
         let nl = good.iter().position(|b| *b == b'\n').unwrap();
         assert_eq!(
             read_snapshot(&path).unwrap_err().to_string(),
             format!(
-                "{}: state file is damaged: body is {} bytes, header says {}; refusing to use it (move it away to start from empty state, which forgets every admitted pod)",
+                "{}: state file is damaged: body is {} bytes, header says {}{remedy}",
                 path.display(),
                 good.len() - nl - 4,
                 good.len() - nl - 1
@@ -408,12 +462,12 @@ mod tests {
         let newer =
             String::from_utf8(good.clone())
                 .unwrap()
-                .replacen("\"version\":2", "\"version\":7", 1);
+                .replacen("\"version\":3", "\"version\":7", 1);
         fs::write(&path, newer).unwrap();
         assert_eq!(
             read_snapshot(&path).unwrap_err().to_string(),
             format!(
-                "{}: state version 7 is not supported by this topomgr (it reads versions 1 to 2); run the topomgr that wrote it",
+                "{}: state version 7 is not supported by this topomgr (it reads versions 1 to 3); run the topomgr that wrote it",
                 path.display()
             )
         );

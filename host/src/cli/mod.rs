@@ -10,6 +10,7 @@ mod provider;
 mod release;
 mod run;
 mod serve;
+mod state;
 mod text;
 mod topology;
 
@@ -88,6 +89,8 @@ pub enum Command {
     /// The OCI runtime hook: place a container through the daemon at
     /// createRuntime, release it at poststop (the container's state on stdin).
     OciHook(oci_hook::OciHookArgs),
+    /// Check or recover a state directory (`state check`, `state recover`).
+    State(state::StateArgs),
 }
 
 /// Install the stderr logger.
@@ -147,5 +150,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Attach(args) => client::attach(&cli.config, args),
         Command::Export(args) => export::run(&cli.config, args),
         Command::OciHook(args) => oci_hook::run(&cli.config, args),
+        Command::State(args) => state::run(args),
     }
 }

@@ -16,9 +16,10 @@
 //!
 //! The state is a snapshot plus a journal of records. A `kill -9` never
 //! tears a `write`, so before some restarts the test tears the journal's
-//! end itself, as a power cut during an append would (a record cut short,
-//! garbage, a length with nothing behind it): such a tail was never
-//! acknowledged, and the restarted daemon must ignore it and lose nothing.
+//! end itself, as a power cut during an append would (the next record cut
+//! short, its last blocks never written, zeros where the file grew): such a
+//! tail was never acknowledged, and the restarted daemon must cut it off
+//! and lose nothing.
 
 use crate::common;
 
@@ -66,49 +67,48 @@ fn rng(seed: u64) -> TestRng {
 /// The environment variable that fixes the seed (to replay a run's choices).
 const SEED_ENV: &str = "TOPOMGR_CRASH_SEED";
 
-/// The byte ranges of the journal's records (after its header line).
-fn frames(journal: &[u8]) -> Vec<std::ops::Range<usize>> {
-    let Some(nl) = journal.iter().position(|b| *b == b'\n') else {
-        return Vec::new();
-    };
-    let (mut at, mut out) = (nl + 1, Vec::new());
-    while journal.len() - at >= 36 {
-        let len = u32::from_le_bytes(journal[at..at + 4].try_into().unwrap()) as usize;
-        if journal.len() - at - 36 < len {
-            break;
-        }
-        out.push(at..at + 36 + len);
-        at += 36 + len;
-    }
-    out
-}
-
-/// Tear the end of the journal in `state` the way kill `n` chooses;
-/// returns what was done.
+/// Tear the end of the journal in `state` the way kill `n` chooses, as a
+/// power cut during the next append would (a `kill -9` never tears a
+/// `write`); returns what was done.
 fn tear(state: &Path, n: usize, rng: &mut TestRng) -> &'static str {
     let path = state.join("state.journal");
     let Ok(mut bytes) = fs::read(&path) else {
         return "no journal";
     };
+    let Ok(contents) = topomgr_node::journal::parse(&path, &bytes) else {
+        return "no journal";
+    };
+    let Some(last) = contents.records.last() else {
+        return "no record";
+    };
+    // The next record's frame (its payload as long as the last one's).
+    let next = topomgr_node::journal::frame(last.seq + 1, &last.payload);
     let what = match n % 3 {
         0 => {
-            let Some(last) = frames(&bytes).pop() else {
-                return "no record";
-            };
-            let cut = rng.random_range(1..last.len());
-            let torn: Vec<u8> = bytes[last.start..last.start + cut].to_vec();
-            bytes.extend_from_slice(&torn);
-            "a record cut short"
+            let cut = rng.random_range(1..next.len());
+            bytes.extend_from_slice(&next[..cut]);
+            "the next record cut short"
         }
         1 => {
-            let len = rng.random_range(1..=300);
-            bytes.extend((0..len).map(|_| rng.next_u64() as u8));
-            "garbage"
+            // All of it, but from a block boundary on never written (at
+            // least a payload byte: a frame that reads whole is a record).
+            let start = bytes.len();
+            bytes.extend_from_slice(&next);
+            let end = bytes.len();
+            let boundaries: Vec<usize> = (start / 512 + 1..=end / 512)
+                .map(|b| b * 512)
+                .filter(|&b| b + 2 <= end)
+                .collect();
+            let from = match boundaries.len() {
+                0 => start,
+                k => boundaries[rng.random_range(0..k)],
+            };
+            bytes[from..].fill(0);
+            "the next record with its last blocks never written"
         }
         _ => {
-            bytes.extend_from_slice(&4096u32.to_le_bytes());
-            bytes.extend_from_slice(&[0u8; 40]);
-            "a length with too little behind it"
+            bytes.extend(std::iter::repeat_n(0u8, rng.random_range(1..=1000)));
+            "zeros where the file grew and nothing was written"
         }
     };
     fs::write(&path, bytes).unwrap();
