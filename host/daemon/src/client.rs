@@ -222,11 +222,6 @@ impl Client {
         }
     }
 
-    /// The socket path.
-    pub fn socket(&self) -> &Path {
-        &self.socket
-    }
-
     /// Send one request and read the answer.
     pub fn request(
         &mut self,

@@ -7,14 +7,17 @@
 //! - [`topomgr_engine::provider::LoadedProvider::with_deadline`]: every provider on its own thread, each
 //!   call with a deadline, reporting to the metrics
 //!   ([`topomgr_engine::provider::LoadedProvider::with_observer`]);
-//! - [`state_thread`]: the one thread that owns the node state and applies
+//! - `state_thread`: the one thread that owns the node state and applies
 //!   requests one at a time, with group-committed,
 //!   durable state ([`topomgr_node::store::Store`]: journal and snapshot);
-//! - [`server`]: the HTTP/JSON API on a Unix socket;
-//! - [`access`]: socket ownership/mode and the peer-credential check;
+//! - `server`: the HTTP/JSON API on a Unix socket;
+//! - `access`: socket ownership/mode and the peer-credential check;
 //! - [`metrics`]: Prometheus metrics (kubelet names);
-//! - [`scrape`]: `GET /metrics` over TCP at `daemon.metrics_address`;
-//! - [`systemd`]: readiness and stopping notifications (`Type=notify`);
+//! - `scrape`: `GET /metrics` over TCP at `daemon.metrics_address`;
+//! - [`listener`]: the accept loop both listeners share: a cap on open
+//!   connections each, within the open-file limit, and deadlines for a
+//!   request's headers (and a kept-alive connection's idle time) and body;
+//! - `systemd`: readiness and stopping notifications (`Type=notify`);
 //! - [`client`]: a small blocking HTTP/1.1 client for the CLI, tests and benches.
 //!
 //! Start-up order matters: the caller takes the
@@ -27,13 +30,14 @@
 //! serves until SIGTERM or SIGINT (telling the service manager it is
 //! stopping), reclaiming again every `reclaim_interval`.
 
-pub mod access;
+mod access;
 pub mod client;
+pub mod listener;
 pub mod metrics;
-pub mod scrape;
-pub mod server;
-pub mod state_thread;
-pub mod systemd;
+mod scrape;
+mod server;
+mod state_thread;
+mod systemd;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -107,6 +111,9 @@ pub enum DaemonError {
     /// The metrics address could not be bound.
     #[error(transparent)]
     Metrics(#[from] scrape::BindError),
+    /// Too few file descriptors to serve.
+    #[error(transparent)]
+    Budget(#[from] listener::BudgetError),
     /// Binding the socket failed.
     #[error("cannot listen on {}: {cause}", path.display())]
     Bind {
@@ -181,6 +188,7 @@ fn inventory_of(p: &mut LoadedProvider) -> Inventory {
 
 /// Restore state, bind the socket and serve until SIGTERM/SIGINT.
 pub fn run(d: Daemon) -> Result<(), DaemonError> {
+    let budget = listener::Budget::of_process()?;
     let metrics = Arc::new(Metrics::for_machine(&d.machine));
     let mut providers: Vec<LoadedProvider> = Vec::with_capacity(d.providers.len());
     for p in d.providers {
@@ -234,7 +242,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
             None => None,
         };
         let scrape_address = scrape_listener.as_ref().and_then(|l| l.local_addr().ok());
-        info!(socket = %socket.display(), state_dir = %state_dir.display(), lock = %lock_path.display(), node_lock = %node_lock_path.display(), pods = restored.pods, group = %access.group, metrics_address = ?scrape_address, "topomgr daemon listening");
+        info!(socket = %socket.display(), state_dir = %state_dir.display(), lock = %lock_path.display(), node_lock = %node_lock_path.display(), pods = restored.pods, group = %access.group, metrics_address = ?scrape_address, max_connections = budget.socket.max_connections, metrics_max_connections = budget.metrics.max_connections, "topomgr daemon listening");
         let (stop, stop_rx) = watch::channel(false);
         tokio::spawn(async move {
             shutdown_signal().await;
@@ -245,6 +253,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
             tokio::spawn(scrape::serve(
                 l,
                 Arc::clone(&metrics),
+                budget.metrics,
                 stopped(stop_rx.clone()),
             ))
         });
@@ -264,7 +273,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
             restored.pods,
             socket.display()
         ));
-        let served = server::serve(listener, socket, state, stopped(stop_rx)).await;
+        let served = server::serve(listener, socket, state, budget.socket, stopped(stop_rx)).await;
         let scraped = match scraping {
             Some(task) => task.await.unwrap_or_else(|e| Err(std::io::Error::other(e))),
             None => Ok(()),

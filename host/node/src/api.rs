@@ -522,11 +522,11 @@ mod mask_list {
     use serde::{Deserialize as _, Deserializer, Serializer};
     use topomgr_sdk::NumaMask;
 
-    pub fn serialize<S: Serializer>(mask: &NumaMask, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(mask: &NumaMask, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(mask)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<NumaMask, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<NumaMask, D::Error> {
         let text = String::deserialize(d)?;
         NumaMask::parse_list(&text).map_err(serde::de::Error::custom)
     }

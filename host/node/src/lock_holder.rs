@@ -34,6 +34,8 @@ pub enum Role {
     ExportNrt,
     /// `topomgr provider NAME ... --state-dir`.
     Provider,
+    /// `topomgr state recover --state-dir`.
+    StateRecover,
 }
 
 impl Role {
@@ -56,6 +58,7 @@ impl Role {
             Role::Explain => "topomgr explain --state-dir",
             Role::ExportNrt => "topomgr export nrt --state-dir",
             Role::Provider => "topomgr provider --state-dir",
+            Role::StateRecover => "topomgr state recover --state-dir",
         }
     }
 
@@ -76,6 +79,7 @@ impl Role {
             ),
             Role::Release => format!("release through it: `topomgr release --socket {s} UID`"),
             Role::ExportNrt => format!("export through it: `topomgr export nrt --socket {s}`"),
+            Role::StateRecover => "stop that daemon first: a state directory in use is never recovered under it".to_owned(),
             Role::Provider => "work on a copy of it instead (`cp -a DIR /tmp/topomgr-state-copy`, then `--state-dir /tmp/topomgr-state-copy`): the daemon's state changes only through the daemon".to_owned(),
         }
     }

@@ -46,12 +46,10 @@ impl StateDir {
         let me = Holder::current(role, dir, None);
         let lock = StateLock::acquire_within(dir, &me, STATE_LOCK_WAIT)?;
         let boot_id = node.boot_id().to_owned();
-        let (store, restored) =
-            Store::open(dir, node.admitter_mut(), &boot_id).map_err(StateDirError::Restore)?;
+        let (store, restored) = Store::open(dir, node, &boot_id).map_err(StateDirError::Restore)?;
         for issue in &restored.issues {
             tracing::warn!(state_dir = %dir.display(), %issue, "restored state does not match the machine or the config");
         }
-        node.set_records(restored.records);
         Ok(StateDir { _lock: lock, store })
     }
 

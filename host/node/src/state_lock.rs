@@ -21,7 +21,7 @@ use nix::fcntl::{Flock, FlockArg};
 use crate::lock_holder::{Holder, Role};
 
 /// File name of the lock inside the state directory.
-pub const LOCK_FILE: &str = "topomgr.lock";
+pub(crate) const LOCK_FILE: &str = "topomgr.lock";
 
 /// Why the state directory could not be locked.
 #[derive(Debug, thiserror::Error)]

@@ -69,7 +69,7 @@ pub use signals::Signals;
 use via_daemon::ViaDaemon;
 
 /// The container name of a `topomgr run` pod.
-pub const CONTAINER: &str = "main";
+pub(crate) const CONTAINER: &str = "main";
 
 /// How long `run` waits for one answer of the daemon.
 pub const DAEMON_DEADLINE: Duration = Duration::from_secs(60);

@@ -12,7 +12,7 @@ use topomgr_node::state_dir::StateDir;
 use topomgr_sdk::HintSet;
 
 use super::text::{field, Columns};
-use super::{host, Output};
+use super::{inputs, Output};
 
 /// Arguments of `topomgr admit`.
 #[derive(Debug, Args)]
@@ -157,9 +157,9 @@ pub fn run(config: &Path, args: AdmitArgs) -> anyhow::Result<ExitCode> {
     if let Some(socket) = &args.socket {
         return super::client::admit(socket, &args.pods, args.output);
     }
-    let cfg = host::load_config(config)?;
+    let cfg = inputs::load_config(config)?;
     let pods = topomgr_manifest::read_pods(&args.pods)?;
-    let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
+    let machine = inputs::discover(&cfg, args.sysfs_root.as_deref())?;
     let mut node = NodeState::from_config(&cfg, &machine)?;
     let role = if args.dry_run {
         Role::AdmitDryRun
@@ -175,7 +175,7 @@ pub fn run(config: &Path, args: AdmitArgs) -> anyhow::Result<ExitCode> {
             // With cgroups in the state, admitting writes cpusets (the
             // shared pool): only while this command may own the node.
             let dir = args.state_dir.as_deref().unwrap_or(&cfg.state_dir);
-            let _node = host::node_lock_for(&cfg, dir, Role::Admit, &node)?;
+            let _node = inputs::node_lock_for(&cfg, dir, Role::Admit, &node)?;
             held.reclaim(&mut node);
             let results = pods.iter().map(|p| node.admit(p)).collect();
             held.save(&mut node)?;
@@ -257,9 +257,9 @@ fn print_step(step: &TraceStep) {
 
 /// Admit (without saving) and print each decision's trace.
 pub fn explain(config: &Path, args: ExplainArgs) -> anyhow::Result<ExitCode> {
-    let cfg = host::load_config(config)?;
+    let cfg = inputs::load_config(config)?;
     let pods = topomgr_manifest::read_pods(&args.pods)?;
-    let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
+    let machine = inputs::discover(&cfg, args.sysfs_root.as_deref())?;
     let mut node = NodeState::from_config(&cfg, &machine)?;
     let _held = match &args.state_dir {
         Some(dir) => Some(StateDir::open(dir, &mut node, Role::Explain)?),

@@ -14,7 +14,7 @@ use topomgr_node::nrt::NodeResourceTopology;
 use topomgr_node::state_dir::StateDir;
 
 use super::client::SocketArg;
-use super::host;
+use super::inputs;
 
 /// Arguments of `topomgr export`.
 #[derive(Debug, Args)]
@@ -63,8 +63,8 @@ pub fn run(config: &Path, args: ExportArgs) -> anyhow::Result<ExitCode> {
 fn nrt(config: &Path, args: NrtArgs) -> anyhow::Result<ExitCode> {
     let object = match &args.state_dir {
         Some(dir) => {
-            let cfg = host::load_config(config)?;
-            let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
+            let cfg = inputs::load_config(config)?;
+            let machine = inputs::discover(&cfg, args.sysfs_root.as_deref())?;
             let mut node = NodeState::from_config(&cfg, &machine)?;
             let _held = StateDir::open(dir, &mut node, Role::ExportNrt)?;
             let name = topomgr_node::nrt::node_name(&cfg)?;

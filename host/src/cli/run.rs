@@ -12,7 +12,7 @@ use topomgr_run::{Ended, Run, Signals, Teardown, Through};
 use topomgr_sdk::ResourceList;
 use tracing::{info, warn};
 
-use super::host;
+use super::inputs;
 use super::text::field;
 
 /// Exit status when the pod is rejected.
@@ -77,10 +77,10 @@ fn requests(args: &RunArgs) -> anyhow::Result<ResourceList> {
 pub fn run(config: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     let signals = Signals::install()?;
     let pod = topomgr_run::pod(requests(&args)?);
-    let cfg = host::load_config(config)?;
+    let cfg = inputs::load_config(config)?;
     let mut run = match topomgr_run::through(&cfg, args.socket.as_deref())? {
         Through::Itself(node_lock) => {
-            let machine = host::discover(&cfg, None)?;
+            let machine = inputs::discover(&cfg, None)?;
             Run::new(cfg, &machine, &pod, node_lock)?
         }
         Through::Daemon { socket, found } => Run::through_daemon(&cfg, &socket, found, &pod)?,

@@ -12,7 +12,7 @@ use topomgr_node::lock_holder::{Holder, Role};
 use topomgr_node::node_lock::NodeLock;
 use topomgr_node::state_lock::StateLock;
 
-use super::host;
+use super::inputs;
 
 /// Arguments of `topomgr serve`.
 #[derive(Debug, Args)]
@@ -30,7 +30,7 @@ pub struct ServeArgs {
 
 /// Run the daemon until SIGTERM or SIGINT.
 pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let mut cfg = host::load_config_protected(config)?;
+    let mut cfg = inputs::load_config_protected(config)?;
     if let Some(dir) = args.state_dir {
         cfg.state_dir = dir;
     }
@@ -41,7 +41,7 @@ pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
     let me = Holder::current(Role::Serve, &cfg.state_dir, Some(&socket));
     let node_lock = NodeLock::acquire(&cfg.cgroup_root, &me)?;
     let lock = StateLock::acquire(&cfg.state_dir, &me)?;
-    let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
+    let machine = inputs::discover(&cfg, args.sysfs_root.as_deref())?;
     let parts = AdmitterParts::from_config(&cfg, &machine)?;
     daemon::run(Daemon {
         socket,

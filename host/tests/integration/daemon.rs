@@ -388,11 +388,30 @@ fn second_daemon_on_same_state_dir_is_refused_and_restart_restores() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.starts_with(&format!(
-            "topomgr: error: restoring state: {}: state file is damaged: SHA-256 of the body is ",
+            "topomgr: error: restoring state: {}: state file is damaged: SHA-256 of the boot id and body is ",
             path.display()
         )),
         "{err}"
     );
+    let recover = format!("`topomgr state recover --state-dir {}`", state.display());
+    assert!(err.contains(&recover), "{err}");
+    // The remedy named works: recover backs the files up, says which pods
+    // it forgets, and the daemon starts (on empty state).
+    let (code, out, err) = common::topomgr(
+        &dir,
+        &["state", "recover", "--state-dir", state.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("kept: nothing (empty state)"), "{out}");
+    assert!(
+        out.contains("forgotten (admitted by what was dropped"),
+        "{out}"
+    );
+    assert!(out.contains("(uid other-uid)"), "{out}");
+    let d = Daemon::start(&config, &dir.join("a.sock"));
+    let listed: PodList = d.client().get("/v1/pods").unwrap().parse().unwrap();
+    assert!(listed.pods.is_empty());
+    d.stop();
 }
 
 /// A config dir with `daemon` (TOML lines of `[daemon]`) and the mock

@@ -1,8 +1,10 @@
-//! Removing everything a test containerd made, whatever state it is in:
-//! its shims and every process in its cgroups (killed), the mounts under
-//! its directory (detached), its cgroups in every hierarchy, the shims'
-//! sockets, and the directory itself. Nothing here needs containerd to be
-//! alive or to answer, so it also works after a failed or hung test.
+//! Removing everything a test runtime (a private containerd, a private
+//! Podman) made, whatever state it is in: its helper processes (containerd's
+//! shims, Podman's conmons) and every process in its cgroups (killed), the
+//! mounts under its directory (detached), its cgroups in every hierarchy,
+//! the helpers' sockets, and the directory itself. Nothing here needs the
+//! runtime to be alive or to answer, so it also works after a failed or
+//! hung test.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -13,8 +15,11 @@ use std::time::{Duration, Instant};
 pub(crate) struct Leftovers<'a> {
     /// The harness's directory (root, state, sockets, config, log).
     pub dir: &'a Path,
-    /// containerd's gRPC socket: its shims are started with `-address` it.
-    pub socket: &'a Path,
+    /// What the runtime's helper processes name on their command line: an
+    /// argument at or under this path (containerd's gRPC socket, which its
+    /// shims get as `-address`; Podman's root, under which its conmons get
+    /// their bundle and exit directories).
+    pub helpers_name: &'a Path,
     /// The cgroup path every pod's parent is under (e.g. `/topomgr-it-…`).
     pub cgroup_root: &'a str,
 }
@@ -22,7 +27,7 @@ pub(crate) struct Leftovers<'a> {
 /// Tears everything down; returns what could not be removed.
 pub(crate) fn tear_down(l: &Leftovers<'_>) -> Vec<String> {
     let mut problems = Vec::new();
-    let shims = shim_pids(l.socket);
+    let shims = helper_pids(l.helpers_name);
     let shim_sockets: Vec<PathBuf> = shims.iter().flat_map(|p| listening_sockets(*p)).collect();
     let hierarchies = cgroup_hierarchies();
     let mut victims: BTreeSet<i32> = shims.into_iter().collect();
@@ -74,17 +79,19 @@ pub(crate) fn tear_down(l: &Leftovers<'_>) -> Vec<String> {
     problems
 }
 
-/// Shims of this containerd: processes whose command line names its socket.
-fn shim_pids(socket: &Path) -> Vec<i32> {
-    let want = socket.as_os_str().as_encoded_bytes();
+/// The runtime's helpers: processes with an argument at or under `path`.
+fn helper_pids(path: &Path) -> Vec<i32> {
     let Ok(procs) = fs::read_dir("/proc") else {
         return Vec::new();
     };
     procs
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
         .filter(|pid| {
-            fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| c.split(|b| *b == 0).any(|arg| arg == want))
+            fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                c.split(|b| *b == 0)
+                    .filter_map(|arg| std::str::from_utf8(arg).ok())
+                    .any(|arg| Path::new(arg).starts_with(path))
+            })
         })
         .collect()
 }

@@ -262,7 +262,7 @@ impl Drop for Containerd {
         let socket = self.socket();
         let problems = cleanup::tear_down(&Leftovers {
             dir: &self.dir,
-            socket: &socket,
+            helpers_name: &socket,
             cgroup_root: &self.cgroup_root,
         });
         for p in problems {

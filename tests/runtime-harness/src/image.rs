@@ -15,7 +15,7 @@ use crate::HarnessError;
 pub const IMAGE: &str = "localhost/topomgr-test-busybox:1";
 
 /// Applets linked to `/bin/busybox`.
-const APPLETS: [&str; 8] = ["sh", "cat", "sleep", "grep", "true", "ls", "echo", "nproc"];
+pub(crate) const APPLETS: [&str; 8] = ["sh", "cat", "sleep", "grep", "true", "ls", "echo", "nproc"];
 
 /// Writes the image tarball of `busybox` (a static binary) to `out`.
 pub fn write_docker_archive(busybox: &Path, out: &Path) -> Result<(), HarnessError> {

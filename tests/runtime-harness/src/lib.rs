@@ -1,18 +1,20 @@
 //! Test support shared by the crates whose tests drive a real container
-//! runtime (`topomgr-nri`'s and, later, the daemon's): a private
-//! [`Containerd`] 1.7 with NRI enabled, an image built locally from
-//! busybox-static, and a [`CriClient`] that runs pods and containers as the
-//! kubelet does and looks inside them.
+//! runtime (`topomgr-nri`'s, the OCI hook's): a private [`Containerd`] 1.7
+//! with NRI enabled, an image built locally from busybox-static, and a
+//! [`CriClient`] that runs pods and containers as the kubelet does and
+//! looks inside them; a private [`Podman`] running containers from a
+//! busybox-static root filesystem.
 //!
 //! Every test that uses it is `#[ignore = "needs root, a cpuset cgroup and
-//! containerd 1.7"]`; run explicitly without the prerequisites, it fails
-//! with what is missing ([`Containerd::start`]). CI installs the runtimes
-//! with `.ci/install-runtimes`.
+//! containerd 1.7"]` (or `... and podman`); run explicitly without the
+//! prerequisites, it fails with what is missing ([`Containerd::start`],
+//! [`Podman::new`]). CI installs the runtimes with `.ci/install-runtimes`.
 
 mod cleanup;
 mod containerd;
 pub mod cri;
 mod image;
+mod podman;
 mod prereq;
 
 use std::path::{Path, PathBuf};
@@ -20,7 +22,10 @@ use std::path::{Path, PathBuf};
 pub use containerd::Containerd;
 pub use cri::{ContainerSpec, CriClient, Placement, Pod, PodSpec, Qos};
 pub use image::IMAGE;
-pub use prereq::{require_containerd, Runtimes, DEFAULT_CONTAINERD_DIR};
+pub use podman::Podman;
+pub use prereq::{
+    require_containerd, require_podman, PodmanRuntimes, Runtimes, DEFAULT_CONTAINERD_DIR,
+};
 
 /// Why the harness could not set up or drive the runtime.
 #[derive(Debug, thiserror::Error)]

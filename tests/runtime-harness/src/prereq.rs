@@ -84,6 +84,46 @@ pub fn require_containerd() -> Result<Runtimes, HarnessError> {
     })
 }
 
+/// What the machine provides for a Podman test.
+#[derive(Clone, Debug)]
+pub struct PodmanRuntimes {
+    /// A static busybox for the containers' root filesystem.
+    pub busybox: PathBuf,
+}
+
+/// Checks root, a cpuset cgroup, podman, conmon, runc and busybox-static;
+/// the error lists everything missing and how to install it.
+pub fn require_podman() -> Result<PodmanRuntimes, HarnessError> {
+    let mut missing = Vec::new();
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        missing.push("root (run the test as root)".to_owned());
+    }
+    if !has_cpuset_cgroup() {
+        missing.push(
+            "a cpuset cgroup (v1 /sys/fs/cgroup/cpuset or v2 with the cpuset controller)"
+                .to_owned(),
+        );
+    }
+    for bin in ["podman", "conmon", "runc"] {
+        if find_in_path(bin).is_none() {
+            missing.push(format!("{bin} in PATH"));
+        }
+    }
+    let busybox = PathBuf::from("/bin/busybox");
+    if !busybox.is_file() {
+        missing.push("/bin/busybox (Debian's busybox-static)".to_owned());
+    }
+    if !missing.is_empty() {
+        return Err(HarnessError::new(format!(
+            "this test drives a real Podman and needs: {}. Install the runtimes with \
+             `sudo .ci/install-runtimes` (CI does)",
+            missing.join("; ")
+        )));
+    }
+    Ok(PodmanRuntimes { busybox })
+}
+
 fn has_cpuset_cgroup() -> bool {
     Path::new("/sys/fs/cgroup/cpuset/cpuset.cpus").is_file()
         || std::fs::read_to_string("/sys/fs/cgroup/cgroup.controllers")

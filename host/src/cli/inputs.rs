@@ -1,40 +1,28 @@
 //! What every command reads first: the config file and the machine, and
-//! for a one-shot command that may write cpusets the node lock. The rest of the set-up
-//! is the library's (`topomgr_node::setup`, `topomgr_node::state_dir`).
+//! for a one-shot command that may write cpusets the node lock. The rest of
+//! the set-up is the library's (`topomgr_node::setup`,
+//! `topomgr_node::state_dir`).
 
 use std::path::Path;
 
 use anyhow::Context;
-use topomgr_node::config::HostConfig;
+use topomgr_node::config::{self, HostConfig};
 use topomgr_node::lock_holder::{Holder, Role};
 use topomgr_node::node_lock::NodeLock;
 use topomgr_node::node_state::NodeState;
 use topomgr_sdk::Machine;
 
-/// Load the config file; the default path may be absent (built-in defaults).
-/// Run as root, the config file, its drop-in directory and every drop-in
-/// must be protected like plugin files (`topomgr serve` always checks, see
-/// [`load_config_protected`]).
+/// Load the config file ([`config::load`]; the default path may be
+/// absent). Run as root, the config file, its drop-in directory and every
+/// drop-in must be protected like plugin files (`topomgr serve` always
+/// checks, see [`load_config_protected`]).
 pub fn load_config(path: &Path) -> anyhow::Result<HostConfig> {
-    load(path, nix::unistd::geteuid().is_root())
+    Ok(config::load(path, nix::unistd::geteuid().is_root())?)
 }
 
 /// [`load_config`] that always refuses config files others could replace.
 pub fn load_config_protected(path: &Path) -> anyhow::Result<HostConfig> {
-    load(path, true)
-}
-
-fn load(path: &Path, protected: bool) -> anyhow::Result<HostConfig> {
-    if path == Path::new(super::DEFAULT_CONFIG) && !path.exists() {
-        tracing::info!(path = %path.display(), "no config file; using built-in defaults");
-        return Ok(HostConfig::default());
-    }
-    let env = |var: &str| std::env::var(var).ok();
-    let opts = topomgr_node::config::LoadOptions {
-        env: &env,
-        protected,
-    };
-    Ok(topomgr_node::config::load_with(path, &opts)?)
+    Ok(config::load(path, true)?)
 }
 
 /// Discover the machine from `--sysfs-root` or the configured root.
