@@ -20,13 +20,10 @@
 //! medians only). Run: `cargo bench -p topomgr-bench --bench nri`.
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use topomgr_daemon::metrics::Metrics;
 use topomgr_daemon::nri::{Face, NriStatus};
-use topomgr_daemon::state_thread::{StateThread, StateThreadSettings};
 use topomgr_engine::admission::Admitter;
 use topomgr_node::config::{HostConfig, ProviderEntry};
 use topomgr_node::setup::AdmitterParts;
@@ -87,19 +84,14 @@ fn face(tag: &str, root: &Path) -> (Face, tokio::runtime::Runtime) {
         })
         .collect();
     let admitter = Admitter::new(&machine, parts.policy, parts.scope, providers);
-    let settings = StateThreadSettings {
-        state_dir: dir.join("state"),
-        cgroup_root: dir.join("cgroup"),
-        boot_id: "bench".to_owned(),
-        export: Default::default(),
-    };
-    let (state, _) = StateThread::start(admitter, &machine, settings, Arc::new(Metrics::new()))
-        .expect("start the state thread");
-    let face = Face::new(
-        state,
+    let face = Face::with_state_thread(
+        admitter,
         &machine,
+        &dir.join("state"),
+        &dir.join("cgroup"),
         NriStatus::enabled(Path::new("/run/nri.sock"), None),
-    );
+    )
+    .expect("start the state thread");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -2,8 +2,8 @@
 //!
 //! Everything substantial lives in the `topomgr` library; the modules under
 //! `cli/` only read input, call it, and print the documented JSON or tables.
-//! Exit status: 0 success, 1 a provider refused (`provider ... allocate`),
-//! 2 unusable input (bad JSON/manifest/config, unknown policy, ...).
+//! Exit status: 0 success, 1 a provider refused (`provider ... allocate`)
+//! or a state directory is damaged (`state check`), 2 unusable input (bad JSON/manifest/config, unknown policy, ...).
 
 mod cli;
 

@@ -11,6 +11,8 @@ use topomgr_bench::workspace_root;
 use topomgr_daemon::client::Client;
 use topomgr_daemon::{self as daemon, Daemon};
 use topomgr_node::config::{HostConfig, ProviderEntry};
+use topomgr_node::lock_holder::{Holder, Role};
+use topomgr_node::node_lock::NodeLock;
 use topomgr_node::setup::AdmitterParts;
 use topomgr_node::state_lock::StateLock;
 
@@ -28,7 +30,9 @@ pub fn start_daemon(tag: &str, state_root: &Path, plugin: &Path) -> PathBuf {
     std::fs::create_dir_all(&dir).expect("create bench dir");
     let socket = dir.join("t.sock");
     let state_dir = dir.join("state");
-    let lock = StateLock::acquire(&state_dir).expect("lock");
+    let me = Holder::current(Role::Serve, &state_dir, Some(&socket));
+    let node_lock = NodeLock::acquire(&dir.join("cgroup"), &me).expect("node lock");
+    let lock = StateLock::acquire(&state_dir, &me).expect("lock");
     let machine = topomgr_discovery::discover(&workspace_root().join("examples/machines/2s4n/sys"))
         .expect("discover the example machine");
     // The wiring every command uses, from a config as the files would give.
@@ -62,6 +66,7 @@ pub fn start_daemon(tag: &str, state_root: &Path, plugin: &Path) -> PathBuf {
         scope: parts.scope,
         providers: parts.providers,
         lock,
+        node_lock,
         export: Default::default(),
         nri: None,
     };

@@ -5,12 +5,12 @@
 //! injected ([`CgroupManager::detect`] takes it, `cgroup_root` in the config),
 //! so tests run against directory trees in temporary directories; every IO
 //! error names its path; what differs between the two cgroup versions sits
-//! behind the small [`Layout`] trait:
-//! - cgroup v2 (unified, [`v2`]): detected by `cgroup.controllers` at the
+//! behind the small `Layout` trait:
+//! - cgroup v2 (unified, `v2`): detected by `cgroup.controllers` at the
 //!   root; `+cpuset` is enabled in every ancestor's `cgroup.subtree_control`
 //!   before a child is created; effective values in `cpuset.cpus.effective` /
 //!   `cpuset.mems.effective`;
-//! - cgroup v1 ([`v1`]): the `cpuset` controller's own hierarchy
+//! - cgroup v1 (`v1`): the `cpuset` controller's own hierarchy
 //!   (`<root>/cpuset`, or the root itself when it is that mount); every new
 //!   cgroup starts with empty `cpuset.cpus` / `cpuset.mems` (no process can
 //!   join it then), so each level is initialised from its parent before the
@@ -25,22 +25,26 @@
 //! What differs between the kernel's files and a test's goes through one
 //! small trait, [`ControlFs`] (accept a root, read or write a control file,
 //! remove a cgroup directory; directories are created, listed and resolved
-//! with `std::fs`, the same on both): [`Cgroupfs`] is the only
+//! with `std::fs`, the same on both): `Cgroupfs` is the only
 //! implementation in production and accepts only a mounted cgroup
 //! filesystem ([`CgroupManager::detect`]).
 //! Tests put a double behind the trait ([`CgroupManager::detect_with`]; the
 //! integration tests' `cgroup_tree.rs` emulates a hierarchy in a plain
 //! directory tree), as youki keeps its test manager apart.
 //!
+//! [`hierarchy`] says which hierarchy a cgroup root is in (what the node
+//! lock of `topomgr_node` is keyed by).
+//!
 //! [`pool`] holds the one rule for a container's cpuset and rewrites the
 //! shared-pool containers' `cpuset.cpus`; `topomgr_node::node_state` decides
 //! when (before an exclusive container can run, after a release is durable).
 
+pub mod hierarchy;
 mod path;
 pub mod pool;
 mod process;
-pub mod v1;
-pub mod v2;
+mod v1;
+mod v2;
 
 use std::fmt;
 use std::fs::{self, OpenOptions};
@@ -56,7 +60,7 @@ pub use path::{confine, CgroupPath, TOPOMGR_PARENT};
 
 /// How long [`CgroupManager::remove`] retries while the kernel still
 /// counts processes in a cgroup.
-pub const REMOVE_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const REMOVE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Errors of cgroup operations; each names the path it concerns.
 #[derive(Debug, thiserror::Error)]
@@ -239,7 +243,7 @@ pub enum Removal {
 }
 
 /// How the manager touches a hierarchy's files: the seam between the
-/// manager and the kernel ([`Cgroupfs`] in production, doubles in tests).
+/// manager and the kernel (`Cgroupfs` in production, doubles in tests).
 pub trait ControlFs: fmt::Debug + Send + Sync {
     /// Accept `root` (canonical) as a hierarchy root, or say why not.
     fn check_root(&self, root: &Path) -> Result<(), CgroupError>;
@@ -253,7 +257,7 @@ pub trait ControlFs: fmt::Debug + Send + Sync {
 
 /// The kernel's cgroup filesystem (v1 cpuset or cgroup2 mounts only).
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Cgroupfs;
+pub(crate) struct Cgroupfs;
 
 impl ControlFs for Cgroupfs {
     fn check_root(&self, root: &Path) -> Result<(), CgroupError> {
@@ -314,7 +318,7 @@ impl ControlFs for Cgroupfs {
 }
 
 /// What differs between cgroup v1 and v2.
-pub trait Layout: fmt::Debug + Send + Sync {
+pub(crate) trait Layout: fmt::Debug + Send + Sync {
     /// The version.
     fn version(&self) -> CgroupVersion;
     /// Make `parent` ready to hold a child cgroup with cpusets (v2: enable
@@ -374,7 +378,7 @@ impl CgroupManager {
     /// Detect the hierarchy under `cgroup_root`: cgroup v2 when
     /// `cgroup.controllers` is there, else a v1 cpuset controller at
     /// `<root>/cpuset` (or `<root>` itself when it is that mount). The
-    /// hierarchy must be a mounted cgroup filesystem ([`Cgroupfs`]).
+    /// hierarchy must be a mounted cgroup filesystem (`Cgroupfs`).
     pub fn detect(cgroup_root: &Path) -> Result<Self, CgroupError> {
         Self::detect_with(cgroup_root, Box::new(Cgroupfs))
     }
@@ -398,7 +402,7 @@ impl CgroupManager {
 
     /// A manager for the hierarchy (v1: the cpuset controller's directory)
     /// at `base` with an explicit layout, its files behind `fs`.
-    pub fn with_layout(
+    pub(crate) fn with_layout(
         base: &Path,
         layout: Box<dyn Layout>,
         fs: Box<dyn ControlFs>,
@@ -479,7 +483,7 @@ impl CgroupManager {
     }
 
     /// Write `cpuset.cpus` only.
-    pub fn set_cpus(&self, cg: &Cgroup, cpus: &CpuSet) -> Result<(), CgroupError> {
+    pub(crate) fn set_cpus(&self, cg: &Cgroup, cpus: &CpuSet) -> Result<(), CgroupError> {
         self.fs
             .write(&cg.dir.join("cpuset.cpus"), &cpus.to_string())
     }
@@ -527,7 +531,7 @@ impl CgroupManager {
     }
 
     /// Remove the cgroup, retrying while the kernel still counts processes
-    /// in it (up to [`REMOVE_TIMEOUT`]); then remove up to `prune_parents`
+    /// in it (up to `REMOVE_TIMEOUT`); then remove up to `prune_parents`
     /// of its ancestors that are left empty (never the root).
     pub fn remove(&self, cg: &Cgroup, prune_parents: usize) -> Result<(), CgroupError> {
         let start = Instant::now();

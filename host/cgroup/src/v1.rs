@@ -12,7 +12,7 @@ use super::{CgroupError, CgroupVersion, ControlFs, Layout};
 
 /// The cgroup v1 cpuset layout.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct V1;
+pub(crate) struct V1;
 
 impl Layout for V1 {
     fn version(&self) -> CgroupVersion {

@@ -14,7 +14,7 @@ use super::{CgroupError, CgroupVersion, ControlFs, Layout};
 
 /// The cgroup v2 layout.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct V2;
+pub(crate) struct V2;
 
 /// Whether a controller list names cpuset (the kernel shows `cpuset`; a
 /// test double's tree holds what was written, `+cpuset`).

@@ -17,11 +17,11 @@ use std::path::{Path, PathBuf};
 use tracing::warn;
 
 /// Mode of the daemon's socket.
-pub const SOCKET_MODE: u32 = 0o660;
+pub(crate) const SOCKET_MODE: u32 = 0o660;
 
 /// The credentials of a connected peer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Peer {
+pub(crate) struct Peer {
     /// Effective user id.
     pub uid: u32,
     /// Effective group id.
@@ -32,7 +32,7 @@ pub struct Peer {
 
 /// Who may connect: root, and members of one group.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AccessPolicy {
+pub(crate) struct AccessPolicy {
     /// The group's name (for messages).
     pub group: String,
     /// Its id, `None` when the group does not exist (root only).
@@ -41,7 +41,7 @@ pub struct AccessPolicy {
 
 impl AccessPolicy {
     /// Root plus the members of `group` (looked up in the group database).
-    pub fn for_group(group: &str) -> AccessPolicy {
+    pub(crate) fn for_group(group: &str) -> AccessPolicy {
         let gid = match nix::unistd::Group::from_name(group) {
             Ok(Some(g)) => Some(g.gid.as_raw()),
             Ok(None) => None,
@@ -57,7 +57,7 @@ impl AccessPolicy {
     }
 
     /// Whether `peer` may use the daemon; `supplementary` are its extra groups.
-    pub fn allows(&self, peer: &Peer, supplementary: &[u32]) -> bool {
+    pub(crate) fn allows(&self, peer: &Peer, supplementary: &[u32]) -> bool {
         peer.uid == 0
             || self
                 .gid
@@ -66,7 +66,7 @@ impl AccessPolicy {
 
     /// [`AccessPolicy::allows`], reading the supplementary groups of the
     /// peer's process; logs a refusal.
-    pub fn check(&self, peer: &Peer) -> bool {
+    pub(crate) fn check(&self, peer: &Peer) -> bool {
         let groups = match (peer.uid, self.gid, peer.pid) {
             (0, _, _) | (_, None, _) | (_, _, None) => Vec::new(),
             (_, Some(_), Some(pid)) => supplementary_groups(pid),
@@ -81,7 +81,7 @@ impl AccessPolicy {
 
 /// The supplementary groups of process `pid` (`Groups:` of `/proc/PID/status`);
 /// empty when unreadable.
-pub fn supplementary_groups(pid: i32) -> Vec<u32> {
+pub(crate) fn supplementary_groups(pid: i32) -> Vec<u32> {
     fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| parse_groups_line(&s))
@@ -126,7 +126,7 @@ pub enum SocketError {
 
 /// Make `path` ready for `bind`: create its directory, remove a stale socket
 /// left by a dead daemon, refuse a live one or a non-socket.
-pub fn prepare_socket_path(path: &Path) -> Result<(), SocketError> {
+pub(crate) fn prepare_socket_path(path: &Path) -> Result<(), SocketError> {
     let io = |op: &'static str, p: &Path| {
         let path = p.to_path_buf();
         move |source| SocketError::Io {
@@ -157,7 +157,7 @@ pub fn prepare_socket_path(path: &Path) -> Result<(), SocketError> {
 }
 
 /// Give the bound socket its mode (0660) and owner (root, the group).
-pub fn secure_socket(path: &Path, policy: &AccessPolicy) -> Result<(), SocketError> {
+pub(crate) fn secure_socket(path: &Path, policy: &AccessPolicy) -> Result<(), SocketError> {
     fs::set_permissions(path, fs::Permissions::from_mode(SOCKET_MODE)).map_err(|source| {
         SocketError::Io {
             op: "set the mode of",

@@ -222,11 +222,6 @@ impl Client {
         }
     }
 
-    /// The socket path.
-    pub fn socket(&self) -> &Path {
-        &self.socket
-    }
-
     /// Send one request and read the answer.
     pub fn request(
         &mut self,
@@ -401,9 +396,19 @@ impl Client {
 }
 
 /// True when the request got no answer at all because the connection was
-/// closed (safe to resend: the daemon never saw it, or dropped it unread).
+/// closed (safe to resend: the daemon never saw it, or dropped it unread),
+/// or could not even be written to it (a daemon that restarted since: the
+/// daemon cannot have read a request it did not receive whole).
 fn unanswered(e: &hyper::Error) -> bool {
-    e.is_canceled() || e.is_closed() || e.is_incomplete_message()
+    let write_failed = std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<io::Error>())
+        .is_some_and(|io| {
+            matches!(
+                io.kind(),
+                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+            )
+        });
+    e.is_canceled() || e.is_closed() || e.is_incomplete_message() || write_failed
 }
 
 #[cfg(test)]

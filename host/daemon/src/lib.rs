@@ -1,22 +1,29 @@
 //! `topomgr serve`: the node daemon.
 //!
+//! - [`topomgr_node::node_lock`]: the daemon is the only owner of its cgroup
+//!   hierarchy's cpusets on this machine (no other daemon, no one-shot
+//!   command beside it);
 //! - [`topomgr_node::state_lock`]: one daemon per state directory (`flock`);
 //! - [`topomgr_engine::provider::LoadedProvider::with_deadline`]: every provider on its own thread, each
 //!   call with a deadline, reporting to the metrics
 //!   ([`topomgr_engine::provider::LoadedProvider::with_observer`]);
-//! - [`state_thread`]: the one thread that owns the node state and applies
+//! - `state_thread`: the one thread that owns the node state and applies
 //!   requests one at a time, with group-committed,
 //!   durable state ([`topomgr_node::store::Store`]: journal and snapshot);
-//! - [`server`]: the HTTP/JSON API on a Unix socket;
-//! - [`access`]: socket ownership/mode and the peer-credential check;
+//! - `server`: the HTTP/JSON API on a Unix socket;
+//! - `access`: socket ownership/mode and the peer-credential check;
 //! - [`metrics`]: Prometheus metrics (kubelet names);
-//! - [`scrape`]: `GET /metrics` over TCP at `daemon.metrics_address`;
-//! - [`systemd`]: readiness and stopping notifications (`Type=notify`);
+//! - `scrape`: `GET /metrics` over TCP at `daemon.metrics_address`;
+//! - [`listener`]: the accept loop both listeners share: a cap on open
+//!   connections each, within the open-file limit, and deadlines for a
+//!   request's headers (and a kept-alive connection's idle time) and body;
+//! - `systemd`: readiness and stopping notifications (`Type=notify`);
 //! - [`client`]: a small blocking HTTP/1.1 client for the CLI, tests and benches;
 //! - [`nri`]: the container runtime's NRI plugin (`[nri] enabled`), admitting
 //!   through the state thread.
 //!
-//! Start-up order matters: the caller takes the [`topomgr_node::state_lock::StateLock`] before
+//! Start-up order matters: the caller takes the
+//! [`topomgr_node::node_lock::NodeLock`] and the [`topomgr_node::state_lock::StateLock`] before
 //! loading providers (they may read the state directory); [`run`] then asks
 //! each provider what it owns (its inventory, for the metrics), restores
 //! the state (verify, check against the machine; nothing is re-admitted or
@@ -27,14 +34,17 @@
 //! enabled` it also registers with the runtime's NRI socket once the state
 //! is restored, and keeps re-registering while it serves.
 
-pub mod access;
+mod access;
 pub mod client;
+pub mod listener;
 pub mod metrics;
 pub mod nri;
-pub mod scrape;
-pub mod server;
-pub mod state_thread;
-pub mod systemd;
+mod scrape;
+mod server;
+mod state_thread;
+mod systemd;
+
+pub use state_thread::StartError;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -53,6 +63,7 @@ use state_thread::{StateThread, StateThreadSettings};
 use topomgr_engine::admission::Admitter;
 use topomgr_engine::policy::{Policy, Scope};
 use topomgr_engine::provider::{LoadedProvider, ProviderObserver};
+use topomgr_node::node_lock::NodeLock;
 use topomgr_node::state_lock::StateLock;
 
 /// Everything the daemon needs, prepared by `topomgr serve`.
@@ -81,6 +92,8 @@ pub struct Daemon {
     pub providers: Vec<LoadedProvider>,
     /// The held state-directory lock (kept for the daemon's lifetime).
     pub lock: StateLock,
+    /// The held node lock (kept for the daemon's lifetime).
+    pub node_lock: NodeLock,
     /// The NodeResourceTopology export (node name, file).
     pub export: topomgr_node::nrt::ExportSettings,
     /// The runtime's NRI socket and registration, when `[nri] enabled`.
@@ -107,6 +120,9 @@ pub enum DaemonError {
     /// The metrics address could not be bound.
     #[error(transparent)]
     Metrics(#[from] scrape::BindError),
+    /// Too few file descriptors to serve.
+    #[error(transparent)]
+    Budget(#[from] listener::BudgetError),
     /// Binding the socket failed.
     #[error("cannot listen on {}: {cause}", path.display())]
     Bind {
@@ -187,6 +203,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
     if d.nri.is_some() {
         nri::check_scope(d.scope)?;
     }
+    let budget = listener::Budget::of_process()?;
     let metrics = Arc::new(Metrics::for_machine(&d.machine));
     let mut providers: Vec<LoadedProvider> = Vec::with_capacity(d.providers.len());
     for p in d.providers {
@@ -221,7 +238,9 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
         })?;
     let socket = d.socket;
     let lock = d.lock;
+    let node_lock = d.node_lock;
     let lock_path = lock.path().to_path_buf();
+    let node_lock_path = node_lock.path().to_path_buf();
     let state_dir = d.state_dir;
     let machine = d.machine;
     let metrics_address = d.metrics_address;
@@ -243,7 +262,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
             None => None,
         };
         let scrape_address = scrape_listener.as_ref().and_then(|l| l.local_addr().ok());
-        info!(socket = %socket.display(), state_dir = %state_dir.display(), lock = %lock_path.display(), pods = restored.pods, group = %access.group, metrics_address = ?scrape_address, "topomgr daemon listening");
+        info!(socket = %socket.display(), state_dir = %state_dir.display(), lock = %lock_path.display(), node_lock = %node_lock_path.display(), pods = restored.pods, group = %access.group, metrics_address = ?scrape_address, max_connections = budget.socket.max_connections, metrics_max_connections = budget.metrics.max_connections, "topomgr daemon listening");
         let (stop, stop_rx) = watch::channel(false);
         tokio::spawn(async move {
             shutdown_signal().await;
@@ -254,6 +273,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
             tokio::spawn(scrape::serve(
                 l,
                 Arc::clone(&metrics),
+                budget.metrics,
                 stopped(stop_rx.clone()),
             ))
         });
@@ -282,7 +302,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
             restored.pods,
             socket.display()
         ));
-        let served = server::serve(listener, socket, state, stopped(stop_rx)).await;
+        let served = server::serve(listener, socket, state, budget.socket, stopped(stop_rx)).await;
         let scraped = match scraping {
             Some(task) => task.await.unwrap_or_else(|e| Err(std::io::Error::other(e))),
             None => Ok(()),
@@ -293,5 +313,6 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
         })
     })?;
     drop(lock);
+    drop(node_lock);
     Ok(())
 }

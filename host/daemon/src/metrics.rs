@@ -16,7 +16,7 @@
 //! | `topology_manager_admission_duration_ms` | histogram, buckets 0.05 ms × 2^k, k = 0..14 | same | one pod's admission (hints, merge, allocation), in milliseconds (fractional: the kubelet truncates to whole ms) |
 //! | `container_aligned_compute_resources_count{scope,boundary}` | unknown (see below) | same | under `single-numa-node`: each container admitted (container scope) or each pod admitted (pod scope), `boundary="numa_node"` |
 //! | `container_aligned_compute_resources_failure_count{scope,boundary}` | unknown | same | under `single-numa-node`: each `TopologyAffinityError` |
-//! | `admission_rejections_total{reason}` | counter | same | every rejection by reason, including requests refused before admission (`BadManifest`, `PodUidConflict`); reasons outside [`REJECTION_REASONS`] count as `Other`, as the kubelet bounds its label |
+//! | `admission_rejections_total{reason}` | counter | same | every rejection by reason, including requests refused before admission (`BadManifest`, `PodUidConflict`); reasons outside `REJECTION_REASONS` count as `Other`, as the kubelet bounds its label |
 //! | `cpu_manager_pinning_requests_total`, `cpu_manager_pinning_errors_total` | counter | same | see "Provider-owned metrics" |
 //! | `memory_manager_pinning_requests_total`, `memory_manager_pinning_errors_total` | counter | same | see "Provider-owned metrics" |
 //! | `cpu_manager_shared_pool_size_millicores` | gauge | same | the shared pool (online CPUs minus every exclusive CPU) × 1000 |
@@ -90,11 +90,11 @@ use topomgr_engine::policy::{PolicyName, Scope};
 use topomgr_engine::provider::ProviderObserver;
 
 /// The reason of a request whose body is not a usable Pod manifest.
-pub const BAD_MANIFEST: &str = "BadManifest";
+pub(crate) const BAD_MANIFEST: &str = "BadManifest";
 
 /// The `reason` values of `admission_rejections_total`; any other reason (a
 /// provider's own) is counted as `Other`.
-pub const REJECTION_REASONS: [&str; 9] = [
+pub(crate) const REJECTION_REASONS: [&str; 9] = [
     TOPOLOGY_AFFINITY_ERROR,
     UNEXPECTED_ADMISSION_ERROR,
     "SMTAlignmentError",
@@ -107,7 +107,7 @@ pub const REJECTION_REASONS: [&str; 9] = [
 ];
 
 /// The calls a provider reports to its observer ([`topomgr_engine::provider::ProviderObserver`]).
-pub const PROVIDER_CALLS: [&str; 9] = [
+pub(crate) const PROVIDER_CALLS: [&str; 9] = [
     "topology_hints",
     "pod_topology_hints",
     "allocate",
@@ -425,7 +425,7 @@ impl Metrics {
 
     /// [`Metrics::new`] with a `cpu_manager_allocation_per_numa` series for
     /// every NUMA node of `machine`.
-    pub fn for_machine(machine: &Machine) -> Metrics {
+    pub(crate) fn for_machine(machine: &Machine) -> Metrics {
         let mut m = Metrics::new();
         for node in &machine.numa_nodes {
             let _ = m.allocation_per_numa.get_or_create(&NumaLabel {
@@ -447,7 +447,7 @@ impl Metrics {
 
     /// Register a loaded provider: what it owns (from its inventory, for the
     /// CPU and Memory Manager metrics) and its labelled series at 0.
-    pub fn provider(&self, name: &str, inventory: &Inventory) {
+    pub(crate) fn provider(&self, name: &str, inventory: &Inventory) {
         let owns = Ownership::of(inventory.resources.keys());
         self.owners
             .write()
@@ -466,7 +466,7 @@ impl Metrics {
 
     /// One pod admission handed to the state thread. `repeated`: the pod was
     /// already admitted with the same spec (its stored result is answered).
-    pub fn admission(
+    pub(crate) fn admission(
         &self,
         result: &AdmitResult,
         policy: PolicyName,
@@ -500,7 +500,7 @@ impl Metrics {
 
     /// A request refused before any pod of it was admitted (a bad manifest,
     /// a uid admitted with another spec): `admission_rejections_total` only.
-    pub fn request_refused(&self, reason: &str) {
+    pub(crate) fn request_refused(&self, reason: &str) {
         self.rejection(reason);
     }
 
@@ -527,7 +527,7 @@ impl Metrics {
     }
 
     /// One allocation of `provider` refused by the ledger.
-    pub fn ledger_violation(&self, provider: &str) {
+    pub(crate) fn ledger_violation(&self, provider: &str) {
         self.ledger_violations
             .get_or_create(&ProviderLabel {
                 provider: provider.to_owned(),
@@ -537,7 +537,7 @@ impl Metrics {
 
     /// One owned pod reclaimed (`owner`: `process` or `container`;
     /// `cause`: `owner_gone` or `never_attached`).
-    pub fn reclaimed(&self, owner: &'static str, cause: &'static str) {
+    pub(crate) fn reclaimed(&self, owner: &'static str, cause: &'static str) {
         self.reclaimed
             .get_or_create(&ReclaimLabels { owner, cause })
             .inc();
@@ -549,12 +549,12 @@ impl Metrics {
     }
 
     /// One durable state write.
-    pub fn checkpoint(&self, seconds: f64) {
+    pub(crate) fn checkpoint(&self, seconds: f64) {
         self.checkpoint_duration.observe(seconds);
     }
 
     /// The current CPU picture: exclusive CPUs, shared pool size, admitted pods.
-    pub fn cpus(&self, exclusive: &CpuSet, shared_pool: usize, pods: usize) {
+    pub(crate) fn cpus(&self, exclusive: &CpuSet, shared_pool: usize, pods: usize) {
         let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
         self.exclusive_cpus.set(count(exclusive.len()));
         self.shared_pool_millicores
@@ -579,7 +579,7 @@ impl Metrics {
     }
 
     /// The OpenMetrics text exposition of every metric.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);

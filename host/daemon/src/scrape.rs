@@ -20,13 +20,14 @@ use axum::Router;
 use tokio::net::TcpListener;
 use tracing::info;
 
+use super::listener::Limits;
 use super::metrics::Metrics;
 
 /// The content type of the exposition ([`Metrics::render`]).
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// The answer to `GET /metrics`, on the socket and on TCP.
-pub fn response(metrics: &Metrics) -> Response {
+pub(crate) fn response(metrics: &Metrics) -> Response {
     ([(header::CONTENT_TYPE, CONTENT_TYPE)], metrics.render()).into_response()
 }
 
@@ -42,14 +43,14 @@ pub struct BindError {
 
 /// Bind `address` (before readiness is announced, so a bad address stops
 /// the start with an error).
-pub async fn bind(address: SocketAddr) -> Result<TcpListener, BindError> {
+pub(crate) async fn bind(address: SocketAddr) -> Result<TcpListener, BindError> {
     TcpListener::bind(address)
         .await
         .map_err(|cause| BindError { address, cause })
 }
 
 /// The router of the TCP listener: `GET /metrics` only.
-pub fn router(metrics: Arc<Metrics>) -> Router {
+pub(crate) fn router(metrics: Arc<Metrics>) -> Router {
     async fn scrape(State(metrics): State<Arc<Metrics>>) -> Response {
         response(&metrics)
     }
@@ -58,16 +59,19 @@ pub fn router(metrics: Arc<Metrics>) -> Router {
         .with_state(metrics)
 }
 
-/// Serve the metrics on `listener` until `shutdown` completes.
-pub async fn serve(
+/// Serve the metrics on `listener` within `limits` until `shutdown`
+/// completes.
+pub(crate) async fn serve(
     listener: TcpListener,
     metrics: Arc<Metrics>,
+    limits: Limits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let address = listener.local_addr()?;
-    let result = axum::serve(listener, router(metrics))
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let listener = &listener;
+    let accept = move || async move { listener.accept().await };
+    let router = router(metrics).layer(axum::middleware::from_fn(super::listener::body_deadline));
+    super::listener::serve("metrics", limits, accept, router, shutdown).await;
     info!(%address, "stopped serving metrics");
-    result
+    Ok(())
 }

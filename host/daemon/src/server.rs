@@ -5,7 +5,7 @@
 //! | GET | `/v1/health` | `{"status": "ok"|"degraded"|"failing", "pods", "notes", "failure", "nri"}` |
 //! | GET | `/v1/machine` | the discovered machine (the JSON of `topomgr topology`) |
 //! | POST | `/v1/pods` | admit the Pod manifest(s) of the body (YAML or JSON): the JSON of `topomgr admit`; with `?dry_run=true&explain=true` a what-if that changes nothing: `{"pods": [decision trace, ...]}` ([`topomgr_engine::explain`]); with content type [`OWNED_ADMISSION`] the body is an [`AdmissionRequest`] (one pod and its owner, recorded with it) |
-//! | GET | `/v1/pods` | `{"pods": [...], "attachments": {uid: {container: cgroup}}}` |
+//! | GET | `/v1/pods` | `{"pods": [...], "attachments": {uid: {container: cgroup}}, "owners": {uid: owner}}` |
 //! | GET | `/v1/pods/{uid}` | one pod's admission JSON |
 //! | GET | `/v1/pods/{uid}/explain` | the decision trace of an admitted or recently rejected pod |
 //! | DELETE | `/v1/pods/{uid}` | release the pod; answers its admission JSON |
@@ -15,7 +15,8 @@
 //!
 //! Errors are `{"error": "<message>", "reason": "<code>"}` with status 400
 //! (bad input), 403 (peer not allowed), 404 (unknown pod, container or
-//! route), 405 (a route that does not take the method), 409
+//! route), 405 (a route that does not take the method), 415 (a body that is
+//! not `application/json` or `application/yaml`, by its `Content-Type`), 409
 //! (a uid admitted with a different spec), 422 (cgroup problem), 500
 //! (provider errors on release), 503 (state cannot be saved, or shutting
 //! down). `docs/api/openapi.yaml` documents the same. Every answer is one
@@ -26,15 +27,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::connect_info::Connected;
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::DefaultBodyLimit;
 use axum::extract::{ConnectInfo, Path as UrlPath, Query, Request, State};
-use axum::http::StatusCode;
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::serve::IncomingStream;
 use axum::{Json, Router};
 use serde::Deserialize;
 use tokio::net::UnixListener;
@@ -42,19 +41,20 @@ use topomgr_sdk::Machine;
 use tracing::{debug, info};
 
 use super::access::{AccessPolicy, Peer};
+use super::listener::Limits;
 use super::metrics::{Metrics, BAD_MANIFEST};
 use super::state_thread::{Command, CommandError, Reply, StateThread};
 use topomgr_engine::admission::AdmitResult;
 use topomgr_node::api::{
     Admission, AdmissionRequest, Admissions, AttachRequest, Attached, ErrorBody, Explain, Explains,
-    Health, HealthStatus, PodList, OWNED_ADMISSION,
+    Health, HealthStatus, OwnerSpec, PodList, OWNED_ADMISSION,
 };
 use topomgr_node::node_state::current_pool;
 use topomgr_node::nrt::NodeResourceTopology;
 
 /// Shared state of the handlers.
 #[derive(Clone)]
-pub struct AppState {
+pub(crate) struct AppState {
     /// The thread that owns the node state.
     pub state_thread: StateThread,
     /// The discovered machine.
@@ -69,11 +69,12 @@ pub struct AppState {
 
 /// Credentials of the peer of one connection, taken at accept.
 #[derive(Debug, Clone, Copy)]
-pub struct PeerConn(pub Option<Peer>);
+pub(crate) struct PeerConn(pub Option<Peer>);
 
-impl Connected<IncomingStream<'_, UnixListener>> for PeerConn {
-    fn connect_info(stream: IncomingStream<'_, UnixListener>) -> Self {
-        PeerConn(stream.io().peer_cred().ok().map(|c| Peer {
+impl PeerConn {
+    /// The credentials of the peer of `stream`.
+    pub(crate) fn of(stream: &tokio::net::UnixStream) -> PeerConn {
+        PeerConn(stream.peer_cred().ok().map(|c| Peer {
             uid: c.uid(),
             gid: c.gid(),
             pid: c.pid(),
@@ -83,7 +84,7 @@ impl Connected<IncomingStream<'_, UnixListener>> for PeerConn {
 
 /// An error answer.
 #[derive(Debug)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     status: StatusCode,
     reason: &'static str,
     message: String,
@@ -168,7 +169,7 @@ impl From<CommandError> for ApiError {
 }
 
 /// The router with every endpoint and the peer-credential check.
-pub fn router(state: AppState) -> Router {
+pub(crate) fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/health", get(health))
         .route("/v1/machine", get(machine))
@@ -181,6 +182,7 @@ pub fn router(state: AppState) -> Router {
         .fallback(unknown_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(middleware::from_fn(super::listener::body_deadline))
         .layer(middleware::from_fn_with_state(state.clone(), check_peer))
         .with_state(state)
 }
@@ -287,16 +289,6 @@ struct AdmitQuery {
     explain: bool,
 }
 
-/// Whether the request's content type is [`OWNED_ADMISSION`] (parameters
-/// such as `; charset=utf-8` allowed).
-fn is_owned_admission(headers: &axum::http::HeaderMap) -> bool {
-    headers
-        .get(axum::http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.split(';').next())
-        .is_some_and(|v| v.trim().eq_ignore_ascii_case(OWNED_ADMISSION))
-}
-
 /// An owned admission: one pod and its owner ([`AdmissionRequest`]).
 async fn admit_owned(state: &AppState, body: &[u8]) -> Result<Response, ApiError> {
     let de = &mut serde_json::Deserializer::from_slice(body);
@@ -331,12 +323,63 @@ async fn admit_owned(state: &AppState, body: &[u8]) -> Result<Response, ApiError
     }
 }
 
+/// The media types `POST /v1/pods` takes: Pod manifests (YAML under each
+/// name in use), then an owned admission ([`OWNED_ADMISSION`]).
+const ADMIT_TYPES: [&str; 6] = [
+    "application/json",
+    "application/yaml",
+    "application/x-yaml",
+    "text/yaml",
+    "text/x-yaml",
+    OWNED_ADMISSION,
+];
+
+/// The request's media type (its `Content-Type`, parameters aside), one of
+/// `accepted`; any other, or none, is refused, as the API server refuses
+/// media types it cannot decode.
+fn require_content_type(
+    headers: &HeaderMap,
+    accepted: &[&'static str],
+    route: &str,
+) -> Result<&'static str, ApiError> {
+    let given = headers
+        .get(header::CONTENT_TYPE)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    let media = given.as_deref().map(|v| {
+        v.split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase()
+    });
+    if let Some(known) = media
+        .as_deref()
+        .and_then(|m| accepted.iter().find(|a| **a == m))
+    {
+        return Ok(*known);
+    }
+    let what = match &given {
+        Some(v) => format!("Content-Type {v:?} is not accepted"),
+        None => "the request has no Content-Type".to_owned(),
+    };
+    Err(ApiError::new(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "UnsupportedMediaType",
+        format!(
+            "{what}: {route} takes {} (with curl: -H 'Content-Type: {}')",
+            accepted.join(" or "),
+            accepted[accepted.len().min(2) - 1]
+        ),
+    ))
+}
+
 async fn admit(
     State(state): State<AppState>,
-    headers: axum::http::HeaderMap,
+    headers: HeaderMap,
     query: Result<Query<AdmitQuery>, QueryRejection>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    let media_type = require_content_type(&headers, &ADMIT_TYPES, "POST /v1/pods")?;
     let Query(query) = query.map_err(|e| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -355,7 +398,7 @@ async fn admit(
         ));
     }
     let body = body?;
-    if is_owned_admission(&headers) {
+    if media_type == OWNED_ADMISSION {
         if query.dry_run {
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
@@ -404,15 +447,29 @@ fn unexpected(reply: &Reply) -> ApiError {
 }
 
 async fn list_pods(State(state): State<AppState>) -> Json<PodList> {
-    let (pods, pool, attachments) = state.state_thread.read(|snap| {
+    let (pods, pool, attachments, owners) = state.state_thread.read(|snap| {
         let pods: Vec<Arc<AdmitResult>> = snap.pods.values().cloned().collect();
-        (pods, snap.shared_pool.clone(), snap.attachments.clone())
+        let owners = snap
+            .owners
+            .iter()
+            .map(|(uid, o)| (uid.clone(), OwnerSpec::from(o)))
+            .collect();
+        (
+            pods,
+            snap.shared_pool.clone(),
+            snap.attachments.clone(),
+            owners,
+        )
     });
     let pods = pods
         .iter()
         .map(|r| Admission::from(current_pool(r, &pool).as_ref()))
         .collect();
-    Json(PodList { pods, attachments })
+    Json(PodList {
+        pods,
+        attachments,
+        owners,
+    })
 }
 
 async fn get_pod(
@@ -438,7 +495,7 @@ async fn explain_pod(
         .state_thread
         .read(|snap| (snap.explains.get(&uid), snap.pods.contains_key(&uid)));
     match trace {
-        Some(traced) => Ok(Json(traced.explain())),
+        Some(explain) => Ok(Json(explain)),
         None if admitted => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "NoTrace",
@@ -447,7 +504,7 @@ async fn explain_pod(
         None => Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "UnknownPod",
-            format!("no admitted or recently rejected pod with uid {uid:?} (the last {} rejections are kept)", topomgr_engine::explain::REJECTED_KEPT),
+            format!("no admitted or recently rejected pod with uid {uid:?} (the last {} rejections are kept, up to {} MiB of their traces)", topomgr_engine::explain::REJECTED_KEPT, topomgr_engine::explain::REJECTED_BYTES >> 20),
         )),
     }
 }
@@ -466,9 +523,11 @@ async fn release_pod(
 async fn attach(
     State(state): State<AppState>,
     path: Result<UrlPath<(String, String)>, PathRejection>,
+    headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Attached>, ApiError> {
     let UrlPath((uid, container)) = path?;
+    require_content_type(&headers, &["application/json"], "POST .../attach")?;
     let body = body?;
     let b: AttachRequest = serde_json::from_slice(&body).map_err(|e| {
         ApiError::new(
@@ -505,20 +564,25 @@ async fn metrics(State(state): State<AppState>) -> Response {
     super::scrape::response(&state.metrics)
 }
 
-/// Serve `state` on `listener` until `shutdown` completes, then remove `socket`.
-pub async fn serve(
+/// Serve `state` on `listener` within `limits` until `shutdown` completes,
+/// then remove `socket`.
+pub(crate) async fn serve(
     listener: UnixListener,
     socket: PathBuf,
     state: AppState,
+    limits: Limits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = router(state).into_make_service_with_connect_info::<PeerConn>();
-    let result = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await;
+    let listener = &listener;
+    let accept = move || async move {
+        let (stream, _) = listener.accept().await?;
+        let peer = PeerConn::of(&stream);
+        Ok((stream, peer))
+    };
+    super::listener::serve("socket", limits, accept, router(state), shutdown).await;
     if let Err(e) = std::fs::remove_file(&socket) {
         debug!(socket = %socket.display(), error = %e, "socket not removed");
     }
     info!(socket = %socket.display(), "stopped serving");
-    result
+    Ok(())
 }

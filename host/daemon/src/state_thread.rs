@@ -46,19 +46,20 @@ use topomgr_engine::admission::{AdmissionError, AdmitResult, Admitter, UID_CONFL
 use topomgr_node::api::AdmissionRequest;
 use topomgr_node::api::OwnerSpec;
 use topomgr_node::api::{Attached, Attachments};
+use topomgr_node::image::Restored;
 use topomgr_node::node_state::{
-    current_pool, AttachError, Change, NodeState, OwnerConflict, Reclaim, UnknownContainer,
+    current_pool, AttachError, Change, NodeState, OwnerConflict, Reclaim, Records, UnknownContainer,
 };
 use topomgr_node::pod_owner::{ContainerRuntime, Owner};
-use topomgr_node::snapshot::{self, Restored};
+use topomgr_node::snapshot;
 use topomgr_node::store::Store;
 
 /// The most commands applied before one state-file write.
-pub const MAX_BATCH: usize = 256;
+pub(crate) const MAX_BATCH: usize = 256;
 
 /// A request to the state thread.
 #[derive(Debug, Clone)]
-pub enum Command {
+pub(crate) enum Command {
     /// Admit pods in order (each sees the allocations of the ones before).
     Admit(Vec<PodView>),
     /// Admit one pod for `owner` and record the owner with it.
@@ -111,13 +112,14 @@ pub enum Command {
 
 /// The state thread's answer to a [`Command`].
 #[derive(Debug, Clone)]
-pub enum Reply {
+pub(crate) enum Reply {
     /// One result per pod, in order.
     Admitted(Vec<AdmitResult>),
     /// The released pod as it was admitted.
     Released(AdmitResult),
-    /// What a reclaim did.
-    Reclaimed(Vec<Reclaim>),
+    /// A reclaim ran (what it released is logged and counted in the
+    /// metrics).
+    Reclaimed,
     /// What a reconcile with a runtime's containers did.
     ContainersReconciled {
         /// Container ids whose pods were released (the runtime no longer
@@ -137,7 +139,7 @@ pub enum Reply {
 
 /// Why a command failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum CommandError {
+pub(crate) enum CommandError {
     /// No admitted pod has that uid.
     #[error("no admitted pod with uid {0:?}")]
     UnknownPod(String),
@@ -175,11 +177,13 @@ pub enum CommandError {
 
 /// What readers see: the state as of the last commit.
 #[derive(Debug, Clone, Default)]
-pub struct View {
+pub(crate) struct View {
     /// Admitted pods by uid.
     pub pods: BTreeMap<String, Arc<AdmitResult>>,
     /// Cgroup attachments.
     pub attachments: Attachments,
+    /// The owners of owned admissions.
+    pub owners: BTreeMap<String, Owner>,
     /// CPUs held exclusively.
     pub exclusive_cpus: CpuSet,
     /// The shared pool (online minus exclusive).
@@ -196,14 +200,14 @@ pub struct View {
 impl View {
     /// `r` as it is now: shared-pool containers show the current shared
     /// pool, not the pool at their admission ([`current_pool`]).
-    pub fn current<'a>(&self, r: &'a AdmitResult) -> Cow<'a, AdmitResult> {
+    pub(crate) fn current<'a>(&self, r: &'a AdmitResult) -> Cow<'a, AdmitResult> {
         current_pool(r, &self.shared_pool)
     }
 }
 
 /// Settings of the state thread.
 #[derive(Debug, Clone)]
-pub struct StateThreadSettings {
+pub(crate) struct StateThreadSettings {
     /// Where the state file lives (already locked by the caller).
     pub state_dir: PathBuf,
     /// Root of the cgroup hierarchy for `attach`.
@@ -218,7 +222,7 @@ type Job = (Command, oneshot::Sender<Result<Reply, CommandError>>);
 
 /// Handle to the state thread; cheap to clone.
 #[derive(Clone)]
-pub struct StateThread {
+pub(crate) struct StateThread {
     jobs: mpsc::Sender<Job>,
     view: Arc<RwLock<View>>,
 }
@@ -279,13 +283,20 @@ impl StateThread {
     /// reclaim pods of dead `topomgr run` owners, bring the shared pool in
     /// line, compact the journal when it holds anything, then start the
     /// state thread.
-    pub fn start(
-        mut admitter: Admitter,
+    pub(crate) fn start(
+        admitter: Admitter,
         machine: &Machine,
         settings: StateThreadSettings,
         metrics: Arc<Metrics>,
     ) -> Result<(StateThread, Restored), StartError> {
-        let (store, restored) = Store::open(&settings.state_dir, &mut admitter, &settings.boot_id)?;
+        let setting = Arc::new(topomgr_engine::explain::Setting::of(&admitter));
+        let mut node = NodeState::new(
+            admitter,
+            Records::default(),
+            &settings.cgroup_root,
+            &settings.boot_id,
+        );
+        let (store, restored) = Store::open(&settings.state_dir, &mut node, &settings.boot_id)?;
         let mut notes = notes_of(&restored, &settings.boot_id);
         if restored.found {
             info!(
@@ -295,13 +306,6 @@ impl StateThread {
                 "state restored; nothing re-admitted or released"
             );
         }
-        let setting = Arc::new(topomgr_engine::explain::Setting::of(&admitter));
-        let node = NodeState::new(
-            admitter,
-            restored.records.clone(),
-            &settings.cgroup_root,
-            &settings.boot_id,
-        );
         let mut worker = Worker {
             node,
             machine: machine.clone(),
@@ -325,7 +329,7 @@ impl StateThread {
             match worker.store.compact(&worker.node) {
                 Ok(()) => {
                     worker.node.take_changes();
-                    worker.node.admitter_mut().take_changed_providers();
+                    worker.node.saved();
                 }
                 Err(e) => {
                     error!(error = %e, "cannot save the state after reclaiming pods and replaying releases; it stays as saved");
@@ -347,7 +351,7 @@ impl StateThread {
     }
 
     /// Submit a command and wait for its answer (sent after the state is saved).
-    pub async fn submit(&self, cmd: Command) -> Result<Reply, CommandError> {
+    pub(crate) async fn submit(&self, cmd: Command) -> Result<Reply, CommandError> {
         let (tx, rx) = oneshot::channel();
         self.jobs
             .send((cmd, tx))
@@ -357,7 +361,7 @@ impl StateThread {
 
     /// Read the state as of the last commit (keep `f` short: the state thread
     /// waits for it to bring the view up to date).
-    pub fn read<R>(&self, f: impl FnOnce(&View) -> R) -> R {
+    pub(crate) fn read<R>(&self, f: impl FnOnce(&View) -> R) -> R {
         let guard = self.view.read().unwrap_or_else(|p| p.into_inner());
         f(&guard)
     }
@@ -483,7 +487,7 @@ impl Worker {
                 let known = view.explains.get(&pod.uid);
                 drop(view);
                 let stored = self.node.pods()[&pod.uid].clone();
-                out.push(known.map_or_else(|| self.explain(&stored, &[]), |t| t.explain()));
+                out.push(known.unwrap_or_else(|| self.explain(&stored, &[])));
                 continue;
             }
             let mut trace = Vec::new();
@@ -585,7 +589,7 @@ impl Worker {
                 let changed = reclaimed
                     .iter()
                     .any(|r| matches!(r, Reclaim::Released { .. }));
-                (Ok(Reply::Reclaimed(reclaimed)), changed)
+                (Ok(Reply::Reclaimed), changed)
             }
             Command::Release(uid) => match self.node.release(&uid) {
                 Ok(r) => {
@@ -749,6 +753,7 @@ impl Worker {
                 .map(|(uid, r)| (uid.clone(), Arc::new(r.clone())))
                 .collect(),
             attachments: self.node.records().attachments.clone(),
+            owners: self.node.records().owners.clone(),
             restore_notes: notes,
             // Traces outlive a rollback; those of pods it undid are dropped
             // at the next publish.
@@ -775,7 +780,12 @@ impl Worker {
         let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
         let view = &mut *view;
         for change in committed {
-            change.apply(&mut view.pods, &mut view.attachments, None, Arc::from);
+            change.apply(
+                &mut view.pods,
+                &mut view.attachments,
+                Some(&mut view.owners),
+                Arc::from,
+            );
         }
         for traced in self.traces.drain(..) {
             view.explains.record(traced);

@@ -28,7 +28,7 @@ use std::path::Path;
 use tracing::{debug, warn};
 
 /// The variable that names the service manager's socket.
-pub const NOTIFY_SOCKET: &str = "NOTIFY_SOCKET";
+pub(crate) const NOTIFY_SOCKET: &str = "NOTIFY_SOCKET";
 
 /// The address `value` of `NOTIFY_SOCKET` names.
 fn address(value: &OsStr) -> io::Result<SocketAddr> {
@@ -47,7 +47,7 @@ fn address(value: &OsStr) -> io::Result<SocketAddr> {
 
 /// Send `assignments` (`KEY=VALUE` each) in one datagram to the socket
 /// `notify_socket` names.
-pub fn send_to(notify_socket: &OsStr, assignments: &[(&str, &str)]) -> io::Result<()> {
+pub(crate) fn send_to(notify_socket: &OsStr, assignments: &[(&str, &str)]) -> io::Result<()> {
     let address = address(notify_socket)?;
     let mut message = String::new();
     for (key, value) in assignments {
@@ -83,12 +83,12 @@ fn send(assignments: &[(&str, &str)]) {
 }
 
 /// `READY=1` with a one-line `STATUS=`.
-pub fn ready(status: &str) {
+pub(crate) fn ready(status: &str) {
     send(&[("READY", "1"), ("STATUS", status)]);
 }
 
 /// `STOPPING=1`.
-pub fn stopping() {
+pub(crate) fn stopping() {
     send(&[("STOPPING", "1"), ("STATUS", "stopping")]);
 }
 

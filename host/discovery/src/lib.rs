@@ -9,7 +9,7 @@
 //! - NUMA nodes from `devices/system/node/node<N>`: `cpulist` (or `cpumap`),
 //!   `meminfo` (MemTotal / MemFree, kB), `hugepages/hugepages-<size>kB/`
 //!   (`nr_hugepages`, `free_hugepages`; none when absent) and `distance` (the
-//!   kernel's defaults [`LOCAL_DISTANCE`] / [`REMOTE_DISTANCE`] when absent).
+//!   kernel's defaults, 10 to itself and 20 to the others, when absent).
 //!   Ids go up to 255 (POWER9 numbers its GPU memory nodes 250-255), at
 //!   most 64 nodes at once. CPU-less memory nodes are kept. Without
 //!   `devices/system/node` (a kernel without NUMA) the machine is one node 0
@@ -53,7 +53,6 @@ use std::time::Instant;
 use topomgr_sdk::{CpuSet, Machine, NumaNodeId};
 
 pub use error::DiscoveryError;
-pub use node::{LOCAL_DISTANCE, REMOTE_DISTANCE};
 pub use table::{render_table, DISTANCE_MATRIX_MAX_NODES};
 
 /// Read the machine's topology from the sysfs tree at `sysfs_root` (`/sys` on

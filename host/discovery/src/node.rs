@@ -12,9 +12,9 @@ use super::sysfs::{
 use super::DiscoveryError;
 
 /// Distance of a node to itself when the kernel has no distance table.
-pub const LOCAL_DISTANCE: u32 = 10;
+pub(crate) const LOCAL_DISTANCE: u32 = 10;
 /// Distance between two nodes when the kernel has no distance table.
-pub const REMOTE_DISTANCE: u32 = 20;
+pub(crate) const REMOTE_DISTANCE: u32 = 20;
 
 /// Read every NUMA node, ascending by id. `cpu_ids` are the CPUs that have a
 /// `devices/system/cpu/cpu<N>` directory; node cpulists are cut down to them.

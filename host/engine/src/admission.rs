@@ -44,7 +44,7 @@ pub const TOPOLOGY_AFFINITY_ERROR: &str = "TopologyAffinityError";
 /// Reason for a provider that misbehaved (bad hints, failed call, an
 /// allocation the ledger refuses).
 pub const UNEXPECTED_ADMISSION_ERROR: &str = "UnexpectedAdmissionError";
-/// Reason for a pod with more than [`MAX_CONTAINERS_PER_POD`] containers.
+/// Reason for a pod with more than `MAX_CONTAINERS_PER_POD` containers.
 pub const TOO_MANY_CONTAINERS: &str = "TooManyContainers";
 /// Reason while a provider is held (it refused its saved state).
 pub const PROVIDER_HELD: &str = "ProviderHeld";
@@ -54,7 +54,7 @@ pub const UID_CONFLICT: &str = "PodUidConflict";
 /// The most containers (init + app) one pod may have. Admission costs time
 /// linear in the containers; the cap bounds how long one admission can keep
 /// the daemon's other clients waiting.
-pub const MAX_CONTAINERS_PER_POD: usize = 1024;
+pub(crate) const MAX_CONTAINERS_PER_POD: usize = 1024;
 
 /// What one container received.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -115,43 +115,19 @@ pub enum AdmissionError {
 /// (see [`Admitter::admit_assigned`]).
 pub type AssignedDevices = BTreeMap<String, AssignedDevicesRequest>;
 
-/// (pod uid, container) releases a provider has not seen yet, in order.
-pub type PendingReleases = Vec<(String, String)>;
-
-/// A provider that refused its saved state at restore. It is kept but not
-/// called: its saved bytes are written back unchanged, releases of its
-/// containers are remembered for when it can restore again, and every
-/// admission is refused while it is held (see [`PROVIDER_HELD`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeldProvider {
-    /// Why it is held (the provider's refusal).
-    pub reason: String,
-    /// Its saved state, kept as it was.
-    pub saved: Vec<u8>,
-    /// (pod uid, container) released while it was held, in order.
-    pub pending_releases: PendingReleases,
-}
-
-/// What a provider's part of the saved state is.
-#[derive(Clone, Copy)]
-pub enum ProviderState<'a> {
-    /// A working provider: ask it for its checkpoint.
-    Live(&'a LoadedProvider),
-    /// A held provider: its saved bytes and the releases it has not seen.
-    Held(&'a HeldProvider),
-}
-
 /// Owns providers, policy, admitted pods and the [`Ledger`]; admits one
 /// pod at a time.
+///
+/// A provider may be *held* ([`Admitter::hold`]: it refused its saved
+/// state): it is not called, and every admission is refused while it is
+/// held ([`PROVIDER_HELD`]). What is kept for it (its saved bytes, the
+/// releases it misses) is the state layer's.
 pub struct Admitter {
     policy: Policy,
     scope: Scope,
     providers: Vec<LoadedProvider>,
-    held: Vec<Option<HeldProvider>>,
-    absent: BTreeMap<String, HeldProvider>,
-    /// Per provider: changed since the last [`Admitter::take_changed_providers`].
-    dirty: Vec<bool>,
-    absent_dirty: bool,
+    /// Per provider: why it is held, when it is.
+    held: Vec<Option<String>>,
     pods: BTreeMap<String, AdmitResult>,
     ledger: Ledger,
     violations: Vec<String>,
@@ -183,9 +159,6 @@ impl Admitter {
             policy,
             scope,
             held: vec![None; providers.len()],
-            absent: BTreeMap::new(),
-            dirty: vec![false; providers.len()],
-            absent_dirty: false,
             providers,
             pods: BTreeMap::new(),
             ledger: Ledger::new(machine),
@@ -213,89 +186,25 @@ impl Admitter {
         &mut self.providers
     }
 
-    /// Each provider's part of the state to save: the configured ones in
-    /// call order, then those only the saved state knows.
-    pub fn provider_states(&self) -> impl Iterator<Item = (&str, ProviderState<'_>)> {
-        let configured = self.providers.iter().zip(&self.held).map(|(p, h)| {
-            let state = match h {
-                Some(h) => ProviderState::Held(h),
-                None => ProviderState::Live(p),
-            };
-            (p.name(), state)
-        });
-        let absent = self
-            .absent
-            .iter()
-            .map(|(n, h)| (n.as_str(), ProviderState::Held(h)));
-        configured.chain(absent)
-    }
-
-    /// Forget held and absent providers (before a restore installs them
-    /// again); what is installed is the saved state, so nothing has changed.
-    pub fn forget_held(&mut self) {
-        self.held.iter_mut().for_each(|h| *h = None);
-        self.absent.clear();
-        self.dirty.iter_mut().for_each(|d| *d = false);
-        self.absent_dirty = false;
-    }
-
-    /// Note that provider `name`'s state changed (e.g. a release replayed into it).
-    pub fn mark_changed(&mut self, name: &str) {
+    /// Hold provider `name` (it refused its saved state, `reason`): it is
+    /// not called until [`Admitter::clear_holds`], and admissions are refused.
+    pub fn hold(&mut self, name: &str, reason: String) {
         if let Some(i) = self.providers.iter().position(|p| p.name() == name) {
-            self.dirty[i] = true;
+            self.held[i] = Some(reason);
         }
     }
 
-    /// The providers whose state changed since the last call (calls to
-    /// `allocate` or `release`, or releases remembered for a held or absent
-    /// provider), by name; they are marked unchanged.
-    pub fn take_changed_providers(&mut self) -> Vec<String> {
-        let mut out: Vec<String> = self
-            .providers
-            .iter()
-            .zip(&mut self.dirty)
-            .filter(|(_, d)| **d)
-            .map(|(p, d)| {
-                *d = false;
-                p.name().to_owned()
-            })
-            .collect();
-        if std::mem::take(&mut self.absent_dirty) {
-            out.extend(self.absent.keys().cloned());
-        }
-        out
+    /// Hold no provider any more (before a restore holds them again).
+    pub fn clear_holds(&mut self) {
+        self.held.iter_mut().for_each(|h| *h = None);
     }
 
-    /// Put `names` back as changed (their state could not be saved yet).
-    pub fn keep_changed(&mut self, names: &[String]) {
-        for n in names {
-            if self.absent.contains_key(n) {
-                self.absent_dirty = true;
-            } else {
-                self.mark_changed(n);
-            }
-        }
-    }
-
-    /// Keep the saved state of a provider that is not configured now: it
-    /// is written back unchanged, and releases are remembered for it.
-    pub fn keep_absent(&mut self, name: &str, held: HeldProvider) {
-        self.absent.insert(name.to_owned(), held);
-    }
-
-    /// Hold provider `index` (it refused its saved state): see [`HeldProvider`].
-    pub fn hold_provider(&mut self, index: usize, held: HeldProvider) {
-        if let Some(slot) = self.held.get_mut(index) {
-            *slot = Some(held);
-        }
-    }
-
-    /// The held providers: (name, why).
-    pub fn held_providers(&self) -> Vec<(&str, &HeldProvider)> {
+    /// The held providers, in call order: (name, why).
+    pub fn held(&self) -> Vec<(&str, &str)> {
         self.providers
             .iter()
             .zip(&self.held)
-            .filter_map(|(p, h)| h.as_ref().map(|h| (p.name(), h)))
+            .filter_map(|(p, h)| h.as_deref().map(|h| (p.name(), h)))
             .collect()
     }
 
@@ -445,12 +354,11 @@ impl Admitter {
                 ),
             });
         }
-        if let Some((name, held)) = self.held_providers().first() {
+        if let Some((name, reason)) = self.held().first() {
             return Err(Rejection {
                 reason: PROVIDER_HELD.to_string(),
                 message: format!(
-                    "provider {name:?} is held: it refused its saved state ({}); admissions are refused until topomgr starts where that state can be restored (pods can still be listed and released)",
-                    held.reason
+                    "provider {name:?} is held: it refused its saved state ({reason}); admissions are refused until topomgr starts where that state can be restored (pods can still be listed and released)"
                 ),
             });
         }
@@ -649,7 +557,6 @@ impl Admitter {
         let mut merged = Allocation::default();
         let mut env_from: BTreeMap<String, usize> = BTreeMap::new();
         for i in 0..self.providers.len() {
-            self.dirty[i] = true;
             let answer = self.providers[i].allocate(pod, container, hint);
             let name = self.providers[i].name();
             let failure = match answer {
@@ -699,7 +606,6 @@ impl Admitter {
 
     fn rollback(&mut self, pod: &PodView, done: &[ContainerResult]) {
         for c in done.iter().rev() {
-            self.dirty.iter_mut().for_each(|d| *d = true);
             for p in &mut self.providers {
                 if let Err(err) = p.release(&pod.uid, &c.name) {
                     warn!(provider = p.name(), pod = %pod.uid, container = %c.name, error = %err, "release during rollback failed");
@@ -711,27 +617,24 @@ impl Admitter {
         }
     }
 
-    /// Release every container of an admitted pod in every provider (a held
-    /// provider remembers the release for later).
+    /// Release every container of an admitted pod, last first, in every
+    /// provider that is not held (the state layer remembers the releases a
+    /// held provider misses).
     pub fn release(&mut self, uid: &str) -> Result<AdmitResult, AdmissionError> {
         let result = self
             .pods
             .remove(uid)
             .ok_or_else(|| AdmissionError::UnknownPod(uid.to_string()))?;
         self.ledger.release(uid);
-        self.dirty.iter_mut().for_each(|d| *d = true);
-        self.absent_dirty = !self.absent.is_empty();
         let mut errors = Vec::new();
         for c in result.containers.iter().rev() {
-            for (p, held) in self.providers.iter_mut().zip(&mut self.held) {
-                if let Some(h) = held {
-                    h.pending_releases.push((uid.to_string(), c.name.clone()));
-                } else if let Err(e) = p.release(uid, &c.name) {
+            for (p, held) in self.providers.iter_mut().zip(&self.held) {
+                if held.is_some() {
+                    continue;
+                }
+                if let Err(e) = p.release(uid, &c.name) {
                     errors.push(format!("{}: {}", p.name(), e));
                 }
-            }
-            for h in self.absent.values_mut() {
-                h.pending_releases.push((uid.to_string(), c.name.clone()));
             }
         }
         if errors.is_empty() {
@@ -1559,17 +1462,17 @@ mod tests {
     }
 
     #[test]
-    fn a_held_provider_refuses_admissions_and_remembers_releases() {
+    fn a_held_provider_refuses_admissions_and_is_not_called() {
         let log: Log = Default::default();
         let mut adm = admitter("none", Scope::Container, vec![fake("a", &[], None, &log)]);
         assert!(adm.admit(&other_pod("u")).admitted);
-        adm.hold_provider(
-            0,
-            HeldProvider {
-                reason: "it names CPUs 9 that this machine does not have".into(),
-                saved: b"old".to_vec(),
-                pending_releases: Vec::new(),
-            },
+        adm.hold(
+            "a",
+            "it names CPUs 9 that this machine does not have".to_owned(),
+        );
+        assert_eq!(
+            adm.held(),
+            [("a", "it names CPUs 9 that this machine does not have")]
         );
         let r = adm.admit(&other_pod("v"));
         assert_eq!(r.reason.as_deref(), Some(PROVIDER_HELD));
@@ -1584,10 +1487,8 @@ mod tests {
             n,
             "a held provider is not called"
         );
-        let held = adm.held_providers();
-        assert_eq!(
-            held[0].1.pending_releases,
-            [("u".to_string(), "app".to_string())]
-        );
+        adm.clear_holds();
+        assert!(adm.held().is_empty());
+        assert!(adm.admit(&other_pod("v")).admitted);
     }
 }

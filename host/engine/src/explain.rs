@@ -242,32 +242,61 @@ impl Traced {
     }
 }
 
-/// How many rejected pods' traces [`History`] keeps.
+/// How many rejected pods' traces [`History`] keeps at most.
 pub const REJECTED_KEPT: usize = 256;
+/// How many bytes of rejected pods' traces (their JSON) [`History`] keeps
+/// at most; the latest rejection is kept whatever its size.
+pub const REJECTED_BYTES: usize = 8 << 20;
 
 /// The daemon's traces: one per admitted pod (while it is admitted) and
-/// those of the last [`REJECTED_KEPT`] rejected pods, so a pod rejected a
-/// moment ago can still be explained.
+/// those of the last rejected pods (at most [`REJECTED_KEPT`] and
+/// [`REJECTED_BYTES`]), so a pod rejected a moment ago can still be
+/// explained. A rejection keeps its trace as answered ([`Explain`]: the
+/// pod's uid, name, namespace and QoS class, the decisions), never the pod:
+/// a rejected manifest may be megabytes.
 #[derive(Debug, Clone, Default)]
 pub struct History {
     admitted: std::collections::BTreeMap<String, std::sync::Arc<Traced>>,
-    rejected: std::collections::VecDeque<(String, std::sync::Arc<Traced>)>,
+    rejected: std::collections::VecDeque<Rejected>,
+    rejected_bytes: usize,
+}
+
+/// One kept rejection.
+#[derive(Debug, Clone)]
+struct Rejected {
+    uid: String,
+    explain: std::sync::Arc<Explain>,
+    bytes: usize,
 }
 
 impl History {
     /// Remember one admission.
     pub fn record(&mut self, traced: Traced) {
         let uid = traced.result.pod.uid.clone();
-        let admitted = traced.result.admitted;
-        let traced = std::sync::Arc::new(traced);
-        if admitted {
-            self.admitted.insert(uid, traced);
-        } else {
-            self.rejected.retain(|(u, _)| *u != uid);
-            if self.rejected.len() == REJECTED_KEPT {
-                self.rejected.pop_front();
+        if traced.result.admitted {
+            self.admitted.insert(uid, std::sync::Arc::new(traced));
+            return;
+        }
+        let explain = traced.explain();
+        drop(traced);
+        let bytes = serde_json::to_vec(&explain).map_or(0, |json| json.len());
+        if let Some(i) = self.rejected.iter().position(|r| r.uid == uid) {
+            if let Some(old) = self.rejected.remove(i) {
+                self.rejected_bytes -= old.bytes;
             }
-            self.rejected.push_back((uid, traced));
+        }
+        self.rejected.push_back(Rejected {
+            uid,
+            explain: std::sync::Arc::new(explain),
+            bytes,
+        });
+        self.rejected_bytes += bytes;
+        while self.rejected.len() > 1
+            && (self.rejected.len() > REJECTED_KEPT || self.rejected_bytes > REJECTED_BYTES)
+        {
+            if let Some(old) = self.rejected.pop_front() {
+                self.rejected_bytes -= old.bytes;
+            }
         }
     }
 
@@ -279,14 +308,15 @@ impl History {
 
     /// The trace of `uid`: its admission while it is admitted, else its
     /// latest rejection if still kept.
-    pub fn get(&self, uid: &str) -> Option<std::sync::Arc<Traced>> {
-        self.admitted.get(uid).cloned().or_else(|| {
-            self.rejected
-                .iter()
-                .rev()
-                .find(|(u, _)| u == uid)
-                .map(|(_, t)| t.clone())
-        })
+    pub fn get(&self, uid: &str) -> Option<Explain> {
+        if let Some(traced) = self.admitted.get(uid) {
+            return Some(traced.explain());
+        }
+        self.rejected
+            .iter()
+            .rev()
+            .find(|r| r.uid == uid)
+            .map(|r| r.explain.as_ref().clone())
     }
 }
 
@@ -343,13 +373,42 @@ mod tests {
             h.record(traced(&format!("r{i}"), false, i));
         }
         assert!(h.get("r0").is_none(), "the oldest rejection is dropped");
-        assert_eq!(h.get("r1").unwrap().explain().name, "p1");
-        assert!(h.get("a").unwrap().explain().admitted);
+        assert_eq!(h.get("r1").unwrap().name, "p1");
+        assert!(h.get("a").unwrap().admitted);
         h.retain_admitted(|u| u != "a");
         assert!(h.get("a").is_none());
         // Rejected again: one entry, the latest.
         h.record(traced("r5", false, 99));
-        assert_eq!(h.get("r5").unwrap().explain().name, "p99");
+        assert_eq!(h.get("r5").unwrap().name, "p99");
         assert_eq!(h.rejected.len(), REJECTED_KEPT);
+    }
+
+    /// Rejections are kept as their traces, bounded by bytes too: a pod
+    /// with a long message (a large trace) pushes the oldest out, and the
+    /// latest is kept whatever its size.
+    #[test]
+    fn rejections_are_bounded_by_bytes() {
+        let mut h = History::default();
+        let large = |uid: &str, n: usize| {
+            let mut t = traced(uid, false, n);
+            t.result.message = Some("m".repeat(REJECTED_BYTES / 4));
+            t
+        };
+        for i in 0..10 {
+            h.record(large(&format!("big{i}"), i));
+            assert!(h.rejected_bytes <= REJECTED_BYTES.max(h.rejected.back().unwrap().bytes));
+            assert_eq!(
+                h.rejected_bytes,
+                h.rejected.iter().map(|r| r.bytes).sum::<usize>()
+            );
+        }
+        assert_eq!(h.rejected.len(), 3);
+        assert!(h.get("big6").is_none());
+        assert_eq!(h.get("big9").unwrap().name, "p9");
+        let mut t = traced("huge", false, 0);
+        t.result.message = Some("m".repeat(2 * REJECTED_BYTES));
+        h.record(t);
+        assert_eq!(h.rejected.len(), 1);
+        assert!(h.get("huge").is_some());
     }
 }

@@ -17,13 +17,13 @@ use topomgr_sdk::PodView;
 
 /// The kubelet's `IsExtendedResourceName`: a name with a domain prefix
 /// outside `kubernetes.io`, and not a quota `requests.` name.
-pub fn is_extended(name: &str) -> bool {
+pub(crate) fn is_extended(name: &str) -> bool {
     name.contains('/') && !name.contains("kubernetes.io/") && !name.starts_with("requests.")
 }
 
 /// The extended resources `pod` requests (effective pod request above 0),
 /// in name order.
-pub fn requested(pod: &PodView) -> Vec<(&str, u64)> {
+pub(crate) fn requested(pod: &PodView) -> Vec<(&str, u64)> {
     let names: BTreeSet<&str> = pod
         .init_containers
         .iter()
@@ -41,7 +41,7 @@ pub fn requested(pod: &PodView) -> Vec<(&str, u64)> {
 
 /// The first (in name order) extended resource of `pod` that `owned` lacks,
 /// as the kubelet's (reason, message).
-pub fn unserved(pod: &PodView, owned: &BTreeSet<String>) -> Option<(String, String)> {
+pub(crate) fn unserved(pod: &PodView, owned: &BTreeSet<String>) -> Option<(String, String)> {
     requested(pod)
         .into_iter()
         .find(|(name, _)| !owned.contains(*name))

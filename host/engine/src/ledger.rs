@@ -17,9 +17,9 @@
 //!   container runs for the pod's lifetime: what it holds is never shared;
 //! - nothing is held by a pod that is not admitted.
 //!
-//! Providers are not trusted to keep it: [`Ledger::check`] judges each
+//! Providers are not trusted to keep it: `Ledger::check` judges each
 //! provider's [`Allocation`] before the admission goes on, and a violation
-//! fails the admission (the caller rolls everything back). [`Ledger::restore`]
+//! fails the admission (the caller rolls everything back). `Ledger::restore`
 //! rebuilds the ledger from a restored pod table and reports, never drops,
 //! what the machine lost or what two pods hold at once.
 //!
@@ -74,7 +74,7 @@ impl fmt::Display for Holder {
 /// A provider's allocation that breaks the invariant.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{message}")]
-pub struct Violation {
+pub(crate) struct Violation {
     /// The provider that made the allocation.
     pub provider: String,
     /// What is wrong: the provider, the pod and container, what is held by whom.
@@ -232,7 +232,7 @@ fn is_pci_address(id: &str) -> bool {
 
 impl Ledger {
     /// An empty ledger for `machine`.
-    pub fn new(machine: &Machine) -> Ledger {
+    pub(crate) fn new(machine: &Machine) -> Ledger {
         Ledger {
             online: machine.online_cpus(),
             nodes: machine.numa_mask(),
@@ -264,7 +264,8 @@ impl Ledger {
     }
 
     /// Number of pods holding something.
-    pub fn pods_holding(&self) -> usize {
+    #[cfg(test)]
+    fn pods_holding(&self) -> usize {
         self.pods.len()
     }
 
@@ -299,7 +300,7 @@ impl Ledger {
 
     /// Judge `provider`'s allocation for `container` of `pod` against the
     /// machine and everything held by other containers. Nothing changes.
-    pub fn check(
+    pub(crate) fn check(
         &self,
         pod: &PodView,
         container: &str,
@@ -364,7 +365,7 @@ impl Ledger {
 
     /// Record what `container` of `pod` holds (its merged allocation, every
     /// provider's part already [checked](Ledger::check)).
-    pub fn hold(&mut self, pod: &PodView, container: &str, a: &Allocation) {
+    pub(crate) fn hold(&mut self, pod: &PodView, container: &str, a: &Allocation) {
         let (cpus, devices) = claimed(a);
         let entry = self.pods.entry(pod.uid.clone()).or_insert_with(|| PodHold {
             label: label(pod),
@@ -393,7 +394,7 @@ impl Ledger {
     }
 
     /// Forget everything pod `uid` holds.
-    pub fn release(&mut self, uid: &str) {
+    pub(crate) fn release(&mut self, uid: &str) {
         let Some(hold) = self.pods.remove(uid) else {
             return;
         };
@@ -419,7 +420,7 @@ impl Ledger {
     /// Rebuild from a restored table of admitted pods (containers in
     /// admission order): everything is held as restored, and what breaks
     /// the invariant is returned.
-    pub fn restore<'a>(
+    pub(crate) fn restore<'a>(
         &mut self,
         pods: impl IntoIterator<Item = (&'a PodView, &'a [(String, Allocation)])>,
     ) -> Vec<Finding> {
@@ -475,7 +476,7 @@ impl Ledger {
     }
 
     /// Everything held against the reuse rule (empty while the invariant holds).
-    pub fn conflicts(&self) -> Vec<Finding> {
+    pub(crate) fn conflicts(&self) -> Vec<Finding> {
         let bad = |claims: &[Claim]| {
             claims.iter().enumerate().any(|(i, later)| {
                 claims[..i]

@@ -10,7 +10,7 @@
 
 pub mod admission;
 pub mod explain;
-pub mod extended;
+mod extended;
 pub mod ledger;
 pub mod merge;
 pub mod numa;

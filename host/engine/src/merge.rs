@@ -123,7 +123,10 @@ pub struct MergeOutcome {
 
 /// Refuse malformed compact sets and hints that name NUMA nodes the machine
 /// does not have (for a compact set: in a minimal mask or a bound).
-pub fn validate(numa: &NumaInfo, providers: &[(&str, &ProviderHints)]) -> Result<(), MergeError> {
+pub(crate) fn validate(
+    numa: &NumaInfo,
+    providers: &[(&str, &ProviderHints)],
+) -> Result<(), MergeError> {
     let machine = numa.default_mask();
     for (name, hints) in providers {
         let Some(map) = hints else { continue };
@@ -576,7 +579,7 @@ fn best_non_preferred(
 
 /// Merge the providers' hints into the kubelet's merged hint.
 ///
-/// Callers must have run [`validate`]; masks outside the machine are not
+/// Callers must have run `validate`; masks outside the machine are not
 /// expected here (they would be AND-ed away as the kubelet does).
 pub fn merge(numa: &NumaInfo, providers: &[&ProviderHints], mode: MergeMode) -> MergeOutcome {
     let pos = numa.positions();
@@ -689,102 +692,101 @@ mod tests {
         assert_eq!(out.rule, MergeRule::NonPreferredAtBestCount);
     }
 
-    /// A tiny deterministic PRNG (xorshift) for randomized comparisons.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
+    /// Strategies for random merge inputs. Masks are drawn as bit sets over
+    /// the machine's node *positions* and made into node masks once the
+    /// nodes are known ([`subset`]).
+    mod gen {
+        use proptest::collection::{btree_set, vec};
+        use proptest::prelude::*;
 
-    fn random_case(rng: &mut Rng) -> (NumaInfo, Vec<ProviderHints>, MergeMode) {
-        let n = 1 + rng.below(4) as u32;
-        // Occasionally sparse node ids, below 64 or anywhere up to 255
-        // (POWER9's GPU memory nodes are 250-255).
-        let nodes: Vec<u32> = match rng.below(6) {
-            0 => (0..n).map(|i| i * 2).collect(),
-            1 => {
-                let mut ids: Vec<u32> = Vec::new();
-                while ids.len() < n as usize {
-                    let id = if rng.below(2) == 0 {
-                        rng.below(256) as u32
-                    } else {
-                        250 + rng.below(6) as u32
-                    };
-                    if !ids.contains(&id) {
-                        ids.push(id);
-                    }
-                }
-                ids.sort_unstable();
-                ids
-            }
-            2 => (0..n).map(|i| 64 + i * 3).collect(),
-            _ => (0..n).collect(),
-        };
-        let full = NumaMask::from_nodes(nodes.iter().copied()).unwrap();
-        let distances = (rng.below(2) == 0).then(|| {
-            nodes
-                .iter()
-                .enumerate()
-                .map(|(i, _)| {
-                    nodes
-                        .iter()
-                        .enumerate()
-                        .map(|(j, _)| if i == j { 10 } else { 11 + rng.below(25) })
-                        .collect()
-                })
-                .collect()
-        });
-        let numa = NumaInfo::new(nodes.clone(), distances).unwrap();
-        let random_mask = |rng: &mut Rng| loop {
-            let m = subset(full, rng.next());
-            if !m.is_empty() || rng.below(10) == 0 {
-                return m;
-            }
-        };
-        let providers = (0..rng.below(4))
-            .map(|_| match rng.below(8) {
-                0 => None,
-                _ => Some(
-                    (0..1 + rng.below(2))
-                        .map(|r| {
-                            let set = match rng.below(8) {
-                                0 => None,
-                                1 => Some(HintSet::Explicit(vec![])),
-                                2 => {
-                                    Some(HintSet::Compact(random_compact(rng, full, &random_mask)))
-                                }
-                                _ => Some(HintSet::Explicit(
-                                    (0..1 + rng.below(5))
-                                        .map(|_| TopologyHint {
-                                            affinity: (rng.below(6) != 0).then(|| random_mask(rng)),
-                                            preferred: rng.below(2) == 0,
-                                        })
-                                        .collect(),
-                                )),
-                            };
-                            (format!("r{r}"), set)
-                        })
-                        .collect(),
-                ),
+        /// A hint set as drawn, its masks as position bits.
+        #[derive(Debug, Clone)]
+        pub(super) enum RawSet {
+            /// No preference.
+            Any,
+            /// An empty explicit list (cannot be satisfied).
+            Unsatisfiable,
+            /// A compact set: minimal masks, each one's bound (when bounded)
+            /// and the preferred width.
+            Compact(Vec<u64>, Option<Vec<Bound>>, u32),
+            /// An explicit list of (affinity, preferred).
+            Explicit(Vec<(Option<u64>, bool)>),
+        }
+
+        /// The `within` bound of a compact set's minimal mask.
+        #[derive(Debug, Clone)]
+        pub(super) enum Bound {
+            /// The minimal mask itself.
+            Same,
+            /// The minimal mask or-ed with another mask.
+            Or(u64),
+            /// Every node.
+            Full,
+        }
+
+        /// Node ids of 1 to 4 nodes: dense, even, above 64, or sparse
+        /// anywhere up to 255 (POWER9's GPU memory nodes are 250-255).
+        pub(super) fn nodes() -> impl Strategy<Value = Vec<u32>> {
+            (1u32..=4).prop_flat_map(|n| {
+                prop_oneof![
+                    3 => Just((0..n).collect::<Vec<u32>>()),
+                    1 => Just((0..n).map(|i| i * 2).collect()),
+                    1 => Just((0..n).map(|i| 64 + i * 3).collect()),
+                    1 => btree_set(prop_oneof![0u32..256, 250u32..256], n as usize)
+                        .prop_map(|ids| ids.into_iter().collect()),
+                ]
             })
-            .collect();
-        let mode = MergeMode {
-            single_numa_node: rng.below(4) == 0,
-            prefer_closest: rng.below(2) == 0,
-        };
-        (numa, providers, mode)
+        }
+
+        /// Position bits of a mask over `n` nodes, empty one time in ten.
+        pub(super) fn mask(n: usize) -> impl Strategy<Value = u64> {
+            let all = (1u64 << n) - 1;
+            prop_oneof![9 => 1..=all, 1 => Just(0)]
+        }
+
+        fn set(n: usize) -> impl Strategy<Value = RawSet> {
+            let bound = prop_oneof![
+                Just(Bound::Same),
+                mask(n).prop_map(Bound::Or),
+                Just(Bound::Full)
+            ];
+            prop_oneof![
+                1 => Just(RawSet::Any),
+                1 => Just(RawSet::Unsatisfiable),
+                1 => (vec(mask(n), 0..3), proptest::option::of(vec(bound, 3)), 1u32..=2)
+                    .prop_map(|(minimal, within, width)| RawSet::Compact(minimal, within, width)),
+                5 => vec((proptest::option::weighted(5.0 / 6.0, mask(n)), any::<bool>()), 1..=5)
+                    .prop_map(RawSet::Explicit),
+            ]
+        }
+
+        /// Up to 3 providers: no hints one time in eight, else one or two
+        /// resources.
+        pub(super) fn providers(n: usize) -> impl Strategy<Value = Vec<Option<Vec<RawSet>>>> {
+            vec(
+                proptest::option::weighted(7.0 / 8.0, vec(set(n), 1..=2)),
+                0..4,
+            )
+        }
+
+        /// Distances (`None` half the time): 10 to itself, 11..35 else.
+        pub(super) fn distances(n: usize) -> impl Strategy<Value = Option<Vec<Vec<u64>>>> {
+            proptest::option::of(vec(vec(11u64..36, n), n)).prop_map(move |d| {
+                d.map(|mut rows| {
+                    for (i, row) in rows.iter_mut().enumerate() {
+                        row[i] = 10;
+                    }
+                    rows
+                })
+            })
+        }
+
+        /// (single-numa-node one time in four, prefer-closest half the time).
+        pub(super) fn mode() -> impl Strategy<Value = (bool, bool)> {
+            (proptest::bool::weighted(0.25), any::<bool>())
+        }
     }
 
-    /// A random valid compact set over the nodes `full`: half the time
-    /// without bounds, else each bound the minimal mask itself, a random
-    /// superset of it, or every node.
     /// The nodes of `full` at the positions set in `bits`.
     fn subset(full: NumaMask, bits: u64) -> NumaMask {
         full.iter()
@@ -794,126 +796,169 @@ mod tests {
             .collect()
     }
 
-    fn random_compact(
-        rng: &mut Rng,
-        full: NumaMask,
-        random_mask: &dyn Fn(&mut Rng) -> NumaMask,
-    ) -> CompactHints {
-        let minimal: Vec<NumaMask> = (0..rng.below(3)).map(|_| random_mask(rng)).collect();
-        let within = if rng.below(2) == 0 {
-            Vec::new()
-        } else {
-            minimal
-                .iter()
-                .map(|&a| {
-                    let u = match rng.below(3) {
-                        0 => a,
-                        1 => a.union(random_mask(rng)),
-                        _ => full,
-                    };
-                    if u.is_empty() {
-                        full
-                    } else {
-                        u
-                    }
+    /// The hints `raw` describes over the nodes `full`.
+    fn hints_of(full: NumaMask, raw: &[Option<Vec<gen::RawSet>>]) -> Vec<ProviderHints> {
+        use gen::{Bound, RawSet};
+        raw.iter()
+            .map(|p| {
+                p.as_ref().map(|sets| {
+                    sets.iter()
+                        .enumerate()
+                        .map(|(r, set)| {
+                            let set = match set {
+                                RawSet::Any => None,
+                                RawSet::Unsatisfiable => Some(HintSet::Explicit(vec![])),
+                                RawSet::Compact(minimal, within, width) => {
+                                    let minimal: Vec<NumaMask> =
+                                        minimal.iter().map(|&b| subset(full, b)).collect();
+                                    let within = match within {
+                                        None => Vec::new(),
+                                        Some(bounds) => minimal
+                                            .iter()
+                                            .zip(bounds)
+                                            .map(|(&a, bound)| {
+                                                let u = match bound {
+                                                    Bound::Same => a,
+                                                    Bound::Or(b) => a.union(subset(full, *b)),
+                                                    Bound::Full => full,
+                                                };
+                                                if u.is_empty() {
+                                                    full
+                                                } else {
+                                                    u
+                                                }
+                                            })
+                                            .collect(),
+                                    };
+                                    let c = CompactHints {
+                                        minimal,
+                                        within,
+                                        preferred_width: *width,
+                                    };
+                                    assert_eq!(c.validate(), Ok(()), "{c:?}");
+                                    Some(HintSet::Compact(c))
+                                }
+                                RawSet::Explicit(hints) => Some(HintSet::Explicit(
+                                    hints
+                                        .iter()
+                                        .map(|&(affinity, preferred)| TopologyHint {
+                                            affinity: affinity.map(|b| subset(full, b)),
+                                            preferred,
+                                        })
+                                        .collect(),
+                                )),
+                            };
+                            (format!("r{r}"), set)
+                        })
+                        .collect()
                 })
-                .collect()
-        };
-        let c = CompactHints {
-            minimal,
-            within,
-            preferred_width: 1 + rng.below(2) as u32,
-        };
-        assert_eq!(c.validate(), Ok(()), "{c:?}");
-        c
+            })
+            .collect()
     }
 
-    #[test]
-    fn equals_the_cross_product_on_random_inputs() {
-        let mut rng = Rng(0x5eed_1234_abcd_ef01);
-        for case in 0..20_000 {
-            let (numa, providers, mode) = random_case(&mut rng);
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(20_000))]
+
+        #[test]
+        fn equals_the_cross_product_on_random_inputs(
+            (nodes, distances, raw, (single_numa_node, prefer_closest)) in
+                proptest::prelude::Strategy::prop_flat_map(gen::nodes(), |nodes| {
+                    let n = nodes.len();
+                    (proptest::prelude::Just(nodes), gen::distances(n), gen::providers(n), gen::mode())
+                })
+        ) {
+            let full = NumaMask::from_nodes(nodes.iter().map(|&n| i64::from(n))).unwrap();
+            let numa = NumaInfo::new(nodes, distances).unwrap();
+            let providers = hints_of(full, &raw);
+            let mode = MergeMode { single_numa_node, prefer_closest };
             let refs: Vec<&ProviderHints> = providers.iter().collect();
-            let got = merge(&numa, &refs, mode).hint;
-            let want = cross_product_merge(&numa, &refs, mode);
-            assert_eq!(got, want, "case {case}: {numa:?} {providers:?} {mode:?}");
+            proptest::prop_assert_eq!(
+                merge(&numa, &refs, mode).hint,
+                cross_product_merge(&numa, &refs, mode),
+                "{:?} {:?} {:?}", numa, providers, mode
+            );
         }
     }
 
-    #[test]
-    fn compact_equals_explicit_expansion_on_eight_nodes() {
-        for ids in [
-            (0..8).collect::<Vec<u32>>(),
-            vec![0, 3, 64, 100, 200, 250, 254, 255],
-        ] {
-            compact_equals_explicit_expansion_on(ids);
+    /// Compact sets of 1 to 3 providers on 8 nodes: minimal masks never
+    /// empty, bounds as drawn.
+    fn compact_on_eight() -> impl proptest::prelude::Strategy<Value = Vec<gen::RawSet>> {
+        use proptest::prelude::*;
+        let bound = prop_oneof![
+            Just(gen::Bound::Same),
+            (0u64..256).prop_map(gen::Bound::Or),
+            Just(gen::Bound::Full)
+        ];
+        proptest::collection::vec(
+            (
+                proptest::collection::vec(1u64..256, 1..=3),
+                proptest::option::of(proptest::collection::vec(bound, 3)),
+                1u32..=3,
+            )
+                .prop_map(|(minimal, within, width)| gen::RawSet::Compact(minimal, within, width)),
+            1..=3,
+        )
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+        #[test]
+        fn compact_equals_explicit_expansion_on_eight_nodes(sets in compact_on_eight()) {
+            for ids in [
+                (0..8).collect::<Vec<u32>>(),
+                vec![0, 3, 64, 100, 200, 250, 254, 255],
+            ] {
+                compact_equals_explicit_expansion_on(ids, &sets);
+            }
         }
     }
 
-    fn compact_equals_explicit_expansion_on(ids: Vec<u32>) {
+    /// One provider per set of `sets` on nodes `ids`: the compact sets, and
+    /// their expansion, merge alike and like the kubelet.
+    fn compact_equals_explicit_expansion_on(ids: Vec<u32>, sets: &[gen::RawSet]) {
         let numa = NumaInfo::new(ids, None).unwrap();
         let full = numa.default_mask();
         let nodes = numa.positions().ids().to_vec();
-        let mut rng = Rng(42);
-        for _ in 0..300 {
-            let compact: Vec<ProviderHints> = (0..1 + rng.below(3))
-                .map(|i| {
-                    let minimal: Vec<NumaMask> = (0..1 + rng.below(3))
-                        .map(|_| subset(full, 1 << rng.below(8) | (rng.next() & rng.next())))
-                        .collect();
-                    let within = if rng.below(2) == 0 {
-                        Vec::new()
-                    } else {
-                        minimal
-                            .iter()
-                            .map(|a| match rng.below(3) {
-                                0 => *a,
-                                1 => a.union(subset(full, rng.next())),
-                                _ => full,
-                            })
-                            .collect()
-                    };
-                    let c = CompactHints {
-                        minimal,
-                        within,
-                        preferred_width: 1 + rng.below(3) as u32,
-                    };
-                    Some(BTreeMap::from([(
-                        format!("r{i}"),
-                        Some(HintSet::Compact(c)),
-                    )]))
+        let raw: Vec<Option<Vec<gen::RawSet>>> =
+            sets.iter().map(|s| Some(vec![s.clone()])).collect();
+        let compact: Vec<ProviderHints> = hints_of(full, &raw)
+            .into_iter()
+            .enumerate()
+            .map(|(i, p)| {
+                // One resource per provider, named after the provider.
+                p.map(|map| map.into_values().map(|v| (format!("r{i}"), v)).collect())
+            })
+            .collect();
+        let explicit: Vec<ProviderHints> = compact
+            .iter()
+            .map(|p| {
+                p.as_ref().map(|map| {
+                    map.iter()
+                        .map(|(k, v)| match v {
+                            Some(HintSet::Compact(c)) => {
+                                (k.clone(), Some(HintSet::Explicit(c.expand(&nodes))))
+                            }
+                            other => (k.clone(), other.clone()),
+                        })
+                        .collect()
                 })
-                .collect();
-            let explicit: Vec<ProviderHints> = compact
-                .iter()
-                .map(|p| {
-                    p.as_ref().map(|map| {
-                        map.iter()
-                            .map(|(k, v)| match v {
-                                Some(HintSet::Compact(c)) => {
-                                    (k.clone(), Some(HintSet::Explicit(c.expand(&nodes))))
-                                }
-                                other => (k.clone(), other.clone()),
-                            })
-                            .collect()
-                    })
-                })
-                .collect();
-            for mode in [
-                MergeMode::default(),
-                MergeMode {
-                    single_numa_node: true,
-                    prefer_closest: false,
-                },
-            ] {
-                let a: Vec<&ProviderHints> = compact.iter().collect();
-                let b: Vec<&ProviderHints> = explicit.iter().collect();
-                assert_eq!(merge(&numa, &a, mode).hint, merge(&numa, &b, mode).hint);
-                assert_eq!(
-                    merge(&numa, &b, mode).hint,
-                    cross_product_merge(&numa, &b, mode)
-                );
-            }
+            })
+            .collect();
+        for mode in [
+            MergeMode::default(),
+            MergeMode {
+                single_numa_node: true,
+                prefer_closest: false,
+            },
+        ] {
+            let a: Vec<&ProviderHints> = compact.iter().collect();
+            let b: Vec<&ProviderHints> = explicit.iter().collect();
+            assert_eq!(merge(&numa, &a, mode).hint, merge(&numa, &b, mode).hint);
+            assert_eq!(
+                merge(&numa, &b, mode).hint,
+                cross_product_merge(&numa, &b, mode)
+            );
         }
     }
 

@@ -80,12 +80,12 @@ impl NumaInfo {
     }
 
     /// True when a distance table is known.
-    pub fn has_distances(&self) -> bool {
+    pub(crate) fn has_distances(&self) -> bool {
         self.distances.is_some()
     }
 
     /// Node ids in the order given.
-    pub fn nodes(&self) -> &[u32] {
+    pub(crate) fn nodes(&self) -> &[u32] {
         &self.nodes
     }
 
@@ -95,7 +95,7 @@ impl NumaInfo {
     }
 
     /// The nodes' positions, for 64-bit masks over the present nodes.
-    pub fn positions(&self) -> &NodePositions {
+    pub(crate) fn positions(&self) -> &NodePositions {
         &self.positions
     }
 
@@ -105,7 +105,7 @@ impl NumaInfo {
 
     /// Average distance over all ordered pairs of nodes in `mask` (self pairs
     /// included), summed in the kubelet's order; `None` without a table.
-    pub fn average_distance(&self, mask: NumaMask) -> Option<f64> {
+    pub(crate) fn average_distance(&self, mask: NumaMask) -> Option<f64> {
         let rows = self.distances.as_ref()?;
         if mask.is_empty() {
             return Some(0.0);

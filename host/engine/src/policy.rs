@@ -12,7 +12,7 @@
 //!
 //! 1. Policy `none` is created at once: its options, NUMA nodes and scope are
 //!    never looked at (invalid options are only logged as a warning).
-//! 2. The options are validated ([`PolicyOptions::parse`]).
+//! 2. The options are validated (`PolicyOptions::parse`).
 //! 3. The NUMA information is checked: with `prefer-closest-numa-nodes` true,
 //!    a missing distance table is an error, for every policy
 //!    (`single-numa-node` included, although it never ranks by distance).
@@ -35,13 +35,13 @@ use crate::merge::{self, MergeError, MergeOutcome};
 use crate::numa::{NumaError, NumaInfo};
 
 /// Option name: prefer the set of NUMA nodes with the smallest average distance.
-pub const PREFER_CLOSEST_NUMA_NODES: &str = "prefer-closest-numa-nodes";
+pub(crate) const PREFER_CLOSEST_NUMA_NODES: &str = "prefer-closest-numa-nodes";
 /// Option name: the largest number of NUMA nodes the policy accepts.
-pub const MAX_ALLOWABLE_NUMA_NODES: &str = "max-allowable-numa-nodes";
+pub(crate) const MAX_ALLOWABLE_NUMA_NODES: &str = "max-allowable-numa-nodes";
 /// The kubelet's floor for `max-allowable-numa-nodes`.
-pub const MIN_MAX_ALLOWABLE_NUMA_NODES: i64 = 8;
+pub(crate) const MIN_MAX_ALLOWABLE_NUMA_NODES: i64 = 8;
 /// topomgr's default `max-allowable-numa-nodes` (the kubelet's is 8).
-pub const DEFAULT_MAX_ALLOWABLE_NUMA_NODES: i64 = MAX_NUMA_NODES as i64;
+pub(crate) const DEFAULT_MAX_ALLOWABLE_NUMA_NODES: i64 = MAX_NUMA_NODES as i64;
 
 /// Errors creating a policy: bad names, options or NUMA information.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -180,7 +180,7 @@ impl Scope {
 
 /// Parsed policy options.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PolicyOptions {
+pub(crate) struct PolicyOptions {
     /// `prefer-closest-numa-nodes`.
     pub prefer_closest_numa: bool,
     /// `max-allowable-numa-nodes`.
@@ -199,7 +199,7 @@ impl Default for PolicyOptions {
 impl PolicyOptions {
     /// Validate options the way the kubelet does (names, booleans, integers,
     /// the floor of 8), checked in name order.
-    pub fn parse(options: &BTreeMap<String, String>) -> Result<Self, PolicyError> {
+    pub(crate) fn parse(options: &BTreeMap<String, String>) -> Result<Self, PolicyError> {
         let mut opts = PolicyOptions::default();
         for (name, value) in options {
             match name.as_str() {
@@ -314,7 +314,8 @@ impl Policy {
     }
 
     /// The parsed options.
-    pub fn options(&self) -> PolicyOptions {
+    #[cfg(test)]
+    fn options(&self) -> PolicyOptions {
         self.options
     }
 
@@ -330,7 +331,7 @@ impl Policy {
     }
 
     /// [`Policy::decide`] plus the merge's explanation.
-    pub fn decide_traced(
+    pub(crate) fn decide_traced(
         &self,
         providers: &[(&str, &ProviderHints)],
     ) -> Result<(Decision, Option<MergeOutcome>), MergeError> {

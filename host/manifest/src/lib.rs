@@ -2,7 +2,7 @@
 //! [`PodView`]).
 //!
 //! Three parts, one concept each:
-//! - [`reader`]: input bytes (at most [`MAX_MANIFEST_BYTES`],
+//! - `reader`: input bytes (at most [`MAX_MANIFEST_BYTES`],
 //!   the API server's request limit), UTF-8 text, the documents in it (YAML
 //!   1.2 with serde-saphyr under a node budget, or JSON), and typed
 //!   deserialization with field paths;
@@ -16,7 +16,7 @@
 //! several documents separated by `---`, `kind: List` or `kind: PodList` with
 //! the pods in `items` (what `kubectl get pods -o yaml` prints), and full
 //! `kubectl get pod -o yaml` output with `status`, `managedFields` and
-//! everything else (fields topomgr does not need are ignored).
+//! everything else.
 //!
 //! # What is read
 //!
@@ -47,6 +47,13 @@
 //!
 //! # Checks
 //!
+//! As the API server validates a Pod (`resources`, `fields`): a field the
+//! Kubernetes API does not have (strict field validation, as `kubectl`
+//! does by default: `spec.containers[0].resources.limit: unknown field
+//! "limit"; did you mean "limits"?`), a resource name a container cannot
+//! request, a fractional extended resource, a hugepages quantity that is
+//! not a multiple of its page size, a request of an extended resource or
+//! hugepages without an equal limit, and hugepages without cpu or memory.
 //! A request larger than its limit, duplicate container names, a pod without
 //! containers, a document of another kind and duplicate pod uids are errors,
 //! as are malformed YAML and wrongly typed fields. Every error names the source
@@ -54,10 +61,12 @@
 //! order; empty documents are skipped and not counted) and the field path, e.g.
 //! `pods.yaml: document 2: spec.containers[0].resources.requests.cpu: invalid quantity "1.5.3"`.
 
+mod fields;
 mod pod;
 mod qos;
 pub mod quantity;
-pub mod reader;
+mod reader;
+mod resources;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -86,7 +95,7 @@ pub fn one_container_qos(
 pub const STDIN_PATH: &str = "-";
 
 /// How standard input is named in errors.
-pub const STDIN_NAME: &str = "<stdin>";
+pub(crate) const STDIN_NAME: &str = "<stdin>";
 
 /// Where in the input an error is: source, document, field path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -168,6 +177,48 @@ pub enum Problem {
         request: String,
         /// The limit as written.
         limit: String,
+    },
+    /// A resource name a container cannot request.
+    #[error("{name:?} is not a resource a container can request: use a standard resource (cpu, memory, ephemeral-storage, hugepages-<page size>) or an extended resource with a domain (example.com/{name})")]
+    UnknownResource {
+        /// The name.
+        name: String,
+    },
+    /// A fractional quantity of an extended resource.
+    #[error("invalid value {text:?}: must be an integer (an extended resource is counted in whole units)")]
+    NotInteger {
+        /// The quantity as written.
+        text: String,
+    },
+    /// A hugepages quantity that is not a whole number of pages.
+    #[error("invalid value {text:?}: {text} is not positive integer multiple of {name}")]
+    HugePagesMultiple {
+        /// The quantity as written.
+        text: String,
+        /// The resource (its page size).
+        name: String,
+    },
+    /// A request of an extended resource or hugepages without a limit.
+    #[error("a limit must be set too: extended resources and hugepages cannot be overcommitted (set limits to the same quantity, or only limits)")]
+    LimitRequired,
+    /// A request of an extended resource or hugepages that differs from its limit.
+    #[error("request {request:?} must equal the limit {limit:?}: extended resources and hugepages cannot be overcommitted")]
+    RequestNotLimit {
+        /// The request as written.
+        request: String,
+        /// The limit as written.
+        limit: String,
+    },
+    /// Hugepages without cpu or memory.
+    #[error("hugepages require a cpu or memory request or limit beside them")]
+    HugePagesAlone,
+    /// A field the Kubernetes API does not have (strict field validation).
+    #[error("unknown field {field:?}{}", hint.as_deref().unwrap_or_default())]
+    UnknownField {
+        /// The field.
+        field: String,
+        /// `; did you mean "x"?` or the fields known there.
+        hint: Option<String>,
     },
     /// Another pod has the same `metadata.uid`.
     #[error("duplicate pod uid {uid:?} (pod {other_pod} in {other} has it too)")]
@@ -364,6 +415,9 @@ impl PodReader {
         match kind.as_str() {
             "Pod" => self.add_pod(doc, Value::Object(map), ""),
             "List" | "PodList" => {
+                if let Some((path, problem)) = fields::unknown_list_field(&map) {
+                    return Err(doc.err(&path, problem));
+                }
                 let items = match map.remove("items") {
                     None | Some(Value::Null) => return Ok(()),
                     Some(Value::Array(items)) => items,
@@ -414,7 +468,13 @@ impl PodReader {
     }
 
     fn add_pod(&mut self, doc: &Doc<'_>, value: Value, prefix: &str) -> Result<(), ManifestError> {
+        // Strict field validation, reported after the typed reader's own
+        // errors (a wrong type is named as such, not as an unknown field).
+        let unknown = fields::unknown_pod_field(&value, prefix);
         let read = pod::read_pod(doc, value, prefix)?;
+        if let Some((path, problem)) = unknown {
+            return Err(doc.err(&path, problem));
+        }
         let view = &read.pod.view;
         let here = Location {
             origin: doc.origin.to_string(),
@@ -591,18 +651,18 @@ mod tests {
     #[test]
     fn numbers_and_strings_are_quantities() {
         let p = pods(&with_resources(
-            "{requests: {cpu: 2, memory: 1e3, a: 0.5, b: .5, c: \" 7 \", d: null, e: 1E3, f: 0x10}}",
+            "{requests: {cpu: 2, memory: 1e3, kubernetes.io/a: 0.5, kubernetes.io/b: .5, kubernetes.io/c: \" 7 \", kubernetes.io/d: null, kubernetes.io/e: 1E3, kubernetes.io/f: 0x10}}",
         ));
         assert_eq!(
             p[0].containers[0].requests,
             list(&[
-                ("a", 1),
-                ("b", 1),
-                ("c", 7),
                 ("cpu", 2000),
-                ("d", 0),
-                ("e", 1000),
-                ("f", 16),
+                ("kubernetes.io/a", 1),
+                ("kubernetes.io/b", 1),
+                ("kubernetes.io/c", 7),
+                ("kubernetes.io/d", 0),
+                ("kubernetes.io/e", 1000),
+                ("kubernetes.io/f", 16),
                 ("memory", 1000)
             ])
         );
@@ -623,7 +683,7 @@ mod tests {
         );
         // Other resources do not count.
         assert_eq!(
-            qos_of(&with_resources("{requests: {cpu: 1, memory: 1Gi, example.com/widget: 1}, limits: {cpu: 1, memory: 1Gi, example.com/widget: 3}}")),
+            qos_of(&with_resources("{requests: {cpu: 1, memory: 1Gi, example.com/widget: 3}, limits: {cpu: 1, memory: 1Gi, example.com/widget: 3}}")),
             QosClass::Guaranteed
         );
         // Exact comparison: both round up to 1m, but differ.
@@ -805,6 +865,56 @@ mod tests {
             message.starts_with("/nonexistent/topomgr/pods.yaml: cannot read: "),
             "{message}"
         );
+    }
+
+    /// What the API server refuses in resources, refused with its path.
+    #[test]
+    fn resources_are_validated_as_the_api_server_does() {
+        let table: &[(&str, &str)] = &[
+            ("{limits: {example.com/widget: \"0.5\"}}", "spec.containers[0].resources.limits[example.com/widget]: invalid value \"0.5\": must be an integer (an extended resource is counted in whole units)"),
+            ("{limits: {example.com/widget: 500m}}", "spec.containers[0].resources.limits[example.com/widget]: invalid value \"500m\": must be an integer (an extended resource is counted in whole units)"),
+            ("{limits: {memory: 1Gi, hugepages-2Mi: 3Mi}}", "spec.containers[0].resources.limits.hugepages-2Mi: invalid value \"3Mi\": 3Mi is not positive integer multiple of hugepages-2Mi"),
+            ("{limits: {memory: 1Gi, hugepages-1Gi: 1.5Gi}}", "spec.containers[0].resources.limits.hugepages-1Gi: invalid value \"1.5Gi\": 1.5Gi is not positive integer multiple of hugepages-1Gi"),
+            ("{limits: {hugepages-2Mi: 4Mi}}", "spec.containers[0].resources: hugepages require a cpu or memory request or limit beside them"),
+            ("{requests: {example.com/widget: 1}}", "spec.containers[0].resources.requests[example.com/widget]: a limit must be set too: extended resources and hugepages cannot be overcommitted (set limits to the same quantity, or only limits)"),
+            ("{requests: {example.com/widget: 1}, limits: {example.com/widget: 2}}", "spec.containers[0].resources.requests[example.com/widget]: request \"1\" must equal the limit \"2\": extended resources and hugepages cannot be overcommitted"),
+            ("{limits: {widgets: 1}}", "spec.containers[0].resources.limits.widgets: \"widgets\" is not a resource a container can request: use a standard resource (cpu, memory, ephemeral-storage, hugepages-<page size>) or an extended resource with a domain (example.com/widgets)"),
+        ];
+        for (resources, want) in table {
+            assert_eq!(
+                err(&with_resources(resources)),
+                format!("t.yaml: document 1: {want}"),
+                "{resources}"
+            );
+        }
+        // Whole widgets, whole pages, requests defaulted from limits: fine.
+        let ok = pods(&with_resources(
+            "{limits: {example.com/widget: 2, memory: 1Gi, hugepages-2Mi: 6Mi}}",
+        ));
+        assert_eq!(ok[0].containers[0].requests["hugepages-2Mi"], 6 << 20);
+    }
+
+    /// Unknown fields are refused with their path, and a near miss is named.
+    #[test]
+    fn unknown_fields_are_refused_as_kubectl_strict_validation_does() {
+        let table: &[(&str, &str)] = &[
+            ("kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, resources: {limit: {cpu: 1}}}]}\n", "spec.containers[0].resources.limit: unknown field \"limit\"; did you mean \"limits\"?"),
+            ("kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, resource: {}}]}\n", "spec.containers[0].resource: unknown field \"resource\"; did you mean \"resources\"?"),
+            ("kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a}], nodeSelectr: {}}\n", "spec.nodeSelectr: unknown field \"nodeSelectr\"; did you mean \"nodeSelector\"?"),
+            ("kind: Pod\nmetadata: {name: p, lables: {}}\nspec: {containers: [{name: a}]}\n", "metadata.lables: unknown field \"lables\"; did you mean \"labels\"?"),
+            ("kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, resources: {requests: {}, foo: 1}}]}\n", "spec.containers[0].resources.foo: unknown field \"foo\" (the fields here: claims, limits, requests)"),
+            ("kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a, volumeMounts: [{name: v, mountPath: /x, readonly: true}]}]}\n", "spec.containers[0].volumeMounts[0].readonly: unknown field \"readonly\"; did you mean \"readOnly\"?"),
+            ("kind: Pod\nmetadata: {name: p}\nspec: {containers: [{name: a}]}\nspecs: {}\n", "specs: unknown field \"specs\"; did you mean \"spec\"?"),
+            ("kind: List\nitem: []\n", "item: unknown field \"item\"; did you mean \"items\"?"),
+            ("kind: List\nitems: [{kind: Pod, metadata: {name: p}, spec: {containers: [{name: a, imagePullPolicy: Always, imag: x}]}}]\n", "items[0].spec.containers[0].imag: unknown field \"imag\"; did you mean \"image\"?"),
+        ];
+        for (text, want) in table {
+            assert_eq!(err(text), format!("t.yaml: document 1: {want}"), "{text}");
+        }
+        // Maps take any key, status is the cluster's, and every field of a
+        // real pod is known (a volume, probes, affinity, tolerations, ...).
+        let real = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  labels: {any/key: v}\n  annotations: {x.io/y: z}\n  ownerReferences: [{apiVersion: apps/v1, kind: ReplicaSet, name: r, uid: u, controller: true, blockOwnerDeletion: true}]\nspec:\n  affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: k, operator: In, values: [a]}]}]}}}\n  tolerations: [{key: k, operator: Exists, effect: NoSchedule, tolerationSeconds: 5}]\n  volumes: [{name: v, configMap: {name: c, items: [{key: a, path: b}]}}, {name: e, emptyDir: {medium: Memory, sizeLimit: 1Gi}}]\n  containers:\n  - name: a\n    image: x\n    env: [{name: A, valueFrom: {fieldRef: {fieldPath: metadata.name}}}]\n    livenessProbe: {httpGet: {path: /, port: 8080}, initialDelaySeconds: 3}\n    securityContext: {capabilities: {drop: [ALL]}, runAsNonRoot: true}\n    resources: {limits: {cpu: 1, memory: 1Gi}}\nstatus: {phase: Running, someFieldOfANewerCluster: 1}\n";
+        assert_eq!(pods(real)[0].qos, QosClass::Guaranteed);
     }
 
     #[test]

@@ -12,6 +12,7 @@ use topomgr_sdk::{ContainerView, PodResources, PodView, ResourceList};
 
 use super::qos::{self, Containers, Demand, Quantities};
 use super::reader;
+use super::resources;
 use super::{join, key_path, Doc, ManifestError, Problem};
 use crate::quantity::{resource_amount, Quantity, QuantityError};
 
@@ -210,7 +211,7 @@ pub(super) fn read_pod(
     let resources_path = join(&spec_path, "resources");
     let pod_level = match spec.resources {
         None => None,
-        Some(Mapping(r)) => Some(read_requirements(doc, r, &resources_path)?),
+        Some(Mapping(r)) => Some(read_requirements(doc, r, &resources_path, false)?),
     };
     let (init_q, app_q): (Vec<_>, Vec<_>) = (
         init.iter()
@@ -298,8 +299,12 @@ fn read_container(
         }
     };
     let resources_path = join(path, "resources");
-    let (mut requests, limits) =
-        read_requirements(doc, c.resources.unwrap_or_default().0, &resources_path)?;
+    let (mut requests, limits) = read_requirements(
+        doc,
+        c.resources.unwrap_or_default().0,
+        &resources_path,
+        true,
+    )?;
     // API server defaulting: a limit without a request sets the request.
     for (resource, limit) in &limits.entries {
         requests
@@ -320,14 +325,23 @@ fn read_container(
     })
 }
 
-/// Read `requests` and `limits` (at `path`), checking request <= limit.
+/// Read `requests` and `limits` (at `path`, a container's when
+/// `container`, else the pod's), checking them as the API server does.
 fn read_requirements(
     doc: &Doc<'_>,
     r: Requirements,
     path: &str,
+    container: bool,
 ) -> Result<(Read, Read), ManifestError> {
     let requests = quantities(doc, &join(path, "requests"), r.requests)?;
     let limits = quantities(doc, &join(path, "limits"), r.limits)?;
+    // The API server's checks, limits first (requests default to them).
+    for read in [&limits, &requests] {
+        for (resource, (text, quantity)) in &read.entries {
+            resources::check_quantity(resource, text, *quantity, container)
+                .map_err(|p| doc.err(&key_path(&read.path, resource), p))?;
+        }
+    }
     for (resource, (request_text, request)) in &requests.entries {
         if let Some((limit_text, limit)) = limits.entries.get(resource) {
             if request > limit {
@@ -340,6 +354,11 @@ fn read_requirements(
                 ));
             }
         }
+    }
+    resources::check_requirements(&requests.entries, &limits.entries)
+        .map_err(|(resource, p)| doc.err(&key_path(&requests.path, &resource), p))?;
+    if resources::hugepages_alone(&requests.entries, &limits.entries) {
+        return Err(doc.err(path, Problem::HugePagesAlone));
     }
     Ok((requests, limits))
 }

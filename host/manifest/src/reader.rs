@@ -26,19 +26,19 @@ use super::ManifestError;
 pub const MAX_MANIFEST_BYTES: u64 = 3 * 1024 * 1024;
 
 /// Nesting depth a YAML document may reach (a Pod needs about 15).
-pub const MAX_YAML_DEPTH: usize = 64;
+pub(crate) const MAX_YAML_DEPTH: usize = 64;
 
 /// YAML nodes one document may hold, aliases expanded.
-pub const MAX_YAML_NODES: usize = 500_000;
+pub(crate) const MAX_YAML_NODES: usize = 500_000;
 
 /// Scalar bytes one document may hold, aliases expanded.
-pub const MAX_YAML_SCALAR_BYTES: usize = 4 * MAX_MANIFEST_BYTES as usize;
+pub(crate) const MAX_YAML_SCALAR_BYTES: usize = 4 * MAX_MANIFEST_BYTES as usize;
 
 /// Documents one input may hold.
-pub const MAX_YAML_DOCUMENTS: usize = 10_000;
+pub(crate) const MAX_YAML_DOCUMENTS: usize = 10_000;
 
 /// Events an alias may replay, over the whole input.
-pub const MAX_YAML_ALIAS_EVENTS: usize = 100_000;
+pub(crate) const MAX_YAML_ALIAS_EVENTS: usize = 100_000;
 
 /// Reads all of `reader` (at most [`MAX_MANIFEST_BYTES`]) as UTF-8 text;
 /// `origin` names it in errors.

@@ -128,6 +128,11 @@ pub struct PodList {
     pub pods: Vec<Admission>,
     /// Pod uid -> container -> cgroup path (relative to the cgroup root).
     pub attachments: Attachments,
+    /// Pod uid -> its owner, for the pods admitted with one (owned
+    /// admissions: `topomgr run` through the daemon, the OCI hook, NRI).
+    /// Always written; read as empty from a daemon that predates it.
+    #[serde(default)]
+    pub owners: BTreeMap<String, OwnerSpec>,
 }
 
 /// How the daemon is (schema `Health`, `GET /v1/health`).
@@ -381,6 +386,24 @@ impl OwnerSpec {
     }
 }
 
+impl From<&Owner> for OwnerSpec {
+    /// The owner as a client tells it (without the boot id and the time of
+    /// the admission the daemon added).
+    fn from(owner: &Owner) -> OwnerSpec {
+        match owner {
+            Owner::Process(p) => OwnerSpec::process(p.pid, p.start_time),
+            Owner::Container(c) => OwnerSpec {
+                kind: OwnerKind::Container,
+                pid: c.pid,
+                start_time: c.start_time,
+                runtime: Some(c.runtime),
+                id: Some(c.id.clone()),
+                cgroup: c.cgroup.clone(),
+            },
+        }
+    }
+}
+
 impl AdmissionRequest {
     /// What is wrong with the pod, naming the field (`pod.containers[1].name:
     /// ...`): empty uid, name or namespace, no app container, an empty or
@@ -539,11 +562,11 @@ mod mask_list {
     use serde::{Deserialize as _, Deserializer, Serializer};
     use topomgr_sdk::NumaMask;
 
-    pub fn serialize<S: Serializer>(mask: &NumaMask, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(mask: &NumaMask, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(mask)
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<NumaMask, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<NumaMask, D::Error> {
         let text = String::deserialize(d)?;
         NumaMask::parse_list(&text).map_err(serde::de::Error::custom)
     }

@@ -2,8 +2,11 @@
 //!
 //! # One layered load
 //!
-//! Each source is parsed once, on its own, into one typed layer shape;
-//! the layers are then merged in order (later wins):
+//! Every key is declared once, in [`HostConfig`] (with its type, its
+//! default and its check). Each source is read on its own and checked
+//! against that shape (so an error names its file, line and key), the raw
+//! tables are merged in order (later wins), and the merged table is read
+//! once into the typed [`HostConfig`]:
 //!
 //! 1. The main file (`--config FILE`, default [`DEFAULT_CONFIG_PATH`]).
 //! 2. Every `*.toml` file of the drop-in directory, in byte order of the file
@@ -40,11 +43,6 @@
 //! provider_timeout_ms = 10000  # deadline of one provider call
 //! reclaim_interval_ms = 10000  # how often pods of owners that are gone are released
 //! metrics_address = "127.0.0.1:9337"  # also serve GET /metrics over TCP (default: off)
-//! [nri]                        # `topomgr serve` as the runtime's NRI plugin; every key optional
-//! enabled = false              # connect to the runtime's NRI socket
-//! socket = "/var/run/nri/nri.sock"
-//! plugin_name = "topomgr"      # letters, digits, '-', '_', '.'
-//! plugin_index = "50"          # two digits: the runtime calls plugins in ascending index order
 //! [providers.NAME]             # NAME: lowercase letters, digits, '-', '_'
 //! library = "topomgr_provider_cpu"   # -> libtopomgr_provider_cpu.so, or a path
 //! enabled = true               # default true; false: the provider is not loaded
@@ -54,7 +52,7 @@
 //! # Relative paths
 //!
 //! Relative paths in files (`plugin_dirs`, `sysfs_root`, `cgroup_root`,
-//! `state_dir`, `export_file`, `plugins_d`, `daemon.socket`, `nri.socket` and a provider `library` that is
+//! `state_dir`, `export_file`, `plugins_d`, `daemon.socket` and a provider `library` that is
 //! a path) are resolved against the directory of the main config file, so the
 //! repository's `topomgr.toml` works from any working directory. Relative
 //! paths in environment variables are resolved against the working directory.
@@ -70,8 +68,8 @@
 //! # Protection
 //!
 //! With [`LoadOptions::protected`] (`topomgr serve`, and every command run as
-//! root) the main file, the drop-in directory and every drop-in must pass
-//! [`crate::trusted_file::check`], as plugin libraries do: a drop-in is
+//! root: [`load`]) the main file, the drop-in directory and every drop-in must pass
+//! `crate::trusted_file::check`, as plugin libraries do: a drop-in is
 //! configuration with the power of the daemon (its socket group, its plugins).
 
 use std::collections::BTreeMap;
@@ -87,76 +85,88 @@ use crate::trusted_file;
 /// Where `topomgr` looks for its config when `--config` is not given.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/topomgr/topomgr.toml";
 
-/// The resolved host configuration.
-#[derive(Debug, Clone, PartialEq)]
+/// The host configuration: every key of the config files, with its type,
+/// default and check (see the module documentation for the sources).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct HostConfig {
-    /// Topology Manager policy name.
+    /// Topology Manager policy name (checked by the policy module).
+    #[serde(default = "defaults::policy")]
     pub policy: String,
-    /// Topology Manager scope name.
+    /// Topology Manager scope name (checked by the policy module).
+    #[serde(default = "defaults::scope")]
     pub scope: String,
+    /// The drop-in directory (main file only; default `plugins.d` beside it).
+    #[serde(default)]
+    pub plugins_d: Option<PathBuf>,
     /// Directories searched for plugin libraries, before the executable's own.
+    #[serde(default)]
     pub plugin_dirs: Vec<PathBuf>,
     /// Root of the sysfs tree to discover.
+    #[serde(default = "defaults::sysfs_root")]
     pub sysfs_root: PathBuf,
     /// Root of the cgroup hierarchy.
+    #[serde(default = "defaults::cgroup_root")]
     pub cgroup_root: PathBuf,
-    /// Directory for checkpoints and provider state.
+    /// Directory for the state (snapshot, journal) and providers' state.
+    #[serde(default = "defaults::state_dir")]
     pub state_dir: PathBuf,
-    /// Topology Manager policy options (kubelet names, string values).
-    pub policy_options: BTreeMap<String, String>,
     /// The Kubernetes node name of the NodeResourceTopology export (`None`:
     /// the host name).
+    #[serde(default, deserialize_with = "node_name")]
     pub node_name: Option<String>,
     /// Where `topomgr serve` keeps the NodeResourceTopology export up to date.
+    #[serde(default)]
     pub export_file: Option<PathBuf>,
-    /// Providers by name, enabled or not (see [`HostConfig::enabled_providers`]).
+    /// Topology Manager policy options (kubelet names, string values).
+    #[serde(default, deserialize_with = "option_values")]
+    pub policy_options: BTreeMap<String, String>,
+    /// Providers by name, enabled or not (see `HostConfig::enabled_providers`).
+    #[serde(default, deserialize_with = "providers")]
     pub providers: BTreeMap<String, ProviderEntry>,
     /// The `[daemon]` table (`topomgr serve`).
+    #[serde(default)]
     pub daemon: DaemonConfig,
     /// The `[nri]` table (`topomgr serve` as the runtime's NRI plugin).
+    #[serde(default)]
     pub nri: NriConfig,
     /// The files read, in the order they were applied.
+    #[serde(skip)]
     pub files: Vec<PathBuf>,
 }
 
 /// Default socket of `topomgr serve`.
-pub const DEFAULT_SOCKET: &str = "/run/topomgr/topomgr.sock";
+pub(crate) const DEFAULT_SOCKET: &str = "/run/topomgr/topomgr.sock";
 /// Default group allowed on the daemon's socket besides root.
-pub const DEFAULT_GROUP: &str = "topomgr";
+pub(crate) const DEFAULT_GROUP: &str = "topomgr";
 /// Default deadline of one provider call in the daemon, in milliseconds.
-pub const DEFAULT_PROVIDER_TIMEOUT_MS: u64 = 10_000;
+pub(crate) const DEFAULT_PROVIDER_TIMEOUT_MS: u64 = 10_000;
 /// Default interval of the daemon's reclaim of pods whose owners are
 /// gone, in milliseconds.
-pub const DEFAULT_RECLAIM_INTERVAL_MS: u64 = 10_000;
+pub(crate) const DEFAULT_RECLAIM_INTERVAL_MS: u64 = 10_000;
 
 /// The `[daemon]` table: settings of `topomgr serve`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct DaemonConfig {
     /// Unix socket path (relative paths resolve against the main file's directory).
+    #[serde(default = "defaults::socket")]
     pub socket: PathBuf,
     /// Group that may use the socket besides root.
+    #[serde(default = "defaults::group", deserialize_with = "non_empty")]
     pub group: String,
     /// Deadline of one provider call, in milliseconds (at least 1).
+    #[serde(default = "defaults::provider_timeout_ms", deserialize_with = "millis")]
     pub provider_timeout_ms: u64,
     /// How often the daemon releases the pods whose owners are gone
     /// (`topomgr run`, containers admitted by `topomgr oci-hook` or NRI),
     /// in milliseconds (at least 1); it also does at start.
+    #[serde(default = "defaults::reclaim_interval_ms", deserialize_with = "millis")]
     pub reclaim_interval_ms: u64,
     /// Where `GET /metrics` is also served over TCP, without the socket's
     /// access check (`None`: only on the socket).
+    #[serde(default, deserialize_with = "listen_address")]
     pub metrics_address: Option<SocketAddr>,
-}
-
-impl Default for DaemonConfig {
-    fn default() -> Self {
-        DaemonConfig {
-            socket: PathBuf::from(DEFAULT_SOCKET),
-            group: DEFAULT_GROUP.to_owned(),
-            provider_timeout_ms: DEFAULT_PROVIDER_TIMEOUT_MS,
-            reclaim_interval_ms: DEFAULT_RECLAIM_INTERVAL_MS,
-            metrics_address: None,
-        }
-    }
 }
 
 /// The runtime's default NRI socket.
@@ -169,75 +179,148 @@ pub const DEFAULT_NRI_PLUGIN_INDEX: &str = "50";
 
 /// The `[nri]` table: `topomgr serve` as the container runtime's NRI
 /// plugin (containerd 1.7 with NRI enabled, 2.x; CRI-O 1.26+).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct NriConfig {
     /// Whether `serve` connects to the runtime's NRI socket (default false).
+    #[serde(default)]
     pub enabled: bool,
     /// The runtime's NRI socket (relative paths resolve against the main
     /// file's directory).
+    #[serde(default = "defaults::nri_socket")]
     pub socket: PathBuf,
     /// The name topomgr registers under: letters, digits, `-`, `_` and `.`.
+    #[serde(
+        default = "defaults::nri_plugin_name",
+        deserialize_with = "nri_plugin_name"
+    )]
     pub plugin_name: String,
     /// Where topomgr stands among the runtime's plugins: two digits.
+    #[serde(
+        default = "defaults::nri_plugin_index",
+        deserialize_with = "nri_plugin_index"
+    )]
     pub plugin_index: String,
 }
 
 impl Default for NriConfig {
+    /// Every `[nri]` key at its default.
     fn default() -> Self {
-        NriConfig {
-            enabled: false,
-            socket: PathBuf::from(DEFAULT_NRI_SOCKET),
-            plugin_name: DEFAULT_NRI_PLUGIN_NAME.to_owned(),
-            plugin_index: DEFAULT_NRI_PLUGIN_INDEX.to_owned(),
-        }
+        NriConfig::deserialize(toml::Table::new()).expect("every key has a default")
     }
 }
 
 /// One `[providers.NAME]` table.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct ProviderEntry {
     /// Library name (`topomgr_provider_cpu` -> `libtopomgr_provider_cpu.so`)
     /// or a path (contains `/` or ends in `.so`; relative paths are already
-    /// resolved against the main config file's directory).
+    /// resolved against the main config file's directory). Required, in one
+    /// of the files.
+    #[serde(default, deserialize_with = "non_empty")]
     pub library: String,
     /// Whether the provider is loaded (`enabled = false` disables it).
+    #[serde(default = "defaults::enabled")]
     pub enabled: bool,
     /// The `[providers.NAME.config]` table as JSON (`Null` when absent).
+    #[serde(default, deserialize_with = "table_as_json")]
     pub config: serde_json::Value,
     /// The last file that set this provider's `library`.
+    #[serde(skip)]
     pub defined_in: PathBuf,
     /// The main config file's directory: relative paths in the provider's
     /// `[config]` table (e.g. the GPU provider's `topology_file`) resolve
     /// against it, as every relative path in topomgr's config files does.
     /// Empty for entries built without a config file.
+    #[serde(skip)]
     pub config_dir: PathBuf,
 }
 
+/// The defaults of the keys that have one besides empty.
+mod defaults {
+    use std::path::PathBuf;
+
+    pub(super) fn policy() -> String {
+        "best-effort".to_owned()
+    }
+    pub(super) fn scope() -> String {
+        "container".to_owned()
+    }
+    pub(super) fn sysfs_root() -> PathBuf {
+        PathBuf::from("/sys")
+    }
+    pub(super) fn cgroup_root() -> PathBuf {
+        PathBuf::from("/sys/fs/cgroup")
+    }
+    pub(super) fn state_dir() -> PathBuf {
+        PathBuf::from("/var/lib/topomgr")
+    }
+    pub(super) fn socket() -> PathBuf {
+        PathBuf::from(super::DEFAULT_SOCKET)
+    }
+    pub(super) fn group() -> String {
+        super::DEFAULT_GROUP.to_owned()
+    }
+    pub(super) fn provider_timeout_ms() -> u64 {
+        super::DEFAULT_PROVIDER_TIMEOUT_MS
+    }
+    pub(super) fn reclaim_interval_ms() -> u64 {
+        super::DEFAULT_RECLAIM_INTERVAL_MS
+    }
+    pub(super) fn enabled() -> bool {
+        true
+    }
+    pub(super) fn nri_socket() -> PathBuf {
+        PathBuf::from(super::DEFAULT_NRI_SOCKET)
+    }
+    pub(super) fn nri_plugin_name() -> String {
+        super::DEFAULT_NRI_PLUGIN_NAME.to_owned()
+    }
+    pub(super) fn nri_plugin_index() -> String {
+        super::DEFAULT_NRI_PLUGIN_INDEX.to_owned()
+    }
+}
+
 impl Default for HostConfig {
+    /// Every key at its default (an empty config file).
     fn default() -> Self {
-        HostConfig {
-            policy: "best-effort".to_owned(),
-            scope: "container".to_owned(),
-            plugin_dirs: Vec::new(),
-            sysfs_root: PathBuf::from("/sys"),
-            cgroup_root: PathBuf::from("/sys/fs/cgroup"),
-            state_dir: PathBuf::from("/var/lib/topomgr"),
-            policy_options: BTreeMap::new(),
-            node_name: None,
-            export_file: None,
-            providers: BTreeMap::new(),
-            daemon: DaemonConfig::default(),
-            nri: NriConfig::default(),
-            files: Vec::new(),
-        }
+        HostConfig::deserialize(toml::Table::new()).expect("every key has a default")
+    }
+}
+
+impl Default for DaemonConfig {
+    /// Every `[daemon]` key at its default.
+    fn default() -> Self {
+        DaemonConfig::deserialize(toml::Table::new()).expect("every key has a default")
     }
 }
 
 impl HostConfig {
     /// The providers to load, in name order (those with `enabled = false`
     /// are left out).
-    pub fn enabled_providers(&self) -> impl Iterator<Item = (&String, &ProviderEntry)> {
+    pub(crate) fn enabled_providers(&self) -> impl Iterator<Item = (&String, &ProviderEntry)> {
         self.providers.iter().filter(|(_, p)| p.enabled)
+    }
+
+    /// Resolve the relative paths of the files against `base`, the main
+    /// file's directory (the environment's are absolute already).
+    fn resolve(&mut self, base: &Path) {
+        let join = |p: &mut PathBuf| *p = base.join(&*p);
+        self.plugins_d.iter_mut().for_each(join);
+        self.plugin_dirs.iter_mut().for_each(join);
+        join(&mut self.sysfs_root);
+        join(&mut self.cgroup_root);
+        join(&mut self.state_dir);
+        self.export_file.iter_mut().for_each(join);
+        join(&mut self.daemon.socket);
+        join(&mut self.nri.socket);
+        for p in self.providers.values_mut() {
+            if is_path(&p.library) {
+                p.library = base.join(&p.library).to_string_lossy().into_owned();
+            }
+            p.config_dir = base.to_path_buf();
+        }
     }
 }
 
@@ -245,6 +328,14 @@ impl HostConfig {
 /// (or variable) and, for a bad value, the full key path.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
+    /// A `*.toml` entry of the drop-in directory that is not a file.
+    #[error("drop-in {} is {what}, not a config file: remove it, or rename it without .toml", path.display())]
+    DropInNotFile {
+        /// The entry.
+        path: PathBuf,
+        /// What it is.
+        what: String,
+    },
     /// A file could not be read.
     #[error("cannot read config file {}: {error}", path.display())]
     Read {
@@ -308,54 +399,38 @@ pub enum ConfigError {
 
 /// How [`load_with`] loads.
 pub struct LoadOptions<'a> {
-    /// Environment lookup (the process environment for [`load`]).
+    /// Environment lookup ([`load`]: the process environment).
     pub env: &'a dyn Fn(&str) -> Option<String>,
     /// Refuse a config file, drop-in directory or drop-in that anyone but
     /// root (or the user running topomgr) could replace.
     pub protected: bool,
 }
 
+/// The process environment: the one place configuration reads it.
 fn process_env(var: &str) -> Option<String> {
     std::env::var(var).ok()
 }
 
-/// Loads `path`, its drop-ins and the process environment's overrides.
-pub fn load(path: &Path) -> Result<HostConfig, ConfigError> {
+/// The configuration a command runs with: `path`, its drop-ins and the
+/// process environment's overrides. A missing file at
+/// [`DEFAULT_CONFIG_PATH`] means the built-in defaults; any other missing
+/// file is an error. `protected` refuses files and directories others
+/// could replace (`topomgr serve`, and every command run as root).
+pub fn load(path: &Path, protected: bool) -> Result<HostConfig, ConfigError> {
+    if path == Path::new(DEFAULT_CONFIG_PATH) && !path.exists() {
+        tracing::info!(path = %path.display(), "no config file; using built-in defaults");
+        return Ok(HostConfig::default());
+    }
     load_with(
         path,
         &LoadOptions {
             env: &process_env,
-            protected: false,
+            protected,
         },
     )
 }
 
-/// [`load`], refusing files and directories others could replace.
-pub fn load_protected(path: &Path) -> Result<HostConfig, ConfigError> {
-    load_with(
-        path,
-        &LoadOptions {
-            env: &process_env,
-            protected: true,
-        },
-    )
-}
-
-/// [`load`] with an explicit environment lookup (for tests).
-pub fn load_with_env(
-    path: &Path,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<HostConfig, ConfigError> {
-    load_with(
-        path,
-        &LoadOptions {
-            env,
-            protected: false,
-        },
-    )
-}
-
-/// Loads with explicit [`LoadOptions`].
+/// Loads with explicit [`LoadOptions`] (tests give their own environment).
 pub fn load_with(path: &Path, opts: &LoadOptions<'_>) -> Result<HostConfig, ConfigError> {
     let main = absolute(path);
     let base = main
@@ -378,12 +453,12 @@ pub fn load_with(path: &Path, opts: &LoadOptions<'_>) -> Result<HostConfig, Conf
     if main.exists() {
         guard("config file", &main)?;
     }
-    let main_layer = read_layer(&main, &base)?;
-    let (dropin_dir, explicit) = match &main_layer.plugins_d {
-        Some(d) => (d.clone(), true),
+    let (main_table, main_cfg) = read_file(&main)?;
+    let (dropin_dir, explicit) = match main_cfg.plugins_d {
+        Some(d) => (base.join(d), true),
         None => (base.join("plugins.d"), false),
     };
-    sources.add(main.clone(), main_layer);
+    sources.add(main.clone(), main_table);
 
     match std::fs::read_dir(&dropin_dir) {
         Ok(entries) => {
@@ -396,15 +471,16 @@ pub fn load_with(path: &Path, opts: &LoadOptions<'_>) -> Result<HostConfig, Conf
                     error,
                 })?;
                 let p = entry.path();
-                if p.extension().is_some_and(|e| e == "toml") && p.is_file() {
+                if p.extension().is_some_and(|e| e == "toml") {
+                    dropin_is_file(&p)?;
                     names.push(p);
                 }
             }
             names.sort();
             for p in names {
                 guard("drop-in", &p)?;
-                let layer = read_layer(&p, &base)?;
-                if layer.plugins_d.is_some() {
+                let (table, _) = read_file(&p)?;
+                if table.contains_key("plugins_d") {
                     return Err(ConfigError::Invalid {
                         path: p,
                         line: None,
@@ -412,7 +488,7 @@ pub fn load_with(path: &Path, opts: &LoadOptions<'_>) -> Result<HostConfig, Conf
                         message: "is only allowed in the main config file".to_owned(),
                     });
                 }
-                sources.add(p, layer);
+                sources.add(p, table);
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !explicit => {}
@@ -424,129 +500,96 @@ pub fn load_with(path: &Path, opts: &LoadOptions<'_>) -> Result<HostConfig, Conf
             })
         }
     }
-    let env = env_layer(opts.env)?;
-    sources.merged.merge(env);
-    sources.finish(main)
+    merge_tables(&mut sources.merged, env_table(opts.env)?);
+    sources.finish(&main, &base)
 }
 
-/// The layers read so far, merged, with which file set each provider.
+/// A `*.toml` entry of the drop-in directory must be a file (a symbolic
+/// link to one counts): a directory, a link to nothing or a device named
+/// like a drop-in is refused rather than skipped.
+fn dropin_is_file(p: &Path) -> Result<(), ConfigError> {
+    let not_a_file = |what: String| ConfigError::DropInNotFile {
+        path: p.to_path_buf(),
+        what,
+    };
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_file() => Ok(()),
+        Ok(m) if m.is_dir() => Err(not_a_file("a directory".to_owned())),
+        Ok(_) => Err(not_a_file("not a regular file".to_owned())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let target = std::fs::read_link(p)
+                .map(|t| t.display().to_string())
+                .unwrap_or_default();
+            Err(not_a_file(format!(
+                "a symbolic link to {target:?}, which does not exist"
+            )))
+        }
+        Err(error) => Err(ConfigError::Read {
+            path: p.to_path_buf(),
+            error,
+        }),
+    }
+}
+
+/// The raw tables read so far, merged, with which file set each provider.
 #[derive(Default)]
 struct Sources {
-    merged: Layer,
+    merged: toml::Table,
     files: Vec<PathBuf>,
     /// Provider -> (last file that set `library`, last file that mentioned it).
     provenance: BTreeMap<String, (Option<PathBuf>, PathBuf)>,
 }
 
 impl Sources {
-    fn add(&mut self, file: PathBuf, layer: Layer) {
-        for (name, p) in layer.providers.iter().flatten() {
-            let entry = self
-                .provenance
-                .entry(name.0.clone())
-                .or_insert((None, file.clone()));
-            entry.1 = file.clone();
-            if p.library.is_some() {
-                entry.0 = Some(file.clone());
+    fn add(&mut self, file: PathBuf, table: toml::Table) {
+        if let Some(toml::Value::Table(providers)) = table.get("providers") {
+            for (name, p) in providers {
+                let entry = self
+                    .provenance
+                    .entry(name.clone())
+                    .or_insert((None, file.clone()));
+                entry.1 = file.clone();
+                if p.get("library").is_some() {
+                    entry.0 = Some(file.clone());
+                }
             }
         }
-        self.merged.merge(layer);
+        merge_tables(&mut self.merged, table);
         self.files.push(file);
     }
 
-    fn finish(self, main: PathBuf) -> Result<HostConfig, ConfigError> {
-        let mut cfg = HostConfig::default();
-        let m = self.merged;
-        if let Some(v) = m.policy {
-            cfg.policy = v;
-        }
-        if let Some(v) = m.scope {
-            cfg.scope = v;
-        }
-        if let Some(v) = m.plugin_dirs {
-            cfg.plugin_dirs = v;
-        }
-        if let Some(v) = m.sysfs_root {
-            cfg.sysfs_root = v;
-        }
-        if let Some(v) = m.cgroup_root {
-            cfg.cgroup_root = v;
-        }
-        if let Some(v) = m.state_dir {
-            cfg.state_dir = v;
-        }
-        cfg.node_name = m.node_name.map(|n| n.0);
-        cfg.export_file = m.export_file;
-        cfg.policy_options = m
-            .policy_options
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| (k, v.0))
-            .collect();
-        if let Some(d) = m.daemon {
-            if let Some(v) = d.socket {
-                cfg.daemon.socket = v;
-            }
-            if let Some(v) = d.group {
-                cfg.daemon.group = v.0;
-            }
-            if let Some(v) = d.provider_timeout_ms {
-                cfg.daemon.provider_timeout_ms = v.0;
-            }
-            if let Some(v) = d.reclaim_interval_ms {
-                cfg.daemon.reclaim_interval_ms = v.0;
-            }
-            if let Some(v) = d.metrics_address {
-                cfg.daemon.metrics_address = Some(v.0);
-            }
-        }
-        if let Some(n) = m.nri {
-            if let Some(v) = n.enabled {
-                cfg.nri.enabled = v;
-            }
-            if let Some(v) = n.socket {
-                cfg.nri.socket = v;
-            }
-            if let Some(v) = n.plugin_name {
-                cfg.nri.plugin_name = v.0;
-            }
-            if let Some(v) = n.plugin_index {
-                cfg.nri.plugin_index = v.0;
-            }
-        }
-        for (name, p) in m.providers.unwrap_or_default() {
+    /// The merged table read once into the typed configuration.
+    fn finish(self, main: &Path, base: &Path) -> Result<HostConfig, ConfigError> {
+        let mut cfg = HostConfig::deserialize(self.merged).map_err(|e| ConfigError::Invalid {
+            // Each source was checked on its own; merging checked values
+            // cannot make them invalid.
+            path: main.to_path_buf(),
+            line: None,
+            key: String::new(),
+            message: e.message().trim().to_owned(),
+        })?;
+        for (name, p) in &mut cfg.providers {
             let (library_file, last_file) = self
                 .provenance
-                .get(&name.0)
+                .get(name)
                 .cloned()
-                .unwrap_or((None, main.clone()));
-            let Some(library) = p.library else {
+                .unwrap_or((None, main.to_path_buf()));
+            if p.library.is_empty() {
                 return Err(ConfigError::MissingLibrary {
-                    name: name.0,
+                    name: name.clone(),
                     path: last_file,
                 });
-            };
-            cfg.providers.insert(
-                name.0,
-                ProviderEntry {
-                    library: library.0,
-                    enabled: p.enabled.unwrap_or(true),
-                    config: p
-                        .config
-                        .map(toml_to_json)
-                        .unwrap_or(serde_json::Value::Null),
-                    defined_in: library_file.unwrap_or(last_file),
-                    config_dir: main.parent().map(Path::to_path_buf).unwrap_or_default(),
-                },
-            );
+            }
+            p.defined_in = library_file.unwrap_or(last_file);
         }
+        cfg.resolve(base);
         cfg.files = self.files;
         Ok(cfg)
     }
 }
 
 /// True when a `library` value is a path rather than a bare library name.
-pub fn is_path(library: &str) -> bool {
+pub(crate) fn is_path(library: &str) -> bool {
     library.contains('/') || library.ends_with(".so")
 }
 
@@ -560,129 +603,6 @@ fn dropin_reason(main: &Path, explicit: bool) -> String {
 
 fn absolute(p: &Path) -> PathBuf {
     std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
-}
-
-/// What one source may set; every key optional. Unknown keys are refused by
-/// serde (`deny_unknown_fields`), which names the keys it knows.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Layer {
-    policy: Option<String>,
-    scope: Option<String>,
-    plugins_d: Option<PathBuf>,
-    plugin_dirs: Option<Vec<PathBuf>>,
-    sysfs_root: Option<PathBuf>,
-    cgroup_root: Option<PathBuf>,
-    state_dir: Option<PathBuf>,
-    node_name: Option<NodeName>,
-    export_file: Option<PathBuf>,
-    policy_options: Option<BTreeMap<String, OptionValue>>,
-    providers: Option<BTreeMap<ProviderName, ProviderLayer>>,
-    daemon: Option<DaemonLayer>,
-    nri: Option<NriLayer>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DaemonLayer {
-    socket: Option<PathBuf>,
-    group: Option<NonEmpty>,
-    provider_timeout_ms: Option<Millis>,
-    reclaim_interval_ms: Option<Millis>,
-    metrics_address: Option<ListenAddress>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct NriLayer {
-    enabled: Option<bool>,
-    socket: Option<PathBuf>,
-    plugin_name: Option<NriPluginName>,
-    plugin_index: Option<NriPluginIndex>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ProviderLayer {
-    library: Option<NonEmpty>,
-    enabled: Option<bool>,
-    config: Option<toml::Table>,
-}
-
-impl Layer {
-    /// Resolves relative paths of a file layer against `base`.
-    fn resolve(mut self, base: &Path) -> Layer {
-        let join = |p: &mut PathBuf| *p = base.join(&*p);
-        self.plugins_d.iter_mut().for_each(join);
-        self.plugin_dirs.iter_mut().flatten().for_each(join);
-        self.sysfs_root.iter_mut().for_each(join);
-        self.cgroup_root.iter_mut().for_each(join);
-        self.state_dir.iter_mut().for_each(join);
-        self.export_file.iter_mut().for_each(join);
-        if let Some(d) = &mut self.daemon {
-            d.socket.iter_mut().for_each(join);
-        }
-        if let Some(n) = &mut self.nri {
-            n.socket.iter_mut().for_each(join);
-        }
-        for p in self.providers.iter_mut().flat_map(|m| m.values_mut()) {
-            if let Some(lib) = &mut p.library {
-                if is_path(&lib.0) {
-                    lib.0 = base.join(&lib.0).to_string_lossy().into_owned();
-                }
-            }
-        }
-        self
-    }
-
-    /// Applies `later` over `self`: values replace, tables merge key by key.
-    fn merge(&mut self, later: Layer) {
-        fn set<T>(slot: &mut Option<T>, v: Option<T>) {
-            if v.is_some() {
-                *slot = v;
-            }
-        }
-        set(&mut self.policy, later.policy);
-        set(&mut self.scope, later.scope);
-        set(&mut self.plugins_d, later.plugins_d);
-        set(&mut self.plugin_dirs, later.plugin_dirs);
-        set(&mut self.sysfs_root, later.sysfs_root);
-        set(&mut self.cgroup_root, later.cgroup_root);
-        set(&mut self.state_dir, later.state_dir);
-        set(&mut self.node_name, later.node_name);
-        set(&mut self.export_file, later.export_file);
-        if let Some(opts) = later.policy_options {
-            self.policy_options.get_or_insert_default().extend(opts);
-        }
-        if let Some(d) = later.daemon {
-            let mine = self.daemon.get_or_insert_default();
-            set(&mut mine.socket, d.socket);
-            set(&mut mine.group, d.group);
-            set(&mut mine.provider_timeout_ms, d.provider_timeout_ms);
-            set(&mut mine.reclaim_interval_ms, d.reclaim_interval_ms);
-            set(&mut mine.metrics_address, d.metrics_address);
-        }
-        if let Some(n) = later.nri {
-            let mine = self.nri.get_or_insert_default();
-            set(&mut mine.enabled, n.enabled);
-            set(&mut mine.socket, n.socket);
-            set(&mut mine.plugin_name, n.plugin_name);
-            set(&mut mine.plugin_index, n.plugin_index);
-        }
-        for (name, p) in later.providers.into_iter().flatten() {
-            let mine = self
-                .providers
-                .get_or_insert_default()
-                .entry(name)
-                .or_default();
-            set(&mut mine.library, p.library);
-            set(&mut mine.enabled, p.enabled);
-            match (&mut mine.config, p.config) {
-                (Some(old), Some(new)) => merge_tables(old, new),
-                (slot, new) => set(slot, new),
-            }
-        }
-    }
 }
 
 /// Deep merge: tables key by key, anything else replaced.
@@ -716,8 +636,9 @@ fn toml_to_json(t: toml::Table) -> serde_json::Value {
     serde_json::Value::Object(t.into_iter().map(|(k, v)| (k, value(v))).collect())
 }
 
-/// Reads and parses one file into a [`Layer`], naming file, line and key on error.
-fn read_layer(path: &Path, base: &Path) -> Result<Layer, ConfigError> {
+/// Reads one file: its raw table, checked against [`HostConfig`] (naming
+/// file, line and key on error), and what it says on its own.
+fn read_file(path: &Path) -> Result<(toml::Table, HostConfig), ConfigError> {
     let text = std::fs::read_to_string(path).map_err(|error| ConfigError::Read {
         path: path.to_path_buf(),
         error,
@@ -734,225 +655,239 @@ fn read_layer(path: &Path, base: &Path) -> Result<Layer, ConfigError> {
     };
     let de = toml::Deserializer::parse(&text)
         .map_err(|e| invalid(line_of(&e), String::new(), e.message()))?;
-    let layer: Layer = serde_path_to_error::deserialize(de).map_err(|e| {
+    let checked: HostConfig = serde_path_to_error::deserialize(de).map_err(|e| {
         let key = e.path().to_string();
         let key = if key == "." { String::new() } else { key };
         invalid(line_of(e.inner()), key, e.inner().message())
     })?;
-    Ok(layer.resolve(base))
+    let table: toml::Table =
+        toml::from_str(&text).map_err(|e| invalid(line_of(&e), String::new(), e.message()))?;
+    Ok((table, checked))
 }
 
-/// The environment's layer (relative paths against the working directory).
-fn env_layer(env: &dyn Fn(&str) -> Option<String>) -> Result<Layer, ConfigError> {
-    let cwd = |p: &str| absolute(Path::new(p));
-    let non_empty = |var: &str| -> Result<Option<String>, ConfigError> {
-        match env(var) {
-            None => Ok(None),
-            Some(v) if v.trim().is_empty() => Err(ConfigError::Env {
-                var: var.to_owned(),
-                message: "is set but empty; unset it or give a value".to_owned(),
-            }),
-            Some(v) => Ok(Some(v)),
+/// The environment variables that are configuration: variable, the key it
+/// sets (`daemon.metrics_address`: a key of a table), and how its value
+/// reads. Other `TOPOMGR_*` variables are not configuration.
+const ENVIRONMENT: [(&str, &str, EnvValue); 7] = [
+    ("TOPOMGR_POLICY", "policy", EnvValue::Text),
+    ("TOPOMGR_SCOPE", "scope", EnvValue::Text),
+    ("TOPOMGR_SYSFS_ROOT", "sysfs_root", EnvValue::Path),
+    ("TOPOMGR_CGROUP_ROOT", "cgroup_root", EnvValue::Path),
+    ("TOPOMGR_STATE_DIR", "state_dir", EnvValue::Path),
+    ("TOPOMGR_PLUGIN_DIRS", "plugin_dirs", EnvValue::PathList),
+    (
+        "TOPOMGR_METRICS_ADDRESS",
+        "daemon.metrics_address",
+        EnvValue::Text,
+    ),
+];
+
+/// How an environment variable's value reads.
+#[derive(Debug, Clone, Copy)]
+enum EnvValue {
+    /// The text, not empty.
+    Text,
+    /// A path, not empty; a relative one is relative to the working directory.
+    Path,
+    /// `:`-separated paths (empty entries skipped), each as [`EnvValue::Path`].
+    PathList,
+}
+
+/// The environment's part of the configuration as a raw table, each
+/// variable checked against [`HostConfig`] on its own.
+fn env_table(env: &dyn Fn(&str) -> Option<String>) -> Result<toml::Table, ConfigError> {
+    let cwd = |p: &str| absolute(Path::new(p)).to_string_lossy().into_owned();
+    let mut merged = toml::Table::new();
+    for (var, key, kind) in ENVIRONMENT {
+        let Some(text) = env(var) else { continue };
+        let fail = |message: String| ConfigError::Env {
+            var: var.to_owned(),
+            message,
+        };
+        let value = match kind {
+            EnvValue::Text | EnvValue::Path if text.trim().is_empty() => {
+                return Err(fail(
+                    "is set but empty; unset it or give a value".to_owned(),
+                ))
+            }
+            EnvValue::Text => toml::Value::String(text),
+            EnvValue::Path => toml::Value::String(cwd(&text)),
+            EnvValue::PathList => toml::Value::Array(
+                text.split(':')
+                    .filter(|s| !s.is_empty())
+                    .map(|p| toml::Value::String(cwd(p)))
+                    .collect(),
+            ),
+        };
+        let mut table = toml::Table::new();
+        let mut slot = &mut table;
+        let mut parts = key.split('.').peekable();
+        while let Some(part) = parts.next() {
+            if parts.peek().is_none() {
+                slot.insert(part.to_owned(), value.clone());
+            } else {
+                slot = match slot
+                    .entry(part.to_owned())
+                    .or_insert_with(|| toml::Value::Table(toml::Table::new()))
+                {
+                    toml::Value::Table(t) => t,
+                    _ => unreachable!("a fresh table"),
+                };
+            }
         }
-    };
-    Ok(Layer {
-        policy: non_empty("TOPOMGR_POLICY")?,
-        scope: non_empty("TOPOMGR_SCOPE")?,
-        sysfs_root: non_empty("TOPOMGR_SYSFS_ROOT")?.map(|v| cwd(&v)),
-        cgroup_root: non_empty("TOPOMGR_CGROUP_ROOT")?.map(|v| cwd(&v)),
-        state_dir: non_empty("TOPOMGR_STATE_DIR")?.map(|v| cwd(&v)),
-        plugin_dirs: env("TOPOMGR_PLUGIN_DIRS")
-            .map(|v| v.split(':').filter(|s| !s.is_empty()).map(cwd).collect()),
-        daemon: non_empty(METRICS_ADDRESS_ENV)?
-            .map(|v| {
-                ListenAddress::parse(&v)
-                    .map(|a| DaemonLayer {
-                        metrics_address: Some(a),
-                        ..DaemonLayer::default()
-                    })
-                    .map_err(|message| ConfigError::Env {
-                        var: METRICS_ADDRESS_ENV.to_owned(),
-                        message,
-                    })
-            })
-            .transpose()?,
-        ..Layer::default()
-    })
-}
-
-/// The environment variable that sets `daemon.metrics_address`.
-const METRICS_ADDRESS_ENV: &str = "TOPOMGR_METRICS_ADDRESS";
-
-/// A TCP address to listen on: `IP:PORT` (`127.0.0.1:9337`, `[::1]:9337`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct ListenAddress(SocketAddr);
-
-impl ListenAddress {
-    fn parse(text: &str) -> Result<ListenAddress, String> {
-        text.trim().parse().map(ListenAddress).map_err(|_| {
-            format!(
-                "{text:?} is not an IP address and port (write \"127.0.0.1:9337\" or \"[::1]:9337\"; host names are not resolved)"
-            )
-        })
+        HostConfig::deserialize(table.clone()).map_err(|e| fail(e.message().trim().to_owned()))?;
+        merge_tables(&mut merged, table);
     }
-}
-
-impl<'de> serde::Deserialize<'de> for ListenAddress {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        ListenAddress::parse(&s).map_err(de::Error::custom)
-    }
-}
-
-/// A `[providers.NAME]` name: lowercase letters, digits, `-` and `_` (the
-/// environment and state directories rely on it).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-struct ProviderName(String);
-
-impl<'de> serde::Deserialize<'de> for ProviderName {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let name = String::deserialize(d)?;
-        let valid = !name.is_empty()
-            && name
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
-        if valid {
-            Ok(ProviderName(name))
-        } else {
-            Err(de::Error::custom(format!(
-                "provider name `{name}` must be lowercase letters, digits, '-' or '_'"
-            )))
-        }
-    }
+    Ok(merged)
 }
 
 /// A string that must not be empty.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct NonEmpty(String);
-
-impl<'de> serde::Deserialize<'de> for NonEmpty {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        if s.is_empty() {
-            Err(de::Error::invalid_value(
-                de::Unexpected::Str(&s),
-                &"a non-empty string",
-            ))
-        } else {
-            Ok(NonEmpty(s))
-        }
+fn non_empty<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    if s.is_empty() {
+        Err(de::Error::invalid_value(
+            de::Unexpected::Str(&s),
+            &"a non-empty string",
+        ))
+    } else {
+        Ok(s)
     }
 }
 
-/// An NRI plugin name: what the runtime logs and orders by, one path
-/// component (upstream builds the plugin's id from index and name).
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct NriPluginName(String);
-
-impl<'de> serde::Deserialize<'de> for NriPluginName {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        let valid = !s.is_empty()
-            && s.chars()
-                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
-        if valid {
-            Ok(NriPluginName(s))
-        } else {
-            Err(de::Error::invalid_value(
-                de::Unexpected::Str(&s),
-                &"a plugin name of letters, digits, '-', '_' and '.' (e.g. \"topomgr\")",
-            ))
-        }
-    }
+/// A TCP address to listen on: `IP:PORT` (`127.0.0.1:9337`, `[::1]:9337`).
+fn listen_address<'de, D: Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+    let text = String::deserialize(d)?;
+    text.trim().parse().map(Some).map_err(|_| {
+        de::Error::custom(format!(
+            "{text:?} is not an IP address and port (write \"127.0.0.1:9337\" or \"[::1]:9337\"; host names are not resolved)"
+        ))
+    })
 }
 
-/// An NRI plugin index: two digits, as the runtime requires (upstream
-/// `CheckPluginIndex`); plugins are called in ascending order.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct NriPluginIndex(String);
+/// The `[providers]` table: each name lowercase letters, digits, `-` and
+/// `_` (the environment and state directories rely on it).
+fn providers<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, ProviderEntry>, D::Error> {
+    /// A checked provider name.
+    #[derive(PartialEq, Eq, PartialOrd, Ord)]
+    struct ProviderName(String);
 
-impl<'de> serde::Deserialize<'de> for NriPluginIndex {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl de::Visitor<'_> for V {
-            type Value = NriPluginIndex;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("two digits as a string, \"00\" to \"99\" (write \"05\", not 5)")
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<NriPluginIndex, E> {
-                if v.len() == 2 && v.bytes().all(|b| b.is_ascii_digit()) {
-                    Ok(NriPluginIndex(v.to_owned()))
-                } else {
-                    Err(E::invalid_value(de::Unexpected::Str(v), &self))
-                }
+    impl<'de> Deserialize<'de> for ProviderName {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            let name = String::deserialize(d)?;
+            let valid = !name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+            if valid {
+                Ok(ProviderName(name))
+            } else {
+                Err(de::Error::custom(format!(
+                    "provider name `{name}` must be lowercase letters, digits, '-' or '_'"
+                )))
             }
         }
-        d.deserialize_str(V)
     }
+
+    let map = BTreeMap::<ProviderName, ProviderEntry>::deserialize(d)?;
+    Ok(map.into_iter().map(|(k, v)| (k.0, v)).collect())
+}
+
+/// A provider's `[config]` table, as JSON.
+fn table_as_json<'de, D: Deserializer<'de>>(d: D) -> Result<serde_json::Value, D::Error> {
+    toml::Table::deserialize(d).map(toml_to_json)
 }
 
 /// A Kubernetes node name: a DNS subdomain (RFC 1123: lowercase letters,
 /// digits, `-` and `.`, starting and ending with a letter or digit, at most
 /// 253 characters), as the API server requires of `metadata.name`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct NodeName(String);
+fn node_name<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let s = String::deserialize(d)?;
+    let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let valid = !s.is_empty()
+        && s.len() <= 253
+        && s.chars().all(|c| alnum(c) || c == '-' || c == '.')
+        && s.split('.')
+            .all(|label| label.starts_with(alnum) && label.ends_with(alnum) && label.len() <= 63);
+    if valid {
+        Ok(Some(s))
+    } else {
+        Err(de::Error::invalid_value(
+            de::Unexpected::Str(&s),
+            &"a Kubernetes node name (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit)",
+        ))
+    }
+}
 
-impl<'de> serde::Deserialize<'de> for NodeName {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        let alnum = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
-        let valid = !s.is_empty()
-            && s.len() <= 253
-            && s.chars().all(|c| alnum(c) || c == '-' || c == '.')
-            && s.split('.').all(|label| {
-                label.starts_with(alnum) && label.ends_with(alnum) && label.len() <= 63
-            });
-        if valid {
-            Ok(NodeName(s))
-        } else {
-            Err(de::Error::invalid_value(
-                de::Unexpected::Str(&s),
-                &"a Kubernetes node name (lowercase letters, digits, '-' and '.', starting and ending with a letter or digit)",
-            ))
+/// An NRI plugin name: letters, digits, `-`, `_` and `.`.
+fn nri_plugin_name<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    let s = String::deserialize(d)?;
+    let valid = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+    if valid {
+        Ok(s)
+    } else {
+        Err(de::Error::invalid_value(
+            de::Unexpected::Str(&s),
+            &"a plugin name of letters, digits, '-', '_' and '.' (e.g. \"topomgr\")",
+        ))
+    }
+}
+
+/// An NRI plugin index: two digits, as a string (NRI orders plugins by it).
+fn nri_plugin_index<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    struct V;
+    impl de::Visitor<'_> for V {
+        type Value = String;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("two digits as a string, \"00\" to \"99\" (write \"05\", not 5)")
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<String, E> {
+            if v.len() == 2 && v.bytes().all(|b| b.is_ascii_digit()) {
+                Ok(v.to_owned())
+            } else {
+                Err(E::invalid_value(de::Unexpected::Str(v), &self))
+            }
         }
     }
+    d.deserialize_str(V)
 }
 
 /// A deadline in milliseconds, at least 1.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Millis(u64);
-
-impl<'de> serde::Deserialize<'de> for Millis {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let v = i64::deserialize(d)?;
-        match u64::try_from(v) {
-            Ok(ms) if ms >= 1 => Ok(Millis(ms)),
-            _ => Err(de::Error::invalid_value(
-                de::Unexpected::Signed(v),
-                &"a positive number of milliseconds",
-            )),
-        }
+fn millis<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    let v = i64::deserialize(d)?;
+    match u64::try_from(v) {
+        Ok(ms) if ms >= 1 => Ok(ms),
+        _ => Err(de::Error::invalid_value(
+            de::Unexpected::Signed(v),
+            &"a positive number of milliseconds",
+        )),
     }
 }
 
-/// A policy option value: a string, as the kubelet's options are.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct OptionValue(String);
+/// Policy options: string values, as the kubelet's options are.
+fn option_values<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
+    /// One option's value.
+    struct OptionValue(String);
 
-impl<'de> serde::Deserialize<'de> for OptionValue {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl de::Visitor<'_> for V {
-            type Value = OptionValue;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string (write \"true\", not true)")
+    impl<'de> Deserialize<'de> for OptionValue {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            struct V;
+            impl de::Visitor<'_> for V {
+                type Value = OptionValue;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str("a string (write \"true\", not true)")
+                }
+                fn visit_str<E: de::Error>(self, v: &str) -> Result<OptionValue, E> {
+                    Ok(OptionValue(v.to_owned()))
+                }
             }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<OptionValue, E> {
-                Ok(OptionValue(v.to_owned()))
-            }
+            d.deserialize_str(V)
         }
-        d.deserialize_str(V)
     }
+
+    let map = BTreeMap::<String, OptionValue>::deserialize(d)?;
+    Ok(map.into_iter().map(|(k, v)| (k, v.0)).collect())
 }
 
 #[cfg(test)]
@@ -985,6 +920,19 @@ mod tests {
 
     fn no_env(_: &str) -> Option<String> {
         None
+    }
+
+    fn load_with_env(
+        path: &Path,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<HostConfig, ConfigError> {
+        load_with(
+            path,
+            &LoadOptions {
+                env,
+                protected: false,
+            },
+        )
     }
 
     fn err(path: &Path) -> String {
@@ -1144,6 +1092,10 @@ nested = { a = 1, b = [1, 2] }
                 "line 2: daemon.provider_timeout_ms: invalid value: integer `0`, expected a positive number of milliseconds",
             ),
             (
+                "[daemon]\nreclaim_interval_ms = 0\n",
+                "line 2: daemon.reclaim_interval_ms: invalid value: integer `0`, expected a positive number of milliseconds",
+            ),
+            (
                 "[daemon]\nport = 1\n",
                 "line 2: daemon.port: unknown field `port`, expected one of `socket`, `group`, `provider_timeout_ms`, `reclaim_interval_ms`, `metrics_address`",
             ),
@@ -1176,35 +1128,6 @@ nested = { a = 1, b = [1, 2] }
                 "provider `y` (last set in {}) has no `library`; add library = \"<name or path>\" to its [providers.y] table",
                 f.display()
             )
-        );
-    }
-
-    #[test]
-    fn the_nri_table_has_defaults_and_merges_key_by_key() {
-        let d = Dir::new("nri");
-        let main = d.write("topomgr.toml", "");
-        assert_eq!(
-            load_with_env(&main, &no_env).unwrap().nri,
-            NriConfig {
-                enabled: false,
-                socket: PathBuf::from("/var/run/nri/nri.sock"),
-                plugin_name: "topomgr".into(),
-                plugin_index: "50".into(),
-            }
-        );
-        d.write(
-            "topomgr.toml",
-            "[nri]\nsocket = \"run/nri.sock\"\nplugin_index = \"05\"\n",
-        );
-        d.write("plugins.d/50-nri.toml", "[nri]\nenabled = true\n");
-        assert_eq!(
-            load_with_env(&main, &no_env).unwrap().nri,
-            NriConfig {
-                enabled: true,
-                socket: d.0.join("run/nri.sock"),
-                plugin_name: "topomgr".into(),
-                plugin_index: "05".into(),
-            }
         );
     }
 
@@ -1440,6 +1363,35 @@ metrics_address = \"127.0.0.1:9337\"\n",
                 "refusing config file {0}: {0} is writable by everyone (mode 0646); run chmod o-w on it",
                 main.display()
             )
+        );
+    }
+
+    #[test]
+    fn the_nri_table_has_defaults_and_merges_key_by_key() {
+        let d = Dir::new("nri");
+        let main = d.write("topomgr.toml", "");
+        assert_eq!(
+            load_with_env(&main, &no_env).unwrap().nri,
+            NriConfig {
+                enabled: false,
+                socket: PathBuf::from("/var/run/nri/nri.sock"),
+                plugin_name: "topomgr".into(),
+                plugin_index: "50".into(),
+            }
+        );
+        d.write(
+            "topomgr.toml",
+            "[nri]\nsocket = \"run/nri.sock\"\nplugin_index = \"05\"\n",
+        );
+        d.write("plugins.d/50-nri.toml", "[nri]\nenabled = true\n");
+        assert_eq!(
+            load_with_env(&main, &no_env).unwrap().nri,
+            NriConfig {
+                enabled: true,
+                socket: d.0.join("run/nri.sock"),
+                plugin_name: "topomgr".into(),
+                plugin_index: "05".into(),
+            }
         );
     }
 }

@@ -29,7 +29,7 @@ fn temp_prefix(name: &str) -> String {
 
 /// Write `data` to `path` atomically (temp file, fsync, rename, fsync dir).
 /// When any step fails the temporary file is removed.
-pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), PathError> {
+pub(crate) fn write_atomic(path: &Path, data: &[u8]) -> Result<(), PathError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     fs::create_dir_all(dir).map_err(io(dir))?;
     let name = path
@@ -61,7 +61,7 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), PathError> {
 /// Remove the temporary files of `name` that a killed [`write_atomic`]
 /// left in `dir` (call with the state lock held: no other writer is
 /// running).
-pub fn remove_stale_temps(dir: &Path, name: &str) {
+pub(crate) fn remove_stale_temps(dir: &Path, name: &str) {
     let prefix = temp_prefix(name);
     let Ok(entries) = fs::read_dir(dir) else {
         return;
@@ -81,9 +81,9 @@ pub fn remove_stale_temps(dir: &Path, name: &str) {
 }
 
 /// Where Linux publishes the id of the current boot.
-pub const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
+pub(crate) const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 
-/// The id of the running boot ([`BOOT_ID_PATH`]), or `"unknown"` where the
+/// The id of the running boot (`BOOT_ID_PATH`), or `"unknown"` where the
 /// kernel does not publish one.
 pub fn boot_id() -> String {
     fs::read_to_string(BOOT_ID_PATH)

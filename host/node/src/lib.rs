@@ -1,6 +1,7 @@
 //! topomgr's node: the configuration, plugin loading, the node state (the
 //! admitted pods applied to cgroups, with their owners) and its persistence
-//! (journal, snapshot, the state directory's lock), the
+//! (journal, snapshot, the state directory's lock), the node lock (one
+//! owner of a machine's cpusets), the
 //! NodeResourceTopology export and the JSON contract of the CLI and the
 //! daemon.
 //!
@@ -10,14 +11,19 @@
 pub mod api;
 pub mod config;
 pub mod fsutil;
+pub mod image;
 pub mod journal;
+pub mod lock_holder;
+pub mod node_lock;
 pub mod node_state;
 pub mod nrt;
 pub mod plugin;
 pub mod pod_owner;
+mod provider_states;
 pub mod setup;
 pub mod snapshot;
 pub mod state_dir;
 pub mod state_lock;
+pub mod state_repair;
 pub mod store;
-pub mod trusted_file;
+mod trusted_file;

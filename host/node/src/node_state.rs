@@ -15,10 +15,10 @@
 //! (attached or not). Its order with durability is what keeps CPUs
 //! exclusive:
 //! - an admission that takes exclusive CPUs shrinks every attached
-//!   shared-pool cgroup *before* it is answered ([`PoolMode::Shrink`]); if a
+//!   shared-pool cgroup *before* it is answered (`PoolMode::Shrink`); if a
 //!   shared cgroup cannot be shrunk, the admission is rolled back;
 //! - a release grows the pool only after it is durable: the caller saves
-//!   first, then calls [`NodeState::settle_pool`] ([`PoolMode::Exact`]).
+//!   first, then calls [`NodeState::settle_pool`] (`PoolMode::Exact`).
 //!   Until then the pool only ever shrinks, so a crash never leaves a CPU
 //!   in a shared cgroup while the saved state still holds it exclusively.
 //!
@@ -42,7 +42,7 @@
 //!   ended (or the machine rebooted) and its cgroup and every attached
 //!   cgroup are empty or gone;
 //! - a container admitted by `topomgr oci-hook` that was never attached
-//!   [`ATTACH_TIMEOUT`] after its admission is released too (the hook was
+//!   `ATTACH_TIMEOUT` (120 s) after its admission is released too (the hook was
 //!   killed between its admission and its attach).
 //!
 //! The daemon reclaims at start and periodically; `run` and `admit
@@ -60,6 +60,7 @@ use tracing::{debug, info, warn};
 
 use crate::api::{Attached, Attachments};
 use crate::pod_owner::{ContainerRuntime, Owner};
+use crate::provider_states::ProviderStates;
 use topomgr_cgroup::pool::{self, PoolWrite};
 use topomgr_cgroup::{CgroupError, CgroupManager, CgroupPath, TOPOMGR_PARENT};
 use topomgr_engine::admission::{
@@ -182,7 +183,7 @@ impl Change {
 
 /// How [`NodeState::sync_pool`] may change the shared-pool cgroups.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PoolMode {
+pub(crate) enum PoolMode {
     /// Only take CPUs away (before an exclusive container runs; changes
     /// that are not durable yet never give CPUs back).
     Shrink,
@@ -239,7 +240,7 @@ impl From<CgroupError> for AttachError {
 
 /// Why the shared pool could not be written.
 #[derive(Debug, thiserror::Error)]
-pub enum PoolError {
+pub(crate) enum PoolError {
     /// No cgroup hierarchy under the configured root.
     #[error(transparent)]
     Hierarchy(CgroupError),
@@ -267,14 +268,14 @@ fn describe_failures(failed: &[(CgroupPath, CgroupError)]) -> String {
 /// How long a container admitted by `topomgr oci-hook` may stay
 /// unattached before [`NodeState::reclaim`] releases it: the hook attaches
 /// right after its admission, under a deadline far shorter than this.
-pub const ATTACH_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const ATTACH_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Why [`NodeState::reclaim`] released a pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ReclaimCause {
     /// Its owner is gone and its cgroups are empty or gone.
     OwnerGone,
-    /// A hook's admission was never attached within [`ATTACH_TIMEOUT`].
+    /// A hook's admission was never attached within `ATTACH_TIMEOUT` (120 s).
     NeverAttached,
 }
 
@@ -342,6 +343,8 @@ impl std::fmt::Display for Reclaim {
 /// The admitted pods of this node, their cgroups and owners.
 pub struct NodeState {
     admitter: Admitter,
+    /// What the state keeps of the providers besides them.
+    provider_states: ProviderStates,
     records: Records,
     changes: Vec<Change>,
     cgroup_root: PathBuf,
@@ -355,6 +358,7 @@ impl NodeState {
     /// applying to cgroups under `cgroup_root` (detected when first needed).
     pub fn new(admitter: Admitter, records: Records, cgroup_root: &Path, boot_id: &str) -> Self {
         NodeState {
+            provider_states: ProviderStates::new(&admitter),
             admitter,
             records,
             changes: Vec::new(),
@@ -383,6 +387,23 @@ impl NodeState {
         &mut self.admitter
     }
 
+    /// What the state keeps of the providers besides them (held and absent
+    /// ones, which changed since the last save).
+    pub(crate) fn provider_states(&self) -> &ProviderStates {
+        &self.provider_states
+    }
+
+    /// The admitter and the providers' book together (a restore changes
+    /// both).
+    pub(crate) fn provider_states_mut(&mut self) -> (&mut Admitter, &mut ProviderStates) {
+        (&mut self.admitter, &mut self.provider_states)
+    }
+
+    /// Every provider's state is saved now (a whole snapshot was written).
+    pub fn saved(&mut self) {
+        self.provider_states.saved_all(&self.admitter);
+    }
+
     /// The host's records (attachments, owners).
     pub fn records(&self) -> &Records {
         &self.records
@@ -390,7 +411,7 @@ impl NodeState {
 
     /// Replace the records (after a restore); changes not taken yet are
     /// dropped (they are undone).
-    pub fn set_records(&mut self, records: Records) {
+    pub(crate) fn set_records(&mut self, records: Records) {
         self.records = records;
         self.changes.clear();
     }
@@ -503,12 +524,30 @@ impl NodeState {
         }
     }
 
+    /// Whether the state records any cgroup (an attached container, a
+    /// container owner's cgroup): whether its changes may write cpusets or
+    /// remove cgroups.
+    pub fn has_cgroups(&self) -> bool {
+        !self.records.attachments.is_empty()
+            || self
+                .records
+                .owners
+                .values()
+                .any(|o| matches!(o, Owner::Container(c) if c.cgroup.is_some()))
+    }
+
     /// Release pod `uid`: providers, ledger, its attachments and owner. The
     /// shared pool grows only at [`NodeState::settle_pool`], after the
     /// caller made the release durable.
     pub fn release(&mut self, uid: &str) -> Result<AdmitResult, AdmissionError> {
+        // Released last container first, as the providers see it.
+        let containers: Vec<String> = match self.admitter.pods().get(uid) {
+            Some(r) => r.containers.iter().rev().map(|c| c.name.clone()).collect(),
+            None => Vec::new(),
+        };
         let result = self.admitter.release(uid);
         if !matches!(result, Err(AdmissionError::UnknownPod(_))) {
+            self.provider_states.missed_release(uid, &containers);
             self.forget(uid);
         }
         result
@@ -678,7 +717,7 @@ impl NodeState {
     /// Write the shared pool to every attached shared-pool cgroup (see
     /// [`PoolMode`]). Cgroups that are gone are forgotten (their containers
     /// ended). Returns the pool written.
-    pub fn sync_pool(&mut self, mode: PoolMode) -> Result<CpuSet, PoolError> {
+    pub(crate) fn sync_pool(&mut self, mode: PoolMode) -> Result<CpuSet, PoolError> {
         let pool = match mode {
             PoolMode::Shrink => self.pool_now(),
             PoolMode::Exact => self.shared_pool(),
@@ -787,7 +826,7 @@ impl NodeState {
 
     /// [`NodeState::reclaim`] at `now` (seconds since the Unix epoch) with
     /// `attach_timeout` for hook admissions that were never attached.
-    pub fn reclaim_at(&mut self, now: u64, attach_timeout: Duration) -> Vec<Reclaim> {
+    pub(crate) fn reclaim_at(&mut self, now: u64, attach_timeout: Duration) -> Vec<Reclaim> {
         let boot = self.boot_id.clone();
         let mut candidates: Vec<(String, Owner, ReclaimCause)> = Vec::new();
         for (uid, owner) in &self.records.owners {
@@ -975,12 +1014,9 @@ mod tests {
             std::env::temp_dir().join(format!("topomgr-node-state-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
         std::fs::create_dir_all(&root).unwrap();
-        let cgroups = CgroupManager::with_layout(
-            &root,
-            Box::new(topomgr_cgroup::v1::V1),
-            Box::new(PlainFiles),
-        )
-        .unwrap();
+        // A v1 cpuset hierarchy at the root, as detection finds one.
+        std::fs::write(root.join("cpuset.cpus"), "0-3").unwrap();
+        let cgroups = CgroupManager::detect_with(&root, Box::new(PlainFiles)).unwrap();
         let node = NodeState::new(admitter, Records::default(), &root, "b").with_cgroups(cgroups);
         (node, root)
     }

@@ -22,32 +22,32 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use topomgr_sdk::{Amounts, Inventory, Machine, NumaNodeId};
 
-use topomgr_engine::admission::{Admitter, ProviderState};
+use topomgr_engine::admission::Admitter;
 use topomgr_engine::policy::{PolicyName, Scope};
 
 /// `apiVersion` of the exported object.
-pub const API_VERSION: &str = "topology.node.k8s.io/v1alpha2";
+pub(crate) const API_VERSION: &str = "topology.node.k8s.io/v1alpha2";
 /// `kind` of the exported object.
-pub const KIND: &str = "NodeResourceTopology";
+pub(crate) const KIND: &str = "NodeResourceTopology";
 /// Attribute naming the Topology Manager policy.
-pub const ATTRIBUTE_POLICY: &str = "topologyManagerPolicy";
+pub(crate) const ATTRIBUTE_POLICY: &str = "topologyManagerPolicy";
 /// Attribute naming the Topology Manager scope.
-pub const ATTRIBUTE_SCOPE: &str = "topologyManagerScope";
+pub(crate) const ATTRIBUTE_SCOPE: &str = "topologyManagerScope";
 
 /// The exported object (the fields of the v1alpha2 CRD that topomgr sets;
 /// reading ignores the others).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeResourceTopology {
-    /// [`API_VERSION`].
+    /// `API_VERSION`.
     pub api_version: String,
-    /// [`KIND`].
+    /// `KIND`.
     pub kind: String,
     /// The node's name.
     pub metadata: ObjectMeta,
     /// The deprecated policy-and-scope value (`SingleNUMANodeContainerLevel`).
     pub topology_policies: Vec<String>,
-    /// [`ATTRIBUTE_POLICY`] and [`ATTRIBUTE_SCOPE`].
+    /// `ATTRIBUTE_POLICY` and `ATTRIBUTE_SCOPE`.
     pub attributes: Vec<Attribute>,
     /// One zone per NUMA node.
     pub zones: Vec<NrtZone>,
@@ -72,7 +72,7 @@ pub struct Attribute {
 /// One zone: a NUMA node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct NrtZone {
-    /// `node-<id>` ([`zone_name`]).
+    /// `node-<id>` (`zone_name`).
     pub name: String,
     /// `Node`.
     #[serde(rename = "type")]
@@ -94,7 +94,7 @@ pub struct Cost {
     pub value: u64,
 }
 
-/// One resource of a zone, amounts as Kubernetes quantities ([`quantity`]).
+/// One resource of a zone, amounts as Kubernetes quantities (`quantity`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ResourceInfo {
     /// The resource name.
@@ -109,7 +109,7 @@ pub struct ResourceInfo {
 
 /// What identifies the node and its alignment rules in the export.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct NrtIdentity {
+pub(crate) struct NrtIdentity {
     /// `metadata.name`: the Kubernetes node name.
     pub node_name: String,
     /// The Topology Manager policy.
@@ -164,7 +164,7 @@ impl From<crate::fsutil::PathError> for NrtError {
     }
 }
 
-/// The node's name: the config's `node_name`, else [`default_node_name`].
+/// The node's name: the config's `node_name`, else `default_node_name`.
 pub fn node_name(cfg: &crate::config::HostConfig) -> Result<String, NrtError> {
     match &cfg.node_name {
         Some(n) => Ok(n.clone()),
@@ -173,7 +173,7 @@ pub fn node_name(cfg: &crate::config::HostConfig) -> Result<String, NrtError> {
 }
 
 /// The default node name: the host name, lower-cased as the kubelet does.
-pub fn default_node_name() -> Result<String, NrtError> {
+pub(crate) fn default_node_name() -> Result<String, NrtError> {
     let name = nix::unistd::gethostname().map_err(|e| NrtError::HostName(e.to_string()))?;
     let name = name.to_string_lossy().trim().to_lowercase();
     if name.is_empty() {
@@ -184,10 +184,16 @@ pub fn default_node_name() -> Result<String, NrtError> {
 
 /// The inventories of the admitter's loaded providers, in call order
 /// (providers held for a bad checkpoint answer nothing and are skipped).
-pub fn inventories(admitter: &mut Admitter) -> Result<Vec<(String, Inventory)>, NrtError> {
+pub(crate) fn inventories(admitter: &mut Admitter) -> Result<Vec<(String, Inventory)>, NrtError> {
+    let held: Vec<String> = admitter
+        .held()
+        .into_iter()
+        .map(|(name, _)| name.to_owned())
+        .collect();
     let loaded: Vec<bool> = admitter
-        .provider_states()
-        .map(|(_, s)| matches!(s, ProviderState::Live(_)))
+        .providers()
+        .iter()
+        .map(|p| !held.iter().any(|h| h == p.name()))
         .collect();
     let mut out = Vec::new();
     for (p, loaded) in admitter.providers_mut().iter_mut().zip(loaded) {
@@ -204,7 +210,9 @@ pub fn inventories(admitter: &mut Admitter) -> Result<Vec<(String, Inventory)>, 
 }
 
 /// The resource names the inventories own, each with the provider owning it.
-pub fn owners(inventories: &[(String, Inventory)]) -> Result<BTreeMap<&str, &str>, NrtError> {
+pub(crate) fn owners(
+    inventories: &[(String, Inventory)],
+) -> Result<BTreeMap<&str, &str>, NrtError> {
     let mut owners: BTreeMap<&str, &str> = BTreeMap::new();
     for (provider, inv) in inventories {
         for resource in inv.resources.keys() {
@@ -222,7 +230,7 @@ pub fn owners(inventories: &[(String, Inventory)]) -> Result<BTreeMap<&str, &str
 
 /// The NodeResourceTopology object of `machine` with the resources of
 /// `inventories` (provider name, its inventory).
-pub fn build(
+pub(crate) fn build(
     id: &NrtIdentity,
     machine: &Machine,
     inventories: &[(String, Inventory)],
@@ -314,7 +322,7 @@ pub fn write(path: &Path, object: &NodeResourceTopology) -> Result<(), NrtError>
 }
 
 /// A zone's name: `node-<id>`, as the API's helpers spell it.
-pub fn zone_name(id: NumaNodeId) -> String {
+pub(crate) fn zone_name(id: NumaNodeId) -> String {
     format!("node-{id}")
 }
 
@@ -336,7 +344,7 @@ fn legacy_policy(policy: PolicyName, scope: Scope) -> &'static str {
 /// `cpu` millicores as cores (`"4"`, `"1500m"`), bytes of `memory`,
 /// `hugepages-*` and `ephemeral-storage` with the largest exact binary
 /// suffix (`"2Gi"`), anything else as a plain count.
-pub fn quantity(resource: &str, amount: u64) -> String {
+pub(crate) fn quantity(resource: &str, amount: u64) -> String {
     if resource == "cpu" {
         return if amount.is_multiple_of(1000) {
             (amount / 1000).to_string()

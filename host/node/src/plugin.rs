@@ -6,7 +6,7 @@
 //! (it contains `/` or ends in `.so`).
 //!
 //! Before a file is opened, it and every directory above it must pass
-//! [`crate::trusted_file::check`] (owned by root or the user running
+//! `crate::trusted_file::check` (owned by root or the user running
 //! topomgr, not writable by group or others). Each file
 //! is loaded with its own `lib_header_from_path(..).init_root_module()` so
 //! that different plugins never share a cached root module. abi_stable checks
@@ -119,12 +119,12 @@ pub fn search_dirs(cfg: &HostConfig) -> Vec<PathBuf> {
 }
 
 /// The file name of a bare library name: `lib<name>.so`.
-pub fn library_file_name(library: &str) -> String {
+pub(crate) fn library_file_name(library: &str) -> String {
     format!("lib{library}.so")
 }
 
 /// Finds the file for a `library` value.
-pub fn resolve_library(
+pub(crate) fn resolve_library(
     provider: &str,
     library: &str,
     search_dirs: &[PathBuf],

@@ -124,7 +124,7 @@ pub fn start_time(pid: u32) -> Option<u64> {
 /// Whether process `pid` with start time `start_time` runs in boot
 /// `boot_id`, as seen from boot `now_boot`: same boot, a process with that
 /// pid and start time, not a zombie.
-pub fn process_runs(pid: u32, start_time: u64, boot_id: &str, now_boot: &str) -> bool {
+pub(crate) fn process_runs(pid: u32, start_time: u64, boot_id: &str, now_boot: &str) -> bool {
     boot_id == now_boot && stat(pid).is_some_and(|s| s.start_time == start_time && !s.exited)
 }
 
@@ -138,7 +138,7 @@ pub fn unix_now() -> u64 {
 
 impl ProcessOwner {
     /// The calling process.
-    pub fn current(boot_id: &str) -> Option<ProcessOwner> {
+    pub(crate) fn current(boot_id: &str) -> Option<ProcessOwner> {
         let pid = std::process::id();
         Some(ProcessOwner {
             pid,
@@ -149,7 +149,7 @@ impl ProcessOwner {
 
     /// Whether this owner still runs (same boot, same pid, same start
     /// time, not a zombie).
-    pub fn is_alive(&self, boot_id: &str) -> bool {
+    pub(crate) fn is_alive(&self, boot_id: &str) -> bool {
         process_runs(self.pid, self.start_time, &self.boot_id, boot_id)
     }
 }
@@ -158,7 +158,7 @@ impl ContainerOwner {
     /// Whether its init process is known to have ended: it was known and
     /// no longer runs, or the machine rebooted since the admission.
     /// `false` while the runtime has not told its pid.
-    pub fn process_ended(&self, boot_id: &str) -> bool {
+    pub(crate) fn process_ended(&self, boot_id: &str) -> bool {
         if self.boot_id != boot_id {
             return true;
         }
@@ -186,7 +186,7 @@ impl Owner {
 
     /// Whether `other` is the same owner (the same process, or the same
     /// runtime's container), whatever else was recorded about it.
-    pub fn same_as(&self, other: &Owner) -> bool {
+    pub(crate) fn same_as(&self, other: &Owner) -> bool {
         match (self, other) {
             (Owner::Process(a), Owner::Process(b)) => {
                 a.pid == b.pid && a.start_time == b.start_time && a.boot_id == b.boot_id

@@ -7,7 +7,9 @@
 //!
 //! - [`AdmitterParts::from_config`]: policy (created in the kubelet's order,
 //!   see [`topomgr_engine::policy`]), scope, and every enabled provider in name order,
-//!   each called directly (the daemon puts each on its own thread).
+//!   each called directly (the daemon puts each on its own thread). Two
+//!   providers that own one resource (both list it in their inventory) are
+//!   refused: the admitter would combine their allocations.
 //! - [`NodeState::from_config`]: the same with every provider called on
 //!   its own thread under the configured deadline (`[daemon]
 //!   provider_timeout_ms`), as one-shot commands use them.
@@ -55,6 +57,18 @@ pub enum SetupError {
     /// The policy could not be created from the configuration.
     #[error("cannot create the Topology Manager policy: {0}")]
     Policy(PolicyError),
+    /// Two enabled providers own one resource.
+    #[error("providers {first:?} and {second:?} both own resource {resource:?} (the inventories they give at start both list it); their allocations would be combined and a pod given more than it asked for. Enable only one of them: set enabled = false in [providers.{second}] ({file}), or configure the two for different resources")]
+    SharedResource {
+        /// The resource.
+        resource: String,
+        /// The provider that owns it first (in name order).
+        first: String,
+        /// The other one.
+        second: String,
+        /// Where the other one is configured.
+        file: String,
+    },
     /// A provider's thread could not be started.
     #[error("cannot start the thread of provider {provider:?}: {cause}")]
     ProviderThread {
@@ -81,16 +95,52 @@ impl AdmitterParts {
         let numa = NumaInfo::from_machine(machine).map_err(SetupError::Numa)?;
         let (policy, scope) = Policy::create(&cfg.policy, &cfg.scope, &cfg.policy_options, numa)
             .map_err(SetupError::Policy)?;
-        let providers = cfg
+        let mut providers = cfg
             .enabled_providers()
             .map(|(name, _)| load_direct(cfg, name, machine))
             .collect::<Result<Vec<_>, _>>()?;
+        one_owner_per_resource(cfg, &mut providers)?;
         Ok(AdmitterParts {
             policy,
             scope,
             providers,
         })
     }
+}
+
+/// Refuse two providers that own one resource: each provider's inventory
+/// (what it owns, per NUMA node) names the resources it allocates. A
+/// provider that cannot say owns nothing here.
+fn one_owner_per_resource(
+    cfg: &HostConfig,
+    providers: &mut [LoadedProvider],
+) -> Result<(), SetupError> {
+    let mut owners: std::collections::BTreeMap<String, String> = Default::default();
+    for p in providers.iter_mut() {
+        let inventory = match p.inventory() {
+            Ok(i) => i,
+            Err(e) => {
+                tracing::debug!(provider = p.name(), error = %e, "no inventory: the resources it owns are not known");
+                continue;
+            }
+        };
+        for resource in inventory.resources.into_keys() {
+            if let Some(first) = owners.get(&resource) {
+                return Err(SetupError::SharedResource {
+                    resource,
+                    first: first.clone(),
+                    second: p.name().to_owned(),
+                    file: cfg
+                        .providers
+                        .get(p.name())
+                        .map(|e| e.defined_in.display().to_string())
+                        .unwrap_or_default(),
+                });
+            }
+            owners.insert(resource, p.name().to_owned());
+        }
+    }
+    Ok(())
 }
 
 /// An admitter over [`AdmitterParts::from_config`], every provider called

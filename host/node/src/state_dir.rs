@@ -1,12 +1,14 @@
 //! A state directory as one-shot commands (`admit --state-dir`, `run`,
 //! `release --state-dir`, `explain --state-dir`, `export nrt --state-dir`)
-//! use it: locked (waiting for another holder up to [`STATE_LOCK_WAIT`]),
-//! restored into a [`NodeState`], saved after each change. The daemon holds
-//! the lock for its lifetime instead and commits through its state thread.
+//! use it: locked (waiting for another command up to [`STATE_LOCK_WAIT`],
+//! refused at once while a daemon holds it), restored into a [`NodeState`],
+//! saved after each change. The daemon holds the lock for its lifetime
+//! instead and commits through its state thread.
 
 use std::path::Path;
 use std::time::Duration;
 
+use crate::lock_holder::{Holder, Role};
 use crate::node_state::{NodeState, Reclaim};
 use crate::snapshot::StateError;
 use crate::state_lock::{LockError, StateLock};
@@ -37,16 +39,17 @@ pub struct StateDir {
 }
 
 impl StateDir {
-    /// Lock `dir` (waiting up to [`STATE_LOCK_WAIT`]) and restore it into `node`.
-    pub fn open(dir: &Path, node: &mut NodeState) -> Result<StateDir, StateDirError> {
-        let lock = StateLock::acquire_within(dir, STATE_LOCK_WAIT)?;
+    /// Lock `dir` for a command of `role` (waiting up to
+    /// [`STATE_LOCK_WAIT`] for another command, not for a daemon) and
+    /// restore it into `node`.
+    pub fn open(dir: &Path, node: &mut NodeState, role: Role) -> Result<StateDir, StateDirError> {
+        let me = Holder::current(role, dir, None);
+        let lock = StateLock::acquire_within(dir, &me, STATE_LOCK_WAIT)?;
         let boot_id = node.boot_id().to_owned();
-        let (store, restored) =
-            Store::open(dir, node.admitter_mut(), &boot_id).map_err(StateDirError::Restore)?;
+        let (store, restored) = Store::open(dir, node, &boot_id).map_err(StateDirError::Restore)?;
         for issue in &restored.issues {
             tracing::warn!(state_dir = %dir.display(), %issue, "restored state does not match the machine or the config");
         }
-        node.set_records(restored.records);
         Ok(StateDir { _lock: lock, store })
     }
 

@@ -2,11 +2,13 @@
 //!
 //! `flock(LOCK_EX)` on `<state_dir>/topomgr.lock`. The daemon takes it once,
 //! without waiting, and holds it for its lifetime (a second daemon is
-//! refused); `topomgr run` and `topomgr admit --state-dir` take it around
-//! each restore -> change -> save, waiting a bounded time for another command
-//! to finish. The kernel drops the lock when its holder dies (kill -9
-//! included), so a crash never leaves a stale lock. The holder writes its pid
-//! into the file so a refused process can say who holds it.
+//! refused); one-shot commands (`run`, `admit --state-dir`, ...) take it
+//! around each restore -> change -> save, waiting a bounded time for another
+//! command to finish, but not for a daemon, which never lets go: they are
+//! refused at once, naming the daemon and the form of the command that asks
+//! it. The kernel drops the lock when its holder dies (kill -9 included), so
+//! a crash never leaves a stale lock. The holder records itself in the file
+//! ([`Holder`]) so a refused process can say who holds it.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
@@ -16,21 +18,37 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
+use crate::lock_holder::{Holder, Role};
+
 /// File name of the lock inside the state directory.
-pub const LOCK_FILE: &str = "topomgr.lock";
+pub(crate) const LOCK_FILE: &str = "topomgr.lock";
 
 /// Why the state directory could not be locked.
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
     /// Another process holds the lock.
-    #[error("state directory {} is in use by another topomgr process{} (lock {}); if a daemon serves it, use the daemon (--socket) or stop it; otherwise give this one another state_dir", dir.display(), holder.map(|p| format!(" (pid {p})")).unwrap_or_default(), path.display())]
+    #[error("state directory {} is in use by {} (lock {}); if a daemon serves it, use the daemon (--socket) or stop it; otherwise give this one another state_dir", dir.display(), holder.as_deref().unwrap_or("another topomgr process"), path.display())]
     Busy {
         /// The state directory.
         dir: PathBuf,
         /// The lock file.
         path: PathBuf,
-        /// The pid written by the holder, if readable.
-        holder: Option<u32>,
+        /// Who holds it, as it recorded itself.
+        holder: Option<String>,
+    },
+    /// The daemon holds the lock (for as long as it runs).
+    #[error("state directory {} belongs to {holder} for as long as it runs; {} never waits for it: {remedy} (lock {})", dir.display(), role.command(), path.display())]
+    Daemon {
+        /// The state directory.
+        dir: PathBuf,
+        /// The lock file.
+        path: PathBuf,
+        /// The daemon.
+        holder: Box<Holder>,
+        /// The command refused.
+        role: Role,
+        /// What to do instead.
+        remedy: String,
     },
     /// The lock file could not be created, locked or written.
     #[error("cannot {op} lock file {}: {error}", path.display())]
@@ -52,12 +70,17 @@ pub struct StateLock {
 }
 
 impl StateLock {
-    /// Take the lock of `state_dir`, retrying while another process holds it,
-    /// for at most `wait`; then fail naming the holder.
-    pub fn acquire_within(state_dir: &Path, wait: Duration) -> Result<StateLock, LockError> {
+    /// Take the lock of `state_dir` for `me`, retrying while another
+    /// command holds it, for at most `wait`; then fail naming the holder.
+    /// A daemon holding it fails at once ([`LockError::Daemon`]).
+    pub fn acquire_within(
+        state_dir: &Path,
+        me: &Holder,
+        wait: Duration,
+    ) -> Result<StateLock, LockError> {
         let deadline = Instant::now() + wait;
         loop {
-            match Self::acquire(state_dir) {
+            match Self::acquire(state_dir, me) {
                 Err(LockError::Busy { .. }) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(10));
                 }
@@ -66,8 +89,9 @@ impl StateLock {
         }
     }
 
-    /// Take the lock of `state_dir` (created if missing) or fail at once.
-    pub fn acquire(state_dir: &Path) -> Result<StateLock, LockError> {
+    /// Take the lock of `state_dir` (created if missing) for `me` or fail
+    /// at once.
+    pub fn acquire(state_dir: &Path, me: &Holder) -> Result<StateLock, LockError> {
         let path = state_dir.join(LOCK_FILE);
         let io = |op: &'static str, path: &Path| {
             let path = path.to_path_buf();
@@ -85,21 +109,41 @@ impl StateLock {
             Ok(l) => l,
             Err((mut file, Errno::EWOULDBLOCK)) => {
                 let mut text = String::new();
-                let holder = file
-                    .read_to_string(&mut text)
-                    .ok()
-                    .and_then(|_| text.trim().parse().ok());
-                return Err(LockError::Busy {
-                    dir: state_dir.to_path_buf(),
-                    path,
-                    holder,
+                let _ = file.read_to_string(&mut text);
+                let recorded = Holder::parse_all(&text).into_iter().next();
+                return Err(match recorded {
+                    Some(h) if h.role == Role::Serve && h.runs(&crate::fsutil::boot_id()) => {
+                        let socket = h.socket.clone().unwrap_or_default();
+                        LockError::Daemon {
+                            dir: state_dir.to_path_buf(),
+                            path,
+                            remedy: me.role.through_daemon(&socket),
+                            role: me.role,
+                            holder: Box::new(h),
+                        }
+                    }
+                    Some(h) => LockError::Busy {
+                        dir: state_dir.to_path_buf(),
+                        path,
+                        holder: Some(h.to_string()),
+                    },
+                    // A file of an older version: its pid only.
+                    None => LockError::Busy {
+                        dir: state_dir.to_path_buf(),
+                        path,
+                        holder: text
+                            .trim()
+                            .parse::<u32>()
+                            .ok()
+                            .map(|p| format!("another topomgr process (pid {p})")),
+                    },
                 });
             }
             Err((_, errno)) => return Err(io("lock", &path)(std::io::Error::from(errno))),
         };
         lock.set_len(0).map_err(io("truncate", &path))?;
         lock.seek(SeekFrom::Start(0)).map_err(io("write", &path))?;
-        writeln!(lock, "{}", std::process::id()).map_err(io("write", &path))?;
+        writeln!(lock, "{}", me.to_line()).map_err(io("write", &path))?;
         lock.sync_all().map_err(io("sync", &path))?;
         Ok(StateLock { _lock: lock, path })
     }
@@ -118,32 +162,57 @@ mod tests {
     fn second_lock_is_refused_naming_the_holder() {
         let dir = std::env::temp_dir().join(format!("topomgr-lock-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
-        let held = StateLock::acquire(&dir).unwrap();
+        let admit = Holder::current(Role::Admit, &dir, None);
+        let held = StateLock::acquire(&dir, &admit).unwrap();
         // flock locks belong to the open file description: a second open in
         // the same process conflicts like another process would.
-        let err = StateLock::acquire(&dir).unwrap_err();
+        let err = StateLock::acquire(&dir, &admit).unwrap_err();
         assert_eq!(
             err.to_string(),
             format!(
-                "state directory {} is in use by another topomgr process (pid {}) (lock {}); if a daemon serves it, use the daemon (--socket) or stop it; otherwise give this one another state_dir",
+                "state directory {} is in use by {admit} (lock {}); if a daemon serves it, use the daemon (--socket) or stop it; otherwise give this one another state_dir",
                 dir.display(),
-                std::process::id(),
                 dir.join(LOCK_FILE).display()
             )
         );
         // A bounded wait gives up with the same error.
-        let err = StateLock::acquire_within(&dir, Duration::from_millis(30)).unwrap_err();
-        assert!(matches!(
-            err,
-            LockError::Busy {
-                holder: Some(_),
-                ..
-            }
-        ));
+        let err = StateLock::acquire_within(&dir, &admit, Duration::from_millis(30)).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LockError::Busy {
+                    holder: Some(_),
+                    ..
+                }
+            ),
+            "{err}"
+        );
         drop(held);
-        let again = StateLock::acquire_within(&dir, Duration::from_secs(1)).unwrap();
+        let again = StateLock::acquire_within(&dir, &admit, Duration::from_secs(1)).unwrap();
         assert_eq!(again.path(), dir.join(LOCK_FILE));
         drop(again);
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_daemon_holding_it_refuses_at_once_with_the_form_that_asks_it() {
+        let dir = std::env::temp_dir().join(format!("topomgr-lock-d-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let socket = Path::new("/run/topomgr/t.sock");
+        let daemon = Holder::current(Role::Serve, &dir, Some(socket));
+        let _held = StateLock::acquire(&dir, &daemon).unwrap();
+        let release = Holder::current(Role::Release, &dir, None);
+        let start = Instant::now();
+        let err = StateLock::acquire_within(&dir, &release, Duration::from_secs(30)).unwrap_err();
+        assert!(start.elapsed() < Duration::from_secs(30), "it waited");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "state directory {} belongs to {daemon} for as long as it runs; topomgr release --state-dir never waits for it: release through it: `topomgr release --socket /run/topomgr/t.sock UID` (lock {})",
+                dir.display(),
+                dir.join(LOCK_FILE).display()
+            )
+        );
         fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -1,6 +1,6 @@
-//! The durable state of a state directory: a snapshot ([`STATE_FILE`],
+//! The durable state of a state directory: a snapshot (`STATE_FILE`,
 //! [`crate::snapshot`]) and the journal of every change made since
-//! ([`JOURNAL_FILE`], [`crate::journal`]).
+//! (`JOURNAL_FILE`, `crate::journal`).
 //!
 //! # Writing: proportional to the change
 //!
@@ -11,13 +11,17 @@
 //! - the host's changes ([`Change`]: pods admitted and released, cgroups
 //!   attached and detached, owners of `run` pods), and
 //! - the state of each provider that changed (was asked to allocate or
-//!   release, or had a release remembered while held): providers keep their
-//!   state behind the opaque `checkpoint()` of the contract, so a changed
-//!   provider's state is written whole, an unchanged one not at all. The
-//!   CPU, memory and device providers' states are bounded by the machine
-//!   (what they hold exclusively), not by the pods held.
+//!   release, or had a release remembered while held) and whose state
+//!   differs from the one last written: providers keep their state behind
+//!   the opaque `checkpoint()` of the contract, so a changed provider's
+//!   state is written whole, an unchanged one not at all. The CPU, memory
+//!   and device providers' states are bounded by the machine (what they
+//!   hold exclusively), not by the pods held.
 //!
-//! When the journal has grown past [`COMPACT_MIN`] and past the size of the
+//! A commit that changed nothing (a rejected pod whose providers gave back
+//! what they were asked for) writes nothing.
+//!
+//! When the journal has grown past `COMPACT_MIN` and past the size of the
 //! snapshot, the commit writes a new snapshot instead (generation + 1,
 //! atomic rename) and starts a new journal for it: compaction costs the
 //! state's size once per that many bytes of records, so the cost per change
@@ -26,15 +30,24 @@
 //! # Recovery
 //!
 //! [`Store::open`] reads the snapshot, then the journal when it continues
-//! that snapshot's generation (a journal of an older generation is left
-//! over from a compaction that crashed after the snapshot was renamed: the
-//! snapshot holds all of it), applies the valid records in order (each
-//! carries the next sequence number) and stops at the first torn or
-//! damaged one: only what was written after the last completed `fdatasync`
-//! can be torn, and none of that was acknowledged. The torn tail is cut off
-//! before the next append. The result is installed like a snapshot alone
-//! (vanished resources reported, held providers,
-//! releases replayed). The boot id is that of the last writer.
+//! that snapshot's generation, and applies its records in order (each
+//! carries the next sequence number). What else it finds:
+//!
+//! | found | what recovery does |
+//! |---|---|
+//! | a torn append at the journal's end (see [`crate::journal`]) | cut off before the next append: it was never acknowledged |
+//! | a journal of the generation before the snapshot's | ignored: a compaction crashed after the new snapshot was renamed in, and the snapshot holds all of it |
+//! | a damaged record (not a torn append), a record of the wrong sequence number or one that does not parse, a damaged header line | refused ([`StateError::JournalDamaged`]) |
+//! | a journal of another generation | refused |
+//! | a journal with records and no snapshot | refused |
+//! | a damaged snapshot | refused ([`StateError::Damaged`]) |
+//!
+//! A refusal changes no file (nothing compacts over damage) and names the
+//! file, the byte offset and the record's sequence number, and the verbs
+//! that inspect and repair the directory (`topomgr state check`, `topomgr
+//! state recover`, in the `state_repair` module). The result is installed like a
+//! snapshot alone (vanished resources reported, held providers, releases
+//! replayed). The boot id is that of the last writer.
 //!
 //! A failed append or compaction (a full disk) leaves the files as they
 //! were (or marks the journal to be started anew); the caller rolls its
@@ -44,39 +57,63 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::fsutil::{self, write_atomic};
-use crate::journal::{self, Journal, JournalHeader, JOURNAL_FILE, JOURNAL_FORMAT, JOURNAL_VERSION};
+use crate::image::{self, provider_part, Restored};
+use crate::journal::{self, Contents, End, Entry, Journal, JournalHeader, Torn, JOURNAL_FILE};
 use crate::node_state::{Change, NodeState};
+use crate::provider_states::{PendingReleases, ProviderPart};
 use crate::snapshot::{
-    self, body_of, encode, provider_bytes, provider_error, provider_part, read_snapshot, to_hex,
-    Body, Restored, StateError, STATE_FILE,
+    decode_snapshot, encode, provider_bytes, provider_error, to_hex, Body, StateError, STATE_FILE,
 };
-use topomgr_engine::admission::{Admitter, PendingReleases, ProviderState};
 use topomgr_engine::provider::LoadedProvider;
 
 /// The journal is compacted once it is larger than this and larger than
 /// the snapshot.
-pub const COMPACT_MIN: u64 = 1 << 20;
+pub(crate) const COMPACT_MIN: u64 = 1 << 20;
 
 /// One journal record: everything one commit changed.
 #[derive(Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Record {
+pub(crate) struct Record {
     /// 1 for the first record of a generation, then +1.
-    seq: u64,
+    pub(crate) seq: u64,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    changes: Vec<Change>,
+    pub(crate) changes: Vec<Change>,
     /// Changed providers: name -> hex of their checkpoint bytes.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    providers: BTreeMap<String, String>,
+    pub(crate) providers: BTreeMap<String, String>,
     /// Changed held or absent providers: the releases they have not seen.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pending_releases: BTreeMap<String, PendingReleases>,
+    pub(crate) pending_releases: BTreeMap<String, PendingReleases>,
 }
 
 impl Record {
-    fn apply(self, body: &mut Body) {
+    /// The record of journal entry `e` of `path`: it parses and carries the
+    /// entry's sequence number.
+    pub(crate) fn of(path: &Path, e: &Entry) -> Result<Record, StateError> {
+        let damaged = |what: String| StateError::JournalDamaged {
+            path: path.to_path_buf(),
+            what,
+            keeps: format!("keeps the snapshot and the records before record {}", e.seq),
+        };
+        let record: Record = serde_json::from_slice(&e.payload).map_err(|err| {
+            damaged(format!(
+                "record {} at byte {} passes its checksums but does not parse ({err}); a topomgr of another version may have written it",
+                e.seq, e.offset
+            ))
+        })?;
+        if record.seq != e.seq {
+            return Err(damaged(format!(
+                "record {} at byte {} says it is record {}",
+                e.seq, e.offset, record.seq
+            )));
+        }
+        Ok(record)
+    }
+
+    pub(crate) fn apply(self, body: &mut Body) {
         for change in self.changes {
             change.apply(
                 &mut body.pods,
@@ -99,77 +136,194 @@ impl Record {
     }
 }
 
-/// What was read from a state directory.
-struct Recovered {
-    body: Body,
-    /// The boot of the last writer (`None`: nothing was saved yet).
-    boot_id: Option<String>,
-    snapshot_len: u64,
-    /// Records applied, the journal's valid length and the boot it was
-    /// started in, when it continues the snapshot (`None`: no usable journal).
-    journal: Option<(u64, u64, String)>,
+/// The journal a recovery continues.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Continued {
+    /// Records applied.
+    pub(crate) seq: u64,
+    /// Its header and records: where the next append goes.
+    pub(crate) valid_len: u64,
+    /// The boot it was started in.
+    pub(crate) boot_id: String,
+    /// Its version (only the current one is appended to).
+    pub(crate) version: u32,
 }
 
-fn recover(dir: &Path) -> Result<Recovered, StateError> {
-    let snapshot = dir.join(STATE_FILE);
-    let (mut boot_id, mut body, snapshot_len) = match read_snapshot(&snapshot)? {
-        Some((boot, body, len)) => (Some(boot), body, len),
+/// What was read from a state directory.
+#[derive(Debug, Clone)]
+pub(crate) struct Recovered {
+    pub(crate) body: Body,
+    /// The boot of the last writer (`None`: nothing was saved yet).
+    pub(crate) boot_id: Option<String>,
+    pub(crate) snapshot_len: u64,
+    /// The journal, when it continues the snapshot.
+    pub(crate) journal: Option<Continued>,
+    /// A torn append at its end (cut off before the next append).
+    pub(crate) torn: Option<Torn>,
+}
+
+/// The journal `contents` of `path` (in the state directory of snapshot
+/// generation `generation`, `None` without a snapshot) refused for damage or
+/// for not continuing the snapshot; `Ok(true)`: it continues it.
+pub(crate) fn journal_continues(
+    path: &Path,
+    contents: &Contents,
+    generation: Option<u64>,
+) -> Result<bool, StateError> {
+    let refuse = |what: String, keeps: &str| StateError::JournalDamaged {
+        path: path.to_path_buf(),
+        what,
+        keeps: keeps.to_owned(),
+    };
+    let Some(header) = &contents.header else {
+        return match &contents.end {
+            End::Damaged(d) => Err(refuse(
+                format!("its header line is damaged: {}", d.reason),
+                "keeps the snapshot and drops the journal",
+            )),
+            _ => Ok(false),
+        };
+    };
+    let records = contents.records.len()
+        + match &contents.end {
+            End::Damaged(d) => 1 + d.later.len(),
+            _ => 0,
+        };
+    let Some(generation) = generation else {
+        if records == 0 {
+            return Ok(false);
+        }
+        return Err(refuse(
+            format!(
+                "it holds {records} record(s) of snapshot generation {}, but there is no snapshot ({STATE_FILE}) for them to continue",
+                header.generation
+            ),
+            "drops the journal and starts from empty state",
+        ));
+    };
+    if header.generation + 1 == generation {
+        tracing::info!(journal = %path.display(), generation = header.generation, snapshot_generation = generation, "journal of the snapshot generation before this one ignored (a compaction was cut short; the snapshot holds all of it)");
+        return Ok(false);
+    }
+    if header.generation != generation {
+        return Err(refuse(
+            format!(
+                "it continues snapshot generation {}, but the snapshot is generation {generation}",
+                header.generation
+            ),
+            "keeps the snapshot and drops the journal",
+        ));
+    }
+    if let End::Damaged(d) = &contents.end {
+        let seq = d.seq.unwrap_or(1);
+        let later = match (d.later.first(), d.later.last()) {
+            (Some(a), Some(b)) if a.seq == b.seq => {
+                format!(
+                    "; record {} after it is intact, so this is not a torn write",
+                    a.seq
+                )
+            }
+            (Some(a), Some(b)) => format!(
+                "; records {}-{} after it are intact, so this is not a torn write",
+                a.seq, b.seq
+            ),
+            _ => " and is not what a torn write leaves".to_owned(),
+        };
+        return Err(refuse(
+            format!(
+                "record {seq} at byte {} is damaged: {}{later}",
+                d.offset, d.reason
+            ),
+            &match seq {
+                0 | 1 => "keeps the snapshot".to_owned(),
+                2 => "keeps the snapshot and record 1".to_owned(),
+                _ => format!("keeps the snapshot and records 1-{}", seq - 1),
+            },
+        ));
+    }
+    Ok(true)
+}
+
+/// Recover the state from the bytes of a state directory's snapshot and
+/// journal (`None`: the file is absent).
+pub(crate) fn recover_bytes(
+    dir: &Path,
+    snapshot: Option<&[u8]>,
+    journal: Option<&[u8]>,
+) -> Result<Recovered, StateError> {
+    let (mut boot_id, mut body, snapshot_len) = match snapshot {
+        Some(bytes) => {
+            let (boot, body) = decode_snapshot(&dir.join(STATE_FILE), bytes)?;
+            (Some(boot), body, bytes.len() as u64)
+        }
         None => (None, Body::default(), 0),
     };
     let path = dir.join(JOURNAL_FILE);
-    let contents = journal::read(&path)?;
-    let mut journal = None;
-    let mut ignored = contents.ignored;
-    match contents.header {
-        Some(h) if h.generation == body.generation => {
-            let mut seq = 0;
-            for (i, payload) in contents.records.iter().enumerate() {
-                let record: Record = match serde_json::from_slice(payload) {
-                    Ok(r) => r,
-                    Err(e) => {
-                        return Err(StateError::Corrupt {
-                            path: path.clone(),
-                            reason: format!(
-                                "record {} has a valid checksum but does not parse: {e}",
-                                i + 1
-                            ),
-                        })
-                    }
-                };
-                if record.seq != seq + 1 {
-                    return Err(StateError::Corrupt {
-                        path: path.clone(),
-                        reason: format!(
-                            "record {} has sequence number {}, expected {}",
-                            i + 1,
-                            record.seq,
-                            seq + 1
-                        ),
-                    });
-                }
-                seq = record.seq;
-                record.apply(&mut body);
-            }
-            if seq > 0 {
-                boot_id = Some(h.boot_id.clone());
-            }
-            journal = Some((seq, contents.valid_len, h.boot_id));
+    let contents = match journal {
+        Some(bytes) => journal::parse(&path, bytes)?,
+        None => Contents::default(),
+    };
+    let generation = boot_id.as_ref().map(|_| body.generation);
+    let mut continued = None;
+    let mut torn = None;
+    if journal_continues(&path, &contents, generation)? {
+        let header = contents
+            .header
+            .as_ref()
+            .expect("a continued journal has a header");
+        let mut seq = 0;
+        for e in &contents.records {
+            let record = Record::of(&path, e)?;
+            seq = record.seq;
+            record.apply(&mut body);
         }
-        Some(h) => {
-            tracing::info!(journal = %path.display(), generation = h.generation, snapshot_generation = body.generation, "journal of an earlier snapshot generation ignored (the snapshot holds it)");
-            ignored = 0;
+        if seq > 0 {
+            boot_id = Some(header.boot_id.clone());
         }
-        None => {}
-    }
-    if ignored > 0 {
-        tracing::info!(journal = %path.display(), bytes = ignored, "torn end of the journal ignored (a write that never completed; never acknowledged)");
+        continued = Some(Continued {
+            seq,
+            valid_len: contents.valid_len,
+            boot_id: header.boot_id.clone(),
+            version: header.version,
+        });
+        if let End::Torn(t) = &contents.end {
+            torn = Some(t.clone());
+        }
     }
     Ok(Recovered {
         body,
         boot_id,
         snapshot_len,
-        journal,
+        journal: continued,
+        torn,
     })
+}
+
+/// The bytes of `path`; `None` when it is absent.
+pub(crate) fn read_optional(path: &Path) -> Result<Option<Vec<u8>>, StateError> {
+    match std::fs::read(path) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(cause) => Err(StateError::Io {
+            path: path.to_path_buf(),
+            cause,
+        }),
+    }
+}
+
+fn recover(dir: &Path) -> Result<Recovered, StateError> {
+    let snapshot = read_optional(&dir.join(STATE_FILE))?;
+    let journal = read_optional(&dir.join(JOURNAL_FILE))?;
+    let rec = recover_bytes(dir, snapshot.as_deref(), journal.as_deref())?;
+    if let Some(t) = &rec.torn {
+        tracing::warn!(journal = %dir.join(JOURNAL_FILE).display(), offset = t.offset, bytes = t.bytes, record = t.seq, "torn end of the journal ignored (an append that never completed, so never acknowledged); it is cut off before the next append");
+    }
+    Ok(rec)
+}
+
+/// The SHA-256 of a provider's state as written (the hex of its bytes).
+fn digest(hex: &str) -> [u8; 32] {
+    Sha256::digest(hex.as_bytes()).into()
 }
 
 /// The snapshot and journal of one (locked) state directory.
@@ -183,6 +337,9 @@ pub struct Store {
     /// `None` when the next commit must compact (no usable journal).
     journal: Option<Journal>,
     compact_min: u64,
+    /// Each provider's state as last written (the digest of its hex): a
+    /// changed provider whose state is the same is not written again.
+    written: BTreeMap<String, [u8; 32]>,
 }
 
 /// Why a commit failed (nothing of it is durable).
@@ -191,44 +348,46 @@ pub struct Store {
 pub struct CommitError(#[from] StateError);
 
 impl Store {
-    /// Recover the state of `dir` (lock it first) into `admitter`: snapshot
-    /// plus the valid prefix of the journal, installed with
-    /// the same checks as a snapshot alone. A torn journal tail is cut off.
+    /// Recover the state of `dir` (lock it first) into `node`: snapshot
+    /// plus the journal's records, installed with the same checks as a
+    /// snapshot alone. A torn journal tail is cut off; any other damage is
+    /// refused, the files left as they are.
     pub fn open(
         dir: &Path,
-        admitter: &mut Admitter,
+        node: &mut NodeState,
         boot_id: &str,
     ) -> Result<(Store, Restored), StateError> {
         fsutil::remove_stale_temps(dir, STATE_FILE);
         let rec = recover(dir)?;
         let found = rec.boot_id.is_some();
         let generation = rec.body.generation;
+        let written = rec
+            .body
+            .providers
+            .iter()
+            .map(|(name, hex)| (name.clone(), digest(hex)))
+            .collect();
         let saved_boot = rec.boot_id.clone().unwrap_or_else(|| boot_id.to_owned());
         let restored = if found {
-            snapshot::install(
-                &dir.join(STATE_FILE),
-                saved_boot,
-                rec.body,
-                admitter,
-                boot_id,
-            )?
+            image::install(&dir.join(STATE_FILE), saved_boot, rec.body, node, boot_id)?
         } else {
             Restored::default()
         };
         // A journal started in another boot is not continued: its header
-        // would name the wrong boot as the last writer. The next commit
-        // compacts instead (until then it stays as it is for recovery).
+        // would name the wrong boot as the last writer; nor is one of an
+        // older version. The next commit compacts instead (until then it
+        // stays as it is for recovery).
         let mut continued = true;
         let (seq, journal) = match rec.journal {
-            Some((seq, valid_len, boot)) if boot == boot_id => (
-                seq,
-                Some(Journal::resume(&dir.join(JOURNAL_FILE), valid_len)?),
+            Some(j) if j.boot_id == boot_id && j.version == journal::JOURNAL_VERSION => (
+                j.seq,
+                Some(Journal::resume(&dir.join(JOURNAL_FILE), j.valid_len)?),
             ),
             // Empty: nothing to keep, it is started anew below.
-            Some((0, _, _)) => (0, None),
-            Some((seq, _, _)) => {
+            Some(Continued { seq: 0, .. }) => (0, None),
+            Some(j) => {
                 continued = false;
-                (seq, None)
+                (j.seq, None)
             }
             None => (0, None),
         };
@@ -240,6 +399,7 @@ impl Store {
             snapshot_len: rec.snapshot_len,
             journal,
             compact_min: COMPACT_MIN,
+            written,
         };
         if store.journal.is_none() && found && continued {
             // No journal continues the snapshot (lost, or left from an
@@ -256,7 +416,8 @@ impl Store {
 
     /// Compact once the journal is larger than `bytes` (and the snapshot)
     /// instead of [`COMPACT_MIN`].
-    pub fn compact_above(mut self, bytes: u64) -> Store {
+    #[cfg(test)]
+    fn compact_above(mut self, bytes: u64) -> Store {
         self.compact_min = bytes;
         self
     }
@@ -268,12 +429,7 @@ impl Store {
 
     fn new_journal(&mut self) -> Result<(), StateError> {
         self.journal = None;
-        let header = JournalHeader {
-            format: JOURNAL_FORMAT.to_owned(),
-            version: JOURNAL_VERSION,
-            generation: self.generation,
-            boot_id: self.boot_id.clone(),
-        };
+        let header = JournalHeader::new(self.generation, &self.boot_id);
         self.journal = Some(Journal::create(&self.dir.join(JOURNAL_FILE), &header)?);
         self.seq = 0;
         Ok(())
@@ -281,7 +437,8 @@ impl Store {
 
     /// Make everything `node` changed since the last commit durable: one
     /// journal record, or a new snapshot when the journal is due for
-    /// compaction. Returns the host's changes it wrote (for readers).
+    /// compaction; nothing when nothing changed. Returns the host's changes
+    /// it wrote (for readers).
     pub fn commit(&mut self, node: &mut NodeState) -> Result<Vec<Change>, CommitError> {
         let due = match &self.journal {
             None => true,
@@ -290,7 +447,7 @@ impl Store {
         if due {
             match self.compact(node) {
                 Ok(()) => {
-                    node.admitter_mut().take_changed_providers();
+                    node.saved();
                     return Ok(node.take_changes());
                 }
                 // A provider whose call timed out cannot give its state
@@ -308,27 +465,34 @@ impl Store {
         node: &mut NodeState,
         changes: Vec<Change>,
     ) -> Result<Vec<Change>, CommitError> {
-        let names = node.admitter_mut().take_changed_providers();
+        let names = {
+            let (admitter, states) = node.provider_states_mut();
+            states.take_changed(admitter)
+        };
         let mut record = Record {
             seq: self.seq + 1,
             changes,
             ..Record::default()
         };
         let parts: Vec<_> = node
-            .admitter()
             .provider_states()
+            .parts(node.admitter())
+            .into_iter()
             .filter(|(name, _)| names.iter().any(|n| n == name))
             .map(|(name, state)| (name.to_owned(), state, provider_part(name, state)))
             .collect();
         let mut later = Vec::new();
         for (name, state, part) in parts {
-            let held = matches!(state, ProviderState::Held(_));
+            let held = matches!(state, ProviderPart::Kept(_));
             match part {
                 Ok((_, pending)) if held => {
                     record.pending_releases.insert(name, pending);
                 }
                 Ok((bytes, _)) => {
-                    record.providers.insert(name, to_hex(&bytes));
+                    let hex = to_hex(&bytes);
+                    if self.written.get(&name) != Some(&digest(&hex)) {
+                        record.providers.insert(name, hex);
+                    }
                 }
                 // A provider whose call timed out cannot answer until that
                 // call returns: its state is written later. Its admissions
@@ -336,7 +500,7 @@ impl Store {
                 // stuck call are recorded, so that a restore replays them
                 // on the state saved before.
                 Err(e) if is_stuck(&e) => {
-                    if let ProviderState::Live(p) = state {
+                    if let ProviderPart::Live(p) = state {
                         let unsaved = p.unsaved_releases();
                         if !unsaved.is_empty() {
                             record.pending_releases.insert(name.clone(), unsaved);
@@ -345,12 +509,18 @@ impl Store {
                     later.push(name);
                 }
                 Err(e) => {
-                    node.admitter_mut().keep_changed(&names);
+                    node.provider_states_mut().1.keep_changed(&names);
                     return Err(e.into());
                 }
             }
         }
-        node.admitter_mut().keep_changed(&later);
+        node.provider_states_mut().1.keep_changed(&later);
+        if record.changes.is_empty()
+            && record.providers.is_empty()
+            && record.pending_releases.is_empty()
+        {
+            return Ok(Vec::new());
+        }
         let payload = serde_json::to_vec(&record).map_err(|e| StateError::Corrupt {
             path: self.dir.join(JOURNAL_FILE),
             reason: format!("cannot serialize a journal record: {e}"),
@@ -362,24 +532,32 @@ impl Store {
             }
             .into());
         };
-        if let Err(e) = journal.append(&payload) {
+        if let Err(e) = journal.append(record.seq, &payload) {
             if !e.clean {
                 self.journal = None;
             }
             return Err(StateError::from(e.error).into());
         }
         self.seq = record.seq;
+        for (name, hex) in &record.providers {
+            self.written.insert(name.clone(), digest(hex));
+        }
         Ok(record.changes)
     }
 
     /// Write the whole state as a new snapshot (generation + 1) and start a
     /// new journal for it.
     pub fn compact(&mut self, node: &NodeState) -> Result<(), CommitError> {
-        let body = body_of(node.admitter(), node.records(), self.generation + 1)?;
+        let body = image::body_of(node, self.generation + 1)?;
         let bytes = encode(&body, &self.boot_id)?;
         write_atomic(&self.dir.join(STATE_FILE), &bytes).map_err(StateError::from)?;
         self.generation += 1;
         self.snapshot_len = bytes.len() as u64;
+        self.written = body
+            .providers
+            .iter()
+            .map(|(name, hex)| (name.clone(), digest(hex)))
+            .collect();
         if let Err(e) = self.new_journal() {
             // The snapshot holds everything; the next commit compacts again.
             tracing::warn!(error = %e, "cannot start a new journal after compaction");
@@ -392,18 +570,23 @@ impl Store {
         let rec = recover(&self.dir)?;
         let saved_boot = rec.boot_id.clone().unwrap_or_else(|| self.boot_id.clone());
         self.generation = rec.body.generation;
-        let restored = snapshot::install(
+        self.written = rec
+            .body
+            .providers
+            .iter()
+            .map(|(name, hex)| (name.clone(), digest(hex)))
+            .collect();
+        let restored = image::install(
             &self.dir.join(STATE_FILE),
             saved_boot,
             rec.body,
-            node.admitter_mut(),
+            node,
             &self.boot_id,
         )?;
-        node.set_records(restored.records.clone());
-        if let Some((seq, valid_len, _)) = rec.journal {
-            self.seq = seq;
+        if let Some(j) = rec.journal {
+            self.seq = j.seq;
             if self.journal.is_some() {
-                self.journal = Some(Journal::resume(&self.dir.join(JOURNAL_FILE), valid_len)?);
+                self.journal = Some(Journal::resume(&self.dir.join(JOURNAL_FILE), j.valid_len)?);
             }
         } else {
             self.journal = None;
@@ -458,13 +641,10 @@ pub fn save_provider(dir: &Path, provider: &LoadedProvider) -> Result<(), StateE
     body.pending_releases.remove(provider.name());
     body.generation += 1;
     write_atomic(&path, &encode(&body, boot_id)?)?;
-    let header = JournalHeader {
-        format: JOURNAL_FORMAT.to_owned(),
-        version: JOURNAL_VERSION,
-        generation: body.generation,
-        boot_id: boot_id.to_owned(),
-    };
-    Journal::create(&dir.join(JOURNAL_FILE), &header)?;
+    Journal::create(
+        &dir.join(JOURNAL_FILE),
+        &JournalHeader::new(body.generation, boot_id),
+    )?;
     Ok(())
 }
 
@@ -479,7 +659,9 @@ mod tests {
     };
 
     use super::*;
+    use crate::image::RestoreIssue;
     use crate::node_state::Records;
+    use topomgr_engine::admission::Admitter;
     use topomgr_engine::numa::NumaInfo;
     use topomgr_engine::policy::{Policy, Scope};
     use topomgr_engine::provider::PROVIDER_TIMEOUT;
@@ -548,8 +730,7 @@ mod tests {
 
     fn open(dir: &Path) -> (Store, NodeState, Restored) {
         let mut n = node(dir);
-        let (store, restored) = Store::open(dir, n.admitter_mut(), "boot").unwrap();
-        n.set_records(restored.records.clone());
+        let (store, restored) = Store::open(dir, &mut n, "boot").unwrap();
         (store, n, restored)
     }
 
@@ -641,7 +822,7 @@ mod tests {
         .with_deadline(std::time::Duration::from_millis(100))
         .unwrap();
         let mut n = node_with(&dir, provider);
-        let (mut store, _) = Store::open(&dir, n.admitter_mut(), "boot").unwrap();
+        let (mut store, _) = Store::open(&dir, &mut n, "boot").unwrap();
         assert!(n.admit(&pod("a")).admitted);
         store.commit(&mut n).unwrap();
         assert!(n.admit(&pod("b")).admitted);
@@ -666,6 +847,53 @@ mod tests {
         assert!(again.admit(&pod("c")).admitted);
         assert_eq!(held(&again), ["b:1", "c:0"]);
         open_gate.send(()).unwrap();
+    }
+
+    /// A node on the same machine without providers.
+    fn bare_node(dir: &Path) -> NodeState {
+        let machine = testkit::machine(1, 8);
+        let policy = Policy::new(
+            "none",
+            &BTreeMap::new(),
+            NumaInfo::from_machine(&machine).unwrap(),
+        )
+        .unwrap();
+        let adm = Admitter::new(&machine, policy, Scope::Container, Vec::new());
+        NodeState::new(adm, Records::default(), &dir.join("no-cgroups"), "boot")
+    }
+
+    /// A provider the config no longer has keeps its saved state; pods it
+    /// holds can be released meanwhile (journaled as its pending releases,
+    /// through a compaction too), and configured again it gets the releases
+    /// replayed: the released pod's CPU is free, the other's is not.
+    #[test]
+    fn an_unconfigured_provider_keeps_its_state_and_gets_its_releases_back() {
+        let dir = scratch("absent");
+        commit_pods(&dir, &["a", "b", "c"]);
+        let mut n = bare_node(&dir);
+        let (mut store, r) = Store::open(&dir, &mut n, "boot").unwrap();
+        assert_eq!(
+            r.issues,
+            [RestoreIssue::MissingProvider {
+                provider: "cpus".to_owned()
+            }]
+        );
+        n.release("a").unwrap();
+        store.commit(&mut n).unwrap();
+        assert!(store.records() > 0, "the release was appended");
+        drop((store, n));
+        let mut n = bare_node(&dir);
+        let (mut store, _) = Store::open(&dir, &mut n, "boot").unwrap();
+        n.release("c").unwrap();
+        store.compact(&n).unwrap();
+        drop((store, n));
+        let (_, mut again, r) = open(&dir);
+        assert_eq!(r.replayed, 2);
+        assert_eq!(held(&again), ["b:1"]);
+        assert!(again.admit(&pod("d")).admitted);
+        assert!(again.admit(&pod("e")).admitted);
+        assert_eq!(held(&again), ["b:1", "d:0", "e:2"]);
+        fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
@@ -699,9 +927,15 @@ mod tests {
         commit_pods(&dir, &["a", "b"]);
         let path = dir.join(JOURNAL_FILE);
         let good = fs::read(&path).unwrap();
-        // A record cut short, then garbage: a write that never completed.
+        // The next record cut short, its last block never written: an
+        // append that never completed.
         let mut torn = good.clone();
-        torn.extend_from_slice(&good[good.len() - 40..good.len() - 3]);
+        let seq = journal::read(&path).unwrap().records.len() as u64 + 1;
+        torn.extend_from_slice(&journal::frame(seq, &vec![b'x'; 900])[..700]);
+        let block = torn.len() - torn.len() % 512;
+        if block > good.len() {
+            torn[block..].fill(0);
+        }
         fs::write(&path, &torn).unwrap();
         let (mut store, mut n, _) = open(&dir);
         assert_eq!(held(&n), ["a:0", "b:1"]);
@@ -718,15 +952,14 @@ mod tests {
         let dir = scratch("boot");
         commit_pods(&dir, &["a", "b"]);
         let mut n = node(&dir);
-        let (mut store, r) = Store::open(&dir, n.admitter_mut(), "next-boot").unwrap();
-        n.set_records(r.records.clone());
+        let (mut store, r) = Store::open(&dir, &mut n, "next-boot").unwrap();
         assert!(r.rebooted);
         assert_eq!(r.saved_boot_id.as_deref(), Some("boot"));
         n.admit(&pod("c"));
         store.commit(&mut n).unwrap();
         assert_eq!(store.records(), 0, "the commit wrote a snapshot");
         let mut n = node(&dir);
-        let (_, r) = Store::open(&dir, n.admitter_mut(), "next-boot").unwrap();
+        let (_, r) = Store::open(&dir, &mut n, "next-boot").unwrap();
         assert!(!r.rebooted);
         assert_eq!(r.pods, 3);
         fs::remove_dir_all(dir).unwrap();
@@ -746,17 +979,219 @@ mod tests {
         let generation = body["generation"].as_u64().unwrap();
         assert!(generation >= 2, "{body}");
         // A crash between the new snapshot and the new journal leaves the
-        // journal of the previous generation: it is ignored.
+        // journal of the previous generation, records and all: it is
+        // ignored (the snapshot holds it).
         let path = dir.join(JOURNAL_FILE);
-        let journal = fs::read(&path).unwrap();
-        let text = String::from_utf8_lossy(&journal).replacen(
-            &format!("\"generation\":{generation}"),
-            &format!("\"generation\":{}", generation - 1),
-            1,
-        );
-        fs::write(&path, text.as_bytes()).unwrap();
+        n.admit(&pod("e"));
+        store.commit(&mut n).unwrap();
+        let old = fs::read(&path).unwrap();
+        assert!(!journal::read(&path).unwrap().records.is_empty());
+        store.compact(&n).unwrap();
+        fs::write(&path, old).unwrap();
         let (_, n2, _) = open(&dir);
-        assert_eq!(held(&n2).len(), 4);
+        assert_eq!(held(&n2).len(), 5);
+        // Any other generation is refused, naming both.
+        let older =
+            journal::header_line(&path, &JournalHeader::new(generation - 1, "boot")).unwrap();
+        fs::write(&path, &older).unwrap();
+        let mut n3 = node(&dir);
+        let err = Store::open(&dir, &mut n3, "boot").unwrap_err();
+        assert!(
+            err.to_string().starts_with(&format!(
+                "{}: it continues snapshot generation {}, but the snapshot is generation {}. Nothing was changed",
+                path.display(),
+                generation - 1,
+                generation + 1
+            )),
+            "{err}"
+        );
+        assert_eq!(
+            fs::read(&path).unwrap(),
+            older,
+            "the refused journal is left as it was"
+        );
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A journal of the admissions of `uids` (then the releases of
+    /// `release`), one record each; returns the directory's files.
+    fn files_after(dir: &Path, uids: &[String], release: &[String]) -> (Vec<u8>, Vec<u8>) {
+        let (mut store, mut n, _) = open(dir);
+        for uid in uids {
+            n.admit(&pod(uid));
+            store.commit(&mut n).unwrap();
+        }
+        for uid in release {
+            n.release(uid).unwrap();
+            store.commit(&mut n).unwrap();
+        }
+        (
+            fs::read(dir.join(STATE_FILE)).unwrap(),
+            fs::read(dir.join(JOURNAL_FILE)).unwrap(),
+        )
+    }
+
+    /// The recovered state as comparable JSON (body and boot id), or the
+    /// refusal.
+    fn state_of(dir: &Path, snapshot: &[u8], journal: &[u8]) -> Result<serde_json::Value, String> {
+        match recover_bytes(dir, Some(snapshot), Some(journal)) {
+            Ok(r) => Ok(serde_json::json!({"body": r.body, "boot": r.boot_id})),
+            Err(
+                e @ (StateError::JournalDamaged { .. }
+                | StateError::Damaged { .. }
+                | StateError::Unsupported { .. }
+                | StateError::Journal(journal::JournalError::Unsupported { .. })),
+            ) => Err(e.to_string()),
+            Err(e) => panic!("not a refusal of damage: {e}"),
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3))]
+
+        /// Every byte of a multi-record journal and of its snapshot changed
+        /// (to another value and to zero), and the journal cut at every
+        /// offset: recovery gives the identical state or refuses, never a
+        /// different state. A cut gives the state of the records wholly
+        /// before it (what a torn append leaves: those were the only ones
+        /// acknowledged) or refuses.
+        #[test]
+        fn no_damage_gives_a_different_state(
+            admitted in 3usize..7,
+            released in 1usize..3,
+            mask in 1u8..=255,
+        ) {
+            let dir = scratch(&format!("prop-{admitted}-{released}-{mask}"));
+            let uids: Vec<String> = (0..admitted).map(|i| format!("pod-{i}")).collect();
+            let (snapshot, journal) = files_after(&dir, &uids, &uids[1..1 + released]);
+            let full = state_of(&dir, &snapshot, &journal).unwrap();
+            let entries = journal::parse(&dir.join(JOURNAL_FILE), &journal).unwrap().records;
+            proptest::prop_assert!(entries.len() >= 3, "{} records", entries.len());
+            // The state after each number of whole records.
+            let nl = journal.iter().position(|b| *b == b'\n').unwrap() + 1;
+            let mut ends = vec![nl];
+            ends.extend(entries.iter().map(|e| e.offset as usize + 102 + e.payload.len() + 1));
+            let prefix_states: Vec<_> = ends
+                .iter()
+                .map(|&end| state_of(&dir, &snapshot, &journal[..end]).unwrap())
+                .collect();
+            let mut refused = 0;
+            for i in 0..journal.len() {
+                for new in [journal[i] ^ mask, 0] {
+                    if new == journal[i] {
+                        continue;
+                    }
+                    let mut b = journal.clone();
+                    b[i] = new;
+                    match state_of(&dir, &snapshot, &b) {
+                        Ok(state) => proptest::prop_assert_eq!(&state, &full, "journal byte {} = {:#x}", i, new),
+                        Err(_) => refused += 1,
+                    }
+                }
+            }
+            proptest::prop_assert!(refused > journal.len() / 2, "{refused} refusals");
+            for cut in 0..journal.len() {
+                if let Ok(state) = state_of(&dir, &snapshot, &journal[..cut]) {
+                    let whole = ends.iter().filter(|&&e| e <= cut).count();
+                    proptest::prop_assert!(whole > 0, "cut {} inside the header line was accepted", cut);
+                    proptest::prop_assert_eq!(&state, &prefix_states[whole - 1], "cut at {}", cut);
+                }
+            }
+            for i in 0..snapshot.len() {
+                for new in [snapshot[i] ^ mask, 0] {
+                    if new == snapshot[i] {
+                        continue;
+                    }
+                    let mut b = snapshot.clone();
+                    b[i] = new;
+                    if let Ok(state) = state_of(&dir, &b, &journal) {
+                        proptest::prop_assert_eq!(&state, &full, "snapshot byte {} = {:#x}", i, new);
+                    }
+                }
+            }
+            for cut in 0..snapshot.len() {
+                proptest::prop_assert!(state_of(&dir, &snapshot[..cut], &journal).is_err(), "snapshot cut at {}", cut);
+            }
+            fs::remove_dir_all(&dir).unwrap();
+        }
+    }
+
+    /// One changed byte in record 2 of 6 used to drop records 2-6 as a
+    /// "torn tail" (and compact over them): now the start is refused naming
+    /// the file, the offset and the record, and the files stay as they are.
+    #[test]
+    fn a_damaged_record_with_intact_records_after_it_is_refused() {
+        let dir = scratch("damaged-record");
+        let uids: Vec<String> = (0..7).map(|i| format!("p{i}")).collect();
+        files_after(&dir, &uids, &[]);
+        let path = dir.join(JOURNAL_FILE);
+        let good = fs::read(&path).unwrap();
+        let c = journal::parse(&path, &good).unwrap();
+        assert_eq!(c.records.len(), 6);
+        let at = c.records[1].offset as usize + 102 + 20;
+        let mut bad = good.clone();
+        bad[at] ^= 0x04;
+        fs::write(&path, &bad).unwrap();
+        let snapshot = fs::read(dir.join(STATE_FILE)).unwrap();
+        let mut n = node(&dir);
+        let err = Store::open(&dir, &mut n, "boot").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "{}: record 2 at byte {} is damaged: its payload does not match its SHA-256; records 3-6 after it are intact, so this is not a torn write. Nothing was changed; `topomgr state check --state-dir {d}` shows what the directory holds, and `topomgr state recover --state-dir {d}` keeps the snapshot and record 1, after a backup copy, and lists what it drops",
+                path.display(),
+                c.records[1].offset,
+                d = dir.display()
+            )
+        );
+        assert!(n.pods().is_empty(), "nothing was installed");
+        assert_eq!(fs::read(&path).unwrap(), bad);
+        assert_eq!(fs::read(dir.join(STATE_FILE)).unwrap(), snapshot);
+        // The remedy (`state recover`) is tested end to end in the
+        // integration tests (`state.rs`).
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_journal_with_records_and_no_snapshot_is_refused() {
+        let dir = scratch("no-snapshot");
+        files_after(&dir, &["a".to_owned(), "b".to_owned()], &[]);
+        fs::remove_file(dir.join(STATE_FILE)).unwrap();
+        let mut n = node(&dir);
+        let err = Store::open(&dir, &mut n, "boot").unwrap_err();
+        assert!(
+            err.to_string().starts_with(&format!(
+                "{}: it holds 1 record(s) of snapshot generation 1, but there is no snapshot (state.ckpt) for them to continue. Nothing was changed",
+                dir.join(JOURNAL_FILE).display()
+            )),
+            "{err}"
+        );
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_commit_that_changed_nothing_writes_nothing() {
+        let dir = scratch("nothing");
+        files_after(&dir, &["a".to_owned(), "b".to_owned()], &[]);
+        let before = fs::read(dir.join(JOURNAL_FILE)).unwrap();
+        let (mut store, mut n, _) = open(&dir);
+        // Admitted and released again: the provider was asked, and its
+        // state is what was written.
+        n.admit(&pod("c"));
+        n.release("c").unwrap();
+        store.commit(&mut n).unwrap();
+        assert_eq!(
+            fs::read(dir.join(JOURNAL_FILE)).unwrap().len(),
+            before.len() + {
+                // The admission and the release are host changes: one record.
+                let c = journal::read(&dir.join(JOURNAL_FILE)).unwrap();
+                let last = c.records.last().unwrap();
+                102 + last.payload.len() + 1
+            }
+        );
+        let after = fs::read(dir.join(JOURNAL_FILE)).unwrap();
+        store.commit(&mut n).unwrap();
+        assert_eq!(fs::read(dir.join(JOURNAL_FILE)).unwrap(), after);
         fs::remove_dir_all(dir).unwrap();
     }
 }

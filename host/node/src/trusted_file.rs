@@ -12,7 +12,7 @@ use std::path::Path;
 /// Checks that `path` (canonical) and every directory above it can only be
 /// replaced by root or the user running topomgr. Returns why not, naming the
 /// path at fault and the command that fixes it.
-pub fn check(path: &Path) -> Result<(), String> {
+pub(crate) fn check(path: &Path) -> Result<(), String> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let euid = unsafe { libc::geteuid() };
     for p in path.ancestors() {

@@ -9,31 +9,23 @@
 //! at a time. All of it lives in the future of [`connect_and_serve`], so
 //! dropping that future closes the connection.
 
-use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 use prost::Message;
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::net::UnixStream;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
-use crate::api::{
-    ContainerEviction, ContainerUpdate, Empty, RegisterPluginRequest, UpdateContainersRequest,
-    UpdateContainersResponse,
-};
 use crate::error::NriError;
 use crate::events::EventMask;
 use crate::mux::{self, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
-use crate::plugin::{self, Plugin, RUNTIME_SERVICE};
+use crate::plugin::{self, Plugin};
+use crate::runtime_client::{RuntimeClient, Shared};
 use crate::ttrpc::{self, Code, Decoder, Inbound, Status, TYPE_REQUEST, TYPE_RESPONSE};
 
-/// How long a call to the runtime may take (upstream's plugin registration
-/// timeout is the same 5 s).
-const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Requests of the runtime read but not yet handled; the runtime sends one
 /// at a time, so this only bounds a misbehaving peer.
 const REQUEST_QUEUE: usize = 64;
@@ -79,168 +71,6 @@ impl Registration {
     }
 }
 
-/// A handle to call the runtime's service over a plugin's connection. Clones
-/// share the connection; once it closes, calls fail with
-/// [`NriError::Closed`].
-#[derive(Clone)]
-pub struct RuntimeClient {
-    shared: Arc<Shared>,
-}
-
-impl std::fmt::Debug for RuntimeClient {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RuntimeClient")
-            .field("connected", &self.is_connected())
-            .finish()
-    }
-}
-
-type Pending = HashMap<u32, oneshot::Sender<Result<Vec<u8>, NriError>>>;
-
-struct Shared {
-    writer: tokio::sync::Mutex<Box<dyn AsyncWrite + Send + Unpin>>,
-    pending: Mutex<Pending>,
-    next_stream: AtomicU32,
-    closed: AtomicBool,
-}
-
-impl Shared {
-    /// Writes one ttrpc message on `conn`, cut into frames.
-    async fn send(
-        &self,
-        conn: u32,
-        stream_id: u32,
-        kind: u8,
-        payload: &[u8],
-    ) -> std::io::Result<()> {
-        let message = ttrpc::encode(stream_id, kind, payload);
-        let mut frames = Vec::with_capacity(message.len() + mux::HEADER_LEN * 2);
-        mux::encode_frames(conn, &message, &mut frames);
-        let mut w = self.writer.lock().await;
-        w.write_all(&frames).await?;
-        w.flush().await
-    }
-
-    /// Answers request `stream_id` of the runtime.
-    async fn respond(
-        &self,
-        stream_id: u32,
-        status: Status,
-        payload: Vec<u8>,
-    ) -> std::io::Result<()> {
-        let response = ttrpc::Response {
-            status: Some(status),
-            payload,
-        };
-        self.send(
-            PLUGIN_SERVICE_CONN,
-            stream_id,
-            TYPE_RESPONSE,
-            &response.encode_to_vec(),
-        )
-        .await
-    }
-
-    /// Marks the connection closed and fails every call still waiting.
-    fn close(&self) {
-        self.closed.store(true, Ordering::SeqCst);
-        let waiting: Vec<_> = self.pending.lock().unwrap().drain().collect();
-        for (_, tx) in waiting {
-            let _ = tx.send(Err(NriError::Closed));
-        }
-    }
-}
-
-impl RuntimeClient {
-    /// Whether the connection this handle calls through is still open.
-    pub fn is_connected(&self) -> bool {
-        !self.shared.closed.load(Ordering::SeqCst)
-    }
-
-    /// Asks the runtime to update (and evict) containers outside of any
-    /// event; returns the updates the runtime failed to apply.
-    pub async fn update_containers(
-        &self,
-        update: Vec<ContainerUpdate>,
-        evict: Vec<ContainerEviction>,
-    ) -> Result<Vec<ContainerUpdate>, NriError> {
-        let reply: UpdateContainersResponse = self
-            .call(
-                "UpdateContainers",
-                &UpdateContainersRequest { update, evict },
-            )
-            .await?;
-        Ok(reply.failed)
-    }
-
-    async fn register(&self, r: &Registration) -> Result<(), NriError> {
-        let _: Empty = self
-            .call(
-                "RegisterPlugin",
-                &RegisterPluginRequest {
-                    plugin_name: r.name.clone(),
-                    plugin_idx: r.index.clone(),
-                },
-            )
-            .await?;
-        Ok(())
-    }
-
-    async fn call<Req: Message, Resp: Message + Default>(
-        &self,
-        method: &'static str,
-        request: &Req,
-    ) -> Result<Resp, NriError> {
-        let shared = &self.shared;
-        if shared.closed.load(Ordering::SeqCst) {
-            return Err(NriError::Closed);
-        }
-        let stream_id = shared.next_stream.fetch_add(2, Ordering::SeqCst);
-        let (tx, rx) = oneshot::channel();
-        shared.pending.lock().unwrap().insert(stream_id, tx);
-        let wire = ttrpc::Request {
-            service: RUNTIME_SERVICE.to_owned(),
-            method: method.to_owned(),
-            payload: request.encode_to_vec(),
-            timeout_nano: CALL_TIMEOUT.as_nanos() as i64,
-        };
-        let sent = shared
-            .send(
-                RUNTIME_SERVICE_CONN,
-                stream_id,
-                TYPE_REQUEST,
-                &wire.encode_to_vec(),
-            )
-            .await;
-        if let Err(e) = sent {
-            shared.pending.lock().unwrap().remove(&stream_id);
-            return Err(NriError::Io(e));
-        }
-        let payload = match tokio::time::timeout(CALL_TIMEOUT, rx).await {
-            Ok(Ok(result)) => result?,
-            Ok(Err(_)) => return Err(NriError::Closed),
-            Err(_) => {
-                shared.pending.lock().unwrap().remove(&stream_id);
-                return Err(NriError::Timeout {
-                    method,
-                    after: CALL_TIMEOUT,
-                });
-            }
-        };
-        let response = ttrpc::Response::decode(payload.as_slice())
-            .map_err(|source| NriError::Decode { method, source })?;
-        if let Some(status) = response.status.filter(|s| s.code != Code::Ok as i32) {
-            return Err(NriError::Rpc {
-                method,
-                code: status.code,
-                message: status.message,
-            });
-        }
-        Resp::decode(response.payload.as_slice())
-            .map_err(|source| NriError::Decode { method, source })
-    }
-}
-
 /// Connects to the runtime's NRI socket, registers as `name` at `index`
 /// subscribed to `events`, and serves `handler` until the runtime closes the
 /// connection (`Ok`) or the connection fails (`Err`). Registration errors
@@ -280,15 +110,8 @@ where
     S: AsyncRead + AsyncWrite + Send + 'static,
 {
     let (read_half, write_half) = tokio::io::split(stream);
-    let shared = Arc::new(Shared {
-        writer: tokio::sync::Mutex::new(Box::new(write_half)),
-        pending: Mutex::new(HashMap::new()),
-        next_stream: AtomicU32::new(1),
-        closed: AtomicBool::new(false),
-    });
-    let client = RuntimeClient {
-        shared: shared.clone(),
-    };
+    let shared = Arc::new(Shared::new(Box::new(write_half)));
+    let client = RuntimeClient::new(shared.clone());
     let (requests_tx, requests_rx) = mpsc::channel(REQUEST_QUEUE);
 
     let reader = read_loop(read_half, &shared, requests_tx);
@@ -301,7 +124,10 @@ where
     );
     let registered = AtomicBool::new(false);
     let register = async {
-        match client.register(registration).await {
+        match client
+            .register(&registration.name, &registration.index)
+            .await
+        {
             Ok(()) => {
                 debug!(name = %registration.name, index = %registration.index, "registered with the runtime");
                 registered.store(true, Ordering::SeqCst);
@@ -472,12 +298,7 @@ fn complete_call(message: Inbound, shared: &Shared) {
             }),
         ),
     };
-    match shared.pending.lock().unwrap().remove(&stream_id) {
-        Some(tx) => {
-            let _ = tx.send(result);
-        }
-        None => debug!(stream_id, "ignoring an answer nobody waits for"),
-    }
+    shared.complete(stream_id, result);
 }
 
 /// Runs the runtime's requests one at a time, in order, and answers each.

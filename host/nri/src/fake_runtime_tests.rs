@@ -12,7 +12,8 @@ use tokio::net::UnixStream;
 use crate::api::*;
 use crate::connection::{serve, Registration};
 use crate::mux::{self, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
-use crate::plugin::{PLUGIN_SERVICE, RUNTIME_SERVICE};
+use crate::plugin::PLUGIN_SERVICE;
+use crate::runtime_client::RUNTIME_SERVICE;
 use crate::ttrpc::{self, Decoder, Inbound, TYPE_REQUEST, TYPE_RESPONSE};
 use crate::{
     serve_with_reconnect, Backoff, ConnectionStatus, EventMask, FrameError, HandlerResult,

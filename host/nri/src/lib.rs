@@ -41,18 +41,20 @@ mod events;
 mod mux;
 mod plugin;
 mod reconnect;
+mod runtime_client;
 mod ttrpc;
 
 #[cfg(test)]
 mod fake_runtime_tests;
 
 pub use api::Event;
-pub use connection::{connect_and_serve, RuntimeClient};
+pub use connection::connect_and_serve;
 pub use error::NriError;
 pub use events::EventMask;
 pub use mux::FrameError;
 pub use plugin::{HandlerResult, Plugin, PluginError};
 pub use reconnect::{serve_with_reconnect, Backoff, ConnectionStatus};
+pub use runtime_client::RuntimeClient;
 
 /// The runtime's default NRI socket (upstream `DefaultSocketPath`).
 pub const DEFAULT_SOCKET: &str = "/var/run/nri/nri.sock";

@@ -8,14 +8,12 @@ use futures_util::FutureExt;
 use prost::Message;
 
 use crate::api::*;
-use crate::connection::RuntimeClient;
 use crate::events::EventMask;
+use crate::runtime_client::RuntimeClient;
 use crate::ttrpc::{Code, Status};
 
 /// The ttrpc service name of the plugin side.
 pub(crate) const PLUGIN_SERVICE: &str = "nri.pkg.api.v1alpha1.Plugin";
-/// The ttrpc service name of the runtime side.
-pub(crate) const RUNTIME_SERVICE: &str = "nri.pkg.api.v1alpha1.Runtime";
 
 /// An error a handler returns to the runtime. The runtime fails the
 /// operation with it: for CreateContainer the CRI caller (the kubelet) sees

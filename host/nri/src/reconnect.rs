@@ -7,10 +7,11 @@ use std::time::Duration;
 
 use tracing::{info, warn};
 
-use crate::connection::{self, Registration, RuntimeClient};
+use crate::connection::{self, Registration};
 use crate::error::NriError;
 use crate::events::EventMask;
 use crate::plugin::Plugin;
+use crate::runtime_client::RuntimeClient;
 
 /// Delays between connection attempts: `initial` after the first failed
 /// attempt (or after a registered connection ends), doubling with each

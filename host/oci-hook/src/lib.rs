@@ -45,9 +45,6 @@ use tracing::{debug, info, warn};
 
 pub use spec::{read_state, State};
 
-/// The default deadline of one daemon call.
-pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(15);
-
 /// Which hook stage runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
@@ -59,7 +56,7 @@ pub enum Stage {
 
 impl Stage {
     /// The stage the container's status says (`creating`, `stopped`).
-    pub fn of_status(status: &str) -> Option<Stage> {
+    pub(crate) fn of_status(status: &str) -> Option<Stage> {
         match status {
             "creating" | "created" => Some(Stage::CreateRuntime),
             "stopped" => Some(Stage::Poststop),

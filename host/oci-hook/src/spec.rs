@@ -12,9 +12,9 @@ use topomgr_runtime::LinuxResources;
 use super::HookError;
 
 /// The largest state topomgr reads from standard input.
-pub const MAX_STATE_BYTES: u64 = 1 << 20;
+pub(crate) const MAX_STATE_BYTES: u64 = 1 << 20;
 /// The largest `config.json` topomgr reads.
-pub const MAX_CONFIG_BYTES: u64 = 16 << 20;
+pub(crate) const MAX_CONFIG_BYTES: u64 = 16 << 20;
 
 /// The container's state (the OCI runtime spec's "State").
 #[derive(Debug, Clone, Deserialize)]
@@ -32,7 +32,7 @@ pub struct State {
 
 /// The fields of `config.json` topomgr reads.
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct Config {
+pub(crate) struct Config {
     /// The container's annotations.
     #[serde(default)]
     pub annotations: Option<BTreeMap<String, String>>,
@@ -47,7 +47,7 @@ pub struct Config {
 /// `linux` of `config.json`.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct Linux {
+pub(crate) struct Linux {
     /// `linux.resources`.
     #[serde(default)]
     pub resources: Option<LinuxResources>,
@@ -58,7 +58,7 @@ pub struct Linux {
 
 /// `process` of `config.json`.
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct Process {
+pub(crate) struct Process {
     /// `KEY=VALUE` entries.
     #[serde(default)]
     pub env: Option<Vec<String>>,
@@ -84,7 +84,7 @@ pub fn read_state(input: impl std::io::Read) -> Result<State, HookError> {
 }
 
 /// Read `<bundle>/config.json` (at most [`MAX_CONFIG_BYTES`]).
-pub fn read_config(bundle: &Path) -> Result<Config, HookError> {
+pub(crate) fn read_config(bundle: &Path) -> Result<Config, HookError> {
     let path = bundle.join("config.json");
     let file = std::fs::File::open(&path).map_err(|e| HookError::Bundle {
         path: path.clone(),

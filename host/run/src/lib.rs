@@ -1,58 +1,78 @@
-//! `topomgr run [--cpus N] [--memory Q] [--resource NAME=N]... -- CMD ARGS`:
+//! `topomgr run [--socket PATH] [--cpus N] [--memory Q] [--resource NAME=N]... -- CMD ARGS`:
 //! a command as a one-container Guaranteed pod. The binary parses the
 //! options and prints; this crate does the rest.
+//!
+//! One node has one owner ([`topomgr_node::node_lock`]), and [`through`]
+//! asks who it is:
+//! - **a daemon** (`--socket PATH`, or the node lock says a daemon serves
+//!   the node: then the config's `[daemon] socket`): the daemon admits,
+//!   places and releases ([`Run::through_daemon`]); `run` never allocates
+//!   on its own beside it (a socket it cannot reach is an error naming it);
+//! - **nobody else**: `run` holds the node lock (shared with other runs of
+//!   the same state directory) for as long as it runs, and admits, places
+//!   and releases itself under the state directory's lock ([`Run::new`]).
+//!
+//! Either way:
 //!
 //! 1. Build a one-container Guaranteed pod (requests = limits) from the
 //!    options ([`pod`]); its uid is `run-<pid>-<nanoseconds>`, its container
 //!    `main`.
-//! 2. Under the state directory's exclusive lock: restore, admit through
-//!    every configured provider, save; create the cgroup
-//!    `topomgr/<uid>/main` under `cgroup_root`, write its cpuset, rewrite the
-//!    shared-pool containers' cpusets. A rejected pod: its reason on stderr,
-//!    exit status 1, CMD never runs.
+//! 2. Admit it with this process as its owner (pid, start time, boot id),
+//!    create the cgroup `topomgr/<uid>/main` under `cgroup_root` and have
+//!    its cpuset and memory nodes written (by the daemon, or here under the
+//!    state lock; the shared-pool containers shrink first). A rejected pod:
+//!    its reason on stderr, exit status 1, CMD never runs.
 //! 3. Start CMD (with the allocation's environment) moved into the cgroup
-//!    before it execs; forward SIGINT/SIGTERM/SIGHUP to it (signals the
-//!    terminal already delivered to the whole process group are not sent a
-//!    second time); wait.
-//! 4. Under the lock: restore, release, save; remove the cgroup; rewrite the
-//!    shared pool. Exit with CMD's status (128 + signal when it was killed).
+//!    before it execs, with a parent-death signal (a `kill -9` of `run`
+//!    takes it along, and the pod's owner is then gone: the daemon, or the
+//!    next one-shot command, reclaims it); forward SIGINT/SIGTERM/SIGHUP to
+//!    it (signals the terminal already delivered to the whole process group
+//!    are not sent a second time); wait.
+//! 4. If processes are left in the cgroup, keep everything (they still run
+//!    on those CPUs); else release the pod, remove the cgroup, and give the
+//!    CPUs back to the shared pool. Exit with CMD's status (128 + signal
+//!    when it was killed).
 //!
 //! A signal that arrives before CMD started stops the run: everything is
 //! released and removed and topomgr exits with 128 + signal.
 //!
 //! [`Signals::install`] comes first (before anything is admitted), then
-//! [`Run::new`], [`Run::admit`], [`Run::start_and_wait`] and, whatever
-//! happened, [`Run::teardown`].
+//! [`through`], [`Run::new`] or [`Run::through_daemon`], [`Run::admit`],
+//! [`Run::start_and_wait`] and, whatever happened, [`Run::teardown`].
 
-use std::ffi::{CStr, CString, OsString};
-use std::os::unix::ffi::OsStrExt as _;
-use std::os::unix::process::{CommandExt as _, ExitStatusExt as _};
-use std::path::PathBuf;
-use std::process::{Child, Command, ExitStatus};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::thread::JoinHandle;
-use std::time::{SystemTime, UNIX_EPOCH};
+mod command;
+mod local;
+mod signals;
+mod via_daemon;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nix::errno::Errno;
-use nix::sys::signal::{kill, Signal};
-use nix::sys::wait::{waitid, Id, WaitPidFlag};
-use nix::unistd::Pid;
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-use signal_hook::iterator::exfiltrator::origin::WithOrigin;
-use signal_hook::iterator::SignalsInfo;
-use signal_hook::low_level::siginfo::Cause;
-use topomgr_cgroup::{Cgroup, CgroupError, CgroupManager, CgroupPath};
-use topomgr_engine::admission::AdmitResult;
+use topomgr_cgroup::{Cgroup, CgroupError, CgroupManager};
+use topomgr_daemon::client::ClientError;
+use topomgr_node::api::Admission;
 use topomgr_node::config::HostConfig;
-use topomgr_node::node_state::{AttachError, NodeState};
-use topomgr_node::pod_owner::Owner;
+use topomgr_node::lock_holder::{Holder, Role};
+use topomgr_node::node_lock::{NodeLock, NodeLockError};
+use topomgr_node::node_state::AttachError;
 use topomgr_node::setup::SetupError;
-use topomgr_node::state_dir::{StateDir, StateDirError};
+use topomgr_node::state_dir::StateDirError;
 use topomgr_sdk::{ContainerView, Machine, PodView, QosClass, ResourceList};
-use tracing::{debug, info, warn};
+use tracing::info;
+
+use local::Local;
+use signals::lock_state;
+pub use signals::Signals;
+use via_daemon::ViaDaemon;
 
 /// The container name of a `topomgr run` pod.
-pub const CONTAINER: &str = "main";
+pub(crate) const CONTAINER: &str = "main";
+
+/// How long `run` waits for one answer of the daemon.
+pub const DAEMON_DEADLINE: Duration = Duration::from_secs(60);
 
 /// Why a run could not go on.
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +89,10 @@ pub enum RunError {
     /// No cgroup hierarchy to run in.
     #[error("cannot use cgroup_root for topomgr run")]
     CgroupRoot(#[source] CgroupError),
+    /// The node is owned by someone else (another state directory), or
+    /// its lock could not be taken.
+    #[error(transparent)]
+    NodeLock(Box<NodeLockError>),
     /// The state directory could not be opened or saved.
     #[error(transparent)]
     State(#[from] StateDirError),
@@ -81,6 +105,31 @@ pub enum RunError {
     /// The container could not be attached to its cgroup.
     #[error(transparent)]
     Attach(#[from] AttachError),
+    /// The daemon that owns the node cannot be reached.
+    #[error("{daemon}, which manages this node's cpusets, does not answer at {}: {error}; topomgr run never places a command on its own beside a daemon{}", socket.display(), elsewhere(socket, daemon))]
+    Unreachable {
+        /// The socket tried.
+        socket: PathBuf,
+        /// The daemon the node lock names.
+        daemon: Box<Holder>,
+        /// What went wrong (part of the message).
+        error: ClientError,
+    },
+    /// Talking to the daemon failed.
+    #[error(transparent)]
+    Client(ClientError),
+    /// The daemon refused a request.
+    #[error("the topomgr daemon at {} refused {route} ({status}): {message}", socket.display())]
+    Refused {
+        /// The socket.
+        socket: PathBuf,
+        /// The request.
+        route: String,
+        /// Its HTTP status.
+        status: u16,
+        /// The daemon's message.
+        message: String,
+    },
     /// The admitted pod has no cgroup (a bug).
     #[error("internal: admitted pod {0} has no cgroup")]
     NoCgroup(String),
@@ -102,6 +151,19 @@ pub enum RunError {
     /// Reaping the command failed.
     #[error(transparent)]
     Reap(std::io::Error),
+}
+
+/// For [`RunError::Unreachable`]: the socket the daemon says it listens
+/// on, when that is another.
+fn elsewhere(tried: &Path, daemon: &Holder) -> String {
+    match daemon.socket.as_deref() {
+        Some(s) if s != tried => format!(
+            "; it listens on {}: pass --socket {} (or set [daemon] socket to it)",
+            s.display(),
+            s.display()
+        ),
+        _ => "; see its log (journalctl -u topomgr), or stop it to run without it".to_owned(),
+    }
 }
 
 /// `e` and its causes, joined by `: ` (as the binary prints errors).
@@ -131,98 +193,76 @@ pub fn pod(resources: ResourceList) -> PodView {
     ])
 }
 
-/// Signals forwarded to CMD.
-const FORWARDED: [i32; 3] = [SIGINT, SIGTERM, SIGHUP];
-
-#[derive(Debug, Default)]
-struct ForwardState {
-    /// CMD's pid once started.
-    child: Option<i32>,
-    /// CMD has exited (not reaped yet, or reaped): nothing more is sent.
-    exited: bool,
-    /// The first signal that arrived before CMD started.
-    early: Option<i32>,
+/// Who places a run.
+#[derive(Debug)]
+pub enum Through {
+    /// Nobody else owns the node: this run does, holding the node lock
+    /// (shared with the other runs of its state directory).
+    Itself(NodeLock),
+    /// The daemon at `socket`.
+    Daemon {
+        /// Its socket.
+        socket: PathBuf,
+        /// The daemon the node lock names (none when it names none: a
+        /// daemon at `--socket` serving another cgroup root).
+        found: Option<Box<Holder>>,
+    },
 }
 
-/// Catches SIGINT/SIGTERM/SIGHUP for the whole run and forwards them to
-/// CMD once it runs; one that arrives before stops the run. Dropping it
-/// gives the signals their previous handling back.
-pub struct Signals {
-    state: Arc<Mutex<ForwardState>>,
-    handle: signal_hook::iterator::Handle,
-    thread: Option<JoinHandle<()>>,
-}
-
-fn lock_state(m: &Mutex<ForwardState>) -> MutexGuard<'_, ForwardState> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-impl Signals {
-    /// Start catching the signals.
-    pub fn install() -> Result<Self, RunError> {
-        let mut signals = SignalsInfo::<WithOrigin>::new(FORWARDED).map_err(RunError::Signals)?;
-        let handle = signals.handle();
-        let state = Arc::new(Mutex::new(ForwardState::default()));
-        let shared = Arc::clone(&state);
-        let thread = std::thread::Builder::new()
-            .name("signal-forwarder".to_string())
-            .spawn(move || {
-                for origin in signals.forever() {
-                    let sig = origin.signal;
-                    let mut st = lock_state(&shared);
-                    match (st.child, st.exited) {
-                        (Some(pid), false) => {
-                            if origin.cause == Cause::Kernel {
-                                // The terminal sent it to the whole foreground
-                                // process group: CMD has it already.
-                                debug!(signal = sig, pid, "signal from the terminal; CMD received it too");
-                                continue;
-                            }
-                            match Signal::try_from(sig) {
-                                Ok(s) => {
-                                    info!(signal = %s, pid, "forwarding signal to CMD");
-                                    if let Err(e) = kill(Pid::from_raw(pid), s) {
-                                        warn!(signal = %s, pid, error = %e, "cannot forward signal");
-                                    }
-                                }
-                                Err(e) => warn!(signal = sig, error = %e, "unknown signal"),
-                            }
-                        }
-                        (None, _) => {
-                            info!(signal = sig, "signal before CMD started; the run stops");
-                            st.early.get_or_insert(sig);
-                        }
-                        (Some(_), true) => {
-                            debug!(signal = sig, "signal after CMD exited; cleaning up anyway");
-                        }
-                    }
-                }
-            })
-            .map_err(RunError::ForwarderThread)?;
-        Ok(Signals {
-            state,
-            handle,
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for Signals {
-    fn drop(&mut self) {
-        self.handle.close();
-        if let Some(t) = self.thread.take() {
-            if t.join().is_err() {
-                warn!("the signal forwarding thread panicked");
-            }
+/// Who places a run of `cfg`: the daemon at `socket` when one is given;
+/// else, when the node lock says a daemon owns the node, the daemon at the
+/// config's `[daemon] socket`; else this run, which then holds the node
+/// lock. Another state directory owning the node is refused
+/// ([`NodeLockError`]).
+///
+/// A run through the daemon that owns the node records itself in the node
+/// lock as an owner for that daemon's state directory while it runs
+/// ([`NodeLock::join`]): should the daemon stop meanwhile, no owner of
+/// another state directory gives its CPUs away.
+pub fn through(cfg: &HostConfig, socket: Option<&Path>) -> Result<Through, RunError> {
+    let lock_error = |e| RunError::NodeLock(Box::new(e));
+    let join = |d: &Holder| {
+        let me = Holder::current(Role::RunThroughDaemon, &d.state_dir, d.socket.as_deref());
+        NodeLock::join(&cfg.cgroup_root, &me).map_err(lock_error)
+    };
+    if let Some(socket) = socket {
+        let found = NodeLock::daemon(&cfg.cgroup_root).map_err(lock_error)?;
+        if let Some(d) = &found {
+            join(d)?;
         }
+        return Ok(Through::Daemon {
+            socket: socket.to_path_buf(),
+            found: found.map(Box::new),
+        });
     }
+    let me = Holder::current(Role::Run, &cfg.state_dir, None);
+    match NodeLock::acquire(&cfg.cgroup_root, &me) {
+        Ok(lock) => Ok(Through::Itself(lock)),
+        Err(e) => match e.daemon() {
+            Some(d) => {
+                info!(daemon = %d, socket = %cfg.daemon.socket.display(), "a daemon owns the node; running through it");
+                join(d)?;
+                Ok(Through::Daemon {
+                    socket: cfg.daemon.socket.clone(),
+                    found: Some(Box::new(d.clone())),
+                })
+            }
+            None => Err(lock_error(e)),
+        },
+    }
+}
+
+/// Who admits, places and releases.
+enum Placer {
+    Itself(Box<Local>),
+    Daemon(ViaDaemon),
 }
 
 /// What the run holds and must give back.
 pub struct Run {
-    cfg: HostConfig,
-    node: NodeState,
+    placer: Placer,
     cgroups: CgroupManager,
+    cgroup_root: PathBuf,
     uid: String,
     cgroup: Option<Cgroup>,
 }
@@ -234,6 +274,8 @@ pub struct Teardown {
     pub errors: Vec<String>,
     /// Set when the pod stays held because processes remain in its cgroup.
     pub kept: Option<Vec<u32>>,
+    /// Who releases a kept pod, and how to release it now.
+    pub release_later: String,
 }
 
 /// How the command ended.
@@ -264,95 +306,87 @@ impl Ended {
                 ..
             } if io.kind() == std::io::ErrorKind::NotFound => 127,
             Ended::NotStarted { .. } => 126,
-            Ended::Exited(status) => exit_code(*status),
+            Ended::Exited(status) => command::exit_code(*status),
         }
     }
 }
 
 impl Run {
-    /// A run of `pod` on `machine` as `cfg` configures it: the cgroup
-    /// hierarchy under its `cgroup_root`, every provider it enables (the
-    /// state is restored when the pod is admitted).
-    pub fn new(cfg: HostConfig, machine: &Machine, pod: &PodView) -> Result<Run, RunError> {
+    /// A run of `pod` on `machine` placed by itself, as `cfg` configures
+    /// it: the cgroup hierarchy under its `cgroup_root`, every provider it
+    /// enables (the state is restored when the pod is admitted), holding
+    /// the node lock `node` until it ends.
+    pub fn new(
+        cfg: HostConfig,
+        machine: &Machine,
+        pod: &PodView,
+        node: NodeLock,
+    ) -> Result<Run, RunError> {
         let cgroups = CgroupManager::detect(&cfg.cgroup_root).map_err(RunError::CgroupRoot)?;
-        let node = NodeState::from_config(&cfg, machine)?;
         Ok(Run {
-            cfg,
-            node,
+            cgroup_root: cfg.cgroup_root.clone(),
+            placer: Placer::Itself(Box::new(Local::new(cfg, machine, node)?)),
             cgroups,
             uid: pod.uid.clone(),
             cgroup: None,
         })
     }
 
-    /// The holders of exclusive CPUs, for a rejection's message
-    /// ([`NodeState::exclusive_holders`]).
+    /// A run of `pod` placed by the daemon at `socket` (`found`: the daemon
+    /// the node lock named), its cgroup under `cfg`'s `cgroup_root` (the
+    /// daemon's: the same config).
+    pub fn through_daemon(
+        cfg: &HostConfig,
+        socket: &Path,
+        found: Option<Box<Holder>>,
+        pod: &PodView,
+    ) -> Result<Run, RunError> {
+        let cgroups = CgroupManager::detect(&cfg.cgroup_root).map_err(RunError::CgroupRoot)?;
+        Ok(Run {
+            cgroup_root: cfg.cgroup_root.clone(),
+            placer: Placer::Daemon(ViaDaemon::new(socket, found)),
+            cgroups,
+            uid: pod.uid.clone(),
+            cgroup: None,
+        })
+    }
+
+    /// Who held the exclusive CPUs, one line each, for a rejection's
+    /// message.
     pub fn exclusive_holders(&mut self) -> Vec<String> {
-        self.node.exclusive_holders()
-    }
-
-    /// Under the lock: restore, reclaim pods of dead runs, admit, record
-    /// this process as the owner, create the cgroup and attach the
-    /// container to it (the shared pool shrinks first), save.
-    pub fn admit(&mut self, pod: &PodView) -> Result<AdmitResult, RunError> {
-        let mut held = StateDir::open(&self.cfg.state_dir, &mut self.node)?;
-        held.reclaim(&mut self.node);
-        let result = self.node.admit(pod);
-        if !result.admitted {
-            held.save(&mut self.node)?;
-            return Ok(result);
+        match &mut self.placer {
+            Placer::Itself(l) => l.exclusive_holders(),
+            Placer::Daemon(d) => d.exclusive_holders(),
         }
-        let owner = Owner::current(self.node.boot_id()).ok_or(RunError::OwnerStartTime)?;
-        self.node.set_owner(&self.uid, owner);
-        let path = CgroupPath::container(&self.uid, CONTAINER)?;
-        let cg = self.cgroups.create(&path)?;
-        self.cgroup = Some(cg.clone());
-        let attached = self
-            .node
-            .attach(&self.uid, CONTAINER, &path.as_path().to_string_lossy())?;
-        info!(cgroup = %cg.dir().display(), cpus = %attached.cpus, mems = %attached.mems, "cgroup set up");
-        held.save(&mut self.node)?;
-        Ok(result)
     }
 
-    /// Under the lock: restore; if processes are left in the cgroup keep
-    /// everything held; else remove the cgroup, release the pod, save and
-    /// give the CPUs back to the shared pool. Call it whatever happened
-    /// after [`Run::new`] (it does only what is needed).
+    /// Admit `pod` with this process as its owner; when admitted, create
+    /// its cgroup and have the container's cpuset and memory nodes written
+    /// to it.
+    pub fn admit(&mut self, pod: &PodView) -> Result<Admission, RunError> {
+        match &mut self.placer {
+            Placer::Itself(l) => l.admit(pod, &self.cgroups, &mut self.cgroup),
+            Placer::Daemon(d) => d.admit(pod, &self.cgroups, &mut self.cgroup),
+        }
+    }
+
+    /// If processes are left in the cgroup keep everything held; else
+    /// release the pod, remove the cgroup and give the CPUs back to the
+    /// shared pool. Call it whatever happened after the run was made (it
+    /// does only what is needed).
     pub fn teardown(mut self) -> Teardown {
-        let admitted = self.node.pods().contains_key(&self.uid);
         let mut out = Teardown::default();
-        if admitted {
-            match StateDir::open(&self.cfg.state_dir, &mut self.node) {
-                Err(e) => out.errors.push(chain(&e)),
-                Ok(mut held) => {
-                    if self.node.pods().contains_key(&self.uid) {
-                        match self.node.processes(&self.uid) {
-                            Some(pids) if pids.is_empty() => {
-                                self.node.remove_cgroups(&self.uid);
-                                if let Err(e) = self.node.release(&self.uid) {
-                                    out.errors.push(format!("releasing the pod: {e}"));
-                                }
-                                if let Err(e) = held.save(&mut self.node) {
-                                    out.errors.push(chain(&e));
-                                }
-                            }
-                            Some(pids) => {
-                                out.kept = Some(pids);
-                                return out;
-                            }
-                            None => {
-                                out.errors.push(format!(
-                                    "cannot read the processes in the cgroup of pod {}; it stays held until a later run or `topomgr release --state-dir` finds it empty",
-                                    self.uid
-                                ));
-                                return out;
-                            }
-                        }
-                    }
-                    self.node.settle_pool();
-                }
+        let remove = match &mut self.placer {
+            Placer::Itself(l) => l.release(&self.uid, &mut out),
+            Placer::Daemon(d) => {
+                d.release(&self.uid, &self.cgroups, self.cgroup.as_ref(), &mut out)
             }
+        };
+        if !remove {
+            if let Some(pids) = &out.kept {
+                self.leave_behind(pids, &mut out.errors);
+            }
+            return out;
         }
         if let Some(cg) = self.cgroup.take() {
             if cg.dir().exists() {
@@ -363,117 +397,36 @@ impl Run {
         }
         out
     }
-}
 
-/// Write this process's pid into `procs`. Runs in the forked child before
-/// exec: only async-signal-safe calls, no allocation.
-fn join_cgroup(procs: &CStr) -> std::io::Result<()> {
-    // SAFETY: getpid has no preconditions and is async-signal-safe.
-    let pid = unsafe { libc::getpid() };
-    let mut buf = [0u8; 12];
-    let mut at = buf.len();
-    let mut n = u32::try_from(pid).unwrap_or(0);
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 || at == 0 {
-            break;
+    /// Record the processes left in the pod's cgroup as owners of the node
+    /// for the state directory that holds the pod (this run's, or its
+    /// daemon's): they keep its CPUs after this run is gone, so nothing of
+    /// another state directory may take the node while they live.
+    fn leave_behind(&self, pids: &[u32], errors: &mut Vec<String>) {
+        let (state_dir, socket) = match &self.placer {
+            Placer::Itself(l) => (l.state_dir().to_path_buf(), None),
+            Placer::Daemon(d) => match d.daemon() {
+                Some(h) => (h.state_dir.clone(), h.socket.clone()),
+                None => return,
+            },
+        };
+        for &pid in pids {
+            let Some(me) = Holder::process(pid, Role::LeftBehind, &state_dir, socket.as_deref())
+            else {
+                continue;
+            };
+            if let Err(e) = NodeLock::join(&self.cgroup_root, &me) {
+                errors.push(e.to_string());
+            }
         }
     }
-    let digits = &buf[at..];
-    // SAFETY: `procs` is a valid NUL-terminated string owned by the caller;
-    // open is async-signal-safe.
-    let fd = unsafe { libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is open; `digits` is a live stack buffer of that length.
-    let written = unsafe { libc::write(fd, digits.as_ptr().cast(), digits.len()) };
-    let result = if written < 0 {
-        Err(std::io::Error::last_os_error())
-    } else {
-        Ok(())
-    };
-    // SAFETY: `fd` is open and closed once; close is async-signal-safe.
-    unsafe { libc::close(fd) };
-    result
-}
 
-/// Ask the kernel to SIGKILL this (forked) process when the thread that
-/// forked it dies, so a `kill -9` of topomgr does not leave CMD running on
-/// CPUs nobody holds any more; fail if `parent` already died. Runs in the
-/// forked child before exec: only async-signal-safe calls.
-fn die_with_parent(parent: nix::unistd::Pid) -> std::io::Result<()> {
-    // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and changes only
-    // this process's attributes; it is async-signal-safe.
-    let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // The parent may have died between fork and prctl: then nobody would
-    // send the signal.
-    if nix::unistd::getppid() != parent {
-        return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-    }
-    Ok(())
-}
-
-/// Start CMD moved into `cg` before it execs.
-fn spawn_in(cmd_args: &[OsString], cg: &Cgroup, env: &AdmitResult) -> Result<Child, RunError> {
-    let Some((program, rest)) = cmd_args.split_first() else {
-        return Err(RunError::NoCommand);
-    };
-    let procs = CString::new(cg.procs_file().as_os_str().as_bytes())
-        .map_err(|_| RunError::NulInCgroupPath(cg.dir().to_path_buf()))?;
-    let mut cmd = Command::new(program);
-    cmd.args(rest);
-    if let Some(c) = env.containers.first() {
-        cmd.envs(&c.allocation.env);
-    }
-    let parent = nix::unistd::getpid();
-    // SAFETY: the closure only calls `die_with_parent` and `join_cgroup`,
-    // which are async-signal-safe and do not allocate; `procs` and `parent`
-    // were made before the fork.
-    unsafe {
-        cmd.pre_exec(move || {
-            die_with_parent(parent)?;
-            join_cgroup(&procs)
-        });
-    }
-    cmd.spawn().map_err(RunError::Spawn)
-}
-
-/// Wait for CMD without reaping it first, so that the forwarder never
-/// signals a reused pid; then mark it exited and reap it.
-fn wait_child(child: &mut Child, fwd: &Signals) -> Result<ExitStatus, RunError> {
-    let pid = Pid::from_raw(i32::try_from(child.id()).map_err(|_| RunError::PidOutOfRange)?);
-    loop {
-        match waitid(Id::Pid(pid), WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT) {
-            Ok(_) => break,
-            Err(Errno::EINTR) => continue,
-            Err(e) => return Err(RunError::Wait(e)),
-        }
-    }
-    lock_state(&fwd.state).exited = true;
-    child.wait().map_err(RunError::Reap)
-}
-
-fn exit_code(status: ExitStatus) -> u8 {
-    match (status.code(), status.signal()) {
-        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(1),
-        (None, Some(sig)) => u8::try_from(128 + sig).unwrap_or(255),
-        (None, None) => 1,
-    }
-}
-
-impl Run {
-    /// Start CMD (with the allocation's environment of `result`) in the
-    /// pod's cgroup, unless a signal came first, and wait for it.
+    /// Start CMD (with the environment of `admission`) in the pod's cgroup,
+    /// unless a signal came first, and wait for it.
     pub fn start_and_wait(
         &self,
-        command: &[OsString],
-        result: &AdmitResult,
+        cmd: &[OsString],
+        admission: &Admission,
         signals: &Signals,
     ) -> Result<Ended, RunError> {
         let Some(cg) = self.cgroup.as_ref() else {
@@ -484,7 +437,7 @@ impl Run {
             if let Some(sig) = st.early {
                 return Ok(Ended::SignalBeforeStart(sig));
             }
-            let child = match spawn_in(command, cg, result) {
+            let child = match command::spawn_in(cmd, cg, admission) {
                 Ok(c) => c,
                 Err(error) => {
                     return Ok(Ended::NotStarted {
@@ -497,7 +450,7 @@ impl Run {
             child
         };
         info!(pid = child.id(), cgroup = %cg.dir().display(), "command started");
-        let status = wait_child(&mut child, signals)?;
+        let status = command::wait_child(&mut child, signals)?;
         info!(%status, "command finished");
         Ok(Ended::Exited(status))
     }
@@ -505,12 +458,14 @@ impl Run {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::process::ExitStatusExt as _;
+
     use super::*;
 
     #[test]
     fn exit_codes() {
-        assert_eq!(exit_code(ExitStatus::from_raw(7 << 8)), 7);
-        assert_eq!(exit_code(ExitStatus::from_raw(15)), 143);
+        assert_eq!(command::exit_code(ExitStatus::from_raw(7 << 8)), 7);
+        assert_eq!(command::exit_code(ExitStatus::from_raw(15)), 143);
         assert_eq!(Ended::SignalBeforeStart(2).exit_code(), 130);
         let not_started = |kind: std::io::ErrorKind| Ended::NotStarted {
             error: RunError::Spawn(kind.into()),

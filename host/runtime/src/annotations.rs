@@ -37,9 +37,9 @@ use topomgr_sdk::ResourceList;
 use super::MappingError;
 
 /// The annotation with the extended resources a container asks for.
-pub const RESOURCES: &str = "topomgr.io/resources";
+pub(crate) const RESOURCES: &str = "topomgr.io/resources";
 /// The annotation with which a container opts out of topomgr.
-pub const OPT_OUT: &str = "topomgr.io/opt-out";
+pub(crate) const OPT_OUT: &str = "topomgr.io/opt-out";
 
 /// Who a container is, from its runtime.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,7 +100,7 @@ const CONTAINERD: [&str; 4] = [
 
 /// The container's identity: from `sandbox` when the runtime gave one,
 /// else from CRI-O's or containerd's annotations, else its own pod.
-pub fn identity(
+pub(crate) fn identity(
     id: &str,
     name: Option<&str>,
     annotations: &BTreeMap<String, String>,
@@ -147,7 +147,7 @@ pub fn identity(
 }
 
 /// Whether the container is a pod's sandbox (pause) container.
-pub fn is_sandbox(annotations: &BTreeMap<String, String>) -> bool {
+pub(crate) fn is_sandbox(annotations: &BTreeMap<String, String>) -> bool {
     [
         "io.kubernetes.cri.container-type",
         "io.kubernetes.cri-o.ContainerType",
@@ -170,7 +170,7 @@ fn lookup<'a>(
 }
 
 /// Whether the container opted out ([`OPT_OUT`]).
-pub fn opted_out(
+pub(crate) fn opted_out(
     container: &BTreeMap<String, String>,
     pod: Option<&BTreeMap<String, String>>,
 ) -> Result<bool, MappingError> {
@@ -185,7 +185,7 @@ pub fn opted_out(
 }
 
 /// The extended resources the container asks for ([`RESOURCES`]).
-pub fn extended_resources(
+pub(crate) fn extended_resources(
     container: &BTreeMap<String, String>,
     pod: Option<&BTreeMap<String, String>>,
 ) -> Result<ResourceList, MappingError> {

@@ -26,7 +26,7 @@ use topomgr_sdk::QosClass;
 
 /// What a kubelet's cgroup name says.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KubeletCgroup {
+pub(crate) struct KubeletCgroup {
     /// The pod's QoS class.
     pub qos: QosClass,
     /// The pod's uid (with `-`, as the API server spells it).
@@ -36,7 +36,7 @@ pub struct KubeletCgroup {
 /// The QoS class and pod uid of a pod cgroup name of either driver, or of
 /// a container's cgroups path below one; `None` for any other path (not
 /// the kubelet's, or a kubelet without `--cgroups-per-qos`).
-pub fn kubelet_cgroup(path: &str) -> Option<KubeletCgroup> {
+pub(crate) fn kubelet_cgroup(path: &str) -> Option<KubeletCgroup> {
     let names: Vec<&str> = path.split(['/', ':']).filter(|n| !n.is_empty()).collect();
     // The systemd driver: the pod's own slice says it all.
     for name in &names {

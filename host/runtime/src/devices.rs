@@ -41,8 +41,9 @@ pub enum ResourceHint {
 
 impl ResourceHint {
     /// Whether `resource` (a provider's resource name) is the one hinted
-    /// at.
-    pub fn matches(&self, resource: &str) -> bool {
+    /// at (the tests check the hints with it).
+    #[cfg(test)]
+    pub(crate) fn matches(&self, resource: &str) -> bool {
         match self {
             ResourceHint::NvidiaGpu => resource.starts_with("nvidia.com/"),
             ResourceHint::PciDevice { env_name } => {
@@ -72,7 +73,7 @@ pub enum DeviceId {
 
 /// The devices named by the container's environment (`KEY=VALUE`
 /// entries, as `process.env` holds them).
-pub fn assigned_devices(env: &[String]) -> Result<Vec<AssignedDevices>, MappingError> {
+pub(crate) fn assigned_devices(env: &[String]) -> Result<Vec<AssignedDevices>, MappingError> {
     let mut out = Vec::new();
     for entry in env {
         let Some((key, value)) = entry.split_once('=') else {

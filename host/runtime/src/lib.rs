@@ -16,9 +16,9 @@
 //! container is admitted on its own, in container scope; releasing it when
 //! it stops gives init containers' resources back before app containers
 //! start, as the kubelet's reuse does), named as its Kubernetes pod
-//! ([`annotations`]):
+//! (`annotations.rs`):
 //!
-//! - **requests and limits** from the Linux resources ([`resources`]): CPU
+//! - **requests and limits** from the Linux resources (`resources.rs`): CPU
 //!   request from `cpu.shares`, CPU limit from quota and period, memory
 //!   limit, memory request from `memory.reservation`, hugepage limits, and
 //!   the extended resources of the `topomgr.io/resources` annotation. As
@@ -26,21 +26,21 @@
 //!   request (Podman's `--cpus 1 --memory 256m` is 1 CPU and 256 MiB
 //!   requested and limited). A request above its limit, which Kubernetes
 //!   refuses, is an error naming both;
-//! - **QoS class** from the kubelet's cgroup parent ([`cgroup_parent`]),
+//! - **QoS class** from the kubelet's cgroup parent (`cgroup_parent.rs`),
 //!   which knows the whole pod (a container of a Burstable pod may on its
 //!   own look Guaranteed); without one (Podman), derived from the
 //!   container's requests and limits as Kubernetes derives it
 //!   (`pkg/apis/core/v1/helper/qos`, [`topomgr_manifest::one_container_qos`]);
 //! - **devices** the device plugins already assigned, from its
-//!   environment ([`devices`]), for the providers that know them.
+//!   environment (`devices.rs`), for the providers that know them.
 //!
 //! A container whose spec sets `linux.resources.cpu.cpus` was pinned by
 //! its user (`podman run --cpuset-cpus`) and is left alone.
 
-pub mod annotations;
-pub mod cgroup_parent;
-pub mod devices;
-pub mod resources;
+mod annotations;
+mod cgroup_parent;
+mod devices;
+mod resources;
 
 use std::collections::BTreeMap;
 
@@ -49,7 +49,7 @@ use topomgr_sdk::{ContainerView, PodResources, PodView, ResourceList};
 
 pub use annotations::{Identity, IdentitySource, PodSandbox};
 pub use devices::{AssignedDevices, DeviceId, ResourceHint};
-pub use resources::LinuxResources;
+pub use resources::{HugepageLimit, LinuxCpu, LinuxMemory, LinuxResources};
 
 /// Why a container's spec cannot be mapped.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

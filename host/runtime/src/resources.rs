@@ -35,15 +35,17 @@ use serde::Deserialize;
 use topomgr_sdk::quantity::BinarySi;
 
 /// The fewest `cpu.shares` the kubelet writes (and cgroups accept).
-pub const MIN_SHARES: u64 = 2;
+pub(crate) const MIN_SHARES: u64 = 2;
 /// The most `cpu.shares` the kubelet writes.
-pub const MAX_SHARES: u64 = 262_144;
+#[cfg(test)]
+pub(crate) const MAX_SHARES: u64 = 262_144;
 /// `cpu.shares` worth one CPU.
-pub const SHARES_PER_CPU: u64 = 1024;
+pub(crate) const SHARES_PER_CPU: u64 = 1024;
 /// The CFS period the kubelet writes (µs), and the kernel's default.
-pub const QUOTA_PERIOD: u64 = 100_000;
+pub(crate) const QUOTA_PERIOD: u64 = 100_000;
 /// The smallest CFS quota the kubelet writes (µs).
-pub const MIN_QUOTA: i64 = 1000;
+#[cfg(test)]
+pub(crate) const MIN_QUOTA: i64 = 1000;
 
 /// `linux.resources`: the fields topomgr reads (others are ignored).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
@@ -104,7 +106,7 @@ pub struct HugepageLimit {
 /// Millicores of a CPU request from `cpu.shares`, as the kubelet reads
 /// them back (`SharesToMilliCPU`): ⌈shares × 1000 / 1024⌉ for shares of at
 /// least [`MIN_SHARES`], 0 below.
-pub fn shares_to_millicpu(shares: u64) -> u64 {
+pub(crate) fn shares_to_millicpu(shares: u64) -> u64 {
     if shares < MIN_SHARES {
         return 0;
     }
@@ -114,8 +116,9 @@ pub fn shares_to_millicpu(shares: u64) -> u64 {
 }
 
 /// `cpu.shares` of a CPU request in millicores, as the kubelet writes them
-/// (`MilliCPUToShares`).
-pub fn millicpu_to_shares(millicpu: u64) -> u64 {
+/// (`MilliCPUToShares`); the tests' oracle of [`shares_to_millicpu`].
+#[cfg(test)]
+pub(crate) fn millicpu_to_shares(millicpu: u64) -> u64 {
     if millicpu == 0 {
         return MIN_SHARES;
     }
@@ -130,7 +133,7 @@ pub fn millicpu_to_shares(millicpu: u64) -> u64 {
 /// quota × 1000 / period, integer division. No quota (absent, 0, or −1
 /// for unlimited): no limit. No period: the kernel's default,
 /// [`QUOTA_PERIOD`].
-pub fn quota_to_millicpu(quota: Option<i64>, period: Option<u64>) -> Option<u64> {
+pub(crate) fn quota_to_millicpu(quota: Option<i64>, period: Option<u64>) -> Option<u64> {
     let quota = u64::try_from(quota?).ok().filter(|q| *q > 0)?;
     let period = period.filter(|p| *p > 0).unwrap_or(QUOTA_PERIOD);
     let m = u128::from(quota) * 1000 / u128::from(period);
@@ -139,8 +142,10 @@ pub fn quota_to_millicpu(quota: Option<i64>, period: Option<u64>) -> Option<u64>
 
 /// `cpu.cfs_quota_us` of a CPU limit in millicores with period `period`,
 /// as the kubelet writes it (`MilliCPUToQuota`): 0 (no quota) for no
-/// limit, at least [`MIN_QUOTA`].
-pub fn millicpu_to_quota(millicpu: u64, period: u64) -> i64 {
+/// limit, at least [`MIN_QUOTA`]; the tests' oracle of
+/// [`quota_to_millicpu`].
+#[cfg(test)]
+pub(crate) fn millicpu_to_quota(millicpu: u64, period: u64) -> i64 {
     if millicpu == 0 {
         return 0;
     }
@@ -150,7 +155,7 @@ pub fn millicpu_to_quota(millicpu: u64, period: u64) -> i64 {
 
 /// A page size in libcontainer's spelling (`64KB`, `2MB`, `1GB`) in
 /// bytes; `None` when it is not one.
-pub fn page_size_bytes(page_size: &str) -> Option<u64> {
+pub(crate) fn page_size_bytes(page_size: &str) -> Option<u64> {
     const UNITS: [&str; 6] = ["B", "KB", "MB", "GB", "TB", "PB"];
     let split = page_size.find(|c: char| !c.is_ascii_digit())?;
     let (digits, unit) = page_size.split_at(split);
@@ -166,7 +171,7 @@ pub fn page_size_bytes(page_size: &str) -> Option<u64> {
 
 /// The Kubernetes resource of a hugepage size (`2MB` →
 /// `hugepages-2Mi`); `None` when the size does not parse.
-pub fn hugepage_resource(page_size: &str) -> Option<String> {
+pub(crate) fn hugepage_resource(page_size: &str) -> Option<String> {
     let bytes = page_size_bytes(page_size).filter(|b| *b > 0)?;
     Some(format!("hugepages-{}", BinarySi(bytes)))
 }

@@ -6,12 +6,13 @@ use std::process::ExitCode;
 use clap::Args;
 use topomgr_engine::admission::{AdmitResult, TraceStep};
 use topomgr_node::api::{Admission, Admissions, Attachments, Explains};
+use topomgr_node::lock_holder::Role;
 use topomgr_node::node_state::NodeState;
 use topomgr_node::state_dir::StateDir;
 use topomgr_sdk::HintSet;
 
 use super::text::{field, Columns};
-use super::{host, Output};
+use super::{inputs, Output};
 
 /// Arguments of `topomgr admit`.
 #[derive(Debug, Args)]
@@ -156,16 +157,25 @@ pub fn run(config: &Path, args: AdmitArgs) -> anyhow::Result<ExitCode> {
     if let Some(socket) = &args.socket {
         return super::client::admit(socket, &args.pods, args.output);
     }
-    let cfg = host::load_config(config)?;
+    let cfg = inputs::load_config(config)?;
     let pods = topomgr_manifest::read_pods(&args.pods)?;
-    let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
+    let machine = inputs::discover(&cfg, args.sysfs_root.as_deref())?;
     let mut node = NodeState::from_config(&cfg, &machine)?;
+    let role = if args.dry_run {
+        Role::AdmitDryRun
+    } else {
+        Role::Admit
+    };
     let mut held = match &args.state_dir {
-        Some(dir) => Some(StateDir::open(dir, &mut node)?),
+        Some(dir) => Some(StateDir::open(dir, &mut node, role)?),
         None => None,
     };
     let results: Vec<AdmitResult> = match (held.as_mut(), args.dry_run) {
         (Some(held), false) => {
+            // With cgroups in the state, admitting writes cpusets (the
+            // shared pool): only while this command may own the node.
+            let dir = args.state_dir.as_deref().unwrap_or(&cfg.state_dir);
+            let _node = inputs::node_lock_for(&cfg, dir, Role::Admit, &node)?;
             held.reclaim(&mut node);
             let results = pods.iter().map(|p| node.admit(p)).collect();
             held.save(&mut node)?;
@@ -247,12 +257,12 @@ fn print_step(step: &TraceStep) {
 
 /// Admit (without saving) and print each decision's trace.
 pub fn explain(config: &Path, args: ExplainArgs) -> anyhow::Result<ExitCode> {
-    let cfg = host::load_config(config)?;
+    let cfg = inputs::load_config(config)?;
     let pods = topomgr_manifest::read_pods(&args.pods)?;
-    let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
+    let machine = inputs::discover(&cfg, args.sysfs_root.as_deref())?;
     let mut node = NodeState::from_config(&cfg, &machine)?;
     let _held = match &args.state_dir {
-        Some(dir) => Some(StateDir::open(dir, &mut node)?),
+        Some(dir) => Some(StateDir::open(dir, &mut node, Role::Explain)?),
         None => None,
     };
     let adm = node.admitter_mut();

@@ -11,7 +11,7 @@ use topomgr_manifest::STDIN_PATH;
 use topomgr_node::api::{Admission, Admissions, Attached, Attachments, PodList};
 
 use super::admit::{print_json, print_table};
-use super::{host, Output};
+use super::{inputs, Output};
 
 /// `--socket PATH` (default: the configured `[daemon] socket`).
 #[derive(Debug, Args)]
@@ -26,7 +26,7 @@ impl SocketArg {
     pub fn client(&self, config: &Path) -> anyhow::Result<Client> {
         let path = match &self.socket {
             Some(p) => p.clone(),
-            None => host::load_config(config)?.daemon.socket,
+            None => inputs::load_config(config)?.daemon.socket,
         };
         Ok(Client::new(&path))
     }

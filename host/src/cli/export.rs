@@ -8,12 +8,13 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
+use topomgr_node::lock_holder::Role;
 use topomgr_node::node_state::NodeState;
 use topomgr_node::nrt::NodeResourceTopology;
 use topomgr_node::state_dir::StateDir;
 
 use super::client::SocketArg;
-use super::host;
+use super::inputs;
 
 /// Arguments of `topomgr export`.
 #[derive(Debug, Args)]
@@ -62,10 +63,10 @@ pub fn run(config: &Path, args: ExportArgs) -> anyhow::Result<ExitCode> {
 fn nrt(config: &Path, args: NrtArgs) -> anyhow::Result<ExitCode> {
     let object = match &args.state_dir {
         Some(dir) => {
-            let cfg = host::load_config(config)?;
-            let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
+            let cfg = inputs::load_config(config)?;
+            let machine = inputs::discover(&cfg, args.sysfs_root.as_deref())?;
             let mut node = NodeState::from_config(&cfg, &machine)?;
-            let _held = StateDir::open(dir, &mut node)?;
+            let _held = StateDir::open(dir, &mut node, Role::ExportNrt)?;
             let name = topomgr_node::nrt::node_name(&cfg)?;
             topomgr_node::nrt::of_admitter(&name, &machine, node.admitter_mut())?
         }

@@ -3,13 +3,14 @@
 mod admit;
 mod client;
 mod export;
-mod host;
+mod inputs;
 mod merge;
 mod oci_hook;
 mod provider;
 mod release;
 mod run;
 mod serve;
+mod state;
 mod text;
 mod topology;
 
@@ -17,9 +18,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
-
-/// Default configuration file.
-pub const DEFAULT_CONFIG: &str = "/etc/topomgr/topomgr.toml";
 
 /// What `topomgr --version` prints: the host's version and the plugin SDK
 /// version and ABI it loads (plugins must be built with an SDK of the same
@@ -38,7 +36,7 @@ pub static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 #[command(name = "topomgr", version = VERSION.as_str(), about)]
 pub struct Cli {
     /// Configuration file (drop-ins are read from its plugins.d/).
-    #[arg(long, global = true, default_value = DEFAULT_CONFIG)]
+    #[arg(long, global = true, default_value = topomgr_node::config::DEFAULT_CONFIG_PATH)]
     pub config: PathBuf,
     /// More logging on stderr (-v info, -vv debug, -vvv trace; RUST_LOG overrides).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
@@ -76,7 +74,8 @@ pub enum Command {
     /// Call one loaded provider directly.
     Provider(provider::ProviderArgs),
     /// Run a command NUMA-aligned: admit a one-container Guaranteed pod,
-    /// start the command in its cgroup with the cpuset applied, release when it ends.
+    /// start the command in its cgroup with the cpuset applied, release when it ends
+    /// (through the daemon when one owns the node).
     Run(run::RunArgs),
     /// Run the daemon: the HTTP/JSON API on a Unix socket (SPEC section 7).
     Serve(serve::ServeArgs),
@@ -91,6 +90,8 @@ pub enum Command {
     /// The OCI runtime hook: place a container through the daemon at
     /// createRuntime, release it at poststop (the container's state on stdin).
     OciHook(oci_hook::OciHookArgs),
+    /// Check or recover a state directory (`state check`, `state recover`).
+    State(state::StateArgs),
 }
 
 /// Install the stderr logger.
@@ -150,5 +151,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Attach(args) => client::attach(&cli.config, args),
         Command::Export(args) => export::run(&cli.config, args),
         Command::OciHook(args) => oci_hook::run(&cli.config, args),
+        Command::State(args) => state::run(args),
     }
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 use topomgr_oci_hook::{read_state, Hook, HookError, Stage};
 
-use super::host;
+use super::inputs;
 
 /// Exit status of a rejected container.
 const REJECTED: u8 = 1;
@@ -47,7 +47,7 @@ pub struct OciHookArgs {
 /// Run the hook for the container whose OCI state is on stdin.
 pub fn run(config: &Path, args: OciHookArgs) -> anyhow::Result<ExitCode> {
     let state = read_state(std::io::stdin().lock())?;
-    let cfg = host::load_config(config)?;
+    let cfg = inputs::load_config(config)?;
     let hook = Hook {
         socket: args.socket.unwrap_or(cfg.daemon.socket),
         cgroup_root: cfg.cgroup_root,

@@ -9,7 +9,7 @@ use topomgr_node::api::{PreferredDevices, ProviderAllocation};
 use topomgr_node::store;
 use topomgr_sdk::{PodView, PreferredAllocationRequest, TopologyHint};
 
-use super::host;
+use super::inputs;
 
 /// Arguments of `topomgr provider`.
 #[derive(Debug, Args)]
@@ -135,13 +135,19 @@ fn refused(name: &str, e: &topomgr_sdk::ProviderError) -> ExitCode {
 
 /// Run one provider call.
 pub fn run(config: &Path, args: ProviderArgs) -> anyhow::Result<ExitCode> {
-    let cfg = host::load_config(config)?;
-    let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
+    let cfg = inputs::load_config(config)?;
+    let machine = inputs::discover(&cfg, args.sysfs_root.as_deref())?;
     let mut provider = topomgr_node::setup::load_provider(&cfg, &args.name, &machine)?;
     let _lock = match &args.state_dir {
         Some(dir) => {
+            let me = topomgr_node::lock_holder::Holder::current(
+                topomgr_node::lock_holder::Role::Provider,
+                dir,
+                None,
+            );
             let lock = topomgr_node::state_lock::StateLock::acquire_within(
                 dir,
+                &me,
                 topomgr_node::state_dir::STATE_LOCK_WAIT,
             )?;
             store::restore_provider(dir, &mut provider).context("restoring provider state")?;

@@ -9,11 +9,12 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 use topomgr_engine::admission::AdmissionError;
+use topomgr_node::lock_holder::Role;
 use topomgr_node::node_state::NodeState;
 use topomgr_node::state_dir::StateDir;
 
 use super::client::{self, SocketArg};
-use super::host;
+use super::inputs;
 
 /// Arguments of `topomgr release`.
 #[derive(Debug, Args)]
@@ -32,10 +33,13 @@ pub fn run(config: &Path, args: ReleaseArgs) -> anyhow::Result<ExitCode> {
     let Some(dir) = &args.state_dir else {
         return client::release(config, &args.socket, &args.uid);
     };
-    let cfg = host::load_config(config)?;
-    let machine = host::discover(&cfg, None)?;
+    let cfg = inputs::load_config(config)?;
+    let machine = inputs::discover(&cfg, None)?;
     let mut node = NodeState::from_config(&cfg, &machine)?;
-    let mut held = StateDir::open(dir, &mut node)?;
+    let mut held = StateDir::open(dir, &mut node, Role::Release)?;
+    // With cgroups in the state, it removes cgroups and grows the shared
+    // pool: only while this command may own the node.
+    let _node = inputs::node_lock_for(&cfg, dir, Role::Release, &node)?;
     let uid = &args.uid;
     if !node.pods().contains_key(uid) {
         eprintln!(

@@ -1,18 +1,18 @@
-//! `topomgr run [--cpus N] [--memory Q] [--resource NAME=N]... -- CMD ARGS`:
+//! `topomgr run [--socket PATH] [--cpus N] [--memory Q] [--resource NAME=N]... -- CMD ARGS`:
 //! the options and the messages; the run itself is `topomgr_run`'s.
 
 use std::ffi::OsString;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use clap::Args;
 use topomgr_manifest::quantity::parse_resource_amount;
-use topomgr_run::{Ended, Run, Signals, Teardown};
+use topomgr_run::{Ended, Run, Signals, Teardown, Through};
 use topomgr_sdk::ResourceList;
 use tracing::{info, warn};
 
-use super::host;
+use super::inputs;
 use super::text::field;
 
 /// Exit status when the pod is rejected.
@@ -21,6 +21,11 @@ const REJECTED: u8 = 1;
 /// Arguments of `topomgr run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
+    /// Run through the daemon at this socket (default: through the daemon
+    /// of the config's [daemon] socket when one owns the node, else without
+    /// a daemon).
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
     /// CPUs to request (a Kubernetes quantity: 2, 1.5, 500m). Integer counts
     /// get exclusive CPUs from a static CPU provider.
     #[arg(long, value_name = "N")]
@@ -72,21 +77,26 @@ fn requests(args: &RunArgs) -> anyhow::Result<ResourceList> {
 pub fn run(config: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     let signals = Signals::install()?;
     let pod = topomgr_run::pod(requests(&args)?);
-    let cfg = host::load_config(config)?;
-    let machine = host::discover(&cfg, None)?;
-    let mut run = Run::new(cfg, &machine, &pod)?;
-    let result = match run.admit(&pod) {
+    let cfg = inputs::load_config(config)?;
+    let mut run = match topomgr_run::through(&cfg, args.socket.as_deref())? {
+        Through::Itself(node_lock) => {
+            let machine = inputs::discover(&cfg, None)?;
+            Run::new(cfg, &machine, &pod, node_lock)?
+        }
+        Through::Daemon { socket, found } => Run::through_daemon(&cfg, &socket, found, &pod)?,
+    };
+    let admission = match run.admit(&pod) {
         Ok(r) => r,
         Err(e) => {
             report_teardown(run.teardown());
             return Err(e.into());
         }
     };
-    if !result.admitted {
+    if !admission.admitted {
         eprintln!(
             "topomgr: pod rejected: {}: {}",
-            field(result.reason.as_deref().unwrap_or("rejected")),
-            field(result.message.as_deref().unwrap_or(""))
+            field(admission.reason.as_deref().unwrap_or("rejected")),
+            field(admission.message.as_deref().unwrap_or(""))
         );
         let holders = run.exclusive_holders();
         if !holders.is_empty() {
@@ -97,7 +107,7 @@ pub fn run(config: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::from(REJECTED));
     }
-    let ended = run.start_and_wait(&args.command, &result, &signals);
+    let ended = run.start_and_wait(&args.command, &admission, &signals);
     let teardown = run.teardown();
     drop(signals);
     report_teardown(teardown);
@@ -124,8 +134,9 @@ fn report_teardown(t: Teardown) {
         let pids: Vec<String> = pids.iter().map(u32::to_string).collect();
         info!(pids = %pids.join(","), "processes remain in the cgroup; the pod stays held");
         eprintln!(
-            "topomgr: warning: processes {} are still in the command's cgroup; its CPUs stay reserved until they exit (the next topomgr run reclaims them then; topomgr release --state-dir DIR UID releases them now)",
-            pids.join(",")
+            "topomgr: warning: processes {} are still in the command's cgroup; its CPUs stay reserved until they exit ({})",
+            pids.join(","),
+            t.release_later
         );
     }
     for e in t.errors {
@@ -142,6 +153,7 @@ mod tests {
 
     fn args(cpus: Option<&str>, memory: Option<&str>, res: &[&str]) -> RunArgs {
         RunArgs {
+            socket: None,
             cpus: cpus.map(str::to_string),
             memory: memory.map(str::to_string),
             resources: res.iter().map(|s| s.to_string()).collect(),

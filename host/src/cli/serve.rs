@@ -1,4 +1,4 @@
-//! `topomgr serve`: lock the state directory, discover, load providers, run the daemon.
+//! `topomgr serve`: take the node and the state directory, discover, load providers, run the daemon.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -8,9 +8,11 @@ use clap::Args;
 use topomgr_daemon::{self as daemon, Daemon};
 use topomgr_node::setup::AdmitterParts;
 
+use topomgr_node::lock_holder::{Holder, Role};
+use topomgr_node::node_lock::NodeLock;
 use topomgr_node::state_lock::StateLock;
 
-use super::host;
+use super::inputs;
 
 /// Arguments of `topomgr serve`.
 #[derive(Debug, Args)]
@@ -28,16 +30,21 @@ pub struct ServeArgs {
 
 /// Run the daemon until SIGTERM or SIGINT.
 pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
-    let mut cfg = host::load_config_protected(config)?;
+    let mut cfg = inputs::load_config_protected(config)?;
     if let Some(dir) = args.state_dir {
         cfg.state_dir = dir;
     }
-    // Lock first: providers may read their state directories while loading.
-    let lock = StateLock::acquire(&cfg.state_dir)?;
-    let machine = host::discover(&cfg, args.sysfs_root.as_deref())?;
+    let socket = args.socket.unwrap_or_else(|| cfg.daemon.socket.clone());
+    // The node first (who else writes these cpusets), then the state
+    // directory; both before loading: providers may read their state
+    // directories while loading.
+    let me = Holder::current(Role::Serve, &cfg.state_dir, Some(&socket));
+    let node_lock = NodeLock::acquire(&cfg.cgroup_root, &me)?;
+    let lock = StateLock::acquire(&cfg.state_dir, &me)?;
+    let machine = inputs::discover(&cfg, args.sysfs_root.as_deref())?;
     let parts = AdmitterParts::from_config(&cfg, &machine)?;
     daemon::run(Daemon {
-        socket: args.socket.unwrap_or_else(|| cfg.daemon.socket.clone()),
+        socket,
         group: cfg.daemon.group.clone(),
         metrics_address: cfg.daemon.metrics_address,
         provider_timeout: Duration::from_millis(cfg.daemon.provider_timeout_ms),
@@ -49,6 +56,7 @@ pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
         scope: parts.scope,
         providers: parts.providers,
         lock,
+        node_lock,
         export: topomgr_node::nrt::ExportSettings {
             node_name: topomgr_node::nrt::node_name(&cfg)?,
             file: cfg.export_file.clone(),

@@ -3,12 +3,12 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use super::{host, Output};
+use super::{inputs, Output};
 
 /// Discover and print as JSON (SPEC section 6) or a table.
 pub fn run(config: &Path, sysfs_root: Option<&Path>, output: Output) -> anyhow::Result<ExitCode> {
-    let cfg = host::load_config(config)?;
-    let machine = host::discover(&cfg, sysfs_root)?;
+    let cfg = inputs::load_config(config)?;
+    let machine = inputs::discover(&cfg, sysfs_root)?;
     match output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&machine)?),
         Output::Table => print!(

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use super::common::workspace_root;
 
 /// The host's crates: (package, source directory relative to the workspace).
-const HOST_CRATES: [(&str, &str); 10] = [
+const HOST_CRATES: [(&str, &str); 11] = [
     ("topomgr", "host/src"),
     ("topomgr-discovery", "host/discovery/src"),
     ("topomgr-cgroup", "host/cgroup/src"),
@@ -25,6 +25,7 @@ const HOST_CRATES: [(&str, &str); 10] = [
     ("topomgr-run", "host/run/src"),
     ("topomgr-runtime", "host/runtime/src"),
     ("topomgr-oci-hook", "host/oci-hook/src"),
+    ("topomgr-nri", "host/nri/src"),
 ];
 
 /// Every `.rs` file under `dir`.
@@ -299,7 +300,13 @@ fn host_crates_depend_only_on_the_crates_below_them() {
         ),
         (
             "topomgr-run",
-            &["topomgr-engine", "topomgr-cgroup", "topomgr-node"],
+            &[
+                "topomgr-engine",
+                "topomgr-cgroup",
+                "topomgr-manifest",
+                "topomgr-node",
+                "topomgr-daemon",
+            ],
         ),
         ("topomgr-runtime", &["topomgr-manifest"]),
         ("topomgr-nri", &[]),
@@ -345,4 +352,30 @@ fn only_the_sdk_and_the_plugin_loader_name_abi_stable() {
         }
     }
     assert_eq!(named, ["host/node/src/plugin.rs"]);
+}
+
+/// One owner per node: cpusets are written only through the node state
+/// (`NodeState::attach` and the shared pool), which a process changes
+/// only while it owns the node (the daemon, or a one-shot command holding
+/// the node lock): no other module calls the cgroup crate's cpuset writes.
+#[test]
+fn cpusets_are_written_only_by_the_node_state() {
+    let root = workspace_root();
+    let mut writers = Vec::new();
+    for (krate, src) in HOST_CRATES {
+        if krate == "topomgr-cgroup" {
+            continue;
+        }
+        for file in rust_files(&root.join(src)) {
+            let text = fs::read_to_string(&file).unwrap();
+            let code = without_comments(text.split("#[cfg(test)]\nmod tests").next().unwrap());
+            if [".set_cpuset(", ".set_cpus(", "write_pool("]
+                .iter()
+                .any(|w| code.contains(w))
+            {
+                writers.push(file.strip_prefix(&root).unwrap().display().to_string());
+            }
+        }
+    }
+    assert_eq!(writers, ["host/node/src/node_state.rs"]);
 }

@@ -469,3 +469,89 @@ impl Drop for TestCgroups {
         }
     }
 }
+
+/// Held while a test runs topomgr processes on the machine's cgroup
+/// hierarchy: one node has one owner (the node lock refuses a second state
+/// directory, and any one-shot command beside a daemon), so such tests run
+/// one at a time, in this process and across test processes (a lock file
+/// in the temporary directory). A thread that holds it may take it again.
+pub struct NodeGuard(());
+
+struct NodeGuardState {
+    owner: Option<std::thread::ThreadId>,
+    depth: usize,
+    file: Option<std::fs::File>,
+}
+
+static NODE_GUARD: std::sync::Mutex<NodeGuardState> = std::sync::Mutex::new(NodeGuardState {
+    owner: None,
+    depth: 0,
+    file: None,
+});
+static NODE_GUARD_FREED: std::sync::Condvar = std::sync::Condvar::new();
+
+/// Take the [`NodeGuard`] (waiting for the test that holds it).
+pub fn node_guard() -> NodeGuard {
+    use std::os::fd::AsRawFd as _;
+    let me = std::thread::current().id();
+    let mut st = NODE_GUARD.lock().unwrap_or_else(|p| p.into_inner());
+    loop {
+        match st.owner {
+            None => break,
+            Some(t) if t == me => {
+                st.depth += 1;
+                return NodeGuard(());
+            }
+            Some(_) => st = NODE_GUARD_FREED.wait(st).unwrap_or_else(|p| p.into_inner()),
+        }
+    }
+    let path = std::env::temp_dir().join("topomgr-tests-real-cgroups.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
+    // SAFETY: flock on an open descriptor this function owns; it blocks
+    // until the other test process lets go.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) };
+    assert_eq!(
+        rc,
+        0,
+        "flock {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+    st.owner = Some(me);
+    st.depth = 1;
+    st.file = Some(file);
+    NodeGuard(())
+}
+
+impl Drop for NodeGuard {
+    fn drop(&mut self) {
+        let mut st = NODE_GUARD.lock().unwrap_or_else(|p| p.into_inner());
+        st.depth -= 1;
+        if st.depth == 0 {
+            st.owner = None;
+            st.file = None;
+            NODE_GUARD_FREED.notify_all();
+        }
+    }
+}
+
+/// [`node_guard`] when the config file `config` puts topomgr on the
+/// machine's cgroup hierarchy (its `cgroup_root` is on a cgroup
+/// filesystem), else `None`.
+pub fn node_guard_for(config: &Path) -> Option<NodeGuard> {
+    let opts = topomgr_node::config::LoadOptions {
+        env: &|_| None,
+        protected: false,
+    };
+    let cfg = topomgr_node::config::load_with(config, &opts).ok()?;
+    matches!(
+        topomgr_cgroup::hierarchy::Hierarchy::of(&cfg.cgroup_root),
+        topomgr_cgroup::hierarchy::Hierarchy::Cgroupfs { .. }
+    )
+    .then(node_guard)
+}

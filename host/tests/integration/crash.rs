@@ -16,9 +16,10 @@
 //!
 //! The state is a snapshot plus a journal of records. A `kill -9` never
 //! tears a `write`, so before some restarts the test tears the journal's
-//! end itself, as a power cut during an append would (a record cut short,
-//! garbage, a length with nothing behind it): such a tail was never
-//! acknowledged, and the restarted daemon must ignore it and lose nothing.
+//! end itself, as a power cut during an append would (the next record cut
+//! short, its last blocks never written, zeros where the file grew): such a
+//! tail was never acknowledged, and the restarted daemon must cut it off
+//! and lose nothing.
 
 use crate::common;
 
@@ -32,6 +33,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use proptest::prelude::{Rng as _, RngExt as _};
+use proptest::test_runner::{RngAlgorithm, TestRng};
 use topomgr_daemon::client::Client;
 use topomgr_node::api::{Admission, Admissions, Health, HealthStatus, PodList};
 
@@ -51,63 +54,61 @@ enum Known {
     Unknown,
 }
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        // xorshift64*
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+/// The random choices of a run (storm, kill times, tears) from `seed`:
+/// proptest's ChaCha generator, so one seed gives one sequence of choices.
+fn rng(seed: u64) -> TestRng {
+    let mut bytes = [0u8; 32];
+    for chunk in bytes.chunks_mut(8) {
+        chunk.copy_from_slice(&seed.to_le_bytes());
     }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
+    TestRng::from_seed(RngAlgorithm::ChaCha, &bytes)
 }
 
-/// The byte ranges of the journal's records (after its header line).
-fn frames(journal: &[u8]) -> Vec<std::ops::Range<usize>> {
-    let Some(nl) = journal.iter().position(|b| *b == b'\n') else {
-        return Vec::new();
-    };
-    let (mut at, mut out) = (nl + 1, Vec::new());
-    while journal.len() - at >= 36 {
-        let len = u32::from_le_bytes(journal[at..at + 4].try_into().unwrap()) as usize;
-        if journal.len() - at - 36 < len {
-            break;
-        }
-        out.push(at..at + 36 + len);
-        at += 36 + len;
-    }
-    out
-}
+/// The environment variable that fixes the seed (to replay a run's choices).
+const SEED_ENV: &str = "TOPOMGR_CRASH_SEED";
 
-/// Tear the end of the journal in `state` the way kill `n` chooses;
-/// returns what was done.
-fn tear(state: &Path, n: usize, rng: &mut Rng) -> &'static str {
+/// Tear the end of the journal in `state` the way kill `n` chooses, as a
+/// power cut during the next append would (a `kill -9` never tears a
+/// `write`); returns what was done.
+fn tear(state: &Path, n: usize, rng: &mut TestRng) -> &'static str {
     let path = state.join("state.journal");
     let Ok(mut bytes) = fs::read(&path) else {
         return "no journal";
     };
+    let Ok(contents) = topomgr_node::journal::parse(&path, &bytes) else {
+        return "no journal";
+    };
+    let Some(last) = contents.records.last() else {
+        return "no record";
+    };
+    // The next record's frame (its payload as long as the last one's).
+    let next = topomgr_node::journal::frame(last.seq + 1, &last.payload);
     let what = match n % 3 {
         0 => {
-            let Some(last) = frames(&bytes).pop() else {
-                return "no record";
-            };
-            let cut = 1 + rng.below(last.len() as u64 - 1) as usize;
-            let torn: Vec<u8> = bytes[last.start..last.start + cut].to_vec();
-            bytes.extend_from_slice(&torn);
-            "a record cut short"
+            let cut = rng.random_range(1..next.len());
+            bytes.extend_from_slice(&next[..cut]);
+            "the next record cut short"
         }
         1 => {
-            bytes.extend((0..1 + rng.below(300)).map(|_| rng.next() as u8));
-            "garbage"
+            // All of it, but from a block boundary on never written (at
+            // least a payload byte: a frame that reads whole is a record).
+            let start = bytes.len();
+            bytes.extend_from_slice(&next);
+            let end = bytes.len();
+            let boundaries: Vec<usize> = (start / 512 + 1..=end / 512)
+                .map(|b| b * 512)
+                .filter(|&b| b + 2 <= end)
+                .collect();
+            let from = match boundaries.len() {
+                0 => start,
+                k => boundaries[rng.random_range(0..k)],
+            };
+            bytes[from..].fill(0);
+            "the next record with its last blocks never written"
         }
         _ => {
-            bytes.extend_from_slice(&4096u32.to_le_bytes());
-            bytes.extend_from_slice(&[0u8; 40]);
-            "a length with too little behind it"
+            bytes.extend(std::iter::repeat_n(0u8, rng.random_range(1..=1000)));
+            "zeros where the file grew and nothing was written"
         }
     };
     fs::write(&path, bytes).unwrap();
@@ -173,10 +174,10 @@ fn storm(
     seed: u64,
     stop: Arc<AtomicBool>,
 ) -> Vec<Known> {
-    let mut rng = Rng(seed | 1);
+    let mut rng = rng(seed);
     let mut c = Client::new(&socket);
     while !stop.load(Ordering::Relaxed) {
-        let i = rng.below(PODS_PER_THREAD as u64) as usize;
+        let i = rng.random_range(0..PODS_PER_THREAD);
         let u = uid(t, i);
         let admit = known[i] == Known::Absent;
         let before = known[i].clone();
@@ -283,7 +284,7 @@ fn kill_9_storm_loses_nothing_and_never_double_assigns() {
     fs::write(
         &config,
         format!(
-            "policy = \"single-numa-node\"\nsysfs_root = \"{}\"\nstate_dir = \"state\"\n[providers.widgets]\nlibrary = \"{}\"\n[providers.widgets.config]\nwidgets_per_node = 2\n[providers.cpu]\nlibrary = \"{}\"\n[providers.cpu.config]\npolicy = \"static\"\nreserved_cpus = \"0\"\n",
+            "policy = \"single-numa-node\"\nsysfs_root = \"{}\"\nstate_dir = \"state\"\ncgroup_root = \"cgroup\"\n[providers.widgets]\nlibrary = \"{}\"\n[providers.widgets.config]\nwidgets_per_node = 2\n[providers.cpu]\nlibrary = \"{}\"\n[providers.cpu.config]\npolicy = \"static\"\nreserved_cpus = \"0\"\n",
             common::workspace_root().join("examples/machines/2s4n/sys").display(),
             p.widgets.display(),
             common::cpu_plugin().display()
@@ -291,12 +292,17 @@ fn kill_9_storm_loses_nothing_and_never_double_assigns() {
     )
     .unwrap();
     let socket = dir.join("t.sock");
-    let seed = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(42);
-    println!("crash test seed {seed}");
-    let mut rng = Rng(seed | 1);
+    let seed = match std::env::var(SEED_ENV) {
+        Ok(s) => s
+            .parse()
+            .unwrap_or_else(|e| panic!("{SEED_ENV}={s:?}: not a seed ({e})")),
+        Err(_) => SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(42),
+    };
+    println!("crash test seed {seed} (replay its choices with {SEED_ENV}={seed})");
+    let mut rng = rng(seed);
     let mut known: Vec<Vec<Known>> = vec![vec![Known::Absent; PODS_PER_THREAD]; THREADS];
     let (mut acked_ops, mut kills) = (0usize, 0usize);
     let mut torn = Vec::new();
@@ -312,11 +318,11 @@ fn kill_9_storm_loses_nothing_and_never_double_assigns() {
             .cloned()
             .enumerate()
             .map(|(t, k)| {
-                let (s, stop, seed) = (socket.clone(), Arc::clone(&stop), rng.next());
+                let (s, stop, seed) = (socket.clone(), Arc::clone(&stop), rng.next_u64());
                 std::thread::spawn(move || storm(s, t, k, seed, stop))
             })
             .collect();
-        std::thread::sleep(Duration::from_millis(10 + rng.below(120)));
+        std::thread::sleep(Duration::from_millis(rng.random_range(10..130)));
         child.kill().expect("kill -9 the daemon");
         let _ = child.wait();
         kills += 1;

@@ -16,10 +16,12 @@ use topomgr_node::api::{
     Admission, Admissions, Attached, ErrorBody, Health, HealthStatus, PodList,
 };
 
-/// A running daemon; killed when dropped.
+/// A running daemon; killed when dropped. On the machine's cgroup
+/// hierarchy it holds the [`common::NodeGuard`] (one node, one owner).
 pub struct Daemon {
     pub child: Child,
     pub socket: PathBuf,
+    _node: Option<common::NodeGuard>,
 }
 
 impl Daemon {
@@ -29,6 +31,7 @@ impl Daemon {
 
     /// [`Daemon::start`] with more arguments of `topomgr serve`.
     pub fn start_with(config: &Path, socket: &Path, args: &[&Path]) -> Daemon {
+        let node = common::node_guard_for(config);
         let child = Command::new(common::topomgr_bin())
             .arg("--config")
             .arg(config)
@@ -43,6 +46,7 @@ impl Daemon {
         let d = Daemon {
             child,
             socket: socket.to_path_buf(),
+            _node: node,
         };
         d.wait_ready();
         d
@@ -174,7 +178,7 @@ fn api_admit_list_get_release_metrics_and_machine() {
     let r = c.get("/v1/pods").unwrap();
     assert_eq!(
         r.json().unwrap(),
-        json!({"pods": [expected.clone()], "attachments": {}})
+        json!({"pods": [expected.clone()], "attachments": {}, "owners": {}})
     );
     let r = c.get(&format!("/v1/pods/{WIDGETS_UID}")).unwrap();
     assert_eq!((r.status, r.json().unwrap()), (200, expected.clone()));
@@ -293,21 +297,54 @@ fn second_daemon_on_same_state_dir_is_refused_and_restart_restores() {
         .unwrap();
     assert_eq!(r.status, 200);
 
-    let out = Command::new(common::topomgr_bin())
-        .arg("--config")
-        .arg(&config)
-        .args(["serve", "--socket"])
-        .arg(dir.join("b.sock"))
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    let serve = |config: &Path| {
+        Command::new(common::topomgr_bin())
+            .arg("--config")
+            .arg(config)
+            .args(["serve", "--socket"])
+            .arg(dir.join("b.sock"))
+            .output()
+            .unwrap()
+    };
     let state = dir.join("state");
+    let first = format!(
+        "the topomgr daemon (pid {}, command `{} --config {} serve --socket {}`, state directory {}, socket {})",
+        d.child.id(),
+        common::topomgr_bin().display(),
+        config.display(),
+        dir.join("a.sock").display(),
+        state.display(),
+        dir.join("a.sock").display()
+    );
+    // The same cgroup root: the node has its owner.
+    let out = serve(&config);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.starts_with(&format!(
+            "topomgr: error: the directory {} (not a cgroup filesystem) is managed by {first}, and one node has one owner: stop that daemon first, or use it (its socket is {}) (node lock ",
+            dir.join("cgroup").display(),
+            dir.join("a.sock").display()
+        )),
+        "{err}"
+    );
+    // Another cgroup root: the state directory has its daemon.
+    let elsewhere = dir.join("elsewhere.toml");
+    fs::write(
+        &elsewhere,
+        fs::read_to_string(&config)
+            .unwrap()
+            .replace("cgroup_root = \"cgroup\"", "cgroup_root = \"cgroup2\""),
+    )
+    .unwrap();
+    let out = serve(&elsewhere);
+    assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
         format!(
-            "topomgr: error: state directory {} is in use by another topomgr process (pid {}) (lock {}); if a daemon serves it, use the daemon (--socket) or stop it; otherwise give this one another state_dir\n",
+            "topomgr: error: state directory {} belongs to {first} for as long as it runs; topomgr serve never waits for it: stop that daemon first, or use it (its socket is {}) (lock {})\n",
             state.display(),
-            d.child.id(),
+            dir.join("a.sock").display(),
             state.join("topomgr.lock").display()
         )
     );
@@ -352,11 +389,30 @@ fn second_daemon_on_same_state_dir_is_refused_and_restart_restores() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.starts_with(&format!(
-            "topomgr: error: restoring state: {}: state file is damaged: SHA-256 of the body is ",
+            "topomgr: error: restoring state: {}: state file is damaged: SHA-256 of the boot id and body is ",
             path.display()
         )),
         "{err}"
     );
+    let recover = format!("`topomgr state recover --state-dir {}`", state.display());
+    assert!(err.contains(&recover), "{err}");
+    // The remedy named works: recover backs the files up, says which pods
+    // it forgets, and the daemon starts (on empty state).
+    let (code, out, err) = common::topomgr(
+        &dir,
+        &["state", "recover", "--state-dir", state.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("kept: nothing (empty state)"), "{out}");
+    assert!(
+        out.contains("forgotten (admitted by what was dropped"),
+        "{out}"
+    );
+    assert!(out.contains("(uid other-uid)"), "{out}");
+    let d = Daemon::start(&config, &dir.join("a.sock"));
+    let listed: PodList = d.client().get("/v1/pods").unwrap().parse().unwrap();
+    assert!(listed.pods.is_empty());
+    d.stop();
 }
 
 /// A config dir with `daemon` (TOML lines of `[daemon]`) and the mock
@@ -452,7 +508,7 @@ fn reads_are_answered_while_a_slow_admission_runs() {
     let pods = c.get("/v1/pods").unwrap();
     assert_eq!(
         (pods.status, pods.json().unwrap()),
-        (200, json!({"pods": [], "attachments": {}}))
+        (200, json!({"pods": [], "attachments": {}, "owners": {}}))
     );
     assert_eq!(c.get("/v1/health").unwrap().status, 200);
     let metrics = c.get("/metrics").unwrap();

@@ -328,6 +328,7 @@ fn extended_resources_nobody_serves_are_refused_as_the_kubelet_does() {
     // `run` refuses before the command starts: the marker is never written
     // (`run` needs the real cgroup hierarchy; the refusal comes before any
     // cgroup is made).
+    let _node = common::node_guard();
     if common::real_cgroups(
         "extended_resources_nobody_serves_are_refused_as_the_kubelet_does (run)",
     )

@@ -585,24 +585,14 @@ fn read_pods_across_files() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// xorshift64*: a fixed-seed generator for the no-panic loop.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
+/// The example manifests and two more (kubectl's output, a JSON pod with
+/// a number quantity): the seeds the mangling starts from.
+fn seeds() -> &'static [String] {
+    static SEEDS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    SEEDS.get_or_init(read_seeds)
 }
 
-#[test]
-fn never_panics_on_mangled_input() {
+fn read_seeds() -> Vec<String> {
     let mut seeds: Vec<String> = [
         "guaranteed-2cpu.yaml",
         "guaranteed-widgets.yaml",
@@ -619,63 +609,92 @@ fn never_panics_on_mangled_input() {
         "{\"kind\":\"Pod\",\"metadata\":{\"name\":\"j\"},\"spec\":{\"containers\":[{\"name\":\"c\",\"resources\":{\"limits\":{\"cpu\":0.5,\"memory\":\"1Gi\"}}}]}}"
             .to_string(),
     );
-    let alphabet: &[u8] = b" \n\t-:{}[],.\"'#&*!|>%@`0123456789eEkKmMGiTPnu+abcxyz\\";
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-    let mut outcomes = BTreeMap::from([("ok", 0u32), ("err", 0u32)]);
-    let mut record = |text: &str| {
-        let key = match parse_pods(text, "fuzz.yaml") {
-            Ok(_) => "ok",
-            Err(e) => {
-                // Every error message names the source.
-                assert!(e.to_string().starts_with("fuzz.yaml: "), "{e}");
-                "err"
-            }
-        };
-        *outcomes.entry(key).or_default() += 1;
-    };
-    for seed in &seeds {
+    seeds
+}
+
+/// YAML's and JSON's punctuation, digits and quantity suffixes.
+const ALPHABET: &[u8] = b" \n\t-:{}[],.\"'#&*!|>%@`0123456789eEkKmMGiTPnu+abcxyz\\";
+
+/// Parse `text`: it may be refused, never with a panic, and every error
+/// names the source. Whether it parsed.
+fn parses(text: &str) -> bool {
+    match parse_pods(text, "fuzz.yaml") {
+        Ok(_) => true,
+        Err(e) => {
+            assert!(e.to_string().starts_with("fuzz.yaml: "), "{e}");
+            false
+        }
+    }
+}
+
+#[test]
+fn never_panics_on_truncated_or_explosive_input() {
+    let mut outcomes = BTreeMap::from([(true, 0u32), (false, 0u32)]);
+    let mut record = |text: &str| *outcomes.entry(parses(text)).or_default() += 1;
+    for seed in seeds() {
         // Every truncation at a char boundary.
         for (i, _) in seed.char_indices() {
             record(&seed[..i]);
         }
         record(seed);
-        // Random byte mutations: replace, insert, delete.
-        for _ in 0..400 {
-            let mut bytes = seed.as_bytes().to_vec();
-            for _ in 0..1 + rng.below(4) {
-                let at = rng.below(bytes.len());
-                let c = alphabet[rng.below(alphabet.len())];
-                match rng.below(3) {
-                    0 if at < bytes.len() => bytes[at] = c,
-                    1 => bytes.insert(at, c),
-                    _ if at < bytes.len() => {
-                        bytes.remove(at);
-                    }
-                    _ => bytes.push(c),
-                }
-            }
-            record(&String::from_utf8_lossy(&bytes));
-        }
-    }
-    // Random strings over the YAML-ish alphabet and over arbitrary bytes.
-    for round in 0..2000 {
-        let len = rng.below(200);
-        let bytes: Vec<u8> = (0..len)
-            .map(|_| {
-                if round % 2 == 0 {
-                    alphabet[rng.below(alphabet.len())]
-                } else {
-                    (rng.next() & 0xff) as u8
-                }
-            })
-            .collect();
-        record(&String::from_utf8_lossy(&bytes));
     }
     // Deep nesting and alias expansion stay bounded errors.
     record(&"[".repeat(10_000));
     record(&format!("{}{}", "- ".repeat(5_000), "x"));
     record("a: &a [1,2,3]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a]\nc: &c [*b,*b,*b,*b,*b,*b,*b,*b]\nd: &d [*c,*c,*c,*c,*c,*c,*c,*c]\ne: [*d,*d,*d,*d,*d,*d,*d,*d]\n");
-    assert!(outcomes["ok"] > 0 && outcomes["err"] > 0, "{outcomes:?}");
+    assert!(outcomes[&true] > 0 && outcomes[&false] > 0, "{outcomes:?}");
+}
+
+/// One edit of a seed: where (a fraction of its length), which byte of
+/// [`ALPHABET`], and replace (0), insert (1) or delete (2).
+type Edit = (f64, usize, u8);
+
+fn mangle(seed: &str, edits: &[Edit]) -> String {
+    let mut bytes = seed.as_bytes().to_vec();
+    for &(at, c, op) in edits {
+        let at = (at * bytes.len() as f64) as usize;
+        let c = ALPHABET[c % ALPHABET.len()];
+        match op {
+            0 if at < bytes.len() => bytes[at] = c,
+            1 => bytes.insert(at.min(bytes.len()), c),
+            _ if at < bytes.len() => {
+                bytes.remove(at);
+            }
+            _ => bytes.push(c),
+        }
+    }
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(3_000))]
+
+    /// Seeds with up to four random byte edits.
+    #[test]
+    fn never_panics_on_mangled_manifests(
+        seed in 0usize..8,
+        edits in proptest::collection::vec((0.0f64..1.0, 0usize..ALPHABET.len(), 0u8..3), 1..=4),
+    ) {
+        parses(&mangle(&seeds()[seed], &edits));
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1_000))]
+
+    /// Random strings over the YAML-ish alphabet.
+    #[test]
+    fn never_panics_on_yaml_like_noise(
+        bytes in proptest::collection::vec(proptest::sample::select(ALPHABET), 0..200),
+    ) {
+        parses(&String::from_utf8_lossy(&bytes));
+    }
+
+    /// Random bytes.
+    #[test]
+    fn never_panics_on_random_bytes(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200)) {
+        parses(&String::from_utf8_lossy(&bytes));
+    }
 }
 
 fn fixture(rel: &str) -> String {

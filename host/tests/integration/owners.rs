@@ -109,6 +109,12 @@ fn owned_admissions_are_recorded_retried_and_refused_for_another_owner() {
     assert_eq!(r.status, 200, "{}", r.error_message());
     let first: Admissions = r.parse().unwrap();
     assert!(first.pods[0].admitted && first.pods[0].containers[0].exclusive);
+    // The pod list shows it with its owner, as the client told it.
+    let list: PodList = c.get("/v1/pods").unwrap().parse().unwrap();
+    assert_eq!(
+        list.owners,
+        [("p1".to_owned(), spec.clone())].into_iter().collect()
+    );
     // The same owner again (a retry): the same answer, nothing new.
     let again: Admissions = admit(&mut c, pod("p1", 1), spec.clone()).parse().unwrap();
     assert_eq!(again, first);

@@ -527,7 +527,14 @@ fn a_plugins_tracing_events_reach_the_host_log() {
 fn the_repository_config_loads_the_example_provider() {
     let _ = common::plugins();
     let root = common::workspace_root();
-    let cfg = topomgr_node::config::load_with_env(&root.join("topomgr.toml"), &|_| None).unwrap();
+    let cfg = topomgr_node::config::load_with(
+        &root.join("topomgr.toml"),
+        &topomgr_node::config::LoadOptions {
+            env: &|_| None,
+            protected: false,
+        },
+    )
+    .unwrap();
     assert_eq!(cfg.policy, "single-numa-node");
     assert_eq!(cfg.scope, "container");
     // No plugin_dirs: the host finds the plugins beside its own binary

@@ -15,15 +15,17 @@ use topomgr_node::api::{Admission, Admissions, Health};
 const ALLOCATION: &str =
     "allocation = { cpus = \"1\", exclusive = true, mems = [0], env = { TOPOMGR_TEST = \"aligned\" } }";
 
-/// The real hierarchy's root (v1: its cpuset directory), or `None` with a `SKIP:` line.
-fn live(test: &str) -> Option<PathBuf> {
+/// The real hierarchy's root (v1: its cpuset directory) and the guard of
+/// the tests on it (one node, one owner), or `None` with a `SKIP:` line.
+fn live(test: &str) -> Option<(PathBuf, common::NodeGuard)> {
+    let node = common::node_guard();
     let mgr = common::real_cgroups(test)?;
     let online = fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
     if !topomgr_sdk::CpuSet::parse(online.trim()).is_ok_and(|c| c.contains(1)) {
         eprintln!("SKIP: {test}: CPU 1 is not online here (the mock gives CPU 1)");
         return None;
     }
-    Some(mgr.root().to_path_buf())
+    Some((mgr.root().to_path_buf(), node))
 }
 
 /// A config dir: cgroup_root /sys/fs/cgroup, state in `<dir>/state`, and
@@ -102,7 +104,7 @@ fn assert_no_pods(dir: &Path) {
 
 #[test]
 fn command_runs_on_the_allocated_cpu() {
-    let Some(root) = live("command_runs_on_the_allocated_cpu") else {
+    let Some((root, _node)) = live("command_runs_on_the_allocated_cpu") else {
         return;
     };
     let dir = config_dir("run-cpu", ALLOCATION);
@@ -119,7 +121,7 @@ fn command_runs_on_the_allocated_cpu() {
 
 #[test]
 fn memory_nodes_cgroup_and_environment() {
-    let Some(root) = live("memory_nodes_cgroup_and_environment") else {
+    let Some((root, _node)) = live("memory_nodes_cgroup_and_environment") else {
         return;
     };
     let dir = config_dir("run-mems", ALLOCATION);
@@ -150,7 +152,7 @@ fn memory_nodes_cgroup_and_environment() {
 
 #[test]
 fn exit_status_is_propagated() {
-    let Some(root) = live("exit_status_is_propagated") else {
+    let Some((root, _node)) = live("exit_status_is_propagated") else {
         return;
     };
     let dir = config_dir("run-exit", ALLOCATION);
@@ -163,7 +165,7 @@ fn exit_status_is_propagated() {
 
 #[test]
 fn sigterm_is_forwarded_and_everything_cleaned_up() {
-    let Some(root) = live("sigterm_is_forwarded_and_everything_cleaned_up") else {
+    let Some((root, _node)) = live("sigterm_is_forwarded_and_everything_cleaned_up") else {
         return;
     };
     let dir = config_dir("run-sigterm", ALLOCATION);
@@ -211,7 +213,7 @@ fn sigterm_is_forwarded_and_everything_cleaned_up() {
 
 #[test]
 fn rejected_pod_never_runs_the_command() {
-    let Some(root) = live("rejected_pod_never_runs_the_command") else {
+    let Some((root, _node)) = live("rejected_pod_never_runs_the_command") else {
         return;
     };
     let dir = config_dir("run-reject", "fail_allocate = \"no widgets left\"");
@@ -232,7 +234,7 @@ fn rejected_pod_never_runs_the_command() {
 
 #[test]
 fn a_missing_command_exits_127_and_cleans_up() {
-    let Some(root) = live("a_missing_command_exits_127_and_cleans_up") else {
+    let Some((root, _node)) = live("a_missing_command_exits_127_and_cleans_up") else {
         return;
     };
     let dir = config_dir("run-missing", ALLOCATION);
@@ -272,7 +274,7 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 
 #[test]
 fn shared_pool_shrinks_and_grows_around_an_exclusive_run() {
-    let Some(root) = live("shared_pool_shrinks_and_grows_around_an_exclusive_run") else {
+    let Some((root, _node)) = live("shared_pool_shrinks_and_grows_around_an_exclusive_run") else {
         return;
     };
     let online_text = fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
@@ -330,7 +332,7 @@ fn shared_pool_shrinks_and_grows_around_an_exclusive_run() {
 /// memory (this machine kind has one NUMA node: 0).
 #[test]
 fn real_cpu_and_memory_providers_set_cpus_and_mems() {
-    let Some(_root) = live("real_cpu_and_memory_providers_set_cpus_and_mems") else {
+    let Some((_root, _node)) = live("real_cpu_and_memory_providers_set_cpus_and_mems") else {
         return;
     };
     let nodes = fs::read_dir("/sys/devices/system/node")
@@ -479,7 +481,7 @@ fn next_run_gets_cpu_1(root: &Path, dir: &Path, pid: u32) {
 /// reservation because its owner is dead and its cgroup empty.
 #[test]
 fn a_killed_run_takes_its_command_along_and_is_reclaimed() {
-    let Some(root) = live("a_killed_run_takes_its_command_along_and_is_reclaimed") else {
+    let Some((root, _node)) = live("a_killed_run_takes_its_command_along_and_is_reclaimed") else {
         return;
     };
     let Some(dir) = cpu_only_config("run-kill9") else {
@@ -564,7 +566,7 @@ fn a_killed_run_takes_its_command_along_and_is_reclaimed() {
 /// they exit the CPU is reclaimed.
 #[test]
 fn leftover_processes_keep_the_cpus_reserved() {
-    let Some(root) = live("leftover_processes_keep_the_cpus_reserved") else {
+    let Some((root, _node)) = live("leftover_processes_keep_the_cpus_reserved") else {
         return;
     };
     let Some(dir) = cpu_only_config("run-leftover") else {
@@ -584,13 +586,32 @@ fn leftover_processes_keep_the_cpus_reserved() {
     assert_eq!(out.status.code(), Some(0));
     let left = text(&out.stdout).trim().to_owned();
     assert!(alive(&left));
-    assert_eq!(
-        text(&out.stderr),
-        format!("topomgr: warning: processes {left} are still in the command's cgroup; its CPUs stay reserved until they exit (the next topomgr run reclaims them then; topomgr release --state-dir DIR UID releases them now)\n")
-    );
     let held = cgroups_of(&root, pid);
     assert_eq!(held.len(), 1);
     let uid = held[0].clone();
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "topomgr: warning: processes {left} are still in the command's cgroup; its CPUs stay reserved until they exit (the next topomgr run reclaims them then; topomgr release --state-dir {} {uid} releases them now)\n",
+            dir.join("state").display()
+        )
+    );
+
+    // They own the node for the state directory: a run of another one is
+    // refused, naming them.
+    let other = config_dir_sharing_state("run-leftover-other", ALLOCATION, &dir.join("other"));
+    let (_, out) = run(&other, &["--", "true"]);
+    assert_eq!(
+        crate::node_lock::refusal(&out),
+        format!(
+            "topomgr: error: {} is managed with state directory {} by a process left in the cgroup of a topomgr run (pid {left}, command `sleep 60`, state directory {}); one node has one owner, so topomgr run with state directory {} is refused (two state directories would hand out the same CPUs): use state directory {} (state_dir in the config, or --state-dir), or wait until they end",
+            topomgr_cgroup::hierarchy::Hierarchy::of(Path::new("/sys/fs/cgroup")),
+            dir.join("state").display(),
+            dir.join("state").display(),
+            dir.join("other/state").display(),
+            dir.join("state").display()
+        )
+    );
 
     let marker = dir.join("ran");
     let (_, refused) = run(
@@ -621,7 +642,7 @@ fn leftover_processes_keep_the_cpus_reserved() {
 /// a cgroup: the command does not run.
 #[test]
 fn a_refused_allocation_never_reaches_a_cgroup() {
-    let Some(root) = live("a_refused_allocation_never_reaches_a_cgroup") else {
+    let Some((root, _node)) = live("a_refused_allocation_never_reaches_a_cgroup") else {
         return;
     };
     let dir = config_dir(

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use topomgr_cgroup::Cpuset;
 use topomgr_nri::api;
-use topomgr_runtime::{resources, ContainerSpec, Mapping, MappingError};
+use topomgr_runtime::{self as resources, ContainerSpec, Mapping, MappingError};
 use topomgr_sdk::{AssignedDevices, AssignedDevicesRequest, DeviceRef, ResourceMatch};
 
 /// The pod as `topomgr_runtime` reads it.

@@ -66,8 +66,29 @@ fn refusal(r: &AdmitResult) -> PluginError {
 }
 
 impl Face {
+    /// A face over a new state thread of its own on `machine`, with its
+    /// state in `state_dir` and cgroups under `cgroup_root`: what the daemon
+    /// runs, for measuring the NRI path in process (`bench/benches/nri.rs`).
+    pub fn with_state_thread(
+        admitter: topomgr_engine::admission::Admitter,
+        machine: &Machine,
+        state_dir: &std::path::Path,
+        cgroup_root: &std::path::Path,
+        status: Arc<NriStatus>,
+    ) -> Result<Face, crate::state_thread::StartError> {
+        let settings = crate::state_thread::StateThreadSettings {
+            state_dir: state_dir.to_path_buf(),
+            cgroup_root: cgroup_root.to_path_buf(),
+            boot_id: topomgr_node::fsutil::boot_id(),
+            export: Default::default(),
+        };
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let (state, _) = StateThread::start(admitter, machine, settings, metrics)?;
+        Ok(Face::new(state, machine, status))
+    }
+
     /// A face admitting through `state` on `machine`, reporting to `status`.
-    pub fn new(state: StateThread, machine: &Machine, status: Arc<NriStatus>) -> Face {
+    pub(crate) fn new(state: StateThread, machine: &Machine, status: Arc<NriStatus>) -> Face {
         let nodes = machine
             .numa_ids()
             .into_iter()

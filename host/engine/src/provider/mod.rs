@@ -62,6 +62,8 @@ pub struct LoadedProvider {
     library: Option<PathBuf>,
     calls: Calls,
     observer: Option<Arc<dyn ProviderObserver>>,
+    /// Calls that may have changed the provider's state so far.
+    state_changes: u64,
 }
 
 /// `f`, a call on the caller's thread, timed into `observer` when there is one.
@@ -105,6 +107,7 @@ impl LoadedProvider {
             library,
             calls: Calls::Direct(handle),
             observer: None,
+            state_changes: 0,
         }
     }
 
@@ -148,7 +151,7 @@ impl LoadedProvider {
     }
 
     /// The deadline of every call, when the provider runs on its own thread.
-    pub fn deadline(&self) -> Option<Duration> {
+    pub(crate) fn deadline(&self) -> Option<Duration> {
         match &self.calls {
             Calls::Direct(_) => None,
             Calls::Deadline(d) => Some(d.timeout),
@@ -163,11 +166,18 @@ impl LoadedProvider {
         }
     }
 
+    /// How many calls that may change the provider's state (`allocate`,
+    /// `release`, `restore`) it has been given: its state is as last saved
+    /// while this count is as it was then.
+    pub fn state_changes(&self) -> u64 {
+        self.state_changes
+    }
+
     /// The pod the next calls are about. The provider keeps it (a plugin
     /// receives it once, see [`topomgr_sdk::ffi::METHOD_SHARE_POD`]) and
     /// recognises it by address in the calls that pass `&**pod`; calls about
     /// any other pod carry their pod as usual.
-    pub fn share_pod(&mut self, pod: &Arc<PodView>) {
+    pub(crate) fn share_pod(&mut self, pod: &Arc<PodView>) {
         match &mut self.calls {
             Calls::Direct(h) => h.share_pod(pod),
             Calls::Deadline(d) => d.last_pod = Some(Arc::clone(pod)),
@@ -239,6 +249,7 @@ impl LoadedProvider {
         container: &ContainerView,
         hint: &TopologyHint,
     ) -> Result<Allocation, ProviderError> {
+        self.state_changes += 1;
         let observer = self.observer.as_deref();
         let result = match &mut self.calls {
             Calls::Direct(h) => timed(observer, &self.name, "allocate", || {
@@ -278,6 +289,7 @@ impl LoadedProvider {
     /// ([`LoadedProvider::unsaved_releases`]) and a restore replays them on the
     /// state saved before.
     pub fn release(&mut self, pod_uid: &str, container: &str) -> Result<(), ProviderError> {
+        self.state_changes += 1;
         let observer = self.observer.as_deref();
         match &mut self.calls {
             Calls::Direct(h) => timed(observer, &self.name, "release", || {
@@ -316,6 +328,7 @@ impl LoadedProvider {
     /// it was built with (see [`topomgr_sdk::Provider::restore`]). Every
     /// conflict and move of the report is logged at warn level.
     pub fn restore(&mut self, data: &[u8]) -> Result<topomgr_sdk::Reconciled, ProviderError> {
+        self.state_changes += 1;
         let observer = self.observer.as_deref();
         let report = match &mut self.calls {
             Calls::Direct(h) => timed(observer, &self.name, "restore", || h.restore(data)),

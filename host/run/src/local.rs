@@ -1,0 +1,123 @@
+//! A run that places itself (no daemon owns the node): admission under the
+//! state directory's lock, the cpuset written here, the node lock held for
+//! as long as the run lasts.
+
+use topomgr_cgroup::{Cgroup, CgroupManager, CgroupPath};
+use topomgr_node::api::Admission;
+use topomgr_node::config::HostConfig;
+use topomgr_node::lock_holder::Role;
+use topomgr_node::node_lock::NodeLock;
+use topomgr_node::node_state::NodeState;
+use topomgr_node::pod_owner::Owner;
+use topomgr_node::state_dir::StateDir;
+use topomgr_sdk::{Machine, PodView};
+use tracing::info;
+
+use crate::{chain, RunError, Teardown, CONTAINER};
+
+/// The node state of this run's state directory, and the node lock.
+pub(crate) struct Local {
+    cfg: HostConfig,
+    node: NodeState,
+    _node_lock: NodeLock,
+}
+
+impl Local {
+    pub(crate) fn new(
+        cfg: HostConfig,
+        machine: &Machine,
+        node_lock: NodeLock,
+    ) -> Result<Local, RunError> {
+        let node = NodeState::from_config(&cfg, machine)?;
+        Ok(Local {
+            cfg,
+            node,
+            _node_lock: node_lock,
+        })
+    }
+
+    /// The state directory.
+    pub(crate) fn state_dir(&self) -> &std::path::Path {
+        &self.cfg.state_dir
+    }
+
+    /// [`NodeState::exclusive_holders`].
+    pub(crate) fn exclusive_holders(&mut self) -> Vec<String> {
+        self.node.exclusive_holders()
+    }
+
+    /// Under the lock: restore, reclaim pods of dead runs, admit, record
+    /// this process as the owner, create the cgroup and attach the
+    /// container to it (the shared pool shrinks first), save.
+    pub(crate) fn admit(
+        &mut self,
+        pod: &PodView,
+        cgroups: &CgroupManager,
+        cgroup: &mut Option<Cgroup>,
+    ) -> Result<Admission, RunError> {
+        let mut held = StateDir::open(&self.cfg.state_dir, &mut self.node, Role::Run)?;
+        held.reclaim(&mut self.node);
+        let result = self.node.admit(pod);
+        if !result.admitted {
+            held.save(&mut self.node)?;
+            return Ok(Admission::from(&result));
+        }
+        let owner = Owner::current(self.node.boot_id()).ok_or(RunError::OwnerStartTime)?;
+        self.node.set_owner(&pod.uid, owner);
+        let path = CgroupPath::container(&pod.uid, CONTAINER)?;
+        let cg = cgroups.create(&path)?;
+        *cgroup = Some(cg.clone());
+        let attached = self
+            .node
+            .attach(&pod.uid, CONTAINER, &path.as_path().to_string_lossy())?;
+        info!(cgroup = %cg.dir().display(), cpus = %attached.cpus, mems = %attached.mems, "cgroup set up");
+        held.save(&mut self.node)?;
+        Ok(Admission::from(&result))
+    }
+
+    /// Under the lock: restore; if processes are left in the cgroup keep
+    /// everything held; else remove the cgroup, release the pod, save and
+    /// give the CPUs back to the shared pool. Whether the caller may remove
+    /// the cgroup (nothing is kept).
+    pub(crate) fn release(&mut self, uid: &str, out: &mut Teardown) -> bool {
+        out.release_later = format!(
+            "the next topomgr run reclaims them then; topomgr release --state-dir {} {uid} releases them now",
+            self.cfg.state_dir.display()
+        );
+        if !self.node.pods().contains_key(uid) {
+            return true;
+        }
+        let mut held = match StateDir::open(&self.cfg.state_dir, &mut self.node, Role::Run) {
+            Ok(h) => h,
+            Err(e) => {
+                out.errors.push(chain(&e));
+                return true;
+            }
+        };
+        if self.node.pods().contains_key(uid) {
+            match self.node.processes(uid) {
+                Some(pids) if pids.is_empty() => {
+                    self.node.remove_cgroups(uid);
+                    if let Err(e) = self.node.release(uid) {
+                        out.errors.push(format!("releasing the pod: {e}"));
+                    }
+                    if let Err(e) = held.save(&mut self.node) {
+                        out.errors.push(chain(&e));
+                    }
+                }
+                Some(pids) => {
+                    out.kept = Some(pids);
+                    return false;
+                }
+                None => {
+                    out.errors.push(format!(
+                        "cannot read the processes in the cgroup of pod {uid}; it stays held until a later run or `topomgr release --state-dir` finds it empty"
+                    ));
+                    return false;
+                }
+            }
+        }
+        self.node.settle_pool();
+        true
+    }
+}

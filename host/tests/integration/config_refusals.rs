@@ -1,0 +1,117 @@
+//! Configurations that would expose a resource twice, or that name what is
+//! not a config file, are refused at start (daemon and commands alike)
+//! naming what is wrong and where.
+
+use crate::common;
+
+use std::fs;
+use std::path::Path;
+
+fn config(tag: &str, providers: &str) -> std::path::PathBuf {
+    let dir = common::scratch_dir(tag);
+    fs::write(
+        dir.join("topomgr.toml"),
+        format!(
+            "policy = \"single-numa-node\"\nsysfs_root = \"{}\"\nstate_dir = \"state\"\ncgroup_root = \"cgroup\"\n{providers}",
+            common::example_sys()
+        ),
+    )
+    .unwrap();
+    fs::create_dir_all(dir.join("plugins.d")).unwrap();
+    dir
+}
+
+fn pod_file(dir: &Path) -> String {
+    let path = dir.join("pod.yaml");
+    fs::write(
+        &path,
+        "kind: Pod\nmetadata: {name: p, uid: p}\nspec:\n  containers:\n  - name: a\n    resources: {limits: {cpu: 2, memory: 1Gi, example.com/widget: 1}}\n",
+    )
+    .unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+/// Two CPU providers (today a 2-CPU pod got 3 exclusive CPUs) and two
+/// widget providers (a 1-widget pod got `widget-0-0` twice) are refused,
+/// naming both providers and the resource.
+#[test]
+fn two_providers_owning_one_resource_are_refused() {
+    let cpu = common::cpu_plugin().display().to_string();
+    let widgets = common::plugins().widgets.display().to_string();
+    for (tag, providers, resource, first, second) in [
+        (
+            "refuse-two-cpu",
+            format!("[providers.cpu]\nlibrary = \"{cpu}\"\n[providers.cpu.config]\npolicy = \"static\"\n[providers.cpu2]\nlibrary = \"{cpu}\"\n[providers.cpu2.config]\npolicy = \"static\"\n"),
+            "cpu",
+            "cpu",
+            "cpu2",
+        ),
+        (
+            "refuse-two-widgets",
+            format!("[providers.more-widgets]\nlibrary = \"{widgets}\"\n[providers.more-widgets.config]\nwidgets_per_node = 1\n[providers.widgets]\nlibrary = \"{widgets}\"\n[providers.widgets.config]\nwidgets_per_node = 2\n"),
+            "example.com/widget",
+            "more-widgets",
+            "widgets",
+        ),
+    ] {
+        let dir = config(tag, &providers);
+        let pod = pod_file(&dir);
+        let (code, out, err) = common::topomgr(&dir, &["admit", &pod]);
+        assert_eq!(code, 2, "{out}");
+        assert_eq!(
+            err,
+            format!(
+                "topomgr: error: providers {first:?} and {second:?} both own resource {resource:?} (the inventories they give at start both list it); their allocations would be combined and a pod given more than it asked for. Enable only one of them: set enabled = false in [providers.{second}] ({}), or configure the two for different resources\n",
+                dir.join("topomgr.toml").display()
+            )
+        );
+        // The remedy works: the second one disabled, the pod is admitted.
+        let toml = fs::read_to_string(dir.join("topomgr.toml")).unwrap();
+        fs::write(
+            dir.join("topomgr.toml"),
+            toml.replace(
+                &format!("[providers.{second}]\n"),
+                &format!("[providers.{second}]\nenabled = false\n"),
+            ),
+        )
+        .unwrap();
+        let (code, out, err) = common::topomgr(&dir, &["admit", &pod]);
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains("\"admitted\": true") || resource == "cpu", "{out}");
+    }
+}
+
+/// A drop-in that is a broken symbolic link, or a directory named like a
+/// drop-in, is refused naming it (before, it was skipped in silence).
+#[test]
+fn a_dropin_that_is_not_a_file_is_refused() {
+    let dir = config("refuse-dropins", "");
+    let link = dir.join("plugins.d/20-gpu.toml");
+    std::os::unix::fs::symlink(dir.join("nowhere.toml"), &link).unwrap();
+    let (code, _, err) = common::topomgr(&dir, &["topology"]);
+    assert_eq!(code, 2);
+    assert_eq!(
+        err,
+        format!(
+            "topomgr: error: drop-in {} is a symbolic link to {:?}, which does not exist, not a config file: remove it, or rename it without .toml\n",
+            link.display(),
+            dir.join("nowhere.toml").display().to_string()
+        )
+    );
+    fs::remove_file(&link).unwrap();
+    let sub = dir.join("plugins.d/30-extra.toml");
+    fs::create_dir(&sub).unwrap();
+    let (code, _, err) = common::topomgr(&dir, &["topology"]);
+    assert_eq!(code, 2);
+    assert_eq!(
+        err,
+        format!(
+            "topomgr: error: drop-in {} is a directory, not a config file: remove it, or rename it without .toml\n",
+            sub.display()
+        )
+    );
+    // The remedy named works.
+    fs::remove_dir(&sub).unwrap();
+    let (code, _, err) = common::topomgr(&dir, &["topology"]);
+    assert_eq!(code, 0, "{err}");
+}

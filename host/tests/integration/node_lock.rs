@@ -1,0 +1,574 @@
+//! One owner per node: the node lock of a cgroup hierarchy on this machine
+//! (`topomgr_node::node_lock`) and the state directory's lock, as a user
+//! meets them.
+//!
+//! - A second daemon on the same cgroup root (through a symlink too, or a
+//!   root inside the same hierarchy) with another state directory is
+//!   refused at once, naming the first; nothing of it is created.
+//! - One-shot commands on a state directory a daemon holds fail at once,
+//!   naming the daemon and the form of the command that asks it; that form
+//!   works.
+//! - On the machine's hierarchy: a `run` without a daemon owns the node for
+//!   its state directory (other runs of it share the node; a daemon or a
+//!   run of another state directory is refused naming it), and a killed
+//!   run left as an unreaped zombie owns nothing any more.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use topomgr_cgroup::hierarchy::Hierarchy;
+use topomgr_node::api::{Admissions, Explains, Health};
+use topomgr_node::state_dir::STATE_LOCK_WAIT;
+use topomgr_sdk::CpuSet;
+
+use crate::common;
+use crate::daemon::Daemon;
+
+/// The example machine, the real CPU provider (CPU 0 reserved), state in
+/// `state` and the cgroup root `root` (both absolute).
+fn example_config(dir: &Path, name: &str, state: &Path, root: &Path) -> PathBuf {
+    let config = dir.join(name);
+    fs::write(
+        &config,
+        format!(
+            "policy = \"single-numa-node\"\nsysfs_root = \"{}\"\nstate_dir = \"{}\"\ncgroup_root = \"{}\"\n\
+             [providers.cpu]\nlibrary = \"{}\"\n[providers.cpu.config]\npolicy = \"static\"\nreserved_cpus = \"0\"\n",
+            common::example_sys(),
+            state.display(),
+            root.display(),
+            common::cpu_plugin().display()
+        ),
+    )
+    .unwrap();
+    config
+}
+
+/// `topomgr ARGS`, given at most 60 s (a command that should be refused at
+/// once but runs on, a daemon that was let in, is killed and fails the
+/// test).
+pub(crate) fn topomgr(args: &[&str]) -> Output {
+    let child = Command::new(common::topomgr_bin())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    finish(child, args)
+}
+
+fn finish(mut child: Child, args: &[&str]) -> Output {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "topomgr {args:?} still ran after 60 s: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+pub(crate) fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The one error line of a refused command, without its `(node lock
+/// <file>)` tail (the file's name depends on where the test runs), which
+/// must be there.
+pub(crate) fn refusal(out: &Output) -> String {
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    let line = err
+        .strip_suffix('\n')
+        .filter(|l| !l.contains('\n'))
+        .unwrap_or_else(|| panic!("not one line: {err}"));
+    let (head, tail) = line
+        .rsplit_once(" (node lock ")
+        .unwrap_or_else(|| panic!("no node lock named: {line}"));
+    let lock = tail.strip_suffix(')').unwrap();
+    assert!(
+        lock.starts_with(&topomgr_node::node_lock::lock_dir().display().to_string())
+            && lock.ends_with(".lock"),
+        "{lock}"
+    );
+    head.to_owned()
+}
+
+/// How a daemon started by [`Daemon::start`] with `config` names itself.
+fn daemon_named(config: &Path, socket: &Path, state: &Path, pid: u32) -> String {
+    format!(
+        "the topomgr daemon (pid {pid}, command `{} --config {} serve --socket {}`, state directory {}, socket {})",
+        common::topomgr_bin().display(),
+        config.display(),
+        socket.display(),
+        state.display(),
+        socket.display()
+    )
+}
+
+#[test]
+fn a_second_daemon_on_the_same_cgroup_root_is_refused_at_once_naming_the_first() {
+    let dir = common::scratch_dir("nodelock-daemons")
+        .canonicalize()
+        .unwrap();
+    let root = dir.join("cgroup");
+    fs::create_dir(&root).unwrap();
+    std::os::unix::fs::symlink(&root, dir.join("cgroup-link")).unwrap();
+    let (state_a, state_b) = (dir.join("state-a"), dir.join("state-b"));
+    let a = example_config(&dir, "a.toml", &state_a, &root);
+    let a_sock = dir.join("a.sock");
+    let first = Daemon::start(&a, &a_sock);
+    let named = daemon_named(&a, &a_sock, &state_a, first.child.id());
+
+    let b_sock = dir.join("b.sock");
+    for (name, b_root) in [
+        ("b.toml", root.clone()),
+        ("b-link.toml", dir.join("cgroup-link")),
+    ] {
+        let b = example_config(&dir, name, &state_b, &b_root);
+        let out = topomgr(&[
+            "--config",
+            &b.to_string_lossy(),
+            "serve",
+            "--socket",
+            &b_sock.to_string_lossy(),
+        ]);
+        assert_eq!(
+            refusal(&out),
+            format!(
+                "topomgr: error: the directory {} (not a cgroup filesystem) is managed by {named}, and one node has one owner: stop that daemon first, or use it (its socket is {})",
+                root.display(),
+                a_sock.display()
+            ),
+            "cgroup_root {}",
+            b_root.display()
+        );
+        assert!(
+            !state_b.exists() && !b_sock.exists(),
+            "the refused daemon made something"
+        );
+    }
+    // The first one serves on, untouched.
+    let health: Health = first.client().get("/v1/health").unwrap().parse().unwrap();
+    assert_eq!(health.pods, 0);
+    drop(first);
+    // Once it is gone, the second one starts.
+    let b = Daemon::start(&dir.join("b.toml"), &b_sock);
+    drop(b);
+}
+
+/// A Guaranteed pod of two whole CPUs.
+fn two_cpus(uid: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata: {{name: {uid}, uid: {uid}}}\nspec:\n  containers:\n  - name: app\n    resources: {{limits: {{cpu: \"2\", memory: 1Gi}}}}\n"
+    )
+}
+
+/// The first command in backquotes in a refusal.
+fn suggested(message: &str) -> String {
+    let start = message.find('`').expect("a suggested command") + 1;
+    let len = message[start..].find('`').expect("a suggested command");
+    message[start..start + len].to_owned()
+}
+
+/// Runs a suggested shell command line with `topomgr` as the binary under
+/// test.
+fn run_suggested(line: &str) -> Output {
+    let line = line.replacen(
+        "topomgr ",
+        &format!("{} ", common::topomgr_bin().display()),
+        1,
+    );
+    Command::new("sh").args(["-c", &line]).output().unwrap()
+}
+
+#[test]
+fn one_shot_commands_on_a_daemons_state_directory_fail_at_once_with_the_form_that_works() {
+    let dir = common::scratch_dir("nodelock-oneshot")
+        .canonicalize()
+        .unwrap();
+    let root = dir.join("cgroup");
+    let state = dir.join("state");
+    let config = example_config(&dir, "topomgr.toml", &state, &root);
+    let socket = dir.join("t.sock");
+    let d = Daemon::start(&config, &socket);
+    let named = daemon_named(&config, &socket, &state, d.child.id());
+    let pod = dir.join("pod.yaml");
+    let uid = "u-two-cpus";
+    fs::write(&pod, two_cpus(uid)).unwrap();
+    let (cfg, st, p) = (
+        config.to_string_lossy(),
+        state.to_string_lossy(),
+        pod.to_string_lossy(),
+    );
+    let lock = state.join("topomgr.lock");
+    let refused = |args: &[&str], role: &str| -> String {
+        let start = Instant::now();
+        let out = topomgr(args);
+        // It did not wait for the daemon to let go (it never does).
+        assert!(start.elapsed() < STATE_LOCK_WAIT, "{args:?} waited");
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+        let err = text(&out.stderr);
+        let head = format!(
+            "topomgr: error: state directory {st} belongs to {named} for as long as it runs; {role} never waits for it: "
+        );
+        let tail = format!(" (lock {})\n", lock.display());
+        assert!(err.starts_with(&head) && err.ends_with(&tail), "{err}");
+        err[head.len()..err.len() - tail.len()].to_owned()
+    };
+
+    let remedy = refused(
+        &["--config", &cfg, "admit", "--state-dir", &st, &p],
+        "topomgr admit --state-dir",
+    );
+    assert_eq!(
+        remedy,
+        format!(
+            "admit through it: `topomgr admit --socket {} POD...`",
+            socket.display()
+        )
+    );
+    let out = run_suggested(&suggested(&remedy).replace("POD...", &p));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let admitted: Admissions = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(admitted.pods[0].admitted, "{admitted:?}");
+
+    let remedy = refused(
+        &[
+            "--config",
+            &cfg,
+            "admit",
+            "--state-dir",
+            &st,
+            "--dry-run",
+            &p,
+        ],
+        "topomgr admit --state-dir --dry-run",
+    );
+    let what_if = suggested(&remedy);
+    assert_eq!(
+        what_if,
+        format!(
+            "curl --unix-socket {} -X POST -H 'Content-Type: application/yaml' --data-binary @POD.yaml 'http://localhost/v1/pods?dry_run=true&explain=true'",
+            socket.display()
+        )
+    );
+    let remedy = refused(
+        &["--config", &cfg, "explain", "--state-dir", &st, &p],
+        "topomgr explain --state-dir",
+    );
+    assert_eq!(suggested(&remedy), what_if);
+    let other = dir.join("other.yaml");
+    fs::write(&other, two_cpus("u-what-if")).unwrap();
+    let out = run_suggested(&what_if.replace("POD.yaml", &other.to_string_lossy()));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let explained: Explains = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", text(&out.stdout)));
+    assert_eq!(explained.pods.len(), 1);
+
+    let remedy = refused(
+        &["--config", &cfg, "export", "nrt", "--state-dir", &st],
+        "topomgr export nrt --state-dir",
+    );
+    let out = run_suggested(&suggested(&remedy));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("\"kind\": \"NodeResourceTopology\""));
+
+    let remedy = refused(
+        &[
+            "--config",
+            &cfg,
+            "provider",
+            "--state-dir",
+            &st,
+            "cpu",
+            "hints",
+            "--pod",
+            &p,
+        ],
+        "topomgr provider --state-dir",
+    );
+    let copy = dir.join("state-copy");
+    let cp = suggested(&remedy)
+        .replace("DIR", &st)
+        .replace("/tmp/topomgr-state-copy", &copy.to_string_lossy());
+    let out = run_suggested(&cp);
+    assert!(out.status.success(), "{cp}: {}", text(&out.stderr));
+    let out = topomgr(&[
+        "--config",
+        &cfg,
+        "provider",
+        "--state-dir",
+        &copy.to_string_lossy(),
+        "cpu",
+        "hints",
+        "--pod",
+        &p,
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+
+    let remedy = refused(
+        &["--config", &cfg, "release", "--state-dir", &st, uid],
+        "topomgr release --state-dir",
+    );
+    let out = run_suggested(&suggested(&remedy).replace("UID", uid));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let health: Health = d.client().get("/v1/health").unwrap().parse().unwrap();
+    assert_eq!(health.pods, 0, "{health:?}");
+}
+
+/// The machine's hierarchy, the guard of the tests on it, and the online
+/// CPUs; fails (the test was asked for) when it cannot be used.
+pub(crate) fn machine(test: &str) -> (common::NodeGuard, CpuSet) {
+    let guard = common::node_guard();
+    assert!(
+        common::real_cgroups(test).is_some(),
+        "{test} needs root and a cpuset cgroup at /sys/fs/cgroup (see the SKIP line above)"
+    );
+    let online = fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    let online = CpuSet::parse(online.trim()).unwrap();
+    assert!(
+        online.len() >= 2,
+        "{test} needs two online CPUs, found {online}"
+    );
+    (guard, online)
+}
+
+/// This machine, its cgroup hierarchy, state in `state`, and the real CPU
+/// provider with every online CPU reserved but the last: one CPU to give
+/// exclusively. `daemon`: the `[daemon]` table's lines.
+pub(crate) fn machine_config(
+    dir: &Path,
+    name: &str,
+    state: &Path,
+    online: &CpuSet,
+    daemon: &str,
+) -> PathBuf {
+    let mut reserved = online.clone();
+    reserved.remove(online.iter().last().unwrap());
+    let config = dir.join(name);
+    fs::write(
+        &config,
+        format!(
+            "policy = \"single-numa-node\"\nsysfs_root = \"/sys\"\nstate_dir = \"{}\"\ncgroup_root = \"/sys/fs/cgroup\"\n\
+             [daemon]\n{daemon}\n\
+             [providers.cpu]\nlibrary = \"{}\"\n[providers.cpu.config]\npolicy = \"static\"\nreserved_cpus = \"{reserved}\"\n",
+            state.display(),
+            common::cpu_plugin().display()
+        ),
+    )
+    .unwrap();
+    config
+}
+
+pub(crate) fn alive(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().next())
+            != Some("Z")
+    })
+}
+
+pub(crate) fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The pid of the command `comm` that `topomgr run` (pid `run`) started in
+/// its cgroup, once it runs there.
+pub(crate) fn command_of(run: u32, comm: &str) -> u32 {
+    let root = Hierarchy::of(Path::new("/sys/fs/cgroup"));
+    let Hierarchy::Cgroupfs { top, .. } = root else {
+        panic!("no cgroup hierarchy at /sys/fs/cgroup");
+    };
+    let prefix = format!("run-{run}-");
+    let mut found = 0;
+    wait_for("the command to start in its cgroup", || {
+        let Ok(entries) = fs::read_dir(top.join("topomgr")) else {
+            return false;
+        };
+        for e in entries.filter_map(Result::ok) {
+            if !e.file_name().to_string_lossy().starts_with(&prefix) {
+                continue;
+            }
+            let procs = fs::read_to_string(e.path().join("main/cgroup.procs")).unwrap_or_default();
+            for p in procs.split_whitespace().filter_map(|p| p.parse().ok()) {
+                if fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == comm) {
+                    found = p;
+                    return true;
+                }
+            }
+        }
+        false
+    });
+    found
+}
+
+#[test]
+#[ignore = "needs root and a cpuset cgroup"]
+fn a_run_without_a_daemon_owns_the_node_for_its_state_directory() {
+    let (_guard, online) = machine("a_run_without_a_daemon_owns_the_node_for_its_state_directory");
+    let dir = common::scratch_dir("nodelock-run").canonicalize().unwrap();
+    let (s1, s2) = (dir.join("s1"), dir.join("s2"));
+    let r1 = machine_config(&dir, "r1.toml", &s1, &online, "");
+    let r2 = machine_config(&dir, "r2.toml", &s2, &online, "");
+    let hierarchy = Hierarchy::of(Path::new("/sys/fs/cgroup")).to_string();
+
+    let mut a = Command::new(common::topomgr_bin())
+        .args([
+            "--config",
+            &r1.to_string_lossy(),
+            "run",
+            "--cpus",
+            "1",
+            "--",
+            "sleep",
+            "60",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let a_pid = a.id();
+    let sleeper = command_of(a_pid, "sleep");
+    let run_a = format!(
+        "topomgr run (pid {a_pid}, command `{} --config {} run --cpus 1 -- sleep 60`, state directory {})",
+        common::topomgr_bin().display(),
+        r1.display(),
+        s1.display()
+    );
+
+    // A daemon, whatever its state directory, is refused while the run
+    // owns the node.
+    let d2 = machine_config(&dir, "d2.toml", &s2, &online, "");
+    let out = topomgr(&[
+        "--config",
+        &d2.to_string_lossy(),
+        "serve",
+        "--socket",
+        &dir.join("d2.sock").to_string_lossy(),
+    ]);
+    assert_eq!(
+        refusal(&out),
+        format!("topomgr: error: cannot serve {hierarchy}: it is in use by {run_a}; the daemon must be its only owner: wait until they end (or stop them), then start the daemon")
+    );
+    // So is a run of another state directory; the command never runs.
+    let marker = dir.join("ran");
+    let out = topomgr(&[
+        "--config",
+        &r2.to_string_lossy(),
+        "run",
+        "--cpus",
+        "1",
+        "--",
+        "touch",
+        &marker.to_string_lossy(),
+    ]);
+    assert_eq!(
+        refusal(&out),
+        format!(
+            "topomgr: error: {hierarchy} is managed with state directory {} by {run_a}; one node has one owner, so topomgr run with state directory {} is refused (two state directories would hand out the same CPUs): use state directory {} (state_dir in the config, or --state-dir), or wait until they end",
+            s1.display(),
+            s2.display(),
+            s1.display()
+        )
+    );
+    assert!(!marker.exists());
+    // A run of the same state directory shares the node: the shared pool,
+    // without the CPU the first one holds.
+    let out = topomgr(&[
+        "--config",
+        &r1.to_string_lossy(),
+        "run",
+        "--",
+        "grep",
+        "Cpus_allowed_list",
+        "/proc/self/status",
+    ]);
+    assert_eq!(text(&out.stderr), "");
+    let mut pool = online.clone();
+    pool.remove(online.iter().last().unwrap());
+    assert_eq!(text(&out.stdout), format!("Cpus_allowed_list:\t{pool}\n"));
+
+    // kill -9, not reaped: a zombie, whose command died with it. It owns
+    // nothing any more: a daemon of its state directory starts and
+    // releases its pod.
+    a.kill().unwrap();
+    wait_for("the command to die with topomgr", || !alive(sleeper));
+    assert!(
+        !alive(a_pid) && Path::new(&format!("/proc/{a_pid}")).exists(),
+        "a zombie"
+    );
+    let d1 = machine_config(&dir, "d1.toml", &s1, &online, "");
+    let d = Daemon::start(&d1, &dir.join("d1.sock"));
+    let health: Health = d.client().get("/v1/health").unwrap().parse().unwrap();
+    assert_eq!(health.pods, 0, "{health:?}");
+    assert!(
+        health
+            .notes
+            .iter()
+            .any(|n| n.contains(&format!(" of process {a_pid} (start time "))
+                && n.ends_with(", which is gone, was released (its cgroups were empty or gone)")),
+        "{health:?}"
+    );
+    assert_eq!(health.shared_pool, online);
+    drop(d);
+    a.wait().unwrap();
+}
+
+#[test]
+#[ignore = "needs root and a cpuset cgroup"]
+fn a_daemon_inside_the_hierarchy_of_another_is_refused() {
+    let (_guard, online) = machine("a_daemon_inside_the_hierarchy_of_another_is_refused");
+    let dir = common::scratch_dir("nodelock-nested")
+        .canonicalize()
+        .unwrap();
+    let (s1, s2) = (dir.join("s1"), dir.join("s2"));
+    let outer = machine_config(&dir, "outer.toml", &s1, &online, "");
+    let socket = dir.join("outer.sock");
+    let d = Daemon::start(&outer, &socket);
+    let Hierarchy::Cgroupfs { top, .. } = Hierarchy::of(Path::new("/sys/fs/cgroup")) else {
+        panic!("no cgroup hierarchy at /sys/fs/cgroup");
+    };
+    // A root deeper in the same hierarchy hands out the same CPUs.
+    let inner_root = top.join(format!("topomgr-test-nested-{}", std::process::id()));
+    let inner = dir.join("inner.toml");
+    fs::write(
+        &inner,
+        fs::read_to_string(&outer)
+            .unwrap()
+            .replace(
+                "cgroup_root = \"/sys/fs/cgroup\"",
+                &format!("cgroup_root = \"{}\"", inner_root.display()),
+            )
+            .replace(&s1.display().to_string(), &s2.display().to_string()),
+    )
+    .unwrap();
+    let out = topomgr(&[
+        "--config",
+        &inner.to_string_lossy(),
+        "serve",
+        "--socket",
+        &dir.join("inner.sock").to_string_lossy(),
+    ]);
+    assert_eq!(
+        refusal(&out),
+        format!(
+            "topomgr: error: the cgroup hierarchy at {} is managed by {}, and one node has one owner: stop that daemon first, or use it (its socket is {})",
+            top.display(),
+            daemon_named(&outer, &socket, &s1, d.child.id()),
+            socket.display()
+        )
+    );
+    assert!(!s2.exists());
+}
