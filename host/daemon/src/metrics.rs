@@ -29,6 +29,7 @@
 //! | `topomgr_admitted_pods` | gauge | — | pods admitted now |
 //! | `topomgr_reclaimed_pods_total{owner,cause}` | counter | — | owned pods released because their owner is gone (`owner`: `process` or `container`; `cause`: `owner_gone` or `never_attached`), at start and by the periodic reclaim |
 //! | `topomgr_nri_connected` | gauge | — | 1 while topomgr is registered with the container runtime's NRI, else 0 (also 0 without `[nri] enabled`) |
+//! | `topomgr_reconcile_conflicts{provider,resource}` | gauge | — | assignments that lost part of what they hold, as the providers reported them at the last restore (start, reload, machine check); a series whose conflicts cleared is gone |
 //!
 //! Every counter is exported from the start, at 0; labelled series are
 //! created up front for every value topomgr knows (both scopes of the
@@ -145,6 +146,13 @@ struct AlignLabels {
     boundary: &'static str,
 }
 
+/// Label set `{provider, resource}` of the conflicts gauge.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConflictLabels {
+    provider: String,
+    resource: String,
+}
+
 /// Label set `{owner, cause}` of the reclaim counter.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReclaimLabels {
@@ -250,6 +258,7 @@ pub struct Metrics {
     admitted_pods: Gauge,
     reclaimed: Family<ReclaimLabels, Counter>,
     nri_connected: Gauge,
+    conflicts: Family<ConflictLabels, Gauge>,
     /// NUMA node of each CPU id (index), for `cpu_manager_allocation_per_numa`.
     cpu_nodes: Vec<Option<String>>,
     owners: RwLock<BTreeMap<String, Ownership>>,
@@ -312,6 +321,7 @@ impl Metrics {
             admitted_pods: Gauge::default(),
             reclaimed: Family::default(),
             nri_connected: Gauge::default(),
+            conflicts: Family::default(),
             cpu_nodes: Vec::new(),
             owners: RwLock::new(BTreeMap::new()),
             registry: Registry::default(),
@@ -419,6 +429,11 @@ impl Metrics {
             "nri_connected",
             "1 while topomgr is registered with the container runtime's NRI (Node Resource Interface), else 0",
             m.nri_connected.clone(),
+        );
+        own.register(
+            "reconcile_conflicts",
+            "Assignments that lost part of what they hold (an offline CPU, a vanished device, shrunk memory), by provider and resource",
+            m.conflicts.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -546,6 +561,19 @@ impl Metrics {
     /// Whether topomgr is registered with the runtime's NRI now.
     pub fn nri_connected(&self, connected: bool) {
         self.nri_connected.set(i64::from(connected));
+    }
+
+    /// The conflicts standing now, by (provider, resource).
+    pub(crate) fn conflicts(&self, counts: &BTreeMap<(String, String), usize>) {
+        self.conflicts.clear();
+        for ((provider, resource), n) in counts {
+            self.conflicts
+                .get_or_create(&ConflictLabels {
+                    provider: provider.clone(),
+                    resource: resource.clone(),
+                })
+                .set(i64::try_from(*n).unwrap_or(i64::MAX));
+        }
     }
 
     /// One durable state write.

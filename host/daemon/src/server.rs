@@ -2,7 +2,7 @@
 //!
 //! | method | path | what |
 //! |---|---|---|
-//! | GET | `/v1/health` | `{"status": "ok"|"degraded"|"failing", "pods", "notes", "failure", "nri"}` |
+//! | GET | `/v1/health` | `{"status": "ok"|"degraded"|"failing", "pods", "notes", "failure", "nri", "conflicts"}` |
 //! | GET | `/v1/machine` | the discovered machine (the JSON of `topomgr topology`) |
 //! | POST | `/v1/pods` | admit the Pod manifest(s) of the body (YAML or JSON): the JSON of `topomgr admit`; with `?dry_run=true&explain=true` a what-if that changes nothing: `{"pods": [decision trace, ...]}` ([`topomgr_engine::explain`]); with content type [`OWNED_ADMISSION`] the body is an [`AdmissionRequest`] (one pod and its owner, recorded with it) |
 //! | GET | `/v1/pods` | `{"pods": [...], "attachments": {uid: {container: cgroup}}, "owners": {uid: owner}}` |
@@ -246,7 +246,8 @@ async fn health(State(state): State<AppState>) -> Response {
     let (code, body) = state.state_thread.read(|snap| {
         let status = if snap.failure.is_some() {
             HealthStatus::Failing
-        } else if snap.restore_notes.is_empty() && nri_notes.is_empty() {
+        } else if snap.restore_notes.is_empty() && nri_notes.is_empty() && snap.conflicts.is_empty()
+        {
             HealthStatus::Ok
         } else {
             HealthStatus::Degraded
@@ -269,6 +270,7 @@ async fn health(State(state): State<AppState>) -> Response {
                 .collect(),
             failure: snap.failure.clone(),
             nri,
+            conflicts: snap.conflicts.clone(),
         };
         (code, body)
     });

@@ -195,6 +195,8 @@ pub(crate) struct View {
     pub restore_notes: Vec<String>,
     /// Decision traces of admitted and recently rejected pods.
     pub explains: topomgr_engine::explain::History,
+    /// The conflicts the providers reported that still stand.
+    pub conflicts: Vec<topomgr_node::api::ConflictReport>,
 }
 
 impl View {
@@ -323,7 +325,7 @@ impl StateThread {
         let released = reclaimed
             .iter()
             .any(|r| matches!(r, Reclaim::Released { .. }));
-        if released || restored.replayed > 0 || worker.store.records() > 0 {
+        if released || restored.replayed > 0 || restored.moved > 0 || worker.store.records() > 0 {
             // Start with a fresh snapshot: recovery stays short and the
             // boot id is this boot's.
             match worker.store.compact(&worker.node) {
@@ -777,6 +779,9 @@ impl Worker {
         let shared = self.node.shared_pool();
         self.metrics
             .cpus(&exclusive, shared.len(), self.node.pods().len());
+        let conflicts = self.node.conflicts();
+        self.metrics.conflicts(&conflicts.counts());
+        let conflicts = conflicts.reports();
         let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
         let view = &mut *view;
         for change in committed {
@@ -795,5 +800,6 @@ impl Worker {
         view.exclusive_cpus = exclusive;
         view.shared_pool = shared;
         view.failure = self.failure.clone();
+        view.conflicts = conflicts;
     }
 }

@@ -651,4 +651,45 @@ mod tests {
         assert!(l.conflicts().is_empty());
         assert_eq!(l.exclusive_cpus().to_string(), "6-9");
     }
+
+    /// What a restored pod holds on a CPU that went offline, or a device
+    /// that vanished, stays its own: when the CPU is online again (a
+    /// reload rebuilds the ledger on the new machine), nobody else is
+    /// given it while the pod holds it.
+    #[test]
+    fn restored_holds_on_vanished_resources_stay_the_pods() {
+        let a = pod("a", &[], &["app"]);
+        let b = pod("b", &[], &["app"]);
+        let mut held = excl("6-7");
+        held.devices
+            .insert("nic".to_owned(), vec!["0000:3b:00.1".to_owned()]);
+        let ca = vec![("app".to_owned(), held)];
+        // CPU 7 offline: reported, and still held.
+        let mut offline = machine();
+        offline.cpus.retain(|c| c.id != 7);
+        let mut l = Ledger::new(&offline);
+        let found = l.restore([(&a, ca.as_slice())]);
+        assert!(
+            matches!(&found[..], [Finding::VanishedCpus { cpus, .. }, Finding::VanishedDevices { .. }] if cpus.to_string() == "7"),
+            "{found:?}"
+        );
+        assert_eq!(l.exclusive_cpus().to_string(), "6-7");
+        // Online again: the pod holds it, another pod is refused it.
+        let mut l = Ledger::new(&machine());
+        let found = l.restore([(&a, ca.as_slice())]);
+        assert!(
+            !found
+                .iter()
+                .any(|f| matches!(f, Finding::VanishedCpus { .. })),
+            "{found:?}"
+        );
+        let v = l.check(&b, "app", "cpu", &excl("7")).unwrap_err();
+        assert!(v.message.contains("CPUs 7"), "{}", v.message);
+        let mut dev = Allocation::default();
+        dev.devices
+            .insert("nic".to_owned(), vec!["0000:3b:00.1".to_owned()]);
+        assert!(l.check(&b, "app", "nic", &dev).is_err());
+        l.release("a");
+        l.check(&b, "app", "cpu", &excl("7")).unwrap();
+    }
 }

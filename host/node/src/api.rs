@@ -152,6 +152,33 @@ pub struct Health {
     pub failure: Option<String>,
     /// topomgr as the container runtime's NRI plugin.
     pub nri: NriHealth,
+    /// Every assignment that lost part of what it holds, as the providers
+    /// reported it when they took their state back on the machine and
+    /// config as they are (at start, at a reload, at a machine check). Any
+    /// makes the status `degraded`. Read as empty from a daemon that
+    /// predates it.
+    #[serde(default)]
+    pub conflicts: Vec<ConflictReport>,
+}
+
+/// An assignment that lost part of what it holds (schema
+/// `ConflictReport`, in [`Health::conflicts`]): the container keeps what
+/// remains, and what is missing stays its own, never offered to another,
+/// until the pod is released.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConflictReport {
+    /// The provider that reported it.
+    pub provider: String,
+    /// The pod's uid.
+    pub pod: String,
+    /// The container's name.
+    pub container: String,
+    /// The resource (`cpu`, `memory`, `nvidia.com/gpu`, ...).
+    pub resource: String,
+    /// What is missing, in words.
+    pub missing: String,
+    /// The ids of what is missing (CPU or device ids; empty for amounts).
+    pub ids: Vec<String>,
 }
 
 /// How topomgr stands as the container runtime's NRI plugin (schema
@@ -198,7 +225,8 @@ impl NriHealth {
 pub enum HealthStatus {
     /// Serving, nothing to report.
     Ok,
-    /// Serving; the restore reported something.
+    /// Serving; the restore reported something (`notes`) or an assignment
+    /// lost part of what it holds (`conflicts`).
     Degraded,
     /// The last state write failed.
     Failing,

@@ -3,11 +3,15 @@
 //! [`crate::snapshot`]'s.
 //!
 //! When a state is installed:
-//! - a configured provider without saved state while pods are admitted is
-//!   refused ([`StateError::MissingProviderState`]): starting it empty
-//!   could hand out what those pods hold;
-//! - a provider that refuses its saved state (e.g. it names CPUs that
-//!   vanished) is *held* (`crate::provider_states::ProviderStates::hold`): its bytes are kept,
+//! - a configured provider without saved state starts empty: every save
+//!   writes every provider's state, so a provider the state lacks was not
+//!   configured when it was saved (it is new) and the pods hold nothing of
+//!   it;
+//! - each provider takes its saved assignments back on the machine and
+//!   config as they are now ([`topomgr_sdk::Provider::restore`]): the
+//!   conflicts it reports are kept ([`crate::reconcile::Conflicts`]), its
+//!   moves are applied to the pod table (and journaled);
+//! - a provider that cannot read its saved state at all is *held* (`crate::provider_states::ProviderStates::hold`): its bytes are kept,
 //!   admissions are refused, pods are kept and can be released; the
 //!   releases are replayed into it when it restores again;
 //! - the saved state of a provider that is not configured now is kept and
@@ -75,7 +79,7 @@ pub enum RestoreIssue {
         /// Provider name.
         provider: String,
     },
-    /// A configured provider refused its saved state and is held.
+    /// A configured provider cannot read its saved state and is held.
     ProviderHeld {
         /// Provider name.
         provider: String,
@@ -94,7 +98,7 @@ impl fmt::Display for RestoreIssue {
             ),
             RestoreIssue::ProviderHeld { provider, reason } => write!(
                 f,
-                "provider {provider:?} refused its saved state ({reason}); it is held: its state is kept unchanged, admitted pods are kept and can be released, new admissions are refused until topomgr starts where that state can be restored"
+                "provider {provider:?} cannot read its saved state ({reason}); it is held: its state is kept unchanged, admitted pods are kept and can be released, new admissions are refused until topomgr runs a version of the provider that reads that state"
             ),
         }
     }
@@ -116,13 +120,19 @@ pub struct Restored {
     /// Releases replayed into providers that missed them (the state changed:
     /// save it).
     pub replayed: usize,
+    /// Pods whose records changed because a device they hold was found
+    /// again under another id (the state changed: save it).
+    pub moved: usize,
+    /// Configured providers the state had no part for: they start empty.
+    pub new_providers: Vec<String>,
 }
 
-/// Install a recovered state into `node`: refuse a configured provider
-/// without state while pods are admitted, hand each provider its bytes
-/// (holding those that refuse them, replaying the releases they missed),
-/// install the pod table (rebuilding the ledger) and the host's records.
-/// Nothing is re-admitted or released. `path` names the state in errors;
+/// Install a recovered state into `node`: hand each provider its bytes
+/// (a provider without any starts empty; those that cannot read theirs
+/// are held), keep what their restores report (conflicts; moves applied
+/// to the pod table), replay the releases they missed, install the pod
+/// table (rebuilding the ledger) and the host's records. Nothing is
+/// re-admitted or released. `path` names the state in errors;
 /// `saved_boot_id` is the boot the state was last written in.
 pub(crate) fn install(
     path: &Path,
@@ -132,20 +142,7 @@ pub(crate) fn install(
     current_boot_id: &str,
 ) -> Result<Restored, StateError> {
     let path = path.to_path_buf();
-    let (admitter, states) = node.provider_states_mut();
-    if !body.pods.is_empty() {
-        if let Some(p) = admitter
-            .providers()
-            .iter()
-            .find(|p| !body.providers.contains_key(p.name()))
-        {
-            return Err(StateError::MissingProviderState {
-                path,
-                provider: p.name().to_owned(),
-                pods: body.pods.len(),
-            });
-        }
-    }
+    let (admitter, states, conflicts) = node.restore_parts_mut();
     let mut saved: Vec<(Option<Vec<u8>>, PendingReleases)> = Vec::new();
     for p in admitter.providers() {
         let bytes = match body.providers.remove(p.name()) {
@@ -162,19 +159,39 @@ pub(crate) fn install(
         absent.push((name, bytes, pending));
     }
     states.reset(admitter);
+    conflicts.clear();
     let mut issues = Vec::new();
     let mut replays = Vec::new();
+    let mut moves = Vec::new();
+    let mut new_providers = Vec::new();
     for (i, (bytes, pending)) in saved.into_iter().enumerate() {
         let p = &mut admitter.providers_mut()[i];
-        // Without saved state (and so without pods) the provider starts empty.
+        // Every save writes every provider's state: without one, the
+        // provider is new and the pods hold nothing of it.
         let Some(bytes) = bytes else {
+            if !body.pods.is_empty() {
+                tracing::info!(provider = p.name(), pods = body.pods.len(), "provider has no saved state: it is new and starts empty; the admitted pods hold nothing of it");
+            }
+            new_providers.push(p.name().to_owned());
             continue;
         };
         match p.restore(&bytes) {
-            Ok(_reconciled) => replays.push((i, pending)),
+            Ok(report) => {
+                // A conflict of a pod the table does not hold has nothing left to hold.
+                let standing = report
+                    .conflicts
+                    .into_iter()
+                    .filter(|c| body.pods.contains_key(&c.pod_uid))
+                    .collect();
+                conflicts.set(p.name(), standing);
+                if !report.moves.is_empty() {
+                    moves.push((p.name().to_owned(), report.moves));
+                }
+                replays.push((i, pending));
+            }
             Err(e) => {
                 let name = p.name().to_owned();
-                tracing::warn!(provider = %name, error = %e, "provider refused its saved state; it is held");
+                tracing::warn!(provider = %name, error = %e, "provider cannot read its saved state; it is held");
                 issues.push(RestoreIssue::ProviderHeld {
                     provider: name.clone(),
                     reason: e.message.clone(),
@@ -201,6 +218,13 @@ pub(crate) fn install(
             }
         }
     }
+    // A provider whose assignments moved holds them under the new ids now:
+    // its state and the pod records are saved with the next write.
+    let mut moved = std::collections::BTreeSet::new();
+    for (provider, list) in &moves {
+        moved.extend(crate::reconcile::apply_moves(&mut body.pods, list));
+        states.keep_changed(std::slice::from_ref(provider));
+    }
     for (name, bytes, pending) in absent {
         issues.push(RestoreIssue::MissingProvider {
             provider: name.clone(),
@@ -225,6 +249,9 @@ pub(crate) fn install(
         attachments: body.attachments,
         owners: body.owners,
     });
+    for uid in &moved {
+        node.rewritten(uid);
+    }
     Ok(Restored {
         found: true,
         rebooted: saved_boot_id != current_boot_id,
@@ -232,6 +259,8 @@ pub(crate) fn install(
         pods,
         issues,
         replayed,
+        moved: moved.len(),
+        new_providers,
     })
 }
 
@@ -306,6 +335,90 @@ mod tests {
         d
     }
 
+    /// A node whose one provider `gpu` restores with `report`, and a new
+    /// provider `fresh` when `with_new` is set.
+    fn node_with(machine: &Machine, report: topomgr_sdk::Reconciled, with_new: bool) -> NodeState {
+        let numa = NumaInfo::from_machine(machine).unwrap();
+        let policy = Policy::new("best-effort", &BTreeMap::new(), numa).unwrap();
+        let gpu = testkit::FakeProvider::new()
+            .with_checkpoint(|| Ok(b"gpu-state".to_vec()))
+            .with_restore(move |bytes| {
+                assert_eq!(bytes, b"gpu-state");
+                Ok(report.clone())
+            });
+        let mut providers = vec![topomgr_engine::provider::LoadedProvider::in_process(
+            "gpu", gpu,
+        )];
+        if with_new {
+            providers.push(topomgr_engine::provider::LoadedProvider::in_process(
+                "fresh",
+                testkit::FakeProvider::new()
+                    .with_restore(|_| panic!("a new provider has nothing to restore")),
+            ));
+        }
+        let adm = Admitter::new(machine, policy, Scope::Container, providers);
+        NodeState::new(adm, Records::default(), Path::new("/nonexistent"), "boot")
+    }
+
+    #[test]
+    fn restore_keeps_conflicts_applies_moves_and_starts_new_providers_empty() {
+        use topomgr_sdk::{Conflict, Move, Reconciled, ResourceId};
+        let machine = testkit::machine(2, 2);
+        let dir = scratch("reconcile");
+        let mut a = node_with(&machine, Reconciled::new(), false);
+        let mut held = pod_result("p1", "1", "0", &[]);
+        held.containers[0].allocation.devices.insert(
+            "nvidia.com/gpu".to_owned(),
+            vec!["0000:3b:00.0".to_owned(), "GPU-2".to_owned()],
+        );
+        a.admitter_mut()
+            .set_pods(BTreeMap::from([("p1".to_owned(), held)]));
+        save(&dir, &a, "boot");
+
+        let report = Reconciled::new()
+            .with_conflict(
+                Conflict::new("p1", "app", "nvidia.com/gpu", "device GPU-2 is gone")
+                    .with_ids(["GPU-2"]),
+            )
+            .with_move(Move::new(
+                "p1",
+                "app",
+                ResourceId::new("nvidia.com/gpu", "0000:3b:00.0"),
+                ResourceId::new("nvidia.com/gpu", "GPU-1"),
+            ));
+        // A provider configured since (`fresh`) starts empty, pods held or not.
+        let mut b = node_with(&machine, report, true);
+        let r = restore(&dir, &mut b, "boot").unwrap();
+        assert_eq!(
+            (r.moved, r.new_providers.clone()),
+            (1, vec!["fresh".to_owned()])
+        );
+        assert_eq!(
+            b.pods()["p1"].containers[0].allocation.devices["nvidia.com/gpu"],
+            ["GPU-2".to_owned(), "GPU-1".to_owned()]
+        );
+        let conflicts = b.conflicts().reports();
+        assert_eq!(conflicts.len(), 1);
+        assert_eq!(
+            (
+                conflicts[0].provider.as_str(),
+                conflicts[0].pod.as_str(),
+                conflicts[0].missing.as_str()
+            ),
+            ("gpu", "p1", "device GPU-2 is gone")
+        );
+        // The move is journaled as the pod's record now.
+        let changes = b.take_changes();
+        assert!(
+            matches!(&changes[..], [crate::node_state::Change::Admitted(r)] if r.containers[0].allocation.devices["nvidia.com/gpu"] == ["GPU-2", "GPU-1"]),
+            "{changes:?}"
+        );
+        assert!(b.admitter().held().is_empty());
+        // Released, the pod's conflict ends.
+        b.release("p1").unwrap();
+        assert!(b.conflicts().is_empty());
+    }
+
     #[test]
     fn state_round_trip_reports_reboot_and_vanished_resources() {
         let machine = testkit::machine(2, 2);
@@ -359,6 +472,8 @@ mod tests {
                 rebooted: true,
                 pods: 2,
                 replayed: 0,
+                moved: 0,
+                new_providers: Vec::new(),
                 issues: vec![
                     RestoreIssue::Ledger(Finding::VanishedCpus {
                         pod: "p2".to_owned(),

@@ -20,6 +20,7 @@ pub mod nrt;
 pub mod plugin;
 pub mod pod_owner;
 mod provider_states;
+pub mod reconcile;
 pub mod setup;
 pub mod snapshot;
 pub mod state_dir;

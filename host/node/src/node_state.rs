@@ -61,6 +61,7 @@ use tracing::{debug, info, warn};
 use crate::api::{Attached, Attachments};
 use crate::pod_owner::{ContainerRuntime, Owner};
 use crate::provider_states::ProviderStates;
+use crate::reconcile::Conflicts;
 use topomgr_cgroup::pool::{self, PoolWrite};
 use topomgr_cgroup::{CgroupError, CgroupManager, CgroupPath, TOPOMGR_PARENT};
 use topomgr_engine::admission::{
@@ -100,7 +101,8 @@ pub struct Records {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", deny_unknown_fields)]
 pub enum Change {
-    /// A pod was admitted.
+    /// A pod was admitted, or its record rewritten (a device it holds was
+    /// found again under another id): the record as it is now.
     Admitted(Box<AdmitResult>),
     /// A pod was released (or, not admitted, forgotten): it, its
     /// attachments and its owner are gone.
@@ -345,6 +347,8 @@ pub struct NodeState {
     admitter: Admitter,
     /// What the state keeps of the providers besides them.
     provider_states: ProviderStates,
+    /// What the providers' restores reported that still stands.
+    conflicts: Conflicts,
     records: Records,
     changes: Vec<Change>,
     cgroup_root: PathBuf,
@@ -359,6 +363,7 @@ impl NodeState {
     pub fn new(admitter: Admitter, records: Records, cgroup_root: &Path, boot_id: &str) -> Self {
         NodeState {
             provider_states: ProviderStates::new(&admitter),
+            conflicts: Conflicts::default(),
             admitter,
             records,
             changes: Vec::new(),
@@ -397,6 +402,32 @@ impl NodeState {
     /// both).
     pub(crate) fn provider_states_mut(&mut self) -> (&mut Admitter, &mut ProviderStates) {
         (&mut self.admitter, &mut self.provider_states)
+    }
+
+    /// The conflicts the providers reported when they took their state
+    /// back (see [`crate::reconcile`]); a pod's end at its release.
+    pub fn conflicts(&self) -> &Conflicts {
+        &self.conflicts
+    }
+
+    /// The admitter, the providers' book and the conflicts together (a
+    /// restore changes all three).
+    pub(crate) fn restore_parts_mut(
+        &mut self,
+    ) -> (&mut Admitter, &mut ProviderStates, &mut Conflicts) {
+        (
+            &mut self.admitter,
+            &mut self.provider_states,
+            &mut self.conflicts,
+        )
+    }
+
+    /// Pod `uid`'s record changed outside an admission (a device it holds
+    /// was found again under another id): journal it as it is now.
+    pub(crate) fn rewritten(&mut self, uid: &str) {
+        if let Some(r) = self.admitter.pods().get(uid) {
+            self.changes.push(Change::Admitted(Box::new(r.clone())));
+        }
     }
 
     /// Every provider's state is saved now (a whole snapshot was written).
@@ -548,6 +579,7 @@ impl NodeState {
         let result = self.admitter.release(uid);
         if !matches!(result, Err(AdmissionError::UnknownPod(_))) {
             self.provider_states.missed_release(uid, &containers);
+            self.conflicts.released(uid);
             self.forget(uid);
         }
         result

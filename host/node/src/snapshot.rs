@@ -125,16 +125,6 @@ pub enum StateError {
         /// What `state recover` keeps.
         keeps: String,
     },
-    /// Pods are admitted but a configured provider has no saved state.
-    #[error("{path}: the state holds {pods} admitted pod(s) but no saved state for provider {provider:?}, which is configured now; started empty it could hand out what those pods hold. Release those pods before enabling the provider (topomgr release --state-dir DIR UID, with the provider not configured), or configure the state directory it was saved with")]
-    MissingProviderState {
-        /// The state file.
-        path: PathBuf,
-        /// The provider.
-        provider: String,
-        /// Number of admitted pods.
-        pods: usize,
-    },
 }
 
 /// The state directory of a file in it, for the remedies messages name.

@@ -250,7 +250,7 @@ type Check = fn(&Value, &str, &str) -> Vec<String>;
 
 /// Every object schema of the document (its name, a nested one's path
 /// after a dot; its place under `/components/schemas/`) with its type.
-const SCHEMAS: [(&str, &str, Check); 31] = [
+const SCHEMAS: [(&str, &str, Check); 32] = [
     ("Error", "Error", check::<api::ErrorBody>),
     (
         "AdmissionRequest",
@@ -271,6 +271,11 @@ const SCHEMAS: [(&str, &str, Check); 31] = [
     ),
     ("Health", "Health", check::<api::Health>),
     ("NriHealth", "NriHealth", check::<api::NriHealth>),
+    (
+        "ConflictReport",
+        "ConflictReport",
+        check::<api::ConflictReport>,
+    ),
     ("Admissions", "Admissions", check::<api::Admissions>),
     ("PodList", "PodList", check::<api::PodList>),
     (

@@ -858,7 +858,7 @@ fn vanished_cpus_are_reported_and_the_pods_kept() {
         "{notes:?}"
     );
     assert!(
-        notes.iter().all(|n| !n.contains("refused its saved state")
+        notes.iter().all(|n| !n.contains("cannot read its saved state")
             && !n.contains("state.ckpt")
             && !n.contains("move it away")),
         "{notes:?}"
@@ -893,41 +893,15 @@ fn vanished_cpus_are_reported_and_the_pods_kept() {
     );
 }
 
-/// Run `topomgr serve`, expecting it to refuse to start: its output, or a
-/// panic (after killing it) when it serves instead.
-fn serve_refused(config: &Path, socket: &Path) -> std::process::Output {
-    let mut child = Command::new(common::topomgr_bin())
-        .arg("--config")
-        .arg(config)
-        .args(["serve", "--socket"])
-        .arg(socket)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = child.kill();
-    let out = child.wait_with_output().unwrap();
-    panic!(
-        "topomgr serve started instead of refusing: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A configured provider without saved state while pods are admitted is
-/// refused: started empty it could hand out what those pods hold.
+/// A provider configured after pods were admitted has no saved state
+/// (every save writes every provider's): it is new, starts empty and the
+/// pods hold nothing of it; they stay admitted and new admissions go on.
 #[test]
-fn a_provider_missing_from_the_state_is_refused() {
+fn a_provider_added_while_pods_are_held_starts_empty() {
     let dir = widgets_config("daemon-missing");
     let config = dir.join("topomgr.toml");
     let d = Daemon::start(&config, &dir.join("t.sock"));
-    admitted(&mut d.client(), &example_pod("guaranteed-widgets.yaml"));
+    let first = admitted(&mut d.client(), &example_pod("guaranteed-widgets.yaml"));
     d.stop();
     let mut text = fs::read_to_string(&config).unwrap();
     text.push_str(&format!(
@@ -935,15 +909,30 @@ fn a_provider_missing_from_the_state_is_refused() {
         common::plugins().mock.display()
     ));
     fs::write(&config, text).unwrap();
-    let out = serve_refused(&config, &dir.join("t.sock"));
-    assert_eq!(out.status.code(), Some(2));
-    assert_eq!(
-        String::from_utf8_lossy(&out.stderr),
-        format!(
-            "topomgr: error: restoring state: {}: the state holds 1 admitted pod(s) but no saved state for provider \"mock\", which is configured now; started empty it could hand out what those pods hold. Release those pods before enabling the provider (topomgr release --state-dir DIR UID, with the provider not configured), or configure the state directory it was saved with\n",
-            dir.join("state/state.ckpt").display()
-        )
+    let d = Daemon::start(&config, &dir.join("t.sock"));
+    let mut c = d.client();
+    let health: Health = c.get("/v1/health").unwrap().parse().unwrap();
+    assert_eq!(health.status, HealthStatus::Ok, "{health:?}");
+    assert!(health.conflicts.is_empty(), "{health:?}");
+    assert_eq!(health.pods, 1);
+    let pods: Value = c.get("/v1/pods").unwrap().parse().unwrap();
+    assert_eq!(pods["pods"][0]["uid"], json!(first.uid), "{pods}");
+    let yaml = example_pod("guaranteed-widgets.yaml")
+        .replace(WIDGETS_UID, "second-uid")
+        .replace("name: guaranteed-widgets", "name: second");
+    let second = admitted(&mut c, &yaml);
+    let widgets = |a: &Admission| a.containers[0].devices["example.com/widget"].clone();
+    assert!(
+        widgets(&second)
+            .iter()
+            .all(|w| !widgets(&first).contains(w)),
+        "{second:?} {first:?}"
     );
+    d.stop();
+    // The new provider's state is saved from now on.
+    assert!(common::state_body(&dir.join("state"))["providers"]
+        .get("mock")
+        .is_some());
 }
 
 /// A tmpfs mounted for a test, unmounted when dropped.

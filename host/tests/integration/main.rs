@@ -31,6 +31,7 @@ mod oci_hook;
 mod owners;
 mod plugins;
 mod podman;
+mod reconcile;
 mod run;
 mod run_daemon;
 mod service_units;

@@ -1,0 +1,548 @@
+//! Reconciliation: topomgr takes its saved state back on the machine and
+//! config as they are now, keeps every pod, and refuses only what truly
+//! conflicts.
+//!
+//! `reported_*` drive the host's side with the mock provider's scripted
+//! report (conflicts in health and metrics, moves in the pod table and the
+//! state). `MATRIX` changes a generated copy of the example machine's sysfs
+//! tree (or the config) between two runs, with or without a pod held,
+//! through the one-shot CLI (`--state-dir`) and across a daemon restart,
+//! and asserts after each: an admission that does not touch a conflict goes
+//! on, no CPU or device is held by two pods, and conflicts are reported
+//! where (and only where) a held pod lost part of what it holds.
+
+use crate::common;
+use crate::daemon::Daemon;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::PathBuf;
+use std::process::Command;
+
+use serde_json::{json, Value};
+use topomgr_daemon::client::Client;
+use topomgr_node::api::{Admission, Admissions, Health, HealthStatus, PodList};
+
+fn pod_yaml(uid: &str, cpu: &str, memory: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {uid}\n  namespace: t\n  uid: {uid}\nspec:\n  containers:\n  - name: app\n    resources:\n      limits:\n        cpu: \"{cpu}\"\n        memory: {memory}\n"
+    )
+}
+
+fn admitted(c: &mut Client, yaml: &str) -> Admission {
+    let r = c.admit(yaml).unwrap();
+    assert_eq!(r.status, 200, "{}", r.error_message());
+    let mut v: Admissions = r.parse().unwrap();
+    assert!(v.pods[0].admitted, "{v:?}");
+    v.pods.remove(0)
+}
+
+fn health(c: &mut Client) -> Health {
+    c.get("/v1/health").unwrap().parse().unwrap()
+}
+
+fn metrics(c: &mut Client) -> String {
+    String::from_utf8(c.get("/metrics").unwrap().body).unwrap()
+}
+
+/// A config directory on the example machine (no cgroup hierarchy) with
+/// the mock provider configured by `mock` (TOML lines of its config).
+fn mock_config(tag: &str, mock: &str) -> PathBuf {
+    let dir = common::scratch_dir(tag);
+    fs::write(
+        dir.join("topomgr.toml"),
+        format!(
+            "policy = \"best-effort\"\nsysfs_root = \"{}\"\nstate_dir = \"state\"\ncgroup_root = \"cgroup\"\n[providers.mock]\nlibrary = \"{}\"\n[providers.mock.config]\n{mock}\n",
+            common::example_sys(),
+            common::plugins().mock.display()
+        ),
+    )
+    .unwrap();
+    dir
+}
+
+/// A conflict a provider reports at restore is listed in health (status
+/// `degraded`) and counted in metrics; admissions go on; it clears when
+/// its pod is released, and a report naming a pod that is not held is
+/// dropped.
+#[test]
+fn reported_conflicts_are_in_health_and_metrics_until_the_pod_is_released() {
+    let dir = mock_config(
+        "reconcile-conflicts",
+        "reconciled = { conflicts = [{ pod_uid = \"held\", container = \"app\", resource = \"example.com/foo\", missing = \"device foo-1 is gone\", ids = [\"foo-1\"] }] }",
+    );
+    let config = dir.join("topomgr.toml");
+    let socket = dir.join("t.sock");
+    let d = Daemon::start(&config, &socket);
+    let mut c = d.client();
+    // Nothing restored yet: nothing reported.
+    assert_eq!(health(&mut c).status, HealthStatus::Ok);
+    admitted(&mut c, &pod_yaml("held", "1", "1Gi"));
+    d.stop();
+
+    let d = Daemon::start(&config, &socket);
+    let mut c = d.client();
+    let h = health(&mut c);
+    assert_eq!(h.status, HealthStatus::Degraded, "{h:?}");
+    assert_eq!(
+        serde_json::to_value(&h.conflicts).unwrap(),
+        json!([{"provider": "mock", "pod": "held", "container": "app",
+                "resource": "example.com/foo", "missing": "device foo-1 is gone",
+                "ids": ["foo-1"]}])
+    );
+    let m = metrics(&mut c);
+    let line = "topomgr_reconcile_conflicts{provider=\"mock\",resource=\"example.com/foo\"} 1";
+    assert!(m.lines().any(|l| l == line), "{line:?} missing:\n{m}");
+    // An admission that does not touch the conflict goes on.
+    admitted(&mut c, &pod_yaml("other", "1", "1Gi"));
+    // Released, the pod's conflict ends.
+    let r = c.delete("/v1/pods/held").unwrap();
+    assert_eq!(r.status, 200, "{}", r.error_message());
+    let h = health(&mut c);
+    assert_eq!(
+        (h.status, h.conflicts.len()),
+        (HealthStatus::Ok, 0),
+        "{h:?}"
+    );
+    let m = metrics(&mut c);
+    assert!(
+        !m.contains("topomgr_reconcile_conflicts{"),
+        "a cleared conflict is still counted:\n{m}"
+    );
+    d.stop();
+    // The provider reports it again at the next start, for a pod that is
+    // gone: nothing to hold, nothing reported.
+    let d = Daemon::start(&config, &socket);
+    let h = health(&mut d.client());
+    assert_eq!(
+        (h.status, h.conflicts.len()),
+        (HealthStatus::Ok, 0),
+        "{h:?}"
+    );
+}
+
+/// A device found again under another id: the pod table follows (so
+/// `/v1/pods` and the ledger name what the provider holds), the change is
+/// saved, and the next start agrees.
+#[test]
+fn reported_moves_follow_into_the_pod_table_and_the_state() {
+    let dir = mock_config(
+        "reconcile-moves",
+        "allocation = { devices = { \"example.com/foo\" = [\"foo-0\"] } }\n\
+         reconciled = { moves = [{ pod_uid = \"held\", container = \"app\", from = { resource = \"example.com/foo\", id = \"foo-0\" }, to = { resource = \"example.com/foo\", id = \"FOO-SN-7\" } }] }",
+    );
+    let config = dir.join("topomgr.toml");
+    let socket = dir.join("t.sock");
+    let d = Daemon::start(&config, &socket);
+    let first = admitted(&mut d.client(), &pod_yaml("held", "1", "1Gi"));
+    assert_eq!(
+        first.containers[0].devices["example.com/foo"],
+        ["foo-0".to_owned()]
+    );
+    d.stop();
+    let devices = |c: &mut Client| {
+        let pods: PodList = c.get("/v1/pods").unwrap().parse().unwrap();
+        pods.pods[0].containers[0].devices.clone()
+    };
+    let moved = BTreeMap::from([("example.com/foo".to_owned(), vec!["FOO-SN-7".to_owned()])]);
+    for round in 0..2 {
+        let d = Daemon::start(&config, &socket);
+        let mut c = d.client();
+        assert_eq!(devices(&mut c), moved, "round {round}");
+        assert_eq!(health(&mut c).status, HealthStatus::Ok);
+        d.stop();
+        let saved = &common::state_body(&dir.join("state"))["pods"]["held"];
+        assert_eq!(
+            saved["containers"][0]["allocation"]["devices"],
+            json!({"example.com/foo": ["FOO-SN-7"]}),
+            "round {round}: {saved}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The matrix: machine and config changes × pods held or not × CLI or daemon.
+
+/// How the second run reads the state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// `topomgr admit --state-dir`.
+    Cli,
+    /// `topomgr serve`, stopped and started again.
+    DaemonRestart,
+}
+
+/// A node for one case: a copy of the example machine's sysfs tree and a
+/// config over it (CPU provider static with CPU 0 reserved, memory
+/// provider static with 512 MiB reserved on node 0).
+struct Node {
+    dir: PathBuf,
+    sys: PathBuf,
+    cpu: String,
+    memory: Option<String>,
+    policy: &'static str,
+}
+
+const CPU_CONFIG: &str = "policy = \"static\"\nreserved_cpus = \"0\"\n";
+const MEMORY_CONFIG: &str =
+    "policy = \"static\"\n[providers.memory.config.reserved_memory.0]\nmemory = \"512Mi\"\n";
+
+impl Node {
+    fn new(tag: &str) -> Node {
+        let dir = common::scratch_dir(tag);
+        let sys = dir.join("sys");
+        let status = Command::new("cp")
+            .arg("-a")
+            .arg(common::example_sys())
+            .arg(&sys)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let n = Node {
+            dir,
+            sys,
+            cpu: CPU_CONFIG.to_owned(),
+            memory: Some(MEMORY_CONFIG.to_owned()),
+            policy: "best-effort",
+        };
+        n.write_config();
+        n
+    }
+
+    fn write_config(&self) {
+        let mut text = format!(
+            "policy = \"{}\"\nsysfs_root = \"{}\"\nstate_dir = \"state\"\ncgroup_root = \"cgroup\"\n[providers.cpu]\nlibrary = \"{}\"\n[providers.cpu.config]\n{}",
+            self.policy,
+            self.sys.display(),
+            common::cpu_plugin().display(),
+            self.cpu
+        );
+        if let Some(m) = &self.memory {
+            text.push_str(&format!(
+                "[providers.memory]\nlibrary = \"{}\"\n[providers.memory.config]\n{m}",
+                common::memory_plugin().display()
+            ));
+        }
+        fs::write(self.dir.join("topomgr.toml"), text).unwrap();
+    }
+
+    fn config(&self) -> PathBuf {
+        self.dir.join("topomgr.toml")
+    }
+
+    fn write(&self, rel: &str, text: &str) {
+        fs::write(self.sys.join(rel), text).unwrap();
+    }
+
+    fn set_cpu_online(&self, cpu: u32, online: bool) {
+        self.write(
+            &format!("devices/system/cpu/cpu{cpu}/online"),
+            if online { "1\n" } else { "0\n" },
+        );
+    }
+
+    /// Set node `node`'s MemTotal (and MemFree below it) to `kib` KiB.
+    fn set_mem_total(&self, node: u32, kib: u64) {
+        let path = format!("devices/system/node/node{node}/meminfo");
+        let text = fs::read_to_string(self.sys.join(&path)).unwrap();
+        let out: String = text
+            .lines()
+            .map(|l| {
+                if l.contains("MemTotal:") {
+                    format!("Node {node} MemTotal:       {kib} kB\n")
+                } else if l.contains("MemFree:") {
+                    format!("Node {node} MemFree:        {} kB\n", kib / 2)
+                } else {
+                    format!("{l}\n")
+                }
+            })
+            .collect();
+        self.write(&path, &out);
+    }
+
+    /// KiB of hugepages reserved on node `node`.
+    fn hugepages_kib(&self, node: u32) -> u64 {
+        let dir = self
+            .sys
+            .join(format!("devices/system/node/node{node}/hugepages"));
+        fs::read_dir(dir)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                let name = e.file_name().into_string().unwrap();
+                let size: u64 = name
+                    .trim_start_matches("hugepages-")
+                    .trim_end_matches("kB")
+                    .parse()
+                    .unwrap();
+                let n: u64 = fs::read_to_string(e.path().join("nr_hugepages"))
+                    .unwrap()
+                    .trim()
+                    .parse()
+                    .unwrap();
+                size * n
+            })
+            .sum()
+    }
+
+    /// Admit `yaml` (a file in the node's directory) through the CLI on the
+    /// state directory: the admission and the CLI's stderr.
+    fn cli_admit(&self, name: &str, yaml: &str) -> (Admission, String) {
+        let file = self.dir.join(format!("{name}.yaml"));
+        fs::write(&file, yaml).unwrap();
+        let state = self.dir.join("state");
+        let (code, out, err) = common::topomgr(
+            &self.dir,
+            &[
+                "admit",
+                "--state-dir",
+                state.to_str().unwrap(),
+                file.to_str().unwrap(),
+            ],
+        );
+        assert_eq!(code, 0, "admit {name}: {out}\n{err}");
+        let mut a: Admissions = serde_json::from_str(&out).unwrap();
+        (a.pods.remove(0), err)
+    }
+}
+
+/// A change between the two runs: what it does to the node (given the
+/// held pod's admission, when one is held) and whether a held pod then
+/// misses part of what it holds (provider, resource).
+struct Case {
+    name: &'static str,
+    /// Prepare the node before the first run (e.g. take a CPU offline that
+    /// comes back).
+    before: fn(&mut Node),
+    change: fn(&mut Node, Option<&Admission>),
+    /// (provider, resource) of the conflict a held pod gets.
+    conflict: Option<(&'static str, &'static str)>,
+}
+
+fn nothing(_: &mut Node) {}
+
+/// A CPU neither reserved nor held.
+fn unheld_cpu(held: Option<&Admission>) -> u32 {
+    let held = held
+        .map(|a| a.containers[0].cpus.clone())
+        .unwrap_or_default();
+    (1..16).find(|c| !held.contains(*c)).unwrap()
+}
+
+const MATRIX: &[Case] = &[
+    Case {
+        name: "memory-grows",
+        before: nothing,
+        change: |n, _| n.set_mem_total(0, 16 * 1024 * 1024),
+        conflict: None,
+    },
+    Case {
+        name: "memory-shrinks-below-held",
+        before: nothing,
+        change: |n, held| {
+            // Every node the held pod's memory is on keeps 512 MiB besides
+            // its hugepages and reservation: less than the 1 GiB it holds.
+            let nodes: Vec<u32> = match held {
+                Some(a) => a.containers[0].mems.iter().map(u32::from).collect(),
+                None => vec![0],
+            };
+            for node in nodes {
+                let reserved = if node == 0 { 512 * 1024 } else { 0 };
+                n.set_mem_total(node, n.hugepages_kib(node) + reserved + 512 * 1024);
+            }
+        },
+        conflict: Some(("memory", "memory")),
+    },
+    Case {
+        name: "hugepages-change",
+        before: nothing,
+        change: |n, _| {
+            n.write(
+                "devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages",
+                "64\n",
+            )
+        },
+        conflict: None,
+    },
+    Case {
+        name: "reserved-memory-grows",
+        before: nothing,
+        change: |n, _| {
+            n.memory = Some(MEMORY_CONFIG.replace("512Mi", "1Gi"));
+            n.write_config();
+        },
+        conflict: None,
+    },
+    Case {
+        name: "cpu-offline-unheld",
+        before: nothing,
+        change: |n, held| n.set_cpu_online(unheld_cpu(held), false),
+        conflict: None,
+    },
+    Case {
+        name: "cpu-offline-held",
+        before: nothing,
+        change: |n, held| {
+            let cpu = match held {
+                Some(a) => a.containers[0].cpus.iter().next().unwrap(),
+                None => 1,
+            };
+            n.set_cpu_online(cpu, false)
+        },
+        conflict: Some(("cpu", "cpu")),
+    },
+    Case {
+        name: "cpu-online",
+        before: |n| n.set_cpu_online(15, false),
+        change: |n, _| n.set_cpu_online(15, true),
+        conflict: None,
+    },
+    Case {
+        name: "reserved-cpus-change",
+        before: nothing,
+        change: |n, held| {
+            n.cpu = CPU_CONFIG.replace("\"0\"", &format!("\"0,{}\"", unheld_cpu(held)));
+            n.write_config();
+        },
+        conflict: None,
+    },
+    Case {
+        name: "topology-policy-change",
+        before: nothing,
+        change: |n, _| {
+            n.policy = "single-numa-node";
+            n.write_config();
+        },
+        conflict: None,
+    },
+    Case {
+        name: "provider-added",
+        before: |n| {
+            n.memory = None;
+            n.write_config();
+        },
+        change: |n, _| {
+            n.memory = Some(MEMORY_CONFIG.to_owned());
+            n.write_config();
+        },
+        conflict: None,
+    },
+    Case {
+        name: "provider-removed",
+        before: nothing,
+        change: |n, _| {
+            n.memory = None;
+            n.write_config();
+        },
+        conflict: None,
+    },
+];
+
+/// No exclusive CPU is held by two pods.
+fn assert_exclusive(pods: &[Admission], case: &str) {
+    for (i, a) in pods.iter().enumerate() {
+        for b in &pods[i + 1..] {
+            for (ca, cb) in a.containers.iter().zip(&b.containers) {
+                if ca.exclusive && cb.exclusive {
+                    assert!(
+                        ca.cpus.intersection(&cb.cpus).is_empty(),
+                        "{case}: {} and {} both hold CPUs {}",
+                        a.uid,
+                        b.uid,
+                        ca.cpus.intersection(&cb.cpus)
+                    );
+                }
+            }
+        }
+    }
+}
+
+fn run_case(case: &Case, held: bool, mode: Mode) {
+    let label = format!("{} held={held} {mode:?}", case.name);
+    let mut n = Node::new(&format!(
+        "reconcile-{}-{}-{:?}",
+        case.name,
+        u8::from(held),
+        mode
+    ));
+    (case.before)(&mut n);
+    let socket = n.dir.join("t.sock");
+    // First run: hold a pod (or only start, which writes the state).
+    let first = match mode {
+        Mode::Cli => held.then(|| n.cli_admit("held", &pod_yaml("held", "2", "1Gi")).0),
+        Mode::DaemonRestart => {
+            let d = Daemon::start(&n.config(), &socket);
+            let a = held.then(|| admitted(&mut d.client(), &pod_yaml("held", "2", "1Gi")));
+            d.stop();
+            a
+        }
+    };
+    (case.change)(&mut n, first.as_ref());
+    let expect_conflict = held.then_some(case.conflict).flatten();
+    let next_yaml = pod_yaml("next", "2", "1Gi");
+    let pods: Vec<Admission> = match mode {
+        Mode::Cli => {
+            let (next, err) = n.cli_admit("next", &next_yaml);
+            assert_eq!(
+                err.contains("restored assignment misses"),
+                expect_conflict.is_some(),
+                "{label}: {err}"
+            );
+            first.into_iter().chain([next]).collect()
+        }
+        Mode::DaemonRestart => {
+            let d = Daemon::start(&n.config(), &socket);
+            let mut c = d.client();
+            let h = health(&mut c);
+            let found: Vec<(String, String, String)> = h
+                .conflicts
+                .iter()
+                .map(|c| (c.provider.clone(), c.pod.clone(), c.resource.clone()))
+                .collect();
+            let want: Vec<(String, String, String)> = expect_conflict
+                .map(|(p, r)| (p.to_owned(), "held".to_owned(), r.to_owned()))
+                .into_iter()
+                .collect();
+            assert_eq!(found, want, "{label}: {h:?}");
+            if let Some((p, r)) = expect_conflict {
+                assert_eq!(h.status, HealthStatus::Degraded, "{label}");
+                let m = metrics(&mut c);
+                let line =
+                    format!("topomgr_reconcile_conflicts{{provider=\"{p}\",resource=\"{r}\"}} 1");
+                assert!(
+                    m.lines().any(|l| l == line),
+                    "{label}: {line} missing:\n{m}"
+                );
+            }
+            admitted(&mut c, &next_yaml);
+            let list: PodList = c.get("/v1/pods").unwrap().parse().unwrap();
+            d.stop();
+            list.pods
+        }
+    };
+    assert_eq!(pods.len(), usize::from(held) + 1, "{label}: {pods:?}");
+    assert!(pods.iter().all(|p| p.admitted), "{label}: {pods:?}");
+    assert_exclusive(&pods, &label);
+    // The state agrees with what was answered.
+    let saved: Value = common::state_body(&n.dir.join("state"));
+    let saved_pods = saved["pods"].as_object().unwrap();
+    assert_eq!(saved_pods.len(), pods.len(), "{label}: {saved}");
+}
+
+fn run_matrix(mode: Mode) {
+    for case in MATRIX {
+        for held in [false, true] {
+            run_case(case, held, mode);
+        }
+    }
+}
+
+#[test]
+fn matrix_cli_state_dir() {
+    run_matrix(Mode::Cli);
+}
+
+#[test]
+fn matrix_daemon_restart() {
+    run_matrix(Mode::DaemonRestart);
+}
