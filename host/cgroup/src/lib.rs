@@ -508,6 +508,29 @@ impl CgroupManager {
             .collect()
     }
 
+    /// The cpuset as written (`cpuset.cpus` and `cpuset.mems`, not the
+    /// effective values): what [`CgroupManager::set_cpuset`] wrote unless
+    /// someone else changed it since.
+    pub fn configured(&self, cg: &Cgroup) -> Result<Cpuset, CgroupError> {
+        let read = |name: &str| -> Result<(PathBuf, String), CgroupError> {
+            let p = cg.dir.join(name);
+            Ok((p.clone(), self.fs.read(&p)?))
+        };
+        let (cp, ct) = read("cpuset.cpus")?;
+        let cpus = CpuSet::parse(ct.trim()).map_err(|e| CgroupError::Parse {
+            path: cp,
+            content: ct.clone(),
+            reason: e.to_string(),
+        })?;
+        let (mp, mt) = read("cpuset.mems")?;
+        let mems = NumaMask::parse_list(mt.trim()).map_err(|e| CgroupError::Parse {
+            path: mp,
+            content: mt.clone(),
+            reason: e.to_string(),
+        })?;
+        Ok(Cpuset { cpus, mems })
+    }
+
     /// The cpuset the kernel applies (effective values).
     pub fn effective(&self, cg: &Cgroup) -> Result<Cpuset, CgroupError> {
         let [cpus_file, mems_file] = self.layout.effective_files();

@@ -39,6 +39,7 @@ pub mod client;
 pub mod listener;
 pub mod metrics;
 pub mod nri;
+pub mod reload;
 mod scrape;
 mod server;
 mod state_thread;
@@ -98,6 +99,18 @@ pub struct Daemon {
     pub export: topomgr_node::nrt::ExportSettings,
     /// The runtime's NRI socket and registration, when `[nri] enabled`.
     pub nri: Option<nri::NriSettings>,
+    /// Live reconciliation (SIGHUP and the machine check), when given.
+    pub reload: Option<Reload>,
+}
+
+/// How the daemon follows its machine and config ([`reload`]).
+pub struct Reload {
+    /// Where the config and the machine are read again.
+    pub source: Arc<dyn reload::Source>,
+    /// The config the daemon started with.
+    pub config: topomgr_node::config::HostConfig,
+    /// `[daemon] machine_check_interval_ms`.
+    pub interval: Duration,
 }
 
 /// Why the daemon could not start or stopped with an error.
@@ -246,6 +259,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
     let metrics_address = d.metrics_address;
     let reclaim_interval = d.reclaim_interval;
     let nri_settings = d.nri;
+    let reload = d.reload;
     let nri_status = match &nri_settings {
         Some(s) => nri::NriStatus::enabled(&s.socket, Some(Arc::clone(&metrics))),
         None => nri::NriStatus::disabled(),
@@ -282,6 +296,17 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
             reclaim_interval,
             stop_rx.clone(),
         ));
+        if let Some(r) = reload {
+            tokio::spawn(reload::watch(
+                state_thread.clone(),
+                r.source,
+                r.config,
+                machine.clone(),
+                r.interval,
+                Arc::clone(&metrics),
+                stop_rx.clone(),
+            ));
+        }
         if let Some(settings) = nri_settings {
             let face = Arc::new(nri::Face::new(
                 state_thread.clone(),
@@ -292,7 +317,6 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
         }
         let state = AppState {
             state_thread,
-            machine: Arc::new(machine),
             metrics,
             access,
             nri: nri_status,

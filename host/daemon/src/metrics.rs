@@ -30,6 +30,9 @@
 //! | `topomgr_reclaimed_pods_total{owner,cause}` | counter | — | owned pods released because their owner is gone (`owner`: `process` or `container`; `cause`: `owner_gone` or `never_attached`), at start and by the periodic reclaim |
 //! | `topomgr_nri_connected` | gauge | — | 1 while topomgr is registered with the container runtime's NRI, else 0 (also 0 without `[nri] enabled`) |
 //! | `topomgr_reconcile_conflicts{provider,resource}` | gauge | — | assignments that lost part of what they hold, as the providers reported them at the last restore (start, reload, machine check); a series whose conflicts cleared is gone |
+//! | `topomgr_reloads_total` | counter | — | reconciles with the machine and config as they are now (on SIGHUP, or when the machine check found the machine changed) |
+//! | `topomgr_reload_failures_total` | counter | — | reloads (SIGHUP, machine check) that kept the running providers because the new config or machine could not be taken |
+//! | `topomgr_cpuset_drift_total` | counter | — | attached cgroups whose cpuset or memory nodes someone else changed, found by the machine check (each restored once; one whose change comes back is reported in health instead of rewritten) |
 //!
 //! Every counter is exported from the start, at 0; labelled series are
 //! created up front for every value topomgr knows (both scopes of the
@@ -259,6 +262,9 @@ pub struct Metrics {
     reclaimed: Family<ReclaimLabels, Counter>,
     nri_connected: Gauge,
     conflicts: Family<ConflictLabels, Gauge>,
+    reloads: Counter,
+    reload_failures: Counter,
+    cpuset_drift: Counter,
     /// NUMA node of each CPU id (index), for `cpu_manager_allocation_per_numa`.
     cpu_nodes: Vec<Option<String>>,
     owners: RwLock<BTreeMap<String, Ownership>>,
@@ -322,6 +328,9 @@ impl Metrics {
             reclaimed: Family::default(),
             nri_connected: Gauge::default(),
             conflicts: Family::default(),
+            reloads: Counter::default(),
+            reload_failures: Counter::default(),
+            cpuset_drift: Counter::default(),
             cpu_nodes: Vec::new(),
             owners: RwLock::new(BTreeMap::new()),
             registry: Registry::default(),
@@ -434,6 +443,21 @@ impl Metrics {
             "reconcile_conflicts",
             "Assignments that lost part of what they hold (an offline CPU, a vanished device, shrunk memory), by provider and resource",
             m.conflicts.clone(),
+        );
+        own.register(
+            "reloads",
+            "Reconciles with the machine and config as they are now (SIGHUP, or the machine check found a change)",
+            m.reloads.clone(),
+        );
+        own.register(
+            "reload_failures",
+            "Reloads that kept the running providers because the new config or machine could not be taken",
+            m.reload_failures.clone(),
+        );
+        own.register(
+            "cpuset_drift",
+            "Attached cgroups whose cpuset or memory nodes were changed by someone else",
+            m.cpuset_drift.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -574,6 +598,21 @@ impl Metrics {
                 })
                 .set(i64::try_from(*n).unwrap_or(i64::MAX));
         }
+    }
+
+    /// A reconcile with the machine and config as they are now was done.
+    pub(crate) fn reloaded(&self) {
+        self.reloads.inc();
+    }
+
+    /// A reload kept the running providers.
+    pub(crate) fn reload_failed(&self) {
+        self.reload_failures.inc();
+    }
+
+    /// An attached cgroup's cpuset or memory nodes were found changed.
+    pub(crate) fn cpuset_drifted(&self) {
+        self.cpuset_drift.inc();
     }
 
     /// One durable state write.

@@ -3,7 +3,7 @@
 //! | method | path | what |
 //! |---|---|---|
 //! | GET | `/v1/health` | `{"status": "ok"|"degraded"|"failing", "pods", "notes", "failure", "nri", "conflicts"}` |
-//! | GET | `/v1/machine` | the discovered machine (the JSON of `topomgr topology`) |
+//! | GET | `/v1/machine` | the discovered machine as last read (at start, at the last reload; the JSON of `topomgr topology`) |
 //! | POST | `/v1/pods` | admit the Pod manifest(s) of the body (YAML or JSON): the JSON of `topomgr admit`; with `?dry_run=true&explain=true` a what-if that changes nothing: `{"pods": [decision trace, ...]}` ([`topomgr_engine::explain`]); with content type [`OWNED_ADMISSION`] the body is an [`AdmissionRequest`] (one pod and its owner, recorded with it) |
 //! | GET | `/v1/pods` | `{"pods": [...], "attachments": {uid: {container: cgroup}}, "owners": {uid: owner}}` |
 //! | GET | `/v1/pods/{uid}` | one pod's admission JSON |
@@ -57,8 +57,6 @@ use topomgr_node::nrt::NodeResourceTopology;
 pub(crate) struct AppState {
     /// The thread that owns the node state.
     pub state_thread: StateThread,
-    /// The discovered machine.
-    pub machine: Arc<Machine>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
     /// Who may connect.
@@ -163,6 +161,7 @@ impl From<CommandError> for ApiError {
             CommandError::Broken(_) => (StatusCode::SERVICE_UNAVAILABLE, "StateUnavailable"),
             CommandError::Stopped => (StatusCode::SERVICE_UNAVAILABLE, "ShuttingDown"),
             CommandError::Export(_) => (StatusCode::INTERNAL_SERVER_ERROR, "ExportFailed"),
+            CommandError::Reload(_) => (StatusCode::INTERNAL_SERVER_ERROR, "ReloadFailed"),
         };
         ApiError::new(status, reason, e.to_string())
     }
@@ -246,7 +245,10 @@ async fn health(State(state): State<AppState>) -> Response {
     let (code, body) = state.state_thread.read(|snap| {
         let status = if snap.failure.is_some() {
             HealthStatus::Failing
-        } else if snap.restore_notes.is_empty() && nri_notes.is_empty() && snap.conflicts.is_empty()
+        } else if snap.restore_notes.is_empty()
+            && snap.reload_notes.is_empty()
+            && nri_notes.is_empty()
+            && snap.conflicts.is_empty()
         {
             HealthStatus::Ok
         } else {
@@ -265,6 +267,7 @@ async fn health(State(state): State<AppState>) -> Response {
             notes: snap
                 .restore_notes
                 .iter()
+                .chain(&snap.reload_notes)
                 .chain(&nri_notes)
                 .cloned()
                 .collect(),
@@ -278,7 +281,7 @@ async fn health(State(state): State<AppState>) -> Response {
 }
 
 async fn machine(State(state): State<AppState>) -> Json<Machine> {
-    Json(state.machine.as_ref().clone())
+    Json(state.state_thread.read(|v| v.machine.as_ref().clone()))
 }
 
 /// Query of `POST /v1/pods`.

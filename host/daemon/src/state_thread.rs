@@ -108,6 +108,14 @@ pub(crate) enum Command {
     /// Admit pods in order as a what-if and undo it: their decision traces
     /// ([`topomgr_engine::explain`]); nothing changes.
     DryRun(Vec<PodView>),
+    /// Reconcile with providers built anew on the machine and config as
+    /// they are now ([`topomgr_node::reconcile::reload`]), and save.
+    /// (Taken once: the new providers are not `Clone`.)
+    Reload(Arc<std::sync::Mutex<Option<crate::reload::Prepared>>>),
+    /// A reload changed nothing: report why in health until one succeeds.
+    ReloadFailed(String),
+    /// Verify the attached cgroups (cpusets and memory nodes as written).
+    CheckCgroups,
 }
 
 /// The state thread's answer to a [`Command`].
@@ -135,6 +143,9 @@ pub(crate) enum Reply {
     NodeResourceTopology(topomgr_node::nrt::NodeResourceTopology),
     /// One decision trace per pod of a dry run, in order.
     DryRun(Vec<topomgr_node::api::Explain>),
+    /// A reload or a check ran (what it found is logged, counted and in
+    /// health).
+    Done,
 }
 
 /// Why a command failed.
@@ -170,6 +181,9 @@ pub(crate) enum CommandError {
     /// The NodeResourceTopology export could not be built.
     #[error("{0}")]
     Export(String),
+    /// A reload could not be applied.
+    #[error("{0}")]
+    Reload(String),
     /// The state thread is gone (shutting down).
     #[error("the daemon's state thread has stopped")]
     Stopped,
@@ -197,6 +211,10 @@ pub(crate) struct View {
     pub explains: topomgr_engine::explain::History,
     /// The conflicts the providers reported that still stand.
     pub conflicts: Vec<topomgr_node::api::ConflictReport>,
+    /// What the last reload or cgroup check could not do.
+    pub reload_notes: Vec<String>,
+    /// The machine as last read (at start, at the last reload).
+    pub machine: Arc<Machine>,
 }
 
 impl View {
@@ -231,6 +249,12 @@ pub(crate) struct StateThread {
 
 struct Worker {
     node: NodeState,
+    /// The state directory (for messages).
+    state_dir: PathBuf,
+    /// What the last reload and cgroup check could not do.
+    reload_notes: Vec<String>,
+    /// Cgroup problems found by the check (see `check_cgroups`).
+    cgroup_notes: Vec<String>,
     machine: Machine,
     export: topomgr_node::nrt::ExportSettings,
     /// Policy, scope and nodes of every trace.
@@ -310,6 +334,9 @@ impl StateThread {
         }
         let mut worker = Worker {
             node,
+            state_dir: settings.state_dir.clone(),
+            reload_notes: Vec::new(),
+            cgroup_notes: Vec::new(),
             machine: machine.clone(),
             export: settings.export.clone(),
             setting,
@@ -444,6 +471,91 @@ impl Worker {
             }
         }
         reclaimed
+    }
+
+    /// Reconcile with providers built anew ([`topomgr_node::reconcile::reload`])
+    /// and save the whole state (the providers' states changed).
+    fn reload(&mut self, p: crate::reload::Prepared) -> Result<Reply, CommandError> {
+        let trigger = p.trigger;
+        let machine = p.machine.clone();
+        match topomgr_node::reconcile::reload(
+            &mut self.node,
+            &self.state_dir,
+            &p.machine,
+            p.policy,
+            p.scope,
+            p.providers,
+        ) {
+            Ok(r) => {
+                self.machine = machine;
+                self.setting = Arc::new(topomgr_engine::explain::Setting::of(self.node.admitter()));
+                // What was committed before is in the snapshot too.
+                match self.store.compact(&self.node) {
+                    Ok(()) => {
+                        self.node.take_changes();
+                        self.node.saved();
+                    }
+                    Err(e) => {
+                        let msg = e.to_string();
+                        error!(error = %msg, "{trigger}: cannot save the reconciled state; going back to the saved state");
+                        self.failure = Some(msg.clone());
+                        self.rollback();
+                        return Err(CommandError::Unavailable(msg));
+                    }
+                }
+                for f in &r.failures {
+                    self.metrics.reload_failed();
+                    warn!("{trigger}: {f}");
+                }
+                self.reload_notes = r.failures.iter().map(ToString::to_string).collect();
+                let notes = notes_of(&r.restored, self.node.boot_id());
+                info!(
+                    trigger,
+                    pods = r.restored.pods,
+                    conflicts = self.node.conflicts().reports().len(),
+                    moved = r.restored.moved,
+                    failures = r.failures.len(),
+                    "reconciled with the machine and config as they are now"
+                );
+                self.node.settle_pool();
+                self.write_export();
+                self.rebuild_view(notes);
+                self.metrics.reloaded();
+                Ok(Reply::Done)
+            }
+            Err(e) => {
+                let msg = format!("{trigger}: the providers could not be reconciled ({e}); everything runs as before");
+                error!("{msg}");
+                self.metrics.reload_failed();
+                self.reload_notes = vec![msg.clone()];
+                if matches!(e, topomgr_node::reconcile::ReloadError::Installed(_)) {
+                    self.rollback();
+                } else {
+                    self.publish(Vec::new());
+                }
+                Err(CommandError::Reload(msg))
+            }
+        }
+    }
+
+    /// Verify the attached cgroups; count and report what changed.
+    fn check_cgroups(&mut self) {
+        use topomgr_node::node_state::CgroupFinding;
+        let found = self.node.check_cgroups();
+        for f in &found {
+            if matches!(f, CgroupFinding::Restored(_)) {
+                self.metrics.cpuset_drifted();
+            }
+        }
+        let notes: Vec<String> = found
+            .iter()
+            .filter(|f| !matches!(f, CgroupFinding::Restored(_)))
+            .map(ToString::to_string)
+            .collect();
+        if notes != self.cgroup_notes {
+            self.cgroup_notes = notes;
+            self.publish(Vec::new());
+        }
     }
 
     /// Bring memory back to what is on disk, and the readers' view with it.
@@ -620,6 +732,22 @@ impl Worker {
                 Some(conflict) => (Err(CommandError::Conflict(conflict)), false),
                 None => (Ok(Reply::DryRun(self.dry_run(&pods))), false),
             },
+            Command::Reload(prepared) => {
+                let taken = prepared.lock().unwrap_or_else(|p| p.into_inner()).take();
+                match taken {
+                    Some(p) => (self.reload(p), false),
+                    None => (Ok(Reply::Done), false),
+                }
+            }
+            Command::ReloadFailed(message) => {
+                self.reload_notes = vec![message];
+                self.publish(Vec::new());
+                (Ok(Reply::Done), false)
+            }
+            Command::CheckCgroups => {
+                self.check_cgroups();
+                (Ok(Reply::Done), false)
+            }
             Command::NodeResourceTopology => match self.nrt() {
                 Ok(object) => (Ok(Reply::NodeResourceTopology(object)), false),
                 Err(e) => (Err(CommandError::Export(e.to_string())), false),
@@ -757,6 +885,7 @@ impl Worker {
             attachments: self.node.records().attachments.clone(),
             owners: self.node.records().owners.clone(),
             restore_notes: notes,
+            machine: Arc::new(self.machine.clone()),
             // Traces outlive a rollback; those of pods it undid are dropped
             // at the next publish.
             explains: std::mem::take(
@@ -801,5 +930,11 @@ impl Worker {
         view.shared_pool = shared;
         view.failure = self.failure.clone();
         view.conflicts = conflicts;
+        view.reload_notes = self
+            .reload_notes
+            .iter()
+            .chain(&self.cgroup_notes)
+            .cloned()
+            .collect();
     }
 }

@@ -186,6 +186,19 @@ impl Admitter {
         &mut self.providers
     }
 
+    /// The providers, in call order, giving up the admitter (a reload
+    /// keeps those it cannot replace).
+    pub fn into_providers(self) -> Vec<LoadedProvider> {
+        self.providers
+    }
+
+    /// Call `providers` from now on (none held); the pods and the ledger
+    /// are the caller's to install again ([`Admitter::set_pods`]).
+    pub fn set_providers(&mut self, providers: Vec<LoadedProvider>) {
+        self.held = vec![None; providers.len()];
+        self.providers = providers;
+    }
+
     /// Hold provider `name` (it refused its saved state, `reason`): it is
     /// not called until [`Admitter::clear_holds`], and admissions are refused.
     pub fn hold(&mut self, name: &str, reason: String) {

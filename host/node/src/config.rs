@@ -42,6 +42,7 @@
 //! group = "topomgr"            # may use the socket besides root
 //! provider_timeout_ms = 10000  # deadline of one provider call
 //! reclaim_interval_ms = 10000  # how often pods of owners that are gone are released
+//! machine_check_interval_ms = 30000  # how often the machine is read again and reconciled
 //! metrics_address = "127.0.0.1:9337"  # also serve GET /metrics over TCP (default: off)
 //! [providers.NAME]             # NAME: lowercase letters, digits, '-', '_'
 //! library = "topomgr_provider_cpu"   # -> libtopomgr_provider_cpu.so, or a path
@@ -144,6 +145,10 @@ pub(crate) const DEFAULT_PROVIDER_TIMEOUT_MS: u64 = 10_000;
 /// Default interval of the daemon's reclaim of pods whose owners are
 /// gone, in milliseconds.
 pub(crate) const DEFAULT_RECLAIM_INTERVAL_MS: u64 = 10_000;
+/// Default interval of the daemon's machine check (the machine read again
+/// and reconciled when it changed; attached cgroups verified), in
+/// milliseconds.
+pub(crate) const DEFAULT_MACHINE_CHECK_INTERVAL_MS: u64 = 30_000;
 
 /// The `[daemon]` table: settings of `topomgr serve`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -163,6 +168,15 @@ pub struct DaemonConfig {
     /// in milliseconds (at least 1); it also does at start.
     #[serde(default = "defaults::reclaim_interval_ms", deserialize_with = "millis")]
     pub reclaim_interval_ms: u64,
+    /// How often the daemon reads the machine again (sysfs), reconciles
+    /// the providers with it when it changed and verifies the attached
+    /// cgroups, in milliseconds (at least 1). SIGHUP does the same at once,
+    /// with the configuration read again.
+    #[serde(
+        default = "defaults::machine_check_interval_ms",
+        deserialize_with = "millis"
+    )]
+    pub machine_check_interval_ms: u64,
     /// Where `GET /metrics` is also served over TCP, without the socket's
     /// access check (`None`: only on the socket).
     #[serde(default, deserialize_with = "listen_address")]
@@ -267,6 +281,9 @@ mod defaults {
     }
     pub(super) fn reclaim_interval_ms() -> u64 {
         super::DEFAULT_RECLAIM_INTERVAL_MS
+    }
+    pub(super) fn machine_check_interval_ms() -> u64 {
+        super::DEFAULT_MACHINE_CHECK_INTERVAL_MS
     }
     pub(super) fn enabled() -> bool {
         true
@@ -1097,7 +1114,7 @@ nested = { a = 1, b = [1, 2] }
             ),
             (
                 "[daemon]\nport = 1\n",
-                "line 2: daemon.port: unknown field `port`, expected one of `socket`, `group`, `provider_timeout_ms`, `reclaim_interval_ms`, `metrics_address`",
+                "line 2: daemon.port: unknown field `port`, expected one of `socket`, `group`, `provider_timeout_ms`, `reclaim_interval_ms`, `machine_check_interval_ms`, `metrics_address`",
             ),
             (
                 "[nri]\nplugin_index = 5\n",
@@ -1220,6 +1237,7 @@ nested = { a = 1, b = [1, 2] }
                 group: "topomgr".to_owned(),
                 provider_timeout_ms: 10_000,
                 reclaim_interval_ms: 10_000,
+                machine_check_interval_ms: 30_000,
                 metrics_address: None,
             }
         );
@@ -1235,6 +1253,7 @@ nested = { a = 1, b = [1, 2] }
                 group: "other".to_owned(),
                 provider_timeout_ms: 250,
                 reclaim_interval_ms: 500,
+                machine_check_interval_ms: 30_000,
                 metrics_address: None,
             }
         );

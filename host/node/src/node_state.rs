@@ -55,7 +55,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use topomgr_sdk::{CpuSet, PodView};
+use topomgr_sdk::{CpuSet, NumaMask, PodView};
 use tracing::{debug, info, warn};
 
 use crate::api::{Attached, Attachments};
@@ -179,6 +179,65 @@ impl Change {
                     o.insert(uid, owner);
                 }
             }
+        }
+    }
+}
+
+/// An attached cgroup whose cpuset is not what topomgr wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drift {
+    /// Pod uid.
+    pub uid: String,
+    /// Container name.
+    pub container: String,
+    /// The cgroup (relative to the cgroup root).
+    pub cgroup: String,
+    /// `cpuset.cpus` as found.
+    pub found_cpus: CpuSet,
+    /// `cpuset.mems` as found.
+    pub found_mems: NumaMask,
+    /// `cpuset.cpus` as topomgr gives it.
+    pub cpus: CpuSet,
+    /// `cpuset.mems` as topomgr gives it.
+    pub mems: NumaMask,
+}
+
+/// What [`NodeState::check_cgroups`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CgroupFinding {
+    /// Someone else changed the cpuset; it was written back.
+    Restored(Drift),
+    /// The cpuset was changed again after it was written back (or cannot
+    /// be written): it is left as found and reported.
+    Fought(Drift),
+    /// The cgroup is gone.
+    Gone {
+        /// Pod uid.
+        uid: String,
+        /// Container name.
+        container: String,
+        /// The cgroup (relative to the cgroup root).
+        cgroup: String,
+    },
+}
+
+impl std::fmt::Display for CgroupFinding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CgroupFinding::Restored(d) => write!(
+                f,
+                "cgroup {} of pod {:?} container {:?} had cpus {:?} mems {:?}, changed by someone else; topomgr wrote back cpus {} mems {}",
+                d.cgroup, d.uid, d.container, d.found_cpus.to_string(), d.found_mems.to_string(), d.cpus, d.mems
+            ),
+            CgroupFinding::Fought(d) => write!(
+                f,
+                "cgroup {} of pod {:?} container {:?} has cpus {:?} mems {:?} instead of cpus {} mems {}, changed again after topomgr wrote it back; topomgr leaves it (another program manages this cgroup's cpuset: stop it, or release the pod with topomgr release {})",
+                d.cgroup, d.uid, d.container, d.found_cpus.to_string(), d.found_mems.to_string(), d.cpus, d.mems, d.uid
+            ),
+            CgroupFinding::Gone { uid, container, cgroup } => write!(
+                f,
+                "cgroup {cgroup} of pod {uid:?} container {container:?} is gone; the pod still holds its resources until it is released (topomgr release {uid})"
+            ),
         }
     }
 }
@@ -349,6 +408,9 @@ pub struct NodeState {
     provider_states: ProviderStates,
     /// What the providers' restores reported that still stands.
     conflicts: Conflicts,
+    /// Attached containers whose cpuset someone else changed and that
+    /// were restored once (see [`NodeState::check_cgroups`]).
+    drift_restored: std::collections::BTreeSet<(String, String)>,
     records: Records,
     changes: Vec<Change>,
     cgroup_root: PathBuf,
@@ -364,6 +426,7 @@ impl NodeState {
         NodeState {
             provider_states: ProviderStates::new(&admitter),
             conflicts: Conflicts::default(),
+            drift_restored: Default::default(),
             admitter,
             records,
             changes: Vec::new(),
@@ -420,6 +483,12 @@ impl NodeState {
             &mut self.provider_states,
             &mut self.conflicts,
         )
+    }
+
+    /// Put `admitter` in place of the current one, which is returned (a
+    /// reload; the caller installs the state into the new one).
+    pub(crate) fn swap_admitter(&mut self, admitter: Admitter) -> Admitter {
+        std::mem::replace(&mut self.admitter, admitter)
     }
 
     /// Pod `uid`'s record changed outside an admission (a device it holds
@@ -580,6 +649,7 @@ impl NodeState {
         if !matches!(result, Err(AdmissionError::UnknownPod(_))) {
             self.provider_states.missed_release(uid, &containers);
             self.conflicts.released(uid);
+            self.drift_restored.retain(|(u, _)| u != uid);
             self.forget(uid);
         }
         result
@@ -717,6 +787,103 @@ impl NodeState {
             cpus: set.cpus,
             mems: set.mems,
         })
+    }
+
+    /// Verify every attached container's cgroup: its `cpuset.cpus` and
+    /// `cpuset.mems` as written are what topomgr gives it now. A cpuset
+    /// someone else changed is written back once ([`CgroupFinding::Restored`]);
+    /// if it is changed again it is reported, not rewritten
+    /// ([`CgroupFinding::Fought`]), so topomgr never fights another writer in a
+    /// loop. A cgroup that is gone is reported ([`CgroupFinding::Gone`]).
+    pub fn check_cgroups(&mut self) -> Vec<CgroupFinding> {
+        let mut found = Vec::new();
+        if self.records.attachments.is_empty() {
+            return found;
+        }
+        let pool = self.pool_now();
+        let nodes = self.admitter.ledger().numa_nodes();
+        let mut expected = Vec::new();
+        for (uid, containers) in &self.records.attachments {
+            let Some(pod) = self.admitter.pods().get(uid) else {
+                continue;
+            };
+            for (name, cgroup) in containers {
+                let Some(c) = pod.containers.iter().find(|c| &c.name == name) else {
+                    continue;
+                };
+                if let Ok(set) = pool::container_cpuset(&c.allocation, &pool, nodes) {
+                    expected.push((uid.clone(), name.clone(), cgroup.clone(), set));
+                }
+            }
+        }
+        let already = self.drift_restored.clone();
+        let mgr = match self.cgroups() {
+            Ok(m) => m,
+            Err(e) => {
+                warn!(error = %e, "cannot verify the attached cgroups");
+                return found;
+            }
+        };
+        let mut restored = Vec::new();
+        for (uid, container, cgroup, want) in expected {
+            let path = match CgroupPath::new(&cgroup) {
+                Ok(p) => p,
+                Err(_) => continue,
+            };
+            let cg = match mgr.open(&path) {
+                Ok(cg) => cg,
+                Err(CgroupError::Missing { .. }) => {
+                    found.push(CgroupFinding::Gone {
+                        uid,
+                        container,
+                        cgroup,
+                    });
+                    continue;
+                }
+                Err(e) => {
+                    warn!(pod = %uid, container, cgroup, error = %e, "cannot open an attached cgroup to verify it");
+                    continue;
+                }
+            };
+            let now = match mgr.configured(&cg) {
+                Ok(now) => now,
+                Err(e) => {
+                    warn!(pod = %uid, container, cgroup, error = %e, "cannot read an attached cgroup's cpuset to verify it");
+                    continue;
+                }
+            };
+            if now.cpus == want.cpus && now.mems == want.mems {
+                continue;
+            }
+            let key = (uid.clone(), container.clone());
+            let drift = Drift {
+                uid,
+                container,
+                cgroup,
+                found_cpus: now.cpus,
+                found_mems: now.mems,
+                cpus: want.cpus.clone(),
+                mems: want.mems,
+            };
+            if already.contains(&key) {
+                warn!(pod = %drift.uid, container = %drift.container, cgroup = %drift.cgroup, "{}", CgroupFinding::Fought(drift.clone()));
+                found.push(CgroupFinding::Fought(drift));
+                continue;
+            }
+            match mgr.set_cpuset(&cg, &want.cpus, &want.mems) {
+                Ok(()) => {
+                    warn!(pod = %drift.uid, container = %drift.container, cgroup = %drift.cgroup, "{}", CgroupFinding::Restored(drift.clone()));
+                    restored.push(key);
+                    found.push(CgroupFinding::Restored(drift));
+                }
+                Err(e) => {
+                    warn!(pod = %drift.uid, container = %drift.container, cgroup = %drift.cgroup, error = %e, "cannot restore an attached cgroup's cpuset");
+                    found.push(CgroupFinding::Fought(drift));
+                }
+            }
+        }
+        self.drift_restored.extend(restored);
+        found
     }
 
     /// The cgroups of the attached shared-pool containers.

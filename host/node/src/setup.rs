@@ -170,6 +170,18 @@ impl NodeState {
     }
 }
 
+/// Every enabled provider of `cfg` on `machine`, each loaded on its own
+/// (a reload keeps the running instance of one that fails), called with
+/// the configured deadline, in name order.
+pub fn load_each_provider(
+    cfg: &HostConfig,
+    machine: &Machine,
+) -> Vec<(String, Result<LoadedProvider, SetupError>)> {
+    cfg.enabled_providers()
+        .map(|(name, _)| (name.to_owned(), load_provider(cfg, name, machine)))
+        .collect()
+}
+
 /// One configured, enabled provider, called with the configured deadline.
 pub fn load_provider(
     cfg: &HostConfig,

@@ -28,6 +28,33 @@ pub struct ServeArgs {
     state_dir: Option<PathBuf>,
 }
 
+/// The daemon's reload reads what `serve` read at start: the same config
+/// file (protected, with its drop-ins and environment), the same state
+/// directory and sysfs root as the command line gave.
+struct Reread {
+    config: PathBuf,
+    state_dir: PathBuf,
+    sysfs_root: Option<PathBuf>,
+}
+
+impl daemon::reload::Source for Reread {
+    fn config(&self) -> Result<topomgr_node::config::HostConfig, String> {
+        let mut cfg = inputs::load_config_protected(&self.config).map_err(|e| format!("{e:#}"))?;
+        if cfg.state_dir != self.state_dir {
+            tracing::warn!(configured = %cfg.state_dir.display(), serving = %self.state_dir.display(), "state_dir changes only at a restart; the daemon keeps serving its state directory");
+        }
+        cfg.state_dir = self.state_dir.clone();
+        Ok(cfg)
+    }
+
+    fn machine(
+        &self,
+        cfg: &topomgr_node::config::HostConfig,
+    ) -> Result<topomgr_node::api::Machine, String> {
+        inputs::discover(cfg, self.sysfs_root.as_deref()).map_err(|e| format!("{e:#}"))
+    }
+}
+
 /// Run the daemon until SIGTERM or SIGINT.
 pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
     let mut cfg = inputs::load_config_protected(config)?;
@@ -65,6 +92,15 @@ pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
             socket: cfg.nri.socket.clone(),
             plugin_name: cfg.nri.plugin_name.clone(),
             plugin_index: cfg.nri.plugin_index.clone(),
+        }),
+        reload: Some(daemon::Reload {
+            source: std::sync::Arc::new(Reread {
+                config: config.to_path_buf(),
+                state_dir: cfg.state_dir.clone(),
+                sysfs_root: args.sysfs_root.clone(),
+            }),
+            interval: Duration::from_millis(cfg.daemon.machine_check_interval_ms),
+            config: cfg,
         }),
     })?;
     Ok(ExitCode::SUCCESS)

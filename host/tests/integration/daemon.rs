@@ -858,9 +858,11 @@ fn vanished_cpus_are_reported_and_the_pods_kept() {
         "{notes:?}"
     );
     assert!(
-        notes.iter().all(|n| !n.contains("cannot read its saved state")
-            && !n.contains("state.ckpt")
-            && !n.contains("move it away")),
+        notes
+            .iter()
+            .all(|n| !n.contains("cannot read its saved state")
+                && !n.contains("state.ckpt")
+                && !n.contains("move it away")),
         "{notes:?}"
     );
     let listed: PodList = c.get("/v1/pods").unwrap().parse().unwrap();

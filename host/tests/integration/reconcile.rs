@@ -170,6 +170,8 @@ enum Mode {
     Cli,
     /// `topomgr serve`, stopped and started again.
     DaemonRestart,
+    /// `topomgr serve`, sent SIGHUP.
+    DaemonSighup,
 }
 
 /// A node for one case: a copy of the example machine's sysfs tree and a
@@ -467,13 +469,18 @@ fn run_case(case: &Case, held: bool, mode: Mode) {
     ));
     (case.before)(&mut n);
     let socket = n.dir.join("t.sock");
+    let mut running = None;
     // First run: hold a pod (or only start, which writes the state).
     let first = match mode {
         Mode::Cli => held.then(|| n.cli_admit("held", &pod_yaml("held", "2", "1Gi")).0),
-        Mode::DaemonRestart => {
+        Mode::DaemonRestart | Mode::DaemonSighup => {
             let d = Daemon::start(&n.config(), &socket);
             let a = held.then(|| admitted(&mut d.client(), &pod_yaml("held", "2", "1Gi")));
-            d.stop();
+            if mode == Mode::DaemonRestart {
+                d.stop();
+            } else {
+                running = Some(d);
+            }
             a
         }
     };
@@ -490,8 +497,14 @@ fn run_case(case: &Case, held: bool, mode: Mode) {
             );
             first.into_iter().chain([next]).collect()
         }
-        Mode::DaemonRestart => {
-            let d = Daemon::start(&n.config(), &socket);
+        Mode::DaemonRestart | Mode::DaemonSighup => {
+            let d = match running.take() {
+                Some(d) => {
+                    sighup_and_wait(&d, 1);
+                    d
+                }
+                None => Daemon::start(&n.config(), &socket),
+            };
             let mut c = d.client();
             let h = health(&mut c);
             let found: Vec<(String, String, String)> = h
@@ -545,4 +558,150 @@ fn matrix_cli_state_dir() {
 #[test]
 fn matrix_daemon_restart() {
     run_matrix(Mode::DaemonRestart);
+}
+
+#[test]
+fn matrix_daemon_sighup() {
+    run_matrix(Mode::DaemonSighup);
+}
+
+/// `topomgr_reloads_total` and `topomgr_reload_failures_total` of `d`.
+fn reload_counts(c: &mut Client) -> (u64, u64) {
+    let m = metrics(c);
+    let value = |name: &str| {
+        m.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in\n{m}"))
+    };
+    (
+        value("topomgr_reloads_total "),
+        value("topomgr_reload_failures_total "),
+    )
+}
+
+/// Send SIGHUP to `d` and wait until it reconciled `reloads` times in all.
+fn sighup_and_wait(d: &Daemon, reloads: u64) {
+    let status = Command::new("kill")
+        .arg("-HUP")
+        .arg(d.child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    wait_for(d, |c| reload_counts(c).0 >= reloads, "the reload");
+}
+
+/// Poll `d` until `done` (20 s at most).
+fn wait_for(d: &Daemon, mut done: impl FnMut(&mut Client) -> bool, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut c = d.client();
+    while std::time::Instant::now() < deadline {
+        if done(&mut c) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("{what} did not happen within 20 s: {:?}", health(&mut c));
+}
+
+/// A reload whose config a provider cannot start on keeps that provider
+/// running as it was: health says so (degraded, naming the provider and a
+/// remedy), the failure is counted, admissions go on; fixing the config and
+/// reloading again clears it.
+#[test]
+fn a_failing_reload_keeps_the_running_provider_and_says_so() {
+    let mut n = Node::new("reconcile-failing-reload");
+    let d = Daemon::start(&n.config(), &n.dir.join("t.sock"));
+    let mut c = d.client();
+    let held = admitted(&mut c, &pod_yaml("held", "2", "1Gi"));
+    n.cpu = CPU_CONFIG.replace("\"0\"", "\"0-99\"");
+    n.write_config();
+    let status = Command::new("kill")
+        .arg("-HUP")
+        .arg(d.child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    wait_for(&d, |c| reload_counts(c).1 >= 1, "the failed reload");
+    let h = health(&mut c);
+    assert_eq!(h.status, HealthStatus::Degraded, "{h:?}");
+    assert!(
+        h.notes.iter().any(|n| n.starts_with("provider \"cpu\" cannot start on the machine and config as they are now (")
+            && n.ends_with("it keeps running as it was started. Fix its config and reload again (systemctl reload topomgr, or kill -HUP the daemon)")),
+        "{h:?}"
+    );
+    // The running provider still serves, and holds what it held.
+    let next = admitted(&mut c, &pod_yaml("next", "2", "1Gi"));
+    assert!(next.containers[0]
+        .cpus
+        .intersection(&held.containers[0].cpus)
+        .is_empty());
+    // The reconcile ran for the others (the memory provider was built anew).
+    assert_eq!(reload_counts(&mut c), (1, 1));
+    n.cpu = CPU_CONFIG.to_owned();
+    n.write_config();
+    sighup_and_wait(&d, 2);
+    let h = health(&mut c);
+    assert_eq!((h.status, h.notes.len()), (HealthStatus::Ok, 0), "{h:?}");
+    let pods: PodList = c.get("/v1/pods").unwrap().parse().unwrap();
+    assert_eq!(pods.pods.len(), 2);
+}
+
+/// The machine check reads the machine again on its own: a held CPU
+/// going offline shows as a conflict without a signal or a restart, and
+/// the CPU stays the pod's.
+#[test]
+fn the_machine_check_follows_a_cpu_going_offline() {
+    let n = Node::new("reconcile-machine-check");
+    let mut text = fs::read_to_string(n.config()).unwrap();
+    text = text.replacen(
+        "[providers.cpu]",
+        "[daemon]\nmachine_check_interval_ms = 100\n[providers.cpu]",
+        1,
+    );
+    fs::write(n.config(), text).unwrap();
+    let d = Daemon::start(&n.config(), &n.dir.join("t.sock"));
+    let mut c = d.client();
+    let held = admitted(&mut c, &pod_yaml("held", "2", "1Gi"));
+    let cpu = held.containers[0].cpus.iter().next().unwrap();
+    n.set_cpu_online(cpu, false);
+    wait_for(&d, |c| !health(c).conflicts.is_empty(), "the conflict");
+    let h = health(&mut c);
+    assert_eq!(h.conflicts.len(), 1, "{h:?}");
+    let k = &h.conflicts[0];
+    assert_eq!(
+        (
+            k.provider.as_str(),
+            k.pod.as_str(),
+            k.resource.as_str(),
+            k.ids.clone()
+        ),
+        ("cpu", "held", "cpu", vec![cpu.to_string()]),
+        "{h:?}"
+    );
+    // `/v1/machine` is the machine as last read.
+    let machine: Value = c.get("/v1/machine").unwrap().json().unwrap();
+    let entry = machine["cpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["id"] == json!(cpu))
+        .cloned();
+    assert_eq!(
+        entry.map(|e| e["online"].clone()),
+        Some(json!(false)),
+        "{machine}"
+    );
+    // Back online: no conflict, and the CPU is still the pod's.
+    n.set_cpu_online(cpu, true);
+    wait_for(
+        &d,
+        |c| health(c).conflicts.is_empty(),
+        "the conflict to clear",
+    );
+    let next = admitted(&mut c, &pod_yaml("next", "8", "1Gi"));
+    assert!(
+        !next.containers[0].cpus.contains(cpu),
+        "CPU {cpu} of the held pod was given to another: {next:?}"
+    );
 }
