@@ -221,7 +221,8 @@ fn api_admit_list_get_release_metrics_and_machine() {
     assert_eq!(
         health,
         json!({"status": "ok", "pods": 0, "exclusive_cpus": "", "shared_pool": "0-15", "notes": [], "failure": null,
-               "nri": {"enabled": false, "connected": false, "socket": null, "runtime": null, "since": null, "error": null, "containers": 0}})
+               "nri": {"enabled": false, "connected": false, "socket": null, "runtime": null, "since": null, "error": null, "containers": 0},
+               "conflicts": []})
     );
     d.stop();
     assert!(!dir.join("t.sock").exists(), "socket removed on SIGTERM");

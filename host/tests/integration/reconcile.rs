@@ -705,3 +705,106 @@ fn the_machine_check_follows_a_cpu_going_offline() {
         "CPU {cpu} of the held pod was given to another: {next:?}"
     );
 }
+
+/// Attached cgroups are verified by the machine check: a cpuset someone
+/// else changed is written back once and counted; changed again, it is
+/// reported instead of fought over; a cgroup that vanished is reported.
+/// On this machine's real cgroup hierarchy.
+#[test]
+#[ignore = "needs root and a cpuset cgroup"]
+fn the_machine_check_restores_a_changed_cpuset_once_and_reports_the_rest() {
+    let test = "the_machine_check_restores_a_changed_cpuset_once_and_reports_the_rest";
+    let mgr = common::real_cgroups(test)
+        .unwrap_or_else(|| panic!("{test} needs root and a cpuset cgroup hierarchy at /sys/fs/cgroup whose root holds every online CPU"));
+    let cgs = common::TestCgroups::create(mgr, "reconcile-drift", &["k/excl", "k/shared"]);
+    let (all, _) = cgs.root_cpuset();
+    let all_cpus = topomgr_sdk::CpuSet::parse(&all).unwrap();
+    assert!(
+        all_cpus.len() >= 2,
+        "{test} needs two CPUs (CPU 0 is reserved); this machine has {all}"
+    );
+    let dir = common::scratch_dir("reconcile-drift");
+    fs::write(
+        dir.join("topomgr.toml"),
+        format!(
+            "policy = \"best-effort\"\nsysfs_root = \"/sys\"\nstate_dir = \"state\"\ncgroup_root = \"/sys/fs/cgroup\"\n[daemon]\nmachine_check_interval_ms = 100\n[providers.cpu]\nlibrary = \"{}\"\n[providers.cpu.config]\npolicy = \"static\"\nreserved_cpus = \"0\"\n",
+            common::cpu_plugin().display()
+        ),
+    )
+    .unwrap();
+    let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
+    let mut c = d.client();
+    let excl = admitted(&mut c, &pod_yaml("excl", "1", "100Mi"));
+    let cpu = excl.containers[0].cpus.to_string();
+    assert_eq!(
+        c.attach("excl", "app", &cgs.path("k/excl")).unwrap().status,
+        200
+    );
+    admitted(
+        &mut c,
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: shared\n  namespace: t\n  uid: shared\nspec:\n  containers:\n  - name: app\n    resources:\n      requests:\n        cpu: 100m\n",
+    );
+    assert_eq!(
+        c.attach("shared", "app", &cgs.path("k/shared"))
+            .unwrap()
+            .status,
+        200
+    );
+    assert_eq!(cgs.cpus("k/excl"), cpu);
+    let drift = |c: &mut Client| {
+        metrics(c)
+            .lines()
+            .find_map(|l| l.strip_prefix("topomgr_cpuset_drift_total "))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap()
+    };
+    assert_eq!(drift(&mut c), 0);
+    // Someone else writes CPU 0 into the exclusive container's cpuset.
+    let file = cgs.mgr.root().join(cgs.path("k/excl")).join("cpuset.cpus");
+    fs::write(&file, "0").unwrap();
+    wait_for(&d, |c| drift(c) == 1, "the drift to be counted");
+    assert_eq!(cgs.cpus("k/excl"), cpu, "written back");
+    // And again: reported, left as found.
+    fs::write(&file, "0").unwrap();
+    wait_for(
+        &d,
+        |c| {
+            health(c)
+                .notes
+                .iter()
+                .any(|n| n.contains("changed again after topomgr wrote it back"))
+        },
+        "the second change to be reported",
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(cgs.cpus("k/excl"), "0", "not fought over");
+    assert_eq!(drift(&mut c), 1);
+    let h = health(&mut c);
+    assert_eq!(h.status, HealthStatus::Degraded, "{h:?}");
+    assert!(
+        h.notes.iter().any(|n| n.contains(
+            "topomgr leaves it (another program manages this cgroup's cpuset: stop it, or release the pod with topomgr release excl)"
+        )),
+        "{h:?}"
+    );
+    // The shared container's cgroup vanishes: reported.
+    fs::remove_dir(cgs.mgr.root().join(cgs.path("k/shared"))).unwrap();
+    wait_for(
+        &d,
+        |c| {
+            health(c)
+                .notes
+                .iter()
+                .any(|n| n.contains("is gone; the pod still holds"))
+        },
+        "the vanished cgroup to be reported",
+    );
+    // Released, the pods' reports end.
+    assert_eq!(c.release("shared").unwrap().status, 200);
+    assert_eq!(c.release("excl").unwrap().status, 200);
+    wait_for(
+        &d,
+        |c| health(c).status == HealthStatus::Ok,
+        "health to be ok",
+    );
+}
