@@ -182,7 +182,44 @@ struct Node {
     sys: PathBuf,
     cpu: String,
     memory: Option<String>,
+    gpu: Option<String>,
     policy: &'static str,
+}
+
+/// What a matrix runs on: a machine of `examples/machines`, the providers
+/// besides the CPU provider, and what each pod asks for.
+struct Setup {
+    machine: &'static str,
+    memory: bool,
+    /// The GPU provider's config, when it is enabled.
+    gpu: Option<&'static str>,
+    /// GPUs each pod asks for.
+    gpus: u32,
+}
+
+const CPU_MEMORY: Setup = Setup {
+    machine: "2s4n",
+    memory: true,
+    gpu: None,
+    gpus: 0,
+};
+
+/// The GPU provider on the 8-GPU example machine, GPUs found on PCI.
+const GPUS_ON_PCI: Setup = Setup {
+    machine: "2s8g",
+    memory: false,
+    gpu: Some(""),
+    gpus: 2,
+};
+
+impl Setup {
+    fn pod(&self, uid: &str) -> String {
+        let mut yaml = pod_yaml(uid, "2", "1Gi");
+        if self.gpus > 0 {
+            yaml.push_str(&format!("        nvidia.com/gpu: {}\n", self.gpus));
+        }
+        yaml
+    }
 }
 
 const CPU_CONFIG: &str = "policy = \"static\"\nreserved_cpus = \"0\"\n";
@@ -191,11 +228,20 @@ const MEMORY_CONFIG: &str =
 
 impl Node {
     fn new(tag: &str) -> Node {
+        Node::on(tag, &CPU_MEMORY)
+    }
+
+    fn on(tag: &str, setup: &Setup) -> Node {
         let dir = common::scratch_dir(tag);
         let sys = dir.join("sys");
         let status = Command::new("cp")
             .arg("-a")
-            .arg(common::example_sys())
+            .arg(
+                common::workspace_root()
+                    .join("examples/machines")
+                    .join(setup.machine)
+                    .join("sys"),
+            )
             .arg(&sys)
             .status()
             .unwrap();
@@ -204,7 +250,8 @@ impl Node {
             dir,
             sys,
             cpu: CPU_CONFIG.to_owned(),
-            memory: Some(MEMORY_CONFIG.to_owned()),
+            memory: setup.memory.then(|| MEMORY_CONFIG.to_owned()),
+            gpu: setup.gpu.map(str::to_owned),
             policy: "best-effort",
         };
         n.write_config();
@@ -223,6 +270,12 @@ impl Node {
             text.push_str(&format!(
                 "[providers.memory]\nlibrary = \"{}\"\n[providers.memory.config]\n{m}",
                 common::memory_plugin().display()
+            ));
+        }
+        if let Some(g) = &self.gpu {
+            text.push_str(&format!(
+                "[providers.gpu]\nlibrary = \"{}\"\n[providers.gpu.config]\n{g}\n",
+                common::gpu_plugin().display()
             ));
         }
         fs::write(self.dir.join("topomgr.toml"), text).unwrap();
@@ -260,6 +313,18 @@ impl Node {
             })
             .collect();
         self.write(&path, &out);
+    }
+
+    /// Take PCI device `address` off the machine (`bus/pci/devices`), or
+    /// put it back.
+    fn set_pci_present(&self, address: &str, present: bool) {
+        let link = self.sys.join("bus/pci/devices").join(address);
+        let hidden = self.dir.join(format!("gone-{address}"));
+        if present {
+            fs::rename(&hidden, &link).unwrap();
+        } else {
+            fs::rename(&link, &hidden).unwrap();
+        }
     }
 
     /// KiB of hugepages reserved on node `node`.
@@ -316,9 +381,17 @@ struct Case {
     /// Prepare the node before the first run (e.g. take a CPU offline that
     /// comes back).
     before: fn(&mut Node),
+    /// The changes, each followed by a run.
+    steps: &'static [Step],
+}
+
+/// One change and what a held pod then misses.
+struct Step {
     change: fn(&mut Node, Option<&Admission>),
-    /// (provider, resource) of the conflict a held pod gets.
+    /// (provider, resource) of the conflict a held pod has after it.
     conflict: Option<(&'static str, &'static str)>,
+    /// How the held pod's device ids start after it, as saved (a move).
+    held_ids: Option<&'static str>,
 }
 
 fn nothing(_: &mut Node) {}
@@ -335,87 +408,114 @@ const MATRIX: &[Case] = &[
     Case {
         name: "memory-grows",
         before: nothing,
-        change: |n, _| n.set_mem_total(0, 16 * 1024 * 1024),
-        conflict: None,
+        steps: &[Step {
+            change: |n, _| n.set_mem_total(0, 16 * 1024 * 1024),
+            conflict: None,
+            held_ids: None,
+        }],
     },
     Case {
         name: "memory-shrinks-below-held",
         before: nothing,
-        change: |n, held| {
-            // Every node the held pod's memory is on keeps 512 MiB besides
-            // its hugepages and reservation: less than the 1 GiB it holds.
-            let nodes: Vec<u32> = match held {
-                Some(a) => a.containers[0].mems.iter().map(u32::from).collect(),
-                None => vec![0],
-            };
-            for node in nodes {
-                let reserved = if node == 0 { 512 * 1024 } else { 0 };
-                n.set_mem_total(node, n.hugepages_kib(node) + reserved + 512 * 1024);
-            }
-        },
-        conflict: Some(("memory", "memory")),
+        steps: &[Step {
+            change: |n, held| {
+                // Every node the held pod's memory is on keeps 512 MiB besides
+                // its hugepages and reservation: less than the 1 GiB it holds.
+                let nodes: Vec<u32> = match held {
+                    Some(a) => a.containers[0].mems.iter().map(u32::from).collect(),
+                    None => vec![0],
+                };
+                for node in nodes {
+                    let reserved = if node == 0 { 512 * 1024 } else { 0 };
+                    n.set_mem_total(node, n.hugepages_kib(node) + reserved + 512 * 1024);
+                }
+            },
+            conflict: Some(("memory", "memory")),
+            held_ids: None,
+        }],
     },
     Case {
         name: "hugepages-change",
         before: nothing,
-        change: |n, _| {
-            n.write(
-                "devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages",
-                "64\n",
-            )
-        },
-        conflict: None,
+        steps: &[Step {
+            change: |n, _| {
+                n.write(
+                    "devices/system/node/node1/hugepages/hugepages-2048kB/nr_hugepages",
+                    "64\n",
+                )
+            },
+            conflict: None,
+            held_ids: None,
+        }],
     },
     Case {
         name: "reserved-memory-grows",
         before: nothing,
-        change: |n, _| {
-            n.memory = Some(MEMORY_CONFIG.replace("512Mi", "1Gi"));
-            n.write_config();
-        },
-        conflict: None,
+        steps: &[Step {
+            change: |n, _| {
+                n.memory = Some(MEMORY_CONFIG.replace("512Mi", "1Gi"));
+                n.write_config();
+            },
+            conflict: None,
+            held_ids: None,
+        }],
     },
     Case {
         name: "cpu-offline-unheld",
         before: nothing,
-        change: |n, held| n.set_cpu_online(unheld_cpu(held), false),
-        conflict: None,
+        steps: &[Step {
+            change: |n, held| n.set_cpu_online(unheld_cpu(held), false),
+            conflict: None,
+            held_ids: None,
+        }],
     },
     Case {
         name: "cpu-offline-held",
         before: nothing,
-        change: |n, held| {
-            let cpu = match held {
-                Some(a) => a.containers[0].cpus.iter().next().unwrap(),
-                None => 1,
-            };
-            n.set_cpu_online(cpu, false)
-        },
-        conflict: Some(("cpu", "cpu")),
+        steps: &[Step {
+            change: |n, held| {
+                let cpu = match held {
+                    Some(a) => a.containers[0].cpus.iter().next().unwrap(),
+                    None => 1,
+                };
+                n.set_cpu_online(cpu, false)
+            },
+            conflict: Some(("cpu", "cpu")),
+            held_ids: None,
+        }],
     },
     Case {
         name: "cpu-online",
         before: |n| n.set_cpu_online(15, false),
-        change: |n, _| n.set_cpu_online(15, true),
-        conflict: None,
+        steps: &[Step {
+            change: |n, _| n.set_cpu_online(15, true),
+            conflict: None,
+            held_ids: None,
+        }],
     },
     Case {
         name: "reserved-cpus-change",
         before: nothing,
-        change: |n, held| {
-            n.cpu = CPU_CONFIG.replace("\"0\"", &format!("\"0,{}\"", unheld_cpu(held)));
-            n.write_config();
-        },
-        conflict: None,
+        steps: &[Step {
+            change: |n, held| {
+                n.cpu = CPU_CONFIG.replace("\"0\"", &format!("\"0,{}\"", unheld_cpu(held)));
+                n.write_config();
+            },
+            conflict: None,
+            held_ids: None,
+        }],
     },
     Case {
         name: "topology-policy-change",
         before: nothing,
-        change: |n, _| {
-            n.policy = "single-numa-node";
-            n.write_config();
-        },
-        conflict: None,
+        steps: &[Step {
+            change: |n, _| {
+                n.policy = "single-numa-node";
+                n.write_config();
+            },
+            conflict: None,
+            held_ids: None,
+        }],
     },
     Case {
         name: "provider-added",
@@ -423,28 +523,92 @@ const MATRIX: &[Case] = &[
             n.memory = None;
             n.write_config();
         },
-        change: |n, _| {
-            n.memory = Some(MEMORY_CONFIG.to_owned());
-            n.write_config();
-        },
-        conflict: None,
+        steps: &[Step {
+            change: |n, _| {
+                n.memory = Some(MEMORY_CONFIG.to_owned());
+                n.write_config();
+            },
+            conflict: None,
+            held_ids: None,
+        }],
     },
     Case {
-        name: "provider-removed",
+        name: "provider-removed-and-back",
         before: nothing,
-        change: |n, _| {
-            n.memory = None;
-            n.write_config();
-        },
-        conflict: None,
+        steps: &[
+            Step {
+                change: |n, _| {
+                    n.memory = None;
+                    n.write_config();
+                },
+                conflict: None,
+                held_ids: None,
+            },
+            Step {
+                change: |n, _| {
+                    n.memory = Some(MEMORY_CONFIG.to_owned());
+                    n.write_config();
+                },
+                conflict: None,
+                held_ids: None,
+            },
+        ],
     },
 ];
 
-/// No exclusive CPU is held by two pods.
+/// The held pod's first GPU (a PCI address: GPUs found on PCI).
+fn held_gpu(held: Option<&Admission>) -> String {
+    held.map(|a| a.containers[0].devices["nvidia.com/gpu"][0].clone())
+        .unwrap_or_else(|| "0000:17:00.0".to_owned())
+}
+
+const GPU_MATRIX: &[Case] = &[
+    Case {
+        name: "device-vanishes-and-returns",
+        before: nothing,
+        steps: &[
+            Step {
+                change: |n, held| n.set_pci_present(&held_gpu(held), false),
+                conflict: Some(("gpu", "nvidia.com/gpu")),
+                held_ids: Some("0000:"),
+            },
+            Step {
+                change: |n, held| n.set_pci_present(&held_gpu(held), true),
+                conflict: None,
+                held_ids: Some("0000:"),
+            },
+        ],
+    },
+    Case {
+        name: "device-rediscovered-from-a-topology-file",
+        before: nothing,
+        steps: &[Step {
+            change: |n, _| {
+                let file =
+                    common::workspace_root().join("examples/machines/2s8g/gpu-topology.json");
+                n.gpu = Some(format!("topology_file = {:?}", file.display().to_string()));
+                n.write_config();
+            },
+            conflict: None,
+            held_ids: Some("GPU-"),
+        }],
+    },
+];
+
+/// No exclusive CPU and no device is held by two pods.
 fn assert_exclusive(pods: &[Admission], case: &str) {
     for (i, a) in pods.iter().enumerate() {
         for b in &pods[i + 1..] {
             for (ca, cb) in a.containers.iter().zip(&b.containers) {
+                for (resource, ids) in &ca.devices {
+                    let theirs = cb.devices.get(resource).cloned().unwrap_or_default();
+                    assert!(
+                        ids.iter().all(|id| !theirs.contains(id)),
+                        "{case}: {} and {} both hold {resource} {ids:?} / {theirs:?}",
+                        a.uid,
+                        b.uid
+                    );
+                }
                 if ca.exclusive && cb.exclusive {
                     assert!(
                         ca.cpus.intersection(&cb.cpus).is_empty(),
@@ -459,23 +623,21 @@ fn assert_exclusive(pods: &[Admission], case: &str) {
     }
 }
 
-fn run_case(case: &Case, held: bool, mode: Mode) {
+fn run_case(setup: &Setup, case: &Case, held: bool, mode: Mode) {
     let label = format!("{} held={held} {mode:?}", case.name);
-    let mut n = Node::new(&format!(
-        "reconcile-{}-{}-{:?}",
-        case.name,
-        u8::from(held),
-        mode
-    ));
+    let mut n = Node::on(
+        &format!("reconcile-{}-{}-{:?}", case.name, u8::from(held), mode),
+        setup,
+    );
     (case.before)(&mut n);
     let socket = n.dir.join("t.sock");
     let mut running = None;
     // First run: hold a pod (or only start, which writes the state).
     let first = match mode {
-        Mode::Cli => held.then(|| n.cli_admit("held", &pod_yaml("held", "2", "1Gi")).0),
+        Mode::Cli => held.then(|| n.cli_admit("held", &setup.pod("held")).0),
         Mode::DaemonRestart | Mode::DaemonSighup => {
             let d = Daemon::start(&n.config(), &socket);
-            let a = held.then(|| admitted(&mut d.client(), &pod_yaml("held", "2", "1Gi")));
+            let a = held.then(|| admitted(&mut d.client(), &setup.pod("held")));
             if mode == Mode::DaemonRestart {
                 d.stop();
             } else {
@@ -484,85 +646,140 @@ fn run_case(case: &Case, held: bool, mode: Mode) {
             a
         }
     };
-    (case.change)(&mut n, first.as_ref());
-    let expect_conflict = held.then_some(case.conflict).flatten();
-    let next_yaml = pod_yaml("next", "2", "1Gi");
-    let pods: Vec<Admission> = match mode {
-        Mode::Cli => {
-            let (next, err) = n.cli_admit("next", &next_yaml);
-            assert_eq!(
-                err.contains("restored assignment misses"),
-                expect_conflict.is_some(),
-                "{label}: {err}"
-            );
-            first.into_iter().chain([next]).collect()
-        }
-        Mode::DaemonRestart | Mode::DaemonSighup => {
-            let d = match running.take() {
-                Some(d) => {
-                    sighup_and_wait(&d, 1);
-                    d
-                }
-                None => Daemon::start(&n.config(), &socket),
-            };
-            let mut c = d.client();
-            let h = health(&mut c);
-            let found: Vec<(String, String, String)> = h
-                .conflicts
-                .iter()
-                .map(|c| (c.provider.clone(), c.pod.clone(), c.resource.clone()))
-                .collect();
-            let want: Vec<(String, String, String)> = expect_conflict
-                .map(|(p, r)| (p.to_owned(), "held".to_owned(), r.to_owned()))
-                .into_iter()
-                .collect();
-            assert_eq!(found, want, "{label}: {h:?}");
-            if let Some((p, r)) = expect_conflict {
-                assert_eq!(h.status, HealthStatus::Degraded, "{label}");
-                let m = metrics(&mut c);
-                let line =
-                    format!("topomgr_reconcile_conflicts{{provider=\"{p}\",resource=\"{r}\"}} 1");
-                assert!(
-                    m.lines().any(|l| l == line),
-                    "{label}: {line} missing:\n{m}"
+    let mut admitted_pods: Vec<Admission> = first.iter().cloned().collect();
+    for (i, step) in case.steps.iter().enumerate() {
+        let label = format!("{label} step {i}");
+        (step.change)(&mut n, first.as_ref());
+        let expect_conflict = held.then_some(step.conflict).flatten();
+        let uid = format!("next-{i}");
+        let next_yaml = setup.pod(&uid);
+        let pods: Vec<Admission> = match mode {
+            Mode::Cli => {
+                let (next, err) = n.cli_admit(&uid, &next_yaml);
+                assert_eq!(
+                    err.contains("restored assignment misses"),
+                    expect_conflict.is_some(),
+                    "{label}: {err}"
                 );
+                admitted_pods.push(next);
+                admitted_pods.clone()
             }
-            admitted(&mut c, &next_yaml);
-            let list: PodList = c.get("/v1/pods").unwrap().parse().unwrap();
-            d.stop();
-            list.pods
+            Mode::DaemonRestart | Mode::DaemonSighup => {
+                let d = match running.take() {
+                    Some(d) => {
+                        sighup_and_wait(&d, i as u64 + 1);
+                        d
+                    }
+                    None => Daemon::start(&n.config(), &socket),
+                };
+                let mut c = d.client();
+                let h = health(&mut c);
+                let found: Vec<(String, String, String)> = h
+                    .conflicts
+                    .iter()
+                    .map(|c| (c.provider.clone(), c.pod.clone(), c.resource.clone()))
+                    .collect();
+                let want: Vec<(String, String, String)> = expect_conflict
+                    .map(|(p, r)| (p.to_owned(), "held".to_owned(), r.to_owned()))
+                    .into_iter()
+                    .collect();
+                assert_eq!(found, want, "{label}: {h:?}");
+                if let Some((p, r)) = expect_conflict {
+                    assert_eq!(h.status, HealthStatus::Degraded, "{label}");
+                    let m = metrics(&mut c);
+                    let line = format!(
+                        "topomgr_reconcile_conflicts{{provider=\"{p}\",resource=\"{r}\"}} 1"
+                    );
+                    assert!(
+                        m.lines().any(|l| l == line),
+                        "{label}: {line} missing:\n{m}"
+                    );
+                }
+                admitted(&mut c, &next_yaml);
+                let list: PodList = c.get("/v1/pods").unwrap().parse().unwrap();
+                if mode == Mode::DaemonRestart {
+                    d.stop();
+                } else {
+                    running = Some(d);
+                }
+                list.pods
+            }
+        };
+        assert_eq!(pods.len(), usize::from(held) + i + 1, "{label}: {pods:?}");
+        assert!(pods.iter().all(|p| p.admitted), "{label}: {pods:?}");
+        assert_exclusive(&pods, &label);
+        // The held pod keeps what it holds: its devices, by identity (a
+        // GPU found again under another id is the same GPU).
+        if let (Some(was), Some(now)) = (&first, pods.iter().find(|p| p.uid == "held")) {
+            let count = |a: &Admission| {
+                a.containers[0]
+                    .devices
+                    .values()
+                    .map(Vec::len)
+                    .sum::<usize>()
+            };
+            assert_eq!(count(now), count(was), "{label}: {now:?}");
         }
-    };
-    assert_eq!(pods.len(), usize::from(held) + 1, "{label}: {pods:?}");
-    assert!(pods.iter().all(|p| p.admitted), "{label}: {pods:?}");
-    assert_exclusive(&pods, &label);
-    // The state agrees with what was answered.
-    let saved: Value = common::state_body(&n.dir.join("state"));
-    let saved_pods = saved["pods"].as_object().unwrap();
-    assert_eq!(saved_pods.len(), pods.len(), "{label}: {saved}");
+        if let (Some(prefix), true) = (step.held_ids, held) {
+            let saved = common::state_body(&n.dir.join("state"));
+            let ids =
+                &saved["pods"]["held"]["containers"][0]["allocation"]["devices"]["nvidia.com/gpu"];
+            let ids: Vec<String> = serde_json::from_value(ids.clone()).unwrap();
+            assert!(
+                ids.len() == setup.gpus as usize && ids.iter().all(|id| id.starts_with(prefix)),
+                "{label}: the held pod's GPUs as saved: {ids:?}"
+            );
+            if mode != Mode::Cli {
+                let now = pods.iter().find(|p| p.uid == "held").unwrap();
+                assert_eq!(now.containers[0].devices["nvidia.com/gpu"], ids, "{label}");
+            }
+        }
+        if mode == Mode::DaemonRestart {
+            // The state agrees with what was answered.
+            let saved: Value = common::state_body(&n.dir.join("state"));
+            let saved_pods = saved["pods"].as_object().unwrap();
+            assert_eq!(saved_pods.len(), pods.len(), "{label}: {saved}");
+        }
+    }
+    drop(running);
 }
 
-fn run_matrix(mode: Mode) {
-    for case in MATRIX {
+fn run_matrix(setup: &Setup, matrix: &[Case], mode: Mode) {
+    for case in matrix {
         for held in [false, true] {
-            run_case(case, held, mode);
+            run_case(setup, case, held, mode);
         }
     }
 }
 
 #[test]
 fn matrix_cli_state_dir() {
-    run_matrix(Mode::Cli);
+    run_matrix(&CPU_MEMORY, MATRIX, Mode::Cli);
 }
 
 #[test]
 fn matrix_daemon_restart() {
-    run_matrix(Mode::DaemonRestart);
+    run_matrix(&CPU_MEMORY, MATRIX, Mode::DaemonRestart);
 }
 
 #[test]
 fn matrix_daemon_sighup() {
-    run_matrix(Mode::DaemonSighup);
+    run_matrix(&CPU_MEMORY, MATRIX, Mode::DaemonSighup);
+}
+
+#[test]
+fn gpu_matrix_cli_state_dir() {
+    run_matrix(&GPUS_ON_PCI, GPU_MATRIX, Mode::Cli);
+}
+
+#[test]
+fn gpu_matrix_daemon_restart() {
+    run_matrix(&GPUS_ON_PCI, GPU_MATRIX, Mode::DaemonRestart);
+}
+
+#[test]
+fn gpu_matrix_daemon_sighup() {
+    run_matrix(&GPUS_ON_PCI, GPU_MATRIX, Mode::DaemonSighup);
 }
 
 /// `topomgr_reloads_total` and `topomgr_reload_failures_total` of `d`.
