@@ -184,6 +184,9 @@ pub(crate) fn default_node_name() -> Result<String, NrtError> {
 
 /// The inventories of the admitter's loaded providers, in call order
 /// (providers held for a bad checkpoint answer nothing and are skipped).
+/// While a provider is held every admission is refused, so nothing is
+/// available: every resource is listed with `available` 0 (its capacity
+/// and allocatable as they are), never advertised as free.
 pub(crate) fn inventories(admitter: &mut Admitter) -> Result<Vec<(String, Inventory)>, NrtError> {
     let held: Vec<String> = admitter
         .held()
@@ -200,10 +203,18 @@ pub(crate) fn inventories(admitter: &mut Admitter) -> Result<Vec<(String, Invent
         if !loaded {
             continue;
         }
-        let inv = p.inventory().map_err(|e| NrtError::Inventory {
+        let mut inv = p.inventory().map_err(|e| NrtError::Inventory {
             provider: p.name().to_owned(),
             message: e.to_string(),
         })?;
+        if !held.is_empty() {
+            for r in inv.resources.values_mut() {
+                r.total.available = 0;
+                for zone in &mut r.zones {
+                    zone.amounts.available = 0;
+                }
+            }
+        }
         out.push((p.name().to_owned(), inv));
     }
     Ok(out)
@@ -480,6 +491,56 @@ mod tests {
         assert_eq!(
             legacy_policy(PolicyName::BestEffort, Scope::Container),
             "BestEffortContainerLevel"
+        );
+    }
+
+    /// While a provider is held every admission is refused: the export
+    /// lists the others' resources with nothing available, and leaves the
+    /// held one's out (it answers nothing).
+    #[test]
+    fn nothing_is_available_while_a_provider_is_held() {
+        use topomgr_engine::admission::Admitter;
+        use topomgr_engine::numa::NumaInfo;
+        use topomgr_engine::policy::Policy;
+        use topomgr_engine::provider::LoadedProvider;
+        let m = machine();
+        let widgets = || {
+            let inv = Inventory::new().with_resource(
+                "example.com/widget",
+                res(&[(Some(0), [2, 2, 1]), (Some(1), [2, 2, 2])]),
+            );
+            topomgr_sdk::testkit::FakeProvider::new().with_inventory(move || Ok(inv.clone()))
+        };
+        let numa = NumaInfo::from_machine(&m).unwrap();
+        let policy = Policy::new("best-effort", &BTreeMap::new(), numa).unwrap();
+        let mut adm = Admitter::new(
+            &m,
+            policy,
+            Scope::Container,
+            vec![
+                LoadedProvider::in_process("widgets", widgets()),
+                LoadedProvider::in_process("gpu", topomgr_sdk::testkit::FakeProvider::new()),
+            ],
+        );
+        let available = |adm: &mut Admitter| -> Vec<String> {
+            let o = of_admitter("n", &m, adm).unwrap();
+            o.zones
+                .iter()
+                .flat_map(|z| {
+                    z.resources
+                        .iter()
+                        .map(|r| format!("{}:{}={}", z.name, r.name, r.available))
+                })
+                .collect()
+        };
+        assert_eq!(
+            available(&mut adm),
+            ["node-0:example.com/widget=1", "node-1:example.com/widget=2"]
+        );
+        adm.hold("gpu", "unreadable".to_owned());
+        assert_eq!(
+            available(&mut adm),
+            ["node-0:example.com/widget=0", "node-1:example.com/widget=0"]
         );
     }
 }

@@ -595,6 +595,44 @@ const GPU_MATRIX: &[Case] = &[
     },
 ];
 
+/// The NodeResourceTopology export never advertises a CPU that cannot be
+/// given: the CPUs it lists as available are at most the online CPUs no pod
+/// holds exclusively (a held CPU that went offline included).
+fn assert_nrt_gives_no_more_than_is_free(c: &mut Client, label: &str) {
+    let machine: Value = c.get("/v1/machine").unwrap().json().unwrap();
+    let online: Vec<u32> = machine["cpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["online"] == json!(true))
+        .map(|c| c["id"].as_u64().unwrap() as u32)
+        .collect();
+    let h = health(c);
+    let free = online
+        .iter()
+        .filter(|id| !h.exclusive_cpus.contains(**id))
+        .count() as u64;
+    let nrt: Value = c.get("/v1/noderesourcetopology").unwrap().json().unwrap();
+    let millis: u64 = nrt["zones"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|z| z["resources"].as_array().unwrap().iter())
+        .filter(|r| r["name"] == json!("cpu"))
+        .map(|r| {
+            let q = r["available"].as_str().unwrap();
+            match q.strip_suffix('m') {
+                Some(m) => m.parse::<u64>().unwrap(),
+                None => q.parse::<u64>().unwrap() * 1000,
+            }
+        })
+        .sum();
+    assert!(
+        millis <= free * 1000,
+        "{label}: the export offers {millis}m CPU, more than the {free} online CPUs no pod holds: {nrt}"
+    );
+}
+
 /// No exclusive CPU and no device is held by two pods.
 fn assert_exclusive(pods: &[Admission], case: &str) {
     for (i, a) in pods.iter().enumerate() {
@@ -625,10 +663,10 @@ fn assert_exclusive(pods: &[Admission], case: &str) {
 
 fn run_case(setup: &Setup, case: &Case, held: bool, mode: Mode) {
     let label = format!("{} held={held} {mode:?}", case.name);
-    let mut n = Node::on(
-        &format!("reconcile-{}-{}-{:?}", case.name, u8::from(held), mode),
-        setup,
-    );
+    // Short: the socket's path must fit a Unix socket address.
+    static CASES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CASES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let mut n = Node::on(&format!("rc-{n}"), setup);
     (case.before)(&mut n);
     let socket = n.dir.join("t.sock");
     let mut running = None;
@@ -697,6 +735,7 @@ fn run_case(setup: &Setup, case: &Case, held: bool, mode: Mode) {
                 }
                 admitted(&mut c, &next_yaml);
                 let list: PodList = c.get("/v1/pods").unwrap().parse().unwrap();
+                assert_nrt_gives_no_more_than_is_free(&mut c, &label);
                 if mode == Mode::DaemonRestart {
                     d.stop();
                 } else {
