@@ -327,6 +327,21 @@ impl Node {
         }
     }
 
+    /// Take NUMA node 3 of the example machine (CPUs 6-7 and 14-15) off
+    /// the machine, or put it back.
+    fn set_node3_present(&self, present: bool) {
+        let dir = self.sys.join("devices/system/node/node3");
+        let hidden = self.dir.join("gone-node3");
+        if present {
+            fs::rename(&hidden, &dir).unwrap();
+        } else {
+            fs::rename(&dir, &hidden).unwrap();
+        }
+        for cpu in [6, 7, 14, 15] {
+            self.set_cpu_online(cpu, present);
+        }
+    }
+
     /// KiB of hugepages reserved on node `node`.
     fn hugepages_kib(&self, node: u32) -> u64 {
         let dir = self
@@ -461,6 +476,15 @@ const MATRIX: &[Case] = &[
         }],
     },
     Case {
+        name: "numa-node-appears",
+        before: |n| n.set_node3_present(false),
+        steps: &[Step {
+            change: |n, _| n.set_node3_present(true),
+            conflict: None,
+            held_ids: None,
+        }],
+    },
+    Case {
         name: "cpu-offline-unheld",
         before: nothing,
         steps: &[Step {
@@ -511,6 +535,19 @@ const MATRIX: &[Case] = &[
         steps: &[Step {
             change: |n, _| {
                 n.policy = "single-numa-node";
+                n.write_config();
+            },
+            conflict: None,
+            held_ids: None,
+        }],
+    },
+    Case {
+        name: "cpu-and-memory-policy-none",
+        before: nothing,
+        steps: &[Step {
+            change: |n, _| {
+                n.cpu = "policy = \"none\"\n".to_owned();
+                n.memory = Some("policy = \"none\"\n".to_owned());
                 n.write_config();
             },
             conflict: None,
@@ -901,6 +938,45 @@ fn a_failing_reload_keeps_the_running_provider_and_says_so() {
     assert_eq!((h.status, h.notes.len()), (HealthStatus::Ok, 0), "{h:?}");
     let pods: PodList = c.get("/v1/pods").unwrap().parse().unwrap();
     assert_eq!(pods.pods.len(), 2);
+}
+
+/// A config that cannot be read on SIGHUP changes nothing: health says
+/// why, the failure is counted, the daemon goes on as before; once fixed, a
+/// reload clears the note.
+#[test]
+fn an_unreadable_config_on_sighup_changes_nothing() {
+    let n = Node::new("reconcile-bad-config");
+    let d = Daemon::start(&n.config(), &n.dir.join("t.sock"));
+    let mut c = d.client();
+    admitted(&mut c, &pod_yaml("held", "2", "1Gi"));
+    let good = fs::read_to_string(n.config()).unwrap();
+    fs::write(n.config(), format!("{good}\npolicy = [\n")).unwrap();
+    let hup = || {
+        assert!(Command::new("kill")
+            .arg("-HUP")
+            .arg(d.child.id().to_string())
+            .status()
+            .unwrap()
+            .success())
+    };
+    hup();
+    wait_for(&d, |c| reload_counts(c).1 >= 1, "the failed reload");
+    let h = health(&mut c);
+    assert_eq!(h.status, HealthStatus::Degraded, "{h:?}");
+    assert!(
+        h.notes.iter().any(
+            |n| n.starts_with("reload on SIGHUP: the config cannot be read (")
+                && n.ends_with("); everything runs as before. Fix the config and reload again")
+        ),
+        "{h:?}"
+    );
+    assert_eq!(reload_counts(&mut c), (0, 1));
+    admitted(&mut c, &pod_yaml("next", "2", "1Gi"));
+    fs::write(n.config(), good).unwrap();
+    hup();
+    wait_for(&d, |c| reload_counts(c).0 >= 1, "the reload");
+    let h = health(&mut c);
+    assert_eq!((h.status, h.notes.len()), (HealthStatus::Ok, 0), "{h:?}");
 }
 
 /// The machine check reads the machine again on its own: a held CPU
