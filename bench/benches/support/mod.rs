@@ -69,6 +69,7 @@ pub fn start_daemon(tag: &str, state_root: &Path, plugin: &Path) -> PathBuf {
         node_lock,
         export: Default::default(),
         nri: None,
+        reload: None,
     };
     std::thread::spawn(move || daemon::run(d));
     let deadline = Instant::now() + Duration::from_secs(20);
