@@ -4,7 +4,7 @@
 //! On SIGHUP (`systemctl reload topomgr`) the config and the machine are
 //! read again; every `[daemon] machine_check_interval_ms` the machine is
 //! read again and, when it changed, reconciled, and the attached cgroups
-//! are verified ([`Command::CheckCgroups`]). A reconcile builds every
+//! are verified (the state thread's `CheckCgroups`). A reconcile builds every
 //! enabled provider anew on the machine and config as they are now (off
 //! the state thread) and hands them to the state thread, which restores the
 //! running state into them and swaps
