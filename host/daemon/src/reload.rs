@@ -20,14 +20,14 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use topomgr_engine::numa::NumaInfo;
-use topomgr_engine::policy::{Policy, Scope};
-use topomgr_engine::provider::{LoadedProvider, ProviderObserver};
+use topomgr_engine::policy::Policy;
+use topomgr_engine::provider::ProviderObserver;
 use topomgr_node::config::HostConfig;
 use topomgr_sdk::Machine;
 use tracing::{info, warn};
 
 use crate::metrics::Metrics;
-use crate::state_thread::{Command, StateThread};
+use crate::state_thread::{Command, Prepared, StateThread};
 
 /// Where a reload reads the config and the machine (the binary's readers:
 /// the same files, environment and sysfs root as at start).
@@ -36,32 +36,6 @@ pub trait Source: Send + Sync {
     fn config(&self) -> Result<HostConfig, String>;
     /// The machine, read again, for `cfg`.
     fn machine(&self, cfg: &HostConfig) -> Result<Machine, String>;
-}
-
-/// What the state thread swaps in.
-pub(crate) struct Prepared {
-    /// What asked for it (`SIGHUP`, `machine check`), for messages.
-    pub trigger: &'static str,
-    /// The machine as it is now.
-    pub machine: Machine,
-    /// The Topology Manager policy and scope of the config.
-    pub policy: Policy,
-    /// The scope.
-    pub scope: Scope,
-    /// Every enabled provider built anew, or why it could not be.
-    pub providers: Vec<(String, Result<LoadedProvider, String>)>,
-}
-
-impl std::fmt::Debug for Prepared {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Prepared")
-            .field("trigger", &self.trigger)
-            .field(
-                "providers",
-                &self.providers.iter().map(|(n, _)| n).collect::<Vec<_>>(),
-            )
-            .finish_non_exhaustive()
-    }
 }
 
 /// Build the new instances for `cfg` on `machine` (blocking: plugins load

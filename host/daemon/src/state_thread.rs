@@ -111,11 +111,40 @@ pub(crate) enum Command {
     /// Reconcile with providers built anew on the machine and config as
     /// they are now ([`topomgr_node::reconcile::reload`]), and save.
     /// (Taken once: the new providers are not `Clone`.)
-    Reload(Arc<std::sync::Mutex<Option<crate::reload::Prepared>>>),
+    Reload(Arc<std::sync::Mutex<Option<Prepared>>>),
     /// A reload changed nothing: report why in health until one succeeds.
     ReloadFailed(String),
     /// Verify the attached cgroups (cpusets and memory nodes as written).
     CheckCgroups,
+}
+
+/// What a reload (SIGHUP, the machine check) hands the state thread to swap in.
+pub(crate) struct Prepared {
+    /// What asked for it (`SIGHUP`, `machine check`), for messages.
+    pub trigger: &'static str,
+    /// The machine as it is now.
+    pub machine: Machine,
+    /// The Topology Manager policy and scope of the config.
+    pub policy: topomgr_engine::policy::Policy,
+    /// The scope.
+    pub scope: topomgr_engine::policy::Scope,
+    /// Every enabled provider built anew, or why it could not be.
+    pub providers: Vec<(
+        String,
+        Result<topomgr_engine::provider::LoadedProvider, String>,
+    )>,
+}
+
+impl std::fmt::Debug for Prepared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prepared")
+            .field("trigger", &self.trigger)
+            .field(
+                "providers",
+                &self.providers.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
 }
 
 /// The state thread's answer to a [`Command`].
@@ -475,7 +504,7 @@ impl Worker {
 
     /// Reconcile with providers built anew ([`topomgr_node::reconcile::reload`])
     /// and save the whole state (the providers' states changed).
-    fn reload(&mut self, p: crate::reload::Prepared) -> Result<Reply, CommandError> {
+    fn reload(&mut self, p: Prepared) -> Result<Reply, CommandError> {
         let trigger = p.trigger;
         let machine = p.machine.clone();
         match topomgr_node::reconcile::reload(

@@ -9,7 +9,7 @@
 //!   it;
 //! - each provider takes its saved assignments back on the machine and
 //!   config as they are now ([`topomgr_sdk::Provider::restore`]): the
-//!   conflicts it reports are kept ([`crate::reconcile::Conflicts`]), its
+//!   conflicts it reports are kept ([`crate::reconciled::Conflicts`]), its
 //!   moves are applied to the pod table (and journaled);
 //! - a provider that cannot read its saved state at all is *held* (`crate::provider_states::ProviderStates::hold`): its bytes are kept,
 //!   admissions are refused, pods are kept and can be released; the
@@ -222,7 +222,7 @@ pub(crate) fn install(
     // its state and the pod records are saved with the next write.
     let mut moved = std::collections::BTreeSet::new();
     for (provider, list) in &moves {
-        moved.extend(crate::reconcile::apply_moves(&mut body.pods, list));
+        moved.extend(crate::reconciled::apply_moves(&mut body.pods, list));
         states.keep_changed(std::slice::from_ref(provider));
     }
     for (name, bytes, pending) in absent {

@@ -21,6 +21,7 @@ pub mod plugin;
 pub mod pod_owner;
 mod provider_states;
 pub mod reconcile;
+pub mod reconciled;
 pub mod setup;
 pub mod snapshot;
 pub mod state_dir;

@@ -61,7 +61,7 @@ use tracing::{debug, info, warn};
 use crate::api::{Attached, Attachments};
 use crate::pod_owner::{ContainerRuntime, Owner};
 use crate::provider_states::ProviderStates;
-use crate::reconcile::Conflicts;
+use crate::reconciled::Conflicts;
 use topomgr_cgroup::pool::{self, PoolWrite};
 use topomgr_cgroup::{CgroupError, CgroupManager, CgroupPath, TOPOMGR_PARENT};
 use topomgr_engine::admission::{
@@ -468,7 +468,7 @@ impl NodeState {
     }
 
     /// The conflicts the providers reported when they took their state
-    /// back (see [`crate::reconcile`]); a pod's end at its release.
+    /// back (see [`crate::reconciled`]); a pod's end at its release.
     pub fn conflicts(&self) -> &Conflicts {
         &self.conflicts
     }

@@ -306,6 +306,9 @@ fn host_crates_depend_only_on_the_crates_below_them() {
                 "topomgr-manifest",
                 "topomgr-node",
                 "topomgr-daemon",
+                // Through the daemon (its client), which runs the NRI plugin.
+                "topomgr-runtime",
+                "topomgr-nri",
             ],
         ),
         ("topomgr-runtime", &["topomgr-manifest"]),
