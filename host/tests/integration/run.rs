@@ -592,7 +592,8 @@ fn leftover_processes_keep_the_cpus_reserved() {
     assert_eq!(
         text(&out.stderr),
         format!(
-            "topomgr: warning: processes {left} are still in the command's cgroup; its CPUs stay reserved until they exit (the next topomgr run reclaims them then; topomgr release --state-dir {} {uid} releases them now)\n",
+            "topomgr: warning: processes {left} are still in the command's cgroup; its CPUs stay reserved until they exit (the next topomgr run reclaims them then; topomgr --config {} release --state-dir {} {uid} releases them now)\n",
+            dir.join("topomgr.toml").display(),
             dir.join("state").display()
         )
     );
@@ -635,6 +636,75 @@ fn leftover_processes_keep_the_cpus_reserved() {
     let kill = Command::new("kill").args(["-9", &left]).status().unwrap();
     assert!(kill.success());
     wait_for("the leftover process to exit", || !alive(&left));
+    next_run_gets_cpu_1(&root, &dir, pid);
+}
+
+/// The release command the leftover warning prints, run verbatim, releases
+/// the pod at once: its CPUs go back while the process still runs (with a
+/// warning saying so), and the next run gets them.
+#[test]
+fn the_leftover_warnings_release_command_works() {
+    let Some((root, _node)) = live("the_leftover_warnings_release_command_works") else {
+        return;
+    };
+    let Some(dir) = cpu_only_config("run-leftover-release") else {
+        return;
+    };
+    let (pid, out) = run(
+        &dir,
+        &[
+            "--cpus",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            "sleep 60 >/dev/null 2>&1 & echo $!",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let left = text(&out.stdout).trim().to_owned();
+    let held = cgroups_of(&root, pid);
+    assert_eq!(held.len(), 1);
+    let uid = held[0].clone();
+    let stderr = text(&out.stderr);
+    let printed = stderr
+        .split_once("; topomgr ")
+        .and_then(|(_, rest)| rest.split_once(" releases them now)"))
+        .map(|(cmd, _)| format!("topomgr {cmd}"))
+        .unwrap_or_else(|| panic!("no release command in {stderr:?}"));
+    let words: Vec<&str> = printed.split(' ').collect();
+    assert_eq!(words[0], "topomgr");
+    assert_eq!(*words.last().unwrap(), uid);
+    let released = Command::new(common::topomgr_bin())
+        .args(&words[1..])
+        .output()
+        .unwrap();
+    assert_eq!(
+        released.status.code(),
+        Some(0),
+        "{}",
+        text(&released.stderr)
+    );
+    let admission: Admission = serde_json::from_slice(&released.stdout).unwrap();
+    assert_eq!(admission.uid, uid);
+    assert!(
+        text(&released.stderr).contains(&format!(
+            "topomgr: warning: processes {left} are still in the pod's cgroup and now run on CPUs that are no longer reserved for them\n"
+        )),
+        "{}",
+        text(&released.stderr)
+    );
+    assert_no_pods(&dir);
+
+    let kill = Command::new("kill").args(["-9", &left]).status().unwrap();
+    assert!(kill.success());
+    wait_for("the leftover process to exit", || !alive(&left));
+    // Its cgroup stayed while the process was in it.
+    let cg = root.join("topomgr").join(&uid);
+    if cg.exists() {
+        let _ = fs::remove_dir(cg.join("main"));
+        let _ = fs::remove_dir(&cg);
+    }
     next_run_gets_cpu_1(&root, &dir, pid);
 }
 
