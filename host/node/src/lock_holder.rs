@@ -32,6 +32,8 @@ pub enum Role {
     Explain,
     /// `topomgr export nrt --state-dir`.
     ExportNrt,
+    /// `topomgr pods --state-dir`.
+    Pods,
     /// `topomgr provider NAME ... --state-dir`.
     Provider,
     /// `topomgr state recover --state-dir`.
@@ -57,6 +59,7 @@ impl Role {
             Role::Release => "topomgr release --state-dir",
             Role::Explain => "topomgr explain --state-dir",
             Role::ExportNrt => "topomgr export nrt --state-dir",
+            Role::Pods => "topomgr pods --state-dir",
             Role::Provider => "topomgr provider --state-dir",
             Role::StateRecover => "topomgr state recover --state-dir",
         }
@@ -79,6 +82,7 @@ impl Role {
             ),
             Role::Release => format!("release through it: `topomgr release --socket {s} UID`"),
             Role::ExportNrt => format!("export through it: `topomgr export nrt --socket {s}`"),
+            Role::Pods => format!("list them through it: `topomgr pods --socket {s}`"),
             Role::StateRecover => "stop that daemon first: a state directory in use is never recovered under it".to_owned(),
             Role::Provider => "work on a copy of it instead (`cp -a DIR /tmp/topomgr-state-copy`, then `--state-dir /tmp/topomgr-state-copy`): the daemon's state changes only through the daemon".to_owned(),
         }

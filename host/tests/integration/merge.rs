@@ -242,3 +242,40 @@ fn nine_nodes_need_the_option_raised_only_past_64() {
         r#"{"affinity":[8],"preferred":true,"admit":true}"#
     );
 }
+
+/// The example of `topomgr merge --help`, run as printed, prints what the
+/// help says it prints.
+#[test]
+fn the_help_example_prints_what_it_says() {
+    let out = Command::new(env!("CARGO_BIN_EXE_topomgr"))
+        .args(["merge", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    let example = help
+        .split_once("Example:\n")
+        .and_then(|(_, rest)| rest.split_once("\n  prints "))
+        .expect("an example in merge --help");
+    let printed = example.1.lines().next().unwrap();
+    let bin_dir = std::path::Path::new(env!("CARGO_BIN_EXE_topomgr"))
+        .parent()
+        .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let run = Command::new("sh")
+        .args(["-c", example.0])
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(String::from_utf8(run.stdout).unwrap().trim(), printed);
+}
