@@ -1,5 +1,5 @@
 //! Prometheus metrics of the daemon (`GET /metrics` on the socket, and on
-//! TCP at `daemon.metrics_address`), in the OpenMetrics text format.
+//! TCP at `daemon.metrics_address`), in the Prometheus text format (0.0.4), as the kubelet serves it.
 //!
 //! # Names
 //!
@@ -580,7 +580,7 @@ impl Metrics {
         }
     }
 
-    /// The OpenMetrics text exposition of every metric.
+    /// The Prometheus text exposition (0.0.4) of every metric.
     pub(crate) fn render(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
