@@ -182,13 +182,12 @@ pub fn unpack_corpus_machine(name: &str) -> PathBuf {
         .status()
         .expect("run tar");
     assert!(status.success(), "tar xjf {name}.tar.bz2 failed");
-    let sys = std::fs::read_dir(&dest)
+    std::fs::read_dir(&dest)
         .expect("read unpacked dir")
         .filter_map(|e| e.ok())
         .map(|e| e.path().join("sys"))
         .find(|p| p.is_dir())
-        .unwrap_or_else(|| dest.join("sys"));
-    sys
+        .unwrap_or_else(|| dest.join("sys"))
 }
 
 /// Builds one provider crate's cdylib (once per test binary, cached in `cell`).
