@@ -811,7 +811,9 @@ mod tests {
     fn help_and_type_lines_are_the_kubelets() {
         let text = Metrics::new().render();
         for want in [
-            "# HELP container_aligned_compute_resources_count Cumulative number of aligned compute resources allocated to containers by alignment type.\n# TYPE container_aligned_compute_resources_count counter\ncontainer_aligned_compute_resources_count{scope=\"container\",boundary=\"numa_node\"} 0\n",
+            // (a family's series come in no particular order)
+            "# HELP container_aligned_compute_resources_count Cumulative number of aligned compute resources allocated to containers by alignment type.\n# TYPE container_aligned_compute_resources_count counter\ncontainer_aligned_compute_resources_count{scope=\"",
+            "\ncontainer_aligned_compute_resources_count{scope=\"container\",boundary=\"numa_node\"} 0\n",
             "# HELP container_aligned_compute_resources_failure_count Cumulative number of failures to allocate aligned compute resources to containers by alignment type.\n# TYPE container_aligned_compute_resources_failure_count counter\n",
             "# HELP topology_manager_admission_requests_total The number of admission requests where resources have to be aligned.\n# TYPE topology_manager_admission_requests_total counter\ntopology_manager_admission_requests_total 0\n",
             "# HELP cpu_manager_exclusive_cpu_allocation_count The total number of CPUs exclusively allocated to containers running on this node\n# TYPE cpu_manager_exclusive_cpu_allocation_count gauge\n",
