@@ -338,7 +338,11 @@ fn expand_glob(word: &str) -> Vec<String> {
 fn the_readme_gpu_commands_print_what_readme_shows() {
     common::repository_plugins();
     let commands = readme_gpu_commands();
-    assert_eq!(commands.len(), 3, "docs/providers.md's GPU section has three commands");
+    assert_eq!(
+        commands.len(),
+        3,
+        "docs/providers.md's GPU section has three commands"
+    );
     assert!(commands[0]
         .args
         .contains(&"examples/gpu/train-4gpu.yaml".to_owned()));
