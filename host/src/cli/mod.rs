@@ -77,7 +77,7 @@ pub enum Command {
     /// start the command in its cgroup with the cpuset applied, release when it ends
     /// (through the daemon when one owns the node).
     Run(run::RunArgs),
-    /// Run the daemon: the HTTP/JSON API on a Unix socket (SPEC section 7).
+    /// Run the daemon: the HTTP/JSON API on a Unix socket (docs/api.md).
     Serve(serve::ServeArgs),
     /// List the running daemon's pods and their allocations.
     Pods(client::PodsArgs),

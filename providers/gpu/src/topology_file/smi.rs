@@ -346,7 +346,7 @@ Legend:
         }
     }
 
-    /// The real captures in `../shared/gpu/` (read in place, never copied).
+    /// The real captures in the GPU fixtures beside the repository (read in place, never copied).
     fn capture(name: &str) -> Option<String> {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../../shared/gpu")
