@@ -7,7 +7,7 @@
 //! At the cap, the loop stops accepting: further connections wait in the
 //! kernel's listen backlog, holding no file descriptor of ours, and are
 //! taken as slots free up. The caps come from the process's open-file
-//! limit ([`Budget::of_process`]): the admin socket's and the metrics
+//! limit (`Budget::of_process`): the admin socket's and the metrics
 //! listener's are separate and both fit under it with room for the state
 //! files, the plugins and the cgroup files, so idle connections to
 //! `metrics_address`, which anyone who can reach it may open, never make

@@ -2,7 +2,7 @@
 //! daemon or a one-shot command, recorded in the lock file so that a
 //! process refused can name it and say what to do instead.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -220,23 +220,7 @@ fn command_line(pid: u32) -> String {
 /// every process names one directory alike, symlinks resolved), the rest
 /// against it with `.` and `..` taken out.
 fn absolute(path: &Path) -> PathBuf {
-    let joined = if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        std::env::current_dir()
-            .unwrap_or_else(|_| PathBuf::from("/"))
-            .join(path)
-    };
-    let mut lexical = PathBuf::new();
-    for c in joined.components() {
-        match c {
-            Component::ParentDir => {
-                lexical.pop();
-            }
-            Component::CurDir => {}
-            other => lexical.push(other),
-        }
-    }
+    let lexical = topomgr_cgroup::hierarchy::absolute(path);
     let mut existing = lexical.as_path();
     let mut rest = Vec::new();
     loop {

@@ -80,7 +80,7 @@ pub enum Command {
     /// (through the daemon when one owns the node).
     #[command(long_about = RUN_HELP)]
     Run(run::RunArgs),
-    /// Run the daemon: the HTTP/JSON API on a Unix socket.
+    /// Run the daemon: the HTTP/JSON API on a Unix socket (docs/api.md).
     Serve(serve::ServeArgs),
     /// Show the running daemon's health (`GET /v1/health`); with --wait,
     /// wait until it answers. Exit status 0: ok or degraded; 1: failing;

@@ -1,4 +1,4 @@
-//! `topomgr merge`: the JSON contract of SPEC section 6, run as a user would.
+//! `topomgr merge`: the JSON contract of docs/cli.md, run as a user would.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -33,9 +33,9 @@ fn ok(input: &str) -> String {
 
 #[test]
 fn spec_example() {
-    // SPEC section 6's example asks for prefer-closest-numa-nodes with
+    // docs/cli.md's example asks for prefer-closest-numa-nodes with
     // "distances": null; like the kubelet, a policy other than `none` cannot
-    // be created without the distance table (issue 10, item 2).
+    // be created without the distance table.
     let spec = r#"{"numa_nodes": [0, 1], "distances": null,
         "policy": "best-effort", "options": {"prefer-closest-numa-nodes": "true"},
         "providers": [ {"cpu": [{"affinity": [0], "preferred": true}], "gpu": null}, null ]}"#;
