@@ -112,7 +112,9 @@ impl std::fmt::Display for Hierarchy {
     }
 }
 
-fn absolute(path: &Path) -> PathBuf {
+/// `path` made absolute against the current directory, with `.` and `..`
+/// taken out lexically (what does not exist cannot be canonicalized).
+pub fn absolute(path: &Path) -> PathBuf {
     let joined = if path.is_absolute() {
         path.to_path_buf()
     } else {
@@ -120,8 +122,6 @@ fn absolute(path: &Path) -> PathBuf {
             .unwrap_or_else(|_| PathBuf::from("/"))
             .join(path)
     };
-    // `..` and `.` taken out lexically (what does not exist cannot be
-    // canonicalized).
     let mut out = PathBuf::new();
     for c in joined.components() {
         match c {

@@ -1,5 +1,5 @@
 //! Prometheus metrics of the daemon (`GET /metrics` on the socket, and on
-//! TCP at `daemon.metrics_address`), in the OpenMetrics text format.
+//! TCP at `daemon.metrics_address`), in the Prometheus text format (0.0.4), as the kubelet serves it.
 //!
 //! # Names
 //!
@@ -14,8 +14,8 @@
 //! | `topology_manager_admission_requests_total` | counter | same | every pod the daemon is asked to admit |
 //! | `topology_manager_admission_errors_total` | counter | same | those rejected, whatever the reason |
 //! | `topology_manager_admission_duration_ms` | histogram, buckets 0.05 ms × 2^k, k = 0..14 | same | one pod's admission (hints, merge, allocation), in milliseconds (fractional: the kubelet truncates to whole ms) |
-//! | `container_aligned_compute_resources_count{scope,boundary}` | unknown (see below) | same | under `single-numa-node`: each container admitted (container scope) or each pod admitted (pod scope), `boundary="numa_node"` |
-//! | `container_aligned_compute_resources_failure_count{scope,boundary}` | unknown | same | under `single-numa-node`: each `TopologyAffinityError` |
+//! | `container_aligned_compute_resources_count{scope,boundary}` | counter | same | under `single-numa-node`: each container admitted (container scope) or each pod admitted (pod scope), `boundary="numa_node"` |
+//! | `container_aligned_compute_resources_failure_count{scope,boundary}` | counter | same | under `single-numa-node`: each `TopologyAffinityError` |
 //! | `admission_rejections_total{reason}` | counter | same | every rejection by reason, including requests refused before admission (`BadManifest`, `PodUidConflict`); reasons outside `REJECTION_REASONS` count as `Other`, as the kubelet bounds its label |
 //! | `cpu_manager_pinning_requests_total`, `cpu_manager_pinning_errors_total` | counter | same | see "Provider-owned metrics" |
 //! | `memory_manager_pinning_requests_total`, `memory_manager_pinning_errors_total` | counter | same | see "Provider-owned metrics" |
@@ -39,10 +39,12 @@
 //! alignment counters, as the kubelet's Topology Manager does; every
 //! rejection reason; every provider and call; every NUMA node).
 //!
-//! The kubelet's two alignment counters end in `_count` and are not
-//! `_total` counters; OpenMetrics requires a counter's samples to end in
-//! `_total`, so topomgr exports them with type `unknown`, which keeps the
-//! sample names exactly the kubelet's.
+//! The exposition is the Prometheus text format (version 0.0.4), the
+//! kubelet's: the kubelet's two alignment counters end in `_count`, not
+//! `_total`, which OpenMetrics requires of a counter's samples; in the
+//! Prometheus format they are counters with exactly the kubelet's names.
+//! HELP texts are written as registered (the kubelet's, with or without a
+//! final period).
 //!
 //! # Provider-owned metrics
 //!
@@ -185,22 +187,22 @@ struct NumaLabel {
     numa_node: String,
 }
 
-/// A monotonic count exported as type `unknown`, so that its sample keeps
-/// the kubelet's name (no `_total` suffix).
+/// A counter whose sample keeps the kubelet's name (no `_total` suffix):
+/// type `counter` in the Prometheus text format [`Metrics::render`] writes.
 #[derive(Debug, Clone, Default)]
-struct UntypedCounter(Counter);
+struct KubeletCounter(Counter);
 
-impl TypedMetric for UntypedCounter {
-    const TYPE: MetricType = MetricType::Unknown;
+impl TypedMetric for KubeletCounter {
+    const TYPE: MetricType = MetricType::Counter;
 }
 
-impl EncodeMetric for UntypedCounter {
+impl EncodeMetric for KubeletCounter {
     fn encode(&self, mut encoder: MetricEncoder) -> Result<(), fmt::Error> {
         encoder.encode_gauge(&self.0.get())
     }
 
     fn metric_type(&self) -> MetricType {
-        MetricType::Unknown
+        MetricType::Counter
     }
 }
 
@@ -244,8 +246,8 @@ pub struct Metrics {
     admission_requests: Counter,
     admission_errors: Counter,
     admission_duration_ms: Histogram,
-    aligned: Family<AlignLabels, UntypedCounter>,
-    aligned_failures: Family<AlignLabels, UntypedCounter>,
+    aligned: Family<AlignLabels, KubeletCounter>,
+    aligned_failures: Family<AlignLabels, KubeletCounter>,
     rejections: Family<ReasonLabel, Counter>,
     cpu_pinning_requests: Counter,
     cpu_pinning_errors: Counter,
@@ -294,8 +296,8 @@ impl Metrics {
         let admission_requests = Counter::default();
         let admission_errors = Counter::default();
         let admission_duration_ms = Histogram::new(exponential_buckets(0.05, 2.0, 15));
-        let aligned = Family::<AlignLabels, UntypedCounter>::default();
-        let aligned_failures = Family::<AlignLabels, UntypedCounter>::default();
+        let aligned = Family::<AlignLabels, KubeletCounter>::default();
+        let aligned_failures = Family::<AlignLabels, KubeletCounter>::default();
         let rejections = Family::<ReasonLabel, Counter>::default();
         for labels in &ALIGN_NUMA {
             let _ = aligned.get_or_create(labels);
@@ -645,13 +647,76 @@ impl Metrics {
         }
     }
 
-    /// The OpenMetrics text exposition of every metric.
+    /// The Prometheus text exposition (0.0.4) of every metric.
     pub(crate) fn render(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &self.registry);
-        out
+        prometheus_text(&out)
     }
+}
+
+/// The Prometheus text format (0.0.4) of `prometheus_client`'s OpenMetrics
+/// text: a counter's HELP and TYPE name its samples (`foo_total`, or the
+/// kubelet's `_count` names of [`KubeletCounter`]), `unknown` is
+/// `untyped`, no `# UNIT` or `# EOF` line, and HELP without the period the
+/// library appends to every text.
+fn prometheus_text(openmetrics: &str) -> String {
+    /// One family: its HELP text, TYPE and sample lines.
+    struct Family<'a> {
+        name: &'a str,
+        help: &'a str,
+        kind: &'a str,
+        samples: Vec<&'a str>,
+    }
+    fn flush(f: Option<Family<'_>>, out: &mut String) {
+        let Some(f) = f else { return };
+        let (name, kind) = match f.kind {
+            "counter" => {
+                let sample = f
+                    .samples
+                    .first()
+                    .and_then(|s| s.split(['{', ' ']).next())
+                    .map_or_else(|| format!("{}_total", f.name), str::to_owned);
+                (sample, "counter")
+            }
+            "unknown" => (f.name.to_owned(), "untyped"),
+            other => (f.name.to_owned(), other),
+        };
+        let help = f
+            .help
+            .strip_suffix('.')
+            .unwrap_or(f.help)
+            .replace("\\\"", "\"");
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+        for s in f.samples {
+            out.push_str(s);
+            out.push('\n');
+        }
+    }
+    let mut out = String::with_capacity(openmetrics.len());
+    let mut family: Option<Family<'_>> = None;
+    for line in openmetrics.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            flush(family.take(), &mut out);
+            let (name, help) = rest.split_once(' ').unwrap_or((rest, ""));
+            family = Some(Family {
+                name,
+                help,
+                kind: "untyped",
+                samples: Vec::new(),
+            });
+        } else if let Some(rest) = line.strip_prefix("# TYPE ") {
+            if let (Some(f), Some((_, kind))) = (family.as_mut(), rest.split_once(' ')) {
+                f.kind = kind;
+            }
+        } else if line.starts_with("# UNIT ") || line == "# EOF" {
+        } else if let Some(f) = family.as_mut() {
+            f.samples.push(line);
+        }
+    }
+    flush(family, &mut out);
+    out
 }
 
 /// The provider calls' reports (the daemon sets its metrics as every
@@ -801,10 +866,46 @@ mod tests {
         ] {
             assert_eq!(line(&text, name), Some("0"), "{name} in\n{text}");
         }
-        assert!(text.contains("# TYPE container_aligned_compute_resources_count unknown\n"));
         assert!(text.contains("topology_manager_admission_duration_ms_bucket{le=\"0.05\"} 0\n"));
         assert!(text.contains("topology_manager_admission_duration_ms_bucket{le=\"819.2\"} 0\n"));
-        assert!(text.ends_with("# EOF\n"));
+    }
+
+    /// HELP and TYPE as the kubelet's Prometheus text: the alignment
+    /// counters are counters with their `_count` names, a counter's HELP and
+    /// TYPE name its `_total` sample, the help texts are the registered ones
+    /// (no period added), and there is no OpenMetrics `# EOF`.
+    #[test]
+    fn help_and_type_lines_are_the_kubelets() {
+        let text = Metrics::new().render();
+        for want in [
+            // (a family's series come in no particular order)
+            "# HELP container_aligned_compute_resources_count Cumulative number of aligned compute resources allocated to containers by alignment type.\n# TYPE container_aligned_compute_resources_count counter\ncontainer_aligned_compute_resources_count{scope=\"",
+            "\ncontainer_aligned_compute_resources_count{scope=\"container\",boundary=\"numa_node\"} 0\n",
+            "# HELP container_aligned_compute_resources_failure_count Cumulative number of failures to allocate aligned compute resources to containers by alignment type.\n# TYPE container_aligned_compute_resources_failure_count counter\n",
+            "# HELP topology_manager_admission_requests_total The number of admission requests where resources have to be aligned.\n# TYPE topology_manager_admission_requests_total counter\ntopology_manager_admission_requests_total 0\n",
+            "# HELP cpu_manager_exclusive_cpu_allocation_count The total number of CPUs exclusively allocated to containers running on this node\n# TYPE cpu_manager_exclusive_cpu_allocation_count gauge\n",
+            "# HELP topology_manager_admission_duration_ms Duration in milliseconds to serve a pod admission request.\n# TYPE topology_manager_admission_duration_ms histogram\n",
+            "# HELP topomgr_reclaimed_pods_total Owned pods released because their owner is gone, by owner kind and cause\n# TYPE topomgr_reclaimed_pods_total counter\ntopomgr_reclaimed_pods_total{",
+        ] {
+            assert!(text.contains(want), "{want:?} missing in\n{text}");
+        }
+        let help: Vec<&str> = text.lines().filter(|l| l.starts_with("# HELP ")).collect();
+        assert!(help.len() >= 15, "{text}");
+        for l in &help {
+            assert!(!l.ends_with(".."), "{l}");
+        }
+        assert!(!text.contains("# EOF"), "{text}");
+        assert!(!text.contains(" unknown\n"), "{text}");
+        // Every TYPE line names the samples that follow it.
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            if let Some(rest) = l.strip_prefix("# TYPE ") {
+                let (name, _) = rest.split_once(' ').unwrap();
+                if let Some(sample) = lines.get(i + 1).filter(|s| !s.starts_with('#')) {
+                    assert!(sample.starts_with(name), "{sample} after {l}");
+                }
+            }
+        }
     }
 
     #[test]

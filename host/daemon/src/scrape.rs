@@ -24,7 +24,7 @@ use super::listener::Limits;
 use super::metrics::Metrics;
 
 /// The content type of the exposition ([`Metrics::render`]).
-pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// The answer to `GET /metrics`, on the socket and on TCP.
 pub(crate) fn response(metrics: &Metrics) -> Response {

@@ -697,18 +697,7 @@ impl Worker {
                     let start = Instant::now();
                     let mut trace = Vec::new();
                     let r = self.node.admit_traced(pod, &mut trace);
-                    if !known {
-                        self.traces.push(topomgr_engine::explain::Traced {
-                            setting: Arc::clone(&self.setting),
-                            result: r.clone(),
-                            trace,
-                        });
-                    }
-                    self.metrics
-                        .admission(&r, policy, scope, start.elapsed(), known);
-                    for provider in self.node.admitter_mut().take_violations() {
-                        self.metrics.ledger_violation(&provider);
-                    }
+                    self.admitted(&r, known, trace, (policy, scope), start);
                     changed |= r.admitted && !known;
                     results.push(r);
                 }
@@ -827,6 +816,25 @@ impl Worker {
                 return (Err(CommandError::OwnerConflict(e)), false);
             }
         };
+        self.admitted(&r, known, trace, (policy, scope), start);
+        let changed = r.admitted && !known;
+        (Ok(Reply::Admitted(vec![r])), changed)
+    }
+
+    /// After one admission decided since `start` (`known`: the pod was held
+    /// already, an idempotent retry): its decision trace kept for
+    /// `explain`, the metrics, and the ledger violations counted.
+    fn admitted(
+        &mut self,
+        r: &AdmitResult,
+        known: bool,
+        trace: Vec<topomgr_engine::admission::TraceStep>,
+        (policy, scope): (
+            topomgr_engine::policy::PolicyName,
+            topomgr_engine::policy::Scope,
+        ),
+        start: Instant,
+    ) {
         if !known {
             self.traces.push(topomgr_engine::explain::Traced {
                 setting: Arc::clone(&self.setting),
@@ -835,12 +843,10 @@ impl Worker {
             });
         }
         self.metrics
-            .admission(&r, policy, scope, start.elapsed(), known);
+            .admission(r, policy, scope, start.elapsed(), known);
         for provider in self.node.admitter_mut().take_violations() {
             self.metrics.ledger_violation(&provider);
         }
-        let changed = r.admitted && !known;
-        (Ok(Reply::Admitted(vec![r])), changed)
     }
 
     /// Release the pods owned by containers of `runtime` that `existing`

@@ -1,4 +1,4 @@
-//! Machine discovery from sysfs (SPEC §4).
+//! Machine discovery from sysfs.
 //!
 //! [`discover`] reads a sysfs tree (the live `/sys`, or the `sys` directory of
 //! a recorded tree) into a [`Machine`]; [`render_table`] prints it for people.

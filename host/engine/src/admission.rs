@@ -428,7 +428,7 @@ impl Admitter {
                 if let Some(request) = assigned.get(&container.name) {
                     self.add_assigned(&mut hints, request)?;
                 }
-                self.decide(Some(&container.name), hints, trace)?
+                self.decide(pod, Some(&container.name), hints, trace)?
             };
             let allocation = self.allocate(pod, container, &decision.hint)?;
             done.push(ContainerResult {
@@ -455,7 +455,7 @@ impl Admitter {
                 .collect(),
         );
         self.add_assigned(&mut hints, &all)?;
-        let decision = self.decide(None, hints, trace)?;
+        let decision = self.decide(pod, None, hints, trace)?;
         for container in Self::ordered_containers(pod) {
             let allocation = self.allocate(pod, container, &decision.hint)?;
             done.push(ContainerResult {
@@ -529,7 +529,8 @@ impl Admitter {
     }
 
     fn decide(
-        &self,
+        &mut self,
+        pod: &PodView,
         container: Option<&str>,
         hints: Vec<(String, ProviderHints)>,
         trace: &mut Vec<TraceStep>,
@@ -541,10 +542,15 @@ impl Admitter {
             message: e.to_string(),
         })?;
         debug!(container = container.unwrap_or("<pod>"), affinity = ?decision.hint.affinity, preferred = decision.hint.preferred, admit = decision.admit, "merged hint");
-        let rejection = (!decision.admit).then(|| Rejection {
-            reason: TOPOLOGY_AFFINITY_ERROR.to_string(),
-            message: rejection_message(&self.policy, container, &hints),
-        });
+        let rejection = if decision.admit {
+            None
+        } else {
+            let amounts = self.capacity_notes(pod, container, &hints);
+            Some(Rejection {
+                reason: TOPOLOGY_AFFINITY_ERROR.to_string(),
+                message: rejection_message(&self.policy, container, &hints, &amounts),
+            })
+        };
         trace.push(TraceStep {
             container: container.map(str::to_string),
             hints,
@@ -555,6 +561,66 @@ impl Admitter {
             Some(r) => Err(r),
             None => Ok(decision),
         }
+    }
+
+    /// For each resource a provider says no NUMA placement can satisfy (an
+    /// empty hint list): the amount requested (by `container`, or by the
+    /// pod for the pod scope) and, from the provider's inventory, what is
+    /// free and allocatable on each NUMA node. A provider whose inventory
+    /// cannot be read, or does not list the resource, gives the request only.
+    fn capacity_notes(
+        &mut self,
+        pod: &PodView,
+        container: Option<&str>,
+        hints: &[(String, ProviderHints)],
+    ) -> BTreeMap<(String, String), String> {
+        let mut notes = BTreeMap::new();
+        for (provider, h) in hints {
+            let Some(map) = h else { continue };
+            let unsatisfiable: Vec<&String> = map
+                .iter()
+                .filter(|(_, set)| set.as_ref().is_some_and(HintSet::is_unsatisfiable))
+                .map(|(r, _)| r)
+                .collect();
+            if unsatisfiable.is_empty() {
+                continue;
+            }
+            let inventory = self
+                .providers
+                .iter_mut()
+                .find(|p| p.name() == provider)
+                .and_then(|p| p.inventory().ok());
+            for resource in unsatisfiable {
+                let requested = match container.and_then(|c| pod.container(c)) {
+                    Some(c) => c.request(resource),
+                    None => pod.effective_request(resource),
+                };
+                let mut note = format!("requested {}", amount(resource, requested));
+                if let Some(r) = inventory.as_ref().and_then(|i| i.resources.get(resource)) {
+                    let zones: Vec<String> = r
+                        .zones
+                        .iter()
+                        .map(|z| {
+                            format!(
+                                "{}: {}/{}",
+                                z.numa.map_or("none".to_string(), |n| n.to_string()),
+                                amount(resource, z.amounts.available),
+                                amount(resource, z.amounts.allocatable)
+                            )
+                        })
+                        .collect();
+                    if !zones.is_empty() {
+                        let _ = write!(
+                            note,
+                            "; free/allocatable by NUMA node: {}",
+                            zones.join(", ")
+                        );
+                    }
+                }
+                notes.insert((provider.clone(), resource.clone()), note);
+            }
+        }
+        notes
     }
 
     /// Allocate one container in every provider, each provider's part
@@ -754,18 +820,42 @@ pub fn compact_summary(c: &topomgr_sdk::CompactHints, limit: usize) -> String {
     parts.join(", ")
 }
 
-/// Which resources could not be aligned, and what each provider offered.
+/// An amount of `resource` as Kubernetes writes it: CPUs from millicores
+/// (`2`, `1500m`), memory and hugepages in binary units (`4Gi`), other
+/// resources as counts.
+fn amount(resource: &str, v: u64) -> String {
+    if resource == "cpu" {
+        if v.is_multiple_of(1000) {
+            (v / 1000).to_string()
+        } else {
+            format!("{v}m")
+        }
+    } else if resource == "memory" || resource.starts_with("hugepages-") {
+        topomgr_sdk::quantity::BinarySi(v).to_string()
+    } else {
+        v.to_string()
+    }
+}
+
+/// Which resources could not be aligned, and what each provider offered;
+/// `amounts` adds the numbers of a resource no placement satisfies
+/// ([`Admitter::capacity_notes`]).
 fn rejection_message(
     policy: &Policy,
     container: Option<&str>,
     hints: &[(String, ProviderHints)],
+    amounts: &BTreeMap<(String, String), String>,
 ) -> String {
     let mut parts = Vec::new();
     for (provider, h) in hints {
         if let Some(map) = h {
             for (resource, set) in map {
                 if set.is_some() {
-                    parts.push(format!("{resource} ({provider}): {}", describe(set)));
+                    let mut part = format!("{resource} ({provider}): {}", describe(set));
+                    if let Some(n) = amounts.get(&(provider.clone(), resource.clone())) {
+                        let _ = write!(part, " ({n})");
+                    }
+                    parts.push(part);
                 }
             }
         }
@@ -1324,6 +1414,106 @@ mod tests {
             ]
         );
         assert!(adm.pods().is_empty());
+    }
+
+    /// A provider that can place nothing: empty hints for `cpu` and
+    /// `memory`, and an inventory of two NUMA nodes.
+    struct Full;
+
+    impl topomgr_sdk::Provider for Full {
+        fn new(_: &topomgr_sdk::ProviderContext<'_>) -> Result<Self, ProviderError> {
+            Ok(Full)
+        }
+        fn topology_hints(
+            &mut self,
+            _: &PodView,
+            _: &ContainerView,
+        ) -> Result<ProviderHints, ProviderError> {
+            Ok(Some(BTreeMap::from([
+                ("cpu".to_string(), Some(HintSet::unsatisfiable())),
+                ("memory".to_string(), Some(HintSet::unsatisfiable())),
+            ])))
+        }
+        fn pod_topology_hints(&mut self, p: &PodView) -> Result<ProviderHints, ProviderError> {
+            self.topology_hints(p, &p.containers[0])
+        }
+        fn allocate(
+            &mut self,
+            _: &PodView,
+            _: &ContainerView,
+            _: &TopologyHint,
+        ) -> Result<Allocation, ProviderError> {
+            Err(ProviderError::admission("never asked"))
+        }
+        fn release(&mut self, _: &str, _: &str) -> Result<(), ProviderError> {
+            Ok(())
+        }
+        fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
+            Ok(Vec::new())
+        }
+        fn restore(&mut self, _: &[u8]) -> Result<topomgr_sdk::Reconciled, ProviderError> {
+            Ok(topomgr_sdk::Reconciled::new())
+        }
+        fn inventory(&self) -> Result<topomgr_sdk::Inventory, ProviderError> {
+            use topomgr_sdk::{Amounts, Inventory, ResourceInventory, Zone};
+            let zone = |n: u32, alloc: u64, free: u64| {
+                Zone::new(
+                    Some(topomgr_sdk::NumaNodeId::new(n).unwrap()),
+                    Amounts::new(alloc, alloc, free),
+                )
+            };
+            Ok(Inventory::new()
+                .with_resource(
+                    "cpu",
+                    ResourceInventory::new(
+                        Amounts::new(8000, 7000, 2500),
+                        vec![zone(0, 3000, 1000), zone(1, 4000, 1500)],
+                    ),
+                )
+                .with_resource(
+                    "memory",
+                    ResourceInventory::new(
+                        Amounts::new(8 << 30, 8 << 30, 3 << 30),
+                        vec![zone(0, 4 << 30, 1 << 30), zone(1, 4 << 30, 2 << 30)],
+                    ),
+                ))
+        }
+    }
+
+    /// A request no NUMA placement satisfies says the numbers: requested,
+    /// and free/allocatable by NUMA node from the provider's inventory.
+    #[test]
+    fn capacity_rejections_say_the_numbers() {
+        let c = |name: &str| {
+            let r = BTreeMap::from([("cpu".to_string(), 4000), ("memory".to_string(), 6 << 30)]);
+            ContainerView::new(name)
+                .with_requests(r.clone())
+                .with_limits(r)
+        };
+        let pod = PodView::new("u1", "p", "default", QosClass::Guaranteed)
+            .with_containers(vec![c("app"), c("side")]);
+        let want = |what: &str, requested: (&str, &str)| {
+            format!("Resources cannot be allocated with Topology Locality: {what} needs every resource on one common NUMA node (policy single-numa-node); cpu (full): cannot be satisfied on any NUMA node (requested {}; free/allocatable by NUMA node: 0: 1/3, 1: 1500m/4); memory (full): cannot be satisfied on any NUMA node (requested {}; free/allocatable by NUMA node: 0: 1Gi/4Gi, 1: 2Gi/4Gi)", requested.0, requested.1)
+        };
+        for (scope, what, requested) in [
+            (Scope::Container, "container \"app\"", ("4", "6Gi")),
+            (Scope::Pod, "the pod", ("8", "12Gi")),
+        ] {
+            let full = LoadedProvider::in_process("full", Full);
+            let mut adm = admitter("single-numa-node", scope, vec![full]);
+            let r = adm.admit(&pod);
+            assert_eq!(r.reason.as_deref(), Some(TOPOLOGY_AFFINITY_ERROR));
+            assert_eq!(r.message.unwrap(), want(what, requested));
+        }
+    }
+
+    #[test]
+    fn amounts_are_written_as_kubernetes_quantities() {
+        assert_eq!(amount("cpu", 2000), "2");
+        assert_eq!(amount("cpu", 1500), "1500m");
+        assert_eq!(amount("memory", 3 << 30), "3Gi");
+        assert_eq!(amount("hugepages-2Mi", 4 << 20), "4Mi");
+        assert_eq!(amount("nvidia.com/gpu", 2), "2");
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! The JSON contract of the CLI and the daemon (SPEC section 6,
+//! The JSON contract of the CLI and the daemon (`docs/cli.md`,
 //! `docs/api/openapi.yaml`): one serde type per answer.
 //!
 //! The daemon's handlers serialize these types, the CLI prints them (as

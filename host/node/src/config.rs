@@ -436,7 +436,7 @@ fn process_env(var: &str) -> Option<String> {
 pub fn load(path: &Path, protected: bool) -> Result<HostConfig, ConfigError> {
     if path == Path::new(DEFAULT_CONFIG_PATH) && !path.exists() {
         tracing::info!(path = %path.display(), "no config file; using built-in defaults");
-        return Ok(HostConfig::default());
+        return defaults_with(&process_env);
     }
     load_with(
         path,
@@ -445,6 +445,16 @@ pub fn load(path: &Path, protected: bool) -> Result<HostConfig, ConfigError> {
             protected,
         },
     )
+}
+
+/// The built-in defaults under the environment's overrides (`TOPOMGR_*`),
+/// for when there is no config file: no file is read (`files` is empty)
+/// and no provider is configured.
+pub fn defaults_with(env: &dyn Fn(&str) -> Option<String>) -> Result<HostConfig, ConfigError> {
+    let mut sources = Sources::default();
+    merge_tables(&mut sources.merged, env_table(env)?);
+    let main = Path::new(DEFAULT_CONFIG_PATH);
+    sources.finish(main, main.parent().unwrap_or(Path::new("/")))
 }
 
 /// Loads with explicit [`LoadOptions`] (tests give their own environment).
@@ -1191,6 +1201,34 @@ nested = { a = 1, b = [1, 2] }
         assert_eq!(
             load_with_env(&main, &env).unwrap_err().to_string(),
             "environment variable TOPOMGR_SCOPE: is set but empty; unset it or give a value"
+        );
+    }
+
+    /// Without a config file the environment still applies, over the
+    /// built-in defaults, and no file or provider is configured.
+    #[test]
+    fn environment_applies_without_a_file() {
+        let env = |k: &str| match k {
+            "TOPOMGR_POLICY" => Some("single-numa-node".to_owned()),
+            "TOPOMGR_STATE_DIR" => Some("/tmp/st".to_owned()),
+            "TOPOMGR_METRICS_ADDRESS" => Some("127.0.0.1:9101".to_owned()),
+            _ => None,
+        };
+        let cfg = defaults_with(&env).unwrap();
+        assert_eq!(cfg.policy, "single-numa-node");
+        assert_eq!(cfg.state_dir, PathBuf::from("/tmp/st"));
+        assert_eq!(
+            cfg.daemon.metrics_address,
+            Some("127.0.0.1:9101".parse().unwrap())
+        );
+        assert_eq!(cfg.scope, HostConfig::default().scope);
+        assert!(cfg.files.is_empty());
+        assert!(cfg.providers.is_empty());
+        assert_eq!(defaults_with(&no_env).unwrap(), HostConfig::default());
+        let env = |k: &str| (k == "TOPOMGR_POLICY").then(String::new);
+        assert_eq!(
+            defaults_with(&env).unwrap_err().to_string(),
+            "environment variable TOPOMGR_POLICY: is set but empty; unset it or give a value"
         );
     }
 

@@ -2,7 +2,7 @@
 //! daemon or a one-shot command, recorded in the lock file so that a
 //! process refused can name it and say what to do instead.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -32,6 +32,8 @@ pub enum Role {
     Explain,
     /// `topomgr export nrt --state-dir`.
     ExportNrt,
+    /// `topomgr pods --state-dir`.
+    Pods,
     /// `topomgr provider NAME ... --state-dir`.
     Provider,
     /// `topomgr state recover --state-dir`.
@@ -57,6 +59,7 @@ impl Role {
             Role::Release => "topomgr release --state-dir",
             Role::Explain => "topomgr explain --state-dir",
             Role::ExportNrt => "topomgr export nrt --state-dir",
+            Role::Pods => "topomgr pods --state-dir",
             Role::Provider => "topomgr provider --state-dir",
             Role::StateRecover => "topomgr state recover --state-dir",
         }
@@ -79,6 +82,7 @@ impl Role {
             ),
             Role::Release => format!("release through it: `topomgr release --socket {s} UID`"),
             Role::ExportNrt => format!("export through it: `topomgr export nrt --socket {s}`"),
+            Role::Pods => format!("list them through it: `topomgr pods --socket {s}`"),
             Role::StateRecover => "stop that daemon first: a state directory in use is never recovered under it".to_owned(),
             Role::Provider => "work on a copy of it instead (`cp -a DIR /tmp/topomgr-state-copy`, then `--state-dir /tmp/topomgr-state-copy`): the daemon's state changes only through the daemon".to_owned(),
         }
@@ -216,23 +220,7 @@ fn command_line(pid: u32) -> String {
 /// every process names one directory alike, symlinks resolved), the rest
 /// against it with `.` and `..` taken out.
 fn absolute(path: &Path) -> PathBuf {
-    let joined = if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        std::env::current_dir()
-            .unwrap_or_else(|_| PathBuf::from("/"))
-            .join(path)
-    };
-    let mut lexical = PathBuf::new();
-    for c in joined.components() {
-        match c {
-            Component::ParentDir => {
-                lexical.pop();
-            }
-            Component::CurDir => {}
-            other => lexical.push(other),
-        }
-    }
+    let lexical = topomgr_cgroup::hierarchy::absolute(path);
     let mut existing = lexical.as_path();
     let mut rest = Vec::new();
     loop {

@@ -80,8 +80,16 @@ impl Local {
     /// give the CPUs back to the shared pool. Whether the caller may remove
     /// the cgroup (nothing is kept).
     pub(crate) fn release(&mut self, uid: &str, out: &mut Teardown) -> bool {
+        // The release must read the config this run read (its providers
+        // restore the state directory).
+        let config = match self.cfg.files.first() {
+            Some(f) if f != std::path::Path::new(topomgr_node::config::DEFAULT_CONFIG_PATH) => {
+                format!(" --config {}", f.display())
+            }
+            _ => String::new(),
+        };
         out.release_later = format!(
-            "the next topomgr run reclaims them then; topomgr release --state-dir {} {uid} releases them now",
+            "the next topomgr run reclaims them then; topomgr{config} release --state-dir {} {uid} releases them now",
             self.cfg.state_dir.display()
         );
         if !self.node.pods().contains_key(uid) {

@@ -30,7 +30,7 @@ pub struct AdmitArgs {
     #[arg(long)]
     dry_run: bool,
     /// Output format.
-    #[arg(long, value_enum, default_value = "json")]
+    #[arg(short, long, value_enum, default_value = "json")]
     output: Output,
     /// Pod manifests (YAML or JSON, multi-document; `-` for stdin).
     #[arg(required = true)]
@@ -157,7 +157,7 @@ pub fn run(config: &Path, args: AdmitArgs) -> anyhow::Result<ExitCode> {
     if let Some(socket) = &args.socket {
         return super::client::admit(socket, &args.pods, args.output);
     }
-    let cfg = inputs::load_config(config)?;
+    let cfg = inputs::load_node_config(config)?;
     let pods = topomgr_manifest::read_pods(&args.pods)?;
     let machine = inputs::discover(&cfg, args.sysfs_root.as_deref())?;
     let mut node = NodeState::from_config(&cfg, &machine)?;
@@ -257,7 +257,7 @@ fn print_step(step: &TraceStep) {
 
 /// Admit (without saving) and print each decision's trace.
 pub fn explain(config: &Path, args: ExplainArgs) -> anyhow::Result<ExitCode> {
-    let cfg = inputs::load_config(config)?;
+    let cfg = inputs::load_node_config(config)?;
     let pods = topomgr_manifest::read_pods(&args.pods)?;
     let machine = inputs::discover(&cfg, args.sysfs_root.as_deref())?;
     let mut node = NodeState::from_config(&cfg, &machine)?;

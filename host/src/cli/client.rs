@@ -1,14 +1,20 @@
-//! The CLI side of the daemon: `topomgr pods`, `release`, `attach`, and
-//! `admit --socket`. Each prints the daemon's JSON (or a table); a request
+//! The CLI side of the daemon: `topomgr health`, `pods`, `release`,
+//! `attach`, and `admit --socket`. Each prints the daemon's JSON (or a table); a request
 //! the daemon refuses prints its message and exits 1.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
 use clap::Args;
 use topomgr_daemon::client::{encode_segment, Client, Response};
 use topomgr_manifest::STDIN_PATH;
-use topomgr_node::api::{Admission, Admissions, Attached, Attachments, PodList};
+use topomgr_node::api::{
+    Admission, Admissions, Attached, Attachments, Health, HealthStatus, OwnerSpec, PodList,
+};
+use topomgr_node::lock_holder::Role;
+use topomgr_node::node_state::{current_pool, NodeState};
+use topomgr_node::state_dir::StateDir;
 
 use super::admit::{print_json, print_table};
 use super::{inputs, Output};
@@ -37,9 +43,27 @@ impl SocketArg {
 pub struct PodsArgs {
     #[command(flatten)]
     socket: SocketArg,
+    /// List the pods of this state directory in-process instead (no daemon
+    /// may serve it: ask the daemon with --socket then).
+    #[arg(long, conflicts_with = "socket")]
+    state_dir: Option<PathBuf>,
+    /// sysfs directory to read with --state-dir (default: config sysfs_root).
+    #[arg(long, requires = "state_dir")]
+    sysfs_root: Option<PathBuf>,
     /// Output format.
-    #[arg(long, value_enum, default_value = "json")]
+    #[arg(short, long, value_enum, default_value = "json")]
     output: Output,
+}
+
+/// Arguments of `topomgr health`.
+#[derive(Debug, Args)]
+pub struct HealthArgs {
+    #[command(flatten)]
+    socket: SocketArg,
+    /// Wait until the daemon answers, up to SECONDS (default 30): for
+    /// scripts that start `topomgr serve` and then talk to it.
+    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "30")]
+    pub(super) wait: Option<u64>,
 }
 
 /// Arguments of `topomgr attach`.
@@ -77,15 +101,106 @@ fn refused(resp: &Response) {
     );
 }
 
-/// `topomgr pods`: the daemon's current pods and their allocations.
+/// How often `health --wait` asks again.
+const HEALTH_RETRY: Duration = Duration::from_millis(100);
+
+/// `topomgr health [--wait[=SECONDS]]`: print the daemon's `/v1/health`.
+/// Exit status 0 when it is `ok` or `degraded`, 1 when it is `failing`
+/// (it cannot save its state); with `--wait`, a daemon that does not answer
+/// in time is an error (status 2), as is one that does not answer at all
+/// without it.
+pub fn health(config: &Path, args: HealthArgs) -> anyhow::Result<ExitCode> {
+    let socket = match &args.socket.socket {
+        Some(p) => p.clone(),
+        None => inputs::load_config(config)?.daemon.socket,
+    };
+    let resp = match args.wait {
+        None => Client::new(&socket).get("/v1/health")?,
+        Some(seconds) => {
+            let limit = Duration::from_secs(seconds);
+            let deadline = Instant::now() + limit;
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let answer =
+                    Client::with_deadline(&socket, left.max(HEALTH_RETRY)).get("/v1/health");
+                match answer {
+                    Ok(resp) => break resp,
+                    Err(e) if left.is_zero() => {
+                        anyhow::bail!(
+                            "no daemon answered on {} within {seconds} s (last try: {e}); check that `topomgr serve` is running there (its log says why it stopped), or wait longer with --wait=SECONDS",
+                            socket.display()
+                        );
+                    }
+                    Err(_) => std::thread::sleep(HEALTH_RETRY.min(left)),
+                }
+            }
+        }
+    };
+    // A failing daemon answers 503 with the same body.
+    let health: Health = match resp.parse() {
+        Ok(h) => h,
+        Err(_) if !(200..300).contains(&resp.status) => {
+            refused(&resp);
+            return Ok(ExitCode::from(1));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    print_json(&health)?;
+    Ok(match health.status {
+        HealthStatus::Ok | HealthStatus::Degraded => ExitCode::SUCCESS,
+        HealthStatus::Failing => ExitCode::from(1),
+    })
+}
+
+/// `topomgr pods`: the daemon's current pods and their allocations, or
+/// with `--state-dir` those of a state directory.
 pub fn pods(config: &Path, args: PodsArgs) -> anyhow::Result<ExitCode> {
-    let resp = args.socket.client(config)?.get("/v1/pods")?;
-    finish(&resp, |list: &PodList| {
+    let print = |list: &PodList| -> anyhow::Result<()> {
         match args.output {
             Output::Json => print_json(list)?,
             Output::Table => print_table(&list.pods, Some(&list.attachments)),
         }
         Ok(())
+    };
+    if let Some(dir) = &args.state_dir {
+        print(&pods_of_state_dir(config, dir, args.sysfs_root.as_deref())?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let resp = args.socket.client(config)?.get("/v1/pods")?;
+    finish(&resp, print)
+}
+
+/// The pods of the state directory `dir`, as the daemon would list them,
+/// read under its state lock (refused while a daemon or command holds it).
+fn pods_of_state_dir(
+    config: &Path,
+    dir: &Path,
+    sysfs_root: Option<&Path>,
+) -> anyhow::Result<PodList> {
+    if !dir.is_dir() {
+        anyhow::bail!(
+            "no state directory at {}: check the path (topomgr serve, run and admit --state-dir create it)",
+            dir.display()
+        );
+    }
+    let cfg = inputs::load_node_config(config)?;
+    let machine = inputs::discover(&cfg, sysfs_root)?;
+    let mut node = NodeState::from_config(&cfg, &machine)?;
+    let _held = StateDir::open(dir, &mut node, Role::Pods)?;
+    let pool = node.shared_pool();
+    Ok(PodList {
+        pods: node
+            .pods()
+            .values()
+            .map(|r| Admission::from(current_pool(r, &pool).as_ref()))
+            .collect(),
+        attachments: node.records().attachments.clone(),
+        owners: node
+            .records()
+            .owners
+            .iter()
+            .map(|(uid, o)| (uid.clone(), OwnerSpec::from(o)))
+            .collect(),
     })
 }
 

@@ -63,7 +63,7 @@ pub fn run(config: &Path, args: ExportArgs) -> anyhow::Result<ExitCode> {
 fn nrt(config: &Path, args: NrtArgs) -> anyhow::Result<ExitCode> {
     let object = match &args.state_dir {
         Some(dir) => {
-            let cfg = inputs::load_config(config)?;
+            let cfg = inputs::load_node_config(config)?;
             let machine = inputs::discover(&cfg, args.sysfs_root.as_deref())?;
             let mut node = NodeState::from_config(&cfg, &machine)?;
             let _held = StateDir::open(dir, &mut node, Role::ExportNrt)?;

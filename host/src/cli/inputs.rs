@@ -22,7 +22,37 @@ pub fn load_config(path: &Path) -> anyhow::Result<HostConfig> {
 
 /// [`load_config`] that always refuses config files others could replace.
 pub fn load_config_protected(path: &Path) -> anyhow::Result<HostConfig> {
-    Ok(config::load(path, true)?)
+    let cfg = config::load(path, true)?;
+    warn_without_config(path, &cfg);
+    Ok(cfg)
+}
+
+/// [`load_config`] for a command that loads providers: with no config file
+/// (only the default path may be absent) it warns on stderr, whatever the
+/// verbosity, that no provider is configured and how to configure one.
+pub fn load_node_config(path: &Path) -> anyhow::Result<HostConfig> {
+    let cfg = load_config(path)?;
+    warn_without_config(path, &cfg);
+    Ok(cfg)
+}
+
+/// Print [`no_config_warning`] when it applies.
+pub fn warn_without_config(path: &Path, cfg: &HostConfig) {
+    if let Some(warning) = no_config_warning(path, cfg) {
+        eprintln!("{warning}");
+    }
+}
+
+/// The warning for a configuration read from no file: the built-in
+/// defaults (and `TOPOMGR_*` variables), which configure no provider.
+fn no_config_warning(path: &Path, cfg: &HostConfig) -> Option<String> {
+    cfg.files.is_empty().then(|| {
+        format!(
+            "topomgr: warning: no config file at {}; using the built-in defaults, which configure no provider: nothing is aligned and pods that request devices are refused. Create {} (the source tree's topomgr.toml and plugins.d/ are a starting point) or pass --config FILE",
+            path.display(),
+            path.display()
+        )
+    })
 }
 
 /// Discover the machine from `--sysfs-root` or the configured root.
@@ -48,4 +78,22 @@ pub fn node_lock_for(
     }
     let me = Holder::current(role, state_dir, None);
     Ok(Some(NodeLock::acquire(&cfg.cgroup_root, &me)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warns_only_without_a_config_file() {
+        let default = Path::new(config::DEFAULT_CONFIG_PATH);
+        let none = config::defaults_with(&|_| None).unwrap();
+        assert_eq!(
+            no_config_warning(default, &none).unwrap(),
+            "topomgr: warning: no config file at /etc/topomgr/topomgr.toml; using the built-in defaults, which configure no provider: nothing is aligned and pods that request devices are refused. Create /etc/topomgr/topomgr.toml (the source tree's topomgr.toml and plugins.d/ are a starting point) or pass --config FILE"
+        );
+        let mut read = none.clone();
+        read.files.push(default.to_path_buf());
+        assert_eq!(no_config_warning(default, &read), None);
+    }
 }

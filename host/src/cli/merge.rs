@@ -1,4 +1,4 @@
-//! `topomgr merge`: the what-if merge of SPEC section 6.
+//! `topomgr merge`: the what-if merge (input and output in docs/cli.md).
 
 use std::io::Read;
 use std::process::ExitCode;

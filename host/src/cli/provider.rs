@@ -135,7 +135,7 @@ fn refused(name: &str, e: &topomgr_sdk::ProviderError) -> ExitCode {
 
 /// Run one provider call.
 pub fn run(config: &Path, args: ProviderArgs) -> anyhow::Result<ExitCode> {
-    let cfg = inputs::load_config(config)?;
+    let cfg = inputs::load_node_config(config)?;
     let machine = inputs::discover(&cfg, args.sysfs_root.as_deref())?;
     let mut provider = topomgr_node::setup::load_provider(&cfg, &args.name, &machine)?;
     let _lock = match &args.state_dir {

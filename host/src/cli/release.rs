@@ -33,7 +33,7 @@ pub fn run(config: &Path, args: ReleaseArgs) -> anyhow::Result<ExitCode> {
     let Some(dir) = &args.state_dir else {
         return client::release(config, &args.socket, &args.uid);
     };
-    let cfg = inputs::load_config(config)?;
+    let cfg = inputs::load_node_config(config)?;
     let machine = inputs::discover(&cfg, None)?;
     let mut node = NodeState::from_config(&cfg, &machine)?;
     let mut held = StateDir::open(dir, &mut node, Role::Release)?;

@@ -80,6 +80,7 @@ pub fn run(config: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     let cfg = inputs::load_config(config)?;
     let mut run = match topomgr_run::through(&cfg, args.socket.as_deref())? {
         Through::Itself(node_lock) => {
+            inputs::warn_without_config(config, &cfg);
             let machine = inputs::discover(&cfg, None)?;
             Run::new(cfg, &machine, &pod, node_lock)?
         }

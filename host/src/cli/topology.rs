@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use super::{inputs, Output};
 
-/// Discover and print as JSON (SPEC section 6) or a table.
+/// Discover and print as JSON (the contract in docs/cli.md) or a table.
 pub fn run(config: &Path, sysfs_root: Option<&Path>, output: Output) -> anyhow::Result<ExitCode> {
     let cfg = inputs::load_config(config)?;
     let machine = inputs::discover(&cfg, sysfs_root)?;

@@ -298,6 +298,8 @@ fn host_crates_depend_only_on_the_crates_below_them() {
                 "topomgr-nri",
             ],
         ),
+        // `run` uses the daemon crate's client; the daemon's runtime face
+        // comes with it.
         (
             "topomgr-run",
             &[
@@ -306,7 +308,6 @@ fn host_crates_depend_only_on_the_crates_below_them() {
                 "topomgr-manifest",
                 "topomgr-node",
                 "topomgr-daemon",
-                // Through the daemon (its client), which runs the NRI plugin.
                 "topomgr-runtime",
                 "topomgr-nri",
             ],

@@ -167,11 +167,11 @@ pub fn corpus_dir() -> Option<PathBuf> {
 }
 
 /// Unpacks a recorded machine of the corpus into a scratch directory and
-/// returns its `sys` directory; `None` (with a message) when the corpus is absent.
-pub fn unpack_corpus_machine(name: &str) -> Option<PathBuf> {
+/// returns its `sys` directory, for a test marked `#[ignore = "needs the
+/// recorded sysfs trees of ../shared/corpus"]`; fails when the corpus is absent.
+pub fn unpack_corpus_machine(name: &str) -> PathBuf {
     let Some(corpus) = corpus_dir() else {
-        eprintln!("SKIP: ../shared/corpus/hwloc-linux is absent; cannot unpack {name}");
-        return None;
+        panic!("needs the recorded sysfs trees: ../shared/corpus/hwloc-linux is absent beside the repository (cannot unpack {name})");
     };
     let dest = scratch_dir(&format!("corpus-{name}"));
     let status = Command::new("tar")
@@ -182,13 +182,12 @@ pub fn unpack_corpus_machine(name: &str) -> Option<PathBuf> {
         .status()
         .expect("run tar");
     assert!(status.success(), "tar xjf {name}.tar.bz2 failed");
-    let sys = std::fs::read_dir(&dest)
+    std::fs::read_dir(&dest)
         .expect("read unpacked dir")
         .filter_map(|e| e.ok())
         .map(|e| e.path().join("sys"))
         .find(|p| p.is_dir())
-        .unwrap_or_else(|| dest.join("sys"));
-    Some(sys)
+        .unwrap_or_else(|| dest.join("sys"))
 }
 
 /// Builds one provider crate's cdylib (once per test binary, cached in `cell`).
@@ -331,25 +330,21 @@ pub fn hint_list(json: &str, resource: &str) -> Vec<String> {
         .collect()
 }
 
-/// The machine's cgroup hierarchy at `/sys/fs/cgroup`, or `None` after a
-/// `SKIP:` line naming `test` and why: not root, no cpuset controller
-/// mounted there, a cpuset cgroup cannot be made there (a container
-/// without cpuset delegation), or the root cpuset is not every online CPU
-/// (topomgr gives shared containers the online CPUs, which such a root
-/// refuses).
-pub fn real_cgroups(test: &str) -> Option<topomgr_cgroup::CgroupManager> {
+/// The machine's cgroup hierarchy at `/sys/fs/cgroup` for the test `test`
+/// (one marked `#[ignore = "needs root and a cpuset cgroup"]`); fails
+/// naming `test` and what is missing: root, a cpuset controller mounted
+/// there, a cpuset cgroup made there (a container without cpuset
+/// delegation cannot), a root cpuset of every online CPU (topomgr gives
+/// shared containers the online CPUs, which such a root refuses).
+pub fn real_cgroups(test: &str) -> topomgr_cgroup::CgroupManager {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static PROBES: AtomicUsize = AtomicUsize::new(0);
     if !is_root() {
-        eprintln!("SKIP: {test}: not running as root; real cgroups cannot be created");
-        return None;
+        panic!("{test} needs root and a cpuset cgroup: not running as root, so real cgroups cannot be created");
     }
     let mgr = match topomgr_cgroup::CgroupManager::detect(Path::new("/sys/fs/cgroup")) {
         Ok(m) => m,
-        Err(e) => {
-            eprintln!("SKIP: {test}: {e}");
-            return None;
-        }
+        Err(e) => panic!("{test} needs root and a cpuset cgroup at /sys/fs/cgroup: {e}"),
     };
     let probe = topomgr_cgroup::CgroupPath::new(&format!(
         "topomgr-test/probe-{}-{}",
@@ -363,21 +358,17 @@ pub fn real_cgroups(test: &str) -> Option<topomgr_cgroup::CgroupManager> {
                 eprintln!("warning: {test}: probe cgroup left behind: {e}");
             }
         }
-        Err(e) => {
-            eprintln!("SKIP: {test}: cannot create a cpuset cgroup: {e}");
-            return None;
-        }
+        Err(e) => panic!("{test} needs root and a cpuset cgroup: cannot create one: {e}"),
     }
     let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
     let (root, _) = root_cpuset(&mgr);
-    if online.trim() != root {
-        eprintln!(
-            "SKIP: {test}: the root cpuset ({root}) is not every online CPU ({})",
-            online.trim()
-        );
-        return None;
-    }
-    Some(mgr)
+    assert_eq!(
+        online.trim(),
+        root,
+        "{test} needs a root cpuset of every online CPU ({}), found {root}",
+        online.trim()
+    );
+    mgr
 }
 
 /// The effective CPUs and memory nodes of the hierarchy's root (v1 or v2

@@ -178,3 +178,50 @@ fn world_writable_dropin_directory_is_refused() {
         "{err}"
     );
 }
+
+/// Without a config file (the default path absent) a command that loads
+/// providers warns at normal verbosity, naming the file and how to fix it,
+/// and the `TOPOMGR_*` variables still apply over the built-in defaults.
+#[test]
+fn a_missing_default_config_file_is_warned_about_and_the_environment_applies() {
+    let default = Path::new(topomgr_node::config::DEFAULT_CONFIG_PATH);
+    assert!(
+        !default.exists(),
+        "this test checks what runs without {}; it exists here",
+        default.display()
+    );
+    let warning = "topomgr: warning: no config file at /etc/topomgr/topomgr.toml; using the built-in defaults, which configure no provider: nothing is aligned and pods that request devices are refused. Create /etc/topomgr/topomgr.toml (the source tree's topomgr.toml and plugins.d/ are a starting point) or pass --config FILE\n";
+    let sys = common::example_sys();
+    let pod = common::workspace_root().join("examples/pods/besteffort.yaml");
+    let admit = |policy: &str| {
+        std::process::Command::new(common::topomgr_bin())
+            .args(["admit", "--sysfs-root", &sys])
+            .arg(&pod)
+            .env("TOPOMGR_POLICY", policy)
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap()
+    };
+    let out = admit("single-numa-node");
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stderr), warning);
+    let v: Admissions = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(v.pods[0].admitted);
+    // The environment's policy is the one used: a bad one is refused.
+    let out = admit("sideways");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with(warning), "{stderr}");
+    assert!(stderr[warning.len()..].contains("sideways"), "{stderr}");
+    // A command that loads no provider does not warn.
+    let out = std::process::Command::new(common::topomgr_bin())
+        .args(["topology", "--sysfs-root", &sys])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

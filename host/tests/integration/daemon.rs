@@ -528,11 +528,10 @@ fn reads_are_answered_while_a_slow_admission_runs() {
 /// real cgroup hierarchy (this machine's sysfs and cgroups; skipped, saying
 /// why, without root or a cpuset controller).
 #[test]
+#[ignore = "needs root and a cpuset cgroup"]
 fn attach_writes_cpuset_and_mems_of_the_container() {
     let test = "attach_writes_cpuset_and_mems_of_the_container";
-    let Some(mgr) = common::real_cgroups(test) else {
-        return;
-    };
+    let mgr = common::real_cgroups(test);
     let cgs = common::TestCgroups::create(mgr, "daemon-attach", &["kubepods/pod-w/trainer"]);
     let (root_cpus, root_mems) = cgs.root_cpuset();
     let leaf = cgs.path("kubepods/pod-w/trainer");
@@ -576,14 +575,14 @@ fn attach_writes_cpuset_and_mems_of_the_container() {
 }
 
 #[test]
+#[ignore = "needs root and curl"]
 fn peers_outside_root_and_the_group_get_403() {
     if !fs::read_to_string("/proc/self/status")
         .unwrap_or_default()
         .lines()
         .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(1) == Some("0"))
     {
-        eprintln!("SKIP: peers_outside_root_and_the_group_get_403: not root");
-        return;
+        panic!("peers_outside_root_and_the_group_get_403 needs root (it connects as another user)");
     }
     let dir = widgets_config("daemon-access");
     fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).unwrap();
@@ -594,11 +593,10 @@ fn peers_outside_root_and_the_group_get_403() {
     while let Some(p) = parent {
         let m = fs::metadata(p).unwrap().permissions().mode();
         if m & 0o001 == 0 {
-            eprintln!(
-                "SKIP: peers_outside_root_and_the_group_get_403: {} is not searchable by others",
+            panic!(
+                "peers_outside_root_and_the_group_get_403 needs {} searchable by others (it connects as nobody)",
                 p.display()
             );
-            return;
         }
         parent = p.parent();
     }
@@ -609,10 +607,8 @@ fn peers_outside_root_and_the_group_get_403() {
         .uid(65534)
         .gid(65534)
         .output();
-    let Ok(out) = out else {
-        eprintln!("SKIP: peers_outside_root_and_the_group_get_403: curl not available");
-        return;
-    };
+    let out =
+        out.unwrap_or_else(|e| panic!("peers_outside_root_and_the_group_get_403 needs curl: {e}"));
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(
         text,
@@ -673,18 +669,17 @@ fn attached_cpus(r: &topomgr_daemon::client::Response) -> String {
 /// state is saved). On this machine's real cgroup hierarchy (skipped,
 /// saying why, without root, a cpuset controller or a second CPU).
 #[test]
+#[ignore = "needs root, a cpuset cgroup and two CPUs"]
 fn the_shared_pool_shrinks_before_an_exclusive_container_can_run() {
     let test = "the_shared_pool_shrinks_before_an_exclusive_container_can_run";
-    let Some(mgr) = common::real_cgroups(test) else {
-        return;
-    };
+    let mgr = common::real_cgroups(test);
     let cgs = common::TestCgroups::create(mgr, "daemon-pool", &["k/shared", "k/excl", "k/late"]);
     let (all, _) = cgs.root_cpuset();
     let all_cpus = topomgr_sdk::CpuSet::parse(&all).unwrap();
-    if all_cpus.len() < 2 {
-        eprintln!("SKIP: {test}: one CPU ({all}); CPU 0 is reserved and none is left to assign");
-        return;
-    }
+    assert!(
+        all_cpus.len() >= 2,
+        "{test} needs two CPUs: one CPU ({all}); CPU 0 is reserved and none is left to assign"
+    );
     let dir = host_config_dir("daemon-pool", &cpu_provider(""));
     let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
     let mut c = d.client();
@@ -957,7 +952,7 @@ impl Tmpfs {
             .ok()?;
         if !out.status.success() {
             eprintln!(
-                "SKIP: cannot mount a tmpfs at {}: {}",
+                "cannot mount a tmpfs at {}: {}",
                 at.display(),
                 String::from_utf8_lossy(&out.stderr).trim()
             );
@@ -988,18 +983,16 @@ fn fill(dir: &Path) -> PathBuf {
 /// is left; once space is freed the same daemon accepts changes again, and
 /// a restarted one starts from what was saved.
 #[test]
+#[ignore = "needs root (mounts a tmpfs)"]
 fn a_full_disk_refuses_changes_until_space_is_freed() {
-    if !common::is_root() {
-        eprintln!(
-            "SKIP: a_full_disk_refuses_changes_until_space_is_freed: not root (mounts a tmpfs)"
-        );
-        return;
-    }
+    assert!(
+        common::is_root(),
+        "a_full_disk_refuses_changes_until_space_is_freed needs root (it mounts a tmpfs)"
+    );
     let dir = widgets_config("daemon-full");
     let state = dir.join("state");
     let Some(_tmpfs) = Tmpfs::mount(&state, "64k") else {
-        eprintln!("SKIP: a_full_disk_refuses_changes_until_space_is_freed: no tmpfs");
-        return;
+        panic!("a_full_disk_refuses_changes_until_space_is_freed needs a tmpfs mount (see the line above)");
     };
     let config = dir.join("topomgr.toml");
     let d = Daemon::start(&config, &dir.join("t.sock"));
@@ -1288,4 +1281,168 @@ fn readiness_is_notified_once_the_restored_state_is_served() {
         "STOPPING=1\nSTATUS=stopping\n"
     );
     assert!(child.wait().unwrap().success());
+}
+
+/// `topomgr health`: without a daemon an error at once; `--wait=SECONDS`
+/// an error naming the socket after that long; started before the daemon,
+/// `--wait` returns its health (status 0) once it answers.
+#[test]
+fn health_waits_for_the_daemon() {
+    let dir = widgets_config("daemon-health");
+    let config = dir.join("topomgr.toml");
+    let socket = dir.join("h.sock");
+    let health = |args: &[&str]| {
+        let mut cmd = Command::new(common::topomgr_bin());
+        cmd.arg("--config")
+            .arg(&config)
+            .args(["health", "--socket"])
+            .arg(&socket)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        cmd
+    };
+    let out = health(&[]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).starts_with(&format!(
+            "topomgr: error: cannot connect to the topomgr daemon at {}: ",
+            socket.display()
+        )),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let start = Instant::now();
+    let out = health(&["--wait=1"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(start.elapsed() >= Duration::from_secs(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with(&format!(
+            "topomgr: error: no daemon answered on {} within 1 s (last try: cannot connect to the topomgr daemon at {}: ",
+            socket.display(),
+            socket.display()
+        )) && stderr.ends_with("); check that `topomgr serve` is running there (its log says why it stopped), or wait longer with --wait=SECONDS\n"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+
+    // The waiting command first, then the daemon.
+    let waiting = health(&["--wait"]).spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let d = Daemon::start(&config, &socket);
+    let out = waiting.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let h: Health = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(h.status, HealthStatus::Ok);
+    assert_eq!(h.pods, 0);
+    assert!(out.stderr.is_empty());
+    drop(d);
+}
+
+/// `topomgr pods --state-dir DIR`: the pods of a state directory, as the
+/// daemon lists them; refused while a daemon serves the directory, with
+/// the command that asks the daemon instead (which works).
+#[test]
+fn pods_of_a_state_directory() {
+    let dir = widgets_config("daemon-pods-state-dir");
+    let config = dir.join("topomgr.toml");
+    let state = dir.join("state");
+    let pod = common::workspace_root().join("examples/pods/guaranteed-widgets.yaml");
+    let topomgr = |args: &[&std::ffi::OsStr]| {
+        Command::new(common::topomgr_bin())
+            .arg("--config")
+            .arg(&config)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = topomgr(&[
+        "admit".as_ref(),
+        "--state-dir".as_ref(),
+        state.as_os_str(),
+        pod.as_os_str(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let admitted: Admissions = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(admitted.pods[0].admitted);
+
+    let out = topomgr(&["pods".as_ref(), "--state-dir".as_ref(), state.as_os_str()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list: PodList = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(list.pods, admitted.pods);
+    assert!(list.attachments.is_empty());
+    assert!(list.owners.is_empty());
+
+    let out = topomgr(&[
+        "pods".as_ref(),
+        "-o".as_ref(),
+        "table".as_ref(),
+        "--state-dir".as_ref(),
+        state.as_os_str(),
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    let table = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 2, "{table}");
+    assert!(lines[0].starts_with("POD "), "{table}");
+    assert!(lines[0].ends_with(" CGROUP"), "{table}");
+    assert!(lines[1].starts_with("ml/guaranteed-widgets "), "{table}");
+
+    // A daemon serves it: refused, naming the daemon and what to do.
+    let socket = dir.join("p.sock");
+    let d = Daemon::start(&config, &socket);
+    let out = topomgr(&["pods".as_ref(), "--state-dir".as_ref(), state.as_os_str()]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with(&format!(
+            "topomgr: error: state directory {} belongs to the topomgr daemon (pid {}, ",
+            state.display(),
+            d.child.id()
+        )) && stderr.contains(&format!(
+            "for as long as it runs; topomgr pods --state-dir never waits for it: list them through it: `topomgr pods --socket {}`",
+            socket.display()
+        )),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+    let out = topomgr(&["pods".as_ref(), "--socket".as_ref(), socket.as_os_str()]);
+    assert_eq!(out.status.code(), Some(0));
+    let through: PodList = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(through.pods, admitted.pods);
+    drop(d);
+
+    // A directory that does not exist is not made.
+    let missing = dir.join("nothing-here");
+    let out = topomgr(&["pods".as_ref(), "--state-dir".as_ref(), missing.as_os_str()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "topomgr: error: no state directory at {}: check the path (topomgr serve, run and admit --state-dir create it)\n",
+            missing.display()
+        )
+    );
+    assert!(!missing.exists());
 }

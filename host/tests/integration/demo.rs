@@ -93,7 +93,7 @@ fn readme_demo_admits_and_rejects_as_documented() {
 }
 
 /// Issue 5's end-to-end example: pod scope under single-numa-node with the
-/// CPU and memory providers (`examples/pod-scope/`, README).
+/// CPU and memory providers (`examples/pod-scope/`, docs/getting-started.md).
 #[test]
 fn pod_scope_example_aligns_cpus_and_memory_on_one_node() {
     let _ = common::plugins();

@@ -763,26 +763,24 @@ struct Recorded {
     console: Option<String>,
 }
 
-/// Unpack `<name>.tar.bz2` of the corpus; `None` (with a message) when the
-/// shared corpus is not there.
-fn recorded(name: &str) -> Option<Recorded> {
+/// Unpack `<name>.tar.bz2` of the corpus (tests marked `#[ignore = "needs
+/// the recorded sysfs trees of ../shared/corpus"]`); fails when it is absent.
+fn recorded(name: &str) -> Recorded {
     let dir = corpus_dir();
     let tarball = dir.join(format!("{name}.tar.bz2"));
-    if !tarball.exists() {
-        println!(
-            "SKIPPED: hwloc corpus not found at {} (the shared directory is absent)",
-            tarball.display()
-        );
-        return None;
-    }
+    assert!(
+        tarball.exists(),
+        "needs the recorded sysfs trees: {} is absent (../shared/corpus beside the repository)",
+        tarball.display()
+    );
     let scratch = Scratch::new(name);
     let top = unpack(&tarball, &scratch.0).unwrap_or_else(|e| panic!("{e}"));
     let console = fs::read_to_string(dir.join(format!("{name}.console"))).ok();
-    Some(Recorded {
+    Recorded {
         _scratch: scratch,
         sys: top.join("sys"),
         console,
-    })
+    }
 }
 
 /// One line of the object tree of `lstopo -v -` output.
@@ -1332,16 +1330,15 @@ fn consistent(machine: &Machine) -> Result<(), String> {
 /// the same tree ([`differences`]). Prints one line per machine. The trees
 /// are unpacked once, in parallel, without the files discovery never reads.
 #[test]
+#[ignore = "needs the recorded sysfs trees of ../shared/corpus"]
 fn corpus_matches_hwloc() {
     let dir = corpus_dir();
     let cases = console_cases(&dir);
-    if cases.is_empty() {
-        println!(
-            "SKIPPED: hwloc corpus not found at {} (the shared directory is absent)",
-            dir.display()
-        );
-        return;
-    }
+    assert!(
+        !cases.is_empty(),
+        "needs the recorded sysfs trees: no hwloc corpus at {} (../shared/corpus beside the repository)",
+        dir.display()
+    );
     let start = Instant::now();
     let scratch = Scratch::new("corpus");
     let sources: BTreeSet<String> = cases.iter().map(|c| c.source.clone()).collect();
@@ -1449,10 +1446,9 @@ fn corpus_matches_hwloc() {
 }
 
 #[test]
+#[ignore = "needs the recorded sysfs trees of ../shared/corpus"]
 fn corpus_16amd64_8n2c() {
-    let Some(rec) = recorded("16amd64-8n2c") else {
-        return;
-    };
+    let rec = recorded("16amd64-8n2c");
     let machine = discover(&rec.sys).expect("16amd64-8n2c");
     assert_eq!(machine.numa_ids(), nodes(&[0, 1, 2, 3, 4, 5, 6, 7]));
     assert_eq!(machine.numa_nodes[3].cpus, cpus("6-7"));
@@ -1472,10 +1468,9 @@ fn corpus_16amd64_8n2c() {
 }
 
 #[test]
+#[ignore = "needs the recorded sysfs trees of ../shared/corpus"]
 fn corpus_256ia64_64_nodes() {
-    let Some(rec) = recorded("256ia64-64n2s2c") else {
-        return;
-    };
+    let rec = recorded("256ia64-64n2s2c");
     let machine = discover(&rec.sys).expect("256ia64-64n2s2c");
     assert_eq!(machine.numa_ids(), (0..64).map(node).collect::<Vec<_>>());
     assert_eq!(machine.numa_mask().len(), 64);
@@ -1490,10 +1485,9 @@ fn corpus_256ia64_64_nodes() {
 /// `topomgr topology --output table` on the 64-node machine: the nodes,
 /// then the distances as classes per node (a 64x64 matrix is unreadable).
 #[test]
+#[ignore = "needs the recorded sysfs trees of ../shared/corpus"]
 fn corpus_256ia64_table_from_the_cli() {
-    let Some(rec) = recorded("256ia64-64n2s2c") else {
-        return;
-    };
+    let rec = recorded("256ia64-64n2s2c");
     let out = Command::new(common::topomgr_bin())
         .args(["topology", "--output", "table", "--sysfs-root"])
         .arg(&rec.sys)
@@ -1542,10 +1536,9 @@ fn corpus_256ia64_table_from_the_cli() {
 }
 
 #[test]
+#[ignore = "needs the recorded sysfs trees of ../shared/corpus"]
 fn corpus_16em64t_offline_cpus() {
-    let Some(rec) = recorded("16em64t-4s2c2t-offlines") else {
-        return;
-    };
+    let rec = recorded("16em64t-4s2c2t-offlines");
     let machine = discover(&rec.sys).expect("16em64t-4s2c2t-offlines");
     assert_eq!(machine.cpus.len(), 16);
     let offline: CpuSet = machine
@@ -1565,10 +1558,9 @@ fn corpus_16em64t_offline_cpus() {
 }
 
 #[test]
+#[ignore = "needs the recorded sysfs trees of ../shared/corpus"]
 fn corpus_48amd64_sparse_node_ids() {
-    let Some(rec) = recorded("48amd64-4pa2n6c-sparse") else {
-        return;
-    };
+    let rec = recorded("48amd64-4pa2n6c-sparse");
     // Node ids 72 and 73 are read as they are; the distance rows map onto
     // the sparse ids by position.
     let machine = discover(&rec.sys).expect("48amd64-4pa2n6c-sparse");
@@ -1600,10 +1592,9 @@ fn corpus_48amd64_sparse_node_ids() {
 }
 
 #[test]
+#[ignore = "needs the recorded sysfs trees of ../shared/corpus"]
 fn corpus_power9_gpu_memory_nodes_250_to_255() {
-    let Some(rec) = recorded("nvidiagpunumanodes") else {
-        return;
-    };
+    let rec = recorded("nvidiagpunumanodes");
     let machine = discover(&rec.sys).expect("nvidiagpunumanodes");
     assert_eq!(
         machine.numa_ids(),
@@ -1622,10 +1613,9 @@ fn corpus_power9_gpu_memory_nodes_250_to_255() {
 }
 
 #[test]
+#[ignore = "needs the recorded sysfs trees of ../shared/corpus"]
 fn corpus_online_cpus_without_a_node_are_kept() {
-    let Some(rec) = recorded("offline-cpu0-node0") else {
-        return;
-    };
+    let rec = recorded("offline-cpu0-node0");
     // NUMA node 0 is offline (no node0 directory) while its CPUs
     // 4,6,...,20 are online, as on the Dell R630 this tree was recorded on.
     let machine = discover(&rec.sys).expect("offline-cpu0-node0");
@@ -1671,15 +1661,14 @@ fn corpus_online_cpus_without_a_node_are_kept() {
 }
 
 #[test]
+#[ignore = "needs the recorded sysfs trees of ../shared/corpus"]
 fn corpus_inconsistent_trees_are_refused_with_the_reason() {
     let cases = [(
         "8em64t-2s2ca2c-buggynuma",
         "/devices/system/node/node1: CPU 0 is also in the cpulist of NUMA node 0",
     )];
     for (name, suffix) in cases {
-        let Some(rec) = recorded(name) else {
-            return;
-        };
+        let rec = recorded(name);
         assert_eq!(
             err_text(&rec.sys),
             format!("{}{suffix}", rec.sys.display()),
@@ -1691,10 +1680,10 @@ fn corpus_inconsistent_trees_are_refused_with_the_reason() {
 #[test]
 fn live_sysfs_of_this_host() {
     let root = Path::new("/sys");
-    if !root.join("devices/system/cpu").is_dir() {
-        println!("SKIPPED: no /sys/devices/system/cpu on this host");
-        return;
-    }
+    assert!(
+        root.join("devices/system/cpu").is_dir(),
+        "live_sysfs_of_this_host needs the sysfs of a Linux host: no /sys/devices/system/cpu"
+    );
     let machine = discover(root).expect("the live /sys");
     assert!(!machine.numa_nodes.is_empty());
     assert!(!machine.online_cpus().is_empty());

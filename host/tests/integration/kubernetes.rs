@@ -324,18 +324,17 @@ fn extended_resources_nobody_serves_are_refused_as_the_kubelet_does() {
     let v: api::Admissions =
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out} {err}"));
     assert!(v.pods[0].admitted, "{v:?}");
+}
 
-    // `run` refuses before the command starts: the marker is never written
-    // (`run` needs the real cgroup hierarchy; the refusal comes before any
-    // cgroup is made).
+/// `run` refuses a pod requesting an extended resource nobody serves before
+/// the command starts: the marker is never written (`run` needs the real
+/// cgroup hierarchy; the refusal comes before any cgroup is made).
+#[test]
+#[ignore = "needs root and a cpuset cgroup"]
+fn run_refuses_extended_resources_nobody_serves() {
+    let dir = config("k8s-unserved-run");
     let _node = common::node_guard();
-    if common::real_cgroups(
-        "extended_resources_nobody_serves_are_refused_as_the_kubelet_does (run)",
-    )
-    .is_none()
-    {
-        return;
-    }
+    common::real_cgroups("run_refuses_extended_resources_nobody_serves");
     let toml = dir.join("topomgr.toml");
     let text = fs::read_to_string(&toml).unwrap();
     fs::write(

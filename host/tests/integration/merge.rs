@@ -1,4 +1,4 @@
-//! `topomgr merge`: the JSON contract of SPEC section 6, run as a user would.
+//! `topomgr merge`: the JSON contract of docs/cli.md, run as a user would.
 
 use std::io::Write;
 use std::process::{Command, Stdio};
@@ -33,9 +33,9 @@ fn ok(input: &str) -> String {
 
 #[test]
 fn spec_example() {
-    // SPEC section 6's example asks for prefer-closest-numa-nodes with
+    // docs/cli.md's example asks for prefer-closest-numa-nodes with
     // "distances": null; like the kubelet, a policy other than `none` cannot
-    // be created without the distance table (issue 10, item 2).
+    // be created without the distance table.
     let spec = r#"{"numa_nodes": [0, 1], "distances": null,
         "policy": "best-effort", "options": {"prefer-closest-numa-nodes": "true"},
         "providers": [ {"cpu": [{"affinity": [0], "preferred": true}], "gpu": null}, null ]}"#;
@@ -241,4 +241,41 @@ fn nine_nodes_need_the_option_raised_only_past_64() {
         ok(&input),
         r#"{"affinity":[8],"preferred":true,"admit":true}"#
     );
+}
+
+/// The example of `topomgr merge --help`, run as printed, prints what the
+/// help says it prints.
+#[test]
+fn the_help_example_prints_what_it_says() {
+    let out = Command::new(env!("CARGO_BIN_EXE_topomgr"))
+        .args(["merge", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8(out.stdout).unwrap();
+    let example = help
+        .split_once("Example:\n")
+        .and_then(|(_, rest)| rest.split_once("\n  prints "))
+        .expect("an example in merge --help");
+    let printed = example.1.lines().next().unwrap();
+    let bin_dir = std::path::Path::new(env!("CARGO_BIN_EXE_topomgr"))
+        .parent()
+        .unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let run = Command::new("sh")
+        .args(["-c", example.0])
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    assert_eq!(
+        run.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(String::from_utf8(run.stdout).unwrap().trim(), printed);
 }

@@ -497,7 +497,8 @@ fn containers_get_their_cpus_through_nri_and_keep_them_across_restarts() {
          failed to get NRI adjustment for container: rpc error: code = Unknown desc = \
          topomgr: TopologyAffinityError: Resources cannot be allocated with Topology Locality: \
          container \"too-wide\" needs every resource on one common NUMA node (policy single-numa-node); \
-         cpu (cpu): cannot be satisfied on any NUMA node; memory (memory): preferred on {0}"
+         cpu (cpu): cannot be satisfied on any NUMA node (requested 2; free/allocatable by NUMA node: 0: 0/1); \
+         memory (memory): preferred on {0}"
     );
     assert_eq!(
         pods(&d).pods.len(),

@@ -341,7 +341,7 @@ fn podman_containers_are_placed_refused_and_released() {
     assert!(
         err.contains("stderr: topomgr: container ")
             && err.contains(
-                " rejected: TopologyAffinityError: Resources cannot be allocated with Topology Locality: container \"main\" needs every resource on one common NUMA node (policy single-numa-node); cpu (cpu): cannot be satisfied on any NUMA node; memory (memory): preferred on {0}\n"
+                " rejected: TopologyAffinityError: Resources cannot be allocated with Topology Locality: container \"main\" needs every resource on one common NUMA node (policy single-numa-node); cpu (cpu): cannot be satisfied on any NUMA node (requested 1; free/allocatable by NUMA node: 0: 0/1); memory (memory): preferred on {0}\n"
             ),
         "{}",
         text(&out)

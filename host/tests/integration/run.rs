@@ -1,7 +1,8 @@
 //! `topomgr run` end to end: the real binary, the mock provider scripted to
 //! give CPU 1 exclusively on the live machine, real cgroups under
-//! /sys/fs/cgroup. Skipped with a `SKIP:` line when not root or without a
-//! cpuset controller.
+//! /sys/fs/cgroup: the tests that need them are `#[ignore]`d in a plain
+//! run and fail, saying what is missing, when run without root, a cpuset
+//! controller or the CPUs they expect.
 
 use crate::common;
 
@@ -16,16 +17,17 @@ const ALLOCATION: &str =
     "allocation = { cpus = \"1\", exclusive = true, mems = [0], env = { TOPOMGR_TEST = \"aligned\" } }";
 
 /// The real hierarchy's root (v1: its cpuset directory) and the guard of
-/// the tests on it (one node, one owner), or `None` with a `SKIP:` line.
-fn live(test: &str) -> Option<(PathBuf, common::NodeGuard)> {
+/// the tests on it (one node, one owner); fails saying what is missing.
+fn live(test: &str) -> (PathBuf, common::NodeGuard) {
     let node = common::node_guard();
-    let mgr = common::real_cgroups(test)?;
+    let mgr = common::real_cgroups(test);
     let online = fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
-    if !topomgr_sdk::CpuSet::parse(online.trim()).is_ok_and(|c| c.contains(1)) {
-        eprintln!("SKIP: {test}: CPU 1 is not online here (the mock gives CPU 1)");
-        return None;
-    }
-    Some((mgr.root().to_path_buf(), node))
+    assert!(
+        topomgr_sdk::CpuSet::parse(online.trim()).is_ok_and(|c| c.contains(1)),
+        "{test} needs CPU 1 online (the mock gives CPU 1); online: {:?}",
+        online.trim()
+    );
+    (mgr.root().to_path_buf(), node)
 }
 
 /// A config dir: cgroup_root /sys/fs/cgroup, state in `<dir>/state`, and
@@ -103,10 +105,9 @@ fn assert_no_pods(dir: &Path) {
 }
 
 #[test]
+#[ignore = "needs root and a cpuset cgroup"]
 fn command_runs_on_the_allocated_cpu() {
-    let Some((root, _node)) = live("command_runs_on_the_allocated_cpu") else {
-        return;
-    };
+    let (root, _node) = live("command_runs_on_the_allocated_cpu");
     let dir = config_dir("run-cpu", ALLOCATION);
     let (pid, out) = run(
         &dir,
@@ -120,10 +121,9 @@ fn command_runs_on_the_allocated_cpu() {
 }
 
 #[test]
+#[ignore = "needs root and a cpuset cgroup"]
 fn memory_nodes_cgroup_and_environment() {
-    let Some((root, _node)) = live("memory_nodes_cgroup_and_environment") else {
-        return;
-    };
+    let (root, _node) = live("memory_nodes_cgroup_and_environment");
     let dir = config_dir("run-mems", ALLOCATION);
     let script = "grep Mems_allowed_list /proc/self/status; \
                   grep -E ':cpuset:|^0::' /proc/self/cgroup | head -n 1; echo \"$TOPOMGR_TEST\"";
@@ -151,10 +151,9 @@ fn memory_nodes_cgroup_and_environment() {
 }
 
 #[test]
+#[ignore = "needs root and a cpuset cgroup"]
 fn exit_status_is_propagated() {
-    let Some((root, _node)) = live("exit_status_is_propagated") else {
-        return;
-    };
+    let (root, _node) = live("exit_status_is_propagated");
     let dir = config_dir("run-exit", ALLOCATION);
     let (pid, out) = run(&dir, &["--", "sh", "-c", "exit 7"]);
     assert_eq!(out.status.code(), Some(7));
@@ -164,10 +163,9 @@ fn exit_status_is_propagated() {
 }
 
 #[test]
+#[ignore = "needs root and a cpuset cgroup"]
 fn sigterm_is_forwarded_and_everything_cleaned_up() {
-    let Some((root, _node)) = live("sigterm_is_forwarded_and_everything_cleaned_up") else {
-        return;
-    };
+    let (root, _node) = live("sigterm_is_forwarded_and_everything_cleaned_up");
     let dir = config_dir("run-sigterm", ALLOCATION);
     let child = command(&dir, &["--", "sleep", "60"])
         .stdout(Stdio::piped())
@@ -212,10 +210,9 @@ fn sigterm_is_forwarded_and_everything_cleaned_up() {
 }
 
 #[test]
+#[ignore = "needs root and a cpuset cgroup"]
 fn rejected_pod_never_runs_the_command() {
-    let Some((root, _node)) = live("rejected_pod_never_runs_the_command") else {
-        return;
-    };
+    let (root, _node) = live("rejected_pod_never_runs_the_command");
     let dir = config_dir("run-reject", "fail_allocate = \"no widgets left\"");
     let marker = dir.join("ran");
     let (pid, out) = run(
@@ -233,10 +230,9 @@ fn rejected_pod_never_runs_the_command() {
 }
 
 #[test]
+#[ignore = "needs root and a cpuset cgroup"]
 fn a_missing_command_exits_127_and_cleans_up() {
-    let Some((root, _node)) = live("a_missing_command_exits_127_and_cleans_up") else {
-        return;
-    };
+    let (root, _node) = live("a_missing_command_exits_127_and_cleans_up");
     let dir = config_dir("run-missing", ALLOCATION);
     let (pid, out) = run(&dir, &["--", "/nonexistent/command"]);
     assert_eq!(out.status.code(), Some(127));
@@ -273,20 +269,17 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 }
 
 #[test]
+#[ignore = "needs root, a cpuset cgroup and CPU 1 and another online"]
 fn shared_pool_shrinks_and_grows_around_an_exclusive_run() {
-    let Some((root, _node)) = live("shared_pool_shrinks_and_grows_around_an_exclusive_run") else {
-        return;
-    };
+    let (root, _node) = live("shared_pool_shrinks_and_grows_around_an_exclusive_run");
     let online_text = fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
     let online = topomgr_sdk::CpuSet::parse(online_text.trim()).unwrap();
     let mut pool = online.clone();
     pool.remove(1);
-    if pool.is_empty() {
-        eprintln!(
-            "SKIP: shared_pool_shrinks_and_grows_around_an_exclusive_run: only CPU 1 is online"
-        );
-        return;
-    }
+    assert!(
+        !pool.is_empty(),
+        "shared_pool_shrinks_and_grows_around_an_exclusive_run needs a CPU besides CPU 1 online"
+    );
     let shared = config_dir("run-pool-shared", "allocation = { exclusive = false }");
     let exclusive = config_dir_sharing_state("run-pool-excl", ALLOCATION, &shared);
     let flag = |n: u32| {
@@ -331,10 +324,9 @@ fn shared_pool_shrinks_and_grows_around_an_exclusive_run() {
 /// exclusive CPU (CPU 0 is reserved, so CPU 1) and the memory nodes of its
 /// memory (this machine kind has one NUMA node: 0).
 #[test]
+#[ignore = "needs root, a cpuset cgroup, CPUs 0-1 and one NUMA node"]
 fn real_cpu_and_memory_providers_set_cpus_and_mems() {
-    let Some((_root, _node)) = live("real_cpu_and_memory_providers_set_cpus_and_mems") else {
-        return;
-    };
+    let (_root, _node) = live("real_cpu_and_memory_providers_set_cpus_and_mems");
     let nodes = fs::read_dir("/sys/devices/system/node")
         .map(|d| {
             d.filter_map(Result::ok)
@@ -342,10 +334,10 @@ fn real_cpu_and_memory_providers_set_cpus_and_mems() {
                 .count()
         })
         .unwrap_or(0);
-    if nodes != 1 {
-        eprintln!("SKIP: real_cpu_and_memory_providers_set_cpus_and_mems: expects one NUMA node, found {nodes}");
-        return;
-    }
+    assert_eq!(
+        nodes, 1,
+        "real_cpu_and_memory_providers_set_cpus_and_mems needs one NUMA node"
+    );
     let dir = common::scratch_dir("run-real-providers");
     fs::write(
         dir.join("topomgr.toml"),
@@ -393,23 +385,17 @@ fn real_cpu_and_memory_providers_set_cpus_and_mems() {
 /// A config dir with the real CPU provider only: on this 2-CPU machine with
 /// CPU 0 reserved, CPU 1 is the only exclusive CPU, so a second exclusive
 /// run is refused while the first holds it.
-fn cpu_only_config(tag: &str) -> Option<PathBuf> {
+fn cpu_only_config(tag: &str) -> PathBuf {
     let online = fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
-    if online.trim() != "0-1" {
-        eprintln!(
-            "SKIP: {tag}: expects exactly CPUs 0-1 online, found {:?}",
-            online.trim()
-        );
-        return None;
-    }
-    Some(config_with(
+    assert_eq!(online.trim(), "0-1", "{tag} needs exactly CPUs 0-1 online");
+    config_with(
         tag,
         "cpu",
         &format!(
             "[providers.cpu]\nlibrary = \"{}\"\n[providers.cpu.config]\npolicy = \"static\"\nreserved_cpus = \"0\"\n",
             common::cpu_plugin().display()
         ),
-    ))
+    )
 }
 
 fn alive(pid: &str) -> bool {
@@ -480,13 +466,10 @@ fn next_run_gets_cpu_1(root: &Path, dir: &Path, pid: u32) {
 /// the next `run`, `admit --state-dir` or daemon start reclaims the
 /// reservation because its owner is dead and its cgroup empty.
 #[test]
+#[ignore = "needs root and a cpuset cgroup"]
 fn a_killed_run_takes_its_command_along_and_is_reclaimed() {
-    let Some((root, _node)) = live("a_killed_run_takes_its_command_along_and_is_reclaimed") else {
-        return;
-    };
-    let Some(dir) = cpu_only_config("run-kill9") else {
-        return;
-    };
+    let (root, _node) = live("a_killed_run_takes_its_command_along_and_is_reclaimed");
+    let dir = cpu_only_config("run-kill9");
     let topomgr = |args: &[&str]| {
         Command::new(common::topomgr_bin())
             .arg("--config")
@@ -565,13 +548,10 @@ fn a_killed_run_takes_its_command_along_and_is_reclaimed() {
 /// is refused with a message that names the holder and the processes; once
 /// they exit the CPU is reclaimed.
 #[test]
+#[ignore = "needs root, a cpuset cgroup and CPUs 0-1"]
 fn leftover_processes_keep_the_cpus_reserved() {
-    let Some((root, _node)) = live("leftover_processes_keep_the_cpus_reserved") else {
-        return;
-    };
-    let Some(dir) = cpu_only_config("run-leftover") else {
-        return;
-    };
+    let (root, _node) = live("leftover_processes_keep_the_cpus_reserved");
+    let dir = cpu_only_config("run-leftover");
     let (pid, out) = run(
         &dir,
         &[
@@ -592,7 +572,8 @@ fn leftover_processes_keep_the_cpus_reserved() {
     assert_eq!(
         text(&out.stderr),
         format!(
-            "topomgr: warning: processes {left} are still in the command's cgroup; its CPUs stay reserved until they exit (the next topomgr run reclaims them then; topomgr release --state-dir {} {uid} releases them now)\n",
+            "topomgr: warning: processes {left} are still in the command's cgroup; its CPUs stay reserved until they exit (the next topomgr run reclaims them then; topomgr --config {} release --state-dir {} {uid} releases them now)\n",
+            dir.join("topomgr.toml").display(),
             dir.join("state").display()
         )
     );
@@ -638,13 +619,78 @@ fn leftover_processes_keep_the_cpus_reserved() {
     next_run_gets_cpu_1(&root, &dir, pid);
 }
 
+/// The release command the leftover warning prints, run verbatim, releases
+/// the pod at once: its CPUs go back while the process still runs (with a
+/// warning saying so), and the next run gets them.
+#[test]
+#[ignore = "needs root, a cpuset cgroup and CPUs 0-1"]
+fn the_leftover_warnings_release_command_works() {
+    let (root, _node) = live("the_leftover_warnings_release_command_works");
+    let dir = cpu_only_config("run-leftover-release");
+    let (pid, out) = run(
+        &dir,
+        &[
+            "--cpus",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            "sleep 60 >/dev/null 2>&1 & echo $!",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0));
+    let left = text(&out.stdout).trim().to_owned();
+    let held = cgroups_of(&root, pid);
+    assert_eq!(held.len(), 1);
+    let uid = held[0].clone();
+    let stderr = text(&out.stderr);
+    let printed = stderr
+        .split_once("; topomgr ")
+        .and_then(|(_, rest)| rest.split_once(" releases them now)"))
+        .map(|(cmd, _)| format!("topomgr {cmd}"))
+        .unwrap_or_else(|| panic!("no release command in {stderr:?}"));
+    let words: Vec<&str> = printed.split(' ').collect();
+    assert_eq!(words[0], "topomgr");
+    assert_eq!(*words.last().unwrap(), uid);
+    let released = Command::new(common::topomgr_bin())
+        .args(&words[1..])
+        .output()
+        .unwrap();
+    assert_eq!(
+        released.status.code(),
+        Some(0),
+        "{}",
+        text(&released.stderr)
+    );
+    let admission: Admission = serde_json::from_slice(&released.stdout).unwrap();
+    assert_eq!(admission.uid, uid);
+    assert!(
+        text(&released.stderr).contains(&format!(
+            "topomgr: warning: processes {left} are still in the pod's cgroup and now run on CPUs that are no longer reserved for them\n"
+        )),
+        "{}",
+        text(&released.stderr)
+    );
+    assert_no_pods(&dir);
+
+    let kill = Command::new("kill").args(["-9", &left]).status().unwrap();
+    assert!(kill.success());
+    wait_for("the leftover process to exit", || !alive(&left));
+    // Its cgroup stayed while the process was in it.
+    let cg = root.join("topomgr").join(&uid);
+    if cg.exists() {
+        let _ = fs::remove_dir(cg.join("main"));
+        let _ = fs::remove_dir(&cg);
+    }
+    next_run_gets_cpu_1(&root, &dir, pid);
+}
+
 /// An allocation the ledger refuses (CPUs this machine lacks) never reaches
 /// a cgroup: the command does not run.
 #[test]
+#[ignore = "needs root and a cpuset cgroup"]
 fn a_refused_allocation_never_reaches_a_cgroup() {
-    let Some((root, _node)) = live("a_refused_allocation_never_reaches_a_cgroup") else {
-        return;
-    };
+    let (root, _node) = live("a_refused_allocation_never_reaches_a_cgroup");
     let dir = config_dir(
         "run-ledger",
         "allocation = { cpus = \"0-1000\", exclusive = true }",

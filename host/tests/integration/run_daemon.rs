@@ -180,8 +180,9 @@ fn a_run_beside_a_daemon_is_placed_by_it_and_released_at_exit() {
     assert_eq!(
         text(&out.stderr),
         format!(
-            "topomgr: pod rejected: TopologyAffinityError: Resources cannot be allocated with Topology Locality: container \"main\" needs every resource on one common NUMA node (policy single-numa-node); cpu (cpu): cannot be satisfied on any NUMA node\n\
+            "topomgr: pod rejected: TopologyAffinityError: Resources cannot be allocated with Topology Locality: container \"main\" needs every resource on one common NUMA node (policy single-numa-node); cpu (cpu): cannot be satisfied on any NUMA node (requested 1; free/allocatable by NUMA node: {})\n\
              topomgr: CPUs held exclusively by other workloads: CPUs {}: pod default/{uid} (uid {uid}) container \"main\", owned by process {a_pid}\n",
+            none_free_but_one_allocatable(s.free),
             s.free
         )
     );
@@ -509,4 +510,26 @@ fn a_run_through_a_daemon_keeps_the_node_for_its_state_directory_when_the_daemon
     assert_eq!(text(&out.stderr), "");
     assert!(!alive(sleeper));
     s.nothing_held(&[a_pid]);
+}
+
+/// The CPU provider's numbers per NUMA node when every online CPU but
+/// `cpu` is reserved and `cpu` is taken: `N: 0/1` for its node, `N: 0/0`
+/// for every other node.
+fn none_free_but_one_allocatable(cpu: u32) -> String {
+    let mut nodes: Vec<(u32, bool)> = fs::read_dir("/sys/devices/system/node")
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let n: u32 = name.strip_prefix("node")?.parse().ok()?;
+            let cpus = fs::read_to_string(e.path().join("cpulist")).ok()?;
+            Some((n, CpuSet::parse(cpus.trim()).is_ok_and(|c| c.contains(cpu))))
+        })
+        .collect();
+    nodes.sort();
+    nodes
+        .iter()
+        .map(|(n, has)| format!("{n}: 0/{}", u32::from(*has)))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

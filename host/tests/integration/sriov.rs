@@ -1,6 +1,6 @@
 //! The SR-IOV provider end to end: the real `libtopomgr_provider_sriov.so`
 //! loaded by `topomgr` on the example machine `examples/machines/2s2n-sriov`
-//! (README's SR-IOV demo with the repository's own config, the provider
+//! (docs/providers.md's SR-IOV demo with the repository's own config, the provider
 //! CLI, inline TOML entries, the upstream README's config), and what
 //! `topomgr topology` shows of the VFs.
 
@@ -51,7 +51,7 @@ fn vfio_info(address: &str, group: u32) -> Value {
            "vfio": {"dev-mount": format!("/dev/vfio/{group}"), "mount": "/dev/vfio/vfio"}})
 }
 
-/// README's SR-IOV command, word for word (the test checks README has it):
+/// docs/providers.md's SR-IOV command, word for word (the test checks the page has it):
 /// the repository's config on the SR-IOV machine.
 const README_COMMAND: &str = "target/debug/topomgr --config topomgr.toml admit --sysfs-root \
     examples/machines/2s2n-sriov/sys --output table examples/sriov/too-many-vfs.yaml \
@@ -59,10 +59,10 @@ const README_COMMAND: &str = "target/debug/topomgr --config topomgr.toml admit -
 
 #[test]
 fn readme_dpdk_pod_lands_on_one_node_and_too_many_vfs_is_rejected() {
-    let readme = fs::read_to_string(common::workspace_root().join("README.md")).unwrap();
+    let readme = fs::read_to_string(common::workspace_root().join("docs/providers.md")).unwrap();
     assert!(
         readme.lines().any(|l| l == README_COMMAND),
-        "README.md lacks the SR-IOV command {README_COMMAND:?}"
+        "docs/providers.md lacks the SR-IOV command {README_COMMAND:?}"
     );
     let (code, out, err) = in_repo(&[
         "--config",

@@ -14,7 +14,7 @@
 //! * The options ([`options`]) and their conflicts are the kubelet's.
 //! * `Allocation.mems` stays empty: the memory provider owns `cpuset.mems`.
 //!
-//! Config (`[providers.cpu.config]`, SPEC section 9):
+//! Config (`[providers.cpu.config]`, see also `docs/providers.md`):
 //!
 //! ```toml
 //! policy = "static"          # or "none" (default "static")

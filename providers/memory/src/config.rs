@@ -1,4 +1,4 @@
-//! The provider's `[providers.memory.config]` table (SPEC section 9).
+//! The provider's `[providers.memory.config]` table (see also `docs/providers.md`).
 //!
 //! ```toml
 //! [providers.memory.config]

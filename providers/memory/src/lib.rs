@@ -22,7 +22,7 @@
 //!   is reported as conflicts. Only bytes that are not a checkpoint are
 //!   refused, changing nothing.
 //!
-//! Config (`[providers.memory.config]`, SPEC section 9):
+//! Config (`[providers.memory.config]`, see also `docs/providers.md`):
 //!
 //! ```toml
 //! policy = "static"                 # or "none"

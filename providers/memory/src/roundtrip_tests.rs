@@ -89,7 +89,7 @@ fn no_overcommit(p: &MemoryProvider) -> Result<(), TestCaseError> {
 
 #[test]
 fn init_group_then_app_on_one_node_restores() {
-    // The history of issue 10: an init container on nodes 0,3, then an app
+    // A reported history: an init container on nodes 0,3, then an app
     // container of the same pod on node 0 alone (another provider's hint
     // narrowed the merge). Node 0 ends in group {0}, node 3 in {0,3}.
     let m = machine(&[4, 4, 4, 4], &[]);

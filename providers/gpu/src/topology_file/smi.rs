@@ -347,24 +347,24 @@ Legend:
     }
 
     /// The real captures in `../shared/gpu/` (read in place, never copied).
-    fn capture(name: &str) -> Option<String> {
+    /// For tests marked `#[ignore = "needs the nvidia-smi captures of
+    /// ../shared/gpu"]`; fails when the capture cannot be read.
+    fn capture(name: &str) -> String {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../../shared/gpu")
             .join(name);
-        match std::fs::read_to_string(&path) {
-            Ok(text) => Some(text),
-            Err(e) => {
-                println!("SKIP: {} not readable ({e})", path.display());
-                None
-            }
-        }
+        std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!(
+                "needs the nvidia-smi captures: {} not readable ({e}; ../shared/gpu beside the repository)",
+                path.display()
+            )
+        })
     }
 
     #[test]
+    #[ignore = "needs the nvidia-smi captures of ../shared/gpu"]
     fn dgx_a100_capture() {
-        let Some(text) = capture("nvidia-smi-topo-dgx-a100.txt") else {
-            return;
-        };
+        let text = capture("nvidia-smi-topo-dgx-a100.txt");
         let t = parse(&text).unwrap();
         assert_eq!(t.len(), 8);
         let numa: Vec<_> = t.gpus().iter().map(|g| g.numa.map(u32::from)).collect();
@@ -384,10 +384,9 @@ Legend:
     }
 
     #[test]
+    #[ignore = "needs the nvidia-smi captures of ../shared/gpu"]
     fn on_a_capture_every_pair_ties_so_the_first_gpus_offered_win() {
-        let Some(text) = capture("nvidia-smi-topo-dgx-a100.txt") else {
-            return;
-        };
+        let text = capture("nvidia-smi-topo-dgx-a100.txt");
         let chooser =
             crate::choice::Chooser::new(parse(&text).unwrap(), crate::choice::Policy::BestEffort);
         let offered = ["GPU-6", "GPU-2", "GPU-7", "GPU-0", "GPU-3"];
@@ -405,10 +404,9 @@ Legend:
     }
 
     #[test]
+    #[ignore = "needs the nvidia-smi captures of ../shared/gpu"]
     fn hgx_h20_capture() {
-        let Some(text) = capture("nvidia-smi-topo-hgx-h20.txt") else {
-            return;
-        };
+        let text = capture("nvidia-smi-topo-hgx-h20.txt");
         let t = parse(&text).unwrap();
         assert_eq!(t.len(), 8);
         let numa: Vec<_> = t.gpus().iter().map(|g| g.numa.map(u32::from)).collect();
