@@ -546,3 +546,20 @@ pub fn node_guard_for(config: &Path) -> Option<NodeGuard> {
     )
     .then(node_guard)
 }
+
+/// A scratch directory `tag` with a `topomgr.toml` for the example machine
+/// under `single-numa-node`: state and cgroups inside it, the example
+/// widget provider with 2 widgets per node.
+pub fn widgets_config(tag: &str) -> std::path::PathBuf {
+    let dir = scratch_dir(tag);
+    std::fs::write(
+        dir.join("topomgr.toml"),
+        format!(
+            "policy = \"single-numa-node\"\nsysfs_root = \"{}\"\nstate_dir = \"state\"\ncgroup_root = \"cgroup\"\n[providers.widgets]\nlibrary = \"{}\"\n[providers.widgets.config]\nwidgets_per_node = 2\n",
+            example_sys(),
+            plugins().widgets.display()
+        ),
+    )
+    .unwrap();
+    dir
+}

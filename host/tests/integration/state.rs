@@ -16,20 +16,6 @@ use std::process::Command;
 use topomgr_node::api::{Admission, Admissions, PodList};
 use topomgr_node::journal;
 
-fn widgets_config(tag: &str) -> std::path::PathBuf {
-    let dir = common::scratch_dir(tag);
-    fs::write(
-        dir.join("topomgr.toml"),
-        format!(
-            "policy = \"single-numa-node\"\nsysfs_root = \"{}\"\nstate_dir = \"state\"\ncgroup_root = \"cgroup\"\n[providers.widgets]\nlibrary = \"{}\"\n[providers.widgets.config]\nwidgets_per_node = 2\n",
-            common::example_sys(),
-            common::plugins().widgets.display()
-        ),
-    )
-    .unwrap();
-    dir
-}
-
 fn pod(uid: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {uid}\n  namespace: t\n  uid: {uid}\nspec:\n  containers:\n  - name: app\n    resources:\n      limits:\n        example.com/widget: \"1\"\n"
@@ -56,7 +42,7 @@ fn serve_refused(config: &Path, socket: &Path) -> String {
 
 #[test]
 fn a_damaged_journal_is_refused_everywhere_and_recover_keeps_what_is_intact() {
-    let dir = widgets_config("state-damaged");
+    let dir = common::widgets_config("state-damaged");
     let config = dir.join("topomgr.toml");
     let socket = dir.join("t.sock");
     let state = dir.join("state");

@@ -10,20 +10,6 @@ use std::fs;
 
 use topomgr_node::api::{Admissions, ErrorBody};
 
-fn widgets_config(tag: &str) -> std::path::PathBuf {
-    let dir = common::scratch_dir(tag);
-    fs::write(
-        dir.join("topomgr.toml"),
-        format!(
-            "policy = \"single-numa-node\"\nsysfs_root = \"{}\"\nstate_dir = \"state\"\ncgroup_root = \"cgroup\"\n[providers.widgets]\nlibrary = \"{}\"\n[providers.widgets.config]\nwidgets_per_node = 2\n",
-            common::example_sys(),
-            common::plugins().widgets.display()
-        ),
-    )
-    .unwrap();
-    dir
-}
-
 fn pod(uid: &str, resources: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {uid}\n  uid: {uid}\nspec:\n  containers:\n  - name: app\n    resources:\n{resources}"
@@ -48,7 +34,7 @@ const REFUSED: [(&str, &str); 3] = [
 
 #[test]
 fn what_the_api_server_refuses_is_refused_by_the_cli_and_the_daemon() {
-    let dir = widgets_config("validation-refused");
+    let dir = common::widgets_config("validation-refused");
     for (i, (resources, message)) in REFUSED.iter().enumerate() {
         let file = dir.join(format!("pod-{i}.yaml"));
         fs::write(&file, pod("p", resources)).unwrap();
@@ -87,7 +73,7 @@ fn what_the_api_server_refuses_is_refused_by_the_cli_and_the_daemon() {
 
 #[test]
 fn the_daemon_takes_only_json_and_yaml() {
-    let dir = widgets_config("validation-content-type");
+    let dir = common::widgets_config("validation-content-type");
     let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
     let mut c = d.client();
     let manifest = pod("p", "      limits:\n        example.com/widget: \"1\"\n");
@@ -141,7 +127,7 @@ fn the_daemon_takes_only_json_and_yaml() {
 /// writes nothing: the journal stays byte for byte as it was.
 #[test]
 fn a_one_shot_admission_that_changes_nothing_writes_nothing() {
-    let dir = widgets_config("validation-nothing");
+    let dir = common::widgets_config("validation-nothing");
     let state = dir.join("state");
     let write = |name: &str, text: &str| {
         let path = dir.join(name);
