@@ -21,6 +21,7 @@ mod daemon_limits;
 mod demo;
 mod discovery;
 mod gpu;
+mod hotplug;
 mod kubernetes;
 mod manifests;
 mod memory_provider;
