@@ -30,6 +30,7 @@
 //! | `topomgr_reclaimed_pods_total{owner,cause}` | counter | — | owned pods released because their owner is gone (`owner`: `process` or `container`; `cause`: `owner_gone` or `never_attached`), at start and by the periodic reclaim |
 //! | `topomgr_nri_connected` | gauge | — | 1 while topomgr is registered with the container runtime's NRI, else 0 (also 0 without `[nri] enabled`) |
 //! | `topomgr_reconcile_conflicts{provider,resource}` | gauge | — | assignments that lost part of what they hold, as the providers reported them at the last restore (start, reload, machine check); a series whose conflicts cleared is gone |
+//! | `topomgr_reconcile_missing_held{provider,resource}` | gauge | — | CPUs and devices that pods in conflict hold but the machine no longer has: kept for those pods, offered to no one (no series for conflicts of amounts, such as memory) |
 //! | `topomgr_reloads_total` | counter | — | reconciles with the machine and config as they are now (on SIGHUP, or when the machine check found the machine changed) |
 //! | `topomgr_reload_failures_total` | counter | — | reloads (SIGHUP, machine check) that kept the running providers because the new config or machine could not be taken |
 //! | `topomgr_cpuset_drift_total` | counter | — | attached cgroups whose cpuset or memory nodes someone else changed, found by the machine check (each restored once; one whose change comes back is reported in health instead of rewritten) |
@@ -264,6 +265,7 @@ pub struct Metrics {
     reclaimed: Family<ReclaimLabels, Counter>,
     nri_connected: Gauge,
     conflicts: Family<ConflictLabels, Gauge>,
+    missing_held: Family<ConflictLabels, Gauge>,
     reloads: Counter,
     reload_failures: Counter,
     cpuset_drift: Counter,
@@ -330,6 +332,7 @@ impl Metrics {
             reclaimed: Family::default(),
             nri_connected: Gauge::default(),
             conflicts: Family::default(),
+            missing_held: Family::default(),
             reloads: Counter::default(),
             reload_failures: Counter::default(),
             cpuset_drift: Counter::default(),
@@ -445,6 +448,11 @@ impl Metrics {
             "reconcile_conflicts",
             "Assignments that lost part of what they hold (an offline CPU, a vanished device, shrunk memory), by provider and resource",
             m.conflicts.clone(),
+        );
+        own.register(
+            "reconcile_missing_held",
+            "CPUs and devices that pods in conflict hold but the machine no longer has (kept for those pods, offered to no one), by provider and resource",
+            m.missing_held.clone(),
         );
         own.register(
             "reloads",
@@ -589,16 +597,24 @@ impl Metrics {
         self.nri_connected.set(i64::from(connected));
     }
 
-    /// The conflicts standing now, by (provider, resource).
-    pub(crate) fn conflicts(&self, counts: &BTreeMap<(String, String), usize>) {
+    /// The conflicts standing now and the ids they hold that the machine
+    /// lacks, by (provider, resource).
+    pub(crate) fn conflicts(&self, counts: &BTreeMap<(String, String), (usize, usize)>) {
         self.conflicts.clear();
-        for ((provider, resource), n) in counts {
+        self.missing_held.clear();
+        for ((provider, resource), (n, ids)) in counts {
+            let labels = ConflictLabels {
+                provider: provider.clone(),
+                resource: resource.clone(),
+            };
             self.conflicts
-                .get_or_create(&ConflictLabels {
-                    provider: provider.clone(),
-                    resource: resource.clone(),
-                })
+                .get_or_create(&labels)
                 .set(i64::try_from(*n).unwrap_or(i64::MAX));
+            if *ids > 0 {
+                self.missing_held
+                    .get_or_create(&labels)
+                    .set(i64::try_from(*ids).unwrap_or(i64::MAX));
+            }
         }
     }
 

@@ -67,13 +67,18 @@ impl Conflicts {
             .collect()
     }
 
-    /// The number of conflicts by (provider, resource), for metrics.
-    pub fn counts(&self) -> BTreeMap<(String, String), usize> {
+    /// By (provider, resource), for metrics: the number of conflicts and
+    /// the number of ids (CPUs, devices) their pods hold that the machine
+    /// no longer has.
+    pub fn counts(&self) -> BTreeMap<(String, String), (usize, usize)> {
         let mut out = BTreeMap::new();
         for (provider, list) in &self.by_provider {
             for c in list {
-                *out.entry((provider.clone(), c.resource.clone()))
-                    .or_insert(0) += 1;
+                let (conflicts, ids) = out
+                    .entry((provider.clone(), c.resource.clone()))
+                    .or_insert((0, 0));
+                *conflicts += 1;
+                *ids += c.ids.len();
             }
         }
         out
@@ -216,8 +221,8 @@ mod tests {
         assert_eq!(
             c.counts(),
             BTreeMap::from([
-                (("cpu".to_owned(), "cpu".to_owned()), 1),
-                (("gpu".to_owned(), "nvidia.com/gpu".to_owned()), 2)
+                (("cpu".to_owned(), "cpu".to_owned()), (1, 2)),
+                (("gpu".to_owned(), "nvidia.com/gpu".to_owned()), (2, 2))
             ])
         );
         let r = c.reports();

@@ -91,8 +91,12 @@ fn reported_conflicts_are_in_health_and_metrics_until_the_pod_is_released() {
                 "ids": ["foo-1"]}])
     );
     let m = metrics(&mut c);
-    let line = "topomgr_reconcile_conflicts{provider=\"mock\",resource=\"example.com/foo\"} 1";
-    assert!(m.lines().any(|l| l == line), "{line:?} missing:\n{m}");
+    for line in [
+        "topomgr_reconcile_conflicts{provider=\"mock\",resource=\"example.com/foo\"} 1",
+        "topomgr_reconcile_missing_held{provider=\"mock\",resource=\"example.com/foo\"} 1",
+    ] {
+        assert!(m.lines().any(|l| l == line), "{line:?} missing:\n{m}");
+    }
     // An admission that does not touch the conflict goes on.
     admitted(&mut c, &pod_yaml("other", "1", "1Gi"));
     // Released, the pod's conflict ends.
@@ -106,7 +110,8 @@ fn reported_conflicts_are_in_health_and_metrics_until_the_pod_is_released() {
     );
     let m = metrics(&mut c);
     assert!(
-        !m.contains("topomgr_reconcile_conflicts{"),
+        !m.contains("topomgr_reconcile_conflicts{")
+            && !m.contains("topomgr_reconcile_missing_held{"),
         "a cleared conflict is still counted:\n{m}"
     );
     d.stop();
