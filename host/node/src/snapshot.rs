@@ -64,8 +64,10 @@ pub enum StateError {
         /// The error.
         cause: std::io::Error,
     },
-    /// A state file that does not parse.
-    #[error("{path}: corrupt state file: {reason} (move it away to start from empty state)")]
+    /// State that cannot be written or read back as it should (a checked
+    /// file whose content still does not parse, a record that cannot be
+    /// serialized).
+    #[error("{}: {reason}. `topomgr state check --state-dir {dir}` shows what the directory holds", path.display(), dir = state_dir_of(path).display())]
     Corrupt {
         /// The path.
         path: PathBuf,
