@@ -563,3 +563,16 @@ pub fn widgets_config(tag: &str) -> std::path::PathBuf {
     .unwrap();
     dir
 }
+
+/// The real CPU provider (static, CPU 0 reserved) and memory provider
+/// (static, 64 MiB of node 0 reserved) as config tables, for tests on this
+/// machine.
+pub fn real_cpu_and_memory_providers() -> String {
+    format!(
+        "[providers.cpu]\nlibrary = \"{}\"\n[providers.cpu.config]\npolicy = \"static\"\nreserved_cpus = \"0\"\n\
+         [providers.memory]\nlibrary = \"{}\"\n[providers.memory.config]\npolicy = \"static\"\n\
+         [providers.memory.config.reserved_memory.0]\nmemory = \"64Mi\"\n",
+        cpu_plugin().display(),
+        memory_plugin().display()
+    )
+}

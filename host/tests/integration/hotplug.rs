@@ -72,14 +72,10 @@ fn config(dir: &Path) -> PathBuf {
         &path,
         format!(
             "policy = \"single-numa-node\"\nplugin_dirs = []\nsysfs_root = \"/sys\"\ncgroup_root = \"/sys/fs/cgroup\"\nstate_dir = \"{}\"\n\
-             [daemon]\nsocket = \"{}\"\n\
-             [providers.cpu]\nlibrary = \"{}\"\n[providers.cpu.config]\npolicy = \"static\"\nreserved_cpus = \"0\"\n\
-             [providers.memory]\nlibrary = \"{}\"\n[providers.memory.config]\npolicy = \"static\"\n\
-             [providers.memory.config.reserved_memory.0]\nmemory = \"64Mi\"\n",
+             [daemon]\nsocket = \"{}\"\n{}",
             dir.join("state").display(),
             dir.join("topomgr.sock").display(),
-            common::cpu_plugin().display(),
-            common::memory_plugin().display()
+            common::real_cpu_and_memory_providers()
         ),
     )
     .unwrap();

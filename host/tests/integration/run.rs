@@ -350,13 +350,7 @@ fn real_cpu_and_memory_providers_set_cpus_and_mems() {
     fs::create_dir_all(dir.join("plugins.d")).unwrap();
     fs::write(
         dir.join("plugins.d/providers.toml"),
-        format!(
-            "[providers.cpu]\nlibrary = \"{}\"\n[providers.cpu.config]\npolicy = \"static\"\nreserved_cpus = \"0\"\n\
-             [providers.memory]\nlibrary = \"{}\"\n[providers.memory.config]\npolicy = \"static\"\n\
-             [providers.memory.config.reserved_memory.0]\nmemory = \"64Mi\"\n",
-            common::cpu_plugin().display(),
-            common::memory_plugin().display()
-        ),
+        common::real_cpu_and_memory_providers(),
     )
     .unwrap();
     let (_, out) = run(
