@@ -98,7 +98,7 @@ impl fmt::Display for RestoreIssue {
             ),
             RestoreIssue::ProviderHeld { provider, reason } => write!(
                 f,
-                "provider {provider:?} cannot read its saved state ({reason}); it is held: its state is kept unchanged, admitted pods are kept and can be released, new admissions are refused until topomgr runs a version of the provider that reads that state"
+                "provider {provider:?} cannot read its saved state ({reason}); it is held: its state is kept unchanged, admitted pods are kept and can be released, and admissions that ask for its resources are refused (the others go on). Configure the provider library that wrote that state under the name {provider:?} again (or a version that reads it) and restart topomgr or send the daemon SIGHUP"
             ),
         }
     }

@@ -1144,3 +1144,157 @@ fn the_machine_check_restores_a_changed_cpuset_once_and_reports_the_rest() {
         "health to be ok",
     );
 }
+
+// ---------------------------------------------------------------------------
+// A held provider holds only its own resources.
+
+/// A config on the example machine: provider `cpu` from `cpu_library`
+/// (with `cpu_config`), and the example widget provider (2 per node).
+fn cpu_and_widgets(dir: &std::path::Path, cpu_library: &std::path::Path, cpu_config: &str) {
+    fs::write(
+        dir.join("topomgr.toml"),
+        format!(
+            "policy = \"best-effort\"\nsysfs_root = \"{}\"\nstate_dir = \"state\"\ncgroup_root = \"cgroup\"\n[providers.cpu]\nlibrary = \"{}\"\n[providers.cpu.config]\n{cpu_config}\n[providers.widgets]\nlibrary = \"{}\"\n[providers.widgets.config]\nwidgets_per_node = 2\n",
+            common::example_sys(),
+            cpu_library.display(),
+            common::plugins().widgets.display()
+        ),
+    )
+    .unwrap();
+}
+
+fn widget_pod(uid: &str, cpu: Option<&str>) -> String {
+    let cpu = cpu.map_or(String::new(), |c| {
+        format!("        cpu: \"{c}\"\n        memory: 64Mi\n")
+    });
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {uid}\n  namespace: t\n  uid: {uid}\nspec:\n  containers:\n  - name: app\n    resources:\n      limits:\n{cpu}        example.com/widget: \"1\"\n"
+    )
+}
+
+/// The export's (capacity, allocatable, available) of `resource`, summed
+/// over the zones.
+fn nrt_amounts(c: &mut Client, resource: &str) -> (u64, u64, u64) {
+    let nrt: Value = c.get("/v1/noderesourcetopology").unwrap().json().unwrap();
+    let q = |v: &Value| -> u64 {
+        let s = v.as_str().unwrap();
+        match s.strip_suffix('m') {
+            Some(m) => m.parse::<u64>().unwrap() / 1000,
+            None => s.parse().unwrap(),
+        }
+    };
+    nrt["zones"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|z| z["resources"].as_array().unwrap().iter())
+        .filter(|r| r["name"] == json!(resource))
+        .fold((0, 0, 0), |(c, al, av), r| {
+            (
+                c + q(&r["capacity"]),
+                al + q(&r["allocatable"]),
+                av + q(&r["available"]),
+            )
+        })
+}
+
+/// The library configured as `cpu` is switched to the real CPU provider,
+/// which cannot read the state the other library wrote: it is held. Pods
+/// asking for no CPU (BestEffort, widgets only) are admitted by the widget
+/// provider and get no CPUs of their own; a pod asking for CPU is refused
+/// naming the provider, the resource, why and what to do; health says so;
+/// the export lists the CPUs with nothing available and the widgets as
+/// they are; no widget is held twice. Doing what the message says (the
+/// library that wrote the state configured again, SIGHUP) ends the hold:
+/// the release it missed is replayed and CPU pods are admitted again.
+#[test]
+fn a_held_provider_refuses_only_the_pods_that_ask_for_its_resources() {
+    let dir = common::scratch_dir("reconcile-held-provider");
+    let socket = dir.join("t.sock");
+    let config = dir.join("topomgr.toml");
+    let mock = common::plugins().mock.clone();
+    cpu_and_widgets(&dir, &mock, "");
+    let d = Daemon::start(&config, &socket);
+    let first = admitted(&mut d.client(), &widget_pod("first", Some("1")));
+    d.stop();
+
+    cpu_and_widgets(
+        &dir,
+        common::cpu_plugin(),
+        "policy = \"static\"\nreserved_cpus = \"0\"",
+    );
+    let d = Daemon::start(&config, &socket);
+    let mut c = d.client();
+    let h = health(&mut c);
+    assert_eq!(h.status, HealthStatus::Degraded, "{h:?}");
+    let note = h
+        .notes
+        .iter()
+        .find(|n| n.starts_with("provider \"cpu\" cannot read its saved state ("))
+        .unwrap_or_else(|| panic!("{h:?}"));
+    assert!(
+        note.ends_with("it is held: its state is kept unchanged, admitted pods are kept and can be released, and admissions that ask for its resources are refused (the others go on). Configure the provider library that wrote that state under the name \"cpu\" again (or a version that reads it) and restart topomgr or send the daemon SIGHUP"),
+        "{note}"
+    );
+    let why = note
+        .strip_prefix("provider \"cpu\" cannot read its saved state (")
+        .and_then(|n| n.split_once("); it is held"))
+        .unwrap()
+        .0
+        .to_owned();
+    assert!(
+        why.contains("not a checkpoint of this CPU provider"),
+        "{why}"
+    );
+
+    let be = admitted(
+        &mut c,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: be, namespace: t, uid: be}\nspec:\n  containers:\n  - name: app\n",
+    );
+    assert!(be.containers[0].cpus.is_empty(), "{be:?}");
+    let w = admitted(&mut c, &widget_pod("w", None));
+    assert!(w.containers[0].cpus.is_empty(), "{w:?}");
+    assert_eq!(w.containers[0].devices["example.com/widget"].len(), 1);
+
+    let r = c.admit(&widget_pod("cpu", Some("1"))).unwrap();
+    assert_eq!(r.status, 200, "{}", r.error_message());
+    let v: Admissions = r.parse().unwrap();
+    let refused = &v.pods[0];
+    assert!(!refused.admitted);
+    assert_eq!(refused.reason.as_deref(), Some("ProviderHeld"));
+    assert_eq!(
+        refused.message.as_deref(),
+        Some(format!("pod t/cpu cannot be admitted: provider \"cpu\" is held and the pod asks for cpu, which it serves. It is held because it cannot read its saved state ({why}); pods asking for none of its resources are still admitted, and admitted pods can be listed and released. Configure the provider library that wrote that state under the name \"cpu\" again (or a version that reads it) and restart topomgr or send the daemon SIGHUP").as_str())
+    );
+
+    // The export: 16 CPUs, 15 allocatable, none available; 8 widgets of
+    // which `first` and `w` hold one each.
+    assert_eq!(nrt_amounts(&mut c, "cpu"), (16, 15, 0));
+    assert_eq!(nrt_amounts(&mut c, "example.com/widget"), (8, 8, 6));
+    let pods: PodList = c.get("/v1/pods").unwrap().parse().unwrap();
+    let uids: Vec<&str> = pods.pods.iter().map(|p| p.uid.as_str()).collect();
+    assert_eq!(uids, ["be", "first", "w"]);
+    assert_exclusive(&pods.pods, "held");
+    assert_eq!(c.release("first").unwrap().status, 200);
+
+    // The remedy the message gives.
+    cpu_and_widgets(&dir, &mock, "");
+    sighup_and_wait(&d, 1);
+    let h = health(&mut c);
+    assert_eq!((h.status, h.notes.len()), (HealthStatus::Ok, 0), "{h:?}");
+    let again = admitted(&mut c, &widget_pod("cpu", Some("1")));
+    let pods: PodList = c.get("/v1/pods").unwrap().parse().unwrap();
+    let uids: Vec<&str> = pods.pods.iter().map(|p| p.uid.as_str()).collect();
+    assert_eq!(uids, ["be", "cpu", "w"]);
+    assert_exclusive(&pods.pods, "after the hold");
+    // `first`'s widget is free again: it is the first one handed out.
+    assert_eq!(
+        again.containers[0].devices["example.com/widget"],
+        first.containers[0].devices["example.com/widget"]
+    );
+    for uid in ["be", "cpu", "w"] {
+        assert_eq!(c.release(uid).unwrap().status, 200);
+    }
+    assert_eq!(nrt_amounts(&mut c, "example.com/widget"), (8, 8, 8));
+    d.stop();
+}
