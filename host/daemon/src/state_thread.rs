@@ -516,6 +516,10 @@ impl Worker {
             p.providers,
         ) {
             Ok(r) => {
+                // Everything that shows the machine follows it: the
+                // per-NUMA-node metric series here, the readers' view (and
+                // so the NRI face's memory nodes) at `rebuild_view` below.
+                self.metrics.machine(&machine);
                 self.machine = machine;
                 self.setting = Arc::new(topomgr_engine::explain::Setting::of(self.node.admitter()));
                 // What was committed before is in the snapshot too.

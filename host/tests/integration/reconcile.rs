@@ -1298,3 +1298,52 @@ fn a_held_provider_refuses_only_the_pods_that_ask_for_its_resources() {
     assert_eq!(nrt_amounts(&mut c, "example.com/widget"), (8, 8, 8));
     d.stop();
 }
+
+/// A reload that reads a changed machine updates everything that shows it:
+/// the per-NUMA-node metric series (a node that appears gets one, a node
+/// that is gone has none) and `/v1/machine`.
+#[test]
+fn a_reload_onto_a_changed_machine_updates_the_per_node_metrics() {
+    let n = Node::new("reconcile-node-series");
+    n.set_node3_present(false);
+    let d = Daemon::start(&n.config(), &n.dir.join("t.sock"));
+    let mut c = d.client();
+    let series = |c: &mut Client| -> Vec<String> {
+        let mut v: Vec<String> = metrics(c)
+            .lines()
+            .filter(|l| l.starts_with("cpu_manager_allocation_per_numa{"))
+            .map(str::to_owned)
+            .collect();
+        v.sort();
+        v
+    };
+    let nodes = |c: &mut Client| -> usize {
+        let m: Value = c.get("/v1/machine").unwrap().json().unwrap();
+        m["numa_nodes"].as_array().unwrap().len()
+    };
+    let held = admitted(&mut c, &pod_yaml("held", "2", "1Gi"));
+    let on = |node: u32| {
+        held.containers[0]
+            .cpus
+            .iter()
+            .filter(|cpu| cpu / 2 % 4 == node)
+            .count()
+    };
+    let want = |nodes: &[u32]| -> Vec<String> {
+        nodes
+            .iter()
+            .map(|&i| format!("cpu_manager_allocation_per_numa{{numa_node=\"{i}\"}} {}", on(i)))
+            .collect()
+    };
+    assert_eq!(series(&mut c), want(&[0, 1, 2]));
+    assert_eq!(nodes(&mut c), 3);
+    n.set_node3_present(true);
+    sighup_and_wait(&d, 1);
+    assert_eq!(series(&mut c), want(&[0, 1, 2, 3]));
+    assert_eq!(nodes(&mut c), 4);
+    n.set_node3_present(false);
+    sighup_and_wait(&d, 2);
+    assert_eq!(series(&mut c), want(&[0, 1, 2]));
+    assert_eq!(nodes(&mut c), 3);
+    d.stop();
+}
