@@ -127,6 +127,24 @@ pub struct Restored {
     pub new_providers: Vec<String>,
 }
 
+impl Restored {
+    /// What the restore found, one sentence each, as `/v1/health` lists
+    /// it: a reboot since the state was saved (`boot_id` is this boot's)
+    /// and every issue.
+    pub fn notes(&self, boot_id: &str) -> Vec<String> {
+        let mut notes = Vec::new();
+        if self.rebooted {
+            notes.push(format!(
+                "state was saved under boot id {}, this boot is {boot_id}; its {} pod(s) are kept until released",
+                self.saved_boot_id.as_deref().unwrap_or_default(),
+                self.pods
+            ));
+        }
+        notes.extend(self.issues.iter().map(ToString::to_string));
+        notes
+    }
+}
+
 /// Install a recovered state into `node`: hand each provider its bytes
 /// (a provider without any starts empty; those that cannot read theirs
 /// are held), keep what their restores report (conflicts; moves applied

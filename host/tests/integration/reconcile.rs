@@ -1332,7 +1332,12 @@ fn a_reload_onto_a_changed_machine_updates_the_per_node_metrics() {
     let want = |nodes: &[u32]| -> Vec<String> {
         nodes
             .iter()
-            .map(|&i| format!("cpu_manager_allocation_per_numa{{numa_node=\"{i}\"}} {}", on(i)))
+            .map(|&i| {
+                format!(
+                    "cpu_manager_allocation_per_numa{{numa_node=\"{i}\"}} {}",
+                    on(i)
+                )
+            })
             .collect()
     };
     assert_eq!(series(&mut c), want(&[0, 1, 2]));
@@ -1345,5 +1350,111 @@ fn a_reload_onto_a_changed_machine_updates_the_per_node_metrics() {
     sighup_and_wait(&d, 2);
     assert_eq!(series(&mut c), want(&[0, 1, 2]));
     assert_eq!(nodes(&mut c), 3);
+    d.stop();
+}
+
+/// `topomgr health --state-dir` gives what the daemon's `/v1/health`
+/// gives on the same state: `ok` on a state that matches the machine;
+/// after a held CPU went offline, `degraded` with the conflict (pod,
+/// container, resource, what is missing, the CPU) and the ledger's note,
+/// in JSON and as a table, exit status 0; nothing in the directory is
+/// changed.
+#[test]
+fn health_with_a_state_dir_lists_the_conflicts_the_daemon_lists() {
+    let n = Node::new("reconcile-cli-health");
+    let state = n.dir.join("state");
+    let cli_health = |args: &[&str]| -> (i32, String, String) {
+        let mut all = vec!["health", "--state-dir", state.to_str().unwrap()];
+        all.extend_from_slice(args);
+        common::topomgr(&n.dir, &all)
+    };
+    let (held, _) = n.cli_admit("held", &pod_yaml("held", "2", "1Gi"));
+    let (code, out, err) = cli_health(&[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let h: Health = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (h.status, h.pods, h.notes.len(), h.conflicts.len()),
+        (HealthStatus::Ok, 1, 0, 0),
+        "{h:?}"
+    );
+    assert_eq!(h.exclusive_cpus, held.containers[0].cpus);
+
+    let cpu = held.containers[0].cpus.iter().next().unwrap();
+    n.set_cpu_online(cpu, false);
+    let files = |dir: &std::path::Path| -> Vec<(String, Vec<u8>)> {
+        let mut v: Vec<(String, Vec<u8>)> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_file() && !p.to_string_lossy().ends_with(".lock"))
+            .map(|p| (p.display().to_string(), fs::read(&p).unwrap()))
+            .collect();
+        v.sort();
+        v
+    };
+    let before = files(&state);
+    let (code, out, err) = cli_health(&[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let cli: Health = serde_json::from_str(&out).unwrap();
+    assert_eq!(cli.status, HealthStatus::Degraded, "{cli:?}");
+    assert_eq!(cli.conflicts.len(), 1, "{cli:?}");
+    let k = &cli.conflicts[0];
+    assert_eq!(
+        (
+            k.provider.as_str(),
+            k.pod.as_str(),
+            k.container.as_str(),
+            k.resource.as_str(),
+            k.ids.clone()
+        ),
+        ("cpu", "held", "app", "cpu", vec![cpu.to_string()]),
+        "{cli:?}"
+    );
+    assert!(k.missing.contains(&format!("CPU {cpu}")), "{k:?}");
+    assert_eq!(
+        cli.notes,
+        [format!(
+            "pod \"held\" container \"app\": CPUs {cpu} are allocated but not online on this machine"
+        )]
+    );
+    assert_eq!(files(&state), before, "health --state-dir changes nothing");
+
+    let (code, table, err) = cli_health(&["-o", "table"]);
+    assert_eq!(code, 0, "{table}\n{err}");
+    let mut want = format!(
+        "status: degraded\npods: 1\nexclusive CPUs: {}\nshared pool: {}\n",
+        cli.exclusive_cpus, cli.shared_pool
+    );
+    for note in &cli.notes {
+        want.push_str(&format!("note: {note}\n"));
+    }
+    want.push_str(&format!(
+        "conflict: pod held container app cpu (provider cpu): {} ({cpu})\n",
+        k.missing
+    ));
+    assert_eq!(table, want);
+
+    // The daemon on the same state lists the same.
+    let d = Daemon::start(&n.config(), &n.dir.join("t.sock"));
+    let daemon = health(&mut d.client());
+    assert_eq!(
+        (
+            daemon.status,
+            daemon.pods,
+            &daemon.notes,
+            &daemon.conflicts,
+            &daemon.exclusive_cpus
+        ),
+        (
+            cli.status,
+            cli.pods,
+            &cli.notes,
+            &cli.conflicts,
+            &cli.exclusive_cpus
+        )
+    );
+    // While the daemon serves the directory, the CLI says to ask it.
+    let (code, _, err) = cli_health(&[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("topomgr health --socket"), "{err}");
     d.stop();
 }
