@@ -1458,3 +1458,53 @@ fn health_with_a_state_dir_lists_the_conflicts_the_daemon_lists() {
     assert!(err.contains("topomgr health --socket"), "{err}");
     d.stop();
 }
+
+/// Reserved memory on a NUMA node that went away is a config error, as
+/// a reserved CPU the machine no longer has: the next command refuses to
+/// start, naming the key and what to do (the pods and the state are
+/// kept); doing it (the reservation moved to a node the machine has)
+/// just works, the pod held before still holds what it held.
+#[test]
+fn reserved_memory_on_a_node_that_is_gone_names_the_key_and_a_remedy_that_works() {
+    let mut n = Node::new("reconcile-reserved-gone");
+    n.memory = Some(
+        "policy = \"static\"\n[providers.memory.config.reserved_memory.3]\nmemory = \"512Mi\"\n"
+            .to_owned(),
+    );
+    n.write_config();
+    let (held, _) = n.cli_admit("held", &pod_yaml("held", "2", "1Gi"));
+    n.set_node3_present(false);
+    let file = n.dir.join("next.yaml");
+    fs::write(&file, pod_yaml("next", "2", "1Gi")).unwrap();
+    let state = n.dir.join("state");
+    let (code, out, err) = common::topomgr(
+        &n.dir,
+        &[
+            "admit",
+            "--state-dir",
+            state.to_str().unwrap(),
+            file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 2, "{out}\n{err}");
+    assert!(
+        err.contains(&format!(
+            "topomgr: error: provider `memory` ({}) failed to start: InvalidConfig: memory provider config: reserved_memory.3: this machine has no NUMA node 3 (its nodes are 0-2); reserve that memory on a node it has (rename the table to reserved_memory.<one of 0-2>) or remove the table",
+            common::memory_plugin().display()
+        )),
+        "{err}"
+    );
+    // The remedy: the reservation on node 0.
+    n.memory = Some(MEMORY_CONFIG.to_owned());
+    n.write_config();
+    let (next, _) = n.cli_admit("next", &pod_yaml("next", "2", "1Gi"));
+    let (code, out, err) =
+        common::topomgr(&n.dir, &["pods", "--state-dir", state.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let pods: PodList = serde_json::from_str(&out).unwrap();
+    let uids: Vec<&str> = pods.pods.iter().map(|p| p.uid.as_str()).collect();
+    assert_eq!(uids, ["held", "next"]);
+    assert_eq!(pods.pods[0].containers[0].cpus, held.containers[0].cpus);
+    assert_eq!(pods.pods[1].containers[0].cpus, next.containers[0].cpus);
+    assert_exclusive(&pods.pods, "after the remedy");
+}
