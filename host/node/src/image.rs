@@ -12,7 +12,8 @@
 //!   conflicts it reports are kept ([`crate::reconciled::Conflicts`]), its
 //!   moves are applied to the pod table (and journaled);
 //! - a provider that cannot read its saved state at all is *held* (`crate::provider_states::ProviderStates::hold`): its bytes are kept,
-//!   admissions are refused, pods are kept and can be released; the
+//!   admissions that ask for its resources are refused (the others go
+//!   on), pods are kept and can be released; the
 //!   releases are replayed into it when it restores again;
 //! - the saved state of a provider that is not configured now is kept and
 //!   written back unchanged, with the same replay of releases;
