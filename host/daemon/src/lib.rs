@@ -310,7 +310,6 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
         if let Some(settings) = nri_settings {
             let face = Arc::new(nri::Face::new(
                 state_thread.clone(),
-                &machine,
                 Arc::clone(&nri_status),
             ));
             tokio::spawn(nri::serve(face, settings, stopped(stop_rx.clone())));

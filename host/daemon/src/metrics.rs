@@ -21,7 +21,7 @@
 //! | `memory_manager_pinning_requests_total`, `memory_manager_pinning_errors_total` | counter | same | see "Provider-owned metrics" |
 //! | `cpu_manager_shared_pool_size_millicores` | gauge | same | the shared pool (online CPUs minus every exclusive CPU) × 1000 |
 //! | `cpu_manager_exclusive_cpu_allocation_count` | gauge | same | CPUs held exclusively |
-//! | `cpu_manager_allocation_per_numa{numa_node}` | gauge | same | exclusive CPUs per NUMA node (every node listed, 0 included) |
+//! | `cpu_manager_allocation_per_numa{numa_node}` | gauge | same | exclusive CPUs per NUMA node (every node of the machine as last read, 0 included: a reload that finds a node gone drops its series, a new node gets one) |
 //! | `topomgr_provider_call_duration_seconds{provider,call}` | histogram | — | every call into a provider |
 //! | `topomgr_provider_timeouts_total{provider,call}` | counter | — | calls that missed the deadline |
 //! | `topomgr_ledger_violations_total{provider}` | counter | — | allocations the ledger refused |
@@ -182,6 +182,13 @@ const RECLAIM_LABELS: [ReclaimLabels; 3] = [
     },
 ];
 
+/// The NUMA nodes of the machine and the node of each CPU id (index).
+#[derive(Debug, Default)]
+struct NumaLayout {
+    nodes: Vec<String>,
+    cpu_nodes: Vec<Option<String>>,
+}
+
 /// Label set `{numa_node}`.
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NumaLabel {
@@ -269,8 +276,9 @@ pub struct Metrics {
     reloads: Counter,
     reload_failures: Counter,
     cpuset_drift: Counter,
-    /// NUMA node of each CPU id (index), for `cpu_manager_allocation_per_numa`.
-    cpu_nodes: Vec<Option<String>>,
+    /// The machine's NUMA nodes, for `cpu_manager_allocation_per_numa`
+    /// (replaced at a reload, [`Metrics::machine`]).
+    numa: RwLock<NumaLayout>,
     owners: RwLock<BTreeMap<String, Ownership>>,
 }
 
@@ -336,7 +344,7 @@ impl Metrics {
             reloads: Counter::default(),
             reload_failures: Counter::default(),
             cpuset_drift: Counter::default(),
-            cpu_nodes: Vec::new(),
+            numa: RwLock::new(NumaLayout::default()),
             owners: RwLock::new(BTreeMap::new()),
             registry: Registry::default(),
         };
@@ -475,23 +483,41 @@ impl Metrics {
     /// [`Metrics::new`] with a `cpu_manager_allocation_per_numa` series for
     /// every NUMA node of `machine`.
     pub(crate) fn for_machine(machine: &Machine) -> Metrics {
-        let mut m = Metrics::new();
-        for node in &machine.numa_nodes {
-            let _ = m.allocation_per_numa.get_or_create(&NumaLabel {
-                numa_node: node.id.to_string(),
-            });
-        }
+        let m = Metrics::new();
+        m.machine(machine);
+        m
+    }
+
+    /// Follow `machine` (at start, and at a reload that read the machine
+    /// again): one `cpu_manager_allocation_per_numa` series for each of its
+    /// NUMA nodes, at 0 until the next [`Metrics::cpus`]; the series of a
+    /// node it no longer has are gone.
+    pub(crate) fn machine(&self, machine: &Machine) {
         let len = machine
             .cpus
             .iter()
             .map(|c| c.id as usize + 1)
             .max()
             .unwrap_or(0);
-        m.cpu_nodes = vec![None; len];
+        let mut layout = NumaLayout {
+            nodes: machine
+                .numa_nodes
+                .iter()
+                .map(|n| n.id.to_string())
+                .collect(),
+            cpu_nodes: vec![None; len],
+        };
         for cpu in &machine.cpus {
-            m.cpu_nodes[cpu.id as usize] = cpu.numa.map(|n| n.to_string());
+            layout.cpu_nodes[cpu.id as usize] = cpu.numa.map(|n| n.to_string());
         }
-        m
+        let mut numa = self.numa.write().unwrap_or_else(|p| p.into_inner());
+        self.allocation_per_numa.clear();
+        for node in &layout.nodes {
+            let _ = self.allocation_per_numa.get_or_create(&NumaLabel {
+                numa_node: node.clone(),
+            });
+        }
+        *numa = layout;
     }
 
     /// Register a loaded provider: what it owns (from its inventory, for the
@@ -645,16 +671,14 @@ impl Metrics {
         self.shared_pool_millicores
             .set(count(shared_pool).saturating_mul(1000));
         self.admitted_pods.set(count(pods));
-        if self.cpu_nodes.is_empty() {
-            return;
-        }
+        let numa = self.numa.read().unwrap_or_else(|p| p.into_inner());
         let mut per_node: BTreeMap<&str, usize> = BTreeMap::new();
         for cpu in exclusive.iter() {
-            if let Some(Some(node)) = self.cpu_nodes.get(cpu as usize) {
+            if let Some(Some(node)) = numa.cpu_nodes.get(cpu as usize) {
                 *per_node.entry(node).or_default() += 1;
             }
         }
-        for node in self.cpu_nodes.iter().flatten() {
+        for node in &numa.nodes {
             self.allocation_per_numa
                 .get_or_create(&NumaLabel {
                     numa_node: node.clone(),
@@ -1100,6 +1124,33 @@ mod tests {
             ("topomgr_admitted_pods", "2"),
         ] {
             assert_eq!(line(&text, name), Some(want), "{name} in\n{text}");
+        }
+        // A reload onto a machine where node 1 is gone and node 2 (CPUs
+        // 2-3) and a CPU-less node 3 appeared.
+        let machine = Machine::new(
+            vec![node(0), node(2), node(3)],
+            vec![cpu(0, 0), cpu(1, 0), cpu(2, 2), cpu(3, 2)],
+            vec![],
+        );
+        m.machine(&machine);
+        m.cpus(&CpuSet::from_iter([1, 2, 3]), 1, 2);
+        let text = m.render();
+        for (name, want) in [
+            (
+                "cpu_manager_allocation_per_numa{numa_node=\"0\"}",
+                Some("1"),
+            ),
+            ("cpu_manager_allocation_per_numa{numa_node=\"1\"}", None),
+            (
+                "cpu_manager_allocation_per_numa{numa_node=\"2\"}",
+                Some("2"),
+            ),
+            (
+                "cpu_manager_allocation_per_numa{numa_node=\"3\"}",
+                Some("0"),
+            ),
+        ] {
+            assert_eq!(line(&text, name), want, "{name} in\n{text}");
         }
     }
 }

@@ -317,20 +317,14 @@ impl From<snapshot::StateError> for StartError {
 }
 
 fn notes_of(restored: &Restored, boot_id: &str) -> Vec<String> {
-    let mut notes = Vec::new();
     if restored.rebooted {
         let saved = restored.saved_boot_id.clone().unwrap_or_default();
         warn!(saved_boot_id = %saved, boot_id = %boot_id, pods = restored.pods, "state was saved before a reboot; its pods are kept until released");
-        notes.push(format!(
-            "state was saved under boot id {saved}, this boot is {boot_id}; its {} pod(s) are kept until released",
-            restored.pods
-        ));
     }
     for issue in &restored.issues {
         warn!(issue = %issue, "restored state does not match the machine or the config");
-        notes.push(issue.to_string());
     }
-    notes
+    restored.notes(boot_id)
 }
 
 impl StateThread {
@@ -516,6 +510,10 @@ impl Worker {
             p.providers,
         ) {
             Ok(r) => {
+                // Everything that shows the machine follows it: the
+                // per-NUMA-node metric series here, the readers' view (and
+                // so the NRI face's memory nodes) at `rebuild_view` below.
+                self.metrics.machine(&machine);
                 self.machine = machine;
                 self.setting = Arc::new(topomgr_engine::explain::Setting::of(self.node.admitter()));
                 // What was committed before is in the snapshot too.

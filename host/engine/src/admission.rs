@@ -118,10 +118,18 @@ pub type AssignedDevices = BTreeMap<String, AssignedDevicesRequest>;
 /// Owns providers, policy, admitted pods and the [`Ledger`]; admits one
 /// pod at a time.
 ///
-/// A provider may be *held* ([`Admitter::hold`]: it refused its saved
-/// state): it is not called, and every admission is refused while it is
-/// held ([`PROVIDER_HELD`]). What is kept for it (its saved bytes, the
-/// releases it misses) is the state layer's.
+/// A provider may be *held* ([`Admitter::hold`]: it could not read its
+/// saved state). A held provider holds only its own resources: a pod that
+/// asks for one of them (a request or limit above 0, in any container, init
+/// included, or at pod level, of a resource the provider's inventory
+/// lists) is refused ([`PROVIDER_HELD`]); every other pod is admitted by
+/// the other providers as usual. The held provider is not called for it
+/// (no hints, no allocation, no release) and gives it nothing: under a held
+/// CPU provider such a pod gets no CPUs of its own, so its cgroups get the
+/// shared pool the ledger computes (online CPUs minus every CPU the
+/// admitted pods hold exclusively); under a held memory provider, no memory
+/// nodes of its own (all of them). What is kept for the held provider (its
+/// saved bytes, the releases it misses) is the state layer's.
 pub struct Admitter {
     policy: Policy,
     scope: Scope,
@@ -199,8 +207,9 @@ impl Admitter {
         self.providers = providers;
     }
 
-    /// Hold provider `name` (it refused its saved state, `reason`): it is
-    /// not called until [`Admitter::clear_holds`], and admissions are refused.
+    /// Hold provider `name` (it could not read its saved state, `reason`):
+    /// it is not called until [`Admitter::clear_holds`], and admissions
+    /// that ask for its resources are refused.
     pub fn hold(&mut self, name: &str, reason: String) {
         if let Some(i) = self.providers.iter().position(|p| p.name() == name) {
             self.held[i] = Some(reason);
@@ -310,8 +319,10 @@ impl Admitter {
                 // Every provider gets the pod once; the calls below pass this
                 // object, so a pod of N containers is not sent 2N times.
                 let shared = Arc::new(pod.clone());
-                for p in &mut self.providers {
-                    p.share_pod(&shared);
+                for (p, held) in self.providers.iter_mut().zip(&self.held) {
+                    if held.is_none() {
+                        p.share_pod(&shared);
+                    }
                 }
                 match self.scope {
                     Scope::Pod if self.policy.name() != PolicyName::None => {
@@ -349,8 +360,8 @@ impl Admitter {
         result
     }
 
-    /// What refuses a pod before any provider is asked.
-    fn precheck(&self, pod: &PodView) -> Result<(), Rejection> {
+    /// What refuses a pod before any provider is asked for hints.
+    fn precheck(&mut self, pod: &PodView) -> Result<(), Rejection> {
         if let Some(message) = self.uid_conflict(pod) {
             return Err(Rejection {
                 reason: UID_CONFLICT.to_string(),
@@ -367,11 +378,51 @@ impl Admitter {
                 ),
             });
         }
-        if let Some((name, reason)) = self.held().first() {
+        self.check_held(pod)
+    }
+
+    /// Refuses a pod that asks for a resource a held provider owns (see
+    /// [`Admitter`]). Which resources it owns is what its inventory lists,
+    /// which comes from the machine and its config, not from the state it
+    /// could not read; a held provider that cannot say counts as owning
+    /// everything the pod asks for.
+    fn check_held(&mut self, pod: &PodView) -> Result<(), Rejection> {
+        if self.held.iter().all(Option::is_none) {
+            return Ok(());
+        }
+        let asked = asked_resources(pod);
+        if asked.is_empty() {
+            return Ok(());
+        }
+        for (p, held) in self.providers.iter_mut().zip(&self.held) {
+            let Some(why) = held else { continue };
+            let name = p.name().to_owned();
+            let (touched, unsure) = match p.inventory() {
+                Ok(inv) => (
+                    asked
+                        .iter()
+                        .filter(|r| inv.resources.contains_key(*r))
+                        .cloned()
+                        .collect::<Vec<_>>(),
+                    None,
+                ),
+                Err(e) => (asked.clone(), Some(e.message)),
+            };
+            if touched.is_empty() {
+                continue;
+            }
+            let which = match &unsure {
+                None => format!("the pod asks for {}, which it serves", touched.join(", ")),
+                Some(e) => format!(
+                    "it could not say which resources it serves ({e}), so the pod's {} may be its",
+                    touched.join(", ")
+                ),
+            };
             return Err(Rejection {
                 reason: PROVIDER_HELD.to_string(),
                 message: format!(
-                    "provider {name:?} is held: it refused its saved state ({reason}); admissions are refused until topomgr starts where that state can be restored (pods can still be listed and released)"
+                    "pod {}/{} cannot be admitted: provider {name:?} is held and {which}. It is held because it cannot read its saved state ({why}); pods asking for none of its resources are still admitted, and admitted pods can be listed and released. Configure the provider library that wrote that state under the name {name:?} again (or a version that reads it) and restart topomgr or send the daemon SIGHUP",
+                    pod.namespace, pod.name
                 ),
             });
         }
@@ -467,13 +518,16 @@ impl Admitter {
         Ok(())
     }
 
-    /// Ask every provider for hints.
+    /// Ask every provider that is not held for hints.
     fn collect(
         &mut self,
         mut ask: impl FnMut(&mut LoadedProvider) -> Result<ProviderHints, topomgr_sdk::ProviderError>,
     ) -> Result<Vec<(String, ProviderHints)>, Rejection> {
         let mut all = Vec::with_capacity(self.providers.len());
-        for p in &mut self.providers {
+        for (p, held) in self.providers.iter_mut().zip(&self.held) {
+            if held.is_some() {
+                continue;
+            }
             match ask(p) {
                 Ok(h) => all.push((p.name().to_string(), h)),
                 Err(e) => {
@@ -503,7 +557,13 @@ impl Admitter {
             return Ok(());
         }
         let mut known = std::collections::BTreeSet::new();
-        for (p, (name, h)) in self.providers.iter_mut().zip(hints.iter_mut()) {
+        let live = self
+            .providers
+            .iter_mut()
+            .zip(&self.held)
+            .filter(|(_, held)| held.is_none())
+            .map(|(p, _)| p);
+        for (p, (name, h)) in live.zip(hints.iter_mut()) {
             let answer = p.assigned_device_hints(request).map_err(|e| Rejection {
                 reason: e.reason.clone(),
                 message: format!(
@@ -636,6 +696,9 @@ impl Admitter {
         let mut merged = Allocation::default();
         let mut env_from: BTreeMap<String, usize> = BTreeMap::new();
         for i in 0..self.providers.len() {
+            if self.held[i].is_some() {
+                continue;
+            }
             let answer = self.providers[i].allocate(pod, container, hint);
             let name = self.providers[i].name();
             let failure = match answer {
@@ -674,9 +737,13 @@ impl Admitter {
         Ok(merged)
     }
 
-    /// Release `container` in the first `n` providers (a failed allocation).
+    /// Release `container` in the first `n` providers that are not held (a
+    /// failed allocation).
     fn release_container(&mut self, pod: &PodView, container: &str, n: usize) {
-        for q in &mut self.providers[..n] {
+        for (q, held) in self.providers[..n].iter_mut().zip(&self.held) {
+            if held.is_some() {
+                continue;
+            }
             if let Err(err) = q.release(&pod.uid, container) {
                 warn!(provider = q.name(), pod = %pod.uid, container, error = %err, "release during rollback failed");
             }
@@ -685,7 +752,10 @@ impl Admitter {
 
     fn rollback(&mut self, pod: &PodView, done: &[ContainerResult]) {
         for c in done.iter().rev() {
-            for p in &mut self.providers {
+            for (p, held) in self.providers.iter_mut().zip(&self.held) {
+                if held.is_some() {
+                    continue;
+                }
                 if let Err(err) = p.release(&pod.uid, &c.name) {
                     warn!(provider = p.name(), pod = %pod.uid, container = %c.name, error = %err, "release during rollback failed");
                 }
@@ -725,6 +795,21 @@ impl Admitter {
             })
         }
     }
+}
+
+/// The resources `pod` asks for: a request or limit above 0 in any
+/// container (init included) or at pod level, in name order.
+fn asked_resources(pod: &PodView) -> Vec<String> {
+    let containers = pod.init_containers.iter().chain(&pod.containers);
+    let lists = containers
+        .flat_map(|c| [&c.requests, &c.limits])
+        .chain(pod.resources.iter().flat_map(|r| [&r.requests, &r.limits]));
+    let names: std::collections::BTreeSet<&String> = lists
+        .flat_map(|l| l.iter())
+        .filter(|(_, amount)| **amount > 0)
+        .map(|(name, _)| name)
+        .collect();
+    names.into_iter().cloned().collect()
 }
 
 /// A variable two providers set differently: (name, first value, second
@@ -899,6 +984,8 @@ mod tests {
         fail_for: Option<String>,
         log: Log,
         alloc: Option<Allocation>,
+        /// The resources its inventory lists (`None`: it cannot say).
+        owns: Option<Vec<&'static str>>,
     }
 
     impl topomgr_sdk::Provider for Fake {
@@ -960,6 +1047,16 @@ mod tests {
         fn restore(&mut self, _: &[u8]) -> Result<topomgr_sdk::Reconciled, ProviderError> {
             Ok(topomgr_sdk::Reconciled::new())
         }
+        fn inventory(&self) -> Result<topomgr_sdk::Inventory, ProviderError> {
+            use topomgr_sdk::{Amounts, Inventory, ResourceInventory};
+            let owns = self
+                .owns
+                .as_ref()
+                .ok_or_else(|| ProviderError::new("InventoryError", "the inventory is broken"))?;
+            Ok(owns.iter().fold(Inventory::new(), |inv, r| {
+                inv.with_resource(*r, ResourceInventory::new(Amounts::default(), Vec::new()))
+            }))
+        }
     }
 
     fn container(name: &str, sidecar: bool) -> ContainerView {
@@ -1010,6 +1107,7 @@ mod tests {
                 fail_for: fail_for.map(str::to_string),
                 log: log.clone(),
                 alloc: None,
+                owns: Some(Vec::new()),
             },
         )
     }
@@ -1024,6 +1122,7 @@ mod tests {
                 fail_for: None,
                 log: log.clone(),
                 alloc: Some(alloc),
+                owns: Some(Vec::new()),
             },
         )
     }
@@ -1664,34 +1763,182 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_held_provider_refuses_admissions_and_is_not_called() {
-        let log: Log = Default::default();
-        let mut adm = admitter("none", Scope::Container, vec![fake("a", &[], None, &log)]);
-        assert!(adm.admit(&other_pod("u")).admitted);
-        adm.hold(
-            "a",
-            "it names CPUs 9 that this machine does not have".to_owned(),
+    /// A provider owning `owns` (`None`: its inventory fails) that gives
+    /// every container `alloc`.
+    fn owning(
+        name: &str,
+        owns: Option<Vec<&'static str>>,
+        alloc: Allocation,
+        log: &Log,
+    ) -> LoadedProvider {
+        LoadedProvider::in_process(
+            name,
+            Fake {
+                name: name.into(),
+                hints: BTreeMap::new(),
+                pod_hints: None,
+                fail_for: None,
+                log: log.clone(),
+                alloc: Some(alloc),
+                owns,
+            },
+        )
+    }
+
+    /// A pod of one container `app` asking for `asks` (requests = limits),
+    /// and an init container asking for `init`.
+    fn asking(uid: &str, asks: &[(&str, u64)], init: &[(&str, u64)]) -> PodView {
+        let c = |name: &str, r: &[(&str, u64)]| {
+            let list: BTreeMap<String, u64> = r.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+            ContainerView::new(name)
+                .with_requests(list.clone())
+                .with_limits(list)
+        };
+        let init = if init.is_empty() {
+            Vec::new()
+        } else {
+            vec![c("init", init)]
+        };
+        PodView::new(uid, uid, "default", QosClass::Burstable)
+            .with_init_containers(init)
+            .with_containers(vec![c("app", asks)])
+    }
+
+    /// The CPU provider (owning `cpu`) holds CPUs 2-3 for pod `a`, the
+    /// device provider a widget; then the CPU provider is held.
+    fn held_cpu(log: &Log) -> Admitter {
+        let cpus = owning(
+            "cpu",
+            Some(vec!["cpu"]),
+            Allocation::default().with_cpus(CpuSet::parse("2-3").unwrap(), true),
+            log,
         );
+        let widgets = owning(
+            "widgets",
+            Some(vec!["example.com/widget"]),
+            Allocation::default(),
+            log,
+        );
+        let mut adm = admitter("best-effort", Scope::Container, vec![cpus, widgets]);
+        assert!(adm.admit(&asking("a", &[("cpu", 2000)], &[])).admitted);
+        adm.hold(
+            "cpu",
+            "the saved state is not a checkpoint of this CPU provider".to_owned(),
+        );
+        adm
+    }
+
+    /// While the CPU provider is held, a BestEffort pod and a pod asking
+    /// only for another provider's resource are admitted by the others;
+    /// the held provider is not called for them and gives them nothing.
+    #[test]
+    fn a_held_provider_holds_only_its_own_resources() {
+        let log: Log = Default::default();
+        let mut adm = held_cpu(&log);
         assert_eq!(
             adm.held(),
-            [("a", "it names CPUs 9 that this machine does not have")]
+            [(
+                "cpu",
+                "the saved state is not a checkpoint of this CPU provider"
+            )]
         );
-        let r = adm.admit(&other_pod("v"));
+        let n = log.lock().unwrap().len();
+        let best_effort = PodView::new("be", "be", "default", QosClass::BestEffort)
+            .with_containers(vec![ContainerView::new("app")]);
+        let r = adm.admit(&best_effort);
+        assert!(r.admitted, "{r:?}");
+        assert!(r.containers[0].allocation.cpus.is_empty());
+        let r = adm.admit(&asking("w", &[("example.com/widget", 1)], &[]));
+        assert!(r.admitted, "{r:?}");
+        assert!(r.containers[0].allocation.cpus.is_empty());
+        // A zero request asks for nothing.
+        let r = adm.admit(&asking("z", &[("cpu", 0), ("example.com/widget", 1)], &[]));
+        assert!(r.admitted, "{r:?}");
+        let calls: Vec<String> = log.lock().unwrap()[n..].to_vec();
+        assert_eq!(
+            calls,
+            [
+                "widgets:hints:app",
+                "widgets:allocate:app:0-1",
+                "widgets:hints:app",
+                "widgets:allocate:app:0-1",
+                "widgets:hints:app",
+                "widgets:allocate:app:0-1"
+            ],
+            "the held provider is not called"
+        );
+        // What the held provider gave `a` stays `a`'s in the ledger.
+        assert_eq!(adm.ledger().exclusive_cpus().to_string(), "2-3");
+    }
+
+    /// A pod asking for the held provider's resource (in any container,
+    /// init included) is refused naming the provider, the resource, why it
+    /// is held and what to do; nothing is called or held for it.
+    #[test]
+    fn a_pod_asking_for_a_held_providers_resource_is_refused() {
+        let log: Log = Default::default();
+        let mut adm = held_cpu(&log);
+        let n = log.lock().unwrap().len();
+        let want = |pod: &str| {
+            format!("pod default/{pod} cannot be admitted: provider \"cpu\" is held and the pod asks for cpu, which it serves. It is held because it cannot read its saved state (the saved state is not a checkpoint of this CPU provider); pods asking for none of its resources are still admitted, and admitted pods can be listed and released. Configure the provider library that wrote that state under the name \"cpu\" again (or a version that reads it) and restart topomgr or send the daemon SIGHUP")
+        };
+        for pod in [
+            asking("c", &[("cpu", 500), ("example.com/widget", 1)], &[]),
+            asking("i", &[("example.com/widget", 1)], &[("cpu", 1000)]),
+        ] {
+            let r = adm.admit(&pod);
+            assert!(!r.admitted);
+            assert_eq!(r.reason.as_deref(), Some(PROVIDER_HELD));
+            assert_eq!(r.message.unwrap(), want(&pod.uid));
+            assert!(!adm.pods().contains_key(&pod.uid));
+        }
+        assert_eq!(log.lock().unwrap().len(), n, "no provider was called");
+        assert_eq!(adm.ledger().exclusive_cpus().to_string(), "2-3");
+        // Holding it no more, it is called again.
+        adm.clear_holds();
+        assert!(adm.held().is_empty());
+        adm.release("a").unwrap();
+        assert!(adm.admit(&asking("c", &[("cpu", 500)], &[])).admitted);
+        assert_eq!(log.lock().unwrap()[n], "cpu:release:app");
+    }
+
+    /// A held provider whose inventory fails counts as serving everything a
+    /// pod asks for; a pod asking for nothing is still admitted.
+    #[test]
+    fn a_held_provider_that_cannot_say_what_it_serves_refuses_what_is_asked() {
+        let log: Log = Default::default();
+        let broken = owning("gpu", None, Allocation::default(), &log);
+        let mut adm = admitter("none", Scope::Container, vec![broken]);
+        adm.hold("gpu", "unreadable".to_owned());
+        let r = adm.admit(&asking("m", &[("memory", 1 << 20)], &[]));
         assert_eq!(r.reason.as_deref(), Some(PROVIDER_HELD));
         assert_eq!(
             r.message.as_deref(),
-            Some("provider \"a\" is held: it refused its saved state (it names CPUs 9 that this machine does not have); admissions are refused until topomgr starts where that state can be restored (pods can still be listed and released)")
+            Some("pod default/m cannot be admitted: provider \"gpu\" is held and it could not say which resources it serves (the inventory is broken), so the pod's memory may be its. It is held because it cannot read its saved state (unreadable); pods asking for none of its resources are still admitted, and admitted pods can be listed and released. Configure the provider library that wrote that state under the name \"gpu\" again (or a version that reads it) and restart topomgr or send the daemon SIGHUP")
+        );
+        let best_effort = PodView::new("be", "be", "default", QosClass::BestEffort)
+            .with_containers(vec![ContainerView::new("app")]);
+        assert!(adm.admit(&best_effort).admitted);
+    }
+
+    /// Releases skip the held provider (the state layer keeps them for
+    /// it); the others release as usual.
+    #[test]
+    fn a_release_is_not_given_to_a_held_provider() {
+        let log: Log = Default::default();
+        let mut adm = held_cpu(&log);
+        assert!(
+            adm.admit(&asking("w", &[("example.com/widget", 1)], &[]))
+                .admitted
         );
         let n = log.lock().unwrap().len();
-        adm.release("u").unwrap();
+        adm.release("a").unwrap();
+        adm.release("w").unwrap();
         assert_eq!(
-            log.lock().unwrap().len(),
-            n,
-            "a held provider is not called"
+            log.lock().unwrap()[n..],
+            ["widgets:release:app", "widgets:release:app"]
         );
-        adm.clear_holds();
-        assert!(adm.held().is_empty());
-        assert!(adm.admit(&other_pod("v")).admitted);
+        assert!(adm.ledger().exclusive_cpus().is_empty());
+        assert!(adm.pods().is_empty());
     }
 }

@@ -12,7 +12,8 @@
 //!   conflicts it reports are kept ([`crate::reconciled::Conflicts`]), its
 //!   moves are applied to the pod table (and journaled);
 //! - a provider that cannot read its saved state at all is *held* (`crate::provider_states::ProviderStates::hold`): its bytes are kept,
-//!   admissions are refused, pods are kept and can be released; the
+//!   admissions that ask for its resources are refused (the others go
+//!   on), pods are kept and can be released; the
 //!   releases are replayed into it when it restores again;
 //! - the saved state of a provider that is not configured now is kept and
 //!   written back unchanged, with the same replay of releases;
@@ -98,7 +99,7 @@ impl fmt::Display for RestoreIssue {
             ),
             RestoreIssue::ProviderHeld { provider, reason } => write!(
                 f,
-                "provider {provider:?} cannot read its saved state ({reason}); it is held: its state is kept unchanged, admitted pods are kept and can be released, new admissions are refused until topomgr runs a version of the provider that reads that state"
+                "provider {provider:?} cannot read its saved state ({reason}); it is held: its state is kept unchanged, admitted pods are kept and can be released, and admissions that ask for its resources are refused (the others go on). Configure the provider library that wrote that state under the name {provider:?} again (or a version that reads it) and restart topomgr or send the daemon SIGHUP"
             ),
         }
     }
@@ -125,6 +126,24 @@ pub struct Restored {
     pub moved: usize,
     /// Configured providers the state had no part for: they start empty.
     pub new_providers: Vec<String>,
+}
+
+impl Restored {
+    /// What the restore found, one sentence each, as `/v1/health` lists
+    /// it: a reboot since the state was saved (`boot_id` is this boot's)
+    /// and every issue.
+    pub fn notes(&self, boot_id: &str) -> Vec<String> {
+        let mut notes = Vec::new();
+        if self.rebooted {
+            notes.push(format!(
+                "state was saved under boot id {}, this boot is {boot_id}; its {} pod(s) are kept until released",
+                self.saved_boot_id.as_deref().unwrap_or_default(),
+                self.pods
+            ));
+        }
+        notes.extend(self.issues.iter().map(ToString::to_string));
+        notes
+    }
 }
 
 /// Install a recovered state into `node`: hand each provider its bytes

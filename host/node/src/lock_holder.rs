@@ -38,6 +38,8 @@ pub enum Role {
     Provider,
     /// `topomgr state recover --state-dir`.
     StateRecover,
+    /// `topomgr health --state-dir`.
+    Health,
 }
 
 impl Role {
@@ -62,6 +64,7 @@ impl Role {
             Role::Pods => "topomgr pods --state-dir",
             Role::Provider => "topomgr provider --state-dir",
             Role::StateRecover => "topomgr state recover --state-dir",
+            Role::Health => "topomgr health --state-dir",
         }
     }
 
@@ -83,6 +86,7 @@ impl Role {
             Role::Release => format!("release through it: `topomgr release --socket {s} UID`"),
             Role::ExportNrt => format!("export through it: `topomgr export nrt --socket {s}`"),
             Role::Pods => format!("list them through it: `topomgr pods --socket {s}`"),
+            Role::Health => format!("ask it: `topomgr health --socket {s}`"),
             Role::StateRecover => "stop that daemon first: a state directory in use is never recovered under it".to_owned(),
             Role::Provider => "work on a copy of it instead (`cp -a DIR /tmp/topomgr-state-copy`, then `--state-dir /tmp/topomgr-state-copy`): the daemon's state changes only through the daemon".to_owned(),
         }

@@ -182,32 +182,28 @@ pub(crate) fn default_node_name() -> Result<String, NrtError> {
     Ok(name)
 }
 
-/// The inventories of the admitter's loaded providers, in call order
-/// (providers held for a bad checkpoint answer nothing and are skipped).
-/// While a provider is held every admission is refused, so nothing is
-/// available: every resource is listed with `available` 0 (its capacity
-/// and allocatable as they are), never advertised as free.
+/// The inventories of the admitter's providers, in call order. A held
+/// provider (it cannot read its saved state) gives nothing until it can:
+/// its resources are listed as its inventory reports them (from the
+/// machine and its config) with `available` 0, never advertised as free;
+/// the other providers' resources are as they report them (admissions that
+/// do not ask for the held provider's resources go on).
 pub(crate) fn inventories(admitter: &mut Admitter) -> Result<Vec<(String, Inventory)>, NrtError> {
-    let held: Vec<String> = admitter
-        .held()
-        .into_iter()
-        .map(|(name, _)| name.to_owned())
-        .collect();
-    let loaded: Vec<bool> = admitter
-        .providers()
-        .iter()
-        .map(|p| !held.iter().any(|h| h == p.name()))
-        .collect();
+    let held: Vec<bool> = {
+        let held = admitter.held();
+        admitter
+            .providers()
+            .iter()
+            .map(|p| held.iter().any(|(h, _)| *h == p.name()))
+            .collect()
+    };
     let mut out = Vec::new();
-    for (p, loaded) in admitter.providers_mut().iter_mut().zip(loaded) {
-        if !loaded {
-            continue;
-        }
+    for (p, held) in admitter.providers_mut().iter_mut().zip(held) {
         let mut inv = p.inventory().map_err(|e| NrtError::Inventory {
             provider: p.name().to_owned(),
             message: e.to_string(),
         })?;
-        if !held.is_empty() {
+        if held {
             for r in inv.resources.values_mut() {
                 r.total.available = 0;
                 for zone in &mut r.zones {
@@ -494,11 +490,10 @@ mod tests {
         );
     }
 
-    /// While a provider is held every admission is refused: the export
-    /// lists the others' resources with nothing available, and leaves the
-    /// held one's out (it answers nothing).
+    /// A held provider's resources are exported with nothing available;
+    /// the other providers' stay as they report them.
     #[test]
-    fn nothing_is_available_while_a_provider_is_held() {
+    fn a_held_providers_resources_are_not_available_and_the_others_are() {
         use topomgr_engine::admission::Admitter;
         use topomgr_engine::numa::NumaInfo;
         use topomgr_engine::policy::Policy;
@@ -511,6 +506,13 @@ mod tests {
             );
             topomgr_sdk::testkit::FakeProvider::new().with_inventory(move || Ok(inv.clone()))
         };
+        let gpus = || {
+            let inv = Inventory::new().with_resource(
+                "nvidia.com/gpu",
+                res(&[(Some(0), [1, 1, 1]), (Some(1), [2, 1, 1])]),
+            );
+            topomgr_sdk::testkit::FakeProvider::new().with_inventory(move || Ok(inv.clone()))
+        };
         let numa = NumaInfo::from_machine(&m).unwrap();
         let policy = Policy::new("best-effort", &BTreeMap::new(), numa).unwrap();
         let mut adm = Admitter::new(
@@ -519,7 +521,7 @@ mod tests {
             Scope::Container,
             vec![
                 LoadedProvider::in_process("widgets", widgets()),
-                LoadedProvider::in_process("gpu", topomgr_sdk::testkit::FakeProvider::new()),
+                LoadedProvider::in_process("gpu", gpus()),
             ],
         );
         let available = |adm: &mut Admitter| -> Vec<String> {
@@ -527,20 +529,33 @@ mod tests {
             o.zones
                 .iter()
                 .flat_map(|z| {
-                    z.resources
-                        .iter()
-                        .map(|r| format!("{}:{}={}", z.name, r.name, r.available))
+                    z.resources.iter().map(|r| {
+                        format!(
+                            "{}:{}={}/{}/{}",
+                            z.name, r.name, r.capacity, r.allocatable, r.available
+                        )
+                    })
                 })
                 .collect()
         };
         assert_eq!(
             available(&mut adm),
-            ["node-0:example.com/widget=1", "node-1:example.com/widget=2"]
+            [
+                "node-0:example.com/widget=2/2/1",
+                "node-0:nvidia.com/gpu=1/1/1",
+                "node-1:example.com/widget=2/2/2",
+                "node-1:nvidia.com/gpu=2/1/1"
+            ]
         );
         adm.hold("gpu", "unreadable".to_owned());
         assert_eq!(
             available(&mut adm),
-            ["node-0:example.com/widget=0", "node-1:example.com/widget=0"]
+            [
+                "node-0:example.com/widget=2/2/1",
+                "node-0:nvidia.com/gpu=1/1/0",
+                "node-1:example.com/widget=2/2/2",
+                "node-1:nvidia.com/gpu=2/1/0"
+            ]
         );
     }
 }

@@ -8,6 +8,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use crate::image::Restored;
 use crate::lock_holder::{Holder, Role};
 use crate::node_state::{NodeState, Reclaim};
 use crate::snapshot::StateError;
@@ -36,6 +37,7 @@ pub enum StateDirError {
 pub struct StateDir {
     _lock: StateLock,
     store: Store,
+    restored: Restored,
 }
 
 impl StateDir {
@@ -50,7 +52,16 @@ impl StateDir {
         for issue in &restored.issues {
             tracing::warn!(state_dir = %dir.display(), %issue, "restored state does not match the machine or the config");
         }
-        Ok(StateDir { _lock: lock, store })
+        Ok(StateDir {
+            _lock: lock,
+            store,
+            restored,
+        })
+    }
+
+    /// What restoring the state found when it was opened.
+    pub fn restored(&self) -> &Restored {
+        &self.restored
     }
 
     /// Make what `node` changed since it was opened (or last saved) durable.

@@ -10,7 +10,8 @@ use clap::Args;
 use topomgr_daemon::client::{encode_segment, Client, Response};
 use topomgr_manifest::STDIN_PATH;
 use topomgr_node::api::{
-    Admission, Admissions, Attached, Attachments, Health, HealthStatus, OwnerSpec, PodList,
+    Admission, Admissions, Attached, Attachments, Health, HealthStatus, NriHealth, OwnerSpec,
+    PodList,
 };
 use topomgr_node::lock_holder::Role;
 use topomgr_node::node_state::{current_pool, NodeState};
@@ -62,8 +63,19 @@ pub struct HealthArgs {
     socket: SocketArg,
     /// Wait until the daemon answers, up to SECONDS (default 30): for
     /// scripts that start `topomgr serve` and then talk to it.
-    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "30")]
+    #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "30", conflicts_with = "state_dir")]
     pub(super) wait: Option<u64>,
+    /// Restore this state directory in-process and report what the daemon
+    /// would report on it (no daemon may serve it: ask the daemon with
+    /// --socket then). Changes nothing.
+    #[arg(long, conflicts_with = "socket")]
+    state_dir: Option<PathBuf>,
+    /// sysfs directory to read with --state-dir (default: config sysfs_root).
+    #[arg(long, requires = "state_dir")]
+    sysfs_root: Option<PathBuf>,
+    /// Output format.
+    #[arg(short, long, value_enum, default_value = "json")]
+    output: Output,
 }
 
 /// Arguments of `topomgr attach`.
@@ -110,6 +122,10 @@ const HEALTH_RETRY: Duration = Duration::from_millis(100);
 /// in time is an error (status 2), as is one that does not answer at all
 /// without it.
 pub fn health(config: &Path, args: HealthArgs) -> anyhow::Result<ExitCode> {
+    if let Some(dir) = &args.state_dir {
+        let health = health_of_state_dir(config, dir, args.sysfs_root.as_deref())?;
+        return print_health(&health, args.output);
+    }
     let socket = match &args.socket.socket {
         Some(p) => p.clone(),
         None => inputs::load_config(config)?.daemon.socket,
@@ -145,10 +161,101 @@ pub fn health(config: &Path, args: HealthArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => return Err(e.into()),
     };
-    print_json(&health)?;
+    print_health(&health, args.output)
+}
+
+/// Print `health` as `output`; exit status 0 when ok or degraded, 1 when
+/// failing.
+fn print_health(health: &Health, output: Output) -> anyhow::Result<ExitCode> {
+    match output {
+        Output::Json => print_json(health)?,
+        Output::Table => print!("{}", health_text(health)),
+    }
     Ok(match health.status {
         HealthStatus::Ok | HealthStatus::Degraded => ExitCode::SUCCESS,
         HealthStatus::Failing => ExitCode::from(1),
+    })
+}
+
+/// `health` for people: the status, then one line per note and conflict.
+fn health_text(h: &Health) -> String {
+    use std::fmt::Write as _;
+    let status = match h.status {
+        HealthStatus::Ok => "ok",
+        HealthStatus::Degraded => "degraded",
+        HealthStatus::Failing => "failing",
+    };
+    let mut out = format!(
+        "status: {status}\npods: {}\nexclusive CPUs: {}\nshared pool: {}\n",
+        h.pods,
+        if h.exclusive_cpus.is_empty() {
+            "none".to_owned()
+        } else {
+            h.exclusive_cpus.to_string()
+        },
+        if h.shared_pool.is_empty() {
+            "none".to_owned()
+        } else {
+            h.shared_pool.to_string()
+        },
+    );
+    if let Some(f) = &h.failure {
+        let _ = writeln!(out, "failure: {f}");
+    }
+    for n in &h.notes {
+        let _ = writeln!(out, "note: {n}");
+    }
+    for c in &h.conflicts {
+        let ids = if c.ids.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", c.ids.join(", "))
+        };
+        let _ = writeln!(
+            out,
+            "conflict: pod {} container {} {} (provider {}): {}{ids}",
+            c.pod, c.container, c.resource, c.provider, c.missing
+        );
+    }
+    out
+}
+
+/// What the daemon's `/v1/health` would say on the state directory `dir`
+/// just after its start: the restore's notes (a reboot since, vanished
+/// resources, held and unconfigured providers) and every conflict the
+/// providers reported, read under the state lock. Nothing is written and
+/// no pod is reclaimed.
+fn health_of_state_dir(
+    config: &Path,
+    dir: &Path,
+    sysfs_root: Option<&Path>,
+) -> anyhow::Result<Health> {
+    if !dir.is_dir() {
+        anyhow::bail!(
+            "no state directory at {}: check the path (topomgr serve, run and admit --state-dir create it)",
+            dir.display()
+        );
+    }
+    let cfg = inputs::load_node_config(config)?;
+    let machine = inputs::discover(&cfg, sysfs_root)?;
+    let mut node = NodeState::from_config(&cfg, &machine)?;
+    let opened = StateDir::open(dir, &mut node, Role::Health)?;
+    let notes = opened.restored().notes(node.boot_id());
+    let conflicts = node.conflicts().reports();
+    let status = if notes.is_empty() && conflicts.is_empty() {
+        HealthStatus::Ok
+    } else {
+        HealthStatus::Degraded
+    };
+    Ok(Health {
+        status,
+        pods: node.pods().len(),
+        exclusive_cpus: node.admitter().ledger().exclusive_cpus().clone(),
+        shared_pool: node.shared_pool(),
+        notes,
+        failure: None,
+        nri: NriHealth::disabled(),
+        conflicts,
     })
 }
 

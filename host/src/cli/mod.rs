@@ -83,8 +83,9 @@ pub enum Command {
     /// Run the daemon: the HTTP/JSON API on a Unix socket (docs/api.md).
     Serve(serve::ServeArgs),
     /// Show the running daemon's health (`GET /v1/health`); with --wait,
-    /// wait until it answers. Exit status 0: ok or degraded; 1: failing;
-    /// 2: no answer.
+    /// wait until it answers; or with --state-dir what a daemon would
+    /// report on a state directory (conflicts included). Exit status 0: ok
+    /// or degraded; 1: failing; 2: no answer.
     Health(client::HealthArgs),
     /// List the running daemon's pods and their allocations, or with
     /// --state-dir those of a state directory.
@@ -267,6 +268,7 @@ mod tests {
                 "topomgr topology",
                 "topomgr admit",
                 "topomgr explain",
+                "topomgr health",
                 "topomgr pods",
                 "topomgr export nrt",
             ]
@@ -275,6 +277,7 @@ mod tests {
             &["topomgr", "topology", "-o", "table"][..],
             &["topomgr", "admit", "-o", "table", "pod.yaml"],
             &["topomgr", "explain", "-o", "json", "pod.yaml"],
+            &["topomgr", "health", "-o", "table"],
             &["topomgr", "pods", "-o", "table"],
             &["topomgr", "export", "nrt", "-o", "yaml"],
         ] {

@@ -1144,3 +1144,367 @@ fn the_machine_check_restores_a_changed_cpuset_once_and_reports_the_rest() {
         "health to be ok",
     );
 }
+
+// ---------------------------------------------------------------------------
+// A held provider holds only its own resources.
+
+/// A config on the example machine: provider `cpu` from `cpu_library`
+/// (with `cpu_config`), and the example widget provider (2 per node).
+fn cpu_and_widgets(dir: &std::path::Path, cpu_library: &std::path::Path, cpu_config: &str) {
+    fs::write(
+        dir.join("topomgr.toml"),
+        format!(
+            "policy = \"best-effort\"\nsysfs_root = \"{}\"\nstate_dir = \"state\"\ncgroup_root = \"cgroup\"\n[providers.cpu]\nlibrary = \"{}\"\n[providers.cpu.config]\n{cpu_config}\n[providers.widgets]\nlibrary = \"{}\"\n[providers.widgets.config]\nwidgets_per_node = 2\n",
+            common::example_sys(),
+            cpu_library.display(),
+            common::plugins().widgets.display()
+        ),
+    )
+    .unwrap();
+}
+
+fn widget_pod(uid: &str, cpu: Option<&str>) -> String {
+    let cpu = cpu.map_or(String::new(), |c| {
+        format!("        cpu: \"{c}\"\n        memory: 64Mi\n")
+    });
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {uid}\n  namespace: t\n  uid: {uid}\nspec:\n  containers:\n  - name: app\n    resources:\n      limits:\n{cpu}        example.com/widget: \"1\"\n"
+    )
+}
+
+/// The export's (capacity, allocatable, available) of `resource`, summed
+/// over the zones.
+fn nrt_amounts(c: &mut Client, resource: &str) -> (u64, u64, u64) {
+    let nrt: Value = c.get("/v1/noderesourcetopology").unwrap().json().unwrap();
+    let q = |v: &Value| -> u64 {
+        let s = v.as_str().unwrap();
+        match s.strip_suffix('m') {
+            Some(m) => m.parse::<u64>().unwrap() / 1000,
+            None => s.parse().unwrap(),
+        }
+    };
+    nrt["zones"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|z| z["resources"].as_array().unwrap().iter())
+        .filter(|r| r["name"] == json!(resource))
+        .fold((0, 0, 0), |(c, al, av), r| {
+            (
+                c + q(&r["capacity"]),
+                al + q(&r["allocatable"]),
+                av + q(&r["available"]),
+            )
+        })
+}
+
+/// The library configured as `cpu` is switched to the real CPU provider,
+/// which cannot read the state the other library wrote: it is held. Pods
+/// asking for no CPU (BestEffort, widgets only) are admitted by the widget
+/// provider and get no CPUs of their own; a pod asking for CPU is refused
+/// naming the provider, the resource, why and what to do; health says so;
+/// the export lists the CPUs with nothing available and the widgets as
+/// they are; no widget is held twice. Doing what the message says (the
+/// library that wrote the state configured again, SIGHUP) ends the hold:
+/// the release it missed is replayed and CPU pods are admitted again.
+#[test]
+fn a_held_provider_refuses_only_the_pods_that_ask_for_its_resources() {
+    let dir = common::scratch_dir("reconcile-held-provider");
+    let socket = dir.join("t.sock");
+    let config = dir.join("topomgr.toml");
+    let mock = common::plugins().mock.clone();
+    cpu_and_widgets(&dir, &mock, "");
+    let d = Daemon::start(&config, &socket);
+    let first = admitted(&mut d.client(), &widget_pod("first", Some("1")));
+    d.stop();
+
+    cpu_and_widgets(
+        &dir,
+        common::cpu_plugin(),
+        "policy = \"static\"\nreserved_cpus = \"0\"",
+    );
+    let d = Daemon::start(&config, &socket);
+    let mut c = d.client();
+    let h = health(&mut c);
+    assert_eq!(h.status, HealthStatus::Degraded, "{h:?}");
+    let note = h
+        .notes
+        .iter()
+        .find(|n| n.starts_with("provider \"cpu\" cannot read its saved state ("))
+        .unwrap_or_else(|| panic!("{h:?}"));
+    assert!(
+        note.ends_with("it is held: its state is kept unchanged, admitted pods are kept and can be released, and admissions that ask for its resources are refused (the others go on). Configure the provider library that wrote that state under the name \"cpu\" again (or a version that reads it) and restart topomgr or send the daemon SIGHUP"),
+        "{note}"
+    );
+    let why = note
+        .strip_prefix("provider \"cpu\" cannot read its saved state (")
+        .and_then(|n| n.split_once("); it is held"))
+        .unwrap()
+        .0
+        .to_owned();
+    assert!(
+        why.contains("not a checkpoint of this CPU provider"),
+        "{why}"
+    );
+
+    let be = admitted(
+        &mut c,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: be, namespace: t, uid: be}\nspec:\n  containers:\n  - name: app\n",
+    );
+    assert!(be.containers[0].cpus.is_empty(), "{be:?}");
+    let w = admitted(&mut c, &widget_pod("w", None));
+    assert!(w.containers[0].cpus.is_empty(), "{w:?}");
+    assert_eq!(w.containers[0].devices["example.com/widget"].len(), 1);
+
+    let r = c.admit(&widget_pod("cpu", Some("1"))).unwrap();
+    assert_eq!(r.status, 200, "{}", r.error_message());
+    let v: Admissions = r.parse().unwrap();
+    let refused = &v.pods[0];
+    assert!(!refused.admitted);
+    assert_eq!(refused.reason.as_deref(), Some("ProviderHeld"));
+    assert_eq!(
+        refused.message.as_deref(),
+        Some(format!("pod t/cpu cannot be admitted: provider \"cpu\" is held and the pod asks for cpu, which it serves. It is held because it cannot read its saved state ({why}); pods asking for none of its resources are still admitted, and admitted pods can be listed and released. Configure the provider library that wrote that state under the name \"cpu\" again (or a version that reads it) and restart topomgr or send the daemon SIGHUP").as_str())
+    );
+
+    // The export: 16 CPUs, 15 allocatable, none available; 8 widgets of
+    // which `first` and `w` hold one each.
+    assert_eq!(nrt_amounts(&mut c, "cpu"), (16, 15, 0));
+    assert_eq!(nrt_amounts(&mut c, "example.com/widget"), (8, 8, 6));
+    let pods: PodList = c.get("/v1/pods").unwrap().parse().unwrap();
+    let uids: Vec<&str> = pods.pods.iter().map(|p| p.uid.as_str()).collect();
+    assert_eq!(uids, ["be", "first", "w"]);
+    assert_exclusive(&pods.pods, "held");
+    assert_eq!(c.release("first").unwrap().status, 200);
+
+    // The remedy the message gives.
+    cpu_and_widgets(&dir, &mock, "");
+    sighup_and_wait(&d, 1);
+    let h = health(&mut c);
+    assert_eq!((h.status, h.notes.len()), (HealthStatus::Ok, 0), "{h:?}");
+    let again = admitted(&mut c, &widget_pod("cpu", Some("1")));
+    let pods: PodList = c.get("/v1/pods").unwrap().parse().unwrap();
+    let uids: Vec<&str> = pods.pods.iter().map(|p| p.uid.as_str()).collect();
+    assert_eq!(uids, ["be", "cpu", "w"]);
+    assert_exclusive(&pods.pods, "after the hold");
+    // `first`'s widget is free again: it is the first one handed out.
+    assert_eq!(
+        again.containers[0].devices["example.com/widget"],
+        first.containers[0].devices["example.com/widget"]
+    );
+    for uid in ["be", "cpu", "w"] {
+        assert_eq!(c.release(uid).unwrap().status, 200);
+    }
+    assert_eq!(nrt_amounts(&mut c, "example.com/widget"), (8, 8, 8));
+    d.stop();
+}
+
+/// A reload that reads a changed machine updates everything that shows it:
+/// the per-NUMA-node metric series (a node that appears gets one, a node
+/// that is gone has none) and `/v1/machine`.
+#[test]
+fn a_reload_onto_a_changed_machine_updates_the_per_node_metrics() {
+    let n = Node::new("reconcile-node-series");
+    n.set_node3_present(false);
+    let d = Daemon::start(&n.config(), &n.dir.join("t.sock"));
+    let mut c = d.client();
+    let series = |c: &mut Client| -> Vec<String> {
+        let mut v: Vec<String> = metrics(c)
+            .lines()
+            .filter(|l| l.starts_with("cpu_manager_allocation_per_numa{"))
+            .map(str::to_owned)
+            .collect();
+        v.sort();
+        v
+    };
+    let nodes = |c: &mut Client| -> usize {
+        let m: Value = c.get("/v1/machine").unwrap().json().unwrap();
+        m["numa_nodes"].as_array().unwrap().len()
+    };
+    let held = admitted(&mut c, &pod_yaml("held", "2", "1Gi"));
+    let on = |node: u32| {
+        held.containers[0]
+            .cpus
+            .iter()
+            .filter(|cpu| cpu / 2 % 4 == node)
+            .count()
+    };
+    let want = |nodes: &[u32]| -> Vec<String> {
+        nodes
+            .iter()
+            .map(|&i| {
+                format!(
+                    "cpu_manager_allocation_per_numa{{numa_node=\"{i}\"}} {}",
+                    on(i)
+                )
+            })
+            .collect()
+    };
+    assert_eq!(series(&mut c), want(&[0, 1, 2]));
+    assert_eq!(nodes(&mut c), 3);
+    n.set_node3_present(true);
+    sighup_and_wait(&d, 1);
+    assert_eq!(series(&mut c), want(&[0, 1, 2, 3]));
+    assert_eq!(nodes(&mut c), 4);
+    n.set_node3_present(false);
+    sighup_and_wait(&d, 2);
+    assert_eq!(series(&mut c), want(&[0, 1, 2]));
+    assert_eq!(nodes(&mut c), 3);
+    d.stop();
+}
+
+/// `topomgr health --state-dir` gives what the daemon's `/v1/health`
+/// gives on the same state: `ok` on a state that matches the machine;
+/// after a held CPU went offline, `degraded` with the conflict (pod,
+/// container, resource, what is missing, the CPU) and the ledger's note,
+/// in JSON and as a table, exit status 0; nothing in the directory is
+/// changed.
+#[test]
+fn health_with_a_state_dir_lists_the_conflicts_the_daemon_lists() {
+    let n = Node::new("reconcile-cli-health");
+    let state = n.dir.join("state");
+    let cli_health = |args: &[&str]| -> (i32, String, String) {
+        let mut all = vec!["health", "--state-dir", state.to_str().unwrap()];
+        all.extend_from_slice(args);
+        common::topomgr(&n.dir, &all)
+    };
+    let (held, _) = n.cli_admit("held", &pod_yaml("held", "2", "1Gi"));
+    let (code, out, err) = cli_health(&[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let h: Health = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (h.status, h.pods, h.notes.len(), h.conflicts.len()),
+        (HealthStatus::Ok, 1, 0, 0),
+        "{h:?}"
+    );
+    assert_eq!(h.exclusive_cpus, held.containers[0].cpus);
+
+    let cpu = held.containers[0].cpus.iter().next().unwrap();
+    n.set_cpu_online(cpu, false);
+    let files = |dir: &std::path::Path| -> Vec<(String, Vec<u8>)> {
+        let mut v: Vec<(String, Vec<u8>)> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.is_file() && !p.to_string_lossy().ends_with(".lock"))
+            .map(|p| (p.display().to_string(), fs::read(&p).unwrap()))
+            .collect();
+        v.sort();
+        v
+    };
+    let before = files(&state);
+    let (code, out, err) = cli_health(&[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let cli: Health = serde_json::from_str(&out).unwrap();
+    assert_eq!(cli.status, HealthStatus::Degraded, "{cli:?}");
+    assert_eq!(cli.conflicts.len(), 1, "{cli:?}");
+    let k = &cli.conflicts[0];
+    assert_eq!(
+        (
+            k.provider.as_str(),
+            k.pod.as_str(),
+            k.container.as_str(),
+            k.resource.as_str(),
+            k.ids.clone()
+        ),
+        ("cpu", "held", "app", "cpu", vec![cpu.to_string()]),
+        "{cli:?}"
+    );
+    assert!(k.missing.contains(&format!("CPU {cpu}")), "{k:?}");
+    assert_eq!(
+        cli.notes,
+        [format!(
+            "pod \"held\" container \"app\": CPUs {cpu} are allocated but not online on this machine"
+        )]
+    );
+    assert_eq!(files(&state), before, "health --state-dir changes nothing");
+
+    let (code, table, err) = cli_health(&["-o", "table"]);
+    assert_eq!(code, 0, "{table}\n{err}");
+    let mut want = format!(
+        "status: degraded\npods: 1\nexclusive CPUs: {}\nshared pool: {}\n",
+        cli.exclusive_cpus, cli.shared_pool
+    );
+    for note in &cli.notes {
+        want.push_str(&format!("note: {note}\n"));
+    }
+    want.push_str(&format!(
+        "conflict: pod held container app cpu (provider cpu): {} ({cpu})\n",
+        k.missing
+    ));
+    assert_eq!(table, want);
+
+    // The daemon on the same state lists the same.
+    let d = Daemon::start(&n.config(), &n.dir.join("t.sock"));
+    let daemon = health(&mut d.client());
+    assert_eq!(
+        (
+            daemon.status,
+            daemon.pods,
+            &daemon.notes,
+            &daemon.conflicts,
+            &daemon.exclusive_cpus
+        ),
+        (
+            cli.status,
+            cli.pods,
+            &cli.notes,
+            &cli.conflicts,
+            &cli.exclusive_cpus
+        )
+    );
+    // While the daemon serves the directory, the CLI says to ask it.
+    let (code, _, err) = cli_health(&[]);
+    assert_ne!(code, 0);
+    assert!(err.contains("topomgr health --socket"), "{err}");
+    d.stop();
+}
+
+/// Reserved memory on a NUMA node that went away is a config error, as
+/// a reserved CPU the machine no longer has: the next command refuses to
+/// start, naming the key and what to do (the pods and the state are
+/// kept); doing it (the reservation moved to a node the machine has)
+/// just works, the pod held before still holds what it held.
+#[test]
+fn reserved_memory_on_a_node_that_is_gone_names_the_key_and_a_remedy_that_works() {
+    let mut n = Node::new("reconcile-reserved-gone");
+    n.memory = Some(
+        "policy = \"static\"\n[providers.memory.config.reserved_memory.3]\nmemory = \"512Mi\"\n"
+            .to_owned(),
+    );
+    n.write_config();
+    let (held, _) = n.cli_admit("held", &pod_yaml("held", "2", "1Gi"));
+    n.set_node3_present(false);
+    let file = n.dir.join("next.yaml");
+    fs::write(&file, pod_yaml("next", "2", "1Gi")).unwrap();
+    let state = n.dir.join("state");
+    let (code, out, err) = common::topomgr(
+        &n.dir,
+        &[
+            "admit",
+            "--state-dir",
+            state.to_str().unwrap(),
+            file.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code, 2, "{out}\n{err}");
+    assert!(
+        err.contains(&format!(
+            "topomgr: error: provider `memory` ({}) failed to start: InvalidConfig: memory provider config: reserved_memory.3: this machine has no NUMA node 3 (its nodes are 0-2); reserve that memory on a node it has (rename the table to reserved_memory.<one of 0-2>) or remove the table",
+            common::memory_plugin().display()
+        )),
+        "{err}"
+    );
+    // The remedy: the reservation on node 0.
+    n.memory = Some(MEMORY_CONFIG.to_owned());
+    n.write_config();
+    let (next, _) = n.cli_admit("next", &pod_yaml("next", "2", "1Gi"));
+    let (code, out, err) =
+        common::topomgr(&n.dir, &["pods", "--state-dir", state.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    let pods: PodList = serde_json::from_str(&out).unwrap();
+    let uids: Vec<&str> = pods.pods.iter().map(|p| p.uid.as_str()).collect();
+    assert_eq!(uids, ["held", "next"]);
+    assert_eq!(pods.pods[0].containers[0].cpus, held.containers[0].cpus);
+    assert_eq!(pods.pods[1].containers[0].cpus, next.containers[0].cpus);
+    assert_exclusive(&pods.pods, "after the remedy");
+}

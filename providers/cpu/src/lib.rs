@@ -180,9 +180,15 @@ impl CpuManager {
                     .collect();
                 let missing: crate::topology::Cpus =
                     reserved.difference(&listed).copied().collect();
+                // A CPU the machine does not list at all (not even offline)
+                // is a config error, as in the kubelet; an offline one is
+                // reserved when it comes back (below). After a machine
+                // change that removed a reserved CPU, a restart stops here
+                // until the config is fixed (a reload keeps the running
+                // provider and says so); pods and their state are kept.
                 if !missing.is_empty() {
                     return Err(CpuError::Config(format!(
-                        "reserved_cpus = {:?} names CPUs {} that this machine does not have (its CPUs: {})",
+                        "reserved_cpus = {:?} names CPUs {} that this machine does not have (its CPUs: {}); remove them from reserved_cpus",
                         cfg.reserved_cpus,
                         to_cpuset(&missing),
                         to_cpuset(&listed)

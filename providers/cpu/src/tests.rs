@@ -393,7 +393,7 @@ fn config_errors_name_the_key() {
     );
     assert_eq!(
         config_error(&m, json!({"reserved_cpus": "12-13"})),
-        "InvalidConfig: cpu provider config: reserved_cpus = \"12-13\" names CPUs 12-13 that this machine does not have (its CPUs: 0-11)"
+        "InvalidConfig: cpu provider config: reserved_cpus = \"12-13\" names CPUs 12-13 that this machine does not have (its CPUs: 0-11); remove them from reserved_cpus"
     );
     assert!(config_error(&m, json!({"reserved_cpus": "x"})).starts_with(
         "InvalidConfig: cpu provider config: reserved_cpus = \"x\" is not a Linux CPU list like \"0,64\""

@@ -54,10 +54,16 @@ pub enum MachineError {
         /// Page count.
         pages: u64,
     },
-    /// Reserved memory for a node the machine lacks.
+    /// Reserved memory for a node the machine lacks (a node id that was
+    /// never right, or a node that is gone). Refused like any config error
+    /// (the kubelet refuses reserved memory it cannot place): a restart
+    /// after the node went away stops here until the config is fixed; a
+    /// reload keeps the running provider and says so. The pods and the
+    /// saved state are kept either way.
     #[error(
         "reserved_memory.{node}: this machine has no NUMA node {node} (its nodes are {nodes}); \
-         remove the table or fix the node id"
+         reserve that memory on a node it has (rename the table to reserved_memory.<one of \
+         {nodes}>) or remove the table"
     )]
     UnknownNode {
         /// The configured node id.

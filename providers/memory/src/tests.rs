@@ -395,7 +395,8 @@ fn config_errors() {
     assert_eq!(
         err(json!({"reserved_memory": {"5": {"memory": "1Gi"}}})),
         "InvalidConfig: memory provider config: reserved_memory.5: this machine has no NUMA node 5 \
-         (its nodes are 0-1); remove the table or fix the node id"
+         (its nodes are 0-1); reserve that memory on a node it has (rename the table to \
+         reserved_memory.<one of 0-1>) or remove the table"
     );
     assert_eq!(
         err(json!({"reserved_memory": {"0": {"memory": "1536Mi"}}})),

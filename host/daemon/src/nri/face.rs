@@ -29,7 +29,6 @@ use topomgr_engine::admission::AdmitResult;
 /// docs of [`super`].
 pub struct Face {
     state: StateThread,
-    nodes: NumaMask,
     table: Mutex<Placements>,
     runtime: Mutex<Option<RuntimeClient>>,
     wake: tokio::sync::Notify,
@@ -84,18 +83,14 @@ impl Face {
         };
         let metrics = Arc::new(crate::metrics::Metrics::new());
         let (state, _) = StateThread::start(admitter, machine, settings, metrics)?;
-        Ok(Face::new(state, machine, status))
+        Ok(Face::new(state, status))
     }
 
-    /// A face admitting through `state` on `machine`, reporting to `status`.
-    pub(crate) fn new(state: StateThread, machine: &Machine, status: Arc<NriStatus>) -> Face {
-        let nodes = machine
-            .numa_ids()
-            .into_iter()
-            .fold(NumaMask::EMPTY, |m, n| m.with(n));
+    /// A face admitting through `state`, reporting to `status`. The machine
+    /// is the state thread's, as of its last reload.
+    pub(crate) fn new(state: StateThread, status: Arc<NriStatus>) -> Face {
         Face {
             state,
-            nodes,
             table: Mutex::new(Placements::default()),
             runtime: Mutex::new(None),
             wake: tokio::sync::Notify::new(),
@@ -115,6 +110,18 @@ impl Face {
     /// The shared pool as of the last commit.
     fn pool(&self) -> CpuSet {
         self.state.read(|v| v.shared_pool.clone())
+    }
+
+    /// The machine's NUMA nodes as the state thread last read them (at
+    /// start, at the last reload): the memory nodes of a container no
+    /// provider gave any.
+    pub(crate) fn nodes(&self) -> NumaMask {
+        self.state.read(|v| {
+            v.machine
+                .numa_ids()
+                .into_iter()
+                .fold(NumaMask::EMPTY, |m, n| m.with(n))
+        })
     }
 
     /// The runtime, while connected.
@@ -230,7 +237,7 @@ impl Face {
                 || t.ids()
                     .iter()
                     .any(|i| t.get(i).is_some_and(|p| !p.is_exclusive()));
-            match placed.desired(&pool, self.nodes) {
+            match placed.desired(&pool, self.nodes()) {
                 Some(set) if !(pool.is_empty() && pool_needed) => {
                     t.insert(
                         &id,
@@ -239,7 +246,7 @@ impl Face {
                             ..placed
                         },
                     );
-                    let update = t.updates(&pool, self.nodes, Some(&id), false);
+                    let update = t.updates(&pool, self.nodes(), Some(&id), false);
                     self.count(&t);
                     Some((set, update))
                 }
@@ -277,7 +284,7 @@ impl Face {
         }
         let pool = self.pool();
         let mut t = self.table();
-        let updates = t.updates(&pool, self.nodes, None, true);
+        let updates = t.updates(&pool, self.nodes(), None, true);
         self.count(&t);
         Ok(updates)
     }
@@ -296,11 +303,11 @@ impl Face {
             return Ok(UpdateContainerResponse::default());
         };
         let mut update = Vec::new();
-        if let Some(set) = p.desired(&pool, self.nodes) {
+        if let Some(set) = p.desired(&pool, self.nodes()) {
             update.push(convert::update(&container.id, &set, false));
             p.told = Some(set);
         }
-        update.extend(t.updates(&pool, self.nodes, Some(&container.id), false));
+        update.extend(t.updates(&pool, self.nodes(), Some(&container.id), false));
         Ok(UpdateContainerResponse {
             update,
             evict: Vec::new(),
@@ -456,7 +463,7 @@ impl Face {
         for (id, p) in placed {
             t.insert(&id, p);
         }
-        let updates = t.updates(&pool, self.nodes, None, true);
+        let updates = t.updates(&pool, self.nodes(), None, true);
         self.count(&t);
         drop(t);
         self.status.set_notes(notes);
@@ -493,7 +500,7 @@ impl Face {
                         }
                     }
                 }
-                let updates = t.updates(&pool, self.nodes, None, true);
+                let updates = t.updates(&pool, self.nodes(), None, true);
                 if updates.is_empty() {
                     return;
                 }

@@ -133,7 +133,6 @@ fn world(tag: &str) -> World {
         StateThread::start(admitter, &machine, settings, Arc::new(Metrics::new())).unwrap();
     let face = Arc::new(Face::new(
         state.clone(),
-        &machine,
         NriStatus::enabled("/run/nri.sock".as_ref(), None),
     ));
     World {
@@ -501,4 +500,76 @@ async fn the_health_of_a_face_follows_its_connection() {
         check_scope(Scope::Pod).unwrap_err().to_string(),
         "[nri] enabled needs scope = \"container\" (the config says \"pod\"): the runtime tells topomgr one container at a time through NRI, never the whole pod, so pod scope cannot decide; set scope = \"container\", or set enabled = false in [nri]"
     );
+}
+
+/// A reload onto a machine with a third NUMA node (CPUs 4-5): the face
+/// gives shared containers the new pool and every memory node of the
+/// machine as it is now, and tells those placed before.
+#[tokio::test]
+async fn the_face_follows_a_reload_onto_a_changed_machine() {
+    use crate::state_thread::Prepared;
+    let w = world("reload");
+    let f = &w.face;
+    let b = pod("2", "b");
+    let first = f
+        .create(b.clone(), container("b1", &b, 100, 500))
+        .await
+        .unwrap();
+    let cpu = first
+        .adjust
+        .unwrap()
+        .linux
+        .unwrap()
+        .resources
+        .unwrap()
+        .cpu
+        .unwrap();
+    assert_eq!((cpu.cpus.as_str(), cpu.mems.as_str()), ("0-3", "0-1"));
+    assert_eq!(f.nodes(), NumaMask::from_nodes([0, 1]).unwrap());
+
+    let machine = topomgr_sdk::testkit::machine(3, 2);
+    let numa = NumaInfo::new(vec![0, 1, 2], None).unwrap();
+    let prepared = Prepared {
+        trigger: "machine check",
+        machine,
+        policy: Policy::new("single-numa-node", &BTreeMap::new(), numa).unwrap(),
+        scope: Scope::Container,
+        providers: vec![(
+            "cpu".to_owned(),
+            Ok(LoadedProvider::in_process("cpu", cpu_provider(&w.held))),
+        )],
+    };
+    w.state
+        .submit(Command::Reload(Arc::new(Mutex::new(Some(prepared)))))
+        .await
+        .unwrap();
+    assert_eq!(f.nodes(), NumaMask::from_nodes([0, 1, 2]).unwrap());
+
+    let second = f
+        .create(b.clone(), container("b2", &b, 100, 500))
+        .await
+        .unwrap();
+    let cpu = second
+        .adjust
+        .unwrap()
+        .linux
+        .unwrap()
+        .resources
+        .unwrap()
+        .cpu
+        .unwrap();
+    assert_eq!((cpu.cpus.as_str(), cpu.mems.as_str()), ("0-5", "0-2"));
+    // b1 is told the new pool and memory nodes in the same answer.
+    assert_eq!(
+        updates(&second.update),
+        [("b1".to_owned(), "0-5".to_owned())]
+    );
+    let mems = second.update[0]
+        .linux
+        .as_ref()
+        .and_then(|l| l.resources.as_ref())
+        .and_then(|r| r.cpu.as_ref())
+        .map(|c| c.mems.clone());
+    assert_eq!(mems.as_deref(), Some("0-2"));
+    w.check();
 }
