@@ -412,62 +412,32 @@ mod tests {
     use std::sync::{Arc, Mutex};
     use std::time::{Duration, Instant};
 
-    use topomgr_sdk::{testkit, Allocation, ProviderContext};
+    use topomgr_sdk::testkit::{self, FakeProvider};
+    use topomgr_sdk::Allocation;
 
     use super::*;
 
     type Log = Arc<Mutex<Vec<String>>>;
 
     /// Allocates nothing; `allocate` and `release` each wait for one
-    /// message on their gate when it is set, and log when they finish.
-    struct Gated {
-        log: Log,
-        allocate_gate: Option<Mutex<Receiver<()>>>,
-        release_gate: Option<Mutex<Receiver<()>>>,
-    }
-
-    impl topomgr_sdk::Provider for Gated {
-        fn new(_: &ProviderContext<'_>) -> Result<Self, ProviderError> {
-            Err(ProviderError::admission("built in the test"))
-        }
-        fn topology_hints(
-            &mut self,
-            _: &PodView,
-            _: &ContainerView,
-        ) -> Result<ProviderHints, ProviderError> {
-            Ok(None)
-        }
-        fn pod_topology_hints(&mut self, _: &PodView) -> Result<ProviderHints, ProviderError> {
-            Ok(None)
-        }
-        fn allocate(
-            &mut self,
-            _: &PodView,
-            c: &ContainerView,
-            _: &TopologyHint,
-        ) -> Result<Allocation, ProviderError> {
-            if let Some(g) = &self.allocate_gate {
-                let _ = g.lock().unwrap().recv();
-            }
-            self.log
-                .lock()
-                .unwrap()
-                .push(format!("allocate {}", c.name));
-            Ok(Allocation::default())
-        }
-        fn release(&mut self, _: &str, c: &str) -> Result<(), ProviderError> {
-            if let Some(g) = &self.release_gate {
-                let _ = g.lock().unwrap().recv();
-            }
-            self.log.lock().unwrap().push(format!("release {c}"));
-            Ok(())
-        }
-        fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
-            Ok(Vec::new())
-        }
-        fn restore(&mut self, _: &[u8]) -> Result<topomgr_sdk::Reconciled, ProviderError> {
-            Ok(topomgr_sdk::Reconciled::new())
-        }
+    /// message on their gate, and log when they finish.
+    fn gated(log: &Log, allocate_gate: Receiver<()>, release_gate: Receiver<()>) -> FakeProvider {
+        let (allocate_gate, release_gate) = (Mutex::new(allocate_gate), Mutex::new(release_gate));
+        let (on_allocate, on_release) = (log.clone(), log.clone());
+        FakeProvider::new()
+            .with_allocate(move |_, c, _| {
+                let _ = allocate_gate.lock().unwrap().recv();
+                on_allocate
+                    .lock()
+                    .unwrap()
+                    .push(format!("allocate {}", c.name));
+                Ok(Allocation::default())
+            })
+            .with_release(move |_, c| {
+                let _ = release_gate.lock().unwrap().recv();
+                on_release.lock().unwrap().push(format!("release {c}"));
+                Ok(())
+            })
     }
 
     fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
@@ -489,16 +459,9 @@ mod tests {
         let log = Log::default();
         let (open_allocate, allocate_gate) = mpsc::channel();
         let (open_release, release_gate) = mpsc::channel();
-        let mut p = LoadedProvider::in_process(
-            "gated",
-            Gated {
-                log: log.clone(),
-                allocate_gate: Some(Mutex::new(allocate_gate)),
-                release_gate: Some(Mutex::new(release_gate)),
-            },
-        )
-        .with_deadline(Duration::from_millis(100))
-        .unwrap();
+        let mut p = LoadedProvider::in_process("gated", gated(&log, allocate_gate, release_gate))
+            .with_deadline(Duration::from_millis(100))
+            .unwrap();
         let pod = testkit::guaranteed_pod("late", &[("cpu", 1000)]);
         let err = p
             .allocate(&pod, &pod.containers[0], &TopologyHint::ANY)
