@@ -882,7 +882,6 @@ fn rejection_message(
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeMap;
-    use std::sync::mpsc::Receiver;
     use std::sync::{Arc, Mutex};
 
     use topomgr_sdk::testkit::FakeProvider;
@@ -890,8 +889,7 @@ mod tests {
 
     use super::*;
     use crate::numa::NumaInfo;
-
-    type Log = Arc<Mutex<Vec<String>>>;
+    use crate::provider::fakes::{self, Log};
 
     /// An in-process provider scripted per container name: it logs every
     /// call, answers `hints` per container and `pod_hints` for the pod,
@@ -1098,31 +1096,6 @@ mod tests {
         }
     }
 
-    /// Logs allocations and releases; its hints for container `stall`
-    /// wait for one message on `gate`.
-    fn stalling(log: &Log, stall: &'static str, gate: Receiver<()>) -> FakeProvider {
-        let gate = Mutex::new(gate);
-        let (on_allocate, on_release) = (log.clone(), log.clone());
-        FakeProvider::new()
-            .with_hints(move |_, c| {
-                if c.name == stall {
-                    let _ = gate.lock().unwrap().recv();
-                }
-                Ok(None)
-            })
-            .with_allocate(move |_, c, _| {
-                on_allocate
-                    .lock()
-                    .unwrap()
-                    .push(format!("allocate {}", c.name));
-                Ok(Allocation::default())
-            })
-            .with_release(move |_, c| {
-                on_release.lock().unwrap().push(format!("release {c}"));
-                Ok(())
-            })
-    }
-
     /// A provider that misses its deadline in the middle of a pod still
     /// gets the rollback's releases of the containers it already allocated
     /// (queued behind the stuck call): nothing stays held for a pod that
@@ -1131,9 +1104,18 @@ mod tests {
     fn a_rollback_against_a_stuck_provider_releases_what_it_allocated() {
         let log = Log::default();
         let (open, gate) = std::sync::mpsc::channel();
-        let p = LoadedProvider::in_process("stalling", stalling(&log, "side", gate))
-            .with_deadline(std::time::Duration::from_millis(100))
-            .unwrap();
+        let p = LoadedProvider::in_process(
+            "stalling",
+            fakes::logging(
+                &log,
+                fakes::Gates {
+                    hints: Some(("side", gate)),
+                    ..Default::default()
+                },
+            ),
+        )
+        .with_deadline(std::time::Duration::from_millis(100))
+        .unwrap();
         let mut adm = admitter("best-effort", Scope::Container, vec![p]);
         let r = adm.admit(&pod());
         assert!(!r.admitted);

@@ -16,6 +16,8 @@
 //! set none.
 
 mod deadline;
+#[cfg(test)]
+pub(crate) mod fakes;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -408,37 +410,13 @@ impl LoadedProvider {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::mpsc::{self, Receiver};
-    use std::sync::{Arc, Mutex};
+    use std::sync::mpsc;
     use std::time::{Duration, Instant};
 
-    use topomgr_sdk::testkit::{self, FakeProvider};
-    use topomgr_sdk::Allocation;
+    use topomgr_sdk::testkit;
 
+    use super::fakes::{self, Log};
     use super::*;
-
-    type Log = Arc<Mutex<Vec<String>>>;
-
-    /// Allocates nothing; `allocate` and `release` each wait for one
-    /// message on their gate, and log when they finish.
-    fn gated(log: &Log, allocate_gate: Receiver<()>, release_gate: Receiver<()>) -> FakeProvider {
-        let (allocate_gate, release_gate) = (Mutex::new(allocate_gate), Mutex::new(release_gate));
-        let (on_allocate, on_release) = (log.clone(), log.clone());
-        FakeProvider::new()
-            .with_allocate(move |_, c, _| {
-                let _ = allocate_gate.lock().unwrap().recv();
-                on_allocate
-                    .lock()
-                    .unwrap()
-                    .push(format!("allocate {}", c.name));
-                Ok(Allocation::default())
-            })
-            .with_release(move |_, c| {
-                let _ = release_gate.lock().unwrap().recv();
-                on_release.lock().unwrap().push(format!("release {c}"));
-                Ok(())
-            })
-    }
 
     fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
         let start = Instant::now();
@@ -459,9 +437,19 @@ mod tests {
         let log = Log::default();
         let (open_allocate, allocate_gate) = mpsc::channel();
         let (open_release, release_gate) = mpsc::channel();
-        let mut p = LoadedProvider::in_process("gated", gated(&log, allocate_gate, release_gate))
-            .with_deadline(Duration::from_millis(100))
-            .unwrap();
+        let mut p = LoadedProvider::in_process(
+            "gated",
+            fakes::logging(
+                &log,
+                fakes::Gates {
+                    allocate: Some(allocate_gate),
+                    release: Some(release_gate),
+                    ..Default::default()
+                },
+            ),
+        )
+        .with_deadline(Duration::from_millis(100))
+        .unwrap();
         let pod = testkit::guaranteed_pod("late", &[("cpu", 1000)]);
         let err = p
             .allocate(&pod, &pod.containers[0], &TopologyHint::ANY)
