@@ -133,17 +133,17 @@
 //!    answered by the device toolkit).
 //!
 //! What does change the binary interface — the root module, the method
-//! table, the typed hint structures, anything abi_stable checks, all in one
-//! file of the SDK (`src/ffi/abi.rs`) — needs a new minor version and a new
-//! [`SDK_ABI_VERSION`]; such changes are batched, one minor per round of
+//! table, the typed hint structures, any layout the loader checks, all in
+//! one file of the SDK (`src/ffi/abi.rs`) — needs a new minor version and a
+//! new [`SDK_ABI_VERSION`]; such changes are batched, one minor per round of
 //! them. `0.3` is one: `restore` answers the reconcile report (the method
 //! table changed), devices gained identities, set types share one
-//! vocabulary. A `0.2` plugin is refused by a `0.3` host. (abi_stable can load a
-//! plugin that *appended* fields to its root module into an older host, but
-//! a newer host refuses an older plugin, and operators upgrade hosts first:
-//! hence named calls instead of new table entries.) The SDK pins
-//! `abi_stable` and uses it only behind [`export_provider!`]; a plugin needs
-//! no copy of its own.
+//! vocabulary. A `0.2` plugin is refused by a `0.3` host. (The loader can
+//! load a plugin that *appended* fields to its root module into an older
+//! host, but a newer host refuses an older plugin, and operators upgrade
+//! hosts first: hence named calls instead of new table entries.) The SDK
+//! pins the ABI layer's crate and uses it only behind [`export_provider!`];
+//! a plugin needs no copy of its own.
 //!
 //! The rule is tested in topomgr's repository: a plugin built against a
 //! changed copy of this minor's ABI, and a real `0.2` plugin, are both
@@ -152,6 +152,22 @@
 //! a host that sends fields and makes named calls this SDK does not know;
 //! the host reads plugin answers (allocation, inventory, reconcile report)
 //! that carry fields of a later patch release.
+//!
+//! ## The `plugin-abi` feature, and reading these docs
+//!
+//! The binary interface (the frozen ABI types, what [`export_provider!`]
+//! expands to, the host's loader side, [`testkit::load`]) sits behind the
+//! cargo feature `plugin-abi`, which is on by default: a vendor crate that
+//! depends on `topomgr-sdk` has it and needs nothing else. The vendor's
+//! documentation is built without it,
+//!
+//! ```sh
+//! cargo doc -p topomgr-sdk --no-deps --no-default-features --open
+//! ```
+//!
+//! (docs.rs builds it the same way), because the ABI layer's crate adds its
+//! own blanket traits to every type's "Blanket Implementations", traits no
+//! provider uses. Everything a vendor uses is documented in both builds.
 //!
 //! ## Testing a provider
 //!
@@ -183,6 +199,7 @@ mod config_macro;
 mod cpuset;
 pub mod devices;
 mod export;
+#[cfg(feature = "plugin-abi")]
 #[doc(hidden)]
 pub mod ffi;
 mod gobool;
@@ -198,9 +215,11 @@ mod provider;
 pub mod quantity;
 mod reconcile;
 pub mod testkit;
+mod version;
 
 /// The `abi_stable` crate the SDK is built with (an implementation detail of
 /// [`export_provider!`]; plugins need no other copy).
+#[cfg(feature = "plugin-abi")]
 #[doc(hidden)]
 pub use abi_stable;
 /// The `serde` the SDK is built with ([`provider_config!`] derives through
@@ -218,7 +237,6 @@ pub use assigned::{
 };
 pub use cpuset::{CpuSet, ListParseError, MAX_CPU_ID};
 pub use export::ROOT_MODULE_SYMBOL;
-pub use ffi::{SDK_ABI_VERSION, SDK_VERSION};
 pub use gobool::parse_go_bool;
 pub use hint::{
     for_each_mask_in_kubelet_order, no_hints, CompactHints, CompactHintsError, HintSet,
@@ -234,3 +252,4 @@ pub use pod::{ContainerView, PodResources, PodView, QosClass, ResourceList};
 pub use preferred::{PreferredAllocationRequest, INVALID_REQUEST_REASON};
 pub use provider::{Provider, ProviderConfig, ProviderContext, ProviderError};
 pub use reconcile::{Conflict, Move, Reconciled, ResourceId};
+pub use version::{SDK_ABI_VERSION, SDK_VERSION};

@@ -190,11 +190,13 @@ impl NumaMask {
     }
 
     /// The 64-bit words of the mask, lowest ids first (for the plugin ABI).
+    #[cfg(feature = "plugin-abi")]
     pub(crate) const fn words(self) -> [u64; WORDS] {
         self.0
     }
 
     /// A mask from its 64-bit words, lowest ids first (for the plugin ABI).
+    #[cfg(feature = "plugin-abi")]
     pub(crate) const fn from_words(words: [u64; WORDS]) -> Self {
         NumaMask(words)
     }

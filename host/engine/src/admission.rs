@@ -969,94 +969,71 @@ mod tests {
     use std::collections::BTreeMap;
     use std::sync::{Arc, Mutex};
 
+    use topomgr_sdk::testkit::FakeProvider;
     use topomgr_sdk::{CpuSet, NumaMask, ProviderError, QosClass};
 
     use super::*;
     use crate::numa::NumaInfo;
+    use crate::provider::fakes::{self, Log};
 
-    type Log = Arc<Mutex<Vec<String>>>;
-
-    /// An in-process provider scripted per container name.
-    struct Fake {
-        name: String,
+    /// An in-process provider scripted per container name: it logs every
+    /// call, answers `hints` per container and `pod_hints` for the pod,
+    /// refuses to allocate for container `fail_for`, and allocates `alloc`
+    /// (by default CPUs 2-3, shared, and the hint's nodes as memory).
+    fn scripted(
+        name: &str,
         hints: BTreeMap<String, ProviderHints>,
         pod_hints: ProviderHints,
         fail_for: Option<String>,
-        log: Log,
+        log: &Log,
         alloc: Option<Allocation>,
-        /// The resources its inventory lists (`None`: it cannot say).
         owns: Option<Vec<&'static str>>,
-    }
-
-    impl topomgr_sdk::Provider for Fake {
-        fn new(_: &topomgr_sdk::ProviderContext<'_>) -> Result<Self, ProviderError> {
-            Err(ProviderError::admission("scripted in each test"))
-        }
-        fn topology_hints(
-            &mut self,
-            _: &PodView,
-            c: &ContainerView,
-        ) -> Result<ProviderHints, ProviderError> {
-            self.log
-                .lock()
-                .unwrap()
-                .push(format!("{}:hints:{}", self.name, c.name));
-            Ok(self.hints.get(&c.name).cloned().flatten())
-        }
-        fn pod_topology_hints(&mut self, _: &PodView) -> Result<ProviderHints, ProviderError> {
-            self.log
-                .lock()
-                .unwrap()
-                .push(format!("{}:pod_hints", self.name));
-            Ok(self.pod_hints.clone())
-        }
-        fn allocate(
-            &mut self,
-            _: &PodView,
-            c: &ContainerView,
-            hint: &TopologyHint,
-        ) -> Result<Allocation, ProviderError> {
-            let aff = hint.affinity.map_or("any".to_string(), |m| m.to_string());
-            self.log
-                .lock()
-                .unwrap()
-                .push(format!("{}:allocate:{}:{}", self.name, c.name, aff));
-            if self.fail_for.as_deref() == Some(c.name.as_str()) {
-                return Err(ProviderError::new(
-                    "OutOfWidgets",
-                    "no widgets left on node 1",
-                ));
-            }
-            if let Some(a) = &self.alloc {
-                return Ok(a.clone());
-            }
-            Ok(Allocation::default()
-                .with_cpus(CpuSet::parse("2-3").unwrap(), false)
-                .with_mems(hint.affinity.unwrap_or(NumaMask::EMPTY)))
-        }
-        fn release(&mut self, _: &str, c: &str) -> Result<(), ProviderError> {
-            self.log
-                .lock()
-                .unwrap()
-                .push(format!("{}:release:{}", self.name, c));
-            Ok(())
-        }
-        fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
-            Ok(Vec::new())
-        }
-        fn restore(&mut self, _: &[u8]) -> Result<topomgr_sdk::Reconciled, ProviderError> {
-            Ok(topomgr_sdk::Reconciled::new())
-        }
-        fn inventory(&self) -> Result<topomgr_sdk::Inventory, ProviderError> {
-            use topomgr_sdk::{Amounts, Inventory, ResourceInventory};
-            let owns = self
-                .owns
-                .as_ref()
-                .ok_or_else(|| ProviderError::new("InventoryError", "the inventory is broken"))?;
-            Ok(owns.iter().fold(Inventory::new(), |inv, r| {
-                inv.with_resource(*r, ResourceInventory::new(Amounts::default(), Vec::new()))
-            }))
-        }
+    ) -> LoadedProvider {
+        let logger = |log: &Log| {
+            let (log, name) = (log.clone(), name.to_owned());
+            move |what: String| log.lock().unwrap().push(format!("{name}:{what}"))
+        };
+        let (on_hints, on_pod_hints, on_allocate, on_release) =
+            (logger(log), logger(log), logger(log), logger(log));
+        let fake = FakeProvider::new()
+            .with_hints(move |_, c| {
+                on_hints(format!("hints:{}", c.name));
+                Ok(hints.get(&c.name).cloned().flatten())
+            })
+            .with_pod_hints(move |_| {
+                on_pod_hints("pod_hints".to_owned());
+                Ok(pod_hints.clone())
+            })
+            .with_allocate(move |_, c, hint| {
+                let aff = hint.affinity.map_or("any".to_string(), |m| m.to_string());
+                on_allocate(format!("allocate:{}:{}", c.name, aff));
+                if fail_for.as_deref() == Some(c.name.as_str()) {
+                    return Err(ProviderError::new(
+                        "OutOfWidgets",
+                        "no widgets left on node 1",
+                    ));
+                }
+                if let Some(a) = &alloc {
+                    return Ok(a.clone());
+                }
+                Ok(Allocation::default()
+                    .with_cpus(CpuSet::parse("2-3").unwrap(), false)
+                    .with_mems(hint.affinity.unwrap_or(NumaMask::EMPTY)))
+            })
+            .with_release(move |_, c| {
+                on_release(format!("release:{c}"));
+                Ok(())
+            })
+            .with_inventory(move || {
+                use topomgr_sdk::{Amounts, Inventory, ResourceInventory};
+                let owns = owns.as_ref().ok_or_else(|| {
+                    ProviderError::new("InventoryError", "the inventory is broken")
+                })?;
+                Ok(owns.iter().fold(Inventory::new(), |inv, r| {
+                    inv.with_resource(*r, ResourceInventory::new(Amounts::default(), Vec::new()))
+                }))
+            });
+        LoadedProvider::in_process(name, fake)
     }
 
     fn container(name: &str, sidecar: bool) -> ContainerView {
@@ -1095,35 +1072,31 @@ mod tests {
         fail_for: Option<&str>,
         log: &Log,
     ) -> LoadedProvider {
-        LoadedProvider::in_process(
+        let hints_per = per
+            .iter()
+            .map(|(c, h)| (c.to_string(), h.clone()))
+            .collect();
+        let pod_hints = hints(&[(&[1], true)]);
+        scripted(
             name,
-            Fake {
-                name: name.into(),
-                hints: per
-                    .iter()
-                    .map(|(c, h)| (c.to_string(), h.clone()))
-                    .collect(),
-                pod_hints: hints(&[(&[1], true)]),
-                fail_for: fail_for.map(str::to_string),
-                log: log.clone(),
-                alloc: None,
-                owns: Some(Vec::new()),
-            },
+            hints_per,
+            pod_hints,
+            fail_for.map(str::to_string),
+            log,
+            None,
+            Some(Vec::new()),
         )
     }
 
     fn giving(name: &str, alloc: Allocation, log: &Log) -> LoadedProvider {
-        LoadedProvider::in_process(
+        scripted(
             name,
-            Fake {
-                name: name.into(),
-                hints: BTreeMap::new(),
-                pod_hints: None,
-                fail_for: None,
-                log: log.clone(),
-                alloc: Some(alloc),
-                owns: Some(Vec::new()),
-            },
+            BTreeMap::new(),
+            None,
+            None,
+            log,
+            Some(alloc),
+            Some(Vec::new()),
         )
     }
 
@@ -1227,55 +1200,6 @@ mod tests {
         }
     }
 
-    /// Logs allocations and releases; its hints for container `stall`
-    /// wait for one message on `gate`.
-    struct Stalling {
-        log: Log,
-        stall: &'static str,
-        gate: Mutex<std::sync::mpsc::Receiver<()>>,
-    }
-
-    impl topomgr_sdk::Provider for Stalling {
-        fn new(_: &topomgr_sdk::ProviderContext<'_>) -> Result<Self, ProviderError> {
-            Err(ProviderError::admission("built in the test"))
-        }
-        fn topology_hints(
-            &mut self,
-            _: &PodView,
-            c: &ContainerView,
-        ) -> Result<ProviderHints, ProviderError> {
-            if c.name == self.stall {
-                let _ = self.gate.lock().unwrap().recv();
-            }
-            Ok(None)
-        }
-        fn pod_topology_hints(&mut self, _: &PodView) -> Result<ProviderHints, ProviderError> {
-            Ok(None)
-        }
-        fn allocate(
-            &mut self,
-            _: &PodView,
-            c: &ContainerView,
-            _: &TopologyHint,
-        ) -> Result<Allocation, ProviderError> {
-            self.log
-                .lock()
-                .unwrap()
-                .push(format!("allocate {}", c.name));
-            Ok(Allocation::default())
-        }
-        fn release(&mut self, _: &str, c: &str) -> Result<(), ProviderError> {
-            self.log.lock().unwrap().push(format!("release {c}"));
-            Ok(())
-        }
-        fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
-            Ok(Vec::new())
-        }
-        fn restore(&mut self, _: &[u8]) -> Result<topomgr_sdk::Reconciled, ProviderError> {
-            Ok(topomgr_sdk::Reconciled::new())
-        }
-    }
-
     /// A provider that misses its deadline in the middle of a pod still
     /// gets the rollback's releases of the containers it already allocated
     /// (queued behind the stuck call): nothing stays held for a pod that
@@ -1286,11 +1210,13 @@ mod tests {
         let (open, gate) = std::sync::mpsc::channel();
         let p = LoadedProvider::in_process(
             "stalling",
-            Stalling {
-                log: log.clone(),
-                stall: "side",
-                gate: Mutex::new(gate),
-            },
+            fakes::logging(
+                &log,
+                fakes::Gates {
+                    hints: Some(("side", gate)),
+                    ..Default::default()
+                },
+            ),
         )
         .with_deadline(std::time::Duration::from_millis(100))
         .unwrap();
@@ -1517,66 +1443,41 @@ mod tests {
 
     /// A provider that can place nothing: empty hints for `cpu` and
     /// `memory`, and an inventory of two NUMA nodes.
-    struct Full;
-
-    impl topomgr_sdk::Provider for Full {
-        fn new(_: &topomgr_sdk::ProviderContext<'_>) -> Result<Self, ProviderError> {
-            Ok(Full)
-        }
-        fn topology_hints(
-            &mut self,
-            _: &PodView,
-            _: &ContainerView,
-        ) -> Result<ProviderHints, ProviderError> {
+    fn full() -> FakeProvider {
+        let nothing = || {
             Ok(Some(BTreeMap::from([
                 ("cpu".to_string(), Some(HintSet::unsatisfiable())),
                 ("memory".to_string(), Some(HintSet::unsatisfiable())),
             ])))
-        }
-        fn pod_topology_hints(&mut self, p: &PodView) -> Result<ProviderHints, ProviderError> {
-            self.topology_hints(p, &p.containers[0])
-        }
-        fn allocate(
-            &mut self,
-            _: &PodView,
-            _: &ContainerView,
-            _: &TopologyHint,
-        ) -> Result<Allocation, ProviderError> {
-            Err(ProviderError::admission("never asked"))
-        }
-        fn release(&mut self, _: &str, _: &str) -> Result<(), ProviderError> {
-            Ok(())
-        }
-        fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
-            Ok(Vec::new())
-        }
-        fn restore(&mut self, _: &[u8]) -> Result<topomgr_sdk::Reconciled, ProviderError> {
-            Ok(topomgr_sdk::Reconciled::new())
-        }
-        fn inventory(&self) -> Result<topomgr_sdk::Inventory, ProviderError> {
-            use topomgr_sdk::{Amounts, Inventory, ResourceInventory, Zone};
-            let zone = |n: u32, alloc: u64, free: u64| {
-                Zone::new(
-                    Some(topomgr_sdk::NumaNodeId::new(n).unwrap()),
-                    Amounts::new(alloc, alloc, free),
-                )
-            };
-            Ok(Inventory::new()
-                .with_resource(
-                    "cpu",
-                    ResourceInventory::new(
-                        Amounts::new(8000, 7000, 2500),
-                        vec![zone(0, 3000, 1000), zone(1, 4000, 1500)],
-                    ),
-                )
-                .with_resource(
-                    "memory",
-                    ResourceInventory::new(
-                        Amounts::new(8 << 30, 8 << 30, 3 << 30),
-                        vec![zone(0, 4 << 30, 1 << 30), zone(1, 4 << 30, 2 << 30)],
-                    ),
-                ))
-        }
+        };
+        FakeProvider::new()
+            .with_hints(move |_, _| nothing())
+            .with_pod_hints(move |_| nothing())
+            .with_allocate(|_, _, _| Err(ProviderError::admission("never asked")))
+            .with_inventory(|| {
+                use topomgr_sdk::{Amounts, Inventory, ResourceInventory, Zone};
+                let zone = |n: u32, alloc: u64, free: u64| {
+                    Zone::new(
+                        Some(topomgr_sdk::NumaNodeId::new(n).unwrap()),
+                        Amounts::new(alloc, alloc, free),
+                    )
+                };
+                Ok(Inventory::new()
+                    .with_resource(
+                        "cpu",
+                        ResourceInventory::new(
+                            Amounts::new(8000, 7000, 2500),
+                            vec![zone(0, 3000, 1000), zone(1, 4000, 1500)],
+                        ),
+                    )
+                    .with_resource(
+                        "memory",
+                        ResourceInventory::new(
+                            Amounts::new(8 << 30, 8 << 30, 3 << 30),
+                            vec![zone(0, 4 << 30, 1 << 30), zone(1, 4 << 30, 2 << 30)],
+                        ),
+                    ))
+            })
     }
 
     /// A request no NUMA placement satisfies says the numbers: requested,
@@ -1598,7 +1499,7 @@ mod tests {
             (Scope::Container, "container \"app\"", ("4", "6Gi")),
             (Scope::Pod, "the pod", ("8", "12Gi")),
         ] {
-            let full = LoadedProvider::in_process("full", Full);
+            let full = LoadedProvider::in_process("full", full());
             let mut adm = admitter("single-numa-node", scope, vec![full]);
             let r = adm.admit(&pod);
             assert_eq!(r.reason.as_deref(), Some(TOPOLOGY_AFFINITY_ERROR));
@@ -1771,18 +1672,7 @@ mod tests {
         alloc: Allocation,
         log: &Log,
     ) -> LoadedProvider {
-        LoadedProvider::in_process(
-            name,
-            Fake {
-                name: name.into(),
-                hints: BTreeMap::new(),
-                pod_hints: None,
-                fail_for: None,
-                log: log.clone(),
-                alloc: Some(alloc),
-                owns,
-            },
-        )
+        scripted(name, BTreeMap::new(), None, None, log, Some(alloc), owns)
     }
 
     /// A pod of one container `app` asking for `asks` (requests = limits),

@@ -653,10 +653,7 @@ mod tests {
     use std::collections::BTreeSet;
     use std::fs;
 
-    use topomgr_sdk::{
-        testkit, Allocation, ContainerView, CpuSet, PodView, ProviderError, ProviderHints,
-        TopologyHint,
-    };
+    use topomgr_sdk::{testkit, Allocation, CpuSet, PodView, ProviderError};
 
     use super::*;
     use crate::image::RestoreIssue;
@@ -667,52 +664,45 @@ mod tests {
     use topomgr_engine::provider::PROVIDER_TIMEOUT;
 
     /// Gives every container one exclusive CPU, the lowest free one; its
-    /// state is the set of (pod, container, cpu) it holds.
-    #[derive(Default)]
-    struct Cpus(BTreeSet<(String, String, u32)>);
-
-    impl topomgr_sdk::Provider for Cpus {
-        fn new(_: &topomgr_sdk::ProviderContext<'_>) -> Result<Self, ProviderError> {
-            Ok(Cpus::default())
-        }
-        fn topology_hints(
-            &mut self,
-            _: &PodView,
-            _: &ContainerView,
-        ) -> Result<ProviderHints, ProviderError> {
-            Ok(None)
-        }
-        fn pod_topology_hints(&mut self, _: &PodView) -> Result<ProviderHints, ProviderError> {
-            Ok(None)
-        }
-        fn allocate(
-            &mut self,
-            pod: &PodView,
-            c: &ContainerView,
-            _: &TopologyHint,
-        ) -> Result<Allocation, ProviderError> {
-            let cpu = (0..8)
-                .find(|n| !self.0.iter().any(|(_, _, x)| x == n))
-                .ok_or_else(|| ProviderError::admission("no CPU left"))?;
-            self.0.insert((pod.uid.clone(), c.name.clone(), cpu));
-            Ok(Allocation::default().with_cpus(CpuSet::from_iter([cpu]), true))
-        }
-        fn release(&mut self, uid: &str, c: &str) -> Result<(), ProviderError> {
-            self.0.retain(|(p, n, _)| !(p == uid && n == c));
-            Ok(())
-        }
-        fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
-            Ok(serde_json::to_vec(&self.0).unwrap())
-        }
-        fn restore(&mut self, data: &[u8]) -> Result<topomgr_sdk::Reconciled, ProviderError> {
-            self.0 = serde_json::from_slice(data)
-                .map_err(|e| ProviderError::admission(e.to_string()))?;
-            Ok(topomgr_sdk::Reconciled::new())
-        }
+    /// state is the set of (pod, container, cpu) it holds. Its `allocate`
+    /// for pod `slow` first waits for one message on `gate`, when given.
+    fn cpus(gate: Option<std::sync::mpsc::Receiver<()>>) -> testkit::FakeProvider {
+        type Held = BTreeSet<(String, String, u32)>;
+        let held = std::sync::Arc::new(std::sync::Mutex::new(Held::new()));
+        let gate = gate.map(std::sync::Mutex::new);
+        let (on_allocate, on_release, on_checkpoint, on_restore) =
+            (held.clone(), held.clone(), held.clone(), held);
+        testkit::FakeProvider::new()
+            .with_allocate(move |pod, c, _| {
+                if let (Some(gate), "slow") = (&gate, pod.uid.as_str()) {
+                    let _ = gate.lock().unwrap().recv();
+                }
+                let mut held = on_allocate.lock().unwrap();
+                let cpu = (0..8)
+                    .find(|n| !held.iter().any(|(_, _, x)| x == n))
+                    .ok_or_else(|| ProviderError::admission("no CPU left"))?;
+                held.insert((pod.uid.clone(), c.name.clone(), cpu));
+                Ok(Allocation::default().with_cpus(CpuSet::from_iter([cpu]), true))
+            })
+            .with_release(move |uid, c| {
+                on_release
+                    .lock()
+                    .unwrap()
+                    .retain(|(p, n, _)| !(p == uid && n == c));
+                Ok(())
+            })
+            .with_checkpoint(move || {
+                Ok(serde_json::to_vec(&*on_checkpoint.lock().unwrap()).unwrap())
+            })
+            .with_restore(move |data| {
+                *on_restore.lock().unwrap() = serde_json::from_slice(data)
+                    .map_err(|e| ProviderError::admission(e.to_string()))?;
+                Ok(topomgr_sdk::Reconciled::new())
+            })
     }
 
     fn node(dir: &Path) -> NodeState {
-        node_with(dir, LoadedProvider::in_process("cpus", Cpus::default()))
+        node_with(dir, LoadedProvider::in_process("cpus", cpus(None)))
     }
 
     /// A node on a 1-node, 8-CPU machine, policy none, with `provider`.
@@ -762,48 +752,6 @@ mod tests {
             .collect()
     }
 
-    /// [`Cpus`] whose `allocate` for pod `slow` waits for one message.
-    struct SlowCpus {
-        cpus: Cpus,
-        gate: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
-    }
-
-    impl topomgr_sdk::Provider for SlowCpus {
-        fn new(_: &topomgr_sdk::ProviderContext<'_>) -> Result<Self, ProviderError> {
-            Err(ProviderError::admission("built in the test"))
-        }
-        fn topology_hints(
-            &mut self,
-            p: &PodView,
-            c: &ContainerView,
-        ) -> Result<ProviderHints, ProviderError> {
-            self.cpus.topology_hints(p, c)
-        }
-        fn pod_topology_hints(&mut self, p: &PodView) -> Result<ProviderHints, ProviderError> {
-            self.cpus.pod_topology_hints(p)
-        }
-        fn allocate(
-            &mut self,
-            p: &PodView,
-            c: &ContainerView,
-            h: &TopologyHint,
-        ) -> Result<Allocation, ProviderError> {
-            if p.uid == "slow" {
-                let _ = self.gate.lock().unwrap().recv();
-            }
-            self.cpus.allocate(p, c, h)
-        }
-        fn release(&mut self, uid: &str, c: &str) -> Result<(), ProviderError> {
-            self.cpus.release(uid, c)
-        }
-        fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
-            self.cpus.checkpoint()
-        }
-        fn restore(&mut self, data: &[u8]) -> Result<topomgr_sdk::Reconciled, ProviderError> {
-            self.cpus.restore(data)
-        }
-    }
-
     /// A release made while the provider is stuck in a call that missed
     /// its deadline cannot be in the provider's saved state yet: the
     /// journal records it, and a restart (the daemon killed before the
@@ -812,15 +760,9 @@ mod tests {
     fn a_release_while_a_provider_is_stuck_survives_a_crash() {
         let dir = scratch("stuck-release");
         let (open_gate, gate) = std::sync::mpsc::channel();
-        let provider = LoadedProvider::in_process(
-            "cpus",
-            SlowCpus {
-                cpus: Cpus::default(),
-                gate: std::sync::Mutex::new(gate),
-            },
-        )
-        .with_deadline(std::time::Duration::from_millis(100))
-        .unwrap();
+        let provider = LoadedProvider::in_process("cpus", cpus(Some(gate)))
+            .with_deadline(std::time::Duration::from_millis(100))
+            .unwrap();
         let mut n = node_with(&dir, provider);
         let (mut store, _) = Store::open(&dir, &mut n, "boot").unwrap();
         assert!(n.admit(&pod("a")).admitted);

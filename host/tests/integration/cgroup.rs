@@ -16,10 +16,7 @@ use topomgr_engine::numa::NumaInfo;
 use topomgr_engine::policy::{Policy, Scope};
 use topomgr_engine::provider::LoadedProvider;
 use topomgr_node::node_state::{NodeState, Records};
-use topomgr_sdk::{
-    testkit, Allocation, ContainerView, CpuSet, NumaMask, PodView, ProviderError, ProviderHints,
-    TopologyHint,
-};
+use topomgr_sdk::{testkit, Allocation, CpuSet, NumaMask, PodView};
 
 fn cpus(s: &str) -> CpuSet {
     CpuSet::parse(s).unwrap()
@@ -304,39 +301,9 @@ fn symlink_escapes_are_refused() {
 }
 
 /// A provider that gives each pod (by uid) a scripted allocation.
-struct Scripted(BTreeMap<String, Allocation>);
-
-impl topomgr_sdk::Provider for Scripted {
-    fn new(_: &topomgr_sdk::ProviderContext<'_>) -> Result<Self, ProviderError> {
-        Ok(Scripted(BTreeMap::new()))
-    }
-    fn topology_hints(
-        &mut self,
-        _: &PodView,
-        _: &ContainerView,
-    ) -> Result<ProviderHints, ProviderError> {
-        Ok(None)
-    }
-    fn pod_topology_hints(&mut self, _: &PodView) -> Result<ProviderHints, ProviderError> {
-        Ok(None)
-    }
-    fn allocate(
-        &mut self,
-        pod: &PodView,
-        _: &ContainerView,
-        _: &TopologyHint,
-    ) -> Result<Allocation, ProviderError> {
-        Ok(self.0.get(&pod.uid).cloned().unwrap_or_default())
-    }
-    fn release(&mut self, _: &str, _: &str) -> Result<(), ProviderError> {
-        Ok(())
-    }
-    fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
-        Ok(Vec::new())
-    }
-    fn restore(&mut self, _: &[u8]) -> Result<topomgr_sdk::Reconciled, ProviderError> {
-        Ok(topomgr_sdk::Reconciled::new())
-    }
+fn scripted(script: BTreeMap<String, Allocation>) -> testkit::FakeProvider {
+    testkit::FakeProvider::new()
+        .with_allocate(move |pod, _, _| Ok(script.get(&pod.uid).cloned().unwrap_or_default()))
 }
 
 fn pod(uid: &str) -> PodView {
@@ -372,7 +339,7 @@ fn shared_pool_follows_exclusive_assignments() {
         &machine,
         policy,
         Scope::Container,
-        vec![LoadedProvider::in_process("scripted", Scripted(script))],
+        vec![LoadedProvider::in_process("scripted", scripted(script))],
     );
     let mut node = NodeState::new(admitter, Records::default(), &dir, "boot")
         .with_cgroups(cgroup_tree::detect(&dir).unwrap());

@@ -1,7 +1,8 @@
 //! The frozen binary interface between the host and a provider plugin:
 //! every type abi_stable checks at load, and nothing else. **A diff of this
 //! file is an ABI change**: changing any shape here needs a new SDK minor
-//! version and a new [`SDK_ABI_VERSION`]; adding a named call (a method
+//! version and a new [`SDK_ABI_VERSION`] (its value is in `src/version.rs`,
+//! compiled without the ABI layer for the vendor's docs); adding a named call (a method
 //! name below) is the one change a patch release may make here.
 //!
 //! The root module [`ProviderMod`] (`sdk_abi_version` + `new`), the
@@ -19,11 +20,7 @@ use abi_stable::sabi_types::VersionStrings;
 use abi_stable::std_types::{RBox, ROption, RResult, RSlice, RStr, RString, RVec};
 use abi_stable::{package_version_strings, sabi_trait, StableAbi};
 
-/// Version of the binary interface exchanged with plugins: a host refuses a
-/// plugin whose root module reports a different value. `1` was SDK 0.1;
-/// `2` was SDK 0.2 (256-bit masks, JSON pods and allocations, named calls);
-/// `3` is SDK 0.3 (`restore` answers the reconcile report as JSON).
-pub const SDK_ABI_VERSION: u32 = 3;
+pub use crate::version::SDK_ABI_VERSION;
 
 /// Named call: [`Provider::preferred_allocation`](crate::Provider::preferred_allocation). Request: a
 /// [`PreferredAllocationRequest`](crate::PreferredAllocationRequest); answer: `{"devices": [ids]}`. Default

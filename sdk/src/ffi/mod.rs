@@ -73,8 +73,5 @@ pub use convert::{
 };
 pub use handle::{construct, ProviderHandle};
 
-/// The version of this SDK crate.
-pub const SDK_VERSION: &str = env!("CARGO_PKG_VERSION");
-
 #[cfg(test)]
 mod tests;

@@ -16,6 +16,8 @@
 //! set none.
 
 mod deadline;
+#[cfg(test)]
+pub(crate) mod fakes;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -408,67 +410,13 @@ impl LoadedProvider {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::mpsc::{self, Receiver};
-    use std::sync::{Arc, Mutex};
+    use std::sync::mpsc;
     use std::time::{Duration, Instant};
 
-    use topomgr_sdk::{testkit, Allocation, ProviderContext};
+    use topomgr_sdk::testkit;
 
+    use super::fakes::{self, Log};
     use super::*;
-
-    type Log = Arc<Mutex<Vec<String>>>;
-
-    /// Allocates nothing; `allocate` and `release` each wait for one
-    /// message on their gate when it is set, and log when they finish.
-    struct Gated {
-        log: Log,
-        allocate_gate: Option<Mutex<Receiver<()>>>,
-        release_gate: Option<Mutex<Receiver<()>>>,
-    }
-
-    impl topomgr_sdk::Provider for Gated {
-        fn new(_: &ProviderContext<'_>) -> Result<Self, ProviderError> {
-            Err(ProviderError::admission("built in the test"))
-        }
-        fn topology_hints(
-            &mut self,
-            _: &PodView,
-            _: &ContainerView,
-        ) -> Result<ProviderHints, ProviderError> {
-            Ok(None)
-        }
-        fn pod_topology_hints(&mut self, _: &PodView) -> Result<ProviderHints, ProviderError> {
-            Ok(None)
-        }
-        fn allocate(
-            &mut self,
-            _: &PodView,
-            c: &ContainerView,
-            _: &TopologyHint,
-        ) -> Result<Allocation, ProviderError> {
-            if let Some(g) = &self.allocate_gate {
-                let _ = g.lock().unwrap().recv();
-            }
-            self.log
-                .lock()
-                .unwrap()
-                .push(format!("allocate {}", c.name));
-            Ok(Allocation::default())
-        }
-        fn release(&mut self, _: &str, c: &str) -> Result<(), ProviderError> {
-            if let Some(g) = &self.release_gate {
-                let _ = g.lock().unwrap().recv();
-            }
-            self.log.lock().unwrap().push(format!("release {c}"));
-            Ok(())
-        }
-        fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {
-            Ok(Vec::new())
-        }
-        fn restore(&mut self, _: &[u8]) -> Result<topomgr_sdk::Reconciled, ProviderError> {
-            Ok(topomgr_sdk::Reconciled::new())
-        }
-    }
 
     fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
         let start = Instant::now();
@@ -491,11 +439,14 @@ mod tests {
         let (open_release, release_gate) = mpsc::channel();
         let mut p = LoadedProvider::in_process(
             "gated",
-            Gated {
-                log: log.clone(),
-                allocate_gate: Some(Mutex::new(allocate_gate)),
-                release_gate: Some(Mutex::new(release_gate)),
-            },
+            fakes::logging(
+                &log,
+                fakes::Gates {
+                    allocate: Some(allocate_gate),
+                    release: Some(release_gate),
+                    ..Default::default()
+                },
+            ),
         )
         .with_deadline(Duration::from_millis(100))
         .unwrap();
