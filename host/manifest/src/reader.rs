@@ -154,6 +154,11 @@ pub(super) struct FieldError {
 
 /// Deserialize a document's value into `T`, naming the field of any error.
 pub(super) fn typed<T: DeserializeOwned>(value: Value) -> Result<T, FieldError> {
+    // The path is tracked only to name a field that failed: a value that
+    // reads is read once without it (this runs on every admission).
+    if let Ok(t) = T::deserialize(&value) {
+        return Ok(t);
+    }
     serde_path_to_error::deserialize(value).map_err(|e| {
         let mut path = String::new();
         for segment in e.path().iter() {
