@@ -207,8 +207,10 @@ fn same_shape(a: &Machine, b: &Machine) -> bool {
 /// Report a reload that changed nothing.
 async fn failed(state_thread: &StateThread, metrics: &Metrics, message: String) {
     warn!("{message}");
-    metrics.reload_failed();
+    // Health shows the note before the failure is counted, so whoever
+    // watches the counter (an operator's alert, a test) finds it there.
     let _ = state_thread.submit(Command::ReloadFailed(message)).await;
+    metrics.reload_failed();
 }
 
 #[cfg(test)]

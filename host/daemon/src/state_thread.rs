@@ -531,7 +531,6 @@ impl Worker {
                     }
                 }
                 for f in &r.failures {
-                    self.metrics.reload_failed();
                     warn!("{trigger}: {f}");
                 }
                 self.reload_notes = r.failures.iter().map(ToString::to_string).collect();
@@ -547,19 +546,24 @@ impl Worker {
                 self.node.settle_pool();
                 self.write_export();
                 self.rebuild_view(notes);
+                // Counted once health shows the outcome (see `reload::failed`).
+                for _ in &r.failures {
+                    self.metrics.reload_failed();
+                }
                 self.metrics.reloaded();
                 Ok(Reply::Done)
             }
             Err(e) => {
                 let msg = format!("{trigger}: the providers could not be reconciled ({e}); everything runs as before");
                 error!("{msg}");
-                self.metrics.reload_failed();
                 self.reload_notes = vec![msg.clone()];
                 if matches!(e, topomgr_node::reconcile::ReloadError::Installed(_)) {
                     self.rollback();
                 } else {
                     self.publish(Vec::new());
                 }
+                // Counted once health shows it (see `reload::failed`).
+                self.metrics.reload_failed();
                 Err(CommandError::Reload(msg))
             }
         }
