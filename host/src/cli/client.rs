@@ -220,6 +220,28 @@ fn health_text(h: &Health) -> String {
     out
 }
 
+/// The node state of the state directory `dir` under the config and the
+/// machine as they are now, restored and read under its state lock for
+/// `role` (refused while a daemon or command holds it); nothing is written.
+fn open_state_dir(
+    config: &Path,
+    dir: &Path,
+    sysfs_root: Option<&Path>,
+    role: Role,
+) -> anyhow::Result<(NodeState, StateDir)> {
+    if !dir.is_dir() {
+        anyhow::bail!(
+            "no state directory at {}: check the path (topomgr serve, run and admit --state-dir create it)",
+            dir.display()
+        );
+    }
+    let cfg = inputs::load_node_config(config)?;
+    let machine = inputs::discover(&cfg, sysfs_root)?;
+    let mut node = NodeState::from_config(&cfg, &machine)?;
+    let opened = StateDir::open(dir, &mut node, role)?;
+    Ok((node, opened))
+}
+
 /// What the daemon's `/v1/health` would say on the state directory `dir`
 /// just after its start: the restore's notes (a reboot since, vanished
 /// resources, held and unconfigured providers) and every conflict the
@@ -230,16 +252,7 @@ fn health_of_state_dir(
     dir: &Path,
     sysfs_root: Option<&Path>,
 ) -> anyhow::Result<Health> {
-    if !dir.is_dir() {
-        anyhow::bail!(
-            "no state directory at {}: check the path (topomgr serve, run and admit --state-dir create it)",
-            dir.display()
-        );
-    }
-    let cfg = inputs::load_node_config(config)?;
-    let machine = inputs::discover(&cfg, sysfs_root)?;
-    let mut node = NodeState::from_config(&cfg, &machine)?;
-    let opened = StateDir::open(dir, &mut node, Role::Health)?;
+    let (node, opened) = open_state_dir(config, dir, sysfs_root, Role::Health)?;
     let notes = opened.restored().notes(node.boot_id());
     let conflicts = node.conflicts().reports();
     let status = if notes.is_empty() && conflicts.is_empty() {
@@ -284,16 +297,7 @@ fn pods_of_state_dir(
     dir: &Path,
     sysfs_root: Option<&Path>,
 ) -> anyhow::Result<PodList> {
-    if !dir.is_dir() {
-        anyhow::bail!(
-            "no state directory at {}: check the path (topomgr serve, run and admit --state-dir create it)",
-            dir.display()
-        );
-    }
-    let cfg = inputs::load_node_config(config)?;
-    let machine = inputs::discover(&cfg, sysfs_root)?;
-    let mut node = NodeState::from_config(&cfg, &machine)?;
-    let _held = StateDir::open(dir, &mut node, Role::Pods)?;
+    let (node, _held) = open_state_dir(config, dir, sysfs_root, Role::Pods)?;
     let pool = node.shared_pool();
     Ok(PodList {
         pods: node
