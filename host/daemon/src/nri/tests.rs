@@ -15,8 +15,8 @@ use topomgr_engine::numa::NumaInfo;
 use topomgr_engine::policy::{Policy, Scope};
 use topomgr_engine::provider::LoadedProvider;
 use topomgr_nri::api::{
-    Container, ContainerState, ContainerUpdate, LinuxContainer, LinuxCpu, LinuxMemory,
-    LinuxPodSandbox, LinuxResources, OptionalInt64, OptionalUInt64, PodSandbox,
+    Container, ContainerState, ContainerUpdate, CreateContainerResponse, LinuxContainer, LinuxCpu,
+    LinuxMemory, LinuxPodSandbox, LinuxResources, OptionalInt64, OptionalUInt64, PodSandbox,
 };
 use topomgr_sdk::testkit::FakeProvider;
 use topomgr_sdk::{
@@ -252,6 +252,18 @@ impl World {
     }
 }
 
+/// The (cpus, mems) a create answer sets for the container.
+fn cpuset_of(answer: &CreateContainerResponse) -> (&str, &str) {
+    let cpu = answer
+        .adjust
+        .as_ref()
+        .and_then(|a| a.linux.as_ref())
+        .and_then(|l| l.resources.as_ref())
+        .and_then(|r| r.cpu.as_ref())
+        .expect("the answer sets the container's cpuset");
+    (cpu.cpus.as_str(), cpu.mems.as_str())
+}
+
 #[tokio::test]
 async fn guaranteed_burstable_refused_and_stopped_containers() {
     let w = world("flow");
@@ -264,16 +276,7 @@ async fn guaranteed_burstable_refused_and_stopped_containers() {
         .create(b.clone(), container("b1", &b, 100, 500))
         .await
         .unwrap();
-    let cpu = burst
-        .adjust
-        .unwrap()
-        .linux
-        .unwrap()
-        .resources
-        .unwrap()
-        .cpu
-        .unwrap();
-    assert_eq!((cpu.cpus.as_str(), cpu.mems.as_str()), ("0-3", "0-1"));
+    assert_eq!(cpuset_of(&burst), ("0-3", "0-1"));
     assert!(burst.update.is_empty());
     w.check();
 
@@ -283,16 +286,7 @@ async fn guaranteed_burstable_refused_and_stopped_containers() {
         .create(g.clone(), container("g1", &g, 1000, 1000))
         .await
         .unwrap();
-    let cpu = gr
-        .adjust
-        .unwrap()
-        .linux
-        .unwrap()
-        .resources
-        .unwrap()
-        .cpu
-        .unwrap();
-    assert_eq!((cpu.cpus.as_str(), cpu.mems.as_str()), ("1", "0"));
+    assert_eq!(cpuset_of(&gr), ("1", "0"));
     assert_eq!(updates(&gr.update), [("b1".to_owned(), "0,2-3".to_owned())]);
     assert!(
         !gr.update[0].ignore_failure,
@@ -515,16 +509,7 @@ async fn the_face_follows_a_reload_onto_a_changed_machine() {
         .create(b.clone(), container("b1", &b, 100, 500))
         .await
         .unwrap();
-    let cpu = first
-        .adjust
-        .unwrap()
-        .linux
-        .unwrap()
-        .resources
-        .unwrap()
-        .cpu
-        .unwrap();
-    assert_eq!((cpu.cpus.as_str(), cpu.mems.as_str()), ("0-3", "0-1"));
+    assert_eq!(cpuset_of(&first), ("0-3", "0-1"));
     assert_eq!(f.nodes(), NumaMask::from_nodes([0, 1]).unwrap());
 
     let machine = topomgr_sdk::testkit::machine(3, 2);
@@ -549,16 +534,7 @@ async fn the_face_follows_a_reload_onto_a_changed_machine() {
         .create(b.clone(), container("b2", &b, 100, 500))
         .await
         .unwrap();
-    let cpu = second
-        .adjust
-        .unwrap()
-        .linux
-        .unwrap()
-        .resources
-        .unwrap()
-        .cpu
-        .unwrap();
-    assert_eq!((cpu.cpus.as_str(), cpu.mems.as_str()), ("0-5", "0-2"));
+    assert_eq!(cpuset_of(&second), ("0-5", "0-2"));
     // b1 is told the new pool and memory nodes in the same answer.
     assert_eq!(
         updates(&second.update),
