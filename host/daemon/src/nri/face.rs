@@ -107,21 +107,25 @@ impl Face {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The shared pool as of the last commit.
-    fn pool(&self) -> CpuSet {
-        self.state.read(|v| v.shared_pool.clone())
-    }
-
-    /// The machine's NUMA nodes as the state thread last read them (at
-    /// start, at the last reload): the memory nodes of a container no
-    /// provider gave any.
-    pub(crate) fn nodes(&self) -> NumaMask {
+    /// The shared pool as of the last commit and the machine's NUMA nodes
+    /// as the state thread last read them (at start, at the last reload:
+    /// the memory nodes of a container no provider gave any), in one read
+    /// of its view so that both are of the same machine.
+    fn placing(&self) -> (CpuSet, NumaMask) {
         self.state.read(|v| {
-            v.machine
+            let nodes = v
+                .machine
                 .numa_ids()
                 .into_iter()
-                .fold(NumaMask::EMPTY, |m, n| m.with(n))
+                .fold(NumaMask::EMPTY, |m, n| m.with(n));
+            (v.shared_pool.clone(), nodes)
         })
+    }
+
+    /// The machine's NUMA nodes (see [`Face::placing`]).
+    #[cfg(test)]
+    pub(crate) fn nodes(&self) -> NumaMask {
+        self.placing().1
     }
 
     /// The runtime, while connected.
@@ -218,7 +222,7 @@ impl Face {
             info!(container = %name, reason = ?result.reason, "container refused");
             return Err(refusal(&result));
         }
-        let pool = self.pool();
+        let (pool, nodes) = self.placing();
         let placed = Placed {
             sandbox: container.pod_sandbox_id.clone(),
             name: name.clone(),
@@ -237,7 +241,7 @@ impl Face {
                 || t.ids()
                     .iter()
                     .any(|i| t.get(i).is_some_and(|p| !p.is_exclusive()));
-            match placed.desired(&pool, self.nodes()) {
+            match placed.desired(&pool, nodes) {
                 Some(set) if !(pool.is_empty() && pool_needed) => {
                     t.insert(
                         &id,
@@ -246,7 +250,7 @@ impl Face {
                             ..placed
                         },
                     );
-                    let update = t.updates(&pool, self.nodes(), Some(&id), false);
+                    let update = t.updates(&pool, nodes, Some(&id), false);
                     self.count(&t);
                     Some((set, update))
                 }
@@ -282,9 +286,9 @@ impl Face {
                 debug!(container = %who(&pod, &container), "followed container stopped");
             }
         }
-        let pool = self.pool();
+        let (pool, nodes) = self.placing();
         let mut t = self.table();
-        let updates = t.updates(&pool, self.nodes(), None, true);
+        let updates = t.updates(&pool, nodes, None, true);
         self.count(&t);
         Ok(updates)
     }
@@ -297,17 +301,17 @@ impl Face {
         _pod: PodSandbox,
         container: Container,
     ) -> HandlerResult<UpdateContainerResponse> {
-        let pool = self.pool();
+        let (pool, nodes) = self.placing();
         let mut t = self.table();
         let Some(p) = t.get_mut(&container.id) else {
             return Ok(UpdateContainerResponse::default());
         };
         let mut update = Vec::new();
-        if let Some(set) = p.desired(&pool, self.nodes()) {
+        if let Some(set) = p.desired(&pool, nodes) {
             update.push(convert::update(&container.id, &set, false));
             p.told = Some(set);
         }
-        update.extend(t.updates(&pool, self.nodes(), Some(&container.id), false));
+        update.extend(t.updates(&pool, nodes, Some(&container.id), false));
         Ok(UpdateContainerResponse {
             update,
             evict: Vec::new(),
@@ -457,13 +461,13 @@ impl Face {
                 },
             ));
         }
-        let pool = self.pool();
+        let (pool, nodes) = self.placing();
         let mut t = self.table();
         t.clear();
         for (id, p) in placed {
             t.insert(&id, p);
         }
-        let updates = t.updates(&pool, self.nodes(), None, true);
+        let updates = t.updates(&pool, nodes, None, true);
         self.count(&t);
         drop(t);
         self.status.set_notes(notes);
@@ -487,7 +491,7 @@ impl Face {
             let updates = {
                 let admitted: BTreeSet<String> =
                     self.state.read(|v| v.pods.keys().cloned().collect());
-                let pool = self.pool();
+                let (pool, nodes) = self.placing();
                 let mut t = self.table();
                 if t.in_flight {
                     return;
@@ -500,7 +504,7 @@ impl Face {
                         }
                     }
                 }
-                let updates = t.updates(&pool, self.nodes(), None, true);
+                let updates = t.updates(&pool, nodes, None, true);
                 if updates.is_empty() {
                     return;
                 }
