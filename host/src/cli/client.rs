@@ -39,18 +39,27 @@ impl SocketArg {
     }
 }
 
-/// Arguments of `topomgr pods`.
+/// `--state-dir` and `--sysfs-root` of `pods` and `health`: read a state
+/// directory in-process instead of asking the daemon.
 #[derive(Debug, Args)]
-pub struct PodsArgs {
-    #[command(flatten)]
-    socket: SocketArg,
-    /// List the pods of this state directory in-process instead (no daemon
-    /// may serve it: ask the daemon with --socket then).
+struct StateDirArg {
+    /// Read this state directory in-process instead of asking the daemon:
+    /// restored as the daemon would restore it, and nothing written (no
+    /// daemon may serve it: ask the daemon with --socket then).
     #[arg(long, conflicts_with = "socket")]
     state_dir: Option<PathBuf>,
     /// sysfs directory to read with --state-dir (default: config sysfs_root).
     #[arg(long, requires = "state_dir")]
     sysfs_root: Option<PathBuf>,
+}
+
+/// Arguments of `topomgr pods`.
+#[derive(Debug, Args)]
+pub struct PodsArgs {
+    #[command(flatten)]
+    socket: SocketArg,
+    #[command(flatten)]
+    local: StateDirArg,
     /// Output format.
     #[arg(short, long, value_enum, default_value = "json")]
     output: Output,
@@ -65,14 +74,8 @@ pub struct HealthArgs {
     /// scripts that start `topomgr serve` and then talk to it.
     #[arg(long, value_name = "SECONDS", num_args = 0..=1, default_missing_value = "30", conflicts_with = "state_dir")]
     pub(super) wait: Option<u64>,
-    /// Restore this state directory in-process and report what the daemon
-    /// would report on it (no daemon may serve it: ask the daemon with
-    /// --socket then). Changes nothing.
-    #[arg(long, conflicts_with = "socket")]
-    state_dir: Option<PathBuf>,
-    /// sysfs directory to read with --state-dir (default: config sysfs_root).
-    #[arg(long, requires = "state_dir")]
-    sysfs_root: Option<PathBuf>,
+    #[command(flatten)]
+    local: StateDirArg,
     /// Output format.
     #[arg(short, long, value_enum, default_value = "json")]
     output: Output,
@@ -122,8 +125,8 @@ const HEALTH_RETRY: Duration = Duration::from_millis(100);
 /// in time is an error (status 2), as is one that does not answer at all
 /// without it.
 pub fn health(config: &Path, args: HealthArgs) -> anyhow::Result<ExitCode> {
-    if let Some(dir) = &args.state_dir {
-        let health = health_of_state_dir(config, dir, args.sysfs_root.as_deref())?;
+    if let Some(dir) = &args.local.state_dir {
+        let health = health_of_state_dir(config, dir, args.local.sysfs_root.as_deref())?;
         return print_health(&health, args.output);
     }
     let socket = match &args.socket.socket {
@@ -282,8 +285,12 @@ pub fn pods(config: &Path, args: PodsArgs) -> anyhow::Result<ExitCode> {
         }
         Ok(())
     };
-    if let Some(dir) = &args.state_dir {
-        print(&pods_of_state_dir(config, dir, args.sysfs_root.as_deref())?)?;
+    if let Some(dir) = &args.local.state_dir {
+        print(&pods_of_state_dir(
+            config,
+            dir,
+            args.local.sysfs_root.as_deref(),
+        )?)?;
         return Ok(ExitCode::SUCCESS);
     }
     let resp = args.socket.client(config)?.get("/v1/pods")?;
