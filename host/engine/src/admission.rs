@@ -319,10 +319,8 @@ impl Admitter {
                 // Every provider gets the pod once; the calls below pass this
                 // object, so a pod of N containers is not sent 2N times.
                 let shared = Arc::new(pod.clone());
-                for (p, held) in self.providers.iter_mut().zip(&self.held) {
-                    if held.is_none() {
-                        p.share_pod(&shared);
-                    }
+                for p in live(&mut self.providers, &self.held) {
+                    p.share_pod(&shared);
                 }
                 match self.scope {
                     Scope::Pod if self.policy.name() != PolicyName::None => {
@@ -524,10 +522,7 @@ impl Admitter {
         mut ask: impl FnMut(&mut LoadedProvider) -> Result<ProviderHints, topomgr_sdk::ProviderError>,
     ) -> Result<Vec<(String, ProviderHints)>, Rejection> {
         let mut all = Vec::with_capacity(self.providers.len());
-        for (p, held) in self.providers.iter_mut().zip(&self.held) {
-            if held.is_some() {
-                continue;
-            }
+        for p in live(&mut self.providers, &self.held) {
             match ask(p) {
                 Ok(h) => all.push((p.name().to_string(), h)),
                 Err(e) => {
@@ -557,13 +552,7 @@ impl Admitter {
             return Ok(());
         }
         let mut known = std::collections::BTreeSet::new();
-        let live = self
-            .providers
-            .iter_mut()
-            .zip(&self.held)
-            .filter(|(_, held)| held.is_none())
-            .map(|(p, _)| p);
-        for (p, (name, h)) in live.zip(hints.iter_mut()) {
+        for (p, (name, h)) in live(&mut self.providers, &self.held).zip(hints.iter_mut()) {
             let answer = p.assigned_device_hints(request).map_err(|e| Rejection {
                 reason: e.reason.clone(),
                 message: format!(
@@ -740,10 +729,7 @@ impl Admitter {
     /// Release `container` in the first `n` providers that are not held (a
     /// failed allocation).
     fn release_container(&mut self, pod: &PodView, container: &str, n: usize) {
-        for (q, held) in self.providers[..n].iter_mut().zip(&self.held) {
-            if held.is_some() {
-                continue;
-            }
+        for q in live(&mut self.providers[..n], &self.held) {
             if let Err(err) = q.release(&pod.uid, container) {
                 warn!(provider = q.name(), pod = %pod.uid, container, error = %err, "release during rollback failed");
             }
@@ -752,10 +738,7 @@ impl Admitter {
 
     fn rollback(&mut self, pod: &PodView, done: &[ContainerResult]) {
         for c in done.iter().rev() {
-            for (p, held) in self.providers.iter_mut().zip(&self.held) {
-                if held.is_some() {
-                    continue;
-                }
+            for p in live(&mut self.providers, &self.held) {
                 if let Err(err) = p.release(&pod.uid, &c.name) {
                     warn!(provider = p.name(), pod = %pod.uid, container = %c.name, error = %err, "release during rollback failed");
                 }
@@ -777,10 +760,7 @@ impl Admitter {
         self.ledger.release(uid);
         let mut errors = Vec::new();
         for c in result.containers.iter().rev() {
-            for (p, held) in self.providers.iter_mut().zip(&self.held) {
-                if held.is_some() {
-                    continue;
-                }
+            for p in live(&mut self.providers, &self.held) {
                 if let Err(e) = p.release(uid, &c.name) {
                     errors.push(format!("{}: {}", p.name(), e));
                 }
@@ -795,6 +775,19 @@ impl Admitter {
             })
         }
     }
+}
+
+/// The providers that are not held (`held`: per provider, why it is), in
+/// call order.
+fn live<'a>(
+    providers: &'a mut [LoadedProvider],
+    held: &'a [Option<String>],
+) -> impl Iterator<Item = &'a mut LoadedProvider> {
+    providers
+        .iter_mut()
+        .zip(held)
+        .filter(|(_, held)| held.is_none())
+        .map(|(p, _)| p)
 }
 
 /// The resources `pod` asks for: a request or limit above 0 in any
