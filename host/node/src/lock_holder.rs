@@ -155,6 +155,18 @@ impl Holder {
         pod_owner::process_runs(self.pid, self.start_time, &self.boot_id, boot_id)
     }
 
+    /// The holder with the command line its process has now. A process
+    /// left behind is recorded when the run ends, which may be while it
+    /// is still in `execve` (its command line then reads empty) or before
+    /// it ran its program: a message names what runs when it is written.
+    pub fn with_current_command(mut self) -> Holder {
+        let now = command_line(self.pid);
+        if !now.is_empty() {
+            self.command = now;
+        }
+        self
+    }
+
     /// The holder as one line of a lock file.
     pub fn to_line(&self) -> String {
         serde_json::to_string(self).unwrap_or_default()
@@ -254,6 +266,15 @@ mod tests {
         assert!(me.command.contains("topomgr_node"), "{}", me.command);
         assert!(me.runs(&crate::fsutil::boot_id()));
         assert!(!me.runs("another boot"));
+        // Recorded mid-exec (an empty command line, or the shell's before
+        // it ran its program): named by what runs now.
+        for recorded in ["", "sh -c sleep 60"] {
+            let then = Holder {
+                command: recorded.into(),
+                ..me.clone()
+            };
+            assert_eq!(then.with_current_command(), me);
+        }
         let text = format!("12345\n{}\nnot json\n", me.to_line());
         assert_eq!(Holder::parse_all(&text), std::slice::from_ref(&me));
         let d = Holder {

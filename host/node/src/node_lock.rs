@@ -371,6 +371,7 @@ impl Node {
         let live = Holder::parse_all(&text)
             .into_iter()
             .filter(|h| h.runs(&boot))
+            .map(Holder::with_current_command)
             .collect();
         Ok(Node {
             hierarchy,

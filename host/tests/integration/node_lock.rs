@@ -373,6 +373,19 @@ pub(crate) fn alive(pid: u32) -> bool {
     })
 }
 
+/// A process a test left running on purpose (a run's leftover): killed
+/// when the test ends, also when it fails, so that it does not keep the
+/// node for the tests after it.
+pub(crate) struct Leftover(pub(crate) u32);
+
+impl Drop for Leftover {
+    fn drop(&mut self) {
+        // SAFETY: kill(2) with a pid the test owns and a valid signal
+        // number; a process already gone gives ESRCH, ignored.
+        unsafe { libc::kill(self.0 as libc::pid_t, libc::SIGKILL) };
+    }
+}
+
 pub(crate) fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while !done() {

@@ -559,6 +559,7 @@ fn leftover_processes_keep_the_cpus_reserved() {
     );
     assert_eq!(out.status.code(), Some(0));
     let left = text(&out.stdout).trim().to_owned();
+    let _left = crate::node_lock::Leftover(left.parse().unwrap());
     assert!(alive(&left));
     let held = cgroups_of(&root, pid);
     assert_eq!(held.len(), 1);
@@ -634,6 +635,7 @@ fn the_leftover_warnings_release_command_works() {
     );
     assert_eq!(out.status.code(), Some(0));
     let left = text(&out.stdout).trim().to_owned();
+    let _left = crate::node_lock::Leftover(left.parse().unwrap());
     let held = cgroups_of(&root, pid);
     assert_eq!(held.len(), 1);
     let uid = held[0].clone();

@@ -293,6 +293,7 @@ fn sigterm_is_forwarded_and_leftover_processes_keep_the_pod_until_they_exit() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let left: u32 = text(&out.stdout).trim().parse().unwrap();
+    let _left = crate::node_lock::Leftover(left);
     let list = s.pods();
     assert_eq!(list.pods.len(), 1, "{list:?}");
     let uid = list.pods[0].uid.clone();
