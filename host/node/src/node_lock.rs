@@ -528,7 +528,9 @@ mod tests {
     }
 
     /// Holders that look like other processes (flock conflicts between
-    /// two opens in one process too; the record needs another pid).
+    /// two opens in one process too; the record needs another pid). Their
+    /// command is recorded as a placeholder: a refusal names what the
+    /// process runs now ([`Holder::with_current_command`]).
     fn other(role: Role, state_dir: &Path) -> Holder {
         // This test's parent: alive for as long as the test runs.
         let pid = std::os::unix::process::parent_id();
@@ -557,8 +559,9 @@ mod tests {
         let s2 = d.join("s2");
         let me = Holder::current(Role::Release, &s2, None);
         let err = NodeLock::acquire_in(&locks, &root, &me).unwrap_err();
-        let holder = other(Role::Run, &s1);
-        let admit = other(Role::Admit, &s1);
+        // Named by what they run now, not by the recorded placeholder.
+        let holder = other(Role::Run, &s1).with_current_command();
+        let admit = other(Role::Admit, &s1).with_current_command();
         assert_eq!(
             err.to_string(),
             format!(
@@ -607,6 +610,7 @@ mod tests {
         let held = NodeLock::acquire_in(&locks, &root, &daemon).unwrap();
         let run = Holder::current(Role::Run, &d.join("s1"), None);
         let err = NodeLock::acquire_in(&locks, &root, &run).unwrap_err();
+        let daemon = daemon.with_current_command();
         assert_eq!(err.daemon(), Some(&daemon));
         assert_eq!(
             err.to_string(),
@@ -641,6 +645,8 @@ mod tests {
         NodeLock::join_in(&locks, &root, &member).unwrap();
         let recorded = Holder::parse_all(&fs::read_to_string(held.path()).unwrap());
         assert_eq!(recorded, [daemon.clone(), member.clone()]);
+        // From here on it is named by what it runs now.
+        let member = member.with_current_command();
         drop(held);
 
         // The daemon is gone; its run is not.
@@ -652,8 +658,9 @@ mod tests {
         );
         assert!(
             err.to_string().contains(&format!(
-                "by topomgr run (through the daemon) (pid {}, command `other topomgr run (through the daemon)`, state directory {}",
+                "by topomgr run (through the daemon) (pid {}, command `{}`, state directory {}",
                 member.pid,
+                member.command,
                 s1.display()
             )),
             "{err}"
