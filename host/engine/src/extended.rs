@@ -24,14 +24,17 @@ pub(crate) fn is_extended(name: &str) -> bool {
 /// The extended resources `pod` requests (effective pod request above 0),
 /// in name order.
 pub(crate) fn requested(pod: &PodView) -> Vec<(&str, u64)> {
-    let names: BTreeSet<&str> = pod
-        .init_containers
-        .iter()
-        .chain(&pod.containers)
-        .flat_map(|c| c.requests.keys().chain(c.limits.keys()))
-        .map(String::as_str)
-        .filter(|n| is_extended(n))
-        .collect();
+    // Inserted one by one: a pod names few distinct resources across many
+    // containers, and the set stays that small (collecting would sort every
+    // name of every container first).
+    let mut names = BTreeSet::new();
+    for c in pod.init_containers.iter().chain(&pod.containers) {
+        for name in c.requests.keys().chain(c.limits.keys()) {
+            if is_extended(name) {
+                names.insert(name.as_str());
+            }
+        }
+    }
     names
         .into_iter()
         .map(|n| (n, pod.effective_request(n)))

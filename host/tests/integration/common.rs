@@ -20,6 +20,9 @@ pub struct Plugins {
     /// `tests/vendor-accelerator`: a device provider built outside the
     /// workspace against the SDK alone.
     pub vendor: PathBuf,
+    /// `tests/vendor-example`: the SDK's worked example, verbatim, built
+    /// outside the workspace against the SDK alone.
+    pub vendor_example: PathBuf,
 }
 
 /// The workspace root.
@@ -79,45 +82,87 @@ fn build(args: &[&str]) -> Vec<(String, PathBuf)> {
 }
 
 fn pick(found: &[(String, PathBuf)], name: &str) -> PathBuf {
+    pick_ref(found, name).to_path_buf()
+}
+
+fn pick_ref<'a>(found: &'a [(String, PathBuf)], name: &str) -> &'a Path {
     found
         .iter()
         .find(|(n, _)| n == name)
-        .map(|(_, p)| p.clone())
+        .map(|(_, p)| p.as_path())
         .unwrap_or_else(|| panic!("cargo built no cdylib named {name}: {found:?}"))
+}
+
+/// Every cdylib of the workspace, built once per test binary by one
+/// `cargo build --workspace --lib --examples`. One invocation, and one
+/// that resolves features as `cargo test --workspace` does (examples, like
+/// tests, turn on the dev-dependencies' features): after that command every
+/// dependency is already built and only the plugin crates themselves are
+/// linked, where one build per plugin (`-p NAME`) resolved features anew
+/// each time and compiled parts of the dependency tree again. The libraries
+/// land beside the `topomgr` binary, where the repository's own
+/// `topomgr.toml` and `plugins.d/` look for them, as after the README's
+/// `cargo build --workspace`.
+fn workspace_plugins() -> &'static [(String, PathBuf)] {
+    static BUILT: OnceLock<Vec<(String, PathBuf)>> = OnceLock::new();
+    BUILT.get_or_init(|| build(&["--workspace", "--lib", "--examples"]))
+}
+
+/// Builds `crate_dir`, a crate that is its own workspace as a vendor's
+/// would be (`--manifest-path`, with `extra` arguments), and returns its
+/// cdylibs.
+///
+/// It resolves its own features (the SDK alone, as a vendor's crate does),
+/// but shares the workspace's build directory, dependency versions (the
+/// workspace's `Cargo.lock` copied beside its manifest; ignored by git) and
+/// debug-info settings (those of `[profile.dev]` in the workspace's
+/// `Cargo.toml`, repeated here): every dependency whose features match the
+/// workspace's build is not compiled again. Final artifacts go to
+/// `target/fixtures`, apart from the workspace's own libraries (two crates
+/// here build a library called like one of the workspace's).
+fn build_outside(crate_dir: &str, extra: &[&str]) -> Vec<(String, PathBuf)> {
+    let root = workspace_root();
+    let dir = root.join(crate_dir);
+    std::fs::copy(root.join("Cargo.lock"), dir.join("Cargo.lock"))
+        .unwrap_or_else(|e| panic!("copy Cargo.lock into {crate_dir}: {e}"));
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .parent()
+        .expect("CARGO_TARGET_TMPDIR is <target>/tmp");
+    let build_dir = format!("build.build-dir={:?}", target.display().to_string());
+    let fixtures = target.join("fixtures");
+    let manifest = dir.join("Cargo.toml");
+    let mut args = vec![
+        "--manifest-path",
+        manifest.to_str().expect("a UTF-8 path"),
+        "--target-dir",
+        fixtures.to_str().expect("a UTF-8 path"),
+        "--config",
+        &build_dir,
+        "--config",
+        "profile.dev.debug=\"line-tables-only\"",
+        "--config",
+        "profile.dev.package.\"*\".debug=false",
+    ];
+    args.extend(extra);
+    build(&args)
 }
 
 /// Builds the plugins (once per test binary) and returns their paths.
 pub fn plugins() -> &'static Plugins {
     static PLUGINS: OnceLock<Plugins> = OnceLock::new();
     PLUGINS.get_or_init(|| {
-        let main = build(&[
-            "-p",
-            "topomgr-mock-provider",
-            "-p",
-            "topomgr-example-widgets",
-        ]);
-        let root = workspace_root();
-        // The out-of-workspace crates share one target directory, so their
-        // common dependencies (abi_stable) build once.
-        let target = root.join("target/fixtures");
-        let outside = |crate_dir: &str, extra: &[&str]| {
-            let manifest = root.join(crate_dir).join("Cargo.toml");
-            let mut args = vec![
-                "--manifest-path".to_owned(),
-                manifest.to_string_lossy().into_owned(),
-                "--target-dir".to_owned(),
-                target.to_string_lossy().into_owned(),
-            ];
-            args.extend(extra.iter().map(|f| f.to_string()));
-            let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            build(&args)
-        };
+        let main = workspace_plugins();
         let vendor = pick(
-            &outside("tests/vendor-accelerator", &[]),
+            &build_outside("tests/vendor-accelerator", &[]),
             "vendor_accelerator",
         );
-        let fixture =
-            |features: &[&str]| pick(&outside("tests/incompatible-sdk", features), "topomgr_sdk");
+        let vendor_example = pick(&build_outside("tests/vendor-example", &[]), "numa_widgets");
+        let fixture = |features: &[&str]| {
+            pick(
+                &build_outside("tests/incompatible-sdk", features),
+                "topomgr_sdk",
+            )
+        };
         // Both builds write the same file: keep a copy of each.
         let kept = Path::new(env!("CARGO_TARGET_TMPDIR")).join("sdk-fixtures");
         std::fs::create_dir_all(&kept).expect("create the fixture copy dir");
@@ -133,11 +178,12 @@ pub fn plugins() -> &'static Plugins {
             "libincompatible_sdk_0_2.so",
         );
         Plugins {
-            mock: pick(&main, "topomgr_mock_provider"),
-            widgets: pick(&main, "numa_widgets"),
+            mock: pick(main, "topomgr_mock_provider"),
+            widgets: pick(main, "numa_widgets"),
             incompatible,
             older_minor,
             vendor,
+            vendor_example,
         }
     })
 }
@@ -190,51 +236,37 @@ pub fn unpack_corpus_machine(name: &str) -> PathBuf {
         .unwrap_or_else(|| dest.join("sys"))
 }
 
-/// Builds one provider crate's cdylib (once per test binary, cached in `cell`).
-fn provider_so(cell: &'static OnceLock<PathBuf>, package: &str, lib: &str) -> &'static Path {
-    cell.get_or_init(|| pick(&build(&["-p", package, "--lib"]), lib))
-}
-
-/// Builds the CPU manager provider and returns its `.so`.
+/// The CPU manager provider's `.so`.
 pub fn cpu_plugin() -> &'static Path {
-    static SO: OnceLock<PathBuf> = OnceLock::new();
-    provider_so(&SO, "topomgr-provider-cpu", "topomgr_provider_cpu")
+    pick_ref(workspace_plugins(), "topomgr_provider_cpu")
 }
 
-/// Builds the memory provider and returns its `.so`.
+/// The memory provider's `.so`.
 pub fn memory_plugin() -> &'static Path {
-    static SO: OnceLock<PathBuf> = OnceLock::new();
-    provider_so(&SO, "topomgr-provider-memory", "topomgr_provider_memory")
+    pick_ref(workspace_plugins(), "topomgr_provider_memory")
 }
 
-/// Builds the SR-IOV provider and returns its `.so`.
+/// The SR-IOV provider's `.so`.
 pub fn sriov_plugin() -> &'static Path {
-    static SO: OnceLock<PathBuf> = OnceLock::new();
-    provider_so(&SO, "topomgr-provider-sriov", "topomgr_provider_sriov")
+    pick_ref(workspace_plugins(), "topomgr_provider_sriov")
 }
 
-/// Builds the GPU provider and returns its `.so`.
+/// The GPU provider's `.so`.
 pub fn gpu_plugin() -> &'static Path {
-    static SO: OnceLock<PathBuf> = OnceLock::new();
-    provider_so(&SO, "topomgr-provider-gpu", "topomgr_provider_gpu")
+    pick_ref(workspace_plugins(), "topomgr_provider_gpu")
 }
 
-/// Builds every plugin the workspace has (`cargo build --workspace --lib`,
-/// once per test binary), so that the repository's own `topomgr.toml` and
-/// `plugins.d/` find each library they enable beside the `topomgr` binary,
-/// as after the README's `cargo build --workspace`.
+/// Builds every plugin the workspace has, so that the repository's own
+/// `topomgr.toml` and `plugins.d/` find each library they enable beside
+/// the `topomgr` binary.
 pub fn repository_plugins() {
-    static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        build(&["--workspace", "--lib"]);
-    });
+    workspace_plugins();
 }
 
-/// Builds the scripted stand-in for `libnvidia-ml` (`tests/fake-nvml`,
-/// script named by `FAKE_NVML_SCRIPT`) and returns its `.so`.
+/// The scripted stand-in for `libnvidia-ml` (`tests/fake-nvml`, script
+/// named by `FAKE_NVML_SCRIPT`).
 pub fn fake_nvml() -> &'static Path {
-    static SO: OnceLock<PathBuf> = OnceLock::new();
-    provider_so(&SO, "topomgr-fake-nvml", "fake_nvml")
+    pick_ref(workspace_plugins(), "fake_nvml")
 }
 
 /// Loads the provider `.so` at `so` as `name` with `config` on the example

@@ -6,7 +6,7 @@
 use crate::common;
 
 use std::fs;
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -119,23 +119,20 @@ fn idle_metrics_connections_never_starve_the_admin_socket() {
         &format!("metrics_address = \"127.0.0.1:{port}\"\n"),
     );
     let daemon = serve(&dir, 1024);
-    let address: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-    let mut idle = Vec::new();
-    for _ in 0..wanted {
-        // Past the listen backlog the handshake is not answered: those
-        // connections wait in the kernel, as an attacker's would.
-        if let Ok(s) = TcpStream::connect_timeout(&address, Duration::from_millis(50)) {
-            idle.push(s);
-        }
-    }
-    // More than the metrics listener's cap: past it (and past the listen
-    // backlog) the daemon takes no more, so the rest are not even answered.
-    assert!(
-        idle.len() > topomgr_daemon::listener::METRICS_MAX_CONNECTIONS,
-        "only {} connections opened",
-        idle.len()
-    );
+    // All at once, as an attacker would open them: past the listen backlog
+    // the handshake is not answered, and those connections stay pending in
+    // the kernel (retrying) while the admin socket is asked.
+    let idle: Vec<TcpStream> = (0..wanted).map(|_| connect_nonblocking(port)).collect();
     std::thread::sleep(Duration::from_millis(500));
+    // More than the metrics listener's cap are established: past it (and
+    // past the listen backlog) the daemon takes no more, so the rest are
+    // not even answered.
+    let established = idle.iter().filter(|s| s.peer_addr().is_ok()).count();
+    assert!(
+        established > topomgr_daemon::listener::METRICS_MAX_CONNECTIONS,
+        "only {established} of {wanted} connections established"
+    );
+    assert!(established < wanted, "every connection was answered");
     let socket = dir.join("t.sock");
     let (answer, answered) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -160,6 +157,47 @@ fn idle_metrics_connections_never_starve_the_admin_socket() {
     assert_eq!(r.status, 200, "{}", r.error_message());
     drop(idle);
     stop(daemon);
+}
+
+/// A TCP connection to 127.0.0.1:`port`, started and not waited for
+/// (a nonblocking `connect`, in progress or established).
+fn connect_nonblocking(port: u16) -> TcpStream {
+    use std::os::fd::FromRawFd as _;
+    // SAFETY: socket(2) with constant arguments; the descriptor returned is
+    // owned by the TcpStream below (closed when it drops).
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_INET,
+            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
+    // SAFETY: `fd` is a socket this function just opened and owns.
+    let stream = unsafe { TcpStream::from_raw_fd(fd) };
+    let address = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    // SAFETY: connect(2) on the socket above with a valid sockaddr_in and
+    // its size.
+    let rc = unsafe {
+        libc::connect(
+            fd,
+            std::ptr::from_ref(&address).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        )
+    };
+    let err = std::io::Error::last_os_error();
+    assert!(
+        rc == 0 || err.raw_os_error() == Some(libc::EINPROGRESS),
+        "connect: {err}"
+    );
+    stream
 }
 
 /// Resident memory of `pid` in bytes (`VmRSS` of /proc/PID/status).
@@ -201,17 +239,27 @@ fn large_pod(uid: &str) -> String {
 fn large_rejections_do_not_grow_the_daemon() {
     let dir = config("limits-rss", "");
     let daemon = serve(&dir, 4096);
-    let mut c = Client::new(&dir.join("t.sock"));
+    let socket = dir.join("t.sock");
     let base = rss(daemon.id());
-    for i in 0..300 {
-        let uid = format!("large-{i:03}");
-        let r = c
-            .post("/v1/pods", "application/json", large_pod(&uid).as_bytes())
-            .unwrap();
-        assert_eq!(r.status, 200, "{}", r.error_message());
-        let a: Admissions = r.parse().unwrap();
-        assert!(!a.pods[0].admitted);
-    }
+    // Two clients at a time, as the daemon's HTTP workers take them.
+    std::thread::scope(|scope| {
+        for client in 0..2 {
+            let socket = &socket;
+            scope.spawn(move || {
+                let mut c = Client::new(socket);
+                for i in (client..300).step_by(2) {
+                    let uid = format!("large-{i:03}");
+                    let r = c
+                        .post("/v1/pods", "application/json", large_pod(&uid).as_bytes())
+                        .unwrap();
+                    assert_eq!(r.status, 200, "{}", r.error_message());
+                    let a: Admissions = r.parse().unwrap();
+                    assert!(!a.pods[0].admitted);
+                }
+            });
+        }
+    });
+    let mut c = Client::new(&socket);
     let grown = rss(daemon.id()).saturating_sub(base);
     assert!(
         grown < 160 << 20,
