@@ -5,13 +5,18 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// Paths of the built plugin libraries.
+/// Paths of the workspace's plugin libraries.
 #[derive(Debug)]
 pub struct Plugins {
     /// `libtopomgr_mock_provider.so`.
     pub mock: PathBuf,
     /// `libnuma_widgets.so` (the SDK's worked example, `examples/numa-widgets`).
     pub widgets: PathBuf,
+}
+
+/// Paths of the plugins built from crates outside the workspace.
+#[derive(Debug)]
+pub struct Fixtures {
     /// The plugin of `tests/incompatible-sdk` (built against a changed SDK shape).
     pub incompatible: PathBuf,
     /// The same fixture built with `--features sdk-0-2`: a plugin of the
@@ -147,11 +152,24 @@ fn build_outside(crate_dir: &str, extra: &[&str]) -> Vec<(String, PathBuf)> {
     build(&args)
 }
 
-/// Builds the plugins (once per test binary) and returns their paths.
+/// The workspace's test plugins (built once per test binary).
 pub fn plugins() -> &'static Plugins {
     static PLUGINS: OnceLock<Plugins> = OnceLock::new();
     PLUGINS.get_or_init(|| {
         let main = workspace_plugins();
+        Plugins {
+            mock: pick(main, "topomgr_mock_provider"),
+            widgets: pick(main, "numa_widgets"),
+        }
+    })
+}
+
+/// The plugins of the crates outside the workspace (built once per test
+/// binary, by the first test that needs them while the others run: they
+/// compile the SDK's dependencies with the SDK's own features).
+pub fn fixtures() -> &'static Fixtures {
+    static FIXTURES: OnceLock<Fixtures> = OnceLock::new();
+    FIXTURES.get_or_init(|| {
         let vendor = pick(
             &build_outside("tests/vendor-accelerator", &[]),
             "vendor_accelerator",
@@ -177,9 +195,7 @@ pub fn plugins() -> &'static Plugins {
             fixture(&["--features", "sdk-0-2"]),
             "libincompatible_sdk_0_2.so",
         );
-        Plugins {
-            mock: pick(main, "topomgr_mock_provider"),
-            widgets: pick(main, "numa_widgets"),
+        Fixtures {
             incompatible,
             older_minor,
             vendor,

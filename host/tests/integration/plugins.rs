@@ -426,7 +426,7 @@ fn writable_plugins_and_directories_are_refused() {
 
 #[test]
 fn a_plugin_built_against_an_incompatible_sdk_is_refused_in_one_line() {
-    let p = common::plugins();
+    let p = common::fixtures();
     // Same SDK minor, a changed type layout: the first difference is named.
     let err = load("changed", &p.incompatible, json!(null)).unwrap_err();
     assert!(matches!(err, PluginError::Incompatible { .. }), "{err:?}");
@@ -558,7 +558,7 @@ fn an_out_of_tree_device_provider_built_on_the_toolkit_works() {
     // `tests/vendor-accelerator` is its own workspace depending on the SDK
     // alone; its accelerators are the example machine's two NVIDIA PCI
     // devices (0000:17:00.0 on node 0, 0000:b1:00.0 on node 2).
-    let p = common::plugins();
+    let p = common::fixtures();
     let machine = example_machine();
     let mut accel = load_provider(
         "accel",
@@ -636,7 +636,7 @@ fn a_plugin_of_this_sdk_loads_into_a_host_that_added_fields() {
     use topomgr_sdk::abi_stable::library::lib_header_from_path;
     use topomgr_sdk::ffi;
 
-    let p = common::plugins();
+    let p = common::fixtures();
     let machine = example_machine();
     let newer = with_added_fields(serde_json::to_value(&machine).unwrap());
     // Through the host's own loader, with the newer machine description.
@@ -842,7 +842,7 @@ fn the_example_built_outside_the_workspace_loads_and_works() {
     use topomgr_sdk::abi_stable::library::lib_header_from_path;
     use topomgr_sdk::ffi::{self, FfiInit, ProviderModRef};
     use topomgr_sdk::{Conflict, ProviderHints};
-    let library = &common::plugins().vendor_example;
+    let library = &common::fixtures().vendor_example;
     let module = lib_header_from_path(library)
         .and_then(|h| h.init_root_module::<ProviderModRef>())
         .unwrap_or_else(|e| panic!("loading {}: {e}", library.display()));
