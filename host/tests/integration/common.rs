@@ -123,8 +123,9 @@ fn workspace_plugins() -> &'static [(String, PathBuf)] {
 /// debug-info settings (those of `[profile.dev]` in the workspace's
 /// `Cargo.toml`, repeated here): every dependency whose features match the
 /// workspace's build is not compiled again. Final artifacts go to
-/// `target/fixtures`, apart from the workspace's own libraries (two crates
-/// here build a library called like one of the workspace's).
+/// `target/fixtures`. A library built here must not be named like one of
+/// the workspace's cdylibs: cargo names those without a hash in the shared
+/// build directory.
 fn build_outside(crate_dir: &str, extra: &[&str]) -> Vec<(String, PathBuf)> {
     let root = workspace_root();
     let dir = root.join(crate_dir);
@@ -133,7 +134,10 @@ fn build_outside(crate_dir: &str, extra: &[&str]) -> Vec<(String, PathBuf)> {
     let target = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .parent()
         .expect("CARGO_TARGET_TMPDIR is <target>/tmp");
-    let build_dir = format!("build.build-dir={:?}", target.display().to_string());
+    let build_dir = format!(
+        "build.build-dir={}",
+        serde_json::to_string(&target.to_string_lossy()).expect("a JSON string")
+    );
     let fixtures = target.join("fixtures");
     let manifest = dir.join("Cargo.toml");
     let mut args = vec![
@@ -174,7 +178,10 @@ pub fn fixtures() -> &'static Fixtures {
             &build_outside("tests/vendor-accelerator", &[]),
             "vendor_accelerator",
         );
-        let vendor_example = pick(&build_outside("tests/vendor-example", &[]), "numa_widgets");
+        let vendor_example = pick(
+            &build_outside("tests/vendor-example", &[]),
+            "vendor_widgets",
+        );
         let fixture = |features: &[&str]| {
             pick(
                 &build_outside("tests/incompatible-sdk", features),
