@@ -209,22 +209,7 @@ fn walk<'v>(
     path: &mut Vec<Step<'v>>,
 ) -> Option<(&'v str, &'static [String])> {
     match (node, value) {
-        (Node::Object(i), Value::Object(map)) => {
-            let object = &shapes.objects[i];
-            for (field, v) in map {
-                path.push(Step::Key(field));
-                match object.fields.get(field.as_str()) {
-                    Some(n) => {
-                        if let Some(found) = walk(shapes, *n, v, path) {
-                            return Some(found);
-                        }
-                    }
-                    None => return Some((field, &object.order)),
-                }
-                path.pop();
-            }
-            None
-        }
+        (Node::Object(i), Value::Object(map)) => walk_fields(shapes, i, map, path, |_| true),
         (Node::MapOf(n), Value::Object(map)) => {
             for (key, v) in map {
                 path.push(Step::Key(key));
@@ -249,37 +234,48 @@ fn walk<'v>(
     }
 }
 
-/// The first field of the Pod `pod` (a document, or a List item at
-/// `prefix`) that a Pod does not have: its path and the problem.
-pub(crate) fn unknown_pod_field(pod: &Value, prefix: &str) -> Option<(String, Problem)> {
-    let shapes: &'static Shapes = &POD;
-    let (Node::Object(root), Value::Object(map)) = (shapes.root, pod) else {
-        return None;
-    };
-    let known = &shapes.objects[root];
-    let mut path = Vec::new();
-    for (field, v) in map {
-        if field == "status" {
-            continue;
-        }
-        path.push(Step::Key(field.as_str()));
-        let found = match known.fields.get(field.as_str()) {
-            Some(n) => walk(shapes, *n, v, &mut path),
-            None => Some((field.as_str(), known.order.as_slice())),
-        };
-        if let Some((field, fields)) = found {
-            return Some((path_of(prefix, &path), unknown(field, fields)));
+/// [`walk`] over the fields of `map` that `checked` selects, as object
+/// `object`'s fields.
+fn walk_fields<'v>(
+    shapes: &'static Shapes,
+    object: usize,
+    map: &'v Map<String, Value>,
+    path: &mut Vec<Step<'v>>,
+    checked: impl Fn(&str) -> bool,
+) -> Option<(&'v str, &'static [String])> {
+    let object = &shapes.objects[object];
+    for (field, v) in map.iter().filter(|(f, _)| checked(f)) {
+        path.push(Step::Key(field));
+        match object.fields.get(field.as_str()) {
+            Some(n) => {
+                if let Some(found) = walk(shapes, *n, v, path) {
+                    return Some(found);
+                }
+            }
+            None => return Some((field, &object.order)),
         }
         path.pop();
     }
     None
 }
 
+/// The first field of the Pod `pod` (a document, or a List item at
+/// `prefix`) that a Pod does not have (its `status` is not checked): its
+/// path and the problem.
+pub(crate) fn unknown_pod_field(pod: &Value, prefix: &str) -> Option<(String, Problem)> {
+    let shapes: &'static Shapes = &POD;
+    let (Node::Object(root), Value::Object(map)) = (shapes.root, pod) else {
+        return None;
+    };
+    let mut path = Vec::new();
+    let (field, fields) = walk_fields(shapes, root, map, &mut path, |f| f != "status")?;
+    Some((path_of(prefix, &path), unknown(field, fields)))
+}
+
 /// The first field of a `List` document besides its items that a list does
 /// not have.
 pub(crate) fn unknown_list_field(list: &Map<String, Value>) -> Option<(String, Problem)> {
+    let field = list.keys().find(|k| !LIST_FIELDS.contains(&k.as_str()))?;
     let known: Vec<String> = LIST_FIELDS.iter().map(|f| (*f).to_owned()).collect();
-    list.keys()
-        .find(|k| !LIST_FIELDS.contains(&k.as_str()))
-        .map(|k| (k.clone(), unknown(k, &known)))
+    Some((field.clone(), unknown(field, &known)))
 }

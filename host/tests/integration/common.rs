@@ -86,11 +86,8 @@ fn build(args: &[&str]) -> Vec<(String, PathBuf)> {
     found
 }
 
-fn pick(found: &[(String, PathBuf)], name: &str) -> PathBuf {
-    pick_ref(found, name).to_path_buf()
-}
-
-fn pick_ref<'a>(found: &'a [(String, PathBuf)], name: &str) -> &'a Path {
+/// The library of cdylib target `name` among `found`.
+fn pick<'a>(found: &'a [(String, PathBuf)], name: &str) -> &'a Path {
     found
         .iter()
         .find(|(n, _)| n == name)
@@ -162,8 +159,8 @@ pub fn plugins() -> &'static Plugins {
     PLUGINS.get_or_init(|| {
         let main = workspace_plugins();
         Plugins {
-            mock: pick(main, "topomgr_mock_provider"),
-            widgets: pick(main, "numa_widgets"),
+            mock: pick(main, "topomgr_mock_provider").to_path_buf(),
+            widgets: pick(main, "numa_widgets").to_path_buf(),
         }
     })
 }
@@ -177,16 +174,19 @@ pub fn fixtures() -> &'static Fixtures {
         let vendor = pick(
             &build_outside("tests/vendor-accelerator", &[]),
             "vendor_accelerator",
-        );
+        )
+        .to_path_buf();
         let vendor_example = pick(
             &build_outside("tests/vendor-example", &[]),
             "vendor_widgets",
-        );
+        )
+        .to_path_buf();
         let fixture = |features: &[&str]| {
             pick(
                 &build_outside("tests/incompatible-sdk", features),
                 "topomgr_sdk",
             )
+            .to_path_buf()
         };
         // Both builds write the same file: keep a copy of each.
         let kept = Path::new(env!("CARGO_TARGET_TMPDIR")).join("sdk-fixtures");
@@ -261,22 +261,22 @@ pub fn unpack_corpus_machine(name: &str) -> PathBuf {
 
 /// The CPU manager provider's `.so`.
 pub fn cpu_plugin() -> &'static Path {
-    pick_ref(workspace_plugins(), "topomgr_provider_cpu")
+    pick(workspace_plugins(), "topomgr_provider_cpu")
 }
 
 /// The memory provider's `.so`.
 pub fn memory_plugin() -> &'static Path {
-    pick_ref(workspace_plugins(), "topomgr_provider_memory")
+    pick(workspace_plugins(), "topomgr_provider_memory")
 }
 
 /// The SR-IOV provider's `.so`.
 pub fn sriov_plugin() -> &'static Path {
-    pick_ref(workspace_plugins(), "topomgr_provider_sriov")
+    pick(workspace_plugins(), "topomgr_provider_sriov")
 }
 
 /// The GPU provider's `.so`.
 pub fn gpu_plugin() -> &'static Path {
-    pick_ref(workspace_plugins(), "topomgr_provider_gpu")
+    pick(workspace_plugins(), "topomgr_provider_gpu")
 }
 
 /// Builds every plugin the workspace has, so that the repository's own
@@ -289,7 +289,7 @@ pub fn repository_plugins() {
 /// The scripted stand-in for `libnvidia-ml` (`tests/fake-nvml`, script
 /// named by `FAKE_NVML_SCRIPT`).
 pub fn fake_nvml() -> &'static Path {
-    pick_ref(workspace_plugins(), "fake_nvml")
+    pick(workspace_plugins(), "fake_nvml")
 }
 
 /// Loads the provider `.so` at `so` as `name` with `config` on the example

@@ -162,42 +162,14 @@ fn idle_metrics_connections_never_starve_the_admin_socket() {
 /// A TCP connection to 127.0.0.1:`port`, started and not waited for
 /// (a nonblocking `connect`, in progress or established).
 fn connect_nonblocking(port: u16) -> TcpStream {
-    use std::os::fd::FromRawFd as _;
-    // SAFETY: socket(2) with constant arguments; the descriptor returned is
-    // owned by the TcpStream below (closed when it drops).
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_INET,
-            libc::SOCK_STREAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
-            0,
-        )
-    };
-    assert!(fd >= 0, "socket: {}", std::io::Error::last_os_error());
-    // SAFETY: `fd` is a socket this function just opened and owns.
-    let stream = unsafe { TcpStream::from_raw_fd(fd) };
-    let address = libc::sockaddr_in {
-        sin_family: libc::AF_INET as libc::sa_family_t,
-        sin_port: port.to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
-        },
-        sin_zero: [0; 8],
-    };
-    // SAFETY: connect(2) on the socket above with a valid sockaddr_in and
-    // its size.
-    let rc = unsafe {
-        libc::connect(
-            fd,
-            std::ptr::from_ref(&address).cast(),
-            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-        )
-    };
-    let err = std::io::Error::last_os_error();
-    assert!(
-        rc == 0 || err.raw_os_error() == Some(libc::EINPROGRESS),
-        "connect: {err}"
-    );
-    stream
+    use socket2::{Domain, Socket, Type};
+    let socket = Socket::new(Domain::IPV4, Type::STREAM, None).expect("a TCP socket");
+    socket.set_nonblocking(true).expect("a nonblocking socket");
+    let address = std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port));
+    if let Err(e) = socket.connect(&address.into()) {
+        assert_eq!(e.raw_os_error(), Some(libc::EINPROGRESS), "connect: {e}");
+    }
+    socket.into()
 }
 
 /// Resident memory of `pid` in bytes (`VmRSS` of /proc/PID/status).

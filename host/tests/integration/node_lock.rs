@@ -380,9 +380,11 @@ pub(crate) struct Leftover(pub(crate) u32);
 
 impl Drop for Leftover {
     fn drop(&mut self) {
-        // SAFETY: kill(2) with a pid the test owns and a valid signal
-        // number; a process already gone gives ESRCH, ignored.
-        unsafe { libc::kill(self.0 as libc::pid_t, libc::SIGKILL) };
+        // A process already gone gives ESRCH, which is what we want.
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.0 as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
     }
 }
 
