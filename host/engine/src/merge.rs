@@ -781,9 +781,11 @@ mod tests {
             })
         }
 
-        /// (single-numa-node one time in four, prefer-closest half the time).
-        pub(super) fn mode() -> impl Strategy<Value = (bool, bool)> {
-            (proptest::bool::weighted(0.25), any::<bool>())
+        /// Single-numa-node one time in four; prefer-closest as given (the
+        /// property test is split on it so that its halves run in
+        /// parallel).
+        pub(super) fn mode(prefer_closest: bool) -> impl Strategy<Value = (bool, bool)> {
+            (proptest::bool::weighted(0.25), Just(prefer_closest))
         }
     }
 
@@ -856,27 +858,68 @@ mod tests {
             .collect()
     }
 
+    /// Nodes, distances, providers' raw hints and the merge mode.
+    type Inputs = (
+        Vec<u32>,
+        Option<Vec<Vec<u64>>>,
+        Vec<Option<Vec<gen::RawSet>>>,
+        (bool, bool),
+    );
+
+    /// Random machines, distances, providers and modes: the merge equals
+    /// the cross-product oracle.
+    fn inputs(prefer_closest: bool) -> impl proptest::prelude::Strategy<Value = Inputs> {
+        proptest::prelude::Strategy::prop_flat_map(gen::nodes(), move |nodes| {
+            let n = nodes.len();
+            (
+                proptest::prelude::Just(nodes),
+                gen::distances(n),
+                gen::providers(n),
+                gen::mode(prefer_closest),
+            )
+        })
+    }
+
+    fn check_against_cross_product(
+        nodes: Vec<u32>,
+        distances: Option<Vec<Vec<u64>>>,
+        raw: &[Option<Vec<gen::RawSet>>],
+        (single_numa_node, prefer_closest): (bool, bool),
+    ) -> Result<(), proptest::test_runner::TestCaseError> {
+        let full = NumaMask::from_nodes(nodes.iter().map(|&n| i64::from(n))).unwrap();
+        let numa = NumaInfo::new(nodes, distances).unwrap();
+        let providers = hints_of(full, raw);
+        let mode = MergeMode {
+            single_numa_node,
+            prefer_closest,
+        };
+        let refs: Vec<&ProviderHints> = providers.iter().collect();
+        proptest::prop_assert_eq!(
+            merge(&numa, &refs, mode).hint,
+            cross_product_merge(&numa, &refs, mode),
+            "{:?} {:?} {:?}",
+            numa,
+            providers,
+            mode
+        );
+        Ok(())
+    }
+
     proptest::proptest! {
-        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(20_000))]
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(10_000))]
 
         #[test]
         fn equals_the_cross_product_on_random_inputs(
-            (nodes, distances, raw, (single_numa_node, prefer_closest)) in
-                proptest::prelude::Strategy::prop_flat_map(gen::nodes(), |nodes| {
-                    let n = nodes.len();
-                    (proptest::prelude::Just(nodes), gen::distances(n), gen::providers(n), gen::mode())
-                })
+            (nodes, distances, raw, mode) in inputs(false)
         ) {
-            let full = NumaMask::from_nodes(nodes.iter().map(|&n| i64::from(n))).unwrap();
-            let numa = NumaInfo::new(nodes, distances).unwrap();
-            let providers = hints_of(full, &raw);
-            let mode = MergeMode { single_numa_node, prefer_closest };
-            let refs: Vec<&ProviderHints> = providers.iter().collect();
-            proptest::prop_assert_eq!(
-                merge(&numa, &refs, mode).hint,
-                cross_product_merge(&numa, &refs, mode),
-                "{:?} {:?} {:?}", numa, providers, mode
-            );
+            check_against_cross_product(nodes, distances, &raw, mode)?;
+        }
+
+        #[test]
+        fn equals_the_cross_product_on_random_inputs_preferring_closest(
+            (nodes, distances, raw, mode) in inputs(true)
+        ) {
+            check_against_cross_product(nodes, distances, &raw, mode)?;
         }
     }
 

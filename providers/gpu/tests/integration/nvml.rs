@@ -22,6 +22,12 @@ fn workspace_root() -> PathBuf {
 }
 
 /// Builds the fake library once and returns its path.
+///
+/// Built as the host's integration tests build the workspace's plugins
+/// (`--workspace --lib --examples`): features resolve as in `cargo test
+/// --workspace`, so after that build nothing is compiled again (`-p
+/// topomgr-fake-nvml` alone resolves fewer features and rebuilt serde,
+/// syn and their kin).
 pub(crate) fn fake_library() -> &'static Path {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     LIB.get_or_init(|| {
@@ -29,8 +35,9 @@ pub(crate) fn fake_library() -> &'static Path {
         let out = Command::new(cargo)
             .args([
                 "build",
-                "-p",
-                "topomgr-fake-nvml",
+                "--workspace",
+                "--lib",
+                "--examples",
                 "--message-format=json-render-diagnostics",
             ])
             .current_dir(workspace_root())
