@@ -76,11 +76,25 @@ impl Response {
     }
 }
 
+/// Why a connect failed, said of the socket. The two common cases are put
+/// in words of our own: Podman reads an OCI hook's error text, and a
+/// "no such file or directory" in it makes Podman report the container's
+/// command as not found (exit 127) when it is the daemon that is down.
+fn connect_cause(cause: &io::Error) -> String {
+    match cause.kind() {
+        io::ErrorKind::NotFound => "no socket there (ENOENT)".to_owned(),
+        io::ErrorKind::ConnectionRefused => {
+            "the socket is there but nothing listens on it (ECONNREFUSED)".to_owned()
+        }
+        _ => cause.to_string(),
+    }
+}
+
 /// Errors talking to the daemon.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The socket could not be reached.
-    #[error("cannot connect to the topomgr daemon at {}: {cause} (is `topomgr serve` running there? pass --socket PATH or set [daemon] socket)", path.display())]
+    #[error("cannot connect to the topomgr daemon at {}: {} (is `topomgr serve` running there? pass --socket PATH or set [daemon] socket)", path.display(), connect_cause(cause))]
     Connect {
         /// The socket.
         path: PathBuf,
@@ -511,10 +525,20 @@ mod tests {
         assert_eq!((r.status, r.body.len()), (204, 0));
         server.join().unwrap();
         let err = Client::new(&dir.join("none.sock")).get("/").unwrap_err();
-        assert!(err.to_string().starts_with(&format!(
-            "cannot connect to the topomgr daemon at {}: ",
-            dir.join("none.sock").display()
-        )));
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "cannot connect to the topomgr daemon at {}: no socket there (ENOENT) (is `topomgr serve` running there? pass --socket PATH or set [daemon] socket)",
+                dir.join("none.sock").display()
+            )
+        );
+        // A socket file nobody listens on (a daemon killed with SIGKILL).
+        drop(std::os::unix::net::UnixListener::bind(dir.join("dead.sock")).unwrap());
+        let err = Client::new(&dir.join("dead.sock")).get("/").unwrap_err();
+        assert!(
+            err.to_string().contains(": the socket is there but nothing listens on it (ECONNREFUSED) (is `topomgr serve`"),
+            "{err}"
+        );
         std::fs::remove_dir_all(dir).unwrap();
     }
 

@@ -94,7 +94,7 @@ pub enum PolicyError {
     InvalidNuma(#[from] NumaError),
     /// `prefer-closest-numa-nodes` is true but the NUMA distances are unknown.
     #[error(
-        "cannot discover NUMA topology: prefer-closest-numa-nodes needs the NUMA distance table and there is none \
+        "prefer-closest-numa-nodes needs the NUMA distance table and there is none \
          (sysfs nodeN/distance files, or \"distances\" in merge input); provide it or set the option to false"
     )]
     MissingDistances,
@@ -506,7 +506,7 @@ mod tests {
                 "container",
                 &[(PREFER_CLOSEST_NUMA_NODES, "true")],
                 NumaInfo::new(vec![0], None).unwrap(),
-                Err("cannot discover NUMA topology"),
+                Err("prefer-closest-numa-nodes needs the NUMA distance table"),
             ),
             // "more than 8 NUMA nodes" (topomgr's default limit is 64: set 8).
             (
@@ -592,7 +592,7 @@ mod tests {
         }
         assert_eq!(
             PolicyError::MissingDistances.to_string(),
-            "cannot discover NUMA topology: prefer-closest-numa-nodes needs the NUMA distance table and there is none \
+            "prefer-closest-numa-nodes needs the NUMA distance table and there is none \
              (sysfs nodeN/distance files, or \"distances\" in merge input); provide it or set the option to false"
         );
     }

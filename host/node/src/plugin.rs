@@ -24,6 +24,19 @@ use crate::config::{is_path, HostConfig, ProviderEntry};
 use crate::trusted_file;
 use topomgr_engine::provider::LoadedProvider;
 
+/// A constructor's error; a config error names the provider's config
+/// table, the place its key paths are relative to.
+fn init_error(provider: &str, error: &ProviderError) -> String {
+    if error.reason == "InvalidConfig" {
+        format!(
+            "InvalidConfig in [providers.{provider}.config]: {}",
+            error.message
+        )
+    } else {
+        error.to_string()
+    }
+}
+
 /// Why a provider could not be loaded.
 #[derive(Debug, thiserror::Error)]
 pub enum PluginError {
@@ -84,7 +97,7 @@ pub enum PluginError {
         what: String,
     },
     /// The provider's constructor refused (usually its config).
-    #[error("provider `{provider}` ({}) failed to start: {error}", path.display())]
+    #[error("provider `{provider}` ({}) failed to start: {}", path.display(), init_error(provider, error))]
     Init {
         /// The provider name.
         provider: String,

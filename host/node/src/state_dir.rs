@@ -49,7 +49,9 @@ impl StateDir {
         let lock = StateLock::acquire_within(dir, &me, STATE_LOCK_WAIT)?;
         let boot_id = node.boot_id().to_owned();
         let (store, restored) = Store::open(dir, node, &boot_id).map_err(StateDirError::Restore)?;
-        for issue in &restored.issues {
+        // `topomgr health --state-dir` prints them as its notes: logged,
+        // they would show twice.
+        for issue in restored.issues.iter().filter(|_| role != Role::Health) {
             tracing::warn!(state_dir = %dir.display(), %issue, "restored state does not match the machine or the config");
         }
         Ok(StateDir {

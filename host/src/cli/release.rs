@@ -24,6 +24,10 @@ pub struct ReleaseArgs {
     /// Release from this state directory in-process (no daemon may serve it).
     #[arg(long, conflicts_with = "socket")]
     state_dir: Option<PathBuf>,
+    /// sysfs directory to read with --state-dir (default: config
+    /// sysfs_root): the machine the pods were admitted on.
+    #[arg(long, requires = "state_dir")]
+    sysfs_root: Option<PathBuf>,
     /// Pod uid.
     uid: String,
 }
@@ -34,7 +38,7 @@ pub fn run(config: &Path, args: ReleaseArgs) -> anyhow::Result<ExitCode> {
         return client::release(config, &args.socket, &args.uid);
     };
     let cfg = inputs::load_node_config(config)?;
-    let machine = inputs::discover(&cfg, None)?;
+    let machine = inputs::discover(&cfg, args.sysfs_root.as_deref())?;
     let mut node = NodeState::from_config(&cfg, &machine)?;
     let mut held = StateDir::open(dir, &mut node, Role::Release)?;
     // With cgroups in the state, it removes cgroups and grows the shared

@@ -6,7 +6,7 @@ use crate::common;
 
 use std::process::Command;
 
-use topomgr_node::api::{Admissions, ContainerAdmission};
+use topomgr_node::api::{Admission, Admissions, ContainerAdmission, PodList};
 
 /// A container's affinity as the JSON prints it (`[0]`, `[0,1]`, `null`).
 fn affinity(c: &ContainerAdmission) -> String {
@@ -146,5 +146,69 @@ fn pod_scope_example_aligns_cpus_and_memory_on_one_node() {
             ("[0]".to_string(), "1,9".to_string(), "0".to_string()),
             ("[0]".to_string(), "8".to_string(), "0".to_string())
         ]
+    );
+}
+
+/// docs/getting-started.md's state directory: pods admitted on the example
+/// machine with `--state-dir`, then released from it with the same
+/// `--sysfs-root`, quietly (no restore warning about a machine the pods
+/// were never on) and completely.
+#[test]
+fn getting_started_state_dir_admit_then_release_on_the_example_machine() {
+    let _ = common::plugins();
+    common::repository_plugins();
+    let root = common::workspace_root();
+    let state = common::scratch_dir("getting-started-release").join("state");
+    let state = state.to_str().unwrap();
+    let run = |args: &[&str]| {
+        Command::new(common::topomgr_bin())
+            .current_dir(&root)
+            .args(["--config", "topomgr.toml"])
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let sys = "examples/machines/2s4n/sys";
+    let out = run(&[
+        "admit",
+        "--sysfs-root",
+        sys,
+        "--state-dir",
+        state,
+        "examples/pods/guaranteed-2cpu.yaml",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Admissions = serde_json::from_slice(&out.stdout).unwrap();
+    let uid = v.pods[0].uid.clone();
+    assert!(v.pods[0].admitted, "{v:?}");
+
+    let out = run(&["release", "--state-dir", state, "--sysfs-root", sys, &uid]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("does not match"), "{err}");
+    let released: Admission = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(released.uid, uid);
+
+    let out = run(&["pods", "--state-dir", state, "--sysfs-root", sys]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pods: PodList = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(pods.pods.is_empty(), "{pods:?}");
+
+    // --sysfs-root belongs to --state-dir: alone (the daemon reads its own
+    // machine) it is refused.
+    let out = run(&["release", "--sysfs-root", sys, &uid]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--state-dir"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }

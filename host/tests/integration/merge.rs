@@ -43,7 +43,7 @@ fn spec_example() {
     assert_eq!((code, out.as_str()), (2, ""));
     assert_eq!(
         err,
-        "topomgr: error: cannot create policy: cannot discover NUMA topology: prefer-closest-numa-nodes needs the NUMA \
+        "topomgr: error: cannot create policy: prefer-closest-numa-nodes needs the NUMA \
          distance table and there is none (sysfs nodeN/distance files, or \"distances\" in merge input); provide it or set the option to false"
     );
     // With the distances, the documented answer.
@@ -79,7 +79,7 @@ fn policy_creation_follows_the_kubelet() {
         let (code, _, err) = merge(&input(policy, r#"{"prefer-closest-numa-nodes": "true"}"#));
         assert_eq!(code, 2, "{policy}");
         assert!(
-            err.contains("cannot discover NUMA topology"),
+            err.contains("prefer-closest-numa-nodes needs the NUMA distance table"),
             "{policy}: {err}"
         );
         assert_eq!(

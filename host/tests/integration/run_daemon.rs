@@ -366,7 +366,7 @@ fn a_run_never_places_on_its_own_when_the_daemon_does_not_answer() {
     assert_eq!(
         text(&out.stderr),
         format!(
-            "topomgr: error: the topomgr daemon (pid {}, command `{} --config {} serve --socket {}`, state directory {}, socket {}), which manages this node's cpusets, does not answer at {}: cannot connect to the topomgr daemon at {}: No such file or directory (os error 2) (is `topomgr serve` running there? pass --socket PATH or set [daemon] socket); topomgr run never places a command on its own beside a daemon; it listens on {}: pass --socket {} (or set [daemon] socket to it)\n",
+            "topomgr: error: the topomgr daemon (pid {}, command `{} --config {} serve --socket {}`, state directory {}, socket {}), which manages this node's cpusets, does not answer at {}: cannot connect to the topomgr daemon at {}: no socket there (ENOENT) (is `topomgr serve` running there? pass --socket PATH or set [daemon] socket); topomgr run never places a command on its own beside a daemon; it listens on {}: pass --socket {} (or set [daemon] socket to it)\n",
             d.child.id(),
             common::topomgr_bin().display(),
             s.dir.join("d.toml").display(),
