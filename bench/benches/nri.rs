@@ -6,7 +6,7 @@
 //! a state thread (journal and group commit) and the real CPU and memory
 //! provider `.so` files on their provider threads, on the repository's
 //! example machine (`examples/machines/2s4n`: 2 sockets, 4 NUMA nodes,
-//! 64 CPUs), with the state directory on tmpfs (`/dev/shm`) and on the
+//! 16 CPUs), with the state directory on tmpfs (`/dev/shm`) and on the
 //! target directory's disk (each admission is made durable, `fdatasync`,
 //! before it is answered). After each measured create the container is
 //! stopped (not measured), which releases it.

@@ -76,17 +76,21 @@ impl Response {
     }
 }
 
-/// Why a connect failed, said of the socket. The two common cases are put
-/// in words of our own: Podman reads an OCI hook's error text, and a
-/// "no such file or directory" in it makes Podman report the container's
-/// command as not found (exit 127) when it is the daemon that is down.
+/// Why a connect failed, said of the socket, and what to do. The common
+/// cases are put in words of our own: Podman reads an OCI hook's error
+/// text, and a "no such file or directory" in it makes Podman report the
+/// container's command as not found (exit 127) when it is the daemon that
+/// is down.
 fn connect_cause(cause: &io::Error) -> String {
+    const NOT_THERE: &str =
+        "(is `topomgr serve` running there? pass --socket PATH or set [daemon] socket)";
     match cause.kind() {
-        io::ErrorKind::NotFound => "no socket there (ENOENT)".to_owned(),
+        io::ErrorKind::NotFound => format!("no socket there (ENOENT) {NOT_THERE}"),
         io::ErrorKind::ConnectionRefused => {
-            "the socket is there but nothing listens on it (ECONNREFUSED)".to_owned()
+            format!("the socket is there but nothing listens on it (ECONNREFUSED) {NOT_THERE}")
         }
-        _ => cause.to_string(),
+        io::ErrorKind::PermissionDenied => "permission denied (EACCES): the socket is for root and the members of its group; run this as root, or as a member of the group that [daemon] group names (default topomgr)".to_owned(),
+        _ => format!("{cause} {NOT_THERE}"),
     }
 }
 
@@ -94,7 +98,7 @@ fn connect_cause(cause: &io::Error) -> String {
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
     /// The socket could not be reached.
-    #[error("cannot connect to the topomgr daemon at {}: {} (is `topomgr serve` running there? pass --socket PATH or set [daemon] socket)", path.display(), connect_cause(cause))]
+    #[error("cannot connect to the topomgr daemon at {}: {}", path.display(), connect_cause(cause))]
     Connect {
         /// The socket.
         path: PathBuf,
@@ -538,6 +542,18 @@ mod tests {
         assert!(
             err.to_string().contains(": the socket is there but nothing listens on it (ECONNREFUSED) (is `topomgr serve`"),
             "{err}"
+        );
+        // Not allowed (root always is: the kind as connect(2) reports it).
+        let err = ClientError::Connect {
+            path: dir.join("s.sock"),
+            cause: io::Error::from_raw_os_error(13),
+        };
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "cannot connect to the topomgr daemon at {}: permission denied (EACCES): the socket is for root and the members of its group; run this as root, or as a member of the group that [daemon] group names (default topomgr)",
+                dir.join("s.sock").display()
+            )
         );
         std::fs::remove_dir_all(dir).unwrap();
     }

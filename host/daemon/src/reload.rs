@@ -48,7 +48,12 @@ fn prepare(
 ) -> Result<Prepared, String> {
     let numa = NumaInfo::from_machine(&machine).map_err(|e| e.to_string())?;
     let (policy, scope) = Policy::create(&cfg.policy, &cfg.scope, &cfg.policy_options, numa)
-        .map_err(|e| format!("cannot create the Topology Manager policy: {e}"))?;
+        .map_err(|e| {
+            format!(
+                "cannot create the Topology Manager policy: {e}{}",
+                cfg.policy_error_place(&e)
+            )
+        })?;
     let providers = topomgr_node::setup::load_each_provider(cfg, &machine)
         .into_iter()
         .map(|(name, built)| {

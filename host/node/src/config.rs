@@ -134,6 +134,12 @@ pub struct HostConfig {
     /// The files read, in the order they were applied.
     #[serde(skip)]
     pub files: Vec<PathBuf>,
+    /// Where the policy's keys were last set (`policy`, `scope`,
+    /// `policy_options.NAME` → a file, or `environment variable NAME`), so
+    /// that an error of the policy module, which reads them later, can
+    /// name the place to fix ([`HostConfig::policy_error_place`]).
+    #[serde(skip)]
+    pub policy_origins: BTreeMap<String, String>,
 }
 
 /// Default socket of `topomgr serve`.
@@ -314,6 +320,29 @@ impl Default for DaemonConfig {
 }
 
 impl HostConfig {
+    /// Where to fix what the policy module refused: `` (`policy` in FILE)``,
+    /// `` (`scope` from environment variable TOPOMGR_SCOPE)``; empty when
+    /// the error names no key or the key was not set (its default).
+    pub fn policy_error_place(&self, error: &topomgr_engine::policy::PolicyError) -> String {
+        use topomgr_engine::policy::PolicyError as E;
+        let key = match error {
+            E::UnknownPolicy(_) => "policy".to_owned(),
+            E::UnknownScope(_) => "scope".to_owned(),
+            E::UnknownOption(name)
+            | E::BadBool { name, .. }
+            | E::BadInt { name, .. }
+            | E::BelowMinimum { name, .. } => format!("policy_options.{name}"),
+            E::TooManyNodes { .. } => "policy_options.max-allowable-numa-nodes".to_owned(),
+            E::MissingDistances => "policy_options.prefer-closest-numa-nodes".to_owned(),
+            _ => return String::new(),
+        };
+        match self.policy_origins.get(&key) {
+            Some(at) if at.starts_with("environment variable ") => format!(" (`{key}` from {at})"),
+            Some(at) => format!(" (`{key}` in {at})"),
+            None => String::new(),
+        }
+    }
+
     /// The providers to load, in name order (those with `enabled = false`
     /// are left out).
     pub(crate) fn enabled_providers(&self) -> impl Iterator<Item = (&String, &ProviderEntry)> {
@@ -452,7 +481,7 @@ pub fn load(path: &Path, protected: bool) -> Result<HostConfig, ConfigError> {
 /// and no provider is configured.
 pub fn defaults_with(env: &dyn Fn(&str) -> Option<String>) -> Result<HostConfig, ConfigError> {
     let mut sources = Sources::default();
-    merge_tables(&mut sources.merged, env_table(env)?);
+    sources.add_env(env_table(env)?);
     let main = Path::new(DEFAULT_CONFIG_PATH);
     sources.finish(main, main.parent().unwrap_or(Path::new("/")))
 }
@@ -527,7 +556,7 @@ pub fn load_with(path: &Path, opts: &LoadOptions<'_>) -> Result<HostConfig, Conf
             })
         }
     }
-    merge_tables(&mut sources.merged, env_table(opts.env)?);
+    sources.add_env(env_table(opts.env)?);
     sources.finish(&main, &base)
 }
 
@@ -565,10 +594,40 @@ struct Sources {
     files: Vec<PathBuf>,
     /// Provider -> (last file that set `library`, last file that mentioned it).
     provenance: BTreeMap<String, (Option<PathBuf>, PathBuf)>,
+    /// See [`HostConfig::policy_origins`].
+    policy_origins: BTreeMap<String, String>,
 }
 
 impl Sources {
+    /// Notes where `table` sets the policy's keys, described as `place`.
+    fn note_policy_keys(&mut self, table: &toml::Table, place: impl Fn(&str) -> String) {
+        for key in ["policy", "scope"] {
+            if table.contains_key(key) {
+                self.policy_origins.insert(key.to_owned(), place(key));
+            }
+        }
+        if let Some(toml::Value::Table(options)) = table.get("policy_options") {
+            for name in options.keys() {
+                let key = format!("policy_options.{name}");
+                let at = place(&key);
+                self.policy_origins.insert(key, at);
+            }
+        }
+    }
+
+    /// The environment's table, applied over every file.
+    fn add_env(&mut self, table: toml::Table) {
+        self.note_policy_keys(&table, |key| {
+            ENVIRONMENT.iter().find(|(_, k, _)| *k == key).map_or_else(
+                || "the environment".to_owned(),
+                |(var, _, _)| format!("environment variable {var}"),
+            )
+        });
+        merge_tables(&mut self.merged, table);
+    }
+
     fn add(&mut self, file: PathBuf, table: toml::Table) {
+        self.note_policy_keys(&table, |_| file.display().to_string());
         if let Some(toml::Value::Table(providers)) = table.get("providers") {
             for (name, p) in providers {
                 let entry = self
@@ -611,6 +670,7 @@ impl Sources {
         }
         cfg.resolve(base);
         cfg.files = self.files;
+        cfg.policy_origins = self.policy_origins;
         Ok(cfg)
     }
 }
@@ -1174,6 +1234,42 @@ nested = { a = 1, b = [1, 2] }
             )),
             "{e}"
         );
+    }
+
+    #[test]
+    fn policy_errors_name_where_their_key_was_set() {
+        use topomgr_engine::policy::PolicyError;
+        let d = Dir::new("policy-origin");
+        let main = d.write("topomgr.toml", "policy = \"bogus\"\nscope = \"pod\"\n");
+        let dropin = d.write(
+            "plugins.d/10-opts.toml",
+            "[policy_options]\nmax-allowable-numa-nodes = \"4\"\n",
+        );
+        let env = |k: &str| (k == "TOPOMGR_SCOPE").then(|| "nope".to_owned());
+        let cfg = load_with_env(&main, &env).unwrap();
+        let place = |e: PolicyError| cfg.policy_error_place(&e);
+        assert_eq!(
+            place(PolicyError::UnknownPolicy("bogus".into())),
+            format!(" (`policy` in {})", main.display())
+        );
+        // The environment is applied last: it is what set the scope.
+        assert_eq!(
+            place(PolicyError::UnknownScope("nope".into())),
+            " (`scope` from environment variable TOPOMGR_SCOPE)"
+        );
+        assert_eq!(
+            place(PolicyError::BelowMinimum {
+                name: "max-allowable-numa-nodes".into(),
+                min: 8,
+                value: 4
+            }),
+            format!(
+                " (`policy_options.max-allowable-numa-nodes` in {})",
+                dropin.display()
+            )
+        );
+        // Not set anywhere (its default) or naming no key: no place.
+        assert_eq!(place(PolicyError::MissingDistances), "");
     }
 
     #[test]

@@ -55,8 +55,13 @@ pub enum SetupError {
     #[error(transparent)]
     Numa(NumaError),
     /// The policy could not be created from the configuration.
-    #[error("cannot create the Topology Manager policy: {0}")]
-    Policy(PolicyError),
+    #[error("cannot create the Topology Manager policy: {error}{place}")]
+    Policy {
+        /// Why.
+        error: PolicyError,
+        /// Where the key it names was set (` (`policy` in FILE)`), or empty.
+        place: String,
+    },
     /// Two enabled providers own one resource.
     #[error("providers {first:?} and {second:?} both own resource {resource:?} (the inventories they give at start both list it); their allocations would be combined and a pod given more than it asked for. Enable only one of them: set enabled = false in [providers.{second}] ({file}), or configure the two for different resources")]
     SharedResource {
@@ -94,7 +99,10 @@ impl AdmitterParts {
     pub fn from_config(cfg: &HostConfig, machine: &Machine) -> Result<Self, SetupError> {
         let numa = NumaInfo::from_machine(machine).map_err(SetupError::Numa)?;
         let (policy, scope) = Policy::create(&cfg.policy, &cfg.scope, &cfg.policy_options, numa)
-            .map_err(SetupError::Policy)?;
+            .map_err(|error| SetupError::Policy {
+                place: cfg.policy_error_place(&error),
+                error,
+            })?;
         let mut providers = cfg
             .enabled_providers()
             .map(|(name, _)| load_direct(cfg, name, machine))

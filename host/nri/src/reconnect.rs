@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::connection::{self, Registration};
 use crate::error::NriError;
@@ -64,6 +64,10 @@ pub async fn serve_with_reconnect<P: Plugin>(
     // The wait after the next failed attempt: `initial`, doubling with each
     // failure in a row, back to `initial` once a connection was registered.
     let mut wait = backoff.initial;
+    // Failed attempts since the last registration (or the start): the
+    // first is logged at warn level, the retries after it at debug level
+    // (`/v1/health` carries the last error meanwhile).
+    let mut failed_in_a_row = 0u32;
     loop {
         let mut registered = false;
         let result = match connection::connect(socket).await {
@@ -82,7 +86,15 @@ pub async fn serve_with_reconnect<P: Plugin>(
         }
         let error = result.err().unwrap_or(NriError::Closed);
         if registered {
+            failed_in_a_row = 0;
             warn!(error = %error, retry_in = ?wait, "NRI connection ended");
+        } else {
+            failed_in_a_row += 1;
+            if failed_in_a_row == 1 {
+                warn!(socket = %socket.display(), error = %error, retry_in = ?wait, "cannot register with the runtime's NRI; retrying until it can (is the runtime running with NRI enabled?)");
+            } else {
+                debug!(socket = %socket.display(), error = %error, retry_in = ?wait, attempts = failed_in_a_row, "cannot register with the runtime's NRI");
+            }
         }
         on_status(ConnectionStatus::Disconnected {
             error,

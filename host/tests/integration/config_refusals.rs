@@ -115,3 +115,35 @@ fn a_dropin_that_is_not_a_file_is_refused() {
     let (code, _, err) = common::topomgr(&dir, &["topology"]);
     assert_eq!(code, 0, "{err}");
 }
+
+/// A policy key the policy module refuses is named with the place that set
+/// it: the file (a drop-in here), or the environment variable.
+#[test]
+fn a_bad_policy_value_names_the_file_or_variable_that_set_it() {
+    let dir = config("refuse-policy", "");
+    let pod = pod_file(&dir);
+    let dropin = dir.join("plugins.d/10-policy.toml");
+    fs::write(&dropin, "policy = \"strict\"\n").unwrap();
+    let (code, _, err) = common::topomgr(&dir, &["admit", &pod]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(
+        err,
+        format!(
+            "topomgr: error: cannot create the Topology Manager policy: unknown policy: \"strict\" (expected none, best-effort, restricted or single-numa-node) (`policy` in {})\n",
+            dropin.display()
+        )
+    );
+    fs::remove_file(&dropin).unwrap();
+    let out = std::process::Command::new(common::topomgr_bin())
+        .arg("--config")
+        .arg(dir.join("topomgr.toml"))
+        .args(["admit", &pod])
+        .env("TOPOMGR_SCOPE", "node")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "topomgr: error: cannot create the Topology Manager policy: unknown scope: \"node\" (expected container or pod) (`scope` from environment variable TOPOMGR_SCOPE)\n"
+    );
+}

@@ -525,8 +525,8 @@ fn reads_are_answered_while_a_slow_admission_runs() {
 }
 
 /// The daemon applies an attached container's cpuset in the machine's
-/// real cgroup hierarchy (this machine's sysfs and cgroups; skipped, saying
-/// why, without root or a cpuset controller).
+/// real cgroup hierarchy (this machine's sysfs and cgroups; ignored in a
+/// plain run, and failing saying why without root or a cpuset controller).
 #[test]
 #[ignore = "needs root and a cpuset cgroup"]
 fn attach_writes_cpuset_and_mems_of_the_container() {
@@ -666,8 +666,9 @@ fn attached_cpus(r: &topomgr_daemon::client::Response) -> String {
 /// Attaching a shared-pool container and admitting an exclusive one both
 /// leave every attached shared cgroup without the exclusive CPUs before the
 /// answer; a release gives them back before its answer too (after the
-/// state is saved). On this machine's real cgroup hierarchy (skipped,
-/// saying why, without root, a cpuset controller or a second CPU).
+/// state is saved). On this machine's real cgroup hierarchy (ignored in a
+/// plain run, and failing saying why without root, a cpuset controller or a
+/// second CPU).
 #[test]
 #[ignore = "needs root, a cpuset cgroup and two CPUs"]
 fn the_shared_pool_shrinks_before_an_exclusive_container_can_run() {

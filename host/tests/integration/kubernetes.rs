@@ -699,4 +699,22 @@ fn daemon_answers_match_the_openapi_document() {
         violations_of(&api_schema(&doc, "get", "/v1/health", 200), &health).len(),
         1
     );
+    // Every metric the daemon serves is in the document's list.
+    let listed = doc["paths"]["/metrics"]["get"]["description"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let metrics = c.get("/metrics").unwrap();
+    let served: Vec<&str> = std::str::from_utf8(&metrics.body)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(served.len() > 20, "{served:?}");
+    let missing: Vec<&&str> = served.iter().filter(|m| !listed.contains(**m)).collect();
+    assert!(
+        missing.is_empty(),
+        "not in openapi.yaml's /metrics list: {missing:?}"
+    );
 }

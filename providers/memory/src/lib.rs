@@ -171,7 +171,8 @@ impl Provider for MemoryProvider {
             if reserved == 0 {
                 return Err(config_error(
                     "policy \"static\" needs system-reserved memory (the kubelet refuses it \
-                     without); add e.g. [providers.memory.config.reserved_memory.0] memory = \"1Gi\"",
+                     without); add e.g. reserved_memory.0 = { memory = \"1Gi\" } to this \
+                     provider's config table",
                 ));
             }
         }

@@ -389,8 +389,8 @@ fn config_errors() {
     assert_eq!(
         err(json!({})),
         "InvalidConfig: memory provider config: policy \"static\" needs system-reserved memory \
-         (the kubelet refuses it without); add e.g. [providers.memory.config.reserved_memory.0] \
-         memory = \"1Gi\""
+         (the kubelet refuses it without); add e.g. reserved_memory.0 = { memory = \"1Gi\" } to \
+         this provider's config table"
     );
     assert_eq!(
         err(json!({"reserved_memory": {"5": {"memory": "1Gi"}}})),
