@@ -25,16 +25,21 @@ use crate::trusted_file;
 use topomgr_engine::provider::LoadedProvider;
 
 /// A constructor's error; a config error names the provider's config
-/// table, the place its key paths are relative to.
-fn init_error(provider: &str, error: &ProviderError) -> String {
-    if error.reason == "InvalidConfig" {
-        format!(
-            "InvalidConfig in [providers.{provider}.config]: {}",
-            error.message
-        )
-    } else {
-        error.to_string()
+/// table, the place its key paths are relative to, and the file that
+/// configures the provider.
+fn init_error(provider: &str, error: &ProviderError, config_file: &Path) -> String {
+    if error.reason != "InvalidConfig" {
+        return error.to_string();
     }
+    let file = if config_file.as_os_str().is_empty() {
+        String::new()
+    } else {
+        format!(" (configured in {})", config_file.display())
+    };
+    format!(
+        "InvalidConfig in [providers.{provider}.config]{file}: {}",
+        error.message
+    )
 }
 
 /// Why a provider could not be loaded.
@@ -97,12 +102,15 @@ pub enum PluginError {
         what: String,
     },
     /// The provider's constructor refused (usually its config).
-    #[error("provider `{provider}` ({}) failed to start: {}", path.display(), init_error(provider, error))]
+    #[error("provider `{provider}` ({}) failed to start: {}", path.display(), init_error(provider, error, config_file))]
     Init {
         /// The provider name.
         provider: String,
         /// The plugin file.
         path: PathBuf,
+        /// The config file that set the provider's `library` (empty when
+        /// it was configured without one).
+        config_file: PathBuf,
         /// The provider's error (part of the message).
         error: ProviderError,
     },
@@ -249,6 +257,7 @@ pub fn load_provider_from_json(
     let handle = ffi::construct(module, init).map_err(|error| PluginError::Init {
         provider: name.to_owned(),
         path: path.clone(),
+        config_file: entry.defined_in.clone(),
         error,
     })?;
     tracing::info!(provider = name, path = %path.display(), "provider loaded");

@@ -663,7 +663,9 @@ fn malformed_topology_files_stop_the_provider_naming_file_and_place() {
         let place = format!("topology file {}", file.display());
         assert!(
             err.contains("provider `gpu`")
-                && err.contains("failed to start: InvalidConfig in [providers.gpu.config]: ")
+                && err.contains(
+                    "failed to start: InvalidConfig in [providers.gpu.config] (configured in "
+                )
                 && err.contains(&place)
                 && err.contains(expected),
             "{name}: {err}"

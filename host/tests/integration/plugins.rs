@@ -320,7 +320,7 @@ fn config_errors_name_the_provider_and_the_key() {
     assert_eq!(
         err.to_string(),
         format!(
-            "provider `widgets` ({}) failed to start: InvalidConfig in [providers.widgets.config]: unknown field `colour`, \
+            "provider `widgets` ({}) failed to start: InvalidConfig in [providers.widgets.config] (configured in test): unknown field `colour`, \
              expected `widgets_per_node` or `resource`",
             p.widgets.canonicalize().unwrap().display()
         )
@@ -329,7 +329,7 @@ fn config_errors_name_the_provider_and_the_key() {
     assert_eq!(
         err.to_string(),
         format!(
-            "provider `mock` ({}) failed to start: InvalidConfig in [providers.mock.config]: mock config: sleep_ms: invalid type: \
+            "provider `mock` ({}) failed to start: InvalidConfig in [providers.mock.config] (configured in test): mock config: sleep_ms: invalid type: \
              string \"soon\", expected u64",
             p.mock.canonicalize().unwrap().display()
         )
@@ -606,7 +606,7 @@ fn an_out_of_tree_device_provider_built_on_the_toolkit_works() {
     .unwrap_err();
     assert!(
         err.to_string().ends_with(
-            "failed to start: InvalidConfig in [providers.accel.config]: vendor: invalid type: integer `16`, expected a string"
+            "failed to start: InvalidConfig in [providers.accel.config] (configured in test): vendor: invalid type: integer `16`, expected a string"
         ),
         "{err}"
     );

@@ -1491,8 +1491,9 @@ fn reserved_memory_on_a_node_that_is_gone_names_the_key_and_a_remedy_that_works(
     assert_eq!(code, 2, "{out}\n{err}");
     assert!(
         err.contains(&format!(
-            "topomgr: error: provider `memory` ({}) failed to start: InvalidConfig in [providers.memory.config]: memory provider config: reserved_memory.3: this machine has no NUMA node 3 (its nodes are 0-2); reserve that memory on a node it has (rename the table to reserved_memory.<one of 0-2>) or remove the table",
-            common::memory_plugin().display()
+            "topomgr: error: provider `memory` ({}) failed to start: InvalidConfig in [providers.memory.config] (configured in {}): memory provider config: reserved_memory.3: this machine has no NUMA node 3 (its nodes are 0-2); reserve that memory on a node it has (rename the table to reserved_memory.<one of 0-2>) or remove the table",
+            common::memory_plugin().display(),
+            n.dir.join("topomgr.toml").display()
         )),
         "{err}"
     );

@@ -377,7 +377,8 @@ fn upstream_readme_config_is_refused_naming_file_line_and_column() {
     assert_eq!((code, out.as_str()), (2, ""), "{err}");
     assert!(
         err.contains(&format!(
-            "failed to start: InvalidConfig in [providers.sriov.config]: {}: not valid JSON at line 87, column 9: trailing comma",
+            "failed to start: InvalidConfig in [providers.sriov.config] (configured in {}): {}: not valid JSON at line 87, column 9: trailing comma",
+            dir.join("plugins.d/50-sriov.toml").display(),
             readme.display()
         )),
         "{err}"
