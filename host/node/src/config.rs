@@ -936,6 +936,16 @@ fn nri_plugin_index<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error>
                 Err(E::invalid_value(de::Unexpected::Str(v), &self))
             }
         }
+        // An index written as a number: the quoted form of that number.
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<String, E> {
+            if (0..=99).contains(&v) {
+                Err(E::custom(format_args!(
+                    "invalid type: integer `{v}`, expected two digits as a string, \"00\" to \"99\" (write \"{v:02}\", not {v})"
+                )))
+            } else {
+                Err(E::invalid_type(de::Unexpected::Signed(v), &self))
+            }
+        }
     }
     d.deserialize_str(V)
 }
@@ -1189,6 +1199,10 @@ nested = { a = 1, b = [1, 2] }
             (
                 "[nri]\nplugin_index = 5\n",
                 "line 2: nri.plugin_index: invalid type: integer `5`, expected two digits as a string, \"00\" to \"99\" (write \"05\", not 5)",
+            ),
+            (
+                "[nri]\nplugin_index = 50\n",
+                "line 2: nri.plugin_index: invalid type: integer `50`, expected two digits as a string, \"00\" to \"99\" (write \"50\", not 50)",
             ),
             (
                 "[nri]\nplugin_index = \"100\"\n",
