@@ -175,6 +175,8 @@ struct Running {
     /// Every event received so far.
     history: Vec<Seen>,
     task: tokio::task::JoinHandle<()>,
+    /// containerd's log, quoted when an event does not come.
+    containerd_log: std::path::PathBuf,
 }
 
 impl Running {
@@ -223,6 +225,7 @@ impl Running {
             seen,
             history: Vec::new(),
             task,
+            containerd_log: containerd.dir().join("containerd.log"),
         }
     }
 
@@ -250,7 +253,19 @@ impl Running {
                     }
                     skipped.push(s);
                 }
-                _ => panic!("the plugin was not told {what} within 20 s; it saw {skipped:?}"),
+                _ => {
+                    // What containerd said about NRI meanwhile, for a
+                    // failure that cannot be reproduced at will.
+                    let log = std::fs::read_to_string(&self.containerd_log).unwrap_or_default();
+                    let nri: Vec<&str> = log
+                        .lines()
+                        .filter(|l| l.to_ascii_lowercase().contains("nri"))
+                        .collect();
+                    let tail = nri[nri.len().saturating_sub(40)..].join("\n");
+                    panic!(
+                        "the plugin was not told {what} within 20 s; it saw {skipped:?}; containerd's NRI log lines:\n{tail}"
+                    )
+                }
             }
         }
     }
