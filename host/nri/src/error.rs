@@ -50,6 +50,10 @@ pub enum NriError {
         "the runtime closed the NRI connection before accepting the registration; its log says why"
     )]
     ClosedBeforeRegistration,
+    /// The runtime accepted the registration but did not synchronize the
+    /// plugin in time: the connection is closed and made again.
+    #[error("the runtime accepted the registration but did not send Synchronize within {after:?}; reconnecting")]
+    NoSynchronize { after: Duration },
     /// The connection is closed (the runtime went away or shut the plugin
     /// down); calls made through an old [`RuntimeClient`](crate::RuntimeClient)
     /// fail with this.

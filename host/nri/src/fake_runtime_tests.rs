@@ -710,6 +710,51 @@ async fn garbage_never_panics_and_ends_with_an_error_or_a_clean_close() {
     }
 }
 
+/// A runtime that accepts the registration but never synchronizes leaves a
+/// connection that would follow nothing: it ends with an error after the
+/// deadline (and the reconnect loop makes it again); one that synchronizes
+/// in time keeps it.
+#[tokio::test]
+async fn a_registration_without_synchronize_is_given_up_after_the_deadline() {
+    let deadline = Duration::from_millis(300);
+    let serve_with = |plugin: Arc<Recorder>| {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let mut reg = Registration::new("topomgr", "50", events()).unwrap();
+        reg.synchronize_deadline = deadline;
+        let task = tokio::spawn(async move { serve(ours, &reg, plugin, |_| {}).await });
+        (FakeRuntime::new(theirs), task)
+    };
+
+    let (mut rt, task) = serve_with(Arc::new(Recorder::default()));
+    rt.accept_registration().await;
+    let started = std::time::Instant::now();
+    let err = tokio::time::timeout(Duration::from_secs(5), task)
+        .await
+        .expect("given up within 5 s")
+        .unwrap()
+        .unwrap_err();
+    assert!(started.elapsed() >= deadline, "{:?}", started.elapsed());
+    assert_eq!(
+        err.to_string(),
+        "the runtime accepted the registration but did not send Synchronize within 300ms; reconnecting"
+    );
+
+    let (mut rt, task) = serve_with(Arc::new(Recorder::default()));
+    rt.accept_registration().await;
+    let sync = SynchronizeRequest {
+        pods: vec![],
+        containers: vec![],
+    };
+    let r = rt
+        .call(PLUGIN_SERVICE, "Synchronize", &sync.encode_to_vec())
+        .await;
+    assert_eq!(status(&r), (0, ""));
+    tokio::time::sleep(deadline * 3).await;
+    assert!(!task.is_finished(), "a synchronized connection is kept");
+    drop(rt);
+    task.await.unwrap().unwrap();
+}
+
 #[tokio::test]
 async fn a_runtime_that_closes_before_registration_is_an_error() {
     let (rt, task) = start(Arc::new(Recorder::default()));

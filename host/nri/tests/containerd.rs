@@ -259,7 +259,10 @@ impl Running {
                     let log = std::fs::read_to_string(&self.containerd_log).unwrap_or_default();
                     let nri: Vec<&str> = log
                         .lines()
-                        .filter(|l| l.to_ascii_lowercase().contains("nri"))
+                        .filter(|l| {
+                            let l = l.to_ascii_lowercase();
+                            l.contains("nri") || l.contains("plugin")
+                        })
                         .collect();
                     let tail = nri[nri.len().saturating_sub(40)..].join("\n");
                     panic!(
