@@ -19,8 +19,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::watch;
-use topomgr_engine::numa::NumaInfo;
-use topomgr_engine::policy::Policy;
 use topomgr_engine::provider::ProviderObserver;
 use topomgr_node::config::HostConfig;
 use topomgr_sdk::Machine;
@@ -46,14 +44,8 @@ fn prepare(
     machine: Machine,
     metrics: &Arc<Metrics>,
 ) -> Result<Prepared, String> {
-    let numa = NumaInfo::from_machine(&machine).map_err(|e| e.to_string())?;
-    let (policy, scope) = Policy::create(&cfg.policy, &cfg.scope, &cfg.policy_options, numa)
-        .map_err(|e| {
-            format!(
-                "cannot create the Topology Manager policy: {e}{}",
-                cfg.policy_error_place(&e)
-            )
-        })?;
+    let (policy, scope) =
+        topomgr_node::setup::policy_of(cfg, &machine).map_err(|e| e.to_string())?;
     let providers = topomgr_node::setup::load_each_provider(cfg, &machine)
         .into_iter()
         .map(|(name, built)| {

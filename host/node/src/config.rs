@@ -135,11 +135,20 @@ pub struct HostConfig {
     #[serde(skip)]
     pub files: Vec<PathBuf>,
     /// Where the policy's keys were last set (`policy`, `scope`,
-    /// `policy_options.NAME` → a file, or `environment variable NAME`), so
-    /// that an error of the policy module, which reads them later, can
-    /// name the place to fix ([`HostConfig::policy_error_place`]).
+    /// `policy_options.NAME`), so that an error of the policy module, which
+    /// reads them later, can name the place to fix
+    /// ([`HostConfig::policy_error_place`]).
     #[serde(skip)]
-    pub policy_origins: BTreeMap<String, String>,
+    pub policy_origins: BTreeMap<String, KeyOrigin>,
+}
+
+/// The source that set a key last.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyOrigin {
+    /// A config file (the main one or a drop-in).
+    File(PathBuf),
+    /// A `TOPOMGR_*` environment variable.
+    Environment(&'static str),
 }
 
 /// Default socket of `topomgr serve`.
@@ -337,8 +346,10 @@ impl HostConfig {
             _ => return String::new(),
         };
         match self.policy_origins.get(&key) {
-            Some(at) if at.starts_with("environment variable ") => format!(" (`{key}` from {at})"),
-            Some(at) => format!(" (`{key}` in {at})"),
+            Some(KeyOrigin::File(file)) => format!(" (`{key}` in {})", file.display()),
+            Some(KeyOrigin::Environment(var)) => {
+                format!(" (`{key}` from environment variable {var})")
+            }
             None => String::new(),
         }
     }
@@ -595,21 +606,21 @@ struct Sources {
     /// Provider -> (last file that set `library`, last file that mentioned it).
     provenance: BTreeMap<String, (Option<PathBuf>, PathBuf)>,
     /// See [`HostConfig::policy_origins`].
-    policy_origins: BTreeMap<String, String>,
+    policy_origins: BTreeMap<String, KeyOrigin>,
 }
 
 impl Sources {
-    /// Notes where `table` sets the policy's keys, described as `place`.
-    fn note_policy_keys(&mut self, table: &toml::Table, place: impl Fn(&str) -> String) {
+    /// Notes the policy's keys that `table` sets, as set by `origin`.
+    fn note_policy_keys(&mut self, table: &toml::Table, origin: impl Fn(&str) -> KeyOrigin) {
         for key in ["policy", "scope"] {
             if table.contains_key(key) {
-                self.policy_origins.insert(key.to_owned(), place(key));
+                self.policy_origins.insert(key.to_owned(), origin(key));
             }
         }
         if let Some(toml::Value::Table(options)) = table.get("policy_options") {
             for name in options.keys() {
                 let key = format!("policy_options.{name}");
-                let at = place(&key);
+                let at = origin(&key);
                 self.policy_origins.insert(key, at);
             }
         }
@@ -617,17 +628,19 @@ impl Sources {
 
     /// The environment's table, applied over every file.
     fn add_env(&mut self, table: toml::Table) {
+        // Only `policy` and `scope` have variables (no policy option does).
         self.note_policy_keys(&table, |key| {
-            ENVIRONMENT.iter().find(|(_, k, _)| *k == key).map_or_else(
-                || "the environment".to_owned(),
-                |(var, _, _)| format!("environment variable {var}"),
-            )
+            let var = ENVIRONMENT
+                .iter()
+                .find(|(_, k, _)| *k == key)
+                .map_or("TOPOMGR_*", |(var, _, _)| var);
+            KeyOrigin::Environment(var)
         });
         merge_tables(&mut self.merged, table);
     }
 
     fn add(&mut self, file: PathBuf, table: toml::Table) {
-        self.note_policy_keys(&table, |_| file.display().to_string());
+        self.note_policy_keys(&table, |_| KeyOrigin::File(file.clone()));
         if let Some(toml::Value::Table(providers)) = table.get("providers") {
             for (name, p) in providers {
                 let entry = self

@@ -94,15 +94,23 @@ pub struct AdmitterParts {
     pub providers: Vec<LoadedProvider>,
 }
 
+/// The Topology Manager policy and scope of `cfg` over `machine`'s NUMA
+/// nodes (at start and at every reload); a refused key is named with the
+/// file or variable that set it.
+pub fn policy_of(cfg: &HostConfig, machine: &Machine) -> Result<(Policy, Scope), SetupError> {
+    let numa = NumaInfo::from_machine(machine).map_err(SetupError::Numa)?;
+    Policy::create(&cfg.policy, &cfg.scope, &cfg.policy_options, numa).map_err(|error| {
+        SetupError::Policy {
+            place: cfg.policy_error_place(&error),
+            error,
+        }
+    })
+}
+
 impl AdmitterParts {
     /// The policy, the scope and every enabled provider of `cfg` on `machine`.
     pub fn from_config(cfg: &HostConfig, machine: &Machine) -> Result<Self, SetupError> {
-        let numa = NumaInfo::from_machine(machine).map_err(SetupError::Numa)?;
-        let (policy, scope) = Policy::create(&cfg.policy, &cfg.scope, &cfg.policy_options, numa)
-            .map_err(|error| SetupError::Policy {
-                place: cfg.policy_error_place(&error),
-                error,
-            })?;
+        let (policy, scope) = policy_of(cfg, machine)?;
         let mut providers = cfg
             .enabled_providers()
             .map(|(name, _)| load_direct(cfg, name, machine))
