@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use crate::cleanup::{self, Leftovers};
 use crate::cri::{CriClient, Qos};
 use crate::image::{self, IMAGE};
-use crate::prereq::{self, Runtimes};
+use crate::prereq::{self, ContainerdLine, Runtimes};
 use crate::HarnessError;
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -23,6 +23,7 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A running private containerd.
 pub struct Containerd {
+    line: ContainerdLine,
     runtimes: Runtimes,
     dir: PathBuf,
     cgroup_root: String,
@@ -30,10 +31,16 @@ pub struct Containerd {
 }
 
 impl Containerd {
-    /// Checks the prerequisites, starts containerd and imports the test
-    /// image. Fails with what is missing when the machine cannot run it.
+    /// Checks the prerequisites, starts containerd 1.7 and imports the
+    /// test image. Fails with what is missing when the machine cannot run
+    /// it.
     pub fn start() -> Result<Self, HarnessError> {
-        let runtimes = prereq::require_containerd()?;
+        Containerd::start_line(ContainerdLine::V1_7)
+    }
+
+    /// [`Containerd::start`] for a containerd of `line`.
+    pub fn start_line(line: ContainerdLine) -> Result<Self, HarnessError> {
+        let runtimes = prereq::require_containerd_line(line)?;
         let n = NEXT.fetch_add(1, Ordering::SeqCst);
         let tag = format!("{}-{n}", std::process::id());
         let dir = std::env::temp_dir().join(format!("topomgr-containerd-{tag}"));
@@ -45,6 +52,7 @@ impl Containerd {
                 .map_err(|e| HarnessError::io("create", &dir.join(sub), e))?;
         }
         let mut c = Containerd {
+            line,
             runtimes,
             dir,
             cgroup_root: format!("/topomgr-it-{tag}"),
@@ -65,6 +73,11 @@ impl Containerd {
     /// The NRI socket plugins connect to.
     pub fn nri_socket(&self) -> PathBuf {
         self.dir.join("nri.sock")
+    }
+
+    /// Which containerd this is.
+    pub fn line(&self) -> ContainerdLine {
+        self.line
     }
 
     /// The directory holding its root, state, sockets, config and log.
@@ -112,6 +125,57 @@ impl Containerd {
     }
 
     fn config(&self) -> String {
+        match self.line {
+            ContainerdLine::V1_7 => self.config_v2(),
+            ContainerdLine::V2 => self.config_v3(),
+        }
+    }
+
+    /// containerd 2.x's configuration (`version = 3`: the CRI plugin split
+    /// into `io.containerd.cri.v1.images` and `io.containerd.cri.v1.runtime`;
+    /// the sandbox image is a pinned image).
+    fn config_v3(&self) -> String {
+        let d = self.dir.display();
+        let runc = self.runtimes.runc.display();
+        format!(
+            r#"version = 3
+root = "{d}/root"
+state = "{d}/state"
+
+[grpc]
+  address = "{d}/containerd.sock"
+[ttrpc]
+  address = "{d}/containerd.sock.ttrpc"
+
+[plugins.'io.containerd.cri.v1.images'.pinned_images]
+  sandbox = "{IMAGE}"
+
+[plugins.'io.containerd.cri.v1.runtime']
+  # No CAP_SYS_RESOURCE in every machine this runs on.
+  restrict_oom_score_adj = true
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = "{runc}"
+        Root = "{d}/runc"
+        SystemdCgroup = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["{d}/cni"]
+    conf_dir = "{d}/cni"
+
+[plugins.'io.containerd.nri.v1.nri']
+  disable = false
+  socket_path = "{d}/nri.sock"
+  plugin_path = "{d}/nri-plugins"
+  plugin_config_path = "{d}/nri-conf"
+"#
+        )
+    }
+
+    /// containerd 1.7's configuration (`version = 2`).
+    fn config_v2(&self) -> String {
         let d = self.dir.display();
         let runc = self.runtimes.runc.display();
         format!(

@@ -7,9 +7,49 @@ use std::process::Command;
 
 use crate::HarnessError;
 
-/// Where containerd's binaries are unless `TOPOMGR_CONTAINERD_DIR` says
+/// Where containerd 1.7's binaries are unless `TOPOMGR_CONTAINERD_DIR` says
 /// otherwise: the private unpack of `.ci/install-runtimes`.
 pub const DEFAULT_CONTAINERD_DIR: &str = "/opt/topomgr-ci/containerd/usr/bin";
+
+/// Where containerd 2.x's binaries are unless `TOPOMGR_CONTAINERD2_DIR` says
+/// otherwise: the private unpack of `.ci/install-runtimes`.
+pub const DEFAULT_CONTAINERD2_DIR: &str = "/opt/topomgr-ci/containerd2/usr/bin";
+
+/// A release line of containerd that the tests run: its configuration
+/// format and plugin names differ.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ContainerdLine {
+    /// containerd 1.7 (config `version = 2`, NRI off by default).
+    V1_7,
+    /// containerd 2.x (config `version = 3`, NRI on by default).
+    V2,
+}
+
+impl ContainerdLine {
+    /// The variable naming its bin directory, and where it is by default.
+    fn dir_setting(self) -> (&'static str, &'static str) {
+        match self {
+            ContainerdLine::V1_7 => ("TOPOMGR_CONTAINERD_DIR", DEFAULT_CONTAINERD_DIR),
+            ContainerdLine::V2 => ("TOPOMGR_CONTAINERD2_DIR", DEFAULT_CONTAINERD2_DIR),
+        }
+    }
+
+    /// Whether `containerd --version`'s `major.minor` is of this line.
+    fn accepts(self, major: u32, minor: u32) -> bool {
+        match self {
+            ContainerdLine::V1_7 => major == 1 && minor >= 7,
+            ContainerdLine::V2 => major == 2,
+        }
+    }
+
+    /// How the line is named in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            ContainerdLine::V1_7 => "containerd 1.7",
+            ContainerdLine::V2 => "containerd 2.x",
+        }
+    }
+}
 
 /// What the machine provides for a containerd test.
 #[derive(Clone, Debug)]
@@ -25,6 +65,11 @@ pub struct Runtimes {
 /// Checks root, a cpuset cgroup, containerd ≥ 1.7, runc and busybox-static;
 /// the error lists everything missing and how to install it.
 pub fn require_containerd() -> Result<Runtimes, HarnessError> {
+    require_containerd_line(ContainerdLine::V1_7)
+}
+
+/// [`require_containerd`] for a containerd of `line`.
+pub fn require_containerd_line(line: ContainerdLine) -> Result<Runtimes, HarnessError> {
     let mut missing = Vec::new();
     // SAFETY: geteuid has no preconditions and cannot fail.
     if unsafe { libc::geteuid() } != 0 {
@@ -36,9 +81,10 @@ pub fn require_containerd() -> Result<Runtimes, HarnessError> {
                 .to_owned(),
         );
     }
-    let containerd_dir = std::env::var_os("TOPOMGR_CONTAINERD_DIR")
+    let (variable, default) = line.dir_setting();
+    let containerd_dir = std::env::var_os(variable)
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_CONTAINERD_DIR));
+        .unwrap_or_else(|| PathBuf::from(default));
     for bin in ["containerd", "ctr", "containerd-shim-runc-v2"] {
         if !containerd_dir.join(bin).is_file() {
             missing.push(format!("{}", containerd_dir.join(bin).display()));
@@ -49,10 +95,10 @@ pub fn require_containerd() -> Result<Runtimes, HarnessError> {
         .all(|m| !m.starts_with(&*containerd_dir.to_string_lossy()))
     {
         match containerd_version(&containerd_dir.join("containerd")) {
-            Some((1, minor)) if minor >= 7 => {}
-            Some((major, _)) if major >= 2 => {}
+            Some((major, minor)) if line.accepts(major, minor) => {}
             Some((major, minor)) => missing.push(format!(
-                "containerd 1.7 or later with NRI (found {major}.{minor} in {})",
+                "{} with NRI (found {major}.{minor} in {})",
+                line.name(),
                 containerd_dir.display()
             )),
             None => missing.push(format!(
@@ -72,9 +118,10 @@ pub fn require_containerd() -> Result<Runtimes, HarnessError> {
     if !missing.is_empty() {
         return Err(HarnessError::new(format!(
             "this test drives a real containerd and needs: {}. Install the runtimes with \
-             `sudo .ci/install-runtimes` (CI does), or point TOPOMGR_CONTAINERD_DIR at the \
-             bin directory of a containerd 1.7+",
-            missing.join("; ")
+             `sudo .ci/install-runtimes` (CI does), or point {variable} at the \
+             bin directory of a {}",
+            missing.join("; "),
+            line.name()
         )));
     }
     Ok(Runtimes {
