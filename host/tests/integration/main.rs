@@ -22,6 +22,7 @@ mod demo;
 mod discovery;
 mod gpu;
 mod hotplug;
+mod kube_node;
 mod kubernetes;
 mod manifests;
 mod memory_provider;

@@ -80,7 +80,7 @@ fn sh(line: &str) -> String {
 }
 
 /// The machine this test expects: CPUs 0-1, one NUMA node.
-fn require_machine() {
+pub(crate) fn require_machine() {
     let online = fs::read_to_string("/sys/devices/system/cpu/online").unwrap_or_default();
     let nodes = fs::read_dir("/sys/devices/system/node")
         .map(|d| {
@@ -102,7 +102,7 @@ fn require_machine() {
 
 /// The daemon's config directory, made with the docs' install commands,
 /// plus a drop-in with this test's paths.
-fn configure(tag: &str, containerd: &Containerd) -> (PathBuf, PathBuf) {
+pub(crate) fn configure(tag: &str, containerd: &Containerd) -> (PathBuf, PathBuf) {
     let dir = common::scratch_dir(tag);
     let etc = dir.join("etc");
     let socket = dir.join("topomgr.sock");
@@ -128,7 +128,7 @@ fn configure(tag: &str, containerd: &Containerd) -> (PathBuf, PathBuf) {
 }
 
 /// `topomgr serve` as the unit's ExecStart runs it.
-fn serve(config: &Path, socket: &Path) -> Daemon {
+pub(crate) fn serve(config: &Path, socket: &Path) -> Daemon {
     let unit =
         fs::read_to_string(common::workspace_root().join("packaging/topomgr.service")).unwrap();
     assert!(
@@ -147,7 +147,7 @@ fn pods(d: &Daemon) -> PodList {
 }
 
 /// Waits until `what` holds of the daemon (20 s).
-fn wait_until(d: &Daemon, what: &str, ok: impl Fn(&Health, &PodList) -> bool) {
+pub(crate) fn wait_until(d: &Daemon, what: &str, ok: impl Fn(&Health, &PodList) -> bool) {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let (h, p) = (health(d), pods(d));

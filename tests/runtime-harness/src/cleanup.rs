@@ -48,15 +48,8 @@ pub(crate) fn tear_down(l: &Leftovers<'_>) -> Vec<String> {
     }
 
     for m in mounts_under(l.dir) {
-        let c = std::ffi::CString::new(m.as_os_str().as_encoded_bytes()).unwrap();
-        // SAFETY: umount2 with a NUL-terminated path; MNT_DETACH never
-        // blocks on a busy mount.
-        if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
-            problems.push(format!(
-                "umount {}: {}",
-                m.display(),
-                std::io::Error::last_os_error()
-            ));
+        if let Err(e) = detach(&m) {
+            problems.push(e);
         }
     }
 
@@ -121,8 +114,24 @@ fn listening_sockets(pid: i32) -> Vec<PathBuf> {
         .collect()
 }
 
+/// Detaches the mount at `m` (lazily: never blocks on a busy mount).
+pub(crate) fn detach(m: &Path) -> Result<(), String> {
+    let c = std::ffi::CString::new(m.as_os_str().as_encoded_bytes())
+        .map_err(|_| format!("umount {}: the path holds a NUL byte", m.display()))?;
+    // SAFETY: umount2 with a NUL-terminated path; MNT_DETACH never blocks
+    // on a busy mount.
+    if unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) } != 0 {
+        return Err(format!(
+            "umount {}: {}",
+            m.display(),
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(())
+}
+
 /// Every mounted cgroup hierarchy (v1 controllers, the v2 unified tree).
-fn cgroup_hierarchies() -> Vec<PathBuf> {
+pub(crate) fn cgroup_hierarchies() -> Vec<PathBuf> {
     let mounts = fs::read_to_string("/proc/self/mounts").unwrap_or_default();
     mounts
         .lines()
@@ -171,7 +180,7 @@ fn remove_cgroup_tree(dir: &Path) -> std::io::Result<()> {
 }
 
 /// Mount points at or under `dir`, deepest first.
-fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+pub(crate) fn mounts_under(dir: &Path) -> Vec<PathBuf> {
     let info = fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
     let mut found: Vec<PathBuf> = info
         .lines()

@@ -14,6 +14,7 @@ mod cleanup;
 mod containerd;
 pub mod cri;
 mod image;
+mod kube;
 mod podman;
 mod prereq;
 
@@ -22,9 +23,13 @@ use std::path::{Path, PathBuf};
 pub use containerd::Containerd;
 pub use cri::{ContainerSpec, CriClient, Placement, Pod, PodSpec, Qos};
 pub use image::IMAGE;
+pub use kube::{
+    require_kubernetes, KubeBinaries, KubeNode, KubeOptions, DEFAULT_KUBE_DIR, NODE_NAME,
+};
 pub use podman::Podman;
 pub use prereq::{
-    require_containerd, require_podman, PodmanRuntimes, Runtimes, DEFAULT_CONTAINERD_DIR,
+    require_containerd, require_containerd_line, require_podman, ContainerdLine, PodmanRuntimes,
+    Runtimes, DEFAULT_CONTAINERD2_DIR, DEFAULT_CONTAINERD_DIR,
 };
 
 /// Why the harness could not set up or drive the runtime.

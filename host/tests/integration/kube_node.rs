@@ -1,0 +1,350 @@
+//! topomgr on a real one-node Kubernetes: etcd, kube-apiserver and a
+//! kubelet of the 1.37 line (built by `.ci/install-kubernetes`), on a
+//! private containerd 1.7 and 2.x with topomgr as its NRI plugin,
+//! configured with the commands of `docs/kubernetes.md` (as `nri.rs` does).
+//! Pods are created and deleted with `kubectl`, as a user does; what each
+//! container got is read from its real cgroup and from inside it
+//! (`/proc/<pid>/status` of its process).
+//!
+//! After every step the invariants hold, read from the containers' real
+//! cgroups: no CPU is exclusive to two containers, every container that
+//! is not exclusive runs on exactly the shared pool (which holds no
+//! exclusive CPU), and topomgr holds nothing for a container that is gone.
+//!
+//! The machine has CPUs 0-1 and one NUMA node; topomgr reserves CPU 0 and
+//! the kubelet reserves one CPU (`systemReserved`), so CPU 1 is the one
+//! exclusive CPU and the kubelet admits what topomgr can place.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use topomgr_node::api::{Health, PodList};
+use topomgr_runtime_harness::{ContainerdLine, KubeNode, KubeOptions, IMAGE, NODE_NAME};
+use topomgr_sdk::CpuSet;
+
+use crate::daemon::Daemon;
+use crate::nri;
+
+const NEEDS: &str = "needs root, a cpuset cgroup, containerd 1.7 and 2.x and the one-node Kubernetes of .ci/install-kubernetes";
+
+/// A pod for `kubectl apply`: hostNetwork, the local image, a process that
+/// exits at once on SIGTERM. `qos`: `guaranteed` (`cpu` whole CPUs),
+/// `burstable` (a memory request only: it fits beside a Guaranteed pod on
+/// one allocatable CPU) or `besteffort`.
+fn pod(name: &str, qos: &str, cpu: u32) -> String {
+    let resources = match qos {
+        "guaranteed" => format!(
+            "      resources:\n        requests: {{cpu: \"{cpu}\", memory: 64Mi}}\n        limits: {{cpu: \"{cpu}\", memory: 64Mi}}\n"
+        ),
+        "burstable" => "      resources:\n        requests: {memory: 32Mi}\n".to_owned(),
+        _ => String::new(),
+    };
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  nodeName: {NODE_NAME}\n  hostNetwork: true\n  terminationGracePeriodSeconds: 2\n  containers:\n    - name: app\n      image: {IMAGE}\n      imagePullPolicy: Never\n      command: [\"sh\", \"-c\", \"trap 'exit 0' TERM; while true; do sleep 1; done\"]\n{resources}"
+    )
+}
+
+/// The cluster, topomgr serving it as containerd's NRI plugin, registered.
+struct Cluster {
+    node: KubeNode,
+    topomgr: Daemon,
+}
+
+impl Cluster {
+    fn start(line: ContainerdLine, options: KubeOptions) -> Cluster {
+        nri::require_machine();
+        let node = KubeNode::start(line, options).unwrap_or_else(|e| panic!("{NEEDS}: {e}"));
+        let (config, socket) = nri::configure(&format!("kube-{line:?}"), node.containerd());
+        let topomgr = nri::serve(&config, &socket);
+        nri::wait_until(&topomgr, "registered with containerd", |h, _| {
+            h.nri.connected
+        });
+        Cluster { node, topomgr }
+    }
+
+    fn health(&self) -> Health {
+        self.topomgr
+            .client()
+            .get("/v1/health")
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+
+    fn pods(&self) -> PodList {
+        self.topomgr
+            .client()
+            .get("/v1/pods")
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+
+    fn apply(&self, yaml: &str) {
+        self.node.apply(yaml).unwrap();
+    }
+
+    /// Waits until pod `name` is Running with its container started.
+    fn wait_running(&self, name: &str) {
+        self.node
+            .wait(
+                &format!("pod {name} running"),
+                Duration::from_secs(60),
+                || {
+                    let p = self.node.get_json(&["pod", name])?;
+                    (p["status"]["phase"] == "Running"
+                        && p["status"]["containerStatuses"][0]["state"]["running"].is_object())
+                    .then_some(())
+                },
+            )
+            .unwrap();
+    }
+
+    /// Deletes pods and waits until the API server has none of them.
+    fn delete(&self, names: &[&str]) {
+        let mut args = vec!["delete", "pod", "--wait=true", "--timeout=60s"];
+        args.extend_from_slice(names);
+        self.node.kubectl(&args).unwrap();
+    }
+
+    /// The running pods' containers, by pod name: `(cgroup cpuset.cpus,
+    /// the process's Cpus_allowed_list, its Mems_allowed_list)`.
+    fn placements(&self) -> BTreeMap<String, (String, String, String)> {
+        let list = self.node.get_json(&["pods"]).unwrap();
+        let mut out = BTreeMap::new();
+        for p in list["items"].as_array().unwrap() {
+            let name = p["metadata"]["name"].as_str().unwrap();
+            if let Some(c) = self.node.container_cpus("default", name, "app") {
+                out.insert(name.to_owned(), c);
+            }
+        }
+        out
+    }
+
+    /// The invariants, from the real cgroups, or why they do not hold.
+    fn violations(&self) -> Option<String> {
+        let (h, list) = (self.health(), self.pods());
+        // Container id -> pod name, of the containers the kubelet runs.
+        let running = self.running();
+        let mut exclusive: BTreeMap<String, CpuSet> = BTreeMap::new();
+        let mut all = CpuSet::new();
+        for pod in &list.pods {
+            let Some(name) = running.get(&pod.uid) else {
+                // A container the runtime is still creating or stopping.
+                continue;
+            };
+            for c in pod.containers.iter().filter(|c| c.exclusive) {
+                if !all.intersection(&c.cpus).is_empty() {
+                    return Some(format!("CPUs {} held twice: {list:?}", c.cpus));
+                }
+                all = all.union(&c.cpus);
+                exclusive.insert(name.clone(), c.cpus.clone());
+            }
+        }
+        if !h.shared_pool.intersection(&all).is_empty() {
+            return Some(format!(
+                "the shared pool {} holds exclusive CPUs {all}",
+                h.shared_pool
+            ));
+        }
+        for (name, (cgroup, inside, _)) in self.placements() {
+            let want = exclusive
+                .get(&name)
+                .cloned()
+                .unwrap_or_else(|| h.shared_pool.clone())
+                .to_string();
+            if cgroup != want || inside != want {
+                return Some(format!(
+                    "pod {name} runs on {cgroup} (cgroup) / {inside} (inside), not {want}; \
+                     exclusive: {exclusive:?}, shared pool {}",
+                    h.shared_pool
+                ));
+            }
+        }
+        None
+    }
+
+    /// Waits (10 s) until the invariants hold: what topomgr answers the
+    /// runtime is applied within that.
+    fn check(&self, step: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match self.violations() {
+                None => return,
+                Some(v) if Instant::now() > deadline => {
+                    panic!("after {step}: {v}")
+                }
+                Some(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+
+    /// The ids of the containers the kubelet runs.
+    fn running(&self) -> BTreeMap<String, String> {
+        let k8s = self.node.get_json(&["pods"]).unwrap();
+        let mut running = BTreeMap::new();
+        for p in k8s["items"].as_array().unwrap() {
+            let name = p["metadata"]["name"].as_str().unwrap().to_owned();
+            if let Some((id, _)) = self.node.container_cgroup("default", &name, "app") {
+                running.insert(id, name);
+            }
+        }
+        running
+    }
+
+    /// Waits (30 s) until topomgr holds exactly the containers the kubelet
+    /// runs: nothing for a pod that is gone.
+    fn wait_released(&self) {
+        self.node
+            .wait(
+                "topomgr holds only the running containers",
+                Duration::from_secs(30),
+                || {
+                    let held: Vec<String> = self.pods().pods.into_iter().map(|p| p.uid).collect();
+                    let running: Vec<String> = self.running().into_keys().collect();
+                    (held == running).then_some(())
+                },
+            )
+            .unwrap();
+    }
+}
+
+fn guaranteed_and_shared_pods(line: ContainerdLine) {
+    let c = Cluster::start(line, KubeOptions::default());
+    c.apply(&pod("shared", "burstable", 0));
+    c.apply(&pod("idle", "besteffort", 0));
+    c.wait_running("shared");
+    c.wait_running("idle");
+    c.check("two shared pods");
+    let p = c.placements();
+    assert_eq!(p["shared"].0, "0-1", "no exclusive CPU yet: {p:?}");
+
+    c.apply(&pod("pinned", "guaranteed", 1));
+    c.wait_running("pinned");
+    c.check("a Guaranteed pod");
+    let p = c.placements();
+    assert_eq!(
+        p["pinned"],
+        ("1".into(), "1".into(), "0".into()),
+        "the Guaranteed container has CPU 1 and memory node 0, seen from inside: {p:?}"
+    );
+    assert_eq!(p["shared"].1, "0", "the shared pool shrank: {p:?}");
+    assert_eq!(p["idle"].1, "0", "the shared pool shrank: {p:?}");
+    assert_eq!(c.health().exclusive_cpus.to_string(), "1");
+
+    c.delete(&["pinned"]);
+    c.wait_released();
+    c.check("deleting the Guaranteed pod");
+    let p = c.placements();
+    assert_eq!(p["shared"].1, "0-1", "CPU 1 went back to the pool: {p:?}");
+    c.delete(&["shared", "idle"]);
+    c.check("deleting every pod");
+}
+
+#[test]
+#[ignore = "needs root, a cpuset cgroup, containerd 1.7 and the one-node Kubernetes of .ci/install-kubernetes"]
+fn guaranteed_and_shared_pods_on_containerd_1_7() {
+    guaranteed_and_shared_pods(ContainerdLine::V1_7);
+}
+
+#[test]
+#[ignore = "needs root, a cpuset cgroup, containerd 2.x and the one-node Kubernetes of .ci/install-kubernetes"]
+fn guaranteed_and_shared_pods_on_containerd_2() {
+    guaranteed_and_shared_pods(ContainerdLine::V2);
+}
+
+/// A kubelet that reserves no CPU admits a 2-CPU Guaranteed pod that
+/// topomgr (CPU 0 reserved) cannot place: `kubectl describe` shows
+/// topomgr's reason, and topomgr holds nothing for it.
+fn refusal_in_kubectl_describe(line: ContainerdLine) {
+    let c = Cluster::start(
+        line,
+        KubeOptions {
+            system_reserved_cpu: "0".to_owned(),
+        },
+    );
+    c.apply(&pod("too-big", "guaranteed", 2));
+    let described = c
+        .node
+        .wait(
+            "the refusal in kubectl describe",
+            Duration::from_secs(60),
+            || {
+                let d = c.node.kubectl(&["describe", "pod", "too-big"]).ok()?;
+                d.contains("topomgr: ").then_some(d)
+            },
+        )
+        .unwrap();
+    assert!(
+        described.contains("failed to get NRI adjustment for container")
+            && described.contains("topomgr: TopologyAffinityError: ")
+            && described.contains("requested 2; free/allocatable by NUMA node: 0: 1/1"),
+        "kubectl describe shows topomgr's reason with its numbers:\n{described}"
+    );
+    c.node
+        .wait(
+            "the container waiting in CreateContainerError",
+            Duration::from_secs(30),
+            || {
+                let p = c.node.get_json(&["pod", "too-big"])?;
+                (p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"]
+                    == "CreateContainerError")
+                    .then_some(())
+            },
+        )
+        .unwrap();
+    assert!(c.pods().pods.is_empty(), "topomgr holds nothing");
+    c.delete(&["too-big"]);
+}
+
+#[test]
+#[ignore = "needs root, a cpuset cgroup, containerd 1.7 and the one-node Kubernetes of .ci/install-kubernetes"]
+fn a_refusal_shows_in_kubectl_describe_on_containerd_1_7() {
+    refusal_in_kubectl_describe(ContainerdLine::V1_7);
+}
+
+#[test]
+#[ignore = "needs root, a cpuset cgroup, containerd 2.x and the one-node Kubernetes of .ci/install-kubernetes"]
+fn a_refusal_shows_in_kubectl_describe_on_containerd_2() {
+    refusal_in_kubectl_describe(ContainerdLine::V2);
+}
+
+/// 20 rounds of a Burstable and a Guaranteed pod created together (the
+/// second 0-150 ms after the first, by two kubectl processes): no shared
+/// container is ever left on the exclusive CPU.
+fn bursts(line: ContainerdLine) {
+    let c = Cluster::start(line, KubeOptions::default());
+    for round in 0..20u64 {
+        let (b, g) = (format!("b{round}"), format!("g{round}"));
+        let (by, gy) = (pod(&b, "burstable", 0), pod(&g, "guaranteed", 1));
+        let gap = Duration::from_millis(round * 150 / 19);
+        std::thread::scope(|s| {
+            s.spawn(|| c.apply(&by));
+            s.spawn(|| {
+                std::thread::sleep(gap);
+                c.apply(&gy)
+            });
+        });
+        c.wait_running(&b);
+        c.wait_running(&g);
+        c.check(&format!("round {round} ({gap:?} apart)"));
+        let p = c.placements();
+        assert_eq!(p[&g].0, "1", "round {round}: {p:?}");
+        assert_eq!(p[&b].0, "0", "round {round}: {p:?}");
+        c.delete(&[&b, &g]);
+        c.wait_released();
+        c.check(&format!("round {round} deleted"));
+    }
+}
+
+#[test]
+#[ignore = "needs root, a cpuset cgroup, containerd 1.7 and the one-node Kubernetes of .ci/install-kubernetes"]
+fn bursts_never_leave_a_shared_container_on_an_exclusive_cpu_on_containerd_1_7() {
+    bursts(ContainerdLine::V1_7);
+}
+
+#[test]
+#[ignore = "needs root, a cpuset cgroup, containerd 2.x and the one-node Kubernetes of .ci/install-kubernetes"]
+fn bursts_never_leave_a_shared_container_on_an_exclusive_cpu_on_containerd_2() {
+    bursts(ContainerdLine::V2);
+}
