@@ -12,23 +12,15 @@ use topomgr_node::api::{Admissions, ProviderAllocation};
 /// A config directory whose only drop-in enables the CPU provider with
 /// `extra` appended to its `[providers.cpu.config]` table.
 fn config_dir(tag: &str, policy: &str, extra: &str) -> PathBuf {
-    let dir = common::scratch_dir(tag);
-    let so = common::cpu_plugin();
-    std::fs::create_dir_all(dir.join("plugins.d")).unwrap();
-    std::fs::write(
-        dir.join("topomgr.toml"),
-        format!("policy = \"{policy}\"\nscope = \"container\"\nplugin_dirs = []\nplugins_d = \"plugins.d\"\n"),
+    let cpu = format!(
+        "[providers.cpu]\nlibrary = {:?}\n[providers.cpu.config]\npolicy = \"static\"\n{extra}\n",
+        common::cpu_plugin().display().to_string()
+    );
+    common::config_dir(
+        tag,
+        &format!("policy = \"{policy}\"\nscope = \"container\"\nplugin_dirs = []\nplugins_d = \"plugins.d\"\n"),
+        &[("20-cpu.toml", &cpu)],
     )
-    .unwrap();
-    std::fs::write(
-        dir.join("plugins.d/20-cpu.toml"),
-        format!(
-            "[providers.cpu]\nlibrary = {:?}\n[providers.cpu.config]\npolicy = \"static\"\n{extra}\n",
-            so.display().to_string()
-        ),
-    )
-    .unwrap();
-    dir
 }
 
 fn pod_file(dir: &Path, name: &str, cpu: &str) -> PathBuf {
