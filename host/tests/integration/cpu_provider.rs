@@ -541,3 +541,27 @@ fn pod_level_resources_through_admit_with_the_gate_off_and_on() {
         assert_eq!(got, want, "{tag}: {out}");
     }
 }
+
+/// A 6-CPU Guaranteed pod on a machine of 4-CPU NUMA nodes under
+/// single-numa-node is refused saying the numbers (the CPU provider's hints
+/// all span two nodes), as a refusal for a resource with no hint does.
+#[test]
+fn a_pod_larger_than_any_numa_node_is_refused_with_the_numbers() {
+    let dir = config_dir("cpu-larger-than-a-node", "single-numa-node", "");
+    let pod = pod_file(&dir, "big", "6").display().to_string();
+    let sys = example_sys();
+    let (code, out, err) = topomgr(&dir, &["admit", "--sysfs-root", &sys, &pod]);
+    assert_eq!(code, 0, "{err}");
+    let v: Admissions = serde_json::from_str(&out).unwrap();
+    let p = &v.pods[0];
+    assert!(!p.admitted, "{out}");
+    let message = p.message.as_deref().unwrap();
+    assert!(
+        message.starts_with("Resources cannot be allocated with Topology Locality: container \"app\" needs every resource on one common NUMA node (policy single-numa-node); cpu (cpu): "),
+        "{message}"
+    );
+    assert!(
+        message.ends_with(" (requested 6; the largest NUMA node has 4 allocatable)"),
+        "{message}"
+    );
+}

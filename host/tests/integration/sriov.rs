@@ -90,7 +90,7 @@ fn readme_dpdk_pod_lands_on_one_node_and_too_many_vfs_is_rejected() {
     );
     let message = rejected.message.as_deref().expect("message");
     assert!(
-        message.ends_with("intel.com/intel_sriov_dpdk (sriov): preferred on {0-1}"),
+        message.ends_with("intel.com/intel_sriov_dpdk (sriov): preferred on {0-1} (requested 3; the largest NUMA node has 2 allocatable)"),
         "{message}"
     );
     let dpdk = &pods[1];
@@ -151,7 +151,7 @@ fn readme_dpdk_pod_lands_on_one_node_and_too_many_vfs_is_rejected() {
         "{table}"
     );
     assert!(
-        lines[1].ends_with("intel.com/intel_sriov_dpdk (sriov): preferred on {0-1}"),
+        lines[1].ends_with("intel.com/intel_sriov_dpdk (sriov): preferred on {0-1} (requested 3; the largest NUMA node has 2 allocatable)"),
         "{table}"
     );
     assert_eq!(
