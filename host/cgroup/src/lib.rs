@@ -28,9 +28,10 @@
 //! with `std::fs`, the same on both): `Cgroupfs` is the only
 //! implementation in production and accepts only a mounted cgroup
 //! filesystem ([`CgroupManager::detect`]).
-//! Tests put a double behind the trait ([`CgroupManager::detect_with`]; the
-//! integration tests' `cgroup_tree.rs` emulates a hierarchy in a plain
-//! directory tree), as youki keeps its test manager apart.
+//! Tests put a double behind the trait ([`CgroupManager::detect_with`]):
+//! [`directory_tree`], behind the `test-double` feature, emulates a
+//! hierarchy in a plain directory tree (youki's `libcgroups` ships its test
+//! manager the same way).
 //!
 //! [`hierarchy`] says which hierarchy a cgroup root is in (what the node
 //! lock of `topomgr_node` is keyed by).
@@ -39,6 +40,8 @@
 //! shared-pool containers' `cpuset.cpus`; `topomgr_node::node_state` decides
 //! when (before an exclusive container can run, after a release is durable).
 
+#[cfg(feature = "test-double")]
+pub mod directory_tree;
 pub mod hierarchy;
 mod path;
 pub mod pool;
@@ -259,6 +262,25 @@ pub trait ControlFs: fmt::Debug + Send + Sync {
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Cgroupfs;
 
+/// Writes `value` into the control file `path`, never through a symlink;
+/// `create`: make the file if it is missing (a plain directory tree, where
+/// no kernel made it). One writer for the real files and the test double.
+pub(crate) fn write_control(path: &Path, value: &str, create: bool) -> Result<(), CgroupError> {
+    let werr = |cause| CgroupError::Write {
+        path: path.to_path_buf(),
+        value: value.to_string(),
+        cause,
+    };
+    let mut f = OpenOptions::new()
+        .write(true)
+        .create(create)
+        .truncate(create)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(werr)?;
+    f.write_all(value.as_bytes()).map_err(werr)
+}
+
 impl ControlFs for Cgroupfs {
     fn check_root(&self, root: &Path) -> Result<(), CgroupError> {
         use nix::sys::statfs::{statfs, CGROUP2_SUPER_MAGIC, CGROUP_SUPER_MAGIC};
@@ -289,17 +311,7 @@ impl ControlFs for Cgroupfs {
     }
 
     fn write(&self, path: &Path, value: &str) -> Result<(), CgroupError> {
-        let werr = |cause| CgroupError::Write {
-            path: path.to_path_buf(),
-            value: value.to_string(),
-            cause,
-        };
-        let mut f = OpenOptions::new()
-            .write(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(path)
-            .map_err(werr)?;
-        f.write_all(value.as_bytes()).map_err(werr)?;
+        write_control(path, value, false)?;
         debug!(path = %path.display(), value, "cgroup file written");
         Ok(())
     }

@@ -615,8 +615,11 @@ impl Admitter {
     /// For each resource a provider says no NUMA placement can satisfy (an
     /// empty hint list): the amount requested (by `container`, or by the
     /// pod for the pod scope) and, from the provider's inventory, what is
-    /// free and allocatable on each NUMA node. A provider whose inventory
-    /// cannot be read, or does not list the resource, gives the request only.
+    /// free and allocatable on each NUMA node. Under single-numa-node, also
+    /// for each resource none of whose hints fits on one NUMA node (a
+    /// request larger than any node): the request and the largest node's
+    /// allocatable amount. A provider whose inventory cannot be read, or
+    /// does not list the resource, gives the request only.
     fn capacity_notes(
         &mut self,
         pod: &PodView,
@@ -624,6 +627,7 @@ impl Admitter {
         hints: &[(String, ProviderHints)],
     ) -> BTreeMap<(String, String), String> {
         let mut notes = BTreeMap::new();
+        let single_node = self.policy.name() == PolicyName::SingleNumaNode;
         for (provider, h) in hints {
             let Some(map) = h else { continue };
             let unsatisfiable: Vec<&String> = map
@@ -631,7 +635,17 @@ impl Admitter {
                 .filter(|(_, set)| set.as_ref().is_some_and(HintSet::is_unsatisfiable))
                 .map(|(r, _)| r)
                 .collect();
-            if unsatisfiable.is_empty() {
+            let wider: Vec<&String> = map
+                .iter()
+                .filter(|(_, set)| {
+                    single_node
+                        && set
+                            .as_ref()
+                            .is_some_and(|s| !s.is_unsatisfiable() && !fits_one_node(s))
+                })
+                .map(|(r, _)| r)
+                .collect();
+            if unsatisfiable.is_empty() && wider.is_empty() {
                 continue;
             }
             let inventory = self
@@ -639,12 +653,33 @@ impl Admitter {
                 .iter_mut()
                 .find(|p| p.name() == provider)
                 .and_then(|p| p.inventory().ok());
+            let requested = |resource: &str| match container.and_then(|c| pod.container(c)) {
+                Some(c) => c.request(resource),
+                None => pod.effective_request(resource),
+            };
+            for resource in wider {
+                let mut note = format!("requested {}", amount(resource, requested(resource)));
+                let largest = inventory
+                    .as_ref()
+                    .and_then(|i| i.resources.get(resource))
+                    .and_then(|r| {
+                        r.zones
+                            .iter()
+                            .filter(|z| z.numa.is_some())
+                            .map(|z| z.amounts.allocatable)
+                            .max()
+                    });
+                if let Some(largest) = largest {
+                    let _ = write!(
+                        note,
+                        "; the largest NUMA node has {} allocatable",
+                        amount(resource, largest)
+                    );
+                }
+                notes.insert((provider.clone(), resource.clone()), note);
+            }
             for resource in unsatisfiable {
-                let requested = match container.and_then(|c| pod.container(c)) {
-                    Some(c) => c.request(resource),
-                    None => pod.effective_request(resource),
-                };
-                let mut note = format!("requested {}", amount(resource, requested));
+                let mut note = format!("requested {}", amount(resource, requested(resource)));
                 if let Some(r) = inventory.as_ref().and_then(|i| i.resources.get(resource)) {
                     let zones: Vec<String> = r
                         .zones
@@ -918,6 +953,15 @@ fn amount(resource: &str, v: u64) -> String {
 /// Which resources could not be aligned, and what each provider offered;
 /// `amounts` adds the numbers of a resource no placement satisfies
 /// ([`Admitter::capacity_notes`]).
+/// Whether some hint of `set` places the resource on one NUMA node (or
+/// anywhere: a hint without affinity).
+fn fits_one_node(set: &HintSet) -> bool {
+    match set {
+        HintSet::Explicit(v) => v.iter().any(|h| h.affinity.is_none_or(|m| m.len() == 1)),
+        HintSet::Compact(c) => c.min_width().is_some_and(|w| w <= 1),
+    }
+}
+
 fn rejection_message(
     policy: &Policy,
     container: Option<&str>,

@@ -1161,41 +1161,6 @@ mod tests {
         assert!(matches!(current_pool(&now, &pool), Cow::Borrowed(_)));
     }
 
-    /// Cgroup files as plain files under a temporary directory.
-    #[derive(Debug)]
-    struct PlainFiles;
-
-    impl topomgr_cgroup::ControlFs for PlainFiles {
-        fn check_root(&self, _root: &Path) -> Result<(), CgroupError> {
-            Ok(())
-        }
-        fn read(&self, path: &Path) -> Result<String, CgroupError> {
-            std::fs::read_to_string(path)
-                .map(|s| s.trim().to_owned())
-                .map_err(|cause| CgroupError::Io {
-                    op: "read",
-                    path: path.to_path_buf(),
-                    cause,
-                })
-        }
-        fn write(&self, path: &Path, value: &str) -> Result<(), CgroupError> {
-            std::fs::write(path, value).map_err(|cause| CgroupError::Io {
-                op: "write",
-                path: path.to_path_buf(),
-                cause,
-            })
-        }
-        fn remove_dir(&self, dir: &Path) -> Result<topomgr_cgroup::Removal, CgroupError> {
-            std::fs::remove_dir_all(dir)
-                .map(|()| topomgr_cgroup::Removal::Removed)
-                .map_err(|cause| CgroupError::Io {
-                    op: "remove",
-                    path: dir.to_path_buf(),
-                    cause,
-                })
-        }
-    }
-
     /// A node state without providers over a plain directory as its cgroup
     /// hierarchy, in boot "b".
     fn node(tag: &str) -> (NodeState, PathBuf) {
@@ -1215,7 +1180,7 @@ mod tests {
         std::fs::create_dir_all(&root).unwrap();
         // A v1 cpuset hierarchy at the root, as detection finds one.
         std::fs::write(root.join("cpuset.cpus"), "0-3").unwrap();
-        let cgroups = CgroupManager::detect_with(&root, Box::new(PlainFiles)).unwrap();
+        let cgroups = topomgr_cgroup::directory_tree::detect(&root).unwrap();
         let node = NodeState::new(admitter, Records::default(), &root, "b").with_cgroups(cgroups);
         (node, root)
     }

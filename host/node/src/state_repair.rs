@@ -340,13 +340,12 @@ pub struct Recovery {
 #[derive(Debug, thiserror::Error)]
 pub enum RecoverError {
     /// Another process (a daemon, a command) holds the directory.
-    #[error("state recover refuses to change {}: {source}; stop the daemon (or wait for the command) first", dir.display())]
+    #[error("state recover refuses to change {}: {cause}; stop the daemon (or wait for the command) first", dir.display())]
     Busy {
         /// The state directory.
         dir: PathBuf,
-        /// The lock's refusal.
-        #[source]
-        source: LockError,
+        /// The lock's refusal (in the message: no source).
+        cause: LockError,
     },
     /// The files cannot be read or written, or are of another version.
     #[error(transparent)]
@@ -584,9 +583,9 @@ pub fn recover(dir: &Path, backup: &Path) -> Result<Recovery, RecoverError> {
         .into());
     }
     let me = Holder::current(Role::StateRecover, dir, None);
-    let _lock = StateLock::acquire(dir, &me).map_err(|source| RecoverError::Busy {
+    let _lock = StateLock::acquire(dir, &me).map_err(|cause| RecoverError::Busy {
         dir: dir.to_path_buf(),
-        source,
+        cause,
     })?;
     let snapshot = read_optional(&dir.join(STATE_FILE))?;
     let journal_bytes = read_optional(&dir.join(JOURNAL_FILE))?;

@@ -104,9 +104,9 @@ pub async fn connect_and_serve<P: Plugin>(
 pub(crate) async fn connect(socket: &Path) -> Result<UnixStream, NriError> {
     UnixStream::connect(socket)
         .await
-        .map_err(|source| NriError::Connect {
+        .map_err(|cause| NriError::Connect {
             socket: socket.to_owned(),
-            source,
+            cause,
         })
 }
 

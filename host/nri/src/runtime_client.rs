@@ -205,7 +205,7 @@ impl RuntimeClient {
             }
         };
         let response = ttrpc::Response::decode(payload.as_slice())
-            .map_err(|source| NriError::Decode { method, source })?;
+            .map_err(|cause| NriError::Decode { method, cause })?;
         if let Some(status) = response.status.filter(|s| s.code != Code::Ok as i32) {
             return Err(NriError::Rpc {
                 method,
@@ -214,6 +214,6 @@ impl RuntimeClient {
             });
         }
         Resp::decode(response.payload.as_slice())
-            .map_err(|source| NriError::Decode { method, source })
+            .map_err(|cause| NriError::Decode { method, cause })
     }
 }

@@ -17,7 +17,7 @@ use topomgr_node::lock_holder::Role;
 use topomgr_node::node_state::{current_pool, NodeState};
 use topomgr_node::state_dir::StateDir;
 
-use super::admit::{print_json, print_table};
+use super::print::{print_json, print_table};
 use super::{inputs, Output};
 
 /// `--socket PATH` (default: the configured `[daemon] socket`).

@@ -6,6 +6,7 @@ mod export;
 mod inputs;
 mod merge;
 mod oci_hook;
+mod print;
 mod provider;
 mod release;
 mod run;

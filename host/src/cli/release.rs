@@ -75,6 +75,6 @@ pub fn run(config: &Path, args: ReleaseArgs) -> anyhow::Result<ExitCode> {
             pids.join(",")
         );
     }
-    super::admit::print_json(&topomgr_node::api::Admission::from(&released))?;
+    super::print::print_json(&topomgr_node::api::Admission::from(&released))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -17,29 +17,33 @@ const OWNS_FOO: &str = "inventory = { resources = { \"example.com/foo\" = { tota
 
 /// A config directory with `topomgr.toml` and one drop-in per mock provider.
 fn config_dir(tag: &str, policy: &str, scope: &str, mocks: &[(&str, &str)]) -> PathBuf {
-    let dir = common::scratch_dir(tag);
-    std::fs::write(
-        dir.join("topomgr.toml"),
-        format!("policy = \"{policy}\"\nscope = \"{scope}\"\nplugin_dirs = []\n"),
-    )
-    .unwrap();
-    std::fs::create_dir_all(dir.join("plugins.d")).unwrap();
     let lib = common::plugins().mock.display().to_string();
-    for (i, (name, config)) in mocks.iter().enumerate() {
-        let owns = if i == 0 && !config.contains("inventory") {
-            OWNS_FOO
-        } else {
-            ""
-        };
-        std::fs::write(
-            dir.join(format!("plugins.d/{i:02}-{name}.toml")),
-            format!(
-                "[providers.{name}]\nlibrary = \"{lib}\"\n[providers.{name}.config]\n{config}\n{owns}\n"
-            ),
-        )
-        .unwrap();
-    }
-    dir
+    let dropins: Vec<(String, String)> = mocks
+        .iter()
+        .enumerate()
+        .map(|(i, (name, config))| {
+            let owns = if i == 0 && !config.contains("inventory") {
+                OWNS_FOO
+            } else {
+                ""
+            };
+            (
+                format!("{i:02}-{name}.toml"),
+                format!(
+                    "[providers.{name}]\nlibrary = \"{lib}\"\n[providers.{name}.config]\n{config}\n{owns}\n"
+                ),
+            )
+        })
+        .collect();
+    let dropins: Vec<(&str, &str)> = dropins
+        .iter()
+        .map(|(n, t)| (n.as_str(), t.as_str()))
+        .collect();
+    common::config_dir(
+        tag,
+        &format!("policy = \"{policy}\"\nscope = \"{scope}\"\nplugin_dirs = []\n"),
+        &dropins,
+    )
 }
 
 fn example_machine() -> PathBuf {

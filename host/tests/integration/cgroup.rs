@@ -2,7 +2,7 @@
 //! contents), path-escape refusals, the shared pool, and a real cgroup on this
 //! machine (root with a cpuset controller; `#[ignore]`d in a plain run).
 
-use crate::{cgroup_tree, common};
+use crate::common;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -10,7 +10,7 @@ use std::process::Command;
 
 use std::collections::BTreeMap;
 
-use topomgr_cgroup::{CgroupManager, CgroupPath, CgroupVersion, Cpuset};
+use topomgr_cgroup::{directory_tree, CgroupManager, CgroupPath, CgroupVersion, Cpuset};
 use topomgr_engine::admission::Admitter;
 use topomgr_engine::numa::NumaInfo;
 use topomgr_engine::policy::{Policy, Scope};
@@ -61,7 +61,7 @@ fn v2_tree(tag: &str, controllers: &str) -> PathBuf {
 #[test]
 fn v1_tree_create_set_move_read_remove() {
     let (dir, root) = v1_tree("cg-v1");
-    let mgr = cgroup_tree::detect(&dir).unwrap();
+    let mgr = directory_tree::detect(&dir).unwrap();
     assert_eq!(mgr.version(), CgroupVersion::V1);
     assert_eq!(mgr.root(), root);
 
@@ -136,7 +136,7 @@ fn v1_tree_create_set_move_read_remove() {
 #[test]
 fn v1_detected_when_the_root_is_the_cpuset_mount() {
     let (_dir, root) = v1_tree("cg-v1-mount");
-    let mgr = cgroup_tree::detect(&root).unwrap();
+    let mgr = directory_tree::detect(&root).unwrap();
     assert_eq!(mgr.version(), CgroupVersion::V1);
     assert_eq!(mgr.root(), root);
 }
@@ -144,7 +144,7 @@ fn v1_detected_when_the_root_is_the_cpuset_mount() {
 #[test]
 fn v2_tree_enables_cpuset_in_every_ancestor() {
     let root = v2_tree("cg-v2", "cpuset cpu io memory pids\n");
-    let mgr = cgroup_tree::detect(&root).unwrap();
+    let mgr = directory_tree::detect(&root).unwrap();
     assert_eq!(mgr.version(), CgroupVersion::V2);
     assert_eq!(mgr.root(), root);
 
@@ -193,7 +193,7 @@ fn v2_tree_enables_cpuset_in_every_ancestor() {
 #[test]
 fn v2_without_cpuset_is_refused() {
     let root = v2_tree("cg-v2-nocpuset", "cpu memory\n");
-    let mgr = cgroup_tree::detect(&root).unwrap();
+    let mgr = directory_tree::detect(&root).unwrap();
     assert_eq!(
         mgr.create(&path("topomgr/p/app")).unwrap_err().to_string(),
         format!(
@@ -206,7 +206,7 @@ fn v2_without_cpuset_is_refused() {
 
 /// Production code applies cpusets only to a mounted cgroup filesystem: a
 /// directory tree shaped like one is refused, naming it, before anything
-/// is written (the emulation lives in the tests' `cgroup_tree`).
+/// is written (the emulation is the cgroup crate's `directory_tree`).
 #[test]
 fn a_plain_directory_tree_is_not_a_cgroup_hierarchy() {
     let (dir, root) = v1_tree("cg-plain");
@@ -232,7 +232,7 @@ fn a_plain_directory_tree_is_not_a_cgroup_hierarchy() {
 fn no_hierarchy_is_a_clear_error() {
     let dir = common::scratch_dir("cg-none");
     assert_eq!(
-        cgroup_tree::detect(&dir).unwrap_err().to_string(),
+        directory_tree::detect(&dir).unwrap_err().to_string(),
         format!(
             "no cgroup hierarchy with a cpuset controller under {}: expected cgroup v2 (cgroup.controllers) or a cgroup v1 cpuset controller (cpuset/cpuset.cpus); set cgroup_root to the cgroup mount point (usually /sys/fs/cgroup)",
             dir.display()
@@ -267,7 +267,7 @@ fn symlink_escapes_are_refused() {
     let outside = dir.join("outside");
     fs::create_dir_all(&outside).unwrap();
     std::os::unix::fs::symlink(&outside, root.join("topomgr")).unwrap();
-    let mgr = cgroup_tree::detect(&dir).unwrap();
+    let mgr = directory_tree::detect(&dir).unwrap();
     let want = format!(
         "cgroup path \"topomgr/pod-1/app\": {} resolves to {}, outside the cgroup root {}; symlinks out of the cgroup root are refused",
         root.join("topomgr").display(),
@@ -342,8 +342,8 @@ fn shared_pool_follows_exclusive_assignments() {
         vec![LoadedProvider::in_process("scripted", scripted(script))],
     );
     let mut node = NodeState::new(admitter, Records::default(), &dir, "boot")
-        .with_cgroups(cgroup_tree::detect(&dir).unwrap());
-    let mgr = cgroup_tree::detect(&dir).unwrap();
+        .with_cgroups(directory_tree::detect(&dir).unwrap());
+    let mgr = directory_tree::detect(&dir).unwrap();
     for uid in ["b", "c"] {
         assert!(node.admit(&pod(uid)).admitted);
         let p = format!("topomgr/{uid}/main");

@@ -1,9 +1,20 @@
-//! Shared harness of the plugin integration tests: builds the plugin
-//! libraries once per test binary and hands out their paths.
+//! The one toolbox of the integration tests (as ripgrep keeps its
+//! `util.rs`): builds the plugin libraries once per test binary and hands
+//! out their paths, writes config directories, runs `topomgr` (with a
+//! deadline, stdin if any), waits for conditions, looks at processes and
+//! owns the machine's node for the tests that need it. A helper two test
+//! modules need lives here, not in either of them.
 
+use std::ffi::OsStr;
+use std::fs;
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use topomgr_cgroup::hierarchy::Hierarchy;
+use topomgr_sdk::CpuSet;
 
 /// Paths of the workspace's plugin libraries.
 #[derive(Debug)]
@@ -353,17 +364,269 @@ pub fn example_sys() -> String {
 
 /// Runs `topomgr --config <dir>/topomgr.toml ARGS`; returns (status code, stdout, stderr).
 pub fn topomgr(config_dir: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(topomgr_bin())
-        .arg("--config")
-        .arg(config_dir.join("topomgr.toml"))
-        .args(args)
-        .output()
-        .expect("run topomgr");
+    let out = topomgr_output(&config_dir.join("topomgr.toml"), args, "");
     (
         out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+        text(&out.stdout),
+        text(&out.stderr),
     )
+}
+
+/// `topomgr --config CONFIG ARGS` with `stdin` on its standard input, as
+/// [`run_topomgr_stdin`].
+pub fn topomgr_output(config: &Path, args: &[&str], stdin: &str) -> Output {
+    let all: Vec<&OsStr> = [OsStr::new("--config"), config.as_os_str()]
+        .into_iter()
+        .chain(args.iter().map(OsStr::new))
+        .collect();
+    run_topomgr_stdin(&all, stdin)
+}
+
+/// `topomgr ARGS` (with an empty standard input), given at most 60 s: a
+/// command that should end at once but runs on (one that should have been
+/// refused, a daemon let in) is killed and fails the test.
+pub fn run_topomgr<S: AsRef<OsStr> + std::fmt::Debug>(args: &[S]) -> Output {
+    run_topomgr_stdin(args, "")
+}
+
+/// [`run_topomgr`] with `stdin` on the command's standard input.
+pub fn run_topomgr_stdin<S: AsRef<OsStr> + std::fmt::Debug>(args: &[S], stdin: &str) -> Output {
+    let mut child = Command::new(topomgr_bin())
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run topomgr");
+    let mut pipe = child.stdin.take().unwrap();
+    let input = stdin.to_owned();
+    // Written beside the reads of stdout and stderr (neither side waits
+    // for the other to drain a pipe), then closed.
+    std::thread::spawn(move || pipe.write_all(input.as_bytes()));
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || tx.send(child.wait_with_output()));
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(out) => out.expect("wait for topomgr"),
+        Err(_) => {
+            drop(Leftover(pid));
+            let out = rx.recv().unwrap().expect("wait for topomgr");
+            panic!(
+                "topomgr {args:?} still ran after 60 s: {}",
+                text(&out.stderr)
+            );
+        }
+    }
+}
+
+/// Bytes of an output as text.
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// A config directory of its own: `topomgr.toml` holding `main`, and each
+/// `(name, text)` of `dropins` as `plugins.d/<name>` (the directory is
+/// made even when there is none).
+pub fn config_dir(tag: &str, main: &str, dropins: &[(&str, &str)]) -> PathBuf {
+    let dir = scratch_dir(tag);
+    write_config(&dir, main, dropins);
+    dir
+}
+
+/// [`config_dir`]'s files in `dir`, for a config that names its own
+/// directory.
+pub fn write_config(dir: &Path, main: &str, dropins: &[(&str, &str)]) {
+    fs::write(dir.join("topomgr.toml"), main).unwrap();
+    fs::create_dir_all(dir.join("plugins.d")).unwrap();
+    for (name, text) in dropins {
+        fs::write(dir.join("plugins.d").join(name), text).unwrap();
+    }
+}
+
+/// Polls `done` every 20 ms until it holds (true), or `within` passed
+/// (false).
+pub fn poll(within: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    loop {
+        if done() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until `done` holds; fails the test naming `what` after 60 s.
+pub fn wait_for(what: &str, done: impl FnMut() -> bool) {
+    assert!(
+        poll(Duration::from_secs(60), done),
+        "timed out waiting for {what}"
+    );
+}
+
+/// Whether process `pid` runs: it exists and is no zombie. The state is
+/// the first field after the last `)` of `/proc/PID/stat`: the command
+/// name before it may hold spaces and parentheses.
+pub fn alive(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .and_then(|r| r.split_whitespace().next())
+            != Some("Z")
+    })
+}
+
+/// A process a test left running on purpose (a run's leftover): killed
+/// when the test ends, also when it fails, so that it does not keep the
+/// node for the tests after it.
+pub struct Leftover(pub u32);
+
+impl Drop for Leftover {
+    fn drop(&mut self) {
+        // A process already gone gives ESRCH, which is what we want.
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.0 as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+/// The one error line of a command refused by a node lock, without its
+/// `(node lock <file>)` tail (the file's name depends on where the test
+/// runs), which must be there.
+pub fn refusal(out: &Output) -> String {
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    let line = err
+        .strip_suffix('\n')
+        .filter(|l| !l.contains('\n'))
+        .unwrap_or_else(|| panic!("not one line: {err}"));
+    let (head, tail) = line
+        .rsplit_once(" (node lock ")
+        .unwrap_or_else(|| panic!("no node lock named: {line}"));
+    let lock = tail.strip_suffix(')').unwrap();
+    assert!(
+        lock.starts_with(&topomgr_node::node_lock::lock_dir().display().to_string())
+            && lock.ends_with(".lock"),
+        "{lock}"
+    );
+    head.to_owned()
+}
+
+/// The machine's hierarchy, the guard of the tests on it, and the online
+/// CPUs; fails (the test was asked for) when it cannot be used.
+pub fn machine(test: &str) -> (NodeGuard, CpuSet) {
+    let guard = node_guard();
+    real_cgroups(test);
+    let online = fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    let online = CpuSet::parse(online.trim()).unwrap();
+    assert!(
+        online.len() >= 2,
+        "{test} needs two online CPUs, found {online}"
+    );
+    (guard, online)
+}
+
+/// This machine, its cgroup hierarchy, state in `state`, and the real CPU
+/// provider with every online CPU reserved but the last: one CPU to give
+/// exclusively. `daemon`: the `[daemon]` table's lines.
+pub fn machine_config(
+    dir: &Path,
+    name: &str,
+    state: &Path,
+    online: &CpuSet,
+    daemon: &str,
+) -> PathBuf {
+    let mut reserved = online.clone();
+    reserved.remove(online.iter().last().unwrap());
+    let config = dir.join(name);
+    fs::write(
+        &config,
+        format!(
+            "policy = \"single-numa-node\"\nsysfs_root = \"/sys\"\nstate_dir = \"{}\"\ncgroup_root = \"/sys/fs/cgroup\"\n\
+             [daemon]\n{daemon}\n\
+             [providers.cpu]\nlibrary = \"{}\"\n[providers.cpu.config]\npolicy = \"static\"\nreserved_cpus = \"{reserved}\"\n",
+            state.display(),
+            cpu_plugin().display()
+        ),
+    )
+    .unwrap();
+    config
+}
+
+/// How a daemon started by [`Daemon::start`](crate::daemon::Daemon::start) with `config` names itself.
+pub fn daemon_named(config: &Path, socket: &Path, state: &Path, pid: u32) -> String {
+    format!(
+        "the topomgr daemon (pid {pid}, command `{} --config {} serve --socket {}`, state directory {}, socket {})",
+        topomgr_bin().display(),
+        config.display(),
+        socket.display(),
+        state.display(),
+        socket.display()
+    )
+}
+
+/// Admits the pod `yaml` through the daemon `c`: it must be admitted.
+pub fn admitted(
+    c: &mut topomgr_daemon::client::Client,
+    yaml: &str,
+) -> topomgr_node::api::Admission {
+    let r = c.admit(yaml).unwrap();
+    assert_eq!(r.status, 200, "{}", r.error_message());
+    let mut v: topomgr_node::api::Admissions = r.parse().unwrap();
+    assert!(v.pods[0].admitted, "{v:?}");
+    v.pods.remove(0)
+}
+
+/// The top of the machine's cgroup hierarchy (`/sys/fs/cgroup`, or its
+/// cpuset mount on cgroup v1).
+pub fn machine_top() -> PathBuf {
+    let Hierarchy::Cgroupfs { top, .. } = Hierarchy::of(Path::new("/sys/fs/cgroup")) else {
+        panic!("no cgroup hierarchy at /sys/fs/cgroup");
+    };
+    top
+}
+
+/// The cgroups `<top>/topomgr/run-<pid>-*` the `topomgr run` of `pid` made.
+pub fn run_cgroups(top: &Path, pid: u32) -> Vec<String> {
+    let prefix = format!("run-{pid}-");
+    fs::read_dir(top.join("topomgr"))
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The pid of the command `comm` that `topomgr run` (pid `run`) started in
+/// its cgroup under the machine's hierarchy, once it runs there.
+pub fn command_of(run: u32, comm: &str) -> u32 {
+    let top = machine_top();
+    let prefix = format!("run-{run}-");
+    let mut found = 0;
+    wait_for("the command to start in its cgroup", || {
+        let Ok(entries) = fs::read_dir(top.join("topomgr")) else {
+            return false;
+        };
+        for e in entries.filter_map(Result::ok) {
+            if !e.file_name().to_string_lossy().starts_with(&prefix) {
+                continue;
+            }
+            let procs = fs::read_to_string(e.path().join("main/cgroup.procs")).unwrap_or_default();
+            for p in procs.split_whitespace().filter_map(|p| p.parse().ok()) {
+                if fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == comm) {
+                    found = p;
+                    return true;
+                }
+            }
+        }
+        false
+    });
+    found
 }
 
 /// The hints of `resource` in a `provider ... hints` answer, as `"<nodes>:<preferred>"`.

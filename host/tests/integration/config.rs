@@ -13,27 +13,19 @@ use topomgr_node::api::Admissions;
 /// A config directory with the SDK example provider enabled by a drop-in.
 fn config_dir(tag: &str) -> PathBuf {
     let p = common::plugins();
-    let dir = common::scratch_dir(tag);
     let libs = p
         .widgets
         .parent()
         .expect("plugin dir")
         .display()
         .to_string();
-    fs::write(
-        dir.join("topomgr.toml"),
-        format!(
+    common::config_dir(
+        tag,
+        &format!(
             "policy = \"single-numa-node\"\nplugin_dirs = [\"{libs}\"]\nstate_dir = \"state\"\n"
         ),
+        &[("10-widgets.toml", "[providers.widgets]\nlibrary = \"numa_widgets\"\n[providers.widgets.config]\nwidgets_per_node = 2\nresource = \"example.com/widget\"\n")],
     )
-    .expect("write config");
-    fs::create_dir_all(dir.join("plugins.d")).expect("plugins.d");
-    fs::write(
-        dir.join("plugins.d/10-widgets.toml"),
-        "[providers.widgets]\nlibrary = \"numa_widgets\"\n[providers.widgets.config]\nwidgets_per_node = 2\nresource = \"example.com/widget\"\n",
-    )
-    .expect("write drop-in");
-    dir
 }
 
 fn example_pod(name: &str) -> String {

@@ -12,23 +12,15 @@ use topomgr_node::api::{Admissions, ProviderAllocation};
 /// A config directory whose only drop-in enables the CPU provider with
 /// `extra` appended to its `[providers.cpu.config]` table.
 fn config_dir(tag: &str, policy: &str, extra: &str) -> PathBuf {
-    let dir = common::scratch_dir(tag);
-    let so = common::cpu_plugin();
-    std::fs::create_dir_all(dir.join("plugins.d")).unwrap();
-    std::fs::write(
-        dir.join("topomgr.toml"),
-        format!("policy = \"{policy}\"\nscope = \"container\"\nplugin_dirs = []\nplugins_d = \"plugins.d\"\n"),
+    let cpu = format!(
+        "[providers.cpu]\nlibrary = {:?}\n[providers.cpu.config]\npolicy = \"static\"\n{extra}\n",
+        common::cpu_plugin().display().to_string()
+    );
+    common::config_dir(
+        tag,
+        &format!("policy = \"{policy}\"\nscope = \"container\"\nplugin_dirs = []\nplugins_d = \"plugins.d\"\n"),
+        &[("20-cpu.toml", &cpu)],
     )
-    .unwrap();
-    std::fs::write(
-        dir.join("plugins.d/20-cpu.toml"),
-        format!(
-            "[providers.cpu]\nlibrary = {:?}\n[providers.cpu.config]\npolicy = \"static\"\n{extra}\n",
-            so.display().to_string()
-        ),
-    )
-    .unwrap();
-    dir
 }
 
 fn pod_file(dir: &Path, name: &str, cpu: &str) -> PathBuf {
@@ -548,4 +540,28 @@ fn pod_level_resources_through_admit_with_the_gate_off_and_on() {
             .collect();
         assert_eq!(got, want, "{tag}: {out}");
     }
+}
+
+/// A 6-CPU Guaranteed pod on a machine of 4-CPU NUMA nodes under
+/// single-numa-node is refused saying the numbers (the CPU provider's hints
+/// all span two nodes), as a refusal for a resource with no hint does.
+#[test]
+fn a_pod_larger_than_any_numa_node_is_refused_with_the_numbers() {
+    let dir = config_dir("cpu-larger-than-a-node", "single-numa-node", "");
+    let pod = pod_file(&dir, "big", "6").display().to_string();
+    let sys = example_sys();
+    let (code, out, err) = topomgr(&dir, &["admit", "--sysfs-root", &sys, &pod]);
+    assert_eq!(code, 0, "{err}");
+    let v: Admissions = serde_json::from_str(&out).unwrap();
+    let p = &v.pods[0];
+    assert!(!p.admitted, "{out}");
+    let message = p.message.as_deref().unwrap();
+    assert!(
+        message.starts_with("Resources cannot be allocated with Topology Locality: container \"app\" needs every resource on one common NUMA node (policy single-numa-node); cpu (cpu): "),
+        "{message}"
+    );
+    assert!(
+        message.ends_with(" (requested 6; the largest NUMA node has 4 allocatable)"),
+        "{message}"
+    );
 }

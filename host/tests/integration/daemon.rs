@@ -112,17 +112,12 @@ fn host_config_dir(tag: &str, providers: &str) -> PathBuf {
 }
 
 fn config_on(tag: &str, sys: &Path, cgroup_root: &Path, providers: &str) -> PathBuf {
-    let dir = common::scratch_dir(tag);
-    fs::write(
-        dir.join("topomgr.toml"),
-        format!(
-            "policy = \"single-numa-node\"\nsysfs_root = \"{}\"\nstate_dir = \"state\"\ncgroup_root = \"{}\"\n{providers}",
-            sys.display(),
-            cgroup_root.display()
-        ),
-    )
-    .unwrap();
-    dir
+    let main = format!(
+        "policy = \"single-numa-node\"\nsysfs_root = \"{}\"\nstate_dir = \"state\"\ncgroup_root = \"{}\"\n{providers}",
+        sys.display(),
+        cgroup_root.display()
+    );
+    common::config_dir(tag, &main, &[])
 }
 
 /// The SDK example's widget provider, two widgets per NUMA node (TOML).
@@ -649,14 +644,6 @@ fn pod_yaml(uid: &str, resources: &str) -> String {
 const EXCLUSIVE: &str = "      limits:\n        cpu: \"1\"\n        memory: 1Gi\n";
 const BURSTABLE: &str = "      requests:\n        cpu: 500m\n";
 
-fn admitted(c: &mut Client, yaml: &str) -> Admission {
-    let r = c.admit(yaml).unwrap();
-    assert_eq!(r.status, 200, "{}", r.error_message());
-    let mut v: Admissions = r.parse().unwrap();
-    assert!(v.pods[0].admitted, "{v:?}");
-    v.pods.remove(0)
-}
-
 /// The CPUs an attach wrote.
 fn attached_cpus(r: &topomgr_daemon::client::Response) -> String {
     assert_eq!(r.status, 200, "{}", r.error_message());
@@ -684,12 +671,12 @@ fn the_shared_pool_shrinks_before_an_exclusive_container_can_run() {
     let dir = host_config_dir("daemon-pool", &cpu_provider(""));
     let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
     let mut c = d.client();
-    admitted(&mut c, &pod_yaml("shared", BURSTABLE));
+    common::admitted(&mut c, &pod_yaml("shared", BURSTABLE));
     let r = c.attach("shared", "app", &cgs.path("k/shared")).unwrap();
     assert_eq!(attached_cpus(&r), all);
     assert_eq!(cgs.cpus("k/shared"), all);
 
-    let excl = admitted(&mut c, &pod_yaml("excl", EXCLUSIVE));
+    let excl = common::admitted(&mut c, &pod_yaml("excl", EXCLUSIVE));
     let cpu = excl.containers[0].cpus.to_string();
     assert!(excl.containers[0].exclusive);
     let pool = all_cpus.difference(&topomgr_sdk::CpuSet::parse(&cpu).unwrap());
@@ -726,7 +713,7 @@ fn the_shared_pool_shrinks_before_an_exclusive_container_can_run() {
     );
 
     // A shared container attached now gets the pool without that CPU.
-    let late = admitted(&mut c, &pod_yaml("late", BURSTABLE));
+    let late = common::admitted(&mut c, &pod_yaml("late", BURSTABLE));
     assert_eq!(late.containers[0].cpus.to_string(), pool_now);
     let r = c.attach("late", "app", &cgs.path("k/late")).unwrap();
     assert_eq!(attached_cpus(&r), pool_now);
@@ -838,7 +825,7 @@ fn vanished_cpus_are_reported_and_the_pods_kept() {
     let config = dir.join("topomgr.toml");
     let socket = dir.join("t.sock");
     let d = Daemon::start(&config, &socket);
-    let pod = admitted(&mut d.client(), &pod_yaml("holder", EXCLUSIVE));
+    let pod = common::admitted(&mut d.client(), &pod_yaml("holder", EXCLUSIVE));
     let cpu = pod.containers[0].cpus.to_string();
     d.stop();
 
@@ -864,7 +851,7 @@ fn vanished_cpus_are_reported_and_the_pods_kept() {
     );
     let listed: PodList = c.get("/v1/pods").unwrap().parse().unwrap();
     assert_eq!(listed.pods[0], pod);
-    let newcomer = admitted(&mut c, &pod_yaml("newcomer", EXCLUSIVE));
+    let newcomer = common::admitted(&mut c, &pod_yaml("newcomer", EXCLUSIVE));
     let theirs = newcomer.containers[0].cpus.clone();
     assert!(
         theirs.intersection(&pod.containers[0].cpus).is_empty(),
@@ -885,7 +872,7 @@ fn vanished_cpus_are_reported_and_the_pods_kept() {
         json!({"newcomer": {"app": theirs.to_string()}}),
         "{cp}"
     );
-    let third = admitted(&mut c, &pod_yaml("third", EXCLUSIVE));
+    let third = common::admitted(&mut c, &pod_yaml("third", EXCLUSIVE));
     assert!(
         third.containers[0].cpus.intersection(&theirs).is_empty(),
         "{third:?}"
@@ -900,7 +887,7 @@ fn a_provider_added_while_pods_are_held_starts_empty() {
     let dir = widgets_config("daemon-missing");
     let config = dir.join("topomgr.toml");
     let d = Daemon::start(&config, &dir.join("t.sock"));
-    let first = admitted(&mut d.client(), &example_pod("guaranteed-widgets.yaml"));
+    let first = common::admitted(&mut d.client(), &example_pod("guaranteed-widgets.yaml"));
     d.stop();
     let mut text = fs::read_to_string(&config).unwrap();
     text.push_str(&format!(
@@ -919,7 +906,7 @@ fn a_provider_added_while_pods_are_held_starts_empty() {
     let yaml = example_pod("guaranteed-widgets.yaml")
         .replace(WIDGETS_UID, "second-uid")
         .replace("name: guaranteed-widgets", "name: second");
-    let second = admitted(&mut c, &yaml);
+    let second = common::admitted(&mut c, &yaml);
     let widgets = |a: &Admission| a.containers[0].devices["example.com/widget"].clone();
     assert!(
         widgets(&second)
@@ -998,7 +985,7 @@ fn a_full_disk_refuses_changes_until_space_is_freed() {
     let config = dir.join("topomgr.toml");
     let d = Daemon::start(&config, &dir.join("t.sock"));
     let mut c = d.client();
-    let first = admitted(&mut c, &example_pod("guaranteed-widgets.yaml"));
+    let first = common::admitted(&mut c, &example_pod("guaranteed-widgets.yaml"));
     let filler = fill(&state);
     // The journal's last page may still have room: admit small pods until
     // a write needs space that is not there.
@@ -1046,7 +1033,7 @@ fn a_full_disk_refuses_changes_until_space_is_freed() {
     assert_eq!(listed.pods.len(), acked);
 
     fs::remove_file(&filler).unwrap();
-    let again = admitted(&mut c, &second);
+    let again = common::admitted(&mut c, &second);
     // The undone admission gave its widgets back: the retry gets the same.
     assert_eq!(
         again.containers[0].devices,
@@ -1165,9 +1152,9 @@ fn metrics_over_tcp_with_the_kubelet_names() {
     );
 
     let mut c = d.client();
-    let excl = admitted(&mut c, &pod_yaml("excl", EXCLUSIVE));
+    let excl = common::admitted(&mut c, &pod_yaml("excl", EXCLUSIVE));
     let cpu: u32 = excl.containers[0].cpus.to_string().parse().unwrap();
-    admitted(&mut c, &pod_yaml("shared", BURSTABLE));
+    common::admitted(&mut c, &pod_yaml("shared", BURSTABLE));
     let r = c
         .post("/v1/pods", "application/yaml", b"kind: Pod\n")
         .unwrap();
@@ -1242,7 +1229,7 @@ fn readiness_is_notified_once_the_restored_state_is_served() {
     let dir = cpu_config("daemon-notify");
     let (config, socket) = (dir.join("topomgr.toml"), dir.join("t.sock"));
     let d = Daemon::start(&config, &socket);
-    admitted(&mut d.client(), &pod_yaml("kept", EXCLUSIVE));
+    common::admitted(&mut d.client(), &pod_yaml("kept", EXCLUSIVE));
     d.stop();
 
     let notify = dir.join("notify.sock");

@@ -8,13 +8,12 @@
 //! it with a pod held, just work: nothing is refused, the pod keeps what it
 //! holds, and nothing is held twice or left behind.
 
-use crate::common;
+use crate::common::{self, text, topomgr_output};
 use crate::daemon::Daemon;
 
 use std::fs;
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 const TEST: &str = "run_and_a_daemon_restart_just_work_across_a_memory_hot_unplug";
 
@@ -93,33 +92,10 @@ fn config(dir: &Path) -> PathBuf {
     path
 }
 
-fn topomgr(config: &Path, args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(common::topomgr_bin())
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 /// `topomgr run --cpus 1 --memory 64Mi` of a command that prints its CPUs
 /// and memory nodes: CPU 1 exclusively (CPU 0 is reserved) and node 0.
 fn run_places_cpu_1_on_node_0(config: &Path, when: &str) {
-    let out = topomgr(
+    let out = topomgr_output(
         config,
         &[
             "run",
@@ -159,7 +135,7 @@ fn json(out: &Output, what: &str) -> serde_json::Value {
 
 /// The pods the daemon holds: uid -> exclusive CPUs of its container.
 fn pods(config: &Path) -> Vec<(String, String)> {
-    let list = json(&topomgr(config, &["pods"], ""), "pods");
+    let list = json(&topomgr_output(config, &["pods"], ""), "pods");
     list["pods"]
         .as_array()
         .unwrap()
@@ -215,7 +191,7 @@ fn run_and_a_daemon_restart_just_work_across_a_memory_hot_unplug() {
     // a run through the daemon gets that CPU.
     let daemon = Daemon::start(&config, &socket);
     let admitted = json(
-        &topomgr(
+        &topomgr_output(
             &config,
             &["admit", "--socket", socket.to_str().unwrap(), "-"],
             POD,
@@ -228,18 +204,18 @@ fn run_and_a_daemon_restart_just_work_across_a_memory_hot_unplug() {
     let block = OfflineBlock::take();
     assert!(mem_total() < before);
     let daemon = Daemon::start(&config, &socket);
-    let health = json(&topomgr(&config, &["health"], ""), "health");
+    let health = json(&topomgr_output(&config, &["health"], ""), "health");
     assert_eq!(health["status"], "ok", "{health}");
     assert_eq!(health["conflicts"], serde_json::json!([]), "{health}");
     assert_eq!(pods(&config), [("held".to_owned(), "1".to_owned())]);
-    let refused = topomgr(&config, &["run", "--cpus", "1", "--", "true"], "");
+    let refused = topomgr_output(&config, &["run", "--cpus", "1", "--", "true"], "");
     assert_eq!(
         refused.status.code(),
         Some(1),
         "CPU 1 is the held pod's: {}",
         text(&refused.stderr)
     );
-    let released = topomgr(&config, &["release", "held"], "");
+    let released = topomgr_output(&config, &["release", "held"], "");
     assert_eq!(
         released.status.code(),
         Some(0),

@@ -405,7 +405,7 @@ fn too_wide_trace() -> Value {
         "uid": "u-too-wide", "name": "too-wide", "namespace": "t", "qos": "BestEffort",
         "policy": "single-numa-node", "scope": "container",
         "admitted": false, "reason": "TopologyAffinityError",
-        "message": "Resources cannot be allocated with Topology Locality: container \"app\" needs every resource on one common NUMA node (policy single-numa-node); example.com/widget (widgets): preferred on {0-1} or {0,2} or {0,3} or {1-2} (+2 more)",
+        "message": "Resources cannot be allocated with Topology Locality: container \"app\" needs every resource on one common NUMA node (policy single-numa-node); example.com/widget (widgets): preferred on {0-1} or {0,2} or {0,3} or {1-2} (+2 more) (requested 3; the largest NUMA node has 2 allocatable)",
         "unaligned": ["example.com/widget"],
         "steps": [{
             "container": "app",

@@ -5,7 +5,6 @@
 //!
 //! Run one module with `cargo test -p topomgr --test integration MODULE::`.
 
-mod cgroup_tree;
 mod common;
 
 mod admission;

@@ -1,23 +1,11 @@
 //! `topomgr merge`: the JSON contract of docs/cli.md, run as a user would.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use std::process::Command;
+
+use crate::common;
 
 fn merge(input: &str) -> (i32, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_topomgr"))
-        .arg("merge")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn topomgr");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(input.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = common::run_topomgr_stdin(&["merge"], input);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8(out.stdout).unwrap().trim().to_string(),

@@ -15,15 +15,17 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Command, Output, Stdio};
+use std::time::Instant;
 
 use topomgr_cgroup::hierarchy::Hierarchy;
 use topomgr_node::api::{Admissions, Explains, Health};
 use topomgr_node::state_dir::STATE_LOCK_WAIT;
-use topomgr_sdk::CpuSet;
 
-use crate::common;
+use crate::common::{
+    self, alive, command_of, daemon_named, machine, machine_config, refusal, run_topomgr, text,
+    wait_for,
+};
 use crate::daemon::Daemon;
 
 /// The example machine, the real CPU provider (CPU 0 reserved), state in
@@ -43,73 +45,6 @@ fn example_config(dir: &Path, name: &str, state: &Path, root: &Path) -> PathBuf 
     )
     .unwrap();
     config
-}
-
-/// `topomgr ARGS`, given at most 60 s (a command that should be refused at
-/// once but runs on, a daemon that was let in, is killed and fails the
-/// test).
-pub(crate) fn topomgr(args: &[&str]) -> Output {
-    let child = Command::new(common::topomgr_bin())
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    finish(child, args)
-}
-
-fn finish(mut child: Child, args: &[&str]) -> Output {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait().unwrap().is_none() {
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "topomgr {args:?} still ran after 60 s: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
-}
-
-pub(crate) fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// The one error line of a refused command, without its `(node lock
-/// <file>)` tail (the file's name depends on where the test runs), which
-/// must be there.
-pub(crate) fn refusal(out: &Output) -> String {
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
-    let err = text(&out.stderr);
-    let line = err
-        .strip_suffix('\n')
-        .filter(|l| !l.contains('\n'))
-        .unwrap_or_else(|| panic!("not one line: {err}"));
-    let (head, tail) = line
-        .rsplit_once(" (node lock ")
-        .unwrap_or_else(|| panic!("no node lock named: {line}"));
-    let lock = tail.strip_suffix(')').unwrap();
-    assert!(
-        lock.starts_with(&topomgr_node::node_lock::lock_dir().display().to_string())
-            && lock.ends_with(".lock"),
-        "{lock}"
-    );
-    head.to_owned()
-}
-
-/// How a daemon started by [`Daemon::start`] with `config` names itself.
-fn daemon_named(config: &Path, socket: &Path, state: &Path, pid: u32) -> String {
-    format!(
-        "the topomgr daemon (pid {pid}, command `{} --config {} serve --socket {}`, state directory {}, socket {})",
-        common::topomgr_bin().display(),
-        config.display(),
-        socket.display(),
-        state.display(),
-        socket.display()
-    )
 }
 
 #[test]
@@ -132,7 +67,7 @@ fn a_second_daemon_on_the_same_cgroup_root_is_refused_at_once_naming_the_first()
         ("b-link.toml", dir.join("cgroup-link")),
     ] {
         let b = example_config(&dir, name, &state_b, &b_root);
-        let out = topomgr(&[
+        let out = run_topomgr(&[
             "--config",
             &b.to_string_lossy(),
             "serve",
@@ -210,7 +145,7 @@ fn one_shot_commands_on_a_daemons_state_directory_fail_at_once_with_the_form_tha
     let lock = state.join("topomgr.lock");
     let refused = |args: &[&str], role: &str| -> String {
         let start = Instant::now();
-        let out = topomgr(args);
+        let out = run_topomgr(args);
         // It did not wait for the daemon to let go (it never does).
         assert!(start.elapsed() < STATE_LOCK_WAIT, "{args:?} waited");
         assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
@@ -300,7 +235,7 @@ fn one_shot_commands_on_a_daemons_state_directory_fail_at_once_with_the_form_tha
         .replace("/tmp/topomgr-state-copy", &copy.to_string_lossy());
     let out = run_suggested(&cp);
     assert!(out.status.success(), "{cp}: {}", text(&out.stderr));
-    let out = topomgr(&[
+    let out = run_topomgr(&[
         "--config",
         &cfg,
         "provider",
@@ -321,109 +256,6 @@ fn one_shot_commands_on_a_daemons_state_directory_fail_at_once_with_the_form_tha
     assert!(out.status.success(), "{}", text(&out.stderr));
     let health: Health = d.client().get("/v1/health").unwrap().parse().unwrap();
     assert_eq!(health.pods, 0, "{health:?}");
-}
-
-/// The machine's hierarchy, the guard of the tests on it, and the online
-/// CPUs; fails (the test was asked for) when it cannot be used.
-pub(crate) fn machine(test: &str) -> (common::NodeGuard, CpuSet) {
-    let guard = common::node_guard();
-    common::real_cgroups(test);
-    let online = fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
-    let online = CpuSet::parse(online.trim()).unwrap();
-    assert!(
-        online.len() >= 2,
-        "{test} needs two online CPUs, found {online}"
-    );
-    (guard, online)
-}
-
-/// This machine, its cgroup hierarchy, state in `state`, and the real CPU
-/// provider with every online CPU reserved but the last: one CPU to give
-/// exclusively. `daemon`: the `[daemon]` table's lines.
-pub(crate) fn machine_config(
-    dir: &Path,
-    name: &str,
-    state: &Path,
-    online: &CpuSet,
-    daemon: &str,
-) -> PathBuf {
-    let mut reserved = online.clone();
-    reserved.remove(online.iter().last().unwrap());
-    let config = dir.join(name);
-    fs::write(
-        &config,
-        format!(
-            "policy = \"single-numa-node\"\nsysfs_root = \"/sys\"\nstate_dir = \"{}\"\ncgroup_root = \"/sys/fs/cgroup\"\n\
-             [daemon]\n{daemon}\n\
-             [providers.cpu]\nlibrary = \"{}\"\n[providers.cpu.config]\npolicy = \"static\"\nreserved_cpus = \"{reserved}\"\n",
-            state.display(),
-            common::cpu_plugin().display()
-        ),
-    )
-    .unwrap();
-    config
-}
-
-pub(crate) fn alive(pid: u32) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit(')')
-            .next()
-            .and_then(|r| r.split_whitespace().next())
-            != Some("Z")
-    })
-}
-
-/// A process a test left running on purpose (a run's leftover): killed
-/// when the test ends, also when it fails, so that it does not keep the
-/// node for the tests after it.
-pub(crate) struct Leftover(pub(crate) u32);
-
-impl Drop for Leftover {
-    fn drop(&mut self) {
-        // A process already gone gives ESRCH, which is what we want.
-        let _ = nix::sys::signal::kill(
-            nix::unistd::Pid::from_raw(self.0 as i32),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
-}
-
-pub(crate) fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// The pid of the command `comm` that `topomgr run` (pid `run`) started in
-/// its cgroup, once it runs there.
-pub(crate) fn command_of(run: u32, comm: &str) -> u32 {
-    let root = Hierarchy::of(Path::new("/sys/fs/cgroup"));
-    let Hierarchy::Cgroupfs { top, .. } = root else {
-        panic!("no cgroup hierarchy at /sys/fs/cgroup");
-    };
-    let prefix = format!("run-{run}-");
-    let mut found = 0;
-    wait_for("the command to start in its cgroup", || {
-        let Ok(entries) = fs::read_dir(top.join("topomgr")) else {
-            return false;
-        };
-        for e in entries.filter_map(Result::ok) {
-            if !e.file_name().to_string_lossy().starts_with(&prefix) {
-                continue;
-            }
-            let procs = fs::read_to_string(e.path().join("main/cgroup.procs")).unwrap_or_default();
-            for p in procs.split_whitespace().filter_map(|p| p.parse().ok()) {
-                if fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == comm) {
-                    found = p;
-                    return true;
-                }
-            }
-        }
-        false
-    });
-    found
 }
 
 #[test]
@@ -463,7 +295,7 @@ fn a_run_without_a_daemon_owns_the_node_for_its_state_directory() {
     // A daemon, whatever its state directory, is refused while the run
     // owns the node.
     let d2 = machine_config(&dir, "d2.toml", &s2, &online, "");
-    let out = topomgr(&[
+    let out = run_topomgr(&[
         "--config",
         &d2.to_string_lossy(),
         "serve",
@@ -476,7 +308,7 @@ fn a_run_without_a_daemon_owns_the_node_for_its_state_directory() {
     );
     // So is a run of another state directory; the command never runs.
     let marker = dir.join("ran");
-    let out = topomgr(&[
+    let out = run_topomgr(&[
         "--config",
         &r2.to_string_lossy(),
         "run",
@@ -498,7 +330,7 @@ fn a_run_without_a_daemon_owns_the_node_for_its_state_directory() {
     assert!(!marker.exists());
     // A run of the same state directory shares the node: the shared pool,
     // without the CPU the first one holds.
-    let out = topomgr(&[
+    let out = run_topomgr(&[
         "--config",
         &r1.to_string_lossy(),
         "run",
@@ -566,7 +398,7 @@ fn a_daemon_inside_the_hierarchy_of_another_is_refused() {
             .replace(&s1.display().to_string(), &s2.display().to_string()),
     )
     .unwrap();
-    let out = topomgr(&[
+    let out = run_topomgr(&[
         "--config",
         &inner.to_string_lossy(),
         "serve",

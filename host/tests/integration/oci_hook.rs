@@ -5,9 +5,7 @@
 //! are `podman.rs`'s.
 
 use std::fs;
-use std::io::Write as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use crate::common;
 use crate::daemon::Daemon;
@@ -15,23 +13,8 @@ use crate::daemon::Daemon;
 /// `topomgr --config CONFIG oci-hook ARGS` with `state` on stdin: (exit
 /// status, stderr).
 fn hook(config: &Path, args: &[&str], state: &str) -> (i32, String) {
-    let mut child = Command::new(common::topomgr_bin())
-        .arg("--config")
-        .arg(config)
-        .arg("oci-hook")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(state.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let args: Vec<&str> = ["oci-hook"].iter().chain(args).copied().collect();
+    let out = common::topomgr_output(config, &args, state);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8(out.stderr).unwrap(),

@@ -29,14 +29,6 @@ fn pod_yaml(uid: &str, cpu: &str, memory: &str) -> String {
     )
 }
 
-fn admitted(c: &mut Client, yaml: &str) -> Admission {
-    let r = c.admit(yaml).unwrap();
-    assert_eq!(r.status, 200, "{}", r.error_message());
-    let mut v: Admissions = r.parse().unwrap();
-    assert!(v.pods[0].admitted, "{v:?}");
-    v.pods.remove(0)
-}
-
 fn health(c: &mut Client) -> Health {
     c.get("/v1/health").unwrap().parse().unwrap()
 }
@@ -77,7 +69,7 @@ fn reported_conflicts_are_in_health_and_metrics_until_the_pod_is_released() {
     let mut c = d.client();
     // Nothing restored yet: nothing reported.
     assert_eq!(health(&mut c).status, HealthStatus::Ok);
-    admitted(&mut c, &pod_yaml("held", "1", "1Gi"));
+    common::admitted(&mut c, &pod_yaml("held", "1", "1Gi"));
     d.stop();
 
     let d = Daemon::start(&config, &socket);
@@ -98,7 +90,7 @@ fn reported_conflicts_are_in_health_and_metrics_until_the_pod_is_released() {
         assert!(m.lines().any(|l| l == line), "{line:?} missing:\n{m}");
     }
     // An admission that does not touch the conflict goes on.
-    admitted(&mut c, &pod_yaml("other", "1", "1Gi"));
+    common::admitted(&mut c, &pod_yaml("other", "1", "1Gi"));
     // Released, the pod's conflict ends.
     let r = c.delete("/v1/pods/held").unwrap();
     assert_eq!(r.status, 200, "{}", r.error_message());
@@ -139,7 +131,7 @@ fn reported_moves_follow_into_the_pod_table_and_the_state() {
     let config = dir.join("topomgr.toml");
     let socket = dir.join("t.sock");
     let d = Daemon::start(&config, &socket);
-    let first = admitted(&mut d.client(), &pod_yaml("held", "1", "1Gi"));
+    let first = common::admitted(&mut d.client(), &pod_yaml("held", "1", "1Gi"));
     assert_eq!(
         first.containers[0].devices["example.com/foo"],
         ["foo-0".to_owned()]
@@ -717,7 +709,7 @@ fn run_case(setup: &Setup, case: &Case, held: bool, mode: Mode) {
         Mode::Cli => held.then(|| n.cli_admit("held", &setup.pod("held")).0),
         Mode::DaemonRestart | Mode::DaemonSighup => {
             let d = Daemon::start(&n.config(), &socket);
-            let a = held.then(|| admitted(&mut d.client(), &setup.pod("held")));
+            let a = held.then(|| common::admitted(&mut d.client(), &setup.pod("held")));
             if mode == Mode::DaemonRestart {
                 d.stop();
             } else {
@@ -775,7 +767,7 @@ fn run_case(setup: &Setup, case: &Case, held: bool, mode: Mode) {
                         "{label}: {line} missing:\n{m}"
                     );
                 }
-                admitted(&mut c, &next_yaml);
+                common::admitted(&mut c, &next_yaml);
                 let list: PodList = c.get("/v1/pods").unwrap().parse().unwrap();
                 assert_nrt_gives_no_more_than_is_free(&mut c, &label);
                 if mode == Mode::DaemonRestart {
@@ -891,15 +883,10 @@ fn sighup_and_wait(d: &Daemon, reloads: u64) {
 
 /// Poll `d` until `done` (20 s at most).
 fn wait_for(d: &Daemon, mut done: impl FnMut(&mut Client) -> bool, what: &str) {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let mut c = d.client();
-    while std::time::Instant::now() < deadline {
-        if done(&mut c) {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
+    if !common::poll(std::time::Duration::from_secs(20), || done(&mut c)) {
+        panic!("{what} did not happen within 20 s: {:?}", health(&mut c));
     }
-    panic!("{what} did not happen within 20 s: {:?}", health(&mut c));
 }
 
 /// A reload whose config a provider cannot start on keeps that provider
@@ -911,7 +898,7 @@ fn a_failing_reload_keeps_the_running_provider_and_says_so() {
     let mut n = Node::new("reconcile-failing-reload");
     let d = Daemon::start(&n.config(), &n.dir.join("t.sock"));
     let mut c = d.client();
-    let held = admitted(&mut c, &pod_yaml("held", "2", "1Gi"));
+    let held = common::admitted(&mut c, &pod_yaml("held", "2", "1Gi"));
     n.cpu = CPU_CONFIG.replace("\"0\"", "\"0-99\"");
     n.write_config();
     let status = Command::new("kill")
@@ -929,7 +916,7 @@ fn a_failing_reload_keeps_the_running_provider_and_says_so() {
         "{h:?}"
     );
     // The running provider still serves, and holds what it held.
-    let next = admitted(&mut c, &pod_yaml("next", "2", "1Gi"));
+    let next = common::admitted(&mut c, &pod_yaml("next", "2", "1Gi"));
     assert!(next.containers[0]
         .cpus
         .intersection(&held.containers[0].cpus)
@@ -953,7 +940,7 @@ fn an_unreadable_config_on_sighup_changes_nothing() {
     let n = Node::new("reconcile-bad-config");
     let d = Daemon::start(&n.config(), &n.dir.join("t.sock"));
     let mut c = d.client();
-    admitted(&mut c, &pod_yaml("held", "2", "1Gi"));
+    common::admitted(&mut c, &pod_yaml("held", "2", "1Gi"));
     let good = fs::read_to_string(n.config()).unwrap();
     fs::write(n.config(), format!("{good}\npolicy = [\n")).unwrap();
     let hup = || {
@@ -976,7 +963,7 @@ fn an_unreadable_config_on_sighup_changes_nothing() {
         "{h:?}"
     );
     assert_eq!(reload_counts(&mut c), (0, 1));
-    admitted(&mut c, &pod_yaml("next", "2", "1Gi"));
+    common::admitted(&mut c, &pod_yaml("next", "2", "1Gi"));
     fs::write(n.config(), good).unwrap();
     hup();
     wait_for(&d, |c| reload_counts(c).0 >= 1, "the reload");
@@ -999,7 +986,7 @@ fn the_machine_check_follows_a_cpu_going_offline() {
     fs::write(n.config(), text).unwrap();
     let d = Daemon::start(&n.config(), &n.dir.join("t.sock"));
     let mut c = d.client();
-    let held = admitted(&mut c, &pod_yaml("held", "2", "1Gi"));
+    let held = common::admitted(&mut c, &pod_yaml("held", "2", "1Gi"));
     let cpu = held.containers[0].cpus.iter().next().unwrap();
     n.set_cpu_online(cpu, false);
     wait_for(&d, |c| !health(c).conflicts.is_empty(), "the conflict");
@@ -1036,7 +1023,7 @@ fn the_machine_check_follows_a_cpu_going_offline() {
         |c| health(c).conflicts.is_empty(),
         "the conflict to clear",
     );
-    let next = admitted(&mut c, &pod_yaml("next", "8", "1Gi"));
+    let next = common::admitted(&mut c, &pod_yaml("next", "8", "1Gi"));
     assert!(
         !next.containers[0].cpus.contains(cpu),
         "CPU {cpu} of the held pod was given to another: {next:?}"
@@ -1070,13 +1057,13 @@ fn the_machine_check_restores_a_changed_cpuset_once_and_reports_the_rest() {
     .unwrap();
     let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
     let mut c = d.client();
-    let excl = admitted(&mut c, &pod_yaml("excl", "1", "100Mi"));
+    let excl = common::admitted(&mut c, &pod_yaml("excl", "1", "100Mi"));
     let cpu = excl.containers[0].cpus.to_string();
     assert_eq!(
         c.attach("excl", "app", &cgs.path("k/excl")).unwrap().status,
         200
     );
-    admitted(
+    common::admitted(
         &mut c,
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: shared\n  namespace: t\n  uid: shared\nspec:\n  containers:\n  - name: app\n    resources:\n      requests:\n        cpu: 100m\n",
     );
@@ -1215,7 +1202,7 @@ fn a_held_provider_refuses_only_the_pods_that_ask_for_its_resources() {
     let mock = common::plugins().mock.clone();
     cpu_and_widgets(&dir, &mock, "");
     let d = Daemon::start(&config, &socket);
-    let first = admitted(&mut d.client(), &widget_pod("first", Some("1")));
+    let first = common::admitted(&mut d.client(), &widget_pod("first", Some("1")));
     d.stop();
 
     cpu_and_widgets(
@@ -1247,12 +1234,12 @@ fn a_held_provider_refuses_only_the_pods_that_ask_for_its_resources() {
         "{why}"
     );
 
-    let be = admitted(
+    let be = common::admitted(
         &mut c,
         "apiVersion: v1\nkind: Pod\nmetadata: {name: be, namespace: t, uid: be}\nspec:\n  containers:\n  - name: app\n",
     );
     assert!(be.containers[0].cpus.is_empty(), "{be:?}");
-    let w = admitted(&mut c, &widget_pod("w", None));
+    let w = common::admitted(&mut c, &widget_pod("w", None));
     assert!(w.containers[0].cpus.is_empty(), "{w:?}");
     assert_eq!(w.containers[0].devices["example.com/widget"].len(), 1);
 
@@ -1282,7 +1269,7 @@ fn a_held_provider_refuses_only_the_pods_that_ask_for_its_resources() {
     sighup_and_wait(&d, 1);
     let h = health(&mut c);
     assert_eq!((h.status, h.notes.len()), (HealthStatus::Ok, 0), "{h:?}");
-    let again = admitted(&mut c, &widget_pod("cpu", Some("1")));
+    let again = common::admitted(&mut c, &widget_pod("cpu", Some("1")));
     let pods: PodList = c.get("/v1/pods").unwrap().parse().unwrap();
     let uids: Vec<&str> = pods.pods.iter().map(|p| p.uid.as_str()).collect();
     assert_eq!(uids, ["be", "cpu", "w"]);
@@ -1321,7 +1308,7 @@ fn a_reload_onto_a_changed_machine_updates_the_per_node_metrics() {
         let m: Value = c.get("/v1/machine").unwrap().json().unwrap();
         m["numa_nodes"].as_array().unwrap().len()
     };
-    let held = admitted(&mut c, &pod_yaml("held", "2", "1Gi"));
+    let held = common::admitted(&mut c, &pod_yaml("held", "2", "1Gi"));
     let on = |node: u32| {
         held.containers[0]
             .cpus

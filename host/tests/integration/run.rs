@@ -4,12 +4,11 @@
 //! run and fail, saying what is missing, when run without root, a cpuset
 //! controller or the CPUs they expect.
 
-use crate::common;
+use crate::common::{self, alive, text, wait_for};
 
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 use topomgr_node::api::{Admission, Admissions, Health};
 
@@ -34,16 +33,11 @@ fn live(test: &str) -> (PathBuf, common::NodeGuard) {
 /// the drop-in `plugins.d/<name>.toml` with `dropin`.
 fn config_with(tag: &str, name: &str, dropin: &str) -> PathBuf {
     let dir = common::scratch_dir(tag);
-    fs::write(
-        dir.join("topomgr.toml"),
-        format!(
-            "policy = \"best-effort\"\nplugin_dirs = []\nsysfs_root = \"/sys\"\ncgroup_root = \"/sys/fs/cgroup\"\nstate_dir = \"{}\"\n",
-            dir.join("state").display()
-        ),
-    )
-    .unwrap();
-    fs::create_dir_all(dir.join("plugins.d")).unwrap();
-    fs::write(dir.join(format!("plugins.d/{name}.toml")), dropin).unwrap();
+    let main = format!(
+        "policy = \"best-effort\"\nplugin_dirs = []\nsysfs_root = \"/sys\"\ncgroup_root = \"/sys/fs/cgroup\"\nstate_dir = \"{}\"\n",
+        dir.join("state").display()
+    );
+    common::write_config(&dir, &main, &[(&format!("{name}.toml"), dropin)]);
     dir
 }
 
@@ -79,23 +73,6 @@ fn run(dir: &Path, args: &[&str]) -> (u32, Output) {
     (pid, child.wait_with_output().unwrap())
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// Cgroups under `<root>/topomgr` made by the topomgr process `pid`.
-fn cgroups_of(root: &Path, pid: u32) -> Vec<String> {
-    let prefix = format!("run-{pid}-");
-    fs::read_dir(root.join("topomgr"))
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(&prefix))
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// The state directory holds no admitted pod.
 fn assert_no_pods(dir: &Path) {
     assert_eq!(
@@ -116,7 +93,7 @@ fn command_runs_on_the_allocated_cpu() {
     assert_eq!(text(&out.stderr), "");
     assert_eq!(text(&out.stdout), "Cpus_allowed_list:\t1\n");
     assert_eq!(out.status.code(), Some(0));
-    assert_eq!(cgroups_of(&root, pid), Vec::<String>::new());
+    assert_eq!(common::run_cgroups(&root, pid), Vec::<String>::new());
     assert_no_pods(&dir);
 }
 
@@ -158,7 +135,7 @@ fn exit_status_is_propagated() {
     let (pid, out) = run(&dir, &["--", "sh", "-c", "exit 7"]);
     assert_eq!(out.status.code(), Some(7));
     assert_eq!(text(&out.stderr), "");
-    assert_eq!(cgroups_of(&root, pid), Vec::<String>::new());
+    assert_eq!(common::run_cgroups(&root, pid), Vec::<String>::new());
     assert_no_pods(&dir);
 }
 
@@ -173,24 +150,8 @@ fn sigterm_is_forwarded_and_everything_cleaned_up() {
         .spawn()
         .unwrap();
     let pid = child.id();
-    // Wait until the command is inside its cgroup.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let sleeper = loop {
-        let procs = cgroups_of(&root, pid).first().and_then(|name| {
-            fs::read_to_string(root.join("topomgr").join(name).join("main/cgroup.procs")).ok()
-        });
-        // The child joins the cgroup before it execs: wait for the exec too.
-        if let Some(p) = procs.and_then(|p| p.split_whitespace().next().map(str::to_string)) {
-            if fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c == "sleep\n") {
-                break p;
-            }
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the command never started in its cgroup"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    // Wait until the command is inside its cgroup (and exec'd).
+    let sleeper = wait_for_command(&root, pid, "sleep");
     assert_eq!(
         fs::read_to_string(format!("/proc/{sleeper}/comm")).unwrap(),
         "sleep\n"
@@ -205,7 +166,7 @@ fn sigterm_is_forwarded_and_everything_cleaned_up() {
     assert_eq!(out.status.code(), Some(128 + 15));
     // The sleep was killed by the forwarded signal and reaped.
     assert!(fs::read_to_string(format!("/proc/{sleeper}/comm")).map_or(true, |c| c != "sleep\n"));
-    assert_eq!(cgroups_of(&root, pid), Vec::<String>::new());
+    assert_eq!(common::run_cgroups(&root, pid), Vec::<String>::new());
     assert_no_pods(&dir);
 }
 
@@ -226,7 +187,7 @@ fn rejected_pod_never_runs_the_command() {
     );
     assert_eq!(text(&out.stdout), "");
     assert!(!marker.exists());
-    assert_eq!(cgroups_of(&root, pid), Vec::<String>::new());
+    assert_eq!(common::run_cgroups(&root, pid), Vec::<String>::new());
 }
 
 #[test]
@@ -242,7 +203,7 @@ fn a_missing_command_exits_127_and_cleans_up() {
             && stderr.ends_with(": No such file or directory (os error 2)\n"),
         "{stderr}"
     );
-    assert_eq!(cgroups_of(&root, pid), Vec::<String>::new());
+    assert_eq!(common::run_cgroups(&root, pid), Vec::<String>::new());
     assert_no_pods(&dir);
 }
 
@@ -258,14 +219,6 @@ fn config_dir_sharing_state(tag: &str, mock_config: &str, shared_with: &Path) ->
     )
     .unwrap();
     dir
-}
-
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 #[test]
@@ -301,7 +254,7 @@ fn shared_pool_shrinks_and_grows_around_an_exclusive_run() {
         .unwrap();
     let a_pid = a.id();
     wait_for("the shared-pool command to start", || {
-        cgroups_of(&root, a_pid).first().is_some_and(|n| {
+        common::run_cgroups(&root, a_pid).first().is_some_and(|n| {
             fs::read_to_string(root.join("topomgr").join(n).join("main/cgroup.procs"))
                 .is_ok_and(|p| !p.trim().is_empty())
         })
@@ -392,16 +345,11 @@ fn cpu_only_config(tag: &str) -> PathBuf {
     )
 }
 
-fn alive(pid: &str) -> bool {
-    fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| s.split_whitespace().nth(2).is_none_or(|st| st != "Z"))
-}
-
 /// The pids in the cgroup of the run started by topomgr `pid`, once CMD runs.
 fn wait_for_command(root: &Path, pid: u32, comm: &str) -> String {
     let mut found = String::new();
     wait_for("the command to start in its cgroup", || {
-        let procs = cgroups_of(root, pid).first().and_then(|name| {
+        let procs = common::run_cgroups(root, pid).first().and_then(|name| {
             fs::read_to_string(root.join("topomgr").join(name).join("main/cgroup.procs")).ok()
         });
         if let Some(p) = procs.and_then(|p| p.split_whitespace().next().map(str::to_string)) {
@@ -427,7 +375,9 @@ fn run_and_kill_9(root: &Path, dir: &Path) -> u32 {
     let sleeper = wait_for_command(root, pid, "sleep");
     child.kill().unwrap();
     child.wait().unwrap();
-    wait_for("the command to die with topomgr", || !alive(&sleeper));
+    wait_for("the command to die with topomgr", || {
+        !alive(sleeper.parse().unwrap())
+    });
     // The reservation is still in the state, held by a dead owner.
     let state = common::state_body(&dir.join("state"));
     assert_eq!(state["pods"].as_object().unwrap().len(), 1, "{state}");
@@ -451,8 +401,8 @@ fn next_run_gets_cpu_1(root: &Path, dir: &Path, pid: u32) {
     );
     assert_eq!(text(&out.stderr), "");
     assert_eq!(text(&out.stdout), "Cpus_allowed_list:\t1\n");
-    assert_eq!(cgroups_of(root, pid), Vec::<String>::new());
-    assert_eq!(cgroups_of(root, next), Vec::<String>::new());
+    assert_eq!(common::run_cgroups(root, pid), Vec::<String>::new());
+    assert_eq!(common::run_cgroups(root, next), Vec::<String>::new());
     assert_no_pods(dir);
 }
 
@@ -495,7 +445,7 @@ fn a_killed_run_takes_its_command_along_and_is_reclaimed() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let v: Admissions = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v.pods[0].containers[0].cpus.to_string(), "1", "{v:?}");
-    assert_eq!(cgroups_of(&root, pid), Vec::<String>::new());
+    assert_eq!(common::run_cgroups(&root, pid), Vec::<String>::new());
     let out = topomgr(&["release", "--state-dir", &state.to_string_lossy(), "p"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
 
@@ -532,7 +482,7 @@ fn a_killed_run_takes_its_command_along_and_is_reclaimed() {
         "{health:?}"
     );
     assert_eq!(health.pods, 0, "{health:?}");
-    assert_eq!(cgroups_of(&root, pid), Vec::<String>::new());
+    assert_eq!(common::run_cgroups(&root, pid), Vec::<String>::new());
     assert_no_pods(&dir);
     let state = common::state_body(&dir.join("state"));
     assert_eq!(state["owners"], serde_json::json!({}));
@@ -559,9 +509,9 @@ fn leftover_processes_keep_the_cpus_reserved() {
     );
     assert_eq!(out.status.code(), Some(0));
     let left = text(&out.stdout).trim().to_owned();
-    let _left = crate::node_lock::Leftover(left.parse().unwrap());
-    assert!(alive(&left));
-    let held = cgroups_of(&root, pid);
+    let _left = common::Leftover(left.parse().unwrap());
+    assert!(alive(left.parse().unwrap()));
+    let held = common::run_cgroups(&root, pid);
     assert_eq!(held.len(), 1);
     let uid = held[0].clone();
     assert_eq!(
@@ -578,7 +528,7 @@ fn leftover_processes_keep_the_cpus_reserved() {
     let other = config_dir_sharing_state("run-leftover-other", ALLOCATION, &dir.join("other"));
     let (_, out) = run(&other, &["--", "true"]);
     assert_eq!(
-        crate::node_lock::refusal(&out),
+        common::refusal(&out),
         format!(
             "topomgr: error: {} is managed with state directory {} by a process left in the cgroup of a topomgr run (pid {left}, command `sleep 60`, state directory {}); one node has one owner, so topomgr run with state directory {} is refused (two state directories would hand out the same CPUs): use state directory {} (state_dir in the config, or --state-dir), or wait until they end",
             topomgr_cgroup::hierarchy::Hierarchy::of(Path::new("/sys/fs/cgroup")),
@@ -610,7 +560,9 @@ fn leftover_processes_keep_the_cpus_reserved() {
 
     let kill = Command::new("kill").args(["-9", &left]).status().unwrap();
     assert!(kill.success());
-    wait_for("the leftover process to exit", || !alive(&left));
+    wait_for("the leftover process to exit", || {
+        !alive(left.parse().unwrap())
+    });
     next_run_gets_cpu_1(&root, &dir, pid);
 }
 
@@ -635,8 +587,8 @@ fn the_leftover_warnings_release_command_works() {
     );
     assert_eq!(out.status.code(), Some(0));
     let left = text(&out.stdout).trim().to_owned();
-    let _left = crate::node_lock::Leftover(left.parse().unwrap());
-    let held = cgroups_of(&root, pid);
+    let _left = common::Leftover(left.parse().unwrap());
+    let held = common::run_cgroups(&root, pid);
     assert_eq!(held.len(), 1);
     let uid = held[0].clone();
     let stderr = text(&out.stderr);
@@ -671,7 +623,9 @@ fn the_leftover_warnings_release_command_works() {
 
     let kill = Command::new("kill").args(["-9", &left]).status().unwrap();
     assert!(kill.success());
-    wait_for("the leftover process to exit", || !alive(&left));
+    wait_for("the leftover process to exit", || {
+        !alive(left.parse().unwrap())
+    });
     // Its cgroup stayed while the process was in it.
     let cg = root.join("topomgr").join(&uid);
     if cg.exists() {
@@ -701,7 +655,7 @@ fn a_refused_allocation_never_reaches_a_cgroup() {
         "{stderr}"
     );
     assert!(!marker.exists());
-    assert_eq!(cgroups_of(&root, pid), Vec::<String>::new());
+    assert_eq!(common::run_cgroups(&root, pid), Vec::<String>::new());
 }
 
 /// `topomgr release --state-dir DIR UID` releases without a daemon.

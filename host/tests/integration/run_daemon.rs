@@ -20,8 +20,8 @@ use topomgr_node::pod_owner::start_time;
 use topomgr_sdk::CpuSet;
 
 use crate::common;
+use crate::common::{alive, command_of, machine, machine_config, run_topomgr, text, wait_for};
 use crate::daemon::Daemon;
-use crate::node_lock::{alive, command_of, machine, machine_config, text, topomgr, wait_for};
 
 /// A daemon (state `sd`, socket `d.sock`, reclaiming every 200 ms) and the
 /// config of runs (state `sr`, another directory, and the same socket).
@@ -94,7 +94,10 @@ impl Setup {
         assert_eq!(health.shared_pool, self.online, "{health:?}");
         assert!(health.exclusive_cpus.is_empty(), "{health:?}");
         for pid in pids {
-            assert_eq!(run_cgroups(*pid), Vec::<String>::new());
+            assert_eq!(
+                common::run_cgroups(&common::machine_top(), *pid),
+                Vec::<String>::new()
+            );
         }
         assert!(
             !self.run_state.exists(),
@@ -129,22 +132,6 @@ impl Drop for Setup {
     fn drop(&mut self) {
         drop(self.daemon.take());
     }
-}
-
-/// The cgroups `topomgr/run-<pid>-*` on the machine's hierarchy.
-fn run_cgroups(pid: u32) -> Vec<String> {
-    let Hierarchy::Cgroupfs { top, .. } = Hierarchy::of(Path::new("/sys/fs/cgroup")) else {
-        panic!("no cgroup hierarchy at /sys/fs/cgroup");
-    };
-    let prefix = format!("run-{pid}-");
-    fs::read_dir(top.join("topomgr"))
-        .map(|d| {
-            d.filter_map(Result::ok)
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(&prefix))
-                .collect()
-        })
-        .unwrap_or_default()
 }
 
 #[test]
@@ -293,7 +280,7 @@ fn sigterm_is_forwarded_and_leftover_processes_keep_the_pod_until_they_exit() {
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let left: u32 = text(&out.stdout).trim().parse().unwrap();
-    let _left = crate::node_lock::Leftover(left);
+    let _left = common::Leftover(left);
     let list = s.pods();
     assert_eq!(list.pods.len(), 1, "{list:?}");
     let uid = list.pods[0].uid.clone();
@@ -312,7 +299,7 @@ fn sigterm_is_forwarded_and_leftover_processes_keep_the_pod_until_they_exit() {
     let out = s.run(&["--cpus", "1", "--", "true"]).output().unwrap();
     let sd = s.dir.join("sd");
     assert_eq!(
-        crate::node_lock::refusal(&out),
+        common::refusal(&out),
         format!(
             "topomgr: error: {} is managed with state directory {} by a process left in the cgroup of a topomgr run (pid {left}, command `sleep 60`, state directory {}, socket {}); one node has one owner, so topomgr run with state directory {} is refused (two state directories would hand out the same CPUs): use state directory {} (state_dir in the config, or --state-dir), or wait until they end",
             Hierarchy::of(Path::new("/sys/fs/cgroup")),
@@ -351,7 +338,7 @@ fn a_run_never_places_on_its_own_when_the_daemon_does_not_answer() {
     );
     fs::write(&s.run_config, config).unwrap();
     let marker = s.dir.join("ran");
-    let out = topomgr(&[
+    let out = run_topomgr(&[
         "--config",
         &s.run_config.to_string_lossy(),
         "run",
@@ -476,7 +463,7 @@ fn a_run_through_a_daemon_keeps_the_node_for_its_state_directory_when_the_daemon
         .output()
         .unwrap();
     assert_eq!(
-        crate::node_lock::refusal(&out),
+        common::refusal(&out),
         format!(
             "topomgr: error: {hierarchy} is managed with state directory {} by {run_a}; one node has one owner, so topomgr run with state directory {} is refused (two state directories would hand out the same CPUs): use state directory {} (state_dir in the config, or --state-dir), or wait until they end",
             sd.display(),
@@ -486,7 +473,7 @@ fn a_run_through_a_daemon_keeps_the_node_for_its_state_directory_when_the_daemon
     );
     assert!(!marker.exists());
     // Nor can a daemon of another state directory.
-    let out = topomgr(&[
+    let out = run_topomgr(&[
         "--config",
         &s.run_config.to_string_lossy(),
         "serve",
@@ -494,7 +481,7 @@ fn a_run_through_a_daemon_keeps_the_node_for_its_state_directory_when_the_daemon
         &s.dir.join("other.sock").to_string_lossy(),
     ]);
     assert_eq!(
-        crate::node_lock::refusal(&out),
+        common::refusal(&out),
         format!("topomgr: error: cannot serve {hierarchy}: it is in use by {run_a}; the daemon must be its only owner: wait until they end (or stop them), then start the daemon")
     );
     // The daemon of its state directory starts and finds it, and the run

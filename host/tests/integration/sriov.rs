@@ -90,7 +90,7 @@ fn readme_dpdk_pod_lands_on_one_node_and_too_many_vfs_is_rejected() {
     );
     let message = rejected.message.as_deref().expect("message");
     assert!(
-        message.ends_with("intel.com/intel_sriov_dpdk (sriov): preferred on {0-1}"),
+        message.ends_with("intel.com/intel_sriov_dpdk (sriov): preferred on {0-1} (requested 3; the largest NUMA node has 2 allocatable)"),
         "{message}"
     );
     let dpdk = &pods[1];
@@ -151,7 +151,7 @@ fn readme_dpdk_pod_lands_on_one_node_and_too_many_vfs_is_rejected() {
         "{table}"
     );
     assert!(
-        lines[1].ends_with("intel.com/intel_sriov_dpdk (sriov): preferred on {0-1}"),
+        lines[1].ends_with("intel.com/intel_sriov_dpdk (sriov): preferred on {0-1} (requested 3; the largest NUMA node has 2 allocatable)"),
         "{table}"
     );
     assert_eq!(
@@ -288,25 +288,15 @@ fn provider_cli_on_the_example_machine() {
 /// A config directory of its own with the plugin's path and `extra` as the
 /// provider's config table.
 fn config_dir(tag: &str, config: &str) -> PathBuf {
-    let dir = common::scratch_dir(tag);
-    fs::create_dir_all(dir.join("plugins.d")).unwrap();
-    fs::write(
-        dir.join("topomgr.toml"),
-        format!(
-            "policy = \"single-numa-node\"\nplugin_dirs = []\nsysfs_root = {:?}\nstate_dir = \"state\"\nplugins_d = \"plugins.d\"\n",
-            sriov_sys()
-        ),
-    )
-    .unwrap();
-    fs::write(
-        dir.join("plugins.d/50-sriov.toml"),
-        format!(
-            "[providers.sriov]\nlibrary = {:?}\n[providers.sriov.config]\n{config}\n",
-            common::sriov_plugin()
-        ),
-    )
-    .unwrap();
-    dir
+    let main = format!(
+        "policy = \"single-numa-node\"\nplugin_dirs = []\nsysfs_root = {:?}\nstate_dir = \"state\"\nplugins_d = \"plugins.d\"\n",
+        sriov_sys()
+    );
+    let sriov = format!(
+        "[providers.sriov]\nlibrary = {:?}\n[providers.sriov.config]\n{config}\n",
+        common::sriov_plugin()
+    );
+    common::config_dir(tag, &main, &[("50-sriov.toml", &sriov)])
 }
 
 fn hints_in(dir: &Path, limits: &str) -> (i32, String, String) {

@@ -103,10 +103,16 @@ pub enum CpuError {
     Config(String),
     /// Bad `[config.options]`.
     #[error("cpu provider config: {0}")]
-    Options(#[from] OptionsError),
+    Options(OptionsError),
     /// A checkpoint that does not fit.
     #[error("cpu provider checkpoint: {0}")]
     Checkpoint(String),
+}
+
+impl From<OptionsError> for CpuError {
+    fn from(e: OptionsError) -> Self {
+        CpuError::Options(e)
+    }
 }
 
 impl CpuError {
@@ -131,5 +137,23 @@ impl CpuError {
 impl From<CpuError> for ProviderError {
     fn from(e: CpuError) -> Self {
         ProviderError::new(e.reason(), e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    /// A bad option is said in the message, with no source beside it.
+    #[test]
+    fn an_options_error_is_in_the_message_only() {
+        let e = CpuError::from(OptionsError::Unknown("fast".into()));
+        assert_eq!(
+            e.to_string(),
+            "cpu provider config: unknown CPU Manager Policy option: \"fast\"; known options: full-pcpus-only, distribute-cpus-across-numa, align-by-socket, distribute-cpus-across-cores, strict-cpu-reservation, prefer-align-cpus-by-uncorecache"
+        );
+        assert!(e.source().is_none());
     }
 }

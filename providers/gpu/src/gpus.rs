@@ -20,10 +20,16 @@ pub const VISIBLE_DEVICES_ENV: &str = "NVIDIA_VISIBLE_DEVICES";
 pub enum SetupError {
     /// Bad config.
     #[error("GPU provider config, {0}")]
-    Config(#[from] ConfigError),
+    Config(ConfigError),
     /// Bad topology file.
     #[error(transparent)]
     Discovery(#[from] DiscoveryError),
+}
+
+impl From<ConfigError> for SetupError {
+    fn from(e: ConfigError) -> Self {
+        SetupError::Config(e)
+    }
 }
 
 /// The machine's GPUs under the configured resource and policy.
@@ -102,6 +108,19 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// A bad config is said in the message, with no source beside it.
+    #[test]
+    fn a_config_error_is_in_the_message_only() {
+        use std::error::Error as _;
+        let machine = topomgr_sdk::testkit::machine(1, 1);
+        let e = Gpus::new(&json!("gpus"), None, &machine).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "GPU provider config, config: must be a table, found \"gpus\""
+        );
+        assert!(e.source().is_none());
+    }
 
     fn example_machine_dir() -> std::path::PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/machines")

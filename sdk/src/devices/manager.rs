@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use super::device::{normalize_pci_address, PCI_IDENTITY, SERIAL_IDENTITY};
-use super::reconcile::SavedDevice;
+use super::saved::SavedDevice;
 use super::{Device, DeviceHooks, Devices};
 use crate::{
     Amounts, Inventory, Machine, NumaNodeId, PreferredAllocationRequest, ProviderError,

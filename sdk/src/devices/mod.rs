@@ -70,6 +70,7 @@ mod hints;
 mod manager;
 mod plugin;
 mod reconcile;
+mod saved;
 #[cfg(test)]
 mod tests;
 

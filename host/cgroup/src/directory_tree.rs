@@ -1,17 +1,20 @@
 //! A cgroup hierarchy emulated in a plain directory tree: the test double
 //! behind [`ControlFs`] (production code only knows the kernel's cgroupfs).
+//! It ships with the crate behind the `test-double` feature, as youki's
+//! `libcgroups` ships its test manager, so that it cannot drift from the
+//! trait it implements; the tests of this workspace enable the feature in
+//! their dev-dependencies.
 //!
 //! What the kernel does on a real mount, this does by hand: a control file
 //! is created when first written, a missing one reads as empty (a new
 //! cgroup's `cpuset.cpus` in v1), and removing a cgroup removes its files
 //! with it; a directory holding child directories is busy.
 
-use std::fs::{self, OpenOptions};
-use std::io::{self, Write as _};
-use std::os::unix::fs::OpenOptionsExt as _;
+use std::fs;
+use std::io;
 use std::path::Path;
 
-use topomgr_cgroup::{CgroupError, CgroupManager, ControlFs, Removal};
+use crate::{CgroupError, CgroupManager, ControlFs, Removal};
 
 /// Control files in a plain directory tree.
 #[derive(Debug, Clone, Copy, Default)]
@@ -51,19 +54,7 @@ impl ControlFs for DirectoryTree {
     }
 
     fn write(&self, path: &Path, value: &str) -> Result<(), CgroupError> {
-        let werr = |cause| CgroupError::Write {
-            path: path.to_path_buf(),
-            value: value.to_string(),
-            cause,
-        };
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(path)
-            .map_err(werr)?;
-        f.write_all(value.as_bytes()).map_err(werr)
+        crate::write_control(path, value, true)
     }
 
     fn remove_dir(&self, dir: &Path) -> Result<Removal, CgroupError> {
