@@ -529,7 +529,11 @@ fn attaching_exclusive_cpus_lifts_the_cfs_quota_on_v1() {
             node.attach(uid, "app", p).unwrap();
         }
         assert_eq!(read(&root.join("kubepods/poda/c1/cpuset.cpus")), "1");
-        let quota = |p: &str| read(&cpu.join(p).join("cpu.cfs_quota_us"));
+        let quota = |p: &str| {
+            read(&cpu.join(p).join("cpu.cfs_quota_us"))
+                .trim()
+                .to_owned()
+        };
         let (a, pod_a) = if lift {
             ("-1", "-1")
         } else {
@@ -540,7 +544,7 @@ fn attaching_exclusive_cpus_lifts_the_cfs_quota_on_v1() {
         assert_eq!(quota("kubepods/burstable/podb/c2"), "50000");
         assert_eq!(quota("kubepods/burstable/podb"), "50000");
         assert_eq!(
-            read(&cpu.join("kubepods/poda/c1/cpu.cfs_period_us")),
+            read(&cpu.join("kubepods/poda/c1/cpu.cfs_period_us")).trim(),
             "100000"
         );
         let read_back = mgr.cpu_quota(&path("kubepods/poda/c1")).unwrap().unwrap();
