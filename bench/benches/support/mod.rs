@@ -61,6 +61,7 @@ pub fn start_daemon(tag: &str, state_root: &Path, plugin: &Path) -> PathBuf {
         reclaim_interval: Duration::from_secs(10),
         state_dir,
         cgroup_root: dir.join("cgroup"),
+        lift_cpu_quota: true,
         machine,
         policy: parts.policy,
         scope: parts.scope,

@@ -36,6 +36,10 @@
 //! [`hierarchy`] says which hierarchy a cgroup root is in (what the node
 //! lock of `topomgr_node` is keyed by).
 //!
+//! `quota` lifts the CFS quota of a container that holds exclusive CPUs
+//! (`cpu.max` on v2, `cpu.cfs_quota_us` in the v1 `cpu` hierarchy beside
+//! the cpuset one), as the kubelet does.
+//!
 //! [`pool`] holds the one rule for a container's cpuset and rewrites the
 //! shared-pool containers' `cpuset.cpus`; `topomgr_node::node_state` decides
 //! when (before an exclusive container can run, after a release is durable).
@@ -46,6 +50,7 @@ pub mod hierarchy;
 mod path;
 pub mod pool;
 mod process;
+mod quota;
 mod v1;
 mod v2;
 
@@ -60,6 +65,7 @@ use topomgr_sdk::{CpuSet, NumaMask};
 use tracing::{debug, info};
 
 pub use path::{confine, CgroupPath, TOPOMGR_PARENT};
+pub use quota::{kubelet_pod_cgroup, CpuQuota, QuotaLift};
 
 /// How long [`CgroupManager::remove`] retries while the kernel still
 /// counts processes in a cgroup.
@@ -378,10 +384,24 @@ impl Cgroup {
     }
 }
 
+/// The v1 `cpu` controller's hierarchy beside the cpuset one under
+/// `cgroup_root` (`cpu`, usually a link to `cpu,cpuacct`), if mounted there.
+fn v1_cpu_root(cgroup_root: &Path, fs: &dyn ControlFs) -> Option<PathBuf> {
+    ["cpu", "cpu,cpuacct", "cpuacct,cpu"]
+        .iter()
+        .map(|name| cgroup_root.join(name))
+        .find(|dir| dir.join("cpu.cfs_quota_us").is_file())
+        .and_then(|dir| dir.canonicalize().ok())
+        .filter(|dir| fs.check_root(dir).is_ok())
+}
+
 /// Container cgroups under one hierarchy root.
 #[derive(Debug)]
 pub struct CgroupManager {
     root: PathBuf,
+    /// v1: the `cpu` controller's hierarchy beside the cpuset one, when
+    /// there is one (where the CFS quota is).
+    cpu_root: Option<PathBuf>,
     layout: Box<dyn Layout>,
     fs: Box<dyn ControlFs>,
 }
@@ -401,7 +421,9 @@ impl CgroupManager {
             if cgroup_root.join("cgroup.controllers").is_file() {
                 (cgroup_root.to_path_buf(), Box::new(v2::V2))
             } else if cgroup_root.join("cpuset/cpuset.cpus").is_file() {
-                (cgroup_root.join("cpuset"), Box::new(v1::V1))
+                let mut mgr = Self::with_layout(&cgroup_root.join("cpuset"), Box::new(v1::V1), fs)?;
+                mgr.cpu_root = v1_cpu_root(cgroup_root, &*mgr.fs);
+                return Ok(mgr);
             } else if cgroup_root.join("cpuset.cpus").is_file() {
                 (cgroup_root.to_path_buf(), Box::new(v1::V1))
             } else {
@@ -426,7 +448,12 @@ impl CgroupManager {
         })?;
         fs.check_root(&root)?;
         info!(root = %root.display(), version = %layout.version(), "cgroup hierarchy");
-        Ok(CgroupManager { root, layout, fs })
+        Ok(CgroupManager {
+            root,
+            cpu_root: None,
+            layout,
+            fs,
+        })
     }
 
     /// The cgroup version.

@@ -83,6 +83,10 @@ pub struct Daemon {
     pub state_dir: PathBuf,
     /// Root of the cgroup hierarchy (`attach`).
     pub cgroup_root: PathBuf,
+    /// Lift the CFS quota of containers with exclusive CPUs (config
+    /// `disable_cpu_quota_with_exclusive_cpus`): at `attach`, and in the NRI
+    /// adjustment.
+    pub lift_cpu_quota: bool,
     /// The discovered machine.
     pub machine: Machine,
     /// The Topology Manager policy.
@@ -235,6 +239,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
     let settings = StateThreadSettings {
         state_dir: d.state_dir.clone(),
         cgroup_root: d.cgroup_root,
+        lift_cpu_quota: d.lift_cpu_quota,
         boot_id: topomgr_node::fsutil::boot_id(),
         export: d.export,
     };
@@ -308,10 +313,10 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
             ));
         }
         if let Some(settings) = nri_settings {
-            let face = Arc::new(nri::Face::new(
-                state_thread.clone(),
-                Arc::clone(&nri_status),
-            ));
+            let face = Arc::new(
+                nri::Face::new(state_thread.clone(), Arc::clone(&nri_status))
+                    .with_cpu_quota_lift(d.lift_cpu_quota),
+            );
             tokio::spawn(nri::serve(face, settings, stopped(stop_rx.clone())));
         }
         let state = AppState {

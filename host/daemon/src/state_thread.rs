@@ -261,6 +261,9 @@ pub(crate) struct StateThreadSettings {
     pub state_dir: PathBuf,
     /// Root of the cgroup hierarchy for `attach`.
     pub cgroup_root: PathBuf,
+    /// Whether `attach` lifts the CFS quota of exclusive containers
+    /// ([`NodeState::with_cpu_quota_lift`]).
+    pub lift_cpu_quota: bool,
     /// The current boot id.
     pub boot_id: String,
     /// The NodeResourceTopology export.
@@ -344,7 +347,8 @@ impl StateThread {
             Records::default(),
             &settings.cgroup_root,
             &settings.boot_id,
-        );
+        )
+        .with_cpu_quota_lift(settings.lift_cpu_quota);
         let (store, restored) = Store::open(&settings.state_dir, &mut node, &settings.boot_id)?;
         let mut notes = notes_of(&restored, &settings.boot_id);
         if restored.found {

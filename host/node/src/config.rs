@@ -35,6 +35,7 @@
 //! node_name = "worker-1"       # NodeResourceTopology name; default the host name
 //! export_file = "/run/topomgr/nrt.json"  # `serve` rewrites the NRT object here after each change
 //! plugins_d = "plugins.d"      # main file only
+//! disable_cpu_quota_with_exclusive_cpus = true  # the kubelet's gate: no CFS quota with exclusive CPUs
 //! [policy_options]             # kubelet option names, string values
 //! prefer-closest-numa-nodes = "true"
 //! [daemon]                     # `topomgr serve`; every key optional
@@ -122,6 +123,12 @@ pub struct HostConfig {
     /// Topology Manager policy options (kubelet names, string values).
     #[serde(default, deserialize_with = "option_values")]
     pub policy_options: BTreeMap<String, String>,
+    /// Lift the CFS quota of a container that holds exclusive CPUs (and of
+    /// its kubelet pod cgroup), as the kubelet's feature gate
+    /// `DisableCPUQuotaWithExclusiveCPUs` does (default true, the gate's
+    /// default since 1.33); false keeps the quota the runtime set.
+    #[serde(default = "defaults::yes")]
+    pub disable_cpu_quota_with_exclusive_cpus: bool,
     /// Providers by name, enabled or not (see `HostConfig::enabled_providers`).
     #[serde(default, deserialize_with = "providers")]
     pub providers: BTreeMap<String, ProviderEntry>,
@@ -272,6 +279,9 @@ mod defaults {
 
     pub(super) fn policy() -> String {
         "best-effort".to_owned()
+    }
+    pub(super) fn yes() -> bool {
+        true
     }
     pub(super) fn scope() -> String {
         "container".to_owned()
@@ -1175,7 +1185,7 @@ nested = { a = 1, b = [1, 2] }
             (
                 "polcy = \"none\"\n",
                 "line 1: polcy: unknown field `polcy`, expected one of `policy`, `scope`, `plugins_d`, `plugin_dirs`, \
-                 `sysfs_root`, `cgroup_root`, `state_dir`, `node_name`, `export_file`, `policy_options`, `providers`, `daemon`, `nri`",
+                 `sysfs_root`, `cgroup_root`, `state_dir`, `node_name`, `export_file`, `policy_options`, `disable_cpu_quota_with_exclusive_cpus`, `providers`, `daemon`, `nri`",
             ),
             (
                 "[policy_options]\nprefer-closest-numa-nodes = true\n",

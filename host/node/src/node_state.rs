@@ -417,6 +417,9 @@ pub struct NodeState {
     cgroups: Option<CgroupManager>,
     applied_pool: Option<CpuSet>,
     boot_id: String,
+    /// Lift the CFS quota of containers attached with exclusive CPUs
+    /// ([`NodeState::with_cpu_quota_lift`]).
+    lift_cpu_quota: bool,
 }
 
 impl NodeState {
@@ -434,7 +437,17 @@ impl NodeState {
             cgroups: None,
             applied_pool: None,
             boot_id: boot_id.to_owned(),
+            lift_cpu_quota: true,
         }
+    }
+
+    /// Whether [`NodeState::attach`] lifts the CFS quota of a container
+    /// that holds exclusive CPUs and of its kubelet pod cgroup (config
+    /// `disable_cpu_quota_with_exclusive_cpus`, default true, as the
+    /// kubelet's feature gate `DisableCPUQuotaWithExclusiveCPUs`).
+    pub fn with_cpu_quota_lift(mut self, lift: bool) -> Self {
+        self.lift_cpu_quota = lift;
+        self
     }
 
     /// Apply through `cgroups` instead of detecting a hierarchy under the
@@ -766,10 +779,21 @@ impl NodeState {
         let path = CgroupPath::new(cgroup)?;
         let nodes = self.admitter.ledger().numa_nodes();
         let set = pool::container_cpuset(&allocation, &self.pool_now(), nodes)?;
+        let lift = self.lift_cpu_quota && allocation.exclusive && !allocation.cpus.is_empty();
         let mgr = self.cgroups()?;
         let cg = mgr.open(&path)?;
         mgr.set_cpuset(&cg, &set.cpus, &set.mems)?;
-        info!(pod = %uid, container, cgroup, cpus = %set.cpus, mems = %set.mems, "container attached");
+        if lift {
+            // As the kubelet with exclusive CPUs (kubernetes/kubernetes
+            // #127525): the container's quota, and its pod cgroup's when
+            // the kubelet made one.
+            for p in std::iter::once(path.clone()).chain(topomgr_cgroup::kubelet_pod_cgroup(&path))
+            {
+                let lifted = mgr.lift_cpu_quota(&p)?;
+                debug!(pod = %uid, container, cgroup = %p, ?lifted, "CFS quota of exclusive CPUs");
+            }
+        }
+        info!(pod = %uid, container, cgroup, cpus = %set.cpus, mems = %set.mems, quota_lifted = lift, "container attached");
         self.records
             .attachments
             .entry(uid.to_owned())

@@ -182,7 +182,8 @@ impl NodeState {
             Records::default(),
             &cfg.cgroup_root,
             &crate::fsutil::boot_id(),
-        ))
+        )
+        .with_cpu_quota_lift(cfg.disable_cpu_quota_with_exclusive_cpus))
     }
 }
 

@@ -1,7 +1,10 @@
 //! Messages of the `nri.pkg.api.v1alpha1` package, written by hand as prost
 //! structs from containerd/nri's `pkg/api/api.proto` at **v0.6.1**: the NRI
 //! that Debian's containerd 1.7.24 (trixie) is built with, and a wire subset
-//! of every later v1alpha1 release (later fields only add tags).
+//! of every later v1alpha1 release (later fields only add tags). A few fields
+//! of later releases are declared by their real tags (v0.7+: Synchronize's
+//! `more`, Configure's `registration_timeout` and `request_timeout`); NRI
+//! 0.6.1 does not send them, so they read as zero there.
 //!
 //! Only what topomgr reads or answers is declared; every declared field has
 //! the upstream tag and type, and the fields left out (OCI hooks, namespaces,
@@ -47,6 +50,14 @@ pub struct ConfigureRequest {
     pub runtime_name: String,
     #[prost(string, tag = "3")]
     pub runtime_version: String,
+    /// The runtime's registration timeout in milliseconds (NRI >= 0.7; 0:
+    /// not sent).
+    #[prost(int64, tag = "4")]
+    pub registration_timeout: i64,
+    /// The runtime's timeout for each request to a plugin in milliseconds
+    /// (NRI >= 0.7; 0: not sent, containerd 1.7's default 2 s applies).
+    #[prost(int64, tag = "5")]
+    pub request_timeout: i64,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -63,12 +74,20 @@ pub struct SynchronizeRequest {
     pub pods: Vec<PodSandbox>,
     #[prost(message, repeated, tag = "2")]
     pub containers: Vec<Container>,
+    /// More pods and containers follow in another Synchronize (NRI >= 0.7
+    /// splits one larger than a message may carry).
+    #[prost(bool, tag = "3")]
+    pub more: bool,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
 pub(crate) struct SynchronizeResponse {
     #[prost(message, repeated, tag = "1")]
     pub update: Vec<ContainerUpdate>,
+    /// Echoes the request's `more`: the plugin takes the rest in further
+    /// requests (NRI >= 0.7 closes a plugin that does not).
+    #[prost(bool, tag = "2")]
+    pub more: bool,
 }
 
 /// Runtime → plugin before a container is created.
@@ -575,6 +594,21 @@ mod tests {
         let mut expected = vec![0x0a, 12, 0x32, 10, 0x12, 8, 0x12, 6];
         expected.extend(cpu);
         assert_eq!(adjust.encode_to_vec(), expected);
+    }
+
+    /// NRI >= 0.7's fields by their upstream tags: Synchronize's `more`
+    /// (request 3, response 2), Configure's timeouts (4 and 5).
+    #[test]
+    fn later_nri_fields_use_upstream_tags() {
+        let r = SynchronizeRequest::decode([0x18, 0x01].as_slice()).unwrap();
+        assert!(r.more);
+        let a = SynchronizeResponse {
+            update: Vec::new(),
+            more: true,
+        };
+        assert_eq!(a.encode_to_vec(), [0x10, 0x01]);
+        let c = ConfigureRequest::decode([0x20, 0x88, 0x27, 0x28, 0xd0, 0x0f].as_slice()).unwrap();
+        assert_eq!((c.registration_timeout, c.request_timeout), (5000, 2000));
     }
 
     #[test]

@@ -17,7 +17,7 @@ use prost::Message;
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::error::NriError;
 use crate::events::EventMask;
@@ -31,14 +31,35 @@ use crate::ttrpc::{self, Code, Decoder, Inbound, Status, TYPE_REQUEST, TYPE_RESP
 const REQUEST_QUEUE: usize = 64;
 
 /// How long after accepting the registration the runtime may take to send
-/// Synchronize. The NRI adaptation configures and synchronizes a plugin at
-/// once (its own defaults: 5 s to register, 2 s per request); a connection
-/// that got no Synchronize by then follows nothing (no event is sent to a
-/// plugin before it is synchronized), so it is closed and made again
-/// rather than reported as connected for ever. Seen once in about 60 runs
-/// against containerd 1.7.24: registered, containerd logged
-/// "Synchronizing NRI (plugin)", and no Synchronize came.
-const SYNCHRONIZE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(15);
+/// Synchronize before the connection is given up. A connection that got no
+/// Synchronize follows nothing (no event is sent to a plugin before it is
+/// synchronized), so it is closed and made again rather than reported as
+/// connected for ever (seen once in about 60 runs against containerd
+/// 1.7.24: registered, containerd logged "Synchronizing NRI (plugin)", and
+/// no Synchronize came). It is long because containerd 2.x holds a new
+/// plugin's Synchronize while the CRI stops a container, its grace period
+/// included (the CRI plugin blocks plugin sync around StopContainer): a
+/// short deadline would disconnect and register again in a loop beside a
+/// pod with a long grace period, never synchronizing. containers/nri-plugins'
+/// stub sets no deadline at all; this one keeps the retry for a runtime
+/// that never sends it.
+const SYNCHRONIZE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// How long after the registration a missing Synchronize is reported
+/// ([`Progress::AwaitingSynchronize`], logged): the adaptation synchronizes
+/// a plugin at once unless the runtime holds it.
+const SYNCHRONIZE_NOTE: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// What [`serve`] reports while a connection is made.
+#[derive(Debug)]
+pub(crate) enum Progress {
+    /// The runtime accepted the registration.
+    Registered(RuntimeClient),
+    /// No Synchronize yet, `waited` after the registration.
+    AwaitingSynchronize { waited: std::time::Duration },
+    /// The first Synchronize came after an [`Progress::AwaitingSynchronize`].
+    Synchronized,
+}
 
 /// The name, index and events a plugin registers with.
 #[derive(Clone, Debug)]
@@ -48,6 +69,8 @@ pub(crate) struct Registration {
     pub events: EventMask,
     /// [`SYNCHRONIZE_DEADLINE`]; shorter in tests.
     pub synchronize_deadline: std::time::Duration,
+    /// [`SYNCHRONIZE_NOTE`]; shorter in tests.
+    pub synchronize_note: std::time::Duration,
 }
 
 impl Registration {
@@ -80,6 +103,7 @@ impl Registration {
             index: index.to_owned(),
             events,
             synchronize_deadline: SYNCHRONIZE_DEADLINE,
+            synchronize_note: SYNCHRONIZE_NOTE,
         })
     }
 }
@@ -110,13 +134,13 @@ pub(crate) async fn connect(socket: &Path) -> Result<UnixStream, NriError> {
         })
 }
 
-/// Serves one connection already made; `on_registered` runs once the
-/// runtime accepted the registration.
+/// Serves one connection already made; `on_progress` hears when the
+/// runtime accepted the registration and whether Synchronize is late.
 pub(crate) async fn serve<P, S>(
     stream: S,
     registration: &Registration,
     handler: Arc<P>,
-    on_registered: impl FnOnce(RuntimeClient),
+    mut on_progress: impl FnMut(Progress),
 ) -> Result<(), NriError>
 where
     P: Plugin,
@@ -129,13 +153,14 @@ where
 
     let reader = read_loop(read_half, &shared, requests_tx);
     let synchronized = AtomicBool::new(false);
+    let sync_came = tokio::sync::Notify::new();
     let server = serve_loop(
         requests_rx,
         &shared,
         &*handler,
         &client,
         registration.events,
-        &synchronized,
+        (&synchronized, &sync_came),
     );
     let registered = AtomicBool::new(false);
     let register = async {
@@ -146,13 +171,29 @@ where
             Ok(()) => {
                 debug!(name = %registration.name, index = %registration.index, "registered with the runtime");
                 registered.store(true, Ordering::SeqCst);
-                on_registered(client.clone());
-                tokio::time::sleep(registration.synchronize_deadline).await;
-                if !synchronized.load(Ordering::SeqCst) {
+                on_progress(Progress::Registered(client.clone()));
+                let note = registration
+                    .synchronize_note
+                    .min(registration.synchronize_deadline);
+                let came = sync_came.notified();
+                tokio::pin!(came);
+                came.as_mut().enable();
+                if synchronized.load(Ordering::SeqCst) {
+                    return std::future::pending::<NriError>().await;
+                }
+                if tokio::time::timeout(note, came.as_mut()).await.is_ok() {
+                    return std::future::pending::<NriError>().await;
+                }
+                warn!(waited = ?note, deadline = ?registration.synchronize_deadline, "registered, but the runtime has not sent Synchronize yet; waiting (containerd 2.x holds it while a container is being stopped, for its grace period)");
+                on_progress(Progress::AwaitingSynchronize { waited: note });
+                let rest = registration.synchronize_deadline.saturating_sub(note);
+                if tokio::time::timeout(rest, came.as_mut()).await.is_err() {
                     return NriError::NoSynchronize {
                         after: registration.synchronize_deadline,
                     };
                 }
+                info!("the runtime sent Synchronize");
+                on_progress(Progress::Synchronized);
                 std::future::pending::<NriError>().await
             }
             // the runtime hung up on us before answering
@@ -329,16 +370,18 @@ async fn serve_loop<P: Plugin>(
     handler: &P,
     client: &RuntimeClient,
     events: EventMask,
-    synchronized: &AtomicBool,
+    (synchronized, sync_came): (&AtomicBool, &tokio::sync::Notify),
 ) {
+    let mut chunks = plugin::SyncChunks::default();
     while let Some((stream_id, request)) = requests.recv().await {
-        if request.method == "Synchronize" {
-            synchronized.store(true, Ordering::SeqCst);
+        if request.method == "Synchronize" && !synchronized.swap(true, Ordering::SeqCst) {
+            sync_came.notify_waiters();
         }
         let (status, payload) = plugin::dispatch(
             handler,
             client,
             events,
+            &mut chunks,
             &request.service,
             &request.method,
             &request.payload,

@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::UnixStream;
 
 use crate::api::*;
-use crate::connection::{serve, Registration};
+use crate::connection::{serve, Progress, Registration};
 use crate::mux::{self, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
 use crate::plugin::PLUGIN_SERVICE;
 use crate::runtime_client::RUNTIME_SERVICE;
@@ -281,6 +281,7 @@ async fn registers_configures_and_answers_create_container() {
         config: String::new(),
         runtime_name: "containerd".into(),
         runtime_version: "1.7.24".into(),
+        ..Default::default()
     };
     let r = rt
         .call(PLUGIN_SERVICE, "Configure", &configure.encode_to_vec())
@@ -297,6 +298,7 @@ async fn registers_configures_and_answers_create_container() {
     let sync = SynchronizeRequest {
         pods: vec![pod()],
         containers: vec![ctr("a"), ctr("b")],
+        more: false,
     };
     let r = rt
         .call(PLUGIN_SERVICE, "Synchronize", &sync.encode_to_vec())
@@ -741,10 +743,7 @@ async fn a_registration_without_synchronize_is_given_up_after_the_deadline() {
 
     let (mut rt, task) = serve_with(Arc::new(Recorder::default()));
     rt.accept_registration().await;
-    let sync = SynchronizeRequest {
-        pods: vec![],
-        containers: vec![],
-    };
+    let sync = SynchronizeRequest::default();
     let r = rt
         .call(PLUGIN_SERVICE, "Synchronize", &sync.encode_to_vec())
         .await;
@@ -864,6 +863,10 @@ async fn reconnects_with_backoff_and_reports_status() {
                             matches!(error, NriError::Connect { .. })
                         )
                     }
+                    ConnectionStatus::AwaitingSynchronize { waited } => {
+                        format!("awaiting synchronize {waited:?}")
+                    }
+                    ConnectionStatus::Synchronized => "synchronized".to_string(),
                 });
             },
         )
@@ -919,4 +922,133 @@ async fn an_invalid_registration_ends_the_reconnect_loop_at_once() {
     )
     .await;
     assert!(matches!(err, NriError::InvalidRegistration(_)), "{err:?}");
+}
+
+/// NRI >= 0.7 splits a Synchronize larger than a message in chunks: each
+/// but the last is answered with `more` echoed and no update; the plugin
+/// is called once, with every chunk's pods and containers, and its updates
+/// go in the answer to the last chunk.
+#[tokio::test]
+async fn a_split_synchronize_is_gathered_and_reconciled_once() {
+    let plugin = Arc::new(Recorder::default());
+    let (mut rt, task) = start(plugin.clone());
+    rt.accept_registration().await;
+    let chunks = [
+        (vec![pod()], vec![ctr("a"), ctr("b")], true),
+        (vec![], vec![ctr("c")], true),
+        (vec![], vec![ctr("d")], false),
+    ];
+    let mut answers = Vec::new();
+    for (pods, containers, more) in chunks {
+        let sync = SynchronizeRequest {
+            pods,
+            containers,
+            more,
+        };
+        let r = rt
+            .call(PLUGIN_SERVICE, "Synchronize", &sync.encode_to_vec())
+            .await;
+        assert_eq!(status(&r), (0, ""));
+        answers.push(SynchronizeResponse::decode(r.payload.as_slice()).unwrap());
+        if more {
+            assert!(
+                plugin.calls().is_empty(),
+                "nothing reconciled before the last chunk"
+            );
+        }
+    }
+    for a in &answers[..2] {
+        assert!(a.more, "each chunk but the last is answered with more");
+        assert!(a.update.is_empty(), "no update before the last chunk");
+    }
+    assert!(!answers[2].more);
+    assert_eq!(
+        answers[2]
+            .update
+            .iter()
+            .map(|u| u.container_id.as_str())
+            .collect::<Vec<_>>(),
+        ["id-a", "id-b", "id-c", "id-d"]
+    );
+    assert_eq!(plugin.calls(), ["synchronize 1 4"]);
+
+    // A later Synchronize starts afresh.
+    let r = rt
+        .call(
+            PLUGIN_SERVICE,
+            "Synchronize",
+            &SynchronizeRequest {
+                pods: vec![pod()],
+                containers: vec![ctr("e")],
+                more: false,
+            }
+            .encode_to_vec(),
+        )
+        .await;
+    assert_eq!(status(&r), (0, ""));
+    assert_eq!(plugin.calls(), ["synchronize 1 4", "synchronize 1 1"]);
+    drop(rt);
+    task.await.unwrap().unwrap();
+}
+
+/// containerd 2.x holds a new plugin's Synchronize while a container is
+/// being stopped, its grace period included: a Synchronize 20 s after the
+/// registration is reported as late (after 15 s) but accepted on the same
+/// connection, which is kept; one that never comes gives the connection up
+/// at the deadline (10 minutes), so it is made again. Simulated time.
+#[tokio::test(start_paused = true)]
+async fn a_late_synchronize_is_awaited_without_registering_again() {
+    let serve_recording = || {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let reg = Registration::new("topomgr", "50", events()).unwrap();
+        let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+        let log = Arc::clone(&seen);
+        let plugin = Arc::new(Recorder::default());
+        let task = tokio::spawn(async move {
+            serve(ours, &reg, plugin, move |p| {
+                log.lock().unwrap().push(match p {
+                    Progress::Registered(_) => "registered".to_owned(),
+                    Progress::AwaitingSynchronize { waited } => format!("awaiting {waited:?}"),
+                    Progress::Synchronized => "synchronized".to_owned(),
+                })
+            })
+            .await
+        });
+        (FakeRuntime::new(theirs), task, seen)
+    };
+
+    let (mut rt, task, seen) = serve_recording();
+    rt.accept_registration().await;
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    assert_eq!(*seen.lock().unwrap(), ["registered", "awaiting 15s"]);
+    assert!(!task.is_finished(), "the connection is kept while waiting");
+    let r = rt
+        .call(
+            PLUGIN_SERVICE,
+            "Synchronize",
+            &SynchronizeRequest::default().encode_to_vec(),
+        )
+        .await;
+    assert_eq!(status(&r), (0, ""));
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert_eq!(
+        *seen.lock().unwrap(),
+        ["registered", "awaiting 15s", "synchronized"]
+    );
+    assert!(!task.is_finished(), "a synchronized connection is kept");
+    drop(rt);
+    task.await.unwrap().unwrap();
+
+    // A Synchronize that never comes: given up at the deadline.
+    let (mut rt, task, seen) = serve_recording();
+    rt.accept_registration().await;
+    let started = tokio::time::Instant::now();
+    let err = task.await.unwrap().unwrap_err();
+    assert_eq!(started.elapsed().as_secs(), 600);
+    assert_eq!(
+        err.to_string(),
+        "the runtime accepted the registration but did not send Synchronize within 600s; reconnecting"
+    );
+    assert_eq!(*seen.lock().unwrap(), ["registered", "awaiting 15s"]);
+    drop(rt);
 }

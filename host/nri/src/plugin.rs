@@ -187,6 +187,48 @@ pub trait Plugin: Send + Sync + 'static {
     }
 }
 
+/// At most this many chunks of one split Synchronize are gathered (each at
+/// most a 4 MiB message); a runtime that sends more is refused.
+pub(crate) const MAX_SYNCHRONIZE_CHUNKS: usize = 256;
+
+/// The pods and containers of a Synchronize that NRI >= 0.7 split in
+/// chunks (`more` set on all but the last): gathered per connection and
+/// handed to [`Plugin::synchronize`] once, with the last chunk. Each chunk
+/// before it is answered with `more` echoed and no update, as the
+/// adaptation requires (containerd/nri `pkg/adaptation/plugin.go`, split
+/// sync since v0.7: a reply that does not echo `more`, or carries updates,
+/// closes the plugin).
+#[derive(Debug, Default)]
+pub(crate) struct SyncChunks {
+    pods: Vec<PodSandbox>,
+    containers: Vec<Container>,
+    chunks: usize,
+}
+
+impl SyncChunks {
+    /// Takes in one chunk; `Some` with everything gathered once it is the
+    /// last, `None` while more follow.
+    fn take(
+        &mut self,
+        r: SynchronizeRequest,
+    ) -> HandlerResult<Option<(Vec<PodSandbox>, Vec<Container>)>> {
+        self.chunks += 1;
+        if self.chunks > MAX_SYNCHRONIZE_CHUNKS {
+            *self = SyncChunks::default();
+            return Err(PluginError::new(format!(
+                "Synchronize split in more than {MAX_SYNCHRONIZE_CHUNKS} chunks; refusing it"
+            )));
+        }
+        self.pods.extend(r.pods);
+        self.containers.extend(r.containers);
+        if r.more {
+            return Ok(None);
+        }
+        let all = std::mem::take(self);
+        Ok(Some((all.pods, all.containers)))
+    }
+}
+
 /// The answer to one call: a status and, when OK, the encoded reply.
 pub(crate) type Answer = (Status, Vec<u8>);
 
@@ -195,6 +237,7 @@ pub(crate) async fn dispatch<P: Plugin>(
     plugin: &P,
     runtime: &RuntimeClient,
     events: EventMask,
+    chunks: &mut SyncChunks,
     service: &str,
     method: &str,
     payload: &[u8],
@@ -214,8 +257,17 @@ pub(crate) async fn dispatch<P: Plugin>(
         }
         "Synchronize" => {
             call(method, payload, |r: SynchronizeRequest| async move {
-                let update = plugin.synchronize(r.pods, r.containers).await?;
-                Ok(SynchronizeResponse { update })
+                let Some((pods, containers)) = chunks.take(r)? else {
+                    return Ok(SynchronizeResponse {
+                        update: Vec::new(),
+                        more: true,
+                    });
+                };
+                let update = plugin.synchronize(pods, containers).await?;
+                Ok(SynchronizeResponse {
+                    update,
+                    more: false,
+                })
             })
             .await
         }

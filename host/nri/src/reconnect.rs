@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tracing::{debug, info, warn};
 
-use crate::connection::{self, Registration};
+use crate::connection::{self, Progress, Registration};
 use crate::error::NriError;
 use crate::events::EventMask;
 use crate::plugin::Plugin;
@@ -41,6 +41,13 @@ pub enum ConnectionStatus {
     /// An attempt failed or a connection ended; the next attempt is in
     /// `retry_in`.
     Disconnected { error: NriError, retry_in: Duration },
+    /// Registered, but the runtime has not sent Synchronize `waited` after
+    /// it (containerd 2.x holds it while a container is being stopped, its
+    /// grace period included); the connection is kept and waited on until
+    /// the Synchronize deadline (10 minutes), then made again.
+    AwaitingSynchronize { waited: Duration },
+    /// The Synchronize that was awaited came.
+    Synchronized,
 }
 
 /// Keeps `handler` registered with the runtime at `socket`: connects,
@@ -70,17 +77,27 @@ pub async fn serve_with_reconnect<P: Plugin>(
     let mut failed_in_a_row = 0u32;
     loop {
         let mut registered = false;
-        let result = match connection::connect(socket).await {
-            Ok(stream) => {
-                connection::serve(stream, &registration, handler.clone(), |runtime| {
-                    registered = true;
-                    info!(socket = %socket.display(), "registered with the runtime's NRI");
-                    on_status(ConnectionStatus::Connected { runtime });
-                })
-                .await
-            }
-            Err(e) => Err(e),
-        };
+        let result =
+            match connection::connect(socket).await {
+                Ok(stream) => connection::serve(
+                    stream,
+                    &registration,
+                    handler.clone(),
+                    |progress| match progress {
+                        Progress::Registered(runtime) => {
+                            registered = true;
+                            info!(socket = %socket.display(), "registered with the runtime's NRI");
+                            on_status(ConnectionStatus::Connected { runtime });
+                        }
+                        Progress::AwaitingSynchronize { waited } => {
+                            on_status(ConnectionStatus::AwaitingSynchronize { waited })
+                        }
+                        Progress::Synchronized => on_status(ConnectionStatus::Synchronized),
+                    },
+                )
+                .await,
+                Err(e) => Err(e),
+            };
         if registered {
             wait = backoff.initial;
         }

@@ -215,6 +215,8 @@ impl Running {
                         ConnectionStatus::Disconnected { .. } => {
                             let _ = tx.send(Seen::Disconnected);
                         }
+                        ConnectionStatus::AwaitingSynchronize { .. }
+                        | ConnectionStatus::Synchronized => {}
                     }
                 })
                 .await;

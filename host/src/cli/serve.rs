@@ -78,6 +78,7 @@ pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
         reclaim_interval: Duration::from_millis(cfg.daemon.reclaim_interval_ms),
         state_dir: cfg.state_dir.clone(),
         cgroup_root: cfg.cgroup_root.clone(),
+        lift_cpu_quota: cfg.disable_cpu_quota_with_exclusive_cpus,
         machine,
         policy: parts.policy,
         scope: parts.scope,

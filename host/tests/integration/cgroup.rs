@@ -460,3 +460,134 @@ fn real_cgroup_applies_the_cpuset_to_a_process() {
         .join(format!("topomgr-test/cgroup-{}", std::process::id()))
         .exists());
 }
+
+/// A node over a v1 or v2 directory tree whose scripted provider gives
+/// pod "a" CPU 1 and pod "c" CPU 2 exclusively, pod "b" the shared pool.
+fn quota_node(dir: &Path, lift: bool) -> NodeState {
+    let script = BTreeMap::from([
+        (
+            "a".to_owned(),
+            Allocation::default().with_cpus(cpus("1"), true),
+        ),
+        (
+            "b".to_owned(),
+            Allocation::default().with_cpus(cpus("0-3"), false),
+        ),
+        (
+            "c".to_owned(),
+            Allocation::default().with_cpus(cpus("2"), true),
+        ),
+    ]);
+    let machine = testkit::machine(1, 4);
+    let policy = Policy::new(
+        "none",
+        &BTreeMap::new(),
+        NumaInfo::from_machine(&machine).unwrap(),
+    )
+    .unwrap();
+    let admitter = Admitter::new(
+        &machine,
+        policy,
+        Scope::Container,
+        vec![LoadedProvider::in_process("scripted", scripted(script))],
+    );
+    NodeState::new(admitter, Records::default(), dir, "boot")
+        .with_cgroups(cgroup_tree::detect(dir).unwrap())
+        .with_cpu_quota_lift(lift)
+}
+
+/// As the kubelet with `DisableCPUQuotaWithExclusiveCPUs` (on by default
+/// since 1.33, kubernetes/kubernetes #127525): attaching a container with
+/// exclusive CPUs lifts its CFS quota and its kubelet pod cgroup's (v1:
+/// `cpu.cfs_quota_us = -1` in the cpu hierarchy beside the cpuset one),
+/// keeping the period; a shared container's quota stays, and with
+/// `disable_cpu_quota_with_exclusive_cpus = false` every quota stays.
+#[test]
+fn attaching_exclusive_cpus_lifts_the_cfs_quota_on_v1() {
+    for lift in [true, false] {
+        let (dir, root) = v1_tree(&format!("cg-quota-v1-{lift}"));
+        let cpu = dir.join("cpu");
+        fs::create_dir_all(&cpu).unwrap();
+        write(&cpu.join("cpu.cfs_quota_us"), "-1\n");
+        let cgroups = [
+            ("a", "kubepods/poda/c1", "100000"),
+            ("b", "kubepods/burstable/podb/c2", "50000"),
+        ];
+        for (_, p, quota) in cgroups {
+            let parent = Path::new(p).parent().unwrap();
+            for d in [parent, Path::new(p)] {
+                fs::create_dir_all(cpu.join(d)).unwrap();
+                write(&cpu.join(d).join("cpu.cfs_quota_us"), &format!("{quota}\n"));
+                write(&cpu.join(d).join("cpu.cfs_period_us"), "100000\n");
+            }
+        }
+        let mut node = quota_node(&dir, lift);
+        let mgr = cgroup_tree::detect(&dir).unwrap();
+        for (uid, p, _) in cgroups {
+            assert!(node.admit(&pod(uid)).admitted);
+            mgr.create(&path(p)).unwrap();
+            node.attach(uid, "app", p).unwrap();
+        }
+        assert_eq!(read(&root.join("kubepods/poda/c1/cpuset.cpus")), "1");
+        let quota = |p: &str| {
+            read(&cpu.join(p).join("cpu.cfs_quota_us"))
+                .trim()
+                .to_owned()
+        };
+        let (a, pod_a) = if lift {
+            ("-1", "-1")
+        } else {
+            ("100000", "100000")
+        };
+        assert_eq!(quota("kubepods/poda/c1"), a, "lift={lift}");
+        assert_eq!(quota("kubepods/poda"), pod_a, "lift={lift}");
+        assert_eq!(quota("kubepods/burstable/podb/c2"), "50000");
+        assert_eq!(quota("kubepods/burstable/podb"), "50000");
+        assert_eq!(
+            read(&cpu.join("kubepods/poda/c1/cpu.cfs_period_us")).trim(),
+            "100000"
+        );
+        let read_back = mgr.cpu_quota(&path("kubepods/poda/c1")).unwrap().unwrap();
+        assert_eq!(
+            (read_back.quota_us, read_back.period_us),
+            (if lift { None } else { Some(100_000) }, 100_000)
+        );
+    }
+}
+
+/// The same on cgroup v2: `cpu.max` becomes `max <period>` where the cpu
+/// controller is enabled; a cgroup without it (no `cpu.max`) has no quota
+/// of its own and attaches as before.
+#[test]
+fn attaching_exclusive_cpus_lifts_the_cfs_quota_on_v2() {
+    let root = v2_tree("cg-quota-v2", "cpuset cpu");
+    write(&root.join("cpuset.cpus.effective"), "0-3");
+    write(&root.join("cpuset.mems.effective"), "0");
+    let mut node = quota_node(&root, true);
+    let mgr = cgroup_tree::detect(&root).unwrap();
+    assert!(node.admit(&pod("a")).admitted);
+    let p = "kubepods.slice/kubepods-poda.slice/cri-containerd-c1.scope";
+    mgr.create(&path(p)).unwrap();
+    write(&root.join(p).join("cpu.max"), "100000 50000");
+    write(
+        &root.join("kubepods.slice/kubepods-poda.slice/cpu.max"),
+        "200000 50000",
+    );
+    node.attach("a", "app", p).unwrap();
+    assert_eq!(read(&root.join(p).join("cpu.max")), "max 50000");
+    assert_eq!(
+        read(&root.join("kubepods.slice/kubepods-poda.slice/cpu.max")),
+        "max 50000"
+    );
+    assert_eq!(
+        mgr.cpu_quota(&path(p))
+            .unwrap()
+            .map(|q| (q.quota_us, q.period_us)),
+        Some((None, 50_000))
+    );
+    assert!(node.admit(&pod("c")).admitted);
+    mgr.create(&path("other/c2")).unwrap();
+    node.attach("c", "app", "other/c2").unwrap();
+    assert!(!root.join("other/c2/cpu.max").exists());
+    assert_eq!(mgr.cpu_quota(&path("other/c2")).unwrap(), None);
+}

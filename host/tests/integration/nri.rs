@@ -227,6 +227,39 @@ fn inside(cri: &mut Cri, id: &str) -> (String, String) {
     (p.cpus_allowed_list, p.mems_allowed_list)
 }
 
+/// The CFS quota of container `id` as its real cgroup holds it (v1:
+/// `cpu.cfs_quota_us` in the cpu hierarchy; v2: the quota of `cpu.max`),
+/// found below the harness's cgroup root.
+fn cfs_quota(containerd: &Containerd, id: &str) -> String {
+    fn find(dir: &Path, name: &str) -> Option<PathBuf> {
+        for e in fs::read_dir(dir).ok()?.filter_map(Result::ok) {
+            let p = e.path();
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            if e.file_name() == name {
+                return Some(p);
+            }
+            if let Some(found) = find(&p, name) {
+                return Some(found);
+            }
+        }
+        None
+    }
+    let below = containerd.cgroup_root().trim_start_matches('/');
+    for (hierarchy, file) in [
+        ("/sys/fs/cgroup/cpu", "cpu.cfs_quota_us"),
+        ("/sys/fs/cgroup/cpu,cpuacct", "cpu.cfs_quota_us"),
+        ("/sys/fs/cgroup", "cpu.max"),
+    ] {
+        if let Some(dir) = find(&Path::new(hierarchy).join(below), id) {
+            let text = fs::read_to_string(dir.join(file)).unwrap_or_default();
+            return text.split_whitespace().next().unwrap_or("").to_owned();
+        }
+    }
+    panic!("no cpu cgroup of container {id} below {below}")
+}
+
 /// containerd's record of the container's cpuset.
 fn recorded(cri: &mut Cri, id: &str) -> String {
     cri.rt
@@ -359,6 +392,15 @@ fn containers_get_their_cpus_through_nri_and_keep_them_across_restarts() {
     );
     assert_eq!(inside(&mut cri, &exclusive), ("1".into(), "0".into()));
     assert_eq!(inside(&mut cri, &shared), ("0".into(), "0".into()));
+    // As the kubelet's DisableCPUQuotaWithExclusiveCPUs: the exclusive
+    // container is not throttled (-1 on v1, max on v2), the shared one keeps
+    // the quota of its 500m limit.
+    let unlimited = cfs_quota(&containerd, &exclusive);
+    assert!(
+        unlimited == "-1" || unlimited == "max",
+        "the exclusive container's CFS quota is {unlimited:?}"
+    );
+    assert_eq!(cfs_quota(&containerd, &shared), "50000");
     assert_eq!(
         recorded(&mut cri, &shared),
         "0",

@@ -110,9 +110,28 @@ pub(crate) fn cpuset_resources(set: &Cpuset) -> api::LinuxResources {
     api::LinuxResources::cpuset(&set.cpus.to_string(), &set.mems.to_string())
 }
 
+/// The CFS quota the kubelet asks for a container with exclusive CPUs
+/// (`DisableCPUQuotaWithExclusiveCPUs`, kubernetes/kubernetes #127525):
+/// unlimited. runc writes it as `cpu.cfs_quota_us = -1` (v1) or
+/// `cpu.max = "max <period>"` (v2), the period kept.
+pub(crate) const UNLIMITED_QUOTA: i64 = -1;
+
 /// The adjustment of a container being created: its cpuset and the
-/// providers' environment.
-pub(crate) fn adjustment(set: &Cpuset, env: &BTreeMap<String, String>) -> api::ContainerAdjustment {
+/// providers' environment, and with `unlimited_quota` (a container holding
+/// exclusive CPUs) a CFS quota of -1.
+pub(crate) fn adjustment(
+    set: &Cpuset,
+    env: &BTreeMap<String, String>,
+    unlimited_quota: bool,
+) -> api::ContainerAdjustment {
+    let mut resources = cpuset_resources(set);
+    if unlimited_quota {
+        if let Some(cpu) = resources.cpu.as_mut() {
+            cpu.quota = Some(api::OptionalInt64 {
+                value: UNLIMITED_QUOTA,
+            });
+        }
+    }
     api::ContainerAdjustment {
         env: env
             .iter()
@@ -122,7 +141,7 @@ pub(crate) fn adjustment(set: &Cpuset, env: &BTreeMap<String, String>) -> api::C
             })
             .collect(),
         linux: Some(api::LinuxContainerAdjustment {
-            resources: Some(cpuset_resources(set)),
+            resources: Some(resources),
             ..Default::default()
         }),
         ..Default::default()
@@ -278,9 +297,10 @@ mod tests {
             mems: NumaMask::from_nodes([0]).unwrap(),
         };
         let env = BTreeMap::from([("NVIDIA_VISIBLE_DEVICES".to_owned(), "GPU-aa".to_owned())]);
-        let a = adjustment(&set, &env);
+        let a = adjustment(&set, &env, false);
         let cpu = a.linux.unwrap().resources.unwrap().cpu.unwrap();
         assert_eq!((cpu.cpus.as_str(), cpu.mems.as_str()), ("1", "0"));
+        assert_eq!(cpu.quota, None, "a shared container keeps its quota");
         assert_eq!(a.env[0].key, "NVIDIA_VISIBLE_DEVICES");
         let u = update("abc", &set, true);
         assert_eq!(u.container_id, "abc");
@@ -288,5 +308,20 @@ mod tests {
         let cpu = u.linux.unwrap().resources.unwrap().cpu.unwrap();
         assert_eq!((cpu.cpus.as_str(), cpu.mems.as_str()), ("1", "0"));
         assert_eq!(cpu.shares, None, "an update changes the cpuset only");
+    }
+
+    /// An exclusive container's adjustment asks for the unlimited quota
+    /// the kubelet asks for (-1) and leaves the period as the runtime set it.
+    #[test]
+    fn an_exclusive_containers_adjustment_lifts_its_cfs_quota() {
+        let set = Cpuset {
+            cpus: CpuSet::parse("2-3").unwrap(),
+            mems: NumaMask::from_nodes([0]).unwrap(),
+        };
+        let a = adjustment(&set, &BTreeMap::new(), true);
+        let cpu = a.linux.unwrap().resources.unwrap().cpu.unwrap();
+        assert_eq!(cpu.quota, Some(OptionalInt64 { value: -1 }));
+        assert_eq!((cpu.period, cpu.shares), (None, None));
+        assert_eq!(cpu.cpus, "2-3");
     }
 }

@@ -33,6 +33,9 @@ pub struct Face {
     runtime: Mutex<Option<RuntimeClient>>,
     wake: tokio::sync::Notify,
     status: Arc<NriStatus>,
+    /// Answer an exclusive container's adjustment with an unlimited CFS
+    /// quota ([`Face::with_cpu_quota_lift`]).
+    lift_cpu_quota: bool,
 }
 
 /// The NRI container owner of container `id`.
@@ -78,6 +81,7 @@ impl Face {
         let settings = crate::state_thread::StateThreadSettings {
             state_dir: state_dir.to_path_buf(),
             cgroup_root: cgroup_root.to_path_buf(),
+            lift_cpu_quota: true,
             boot_id: topomgr_node::fsutil::boot_id(),
             export: Default::default(),
         };
@@ -95,7 +99,16 @@ impl Face {
             runtime: Mutex::new(None),
             wake: tokio::sync::Notify::new(),
             status,
+            lift_cpu_quota: true,
         }
+    }
+
+    /// Whether an exclusive container's adjustment lifts its CFS quota, as
+    /// the kubelet's `DisableCPUQuotaWithExclusiveCPUs` (config
+    /// `disable_cpu_quota_with_exclusive_cpus`, default true).
+    pub(crate) fn with_cpu_quota_lift(mut self, lift: bool) -> Face {
+        self.lift_cpu_quota = lift;
+        self
     }
 
     /// The status this face reports to.
@@ -229,6 +242,7 @@ impl Face {
             allocation: Some(allocation_of(&result)),
             told: None,
         };
+        let unlimited_quota = self.lift_cpu_quota && placed.is_exclusive();
         let env = placed
             .allocation
             .as_ref()
@@ -265,7 +279,7 @@ impl Face {
         };
         info!(container = %name, id, cpus = %set.cpus, mems = %set.mems, updated = update.len(), "container placed");
         Ok(CreateContainerResponse {
-            adjust: Some(convert::adjustment(&set, &env)),
+            adjust: Some(convert::adjustment(&set, &env, unlimited_quota)),
             update,
             evict: Vec::new(),
         })

@@ -138,6 +138,10 @@ pub async fn serve(
         move |status: ConnectionStatus| match status {
             ConnectionStatus::Connected { runtime } => face.connected(runtime),
             ConnectionStatus::Disconnected { error, .. } => face.disconnected(error.to_string()),
+            ConnectionStatus::AwaitingSynchronize { waited } => {
+                face.status().awaiting_synchronize(Some(waited))
+            }
+            ConnectionStatus::Synchronized => face.status().awaiting_synchronize(None),
         }
     };
     let connection = serve_with_reconnect(

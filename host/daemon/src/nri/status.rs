@@ -15,6 +15,8 @@ pub struct NriStatus {
     health: Mutex<NriHealth>,
     /// Containers the last Synchronize could not admit (health notes).
     notes: Mutex<Vec<String>>,
+    /// Registered, no Synchronize yet after this long (a health note).
+    awaiting_synchronize: Mutex<Option<std::time::Duration>>,
     metrics: Option<Arc<Metrics>>,
 }
 
@@ -24,6 +26,7 @@ impl NriStatus {
         Arc::new(NriStatus {
             health: Mutex::new(NriHealth::disabled()),
             notes: Mutex::new(Vec::new()),
+            awaiting_synchronize: Mutex::new(None),
             metrics: None,
         })
     }
@@ -45,6 +48,7 @@ impl NriStatus {
                 containers: 0,
             }),
             notes: Mutex::new(Vec::new()),
+            awaiting_synchronize: Mutex::new(None),
             metrics,
         })
     }
@@ -69,6 +73,12 @@ impl NriStatus {
                 h.error.as_deref().unwrap_or("no attempt yet"),
             ));
         }
+        if let Some(waited) = *self.awaiting() {
+            notes.push(format!(
+                "nri: registered with the runtime, but it has not sent Synchronize for more than {} s; no container is placed until it does (containerd 2.x holds it while a container is being stopped, for its grace period); topomgr waits up to 10 minutes, then registers again",
+                waited.as_secs()
+            ));
+        }
         notes.extend(
             self.notes
                 .lock()
@@ -77,6 +87,18 @@ impl NriStatus {
                 .cloned(),
         );
         notes
+    }
+
+    fn awaiting(&self) -> std::sync::MutexGuard<'_, Option<std::time::Duration>> {
+        self.awaiting_synchronize
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registered `waited` ago and no Synchronize yet (`None`: it came, or
+    /// the connection ended).
+    pub(crate) fn awaiting_synchronize(&self, waited: Option<std::time::Duration>) {
+        *self.awaiting() = waited;
     }
 
     fn change(&self, f: impl FnOnce(&mut NriHealth)) {
@@ -89,6 +111,7 @@ impl NriStatus {
 
     /// Registered with the runtime.
     pub(crate) fn connected(&self) {
+        self.awaiting_synchronize(None);
         self.change(|h| {
             h.connected = true;
             h.error = None;
@@ -104,6 +127,7 @@ impl NriStatus {
 
     /// Not connected: an attempt failed or the connection ended.
     pub(crate) fn disconnected(&self, error: String) {
+        self.awaiting_synchronize(None);
         self.change(|h| {
             if h.connected || h.since.is_none() {
                 h.since = Some(unix_now());
@@ -148,6 +172,17 @@ mod tests {
         assert!(s.notes().is_empty());
         assert!(metrics.render().contains("topomgr_nri_connected 1"));
         s.set_notes(vec!["container x".into()]);
+        assert_eq!(s.notes(), ["container x"]);
+        // A Synchronize the runtime holds is a note until it comes.
+        s.awaiting_synchronize(Some(std::time::Duration::from_secs(15)));
+        assert_eq!(s.notes().len(), 2);
+        assert!(
+            s.notes()[0].starts_with("nri: registered with the runtime, but it has not sent Synchronize for more than 15 s"),
+            "{:?}",
+            s.notes()
+        );
+        assert!(s.health().connected, "the connection is kept meanwhile");
+        s.awaiting_synchronize(None);
         assert_eq!(s.notes(), ["container x"]);
         s.disconnected("the NRI connection is closed".into());
         assert!(!s.health().connected);

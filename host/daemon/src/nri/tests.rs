@@ -126,6 +126,7 @@ fn world(tag: &str) -> World {
     let settings = StateThreadSettings {
         state_dir: dir.join("state"),
         cgroup_root: dir.join("cgroup"),
+        lift_cpu_quota: true,
         boot_id: "boot".into(),
         export: Default::default(),
     };
@@ -548,4 +549,52 @@ async fn the_face_follows_a_reload_onto_a_changed_machine() {
         .map(|c| c.mems.clone());
     assert_eq!(mems.as_deref(), Some("0-2"));
     w.check();
+}
+
+/// The CFS quota a create answer sets for the container.
+fn quota_of(answer: &CreateContainerResponse) -> Option<i64> {
+    answer
+        .adjust
+        .as_ref()
+        .and_then(|a| a.linux.as_ref())
+        .and_then(|l| l.resources.as_ref())
+        .and_then(|r| r.cpu.as_ref())
+        .and_then(|c| c.quota.as_ref())
+        .map(|q| q.value)
+}
+
+/// As the kubelet with `DisableCPUQuotaWithExclusiveCPUs` (the default
+/// since 1.33): a container given exclusive CPUs is answered an unlimited
+/// quota (-1), a shared one keeps the kubelet's; with the setting off
+/// (`disable_cpu_quota_with_exclusive_cpus = false`) nobody's is changed.
+#[tokio::test]
+async fn exclusive_containers_are_answered_an_unlimited_cfs_quota() {
+    let w = world("quota");
+    let g = pod("1", "g");
+    let b = pod("2", "b");
+    let shared = w
+        .face
+        .create(b.clone(), container("b1", &b, 100, 500))
+        .await
+        .unwrap();
+    assert_eq!(quota_of(&shared), None);
+    let exclusive = w
+        .face
+        .create(g.clone(), container("g1", &g, 1000, 1000))
+        .await
+        .unwrap();
+    assert_eq!(cpuset_of(&exclusive).0, "1");
+    assert_eq!(quota_of(&exclusive), Some(-1));
+
+    let gate_off = Face::new(
+        w.state.clone(),
+        NriStatus::enabled("/run/nri.sock".as_ref(), None),
+    )
+    .with_cpu_quota_lift(false);
+    let kept = gate_off
+        .create(g.clone(), container("g2", &g, 1000, 1000))
+        .await
+        .unwrap();
+    assert_eq!(cpuset_of(&kept).0, "2");
+    assert_eq!(quota_of(&kept), None);
 }
