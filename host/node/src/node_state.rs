@@ -59,6 +59,7 @@ use topomgr_sdk::{CpuSet, NumaMask, PodView};
 use tracing::{debug, info, warn};
 
 use crate::api::{Attached, Attachments};
+use crate::followed::Followed;
 use crate::pod_owner::{ContainerRuntime, Owner};
 use crate::provider_states::ProviderStates;
 use crate::reconciled::Conflicts;
@@ -417,6 +418,9 @@ pub struct NodeState {
     cgroups: Option<CgroupManager>,
     applied_pool: Option<CpuSet>,
     boot_id: String,
+    /// The containers a runtime face follows (not saved: made anew from
+    /// the runtime's list at each registration).
+    followed: Followed,
 }
 
 impl NodeState {
@@ -434,6 +438,7 @@ impl NodeState {
             cgroups: None,
             applied_pool: None,
             boot_id: boot_id.to_owned(),
+            followed: Followed::default(),
         }
     }
 
@@ -502,6 +507,17 @@ impl NodeState {
     /// Every provider's state is saved now (a whole snapshot was written).
     pub fn saved(&mut self) {
         self.provider_states.saved_all(&self.admitter);
+    }
+
+    /// The containers a runtime face follows.
+    pub fn followed(&self) -> &Followed {
+        &self.followed
+    }
+
+    /// The pods and the containers followed together (answers are
+    /// computed from both).
+    pub fn followed_mut(&mut self) -> (&BTreeMap<String, AdmitResult>, &mut Followed) {
+        (self.admitter.pods(), &mut self.followed)
     }
 
     /// The host's records (attachments, owners).
@@ -576,7 +592,7 @@ impl NodeState {
 
     /// [`NodeState::admit_traced`] aligned with devices the pod's containers
     /// already hold ([`Admitter::admit_assigned`]).
-    pub fn admit_assigned(
+    fn admit_assigned(
         &mut self,
         pod: &PodView,
         assigned: &AssignedDevices,
@@ -692,23 +708,13 @@ impl NodeState {
         });
     }
 
-    /// Admit `pod` for `owner` and record the owner with it
-    /// ([`NodeState::admit_traced`]). A pod already admitted answers its
-    /// admission when `owner` is the one recorded for it (a retry) and
+    /// Admit `pod` for `owner` and record the owner with it, aligned with
+    /// devices the pod's containers already hold (`assigned`, empty for
+    /// none: [`Admitter::admit_assigned`]). A pod already admitted answers
+    /// its admission when `owner` is the one recorded for it (a retry) and
     /// changes nothing; another owner's (or none) is an [`OwnerConflict`]
     /// and changes nothing either.
     pub fn admit_owned(
-        &mut self,
-        pod: &PodView,
-        owner: Owner,
-        trace: &mut Vec<topomgr_engine::admission::TraceStep>,
-    ) -> Result<AdmitResult, OwnerConflict> {
-        self.admit_owned_assigned(pod, owner, &AssignedDevices::new(), trace)
-    }
-
-    /// [`NodeState::admit_owned`] aligned with devices the pod's containers
-    /// already hold ([`Admitter::admit_assigned`]).
-    pub fn admit_owned_assigned(
         &mut self,
         pod: &PodView,
         owner: Owner,
@@ -1259,7 +1265,12 @@ mod tests {
         let dead = ended();
         let admit = |n: &mut NodeState, uid: &str, owner: Owner| {
             let r = n
-                .admit_owned(&one_container(uid), owner, &mut Vec::new())
+                .admit_owned(
+                    &one_container(uid),
+                    owner,
+                    &AssignedDevices::new(),
+                    &mut Vec::new(),
+                )
                 .unwrap();
             assert!(r.admitted, "{r:?}");
         };
@@ -1375,13 +1386,19 @@ mod tests {
         let (mut n, root) = node("owned");
         let me = Owner::current("b").unwrap();
         let pod = one_container("u1");
-        let first = n.admit_owned(&pod, me.clone(), &mut Vec::new()).unwrap();
+        let first = n
+            .admit_owned(&pod, me.clone(), &AssignedDevices::new(), &mut Vec::new())
+            .unwrap();
         assert_eq!(n.take_changes().len(), 2, "admitted and its owner");
-        let again = n.admit_owned(&pod, me.clone(), &mut Vec::new()).unwrap();
+        let again = n
+            .admit_owned(&pod, me.clone(), &AssignedDevices::new(), &mut Vec::new())
+            .unwrap();
         assert_eq!(again, first);
         assert!(n.take_changes().is_empty());
         let other = container_owner("x", None, None);
-        let err = n.admit_owned(&pod, other, &mut Vec::new()).unwrap_err();
+        let err = n
+            .admit_owned(&pod, other, &AssignedDevices::new(), &mut Vec::new())
+            .unwrap_err();
         assert_eq!(
             err.to_string(),
             format!(
@@ -1390,7 +1407,12 @@ mod tests {
         );
         n.admit(&one_container("plain"));
         let err = n
-            .admit_owned(&one_container("plain"), me, &mut Vec::new())
+            .admit_owned(
+                &one_container("plain"),
+                me,
+                &AssignedDevices::new(),
+                &mut Vec::new(),
+            )
             .unwrap_err();
         assert!(
             err.to_string()
