@@ -231,8 +231,12 @@ impl Face {
             .map(|c| c.allocation.env.clone())
             .unwrap_or_default();
         info!(container = %name, id, cpus = %set.cpus, mems = %set.mems, updated = answer.updates.len(), "container placed");
+        let mut adjust = convert::adjustment(&set, &env);
+        adjust
+            .annotations
+            .insert(convert::PLACED_CPUS.to_owned(), set.cpus.to_string());
         Ok(CreateContainerResponse {
-            adjust: Some(convert::adjustment(&set, &env)),
+            adjust: Some(adjust),
             update: nri_updates(&answer.updates, false),
             evict: Vec::new(),
         })

@@ -659,3 +659,83 @@ async fn a_cpuset_changed_behind_topomgrs_back_is_repaired() {
         "{notes:?}"
     );
 }
+
+/// topomgr placed a container on CPU 1, its pod was released through the
+/// API while it runs, and the runtime reconnected: it lists the container
+/// with `cpus = "1"` (topomgr's, kept in the spec) and topomgr's
+/// annotation. It is topomgr's placement, not its user's pinning: the
+/// container is admitted again and the next Guaranteed container does not
+/// get CPU 1.
+#[tokio::test]
+async fn own_placements_are_recognised_after_a_reconnect() {
+    let w = world("own");
+    let f = &w.face;
+    let g = pod("1", "g");
+    let first = f
+        .create(g.clone(), container("g1", &g, 1000, 1000))
+        .await
+        .unwrap();
+    assert_eq!(cpuset_of(&first), ("1", "0"));
+    let marks = &first.adjust.as_ref().unwrap().annotations;
+    assert_eq!(
+        marks.get("topomgr.io/placed-cpus").map(String::as_str),
+        Some("1")
+    );
+    w.state.submit(Command::Release("g1".into())).await.unwrap();
+    let mut listed = with_cpuset(container("g1", &g, 1000, 1000), "1", "0");
+    listed.annotations = marks.clone();
+    f.synchronize(vec![g.clone()], vec![listed]).await.unwrap();
+    assert!(
+        w.state.read(|v| v.pods.contains_key("g1")),
+        "admitted again"
+    );
+    let book = w.book();
+    assert_eq!(book.len(), 1, "{book:?}");
+    let next = f
+        .create(g.clone(), container("g2", &g, 1000, 1000))
+        .await
+        .unwrap();
+    assert_ne!(cpuset_of(&next).0, "1", "CPU 1 is g1's");
+    w.check();
+    // Without the annotation the same cpuset is its user's: left alone.
+    let w = world("own-user");
+    let user = with_cpuset(container("u1", &g, 1000, 1000), "1", "0");
+    w.face
+        .synchronize(vec![g.clone()], vec![user])
+        .await
+        .unwrap();
+    assert!(w.state.read(|v| v.pods.is_empty()));
+}
+
+/// containerd reported the exit of a container's older instance late: the
+/// CreateContainer of the new instance (same sandbox, same name) arrives
+/// while topomgr still holds the old one, which is released at create
+/// (as nri-plugins does), so its CPUs are free for the new instance.
+#[tokio::test]
+async fn a_stale_instance_is_released_at_create() {
+    let w = world("stale");
+    let f = &w.face;
+    let g = pod("1", "g");
+    let old = container("old", &g, 2000, 2000);
+    assert_eq!(
+        cpuset_of(&f.create(g.clone(), old.clone()).await.unwrap()).0,
+        "2-3"
+    );
+    let mut new = container("new", &g, 2000, 2000);
+    new.name = old.name.clone();
+    let answer = f.create(g.clone(), new).await.unwrap();
+    assert_eq!(cpuset_of(&answer).0, "2-3", "the old instance's CPUs");
+    let pods: Vec<String> = w.state.read(|v| v.pods.keys().cloned().collect());
+    assert_eq!(pods, ["new"]);
+    let book = w.book();
+    assert_eq!(
+        book.iter().map(|(id, ..)| id.as_str()).collect::<Vec<_>>(),
+        ["new"]
+    );
+    w.check();
+    // Another container of the same pod is no stale instance.
+    f.create(g.clone(), container("other", &g, 100, 0))
+        .await
+        .unwrap();
+    assert_eq!(w.book().len(), 2);
+}
