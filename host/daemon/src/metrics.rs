@@ -33,6 +33,7 @@
 //! | `topomgr_reconcile_missing_held{provider,resource}` | gauge | — | CPUs and devices that pods in conflict hold but the machine no longer has: kept for those pods, offered to no one (no series for conflicts of amounts, such as memory) |
 //! | `topomgr_reloads_total` | counter | — | reconciles with the machine and config as they are now (on SIGHUP, or when the machine check found the machine changed) |
 //! | `topomgr_reload_failures_total` | counter | — | reloads (SIGHUP, machine check) that kept the running providers because the new config or machine could not be taken |
+//! | `topomgr_nri_cpuset_repairs_total` | counter | — | containers followed through NRI whose cgroup was found with another cpuset than the runtime was told (an update lost, a change behind topomgr's back), sent again |
 //! | `topomgr_cpuset_drift_total` | counter | — | attached cgroups whose cpuset or memory nodes someone else changed, found by the machine check (each restored once; one whose change comes back is reported in health instead of rewritten) |
 //!
 //! Every counter is exported from the start, at 0; labelled series are
@@ -276,6 +277,7 @@ pub struct Metrics {
     reloads: Counter,
     reload_failures: Counter,
     cpuset_drift: Counter,
+    nri_cpuset_repairs: Counter,
     /// The machine's NUMA nodes, for `cpu_manager_allocation_per_numa`
     /// (replaced at a reload, [`Metrics::machine`]).
     numa: RwLock<NumaLayout>,
@@ -344,6 +346,7 @@ impl Metrics {
             reloads: Counter::default(),
             reload_failures: Counter::default(),
             cpuset_drift: Counter::default(),
+            nri_cpuset_repairs: Counter::default(),
             numa: RwLock::new(NumaLayout::default()),
             owners: RwLock::new(BTreeMap::new()),
             registry: Registry::default(),
@@ -476,6 +479,11 @@ impl Metrics {
             "cpuset_drift",
             "Attached cgroups whose cpuset or memory nodes were changed by someone else",
             m.cpuset_drift.clone(),
+        );
+        own.register(
+            "nri_cpuset_repairs",
+            "Containers followed through NRI found with another cpuset than the runtime was told, sent again",
+            m.nri_cpuset_repairs.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -657,6 +665,12 @@ impl Metrics {
     /// An attached cgroup's cpuset or memory nodes were found changed.
     pub(crate) fn cpuset_drifted(&self) {
         self.cpuset_drift.inc();
+    }
+
+    /// A container followed through NRI was found with another cpuset
+    /// than the runtime was told, and is sent it again.
+    pub(crate) fn nri_cpuset_repaired(&self) {
+        self.nri_cpuset_repairs.inc();
     }
 
     /// One durable state write.

@@ -37,15 +37,17 @@ use std::thread;
 use std::time::Instant;
 
 use tokio::sync::oneshot;
-use topomgr_sdk::{AssignedDevicesRequest, CpuSet, Machine, PodView};
+use topomgr_sdk::{AssignedDevicesRequest, CpuSet, Machine, NumaMask, PodView};
 use tracing::{error, info, warn};
 
 use super::metrics::Metrics;
+use topomgr_cgroup::Cpuset;
 use topomgr_engine::admission::{AdmissionError, AdmitResult, Admitter, UID_CONFLICT};
 #[cfg(doc)]
 use topomgr_node::api::AdmissionRequest;
 use topomgr_node::api::OwnerSpec;
 use topomgr_node::api::{Attached, Attachments};
+use topomgr_node::followed::{self, CpusetUpdate, Followed, FollowedContainer};
 use topomgr_node::image::Restored;
 use topomgr_node::node_state::{
     current_pool, AttachError, Change, NodeState, OwnerConflict, Reclaim, Records, UnknownContainer,
@@ -70,26 +72,8 @@ pub(crate) enum Command {
         /// id and the time of the admission are known).
         owner: OwnerSpec,
     },
-    /// Admit a runtime's container (a one-container pod) for its owner,
-    /// aligned with the devices the container already holds (the NRI
-    /// plugin: [`NodeState::admit_owned_assigned`]).
-    AdmitContainer {
-        /// The one-container pod.
-        pod: PodView,
-        /// The container as owner.
-        owner: OwnerSpec,
-        /// Devices the container was given outside topomgr.
-        assigned: AssignedDevicesRequest,
-    },
-    /// Release the pods owned by containers of `runtime` that are not in
-    /// `existing` (the runtime's own list, at each (re)connection); answers
-    /// the containers whose pods stay.
-    ReconcileContainers {
-        /// The runtime face whose containers are compared.
-        runtime: ContainerRuntime,
-        /// The container ids the runtime has now.
-        existing: BTreeSet<String>,
-    },
+    /// What the NRI face asks at one of the runtime's events.
+    Container(ContainerCommand),
     /// Release the pods whose owners are gone ([`NodeState::reclaim`]).
     Reclaim,
     /// Release an admitted pod.
@@ -116,6 +100,171 @@ pub(crate) enum Command {
     ReloadFailed(String),
     /// Verify the attached cgroups (cpusets and memory nodes as written).
     CheckCgroups,
+}
+
+/// The NRI face's requests, one per runtime event, each answered with a
+/// [`ContainerAnswer`] computed here from the committed state (the pods
+/// and the containers followed, [`NodeState::followed`]): the face applies
+/// it as it is, without reading the view again.
+#[derive(Debug, Clone)]
+pub(crate) enum ContainerCommand {
+    /// CreateContainer: release older instances of the same container of
+    /// the same sandbox still held (the runtime reported their exit late),
+    /// admit the container, follow it; answer its cpuset and every
+    /// followed container whose cpuset changes. An admission that would
+    /// leave no CPU to the shared pool while containers need it is
+    /// refused here, before the commit.
+    Create(Box<NewContainer>),
+    /// PostCreateContainer, PostStartContainer: the runtime created the
+    /// container with `cpuset` (`None`: not told); where it is not what
+    /// the container must have, the follower's next round corrects it.
+    Created {
+        /// The container id.
+        id: String,
+        /// Its cpuset as the runtime has it.
+        cpuset: Option<Cpuset>,
+    },
+    /// UpdateContainer: the container keeps its cpuset; answer it and the
+    /// others whose cpuset differs.
+    Update {
+        /// The container id.
+        id: String,
+    },
+    /// StopContainer: release the container and stop following it; answer
+    /// the others' cpusets (the CPUs it gave back).
+    Stop {
+        /// The container id.
+        id: String,
+    },
+    /// RemoveContainer: release what is still held; the follower tells the
+    /// others.
+    Remove {
+        /// The container id.
+        id: String,
+    },
+    /// RemovePodSandbox: release every container of the sandbox still held.
+    RemoveSandbox {
+        /// The runtime's sandbox id.
+        sandbox: String,
+    },
+    /// Synchronize: release the pods of NRI containers the runtime no
+    /// longer has (not in `existing`), admit the containers listed that are
+    /// not admitted, follow exactly those listed; answer every cpuset.
+    Synchronize {
+        /// The ids of the containers the runtime runs.
+        existing: BTreeSet<String>,
+        /// The containers listed (running, with their pod).
+        listed: Vec<ListedContainer>,
+    },
+    /// The follower's round: every cpuset the runtime was not told, marked
+    /// as on its way (nothing while one is).
+    FollowerRound,
+    /// The follower's update came back; `failed`: those not applied.
+    FollowerSent {
+        /// Container ids the runtime did not update.
+        failed: Vec<String>,
+    },
+    /// Read the followed containers' cpusets back from their cgroups under
+    /// the cgroup root; where one differs from what the runtime was told
+    /// (changed behind topomgr's back, an update lost), the follower's next
+    /// round repairs it.
+    CheckCpusets,
+    /// The book as it is: (id, what is kept, whether it holds exclusive
+    /// CPUs) of every container followed (tests check it after each event).
+    #[cfg(test)]
+    Book,
+}
+
+/// A container to admit and follow (CreateContainer).
+#[derive(Debug, Clone)]
+pub(crate) struct NewContainer {
+    /// The runtime's container id (the uid of its one-container pod).
+    pub id: String,
+    /// The one-container pod.
+    pub pod: PodView,
+    /// The container as owner.
+    pub owner: OwnerSpec,
+    /// Devices the container was given outside topomgr.
+    pub assigned: AssignedDevicesRequest,
+    /// What the book keeps of it.
+    pub follow: FollowedContainer,
+}
+
+/// A container the runtime lists at Synchronize.
+#[derive(Debug, Clone)]
+pub(crate) struct ListedContainer {
+    /// The runtime's container id.
+    pub id: String,
+    /// What the book keeps of it.
+    pub follow: FollowedContainer,
+    /// Its pod and owner when topomgr places it (`None`: left alone, or not
+    /// readable; followed only while its pod is admitted).
+    pub admit: Option<(PodView, OwnerSpec, AssignedDevicesRequest)>,
+}
+
+/// A followed container whose cgroup did not have the cpuset the runtime
+/// was told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Repair {
+    /// The container id.
+    pub id: String,
+    /// `namespace/pod/container`.
+    pub who: String,
+    /// What its cgroup had.
+    pub found: Cpuset,
+    /// What it must have (sent again).
+    pub want: Cpuset,
+}
+
+/// The state thread's answer to a [`ContainerCommand`].
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ContainerAnswer {
+    /// Create: the admission (a refusal says why).
+    pub admission: Option<AdmitResult>,
+    /// Create, Update: the container's cpuset (marked told).
+    pub cpuset: Option<Cpuset>,
+    /// The other containers whose cpuset changes (marked told).
+    pub updates: Vec<CpusetUpdate>,
+    /// Create: stale instances released; Stop, Remove, RemoveSandbox: the
+    /// containers no longer followed; Synchronize: the containers whose
+    /// pods were released.
+    pub released: Vec<String>,
+    /// Synchronize: the containers admitted now, with their result or why
+    /// they could not be.
+    pub admitted: Vec<(String, Result<AdmitResult, String>)>,
+    /// CheckCpusets: the cgroups found wrong.
+    pub repairs: Vec<Repair>,
+    /// Created: the runtime has another cpuset than the container must
+    /// have; FollowerSent: cpusets changed while the update was on its way.
+    /// The follower sends again.
+    pub again: bool,
+    /// The containers followed after this.
+    pub followed: usize,
+    /// Book: every container followed.
+    #[cfg(test)]
+    pub book: Vec<(String, FollowedContainer, bool)>,
+    /// What is left to do after the commit.
+    finish: Finish,
+}
+
+/// What a [`ContainerCommand`] leaves for after the commit: answers are
+/// computed from the committed state.
+#[derive(Debug, Clone, Default)]
+enum Finish {
+    /// Nothing.
+    #[default]
+    Nothing,
+    /// Follow the container created, when admitted; its cpuset and the
+    /// others' updates.
+    Create(String, Box<FollowedContainer>),
+    /// The container's cpuset and the others' updates.
+    Update(String),
+    /// The updates of every container.
+    Updates,
+    /// Follow exactly these; every container's update.
+    Synchronize(BTreeMap<String, FollowedContainer>),
+    /// The follower's round.
+    FollowerRound,
 }
 
 /// What a reload (SIGHUP, the machine check) hands the state thread to swap in.
@@ -157,15 +306,8 @@ pub(crate) enum Reply {
     /// A reclaim ran (what it released is logged and counted in the
     /// metrics).
     Reclaimed,
-    /// What a reconcile with a runtime's containers did.
-    ContainersReconciled {
-        /// Container ids whose pods were released (the runtime no longer
-        /// has them).
-        released: Vec<String>,
-        /// The containers the runtime has whose pods stay admitted: (container
-        /// id, its pod as admitted).
-        kept: Vec<(String, AdmitResult)>,
-    },
+    /// The answer to a [`ContainerCommand`].
+    Container(Box<ContainerAnswer>),
     /// The cgroup was written.
     Attached(Attached),
     /// The NodeResourceTopology object ([`topomgr_node::nrt`]).
@@ -283,6 +425,8 @@ struct Worker {
     node: NodeState,
     /// The state directory (for messages).
     state_dir: PathBuf,
+    /// The cgroup root (the NRI containers' cgroups are read under it).
+    cgroup_root: PathBuf,
     /// What the last reload and cgroup check could not do.
     reload_notes: Vec<String>,
     /// Cgroup problems found by the check (see `check_cgroups`).
@@ -362,6 +506,7 @@ impl StateThread {
         let mut worker = Worker {
             node,
             state_dir: settings.state_dir.clone(),
+            cgroup_root: settings.cgroup_root.clone(),
             reload_notes: Vec::new(),
             cgroup_notes: Vec::new(),
             machine: machine.clone(),
@@ -482,6 +627,10 @@ impl Worker {
                             *r = now;
                         }
                     }
+                }
+                // Containers' answers are computed from the committed state.
+                if let Ok(Reply::Container(answer)) = &mut result {
+                    self.finish(answer, &pool);
                 }
                 let _ = reply.send(result);
             }
@@ -710,18 +859,15 @@ impl Worker {
                 (Ok(Reply::Admitted(results)), changed)
             }
             Command::AdmitOwned { pod, owner } => {
-                self.admit_owned(pod, owner, AssignedDevicesRequest::default())
+                match self.admit_owned(pod, owner, AssignedDevicesRequest::default()) {
+                    Ok((r, changed)) => (Ok(Reply::Admitted(vec![r])), changed),
+                    Err(e) => (Err(e), false),
+                }
             }
-            Command::AdmitContainer {
-                pod,
-                owner,
-                assigned,
-            } => self.admit_owned(pod, owner, assigned),
-            Command::ReconcileContainers { runtime, existing } => {
-                let (released, kept) = self.reconcile_containers(runtime, &existing);
-                let changed = !released.is_empty();
-                (Ok(Reply::ContainersReconciled { released, kept }), changed)
-            }
+            Command::Container(cmd) => match self.container(cmd) {
+                Ok((answer, changed)) => (Ok(Reply::Container(Box::new(answer))), changed),
+                Err((e, changed)) => (Err(e), changed),
+            },
             Command::Reclaim => {
                 let reclaimed = self.reclaim();
                 let changed = reclaimed
@@ -781,16 +927,16 @@ impl Worker {
 
     /// Admit `pod` for `owner`, aligned with the devices of `assigned` (its
     /// containers hold them all): [`Command::AdmitOwned`],
-    /// [`Command::AdmitContainer`].
+    /// [`ContainerCommand::Create`]; (its result, whether the state changed).
     fn admit_owned(
         &mut self,
         pod: PodView,
         owner: OwnerSpec,
         assigned: AssignedDevicesRequest,
-    ) -> (Result<Reply, CommandError>, bool) {
+    ) -> Result<(AdmitResult, bool), CommandError> {
         if let Some(conflict) = self.conflict(std::slice::from_ref(&pod)) {
             self.metrics.request_refused(UID_CONFLICT);
-            return (Err(CommandError::Conflict(conflict)), false);
+            return Err(CommandError::Conflict(conflict));
         }
         let known = self.node.pods().contains_key(&pod.uid);
         let (policy, scope) = {
@@ -799,7 +945,7 @@ impl Worker {
         };
         let owner = match owner.to_owner(self.node.boot_id(), topomgr_node::pod_owner::unix_now()) {
             Ok(o) => o,
-            Err(e) => return (Err(CommandError::BadOwner(e)), false),
+            Err(e) => return Err(CommandError::BadOwner(e)),
         };
         let assigned: topomgr_engine::admission::AssignedDevices = if assigned.is_empty() {
             BTreeMap::new()
@@ -812,19 +958,265 @@ impl Worker {
         };
         let start = Instant::now();
         let mut trace = Vec::new();
-        let r = match self
-            .node
-            .admit_owned_assigned(&pod, owner, &assigned, &mut trace)
-        {
+        let r = match self.node.admit_owned(&pod, owner, &assigned, &mut trace) {
             Ok(r) => r,
             Err(e) => {
                 self.metrics.request_refused(UID_CONFLICT);
-                return (Err(CommandError::OwnerConflict(e)), false);
+                return Err(CommandError::OwnerConflict(e));
             }
         };
         self.admitted(&r, known, trace, (policy, scope), start);
         let changed = r.admitted && !known;
-        (Ok(Reply::Admitted(vec![r])), changed)
+        Ok((r, changed))
+    }
+
+    /// The machine's NUMA nodes (the memory nodes of a container no
+    /// provider gave any).
+    fn nodes(&self) -> NumaMask {
+        self.machine
+            .numa_ids()
+            .into_iter()
+            .fold(NumaMask::EMPTY, |m, n| m.with(n))
+    }
+
+    /// Release container `id`'s pod when one is admitted; whether one was.
+    fn release_container(&mut self, id: &str) -> bool {
+        match self.node.release(id) {
+            Ok(_) => {
+                info!(container = id, "container released");
+                true
+            }
+            Err(AdmissionError::UnknownPod(_)) => false,
+            Err(e) => {
+                warn!(container = id, error = %e, "container released with provider errors");
+                true
+            }
+        }
+    }
+
+    /// Stop following container `id` and release its pod; (whether it was
+    /// followed, whether the state changed).
+    fn forget_container(&mut self, id: &str) -> (bool, bool) {
+        let was = self.node.followed_mut().1.unfollow(id).is_some();
+        let changed = was && self.release_container(id);
+        (was, changed)
+    }
+
+    /// Apply one [`ContainerCommand`] (what is answered from the committed
+    /// state is left to [`Worker::finish`]): (answer, state changed), or
+    /// the error and whether the state changed before it.
+    fn container(
+        &mut self,
+        cmd: ContainerCommand,
+    ) -> Result<(ContainerAnswer, bool), (CommandError, bool)> {
+        let mut answer = ContainerAnswer::default();
+        let mut changed = false;
+        match cmd {
+            ContainerCommand::Create(new) => {
+                // nri-plugins releases a stale instance at create as well
+                // (containers/nri-plugins, resmgr's CreateContainer).
+                let stale = self.node.followed().stale_instances(
+                    &new.follow.sandbox,
+                    &new.follow.name,
+                    &new.id,
+                );
+                for old in stale {
+                    info!(container = %new.follow.who, stale = %old, id = %new.id, "an older instance of the container is still held: released at create");
+                    changed |= self.forget_container(&old).1;
+                    answer.released.push(old);
+                }
+                let new = *new;
+                let known = self.node.pods().contains_key(&new.id);
+                let (mut r, admitted) = self
+                    .admit_owned(new.pod, new.owner, new.assigned)
+                    .map_err(|e| (e, changed))?;
+                changed |= admitted;
+                if r.admitted && !known && self.empties_the_pool(&new.id) {
+                    self.release_container(&new.id);
+                    info!(container = %new.follow.who, "refused: it would leave no CPU in the shared pool");
+                    r = AdmitResult {
+                        admitted: false,
+                        reason: Some(topomgr_engine::admission::UNEXPECTED_ADMISSION_ERROR.to_owned()),
+                        message: Some(format!(
+                            "container {} would leave no CPU in the shared pool, which the containers of the shared pool need; give the CPU provider reserved CPUs (reserved_cpus)",
+                            new.follow.who
+                        )),
+                        containers: Vec::new(),
+                        ..r
+                    };
+                }
+                if r.admitted {
+                    answer.finish = Finish::Create(new.id, Box::new(new.follow));
+                }
+                answer.admission = Some(r);
+            }
+            ContainerCommand::Created { id, cpuset } => {
+                if let (Some(now), true) = (cpuset, self.node.followed().get(&id).is_some()) {
+                    let pool = self.node.shared_pool();
+                    let want = Followed::desired(self.node.pods(), &id, &pool, self.nodes());
+                    answer.again = want.is_some_and(|w| w != now);
+                    self.node.followed_mut().1.runtime_has(&id, Some(now));
+                }
+            }
+            ContainerCommand::Update { id } => answer.finish = Finish::Update(id),
+            ContainerCommand::Stop { id } => {
+                let (was, released) = self.forget_container(&id);
+                changed = released;
+                if was {
+                    answer.released.push(id);
+                }
+                answer.finish = Finish::Updates;
+            }
+            ContainerCommand::Remove { id } => {
+                let (was, released) = self.forget_container(&id);
+                changed = released;
+                if was {
+                    answer.released.push(id);
+                }
+            }
+            ContainerCommand::RemoveSandbox { sandbox } => {
+                for id in self.node.followed().of_sandbox(&sandbox) {
+                    changed |= self.forget_container(&id).1;
+                    answer.released.push(id);
+                }
+            }
+            ContainerCommand::Synchronize { existing, listed } => {
+                let (released, kept) = self.reconcile_containers(ContainerRuntime::Nri, &existing);
+                changed = !released.is_empty();
+                answer.released = released;
+                let mut table = BTreeMap::new();
+                for l in listed {
+                    if kept.contains(&l.id) {
+                        table.insert(l.id, l.follow);
+                        continue;
+                    }
+                    let Some((pod, owner, assigned)) = l.admit else {
+                        continue;
+                    };
+                    let outcome = match self.admit_owned(pod, owner, assigned) {
+                        Ok((r, admitted)) => {
+                            changed |= admitted;
+                            Ok(r)
+                        }
+                        Err(e) => Err(e.to_string()),
+                    };
+                    answer.admitted.push((l.id.clone(), outcome));
+                    table.insert(l.id, l.follow);
+                }
+                answer.finish = Finish::Synchronize(table);
+            }
+            ContainerCommand::FollowerRound => answer.finish = Finish::FollowerRound,
+            ContainerCommand::FollowerSent { failed } => {
+                answer.again = self.node.followed_mut().1.sent(&failed);
+            }
+            ContainerCommand::CheckCpusets => answer.repairs = self.check_cpusets(),
+            #[cfg(test)]
+            ContainerCommand::Book => {
+                let pods = self.node.pods();
+                answer.book = self
+                    .node
+                    .followed()
+                    .iter()
+                    .map(|(id, c)| (id.clone(), c.clone(), Followed::is_exclusive(pods, id)))
+                    .collect();
+            }
+        }
+        answer.followed = self.node.followed().len();
+        Ok((answer, changed))
+    }
+
+    /// Whether container `id`, just admitted, leaves the shared pool empty
+    /// while it or another container followed needs it.
+    fn empties_the_pool(&self, id: &str) -> bool {
+        let pods = self.node.pods();
+        let needed = !Followed::is_exclusive(pods, id) || self.node.followed().any_shared(pods, id);
+        needed && self.node.shared_pool().is_empty()
+    }
+
+    /// Read back the cgroups of the containers followed whose cpuset the
+    /// runtime was told (and no update is on its way); each one found
+    /// otherwise is marked as the runtime has it, counted and answered.
+    fn check_cpusets(&mut self) -> Vec<Repair> {
+        let pool = self.node.shared_pool();
+        let nodes = self.nodes();
+        if self.node.followed().in_flight() {
+            return Vec::new();
+        }
+        let mut found = Vec::new();
+        let pods = self.node.pods();
+        for (id, c) in self.node.followed().iter() {
+            let (Some(cgroup), Some(told)) = (&c.cgroup, &c.told) else {
+                continue;
+            };
+            let Some(want) = Followed::desired(pods, id, &pool, nodes) else {
+                continue;
+            };
+            if *told != want {
+                continue; // an update is due anyway
+            }
+            match followed::read_cpuset(&self.cgroup_root, cgroup) {
+                Ok(Some(now)) if now != want => found.push(Repair {
+                    id: id.clone(),
+                    who: c.who.clone(),
+                    found: now,
+                    want,
+                }),
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(container = %c.who, error = %e, "cannot read the container's cpuset")
+                }
+            }
+        }
+        let book = self.node.followed_mut().1;
+        for r in &found {
+            warn!(container = %r.who, id = %r.id, found = %r.found.cpus, want = %r.want.cpus, "a container's cgroup does not have the cpuset it was given; sent again");
+            book.runtime_has(&r.id, Some(r.found.clone()));
+            self.metrics.nri_cpuset_repaired();
+        }
+        found
+    }
+
+    /// Complete a container's answer from the committed state (`pool`: the
+    /// shared pool after the batch).
+    fn finish(&mut self, answer: &mut ContainerAnswer, pool: &CpuSet) {
+        let nodes = self.nodes();
+        let finish = std::mem::take(&mut answer.finish);
+        let (pods, book) = self.node.followed_mut();
+        match finish {
+            Finish::Nothing => {}
+            Finish::Create(id, follow) => {
+                if pods.contains_key(&id) {
+                    book.follow(&id, *follow);
+                    answer.cpuset = book.tell(pods, &id, pool, nodes);
+                    answer.updates = book.updates(pods, pool, nodes, Some(&id));
+                }
+                if let Some(r) = &mut answer.admission {
+                    if let Cow::Owned(now) = current_pool(r, pool) {
+                        *r = now;
+                    }
+                }
+            }
+            Finish::Update(id) => {
+                answer.cpuset = book.tell(pods, &id, pool, nodes);
+                if answer.cpuset.is_some() {
+                    answer.updates = book.updates(pods, pool, nodes, Some(&id));
+                }
+            }
+            Finish::Updates => answer.updates = book.updates(pods, pool, nodes, None),
+            Finish::Synchronize(table) => {
+                book.replace(table);
+                answer.updates = book.updates(pods, pool, nodes, None);
+            }
+            Finish::FollowerRound => {
+                if !book.in_flight() {
+                    answer.updates = book.updates(pods, pool, nodes, None);
+                    if !answer.updates.is_empty() {
+                        book.sending();
+                    }
+                }
+            }
+        }
+        answer.followed = book.len();
     }
 
     /// After one admission decided since `start` (`known`: the pod was held
@@ -856,12 +1248,12 @@ impl Worker {
     }
 
     /// Release the pods owned by containers of `runtime` that `existing`
-    /// lacks; (released container ids, kept containers with their pods).
+    /// lacks; (released container ids, kept container ids).
     fn reconcile_containers(
         &mut self,
         runtime: ContainerRuntime,
         existing: &BTreeSet<String>,
-    ) -> (Vec<String>, Vec<(String, AdmitResult)>) {
+    ) -> (Vec<String>, BTreeSet<String>) {
         let owned: Vec<(String, String)> = self
             .node
             .records()
@@ -872,11 +1264,11 @@ impl Worker {
                 _ => None,
             })
             .collect();
-        let (mut released, mut kept) = (Vec::new(), Vec::new());
+        let (mut released, mut kept) = (Vec::new(), BTreeSet::new());
         for (uid, id) in owned {
             if existing.contains(&id) {
-                if let Some(r) = self.node.pods().get(&uid) {
-                    kept.push((id, r.clone()));
+                if self.node.pods().contains_key(&uid) {
+                    kept.insert(id);
                 }
                 continue;
             }

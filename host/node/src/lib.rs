@@ -10,6 +10,7 @@
 
 pub mod api;
 pub mod config;
+pub mod followed;
 pub mod fsutil;
 pub mod image;
 pub mod journal;

@@ -59,6 +59,7 @@ use topomgr_sdk::{CpuSet, NumaMask, PodView};
 use tracing::{debug, info, warn};
 
 use crate::api::{Attached, Attachments};
+use crate::followed::Followed;
 use crate::pod_owner::{ContainerRuntime, Owner};
 use crate::provider_states::ProviderStates;
 use crate::reconciled::Conflicts;
@@ -420,6 +421,9 @@ pub struct NodeState {
     /// Lift the CFS quota of containers attached with exclusive CPUs
     /// ([`NodeState::with_cpu_quota_lift`]).
     lift_cpu_quota: bool,
+    /// The containers a runtime face follows (not saved: made anew from
+    /// the runtime's list at each registration).
+    followed: Followed,
 }
 
 impl NodeState {
@@ -438,6 +442,7 @@ impl NodeState {
             applied_pool: None,
             boot_id: boot_id.to_owned(),
             lift_cpu_quota: true,
+            followed: Followed::default(),
         }
     }
 
@@ -517,6 +522,17 @@ impl NodeState {
         self.provider_states.saved_all(&self.admitter);
     }
 
+    /// The containers a runtime face follows.
+    pub fn followed(&self) -> &Followed {
+        &self.followed
+    }
+
+    /// The pods and the containers followed together (answers are
+    /// computed from both).
+    pub fn followed_mut(&mut self) -> (&BTreeMap<String, AdmitResult>, &mut Followed) {
+        (self.admitter.pods(), &mut self.followed)
+    }
+
     /// The host's records (attachments, owners).
     pub fn records(&self) -> &Records {
         &self.records
@@ -589,7 +605,7 @@ impl NodeState {
 
     /// [`NodeState::admit_traced`] aligned with devices the pod's containers
     /// already hold ([`Admitter::admit_assigned`]).
-    pub fn admit_assigned(
+    fn admit_assigned(
         &mut self,
         pod: &PodView,
         assigned: &AssignedDevices,
@@ -705,23 +721,13 @@ impl NodeState {
         });
     }
 
-    /// Admit `pod` for `owner` and record the owner with it
-    /// ([`NodeState::admit_traced`]). A pod already admitted answers its
-    /// admission when `owner` is the one recorded for it (a retry) and
+    /// Admit `pod` for `owner` and record the owner with it, aligned with
+    /// devices the pod's containers already hold (`assigned`, empty for
+    /// none: [`Admitter::admit_assigned`]). A pod already admitted answers
+    /// its admission when `owner` is the one recorded for it (a retry) and
     /// changes nothing; another owner's (or none) is an [`OwnerConflict`]
     /// and changes nothing either.
     pub fn admit_owned(
-        &mut self,
-        pod: &PodView,
-        owner: Owner,
-        trace: &mut Vec<topomgr_engine::admission::TraceStep>,
-    ) -> Result<AdmitResult, OwnerConflict> {
-        self.admit_owned_assigned(pod, owner, &AssignedDevices::new(), trace)
-    }
-
-    /// [`NodeState::admit_owned`] aligned with devices the pod's containers
-    /// already hold ([`Admitter::admit_assigned`]).
-    pub fn admit_owned_assigned(
         &mut self,
         pod: &PodView,
         owner: Owner,
@@ -1248,7 +1254,12 @@ mod tests {
         let dead = ended();
         let admit = |n: &mut NodeState, uid: &str, owner: Owner| {
             let r = n
-                .admit_owned(&one_container(uid), owner, &mut Vec::new())
+                .admit_owned(
+                    &one_container(uid),
+                    owner,
+                    &AssignedDevices::new(),
+                    &mut Vec::new(),
+                )
                 .unwrap();
             assert!(r.admitted, "{r:?}");
         };
@@ -1364,13 +1375,19 @@ mod tests {
         let (mut n, root) = node("owned");
         let me = Owner::current("b").unwrap();
         let pod = one_container("u1");
-        let first = n.admit_owned(&pod, me.clone(), &mut Vec::new()).unwrap();
+        let first = n
+            .admit_owned(&pod, me.clone(), &AssignedDevices::new(), &mut Vec::new())
+            .unwrap();
         assert_eq!(n.take_changes().len(), 2, "admitted and its owner");
-        let again = n.admit_owned(&pod, me.clone(), &mut Vec::new()).unwrap();
+        let again = n
+            .admit_owned(&pod, me.clone(), &AssignedDevices::new(), &mut Vec::new())
+            .unwrap();
         assert_eq!(again, first);
         assert!(n.take_changes().is_empty());
         let other = container_owner("x", None, None);
-        let err = n.admit_owned(&pod, other, &mut Vec::new()).unwrap_err();
+        let err = n
+            .admit_owned(&pod, other, &AssignedDevices::new(), &mut Vec::new())
+            .unwrap_err();
         assert_eq!(
             err.to_string(),
             format!(
@@ -1379,7 +1396,12 @@ mod tests {
         );
         n.admit(&one_container("plain"));
         let err = n
-            .admit_owned(&one_container("plain"), me, &mut Vec::new())
+            .admit_owned(
+                &one_container("plain"),
+                me,
+                &AssignedDevices::new(),
+                &mut Vec::new(),
+            )
             .unwrap_err();
         assert!(
             err.to_string()

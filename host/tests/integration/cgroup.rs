@@ -492,7 +492,7 @@ fn quota_node(dir: &Path, lift: bool) -> NodeState {
         vec![LoadedProvider::in_process("scripted", scripted(script))],
     );
     NodeState::new(admitter, Records::default(), dir, "boot")
-        .with_cgroups(cgroup_tree::detect(dir).unwrap())
+        .with_cgroups(directory_tree::detect(dir).unwrap())
         .with_cpu_quota_lift(lift)
 }
 
@@ -522,7 +522,7 @@ fn attaching_exclusive_cpus_lifts_the_cfs_quota_on_v1() {
             }
         }
         let mut node = quota_node(&dir, lift);
-        let mgr = cgroup_tree::detect(&dir).unwrap();
+        let mgr = directory_tree::detect(&dir).unwrap();
         for (uid, p, _) in cgroups {
             assert!(node.admit(&pod(uid)).admitted);
             mgr.create(&path(p)).unwrap();
@@ -564,7 +564,7 @@ fn attaching_exclusive_cpus_lifts_the_cfs_quota_on_v2() {
     write(&root.join("cpuset.cpus.effective"), "0-3");
     write(&root.join("cpuset.mems.effective"), "0");
     let mut node = quota_node(&root, true);
-    let mgr = cgroup_tree::detect(&root).unwrap();
+    let mgr = directory_tree::detect(&root).unwrap();
     assert!(node.admit(&pod("a")).admitted);
     let p = "kubepods.slice/kubepods-poda.slice/cri-containerd-c1.scope";
     mgr.create(&path(p)).unwrap();

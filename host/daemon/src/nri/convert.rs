@@ -53,13 +53,28 @@ pub(crate) fn linux_resources(r: Option<&api::LinuxResources>) -> resources::Lin
     }
 }
 
+/// The annotation topomgr adds to every container it places (the CPUs it
+/// set at creation). containerd keeps it in the container's spec, so it is
+/// listed again at every Synchronize: a container carrying it has
+/// topomgr's cpuset, not its user's (updates cannot change annotations,
+/// so its CPUs may have changed since).
+pub(crate) const PLACED_CPUS: &str = "topomgr.io/placed-cpus";
+
 /// What topomgr does with `container` of `pod` ([`topomgr_runtime::map_container`]).
+/// A container whose cpuset topomgr set ([`PLACED_CPUS`]) is not pinned
+/// by its user: it is mapped as if it had no cpuset.
 pub(crate) fn map(
     pod: &api::PodSandbox,
     container: &api::Container,
 ) -> Result<Mapping, MappingError> {
     let sandbox = sandbox(pod);
-    let resources = linux_resources(container.resources());
+    let mut resources = linux_resources(container.resources());
+    if container.annotations.contains_key(PLACED_CPUS) {
+        if let Some(cpu) = &mut resources.cpu {
+            cpu.cpus = None;
+            cpu.mems = None;
+        }
+    }
     topomgr_runtime::map_container(&ContainerSpec {
         id: &container.id,
         name: Some(&container.name)

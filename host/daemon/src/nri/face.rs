@@ -1,10 +1,16 @@
-//! [`Face`]: topomgr's answers to the runtime's NRI events, admitting and
-//! releasing through the daemon's state thread.
+//! [`Face`]: topomgr's answers to the runtime's NRI events. Each event is
+//! one request to the daemon's state thread ([`ContainerCommand`]), whose
+//! answer carries the placement computed there from the committed state
+//! (the container's cpuset, its environment, the followed containers whose
+//! cpuset changes); the face turns it into NRI's messages. The containers
+//! followed and what each was told are the node's
+//! ([`topomgr_node::followed`]), not the face's.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use topomgr_node::api::OwnerSpec;
+use topomgr_node::followed::{CpusetUpdate, FollowedContainer};
 use topomgr_node::pod_owner::ContainerRuntime;
 use topomgr_nri::api::{
     ConfigureRequest, Container, ContainerState, ContainerUpdate, CreateContainerResponse,
@@ -12,13 +18,13 @@ use topomgr_nri::api::{
 };
 use topomgr_nri::{HandlerResult, Plugin, PluginError, RuntimeClient};
 use topomgr_runtime::Mapping;
-use topomgr_sdk::{Allocation, CpuSet, Machine, NumaMask};
 use tracing::{debug, info, warn};
 
 use super::convert;
-use super::placements::{Placed, Placements};
 use super::status::NriStatus;
-use crate::state_thread::{Command, CommandError, Reply, StateThread};
+use crate::state_thread::{
+    Command, ContainerAnswer, ContainerCommand, ListedContainer, NewContainer, Reply, StateThread,
+};
 use topomgr_engine::admission::AdmitResult;
 
 /// topomgr as the runtime's NRI plugin: every CreateContainer is a
@@ -29,7 +35,6 @@ use topomgr_engine::admission::AdmitResult;
 /// docs of [`super`].
 pub struct Face {
     state: StateThread,
-    table: Mutex<Placements>,
     runtime: Mutex<Option<RuntimeClient>>,
     wake: tokio::sync::Notify,
     status: Arc<NriStatus>,
@@ -48,12 +53,19 @@ fn who(pod: &PodSandbox, container: &Container) -> String {
     format!("{}/{}/{}", pod.namespace, pod.name, container.name)
 }
 
-/// The allocation of a one-container pod's container.
-fn allocation_of(r: &AdmitResult) -> Allocation {
-    r.containers
-        .first()
-        .map(|c| c.allocation.clone())
-        .unwrap_or_default()
+/// What the node's book keeps of `container` of `pod`.
+fn followed(pod: &PodSandbox, container: &Container) -> FollowedContainer {
+    FollowedContainer {
+        sandbox: container.pod_sandbox_id.clone(),
+        name: container.name.clone(),
+        who: who(pod, container),
+        cgroup: container
+            .linux
+            .as_ref()
+            .map(|l| l.cgroups_path.clone())
+            .filter(|p| !p.is_empty()),
+        told: None,
+    }
 }
 
 /// An admission's refusal as the runtime reports it (the kubelet shows it
@@ -67,13 +79,21 @@ fn refusal(r: &AdmitResult) -> PluginError {
     ))
 }
 
+/// The updates of an answer as NRI's messages.
+fn nri_updates(updates: &[CpusetUpdate], ignore_failure: bool) -> Vec<ContainerUpdate> {
+    updates
+        .iter()
+        .map(|(id, set)| convert::update(id, set, ignore_failure))
+        .collect()
+}
+
 impl Face {
     /// A face over a new state thread of its own on `machine`, with its
     /// state in `state_dir` and cgroups under `cgroup_root`: what the daemon
     /// runs, for measuring the NRI path in process (`bench/benches/nri.rs`).
     pub fn with_state_thread(
         admitter: topomgr_engine::admission::Admitter,
-        machine: &Machine,
+        machine: &topomgr_sdk::Machine,
         state_dir: &std::path::Path,
         cgroup_root: &std::path::Path,
         status: Arc<NriStatus>,
@@ -90,12 +110,10 @@ impl Face {
         Ok(Face::new(state, status))
     }
 
-    /// A face admitting through `state`, reporting to `status`. The machine
-    /// is the state thread's, as of its last reload.
+    /// A face admitting through `state`, reporting to `status`.
     pub(crate) fn new(state: StateThread, status: Arc<NriStatus>) -> Face {
         Face {
             state,
-            table: Mutex::new(Placements::default()),
             runtime: Mutex::new(None),
             wake: tokio::sync::Notify::new(),
             status,
@@ -116,29 +134,15 @@ impl Face {
         &self.status
     }
 
-    pub(super) fn table(&self) -> MutexGuard<'_, Placements> {
-        self.table.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The shared pool as of the last commit and the machine's NUMA nodes
-    /// as the state thread last read them (at start, at the last reload:
-    /// the memory nodes of a container no provider gave any), in one read
-    /// of its view so that both are of the same machine.
-    fn placing(&self) -> (CpuSet, NumaMask) {
+    /// The machine's NUMA nodes as the state thread last read them.
+    #[cfg(test)]
+    pub(crate) fn nodes(&self) -> topomgr_sdk::NumaMask {
         self.state.read(|v| {
-            let nodes = v
-                .machine
+            v.machine
                 .numa_ids()
                 .into_iter()
-                .fold(NumaMask::EMPTY, |m, n| m.with(n));
-            (v.shared_pool.clone(), nodes)
+                .fold(topomgr_sdk::NumaMask::EMPTY, |m, n| m.with(n))
         })
-    }
-
-    /// The machine's NUMA nodes (see [`Face::placing`]).
-    #[cfg(test)]
-    pub(crate) fn nodes(&self) -> NumaMask {
-        self.placing().1
     }
 
     /// The runtime, while connected.
@@ -172,30 +176,18 @@ impl Face {
         self.wake.notified().await;
     }
 
-    fn count(&self, t: &Placements) {
-        self.status.containers(t.len());
-    }
-
-    /// One container's admission: its result, or why the state thread
-    /// could not make it (nothing was admitted then).
-    async fn admit(&self, cmd: Command) -> Result<AdmitResult, String> {
-        match self.state.submit(cmd).await {
-            Ok(Reply::Admitted(mut results)) if results.len() == 1 => Ok(results.remove(0)),
+    /// One request to the state thread; its answer (the containers followed
+    /// are counted in the status), or why there is none.
+    pub(crate) async fn ask(&self, cmd: ContainerCommand) -> Result<ContainerAnswer, String> {
+        match self.state.submit(Command::Container(cmd)).await {
+            Ok(Reply::Container(answer)) => {
+                self.status.containers(answer.followed);
+                Ok(*answer)
+            }
             Ok(other) => Err(format!(
-                "the state thread answered an admission with {other:?}"
+                "the state thread answered a container's request with {other:?}"
             )),
             Err(e) => Err(e.to_string()),
-        }
-    }
-
-    /// Release container `id`'s pod (nothing when none is admitted).
-    async fn release(&self, id: &str, name: &str) {
-        match self.state.submit(Command::Release(id.to_owned())).await {
-            Ok(_) => info!(container = %name, id, "container released"),
-            Err(CommandError::UnknownPod(_)) => {}
-            Err(e) => {
-                warn!(container = %name, id, error = %e, "cannot release the container; the next Synchronize does")
-            }
         }
     }
 
@@ -219,68 +211,45 @@ impl Face {
                 )))
             }
         };
-        let assigned = convert::assigned(&request.devices);
         let id = container.id.clone();
-        let result = self
-            .admit(Command::AdmitContainer {
+        let answer = self
+            .ask(ContainerCommand::Create(Box::new(NewContainer {
+                id: id.clone(),
                 pod: request.pod.view,
                 owner: owner(&id),
-                assigned,
-            })
+                assigned: convert::assigned(&request.devices),
+                follow: followed(&pod, &container),
+            })))
             .await
             .map_err(|e| {
                 PluginError::new(format!("topomgr could not admit container {name}: {e}"))
             })?;
+        let Some(result) = answer.admission else {
+            return Err(PluginError::new(format!(
+                "topomgr could not admit container {name}: the state thread answered no admission"
+            )));
+        };
         if !result.admitted {
             info!(container = %name, reason = ?result.reason, "container refused");
             return Err(refusal(&result));
         }
-        let (pool, nodes) = self.placing();
-        let placed = Placed {
-            sandbox: container.pod_sandbox_id.clone(),
-            name: name.clone(),
-            allocation: Some(allocation_of(&result)),
-            told: None,
-        };
-        let unlimited_quota = self.lift_cpu_quota && placed.is_exclusive();
-        let env = placed
-            .allocation
-            .as_ref()
-            .map(|a| a.env.clone())
-            .unwrap_or_default();
-        let placement = {
-            let mut t = self.table();
-            // Shared containers need a shared pool: this one, or those followed.
-            let pool_needed = !placed.is_exclusive()
-                || t.ids()
-                    .iter()
-                    .any(|i| t.get(i).is_some_and(|p| !p.is_exclusive()));
-            match placed.desired(&pool, nodes) {
-                Some(set) if !(pool.is_empty() && pool_needed) => {
-                    t.insert(
-                        &id,
-                        Placed {
-                            told: Some(set.clone()),
-                            ..placed
-                        },
-                    );
-                    let update = t.updates(&pool, nodes, Some(&id), false);
-                    self.count(&t);
-                    Some((set, update))
-                }
-                _ => None,
-            }
-        };
-        let Some((set, update)) = placement else {
-            self.release(&id, &name).await;
+        let Some(set) = answer.cpuset else {
             return Err(PluginError::new(format!(
-                "topomgr: UnexpectedAdmissionError: container {name} would leave no CPU in the shared pool, which the containers of the shared pool need; give the CPU provider reserved CPUs (reserved_cpus)"
+                "topomgr could not place container {name}: it is admitted but has no cpuset (the shared pool is empty)"
             )));
         };
-        info!(container = %name, id, cpus = %set.cpus, mems = %set.mems, updated = update.len(), "container placed");
+        let allocation = result.containers.first().map(|c| &c.allocation);
+        let env = allocation.map(|a| a.env.clone()).unwrap_or_default();
+        let unlimited_quota =
+            self.lift_cpu_quota && allocation.is_some_and(|a| a.exclusive && !a.cpus.is_empty());
+        info!(container = %name, id, cpus = %set.cpus, mems = %set.mems, updated = answer.updates.len(), "container placed");
+        let mut adjust = convert::adjustment(&set, &env, unlimited_quota);
+        adjust
+            .annotations
+            .insert(convert::PLACED_CPUS.to_owned(), set.cpus.to_string());
         Ok(CreateContainerResponse {
-            adjust: Some(convert::adjustment(&set, &env, unlimited_quota)),
-            update,
+            adjust: Some(adjust),
+            update: nri_updates(&answer.updates, false),
             evict: Vec::new(),
         })
     }
@@ -292,19 +261,18 @@ impl Face {
         pod: PodSandbox,
         container: Container,
     ) -> HandlerResult<Vec<ContainerUpdate>> {
-        let removed = self.table().remove(&container.id);
-        if let Some(p) = removed {
-            if p.allocation.is_some() {
-                self.release(&container.id, &p.name).await;
-            } else {
-                debug!(container = %who(&pod, &container), "followed container stopped");
-            }
-        }
-        let (pool, nodes) = self.placing();
-        let mut t = self.table();
-        let updates = t.updates(&pool, nodes, None, true);
-        self.count(&t);
-        Ok(updates)
+        let answer = self
+            .ask(ContainerCommand::Stop {
+                id: container.id.clone(),
+            })
+            .await
+            .map_err(|e| {
+                PluginError::new(format!(
+                    "topomgr could not release container {}: {e}",
+                    who(&pod, &container)
+                ))
+            })?;
+        Ok(nri_updates(&answer.updates, true))
     }
 
     /// UpdateContainer (the kubelet's resource update): the container keeps
@@ -312,20 +280,25 @@ impl Face {
     /// container itself is merged into the request).
     pub async fn update(
         &self,
-        _pod: PodSandbox,
+        pod: PodSandbox,
         container: Container,
     ) -> HandlerResult<UpdateContainerResponse> {
-        let (pool, nodes) = self.placing();
-        let mut t = self.table();
-        let Some(p) = t.get_mut(&container.id) else {
+        let answer = self
+            .ask(ContainerCommand::Update {
+                id: container.id.clone(),
+            })
+            .await
+            .map_err(|e| {
+                PluginError::new(format!(
+                    "topomgr could not answer the update of container {}: {e}",
+                    who(&pod, &container)
+                ))
+            })?;
+        let Some(set) = answer.cpuset else {
             return Ok(UpdateContainerResponse::default());
         };
-        let mut update = Vec::new();
-        if let Some(set) = p.desired(&pool, nodes) {
-            update.push(convert::update(&container.id, &set, false));
-            p.told = Some(set);
-        }
-        update.extend(t.updates(&pool, nodes, Some(&container.id), false));
+        let mut update = vec![convert::update(&container.id, &set, false)];
+        update.extend(nri_updates(&answer.updates, false));
         Ok(UpdateContainerResponse {
             update,
             evict: Vec::new(),
@@ -335,28 +308,31 @@ impl Face {
     /// RemoveContainer: release what is still held (a container removed
     /// without a stop); the follower gives the CPUs back.
     pub async fn remove(&self, container: Container) {
-        let removed = self.table().remove(&container.id);
-        if let Some(p) = removed {
-            if p.allocation.is_some() {
-                self.release(&container.id, &p.name).await;
-            }
-            self.count(&self.table());
-            self.wake();
-        }
+        self.forget(ContainerCommand::Remove {
+            id: container.id.clone(),
+        })
+        .await;
     }
 
     /// RemovePodSandbox: release every container of the pod still held.
     pub async fn remove_pod(&self, pod: PodSandbox) {
-        let ids = self.table().of_sandbox(&pod.id);
-        for id in &ids {
-            let removed = self.table().remove(id);
-            if let Some(p) = removed.filter(|p| p.allocation.is_some()) {
-                self.release(id, &p.name).await;
+        self.forget(ContainerCommand::RemoveSandbox {
+            sandbox: pod.id.clone(),
+        })
+        .await;
+    }
+
+    /// Remove, RemoveSandbox: the follower tells the others.
+    async fn forget(&self, cmd: ContainerCommand) {
+        match self.ask(cmd.clone()).await {
+            Ok(a) if !a.released.is_empty() => {
+                info!(containers = %a.released.join(","), "containers removed: no longer followed");
+                self.wake();
             }
-        }
-        if !ids.is_empty() {
-            self.count(&self.table());
-            self.wake();
+            Ok(_) => {}
+            Err(e) => {
+                warn!(request = ?cmd, error = %e, "cannot release removed containers; the next Synchronize does")
+            }
         }
     }
 
@@ -376,180 +352,161 @@ impl Face {
             .filter(|c| c.state != ContainerState::ContainerStopped as i32)
             .collect();
         let existing: BTreeSet<String> = live.iter().map(|c| c.id.clone()).collect();
-        let kept = match self
-            .state
-            .submit(Command::ReconcileContainers {
-                runtime: ContainerRuntime::Nri,
-                existing,
-            })
-            .await
-        {
-            Ok(Reply::ContainersReconciled { released, kept }) => {
-                if !released.is_empty() {
-                    info!(containers = %released.join(","), "released the pods of containers the runtime no longer has");
-                }
-                kept
-            }
-            Ok(other) => {
-                return Err(PluginError::new(format!(
-                    "topomgr: the state thread answered a reconcile with {other:?}"
-                )))
-            }
-            Err(e) => {
-                return Err(PluginError::new(format!(
-                    "topomgr cannot reconcile with the runtime's containers: {e}"
-                )))
-            }
-        };
-        let kept: BTreeMap<String, AdmitResult> = kept.into_iter().collect();
-        let mut placed: Vec<(String, Placed)> = Vec::new();
-        let mut admissions = Vec::new();
         let mut notes = Vec::new();
+        let mut names = BTreeMap::new();
+        let mut listed = Vec::new();
         for c in &live {
             let Some(pod) = pods.get(c.pod_sandbox_id.as_str()) else {
                 warn!(container = %c.id, sandbox = %c.pod_sandbox_id, "the runtime lists a container without its pod; left alone");
                 continue;
             };
             let name = who(pod, c);
-            if let Some(r) = kept.get(&c.id) {
-                placed.push((
-                    c.id.clone(),
-                    Placed {
-                        sandbox: c.pod_sandbox_id.clone(),
-                        name,
-                        allocation: Some(allocation_of(r)),
-                        told: None,
-                    },
-                ));
-                continue;
-            }
-            match convert::map(pod, c) {
+            let admit = match convert::map(pod, c) {
                 Ok(Mapping::Admit(r)) => {
-                    let cmd = Command::AdmitContainer {
-                        pod: r.pod.view,
-                        owner: owner(&c.id),
-                        assigned: convert::assigned(&r.devices),
-                    };
-                    admissions.push((c, name, cmd));
+                    Some((r.pod.view, owner(&c.id), convert::assigned(&r.devices)))
                 }
-                Ok(Mapping::Leave(why)) => debug!(container = %name, %why, "left alone"),
+                Ok(Mapping::Leave(why)) => {
+                    debug!(container = %name, %why, "left alone");
+                    None
+                }
                 Err(e) => {
                     warn!(container = %name, error = %e, "cannot read a container the runtime has");
                     notes.push(format!(
                         "nri: container {name} ({}) cannot be read: {e}; it is left alone",
                         c.id
                     ));
-                }
-            }
-        }
-        // All at once: the state thread commits them as one batch.
-        let results = futures_util::future::join_all(
-            admissions.iter().map(|(_, _, cmd)| self.admit(cmd.clone())),
-        )
-        .await;
-        for ((c, name, _), result) in admissions.into_iter().zip(results) {
-            let allocation = match result {
-                Ok(r) if r.admitted => {
-                    info!(container = %name, id = %c.id, "container created while topomgr was away admitted");
-                    Some(allocation_of(&r))
-                }
-                Ok(r) => {
-                    let why = refusal(&r);
-                    warn!(container = %name, id = %c.id, error = %why, "a container created while topomgr was away cannot be admitted; it runs in the shared pool");
-                    notes.push(format!("nri: container {name} ({}) was created while topomgr was not connected and cannot be admitted ({why}); it runs in the shared pool", c.id));
-                    None
-                }
-                Err(e) => {
-                    warn!(container = %name, id = %c.id, error = %e, "cannot admit a container created while topomgr was away; it runs in the shared pool");
-                    notes.push(format!("nri: container {name} ({}) was created while topomgr was not connected and could not be admitted ({e}); it runs in the shared pool", c.id));
                     None
                 }
             };
-            placed.push((
-                c.id.clone(),
-                Placed {
-                    sandbox: c.pod_sandbox_id.clone(),
-                    name,
-                    allocation,
-                    told: None,
-                },
-            ));
+            names.insert(c.id.clone(), name);
+            listed.push(ListedContainer {
+                id: c.id.clone(),
+                follow: followed(pod, c),
+                admit,
+            });
         }
-        let (pool, nodes) = self.placing();
-        let mut t = self.table();
-        t.clear();
-        for (id, p) in placed {
-            t.insert(&id, p);
+        let answer = self
+            .ask(ContainerCommand::Synchronize { existing, listed })
+            .await
+            .map_err(|e| {
+                PluginError::new(format!(
+                    "topomgr cannot reconcile with the runtime's containers: {e}"
+                ))
+            })?;
+        if !answer.released.is_empty() {
+            info!(containers = %answer.released.join(","), "released the pods of containers the runtime no longer has");
         }
-        let updates = t.updates(&pool, nodes, None, true);
-        self.count(&t);
-        drop(t);
+        for (id, outcome) in &answer.admitted {
+            let name = names.get(id).map_or(id.as_str(), String::as_str);
+            match outcome {
+                Ok(r) if r.admitted => {
+                    info!(container = %name, id, "container created while topomgr was away admitted");
+                }
+                Ok(r) => {
+                    let why = refusal(r);
+                    warn!(container = %name, id, error = %why, "a container created while topomgr was away cannot be admitted; it runs in the shared pool");
+                    notes.push(format!("nri: container {name} ({id}) was created while topomgr was not connected and cannot be admitted ({why}); it runs in the shared pool"));
+                }
+                Err(e) => {
+                    warn!(container = %name, id, error = %e, "cannot admit a container created while topomgr was away; it runs in the shared pool");
+                    notes.push(format!("nri: container {name} ({id}) was created while topomgr was not connected and could not be admitted ({e}); it runs in the shared pool"));
+                }
+            }
+        }
         self.status.set_notes(notes);
         info!(
             containers = containers.len(),
-            updated = updates.len(),
+            updated = answer.updates.len(),
             "synchronized with the runtime"
         );
-        Ok(updates)
+        Ok(nri_updates(&answer.updates, true))
     }
 
-    /// The follower's round: containers whose pods were released by other
-    /// means (the HTTP API, a reclaim) keep following the shared pool
-    /// without an allocation; then every cpuset the runtime was not told is
-    /// sent unsolicited (see [`super::placements`] for the order).
+    /// PostCreateContainer, PostStartContainer: the runtime created the
+    /// container with the cpuset it lists now. An update of it sent while
+    /// it was being created can be lost (containerd applies updates with
+    /// `ignore_failure` to a container still in creation, and drops them):
+    /// where what it has is not what it must have, the follower sends the
+    /// correction at once.
+    pub async fn created(&self, pod: PodSandbox, container: Container) {
+        let cpuset = convert::linux_resources(container.resources())
+            .cpu
+            .and_then(|c| {
+                let cpus = topomgr_sdk::CpuSet::parse(c.cpus.as_deref()?).ok()?;
+                let mems = topomgr_sdk::NumaMask::parse_list(c.mems.as_deref()?).ok()?;
+                Some(topomgr_cgroup::Cpuset { cpus, mems })
+            });
+        let id = container.id.clone();
+        match self.ask(ContainerCommand::Created { id, cpuset }).await {
+            Ok(a) if a.again => {
+                info!(container = %who(&pod, &container), "created with another cpuset than it must have now; correcting it");
+                self.wake();
+            }
+            Ok(_) => {}
+            Err(e) => {
+                warn!(container = %who(&pod, &container), error = %e, "cannot check a created container's cpuset")
+            }
+        }
+    }
+
+    /// Read the followed containers' cpusets back from their cgroups and
+    /// send the right one to each found otherwise (reported in health and
+    /// counted in `topomgr_nri_cpuset_repairs_total`).
+    pub(crate) async fn check_cpusets(&self) {
+        match self.ask(ContainerCommand::CheckCpusets).await {
+            Ok(a) if !a.repairs.is_empty() => {
+                for r in &a.repairs {
+                    self.status.repaired(format!(
+                        "nri: container {} ({}) ran on CPUs {} (memory nodes {}) where it must have {} ({}); topomgr sent its cpuset again",
+                        r.who, r.id, r.found.cpus, r.found.mems, r.want.cpus, r.want.mems
+                    ));
+                }
+                self.wake();
+            }
+            Ok(_) => {}
+            Err(e) => warn!(error = %e, "cannot check the containers' cpusets"),
+        }
+    }
+
+    /// The follower's round: every cpuset the runtime was not told (a
+    /// release through the HTTP API or a reclaim, a correction) is sent
+    /// unsolicited (see [`topomgr_node::followed`] for the order).
     pub(crate) async fn push_updates(&self) {
         let Some(runtime) = self.runtime_client() else {
             return;
         };
         loop {
-            let updates = {
-                let admitted: BTreeSet<String> =
-                    self.state.read(|v| v.pods.keys().cloned().collect());
-                let (pool, nodes) = self.placing();
-                let mut t = self.table();
-                if t.in_flight {
+            let updates = match self.ask(ContainerCommand::FollowerRound).await {
+                Ok(a) if !a.updates.is_empty() => a.updates,
+                Ok(_) => return,
+                Err(e) => {
+                    warn!(error = %e, "cannot compute the cpusets to send");
                     return;
                 }
-                for id in t.ids() {
-                    if let Some(p) = t.get_mut(&id) {
-                        if p.allocation.is_some() && !admitted.contains(&id) {
-                            info!(container = %p.name, "its pod was released while it runs; it follows the shared pool now");
-                            p.allocation = None;
-                        }
+            };
+            let ids: Vec<String> = updates.iter().map(|(id, _)| id.clone()).collect();
+            let (failed, retry) = match runtime
+                .update_containers(nri_updates(&updates, true), Vec::new())
+                .await
+            {
+                Ok(failed) => {
+                    for f in &failed {
+                        warn!(container = %f.container_id, "the runtime did not apply a cpuset update");
                     }
+                    (failed.into_iter().map(|f| f.container_id).collect(), true)
                 }
-                let updates = t.updates(&pool, nodes, None, true);
-                if updates.is_empty() {
+                Err(e) => {
+                    warn!(error = %e, "cannot update the shared containers' cpusets; retrying after the next change");
+                    (ids, false)
+                }
+            };
+            match self.ask(ContainerCommand::FollowerSent { failed }).await {
+                Ok(a) if a.again && retry => {}
+                Ok(_) => return,
+                Err(e) => {
+                    warn!(error = %e, "cannot record the cpusets sent");
                     return;
                 }
-                t.in_flight = true;
-                t.changed_in_flight = false;
-                updates
-            };
-            let ids: Vec<String> = updates.iter().map(|u| u.container_id.clone()).collect();
-            let result = runtime.update_containers(updates, Vec::new()).await;
-            let again = {
-                let mut t = self.table();
-                t.in_flight = false;
-                match result {
-                    Ok(failed) => {
-                        for f in failed {
-                            warn!(container = %f.container_id, "the runtime did not apply a cpuset update");
-                            t.not_told(&f.container_id);
-                        }
-                    }
-                    Err(e) => {
-                        warn!(error = %e, "cannot update the shared containers' cpusets; retrying after the next change");
-                        for id in &ids {
-                            t.not_told(id);
-                        }
-                        return;
-                    }
-                }
-                t.changed_in_flight
-            };
-            if !again {
-                return;
             }
         }
     }
@@ -582,6 +539,24 @@ impl Plugin for Face {
         container: Container,
     ) -> HandlerResult<CreateContainerResponse> {
         self.create(pod, container).await
+    }
+
+    async fn post_create_container(
+        &self,
+        pod: PodSandbox,
+        container: Container,
+    ) -> HandlerResult<()> {
+        self.created(pod, container).await;
+        Ok(())
+    }
+
+    async fn post_start_container(
+        &self,
+        pod: PodSandbox,
+        container: Container,
+    ) -> HandlerResult<()> {
+        self.created(pod, container).await;
+        Ok(())
     }
 
     async fn update_container(

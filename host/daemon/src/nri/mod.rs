@@ -6,9 +6,13 @@
 //!
 //! # Events
 //!
-//! topomgr subscribes to CreateContainer, UpdateContainer, StopContainer,
-//! RemoveContainer and RemovePodSandbox ([`EVENTS`]); the runtime sends
-//! Configure and Synchronize at every registration.
+//! topomgr subscribes to CreateContainer, PostCreateContainer,
+//! PostStartContainer, UpdateContainer, StopContainer, RemoveContainer and
+//! RemovePodSandbox ([`EVENTS`]); the runtime sends Configure and
+//! Synchronize at every registration. Every event is one request to the
+//! state thread, answered with the placement computed there from the
+//! committed state; the containers followed, and what the runtime was told
+//! of each, are the node's book ([`topomgr_node::followed`]).
 //!
 //! - **CreateContainer** ([`Face::create`]): what the runtime tells (the
 //!   pod sandbox: uid, name, namespace, annotations, the kubelet's cgroup
@@ -28,6 +32,14 @@
 //!   creation with topomgr's reason and message; nothing is held.
 //!   Sandboxes, containers whose spec pins CPUs and pods or containers
 //!   annotated `topomgr.io/opt-out: "true"` are left alone.
+//! - **PostCreateContainer**, **PostStartContainer** ([`Face::created`]):
+//!   the cpuset the container was created with is compared with the one
+//!   it must have now; an update sent while it was being created can be
+//!   lost (containerd drops it), so the difference is sent at once.
+//!   Besides, every 10 s the follower reads the followed containers'
+//!   cpusets back from their cgroups (the runtime's cgroups path under the
+//!   cgroup root, v1 or v2) and sends the right one to any found otherwise
+//!   (a health note each, `topomgr_nri_cpuset_repairs_total`).
 //! - **StopContainer** releases the container and gives the CPUs back to the
 //!   shared containers in its answer; **RemoveContainer** and
 //!   **RemovePodSandbox** release whatever is still held (the shared
@@ -60,7 +72,6 @@
 
 mod convert;
 mod face;
-mod placements;
 mod status;
 
 use std::path::PathBuf;
@@ -78,9 +89,15 @@ pub use status::NriStatus;
 /// (a release through the HTTP API or a reclaim), besides being woken.
 const FOLLOW_INTERVAL: Duration = Duration::from_secs(1);
 
+/// How many follower rounds between two reads of the followed
+/// containers' cpusets from their cgroups (every 10 s).
+const CHECK_EVERY: u32 = 10;
+
 /// The events topomgr subscribes to.
-pub const EVENTS: [Event; 5] = [
+pub const EVENTS: [Event; 7] = [
     Event::CreateContainer,
+    Event::PostCreateContainer,
+    Event::PostStartContainer,
     Event::UpdateContainer,
     Event::StopContainer,
     Event::RemoveContainer,
@@ -114,10 +131,15 @@ pub fn check_scope(scope: Scope) -> Result<(), PodScopeUnderNri> {
 /// Sends the runtime what it was not told: woken by the handlers that
 /// released outside an answer, and every [`FOLLOW_INTERVAL`].
 async fn follow(face: Arc<Face>) {
+    let mut rounds = 0u32;
     loop {
         tokio::select! {
             () = face.woken() => {}
-            () = tokio::time::sleep(FOLLOW_INTERVAL) => {}
+            () = tokio::time::sleep(FOLLOW_INTERVAL) => rounds += 1,
+        }
+        if rounds >= CHECK_EVERY && face.runtime_client().is_some() {
+            rounds = 0;
+            face.check_cpusets().await;
         }
         face.push_updates().await;
     }

@@ -8,6 +8,9 @@ use topomgr_node::pod_owner::unix_now;
 
 use crate::metrics::Metrics;
 
+/// How many cpuset repairs health keeps.
+const REPAIRS_KEPT: usize = 8;
+
 /// The NRI plugin's state as the health endpoint shows it; shared by the
 /// plugin (which updates it) and the HTTP server (which reads it).
 #[derive(Debug)]
@@ -17,6 +20,8 @@ pub struct NriStatus {
     notes: Mutex<Vec<String>>,
     /// Registered, no Synchronize yet after this long (a health note).
     awaiting_synchronize: Mutex<Option<std::time::Duration>>,
+    /// The last cpusets repaired (health notes).
+    repairs: Mutex<Vec<String>>,
     metrics: Option<Arc<Metrics>>,
 }
 
@@ -27,6 +32,7 @@ impl NriStatus {
             health: Mutex::new(NriHealth::disabled()),
             notes: Mutex::new(Vec::new()),
             awaiting_synchronize: Mutex::new(None),
+            repairs: Mutex::new(Vec::new()),
             metrics: None,
         })
     }
@@ -49,6 +55,7 @@ impl NriStatus {
             }),
             notes: Mutex::new(Vec::new()),
             awaiting_synchronize: Mutex::new(None),
+            repairs: Mutex::new(Vec::new()),
             metrics,
         })
     }
@@ -81,6 +88,13 @@ impl NriStatus {
         }
         notes.extend(
             self.notes
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .iter()
+                .cloned(),
+        );
+        notes.extend(
+            self.repairs
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .iter()
@@ -140,6 +154,15 @@ impl NriStatus {
     /// The containers followed now.
     pub(crate) fn containers(&self, n: usize) {
         self.change(|h| h.containers = n);
+    }
+
+    /// A container's cpuset was found wrong and sent again (the last
+    /// [`REPAIRS_KEPT`] are kept, with the time they were found).
+    pub(crate) fn repaired(&self, note: String) {
+        let mut r = self.repairs.lock().unwrap_or_else(|p| p.into_inner());
+        r.push(format!("{note} (at {} s since the epoch)", unix_now()));
+        let extra = r.len().saturating_sub(REPAIRS_KEPT);
+        r.drain(..extra);
     }
 
     /// The containers the last Synchronize could not admit.

@@ -25,7 +25,8 @@ use topomgr_sdk::{
 
 use super::*;
 use crate::metrics::Metrics;
-use crate::state_thread::{Command, Reply, StateThread, StateThreadSettings};
+use crate::state_thread::{Command, ContainerCommand, StateThread, StateThreadSettings};
+use topomgr_node::followed::FollowedContainer;
 
 /// Exclusive CPUs by (pod uid, container).
 type Held = Arc<Mutex<BTreeMap<(String, String), CpuSet>>>;
@@ -98,6 +99,7 @@ fn cpu_provider(held: &Held) -> FakeProvider {
 
 struct World {
     face: Arc<Face>,
+    metrics: Arc<Metrics>,
     state: StateThread,
     held: Held,
     dir: PathBuf,
@@ -130,14 +132,16 @@ fn world(tag: &str) -> World {
         boot_id: "boot".into(),
         export: Default::default(),
     };
+    let metrics = Arc::new(Metrics::new());
     let (state, _) =
-        StateThread::start(admitter, &machine, settings, Arc::new(Metrics::new())).unwrap();
+        StateThread::start(admitter, &machine, settings, Arc::clone(&metrics)).unwrap();
     let face = Arc::new(Face::new(
         state.clone(),
         NriStatus::enabled("/run/nri.sock".as_ref(), None),
     ));
     World {
         face,
+        metrics,
         state,
         held,
         dir,
@@ -231,25 +235,29 @@ impl World {
             pool.intersection(&seen).is_empty(),
             "pool {pool} has exclusive CPUs {seen}"
         );
-        let t = self.face.table();
-        for id in t.ids() {
-            let p = t.get(&id).unwrap();
-            let told = p.told.clone().expect("every container was told");
-            if p.is_exclusive() {
-                assert_eq!(
-                    told.cpus,
-                    held[&(id.clone(), p.name.rsplit('/').next().unwrap().to_owned())]
-                );
+        for (id, c, exclusive) in self.book() {
+            let told = c.told.clone().expect("every container was told");
+            if exclusive {
+                assert_eq!(told.cpus, held[&(id.clone(), c.name.clone())]);
             } else {
                 assert_eq!(told.cpus, pool, "{id} is told the pool");
             }
-            if p.allocation.is_some() {
-                assert!(
-                    pods.contains_key(&id),
-                    "{id} followed as admitted but released"
-                );
-            }
         }
+    }
+
+    /// Every container followed: (id, what is kept, exclusive).
+    fn book(&self) -> Vec<(String, FollowedContainer, bool)> {
+        let face = Arc::clone(&self.face);
+        std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap()
+                .block_on(face.ask(ContainerCommand::Book))
+                .unwrap()
+                .book
+        })
+        .join()
+        .unwrap()
     }
 }
 
@@ -464,22 +472,10 @@ async fn synchronize_reconciles_with_what_the_runtime_has() {
         .submit(Command::Release("late".into()))
         .await
         .unwrap();
-    let reply = w
-        .state
-        .submit(Command::ReconcileContainers {
-            runtime: topomgr_node::pod_owner::ContainerRuntime::Nri,
-            existing: ["kept", "late", "shared"].map(String::from).into(),
-        })
-        .await
-        .unwrap();
-    let Reply::ContainersReconciled { released, kept } = reply else {
-        panic!("{reply:?}")
-    };
-    assert!(released.is_empty());
-    assert_eq!(
-        kept.iter().map(|(id, _)| id.as_str()).collect::<Vec<_>>(),
-        ["kept", "shared"]
-    );
+    let book = w.book();
+    let late = book.iter().find(|(id, ..)| id == "late").unwrap();
+    assert!(!late.2, "late is followed in the shared pool");
+    assert_eq!(book.len(), 4, "{book:?}");
 }
 
 #[tokio::test]
@@ -597,4 +593,198 @@ async fn exclusive_containers_are_answered_an_unlimited_cfs_quota() {
         .unwrap();
     assert_eq!(cpuset_of(&kept).0, "2");
     assert_eq!(quota_of(&kept), None);
+}
+
+/// The follower's next round: (container, cpus) it would send.
+async fn follower_round(f: &Face) -> Vec<(String, String)> {
+    let a = f.ask(ContainerCommand::FollowerRound).await.unwrap();
+    f.ask(ContainerCommand::FollowerSent { failed: Vec::new() })
+        .await
+        .unwrap();
+    a.updates
+        .iter()
+        .map(|(id, s)| (id.clone(), s.cpus.to_string()))
+        .collect()
+}
+
+/// A container as created: its cpuset as the runtime lists it after.
+fn with_cpuset(mut c: Container, cpus: &str, mems: &str) -> Container {
+    let cpu = c
+        .linux
+        .as_mut()
+        .and_then(|l| l.resources.as_mut())
+        .and_then(|r| r.cpu.as_mut())
+        .unwrap();
+    cpu.cpus = cpus.into();
+    cpu.mems = mems.into();
+    c
+}
+
+/// A Burstable and a Guaranteed container created together: the shrink of
+/// the Burstable one, sent in the Guaranteed one's answer while the
+/// runtime was still creating it, is lost (containerd drops it). At its
+/// PostCreate (or PostStart) the runtime lists the cpuset it was created
+/// with, and the follower sends the right one at once.
+#[tokio::test]
+async fn a_shrink_lost_while_the_container_was_created_is_sent_again() {
+    let w = world("lost-shrink");
+    let f = &w.face;
+    let b = pod("2", "b");
+    let g = pod("1", "g");
+    f.create(b.clone(), container("b1", &b, 100, 500))
+        .await
+        .unwrap();
+    let gr = f
+        .create(g.clone(), container("g1", &g, 1000, 1000))
+        .await
+        .unwrap();
+    assert_eq!(updates(&gr.update), [("b1".to_owned(), "0,2-3".to_owned())]);
+    // Nothing is due: the book says b1 was told.
+    assert!(follower_round(f).await.is_empty());
+    // The runtime created b1 with the cpuset of its own answer.
+    f.created(
+        b.clone(),
+        with_cpuset(container("b1", &b, 100, 500), "0-3", "0-1"),
+    )
+    .await;
+    assert_eq!(
+        follower_round(f).await,
+        [("b1".to_owned(), "0,2-3".to_owned())]
+    );
+    // PostStart with the right cpuset: nothing more to send.
+    f.created(
+        b.clone(),
+        with_cpuset(container("b1", &b, 100, 500), "0,2-3", "0-1"),
+    )
+    .await;
+    assert!(follower_round(f).await.is_empty());
+    w.check();
+}
+
+/// A followed container's cgroup changed behind topomgr's back (or an
+/// update lost without a PostCreate to show it) is found by reading the
+/// cgroups back, sent its cpuset again, reported in health and counted.
+#[tokio::test]
+async fn a_cpuset_changed_behind_topomgrs_back_is_repaired() {
+    let w = world("drift");
+    let f = &w.face;
+    let b = pod("2", "b");
+    let g = pod("1", "g");
+    let cgroup = format!("/kubepods/burstable/pod{}/b1", b.uid);
+    let mut b1 = container("b1", &b, 100, 500);
+    b1.linux.as_mut().unwrap().cgroups_path = cgroup.clone();
+    f.create(b.clone(), b1).await.unwrap();
+    f.create(g.clone(), container("g1", &g, 1000, 1000))
+        .await
+        .unwrap();
+    // v1 layout under the cgroup root: the runtime applied 0,2-3.
+    let dir = w
+        .dir
+        .join("cgroup/cpuset")
+        .join(cgroup.trim_start_matches('/'));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("cpuset.cpus"), "0,2-3\n").unwrap();
+    std::fs::write(dir.join("cpuset.mems"), "0-1\n").unwrap();
+    f.check_cpusets().await;
+    assert!(follower_round(f).await.is_empty(), "nothing drifted");
+    assert!(w
+        .metrics
+        .render()
+        .contains("topomgr_nri_cpuset_repairs_total 0"));
+    // Someone writes every CPU back, CPU 1 (g1's) included.
+    std::fs::write(dir.join("cpuset.cpus"), "0-3\n").unwrap();
+    f.check_cpusets().await;
+    assert_eq!(
+        follower_round(f).await,
+        [("b1".to_owned(), "0,2-3".to_owned())]
+    );
+    assert!(w
+        .metrics
+        .render()
+        .contains("topomgr_nri_cpuset_repairs_total 1"));
+    let notes = f.status().notes();
+    assert!(
+        notes.iter().any(|n| n.starts_with("nri: container team-a/pod-2/ctr-b1 (b1) ran on CPUs 0-3 (memory nodes 0-1) where it must have 0,2-3 (0-1); topomgr sent its cpuset again")),
+        "{notes:?}"
+    );
+}
+
+/// topomgr placed a container on CPU 1, its pod was released through the
+/// API while it runs, and the runtime reconnected: it lists the container
+/// with `cpus = "1"` (topomgr's, kept in the spec) and topomgr's
+/// annotation. It is topomgr's placement, not its user's pinning: the
+/// container is admitted again and the next Guaranteed container does not
+/// get CPU 1.
+#[tokio::test]
+async fn own_placements_are_recognised_after_a_reconnect() {
+    let w = world("own");
+    let f = &w.face;
+    let g = pod("1", "g");
+    let first = f
+        .create(g.clone(), container("g1", &g, 1000, 1000))
+        .await
+        .unwrap();
+    assert_eq!(cpuset_of(&first), ("1", "0"));
+    let marks = &first.adjust.as_ref().unwrap().annotations;
+    assert_eq!(
+        marks.get("topomgr.io/placed-cpus").map(String::as_str),
+        Some("1")
+    );
+    w.state.submit(Command::Release("g1".into())).await.unwrap();
+    let mut listed = with_cpuset(container("g1", &g, 1000, 1000), "1", "0");
+    listed.annotations = marks.clone();
+    f.synchronize(vec![g.clone()], vec![listed]).await.unwrap();
+    assert!(
+        w.state.read(|v| v.pods.contains_key("g1")),
+        "admitted again"
+    );
+    let book = w.book();
+    assert_eq!(book.len(), 1, "{book:?}");
+    let next = f
+        .create(g.clone(), container("g2", &g, 1000, 1000))
+        .await
+        .unwrap();
+    assert_ne!(cpuset_of(&next).0, "1", "CPU 1 is g1's");
+    w.check();
+    // Without the annotation the same cpuset is its user's: left alone.
+    let w = world("own-user");
+    let user = with_cpuset(container("u1", &g, 1000, 1000), "1", "0");
+    w.face
+        .synchronize(vec![g.clone()], vec![user])
+        .await
+        .unwrap();
+    assert!(w.state.read(|v| v.pods.is_empty()));
+}
+
+/// containerd reported the exit of a container's older instance late: the
+/// CreateContainer of the new instance (same sandbox, same name) arrives
+/// while topomgr still holds the old one, which is released at create
+/// (as nri-plugins does), so its CPUs are free for the new instance.
+#[tokio::test]
+async fn a_stale_instance_is_released_at_create() {
+    let w = world("stale");
+    let f = &w.face;
+    let g = pod("1", "g");
+    let old = container("old", &g, 2000, 2000);
+    assert_eq!(
+        cpuset_of(&f.create(g.clone(), old.clone()).await.unwrap()).0,
+        "2-3"
+    );
+    let mut new = container("new", &g, 2000, 2000);
+    new.name = old.name.clone();
+    let answer = f.create(g.clone(), new).await.unwrap();
+    assert_eq!(cpuset_of(&answer).0, "2-3", "the old instance's CPUs");
+    let pods: Vec<String> = w.state.read(|v| v.pods.keys().cloned().collect());
+    assert_eq!(pods, ["new"]);
+    let book = w.book();
+    assert_eq!(
+        book.iter().map(|(id, ..)| id.as_str()).collect::<Vec<_>>(),
+        ["new"]
+    );
+    w.check();
+    // Another container of the same pod is no stale instance.
+    f.create(g.clone(), container("other", &g, 100, 0))
+        .await
+        .unwrap();
+    assert_eq!(w.book().len(), 2);
 }
