@@ -256,6 +256,13 @@ fn guaranteed_and_shared_pods(line: ContainerdLine) {
     assert_eq!(p["shared"].1, "0", "the shared pool shrank: {p:?}");
     assert_eq!(p["idle"].1, "0", "the shared pool shrank: {p:?}");
     assert_eq!(c.health().exclusive_cpus.to_string(), "1");
+    // As the kubelet with DisableCPUQuotaWithExclusiveCPUs (on since 1.33):
+    // a container on exclusive CPUs is not throttled.
+    let quota = c.node.container_cfs_quota("default", "pinned", "app");
+    assert!(
+        matches!(quota.as_deref(), Some("-1") | Some("max 100000")),
+        "the Guaranteed container's CFS quota is lifted: {quota:?}"
+    );
 
     c.delete(&["pinned"]);
     c.wait_released();

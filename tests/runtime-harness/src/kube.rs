@@ -370,6 +370,33 @@ impl KubeNode {
         ))
     }
 
+    /// A running container's CFS quota from its real cgroup:
+    /// `cpu.cfs_quota_us` on cgroup v1 (`-1`: none), `cpu.max` on v2
+    /// (`max 100000`: none).
+    pub fn container_cfs_quota(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+    ) -> Option<String> {
+        let (_, dir) = self.container_cgroup(namespace, pod, container)?;
+        let file = if dir.starts_with("/sys/fs/cgroup/cpuset") {
+            let rel = dir.strip_prefix("/sys/fs/cgroup/cpuset").ok()?;
+            ["cpu", "cpu,cpuacct", "cpuacct,cpu"]
+                .iter()
+                .map(|h| {
+                    Path::new("/sys/fs/cgroup")
+                        .join(h)
+                        .join(rel)
+                        .join("cpu.cfs_quota_us")
+                })
+                .find(|f| f.is_file())?
+        } else {
+            dir.join("cpu.max")
+        };
+        fs::read_to_string(file).ok().map(|v| v.trim().to_owned())
+    }
+
     /// Stops the kubelet (SIGTERM, as a service manager would) and starts
     /// it again; pods keep running.
     pub fn restart_kubelet(&mut self) -> Result<(), HarnessError> {
