@@ -18,6 +18,7 @@ pub mod lock_holder;
 pub mod node_lock;
 pub mod node_state;
 pub mod nrt;
+mod persist;
 pub mod plugin;
 pub mod pod_owner;
 mod provider_states;

@@ -54,7 +54,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use topomgr_sdk::{CpuSet, NumaMask, PodView};
 use tracing::{debug, info, warn};
 
@@ -99,8 +98,7 @@ pub struct Records {
 /// One change to the host's part of the state, in the order it was made:
 /// what the journal records ([`crate::store`]) and the daemon's readers
 /// catch up with.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
     /// A pod was admitted, or its record rewritten (a device it holds was
     /// found again under another id): the record as it is now.

@@ -21,12 +21,15 @@
 //!
 //! ```text
 //! {"format":"topomgr-state","version":3,"boot_id":"…","sha256":"<hex>","length":N}\n
-//! <N bytes of body: {"pods": {uid: AdmitResult}, "providers": {name: "<hex of checkpoint bytes>"},
+//! <N bytes of body: {"pods": {uid: admitted pod}, "providers": {name: "<hex of checkpoint bytes>"},
 //!                    "attachments": {uid: {container: cgroup path}},
 //!                    "owners": {uid: {"kind": "process"|"container", ...}},
 //!                    "pending_releases": {provider: [[uid, container], ...]},
 //!                    "generation": G}>
 //! ```
+//!
+//! The body is the record schema's `StateBody` ([`crate::persist::v1`]),
+//! never an engine or API type.
 //!
 //! Version 1 files (without `owners`, `pending_releases`, `generation`) are
 //! read too, and so are owners saved without `kind` (process owners,
@@ -39,17 +42,13 @@
 //! verified (`read_snapshot`) before anything is handed to a provider;
 //! the boot id tells whether the machine rebooted since.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::api::Attachments;
 use crate::fsutil::PathError;
 use crate::journal::JournalError;
-use crate::pod_owner::Owner;
-use topomgr_engine::admission::AdmitResult;
 use topomgr_engine::provider::PROVIDER_TIMEOUT;
 use topomgr_sdk::ProviderError;
 
@@ -175,24 +174,8 @@ struct Header {
     length: u64,
 }
 
-/// What a snapshot holds (and what recovery rebuilds from the snapshot and
-/// the journal before it is installed).
-#[derive(Debug, Default, Clone, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct Body {
-    pub(crate) pods: BTreeMap<String, AdmitResult>,
-    /// Provider name -> hex of its checkpoint bytes.
-    pub(crate) providers: BTreeMap<String, String>,
-    #[serde(default)]
-    pub(crate) attachments: Attachments,
-    #[serde(default)]
-    pub(crate) owners: BTreeMap<String, Owner>,
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub(crate) pending_releases: BTreeMap<String, crate::provider_states::PendingReleases>,
-    /// The journal generation that continues this snapshot.
-    #[serde(default)]
-    pub(crate) generation: u64,
-}
+/// What a snapshot holds, in the node's types.
+pub(crate) use crate::persist::Body;
 
 pub(crate) fn to_hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -267,7 +250,7 @@ pub(crate) fn provider_error(name: &str, e: &ProviderError, path: PathBuf) -> St
 /// The envelope: a header line (format, version, boot id, SHA-256, length)
 /// and the JSON body.
 pub(crate) fn encode(body: &Body, boot_id: &str) -> Result<Vec<u8>, StateError> {
-    let body = serde_json::to_vec(body).map_err(|e| StateError::Corrupt {
+    let body = crate::persist::body_to_json(body).map_err(|e| StateError::Corrupt {
         path: PathBuf::from(STATE_FILE),
         reason: format!("cannot serialize the state: {e}"),
     })?;
@@ -366,7 +349,7 @@ fn decode(path: &Path, bytes: &[u8]) -> Result<(Header, Body), StateError> {
             header.sha256
         )));
     }
-    let body: Body = serde_json::from_slice(body)
+    let body = crate::persist::body_from_json(body)
         .map_err(|e| damaged(format!("the body does not parse: {e}")))?;
     Ok((header, body))
 }
@@ -377,7 +360,7 @@ mod tests {
 
     use super::*;
 
-    use topomgr_engine::admission::ContainerResult;
+    use topomgr_engine::admission::{AdmitResult, ContainerResult};
     use topomgr_sdk::{testkit, Allocation, CpuSet, TopologyHint};
 
     fn scratch(tag: &str) -> PathBuf {

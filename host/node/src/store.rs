@@ -56,14 +56,13 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::fsutil::{self, write_atomic};
 use crate::image::{self, provider_part, Restored};
 use crate::journal::{self, Contents, End, Entry, Journal, JournalHeader, Torn, JOURNAL_FILE};
 use crate::node_state::{Change, NodeState};
-use crate::provider_states::{PendingReleases, ProviderPart};
+use crate::provider_states::ProviderPart;
 use crate::snapshot::{
     decode_snapshot, encode, provider_bytes, provider_error, to_hex, Body, StateError, STATE_FILE,
 };
@@ -73,21 +72,7 @@ use topomgr_engine::provider::LoadedProvider;
 /// the snapshot.
 pub(crate) const COMPACT_MIN: u64 = 1 << 20;
 
-/// One journal record: everything one commit changed.
-#[derive(Debug, Default, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct Record {
-    /// 1 for the first record of a generation, then +1.
-    pub(crate) seq: u64,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub(crate) changes: Vec<Change>,
-    /// Changed providers: name -> hex of their checkpoint bytes.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub(crate) providers: BTreeMap<String, String>,
-    /// Changed held or absent providers: the releases they have not seen.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub(crate) pending_releases: BTreeMap<String, PendingReleases>,
-}
+pub(crate) use crate::persist::Record;
 
 impl Record {
     /// The record of journal entry `e` of `path`: it parses and carries the
@@ -98,7 +83,7 @@ impl Record {
             what,
             keeps: format!("keeps the snapshot and the records before record {}", e.seq),
         };
-        let record: Record = serde_json::from_slice(&e.payload).map_err(|err| {
+        let record = crate::persist::record_from_json(&e.payload).map_err(|err| {
             damaged(format!(
                 "record {} at byte {} passes its checksums but does not parse ({err}); a topomgr of another version may have written it",
                 e.seq, e.offset
@@ -521,7 +506,7 @@ impl Store {
         {
             return Ok(Vec::new());
         }
-        let payload = serde_json::to_vec(&record).map_err(|e| StateError::Corrupt {
+        let payload = crate::persist::record_to_json(&record).map_err(|e| StateError::Corrupt {
             path: self.dir.join(JOURNAL_FILE),
             reason: format!("cannot serialize a journal record: {e}"),
         })?;
@@ -605,7 +590,7 @@ fn is_stuck(e: &StateError) -> bool {
 /// applied): for tests and for looking at a state directory.
 pub fn state_json(dir: &Path) -> Result<serde_json::Value, StateError> {
     let rec = recover(dir)?;
-    serde_json::to_value(&rec.body).map_err(|e| StateError::Corrupt {
+    crate::persist::body_to_value(&rec.body).map_err(|e| StateError::Corrupt {
         path: dir.join(STATE_FILE),
         reason: e.to_string(),
     })
@@ -977,7 +962,9 @@ mod tests {
     /// refusal.
     fn state_of(dir: &Path, snapshot: &[u8], journal: &[u8]) -> Result<serde_json::Value, String> {
         match recover_bytes(dir, Some(snapshot), Some(journal)) {
-            Ok(r) => Ok(serde_json::json!({"body": r.body, "boot": r.boot_id})),
+            Ok(r) => Ok(
+                serde_json::json!({"body": crate::persist::body_to_value(&r.body).unwrap(), "boot": r.boot_id}),
+            ),
             Err(
                 e @ (StateError::JournalDamaged { .. }
                 | StateError::Damaged { .. }

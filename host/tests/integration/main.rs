@@ -38,4 +38,5 @@ mod run_daemon;
 mod service_units;
 mod sriov;
 mod state;
+mod state_fixture;
 mod validation;
