@@ -51,6 +51,7 @@ mod path;
 pub mod pool;
 mod process;
 mod quota;
+mod readback;
 mod v1;
 mod v2;
 
@@ -66,6 +67,7 @@ use tracing::{debug, info};
 
 pub use path::{confine, CgroupPath, TOPOMGR_PARENT};
 pub use quota::{kubelet_pod_cgroup, CpuQuota, QuotaLift};
+pub use readback::runtime_cpuset;
 
 /// How long [`CgroupManager::remove`] retries while the kernel still
 /// counts processes in a cgroup.
