@@ -724,7 +724,7 @@ impl Admitter {
                 continue;
             }
             let answer = self.providers[i].allocate(pod, container, hint);
-            let name = self.providers[i].name();
+            let name = self.providers[i].name().to_owned();
             let failure = match answer {
                 Err(e) => {
                     let message = format!(
@@ -737,7 +737,7 @@ impl Admitter {
                         message,
                     });
                 }
-                Ok(a) => match self.ledger.check(pod, &container.name, name, &a) {
+                Ok(a) => match self.judge(pod, container, i, &a) {
                     Err(v) => {
                         info!(provider = %v.provider, pod = %pod.uid, container = %container.name, violation = %v.message, "allocation refused by the ledger");
                         let message = v.message.clone();
@@ -759,6 +759,39 @@ impl Admitter {
         }
         self.ledger.hold(pod, &container.name, &merged);
         Ok(merged)
+    }
+
+    /// Judge provider `i`'s allocation `a` for `container`: its devices
+    /// against the request and the provider's inventory (asked only when the
+    /// allocation names devices or the container requests an extended
+    /// resource), then everything against the ledger.
+    fn judge(
+        &mut self,
+        pod: &PodView,
+        container: &ContainerView,
+        i: usize,
+        a: &Allocation,
+    ) -> Result<(), crate::ledger::Violation> {
+        let wants_devices = !a.devices.is_empty()
+            || container
+                .requests
+                .iter()
+                .any(|(r, n)| *n > 0 && crate::extended::is_extended(r));
+        let owns = if wants_devices {
+            match self.providers[i].inventory() {
+                Ok(inv) => Some(inv.resources.into_keys().collect()),
+                Err(e) => {
+                    debug!(provider = self.providers[i].name(), error = %e, "no inventory: the resources of its allocation are not checked against it");
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let name = self.providers[i].name();
+        self.ledger
+            .check_devices(pod, &container.name, name, a, owns.as_ref())?;
+        self.ledger.check(pod, &container.name, name, a)
     }
 
     /// Release `container` in the first `n` providers that are not held (a
@@ -1032,6 +1065,7 @@ mod tests {
         };
         let (on_hints, on_pod_hints, on_allocate, on_release) =
             (logger(log), logger(log), logger(log), logger(log));
+        let owned_devices = owns.clone();
         let fake = FakeProvider::new()
             .with_hints(move |_, c| {
                 on_hints(format!("hints:{}", c.name));
@@ -1041,7 +1075,7 @@ mod tests {
                 on_pod_hints("pod_hints".to_owned());
                 Ok(pod_hints.clone())
             })
-            .with_allocate(move |_, c, hint| {
+            .with_allocate(move |p, c, hint| {
                 let aff = hint.affinity.map_or("any".to_string(), |m| m.to_string());
                 on_allocate(format!("allocate:{}:{}", c.name, aff));
                 if fail_for.as_deref() == Some(c.name.as_str()) {
@@ -1051,7 +1085,17 @@ mod tests {
                     ));
                 }
                 if let Some(a) = &alloc {
-                    return Ok(a.clone());
+                    // Like a device provider: the devices the container
+                    // requests of the extended resources it owns.
+                    let mut a = a.clone();
+                    for r in owned_devices.iter().flatten() {
+                        let n = c.request(r);
+                        if n > 0 && r.contains('/') && !a.devices.contains_key(*r) {
+                            let ids = (0..n).map(|k| format!("{}-{}-{k}", p.uid, c.name));
+                            a.devices.insert((*r).to_owned(), ids.collect());
+                        }
+                    }
+                    return Ok(a);
                 }
                 Ok(Allocation::default()
                     .with_cpus(CpuSet::parse("2-3").unwrap(), false)

@@ -230,6 +230,24 @@ fn is_pci_address(id: &str) -> bool {
         })
 }
 
+/// One device id: not empty, no separator of the environment formats
+/// (`NVIDIA_VISIBLE_DEVICES=a,b`, `PCIDEVICE_*=a,b`), no whitespace or
+/// control character.
+fn is_single_device_id(id: &str) -> bool {
+    !id.is_empty()
+        && !id
+            .chars()
+            .any(|c| c == ',' || c.is_whitespace() || c.is_control())
+}
+
+fn list_or_none(names: &BTreeSet<String>) -> String {
+    if names.is_empty() {
+        "nothing".to_owned()
+    } else {
+        names.iter().cloned().collect::<Vec<_>>().join(", ")
+    }
+}
+
 impl Ledger {
     /// An empty ledger for `machine`.
     pub(crate) fn new(machine: &Machine) -> Ledger {
@@ -357,6 +375,72 @@ impl Ledger {
                 return Err(fail(format!(
                     "provider {provider:?} gave {who} {resource} device {id}, but it is held by {}",
                     self.holder(c)
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Judge the devices of `provider`'s allocation for `container` of `pod`
+    /// against the request and what the provider owns (`owns`: the
+    /// resources its inventory lists; `None` when it could not say). Every
+    /// resource given must be one the provider owns, with exactly as many
+    /// ids as the container requests, each id a single device (no empty id,
+    /// no comma or whitespace, which the environment formats separate
+    /// devices with) given once; every extended resource the container
+    /// requests that the provider owns must be given. Nothing changes.
+    pub(crate) fn check_devices(
+        &self,
+        pod: &PodView,
+        container: &str,
+        provider: &str,
+        a: &Allocation,
+        owns: Option<&BTreeSet<String>>,
+    ) -> Result<(), Violation> {
+        let who = format!("pod {} container {container:?}", label(pod));
+        let fail = |message: String| Violation {
+            provider: provider.to_owned(),
+            message,
+        };
+        let requested =
+            |resource: &str| pod.container(container).map_or(0, |c| c.request(resource));
+        for (resource, ids) in &a.devices {
+            if let Some(owned) = owns {
+                if !owned.contains(resource) {
+                    return Err(fail(format!(
+                        "provider {provider:?} gave {who} {resource} devices {ids:?}, but its inventory does not list {resource} (it lists: {})",
+                        list_or_none(owned)
+                    )));
+                }
+            }
+            if let Some(id) = ids.iter().find(|id| !is_single_device_id(id)) {
+                return Err(fail(format!(
+                    "provider {provider:?} gave {who} {resource} device id {id:?}, which is not one device id (empty, or with a comma, whitespace or a control character, which the environment formats separate devices with)"
+                )));
+            }
+            let mut seen = BTreeSet::new();
+            if let Some(id) = ids.iter().find(|id| !seen.insert(id.as_str())) {
+                return Err(fail(format!(
+                    "provider {provider:?} gave {who} {resource} device {id} more than once ({ids:?})"
+                )));
+            }
+            let want = requested(resource);
+            if ids.len() as u64 != want {
+                return Err(fail(format!(
+                    "provider {provider:?} gave {who} {} {resource} device(s) {ids:?}, but the container requested {want}",
+                    ids.len()
+                )));
+            }
+        }
+        if let (Some(owned), Some(c)) = (owns, pod.container(container)) {
+            if let Some((resource, want)) = c.requests.iter().find(|(r, n)| {
+                **n > 0
+                    && crate::extended::is_extended(r)
+                    && owned.contains(r.as_str())
+                    && !a.devices.contains_key(r.as_str())
+            }) {
+                return Err(fail(format!(
+                    "provider {provider:?} gave {who} no {resource} device, but the container requested {want} and the provider's inventory lists {resource}"
                 )));
             }
         }

@@ -146,7 +146,8 @@ fn pod_scope_single_numa_node_and_rejection() {
         &[
             (
                 "mocka",
-                r#"hints = { "cpu" = [{affinity = [1], preferred = true}, {affinity = [3], preferred = true}] }"#,
+                r#"hints = { "cpu" = [{affinity = [1], preferred = true}, {affinity = [3], preferred = true}] }
+allocation = { devices = { "example.com/foo" = ["foo-3"] } }"#,
             ),
             (
                 "mockb",
@@ -202,7 +203,10 @@ fn failing_allocate_rolls_back_every_provider() {
         "best-effort",
         "container",
         &[
-            ("mocka", ""),
+            (
+                "mocka",
+                r#"allocation = { devices = { "example.com/foo" = ["foo-0"] } }"#,
+            ),
             (
                 "mockb",
                 r#"fail_allocate = "no foo left on node 2"
@@ -369,6 +373,11 @@ fn compact_hints_on_the_recorded_64_node_machine() {
     assert_eq!(affinities(&out.pods[0]), ["init=[5]", "app=[5]"]);
 }
 
+/// [`single_pod`] whose container also asks for one `example.com/foo`.
+fn device_pod(uid: &str, name: &str) -> String {
+    single_pod(uid, name).replace("memory: 1Gi}", "memory: 1Gi, example.com/foo: \"1\"}")
+}
+
 fn single_pod(uid: &str, name: &str) -> String {
     format!(
         "---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, uid: {uid}}}\nspec:\n  containers:\n    - name: app\n      resources: {{limits: {{cpu: \"1\", memory: 1Gi}}}}\n"
@@ -378,11 +387,18 @@ fn single_pod(uid: &str, name: &str) -> String {
 /// `topomgr admit --state-dir <dir>/state` of `pods` with one mock provider
 /// scripted by `mock`: the config dir and the admission JSON of each pod.
 fn admit_with_mock(tag: &str, mock: &str, pods: &[(&str, &str)]) -> (PathBuf, Vec<Admission>) {
+    admit_pods_with_mock(tag, mock, pods, single_pod)
+}
+
+/// [`admit_with_mock`] with each pod written by `pod`.
+fn admit_pods_with_mock(
+    tag: &str,
+    mock: &str,
+    pods: &[(&str, &str)],
+    pod: fn(&str, &str) -> String,
+) -> (PathBuf, Vec<Admission>) {
     let dir = config_dir(tag, "best-effort", "container", &[("mock", mock)]);
-    let yaml: String = pods
-        .iter()
-        .map(|(uid, name)| single_pod(uid, name))
-        .collect();
+    let yaml: String = pods.iter().map(|(uid, name)| pod(uid, name)).collect();
     pod_file(&dir, &yaml);
     let state = dir.join("state");
     let out = admit(
@@ -399,10 +415,11 @@ fn admit_with_mock(tag: &str, mock: &str, pods: &[(&str, &str)]) -> (PathBuf, Ve
 #[test]
 fn the_ledger_refuses_what_is_held_or_missing() {
     let two = [("uid-1", "first"), ("uid-2", "second")];
-    let (dir, out) = admit_with_mock(
+    let (dir, out) = admit_pods_with_mock(
         "e2e-ledger",
         r#"allocation = { cpus = "1-15", exclusive = true, devices = { "example.com/foo" = ["foo-0"] } }"#,
         &two,
+        device_pod,
     );
     assert!(out[0].admitted);
     assert!(!out[1].admitted);
@@ -421,10 +438,11 @@ fn the_ledger_refuses_what_is_held_or_missing() {
         ]
     );
     // Shared CPUs are fine, the device is not.
-    let (_, out) = admit_with_mock(
+    let (_, out) = admit_pods_with_mock(
         "e2e-ledger-dev",
         r#"allocation = { cpus = "0-15", devices = { "example.com/foo" = ["foo-0"] } }"#,
         &two,
+        device_pod,
     );
     assert!(out[0].admitted);
     assert_eq!(
@@ -446,6 +464,84 @@ fn the_ledger_refuses_what_is_held_or_missing() {
         out[0].message.as_deref().unwrap(),
         "provider \"mock\" gave pod default/first container \"app\" memory on NUMA node(s) 5, which this machine does not have (its nodes: 0-3)"
     );
+}
+
+/// A provider's devices are checked against the request and its own
+/// inventory: a request of one `example.com/foo` given two ids in one, three
+/// ids, none, or one id twice is refused naming the provider, the resource
+/// and what was wrong, and the pod holds nothing afterwards (the provider
+/// was told to release it; a second pod is admitted with the id).
+#[test]
+fn device_allocations_must_match_the_request() {
+    let cases = [
+        (
+            "e2e-dev-comma",
+            r#"["a,b"]"#,
+            r#"provider "mock" gave pod default/first container "app" example.com/foo device id "a,b", which is not one device id (empty, or with a comma, whitespace or a control character, which the environment formats separate devices with)"#,
+        ),
+        (
+            "e2e-dev-three",
+            r#"["x", "y", "z"]"#,
+            r#"provider "mock" gave pod default/first container "app" 3 example.com/foo device(s) ["x", "y", "z"], but the container requested 1"#,
+        ),
+        (
+            "e2e-dev-none",
+            "[]",
+            r#"provider "mock" gave pod default/first container "app" 0 example.com/foo device(s) [], but the container requested 1"#,
+        ),
+        (
+            "e2e-dev-twice",
+            r#"["a", "a"]"#,
+            r#"provider "mock" gave pod default/first container "app" example.com/foo device a more than once (["a", "a"])"#,
+        ),
+    ];
+    for (tag, ids, message) in cases {
+        let (dir, out) = admit_pods_with_mock(
+            tag,
+            &format!(r#"allocation = {{ devices = {{ "example.com/foo" = {ids} }} }}"#),
+            &[("uid-1", "first")],
+            device_pod,
+        );
+        assert!(!out[0].admitted, "{tag}: {out:?}");
+        assert_eq!(
+            out[0].reason.as_deref(),
+            Some("UnexpectedAdmissionError"),
+            "{tag}"
+        );
+        assert_eq!(out[0].message.as_deref(), Some(message), "{tag}");
+        assert_eq!(
+            mock_calls(&dir.join("state"), "mock"),
+            ["allocate uid-1 app", "release uid-1 app"],
+            "{tag}"
+        );
+        let pods = common::topomgr(
+            &dir,
+            &["pods", "--state-dir", &dir.join("state").to_string_lossy()],
+        );
+        assert!(!pods.1.contains("uid-1"), "{tag}: {}", pods.1);
+    }
+    // Left out entirely, although the provider owns the resource.
+    let (_, out) = admit_pods_with_mock(
+        "e2e-dev-missing",
+        r#"allocation = { cpus = "0-1" }"#,
+        &[("uid-1", "first")],
+        device_pod,
+    );
+    assert_eq!(
+        out[0].message.as_deref(),
+        Some(
+            r#"provider "mock" gave pod default/first container "app" no example.com/foo device, but the container requested 1 and the provider's inventory lists example.com/foo"#
+        )
+    );
+    // One good id is admitted.
+    let (_, out) = admit_pods_with_mock(
+        "e2e-dev-good",
+        r#"allocation = { devices = { "example.com/foo" = ["a"] } }"#,
+        &[("uid-1", "first")],
+        device_pod,
+    );
+    assert!(out[0].admitted, "{out:?}");
+    assert_eq!(out[0].containers[0].devices["example.com/foo"], ["a"]);
 }
 
 #[test]

@@ -430,7 +430,7 @@ fn provider_timeout_fails_the_admission_not_the_daemon() {
         "provider_timeout_ms = 200",
         // It owns the widgets the pod asks for (else the pod is refused
         // before any hint is asked: nobody serves them).
-        "sleep_ms = 1500\ninventory = { resources = { \"example.com/widget\" = { total = { capacity = 2, allocatable = 2, available = 2 }, zones = [] } } }",
+        "sleep_ms = 1500\nallocation = { devices = { \"example.com/widget\" = [\"w-0\", \"w-1\"] } }\ninventory = { resources = { \"example.com/widget\" = { total = { capacity = 2, allocatable = 2, available = 2 }, zones = [] } } }",
     );
     let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
     let mut c = d.client();
@@ -484,7 +484,7 @@ fn reads_are_answered_while_a_slow_admission_runs() {
         "provider_timeout_ms = 20000",
         // It owns the widgets the pod asks for (else the pod is refused
         // before any hint is asked: nobody serves them).
-        "sleep_ms = 1500\ninventory = { resources = { \"example.com/widget\" = { total = { capacity = 2, allocatable = 2, available = 2 }, zones = [] } } }",
+        "sleep_ms = 1500\nallocation = { devices = { \"example.com/widget\" = [\"w-0\", \"w-1\"] } }\ninventory = { resources = { \"example.com/widget\" = { total = { capacity = 2, allocatable = 2, available = 2 }, zones = [] } } }",
     );
     let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
     let pod = example_pod("guaranteed-widgets.yaml");

@@ -190,6 +190,43 @@ fn admit_under_single_numa_node_pod_scope() {
     );
 }
 
+/// Memory that fits on no set of NUMA nodes is refused at the topology
+/// check with the numbers (the kubelet's empty hint map would pass it and
+/// fail at allocation with `UnexpectedAdmissionError`).
+#[test]
+fn memory_beyond_every_node_is_a_topology_refusal_with_numbers() {
+    let cfg = config("mem-beyond", "restricted", "container");
+    let machine = common::example_sys();
+    let (code, out, err) = common::topomgr(
+        &cfg,
+        &[
+            "admit",
+            "--sysfs-root",
+            &machine,
+            &fixture("beyond-machine.yaml"),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: Admissions = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let pod = &v.pods[0];
+    assert!(!pod.admitted, "{out}");
+    assert_eq!(
+        pod.reason.as_deref(),
+        Some("TopologyAffinityError"),
+        "{out}"
+    );
+    assert_eq!(
+        pod.message.as_deref(),
+        Some(
+            "Resources cannot be allocated with Topology Locality: container \"app\" needs a NUMA \
+             placement that every resource prefers (policy restricted); memory (memory): cannot be \
+             satisfied on any NUMA node (requested 40Gi; free/allocatable by NUMA node: \
+             0: 4608Mi/4608Mi, 1: 6Gi/6Gi, 2: 7680Mi/7680Mi, 3: 6Gi/6Gi)"
+        ),
+        "{out}"
+    );
+}
+
 #[test]
 #[ignore = "needs the recorded sysfs trees of ../shared/corpus"]
 fn corpus_machine_history() {

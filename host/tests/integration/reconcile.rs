@@ -126,12 +126,15 @@ fn reported_moves_follow_into_the_pod_table_and_the_state() {
     let dir = mock_config(
         "reconcile-moves",
         "allocation = { devices = { \"example.com/foo\" = [\"foo-0\"] } }\n\
+         inventory = { resources = { \"example.com/foo\" = { total = { capacity = 1, allocatable = 1, available = 1 }, zones = [] } } }\n\
          reconciled = { moves = [{ pod_uid = \"held\", container = \"app\", from = { resource = \"example.com/foo\", id = \"foo-0\" }, to = { resource = \"example.com/foo\", id = \"FOO-SN-7\" } }] }",
     );
     let config = dir.join("topomgr.toml");
     let socket = dir.join("t.sock");
     let d = Daemon::start(&config, &socket);
-    let first = common::admitted(&mut d.client(), &pod_yaml("held", "1", "1Gi"));
+    let pod = pod_yaml("held", "1", "1Gi")
+        .replace("memory: 1Gi", "memory: 1Gi\n        example.com/foo: \"1\"");
+    let first = common::admitted(&mut d.client(), &pod);
     assert_eq!(
         first.containers[0].devices["example.com/foo"],
         ["foo-0".to_owned()]

@@ -664,7 +664,7 @@ fn release_from_a_state_directory() {
     // The mock owns the pod's widget (a resource nobody serves is refused).
     let dir = config_dir(
         "run-release",
-        "inventory = { resources = { \"example.com/widget\" = { total = { capacity = 2, allocatable = 2, available = 2 }, zones = [] } } }",
+        "allocation = { devices = { \"example.com/widget\" = [\"w-0\"] } }\ninventory = { resources = { \"example.com/widget\" = { total = { capacity = 2, allocatable = 2, available = 2 }, zones = [] } } }",
     );
     let pod = common::workspace_root().join("examples/pods/guaranteed-2cpu.yaml");
     let state = dir.join("state");

@@ -9,9 +9,16 @@
 //! exactly that mask) reach the request. Hints are listed in the kubelet's
 //! `IterateBitMasks` order; a hint is preferred when its width equals the
 //! smallest width whose allocatable bytes could hold the request. Every
-//! requested resource gets the same list. When no mask qualifies the answer
-//! is an empty map, which the Topology Manager reads as "no preference" (the
-//! allocation then fails, as in the kubelet).
+//! requested resource gets the same list. When no mask qualifies, every
+//! requested resource gets an empty list ("cannot be satisfied on any NUMA
+//! node"). The kubelet's `calculateHints` answers an empty map there, which
+//! its Topology Manager reads as "no preference": the pod passes the
+//! topology check and fails at `Allocate` with `UnexpectedAdmissionError`
+//! (kubernetes/kubernetes#128708, open). The empty lists refuse the same pods
+//! under every policy (`restricted` and `single-numa-node` at the merge,
+//! with `TopologyAffinityError` and the host's per-node numbers;
+//! `best-effort` still admits the merged hint and the allocation fails as
+//! in the kubelet), only with the reason the request deserves.
 //!
 //! On machines with more than [`EXPLICIT_HINT_MAX_NODES`] nodes the hints are
 //! returned in the SDK's compact form, a union of lattice intervals
@@ -380,22 +387,22 @@ impl<'a> Hinter<'a> {
     }
 
     /// The hints as the provider answers them: explicit up to
-    /// [`EXPLICIT_HINT_MAX_NODES`] nodes, compact beyond; an empty map when no
-    /// mask qualifies.
+    /// [`EXPLICIT_HINT_MAX_NODES`] nodes, compact beyond; when no mask
+    /// qualifies, [`HintSet::unsatisfiable`] for every requested resource
+    /// (the kubelet answers an empty map: see the module docs).
     pub fn answer(&self) -> Result<ProviderHints, ProviderError> {
         let set = if self.state.len() <= EXPLICIT_HINT_MAX_NODES {
-            let list = self.explicit();
-            (!list.is_empty()).then_some(HintSet::Explicit(list))
+            HintSet::Explicit(self.explicit())
         } else {
-            self.compact()?.map(HintSet::Compact)
+            self.compact()?
+                .map_or_else(HintSet::unsatisfiable, HintSet::Compact)
         };
-        let mut map = BTreeMap::new();
-        if let Some(set) = set {
-            for r in self.requested.keys() {
-                map.insert(r.clone(), Some(set.clone()));
-            }
-        }
-        Ok(Some(map))
+        Ok(Some(
+            self.requested
+                .keys()
+                .map(|r| (r.clone(), Some(set.clone())))
+                .collect(),
+        ))
     }
 
     /// The best hint containing `base` (the kubelet's `findBestHint` over the

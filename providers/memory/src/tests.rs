@@ -95,10 +95,17 @@ fn hints_narrowest_first_and_preferred_by_capacity() {
     assert_eq!(h[..2], ["0-1:true", "0,2:true"]);
     assert_eq!(h.len(), 11);
     assert_eq!(hints(&mut p, &wide, "hugepages-1Gi", &nodes), Some(h));
-    // Nothing fits: an empty map (no preference), as the kubelet answers.
+    // Nothing fits: every requested resource cannot be satisfied (the
+    // kubelet answers an empty map, "no preference", and fails at Allocate).
     let huge = pod("c", 4 * GB, 0);
     let h = p.topology_hints(&huge, &huge.containers[0]).unwrap();
-    assert_eq!(h, Some(BTreeMap::new()));
+    assert_eq!(
+        h,
+        Some(BTreeMap::from([(
+            "memory".to_owned(),
+            Some(HintSet::unsatisfiable())
+        )]))
+    );
 }
 
 #[test]
@@ -464,6 +471,16 @@ fn compact_hints_beyond_eight_nodes() {
     assert!(!c.contains(mask(&[0])));
     // Every non-empty subset of the eight unused nodes, and the group.
     assert_eq!(explicit.len(), 255 + 1);
+    // More than the machine has: cannot be satisfied, in compact form too.
+    let whole = pod("c", 20 * GB, 0);
+    let h = p.topology_hints(&whole, &whole.containers[0]).unwrap();
+    assert_eq!(
+        h,
+        Some(BTreeMap::from([(
+            "memory".to_owned(),
+            Some(HintSet::unsatisfiable())
+        )]))
+    );
 }
 
 /// Per zone `(node, capacity, allocatable, available)` of `resource` in

@@ -16,6 +16,8 @@
 //! fail_hints = "message"       # both hint calls return this error
 //! allocation = { cpus = "0-1", exclusive = false, mems = [0],
 //!                devices = { "example.com/foo" = ["foo-0"] }, env = { FOO = "0" } }
+//!                              # (`devices`: only to a container that requests
+//!                              # the resource, as scripted whatever the count)
 //! fail_allocate = "message"    # allocate returns this error ...
 //! fail_allocate_for = ["app"]  # ... only for these containers (default: all)
 //! fail_reason = "UnexpectedAdmissionError"   # reason of the scripted errors
@@ -293,7 +295,9 @@ impl Provider for MockProvider {
         }
         self.calls
             .push(format!("allocate {} {}", pod.uid, container.name));
-        Ok(self.allocation.clone())
+        let mut a = self.allocation.clone();
+        a.devices.retain(|r, _| container.request(r) > 0);
+        Ok(a)
     }
 
     fn release(&mut self, pod_uid: &str, container: &str) -> Result<(), ProviderError> {
