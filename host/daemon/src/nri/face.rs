@@ -17,7 +17,7 @@ use tracing::{debug, info, warn};
 
 use super::convert;
 use super::placements::{Placed, Placements};
-use super::status::NriStatus;
+use super::status::{Condition, NriStatus};
 use crate::state_thread::{Command, CommandError, Reply, StateThread};
 use topomgr_engine::admission::AdmitResult;
 
@@ -36,6 +36,9 @@ pub struct Face {
     /// Answer an exclusive container's adjustment with an unlimited CFS
     /// quota ([`Face::with_cpu_quota_lift`]).
     lift_cpu_quota: bool,
+    /// `[daemon] provider_timeout_ms`, compared at Configure with the
+    /// runtime's request budget ([`super::budget`]).
+    provider_timeout: Option<std::time::Duration>,
 }
 
 /// The NRI container owner of container `id`.
@@ -100,7 +103,32 @@ impl Face {
             wake: tokio::sync::Notify::new(),
             status,
             lift_cpu_quota: true,
+            provider_timeout: None,
         }
+    }
+
+    /// The providers' call deadline, checked against the runtime's request
+    /// budget at each Configure.
+    pub(crate) fn with_provider_timeout(mut self, timeout: std::time::Duration) -> Face {
+        self.provider_timeout = Some(timeout);
+        self
+    }
+
+    /// Configure: who the runtime is, and whether a provider call fits in
+    /// the time it gives each answer (a warning and a health note when not).
+    pub(crate) fn configured(&self, request: &ConfigureRequest) {
+        let (timeout, _) = super::budget::request_timeout(request);
+        info!(runtime = %request.runtime_name, version = %request.runtime_version, request_timeout_ms = timeout.as_millis() as u64, "configured by the runtime");
+        self.status
+            .runtime(&request.runtime_name, &request.runtime_version);
+        let note = self
+            .provider_timeout
+            .and_then(|p| super::budget::provider_note(p, request));
+        if let Some(n) = &note {
+            warn!("{n}");
+        }
+        self.status
+            .set_condition(Condition::RequestBudget, note.into_iter().collect());
     }
 
     /// Whether an exclusive container's adjustment lifts its CFS quota, as
@@ -219,6 +247,10 @@ impl Face {
                 )))
             }
         };
+        if let Some(e) = super::budget::too_late(&name, "before its admission") {
+            warn!(container = %name, "{e}");
+            return Err(e);
+        }
         let assigned = convert::assigned(&request.devices);
         let id = container.id.clone();
         let result = self
@@ -231,6 +263,13 @@ impl Face {
             .map_err(|e| {
                 PluginError::new(format!("topomgr could not admit container {name}: {e}"))
             })?;
+        if let Some(e) = super::budget::too_late(&name, "after its admission") {
+            if result.admitted {
+                self.release(&id, &name).await;
+            }
+            warn!(container = %name, "{e}");
+            return Err(e);
+        }
         if !result.admitted {
             info!(container = %name, reason = ?result.reason, "container refused");
             return Err(refusal(&result));
@@ -561,9 +600,7 @@ impl Plugin for Face {
         request: ConfigureRequest,
         runtime: RuntimeClient,
     ) -> HandlerResult<()> {
-        info!(runtime = %request.runtime_name, version = %request.runtime_version, "configured by the runtime");
-        self.status
-            .runtime(&request.runtime_name, &request.runtime_version);
+        self.configured(&request);
         *self.runtime.lock().unwrap_or_else(|p| p.into_inner()) = Some(runtime);
         Ok(())
     }

@@ -58,6 +58,7 @@
 //! "pod"` cannot decide for a pod: `serve` refuses to start with `[nri]
 //! enabled` under pod scope ([`check_scope`]).
 
+mod budget;
 mod convert;
 mod face;
 mod placements;

@@ -8,6 +8,14 @@ use topomgr_node::pod_owner::unix_now;
 
 use crate::metrics::Metrics;
 
+/// A standing condition of the runtime or node that `/v1/health` notes
+/// until it no longer holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Condition {
+    /// The provider deadline exceeds the runtime's request budget.
+    RequestBudget,
+}
+
 /// The NRI plugin's state as the health endpoint shows it; shared by the
 /// plugin (which updates it) and the HTTP server (which reads it).
 #[derive(Debug)]
@@ -17,6 +25,8 @@ pub struct NriStatus {
     notes: Mutex<Vec<String>>,
     /// Registered, no Synchronize yet after this long (a health note).
     awaiting_synchronize: Mutex<Option<std::time::Duration>>,
+    /// Standing conditions of the node, each with its health notes.
+    conditions: Mutex<std::collections::BTreeMap<Condition, Vec<String>>>,
     metrics: Option<Arc<Metrics>>,
 }
 
@@ -27,6 +37,7 @@ impl NriStatus {
             health: Mutex::new(NriHealth::disabled()),
             notes: Mutex::new(Vec::new()),
             awaiting_synchronize: Mutex::new(None),
+            conditions: Mutex::default(),
             metrics: None,
         })
     }
@@ -49,6 +60,7 @@ impl NriStatus {
             }),
             notes: Mutex::new(Vec::new()),
             awaiting_synchronize: Mutex::new(None),
+            conditions: Mutex::default(),
             metrics,
         })
     }
@@ -80,6 +92,14 @@ impl NriStatus {
             ));
         }
         notes.extend(
+            self.conditions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .values()
+                .flatten()
+                .cloned(),
+        );
+        notes.extend(
             self.notes
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -87,6 +107,18 @@ impl NriStatus {
                 .cloned(),
         );
         notes
+    }
+
+    /// Sets the notes of `condition` (none: it holds no more). Conditions
+    /// outlive a connection: they are what the runtime or the node is set
+    /// up as, checked again at each Configure or Synchronize.
+    pub(crate) fn set_condition(&self, condition: Condition, notes: Vec<String>) {
+        let mut c = self.conditions.lock().unwrap_or_else(|p| p.into_inner());
+        if notes.is_empty() {
+            c.remove(&condition);
+        } else {
+            c.insert(condition, notes);
+        }
     }
 
     fn awaiting(&self) -> std::sync::MutexGuard<'_, Option<std::time::Duration>> {

@@ -70,6 +70,10 @@ fn cpu_provider(held: &Held) -> FakeProvider {
             )])))
         })
         .with_allocate(move |pod, c, hint| {
+            if c.name == "ctr-slow" {
+                // An allocation slower than a test's answer deadline.
+                std::thread::sleep(std::time::Duration::from_millis(300));
+            }
             let Some(n) = whole(pod, c) else {
                 return Ok(Allocation::default());
             };
@@ -597,4 +601,92 @@ async fn exclusive_containers_are_answered_an_unlimited_cfs_quota() {
         .unwrap();
     assert_eq!(cpuset_of(&kept).0, "2");
     assert_eq!(quota_of(&kept), None);
+}
+
+/// Configure: a provider deadline beyond the runtime's request budget is a
+/// warning and a health note; one within it is none.
+#[tokio::test]
+async fn a_provider_deadline_beyond_the_request_budget_is_a_health_note() {
+    let w = world("budget-note");
+    let status = NriStatus::enabled("/run/nri.sock".as_ref(), None);
+    let face = Face::new(w.state.clone(), Arc::clone(&status))
+        .with_provider_timeout(std::time::Duration::from_secs(10));
+    status.connected();
+    let configure = |ms| topomgr_nri::api::ConfigureRequest {
+        runtime_name: "containerd".into(),
+        runtime_version: "2.1.4".into(),
+        request_timeout: ms,
+        ..Default::default()
+    };
+    face.configured(&configure(2000));
+    let notes = status.notes();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].starts_with("nri: [daemon] provider_timeout_ms = 10000 exceeds the runtime's request budget of 1800 ms"),
+        "{notes:?}"
+    );
+    // The runtime gives more time at the next registration: the note goes.
+    face.configured(&configure(20_000));
+    assert!(status.notes().is_empty(), "{:?}", status.notes());
+}
+
+/// A CreateContainer already past its answer deadline (queued behind other
+/// work) is not admitted: the runtime got an error answer.
+#[tokio::test]
+async fn a_create_past_its_deadline_admits_nothing() {
+    let w = world("budget-late");
+    let g = pod("1", "g");
+    let late = tokio::time::Instant::now();
+    let err = topomgr_nri::with_answer_deadline(
+        late,
+        w.face.create(g.clone(), container("g1", &g, 1000, 1000)),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.message().starts_with(
+            "topomgr: container team-a/pod-1/ctr-g1 is past the runtime's request deadline before its admission"
+        ),
+        "{}",
+        err.message()
+    );
+    assert!(w.state.read(|v| v.pods.is_empty()), "nothing admitted");
+    assert!(w.held.lock().unwrap().is_empty());
+    assert_eq!(w.face.table().len(), 0);
+}
+
+/// An admission that completes after the answer deadline is released
+/// again: the runtime already has an error answer and will not create the
+/// container as placed, so nothing may stay held for it.
+#[tokio::test]
+async fn an_admission_completed_past_the_deadline_is_released() {
+    let w = world("budget-release");
+    let g = pod("1", "g");
+    let mut slow = container("s1", &g, 1000, 1000);
+    slow.name = "ctr-slow".into();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(100);
+    let err = topomgr_nri::with_answer_deadline(deadline, w.face.create(g.clone(), slow))
+        .await
+        .unwrap_err();
+    assert!(
+        err.message()
+            .contains("past the runtime's request deadline after its admission"),
+        "{}",
+        err.message()
+    );
+    assert!(w.state.read(|v| v.pods.is_empty()), "released again");
+    assert!(
+        w.held.lock().unwrap().is_empty(),
+        "the provider holds nothing"
+    );
+    assert_eq!(w.face.table().len(), 0);
+    // Within its deadline the same container is placed.
+    let mut slow = container("s2", &g, 1000, 1000);
+    slow.name = "ctr-slow".into();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    let ok = topomgr_nri::with_answer_deadline(deadline, w.face.create(g.clone(), slow))
+        .await
+        .unwrap();
+    assert_eq!(cpuset_of(&ok).0, "1");
+    w.check();
 }
