@@ -167,6 +167,12 @@ pub struct ContainerRequest {
     pub devices: Vec<AssignedDevices>,
 }
 
+/// Whether `path` is a pod cgroup parent (or a container's cgroups path)
+/// of the kubelet, of either cgroup driver.
+pub fn is_kubelet_cgroup(path: &str) -> bool {
+    cgroup_parent::kubelet_cgroup(path).is_some()
+}
+
 /// What topomgr does with the container `spec` describes.
 pub fn map_container(spec: &ContainerSpec<'_>) -> Result<Mapping, MappingError> {
     let pod_annotations = spec.sandbox.map(|s| &s.annotations);

@@ -16,6 +16,7 @@ use topomgr_sdk::{Allocation, CpuSet, Machine, NumaMask};
 use tracing::{debug, info, warn};
 
 use super::convert;
+use super::kubelet::{kubelet_pinned, KubeletCheck};
 use super::placements::{Placed, Placements};
 use super::status::{Condition, NriStatus};
 use crate::state_thread::{Command, CommandError, Reply, StateThread};
@@ -39,6 +40,8 @@ pub struct Face {
     /// `[daemon] provider_timeout_ms`, compared at Configure with the
     /// runtime's request budget ([`super::budget`]).
     provider_timeout: Option<std::time::Duration>,
+    /// Whether the kubelet's own managers are on ([`super::kubelet`]).
+    kubelet: KubeletCheck,
 }
 
 /// The NRI container owner of container `id`.
@@ -104,7 +107,20 @@ impl Face {
             status,
             lift_cpu_quota: true,
             provider_timeout: None,
+            kubelet: KubeletCheck::default(),
         }
+    }
+
+    /// Checks the kubelet's CPU and memory manager state files under
+    /// `root` ([`super::kubelet`]).
+    pub(crate) fn with_kubelet_root(mut self, root: std::path::PathBuf) -> Face {
+        self.kubelet = KubeletCheck::with_root(root);
+        self
+    }
+
+    /// Reads the kubelet's state files again (health notes).
+    pub(crate) fn check_kubelet_files(&self) {
+        self.kubelet.check_files(&self.status);
     }
 
     /// The providers' call deadline, checked against the runtime's request
@@ -129,6 +145,7 @@ impl Face {
         }
         self.status
             .set_condition(Condition::RequestBudget, note.into_iter().collect());
+        self.check_kubelet_files();
     }
 
     /// Whether an exclusive container's adjustment lifts its CFS quota, as
@@ -237,8 +254,12 @@ impl Face {
         let name = who(&pod, &container);
         let request = match convert::map(&pod, &container) {
             Ok(Mapping::Admit(r)) => r,
-            Ok(Mapping::Leave(why)) => {
-                debug!(container = %name, %why, "left alone");
+            Ok(m @ Mapping::Leave(_)) => {
+                if let Some(cpus) = kubelet_pinned(&pod, &m) {
+                    self.kubelet
+                        .pinned_at_create(&self.status, &pod, &container, cpus);
+                }
+                debug!(container = %name, mapping = ?m, "left alone");
                 return Ok(CreateContainerResponse::default());
             }
             Err(e) => {
@@ -374,6 +395,7 @@ impl Face {
     /// RemoveContainer: release what is still held (a container removed
     /// without a stop); the follower gives the CPUs back.
     pub async fn remove(&self, container: Container) {
+        self.kubelet.forget(&self.status, &container.id);
         let removed = self.table().remove(&container.id);
         if let Some(p) = removed {
             if p.allocation.is_some() {
@@ -415,6 +437,9 @@ impl Face {
             .filter(|c| c.state != ContainerState::ContainerStopped as i32)
             .collect();
         let existing: BTreeSet<String> = live.iter().map(|c| c.id.clone()).collect();
+        self.check_kubelet_files();
+        let followed_before: BTreeSet<String> = self.table().ids().into_iter().collect();
+        let mut kubelet_pinned_found = BTreeMap::new();
         let kept = match self
             .state
             .submit(Command::ReconcileContainers {
@@ -471,7 +496,19 @@ impl Face {
                     };
                     admissions.push((c, name, cmd));
                 }
-                Ok(Mapping::Leave(why)) => debug!(container = %name, %why, "left alone"),
+                Ok(m @ Mapping::Leave(_)) => {
+                    // Pinned by the kubelet, unless it is topomgr's own
+                    // cpuset: followed before, or the shared pool.
+                    if let Some(cpus) = kubelet_pinned(pod, &m) {
+                        let pool = self.placing().0;
+                        let ours = followed_before.contains(&c.id)
+                            || CpuSet::parse(cpus).is_ok_and(|s| s == pool);
+                        if !ours {
+                            kubelet_pinned_found.insert(c.id.clone(), format!("{name} ({cpus})"));
+                        }
+                    }
+                    debug!(container = %name, mapping = ?m, "left alone");
+                }
                 Err(e) => {
                     warn!(container = %name, error = %e, "cannot read a container the runtime has");
                     notes.push(format!(
@@ -524,6 +561,8 @@ impl Face {
         self.count(&t);
         drop(t);
         self.status.set_notes(notes);
+        self.kubelet
+            .pinned_at_sync(&self.status, kubelet_pinned_found);
         info!(
             containers = containers.len(),
             updated = updates.len(),

@@ -61,6 +61,7 @@
 mod budget;
 mod convert;
 mod face;
+mod kubelet;
 mod placements;
 mod status;
 
@@ -97,6 +98,9 @@ pub struct NriSettings {
     pub plugin_name: String,
     /// Its index (two digits).
     pub plugin_index: String,
+    /// The kubelet's root directory, where its CPU and memory managers'
+    /// state files are checked.
+    pub kubelet_root_dir: PathBuf,
 }
 
 /// Why the daemon refuses to start with `[nri] enabled`.
@@ -115,12 +119,17 @@ pub fn check_scope(scope: Scope) -> Result<(), PodScopeUnderNri> {
 /// Sends the runtime what it was not told: woken by the handlers that
 /// released outside an answer, and every [`FOLLOW_INTERVAL`].
 async fn follow(face: Arc<Face>) {
+    let mut files_checked = tokio::time::Instant::now();
     loop {
         tokio::select! {
             () = face.woken() => {}
             () = tokio::time::sleep(FOLLOW_INTERVAL) => {}
         }
         face.push_updates().await;
+        if files_checked.elapsed() >= kubelet::FILE_CHECK_INTERVAL {
+            files_checked = tokio::time::Instant::now();
+            face.check_kubelet_files();
+        }
     }
 }
 

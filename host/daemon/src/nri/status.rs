@@ -14,6 +14,10 @@ use crate::metrics::Metrics;
 pub(crate) enum Condition {
     /// The provider deadline exceeds the runtime's request budget.
     RequestBudget,
+    /// The kubelet's state files name a CPU or memory manager policy.
+    KubeletStateFiles,
+    /// Containers of the kubelet arrived with a cpuset.
+    KubeletPinned,
 }
 
 /// The NRI plugin's state as the health endpoint shows it; shared by the

@@ -690,3 +690,143 @@ async fn an_admission_completed_past_the_deadline_is_released() {
     assert_eq!(cpuset_of(&ok).0, "1");
     w.check();
 }
+
+/// `container` as it arrives with a cpuset already set.
+fn pinned(id: &str, pod: &PodSandbox, cpu_m: u64, limit_m: i64, cpus: &str) -> Container {
+    let mut c = container(id, pod, cpu_m, limit_m);
+    if let Some(cpu) = c
+        .linux
+        .as_mut()
+        .and_then(|l| l.resources.as_mut())
+        .and_then(|r| r.cpu.as_mut())
+    {
+        cpu.cpus = cpus.into();
+    }
+    c
+}
+
+fn kubelet_notes(f: &Face) -> Vec<String> {
+    f.status()
+        .notes()
+        .into_iter()
+        .filter(|n| n.contains("kubelet"))
+        .collect()
+}
+
+/// A container of the kubelet arriving at CreateContainer with a cpuset
+/// (its static CPU manager) makes health degraded with the remedy, until
+/// it is removed; a container outside the kubelet's cgroups pinned by its
+/// user does not.
+#[tokio::test]
+async fn a_kubelet_container_arriving_pinned_is_a_health_note() {
+    let w = world("kubelet-create");
+    let f = &w.face;
+    let g = pod("1", "g");
+    let answer = f
+        .create(g.clone(), pinned("g1", &g, 1000, 1000, "2"))
+        .await
+        .unwrap();
+    assert!(answer.adjust.is_none(), "left alone");
+    let notes = kubelet_notes(f);
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].starts_with(
+            "nri: 1 container(s) of the kubelet arrived with a cpuset (team-a/pod-1/ctr-g1 (2))"
+        ),
+        "{notes:?}"
+    );
+    assert!(notes[0].contains("set cpuManagerPolicy: none in the KubeletConfiguration, remove the kubelet's cpu_manager_state and restart the kubelet"));
+    f.remove(pinned("g1", &g, 1000, 1000, "2")).await;
+    assert!(kubelet_notes(f).is_empty());
+    // Not the kubelet's: a user's pinning, no note.
+    let mut own = pod("2", "g");
+    own.linux = Some(LinuxPodSandbox {
+        cgroup_parent: "/machine.slice".into(),
+        ..Default::default()
+    });
+    f.create(own.clone(), pinned("u1", &own, 1000, 1000, "3"))
+        .await
+        .unwrap();
+    assert!(kubelet_notes(f).is_empty());
+}
+
+/// At Synchronize, a kubelet container with a cpuset topomgr did not give
+/// is noted; topomgr's own placements (followed before, or the shared
+/// pool) are not, and the note goes when the container does.
+#[tokio::test]
+async fn synchronize_notes_kubelet_pinned_containers_not_its_own() {
+    let w = world("kubelet-sync");
+    let f = &w.face;
+    let g = pod("1", "g");
+    let b = pod("2", "b");
+    f.create(g.clone(), container("g1", &g, 1000, 1000))
+        .await
+        .unwrap();
+    f.create(b.clone(), container("b1", &b, 100, 0))
+        .await
+        .unwrap();
+    // Released through the API: the runtime still lists it with its cpuset.
+    w.state.submit(Command::Release("g1".into())).await.unwrap();
+    let listed = vec![
+        pinned("g1", &g, 1000, 1000, "1"),
+        pinned("b1", &b, 100, 0, "0,2-3"),
+        // Not followed (topomgr restarted, say), on the shared pool as it
+        // is now (every CPU, g1 released): topomgr's.
+        pinned("new-shared", &b, 100, 0, "0-3"),
+        pinned("kubelet", &g, 1000, 1000, "2-3"),
+    ];
+    f.synchronize(vec![g.clone(), b.clone()], listed)
+        .await
+        .unwrap();
+    let notes = kubelet_notes(f);
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].starts_with("nri: 1 container(s) of the kubelet arrived with a cpuset (team-a/pod-1/ctr-kubelet (2-3))"),
+        "{notes:?}"
+    );
+    f.synchronize(
+        vec![g.clone(), b.clone()],
+        vec![container("b1", &b, 100, 0)],
+    )
+    .await
+    .unwrap();
+    assert!(kubelet_notes(f).is_empty(), "{:?}", kubelet_notes(f));
+}
+
+/// The kubelet's state files naming the static policies are noted at
+/// Configure and on the periodic check, and the note goes once they no
+/// longer do.
+#[tokio::test]
+async fn the_kubelets_static_managers_in_its_state_files_are_noted() {
+    let w = world("kubelet-files");
+    let root = w.dir.join("kubelet");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(
+        root.join("cpu_manager_state"),
+        r#"{"policyName":"static","defaultCpuSet":"0-3","checksum":1}"#,
+    )
+    .unwrap();
+    let status = NriStatus::enabled("/run/nri.sock".as_ref(), None);
+    status.connected();
+    let face = Face::new(w.state.clone(), Arc::clone(&status)).with_kubelet_root(root.clone());
+    face.configured(&topomgr_nri::api::ConfigureRequest::default());
+    let notes = status.notes();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].starts_with("nri: the kubelet's CPU manager runs policy \"static\""),
+        "{notes:?}"
+    );
+    std::fs::write(
+        root.join("memory_manager_state"),
+        r#"{"policyName":"Static","machineState":{},"checksum":1}"#,
+    )
+    .unwrap();
+    std::fs::remove_file(root.join("cpu_manager_state")).unwrap();
+    face.check_kubelet_files();
+    let notes = status.notes();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(notes[0].contains("memoryManagerPolicy: None"), "{notes:?}");
+    std::fs::remove_file(root.join("memory_manager_state")).unwrap();
+    face.check_kubelet_files();
+    assert!(status.notes().is_empty());
+}
