@@ -458,3 +458,60 @@ fn systemd_cgroup_parents_under_a_cgroup_root() {
         assert!(!is_kubelet_cgroup(path), "{path}");
     }
 }
+
+/// A Guaranteed pod (by its cgroup parent) whose container's CPU limit is
+/// above its own request is Guaranteed through pod-level resources
+/// (KEP-2837; the kubelet writes the pod's limit as the quota of a
+/// container that sets none): the kubelet's static managers skip it, so it
+/// is admitted as Burstable. A container that is Guaranteed on its own,
+/// one without a quota (`cpuCFSQuota: false`) and one at the smallest
+/// quota keep the parent's class.
+#[test]
+fn pod_level_resources_are_skipped_as_the_kubelets_static_managers_do() {
+    let path = format!("/kubepods/pod{UID}/{ID}");
+    let case = |resources: &'static str| {
+        Case {
+            parent: Some(&path),
+            resources,
+            ..Case::default()
+        }
+        .admitted()
+    };
+    for resources in [
+        // requests cpu 2, no limit of its own: the pod's 4 CPUs as quota.
+        r#"{"cpu":{"shares":2048,"quota":400000,"period":100000},"memory":{"limit":1073741824}}"#,
+        // no request at all: the kubelet's minimum shares.
+        r#"{"cpu":{"shares":2,"quota":400000,"period":100000},"memory":{"limit":1073741824}}"#,
+    ] {
+        let r = case(resources);
+        assert_eq!(
+            (r.pod.view.qos, r.qos_source),
+            (QosClass::Burstable, QosSource::PodLevelResources),
+            "{resources}"
+        );
+    }
+    for resources in [
+        r#"{"cpu":{"shares":2048,"quota":200000,"period":100000},"memory":{"limit":1073741824}}"#,
+        r#"{"cpu":{"shares":2048,"period":100000},"memory":{"limit":1073741824}}"#,
+        r#"{"cpu":{"shares":5,"quota":1000,"period":100000},"memory":{"limit":1073741824}}"#,
+    ] {
+        let r = case(resources);
+        assert_eq!(
+            (r.pod.view.qos, r.qos_source),
+            (QosClass::Guaranteed, QosSource::CgroupParent),
+            "{resources}"
+        );
+    }
+    // A Burstable pod's container is Burstable either way.
+    let path = format!("/kubepods/burstable/pod{UID}/{ID}");
+    let r = Case {
+        parent: Some(&path),
+        resources: r#"{"cpu":{"shares":2048,"quota":400000,"period":100000}}"#,
+        ..Case::default()
+    }
+    .admitted();
+    assert_eq!(
+        (r.pod.view.qos, r.qos_source),
+        (QosClass::Burstable, QosSource::CgroupParent)
+    );
+}

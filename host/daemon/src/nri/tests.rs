@@ -830,3 +830,27 @@ async fn the_kubelets_static_managers_in_its_state_files_are_noted() {
     face.check_kubelet_files();
     assert!(status.notes().is_empty());
 }
+
+/// A container of a pod Guaranteed through pod-level resources (KEP-2837:
+/// its CPU limit, the pod's, above its own request) gets the shared pool
+/// and no exclusive CPU, as the kubelet's static CPU manager skips it.
+#[tokio::test]
+async fn a_pod_level_resources_container_gets_the_shared_pool() {
+    let w = world("pod-level");
+    let g = pod("1", "g");
+    let answer = w
+        .face
+        .create(g.clone(), container("p1", &g, 2000, 4000))
+        .await
+        .unwrap();
+    assert_eq!(cpuset_of(&answer).0, "0-3");
+    assert!(w.held.lock().unwrap().is_empty(), "no exclusive CPU");
+    // The same container Guaranteed on its own gets its CPUs.
+    let answer = w
+        .face
+        .create(g.clone(), container("g1", &g, 2000, 2000))
+        .await
+        .unwrap();
+    assert_eq!(cpuset_of(&answer).0, "2-3");
+    w.check();
+}
