@@ -71,6 +71,41 @@ pub use quota::{kubelet_pod_cgroup, CpuQuota, QuotaLift};
 /// counts processes in a cgroup.
 pub(crate) const REMOVE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The cpuset (`cpuset.cpus`, `cpuset.mems` as written) of the cgroup
+/// directory `dir` read without a [`CgroupManager`]: a runtime's cgroup,
+/// which topomgr reads back but never writes. `None` when the directory or
+/// either file is missing, or either is empty (no cpuset of its own).
+pub fn read_cpuset_of(dir: &Path) -> Result<Option<Cpuset>, CgroupError> {
+    let read = |name: &str| -> Result<Option<(PathBuf, String)>, CgroupError> {
+        let file = dir.join(name);
+        match fs::read_to_string(&file) {
+            Ok(text) => Ok(Some(text.trim().to_owned())
+                .filter(|t| !t.is_empty())
+                .map(|t| (file, t))),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(cause) => Err(CgroupError::Io {
+                op: "read",
+                path: file,
+                cause,
+            }),
+        }
+    };
+    let (Some((cp, ct)), Some((mp, mt))) = (read("cpuset.cpus")?, read("cpuset.mems")?) else {
+        return Ok(None);
+    };
+    let cpus = CpuSet::parse(&ct).map_err(|e| CgroupError::Parse {
+        path: cp,
+        content: ct.clone(),
+        reason: e.to_string(),
+    })?;
+    let mems = NumaMask::parse_list(&mt).map_err(|e| CgroupError::Parse {
+        path: mp,
+        content: mt.clone(),
+        reason: e.to_string(),
+    })?;
+    Ok(Some(Cpuset { cpus, mems }))
+}
+
 /// Errors of cgroup operations; each names the path it concerns.
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {

@@ -315,7 +315,7 @@ fn cgroup_dir(path: &str) -> Option<PathBuf> {
     (plain && rel.components().next().is_some()).then_some(rel)
 }
 
-/// The cpuset (`cpuset.cpus`, `cpuset.mems` as written) of the container
+/// The cpuset as written ([`topomgr_cgroup::read_cpuset_of`]) of the container
 /// whose runtime names its cgroup `path`, under `cgroup_root` (cgroup v2
 /// when `cgroup.controllers` is there, else the v1 `cpuset` hierarchy);
 /// `None` when the cgroup does not exist (not started yet, or gone) or
@@ -327,22 +327,7 @@ pub fn read_cpuset(cgroup_root: &Path, path: &str) -> Result<Option<Cpuset>, Str
     } else {
         cgroup_root.join("cpuset").join(rel)
     };
-    let read = |name: &str| -> Result<Option<String>, String> {
-        let file = dir.join(name);
-        match std::fs::read_to_string(&file) {
-            Ok(text) => Ok(Some(text.trim().to_owned()).filter(|t| !t.is_empty())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(format!("cannot read {}: {e}", file.display())),
-        }
-    };
-    let (Some(cpus), Some(mems)) = (read("cpuset.cpus")?, read("cpuset.mems")?) else {
-        return Ok(None);
-    };
-    let cpus = CpuSet::parse(&cpus)
-        .map_err(|e| format!("{}: {cpus:?}: {e}", dir.join("cpuset.cpus").display()))?;
-    let mems = NumaMask::parse_list(&mems)
-        .map_err(|e| format!("{}: {mems:?}: {e}", dir.join("cpuset.mems").display()))?;
-    Ok(Some(Cpuset { cpus, mems }))
+    topomgr_cgroup::read_cpuset_of(&dir).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -507,7 +492,10 @@ mod tests {
         assert_eq!(read_cpuset(&root.join("v2"), "/kubepods/c1").unwrap(), None);
         std::fs::write(v2.join("cpuset.cpus"), "x").unwrap();
         let err = read_cpuset(&root.join("v2"), "/kubepods/c1").unwrap_err();
-        assert!(err.contains("kubepods/c1/cpuset.cpus: \"x\": "), "{err}");
+        assert!(
+            err.contains("kubepods/c1/cpuset.cpus: cannot parse \"x\""),
+            "{err}"
+        );
         let _ = std::fs::remove_dir_all(&root);
     }
 
