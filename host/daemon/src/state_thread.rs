@@ -47,7 +47,7 @@ use topomgr_engine::admission::{AdmissionError, AdmitResult, Admitter, UID_CONFL
 use topomgr_node::api::AdmissionRequest;
 use topomgr_node::api::OwnerSpec;
 use topomgr_node::api::{Attached, Attachments};
-use topomgr_node::followed::{self, CpusetUpdate, Followed, FollowedContainer};
+use topomgr_node::followed::{self, CpusetUpdate, Followed, FollowedContainer, PinnedContainer};
 use topomgr_node::image::Restored;
 use topomgr_node::node_state::{
     current_pool, AttachError, Change, NodeState, OwnerConflict, Reclaim, Records, UnknownContainer,
@@ -115,6 +115,15 @@ pub(crate) enum ContainerCommand {
     /// leave no CPU to the shared pool while containers need it is
     /// refused here, before the commit.
     Create(Box<NewContainer>),
+    /// CreateContainer of a kubelet container left alone because it arrived
+    /// with a cpuset topomgr did not give it: kept in the book as pinned
+    /// (a health note) until it is removed.
+    Pinned {
+        /// The container id.
+        id: String,
+        /// Its sandbox and `namespace/pod/container (cpus)`.
+        pinned: PinnedContainer,
+    },
     /// PostCreateContainer, PostStartContainer: the runtime created the
     /// container with `cpuset` (`None`: not told); where it is not what
     /// the container must have, the follower's next round corrects it.
@@ -136,8 +145,10 @@ pub(crate) enum ContainerCommand {
         /// The container id.
         id: String,
     },
-    /// RemoveContainer: release what is still held; the follower tells the
-    /// others.
+    /// RemoveContainer: release what is still held (the follower tells the
+    /// others) and forget the container if it was kept as pinned. Also the
+    /// face's release of a container admitted past its answer deadline
+    /// whose answer came back too late to release it in its Create.
     Remove {
         /// The container id.
         id: String,
@@ -149,7 +160,9 @@ pub(crate) enum ContainerCommand {
     },
     /// Synchronize: release the pods of NRI containers the runtime no
     /// longer has (not in `existing`), admit the containers listed that are
-    /// not admitted, follow exactly those listed; answer every cpuset.
+    /// not admitted, follow exactly those listed, keep as pinned by the
+    /// kubelet exactly those listed so whose pod topomgr does not hold;
+    /// answer every cpuset.
     Synchronize {
         /// The ids of the containers the runtime runs.
         existing: BTreeSet<String>,
@@ -188,6 +201,10 @@ pub(crate) struct NewContainer {
     pub assigned: AssignedDevicesRequest,
     /// What the book keeps of it.
     pub follow: FollowedContainer,
+    /// Its answer deadline ([`topomgr_nri::answer_deadline`]): past it
+    /// when the state thread takes the request, nothing is admitted;
+    /// admitted past it, it is released again in the same request.
+    pub deadline: Option<std::time::Instant>,
 }
 
 /// A container the runtime lists at Synchronize.
@@ -200,6 +217,19 @@ pub(crate) struct ListedContainer {
     /// Its pod and owner when topomgr places it (`None`: left alone, or not
     /// readable; followed only while its pod is admitted).
     pub admit: Option<(PodView, OwnerSpec, AssignedDevicesRequest)>,
+    /// Left alone as a kubelet container that arrived with a cpuset and
+    /// without topomgr's mark: kept as pinned unless topomgr holds its pod.
+    pub pinned: Option<PinnedContainer>,
+}
+
+/// A Create past its answer deadline (the runtime already has an error
+/// answer, [`topomgr_nri::answer_deadline`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Late {
+    /// Past it when the state thread took the request: nothing admitted.
+    BeforeAdmission,
+    /// Admitted past it: released again within the same request.
+    AfterAdmission,
 }
 
 /// A followed container whose cgroup did not have the cpuset the runtime
@@ -221,6 +251,11 @@ pub(crate) struct Repair {
 pub(crate) struct ContainerAnswer {
     /// Create: the admission (a refusal says why).
     pub admission: Option<AdmitResult>,
+    /// Create: past its answer deadline (nothing is held for it).
+    pub late: Option<Late>,
+    /// Pinned, Remove, RemoveSandbox, Synchronize: the containers kept as
+    /// pinned by the kubelet after it, when it may have changed them.
+    pub pinned: Option<Vec<String>>,
     /// Create, Update: the container's cpuset (marked told).
     pub cpuset: Option<Cpuset>,
     /// The other containers whose cpuset changes (marked told).
@@ -245,6 +280,11 @@ pub(crate) struct ContainerAnswer {
     pub book: Vec<(String, FollowedContainer, bool)>,
     /// What is left to do after the commit.
     finish: Finish,
+}
+
+/// Whether `deadline` has passed.
+fn past(deadline: Option<std::time::Instant>) -> bool {
+    deadline.is_some_and(|d| std::time::Instant::now() >= d)
 }
 
 /// What a [`ContainerCommand`] leaves for after the commit: answers are
@@ -1013,6 +1053,14 @@ impl Worker {
         let mut changed = false;
         match cmd {
             ContainerCommand::Create(new) => {
+                // Queued past its deadline: the runtime has an error answer
+                // and creates nothing placed, so nothing is done for it.
+                if past(new.deadline) {
+                    info!(container = %new.follow.who, id = %new.id, "past the runtime's request deadline before its admission: not admitted");
+                    answer.late = Some(Late::BeforeAdmission);
+                    answer.followed = self.node.followed().len();
+                    return Ok((answer, false));
+                }
                 // nri-plugins releases a stale instance at create as well
                 // (containers/nri-plugins, resmgr's CreateContainer).
                 let stale = self.node.followed().stale_instances(
@@ -1045,10 +1093,23 @@ impl Worker {
                         ..r
                     };
                 }
-                if r.admitted {
+                if r.admitted && past(new.deadline) {
+                    // Admitted too late: the runtime already has an error
+                    // answer, so nothing may stay held for the container.
+                    self.node.followed_mut().1.unfollow(&new.id);
+                    changed |= self.release_container(&new.id);
+                    info!(container = %new.follow.who, id = %new.id, "admitted past the runtime's request deadline: released again");
+                    answer.late = Some(Late::AfterAdmission);
+                } else if r.admitted {
                     answer.finish = Finish::Create(new.id, Box::new(new.follow));
                 }
                 answer.admission = Some(r);
+            }
+            ContainerCommand::Pinned { id, pinned } => {
+                let book = self.node.followed_mut().1;
+                if book.pin(&id, pinned) {
+                    answer.pinned = Some(book.pinned());
+                }
             }
             ContainerCommand::Created { id, cpuset } => {
                 if let (Some(now), true) = (cpuset, self.node.followed().get(&id).is_some()) {
@@ -1070,6 +1131,10 @@ impl Worker {
             ContainerCommand::Remove { id } => {
                 let (was, released) = self.forget_container(&id);
                 changed = released;
+                let book = self.node.followed_mut().1;
+                if book.unpin(&id) {
+                    answer.pinned = Some(book.pinned());
+                }
                 if was {
                     answer.released.push(id);
                 }
@@ -1079,16 +1144,24 @@ impl Worker {
                     changed |= self.forget_container(&id).1;
                     answer.released.push(id);
                 }
+                let book = self.node.followed_mut().1;
+                if book.unpin_sandbox(&sandbox) {
+                    answer.pinned = Some(book.pinned());
+                }
             }
             ContainerCommand::Synchronize { existing, listed } => {
                 let (released, kept) = self.reconcile_containers(ContainerRuntime::Nri, &existing);
                 changed = !released.is_empty();
                 answer.released = released;
                 let mut table = BTreeMap::new();
+                let mut pinned = BTreeMap::new();
                 for l in listed {
                     if kept.contains(&l.id) {
                         table.insert(l.id, l.follow);
                         continue;
+                    }
+                    if let Some(p) = l.pinned {
+                        pinned.insert(l.id.clone(), p);
                     }
                     let Some((pod, owner, assigned)) = l.admit else {
                         continue;
@@ -1103,6 +1176,9 @@ impl Worker {
                     answer.admitted.push((l.id.clone(), outcome));
                     table.insert(l.id, l.follow);
                 }
+                let book = self.node.followed_mut().1;
+                book.replace_pinned(pinned);
+                answer.pinned = Some(book.pinned());
                 answer.finish = Finish::Synchronize(table);
             }
             ContainerCommand::FollowerRound => answer.finish = Finish::FollowerRound,

@@ -237,6 +237,12 @@ pub struct NriConfig {
         deserialize_with = "nri_plugin_index"
     )]
     pub plugin_index: String,
+    /// The kubelet's root directory (its `--root-dir`), where the state
+    /// files of its CPU and memory managers are checked for a policy other
+    /// than none (relative paths resolve against the main file's
+    /// directory).
+    #[serde(default = "defaults::kubelet_root_dir")]
+    pub kubelet_root_dir: PathBuf,
 }
 
 impl Default for NriConfig {
@@ -319,6 +325,9 @@ mod defaults {
     pub(super) fn nri_plugin_name() -> String {
         super::DEFAULT_NRI_PLUGIN_NAME.to_owned()
     }
+    pub(super) fn kubelet_root_dir() -> PathBuf {
+        PathBuf::from("/var/lib/kubelet")
+    }
     pub(super) fn nri_plugin_index() -> String {
         super::DEFAULT_NRI_PLUGIN_INDEX.to_owned()
     }
@@ -382,6 +391,7 @@ impl HostConfig {
         self.export_file.iter_mut().for_each(join);
         join(&mut self.daemon.socket);
         join(&mut self.nri.socket);
+        join(&mut self.nri.kubelet_root_dir);
         for p in self.providers.values_mut() {
             if is_path(&p.library) {
                 p.library = base.join(&p.library).to_string_lossy().into_owned();
@@ -1237,7 +1247,7 @@ nested = { a = 1, b = [1, 2] }
             ),
             (
                 "[nri]\nenable = true\n",
-                "line 2: nri.enable: unknown field `enable`, expected one of `enabled`, `socket`, `plugin_name`, `plugin_index`",
+                "line 2: nri.enable: unknown field `enable`, expected one of `enabled`, `socket`, `plugin_name`, `plugin_index`, `kubelet_root_dir`",
             ),
             ("policy = \n", "line 1: string values must be quoted, expected literal string"),
         ];
@@ -1567,11 +1577,12 @@ metrics_address = \"127.0.0.1:9337\"\n",
                 socket: PathBuf::from("/var/run/nri/nri.sock"),
                 plugin_name: "topomgr".into(),
                 plugin_index: "50".into(),
+                kubelet_root_dir: PathBuf::from("/var/lib/kubelet"),
             }
         );
         d.write(
             "topomgr.toml",
-            "[nri]\nsocket = \"run/nri.sock\"\nplugin_index = \"05\"\n",
+            "[nri]\nsocket = \"run/nri.sock\"\nplugin_index = \"05\"\nkubelet_root_dir = \"kubelet\"\n",
         );
         d.write("plugins.d/50-nri.toml", "[nri]\nenabled = true\n");
         assert_eq!(
@@ -1581,6 +1592,7 @@ metrics_address = \"127.0.0.1:9337\"\n",
                 socket: d.0.join("run/nri.sock"),
                 plugin_name: "topomgr".into(),
                 plugin_index: "05".into(),
+                kubelet_root_dir: d.0.join("kubelet"),
             }
         );
     }

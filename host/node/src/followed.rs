@@ -26,6 +26,14 @@
 //! ([`Followed::sent`] answers it); the sender then computes again from
 //! the state as it is then and sends what differs, so the runtime ends with
 //! the newer cpusets one round trip later.
+//!
+//! # Containers the kubelet pinned
+//!
+//! The book also keeps the containers it does *not* follow because the
+//! kubelet's own CPU manager pinned them (a container of a kubelet pod that
+//! arrived with a cpuset and without topomgr's mark): the NRI face notes
+//! them in `/v1/health` until they are removed or a Synchronize no longer
+//! lists them ([`Followed::pin`], [`Followed::pinned`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -62,6 +70,18 @@ pub struct Followed {
     in_flight: bool,
     /// An answer changed cpusets while an update was in flight.
     changed_in_flight: bool,
+    /// Containers left alone because the kubelet pinned them, by id.
+    pinned: BTreeMap<String, PinnedContainer>,
+}
+
+/// A container of a kubelet pod that arrived with a cpuset topomgr did not
+/// give it (left alone, not followed).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinnedContainer {
+    /// Its pod's sandbox id (the runtime's).
+    pub sandbox: String,
+    /// `namespace/pod/container (cpus)`, for the health note.
+    pub what: String,
 }
 
 /// The allocation of container `id` (its one-container pod's), `None` when
@@ -209,6 +229,35 @@ impl Followed {
         }
     }
 
+    /// Keep container `id` as pinned by the kubelet; whether that is new.
+    pub fn pin(&mut self, id: &str, c: PinnedContainer) -> bool {
+        self.pinned.insert(id.to_owned(), c.clone()) != Some(c)
+    }
+
+    /// Container `id` is gone: no longer kept as pinned; whether it was.
+    pub fn unpin(&mut self, id: &str) -> bool {
+        self.pinned.remove(id).is_some()
+    }
+
+    /// The containers of sandbox `sandbox` are gone; whether one was kept
+    /// as pinned.
+    pub fn unpin_sandbox(&mut self, sandbox: &str) -> bool {
+        let before = self.pinned.len();
+        self.pinned.retain(|_, c| c.sandbox != sandbox);
+        self.pinned.len() != before
+    }
+
+    /// Keep exactly `pinned` as pinned by the kubelet (a Synchronize).
+    pub fn replace_pinned(&mut self, pinned: BTreeMap<String, PinnedContainer>) {
+        self.pinned = pinned;
+    }
+
+    /// What is known of the containers the kubelet pinned, in the order
+    /// of their ids.
+    pub fn pinned(&self) -> Vec<String> {
+        self.pinned.values().map(|c| c.what.clone()).collect()
+    }
+
     /// Whether an unsolicited update is on its way.
     pub fn in_flight(&self) -> bool {
         self.in_flight
@@ -327,6 +376,29 @@ mod tests {
         u.iter()
             .map(|(id, s)| (id.clone(), s.cpus.to_string()))
             .collect()
+    }
+
+    /// Containers the kubelet pinned are kept apart from those followed and
+    /// go with their container or their sandbox.
+    #[test]
+    fn containers_the_kubelet_pinned_are_kept_until_they_go() {
+        let mut f = Followed::default();
+        let pin = |sandbox: &str, what: &str| PinnedContainer {
+            sandbox: sandbox.into(),
+            what: what.into(),
+        };
+        assert!(f.pin("b", pin("s1", "ns/p/b (2)")));
+        assert!(!f.pin("b", pin("s1", "ns/p/b (2)")), "known already");
+        assert!(f.pin("a", pin("s2", "ns/q/a (3)")));
+        assert!(f.is_empty(), "not followed");
+        assert_eq!(f.pinned(), ["ns/q/a (3)", "ns/p/b (2)"]);
+        assert!(f.unpin("a"));
+        assert!(!f.unpin("a"));
+        assert!(!f.unpin_sandbox("s2"));
+        assert!(f.unpin_sandbox("s1"));
+        assert!(f.pinned().is_empty());
+        f.replace_pinned([("c".to_owned(), pin("s3", "ns/r/c (1)"))].into());
+        assert_eq!(f.pinned(), ["ns/r/c (1)"]);
     }
 
     /// Shared containers follow the pool; exclusive ones keep their CPUs

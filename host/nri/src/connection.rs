@@ -17,8 +17,11 @@ use prost::Message;
 use tokio::io::{AsyncRead, AsyncWrite, BufReader};
 use tokio::net::UnixStream;
 use tokio::sync::mpsc;
+use tokio::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
+use crate::api::ConfigureRequest;
+use crate::budget;
 use crate::error::NriError;
 use crate::events::EventMask;
 use crate::mux::{self, PLUGIN_SERVICE_CONN, RUNTIME_SERVICE_CONN};
@@ -226,7 +229,7 @@ where
 async fn read_loop<R: AsyncRead + Unpin>(
     read_half: R,
     shared: &Shared,
-    requests: mpsc::Sender<(u32, ttrpc::Request)>,
+    requests: mpsc::Sender<(u32, ttrpc::Request, Instant)>,
 ) -> Result<(), NriError> {
     let mut reader = BufReader::with_capacity(64 * 1024, read_half);
     let mut plugin_side = Decoder::default();
@@ -241,7 +244,9 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     if let Some((id, request)) =
                         accept_request(message, &mut last_request, shared).await?
                     {
-                        if requests.send((id, request)).await.is_err() {
+                        // The runtime's clock for it runs from here,
+                        // queueing behind earlier requests included.
+                        if requests.send((id, request, Instant::now())).await.is_err() {
                             return Ok(());
                         }
                     }
@@ -363,9 +368,11 @@ fn complete_call(message: Inbound, shared: &Shared) {
     shared.complete(stream_id, result);
 }
 
-/// Runs the runtime's requests one at a time, in order, and answers each.
+/// Runs the runtime's requests one at a time, in order, and answers each
+/// by its answer deadline (module [`budget`]): a handler still running then
+/// is answered with an error, and finishes before the next request.
 async fn serve_loop<P: Plugin>(
-    mut requests: mpsc::Receiver<(u32, ttrpc::Request)>,
+    mut requests: mpsc::Receiver<(u32, ttrpc::Request, Instant)>,
     shared: &Shared,
     handler: &P,
     client: &RuntimeClient,
@@ -373,20 +380,56 @@ async fn serve_loop<P: Plugin>(
     (synchronized, sync_came): (&AtomicBool, &tokio::sync::Notify),
 ) {
     let mut chunks = plugin::SyncChunks::default();
-    while let Some((stream_id, request)) = requests.recv().await {
+    // What Configure named (NRI >= 0.7), for requests that carry none.
+    let mut configured: Option<Duration> = None;
+    while let Some((stream_id, request, received)) = requests.recv().await {
         if request.method == "Synchronize" && !synchronized.swap(true, Ordering::SeqCst) {
             sync_came.notify_waiters();
         }
-        let (status, payload) = plugin::dispatch(
-            handler,
-            client,
-            events,
-            &mut chunks,
-            &request.service,
-            &request.method,
-            &request.payload,
-        )
-        .await;
+        if request.method == "Configure" {
+            configured = ConfigureRequest::decode(request.payload.as_slice())
+                .ok()
+                .and_then(|c| u64::try_from(c.request_timeout).ok())
+                .filter(|ms| *ms > 0)
+                .map(Duration::from_millis);
+        }
+        let timeout = budget::request_timeout(request.timeout_nano, configured);
+        let deadline = received + budget::answer_budget(timeout);
+        let work = budget::with_answer_deadline(
+            deadline,
+            plugin::dispatch(
+                handler,
+                client,
+                events,
+                &mut chunks,
+                &request.service,
+                &request.method,
+                &request.payload,
+            ),
+        );
+        tokio::pin!(work);
+        let (status, payload) = match tokio::time::timeout_at(deadline, &mut work).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                let message = format!(
+                    "topomgr could not answer {} within the runtime's request timeout ({} ms, less {} ms kept for the reply); failing it now rather than answering late, which the runtime would take as the plugin failing (it closes the plugin and goes on without it)",
+                    request.method,
+                    timeout.as_millis(),
+                    budget::margin(timeout).as_millis()
+                );
+                warn!(method = %request.method, timeout_ms = timeout.as_millis() as u64, "no answer within the runtime's request timeout; answering with an error");
+                if let Err(e) = shared
+                    .respond(stream_id, Status::new(Code::Unknown, message), Vec::new())
+                    .await
+                {
+                    debug!(error = %e, "cannot answer the runtime; the connection is closing");
+                    return;
+                }
+                let (late, _) = work.await;
+                debug!(method = %request.method, code = late.code, "the late handler finished; its answer is dropped");
+                continue;
+            }
+        };
         if status.code != Code::Ok as i32 {
             debug!(method = %request.method, code = status.code, message = %status.message, "answering with an error");
         }

@@ -75,6 +75,13 @@ impl Plugin for Recorder {
                 tokio::time::sleep(Duration::from_millis(50)).await;
                 Ok(CreateContainerResponse::default())
             }
+            // Longer than the tests' request timeouts: sees its deadline pass.
+            "stuck" => {
+                assert!(!crate::past_answer_deadline());
+                tokio::time::sleep(Duration::from_millis(600)).await;
+                self.log(format!("stuck done late={}", crate::past_answer_deadline()));
+                Ok(CreateContainerResponse::default())
+            }
             _ => Ok(CreateContainerResponse {
                 adjust: Some(ContainerAdjustment {
                     linux: Some(LinuxContainerAdjustment {
@@ -191,13 +198,24 @@ impl FakeRuntime {
 
     /// Calls the plugin and returns its response.
     async fn call(&mut self, service: &str, method: &str, payload: &[u8]) -> ttrpc::Response {
+        self.call_within(service, method, payload, 0).await
+    }
+
+    /// Calls the plugin with a ttrpc deadline (`timeout_nano`; 0: none).
+    async fn call_within(
+        &mut self,
+        service: &str,
+        method: &str,
+        payload: &[u8],
+        timeout_nano: i64,
+    ) -> ttrpc::Response {
         let id = self.next_stream;
         self.next_stream += 2;
         let req = ttrpc::Request {
             service: service.into(),
             method: method.into(),
             payload: payload.to_vec(),
-            timeout_nano: 0,
+            timeout_nano,
         };
         self.send(PLUGIN_SERVICE_CONN, id, TYPE_REQUEST, &req.encode_to_vec())
             .await;
@@ -1051,4 +1069,92 @@ async fn a_late_synchronize_is_awaited_without_registering_again() {
     );
     assert_eq!(*seen.lock().unwrap(), ["registered", "awaiting 15s"]);
     drop(rt);
+}
+
+/// A handler that outlives the request's ttrpc deadline is answered with an
+/// error before the deadline (not late, which containerd takes as fatal
+/// and closes the plugin for); it finishes, seeing its deadline passed,
+/// before the next request is served.
+#[tokio::test]
+async fn a_request_past_its_ttrpc_deadline_is_failed_in_time() {
+    let plugin = Arc::new(Recorder::default());
+    let (mut rt, _task) = start(plugin.clone());
+    rt.accept_registration().await;
+    let started = std::time::Instant::now();
+    let r = rt
+        .call_within(
+            PLUGIN_SERVICE,
+            "CreateContainer",
+            &create("stuck"),
+            200_000_000,
+        )
+        .await;
+    let took = started.elapsed();
+    let (code, message) = status(&r);
+    assert_eq!(code, 2, "{message}");
+    assert!(
+        message.starts_with("topomgr could not answer CreateContainer within the runtime's request timeout (200 ms, less 20 ms kept for the reply)"),
+        "{message}"
+    );
+    assert!(
+        took >= Duration::from_millis(170) && took < Duration::from_millis(500),
+        "answered after {took:?}"
+    );
+    let r = rt
+        .call_within(
+            PLUGIN_SERVICE,
+            "CreateContainer",
+            &create("app"),
+            2_000_000_000,
+        )
+        .await;
+    assert_eq!(status(&r), (0, ""));
+    assert_eq!(
+        plugin.calls(),
+        [
+            "create default/web stuck",
+            "stuck done late=true",
+            "create default/web app"
+        ]
+    );
+}
+
+/// A request without a ttrpc deadline gets the request timeout Configure
+/// named (NRI >= 0.7, milliseconds).
+#[tokio::test]
+async fn configures_request_timeout_bounds_requests_without_a_deadline() {
+    let plugin = Arc::new(Recorder::default());
+    let (mut rt, _task) = start(plugin.clone());
+    rt.accept_registration().await;
+    let configure = ConfigureRequest {
+        runtime_name: "containerd".into(),
+        runtime_version: "2.1.4".into(),
+        registration_timeout: 5000,
+        request_timeout: 150,
+        ..Default::default()
+    };
+    let r = rt
+        .call(PLUGIN_SERVICE, "Configure", &configure.encode_to_vec())
+        .await;
+    assert_eq!(status(&r), (0, ""));
+    let started = std::time::Instant::now();
+    let r = rt
+        .call(PLUGIN_SERVICE, "CreateContainer", &create("stuck"))
+        .await;
+    assert!(started.elapsed() < Duration::from_millis(500));
+    let (code, message) = status(&r);
+    assert_eq!(code, 2);
+    assert!(
+        message.contains("within the runtime's request timeout (150 ms, less 15 ms"),
+        "{message}"
+    );
+    // A handler within its time answers normally (sent once the late one
+    // finished: time queued behind it counts against a request's budget).
+    while !plugin.calls().iter().any(|c| c.starts_with("stuck done")) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let r = rt
+        .call(PLUGIN_SERVICE, "CreateContainer", &create("slow"))
+        .await;
+    assert_eq!(status(&r), (0, ""));
 }

@@ -35,6 +35,7 @@
 //! ```
 
 pub mod api;
+mod budget;
 mod connection;
 mod error;
 mod events;
@@ -48,6 +49,10 @@ mod ttrpc;
 mod fake_runtime_tests;
 
 pub use api::Event;
+pub use budget::{
+    answer_budget, answer_deadline, past_answer_deadline, with_answer_deadline,
+    DEFAULT_REQUEST_TIMEOUT,
+};
 pub use connection::connect_and_serve;
 pub use error::NriError;
 pub use events::EventMask;

@@ -47,8 +47,13 @@ pub type HandlerResult<T> = Result<T, PluginError>;
 ///
 /// The runtime calls one method at a time, in the order of its events, and
 /// waits for the answer (containerd gives up after `plugin_request_timeout`,
-/// 2 s by default, and then disconnects the plugin). A panicking method is
-/// answered as an `Internal` error and the connection stays up.
+/// 2 s by default, and then disconnects the plugin). A method still running
+/// at the request's answer deadline ([`crate::answer_deadline`]: the
+/// runtime's timeout less a margin) is answered with an error then, and
+/// left to finish; a method that changes state checks
+/// [`crate::past_answer_deadline`] to refuse or undo what it can no longer
+/// answer for. A panicking method is answered as an `Internal` error and
+/// the connection stays up.
 ///
 /// Do not call [`RuntimeClient::update_containers`] from inside a method and
 /// wait for it: the runtime holds its lock while it waits for the method, so

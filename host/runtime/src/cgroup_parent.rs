@@ -14,7 +14,10 @@
 //! The systemd driver escapes each name's `-` as `_`
 //! (`ConvertCgroupNameToSystemd` in `cgroup_manager_linux.go`), so a uid
 //! `8dbc5a0a-…` appears as `8dbc5a0a_…`. The kubelet's `--cgroup-root` may
-//! put all of it under a prefix. What a runtime hands on is either the
+//! put all of it under a prefix: a parent directory with cgroupfs
+//! (`/custom/kubepods/burstable/pod<uid>`), the root's components before
+//! `kubepods` in every slice name with systemd
+//! (`/custom.slice/custom-kubepods.slice/custom-kubepods-burstable.slice/custom-kubepods-burstable-pod<uid>.slice`). What a runtime hands on is either the
 //! pod's cgroup parent (NRI's `PodSandbox.linux.cgroup_parent`, CRI-O's
 //! `io.kubernetes.cri-o.CgroupParent`) or a container's cgroups path, which
 //! adds the container's own name (`/kubepods/pod<uid>/<id>` with
@@ -60,17 +63,24 @@ pub(crate) fn kubelet_cgroup(path: &str) -> Option<KubeletCgroup> {
     })
 }
 
-/// `kubepods[-burstable|-besteffort]-pod<uid>.slice`.
+/// `[<root>-]kubepods[-burstable|-besteffort]-pod<uid>.slice`: the
+/// kubelet's `CgroupName.ToSystemd` (`cgroup_manager_linux.go`) escapes
+/// each component's `-` as `_` and joins the components with `-`, so the
+/// stem split at `-` gives the components back: those of `--cgroup-root`
+/// (`/custom` → `custom`, `/a/b` → `a`, `b`), `kubepods`, the QoS class
+/// but for Guaranteed, and `pod<uid>`, last. libcontainer's `ExpandSlice`
+/// then nests each prefix as a parent slice (`custom.slice/
+/// custom-kubepods.slice/…`); only the pod's own slice matches here.
 fn systemd_pod_slice(name: &str) -> Option<KubeletCgroup> {
-    let stem = name.strip_prefix("kubepods-")?.strip_suffix(".slice")?;
-    let (qos, uid) = if let Some(u) = stem.strip_prefix("burstable-pod") {
-        (QosClass::Burstable, u)
-    } else if let Some(u) = stem.strip_prefix("besteffort-pod") {
-        (QosClass::BestEffort, u)
-    } else {
-        (QosClass::Guaranteed, stem.strip_prefix("pod")?)
+    let parts: Vec<&str> = name.strip_suffix(".slice")?.split('-').collect();
+    let at = parts.iter().rposition(|p| *p == "kubepods")?;
+    let (qos, pod) = match &parts[at + 1..] {
+        ["burstable", pod] => (QosClass::Burstable, *pod),
+        ["besteffort", pod] => (QosClass::BestEffort, *pod),
+        [pod] => (QosClass::Guaranteed, *pod),
+        _ => return None,
     };
-    let uid = uid.replace('_', "-");
+    let uid = pod.strip_prefix("pod")?.replace('_', "-");
     is_uid(&uid).then_some(KubeletCgroup { qos, pod_uid: uid })
 }
 

@@ -45,7 +45,7 @@ mod resources;
 use std::collections::BTreeMap;
 
 use topomgr_manifest::Pod;
-use topomgr_sdk::{ContainerView, PodResources, PodView, ResourceList};
+use topomgr_sdk::{ContainerView, PodResources, PodView, QosClass, ResourceList};
 
 pub use annotations::{Identity, IdentitySource, PodSandbox};
 pub use devices::{AssignedDevices, DeviceId, ResourceHint};
@@ -152,6 +152,15 @@ pub enum QosSource {
     CgroupParent,
     /// The container's requests and limits.
     Derived,
+    /// The kubelet's cgroup parent says Guaranteed, but the container's own
+    /// CPU request is below its limit: the pod is Guaranteed through
+    /// pod-level resources (KEP-2837), which the kubelet's static CPU and
+    /// memory managers skip (kubernetes/kubernetes #133279: no exclusive
+    /// CPUs, no pinned memory; the CPU manager allocates for such pods only
+    /// under the alpha gate `PodLevelResourceManagers`, off by default).
+    /// Admitted as Burstable, so that the providers give it the shared pool
+    /// as the kubelet would.
+    PodLevelResources,
 }
 
 /// A container to admit.
@@ -165,6 +174,12 @@ pub struct ContainerRequest {
     pub qos_source: QosSource,
     /// Devices its device plugins already assigned.
     pub devices: Vec<AssignedDevices>,
+}
+
+/// Whether `path` is a pod cgroup parent (or a container's cgroups path)
+/// of the kubelet, of either cgroup driver.
+pub fn is_kubelet_cgroup(path: &str) -> bool {
+    cgroup_parent::kubelet_cgroup(path).is_some()
 }
 
 /// What topomgr does with the container `spec` describes.
@@ -188,6 +203,9 @@ pub fn map_container(spec: &ContainerSpec<'_>) -> Result<Mapping, MappingError> 
         .or_else(|| spec.sandbox.and_then(|s| s.cgroup_parent.as_deref()))
         .and_then(cgroup_parent::kubelet_cgroup);
     let (qos, qos_source) = match &parent {
+        Some(p) if p.qos == QosClass::Guaranteed && cpu_limit_above_request(&requests, &limits) => {
+            (QosClass::Burstable, QosSource::PodLevelResources)
+        }
         Some(p) => (p.qos, QosSource::CgroupParent),
         None => (
             topomgr_manifest::one_container_qos(&requests, &limits),
@@ -214,6 +232,26 @@ pub fn map_container(spec: &ContainerSpec<'_>) -> Result<Mapping, MappingError> 
         qos_source,
         devices,
     })))
+}
+
+/// Whether the container's CPU limit is above its request: never so in a
+/// pod that is Guaranteed by its containers (each sets equal requests and
+/// limits), so a Guaranteed pod's container that shows it takes its class
+/// from pod-level resources (the kubelet writes the pod's CPU limit as the
+/// quota of a container that sets none, `getCPULimit` in
+/// `kuberuntime_container_linux.go`). A limit at the kubelet's smallest
+/// quota (10m) may be a raised one and says nothing. Without a CFS quota
+/// (the kubelet's `cpuCFSQuota: false`) there is no limit and nothing is
+/// concluded; nor when the container itself sets equal requests and
+/// limits inside such a pod: NRI carries no sign of pod-level resources
+/// but the sandbox's resources, which are otherwise the sum of its
+/// containers.
+fn cpu_limit_above_request(requests: &ResourceList, limits: &ResourceList) -> bool {
+    let min_limit = resources::quota_to_millicpu(Some(resources::MIN_QUOTA), None).unwrap_or(0);
+    match (requests.get("cpu"), limits.get("cpu")) {
+        (Some(r), Some(l)) => *l > min_limit && r < l,
+        _ => false,
+    }
 }
 
 /// The container's requests (defaulted from limits) and limits.

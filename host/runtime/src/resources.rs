@@ -44,7 +44,6 @@ pub(crate) const SHARES_PER_CPU: u64 = 1024;
 /// The CFS period the kubelet writes (µs), and the kernel's default.
 pub(crate) const QUOTA_PERIOD: u64 = 100_000;
 /// The smallest CFS quota the kubelet writes (µs).
-#[cfg(test)]
 pub(crate) const MIN_QUOTA: i64 = 1000;
 
 /// `linux.resources`: the fields topomgr reads (others are ignored).

@@ -395,3 +395,123 @@ fn nri_hands_on_the_pod_with_its_cgroup_parent_and_annotations() {
         ("c1", "db-0", "data", "postgres")
     );
 }
+
+/// The systemd driver under a kubelet `--cgroup-root`: the root's
+/// components (escaped, `-` as `_`) lead every slice name, both as the
+/// expanded path and as the pod's slice alone; QoS and pod uid come out
+/// of each, as without a root.
+#[test]
+fn systemd_cgroup_parents_under_a_cgroup_root() {
+    let s = UID.replace('-', "_");
+    // --cgroup-root → the prefix ToSystemd puts before `kubepods`.
+    for (root, prefix, slices) in [
+        ("/", "", vec![]),
+        ("/custom", "custom-", vec!["custom.slice"]),
+        ("/a/b", "a-b-", vec!["a.slice", "a-b.slice"]),
+        ("/my-root", "my_root-", vec!["my_root.slice"]),
+    ] {
+        for (qos, class) in [
+            (QosClass::Guaranteed, ""),
+            (QosClass::Burstable, "burstable-"),
+            (QosClass::BestEffort, "besteffort-"),
+        ] {
+            let pod_slice = format!("{prefix}kubepods-{class}pod{s}.slice");
+            let mut expanded: String = slices.iter().map(|n| format!("/{n}")).collect();
+            expanded.push_str(&format!("/{prefix}kubepods.slice"));
+            if !class.is_empty() {
+                expanded.push_str(&format!(
+                    "/{prefix}kubepods-{}.slice",
+                    &class[..class.len() - 1]
+                ));
+            }
+            expanded.push_str(&format!("/{pod_slice}"));
+            let scope = format!("{expanded}/cri-containerd-{ID}.scope");
+            let colon = format!("{pod_slice}:cri-containerd:{ID}");
+            for parent in [&pod_slice, &expanded, &scope, &colon] {
+                // Resources that alone would look Guaranteed: the parent decides.
+                let r = Case {
+                    parent: Some(parent),
+                    resources: r#"{"cpu":{"shares":2048,"quota":200000,"period":100000},"memory":{"limit":1073741824}}"#,
+                    ..Default::default()
+                }
+                .admitted();
+                assert_eq!(
+                    (r.pod.view.qos, r.qos_source),
+                    (qos, QosSource::CgroupParent),
+                    "root {root}: {parent}"
+                );
+                assert_eq!(
+                    r.identity.pod_uid.as_deref(),
+                    Some(UID),
+                    "root {root}: {parent}"
+                );
+            }
+        }
+    }
+    // The root's own slices and the QoS slices are no pod's.
+    for path in [
+        "/custom.slice/custom-kubepods.slice",
+        "/custom.slice/custom-kubepods.slice/custom-kubepods-burstable.slice",
+        "custom-kubepods-gold-pod1234.slice",
+        "custom-kubepods-burstable-pod.slice",
+    ] {
+        assert!(!is_kubelet_cgroup(path), "{path}");
+    }
+}
+
+/// A Guaranteed pod (by its cgroup parent) whose container's CPU limit is
+/// above its own request is Guaranteed through pod-level resources
+/// (KEP-2837; the kubelet writes the pod's limit as the quota of a
+/// container that sets none): the kubelet's static managers skip it, so it
+/// is admitted as Burstable. A container that is Guaranteed on its own,
+/// one without a quota (`cpuCFSQuota: false`) and one at the smallest
+/// quota keep the parent's class.
+#[test]
+fn pod_level_resources_are_skipped_as_the_kubelets_static_managers_do() {
+    let path = format!("/kubepods/pod{UID}/{ID}");
+    let case = |resources: &'static str| {
+        Case {
+            parent: Some(&path),
+            resources,
+            ..Case::default()
+        }
+        .admitted()
+    };
+    for resources in [
+        // requests cpu 2, no limit of its own: the pod's 4 CPUs as quota.
+        r#"{"cpu":{"shares":2048,"quota":400000,"period":100000},"memory":{"limit":1073741824}}"#,
+        // no request at all: the kubelet's minimum shares.
+        r#"{"cpu":{"shares":2,"quota":400000,"period":100000},"memory":{"limit":1073741824}}"#,
+    ] {
+        let r = case(resources);
+        assert_eq!(
+            (r.pod.view.qos, r.qos_source),
+            (QosClass::Burstable, QosSource::PodLevelResources),
+            "{resources}"
+        );
+    }
+    for resources in [
+        r#"{"cpu":{"shares":2048,"quota":200000,"period":100000},"memory":{"limit":1073741824}}"#,
+        r#"{"cpu":{"shares":2048,"period":100000},"memory":{"limit":1073741824}}"#,
+        r#"{"cpu":{"shares":5,"quota":1000,"period":100000},"memory":{"limit":1073741824}}"#,
+    ] {
+        let r = case(resources);
+        assert_eq!(
+            (r.pod.view.qos, r.qos_source),
+            (QosClass::Guaranteed, QosSource::CgroupParent),
+            "{resources}"
+        );
+    }
+    // A Burstable pod's container is Burstable either way.
+    let path = format!("/kubepods/burstable/pod{UID}/{ID}");
+    let r = Case {
+        parent: Some(&path),
+        resources: r#"{"cpu":{"shares":2048,"quota":400000,"period":100000}}"#,
+        ..Case::default()
+    }
+    .admitted();
+    assert_eq!(
+        (r.pod.view.qos, r.qos_source),
+        (QosClass::Burstable, QosSource::CgroupParent)
+    );
+}

@@ -93,6 +93,7 @@ pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
             socket: cfg.nri.socket.clone(),
             plugin_name: cfg.nri.plugin_name.clone(),
             plugin_index: cfg.nri.plugin_index.clone(),
+            kubelet_root_dir: cfg.nri.kubelet_root_dir.clone(),
         }),
         reload: Some(daemon::Reload {
             source: std::sync::Arc::new(Reread {

@@ -55,6 +55,22 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// The code of `file` (`text`) the source checks look at: without its
+/// unit tests, a trailing `#[cfg(test)] mod tests { }` or a whole file
+/// `tests.rs` that its parent module (`mod.rs`, `lib.rs`) declares as
+/// `#[cfg(test)] mod tests;`.
+fn non_test_code<'a>(file: &Path, text: &'a str) -> &'a str {
+    let declared_as_tests = file.file_name().is_some_and(|n| n == "tests.rs")
+        && ["mod.rs", "lib.rs"].iter().any(|parent| {
+            fs::read_to_string(file.with_file_name(parent))
+                .is_ok_and(|t| t.contains("#[cfg(test)]\nmod tests;"))
+        });
+    if declared_as_tests {
+        return "";
+    }
+    text.split("#[cfg(test)]\nmod tests").next().unwrap_or(text)
+}
+
 /// `text` without `//` and `/* */` comments and with every string and
 /// character literal emptied (`"a{b"` becomes `""`): what is left is code,
 /// whose braces balance and whose paths are paths.
@@ -635,7 +651,7 @@ fn only_the_sdk_and_the_plugin_loader_name_abi_stable() {
             let text = fs::read_to_string(&file).unwrap();
             // Unit tests (a file's trailing `mod tests`) may build providers
             // at the boundary by hand.
-            let code = text.split("#[cfg(test)]\nmod tests").next().unwrap();
+            let code = non_test_code(&file, &text);
             if code_of(code).contains("abi_stable") {
                 named.push(file.strip_prefix(&root).unwrap().display().to_string());
             }
@@ -660,14 +676,8 @@ fn cpusets_are_written_only_by_the_node_state() {
             continue;
         }
         for file in rust_files(&root.join(src)) {
-            // Test modules of their own (`tests.rs`, `*_tests.rs`) write
-            // control files of the directories they make.
-            let stem = file.file_stem().and_then(|s| s.to_str()).unwrap_or("");
-            if stem == "tests" || stem.ends_with("_tests") {
-                continue;
-            }
             let text = fs::read_to_string(&file).unwrap();
-            let code = without_comments(text.split("#[cfg(test)]\nmod tests").next().unwrap());
+            let code = without_comments(non_test_code(&file, &text));
             let name = file.strip_prefix(&root).unwrap().display().to_string();
             if [".set_cpuset(", "write_pool("]
                 .iter()

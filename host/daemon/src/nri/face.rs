@@ -20,10 +20,13 @@ use topomgr_nri::{HandlerResult, Plugin, PluginError, RuntimeClient};
 use topomgr_runtime::Mapping;
 use tracing::{debug, info, warn};
 
+use super::budget;
 use super::convert;
-use super::status::NriStatus;
+use super::kubelet::{self, kubelet_pinned, KubeletCheck};
+use super::status::{Condition, NriStatus};
 use crate::state_thread::{
-    Command, ContainerAnswer, ContainerCommand, ListedContainer, NewContainer, Reply, StateThread,
+    Command, ContainerAnswer, ContainerCommand, Late, ListedContainer, NewContainer, Reply,
+    StateThread,
 };
 use topomgr_engine::admission::AdmitResult;
 
@@ -41,6 +44,11 @@ pub struct Face {
     /// Answer an exclusive container's adjustment with an unlimited CFS
     /// quota ([`Face::with_cpu_quota_lift`]).
     lift_cpu_quota: bool,
+    /// `[daemon] provider_timeout_ms`, compared at Configure with the
+    /// runtime's request budget ([`super::budget`]).
+    provider_timeout: Option<std::time::Duration>,
+    /// Where the kubelet's manager state files are ([`super::kubelet`]).
+    kubelet: KubeletCheck,
 }
 
 /// The NRI container owner of container `id`.
@@ -118,7 +126,46 @@ impl Face {
             wake: tokio::sync::Notify::new(),
             status,
             lift_cpu_quota: true,
+            provider_timeout: None,
+            kubelet: KubeletCheck::default(),
         }
+    }
+
+    /// Checks the kubelet's CPU and memory manager state files under
+    /// `root` ([`super::kubelet`]).
+    pub(crate) fn with_kubelet_root(mut self, root: std::path::PathBuf) -> Face {
+        self.kubelet = KubeletCheck::with_root(root);
+        self
+    }
+
+    /// Reads the kubelet's state files again (health notes).
+    pub(crate) fn check_kubelet_files(&self) {
+        self.kubelet.check_files(&self.status);
+    }
+
+    /// The providers' call deadline, checked against the runtime's request
+    /// budget at each Configure.
+    pub(crate) fn with_provider_timeout(mut self, timeout: std::time::Duration) -> Face {
+        self.provider_timeout = Some(timeout);
+        self
+    }
+
+    /// Configure: who the runtime is, and whether a provider call fits in
+    /// the time it gives each answer (a warning and a health note when not).
+    pub(crate) fn configured(&self, request: &ConfigureRequest) {
+        let (timeout, _) = budget::request_timeout(request);
+        info!(runtime = %request.runtime_name, version = %request.runtime_version, request_timeout_ms = timeout.as_millis() as u64, "configured by the runtime");
+        self.status
+            .runtime(&request.runtime_name, &request.runtime_version);
+        let note = self
+            .provider_timeout
+            .and_then(|p| budget::provider_note(p, request));
+        if let Some(n) = &note {
+            warn!("{n}");
+        }
+        self.status
+            .set_condition(Condition::RequestBudget, note.into_iter().collect());
+        self.check_kubelet_files();
     }
 
     /// Whether an exclusive container's adjustment lifts its CFS quota, as
@@ -182,6 +229,9 @@ impl Face {
         match self.state.submit(Command::Container(cmd)).await {
             Ok(Reply::Container(answer)) => {
                 self.status.containers(answer.followed);
+                if let Some(pinned) = &answer.pinned {
+                    kubelet::report(&self.status, pinned);
+                }
                 Ok(*answer)
             }
             Ok(other) => Err(format!(
@@ -201,8 +251,15 @@ impl Face {
         let name = who(&pod, &container);
         let request = match convert::map(&pod, &container) {
             Ok(Mapping::Admit(r)) => r,
-            Ok(Mapping::Leave(why)) => {
-                debug!(container = %name, %why, "left alone");
+            Ok(m @ Mapping::Leave(_)) => {
+                if let Some(pinned) = kubelet_pinned(&pod, &container, &m) {
+                    warn!(container = %name, what = %pinned.what, "a container of the kubelet arrived with a cpuset: the kubelet's CPU manager is not at policy none");
+                    let id = container.id.clone();
+                    if let Err(e) = self.ask(ContainerCommand::Pinned { id, pinned }).await {
+                        warn!(container = %name, error = %e, "cannot note a container the kubelet pinned");
+                    }
+                }
+                debug!(container = %name, mapping = ?m, "left alone");
                 return Ok(CreateContainerResponse::default());
             }
             Err(e) => {
@@ -211,6 +268,10 @@ impl Face {
                 )))
             }
         };
+        if let Some(e) = budget::too_late(&name, "before its admission") {
+            warn!(container = %name, "{e}");
+            return Err(e);
+        }
         let id = container.id.clone();
         let answer = self
             .ask(ContainerCommand::Create(Box::new(NewContainer {
@@ -219,16 +280,38 @@ impl Face {
                 owner: owner(&id),
                 assigned: convert::assigned(&request.devices),
                 follow: followed(&pod, &container),
+                deadline: topomgr_nri::answer_deadline().map(tokio::time::Instant::into_std),
             })))
             .await
             .map_err(|e| {
                 PluginError::new(format!("topomgr could not admit container {name}: {e}"))
             })?;
+        if let Some(late) = answer.late {
+            let e = budget::late_error(
+                &name,
+                match late {
+                    Late::BeforeAdmission => "before its admission",
+                    Late::AfterAdmission => "after its admission",
+                },
+            );
+            warn!(container = %name, "{e}");
+            return Err(e);
+        }
         let Some(result) = answer.admission else {
             return Err(PluginError::new(format!(
                 "topomgr could not admit container {name}: the state thread answered no admission"
             )));
         };
+        if let Some(e) = budget::too_late(&name, "after its admission") {
+            // In time in the state thread, late once committed: released
+            // by a second request.
+            if result.admitted {
+                self.forget(ContainerCommand::Remove { id: id.clone() })
+                    .await;
+            }
+            warn!(container = %name, "{e}");
+            return Err(e);
+        }
         if !result.admitted {
             info!(container = %name, reason = ?result.reason, "container refused");
             return Err(refusal(&result));
@@ -352,6 +435,7 @@ impl Face {
             .filter(|c| c.state != ContainerState::ContainerStopped as i32)
             .collect();
         let existing: BTreeSet<String> = live.iter().map(|c| c.id.clone()).collect();
+        self.check_kubelet_files();
         let mut notes = Vec::new();
         let mut names = BTreeMap::new();
         let mut listed = Vec::new();
@@ -361,12 +445,14 @@ impl Face {
                 continue;
             };
             let name = who(pod, c);
+            let mut pinned = None;
             let admit = match convert::map(pod, c) {
                 Ok(Mapping::Admit(r)) => {
                     Some((r.pod.view, owner(&c.id), convert::assigned(&r.devices)))
                 }
-                Ok(Mapping::Leave(why)) => {
-                    debug!(container = %name, %why, "left alone");
+                Ok(m @ Mapping::Leave(_)) => {
+                    pinned = kubelet_pinned(pod, c, &m);
+                    debug!(container = %name, mapping = ?m, "left alone");
                     None
                 }
                 Err(e) => {
@@ -383,6 +469,7 @@ impl Face {
                 id: c.id.clone(),
                 follow: followed(pod, c),
                 admit,
+                pinned,
             });
         }
         let answer = self
@@ -518,9 +605,7 @@ impl Plugin for Face {
         request: ConfigureRequest,
         runtime: RuntimeClient,
     ) -> HandlerResult<()> {
-        info!(runtime = %request.runtime_name, version = %request.runtime_version, "configured by the runtime");
-        self.status
-            .runtime(&request.runtime_name, &request.runtime_version);
+        self.configured(&request);
         *self.runtime.lock().unwrap_or_else(|p| p.into_inner()) = Some(runtime);
         Ok(())
     }

@@ -55,6 +55,16 @@
 //!   for pods created before its own restart, so this is where their
 //!   releases happen.
 //!
+//! # The runtime's request budget and the kubelet's own managers
+//!
+//! Every request is answered by its deadline (`topomgr_nri`'s answer
+//! deadline; [`budget`] is the face's side: a CreateContainer past it
+//! admits nothing, one admitted past it is released again, a provider
+//! deadline beyond the budget is a health note). The kubelet's CPU and
+//! memory managers must be off: their state files and kubelet containers
+//! arriving with a cpuset and without topomgr's mark are health notes
+//! ([`kubelet`]; the containers are kept in the node's book as pinned).
+//!
 //! # Staying connected
 //!
 //! [`serve`] registers and re-registers with backoff (100 ms doubling to
@@ -70,8 +80,10 @@
 //! "pod"` cannot decide for a pod: `serve` refuses to start with `[nri]
 //! enabled` under pod scope ([`check_scope`]).
 
+mod budget;
 mod convert;
 mod face;
+mod kubelet;
 mod status;
 
 use std::path::PathBuf;
@@ -113,6 +125,9 @@ pub struct NriSettings {
     pub plugin_name: String,
     /// Its index (two digits).
     pub plugin_index: String,
+    /// The kubelet's root directory, where its CPU and memory managers'
+    /// state files are checked.
+    pub kubelet_root_dir: PathBuf,
 }
 
 /// Why the daemon refuses to start with `[nri] enabled`.
@@ -132,6 +147,7 @@ pub fn check_scope(scope: Scope) -> Result<(), PodScopeUnderNri> {
 /// released outside an answer, and every [`FOLLOW_INTERVAL`].
 async fn follow(face: Arc<Face>) {
     let mut rounds = 0u32;
+    let mut files_checked = tokio::time::Instant::now();
     loop {
         tokio::select! {
             () = face.woken() => {}
@@ -142,6 +158,10 @@ async fn follow(face: Arc<Face>) {
             face.check_cpusets().await;
         }
         face.push_updates().await;
+        if files_checked.elapsed() >= kubelet::FILE_CHECK_INTERVAL {
+            files_checked = tokio::time::Instant::now();
+            face.check_kubelet_files();
+        }
     }
 }
 

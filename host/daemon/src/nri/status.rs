@@ -11,6 +11,18 @@ use crate::metrics::Metrics;
 /// How many cpuset repairs health keeps.
 const REPAIRS_KEPT: usize = 8;
 
+/// A standing condition of the runtime or node that `/v1/health` notes
+/// until it no longer holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Condition {
+    /// The provider deadline exceeds the runtime's request budget.
+    RequestBudget,
+    /// The kubelet's state files name a CPU or memory manager policy.
+    KubeletStateFiles,
+    /// Containers of the kubelet arrived with a cpuset.
+    KubeletPinned,
+}
+
 /// The NRI plugin's state as the health endpoint shows it; shared by the
 /// plugin (which updates it) and the HTTP server (which reads it).
 #[derive(Debug)]
@@ -22,6 +34,8 @@ pub struct NriStatus {
     awaiting_synchronize: Mutex<Option<std::time::Duration>>,
     /// The last cpusets repaired (health notes).
     repairs: Mutex<Vec<String>>,
+    /// Standing conditions of the node, each with its health notes.
+    conditions: Mutex<std::collections::BTreeMap<Condition, Vec<String>>>,
     metrics: Option<Arc<Metrics>>,
 }
 
@@ -33,6 +47,7 @@ impl NriStatus {
             notes: Mutex::new(Vec::new()),
             awaiting_synchronize: Mutex::new(None),
             repairs: Mutex::new(Vec::new()),
+            conditions: Mutex::default(),
             metrics: None,
         })
     }
@@ -56,6 +71,7 @@ impl NriStatus {
             notes: Mutex::new(Vec::new()),
             awaiting_synchronize: Mutex::new(None),
             repairs: Mutex::new(Vec::new()),
+            conditions: Mutex::default(),
             metrics,
         })
     }
@@ -69,7 +85,9 @@ impl NriStatus {
     }
 
     /// What makes the daemon's health `degraded`: not connected while
-    /// enabled, and the containers the last Synchronize could not admit.
+    /// enabled, waiting for Synchronize, the standing conditions (the
+    /// request budget, the kubelet's managers), the containers the last
+    /// Synchronize could not admit, and the last cpusets repaired.
     pub fn notes(&self) -> Vec<String> {
         let h = self.health();
         let mut notes = Vec::new();
@@ -87,6 +105,14 @@ impl NriStatus {
             ));
         }
         notes.extend(
+            self.conditions
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .values()
+                .flatten()
+                .cloned(),
+        );
+        notes.extend(
             self.notes
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
@@ -101,6 +127,18 @@ impl NriStatus {
                 .cloned(),
         );
         notes
+    }
+
+    /// Sets the notes of `condition` (none: it holds no more). Conditions
+    /// outlive a connection: they are what the runtime or the node is set
+    /// up as, checked again at each Configure or Synchronize.
+    pub(crate) fn set_condition(&self, condition: Condition, notes: Vec<String>) {
+        let mut c = self.conditions.lock().unwrap_or_else(|p| p.into_inner());
+        if notes.is_empty() {
+            c.remove(&condition);
+        } else {
+            c.insert(condition, notes);
+        }
     }
 
     fn awaiting(&self) -> std::sync::MutexGuard<'_, Option<std::time::Duration>> {

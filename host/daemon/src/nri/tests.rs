@@ -25,7 +25,9 @@ use topomgr_sdk::{
 
 use super::*;
 use crate::metrics::Metrics;
-use crate::state_thread::{Command, ContainerCommand, StateThread, StateThreadSettings};
+use crate::state_thread::{
+    Command, ContainerCommand, Late, NewContainer, StateThread, StateThreadSettings,
+};
 use topomgr_node::followed::FollowedContainer;
 
 /// Exclusive CPUs by (pod uid, container).
@@ -71,6 +73,13 @@ fn cpu_provider(held: &Held) -> FakeProvider {
             )])))
         })
         .with_allocate(move |pod, c, hint| {
+            if c.name.starts_with("ctr-slower") {
+                // Slow enough to hold others queued behind it.
+                std::thread::sleep(std::time::Duration::from_millis(1000));
+            } else if c.name == "ctr-slow" {
+                // An allocation slower than a test's answer deadline.
+                std::thread::sleep(std::time::Duration::from_millis(300));
+            }
             let Some(n) = whole(pod, c) else {
                 return Ok(Allocation::default());
             };
@@ -787,4 +796,415 @@ async fn a_stale_instance_is_released_at_create() {
         .await
         .unwrap();
     assert_eq!(w.book().len(), 2);
+}
+
+/// Configure: a provider deadline beyond the runtime's request budget is a
+/// warning and a health note; one within it is none.
+#[tokio::test]
+async fn a_provider_deadline_beyond_the_request_budget_is_a_health_note() {
+    let w = world("budget-note");
+    let status = NriStatus::enabled("/run/nri.sock".as_ref(), None);
+    let face = Face::new(w.state.clone(), Arc::clone(&status))
+        .with_provider_timeout(std::time::Duration::from_secs(10));
+    status.connected();
+    let configure = |ms| topomgr_nri::api::ConfigureRequest {
+        runtime_name: "containerd".into(),
+        runtime_version: "2.1.4".into(),
+        request_timeout: ms,
+        ..Default::default()
+    };
+    face.configured(&configure(2000));
+    let notes = status.notes();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].starts_with("nri: [daemon] provider_timeout_ms = 10000 exceeds the runtime's request budget of 1800 ms"),
+        "{notes:?}"
+    );
+    // The runtime gives more time at the next registration: the note goes.
+    face.configured(&configure(20_000));
+    assert!(status.notes().is_empty(), "{:?}", status.notes());
+}
+
+/// A CreateContainer already past its answer deadline (queued behind other
+/// work) is not admitted: the runtime got an error answer.
+#[tokio::test]
+async fn a_create_past_its_deadline_admits_nothing() {
+    let w = world("budget-late");
+    let g = pod("1", "g");
+    let late = tokio::time::Instant::now();
+    let err = topomgr_nri::with_answer_deadline(
+        late,
+        w.face.create(g.clone(), container("g1", &g, 1000, 1000)),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.message().starts_with(
+            "topomgr: container team-a/pod-1/ctr-g1 is past the runtime's request deadline before its admission"
+        ),
+        "{}",
+        err.message()
+    );
+    assert!(w.state.read(|v| v.pods.is_empty()), "nothing admitted");
+    assert!(w.held.lock().unwrap().is_empty());
+    assert!(w.book().is_empty());
+}
+
+/// A Create that reaches the state thread past its deadline (queued
+/// behind other work after the face looked) admits nothing either: the
+/// state thread checks the deadline the request carries.
+#[tokio::test]
+async fn a_create_queued_past_its_deadline_admits_nothing() {
+    let w = world("budget-queued");
+    let g = pod("1", "g");
+    let c = container("q1", &g, 1000, 1000);
+    let request = match convert::map(&g, &c).unwrap() {
+        topomgr_runtime::Mapping::Admit(r) => r,
+        m => panic!("{m:?}"),
+    };
+    let answer = w
+        .face
+        .ask(ContainerCommand::Create(Box::new(NewContainer {
+            id: "q1".into(),
+            pod: request.pod.view,
+            owner: topomgr_node::api::OwnerSpec::container(
+                topomgr_node::pod_owner::ContainerRuntime::Nri,
+                "q1",
+            ),
+            assigned: Default::default(),
+            follow: FollowedContainer {
+                sandbox: g.id.clone(),
+                name: c.name.clone(),
+                who: "team-a/pod-1/ctr-q1".into(),
+                cgroup: None,
+                told: None,
+            },
+            deadline: Some(std::time::Instant::now()),
+        })))
+        .await
+        .unwrap();
+    assert_eq!(answer.late, Some(Late::BeforeAdmission));
+    assert!(answer.admission.is_none());
+    assert!(w.state.read(|v| v.pods.is_empty()), "nothing admitted");
+    assert!(w.held.lock().unwrap().is_empty());
+    assert!(w.book().is_empty());
+}
+
+/// An admission that completes after the answer deadline is released
+/// again: the runtime already has an error answer and will not create the
+/// container as placed, so nothing may stay held for it.
+#[tokio::test]
+async fn an_admission_completed_past_the_deadline_is_released() {
+    let w = world("budget-release");
+    let g = pod("1", "g");
+    let mut slow = container("s1", &g, 1000, 1000);
+    slow.name = "ctr-slow".into();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(100);
+    let err = topomgr_nri::with_answer_deadline(deadline, w.face.create(g.clone(), slow))
+        .await
+        .unwrap_err();
+    assert!(
+        err.message()
+            .contains("past the runtime's request deadline after its admission"),
+        "{}",
+        err.message()
+    );
+    assert!(w.state.read(|v| v.pods.is_empty()), "released again");
+    assert!(
+        w.held.lock().unwrap().is_empty(),
+        "the provider holds nothing"
+    );
+    assert!(w.book().is_empty());
+    // Within its deadline the same container is placed.
+    let mut slow = container("s2", &g, 1000, 1000);
+    slow.name = "ctr-slow".into();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    let ok = topomgr_nri::with_answer_deadline(deadline, w.face.create(g.clone(), slow))
+        .await
+        .unwrap();
+    assert_eq!(cpuset_of(&ok).0, "1");
+    w.check();
+}
+
+/// The state thread releases an admission completed past its deadline
+/// within the same request: its one answer says so, and nothing is held
+/// when it comes back.
+#[tokio::test]
+async fn an_admission_past_its_deadline_is_released_in_the_same_request() {
+    let w = world("budget-same");
+    let g = pod("1", "g");
+    let mut c = container("s1", &g, 1000, 1000);
+    c.name = "ctr-slow".into();
+    let request = match convert::map(&g, &c).unwrap() {
+        topomgr_runtime::Mapping::Admit(r) => r,
+        m => panic!("{m:?}"),
+    };
+    let answer = w
+        .face
+        .ask(ContainerCommand::Create(Box::new(NewContainer {
+            id: "s1".into(),
+            pod: request.pod.view,
+            owner: topomgr_node::api::OwnerSpec::container(
+                topomgr_node::pod_owner::ContainerRuntime::Nri,
+                "s1",
+            ),
+            assigned: Default::default(),
+            follow: FollowedContainer {
+                sandbox: g.id.clone(),
+                name: c.name.clone(),
+                who: "team-a/pod-1/ctr-slow".into(),
+                cgroup: None,
+                told: None,
+            },
+            deadline: Some(std::time::Instant::now() + std::time::Duration::from_millis(100)),
+        })))
+        .await
+        .unwrap();
+    assert_eq!(answer.late, Some(Late::AfterAdmission));
+    assert!(answer.admission.as_ref().is_some_and(|r| r.admitted));
+    assert!(answer.cpuset.is_none() && answer.updates.is_empty());
+    assert!(w.state.read(|v| v.pods.is_empty()), "released already");
+    assert!(w.held.lock().unwrap().is_empty());
+    assert!(w.book().is_empty());
+}
+
+/// An admission in time in the state thread whose answer comes back past
+/// the deadline (the batch it was in took long) is released by a second
+/// request: B is admitted in time, but answered only after C, batched
+/// with it, took its allocation's time.
+#[tokio::test]
+async fn an_admission_answered_past_the_deadline_is_released_after() {
+    let w = world("budget-after");
+    let g = pod("1", "g");
+    let slow = |id: &str| {
+        let mut c = container(id, &g, 1000, 1000);
+        c.name = format!("ctr-slower-{id}");
+        c
+    };
+    // A keeps the state thread busy while B and C queue behind it.
+    let a = tokio::spawn({
+        let (f, g, c) = (Arc::clone(&w.face), g.clone(), slow("a"));
+        async move { f.create(g, c).await }
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    // B is admitted at about 1 s (after A) and answered at about 2 s
+    // (after C).
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_millis(1400);
+    let b = tokio::spawn({
+        let (f, g, c) = (
+            Arc::clone(&w.face),
+            g.clone(),
+            container("b", &g, 1000, 1000),
+        );
+        topomgr_nri::with_answer_deadline(deadline, async move { f.create(g, c).await })
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    let c = tokio::spawn({
+        let (f, g, c) = (Arc::clone(&w.face), g.clone(), slow("c"));
+        async move { f.create(g, c).await }
+    });
+    assert!(a.await.unwrap().is_ok());
+    let err = b.await.unwrap().unwrap_err();
+    assert!(c.await.unwrap().is_ok());
+    assert!(
+        err.message()
+            .contains("past the runtime's request deadline after its admission"),
+        "{}",
+        err.message()
+    );
+    let pods: Vec<String> = w.state.read(|v| v.pods.keys().cloned().collect());
+    assert_eq!(pods, ["a", "c"], "b released");
+    let ids: Vec<String> = w.book().into_iter().map(|(id, ..)| id).collect();
+    assert_eq!(ids, ["a", "c"]);
+    assert!(!w.held.lock().unwrap().keys().any(|(uid, _)| uid == "b"));
+}
+
+/// `container` as it arrives with a cpuset already set.
+fn pinned(id: &str, pod: &PodSandbox, cpu_m: u64, limit_m: i64, cpus: &str) -> Container {
+    let mut c = container(id, pod, cpu_m, limit_m);
+    if let Some(cpu) = c
+        .linux
+        .as_mut()
+        .and_then(|l| l.resources.as_mut())
+        .and_then(|r| r.cpu.as_mut())
+    {
+        cpu.cpus = cpus.into();
+    }
+    c
+}
+
+fn kubelet_notes(f: &Face) -> Vec<String> {
+    f.status()
+        .notes()
+        .into_iter()
+        .filter(|n| n.contains("kubelet"))
+        .collect()
+}
+
+/// A container of the kubelet arriving at CreateContainer with a cpuset
+/// (its static CPU manager) makes health degraded with the remedy, until
+/// it is removed; a container outside the kubelet's cgroups pinned by its
+/// user does not.
+#[tokio::test]
+async fn a_kubelet_container_arriving_pinned_is_a_health_note() {
+    let w = world("kubelet-create");
+    let f = &w.face;
+    let g = pod("1", "g");
+    let answer = f
+        .create(g.clone(), pinned("g1", &g, 1000, 1000, "2"))
+        .await
+        .unwrap();
+    assert!(answer.adjust.is_none(), "left alone");
+    let notes = kubelet_notes(f);
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].starts_with(
+            "nri: 1 container(s) of the kubelet arrived with a cpuset (team-a/pod-1/ctr-g1 (2))"
+        ),
+        "{notes:?}"
+    );
+    assert!(notes[0].contains("set cpuManagerPolicy: none in the KubeletConfiguration, remove the kubelet's cpu_manager_state and restart the kubelet"));
+    f.remove(pinned("g1", &g, 1000, 1000, "2")).await;
+    assert!(kubelet_notes(f).is_empty());
+    // Not the kubelet's: a user's pinning, no note.
+    let mut own = pod("2", "g");
+    own.linux = Some(LinuxPodSandbox {
+        cgroup_parent: "/machine.slice".into(),
+        ..Default::default()
+    });
+    f.create(own.clone(), pinned("u1", &own, 1000, 1000, "3"))
+        .await
+        .unwrap();
+    assert!(kubelet_notes(f).is_empty());
+    // Gone with its pod sandbox as well.
+    f.create(g.clone(), pinned("g2", &g, 1000, 1000, "2"))
+        .await
+        .unwrap();
+    assert_eq!(kubelet_notes(f).len(), 1);
+    f.remove_pod(g.clone()).await;
+    assert!(kubelet_notes(f).is_empty());
+}
+
+/// At Synchronize, a kubelet container with a cpuset and without
+/// topomgr's mark is noted. topomgr's own placements are not: those
+/// marked `topomgr.io/placed-cpus` (released through the API, or placed
+/// before a restart of topomgr, which follows none then), and those whose
+/// pod topomgr holds (created while it was away, placed by an update, so
+/// unmarked). The note goes when the container does.
+#[tokio::test]
+async fn synchronize_notes_kubelet_pinned_containers_not_its_own() {
+    let w = world("kubelet-sync");
+    let f = &w.face;
+    let g = pod("1", "g");
+    let b = pod("2", "b");
+    let g1 = f
+        .create(g.clone(), container("g1", &g, 1000, 1000))
+        .await
+        .unwrap();
+    f.create(b.clone(), container("b1", &b, 100, 0))
+        .await
+        .unwrap();
+    let marked = |mut c: Container, cpus: &str| {
+        c.annotations
+            .insert("topomgr.io/placed-cpus".into(), cpus.into());
+        c
+    };
+    assert_eq!(cpuset_of(&g1).0, "1");
+    // Released through the API: the runtime still lists it with its cpuset.
+    w.state.submit(Command::Release("g1".into())).await.unwrap();
+    let listed = vec![
+        marked(pinned("g1", &g, 1000, 1000, "1"), "1"),
+        pinned("b1", &b, 100, 0, "0,2-3"),
+        // Placed by topomgr before it restarted: not followed, its mark
+        // says whose it is.
+        marked(pinned("earlier", &b, 100, 0, "0,3"), "0,3"),
+        pinned("kubelet", &g, 1000, 1000, "2-3"),
+        // The kubelet's shared pool, which may equal topomgr's: noted.
+        pinned("kubelet-shared", &b, 100, 0, "0,2-3"),
+    ];
+    f.synchronize(vec![g.clone(), b.clone()], listed)
+        .await
+        .unwrap();
+    let notes = kubelet_notes(f);
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].starts_with("nri: 2 container(s) of the kubelet arrived with a cpuset (team-a/pod-1/ctr-kubelet (2-3), team-a/pod-2/ctr-kubelet-shared (0,2-3))"),
+        "{notes:?}"
+    );
+    // Remove one: the note names the other.
+    f.remove(pinned("kubelet", &g, 1000, 1000, "2-3")).await;
+    let notes = kubelet_notes(f);
+    assert!(
+        notes[0].starts_with("nri: 1 container(s) of the kubelet arrived with a cpuset (team-a/pod-2/ctr-kubelet-shared (0,2-3))"),
+        "{notes:?}"
+    );
+    f.synchronize(
+        vec![g.clone(), b.clone()],
+        vec![container("b1", &b, 100, 0)],
+    )
+    .await
+    .unwrap();
+    assert!(kubelet_notes(f).is_empty(), "{:?}", kubelet_notes(f));
+}
+
+/// The kubelet's state files naming the static policies are noted at
+/// Configure and on the periodic check, and the note goes once they no
+/// longer do.
+#[tokio::test]
+async fn the_kubelets_static_managers_in_its_state_files_are_noted() {
+    let w = world("kubelet-files");
+    let root = w.dir.join("kubelet");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(
+        root.join("cpu_manager_state"),
+        r#"{"policyName":"static","defaultCpuSet":"0-3","checksum":1}"#,
+    )
+    .unwrap();
+    let status = NriStatus::enabled("/run/nri.sock".as_ref(), None);
+    status.connected();
+    let face = Face::new(w.state.clone(), Arc::clone(&status)).with_kubelet_root(root.clone());
+    face.configured(&topomgr_nri::api::ConfigureRequest::default());
+    let notes = status.notes();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].starts_with("nri: the kubelet's CPU manager runs policy \"static\""),
+        "{notes:?}"
+    );
+    std::fs::write(
+        root.join("memory_manager_state"),
+        r#"{"policyName":"Static","machineState":{},"checksum":1}"#,
+    )
+    .unwrap();
+    std::fs::remove_file(root.join("cpu_manager_state")).unwrap();
+    face.check_kubelet_files();
+    let notes = status.notes();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(notes[0].contains("memoryManagerPolicy: None"), "{notes:?}");
+    std::fs::remove_file(root.join("memory_manager_state")).unwrap();
+    face.check_kubelet_files();
+    assert!(status.notes().is_empty());
+}
+
+/// A container of a pod Guaranteed through pod-level resources (KEP-2837:
+/// its CPU limit, the pod's, above its own request) gets the shared pool
+/// and no exclusive CPU, as the kubelet's static CPU manager skips it.
+#[tokio::test]
+async fn a_pod_level_resources_container_gets_the_shared_pool() {
+    let w = world("pod-level");
+    let g = pod("1", "g");
+    let answer = w
+        .face
+        .create(g.clone(), container("p1", &g, 2000, 4000))
+        .await
+        .unwrap();
+    assert_eq!(cpuset_of(&answer).0, "0-3");
+    assert!(w.held.lock().unwrap().is_empty(), "no exclusive CPU");
+    // The same container Guaranteed on its own gets its CPUs.
+    let answer = w
+        .face
+        .create(g.clone(), container("g1", &g, 2000, 2000))
+        .await
+        .unwrap();
+    assert_eq!(cpuset_of(&answer).0, "2-3");
+    w.check();
 }
