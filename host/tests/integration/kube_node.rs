@@ -381,6 +381,55 @@ fn bursts_never_leave_a_shared_container_on_an_exclusive_cpu_on_containerd_2() {
     bursts(ContainerdLine::V2);
 }
 
+/// 5 rounds of 10 mixed pods created at once by 10 kubectl processes (one
+/// Guaranteed, five Burstable, four BestEffort): the Guaranteed one gets
+/// the exclusive CPU and no shared container is left on it.
+fn bursts_of_ten(line: ContainerdLine) {
+    let c = Cluster::start(line, KubeOptions::default());
+    for round in 0..5 {
+        let pods: Vec<(String, String)> = (0..10)
+            .map(|i| {
+                let name = format!("r{round}-p{i}");
+                let qos = match i {
+                    0 => "guaranteed",
+                    1..=5 => "burstable",
+                    _ => "besteffort",
+                };
+                let yaml = pod(&name, qos, 1);
+                (name, yaml)
+            })
+            .collect();
+        std::thread::scope(|s| {
+            for (_, yaml) in &pods {
+                s.spawn(|| c.apply(yaml));
+            }
+        });
+        for (name, _) in &pods {
+            c.wait_running(name);
+        }
+        c.check(&format!("a burst of 10 pods, round {round}"));
+        let p = c.placements();
+        let g = format!("r{round}-p0");
+        assert_eq!(p[&g].0, "1", "round {round}: {p:?}");
+        let names: Vec<&str> = pods.iter().map(|(n, _)| n.as_str()).collect();
+        c.delete(&names);
+        c.wait_released();
+        c.check(&format!("round {round} deleted"));
+    }
+}
+
+#[test]
+#[ignore = "needs root, a cpuset cgroup, containerd 1.7 and the one-node Kubernetes of .ci/install-kubernetes"]
+fn bursts_of_ten_mixed_pods_on_containerd_1_7() {
+    bursts_of_ten(ContainerdLine::V1_7);
+}
+
+#[test]
+#[ignore = "needs root, a cpuset cgroup, containerd 2.x and the one-node Kubernetes of .ci/install-kubernetes"]
+fn bursts_of_ten_mixed_pods_on_containerd_2() {
+    bursts_of_ten(ContainerdLine::V2);
+}
+
 /// A Burstable and a Guaranteed pod created while topomgr, containerd or
 /// the kubelet restarts (each in turn, 300 ms into the creation): once the
 /// pods run, nothing is held twice and nothing is held for a pod that is
