@@ -47,9 +47,9 @@ use super::state_thread::{Command, CommandError, Reply, StateThread};
 use topomgr_engine::admission::AdmitResult;
 use topomgr_node::api::{
     Admission, AdmissionRequest, Admissions, AttachRequest, Attached, ErrorBody, Explain, Explains,
-    Health, HealthStatus, OwnerSpec, PodList, OWNED_ADMISSION,
+    Health, HealthStatus, PodList, OWNED_ADMISSION,
 };
-use topomgr_node::node_state::current_pool;
+use topomgr_node::node_state::pod_list;
 use topomgr_node::nrt::NodeResourceTopology;
 
 /// Shared state of the handlers.
@@ -242,41 +242,26 @@ async fn check_peer(
 async fn health(State(state): State<AppState>) -> Response {
     let nri = state.nri.health();
     let nri_notes = state.nri.notes();
-    let (code, body) = state.state_thread.read(|snap| {
-        let status = if snap.failure.is_some() {
-            HealthStatus::Failing
-        } else if snap.restore_notes.is_empty()
-            && snap.reload_notes.is_empty()
-            && nri_notes.is_empty()
-            && snap.conflicts.is_empty()
-        {
-            HealthStatus::Ok
-        } else {
-            HealthStatus::Degraded
-        };
-        let code = if snap.failure.is_some() {
-            StatusCode::SERVICE_UNAVAILABLE
-        } else {
-            StatusCode::OK
-        };
-        let body = Health {
-            status,
-            pods: snap.pods.len(),
-            exclusive_cpus: snap.exclusive_cpus.clone(),
-            shared_pool: snap.shared_pool.clone(),
-            notes: snap
-                .restore_notes
+    let body = state.state_thread.read(|snap| {
+        Health::new(
+            snap.pods.len(),
+            snap.exclusive_cpus.clone(),
+            snap.shared_pool.clone(),
+            snap.restore_notes
                 .iter()
                 .chain(&snap.reload_notes)
                 .chain(&nri_notes)
                 .cloned()
                 .collect(),
-            failure: snap.failure.clone(),
+            snap.failure.clone(),
             nri,
-            conflicts: snap.conflicts.clone(),
-        };
-        (code, body)
+            snap.conflicts.clone(),
+        )
     });
+    let code = match body.status {
+        HealthStatus::Failing => StatusCode::SERVICE_UNAVAILABLE,
+        HealthStatus::Ok | HealthStatus::Degraded => StatusCode::OK,
+    };
     (code, Json(body)).into_response()
 }
 
@@ -454,27 +439,19 @@ fn unexpected(reply: &Reply) -> ApiError {
 async fn list_pods(State(state): State<AppState>) -> Json<PodList> {
     let (pods, pool, attachments, owners) = state.state_thread.read(|snap| {
         let pods: Vec<Arc<AdmitResult>> = snap.pods.values().cloned().collect();
-        let owners = snap
-            .owners
-            .iter()
-            .map(|(uid, o)| (uid.clone(), OwnerSpec::from(o)))
-            .collect();
         (
             pods,
             snap.shared_pool.clone(),
             snap.attachments.clone(),
-            owners,
+            snap.owners.clone(),
         )
     });
-    let pods = pods
-        .iter()
-        .map(|r| Admission::from(current_pool(r, &pool).as_ref()))
-        .collect();
-    Json(PodList {
-        pods,
-        attachments,
-        owners,
-    })
+    Json(pod_list(
+        pods.iter().map(AsRef::as_ref),
+        &pool,
+        &attachments,
+        &owners,
+    ))
 }
 
 async fn get_pod(

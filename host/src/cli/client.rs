@@ -10,11 +10,10 @@ use clap::Args;
 use topomgr_daemon::client::{encode_segment, Client, Response};
 use topomgr_manifest::STDIN_PATH;
 use topomgr_node::api::{
-    Admission, Admissions, Attached, Attachments, Health, HealthStatus, NriHealth, OwnerSpec,
-    PodList,
+    Admission, Admissions, Attached, Attachments, Health, HealthStatus, NriHealth, PodList,
 };
 use topomgr_node::lock_holder::Role;
-use topomgr_node::node_state::{current_pool, NodeState};
+use topomgr_node::node_state::{pod_list, NodeState};
 use topomgr_node::state_dir::StateDir;
 
 use super::print::{print_json, print_table};
@@ -256,23 +255,15 @@ fn health_of_state_dir(
     sysfs_root: Option<&Path>,
 ) -> anyhow::Result<Health> {
     let (node, opened) = open_state_dir(config, dir, sysfs_root, Role::Health)?;
-    let notes = opened.restored().notes(node.boot_id());
-    let conflicts = node.conflicts().reports();
-    let status = if notes.is_empty() && conflicts.is_empty() {
-        HealthStatus::Ok
-    } else {
-        HealthStatus::Degraded
-    };
-    Ok(Health {
-        status,
-        pods: node.pods().len(),
-        exclusive_cpus: node.admitter().ledger().exclusive_cpus().clone(),
-        shared_pool: node.shared_pool(),
-        notes,
-        failure: None,
-        nri: NriHealth::disabled(),
-        conflicts,
-    })
+    Ok(Health::new(
+        node.pods().len(),
+        node.admitter().ledger().exclusive_cpus().clone(),
+        node.shared_pool(),
+        opened.restored().notes(node.boot_id()),
+        None,
+        NriHealth::disabled(),
+        node.conflicts().reports(),
+    ))
 }
 
 /// `topomgr pods`: the daemon's current pods and their allocations, or
@@ -305,21 +296,12 @@ fn pods_of_state_dir(
     sysfs_root: Option<&Path>,
 ) -> anyhow::Result<PodList> {
     let (node, _held) = open_state_dir(config, dir, sysfs_root, Role::Pods)?;
-    let pool = node.shared_pool();
-    Ok(PodList {
-        pods: node
-            .pods()
-            .values()
-            .map(|r| Admission::from(current_pool(r, &pool).as_ref()))
-            .collect(),
-        attachments: node.records().attachments.clone(),
-        owners: node
-            .records()
-            .owners
-            .iter()
-            .map(|(uid, o)| (uid.clone(), OwnerSpec::from(o)))
-            .collect(),
-    })
+    Ok(pod_list(
+        node.pods().values(),
+        &node.shared_pool(),
+        &node.records().attachments,
+        &node.records().owners,
+    ))
 }
 
 /// `topomgr release [--socket PATH] UID`: release in the daemon.

@@ -1,5 +1,5 @@
 //! `docs/api/openapi.yaml` against the types of the JSON contract
-//! (`topomgr_node::api`, the NRT object of `topomgr_node::nrt`, the SDK's `Machine`):
+//! (`topomgr_contract::api`, the NRT object of `topomgr_contract::nrt`, the SDK's `Machine`):
 //! each object schema of the document and its type have the same
 //! properties, the same required list, and read and write the same JSON.
 //!
@@ -29,8 +29,8 @@ use std::fmt;
 use serde::de::{DeserializeOwned, Visitor};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
-use topomgr_node::api;
-use topomgr_node::nrt;
+use topomgr_contract::api;
+use topomgr_contract::nrt;
 use topomgr_sdk as sdk;
 
 use crate::common;
@@ -402,7 +402,7 @@ fn a_schema_that_differs_from_its_type_is_named_with_the_field() {
     let p = check::<api::Health>(&d, "Health", health);
     assert!(
         p.contains(
-            &"schema Health: field uptime is documented but topomgr_node::api::Health has no such field"
+            &"schema Health: field uptime is documented but topomgr_contract::api::Health has no such field"
                 .to_owned()
         ),
         "{p:#?}"
@@ -421,7 +421,7 @@ fn a_schema_that_differs_from_its_type_is_named_with_the_field() {
     let p = check::<api::Health>(&d, "Health", health);
     assert!(
         p.contains(
-            &"schema Health: field shared_pool of topomgr_node::api::Health is not documented"
+            &"schema Health: field shared_pool of topomgr_contract::api::Health is not documented"
                 .to_owned()
         ),
         "{p:#?}"

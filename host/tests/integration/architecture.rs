@@ -14,8 +14,9 @@ use std::path::{Path, PathBuf};
 use super::common::workspace_root;
 
 /// The host's crates: (package, source directory relative to the workspace).
-const HOST_CRATES: [(&str, &str); 11] = [
+const HOST_CRATES: [(&str, &str); 12] = [
     ("topomgr", "host/src"),
+    ("topomgr-contract", "host/contract/src"),
     ("topomgr-discovery", "host/discovery/src"),
     ("topomgr-cgroup", "host/cgroup/src"),
     ("topomgr-manifest", "host/manifest/src"),
@@ -567,15 +568,20 @@ fn host_crates_depend_only_on_the_crates_below_them() {
     let host = |p: &String| {
         p.starts_with("topomgr-") && p != "topomgr-sdk" && p != "topomgr-runtime-harness"
     };
-    let allowed: [(&str, &[&str]); 10] = [
+    let allowed: [(&str, &[&str]); 11] = [
+        ("topomgr-contract", &[]),
         ("topomgr-discovery", &[]),
         ("topomgr-cgroup", &[]),
         ("topomgr-manifest", &[]),
-        ("topomgr-engine", &[]),
-        ("topomgr-node", &["topomgr-engine", "topomgr-cgroup"]),
+        ("topomgr-engine", &["topomgr-contract"]),
+        (
+            "topomgr-node",
+            &["topomgr-contract", "topomgr-engine", "topomgr-cgroup"],
+        ),
         (
             "topomgr-daemon",
             &[
+                "topomgr-contract",
                 "topomgr-engine",
                 "topomgr-cgroup",
                 "topomgr-manifest",
@@ -589,6 +595,7 @@ fn host_crates_depend_only_on_the_crates_below_them() {
         (
             "topomgr-run",
             &[
+                "topomgr-contract",
                 "topomgr-engine",
                 "topomgr-cgroup",
                 "topomgr-manifest",
@@ -603,6 +610,7 @@ fn host_crates_depend_only_on_the_crates_below_them() {
         (
             "topomgr-oci-hook",
             &[
+                "topomgr-contract",
                 "topomgr-engine",
                 "topomgr-cgroup",
                 "topomgr-manifest",
