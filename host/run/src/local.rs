@@ -3,7 +3,7 @@
 //! as long as the run lasts.
 
 use topomgr_cgroup::{Cgroup, CgroupManager, CgroupPath};
-use topomgr_node::api::Admission;
+use topomgr_contract::api::Admission;
 use topomgr_node::config::HostConfig;
 use topomgr_node::lock_holder::Role;
 use topomgr_node::node_lock::NodeLock;

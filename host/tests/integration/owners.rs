@@ -16,7 +16,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use topomgr_daemon::client::Client;
+use topomgr_client::http::Client;
 use topomgr_node::api::{AdmissionRequest, Admissions, Health, OwnerSpec, PodList};
 use topomgr_node::pod_owner::{start_time, ContainerRuntime};
 use topomgr_sdk::{ContainerView, PodView, QosClass};
@@ -61,7 +61,7 @@ fn owner_process() -> (Child, OwnerSpec) {
     (child, spec)
 }
 
-fn admit(c: &mut Client, pod: PodView, owner: OwnerSpec) -> topomgr_daemon::client::Response {
+fn admit(c: &mut Client, pod: PodView, owner: OwnerSpec) -> topomgr_client::http::Response {
     c.admit_owned(&AdmissionRequest { pod, owner }).unwrap()
 }
 
@@ -92,7 +92,7 @@ fn metric(c: &mut Client, line_start: &str) -> String {
         .to_owned()
 }
 
-fn error(r: &topomgr_daemon::client::Response) -> (u16, String, String) {
+fn error(r: &topomgr_client::http::Response) -> (u16, String, String) {
     let e = r.error().unwrap_or_else(|| panic!("not an error: {r:?}"));
     (r.status, e.reason, e.error)
 }
