@@ -193,6 +193,12 @@ pub enum ClientError {
         /// What was wrong.
         message: String,
     },
+    /// A request this client will not send.
+    #[error("{message}")]
+    BadRequest {
+        /// What is wrong with it.
+        message: String,
+    },
     /// The daemon answered with an error (`{"error", "reason"}`).
     #[error("the topomgr daemon refused {route} ({status}): {message}")]
     Refused {
@@ -281,16 +287,50 @@ impl Daemon {
     /// `POST /v1/pods` as an owned admission: one pod and its owner; its
     /// admission (admitted or not).
     pub fn admit_owned(&mut self, request: &AdmissionRequest) -> Result<Admission, ClientError> {
+        self.owned(request).map(|(admission, _)| admission)
+    }
+
+    /// `POST /v1/pods` as an owned admission with `attach`: admitted and
+    /// attached in one request. The admission, and what the attach wrote
+    /// when the pod was admitted; a failed attach is the error (the daemon
+    /// released the admission again).
+    pub fn admit_and_attach(
+        &mut self,
+        request: &AdmissionRequest,
+    ) -> Result<(Admission, Option<Attached>), ClientError> {
+        if request.attach.is_none() {
+            return Err(ClientError::BadRequest {
+                message: "admit_and_attach: the request names no container to attach".into(),
+            });
+        }
+        let (admission, attached) = self.owned(request)?;
+        if admission.admitted && attached.is_none() {
+            return Err(ClientError::BadResponse {
+                message: format!(
+                    "POST /v1/pods admitted pod {:?} but answered no attach (a daemon older than the admit-and-attach request?)",
+                    admission.uid
+                ),
+            });
+        }
+        Ok((admission, attached))
+    }
+
+    fn owned(
+        &mut self,
+        request: &AdmissionRequest,
+    ) -> Result<(Admission, Option<Attached>), ClientError> {
         let r = self.http.admit_owned(request)?;
         let route = r.route.clone();
         let answer: Admissions = r.into_typed()?;
-        answer
+        let attached = answer.attached;
+        let admission = answer
             .pods
             .into_iter()
             .next()
             .ok_or_else(|| ClientError::BadResponse {
                 message: format!("{route} answered no pod"),
-            })
+            })?;
+        Ok((admission, attached))
     }
 
     /// `POST /v1/pods/{uid}/containers/{container}/attach`: write the

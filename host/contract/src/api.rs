@@ -12,7 +12,7 @@
 //! | answer | type |
 //! |---|---|
 //! | `topomgr admit`, `POST /v1/pods` | [`Admissions`] of [`Admission`] |
-//! | `POST /v1/pods` with [`OWNED_ADMISSION`] | [`AdmissionRequest`] (a [`PodView`] and its [`OwnerSpec`]) → [`Admissions`] |
+//! | `POST /v1/pods` with [`OWNED_ADMISSION`] | [`AdmissionRequest`] (a [`PodView`], its [`OwnerSpec`], optionally a container to attach) → [`Admissions`] |
 //! | `GET /v1/pods` (`topomgr pods`) | [`PodList`] |
 //! | `GET`/`DELETE /v1/pods/{uid}`, `topomgr release` | [`Admission`] |
 //! | `topomgr explain -o json`, `POST /v1/pods?dry_run=true&explain=true` | [`Explains`] of [`Explain`] |
@@ -90,6 +90,11 @@ pub struct ContainerAdmission {
 pub struct Admissions {
     /// One per pod.
     pub pods: Vec<Admission>,
+    /// What the attach of an owned admission with
+    /// [`AdmissionRequest::attach`] wrote (absent otherwise, and when the
+    /// pod was not admitted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attached: Option<Attached>,
 }
 
 /// The daemon's admitted pods (schema `PodList`, `GET /v1/pods`).
@@ -261,6 +266,23 @@ pub struct AdmissionRequest {
     pub pod: PodView,
     /// Its owner.
     pub owner: OwnerSpec,
+    /// Attach one of its containers in the same request, once admitted
+    /// (the admission and the attach in one round trip: `topomgr run`, the
+    /// OCI hook). The answer's [`Admissions::attached`] is what the attach
+    /// wrote; an attach that fails releases the admission again and is the
+    /// answer's error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attach: Option<AttachTo>,
+}
+
+/// [`AdmissionRequest::attach`]: which container, into which cgroup.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttachTo {
+    /// The container's name (one of the pod's).
+    pub container: String,
+    /// Its cgroup, relative to the cgroup root.
+    pub cgroup: String,
 }
 
 /// [`OwnerSpec::kind`].
@@ -378,6 +400,14 @@ impl AdmissionRequest {
         }
         if pod.containers.is_empty() {
             return Err("pod.containers: the pod needs at least one container".into());
+        }
+        if let Some(a) = &self.attach {
+            if !pod.containers.iter().any(|c| c.name == a.container) {
+                return Err(format!(
+                    "attach.container: {:?} is not one of the pod's containers",
+                    a.container
+                ));
+            }
         }
         let mut seen = std::collections::BTreeSet::new();
         let lists = [

@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | GET | `/v1/health` | `{"status": "ok"|"degraded"|"failing", "pods", "notes", "failure", "nri", "conflicts"}` |
 //! | GET | `/v1/machine` | the discovered machine as last read (at start, at the last reload; the JSON of `topomgr topology`) |
-//! | POST | `/v1/pods` | admit the Pod manifest(s) of the body (YAML or JSON): the JSON of `topomgr admit`; with `?dry_run=true&explain=true` a what-if that changes nothing: `{"pods": [decision trace, ...]}` ([`topomgr_engine::explain`]); with content type [`OWNED_ADMISSION`] the body is an [`AdmissionRequest`] (one pod and its owner, recorded with it) |
+//! | POST | `/v1/pods` | admit the Pod manifest(s) of the body (YAML or JSON): the JSON of `topomgr admit`; with `?dry_run=true&explain=true` a what-if that changes nothing: `{"pods": [decision trace, ...]}` ([`topomgr_engine::explain`]); with content type [`OWNED_ADMISSION`] the body is an [`AdmissionRequest`] (one pod and its owner, recorded with it; with `attach`, a container attached in the same request, `attached` in the answer) |
 //! | GET | `/v1/pods` | `{"pods": [...], "attachments": {uid: {container: cgroup}}, "owners": {uid: owner}}` |
 //! | GET | `/v1/pods/{uid}` | one pod's admission JSON |
 //! | GET | `/v1/pods/{uid}/explain` | the decision trace of an admitted or recently rejected pod |
@@ -38,7 +38,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use tokio::net::UnixListener;
 use topomgr_sdk::Machine;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::access::{AccessPolicy, Peer};
 use super::listener::Limits;
@@ -46,8 +46,8 @@ use super::metrics::{Metrics, BAD_MANIFEST};
 use super::state_thread::{Command, CommandError, Reply, StateThread};
 use topomgr_engine::admission::AdmitResult;
 use topomgr_node::api::{
-    Admission, AdmissionRequest, Admissions, AttachRequest, Attached, ErrorBody, Explain, Explains,
-    Health, HealthStatus, PodList, OWNED_ADMISSION,
+    Admission, AdmissionRequest, Admissions, AttachRequest, AttachTo, Attached, ErrorBody, Explain,
+    Explains, Health, HealthStatus, PodList, OWNED_ADMISSION,
 };
 use topomgr_node::node_state::pod_list;
 use topomgr_node::nrt::NodeResourceTopology;
@@ -300,17 +300,55 @@ async fn admit_owned(state: &AppState, body: &[u8]) -> Result<Response, ApiError
         ApiError::new(StatusCode::BAD_REQUEST, BAD_MANIFEST, e)
     })?;
     debug!(pod = %request.pod.uid, owner = ?request.owner.kind, "owned admission requested");
+    let uid = request.pod.uid.clone();
     let cmd = Command::AdmitOwned {
         pod: request.pod,
         owner: request.owner,
     };
-    match state.state_thread.submit(cmd).await? {
-        Reply::Admitted(results) => Ok(Json(Admissions {
-            pods: results.iter().map(Admission::from).collect(),
-        })
-        .into_response()),
-        other => Err(unexpected(&other)),
+    let pods: Vec<Admission> = match state.state_thread.submit(cmd).await? {
+        Reply::Admitted(results) => results.iter().map(Admission::from).collect(),
+        other => return Err(unexpected(&other)),
+    };
+    let admitted = pods.first().is_some_and(|p| p.admitted);
+    let attached = match request.attach {
+        Some(to) if admitted => Some(attach_or_release(state, uid, to).await?),
+        _ => None,
+    };
+    Ok(Json(Admissions { pods, attached }).into_response())
+}
+
+/// The attach of an owned admission with `attach`; when it fails, the
+/// admission is released again (nothing is held for a container that will
+/// not start) and the attach's error is the answer.
+async fn attach_or_release(
+    state: &AppState,
+    uid: String,
+    to: AttachTo,
+) -> Result<Attached, ApiError> {
+    let cmd = Command::Attach {
+        uid: uid.clone(),
+        container: to.container,
+        cgroup: to.cgroup,
+    };
+    let failed = match state.state_thread.submit(cmd).await {
+        Ok(Reply::Attached(a)) => return Ok(a),
+        Ok(other) => unexpected(&other),
+        Err(e) => ApiError::from(e),
+    };
+    match state
+        .state_thread
+        .submit(Command::Release(uid.clone()))
+        .await
+    {
+        Ok(Reply::Released(_)) => {}
+        Ok(other) => {
+            warn!(pod = %uid, reply = ?other, "unexpected reply to the release after a failed attach")
+        }
+        Err(e) => {
+            warn!(pod = %uid, error = %e, "cannot release after a failed attach; the pod is reclaimed once its owner is gone")
+        }
     }
+    Err(failed)
 }
 
 /// The media types `POST /v1/pods` takes: Pod manifests (YAML under each
@@ -422,6 +460,7 @@ async fn admit(
     match state.state_thread.submit(Command::Admit(pods)).await? {
         Reply::Admitted(results) => Ok(Json(Admissions {
             pods: results.iter().map(Admission::from).collect(),
+            attached: None,
         })
         .into_response()),
         other => Err(unexpected(&other)),

@@ -15,8 +15,9 @@
 //!   daemon), find its cgroup from `/proc/<pid>/cgroup` relative to the
 //!   cgroup root, admit it as an owned admission whose owner is the
 //!   container (runtime `oci-hook`, its id, init pid and start time,
-//!   cgroup), then attach it: the daemon writes its cpuset and memory
-//!   nodes into the cgroup before its first instruction. A rejection is an
+//!   cgroup) and attached in the same request (`attach`): the daemon
+//!   writes its cpuset and memory nodes into the cgroup before its first
+//!   instruction. A rejection is an
 //!   error with topomgr's reason and message ([`HookError::Rejected`]), so
 //!   the runtime fails the container with it; nothing is held (an attach
 //!   that fails releases the admission again).
@@ -38,10 +39,10 @@ use std::time::Duration;
 
 use topomgr_cgroup::{CgroupError, CgroupManager};
 use topomgr_client::{ClientError, Daemon, Reason};
-use topomgr_contract::api::{AdmissionRequest, Attached, OwnerSpec};
+use topomgr_contract::api::{AdmissionRequest, AttachTo, Attached, OwnerSpec};
 use topomgr_contract::owner::ContainerRuntime;
 use topomgr_runtime::{map_container, ContainerSpec, Mapping, MappingError, Skip};
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 pub use spec::{read_state, State};
 
@@ -246,33 +247,29 @@ impl Hook {
         let pod = request.pod.view;
         let container = pod.containers[0].name.clone();
         let pod_name = format!("{}/{}", pod.namespace, pod.name);
-        let mut client = self.client();
-        let admission = client
-            .admit_owned(&AdmissionRequest { pod, owner })
+        let request = AdmissionRequest {
+            pod,
+            owner,
+            attach: Some(AttachTo { container, cgroup }),
+        };
+        // Admitted and attached in one request; an attach that fails is
+        // released again by the daemon (nothing is held for a container
+        // that will not start).
+        let (admission, attached) = self
+            .client()
+            .admit_and_attach(&request)
             .map_err(|e| daemon_error(e, "the admission", &state.id))?;
-        if !admission.admitted {
-            return Err(HookError::Rejected {
+        match (admission.admitted, attached) {
+            (true, Some(a)) => {
+                info!(container = %state.id, cgroup = %a.cgroup, cpus = %a.cpus, mems = %a.mems, "container placed");
+                Ok(Done::Placed(a))
+            }
+            _ => Err(HookError::Rejected {
                 id: state.id.clone(),
                 pod: pod_name,
                 reason: admission.reason.unwrap_or_default(),
                 message: admission.message.unwrap_or_default(),
-            });
-        }
-        let attached = client
-            .attach(&state.id, &container, &cgroup)
-            .map_err(|e| daemon_error(e, "the attach", &state.id));
-        match attached {
-            Ok(a) => {
-                info!(container = %state.id, cgroup = %a.cgroup, cpus = %a.cpus, mems = %a.mems, "container placed");
-                Ok(Done::Placed(a))
-            }
-            Err(e) => {
-                // Hold nothing for a container that will not start.
-                if let Err(undo) = client.release(&state.id) {
-                    warn!(container = %state.id, error = %undo, "cannot release after a failed attach; the daemon reclaims it once the container is gone");
-                }
-                Err(e)
-            }
+            }),
         }
     }
 

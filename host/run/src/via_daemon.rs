@@ -1,17 +1,17 @@
 //! A run placed by the daemon that owns the node: an owned admission (this
 //! process is the owner, so the daemon reclaims the pod once it is gone),
 //! the cgroup made here and attached by the daemon (the only writer of
-//! cpusets), the release asked of the daemon.
+//! cpusets) in the same request, the release asked of the daemon.
 
 use std::path::{Path, PathBuf};
 
 use topomgr_cgroup::{Cgroup, CgroupManager, CgroupPath};
-use topomgr_client::{ClientError, Daemon};
-use topomgr_contract::api::{Admission, AdmissionRequest, OwnerKind, OwnerSpec};
+use topomgr_client::{ClientError, Daemon, Reason};
+use topomgr_contract::api::{Admission, AdmissionRequest, AttachTo, OwnerKind, OwnerSpec};
 use topomgr_node::lock_holder::Holder;
 use topomgr_node::pod_owner;
 use topomgr_sdk::PodView;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::{RunError, Teardown, CONTAINER, DAEMON_DEADLINE};
 
@@ -79,25 +79,44 @@ impl ViaDaemon {
     ) -> Result<Admission, RunError> {
         let pid = std::process::id();
         let start = pod_owner::start_time(pid).ok_or(RunError::OwnerStartTime)?;
-        let request = AdmissionRequest {
-            pod: pod.clone(),
-            owner: OwnerSpec::process(pid, start),
-        };
-        let admission = self
-            .client
-            .admit_owned(&request)
-            .map_err(|e| self.failed(e))?;
-        if !admission.admitted {
-            return Ok(admission);
-        }
-        self.admitted = true;
         let path = CgroupPath::container(&pod.uid, CONTAINER)?;
         let cg = cgroups.create(&path)?;
         *cgroup = Some(cg.clone());
-        let attached = self
-            .client
-            .attach(&pod.uid, CONTAINER, &path.as_path().to_string_lossy())
-            .map_err(|e| self.failed(e))?;
+        let request = AdmissionRequest {
+            pod: pod.clone(),
+            owner: OwnerSpec::process(pid, start),
+            attach: Some(AttachTo {
+                container: CONTAINER.to_owned(),
+                cgroup: path.as_path().to_string_lossy().into_owned(),
+            }),
+        };
+        // Admitted and attached in one request (the daemon releases the
+        // admission again when the attach fails).
+        let (admission, attached) = match self.client.admit_and_attach(&request) {
+            Ok(answer) => answer,
+            Err(e) => {
+                // Sent but not answered (or not understood): the daemon
+                // may hold the pod; released at teardown (or reclaimed
+                // once this run is gone).
+                self.admitted = matches!(
+                    e,
+                    ClientError::Timeout { .. }
+                        | ClientError::Http { .. }
+                        | ClientError::BadResponse { .. }
+                );
+                return Err(self.failed(e));
+            }
+        };
+        let Some(attached) = attached.filter(|_| admission.admitted) else {
+            // Nothing held: the cgroup made for it goes again.
+            if let Some(cg) = cgroup.take() {
+                if let Err(e) = cgroups.remove(&cg, 1) {
+                    warn!(cgroup = %cg.dir().display(), error = %e, "cannot remove the cgroup of a rejected run");
+                }
+            }
+            return Ok(admission);
+        };
+        self.admitted = true;
         info!(cgroup = %cg.dir().display(), cpus = %attached.cpus, mems = %attached.mems, socket = %self.socket.display(), "cgroup set up by the daemon");
         Ok(admission)
     }
@@ -159,6 +178,12 @@ impl ViaDaemon {
                 self.admitted = false;
                 info!(pod = uid, "released by the daemon");
             }
+            // An admission that was not answered and that the daemon does
+            // not hold: nothing to release.
+            Err(ClientError::Refused {
+                reason: Reason::UnknownPod,
+                ..
+            }) => self.admitted = false,
             Err(e @ ClientError::Refused { .. }) => out.errors.push(self.failed(e).to_string()),
             Err(e) => out.errors.push(format!(
                 "{}; the daemon releases pod {uid} once it sees this run gone",

@@ -334,7 +334,10 @@ pub fn admit(socket: &Path, inputs: &[String], output: Output) -> anyhow::Result
         }
     }
     match output {
-        Output::Json => print_json(&Admissions { pods: all })?,
+        Output::Json => print_json(&Admissions {
+            pods: all,
+            attached: None,
+        })?,
         Output::Table => print_table(&all, Some(&Attachments::new())),
     }
     Ok(ExitCode::SUCCESS)

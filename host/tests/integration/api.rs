@@ -250,12 +250,17 @@ type Check = fn(&Value, &str, &str) -> Vec<String>;
 
 /// Every object schema of the document (its name, a nested one's path
 /// after a dot; its place under `/components/schemas/`) with its type.
-const SCHEMAS: [(&str, &str, Check); 32] = [
+const SCHEMAS: [(&str, &str, Check); 33] = [
     ("Error", "Error", check::<api::ErrorBody>),
     (
         "AdmissionRequest",
         "AdmissionRequest",
         check::<api::AdmissionRequest>,
+    ),
+    (
+        "AdmissionRequest.attach",
+        "AdmissionRequest/properties/attach",
+        check::<api::AttachTo>,
     ),
     ("OwnerSpec", "OwnerSpec", check::<api::OwnerSpec>),
     ("PodView", "PodView", check::<sdk::PodView>),
