@@ -5,7 +5,7 @@
 //! disk (every commit fsyncs; concurrent requests share one commit).
 //!
 //! The daemon runs in this process (`topomgr_daemon::run` on a thread, the
-//! same code as `topomgr serve`); clients use `topomgr_daemon::client`.
+//! same code as `topomgr serve`); clients use `topomgr_client::http`.
 //! Run: `cargo bench -p topomgr-bench --bench daemon`. Figures in BENCHMARKS.md.
 
 mod support;
@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use topomgr_daemon::client::Client;
+use topomgr_client::http::Client;
 
 use support::{admit_release, cpu_plugin, manifest, places, start_daemon, EXCLUSIVE};
 

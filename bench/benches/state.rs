@@ -11,7 +11,7 @@ mod support;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
-use topomgr_daemon::client::Client;
+use topomgr_client::http::Client;
 
 use support::{admit_release, cpu_plugin, manifest, places, start_daemon, EXCLUSIVE, SHARED};
 

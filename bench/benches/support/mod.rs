@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use topomgr_bench::workspace_root;
-use topomgr_daemon::client::Client;
+use topomgr_client::http::Client;
 use topomgr_daemon::{self as daemon, Daemon};
 use topomgr_node::config::{HostConfig, ProviderEntry};
 use topomgr_node::lock_holder::{Holder, Role};

@@ -18,7 +18,6 @@
 //!   connections each, within the open-file limit, and deadlines for a
 //!   request's headers (and a kept-alive connection's idle time) and body;
 //! - `systemd`: readiness and stopping notifications (`Type=notify`);
-//! - [`client`]: a small blocking HTTP/1.1 client for the CLI, tests and benches;
 //! - [`nri`]: the container runtime's NRI plugin (`[nri] enabled`), admitting
 //!   through the state thread.
 //!
@@ -35,7 +34,6 @@
 //! is restored, and keeps re-registering while it serves.
 
 mod access;
-pub mod client;
 pub mod listener;
 pub mod metrics;
 pub mod nri;

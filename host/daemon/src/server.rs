@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | GET | `/v1/health` | `{"status": "ok"|"degraded"|"failing", "pods", "notes", "failure", "nri", "conflicts"}` |
 //! | GET | `/v1/machine` | the discovered machine as last read (at start, at the last reload; the JSON of `topomgr topology`) |
-//! | POST | `/v1/pods` | admit the Pod manifest(s) of the body (YAML or JSON): the JSON of `topomgr admit`; with `?dry_run=true&explain=true` a what-if that changes nothing: `{"pods": [decision trace, ...]}` ([`topomgr_engine::explain`]); with content type [`OWNED_ADMISSION`] the body is an [`AdmissionRequest`] (one pod and its owner, recorded with it) |
+//! | POST | `/v1/pods` | admit the Pod manifest(s) of the body (YAML or JSON): the JSON of `topomgr admit`; with `?dry_run=true&explain=true` a what-if that changes nothing: `{"pods": [decision trace, ...]}` ([`topomgr_engine::explain`]); with content type [`OWNED_ADMISSION`] the body is an [`AdmissionRequest`] (one pod and its owner, recorded with it; with `attach`, a container attached in the same request, `attached` in the answer) |
 //! | GET | `/v1/pods` | `{"pods": [...], "attachments": {uid: {container: cgroup}}, "owners": {uid: owner}}` |
 //! | GET | `/v1/pods/{uid}` | one pod's admission JSON |
 //! | GET | `/v1/pods/{uid}/explain` | the decision trace of an admitted or recently rejected pod |
@@ -38,7 +38,7 @@ use axum::{Json, Router};
 use serde::Deserialize;
 use tokio::net::UnixListener;
 use topomgr_sdk::Machine;
-use tracing::{debug, info};
+use tracing::{debug, info, warn};
 
 use super::access::{AccessPolicy, Peer};
 use super::listener::Limits;
@@ -46,10 +46,10 @@ use super::metrics::{Metrics, BAD_MANIFEST};
 use super::state_thread::{Command, CommandError, Reply, StateThread};
 use topomgr_engine::admission::AdmitResult;
 use topomgr_node::api::{
-    Admission, AdmissionRequest, Admissions, AttachRequest, Attached, ErrorBody, Explain, Explains,
-    Health, HealthStatus, OwnerSpec, PodList, OWNED_ADMISSION,
+    Admission, AdmissionRequest, Admissions, AttachRequest, AttachTo, Attached, ErrorBody, Explain,
+    Explains, Health, HealthStatus, PodList, OWNED_ADMISSION,
 };
-use topomgr_node::node_state::current_pool;
+use topomgr_node::node_state::pod_list;
 use topomgr_node::nrt::NodeResourceTopology;
 
 /// Shared state of the handlers.
@@ -242,41 +242,26 @@ async fn check_peer(
 async fn health(State(state): State<AppState>) -> Response {
     let nri = state.nri.health();
     let nri_notes = state.nri.notes();
-    let (code, body) = state.state_thread.read(|snap| {
-        let status = if snap.failure.is_some() {
-            HealthStatus::Failing
-        } else if snap.restore_notes.is_empty()
-            && snap.reload_notes.is_empty()
-            && nri_notes.is_empty()
-            && snap.conflicts.is_empty()
-        {
-            HealthStatus::Ok
-        } else {
-            HealthStatus::Degraded
-        };
-        let code = if snap.failure.is_some() {
-            StatusCode::SERVICE_UNAVAILABLE
-        } else {
-            StatusCode::OK
-        };
-        let body = Health {
-            status,
-            pods: snap.pods.len(),
-            exclusive_cpus: snap.exclusive_cpus.clone(),
-            shared_pool: snap.shared_pool.clone(),
-            notes: snap
-                .restore_notes
+    let body = state.state_thread.read(|snap| {
+        Health::new(
+            snap.pods.len(),
+            snap.exclusive_cpus.clone(),
+            snap.shared_pool.clone(),
+            snap.restore_notes
                 .iter()
                 .chain(&snap.reload_notes)
                 .chain(&nri_notes)
                 .cloned()
                 .collect(),
-            failure: snap.failure.clone(),
+            snap.failure.clone(),
             nri,
-            conflicts: snap.conflicts.clone(),
-        };
-        (code, body)
+            snap.conflicts.clone(),
+        )
     });
+    let code = match body.status {
+        HealthStatus::Failing => StatusCode::SERVICE_UNAVAILABLE,
+        HealthStatus::Ok | HealthStatus::Degraded => StatusCode::OK,
+    };
     (code, Json(body)).into_response()
 }
 
@@ -315,17 +300,55 @@ async fn admit_owned(state: &AppState, body: &[u8]) -> Result<Response, ApiError
         ApiError::new(StatusCode::BAD_REQUEST, BAD_MANIFEST, e)
     })?;
     debug!(pod = %request.pod.uid, owner = ?request.owner.kind, "owned admission requested");
+    let uid = request.pod.uid.clone();
     let cmd = Command::AdmitOwned {
         pod: request.pod,
         owner: request.owner,
     };
-    match state.state_thread.submit(cmd).await? {
-        Reply::Admitted(results) => Ok(Json(Admissions {
-            pods: results.iter().map(Admission::from).collect(),
-        })
-        .into_response()),
-        other => Err(unexpected(&other)),
+    let pods: Vec<Admission> = match state.state_thread.submit(cmd).await? {
+        Reply::Admitted(results) => results.iter().map(Admission::from).collect(),
+        other => return Err(unexpected(&other)),
+    };
+    let admitted = pods.first().is_some_and(|p| p.admitted);
+    let attached = match request.attach {
+        Some(to) if admitted => Some(attach_or_release(state, uid, to).await?),
+        _ => None,
+    };
+    Ok(Json(Admissions { pods, attached }).into_response())
+}
+
+/// The attach of an owned admission with `attach`; when it fails, the
+/// admission is released again (nothing is held for a container that will
+/// not start) and the attach's error is the answer.
+async fn attach_or_release(
+    state: &AppState,
+    uid: String,
+    to: AttachTo,
+) -> Result<Attached, ApiError> {
+    let cmd = Command::Attach {
+        uid: uid.clone(),
+        container: to.container,
+        cgroup: to.cgroup,
+    };
+    let failed = match state.state_thread.submit(cmd).await {
+        Ok(Reply::Attached(a)) => return Ok(a),
+        Ok(other) => unexpected(&other),
+        Err(e) => ApiError::from(e),
+    };
+    match state
+        .state_thread
+        .submit(Command::Release(uid.clone()))
+        .await
+    {
+        Ok(Reply::Released(_)) => {}
+        Ok(other) => {
+            warn!(pod = %uid, reply = ?other, "unexpected reply to the release after a failed attach")
+        }
+        Err(e) => {
+            warn!(pod = %uid, error = %e, "cannot release after a failed attach; the pod is reclaimed once its owner is gone")
+        }
     }
+    Err(failed)
 }
 
 /// The media types `POST /v1/pods` takes: Pod manifests (YAML under each
@@ -437,6 +460,7 @@ async fn admit(
     match state.state_thread.submit(Command::Admit(pods)).await? {
         Reply::Admitted(results) => Ok(Json(Admissions {
             pods: results.iter().map(Admission::from).collect(),
+            attached: None,
         })
         .into_response()),
         other => Err(unexpected(&other)),
@@ -454,27 +478,19 @@ fn unexpected(reply: &Reply) -> ApiError {
 async fn list_pods(State(state): State<AppState>) -> Json<PodList> {
     let (pods, pool, attachments, owners) = state.state_thread.read(|snap| {
         let pods: Vec<Arc<AdmitResult>> = snap.pods.values().cloned().collect();
-        let owners = snap
-            .owners
-            .iter()
-            .map(|(uid, o)| (uid.clone(), OwnerSpec::from(o)))
-            .collect();
         (
             pods,
             snap.shared_pool.clone(),
             snap.attachments.clone(),
-            owners,
+            snap.owners.clone(),
         )
     });
-    let pods = pods
-        .iter()
-        .map(|r| Admission::from(current_pool(r, &pool).as_ref()))
-        .collect();
-    Json(PodList {
-        pods,
-        attachments,
-        owners,
-    })
+    Json(pod_list(
+        pods.iter().map(AsRef::as_ref),
+        &pool,
+        &attachments,
+        &owners,
+    ))
 }
 
 async fn get_pod(

@@ -983,7 +983,11 @@ impl Worker {
             let a = self.node.admitter();
             (a.policy().name(), a.scope())
         };
-        let owner = match owner.to_owner(self.node.boot_id(), topomgr_node::pod_owner::unix_now()) {
+        let owner = match topomgr_node::pod_owner::to_owner(
+            &owner,
+            self.node.boot_id(),
+            topomgr_node::pod_owner::unix_now(),
+        ) {
             Ok(o) => o,
             Err(e) => return Err(CommandError::BadOwner(e)),
         };

@@ -82,6 +82,36 @@ pub struct AdmitResult {
     pub containers: Vec<ContainerResult>,
 }
 
+/// The answer of an admission as the API and the CLI write it (the one
+/// seam from the engine's result to the wire).
+impl From<&AdmitResult> for topomgr_contract::api::Admission {
+    fn from(r: &AdmitResult) -> topomgr_contract::api::Admission {
+        topomgr_contract::api::Admission {
+            uid: r.pod.uid.clone(),
+            name: r.pod.name.clone(),
+            namespace: r.pod.namespace.clone(),
+            qos: r.pod.qos,
+            admitted: r.admitted,
+            reason: r.reason.clone(),
+            message: r.message.clone(),
+            containers: r
+                .containers
+                .iter()
+                .map(|c| topomgr_contract::api::ContainerAdmission {
+                    name: c.name.clone(),
+                    affinity: c.hint.affinity,
+                    preferred: c.hint.preferred,
+                    cpus: c.allocation.cpus.clone(),
+                    exclusive: c.allocation.exclusive,
+                    mems: c.allocation.mems,
+                    devices: c.allocation.devices.clone(),
+                    env: c.allocation.env.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
 /// One step of an admission, for `topomgr explain`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TraceStep {

@@ -1,4 +1,5 @@
-//! The decision trace of one admission as data ([`Explain`]): what `topomgr explain -o
+//! The decision trace of one admission as data ([`Explain`], a type of the
+//! contract crate, built here): what `topomgr explain -o
 //! json`, `GET /v1/pods/{uid}/explain` and `POST
 //! /v1/pods?dry_run=true&explain=true` answer.
 //!
@@ -22,69 +23,42 @@
 //! on the chosen affinity: those the policy could not align. It is empty
 //! for other rejections (the `reason` then says why).
 
-use indexmap::IndexMap;
-use serde::{Deserialize, Serialize};
-use topomgr_sdk::{HintSet, NumaMask, NumaNodeId, ProviderHints, QosClass, TopologyHint};
+use topomgr_contract::explain;
+use topomgr_sdk::{HintSet, NumaMask, NumaNodeId, ProviderHints, TopologyHint};
 
 use crate::admission::{AdmitResult, TraceStep};
 use crate::merge::MergeRule;
 use crate::policy::{PolicyName, Scope};
 
-/// The decision trace of one admission (schema `Explain`; built by
-/// [`explain`]).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Explain {
-    /// Pod uid.
-    pub uid: String,
-    /// Pod name.
-    pub name: String,
-    /// Pod namespace.
-    pub namespace: String,
-    /// QoS class.
-    pub qos: QosClass,
-    /// The policy that decided.
-    pub policy: PolicyName,
-    /// Its scope.
-    pub scope: Scope,
-    /// Whether the pod was admitted.
-    pub admitted: bool,
-    /// Why it was rejected.
-    pub reason: Option<String>,
-    /// The rejection's message.
-    pub message: Option<String>,
-    /// For a pod the policy refused: the resources it could not align.
-    pub unaligned: Vec<String>,
-    /// One step per decision (per container, or one for pod scope).
-    pub steps: Vec<ExplainStep>,
+pub use topomgr_contract::explain::{Explain, ExplainStep, MergeSummary};
+
+/// The wire spelling of a policy.
+fn wire_policy(p: PolicyName) -> explain::Policy {
+    match p {
+        PolicyName::None => explain::Policy::None,
+        PolicyName::BestEffort => explain::Policy::BestEffort,
+        PolicyName::Restricted => explain::Policy::Restricted,
+        PolicyName::SingleNumaNode => explain::Policy::SingleNumaNode,
+    }
 }
 
-/// One decision of a trace.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExplainStep {
-    /// The container (`null`: the whole pod, pod scope).
-    pub container: Option<String>,
-    /// Provider -> its hints, in provider order (compact sets expanded on
-    /// machines of up to 8 NUMA nodes).
-    pub hints: IndexMap<String, ProviderHints>,
-    /// How the merge decided (`null` under policy `none`).
-    pub merge: Option<MergeSummary>,
-    /// The merged hint's NUMA nodes (`null`: any).
-    pub affinity: Option<NumaMask>,
-    /// Whether the merged hint is preferred.
-    pub preferred: bool,
-    /// Whether the step admits.
-    pub admit: bool,
+/// The wire spelling of a scope.
+fn wire_scope(s: Scope) -> explain::Scope {
+    match s {
+        Scope::Container => explain::Scope::Container,
+        Scope::Pod => explain::Scope::Pod,
+    }
 }
 
-/// [`ExplainStep::merge`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MergeSummary {
-    /// The rule that chose the merged hint.
-    pub rule: MergeRule,
-    /// Hint lists merged (one per provider resource).
-    pub lists: usize,
-    /// The kubelet's best-non-preferred affinity count.
-    pub best_non_preferred_count: u32,
+/// The wire spelling of a merge rule.
+fn wire_rule(r: MergeRule) -> explain::MergeRule {
+    match r {
+        MergeRule::Preferred => explain::MergeRule::Preferred,
+        MergeRule::NonPreferredAtBestCount => explain::MergeRule::NonPreferredAtBestCount,
+        MergeRule::NonPreferredNarrower => explain::MergeRule::NonPreferredNarrower,
+        MergeRule::NonPreferredWider => explain::MergeRule::NonPreferredWider,
+        MergeRule::NoCandidate => explain::MergeRule::NoCandidate,
+    }
 }
 
 /// Expand compact hint sets on machines of up to
@@ -114,7 +88,7 @@ fn step(step: &TraceStep, nodes: &[NumaNodeId]) -> ExplainStep {
             .map(|(provider, h)| (provider.clone(), printable(h.clone(), nodes)))
             .collect(),
         merge: step.merge.as_ref().map(|m| MergeSummary {
-            rule: m.rule,
+            rule: wire_rule(m.rule),
             lists: m.lists,
             best_non_preferred_count: m.best_non_preferred_count,
         }),
@@ -189,8 +163,8 @@ pub fn explain(
         name: pod.name.clone(),
         namespace: pod.namespace.clone(),
         qos: pod.qos,
-        policy,
-        scope,
+        policy: wire_policy(policy),
+        scope: wire_scope(scope),
         admitted: result.admitted,
         reason: result.reason.clone(),
         message: result.message.clone(),
@@ -354,13 +328,13 @@ mod tests {
         // explicit list and a compact set (machines above 8 nodes).
         let text = r#"{"uid":"u","name":"p","namespace":"d","qos":"Burstable","policy":"single-numa-node","scope":"pod","admitted":false,"reason":"TopologyAffinityError","message":"m","unaligned":["cpu"],"steps":[{"container":null,"hints":{"widgets":null,"cpu":{"cpu":{"minimal":[[0],[1,2]],"preferred_width":1},"example.com/x":null,"memory":[{"affinity":[0],"preferred":true},{"affinity":null,"preferred":false}]}},"merge":{"rule":"NonPreferredAtBestCount","lists":2,"best_non_preferred_count":2},"affinity":null,"preferred":false,"admit":false}]}"#;
         let trace: Explain = serde_json::from_str(text).unwrap();
-        assert_eq!(trace.policy, PolicyName::SingleNumaNode);
-        assert_eq!(trace.scope, Scope::Pod);
+        assert_eq!(trace.policy, explain::Policy::SingleNumaNode);
+        assert_eq!(trace.scope, explain::Scope::Pod);
         let step = &trace.steps[0];
         assert_eq!(step.hints.keys().collect::<Vec<_>>(), ["widgets", "cpu"]);
         assert_eq!(
             step.merge.as_ref().unwrap().rule,
-            MergeRule::NonPreferredAtBestCount
+            explain::MergeRule::NonPreferredAtBestCount
         );
         assert_eq!(serde_json::to_string(&trace).unwrap(), text);
     }

@@ -1,9 +1,9 @@
 //! topomgr's node: the configuration, plugin loading, the node state (the
 //! admitted pods applied to cgroups, with their owners) and its persistence
 //! (journal, snapshot, the state directory's lock), the node lock (one
-//! owner of a machine's cpusets), the
-//! NodeResourceTopology export and the JSON contract of the CLI and the
-//! daemon.
+//! owner of a machine's cpusets) and the
+//! NodeResourceTopology export; the JSON contract's types are
+//! `topomgr-contract`'s (re-exported in [`api`]).
 //!
 //! See ARCHITECTURE.md at the repository root for the data flow of one
 //! admission.

@@ -86,6 +86,28 @@ pub fn current_pool<'a>(r: &'a AdmitResult, pool: &CpuSet) -> Cow<'a, AdmitResul
     Cow::Owned(now)
 }
 
+/// `GET /v1/pods` (and `topomgr pods --state-dir`): every admitted pod
+/// with the shared pool as it is now ([`current_pool`]), the attachments
+/// and the owners as clients tell them. The one place a pod list is built.
+pub fn pod_list<'a>(
+    pods: impl IntoIterator<Item = &'a AdmitResult>,
+    pool: &CpuSet,
+    attachments: &Attachments,
+    owners: &BTreeMap<String, Owner>,
+) -> crate::api::PodList {
+    crate::api::PodList {
+        pods: pods
+            .into_iter()
+            .map(|r| crate::api::Admission::from(current_pool(r, pool).as_ref()))
+            .collect(),
+        attachments: attachments.clone(),
+        owners: owners
+            .iter()
+            .map(|(uid, o)| (uid.clone(), crate::api::OwnerSpec::from(o)))
+            .collect(),
+    }
+}
+
 /// What the host records besides the pod table and the providers.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Records {
@@ -1058,9 +1080,13 @@ impl NodeState {
         let mut candidates: Vec<(String, Owner, ReclaimCause)> = Vec::new();
         for (uid, owner) in &self.records.owners {
             let cause = match owner {
-                Owner::Process(p) if !p.is_alive(&boot) => Some(ReclaimCause::OwnerGone),
+                Owner::Process(p) if !crate::pod_owner::is_alive(p, &boot) => {
+                    Some(ReclaimCause::OwnerGone)
+                }
                 Owner::Process(_) => None,
-                Owner::Container(c) if c.process_ended(&boot) => Some(ReclaimCause::OwnerGone),
+                Owner::Container(c) if crate::pod_owner::process_ended(c, &boot) => {
+                    Some(ReclaimCause::OwnerGone)
+                }
                 Owner::Container(c) => {
                     let attached = self
                         .records
@@ -1124,7 +1150,7 @@ impl NodeState {
                     Owner::Process(p) => line.push_str(&format!(
                         ", topomgr run pid {} ({})",
                         p.pid,
-                        if p.is_alive(&self.boot_id) {
+                        if crate::pod_owner::is_alive(p, &self.boot_id) {
                             "running"
                         } else {
                             "exited"
@@ -1248,7 +1274,7 @@ mod tests {
     #[test]
     fn owners_that_are_gone_are_reclaimed_by_the_rule_of_their_kind() {
         let (mut n, root) = node("reclaim");
-        let me = crate::pod_owner::ProcessOwner::current("b").unwrap();
+        let me = crate::pod_owner::current_process("b").unwrap();
         let dead = ended();
         let admit = |n: &mut NodeState, uid: &str, owner: Owner| {
             let r = n
@@ -1371,7 +1397,7 @@ mod tests {
     #[test]
     fn an_owned_admission_retried_by_its_owner_answers_and_another_owner_conflicts() {
         let (mut n, root) = node("owned");
-        let me = Owner::current("b").unwrap();
+        let me = crate::pod_owner::current("b").unwrap();
         let pod = one_container("u1");
         let first = n
             .admit_owned(&pod, me.clone(), &AssignedDevices::new(), &mut Vec::new())

@@ -19,93 +19,15 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
 use topomgr_sdk::{Amounts, Inventory, Machine, NumaNodeId};
 
 use topomgr_engine::admission::Admitter;
 use topomgr_engine::policy::{PolicyName, Scope};
 
-/// `apiVersion` of the exported object.
-pub(crate) const API_VERSION: &str = "topology.node.k8s.io/v1alpha2";
-/// `kind` of the exported object.
-pub(crate) const KIND: &str = "NodeResourceTopology";
-/// Attribute naming the Topology Manager policy.
-pub(crate) const ATTRIBUTE_POLICY: &str = "topologyManagerPolicy";
-/// Attribute naming the Topology Manager scope.
-pub(crate) const ATTRIBUTE_SCOPE: &str = "topologyManagerScope";
-
-/// The exported object (the fields of the v1alpha2 CRD that topomgr sets;
-/// reading ignores the others).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct NodeResourceTopology {
-    /// `API_VERSION`.
-    pub api_version: String,
-    /// `KIND`.
-    pub kind: String,
-    /// The node's name.
-    pub metadata: ObjectMeta,
-    /// The deprecated policy-and-scope value (`SingleNUMANodeContainerLevel`).
-    pub topology_policies: Vec<String>,
-    /// `ATTRIBUTE_POLICY` and `ATTRIBUTE_SCOPE`.
-    pub attributes: Vec<Attribute>,
-    /// One zone per NUMA node.
-    pub zones: Vec<NrtZone>,
-}
-
-/// `metadata` of the object.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ObjectMeta {
-    /// The Kubernetes node name.
-    pub name: String,
-}
-
-/// A name-value attribute.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Attribute {
-    /// Its name.
-    pub name: String,
-    /// Its value.
-    pub value: String,
-}
-
-/// One zone: a NUMA node.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NrtZone {
-    /// `node-<id>` (`zone_name`).
-    pub name: String,
-    /// `Node`.
-    #[serde(rename = "type")]
-    pub kind: String,
-    /// The distance to each zone (absent when the machine has none).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub costs: Vec<Cost>,
-    /// The resources of the zone (absent when none).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub resources: Vec<ResourceInfo>,
-}
-
-/// The distance to a zone.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Cost {
-    /// The zone.
-    pub name: String,
-    /// The NUMA distance.
-    pub value: u64,
-}
-
-/// One resource of a zone, amounts as Kubernetes quantities (`quantity`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ResourceInfo {
-    /// The resource name.
-    pub name: String,
-    /// Capacity.
-    pub capacity: String,
-    /// Allocatable.
-    pub allocatable: String,
-    /// Available now.
-    pub available: String,
-}
+pub use topomgr_contract::nrt::{
+    Attribute, Cost, NodeResourceTopology, NrtZone, ObjectMeta, ResourceInfo,
+};
+use topomgr_contract::nrt::{API_VERSION, ATTRIBUTE_POLICY, ATTRIBUTE_SCOPE, KIND};
 
 /// What identifies the node and its alignment rules in the export.
 #[derive(Debug, Clone, PartialEq, Eq)]

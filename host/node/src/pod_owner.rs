@@ -15,104 +15,21 @@
 //!   the runtime has one), its cgroup (relative to the cgroup root) and
 //!   when the admission was made.
 //!
-//! What makes an owner *gone* (and its pod reclaimable) is
-//! [`crate::node_state::NodeState::reclaim`]'s rule; this module only
-//! answers for the processes.
+//! The owner types are the contract's (`topomgr_contract::owner`,
+//! re-exported here); this module probes the processes: whether an owner
+//! still runs, and the check of an owner a client tells
+//! ([`to_owner`]). What makes an owner *gone* (and its pod reclaimable) is
+//! [`crate::node_state::NodeState::reclaim`]'s rule.
 
 use std::fs;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use serde::{Deserialize, Deserializer, Serialize};
+use topomgr_contract::api::{OwnerKind, OwnerSpec};
+use topomgr_contract::owner::ProcStat;
+pub use topomgr_contract::owner::{ContainerOwner, ContainerRuntime, Owner, ProcessOwner};
 
-/// The owner of an admitted pod.
-///
-/// Stored as `{"kind": "process", ...}` or `{"kind": "container", ...}`;
-/// an owner saved before containers could own pods (`{"pid",
-/// "start_time", "boot_id"}`, no `kind`) reads as a process.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum Owner {
-    /// A process (`topomgr run`).
-    Process(ProcessOwner),
-    /// A container created by a runtime.
-    Container(ContainerOwner),
-}
-
-/// A process that owns a pod.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProcessOwner {
-    /// Its pid.
-    pub pid: u32,
-    /// Its start time (clock ticks after boot, `/proc/<pid>/stat` field 22).
-    pub start_time: u64,
-    /// The boot it ran in.
-    pub boot_id: String,
-}
-
-/// Which runtime face admitted a container.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ContainerRuntime {
-    /// `topomgr oci-hook` (Podman, CRI-O's hooks.d, containerd's
-    /// `base_runtime_spec`): it admits, then attaches the container's
-    /// cgroup itself.
-    OciHook,
-    /// A CRI runtime's NRI plugin: the runtime applies the placement.
-    Nri,
-}
-
-impl ContainerRuntime {
-    /// The spelling of the API and the state (`"oci-hook"`, `"nri"`).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ContainerRuntime::OciHook => "oci-hook",
-            ContainerRuntime::Nri => "nri",
-        }
-    }
-}
-
-/// A container that owns a pod (the pod is that one container).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ContainerOwner {
-    /// The runtime face that admitted it.
-    pub runtime: ContainerRuntime,
-    /// The runtime's container id.
-    pub id: String,
-    /// Its init process, once known (an NRI container has none at
-    /// CreateContainer).
-    pub pid: Option<u32>,
-    /// The init process's start time (with `pid`).
-    pub start_time: Option<u64>,
-    /// The boot the admission was made in.
-    pub boot_id: String,
-    /// Its cgroup, relative to the cgroup root, once known.
-    pub cgroup: Option<String>,
-    /// When the admission was made (seconds since the Unix epoch).
-    pub admitted_at: u64,
-}
-
-/// What a process's `/proc/<pid>/stat` says about it.
-struct Stat {
-    start_time: u64,
-    /// A zombie (`Z`) or dead (`X`) process: it has exited.
-    exited: bool,
-}
-
-fn stat(pid: u32) -> Option<Stat> {
-    let text = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // The command name (field 2) is in parentheses and may hold spaces or
-    // parentheses itself: the fields after it start after the last ')'.
-    let rest = &text[text.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    // `rest` starts with field 3 (state); the start time is field 22.
-    let state = fields.next()?;
-    let start_time = fields.nth(18)?.parse().ok()?;
-    Some(Stat {
-        start_time,
-        exited: matches!(state, "Z" | "X" | "x"),
-    })
+fn stat(pid: u32) -> Option<ProcStat> {
+    ProcStat::parse(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
 /// The start time of process `pid` (`None` when there is no such process
@@ -136,104 +53,111 @@ pub fn unix_now() -> u64 {
         .unwrap_or(0)
 }
 
-impl ProcessOwner {
-    /// The calling process.
-    pub(crate) fn current(boot_id: &str) -> Option<ProcessOwner> {
-        let pid = std::process::id();
-        Some(ProcessOwner {
-            pid,
-            start_time: start_time(pid)?,
-            boot_id: boot_id.to_owned(),
-        })
-    }
+/// The calling process as a process owner.
+pub fn current(boot_id: &str) -> Option<Owner> {
+    current_process(boot_id).map(Owner::Process)
+}
 
-    /// Whether this owner still runs (same boot, same pid, same start
-    /// time, not a zombie).
-    pub(crate) fn is_alive(&self, boot_id: &str) -> bool {
-        process_runs(self.pid, self.start_time, &self.boot_id, boot_id)
+/// The calling process.
+pub(crate) fn current_process(boot_id: &str) -> Option<ProcessOwner> {
+    let pid = std::process::id();
+    Some(ProcessOwner {
+        pid,
+        start_time: start_time(pid)?,
+        boot_id: boot_id.to_owned(),
+    })
+}
+
+/// Whether process owner `p` still runs (same boot, same pid, same start
+/// time, not a zombie).
+pub(crate) fn is_alive(p: &ProcessOwner, boot_id: &str) -> bool {
+    process_runs(p.pid, p.start_time, &p.boot_id, boot_id)
+}
+
+/// Whether container owner `c`'s init process is known to have ended: it
+/// was known and no longer runs, or the machine rebooted since the
+/// admission. `false` while the runtime has not told its pid.
+pub(crate) fn process_ended(c: &ContainerOwner, boot_id: &str) -> bool {
+    if c.boot_id != boot_id {
+        return true;
+    }
+    match (c.pid, c.start_time) {
+        (Some(pid), Some(start)) => !process_runs(pid, start, &c.boot_id, boot_id),
+        _ => false,
     }
 }
 
-impl ContainerOwner {
-    /// Whether its init process is known to have ended: it was known and
-    /// no longer runs, or the machine rebooted since the admission.
-    /// `false` while the runtime has not told its pid.
-    pub(crate) fn process_ended(&self, boot_id: &str) -> bool {
-        if self.boot_id != boot_id {
-            return true;
-        }
-        match (self.pid, self.start_time) {
-            (Some(pid), Some(start)) => !process_runs(pid, start, &self.boot_id, boot_id),
-            _ => false,
-        }
-    }
-}
-
-impl Owner {
-    /// The calling process as a process owner.
-    pub fn current(boot_id: &str) -> Option<Owner> {
-        ProcessOwner::current(boot_id).map(Owner::Process)
-    }
-
-    /// The kind, as the state and the metrics spell it (`"process"`,
-    /// `"container"`).
-    pub fn kind(&self) -> &'static str {
-        match self {
-            Owner::Process(_) => "process",
-            Owner::Container(_) => "container",
-        }
-    }
-
-    /// Whether `other` is the same owner (the same process, or the same
-    /// runtime's container), whatever else was recorded about it.
-    pub(crate) fn same_as(&self, other: &Owner) -> bool {
-        match (self, other) {
-            (Owner::Process(a), Owner::Process(b)) => {
-                a.pid == b.pid && a.start_time == b.start_time && a.boot_id == b.boot_id
+/// The owner `spec` a client told, to record: checked (the fields its kind needs, and only
+/// those; a process that runs now; a cgroup path under the root), with
+/// this boot's id and, for a container, `now` (seconds since the Unix
+/// epoch) as the time of its admission.
+pub fn to_owner(spec: &OwnerSpec, boot_id: &str, now: u64) -> Result<Owner, String> {
+    let process = match (spec.pid, spec.start_time) {
+        (Some(pid), Some(start)) => {
+            if !process_runs(pid, start, boot_id, boot_id) {
+                return Err(format!(
+                    "owner.pid: no running process {pid} with start time {start} (field 22 of /proc/{pid}/stat); the owner must be running when it admits"
+                ));
             }
-            (Owner::Container(a), Owner::Container(b)) => a.runtime == b.runtime && a.id == b.id,
-            _ => false,
+            Some((pid, start))
         }
-    }
-}
-
-impl std::fmt::Display for Owner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Owner::Process(p) => write!(f, "process {} (start time {})", p.pid, p.start_time),
-            Owner::Container(c) => {
-                write!(f, "{} container {}", c.runtime.as_str(), c.id)?;
-                if let Some(pid) = c.pid {
-                    write!(f, " (init pid {pid})")?;
+        (None, None) => None,
+        (Some(_), None) => {
+            return Err(
+                "owner.start_time: required with owner.pid (field 22 of /proc/<pid>/stat)".into(),
+            )
+        }
+        (None, Some(_)) => return Err("owner.pid: required with owner.start_time".into()),
+    };
+    match spec.kind {
+        OwnerKind::Process => {
+            for (field, set) in [
+                ("runtime", spec.runtime.is_some()),
+                ("id", spec.id.is_some()),
+                ("cgroup", spec.cgroup.is_some()),
+            ] {
+                if set {
+                    return Err(format!(
+                        "owner.{field}: only a container owner has one; a process owner is pid and start_time"
+                    ));
                 }
-                Ok(())
             }
+            let Some((pid, start_time)) = process else {
+                return Err("owner.pid: a process owner needs pid and start_time".into());
+            };
+            Ok(Owner::Process(ProcessOwner {
+                pid,
+                start_time,
+                boot_id: boot_id.to_owned(),
+            }))
         }
-    }
-}
-
-/// The two shapes an owner is stored in.
-#[derive(Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-enum Tagged {
-    Process(ProcessOwner),
-    Container(ContainerOwner),
-}
-
-impl<'de> Deserialize<'de> for Owner {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Owner, D::Error> {
-        use serde::de::Error as _;
-        let value = serde_json::Value::deserialize(d)?;
-        let tagged = value.as_object().is_some_and(|o| o.contains_key("kind"));
-        if tagged {
-            match serde_json::from_value::<Tagged>(value).map_err(D::Error::custom)? {
-                Tagged::Process(p) => Ok(Owner::Process(p)),
-                Tagged::Container(c) => Ok(Owner::Container(c)),
+        OwnerKind::Container => {
+            let runtime = spec.runtime.ok_or(
+                "owner.runtime: a container owner needs its runtime (\"oci-hook\" or \"nri\")",
+            )?;
+            let id = match spec.id.as_deref() {
+                None | Some("") => {
+                    return Err("owner.id: a container owner needs the runtime's container id".into())
+                }
+                Some(id) if id.len() > 256 || id.chars().any(char::is_control) => {
+                    return Err(format!(
+                        "owner.id: {id:?} is not a container id (at most 256 characters, no control characters)"
+                    ))
+                }
+                Some(id) => id.to_owned(),
+            };
+            if let Some(cg) = &spec.cgroup {
+                topomgr_cgroup::CgroupPath::new(cg).map_err(|e| format!("owner.cgroup: {e}"))?;
             }
-        } else {
-            serde_json::from_value::<ProcessOwner>(value)
-                .map(Owner::Process)
-                .map_err(D::Error::custom)
+            Ok(Owner::Container(ContainerOwner {
+                runtime,
+                id,
+                pid: process.map(|p| p.0),
+                start_time: process.map(|p| p.1),
+                boot_id: boot_id.to_owned(),
+                cgroup: spec.cgroup.clone(),
+                admitted_at: now,
+            }))
         }
     }
 }
@@ -244,14 +168,14 @@ mod tests {
 
     #[test]
     fn the_current_process_is_alive_and_a_reused_pid_is_not() {
-        let me = ProcessOwner::current("boot").expect("/proc/self/stat");
-        assert!(me.is_alive("boot"));
-        assert!(!me.is_alive("another boot"));
+        let me = current_process("boot").expect("/proc/self/stat");
+        assert!(is_alive(&me, "boot"));
+        assert!(!is_alive(&me, "another boot"));
         let reused = ProcessOwner {
             start_time: me.start_time + 1,
             ..me.clone()
         };
-        assert!(!reused.is_alive("boot"));
+        assert!(!is_alive(&reused, "boot"));
         let mut child = std::process::Command::new("true").spawn().unwrap();
         let pid = child.id();
         child.wait().unwrap();
@@ -260,7 +184,7 @@ mod tests {
             start_time: 1,
             boot_id: "boot".into(),
         };
-        assert!(!gone.is_alive("boot"));
+        assert!(!is_alive(&gone, "boot"));
     }
 
     #[test]
@@ -283,46 +207,9 @@ mod tests {
             start_time: start,
             boot_id: "b".into(),
         };
-        assert!(!owner.is_alive("b"));
+        assert!(!is_alive(&owner, "b"));
         let mut child = child;
         child.wait().unwrap();
-    }
-
-    #[test]
-    fn owners_are_stored_tagged_and_old_process_owners_still_read() {
-        let p = Owner::Process(ProcessOwner {
-            pid: 7,
-            start_time: 99,
-            boot_id: "b".into(),
-        });
-        let text = serde_json::to_string(&p).unwrap();
-        assert_eq!(
-            text,
-            r#"{"kind":"process","pid":7,"start_time":99,"boot_id":"b"}"#
-        );
-        assert_eq!(serde_json::from_str::<Owner>(&text).unwrap(), p);
-        let old = r#"{"pid":7,"start_time":99,"boot_id":"b"}"#;
-        assert_eq!(serde_json::from_str::<Owner>(old).unwrap(), p);
-        let c = Owner::Container(ContainerOwner {
-            runtime: ContainerRuntime::OciHook,
-            id: "abc".into(),
-            pid: Some(5),
-            start_time: Some(6),
-            boot_id: "b".into(),
-            cgroup: Some("machine.slice/libpod-abc.scope".into()),
-            admitted_at: 1_700_000_000,
-        });
-        let text = serde_json::to_string(&c).unwrap();
-        assert_eq!(
-            text,
-            r#"{"kind":"container","runtime":"oci-hook","id":"abc","pid":5,"start_time":6,"boot_id":"b","cgroup":"machine.slice/libpod-abc.scope","admitted_at":1700000000}"#
-        );
-        assert_eq!(serde_json::from_str::<Owner>(&text).unwrap(), c);
-        let err = serde_json::from_str::<Owner>(r#"{"kind":"vm","id":"x"}"#).unwrap_err();
-        assert!(err.to_string().contains("unknown variant `vm`"), "{err}");
-        let err = serde_json::from_str::<Owner>(r#"{"pid":1,"start_time":2,"boot_id":"b","x":1}"#)
-            .unwrap_err();
-        assert!(err.to_string().contains("unknown field `x`"), "{err}");
     }
 
     #[test]
@@ -336,13 +223,13 @@ mod tests {
             cgroup: None,
             admitted_at: 0,
         };
-        assert!(!c.process_ended("b"));
-        assert!(c.process_ended("another boot"));
-        let me = ProcessOwner::current("b").unwrap();
+        assert!(!process_ended(&c, "b"));
+        assert!(process_ended(&c, "another boot"));
+        let me = current_process("b").unwrap();
         c.pid = Some(me.pid);
         c.start_time = Some(me.start_time);
-        assert!(!c.process_ended("b"));
+        assert!(!process_ended(&c, "b"));
         c.start_time = Some(me.start_time + 1);
-        assert!(c.process_ended("b"));
+        assert!(process_ended(&c, "b"));
     }
 }

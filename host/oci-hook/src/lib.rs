@@ -15,8 +15,9 @@
 //!   daemon), find its cgroup from `/proc/<pid>/cgroup` relative to the
 //!   cgroup root, admit it as an owned admission whose owner is the
 //!   container (runtime `oci-hook`, its id, init pid and start time,
-//!   cgroup), then attach it: the daemon writes its cpuset and memory
-//!   nodes into the cgroup before its first instruction. A rejection is an
+//!   cgroup) and attached in the same request (`attach`): the daemon
+//!   writes its cpuset and memory nodes into the cgroup before its first
+//!   instruction. A rejection is an
 //!   error with topomgr's reason and message ([`HookError::Rejected`]), so
 //!   the runtime fails the container with it; nothing is held (an attach
 //!   that fails releases the admission again).
@@ -37,11 +38,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use topomgr_cgroup::{CgroupError, CgroupManager};
-use topomgr_daemon::client::{encode_segment, Client, ClientError, Response};
-use topomgr_node::api::{AdmissionRequest, Admissions, Attached, OwnerSpec};
-use topomgr_node::pod_owner::{self, ContainerRuntime};
+use topomgr_client::{ClientError, Daemon, Reason};
+use topomgr_contract::api::{AdmissionRequest, AttachTo, Attached, OwnerSpec};
+use topomgr_contract::owner::ContainerRuntime;
 use topomgr_runtime::{map_container, ContainerSpec, Mapping, MappingError, Skip};
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
 pub use spec::{read_state, State};
 
@@ -194,8 +195,8 @@ impl Hook {
         }
     }
 
-    fn client(&self) -> Client {
-        Client::with_deadline(&self.socket, self.deadline)
+    fn client(&self) -> Daemon {
+        Daemon::with_deadline(&self.socket, self.deadline)
     }
 
     fn create(&self, state: &State) -> Result<Done, HookError> {
@@ -236,7 +237,7 @@ impl Hook {
             .and_then(|m| m.cgroup_of_process(pid))
             .map_err(cgroup_err)?
             .to_string();
-        let start = pod_owner::start_time(pid).ok_or_else(|| HookError::ProcessGone {
+        let start = topomgr_client::start_time(pid).ok_or_else(|| HookError::ProcessGone {
             id: state.id.clone(),
             pid,
         })?;
@@ -246,79 +247,64 @@ impl Hook {
         let pod = request.pod.view;
         let container = pod.containers[0].name.clone();
         let pod_name = format!("{}/{}", pod.namespace, pod.name);
-        let mut client = self.client();
-        let r = client
-            .admit_owned(&AdmissionRequest { pod, owner })
-            .map_err(HookError::Daemon)?;
-        let admissions: Admissions = expect_ok(&r, "the admission", &state.id)?;
-        let Some(admission) = admissions.pods.into_iter().next() else {
-            return Err(refused(&r, "the admission", &state.id));
+        let request = AdmissionRequest {
+            pod,
+            owner,
+            attach: Some(AttachTo { container, cgroup }),
         };
-        if !admission.admitted {
-            return Err(HookError::Rejected {
+        // Admitted and attached in one request; an attach that fails is
+        // released again by the daemon (nothing is held for a container
+        // that will not start).
+        let (admission, attached) = self
+            .client()
+            .admit_and_attach(&request)
+            .map_err(|e| daemon_error(e, "the admission", &state.id))?;
+        match (admission.admitted, attached) {
+            (true, Some(a)) => {
+                info!(container = %state.id, cgroup = %a.cgroup, cpus = %a.cpus, mems = %a.mems, "container placed");
+                Ok(Done::Placed(a))
+            }
+            _ => Err(HookError::Rejected {
                 id: state.id.clone(),
                 pod: pod_name,
                 reason: admission.reason.unwrap_or_default(),
                 message: admission.message.unwrap_or_default(),
-            });
-        }
-        let r = client
-            .attach(&state.id, &container, &cgroup)
-            .map_err(HookError::Daemon);
-        let attached = r.and_then(|r| expect_ok::<Attached>(&r, "the attach", &state.id));
-        match attached {
-            Ok(a) => {
-                info!(container = %state.id, cgroup = %a.cgroup, cpus = %a.cpus, mems = %a.mems, "container placed");
-                Ok(Done::Placed(a))
-            }
-            Err(e) => {
-                // Hold nothing for a container that will not start.
-                if let Err(undo) = client.release(&state.id) {
-                    warn!(container = %state.id, error = %undo, "cannot release after a failed attach; the daemon reclaims it once the container is gone");
-                }
-                Err(e)
-            }
+            }),
         }
     }
 
     fn poststop(&self, state: &State) -> Result<Done, HookError> {
-        let r = self
-            .client()
-            .delete(&format!("/v1/pods/{}", encode_segment(&state.id)))
-            .map_err(HookError::Daemon)?;
-        match (r.status, r.error()) {
-            (200, _) => {
+        match self.client().release(&state.id) {
+            Ok(_) => {
                 info!(container = %state.id, "container released");
                 Ok(Done::Released)
             }
-            (404, Some(e)) if e.reason == "UnknownPod" => Ok(Done::NothingHeld),
-            _ => Err(refused(&r, "the release", &state.id)),
+            Err(ClientError::Refused {
+                status: 404,
+                reason: Reason::UnknownPod,
+                ..
+            }) => Ok(Done::NothingHeld),
+            Err(e) => Err(daemon_error(e, "the release", &state.id)),
         }
     }
 }
 
-/// The body of a 200 answer as `T`, else the daemon's refusal.
-fn expect_ok<T: serde::de::DeserializeOwned>(
-    r: &Response,
-    what: &'static str,
-    id: &str,
-) -> Result<T, HookError> {
-    if r.status != 200 {
-        return Err(refused(r, what, id));
-    }
-    r.parse().map_err(HookError::Daemon)
-}
-
-fn refused(r: &Response, what: &'static str, id: &str) -> HookError {
-    let (reason, message) = match r.error() {
-        Some(e) => (e.reason, e.error),
-        None => (String::new(), r.error_message()),
-    };
-    HookError::Refused {
-        what,
-        id: id.to_owned(),
-        status: r.status,
-        reason,
-        message,
+/// A failed daemon call: its refusal of `what` for container `id`, or the
+/// daemon not reached.
+fn daemon_error(e: ClientError, what: &'static str, id: &str) -> HookError {
+    match e {
+        ClientError::Refused {
+            status,
+            reason,
+            message,
+            ..
+        } => HookError::Refused {
+            what,
+            id: id.to_owned(),
+            status,
+            reason: reason.to_string(),
+            message,
+        },
+        other => HookError::Daemon(other),
     }
 }

@@ -10,7 +10,7 @@ use nix::errno::Errno;
 use nix::sys::wait::{waitid, Id, WaitPidFlag};
 use nix::unistd::Pid;
 use topomgr_cgroup::Cgroup;
-use topomgr_node::api::Admission;
+use topomgr_contract::api::Admission;
 
 use crate::signals::{lock_state, Signals};
 use crate::RunError;

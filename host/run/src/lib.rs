@@ -52,8 +52,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nix::errno::Errno;
 use topomgr_cgroup::{Cgroup, CgroupError, CgroupManager};
-use topomgr_daemon::client::ClientError;
-use topomgr_node::api::Admission;
+use topomgr_client::ClientError;
+use topomgr_contract::api::Admission;
 use topomgr_node::config::HostConfig;
 use topomgr_node::lock_holder::{Holder, Role};
 use topomgr_node::node_lock::{NodeLock, NodeLockError};

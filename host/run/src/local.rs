@@ -3,12 +3,11 @@
 //! as long as the run lasts.
 
 use topomgr_cgroup::{Cgroup, CgroupManager, CgroupPath};
-use topomgr_node::api::Admission;
+use topomgr_contract::api::Admission;
 use topomgr_node::config::HostConfig;
 use topomgr_node::lock_holder::Role;
 use topomgr_node::node_lock::NodeLock;
 use topomgr_node::node_state::NodeState;
-use topomgr_node::pod_owner::Owner;
 use topomgr_node::state_dir::StateDir;
 use topomgr_sdk::{Machine, PodView};
 use tracing::info;
@@ -62,7 +61,8 @@ impl Local {
             held.save(&mut self.node)?;
             return Ok(Admission::from(&result));
         }
-        let owner = Owner::current(self.node.boot_id()).ok_or(RunError::OwnerStartTime)?;
+        let owner = topomgr_node::pod_owner::current(self.node.boot_id())
+            .ok_or(RunError::OwnerStartTime)?;
         self.node.set_owner(&pod.uid, owner);
         let path = CgroupPath::container(&pod.uid, CONTAINER)?;
         let cg = cgroups.create(&path)?;

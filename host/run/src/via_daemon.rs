@@ -1,23 +1,23 @@
 //! A run placed by the daemon that owns the node: an owned admission (this
 //! process is the owner, so the daemon reclaims the pod once it is gone),
 //! the cgroup made here and attached by the daemon (the only writer of
-//! cpusets), the release asked of the daemon.
+//! cpusets) in the same request, the release asked of the daemon.
 
 use std::path::{Path, PathBuf};
 
 use topomgr_cgroup::{Cgroup, CgroupManager, CgroupPath};
-use topomgr_daemon::client::{Client, ClientError, Response};
-use topomgr_node::api::{AdmissionRequest, Admissions, Attached, OwnerKind, OwnerSpec, PodList};
+use topomgr_client::{ClientError, Daemon, Reason};
+use topomgr_contract::api::{Admission, AdmissionRequest, AttachTo, OwnerKind, OwnerSpec};
 use topomgr_node::lock_holder::Holder;
 use topomgr_node::pod_owner;
 use topomgr_sdk::PodView;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::{RunError, Teardown, CONTAINER, DAEMON_DEADLINE};
 
 /// The daemon's client and what it holds for this run.
 pub(crate) struct ViaDaemon {
-    client: Client,
+    client: Daemon,
     socket: PathBuf,
     /// The daemon the node lock named (for messages).
     found: Option<Box<Holder>>,
@@ -28,7 +28,7 @@ pub(crate) struct ViaDaemon {
 impl ViaDaemon {
     pub(crate) fn new(socket: &Path, found: Option<Box<Holder>>) -> ViaDaemon {
         ViaDaemon {
-            client: Client::with_deadline(socket, DAEMON_DEADLINE),
+            client: Daemon::with_deadline(socket, DAEMON_DEADLINE),
             socket: socket.to_path_buf(),
             found,
             admitted: false,
@@ -40,10 +40,24 @@ impl ViaDaemon {
         self.found.as_deref()
     }
 
-    /// A failed exchange: when the node lock named the daemon that cannot
-    /// be reached, with what it knows of it.
+    /// A failed exchange: a refusal, with the socket; when the node lock
+    /// named the daemon that cannot be reached, with what it knows of it.
     fn failed(&self, e: ClientError) -> RunError {
         match (&self.found, e) {
+            (
+                _,
+                ClientError::Refused {
+                    route,
+                    status,
+                    message,
+                    ..
+                },
+            ) => RunError::Refused {
+                socket: self.socket.clone(),
+                route,
+                status,
+                message,
+            },
             (Some(d), e @ (ClientError::Connect { .. } | ClientError::Timeout { .. })) => {
                 RunError::Unreachable {
                     socket: self.socket.clone(),
@@ -55,15 +69,6 @@ impl ViaDaemon {
         }
     }
 
-    fn refused(&self, r: &Response) -> RunError {
-        RunError::Refused {
-            socket: self.socket.clone(),
-            route: r.route.clone(),
-            status: r.status,
-            message: r.error_message(),
-        }
-    }
-
     /// Admit `pod` owned by this process; when admitted, create its cgroup
     /// and have the daemon attach the container to it.
     pub(crate) fn admit(
@@ -71,59 +76,54 @@ impl ViaDaemon {
         pod: &PodView,
         cgroups: &CgroupManager,
         cgroup: &mut Option<Cgroup>,
-    ) -> Result<topomgr_node::api::Admission, RunError> {
+    ) -> Result<Admission, RunError> {
         let pid = std::process::id();
         let start = pod_owner::start_time(pid).ok_or(RunError::OwnerStartTime)?;
-        let request = AdmissionRequest {
-            pod: pod.clone(),
-            owner: OwnerSpec::process(pid, start),
-        };
-        let r = self
-            .client
-            .admit_owned(&request)
-            .map_err(|e| self.failed(e))?;
-        if r.status != 200 {
-            return Err(self.refused(&r));
-        }
-        let admission = r
-            .parse::<Admissions>()
-            .map_err(RunError::Client)?
-            .pods
-            .into_iter()
-            .next()
-            .ok_or_else(|| {
-                RunError::Client(ClientError::BadResponse {
-                    message: format!("{} answered no pod", r.route),
-                })
-            })?;
-        if !admission.admitted {
-            return Ok(admission);
-        }
-        self.admitted = true;
         let path = CgroupPath::container(&pod.uid, CONTAINER)?;
         let cg = cgroups.create(&path)?;
         *cgroup = Some(cg.clone());
-        let r = self
-            .client
-            .attach(&pod.uid, CONTAINER, &path.as_path().to_string_lossy())
-            .map_err(|e| self.failed(e))?;
-        if r.status != 200 {
-            return Err(self.refused(&r));
-        }
-        let attached: Attached = r.parse().map_err(RunError::Client)?;
+        let request = AdmissionRequest {
+            pod: pod.clone(),
+            owner: OwnerSpec::process(pid, start),
+            attach: Some(AttachTo {
+                container: CONTAINER.to_owned(),
+                cgroup: path.as_path().to_string_lossy().into_owned(),
+            }),
+        };
+        // Admitted and attached in one request (the daemon releases the
+        // admission again when the attach fails).
+        let (admission, attached) = match self.client.admit_and_attach(&request) {
+            Ok(answer) => answer,
+            Err(e) => {
+                // Sent but not answered (or not understood): the daemon
+                // may hold the pod; released at teardown (or reclaimed
+                // once this run is gone).
+                self.admitted = matches!(
+                    e,
+                    ClientError::Timeout { .. }
+                        | ClientError::Http { .. }
+                        | ClientError::BadResponse { .. }
+                );
+                return Err(self.failed(e));
+            }
+        };
+        let Some(attached) = attached.filter(|_| admission.admitted) else {
+            // Nothing held: the cgroup made for it goes again.
+            if let Some(cg) = cgroup.take() {
+                if let Err(e) = cgroups.remove(&cg, 1) {
+                    warn!(cgroup = %cg.dir().display(), error = %e, "cannot remove the cgroup of a rejected run");
+                }
+            }
+            return Ok(admission);
+        };
+        self.admitted = true;
         info!(cgroup = %cg.dir().display(), cpus = %attached.cpus, mems = %attached.mems, socket = %self.socket.display(), "cgroup set up by the daemon");
         Ok(admission)
     }
 
     /// The holders of exclusive CPUs as the daemon lists its pods.
     pub(crate) fn exclusive_holders(&mut self) -> Vec<String> {
-        let Some(list) = self
-            .client
-            .get("/v1/pods")
-            .ok()
-            .filter(|r| r.status == 200)
-            .and_then(|r| r.parse::<PodList>().ok())
-        else {
+        let Ok(list) = self.client.pods() else {
             return Vec::new();
         };
         let mut lines = Vec::new();
@@ -174,11 +174,17 @@ impl ViaDaemon {
             }
         }
         match self.client.release(uid) {
-            Ok(r) if r.status == 200 => {
+            Ok(_) => {
                 self.admitted = false;
                 info!(pod = uid, "released by the daemon");
             }
-            Ok(r) => out.errors.push(self.refused(&r).to_string()),
+            // An admission that was not answered and that the daemon does
+            // not hold: nothing to release.
+            Err(ClientError::Refused {
+                reason: Reason::UnknownPod,
+                ..
+            }) => self.admitted = false,
+            Err(e @ ClientError::Refused { .. }) => out.errors.push(self.failed(e).to_string()),
             Err(e) => out.errors.push(format!(
                 "{}; the daemon releases pod {uid} once it sees this run gone",
                 self.failed(e)

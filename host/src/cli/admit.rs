@@ -99,7 +99,10 @@ pub fn run(config: &Path, args: AdmitArgs) -> anyhow::Result<ExitCode> {
     };
     let pods: Vec<Admission> = results.iter().map(Admission::from).collect();
     match args.output {
-        Output::Json => print_json(&Admissions { pods })?,
+        Output::Json => print_json(&Admissions {
+            pods,
+            attached: None,
+        })?,
         Output::Table => print_table(&pods, None),
     }
     Ok(ExitCode::SUCCESS)

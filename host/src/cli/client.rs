@@ -7,14 +7,13 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use topomgr_daemon::client::{encode_segment, Client, Response};
+use topomgr_client::{ClientError, Daemon};
 use topomgr_manifest::STDIN_PATH;
 use topomgr_node::api::{
-    Admission, Admissions, Attached, Attachments, Health, HealthStatus, NriHealth, OwnerSpec,
-    PodList,
+    Admission, Admissions, Attached, Attachments, Health, HealthStatus, NriHealth, PodList,
 };
 use topomgr_node::lock_holder::Role;
-use topomgr_node::node_state::{current_pool, NodeState};
+use topomgr_node::node_state::{pod_list, NodeState};
 use topomgr_node::state_dir::StateDir;
 
 use super::print::{print_json, print_table};
@@ -30,12 +29,12 @@ pub struct SocketArg {
 
 impl SocketArg {
     /// A client of the socket.
-    pub fn client(&self, config: &Path) -> anyhow::Result<Client> {
+    pub fn client(&self, config: &Path) -> anyhow::Result<Daemon> {
         let path = match &self.socket {
             Some(p) => p.clone(),
             None => inputs::load_config(config)?.daemon.socket,
         };
-        Ok(Client::new(&path))
+        Ok(Daemon::new(&path))
     }
 }
 
@@ -94,26 +93,25 @@ pub struct AttachArgs {
     cgroup_path: String,
 }
 
-/// Read a successful answer as `T` and `print` it; print the daemon's
-/// message and exit 1 otherwise.
-pub(super) fn finish<T: serde::de::DeserializeOwned>(
-    resp: &Response,
+/// `print` the daemon's answer; when the daemon refused the request,
+/// print its message and exit 1.
+pub(super) fn finish<T>(
+    answer: Result<T, ClientError>,
     print: impl FnOnce(&T) -> anyhow::Result<()>,
 ) -> anyhow::Result<ExitCode> {
-    if !(200..300).contains(&resp.status) {
-        refused(resp);
-        return Ok(ExitCode::from(1));
+    match answer {
+        Ok(value) => {
+            print(&value)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(ClientError::Refused {
+            status, message, ..
+        }) => {
+            eprintln!("topomgr: error: daemon answered {status}: {message}");
+            Ok(ExitCode::from(1))
+        }
+        Err(e) => Err(e.into()),
     }
-    print(&resp.parse()?)?;
-    Ok(ExitCode::SUCCESS)
-}
-
-fn refused(resp: &Response) {
-    eprintln!(
-        "topomgr: error: daemon answered {}: {}",
-        resp.status,
-        resp.error_message()
-    );
 }
 
 /// How often `health --wait` asks again.
@@ -133,17 +131,19 @@ pub fn health(config: &Path, args: HealthArgs) -> anyhow::Result<ExitCode> {
         Some(p) => p.clone(),
         None => inputs::load_config(config)?.daemon.socket,
     };
-    let resp = match args.wait {
-        None => Client::new(&socket).get("/v1/health")?,
+    let health = match args.wait {
+        None => Daemon::new(&socket).health(),
         Some(seconds) => {
             let limit = Duration::from_secs(seconds);
             let deadline = Instant::now() + limit;
             loop {
                 let left = deadline.saturating_duration_since(Instant::now());
-                let answer =
-                    Client::with_deadline(&socket, left.max(HEALTH_RETRY)).get("/v1/health");
+                let answer = Daemon::with_deadline(&socket, left.max(HEALTH_RETRY)).health();
                 match answer {
-                    Ok(resp) => break resp,
+                    Ok(h) => break Ok(h),
+                    Err(e @ (ClientError::Refused { .. } | ClientError::BadResponse { .. })) => {
+                        break Err(e)
+                    }
                     Err(e) if left.is_zero() => {
                         anyhow::bail!(
                             "no daemon answered on {} within {seconds} s (last try: {e}); check that `topomgr serve` is running there (its log says why it stopped), or wait longer with --wait=SECONDS",
@@ -155,16 +155,11 @@ pub fn health(config: &Path, args: HealthArgs) -> anyhow::Result<ExitCode> {
             }
         }
     };
-    // A failing daemon answers 503 with the same body.
-    let health: Health = match resp.parse() {
-        Ok(h) => h,
-        Err(_) if !(200..300).contains(&resp.status) => {
-            refused(&resp);
-            return Ok(ExitCode::from(1));
-        }
-        Err(e) => return Err(e.into()),
-    };
-    print_health(&health, args.output)
+    // A failing daemon answers 503 with its health: printed, exit status 1.
+    match health {
+        Ok(h) => print_health(&h, args.output),
+        Err(e) => finish(Err::<Health, _>(e), |_| Ok(())),
+    }
 }
 
 /// Print `health` as `output`; exit status 0 when ok or degraded, 1 when
@@ -256,23 +251,15 @@ fn health_of_state_dir(
     sysfs_root: Option<&Path>,
 ) -> anyhow::Result<Health> {
     let (node, opened) = open_state_dir(config, dir, sysfs_root, Role::Health)?;
-    let notes = opened.restored().notes(node.boot_id());
-    let conflicts = node.conflicts().reports();
-    let status = if notes.is_empty() && conflicts.is_empty() {
-        HealthStatus::Ok
-    } else {
-        HealthStatus::Degraded
-    };
-    Ok(Health {
-        status,
-        pods: node.pods().len(),
-        exclusive_cpus: node.admitter().ledger().exclusive_cpus().clone(),
-        shared_pool: node.shared_pool(),
-        notes,
-        failure: None,
-        nri: NriHealth::disabled(),
-        conflicts,
-    })
+    Ok(Health::new(
+        node.pods().len(),
+        node.admitter().ledger().exclusive_cpus().clone(),
+        node.shared_pool(),
+        opened.restored().notes(node.boot_id()),
+        None,
+        NriHealth::disabled(),
+        node.conflicts().reports(),
+    ))
 }
 
 /// `topomgr pods`: the daemon's current pods and their allocations, or
@@ -293,8 +280,7 @@ pub fn pods(config: &Path, args: PodsArgs) -> anyhow::Result<ExitCode> {
         )?)?;
         return Ok(ExitCode::SUCCESS);
     }
-    let resp = args.socket.client(config)?.get("/v1/pods")?;
-    finish(&resp, print)
+    finish(args.socket.client(config)?.pods(), print)
 }
 
 /// The pods of the state directory `dir`, as the daemon would list them,
@@ -305,38 +291,26 @@ fn pods_of_state_dir(
     sysfs_root: Option<&Path>,
 ) -> anyhow::Result<PodList> {
     let (node, _held) = open_state_dir(config, dir, sysfs_root, Role::Pods)?;
-    let pool = node.shared_pool();
-    Ok(PodList {
-        pods: node
-            .pods()
-            .values()
-            .map(|r| Admission::from(current_pool(r, &pool).as_ref()))
-            .collect(),
-        attachments: node.records().attachments.clone(),
-        owners: node
-            .records()
-            .owners
-            .iter()
-            .map(|(uid, o)| (uid.clone(), OwnerSpec::from(o)))
-            .collect(),
-    })
+    Ok(pod_list(
+        node.pods().values(),
+        &node.shared_pool(),
+        &node.records().attachments,
+        &node.records().owners,
+    ))
 }
 
 /// `topomgr release [--socket PATH] UID`: release in the daemon.
 pub fn release(config: &Path, socket: &SocketArg, uid: &str) -> anyhow::Result<ExitCode> {
-    let resp = socket
-        .client(config)?
-        .delete(&format!("/v1/pods/{}", encode_segment(uid)))?;
-    finish(&resp, print_json::<Admission>)
+    finish(socket.client(config)?.release(uid), print_json::<Admission>)
 }
 
 /// `topomgr attach UID CONTAINER CGROUP_PATH`.
 pub fn attach(config: &Path, args: AttachArgs) -> anyhow::Result<ExitCode> {
-    let resp = args
+    let answer = args
         .socket
         .client(config)?
-        .attach(&args.uid, &args.container, &args.cgroup_path)?;
-    finish(&resp, print_json::<Attached>)
+        .attach(&args.uid, &args.container, &args.cgroup_path);
+    finish(answer, print_json::<Attached>)
 }
 
 /// `topomgr admit --socket`: check every input locally, then send each to
@@ -351,18 +325,19 @@ pub fn admit(socket: &Path, inputs: &[String], output: Output) -> anyhow::Result
         topomgr_manifest::parse_pods(&text, &origin)?;
         texts.push(text);
     }
-    let mut client = Client::new(socket);
+    let mut client = Daemon::new(socket);
     let mut all = Vec::new();
     for text in &texts {
-        let resp = client.admit(text)?;
-        if !(200..300).contains(&resp.status) {
-            refused(&resp);
-            return Ok(ExitCode::from(1));
+        match client.admit(text) {
+            Ok(answer) => all.extend(answer.pods),
+            Err(e) => return finish(Err::<Admissions, _>(e), |_| Ok(())),
         }
-        all.extend(resp.parse::<Admissions>()?.pods);
     }
     match output {
-        Output::Json => print_json(&Admissions { pods: all })?,
+        Output::Json => print_json(&Admissions {
+            pods: all,
+            attached: None,
+        })?,
         Output::Table => print_table(&all, Some(&Attachments::new())),
     }
     Ok(ExitCode::SUCCESS)

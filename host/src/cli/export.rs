@@ -71,11 +71,8 @@ fn nrt(config: &Path, args: NrtArgs) -> anyhow::Result<ExitCode> {
             topomgr_node::nrt::of_admitter(&name, &machine, node.admitter_mut())?
         }
         None => {
-            let resp = args
-                .socket
-                .client(config)?
-                .get("/v1/noderesourcetopology")?;
-            return super::client::finish(&resp, |v| print(v, args.output));
+            let answer = args.socket.client(config)?.nrt();
+            return super::client::finish(answer, |v| print(v, args.output));
         }
     };
     print(&object, args.output)?;

@@ -1,5 +1,5 @@
 //! `docs/api/openapi.yaml` against the types of the JSON contract
-//! (`topomgr_node::api`, the NRT object of `topomgr_node::nrt`, the SDK's `Machine`):
+//! (`topomgr_contract::api`, the NRT object of `topomgr_contract::nrt`, the SDK's `Machine`):
 //! each object schema of the document and its type have the same
 //! properties, the same required list, and read and write the same JSON.
 //!
@@ -29,8 +29,8 @@ use std::fmt;
 use serde::de::{DeserializeOwned, Visitor};
 use serde::Serialize;
 use serde_json::{json, Map, Value};
-use topomgr_node::api;
-use topomgr_node::nrt;
+use topomgr_contract::api;
+use topomgr_contract::nrt;
 use topomgr_sdk as sdk;
 
 use crate::common;
@@ -250,12 +250,17 @@ type Check = fn(&Value, &str, &str) -> Vec<String>;
 
 /// Every object schema of the document (its name, a nested one's path
 /// after a dot; its place under `/components/schemas/`) with its type.
-const SCHEMAS: [(&str, &str, Check); 32] = [
+const SCHEMAS: [(&str, &str, Check); 33] = [
     ("Error", "Error", check::<api::ErrorBody>),
     (
         "AdmissionRequest",
         "AdmissionRequest",
         check::<api::AdmissionRequest>,
+    ),
+    (
+        "AdmissionRequest.attach",
+        "AdmissionRequest/properties/attach",
+        check::<api::AttachTo>,
     ),
     ("OwnerSpec", "OwnerSpec", check::<api::OwnerSpec>),
     ("PodView", "PodView", check::<sdk::PodView>),
@@ -402,7 +407,7 @@ fn a_schema_that_differs_from_its_type_is_named_with_the_field() {
     let p = check::<api::Health>(&d, "Health", health);
     assert!(
         p.contains(
-            &"schema Health: field uptime is documented but topomgr_node::api::Health has no such field"
+            &"schema Health: field uptime is documented but topomgr_contract::api::Health has no such field"
                 .to_owned()
         ),
         "{p:#?}"
@@ -421,7 +426,7 @@ fn a_schema_that_differs_from_its_type_is_named_with_the_field() {
     let p = check::<api::Health>(&d, "Health", health);
     assert!(
         p.contains(
-            &"schema Health: field shared_pool of topomgr_node::api::Health is not documented"
+            &"schema Health: field shared_pool of topomgr_contract::api::Health is not documented"
                 .to_owned()
         ),
         "{p:#?}"

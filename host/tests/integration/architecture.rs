@@ -14,8 +14,10 @@ use std::path::{Path, PathBuf};
 use super::common::workspace_root;
 
 /// The host's crates: (package, source directory relative to the workspace).
-const HOST_CRATES: [(&str, &str); 11] = [
+const HOST_CRATES: [(&str, &str); 13] = [
     ("topomgr", "host/src"),
+    ("topomgr-contract", "host/contract/src"),
+    ("topomgr-client", "host/client/src"),
     ("topomgr-discovery", "host/discovery/src"),
     ("topomgr-cgroup", "host/cgroup/src"),
     ("topomgr-manifest", "host/manifest/src"),
@@ -583,15 +585,21 @@ fn host_crates_depend_only_on_the_crates_below_them() {
     let host = |p: &String| {
         p.starts_with("topomgr-") && p != "topomgr-sdk" && p != "topomgr-runtime-harness"
     };
-    let allowed: [(&str, &[&str]); 10] = [
+    let allowed: [(&str, &[&str]); 12] = [
+        ("topomgr-contract", &[]),
+        ("topomgr-client", &["topomgr-contract"]),
         ("topomgr-discovery", &[]),
         ("topomgr-cgroup", &[]),
         ("topomgr-manifest", &[]),
-        ("topomgr-engine", &[]),
-        ("topomgr-node", &["topomgr-engine", "topomgr-cgroup"]),
+        ("topomgr-engine", &["topomgr-contract"]),
+        (
+            "topomgr-node",
+            &["topomgr-contract", "topomgr-engine", "topomgr-cgroup"],
+        ),
         (
             "topomgr-daemon",
             &[
+                "topomgr-contract",
                 "topomgr-engine",
                 "topomgr-cgroup",
                 "topomgr-manifest",
@@ -600,18 +608,16 @@ fn host_crates_depend_only_on_the_crates_below_them() {
                 "topomgr-nri",
             ],
         ),
-        // `run` uses the daemon crate's client; the daemon's runtime face
-        // comes with it.
+        // `run` talks to the daemon through the client; its local path
+        // (no daemon) admits with the node state itself.
         (
             "topomgr-run",
             &[
+                "topomgr-contract",
+                "topomgr-client",
                 "topomgr-engine",
                 "topomgr-cgroup",
-                "topomgr-manifest",
                 "topomgr-node",
-                "topomgr-daemon",
-                "topomgr-runtime",
-                "topomgr-nri",
             ],
         ),
         ("topomgr-runtime", &["topomgr-manifest"]),
@@ -619,13 +625,11 @@ fn host_crates_depend_only_on_the_crates_below_them() {
         (
             "topomgr-oci-hook",
             &[
-                "topomgr-engine",
+                "topomgr-contract",
+                "topomgr-client",
                 "topomgr-cgroup",
                 "topomgr-manifest",
-                "topomgr-node",
-                "topomgr-daemon",
                 "topomgr-runtime",
-                "topomgr-nri",
             ],
         ),
     ];
@@ -639,6 +643,31 @@ fn host_crates_depend_only_on_the_crates_below_them() {
             extra.is_empty(),
             "{krate} depends on {extra:?}; it may use only {may:?}"
         );
+    }
+}
+
+/// The faces that only talk to the daemon link none of it: not its HTTP
+/// server, metrics or NRI plugin, and (the OCI hook and the client) not
+/// the node's plugin loading and state files either.
+#[test]
+fn the_client_faces_link_no_daemon() {
+    let graph = lock_graph();
+    let server = ["topomgr-daemon", "topomgr-nri", "axum", "prometheus-client"];
+    let node = ["topomgr-node", "topomgr-engine", "toml", "sha2"];
+    let faces: [(&str, &[&str]); 4] = [
+        ("topomgr-contract", &["hyper", "tokio"]),
+        ("topomgr-client", &node),
+        ("topomgr-oci-hook", &node),
+        ("topomgr-run", &[]),
+    ];
+    for (face, more) in faces {
+        let deps = closure(&graph, face);
+        let linked: Vec<_> = server
+            .iter()
+            .chain(more)
+            .filter(|b| deps.contains(**b))
+            .collect();
+        assert!(linked.is_empty(), "{face} depends on {linked:?}");
     }
 }
 

@@ -569,10 +569,7 @@ pub fn daemon_named(config: &Path, socket: &Path, state: &Path, pid: u32) -> Str
 }
 
 /// Admits the pod `yaml` through the daemon `c`: it must be admitted.
-pub fn admitted(
-    c: &mut topomgr_daemon::client::Client,
-    yaml: &str,
-) -> topomgr_node::api::Admission {
+pub fn admitted(c: &mut topomgr_client::http::Client, yaml: &str) -> topomgr_node::api::Admission {
     let r = c.admit(yaml).unwrap();
     assert_eq!(r.status, 200, "{}", r.error_message());
     let mut v: topomgr_node::api::Admissions = r.parse().unwrap();

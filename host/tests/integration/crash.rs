@@ -35,7 +35,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use proptest::prelude::{Rng as _, RngExt as _};
 use proptest::test_runner::{RngAlgorithm, TestRng};
-use topomgr_daemon::client::Client;
+use topomgr_client::http::Client;
 use topomgr_node::api::{Admission, Admissions, Health, HealthStatus, PodList};
 
 const KILLS: usize = 50;

@@ -11,7 +11,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use topomgr_daemon::client::Client;
+use topomgr_client::http::Client;
 use topomgr_node::api::{
     Admission, Admissions, Attached, ErrorBody, Health, HealthStatus, PodList,
 };
@@ -645,7 +645,7 @@ const EXCLUSIVE: &str = "      limits:\n        cpu: \"1\"\n        memory: 1Gi\
 const BURSTABLE: &str = "      requests:\n        cpu: 500m\n";
 
 /// The CPUs an attach wrote.
-fn attached_cpus(r: &topomgr_daemon::client::Response) -> String {
+fn attached_cpus(r: &topomgr_client::http::Response) -> String {
     assert_eq!(r.status, 200, "{}", r.error_message());
     r.parse::<Attached>().unwrap().cpus.to_string()
 }

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use topomgr_daemon::client::Client;
+use topomgr_client::http::Client;
 use topomgr_node::api::{Admissions, Health};
 
 /// A config on the example machine with the example widget provider and

@@ -201,7 +201,7 @@ fn daemon_export_follows_admission_and_release() {
     let dir = config("nrt-daemon");
     let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
     let mut c = d.client();
-    let get = |c: &mut topomgr_daemon::client::Client| {
+    let get = |c: &mut topomgr_client::http::Client| {
         let r = c.get("/v1/noderesourcetopology").unwrap();
         assert_eq!(r.status, 200, "{}", r.error_message());
         r.json().unwrap()
@@ -572,7 +572,7 @@ fn nullable_to_json_schema(v: &mut Value) {
 
 /// `resp` read as `T` (by the client) and written back as JSON.
 fn rewritten<T: serde::de::DeserializeOwned + serde::Serialize>(
-    resp: &topomgr_daemon::client::Response,
+    resp: &topomgr_client::http::Response,
 ) -> Value {
     let typed: T = resp.parse().unwrap();
     serde_json::to_value(typed).unwrap()

@@ -16,7 +16,7 @@ use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use topomgr_daemon::client::Client;
+use topomgr_client::http::Client;
 use topomgr_node::api::{AdmissionRequest, Admissions, Health, OwnerSpec, PodList};
 use topomgr_node::pod_owner::{start_time, ContainerRuntime};
 use topomgr_sdk::{ContainerView, PodView, QosClass};
@@ -61,8 +61,13 @@ fn owner_process() -> (Child, OwnerSpec) {
     (child, spec)
 }
 
-fn admit(c: &mut Client, pod: PodView, owner: OwnerSpec) -> topomgr_daemon::client::Response {
-    c.admit_owned(&AdmissionRequest { pod, owner }).unwrap()
+fn admit(c: &mut Client, pod: PodView, owner: OwnerSpec) -> topomgr_client::http::Response {
+    c.admit_owned(&AdmissionRequest {
+        pod,
+        owner,
+        attach: None,
+    })
+    .unwrap()
 }
 
 fn uids(c: &mut Client) -> Vec<String> {
@@ -92,7 +97,7 @@ fn metric(c: &mut Client, line_start: &str) -> String {
         .to_owned()
 }
 
-fn error(r: &topomgr_daemon::client::Response) -> (u16, String, String) {
+fn error(r: &topomgr_client::http::Response) -> (u16, String, String) {
     let e = r.error().unwrap_or_else(|| panic!("not an error: {r:?}"));
     (r.status, e.reason, e.error)
 }
@@ -324,4 +329,52 @@ fn owners_are_saved_with_their_kind() {
     assert!(owner["admitted_at"].as_u64().unwrap() > 1_700_000_000);
     init.kill().unwrap();
     init.wait().unwrap();
+}
+
+/// An owned admission with `attach` (one request for both, the typed
+/// client's `admit_and_attach`): a container the pod does not have is
+/// refused before anything is admitted; an attach that fails (no cgroup
+/// hierarchy under this daemon's cgroup root) releases the admission
+/// again and is the answer; the pod is then free to be admitted.
+#[test]
+fn an_admission_whose_attach_fails_is_released_in_the_same_request() {
+    use topomgr_client::Reason;
+    use topomgr_node::api::AttachTo;
+    let dir = config("owners-attach");
+    let config = dir.join("topomgr.toml");
+    let _d = Daemon::start(&config, &dir.join("t.sock"));
+    let mut c = topomgr_client::Daemon::new(&dir.join("t.sock"));
+    let (mut owner, spec) = owner_process();
+    let request = |container: &str| AdmissionRequest {
+        pod: pod("a1", 1),
+        owner: spec.clone(),
+        attach: Some(AttachTo {
+            container: container.to_owned(),
+            cgroup: "pods/a1/app".to_owned(),
+        }),
+    };
+
+    let err = c.admit_and_attach(&request("nope")).unwrap_err();
+    assert_eq!(err.reason(), Some(&Reason::BadManifest), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "the topomgr daemon refused POST /v1/pods (400): attach.container: \"nope\" is not one of the pod's containers"
+    );
+    assert_eq!(c.pods().unwrap().pods, []);
+
+    let err = c.admit_and_attach(&request("app")).unwrap_err();
+    assert_eq!(err.reason(), Some(&Reason::CgroupError), "{err}");
+    assert_eq!(c.pods().unwrap().pods, [], "released again");
+    let err = c.pod("a1").unwrap_err();
+    assert_eq!(err.reason(), Some(&Reason::UnknownPod), "{err}");
+
+    let admitted = c
+        .admit_owned(&AdmissionRequest {
+            attach: None,
+            ..request("app")
+        })
+        .unwrap();
+    assert!(admitted.admitted && admitted.containers[0].exclusive);
+    owner.kill().unwrap();
+    owner.wait().unwrap();
 }

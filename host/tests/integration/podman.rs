@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::{Duration, Instant};
 
-use topomgr_daemon::client::Client;
+use topomgr_client::http::Client;
 use topomgr_node::api::{Health, PodList};
 use topomgr_runtime_harness::Podman;
 use topomgr_sdk::CpuSet;

@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::{json, Value};
-use topomgr_daemon::client::Client;
+use topomgr_client::http::Client;
 use topomgr_node::api::{Admission, Admissions, Health, HealthStatus, PodList};
 
 fn pod_yaml(uid: &str, cpu: &str, memory: &str) -> String {

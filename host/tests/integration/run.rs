@@ -464,7 +464,7 @@ fn a_killed_run_takes_its_command_along_and_is_reclaimed() {
     let mut health = None;
     wait_for(
         "the daemon to serve",
-        || match topomgr_daemon::client::Client::new(&socket).get("/v1/health") {
+        || match topomgr_client::http::Client::new(&socket).get("/v1/health") {
             Ok(r) if r.status == 200 => {
                 health = Some(r.parse::<Health>().unwrap());
                 true

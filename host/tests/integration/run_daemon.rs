@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use topomgr_cgroup::hierarchy::Hierarchy;
-use topomgr_daemon::client::Client;
+use topomgr_client::http::Client;
 use topomgr_node::api::{Health, OwnerSpec, PodList};
 use topomgr_node::pod_owner::start_time;
 use topomgr_sdk::CpuSet;

@@ -1,6 +1,7 @@
-//! A small blocking HTTP/1.1 client for the daemon's Unix socket, used by the
-//! CLI (`topomgr admit --socket`, `pods`, `release`, `attach`), the tests and
-//! the benchmark: hyper's HTTP/1 connection over a tokio Unix stream, driven
+//! The transport: a small blocking HTTP/1.1 client for the daemon's Unix
+//! socket ([`Client`], answers as raw [`Response`]s), under the typed
+//! [`crate::Daemon`]; the tests and the benchmark use it as it is to send
+//! requests the typed client never sends. Hyper's HTTP/1 connection over a tokio Unix stream, driven
 //! by a current-thread runtime of its own. It keeps one connection alive
 //! between requests and resends once on a fresh connection when the daemon
 //! closed an idle one before answering. A client made
@@ -22,7 +23,9 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf};
 use tokio::net::UnixStream;
 
-use topomgr_node::api::{AdmissionRequest, AttachRequest, ErrorBody, OWNED_ADMISSION};
+use topomgr_contract::api::{AdmissionRequest, AttachRequest, ErrorBody, OWNED_ADMISSION};
+
+use crate::{ClientError, Reason};
 
 /// An answer of the daemon.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,7 +39,7 @@ pub struct Response {
 }
 
 impl Response {
-    /// The body as one of the API's types ([`topomgr_node::api`]); an answer that
+    /// The body as one of the API's types ([`topomgr_contract::api`]); an answer that
     /// does not fit names the route and the field path.
     pub fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T, ClientError> {
         let de = &mut serde_json::Deserializer::from_slice(&self.body);
@@ -74,67 +77,39 @@ impl Response {
             .map(|e| e.error)
             .unwrap_or_else(|| String::from_utf8_lossy(&self.body).into_owned())
     }
-}
 
-/// Why a connect failed, said of the socket, and what to do. The common
-/// cases are put in words of our own: Podman reads an OCI hook's error
-/// text, and a "no such file or directory" in it makes Podman report the
-/// container's command as not found (exit 127) when it is the daemon that
-/// is down.
-fn connect_cause(cause: &io::Error) -> String {
-    const NOT_THERE: &str =
-        "(is `topomgr serve` running there? pass --socket PATH or set [daemon] socket)";
-    match cause.kind() {
-        io::ErrorKind::NotFound => format!("no socket there (ENOENT) {NOT_THERE}"),
-        io::ErrorKind::ConnectionRefused => {
-            format!("the socket is there but nothing listens on it (ECONNREFUSED) {NOT_THERE}")
-        }
-        io::ErrorKind::PermissionDenied => "permission denied (EACCES): the socket is for root and the members of its group; run this as root, or as a member of the group that [daemon] group names (default topomgr)".to_owned(),
-        _ => format!("{cause} {NOT_THERE}"),
+    /// Whether the daemon answered with success (a 2xx status).
+    pub fn is_success(&self) -> bool {
+        (200..300).contains(&self.status)
     }
-}
 
-/// Errors talking to the daemon.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    /// The socket could not be reached.
-    #[error("cannot connect to the topomgr daemon at {}: {}", path.display(), connect_cause(cause))]
-    Connect {
-        /// The socket.
-        path: PathBuf,
-        /// The error.
-        cause: io::Error,
-    },
-    /// The connection failed mid-request.
-    #[error("talking to the topomgr daemon at {}: {cause}", path.display())]
-    Http {
-        /// The socket.
-        path: PathBuf,
-        /// The error.
-        cause: hyper::Error,
-    },
-    /// No answer within the client's deadline.
-    #[error("the topomgr daemon at {} did not answer {route} within {} ms; see its log (journalctl -u topomgr) and GET /v1/health", path.display(), after.as_millis())]
-    Timeout {
-        /// The socket.
-        path: PathBuf,
-        /// The request.
-        route: String,
-        /// The deadline.
-        after: Duration,
-    },
-    /// The client's own I/O runtime could not be created.
-    #[error("cannot start the daemon client's I/O runtime: {cause}")]
-    Runtime {
-        /// The error.
-        cause: io::Error,
-    },
-    /// The answer is not valid HTTP or not the expected JSON.
-    #[error("unexpected answer from the topomgr daemon: {message}")]
-    BadResponse {
-        /// What was wrong.
-        message: String,
-    },
+    /// The body as `T` when the daemon answered with success, else its
+    /// refusal ([`ClientError::Refused`], with its reason).
+    pub fn into_typed<T: serde::de::DeserializeOwned>(self) -> Result<T, ClientError> {
+        if self.is_success() {
+            self.parse()
+        } else {
+            Err(self.refusal())
+        }
+    }
+
+    /// This answer as a refusal: its status, reason and message (a body
+    /// that is not the API's error is the message, without a reason).
+    pub fn refusal(&self) -> ClientError {
+        let (reason, message) = match self.error() {
+            Some(e) => (Reason::of(&e.reason), e.error),
+            None => (
+                Reason::Other(String::new()),
+                String::from_utf8_lossy(&self.body).into_owned(),
+            ),
+        };
+        ClientError::Refused {
+            route: self.route.clone(),
+            status: self.status,
+            reason,
+            message,
+        }
+    }
 }
 
 /// A client of one daemon socket.
@@ -238,6 +213,11 @@ impl Client {
             deadline: Some(deadline),
             ..Client::new(socket)
         }
+    }
+
+    /// The daemon's socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
     }
 
     /// Send one request and read the answer.
@@ -446,10 +426,10 @@ mod tests {
             "admitted": true, "reason": null, "message": null, "containers": [{"name": "app",
             "affinity": [0], "preferred": true, "cpus": "2-3", "exclusive": true, "mems": "0",
             "devices": {}, "env": {}}]}], "attachments": {}}"#;
-        let list: topomgr_node::api::PodList = resp(good).parse().unwrap();
+        let list: topomgr_contract::api::PodList = resp(good).parse().unwrap();
         assert_eq!(list.pods[0].containers[0].cpus.to_string(), "2-3");
         let err = resp(&good.replace(r#""2-3""#, r#""2-x""#))
-            .parse::<topomgr_node::api::PodList>()
+            .parse::<topomgr_contract::api::PodList>()
             .unwrap_err()
             .to_string();
         assert!(
@@ -457,7 +437,7 @@ mod tests {
             "{err}"
         );
         let err = resp(&good.replace(r#""qos": "Guaranteed","#, ""))
-            .parse::<topomgr_node::api::PodList>()
+            .parse::<topomgr_contract::api::PodList>()
             .unwrap_err()
             .to_string();
         assert!(
@@ -465,7 +445,7 @@ mod tests {
             "{err}"
         );
         let err = resp("<html>")
-            .parse::<topomgr_node::api::PodList>()
+            .parse::<topomgr_contract::api::PodList>()
             .unwrap_err()
             .to_string();
         assert!(
