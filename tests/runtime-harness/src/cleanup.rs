@@ -203,3 +203,25 @@ fn alive(pid: i32) -> bool {
         Err(_) => false,
     }
 }
+
+/// Stops a child process as a service manager would: SIGTERM, then
+/// SIGKILL after 10 s; reaps it.
+pub(crate) fn terminate(mut child: std::process::Child) {
+    // SAFETY: kill(2) of our own child, which has not been reaped yet.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if child.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// The last `lines` lines of `text` (a log).
+pub(crate) fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::cleanup::{self, Leftovers};
+use crate::cleanup::{self, tail, Leftovers};
 use crate::cri::{CriClient, Qos};
 use crate::image::{self, IMAGE};
 use crate::prereq::{self, ContainerdLine, Runtimes};
@@ -294,20 +294,9 @@ state = "{d}/state"
 
     /// SIGTERM, then SIGKILL after 10 s.
     fn stop_daemon(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        // SAFETY: kill(2) of our own child, which has not been reaped yet.
-        unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if child.try_wait().ok().flatten().is_some() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        if let Some(child) = self.child.take() {
+            cleanup::terminate(child);
         }
-        let _ = child.kill();
-        let _ = child.wait();
     }
 }
 
@@ -333,9 +322,4 @@ impl Drop for Containerd {
             eprintln!("runtime-harness cleanup: {p}");
         }
     }
-}
-
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
 }

@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::cleanup;
+use crate::cleanup::{self, tail};
 use crate::containerd::Containerd;
 use crate::prereq::ContainerdLine;
 use crate::HarnessError;
@@ -675,18 +675,9 @@ serializeImagePulls: false
 
 /// SIGTERM, then SIGKILL after 10 s.
 fn stop(child: Option<Child>) {
-    let Some(mut child) = child else { return };
-    // SAFETY: kill(2) of our own child, not reaped yet.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if child.try_wait().ok().flatten().is_some() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    if let Some(c) = child {
+        cleanup::terminate(c);
     }
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 impl Drop for KubeNode {
@@ -732,9 +723,4 @@ fn cpuset_hierarchy() -> Option<PathBuf> {
     }
     let v2 = PathBuf::from("/sys/fs/cgroup");
     v2.join("cgroup.controllers").is_file().then_some(v2)
-}
-
-fn tail(text: &str, lines: usize) -> String {
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
 }
