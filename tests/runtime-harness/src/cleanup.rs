@@ -225,3 +225,17 @@ pub(crate) fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }
+
+/// A child's stdout and stderr, both appended to the log file at `path`.
+pub(crate) fn log_outputs(
+    path: &Path,
+) -> Result<(std::process::Stdio, std::process::Stdio), crate::HarnessError> {
+    let open = || {
+        fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| crate::HarnessError::io("open", path, e))
+    };
+    Ok((open()?.into(), open()?.into()))
+}

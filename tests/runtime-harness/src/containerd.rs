@@ -4,7 +4,7 @@
 //! the cgroupfs driver, and pods under a cgroup root of its own. Dropping it
 //! removes every process, mount and cgroup it made (see `cleanup`).
 
-use std::fs::{self, OpenOptions};
+use std::fs;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -219,14 +219,7 @@ state = "{d}/state"
             let _ = fs::remove_file(s);
         }
         let log_path = self.dir.join("containerd.log");
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .map_err(|e| HarnessError::io("open", &log_path, e))?;
-        let log2 = log
-            .try_clone()
-            .map_err(|e| HarnessError::io("open", &log_path, e))?;
+        let (log, log2) = cleanup::log_outputs(&log_path)?;
         let path = format!(
             "{}:{}",
             self.runtimes.containerd_dir.display(),
@@ -237,8 +230,8 @@ state = "{d}/state"
             .arg(self.dir.join("config.toml"))
             .env("PATH", path)
             .stdin(Stdio::null())
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::from(log2))
+            .stdout(log)
+            .stderr(log2)
             .spawn()
             .map_err(|e| {
                 HarnessError::io("start", &self.runtimes.containerd_dir.join("containerd"), e)

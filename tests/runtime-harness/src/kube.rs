@@ -542,21 +542,14 @@ serializeImagePulls: false
 
     fn spawn(&self, component: &str, bin: &Path, args: &[String]) -> Result<Child, HarnessError> {
         let log_path = self.dir.join(format!("{component}.log"));
-        let log = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .map_err(|e| HarnessError::io("open", &log_path, e))?;
-        let log2 = log
-            .try_clone()
-            .map_err(|e| HarnessError::io("open", &log_path, e))?;
+        let (log, log2) = cleanup::log_outputs(&log_path)?;
         // containerd's shim and runc are found on PATH by the kubelet's
         // helpers as by containerd.
         Command::new(bin)
             .args(args)
             .stdin(Stdio::null())
-            .stdout(Stdio::from(log))
-            .stderr(Stdio::from(log2))
+            .stdout(log)
+            .stderr(log2)
             .spawn()
             .map_err(|e| HarnessError::io("start", bin, e))
     }
