@@ -347,7 +347,12 @@ fn compact_hints_on_the_recorded_64_node_machine() {
         &[
             (
                 "mocka",
-                &format!("hints = {{ \"cpu\" = {} }}", singles(&[0, 1, 2])),
+                // The first mock owns example.com/foo (`config_dir`): it
+                // gives the device.
+                &format!(
+                    "hints = {{ \"cpu\" = {} }}\nallocation = {{ devices = {{ \"example.com/foo\" = [\"foo-0\"] }} }}",
+                    singles(&[0, 1, 2])
+                ),
             ),
             (
                 "mockb",
@@ -370,6 +375,7 @@ fn compact_hints_on_the_recorded_64_node_machine() {
         "64-node machine, 4 mock providers with compact hints: whole `topomgr admit` run took {:?}",
         start.elapsed()
     );
+    assert!(out.pods[0].admitted, "{:?}", out.pods[0].message);
     assert_eq!(affinities(&out.pods[0]), ["init=[5]", "app=[5]"]);
 }
 
