@@ -26,7 +26,7 @@ use topomgr_engine::admission::Admitter;
 use topomgr_engine::numa::NumaInfo;
 use topomgr_engine::policy::{Policy, Scope};
 use topomgr_engine::provider::{LoadedProvider, ProviderObserver};
-use topomgr_node::config::ProviderEntry;
+use topomgr_node::setup::config::ProviderEntry;
 use topomgr_sdk::{ContainerView, PodView, QosClass};
 
 use topomgr_bench::workspace_root as workspace;
@@ -60,8 +60,14 @@ fn load(
     machine: &topomgr_sdk::Machine,
 ) -> LoadedProvider {
     let state = workspace().join("target/bench-state");
-    topomgr_node::plugin::load_provider(name, &entry(libs, lib, config), &[], machine, &state)
-        .unwrap_or_else(|e| panic!("load {name}: {e}"))
+    topomgr_node::setup::plugin::load_provider(
+        name,
+        &entry(libs, lib, config),
+        &[],
+        machine,
+        &state,
+    )
+    .unwrap_or_else(|e| panic!("load {name}: {e}"))
 }
 
 fn unpack(name: &str) -> Option<PathBuf> {

@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use criterion::{criterion_group, criterion_main, Criterion};
 use topomgr_daemon::nri::{Face, NriStatus};
 use topomgr_engine::admission::Admitter;
-use topomgr_node::config::{HostConfig, ProviderEntry};
+use topomgr_node::setup::config::{HostConfig, ProviderEntry};
 use topomgr_node::setup::AdmitterParts;
 use topomgr_nri::api::{
     Container, ContainerState, LinuxContainer, LinuxCpu, LinuxMemory, LinuxPodSandbox,

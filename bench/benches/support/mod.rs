@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 use topomgr_bench::workspace_root;
 use topomgr_client::http::Client;
 use topomgr_daemon::{self as daemon, Daemon};
-use topomgr_node::config::{HostConfig, ProviderEntry};
-use topomgr_node::lock_holder::{Holder, Role};
-use topomgr_node::node_lock::NodeLock;
+use topomgr_node::locks::lock_holder::{Holder, Role};
+use topomgr_node::locks::node_lock::NodeLock;
+use topomgr_node::locks::state_lock::StateLock;
+use topomgr_node::setup::config::{HostConfig, ProviderEntry};
 use topomgr_node::setup::AdmitterParts;
-use topomgr_node::state_lock::StateLock;
 
 /// Build the CPU provider in release mode and return its .so.
 pub fn cpu_plugin() -> PathBuf {

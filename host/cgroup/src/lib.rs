@@ -29,7 +29,7 @@
 //! implementation in production and accepts only a mounted cgroup
 //! filesystem ([`CgroupManager::detect`]).
 //! Tests put a double behind the trait ([`CgroupManager::detect_with`]):
-//! [`directory_tree`], behind the `test-double` feature, emulates a
+//! `directory_tree`, behind the `test-double` feature, emulates a
 //! hierarchy in a plain directory tree (youki's `libcgroups` ships its test
 //! manager the same way).
 //!
@@ -41,7 +41,7 @@
 //! the cpuset one), as the kubelet does.
 //!
 //! [`pool`] holds the one rule for a container's cpuset and rewrites the
-//! shared-pool containers' `cpuset.cpus`; `topomgr_node::node_state` decides
+//! shared-pool containers' `cpuset.cpus`; `topomgr_node::state` decides
 //! when (before an exclusive container can run, after a release is durable).
 
 #[cfg(feature = "test-double")]

@@ -7,7 +7,7 @@
 //! allocation's, every node of the machine when no provider set any. When
 //! an exclusive assignment is made or released the pool changes, and every
 //! shared-pool container's `cpuset.cpus` is rewritten ([`write_pool`]).
-//! `topomgr_node::node_state::NodeState` decides when.
+//! `topomgr_node::state::NodeState` decides when.
 
 use topomgr_sdk::{Allocation, CpuSet, NumaMask};
 use tracing::{info, warn};

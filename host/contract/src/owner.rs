@@ -13,7 +13,7 @@
 //!
 //! Only the data and the one reader of `/proc/<pid>/stat`'s text
 //! ([`ProcStat`]); whether an owner still runs is the node's question
-//! (`topomgr_node::pod_owner`).
+//! (`topomgr_node::state::pod_owner`).
 
 use serde::{Deserialize, Deserializer, Serialize};
 

@@ -1,15 +1,15 @@
 //! `topomgr serve`: the node daemon.
 //!
-//! - [`topomgr_node::node_lock`]: the daemon is the only owner of its cgroup
+//! - [`topomgr_node::locks::node_lock`]: the daemon is the only owner of its cgroup
 //!   hierarchy's cpusets on this machine (no other daemon, no one-shot
 //!   command beside it);
-//! - [`topomgr_node::state_lock`]: one daemon per state directory (`flock`);
+//! - [`topomgr_node::locks::state_lock`]: one daemon per state directory (`flock`);
 //! - [`topomgr_engine::provider::LoadedProvider::with_deadline`]: every provider on its own thread, each
 //!   call with a deadline, reporting to the metrics
 //!   ([`topomgr_engine::provider::LoadedProvider::with_observer`]);
 //! - `state_thread`: the one thread that owns the node state and applies
 //!   requests one at a time, with group-committed,
-//!   durable state ([`topomgr_node::store::Store`]: journal and snapshot);
+//!   durable state ([`topomgr_node::persist::store::Store`]: journal and snapshot);
 //! - `server`: the HTTP/JSON API on a Unix socket;
 //! - `access`: socket ownership/mode and the peer-credential check;
 //! - [`metrics`]: Prometheus metrics (kubelet names);
@@ -22,7 +22,7 @@
 //!   through the state thread.
 //!
 //! Start-up order matters: the caller takes the
-//! [`topomgr_node::node_lock::NodeLock`] and the [`topomgr_node::state_lock::StateLock`] before
+//! [`topomgr_node::locks::node_lock::NodeLock`] and the [`topomgr_node::locks::state_lock::StateLock`] before
 //! loading providers (they may read the state directory); [`run`] then asks
 //! each provider what it owns (its inventory, for the metrics), restores
 //! the state (verify, check against the machine; nothing is re-admitted or
@@ -62,8 +62,8 @@ use state_thread::{StateThread, StateThreadSettings};
 use topomgr_engine::admission::Admitter;
 use topomgr_engine::policy::{Policy, Scope};
 use topomgr_engine::provider::{LoadedProvider, ProviderObserver};
-use topomgr_node::node_lock::NodeLock;
-use topomgr_node::state_lock::StateLock;
+use topomgr_node::locks::node_lock::NodeLock;
+use topomgr_node::locks::state_lock::StateLock;
 
 /// Everything the daemon needs, prepared by `topomgr serve`.
 pub struct Daemon {
@@ -110,7 +110,7 @@ pub struct Reload {
     /// Where the config and the machine are read again.
     pub source: Arc<dyn reload::Source>,
     /// The config the daemon started with.
-    pub config: topomgr_node::config::HostConfig,
+    pub config: topomgr_node::setup::config::HostConfig,
     /// `[daemon] machine_check_interval_ms`.
     pub interval: Duration,
 }

@@ -8,7 +8,7 @@
 //! enabled provider anew on the machine and config as they are now (off
 //! the state thread) and hands them to the state thread, which restores the
 //! running state into them and swaps
-//! ([`topomgr_node::reconcile::reload`]): pods are kept, conflicts are
+//! ([`topomgr_node::setup::reload::reload`]): pods are kept, conflicts are
 //! reported, a provider that cannot start on the new config keeps running
 //! as it was. A config that cannot be read, or a policy that cannot be
 //! made from it, changes nothing; either is logged, counted
@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 use topomgr_engine::provider::ProviderObserver;
-use topomgr_node::config::HostConfig;
+use topomgr_node::setup::config::HostConfig;
 use topomgr_sdk::Machine;
 use tracing::{info, warn};
 

@@ -49,8 +49,8 @@ use topomgr_node::api::{
     Admission, AdmissionRequest, Admissions, AttachRequest, AttachTo, Attached, ErrorBody, Explain,
     Explains, Health, HealthStatus, PodList, OWNED_ADMISSION,
 };
-use topomgr_node::node_state::pod_list;
 use topomgr_node::nrt::NodeResourceTopology;
+use topomgr_node::state::pod_list;
 
 /// Shared state of the handlers.
 #[derive(Clone)]

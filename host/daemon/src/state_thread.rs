@@ -47,14 +47,16 @@ use topomgr_engine::admission::{AdmissionError, AdmitResult, Admitter, UID_CONFL
 use topomgr_node::api::AdmissionRequest;
 use topomgr_node::api::OwnerSpec;
 use topomgr_node::api::{Attached, Attachments};
-use topomgr_node::followed::{self, CpusetUpdate, Followed, FollowedContainer, PinnedContainer};
-use topomgr_node::image::Restored;
-use topomgr_node::node_state::{
+use topomgr_node::persist::image::Restored;
+use topomgr_node::persist::snapshot;
+use topomgr_node::persist::store::Store;
+use topomgr_node::state::followed::{
+    self, CpusetUpdate, Followed, FollowedContainer, PinnedContainer,
+};
+use topomgr_node::state::pod_owner::{ContainerRuntime, Owner};
+use topomgr_node::state::{
     current_pool, AttachError, Change, NodeState, OwnerConflict, Reclaim, Records, UnknownContainer,
 };
-use topomgr_node::pod_owner::{ContainerRuntime, Owner};
-use topomgr_node::snapshot;
-use topomgr_node::store::Store;
 
 /// The most commands applied before one state-file write.
 pub(crate) const MAX_BATCH: usize = 256;
@@ -93,7 +95,7 @@ pub(crate) enum Command {
     /// ([`topomgr_engine::explain`]); nothing changes.
     DryRun(Vec<PodView>),
     /// Reconcile with providers built anew on the machine and config as
-    /// they are now ([`topomgr_node::reconcile::reload`]), and save.
+    /// they are now ([`topomgr_node::setup::reload::reload`]), and save.
     /// (Taken once: the new providers are not `Clone`.)
     Reload(Arc<std::sync::Mutex<Option<Prepared>>>),
     /// A reload changed nothing: report why in health until one succeeds.
@@ -689,12 +691,12 @@ impl Worker {
         reclaimed
     }
 
-    /// Reconcile with providers built anew ([`topomgr_node::reconcile::reload`])
+    /// Reconcile with providers built anew ([`topomgr_node::setup::reload::reload`])
     /// and save the whole state (the providers' states changed).
     fn reload(&mut self, p: Prepared) -> Result<Reply, CommandError> {
         let trigger = p.trigger;
         let machine = p.machine.clone();
-        match topomgr_node::reconcile::reload(
+        match topomgr_node::setup::reload::reload(
             &mut self.node,
             &self.state_dir,
             &p.machine,
@@ -750,7 +752,7 @@ impl Worker {
                 let msg = format!("{trigger}: the providers could not be reconciled ({e}); everything runs as before");
                 error!("{msg}");
                 self.reload_notes = vec![msg.clone()];
-                if matches!(e, topomgr_node::reconcile::ReloadError::Installed(_)) {
+                if matches!(e, topomgr_node::setup::reload::ReloadError::Installed(_)) {
                     self.rollback();
                 } else {
                     self.publish(Vec::new());
@@ -764,7 +766,7 @@ impl Worker {
 
     /// Verify the attached cgroups; count and report what changed.
     fn check_cgroups(&mut self) {
-        use topomgr_node::node_state::CgroupFinding;
+        use topomgr_node::state::CgroupFinding;
         let found = self.node.check_cgroups();
         for f in &found {
             if matches!(f, CgroupFinding::Restored(_)) {
@@ -983,10 +985,10 @@ impl Worker {
             let a = self.node.admitter();
             (a.policy().name(), a.scope())
         };
-        let owner = match topomgr_node::pod_owner::to_owner(
+        let owner = match topomgr_node::state::pod_owner::to_owner(
             &owner,
             self.node.boot_id(),
-            topomgr_node::pod_owner::unix_now(),
+            topomgr_node::state::pod_owner::unix_now(),
         ) {
             Ok(o) => o,
             Err(e) => return Err(CommandError::BadOwner(e)),

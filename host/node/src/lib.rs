@@ -1,33 +1,32 @@
-//! topomgr's node: the configuration, plugin loading, the node state (the
-//! admitted pods applied to cgroups, with their owners) and its persistence
-//! (journal, snapshot, the state directory's lock), the node lock (one
-//! owner of a machine's cpusets) and the
-//! NodeResourceTopology export; the JSON contract's types are
-//! `topomgr-contract`'s (re-exported in [`api`]).
+//! topomgr's node, in four rooms and two exports:
+//!
+//! - [`setup`]: the configuration, plugin loading and building the
+//!   admitter and node state from them, at start and again on a reload;
+//! - [`state`]: [`state::NodeState`], the admitted pods applied to cgroups,
+//!   with their owners, the followed containers and what the providers'
+//!   restores reported;
+//! - [`persist`]: the state directory (journal, snapshot, the restore of
+//!   an image, repair) and the formats of its files;
+//! - [`locks`]: the node lock (one owner of a machine's cpusets), the state
+//!   directory's lock and the identity of a lock's holder;
+//! - [`api`] (the JSON contract's types, `topomgr-contract`'s, re-exported)
+//!   and [`nrt`] (the NodeResourceTopology export);
+//! - [`fsutil`]: the file-system helpers the rooms share (atomic
+//!   replacement, the boot id), a leaf that names no other module.
+//!
+//! The rooms form a layering, checked by the architecture test (no module
+//! cycle): `state` names only `api`; `locks` names `state` (an owner's
+//! identity) and `fsutil`; `persist` names `state`, `locks`, `api` and
+//! `fsutil`; `setup` names `state`, `persist` and `fsutil`; `nrt` names
+//! `setup` (the configuration) and `fsutil`.
 //!
 //! See ARCHITECTURE.md at the repository root for the data flow of one
 //! admission.
 
 pub mod api;
-pub mod config;
-pub mod followed;
 pub mod fsutil;
-pub mod image;
-pub mod journal;
-pub mod lock_holder;
-pub mod node_lock;
-pub mod node_state;
+pub mod locks;
 pub mod nrt;
-mod persist;
-pub mod plugin;
-pub mod pod_owner;
-mod provider_states;
-pub mod reconcile;
-pub mod reconciled;
+pub mod persist;
 pub mod setup;
-pub mod snapshot;
-pub mod state_dir;
-pub mod state_lock;
-pub mod state_repair;
-pub mod store;
-mod trusted_file;
+pub mod state;

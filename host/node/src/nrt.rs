@@ -87,7 +87,7 @@ impl From<crate::fsutil::PathError> for NrtError {
 }
 
 /// The node's name: the config's `node_name`, else `default_node_name`.
-pub fn node_name(cfg: &crate::config::HostConfig) -> Result<String, NrtError> {
+pub fn node_name(cfg: &crate::setup::config::HostConfig) -> Result<String, NrtError> {
     match &cfg.node_name {
         Some(n) => Ok(n.clone()),
         None => default_node_name(),

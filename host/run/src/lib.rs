@@ -2,7 +2,7 @@
 //! a command as a one-container Guaranteed pod. The binary parses the
 //! options and prints; this crate does the rest.
 //!
-//! One node has one owner ([`topomgr_node::node_lock`]), and [`through`]
+//! One node has one owner ([`topomgr_node::locks::node_lock`]), and [`through`]
 //! asks who it is:
 //! - **a daemon** (`--socket PATH`, or the node lock says a daemon serves
 //!   the node: then the config's `[daemon] socket`): the daemon admits,
@@ -54,12 +54,12 @@ use nix::errno::Errno;
 use topomgr_cgroup::{Cgroup, CgroupError, CgroupManager};
 use topomgr_client::ClientError;
 use topomgr_contract::api::Admission;
-use topomgr_node::config::HostConfig;
-use topomgr_node::lock_holder::{Holder, Role};
-use topomgr_node::node_lock::{NodeLock, NodeLockError};
-use topomgr_node::node_state::AttachError;
+use topomgr_node::locks::lock_holder::{Holder, Role};
+use topomgr_node::locks::node_lock::{NodeLock, NodeLockError};
+use topomgr_node::persist::state_dir::StateDirError;
+use topomgr_node::setup::config::HostConfig;
 use topomgr_node::setup::SetupError;
-use topomgr_node::state_dir::StateDirError;
+use topomgr_node::state::AttachError;
 use topomgr_sdk::{ContainerView, Machine, PodView, QosClass, ResourceList};
 use tracing::info;
 

@@ -4,11 +4,11 @@
 
 use topomgr_cgroup::{Cgroup, CgroupManager, CgroupPath};
 use topomgr_contract::api::Admission;
-use topomgr_node::config::HostConfig;
-use topomgr_node::lock_holder::Role;
-use topomgr_node::node_lock::NodeLock;
-use topomgr_node::node_state::NodeState;
-use topomgr_node::state_dir::StateDir;
+use topomgr_node::locks::lock_holder::Role;
+use topomgr_node::locks::node_lock::NodeLock;
+use topomgr_node::persist::state_dir::StateDir;
+use topomgr_node::setup::config::HostConfig;
+use topomgr_node::state::NodeState;
 use topomgr_sdk::{Machine, PodView};
 use tracing::info;
 
@@ -27,7 +27,7 @@ impl Local {
         machine: &Machine,
         node_lock: NodeLock,
     ) -> Result<Local, RunError> {
-        let node = NodeState::from_config(&cfg, machine)?;
+        let node = topomgr_node::setup::node_state(&cfg, machine)?;
         Ok(Local {
             cfg,
             node,
@@ -61,7 +61,7 @@ impl Local {
             held.save(&mut self.node)?;
             return Ok(Admission::from(&result));
         }
-        let owner = topomgr_node::pod_owner::current(self.node.boot_id())
+        let owner = topomgr_node::state::pod_owner::current(self.node.boot_id())
             .ok_or(RunError::OwnerStartTime)?;
         self.node.set_owner(&pod.uid, owner);
         let path = CgroupPath::container(&pod.uid, CONTAINER)?;
@@ -83,7 +83,9 @@ impl Local {
         // The release must read the config this run read (its providers
         // restore the state directory).
         let config = match self.cfg.files.first() {
-            Some(f) if f != std::path::Path::new(topomgr_node::config::DEFAULT_CONFIG_PATH) => {
+            Some(f)
+                if f != std::path::Path::new(topomgr_node::setup::config::DEFAULT_CONFIG_PATH) =>
+            {
                 format!(" --config {}", f.display())
             }
             _ => String::new(),

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use topomgr_cgroup::{Cgroup, CgroupManager, CgroupPath};
 use topomgr_client::{ClientError, Daemon, Reason};
 use topomgr_contract::api::{Admission, AdmissionRequest, AttachTo, OwnerKind, OwnerSpec};
-use topomgr_node::lock_holder::Holder;
-use topomgr_node::pod_owner;
+use topomgr_node::locks::lock_holder::Holder;
+use topomgr_node::state::pod_owner;
 use topomgr_sdk::PodView;
 use tracing::{info, warn};
 

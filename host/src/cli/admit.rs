@@ -6,9 +6,8 @@ use std::process::ExitCode;
 use clap::Args;
 use topomgr_engine::admission::{AdmitResult, TraceStep};
 use topomgr_node::api::{Admission, Admissions, Explains};
-use topomgr_node::lock_holder::Role;
-use topomgr_node::node_state::NodeState;
-use topomgr_node::state_dir::StateDir;
+use topomgr_node::locks::lock_holder::Role;
+use topomgr_node::persist::state_dir::StateDir;
 use topomgr_sdk::HintSet;
 
 use super::print::{print_json, print_table};
@@ -73,7 +72,7 @@ pub fn run(config: &Path, args: AdmitArgs) -> anyhow::Result<ExitCode> {
     let cfg = inputs::load_node_config(config)?;
     let pods = topomgr_manifest::read_pods(&args.pods)?;
     let machine = inputs::discover(&cfg, args.sysfs_root.as_deref())?;
-    let mut node = NodeState::from_config(&cfg, &machine)?;
+    let mut node = topomgr_node::setup::node_state(&cfg, &machine)?;
     let role = if args.dry_run {
         Role::AdmitDryRun
     } else {
@@ -176,7 +175,7 @@ pub fn explain(config: &Path, args: ExplainArgs) -> anyhow::Result<ExitCode> {
     let cfg = inputs::load_node_config(config)?;
     let pods = topomgr_manifest::read_pods(&args.pods)?;
     let machine = inputs::discover(&cfg, args.sysfs_root.as_deref())?;
-    let mut node = NodeState::from_config(&cfg, &machine)?;
+    let mut node = topomgr_node::setup::node_state(&cfg, &machine)?;
     let _held = match &args.state_dir {
         Some(dir) => Some(StateDir::open(dir, &mut node, Role::Explain)?),
         None => None,

@@ -12,9 +12,9 @@ use topomgr_manifest::STDIN_PATH;
 use topomgr_node::api::{
     Admission, Admissions, Attached, Attachments, Health, HealthStatus, NriHealth, PodList,
 };
-use topomgr_node::lock_holder::Role;
-use topomgr_node::node_state::{pod_list, NodeState};
-use topomgr_node::state_dir::StateDir;
+use topomgr_node::locks::lock_holder::Role;
+use topomgr_node::persist::state_dir::StateDir;
+use topomgr_node::state::{pod_list, NodeState};
 
 use super::print::{print_json, print_table};
 use super::{inputs, Output};
@@ -235,7 +235,7 @@ fn open_state_dir(
     }
     let cfg = inputs::load_node_config(config)?;
     let machine = inputs::discover(&cfg, sysfs_root)?;
-    let mut node = NodeState::from_config(&cfg, &machine)?;
+    let mut node = topomgr_node::setup::node_state(&cfg, &machine)?;
     let opened = StateDir::open(dir, &mut node, role)?;
     Ok((node, opened))
 }

@@ -8,10 +8,9 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Subcommand, ValueEnum};
-use topomgr_node::lock_holder::Role;
-use topomgr_node::node_state::NodeState;
+use topomgr_node::locks::lock_holder::Role;
 use topomgr_node::nrt::NodeResourceTopology;
-use topomgr_node::state_dir::StateDir;
+use topomgr_node::persist::state_dir::StateDir;
 
 use super::client::SocketArg;
 use super::inputs;
@@ -65,7 +64,7 @@ fn nrt(config: &Path, args: NrtArgs) -> anyhow::Result<ExitCode> {
         Some(dir) => {
             let cfg = inputs::load_node_config(config)?;
             let machine = inputs::discover(&cfg, args.sysfs_root.as_deref())?;
-            let mut node = NodeState::from_config(&cfg, &machine)?;
+            let mut node = topomgr_node::setup::node_state(&cfg, &machine)?;
             let _held = StateDir::open(dir, &mut node, Role::ExportNrt)?;
             let name = topomgr_node::nrt::node_name(&cfg)?;
             topomgr_node::nrt::of_admitter(&name, &machine, node.admitter_mut())?

@@ -1,15 +1,15 @@
 //! What every command reads first: the config file and the machine, and
 //! for a one-shot command that may write cpusets the node lock. The rest of
 //! the set-up is the library's (`topomgr_node::setup`,
-//! `topomgr_node::state_dir`).
+//! `topomgr_node::persist::state_dir`).
 
 use std::path::Path;
 
 use anyhow::Context;
-use topomgr_node::config::{self, HostConfig};
-use topomgr_node::lock_holder::{Holder, Role};
-use topomgr_node::node_lock::NodeLock;
-use topomgr_node::node_state::NodeState;
+use topomgr_node::locks::lock_holder::{Holder, Role};
+use topomgr_node::locks::node_lock::NodeLock;
+use topomgr_node::setup::config::{self, HostConfig};
+use topomgr_node::state::NodeState;
 use topomgr_sdk::Machine;
 
 /// Load the config file ([`config::load`]; the default path may be
@@ -65,7 +65,7 @@ pub fn discover(cfg: &HostConfig, sysfs_root: Option<&Path>) -> anyhow::Result<M
 /// For a one-shot command of `role` on `state_dir` whose `node` (restored)
 /// records cgroups, so that its changes may write cpusets: the node lock of
 /// the configured cgroup root (refused at once while a daemon or another
-/// state directory owns the node: `topomgr_node::node_lock`). `None` when
+/// state directory owns the node: `topomgr_node::locks::node_lock`). `None` when
 /// the state has no cgroup to write.
 pub fn node_lock_for(
     cfg: &HostConfig,

@@ -37,7 +37,7 @@ pub static VERSION: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 #[command(name = "topomgr", version = VERSION.as_str(), about)]
 pub struct Cli {
     /// Configuration file (drop-ins are read from its plugins.d/).
-    #[arg(long, global = true, default_value = topomgr_node::config::DEFAULT_CONFIG_PATH)]
+    #[arg(long, global = true, default_value = topomgr_node::setup::config::DEFAULT_CONFIG_PATH)]
     pub config: PathBuf,
     /// More logging on stderr (-v info, -vv debug, -vvv trace; RUST_LOG overrides).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use topomgr_node::api::{PreferredDevices, ProviderAllocation};
-use topomgr_node::store;
+use topomgr_node::persist::store;
 use topomgr_sdk::{PodView, PreferredAllocationRequest, TopologyHint};
 
 use super::inputs;
@@ -140,15 +140,15 @@ pub fn run(config: &Path, args: ProviderArgs) -> anyhow::Result<ExitCode> {
     let mut provider = topomgr_node::setup::load_provider(&cfg, &args.name, &machine)?;
     let _lock = match &args.state_dir {
         Some(dir) => {
-            let me = topomgr_node::lock_holder::Holder::current(
-                topomgr_node::lock_holder::Role::Provider,
+            let me = topomgr_node::locks::lock_holder::Holder::current(
+                topomgr_node::locks::lock_holder::Role::Provider,
                 dir,
                 None,
             );
-            let lock = topomgr_node::state_lock::StateLock::acquire_within(
+            let lock = topomgr_node::locks::state_lock::StateLock::acquire_within(
                 dir,
                 &me,
-                topomgr_node::state_dir::STATE_LOCK_WAIT,
+                topomgr_node::persist::state_dir::STATE_LOCK_WAIT,
             )?;
             store::restore_provider(dir, &mut provider).context("restoring provider state")?;
             Some(lock)

@@ -1,6 +1,6 @@
 //! `topomgr release --state-dir DIR UID`: release a pod from a state
 //! directory without a daemon (operator repair), through the same
-//! [`topomgr_node::node_state::NodeState`] the daemon uses. `--socket` (or no
+//! [`topomgr_node::state::NodeState`] the daemon uses. `--socket` (or no
 //! `--state-dir`) asks the running daemon instead.
 
 use std::path::{Path, PathBuf};
@@ -9,9 +9,8 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::Args;
 use topomgr_engine::admission::AdmissionError;
-use topomgr_node::lock_holder::Role;
-use topomgr_node::node_state::NodeState;
-use topomgr_node::state_dir::StateDir;
+use topomgr_node::locks::lock_holder::Role;
+use topomgr_node::persist::state_dir::StateDir;
 
 use super::client::{self, SocketArg};
 use super::inputs;
@@ -39,7 +38,7 @@ pub fn run(config: &Path, args: ReleaseArgs) -> anyhow::Result<ExitCode> {
     };
     let cfg = inputs::load_node_config(config)?;
     let machine = inputs::discover(&cfg, args.sysfs_root.as_deref())?;
-    let mut node = NodeState::from_config(&cfg, &machine)?;
+    let mut node = topomgr_node::setup::node_state(&cfg, &machine)?;
     let mut held = StateDir::open(dir, &mut node, Role::Release)?;
     // With cgroups in the state, it removes cgroups and grows the shared
     // pool: only while this command may own the node.

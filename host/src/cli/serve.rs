@@ -8,9 +8,9 @@ use clap::Args;
 use topomgr_daemon::{self as daemon, Daemon};
 use topomgr_node::setup::AdmitterParts;
 
-use topomgr_node::lock_holder::{Holder, Role};
-use topomgr_node::node_lock::NodeLock;
-use topomgr_node::state_lock::StateLock;
+use topomgr_node::locks::lock_holder::{Holder, Role};
+use topomgr_node::locks::node_lock::NodeLock;
+use topomgr_node::locks::state_lock::StateLock;
 
 use super::inputs;
 
@@ -38,7 +38,7 @@ struct Reread {
 }
 
 impl daemon::reload::Source for Reread {
-    fn config(&self) -> Result<topomgr_node::config::HostConfig, String> {
+    fn config(&self) -> Result<topomgr_node::setup::config::HostConfig, String> {
         let mut cfg = inputs::load_config_protected(&self.config).map_err(|e| format!("{e:#}"))?;
         if cfg.state_dir != self.state_dir {
             tracing::warn!(configured = %cfg.state_dir.display(), serving = %self.state_dir.display(), "state_dir changes only at a restart; the daemon keeps serving its state directory");
@@ -49,7 +49,7 @@ impl daemon::reload::Source for Reread {
 
     fn machine(
         &self,
-        cfg: &topomgr_node::config::HostConfig,
+        cfg: &topomgr_node::setup::config::HostConfig,
     ) -> Result<topomgr_node::api::Machine, String> {
         inputs::discover(cfg, self.sysfs_root.as_deref()).map_err(|e| format!("{e:#}"))
     }

@@ -1,12 +1,12 @@
 //! `topomgr state check|recover --state-dir DIR`: the operator's verbs on a
-//! state directory (`topomgr_node::state_repair`). Neither loads the config
+//! state directory (`topomgr_node::persist::state_repair`). Neither loads the config
 //! nor any provider: they read and write the snapshot and the journal only.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use topomgr_node::state_repair;
+use topomgr_node::persist::state_repair;
 
 /// Arguments of `topomgr state`.
 #[derive(Debug, Args)]

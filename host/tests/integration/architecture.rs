@@ -491,7 +491,7 @@ fn no_crate_has_a_module_cycle() {
     let mut cycles = Vec::new();
     for (krate, src) in HOST_CRATES.iter().chain(&OTHER_CRATES) {
         let scan = ModuleScan::of_crate(&root.join(src));
-        // The scan sees the imports (node_state uses api, for one; the
+        // The scan sees the imports (the state room uses api, for one; the
         // CLI's modules name each other through `super::`).
         let sees = |from: &[&str], to: &[&str]| {
             scan.uses
@@ -499,7 +499,7 @@ fn no_crate_has_a_module_cycle() {
                 .any(|(f, t)| *f == strings(from) && t.starts_with(&strings(to)))
         };
         match *krate {
-            "topomgr-node" => assert!(sees(&["node_state"], &["api"]), "{:?}", scan.uses),
+            "topomgr-node" => assert!(sees(&["state"], &["api"]), "{:?}", scan.uses),
             "topomgr" => assert!(sees(&["cli", "admit"], &["cli", "text"]), "{:?}", scan.uses),
             _ => {}
         }
@@ -686,7 +686,7 @@ fn only_the_sdk_and_the_plugin_loader_name_abi_stable() {
             }
         }
     }
-    assert_eq!(named, ["host/node/src/plugin.rs"]);
+    assert_eq!(named, ["host/node/src/setup/plugin.rs"]);
 }
 
 /// One owner per node: cpusets are written only through the node state
@@ -722,10 +722,54 @@ fn cpusets_are_written_only_by_the_node_state() {
             }
         }
     }
-    assert_eq!(writers, ["host/node/src/node_state.rs"]);
+    assert_eq!(writers, ["host/node/src/state/attachment.rs"]);
     assert_eq!(
         around,
         Vec::<String>::new(),
         "cpuset files named outside the cgroup crate"
+    );
+}
+
+/// `NodeState` is the state room's: every `impl` of it is under
+/// host/node/src/state/ (setup builds one through its constructor).
+#[test]
+fn node_state_is_implemented_only_in_the_state_room() {
+    let root = workspace_root();
+    let mut outside = Vec::new();
+    for (_, src) in HOST_CRATES.iter().chain(&OTHER_CRATES) {
+        for file in rust_files(&root.join(src)) {
+            let text = fs::read_to_string(&file).unwrap();
+            let code = code_of(&text);
+            let name = file.strip_prefix(&root).unwrap().display().to_string();
+            let b = code.as_bytes();
+            let implements = code.match_indices("impl").any(|(at, _)| {
+                let word_start = at == 0 || !is_ident_byte(b[at - 1]);
+                let word_end = b.get(at + 4).is_some_and(|c| !is_ident_byte(*c));
+                if !word_start || !word_end {
+                    return false;
+                }
+                // The header up to its body; the implemented type is the
+                // one after `for`, or the whole header for an inherent impl.
+                let header = code[at + 4..].split('{').next().unwrap_or("");
+                let ty = header.rsplit_once(" for ").map_or(header, |(_, t)| t);
+                let ty = ty.trim_start();
+                let ty = match ty.strip_prefix('<') {
+                    Some(generic) => generic.split_once('>').map_or("", |(_, t)| t),
+                    None => ty,
+                };
+                ty.trim_start()
+                    .split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+                    .next()
+                    .is_some_and(|t| t.rsplit("::").next() == Some("NodeState"))
+            });
+            if implements && !name.starts_with("host/node/src/state/") {
+                outside.push(name);
+            }
+        }
+    }
+    assert_eq!(
+        outside,
+        Vec::<String>::new(),
+        "impl NodeState outside the state room"
     );
 }

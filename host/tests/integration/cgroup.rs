@@ -15,7 +15,7 @@ use topomgr_engine::admission::Admitter;
 use topomgr_engine::numa::NumaInfo;
 use topomgr_engine::policy::{Policy, Scope};
 use topomgr_engine::provider::LoadedProvider;
-use topomgr_node::node_state::{NodeState, Records};
+use topomgr_node::state::{NodeState, Records};
 use topomgr_sdk::{testkit, Allocation, CpuSet, NumaMask, PodView};
 
 fn cpus(s: &str) -> CpuSet {

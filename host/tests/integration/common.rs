@@ -311,7 +311,7 @@ pub fn load_on_example_machine(
     config: serde_json::Value,
 ) -> topomgr_engine::provider::LoadedProvider {
     let machine = topomgr_discovery::discover(Path::new(&example_sys())).expect("example machine");
-    let entry = topomgr_node::config::ProviderEntry {
+    let entry = topomgr_node::setup::config::ProviderEntry {
         library: so.to_string_lossy().into_owned(),
         enabled: true,
         config,
@@ -319,14 +319,14 @@ pub fn load_on_example_machine(
         config_dir: PathBuf::new(),
     };
     let state = scratch_dir(&format!("{name}-plugin-state"));
-    topomgr_node::plugin::load_provider(name, &entry, &[], &machine, &state)
+    topomgr_node::setup::plugin::load_provider(name, &entry, &[], &machine, &state)
         .unwrap_or_else(|e| panic!("load {name}: {e}"))
 }
 
 /// The saved state of a state directory (its snapshot with the journal
 /// applied), as JSON.
 pub fn state_body(dir: &Path) -> serde_json::Value {
-    topomgr_node::store::state_json(dir)
+    topomgr_node::persist::store::state_json(dir)
         .unwrap_or_else(|e| panic!("read the state in {}: {e}", dir.display()))
 }
 
@@ -508,8 +508,11 @@ pub fn refusal(out: &Output) -> String {
         .unwrap_or_else(|| panic!("no node lock named: {line}"));
     let lock = tail.strip_suffix(')').unwrap();
     assert!(
-        lock.starts_with(&topomgr_node::node_lock::lock_dir().display().to_string())
-            && lock.ends_with(".lock"),
+        lock.starts_with(
+            &topomgr_node::locks::node_lock::lock_dir()
+                .display()
+                .to_string()
+        ) && lock.ends_with(".lock"),
         "{lock}"
     );
     head.to_owned()
@@ -850,11 +853,11 @@ impl Drop for NodeGuard {
 /// machine's cgroup hierarchy (its `cgroup_root` is on a cgroup
 /// filesystem), else `None`.
 pub fn node_guard_for(config: &Path) -> Option<NodeGuard> {
-    let opts = topomgr_node::config::LoadOptions {
+    let opts = topomgr_node::setup::config::LoadOptions {
         env: &|_| None,
         protected: false,
     };
-    let cfg = topomgr_node::config::load_with(config, &opts).ok()?;
+    let cfg = topomgr_node::setup::config::load_with(config, &opts).ok()?;
     matches!(
         topomgr_cgroup::hierarchy::Hierarchy::of(&cfg.cgroup_root),
         topomgr_cgroup::hierarchy::Hierarchy::Cgroupfs { .. }

@@ -176,7 +176,7 @@ fn world_writable_dropin_directory_is_refused() {
 /// and the `TOPOMGR_*` variables still apply over the built-in defaults.
 #[test]
 fn a_missing_default_config_file_is_warned_about_and_the_environment_applies() {
-    let default = Path::new(topomgr_node::config::DEFAULT_CONFIG_PATH);
+    let default = Path::new(topomgr_node::setup::config::DEFAULT_CONFIG_PATH);
     assert!(
         !default.exists(),
         "this test checks what runs without {}; it exists here",

@@ -75,14 +75,14 @@ fn tear(state: &Path, n: usize, rng: &mut TestRng) -> &'static str {
     let Ok(mut bytes) = fs::read(&path) else {
         return "no journal";
     };
-    let Ok(contents) = topomgr_node::journal::parse(&path, &bytes) else {
+    let Ok(contents) = topomgr_node::persist::journal::parse(&path, &bytes) else {
         return "no journal";
     };
     let Some(last) = contents.records.last() else {
         return "no record";
     };
     // The next record's frame (its payload as long as the last one's).
-    let next = topomgr_node::journal::frame(last.seq + 1, &last.payload);
+    let next = topomgr_node::persist::journal::frame(last.seq + 1, &last.payload);
     let what = match n % 3 {
         0 => {
             let cut = rng.random_range(1..next.len());

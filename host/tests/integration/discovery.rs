@@ -1632,7 +1632,7 @@ fn corpus_online_cpus_without_a_node_are_kept() {
 
     // The CPU provider runs on this machine and never hands those CPUs out:
     // node 1's online CPUs are the only exclusive ones.
-    let entry = topomgr_node::config::ProviderEntry {
+    let entry = topomgr_node::setup::config::ProviderEntry {
         library: common::cpu_plugin().to_string_lossy().into_owned(),
         enabled: true,
         config: serde_json::json!({"policy": "static", "reserved_cpus": ""}),
@@ -1640,8 +1640,9 @@ fn corpus_online_cpus_without_a_node_are_kept() {
         config_dir: PathBuf::new(),
     };
     let state = Scratch::new("nonode-cpu");
-    let mut cpu = topomgr_node::plugin::load_provider("cpu", &entry, &[], &machine, &state.0)
-        .unwrap_or_else(|e| panic!("{e}"));
+    let mut cpu =
+        topomgr_node::setup::plugin::load_provider("cpu", &entry, &[], &machine, &state.0)
+            .unwrap_or_else(|e| panic!("{e}"));
     let online_on_node1 = machine.numa_nodes[0]
         .cpus
         .intersection(&machine.online_cpus());

@@ -1,5 +1,5 @@
 //! One owner per node: the node lock of a cgroup hierarchy on this machine
-//! (`topomgr_node::node_lock`) and the state directory's lock, as a user
+//! (`topomgr_node::locks::node_lock`) and the state directory's lock, as a user
 //! meets them.
 //!
 //! - A second daemon on the same cgroup root (through a symlink too, or a
@@ -20,7 +20,7 @@ use std::time::Instant;
 
 use topomgr_cgroup::hierarchy::Hierarchy;
 use topomgr_node::api::{Admissions, Explains, Health};
-use topomgr_node::state_dir::STATE_LOCK_WAIT;
+use topomgr_node::persist::state_dir::STATE_LOCK_WAIT;
 
 use crate::common::{
     self, alive, command_of, daemon_named, machine, machine_config, refusal, run_topomgr, text,

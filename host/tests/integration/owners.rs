@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use topomgr_client::http::Client;
 use topomgr_node::api::{AdmissionRequest, Admissions, Health, OwnerSpec, PodList};
-use topomgr_node::pod_owner::{start_time, ContainerRuntime};
+use topomgr_node::state::pod_owner::{start_time, ContainerRuntime};
 use topomgr_sdk::{ContainerView, PodView, QosClass};
 
 use crate::common;

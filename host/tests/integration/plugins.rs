@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::json;
 use topomgr_engine::provider::LoadedProvider;
-use topomgr_node::config::{HostConfig, ProviderEntry};
-use topomgr_node::plugin::{load_provider, search_dirs, PluginError};
+use topomgr_node::setup::config::{HostConfig, ProviderEntry};
+use topomgr_node::setup::plugin::{load_provider, search_dirs, PluginError};
 use topomgr_sdk::{testkit, NumaMask, PreferredAllocationRequest, ProviderError, TopologyHint};
 
 const W: &str = "example.com/widget";
@@ -523,9 +523,9 @@ fn a_plugins_tracing_events_reach_the_host_log() {
 fn the_repository_config_loads_the_example_provider() {
     let _ = common::plugins();
     let root = common::workspace_root();
-    let cfg = topomgr_node::config::load_with(
+    let cfg = topomgr_node::setup::config::load_with(
         &root.join("topomgr.toml"),
-        &topomgr_node::config::LoadOptions {
+        &topomgr_node::setup::config::LoadOptions {
             env: &|_| None,
             protected: false,
         },
@@ -641,7 +641,7 @@ fn a_plugin_of_this_sdk_loads_into_a_host_that_added_fields() {
     let machine = example_machine();
     let newer = with_added_fields(serde_json::to_value(&machine).unwrap());
     // Through the host's own loader, with the newer machine description.
-    let mut accel = topomgr_node::plugin::load_provider_from_json(
+    let mut accel = topomgr_node::setup::plugin::load_provider_from_json(
         "accel",
         &entry(&p.vendor, json!({"vendor": "0x10de"})),
         &[],

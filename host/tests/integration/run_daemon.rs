@@ -16,7 +16,7 @@ use std::process::{Command, Stdio};
 use topomgr_cgroup::hierarchy::Hierarchy;
 use topomgr_client::http::Client;
 use topomgr_node::api::{Health, OwnerSpec, PodList};
-use topomgr_node::pod_owner::start_time;
+use topomgr_node::state::pod_owner::start_time;
 use topomgr_sdk::CpuSet;
 
 use crate::common;

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::Command;
 
 use topomgr_node::api::{Admission, Admissions, PodList};
-use topomgr_node::journal;
+use topomgr_node::persist::journal;
 
 fn pod(uid: &str) -> String {
     format!(

@@ -11,10 +11,10 @@ use std::process::Command;
 
 use topomgr_cgroup::{directory_tree, CgroupPath};
 use topomgr_engine::admission::Admitter;
-use topomgr_node::node_state::{NodeState, Records};
-use topomgr_node::pod_owner::{ContainerOwner, ContainerRuntime, Owner, ProcessOwner};
+use topomgr_node::persist::store::Store;
 use topomgr_node::setup::AdmitterParts;
-use topomgr_node::store::Store;
+use topomgr_node::state::pod_owner::{ContainerOwner, ContainerRuntime, Owner, ProcessOwner};
+use topomgr_node::state::{NodeState, Records};
 use topomgr_sdk::PodView;
 
 /// The boot id the fixtures were written under.
@@ -66,7 +66,7 @@ fn write_golden_state() {
         ),
     )
     .unwrap();
-    let cfg = topomgr_node::config::load(&config, false).unwrap();
+    let cfg = topomgr_node::setup::config::load(&config, false).unwrap();
     let machine = topomgr_discovery::discover(Path::new(&common::example_sys())).unwrap();
     let parts = AdmitterParts::from_config(&cfg, &machine).unwrap();
     let admitter = Admitter::new(&machine, parts.policy, parts.scope, parts.providers);

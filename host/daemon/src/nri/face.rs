@@ -4,14 +4,14 @@
 //! (the container's cpuset, its environment, the followed containers whose
 //! cpuset changes); the face turns it into NRI's messages. The containers
 //! followed and what each was told are the node's
-//! ([`topomgr_node::followed`]), not the face's.
+//! ([`topomgr_node::state::followed`]), not the face's.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 
 use topomgr_node::api::OwnerSpec;
-use topomgr_node::followed::{CpusetUpdate, FollowedContainer};
-use topomgr_node::pod_owner::ContainerRuntime;
+use topomgr_node::state::followed::{CpusetUpdate, FollowedContainer};
+use topomgr_node::state::pod_owner::ContainerRuntime;
 use topomgr_nri::api::{
     ConfigureRequest, Container, ContainerState, ContainerUpdate, CreateContainerResponse,
     LinuxResources, PodSandbox, UpdateContainerResponse,
@@ -557,7 +557,7 @@ impl Face {
 
     /// The follower's round: every cpuset the runtime was not told (a
     /// release through the HTTP API or a reclaim, a correction) is sent
-    /// unsolicited (see [`topomgr_node::followed`] for the order).
+    /// unsolicited (see [`topomgr_node::state::followed`] for the order).
     pub(crate) async fn push_updates(&self) {
         let Some(runtime) = self.runtime_client() else {
             return;

@@ -23,7 +23,7 @@
 //!   pod topomgr does not hold.
 //!
 //! The containers so found are kept in the node's book beside the
-//! containers followed ([`topomgr_node::followed::Followed::pin`]), not
+//! containers followed ([`topomgr_node::state::followed::Followed::pin`]), not
 //! here: the state thread answers them with each event that may change
 //! them, and [`report`] turns them into the note.
 //!
@@ -35,7 +35,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use topomgr_node::followed::PinnedContainer;
+use topomgr_node::state::followed::PinnedContainer;
 use topomgr_nri::api::{Container, PodSandbox};
 use topomgr_runtime::{Mapping, Skip};
 

@@ -12,7 +12,7 @@
 //! Synchronize at every registration. Every event is one request to the
 //! state thread, answered with the placement computed there from the
 //! committed state; the containers followed, and what the runtime was told
-//! of each, are the node's book ([`topomgr_node::followed`]).
+//! of each, are the node's book ([`topomgr_node::state::followed`]).
 //!
 //! - **CreateContainer** ([`Face::create`]): what the runtime tells (the
 //!   pod sandbox: uid, name, namespace, annotations, the kubelet's cgroup
@@ -58,12 +58,12 @@
 //! # The runtime's request budget and the kubelet's own managers
 //!
 //! Every request is answered by its deadline (`topomgr_nri`'s answer
-//! deadline; [`budget`] is the face's side: a CreateContainer past it
+//! deadline; `budget` is the face's side: a CreateContainer past it
 //! admits nothing, one admitted past it is released again, a provider
 //! deadline beyond the budget is a health note). The kubelet's CPU and
 //! memory managers must be off: their state files and kubelet containers
 //! arriving with a cpuset and without topomgr's mark are health notes
-//! ([`kubelet`]; the containers are kept in the node's book as pinned).
+//! (`kubelet`; the containers are kept in the node's book as pinned).
 //!
 //! # Staying connected
 //!

@@ -4,7 +4,7 @@
 use std::sync::{Arc, Mutex};
 
 use topomgr_node::api::NriHealth;
-use topomgr_node::pod_owner::unix_now;
+use topomgr_node::state::pod_owner::unix_now;
 
 use crate::metrics::Metrics;
 

@@ -28,7 +28,7 @@ use crate::metrics::Metrics;
 use crate::state_thread::{
     Command, ContainerCommand, Late, NewContainer, StateThread, StateThreadSettings,
 };
-use topomgr_node::followed::FollowedContainer;
+use topomgr_node::state::followed::FollowedContainer;
 
 /// Exclusive CPUs by (pod uid, container).
 type Held = Arc<Mutex<BTreeMap<(String, String), CpuSet>>>;
@@ -868,7 +868,7 @@ async fn a_create_queued_past_its_deadline_admits_nothing() {
             id: "q1".into(),
             pod: request.pod.view,
             owner: topomgr_node::api::OwnerSpec::container(
-                topomgr_node::pod_owner::ContainerRuntime::Nri,
+                topomgr_node::state::pod_owner::ContainerRuntime::Nri,
                 "q1",
             ),
             assigned: Default::default(),
@@ -945,7 +945,7 @@ async fn an_admission_past_its_deadline_is_released_in_the_same_request() {
             id: "s1".into(),
             pod: request.pod.view,
             owner: topomgr_node::api::OwnerSpec::container(
-                topomgr_node::pod_owner::ContainerRuntime::Nri,
+                topomgr_node::state::pod_owner::ContainerRuntime::Nri,
                 "s1",
             ),
             assigned: Default::default(),

@@ -1,7 +1,7 @@
 //! [`LoadedProvider`]: the host's one view of a hint provider.
 //!
 //! Every provider the host drives is a plugin behind its FFI handle
-//! ([`ProviderHandle`]): loaded from a `.so` by `topomgr_node::plugin`, or built
+//! ([`ProviderHandle`]): loaded from a `.so` by `topomgr_node::setup::plugin`, or built
 //! in process from a [`topomgr_sdk::Provider`] value by
 //! [`LoadedProvider::in_process`] (tests and benches: the same boundary adapter,
 //! the same conversions and panic guard, no `dlopen`). It is called either

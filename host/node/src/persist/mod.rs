@@ -1,7 +1,21 @@
+//! Persistence: the state directory and the formats of its files.
+//!
+//! Owns the snapshot ([`snapshot`]) and the journal ([`journal`]) with
+//! their envelopes, the store that pairs them ([`store`]), the node state
+//! as a snapshot body and its restore ([`image`]), the one-shot commands'
+//! use of a state directory ([`state_dir`]), the operator's `state check`
+//! and `state recover` ([`state_repair`]) and the record schema below.
+//!
+//! May not touch: cgroups, or the node state's fields (it reads and
+//! installs a state through [`crate::state::NodeState`]'s methods); it
+//! takes the state directory's lock through [`crate::locks`].
+//!
+//! # The record schema
+//!
 //! What a state directory's files hold, as types persistence owns.
 //!
 //! The snapshot body and the journal records are written and read as the
-//! record schema's own serde types ([`v1`]), never as the engine's,
+//! record schema's own serde types (`v1`), never as the engine's,
 //! the SDK's or the API's: renaming a field of [`topomgr_engine`]'s
 //! `AdmitResult` or of a pod type changes nothing on disk. The types the
 //! node works with are converted to and from the schema at one seam
@@ -11,12 +25,18 @@
 //!
 //! | schema | written in | read in |
 //! |---|---|---|
-//! | [`v1`] | state version 3, journal version 2 | state versions 1-3, journal versions 1-2 |
+//! | `v1` | state version 3, journal version 2 | state versions 1-3, journal versions 1-2 |
 //!
 //! Golden fixtures pin both directions: `tests/fixtures/state/v3` (written by
 //! main at 0af6219) opens with today's code, and the bytes written for a
 //! fixed state are compared with a committed file (`tests` below).
 
+pub mod image;
+pub mod journal;
+pub mod snapshot;
+pub mod state_dir;
+pub mod state_repair;
+pub mod store;
 pub(crate) mod v1;
 
 mod seam;
@@ -29,9 +49,9 @@ use std::collections::BTreeMap;
 use topomgr_engine::admission::AdmitResult;
 
 use crate::api::Attachments;
-use crate::node_state::Change;
-use crate::pod_owner::Owner;
-use crate::provider_states::PendingReleases;
+use crate::state::pod_owner::Owner;
+use crate::state::provider_states::PendingReleases;
+use crate::state::Change;
 
 pub(crate) use seam::FormatError;
 

@@ -16,8 +16,8 @@ use topomgr_sdk::{
 };
 
 use super::{v1, Body, Record};
-use crate::node_state::Change;
-use crate::pod_owner::{ContainerOwner, ContainerRuntime, Owner, ProcessOwner};
+use crate::state::pod_owner::{ContainerOwner, ContainerRuntime, Owner, ProcessOwner};
+use crate::state::Change;
 
 /// A record that parses as JSON but holds a value the node refuses.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

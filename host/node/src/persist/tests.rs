@@ -15,12 +15,12 @@ use topomgr_sdk::{
 };
 
 use super::*;
-use crate::image::RestoreIssue;
-use crate::journal::{self, JOURNAL_FILE};
-use crate::node_state::{Change, NodeState, Records};
-use crate::pod_owner::{ContainerOwner, ContainerRuntime, Owner, ProcessOwner};
-use crate::snapshot::{decode_snapshot, encode, STATE_FILE};
-use crate::store::{recover_bytes, Store};
+use crate::persist::image::RestoreIssue;
+use crate::persist::journal::{self, JOURNAL_FILE};
+use crate::persist::snapshot::{decode_snapshot, encode, STATE_FILE};
+use crate::persist::store::{recover_bytes, Store};
+use crate::state::pod_owner::{ContainerOwner, ContainerRuntime, Owner, ProcessOwner};
+use crate::state::{Change, NodeState, Records};
 
 /// The boot id the v3 fixture was written under.
 const BOOT: &str = "00000000-0000-4000-8000-0000000f1x7e";

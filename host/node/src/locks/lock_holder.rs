@@ -1,4 +1,4 @@
-//! Who holds a lock ([`crate::state_lock`], [`crate::node_lock`]): the
+//! Who holds a lock ([`crate::locks::state_lock`], [`crate::locks::node_lock`]): the
 //! daemon or a one-shot command, recorded in the lock file so that a
 //! process refused can name it and say what to do instead.
 
@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::pod_owner;
+use crate::state::pod_owner;
 
 /// What a lock holder is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -50,7 +50,7 @@ use nix::fcntl::{Flock, FlockArg};
 use sha2::{Digest as _, Sha256};
 use topomgr_cgroup::hierarchy::Hierarchy;
 
-use crate::lock_holder::{describe, Holder, Role};
+use crate::locks::lock_holder::{describe, Holder, Role};
 
 /// Where root keeps node locks (the daemon's runtime directory; it must
 /// outlive a stop of the daemon: `RuntimeDirectoryPreserve=yes`).
@@ -536,7 +536,7 @@ mod tests {
         let pid = std::os::unix::process::parent_id();
         let mut h = Holder::current(role, state_dir, None);
         h.pid = pid;
-        h.start_time = crate::pod_owner::start_time(pid).unwrap();
+        h.start_time = crate::state::pod_owner::start_time(pid).unwrap();
         h.command = format!("other {}", role.command());
         if role == Role::Serve {
             h.socket = Some(PathBuf::from("/run/topomgr/topomgr.sock"));

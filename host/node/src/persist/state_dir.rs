@@ -8,12 +8,12 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::image::Restored;
-use crate::lock_holder::{Holder, Role};
-use crate::node_state::{NodeState, Reclaim};
-use crate::snapshot::StateError;
-use crate::state_lock::{LockError, StateLock};
-use crate::store::{CommitError, Store};
+use crate::locks::lock_holder::{Holder, Role};
+use crate::locks::state_lock::{LockError, StateLock};
+use crate::persist::image::Restored;
+use crate::persist::snapshot::StateError;
+use crate::persist::store::{CommitError, Store};
+use crate::state::{NodeState, Reclaim};
 
 /// How long a one-shot command waits for another holder of the state lock.
 pub const STATE_LOCK_WAIT: Duration = Duration::from_secs(30);

@@ -8,7 +8,7 @@
 //! ```
 //!
 //! The header line names the snapshot generation the journal continues
-//! (`crate::store`); `<check>` is the first 8 hex digits of the SHA-256 of
+//! (`crate::persist::store`); `<check>` is the first 8 hex digits of the SHA-256 of
 //! the JSON before it. A record is a frame of printable text:
 //!
 //! | bytes | what |

@@ -1,12 +1,12 @@
 //! The snapshot of a state directory (`state_dir`, `--state-dir`): its file
-//! format. [`crate::image`] takes the node state as a snapshot body and
+//! format. [`crate::persist::image`] takes the node state as a snapshot body and
 //! installs a recovered one.
 //!
-//! [`crate::store`] pairs the snapshot with the journal of the changes made
-//! since (`crate::journal`); the daemon (`topomgr serve`) and the one-shot
+//! [`crate::persist::store`] pairs the snapshot with the journal of the changes made
+//! since (`crate::persist::journal`); the daemon (`topomgr serve`) and the one-shot
 //! commands (`admit --state-dir`, `run`, `release --state-dir`, `provider
 //! ... --state-dir`) share both formats and one lock
-//! ([`crate::state_lock`]), so they can take turns on a state directory. The
+//! ([`crate::locks::state_lock`]), so they can take turns on a state directory. The
 //! snapshot is written atomically: a temporary file in the same directory,
 //! fsync, rename over the old file, fsync of the directory. A crash leaves
 //! either the old or the new file, never a torn one; a failed write (a full
@@ -28,12 +28,12 @@
 //!                    "generation": G}>
 //! ```
 //!
-//! The body is the record schema's `StateBody` ([`crate::persist::v1`]),
+//! The body is the record schema's `StateBody` (`crate::persist::v1`),
 //! never an engine or API type.
 //!
 //! Version 1 files (without `owners`, `pending_releases`, `generation`) are
 //! read too, and so are owners saved without `kind` (process owners,
-//! before containers could own pods; [`crate::pod_owner::Owner`]).
+//! before containers could own pods; [`crate::state::pod_owner::Owner`]).
 //! `sha256` is the SHA-256 of the boot id, a NUL byte and the body (version
 //! 1 and 2 files have the SHA-256 of the body alone). `generation` links
 //! the snapshot to the journal that continues it.
@@ -48,7 +48,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::fsutil::PathError;
-use crate::journal::JournalError;
+use crate::persist::journal::JournalError;
 use topomgr_engine::provider::PROVIDER_TIMEOUT;
 use topomgr_sdk::ProviderError;
 

@@ -4,7 +4,7 @@
 //! one's cpuset.
 //!
 //! This is the node's one book of those containers, kept beside its pods
-//! ([`crate::node_state::NodeState::followed`]): a container's allocation
+//! ([`crate::state::NodeState::followed`]): a container's allocation
 //! is never copied here, it is read from the admitted pod whose uid is the
 //! container id (a container whose pod is not admitted, or was released by
 //! other means while it runs, gets the shared pool), so every answer is

@@ -5,7 +5,7 @@
 //! intact, after a backup copy of the files, and say exactly what is
 //! dropped).
 //!
-//! What recovery keeps, by kind of damage ([`crate::store`] refuses each of
+//! What recovery keeps, by kind of damage ([`crate::persist::store`] refuses each of
 //! them at start):
 //!
 //! | damage | kept | dropped |
@@ -31,12 +31,14 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::fsutil::{self, write_atomic};
-use crate::journal::{self, Contents, End, Entry, Journal, JournalHeader, Torn, JOURNAL_FILE};
-use crate::lock_holder::{Holder, Role};
-use crate::node_state::Change;
-use crate::snapshot::{decode_snapshot, encode, Body, StateError, STATE_FILE};
-use crate::state_lock::{LockError, StateLock};
-use crate::store::{read_optional, recover_bytes, Record};
+use crate::locks::lock_holder::{Holder, Role};
+use crate::locks::state_lock::{LockError, StateLock};
+use crate::persist::journal::{
+    self, Contents, End, Entry, Journal, JournalHeader, Torn, JOURNAL_FILE,
+};
+use crate::persist::snapshot::{decode_snapshot, encode, Body, StateError, STATE_FILE};
+use crate::persist::store::{read_optional, recover_bytes, Record};
+use crate::state::Change;
 
 /// What `state check` found.
 #[derive(Debug)]

@@ -19,7 +19,7 @@
 //! re-exported here); this module probes the processes: whether an owner
 //! still runs, and the check of an owner a client tells
 //! ([`to_owner`]). What makes an owner *gone* (and its pod reclaimable) is
-//! [`crate::node_state::NodeState::reclaim`]'s rule.
+//! [`crate::state::NodeState::reclaim`]'s rule.
 
 use std::fs;
 use std::time::{SystemTime, UNIX_EPOCH};

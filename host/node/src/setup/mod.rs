@@ -1,6 +1,14 @@
-//! From a loaded configuration and a discovered machine to a working admitter:
-//! the policy, the scope and the providers, wired as every command, the
-//! daemon, the benches and the tests need them.
+//! Setup: from a configuration file and a discovered machine to a working
+//! admitter and node state, at start and again without a restart.
+//!
+//! Owns the configuration ([`config`], read through `trusted_file`),
+//! plugin loading ([`plugin`]: the one module that names `abi_stable`),
+//! the wiring below and the reload ([`reload`]: the running state handed
+//! to providers built anew).
+//!
+//! May not touch: cgroups or the state directory's files. It builds a
+//! [`NodeState`] through its constructor and hands it over; a reload goes
+//! through [`crate::persist::image`], the same install as a restore.
 //!
 //! This is the one place that turns [`HostConfig`] into an admitter's parts; the
 //! binary only adds reading the config file and choosing the sysfs root.
@@ -10,18 +18,23 @@
 //!   each called directly (the daemon puts each on its own thread). Two
 //!   providers that own one resource (both list it in their inventory) are
 //!   refused: the admitter would combine their allocations.
-//! - [`NodeState::from_config`]: the same with every provider called on
+//! - [`node_state`]: the same with every provider called on
 //!   its own thread under the configured deadline (`[daemon]
 //!   provider_timeout_ms`), as one-shot commands use them.
 //! - [`load_provider`]: one configured provider, for the `provider` verbs.
+
+pub mod config;
+pub mod plugin;
+pub mod reload;
+mod trusted_file;
 
 use std::time::Duration;
 
 use topomgr_sdk::Machine;
 
-use crate::config::HostConfig;
-use crate::node_state::{NodeState, Records};
-use crate::plugin::{self, PluginError};
+use crate::setup::config::HostConfig;
+use crate::state::{NodeState, Records};
+use plugin::PluginError;
 use topomgr_engine::admission::Admitter;
 use topomgr_engine::numa::{NumaError, NumaInfo};
 use topomgr_engine::policy::{Policy, PolicyError, Scope};
@@ -171,20 +184,18 @@ fn admitter_from_config(cfg: &HostConfig, machine: &Machine) -> Result<Admitter,
     Ok(Admitter::new(machine, parts.policy, parts.scope, providers))
 }
 
-impl NodeState {
-    /// A node state over an admitter of [`AdmitterParts::from_config`] whose
-    /// providers each run on their own thread under the configured deadline,
-    /// with no records yet,
-    /// applying under the configured cgroup root, in this boot.
-    pub fn from_config(cfg: &HostConfig, machine: &Machine) -> Result<Self, SetupError> {
-        Ok(NodeState::new(
-            admitter_from_config(cfg, machine)?,
-            Records::default(),
-            &cfg.cgroup_root,
-            &crate::fsutil::boot_id(),
-        )
-        .with_cpu_quota_lift(cfg.disable_cpu_quota_with_exclusive_cpus))
-    }
+/// A node state over an admitter of [`AdmitterParts::from_config`] whose
+/// providers each run on their own thread under the configured deadline,
+/// with no records yet,
+/// applying under the configured cgroup root, in this boot.
+pub fn node_state(cfg: &HostConfig, machine: &Machine) -> Result<NodeState, SetupError> {
+    Ok(NodeState::new(
+        admitter_from_config(cfg, machine)?,
+        Records::default(),
+        &cfg.cgroup_root,
+        &crate::fsutil::boot_id(),
+    )
+    .with_cpu_quota_lift(cfg.disable_cpu_quota_with_exclusive_cpus))
 }
 
 /// Every enabled provider of `cfg` on `machine`, each loaded on its own

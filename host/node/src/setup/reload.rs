@@ -1,7 +1,7 @@
 //! Reconciliation without a restart ([`reload`]): the running state is
 //! handed to providers built anew on the machine and config as they are
-//! now, the same install as a restore at start (see [`crate::image`] and
-//! [`crate::reconciled`]).
+//! now, the same install as a restore at start (see [`crate::persist::image`] and
+//! [`crate::state::restore_reports`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -11,9 +11,9 @@ use topomgr_engine::policy::{Policy, Scope};
 use topomgr_engine::provider::LoadedProvider;
 use topomgr_sdk::Machine;
 
-use crate::image::{self, Restored};
-use crate::node_state::NodeState;
-use crate::snapshot::StateError;
+use crate::persist::image::{self, Restored};
+use crate::persist::snapshot::StateError;
+use crate::state::NodeState;
 
 /// A provider a reload could not build anew.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -74,7 +74,7 @@ pub enum ReloadError {
     Unchanged(StateError),
     /// The state could not be installed into the new providers: the node
     /// must be brought back to the saved state
-    /// ([`crate::store::Store::reload`]).
+    /// ([`crate::persist::store::Store::reload`]).
     #[error("{0}")]
     Installed(StateError),
 }
@@ -116,7 +116,7 @@ pub fn reload(
     drop(running);
     node.admitter_mut().set_providers(providers);
     let boot = node.boot_id().to_owned();
-    let state_file = state_dir.join(crate::snapshot::STATE_FILE);
+    let state_file = state_dir.join(crate::persist::snapshot::STATE_FILE);
     let restored = image::install(&state_file, boot.clone(), body, node, &boot)
         .map_err(ReloadError::Installed)?;
     Ok(Reloaded { restored, failures })

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
-use crate::lock_holder::{Holder, Role};
+use crate::locks::lock_holder::{Holder, Role};
 
 /// File name of the lock inside the state directory.
 pub(crate) const LOCK_FILE: &str = "topomgr.lock";

@@ -6,7 +6,7 @@
 //! (it contains `/` or ends in `.so`).
 //!
 //! Before a file is opened, it and every directory above it must pass
-//! `crate::trusted_file::check` (owned by root or the user running
+//! `crate::setup::trusted_file::check` (owned by root or the user running
 //! topomgr, not writable by group or others). Each file
 //! is loaded with its own `lib_header_from_path(..).init_root_module()` so
 //! that different plugins never share a cached root module. abi_stable checks
@@ -20,8 +20,8 @@ use topomgr_sdk::abi_stable::std_types::RStr;
 use topomgr_sdk::ffi::{self, FfiInit, ProviderModRef};
 use topomgr_sdk::{Machine, ProviderError, SDK_ABI_VERSION, SDK_VERSION};
 
-use crate::config::{is_path, HostConfig, ProviderEntry};
-use crate::trusted_file;
+use crate::setup::config::{is_path, HostConfig, ProviderEntry};
+use crate::setup::trusted_file;
 use topomgr_engine::provider::LoadedProvider;
 
 /// A constructor's error; a config error names the provider's config

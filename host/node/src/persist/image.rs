@@ -1,6 +1,6 @@
 //! The node state as a snapshot body (`body_of`) and a recovered body
 //! installed into the node state (`install`); the file format is
-//! [`crate::snapshot`]'s.
+//! [`crate::persist::snapshot`]'s.
 //!
 //! When a state is installed:
 //! - a configured provider without saved state starts empty: every save
@@ -9,9 +9,9 @@
 //!   it;
 //! - each provider takes its saved assignments back on the machine and
 //!   config as they are now ([`topomgr_sdk::Provider::restore`]): the
-//!   conflicts it reports are kept ([`crate::reconciled::Conflicts`]), its
+//!   conflicts it reports are kept ([`crate::state::restore_reports::Conflicts`]), its
 //!   moves are applied to the pod table (and journaled);
-//! - a provider that cannot read its saved state at all is *held* (`crate::provider_states::ProviderStates::hold`): its bytes are kept,
+//! - a provider that cannot read its saved state at all is *held* (`crate::state::provider_states::ProviderStates::hold`): its bytes are kept,
 //!   admissions that ask for its resources are refused (the others go
 //!   on), pods are kept and can be released; the
 //!   releases are replayed into it when it restores again;
@@ -27,9 +27,11 @@ use std::path::{Path, PathBuf};
 
 use topomgr_engine::ledger::Finding;
 
-use crate::node_state::{NodeState, Records};
-use crate::provider_states::{Kept, PendingReleases, ProviderPart};
-use crate::snapshot::{provider_bytes, provider_error, to_hex, Body, StateError, STATE_FILE};
+use crate::persist::snapshot::{
+    provider_bytes, provider_error, to_hex, Body, StateError, STATE_FILE,
+};
+use crate::state::provider_states::{Kept, PendingReleases, ProviderPart};
+use crate::state::{NodeState, Records};
 
 /// One provider's part of the state: its checkpoint bytes, and the
 /// releases it has not seen when it is held or not configured.
@@ -105,7 +107,7 @@ impl fmt::Display for RestoreIssue {
     }
 }
 
-/// What restoring a state found ([`crate::store::Store::open`]).
+/// What restoring a state found ([`crate::persist::store::Store::open`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Restored {
     /// Whether a state file existed.
@@ -241,7 +243,10 @@ pub(crate) fn install(
     // its state and the pod records are saved with the next write.
     let mut moved = std::collections::BTreeSet::new();
     for (provider, list) in &moves {
-        moved.extend(crate::reconciled::apply_moves(&mut body.pods, list));
+        moved.extend(crate::state::restore_reports::apply_moves(
+            &mut body.pods,
+            list,
+        ));
         states.keep_changed(std::slice::from_ref(provider));
     }
     for (name, bytes, pending) in absent {
@@ -293,8 +298,8 @@ mod tests {
     use topomgr_sdk::{testkit, Allocation, CpuSet, Machine, NumaMask, TopologyHint};
 
     use super::*;
-    use crate::pod_owner::{ContainerOwner, ContainerRuntime, Owner, ProcessOwner};
-    use crate::snapshot::{encode, read_snapshot};
+    use crate::persist::snapshot::{encode, read_snapshot};
+    use crate::state::pod_owner::{ContainerOwner, ContainerRuntime, Owner, ProcessOwner};
 
     fn node(machine: &Machine) -> NodeState {
         let numa = NumaInfo::from_machine(machine).unwrap();
@@ -429,7 +434,7 @@ mod tests {
         // The move is journaled as the pod's record now.
         let changes = b.take_changes();
         assert!(
-            matches!(&changes[..], [crate::node_state::Change::Admitted(r)] if r.containers[0].allocation.devices["nvidia.com/gpu"] == ["GPU-2", "GPU-1"]),
+            matches!(&changes[..], [crate::state::Change::Admitted(r)] if r.containers[0].allocation.devices["nvidia.com/gpu"] == ["GPU-2", "GPU-1"]),
             "{changes:?}"
         );
         assert!(b.admitter().held().is_empty());

@@ -1,6 +1,6 @@
 //! The durable state of a state directory: a snapshot (`STATE_FILE`,
-//! [`crate::snapshot`]) and the journal of every change made since
-//! (`JOURNAL_FILE`, `crate::journal`).
+//! [`crate::persist::snapshot`]) and the journal of every change made since
+//! (`JOURNAL_FILE`, `crate::persist::journal`).
 //!
 //! # Writing: proportional to the change
 //!
@@ -35,7 +35,7 @@
 //!
 //! | found | what recovery does |
 //! |---|---|
-//! | a torn append at the journal's end (see [`crate::journal`]) | cut off before the next append: it was never acknowledged |
+//! | a torn append at the journal's end (see [`crate::persist::journal`]) | cut off before the next append: it was never acknowledged |
 //! | a journal of the generation before the snapshot's | ignored: a compaction crashed after the new snapshot was renamed in, and the snapshot holds all of it |
 //! | a damaged record (not a torn append), a record of the wrong sequence number or one that does not parse, a damaged header line | refused ([`StateError::JournalDamaged`]) |
 //! | a journal of another generation | refused |
@@ -59,13 +59,15 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 
 use crate::fsutil::{self, write_atomic};
-use crate::image::{self, provider_part, Restored};
-use crate::journal::{self, Contents, End, Entry, Journal, JournalHeader, Torn, JOURNAL_FILE};
-use crate::node_state::{Change, NodeState};
-use crate::provider_states::ProviderPart;
-use crate::snapshot::{
+use crate::persist::image::{self, provider_part, Restored};
+use crate::persist::journal::{
+    self, Contents, End, Entry, Journal, JournalHeader, Torn, JOURNAL_FILE,
+};
+use crate::persist::snapshot::{
     decode_snapshot, encode, provider_bytes, provider_error, to_hex, Body, StateError, STATE_FILE,
 };
+use crate::state::provider_states::ProviderPart;
+use crate::state::{Change, NodeState};
 use topomgr_engine::provider::LoadedProvider;
 
 /// The journal is compacted once it is larger than this and larger than
@@ -641,8 +643,8 @@ mod tests {
     use topomgr_sdk::{testkit, Allocation, CpuSet, PodView, ProviderError};
 
     use super::*;
-    use crate::image::RestoreIssue;
-    use crate::node_state::Records;
+    use crate::persist::image::RestoreIssue;
+    use crate::state::Records;
     use topomgr_engine::admission::Admitter;
     use topomgr_engine::numa::NumaInfo;
     use topomgr_engine::policy::{Policy, Scope};

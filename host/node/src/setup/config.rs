@@ -71,7 +71,7 @@
 //!
 //! With [`LoadOptions::protected`] (`topomgr serve`, and every command run as
 //! root: [`load`]) the main file, the drop-in directory and every drop-in must pass
-//! `crate::trusted_file::check`, as plugin libraries do: a drop-in is
+//! `crate::setup::trusted_file::check`, as plugin libraries do: a drop-in is
 //! configuration with the power of the daemon (its socket group, its plugins).
 
 use std::collections::BTreeMap;
@@ -82,7 +82,7 @@ use std::path::{Path, PathBuf};
 use serde::de::{self, Deserializer};
 use serde::Deserialize;
 
-use crate::trusted_file;
+use crate::setup::trusted_file;
 
 /// Where `topomgr` looks for its config when `--config` is not given.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/topomgr/topomgr.toml";
