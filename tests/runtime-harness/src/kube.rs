@@ -100,7 +100,7 @@ pub fn require_kubernetes() -> Result<KubeBinaries, HarnessError> {
     if !missing.is_empty() {
         return Err(HarnessError::new(format!(
             "this test runs a one-node Kubernetes and needs {}. Build them with \
-             `sudo .ci/install-kubernetes` (CI does; about 15 minutes cold on 2 cores, \
+             `sudo .ci/install-kubernetes` (CI does; about 10 minutes cold on 2 cores, \
              cached by version), or point TOPOMGR_KUBE_DIR at a directory with etcd, \
              kube-apiserver, kubelet and kubectl",
             missing.join(", ")
