@@ -385,6 +385,11 @@ fn bursts_never_leave_a_shared_container_on_an_exclusive_cpu_on_containerd_2() {
 /// 5 rounds of 10 mixed pods created at once by 10 kubectl processes (one
 /// Guaranteed, five Burstable, four BestEffort): the Guaranteed one gets
 /// the exclusive CPU and no shared container is left on it.
+///
+/// FAILS TODAY (left out of CI, issue 31 open): in CI at 7e2c250, on both
+/// containerd lines, the Guaranteed pod's CreateContainer of the first
+/// round never returned within 60 s while topomgr's follower sent
+/// UpdateContainers every 6 s; not yet diagnosed.
 fn bursts_of_ten(line: ContainerdLine) {
     let c = Cluster::start(line, KubeOptions::default());
     for round in 0..5 {
@@ -435,6 +440,14 @@ fn bursts_of_ten_mixed_pods_on_containerd_2() {
 /// the kubelet restarts (each in turn, 300 ms into the creation): once the
 /// pods run, nothing is held twice and nothing is held for a pod that is
 /// gone.
+///
+/// FAILS SOMETIMES (left out of CI, issue 31 open): passed in every run by
+/// hand, failed in CI at 7e2c250 after the containerd restart on both
+/// lines: a container created but not started when containerd stopped is
+/// listed again at Synchronize and keeps the exclusive CPU, while the
+/// kubelet's retry of the Guaranteed pod (in a new sandbox) runs in the
+/// shared pool (`g-containerd` on `0`), and topomgr still held the stale
+/// container 30 s later.
 fn restarts_mid_burst(line: ContainerdLine) {
     let mut c = Cluster::start(line, KubeOptions::default());
     c.apply(&pod("steady", "burstable", 0));
