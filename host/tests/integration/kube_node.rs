@@ -386,10 +386,11 @@ fn bursts_never_leave_a_shared_container_on_an_exclusive_cpu_on_containerd_2() {
 /// Guaranteed, five Burstable, four BestEffort): the Guaranteed one gets
 /// the exclusive CPU and no shared container is left on it.
 ///
-/// FAILS TODAY (left out of CI, issue 31 open): in CI at 7e2c250, on both
-/// containerd lines, the Guaranteed pod's CreateContainer of the first
-/// round never returned within 60 s while topomgr's follower sent
-/// UpdateContainers every 6 s; not yet diagnosed.
+/// FAILS TODAY (left out of CI, issue 31 open): on both containerd lines,
+/// topomgr's follower sends unsolicited UpdateContainers while several of
+/// the ten containers are being started, after which no StartContainer or
+/// CreateContainer returns (containerd's NRI wedged); the follower re-sends
+/// every 6 s to no effect.
 fn bursts_of_ten(line: ContainerdLine) {
     let c = Cluster::start(line, KubeOptions::default());
     for round in 0..5 {
