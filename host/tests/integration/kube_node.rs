@@ -20,7 +20,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use topomgr_node::api::{Health, PodList};
-use topomgr_runtime_harness::{ContainerdLine, KubeNode, KubeOptions, IMAGE, NODE_NAME};
+use topomgr_runtime_harness::{
+    ContainerdLine, KubeNode, KubeOptions, RunningContainer, IMAGE, NODE_NAME,
+};
 use topomgr_sdk::CpuSet;
 
 use crate::daemon::Daemon;
@@ -136,22 +138,15 @@ impl Cluster {
     /// The running pods' containers, by pod name: `(cgroup cpuset.cpus,
     /// the process's Cpus_allowed_list, its Mems_allowed_list)`.
     fn placements(&self) -> BTreeMap<String, (String, String, String)> {
-        let list = self.node.get_json(&["pods"]).unwrap();
-        let mut out = BTreeMap::new();
-        for p in list["items"].as_array().unwrap() {
-            let name = p["metadata"]["name"].as_str().unwrap();
-            if let Some(c) = self.node.container_cpus("default", name, "app") {
-                out.insert(name.to_owned(), c);
-            }
-        }
-        out
+        placements_of(&self.node.running_containers("default"))
     }
 
     /// The invariants, from the real cgroups, or why they do not hold.
     fn violations(&self) -> Option<String> {
         let (h, list) = (self.health(), self.pods());
-        // Container id -> pod name, of the containers the kubelet runs.
-        let running = self.running();
+        // One look at what the kubelet runs serves every check below.
+        let live = self.node.running_containers("default");
+        let running = running_of(&live);
         let mut exclusive: BTreeMap<String, CpuSet> = BTreeMap::new();
         let mut all = CpuSet::new();
         for pod in &list.pods {
@@ -173,7 +168,7 @@ impl Cluster {
                 h.shared_pool
             ));
         }
-        for (name, (cgroup, inside, _)) in self.placements() {
+        for (name, (cgroup, inside, _)) in placements_of(&live) {
             let want = exclusive
                 .get(&name)
                 .cloned()
@@ -206,18 +201,6 @@ impl Cluster {
     }
 
     /// The ids of the containers the kubelet runs.
-    fn running(&self) -> BTreeMap<String, String> {
-        let k8s = self.node.get_json(&["pods"]).unwrap();
-        let mut running = BTreeMap::new();
-        for p in k8s["items"].as_array().unwrap() {
-            let name = p["metadata"]["name"].as_str().unwrap().to_owned();
-            if let Some((id, _)) = self.node.container_cgroup("default", &name, "app") {
-                running.insert(id, name);
-            }
-        }
-        running
-    }
-
     /// Waits (30 s) until topomgr holds exactly the containers the kubelet
     /// runs: nothing for a pod that is gone.
     fn wait_released(&self) {
@@ -227,12 +210,27 @@ impl Cluster {
                 Duration::from_secs(30),
                 || {
                     let held: Vec<String> = self.pods().pods.into_iter().map(|p| p.uid).collect();
-                    let running: Vec<String> = self.running().into_keys().collect();
+                    let running: Vec<String> = running_of(&self.node.running_containers("default"))
+                        .into_keys()
+                        .collect();
                     (held == running).then_some(())
                 },
             )
             .unwrap();
     }
+}
+
+/// Container id -> pod name, of the containers the kubelet runs.
+fn running_of(live: &[RunningContainer]) -> BTreeMap<String, String> {
+    live.iter().map(|c| (c.id.clone(), c.pod.clone())).collect()
+}
+
+/// Pod name -> `(cgroup cpuset.cpus, the process's Cpus_allowed_list, its
+/// Mems_allowed_list)` of each running container.
+fn placements_of(live: &[RunningContainer]) -> BTreeMap<String, (String, String, String)> {
+    live.iter()
+        .filter_map(|c| Some((c.pod.clone(), c.cpus()?)))
+        .collect()
 }
 
 fn guaranteed_and_shared_pods(line: ContainerdLine) {

@@ -117,6 +117,46 @@ struct Ports {
     kubelet_healthz: u16,
 }
 
+/// A container the kubelet runs.
+#[derive(Clone, Debug)]
+pub struct RunningContainer {
+    /// Its pod's name.
+    pub pod: String,
+    /// Its name in the pod.
+    pub container: String,
+    /// The runtime's container id.
+    pub id: String,
+    /// Its cgroup directory in the cpuset hierarchy.
+    pub cgroup: PathBuf,
+}
+
+impl RunningContainer {
+    /// What it may use, read from its real cgroup and from inside it:
+    /// `(cpuset.cpus, Cpus_allowed_list, Mems_allowed_list)` of its first
+    /// process.
+    pub fn cpus(&self) -> Option<(String, String, String)> {
+        let cpus = fs::read_to_string(self.cgroup.join("cpuset.cpus")).ok()?;
+        let pid = fs::read_to_string(self.cgroup.join("cgroup.procs"))
+            .ok()?
+            .lines()
+            .next()?
+            .trim()
+            .to_owned();
+        let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.trim().to_owned())
+        };
+        Some((
+            cpus.trim().to_owned(),
+            field("Cpus_allowed_list:")?,
+            field("Mems_allowed_list:")?,
+        ))
+    }
+}
+
 /// A running one-node cluster. Dropping it stops every component, removes
 /// its pods' processes and cgroups (through its containerd) and undoes
 /// what the kubelet did to the machine.
@@ -310,23 +350,41 @@ impl KubeNode {
         fs::read_to_string(self.dir.join(format!("{component}.log"))).unwrap_or_default()
     }
 
-    /// The cgroup directory, in the cpuset hierarchy, of a running
-    /// container of pod `namespace/pod` (from the pod's status and the
-    /// kubelet's cgroupfs layout), and the container's id.
-    pub fn container_cgroup(
+    /// The running containers of every pod in `namespace`, from one
+    /// `kubectl get pods` (their ids and cpuset cgroups).
+    pub fn running_containers(&self, namespace: &str) -> Vec<RunningContainer> {
+        let Some(list) = self.get_json(&["pods", "-n", namespace]) else {
+            return Vec::new();
+        };
+        let Some(pods) = list["items"].as_array() else {
+            return Vec::new();
+        };
+        pods.iter()
+            .flat_map(|p| {
+                p["status"]["containerStatuses"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(move |c| self.running_container(p, c["name"].as_str()?))
+            })
+            .collect()
+    }
+
+    /// Container `container` of the pod object `pod` when it runs: its
+    /// id, and its cgroup in the cpuset hierarchy by the kubelet's
+    /// cgroupfs layout.
+    fn running_container(
         &self,
-        namespace: &str,
-        pod: &str,
+        pod: &serde_json::Value,
         container: &str,
-    ) -> Option<(String, PathBuf)> {
-        let p = self.get_json(&["pod", pod, "-n", namespace])?;
-        let uid = p["metadata"]["uid"].as_str()?;
-        let qos = match p["status"]["qosClass"].as_str()? {
+    ) -> Option<RunningContainer> {
+        let uid = pod["metadata"]["uid"].as_str()?;
+        let qos = match pod["status"]["qosClass"].as_str()? {
             "Guaranteed" => "",
             "Burstable" => "burstable/",
             _ => "besteffort/",
         };
-        let id = p["status"]["containerStatuses"]
+        let id = pod["status"]["containerStatuses"]
             .as_array()?
             .iter()
             .find(|c| c["name"] == container && c["state"]["running"].is_object())?["containerID"]
@@ -335,39 +393,37 @@ impl KubeNode {
             .1
             .to_owned();
         let root = self.containerd().cgroup_root().trim_start_matches('/');
-        let dir = cpuset_hierarchy()?.join(format!("{root}/kubepods/{qos}pod{uid}/{id}"));
-        dir.is_dir().then_some((id, dir))
+        let cgroup = cpuset_hierarchy()?.join(format!("{root}/kubepods/{qos}pod{uid}/{id}"));
+        cgroup.is_dir().then(|| RunningContainer {
+            pod: pod["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            container: container.to_owned(),
+            id,
+            cgroup,
+        })
     }
 
-    /// What a running container may use, read from its real cgroup and
-    /// from inside it: `(cpuset.cpus, Cpus_allowed_list, Mems_allowed_list)`
-    /// of its first process.
+    /// Container `container` of pod `namespace/pod` when it runs.
+    pub fn container(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: &str,
+    ) -> Option<RunningContainer> {
+        let p = self.get_json(&["pod", pod, "-n", namespace])?;
+        self.running_container(&p, container)
+    }
+
+    /// What a running container may use: [`RunningContainer::cpus`].
     pub fn container_cpus(
         &self,
         namespace: &str,
         pod: &str,
         container: &str,
     ) -> Option<(String, String, String)> {
-        let (_, dir) = self.container_cgroup(namespace, pod, container)?;
-        let cpus = fs::read_to_string(dir.join("cpuset.cpus")).ok()?;
-        let pid = fs::read_to_string(dir.join("cgroup.procs"))
-            .ok()?
-            .lines()
-            .next()?
-            .trim()
-            .to_owned();
-        let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-        let field = |name: &str| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix(name))
-                .map(|v| v.trim().to_owned())
-        };
-        Some((
-            cpus.trim().to_owned(),
-            field("Cpus_allowed_list:")?,
-            field("Mems_allowed_list:")?,
-        ))
+        self.container(namespace, pod, container)?.cpus()
     }
 
     /// A running container's CFS quota from its real cgroup:
@@ -379,7 +435,7 @@ impl KubeNode {
         pod: &str,
         container: &str,
     ) -> Option<String> {
-        let (_, dir) = self.container_cgroup(namespace, pod, container)?;
+        let dir = self.container(namespace, pod, container)?.cgroup;
         let file = if dir.starts_with("/sys/fs/cgroup/cpuset") {
             let rel = dir.strip_prefix("/sys/fs/cgroup/cpuset").ok()?;
             ["cpu", "cpu,cpuacct", "cpuacct,cpu"]

@@ -24,7 +24,8 @@ pub use containerd::Containerd;
 pub use cri::{ContainerSpec, CriClient, Placement, Pod, PodSpec, Qos};
 pub use image::IMAGE;
 pub use kube::{
-    require_kubernetes, KubeBinaries, KubeNode, KubeOptions, DEFAULT_KUBE_DIR, NODE_NAME,
+    require_kubernetes, KubeBinaries, KubeNode, KubeOptions, RunningContainer, DEFAULT_KUBE_DIR,
+    NODE_NAME,
 };
 pub use podman::Podman;
 pub use prereq::{
