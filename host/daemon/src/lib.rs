@@ -315,7 +315,8 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
                 nri::Face::new(state_thread.clone(), Arc::clone(&nri_status))
                     .with_cpu_quota_lift(d.lift_cpu_quota)
                     .with_provider_timeout(d.provider_timeout)
-                    .with_kubelet_root(settings.kubelet_root_dir.clone()),
+                    .with_kubelet_root(settings.kubelet_root_dir.clone())
+                    .with_cri_socket(settings.cri_socket.clone()),
             );
             tokio::spawn(nri::serve(face, settings, stopped(stop_rx.clone())));
         }

@@ -51,7 +51,7 @@ use topomgr_node::persist::image::Restored;
 use topomgr_node::persist::snapshot;
 use topomgr_node::persist::store::Store;
 use topomgr_node::state::followed::{
-    self, CpusetUpdate, Followed, FollowedContainer, PinnedContainer,
+    self, stale_siblings, CpusetUpdate, Followed, FollowedContainer, PinnedContainer,
 };
 use topomgr_node::state::pod_owner::{ContainerRuntime, Owner};
 use topomgr_node::state::{
@@ -134,6 +134,11 @@ pub(crate) enum ContainerCommand {
         id: String,
         /// Its cpuset as the runtime has it.
         cpuset: Option<Cpuset>,
+        /// PostStartContainer (not PostCreate): the container runs, and
+        /// its pod and owner as at Create when topomgr places it (to
+        /// admit it in place of a stale instance that never started,
+        /// [`topomgr_node::state::followed::stale_siblings`]).
+        started: Option<Option<Box<(PodView, OwnerSpec, AssignedDevicesRequest)>>>,
     },
     /// UpdateContainer: the container keeps its cpuset; answer it and the
     /// others whose cpuset differs.
@@ -1048,6 +1053,49 @@ impl Worker {
         (was, changed)
     }
 
+    /// Container `id` started, followed in the shared pool because it
+    /// could not be admitted (at a Synchronize): where a stale instance
+    /// of it holds CPUs ([`stale_siblings`]), release that one and admit
+    /// `id` (the follower moves both). Whether the state changed.
+    fn take_over_stale(
+        &mut self,
+        id: &str,
+        pod: PodView,
+        owner: OwnerSpec,
+        assigned: AssignedDevicesRequest,
+    ) -> bool {
+        let pods = self.node.pods();
+        let book = self.node.followed();
+        let Some(c) = book.get(id) else {
+            return false;
+        };
+        if pods.contains_key(id) {
+            return false;
+        }
+        let stale = stale_siblings(book.iter(), id, c, pods);
+        if stale.is_empty() {
+            return false;
+        }
+        let who = c.who.clone();
+        let mut changed = false;
+        for s in &stale {
+            info!(container = %who, stale = %s, "a started container takes over from an instance that never started");
+            changed |= self.release_container(s);
+        }
+        match self.admit_owned(pod, owner, assigned) {
+            Ok((r, admitted)) => {
+                if !r.admitted {
+                    warn!(container = %who, reason = ?r.reason, message = ?r.message, "still cannot be admitted after its stale instance released its CPUs; it runs in the shared pool");
+                }
+                changed || admitted
+            }
+            Err(e) => {
+                warn!(container = %who, error = %e, "cannot admit a started container in place of its stale instance; it runs in the shared pool");
+                changed
+            }
+        }
+    }
+
     /// Apply one [`ContainerCommand`] (what is answered from the committed
     /// state is left to [`Worker::finish`]): (answer, state changed), or
     /// the error and whether the state changed before it.
@@ -1117,7 +1165,18 @@ impl Worker {
                     answer.pinned = Some(book.pinned());
                 }
             }
-            ContainerCommand::Created { id, cpuset } => {
+            ContainerCommand::Created {
+                id,
+                cpuset,
+                started,
+            } => {
+                if let Some(admit) = started {
+                    self.node.followed_mut().1.started(&id);
+                    if let Some(admit) = admit {
+                        let (pod, owner, assigned) = *admit;
+                        changed |= self.take_over_stale(&id, pod, owner, assigned);
+                    }
+                }
                 if let (Some(now), true) = (cpuset, self.node.followed().get(&id).is_some()) {
                     let pool = self.node.shared_pool();
                     let want = Followed::desired(self.node.pods(), &id, &pool, self.nodes());
@@ -1161,6 +1220,10 @@ impl Worker {
                 answer.released = released;
                 let mut table = BTreeMap::new();
                 let mut pinned = BTreeMap::new();
+                let all: BTreeMap<String, FollowedContainer> = listed
+                    .iter()
+                    .map(|l| (l.id.clone(), l.follow.clone()))
+                    .collect();
                 for l in listed {
                     if kept.contains(&l.id) {
                         table.insert(l.id, l.follow);
@@ -1172,7 +1235,25 @@ impl Worker {
                     let Some((pod, owner, assigned)) = l.admit else {
                         continue;
                     };
-                    let outcome = match self.admit_owned(pod, owner, assigned) {
+                    let retry = l
+                        .follow
+                        .started
+                        .then(|| (pod.clone(), owner.clone(), assigned.clone()));
+                    let mut outcome = self.admit_owned(pod, owner, assigned);
+                    // A running container refused while a stale instance
+                    // of it (another sandbox, never started) holds its
+                    // CPUs: the stale one gives them up.
+                    if let (Some((pod, owner, assigned)), Ok((r, _))) = (retry, &outcome) {
+                        let stale = stale_siblings(&all, &l.id, &l.follow, self.node.pods());
+                        if !r.admitted && !stale.is_empty() {
+                            for s in &stale {
+                                info!(container = %l.follow.who, stale = %s, "a running container takes over from an instance that never started");
+                                changed |= self.release_container(s);
+                            }
+                            outcome = self.admit_owned(pod, owner, assigned);
+                        }
+                    }
+                    let outcome = match outcome {
                         Ok((r, admitted)) => {
                             changed |= admitted;
                             Ok(r)

@@ -94,6 +94,7 @@ pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
             plugin_name: cfg.nri.plugin_name.clone(),
             plugin_index: cfg.nri.plugin_index.clone(),
             kubelet_root_dir: cfg.nri.kubelet_root_dir.clone(),
+            cri_socket: cfg.nri.cri_socket.clone(),
         }),
         reload: Some(daemon::Reload {
             source: std::sync::Arc::new(Reread {

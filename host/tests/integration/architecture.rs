@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use super::common::workspace_root;
 
 /// The host's crates: (package, source directory relative to the workspace).
-const HOST_CRATES: [(&str, &str); 13] = [
+const HOST_CRATES: [(&str, &str); 14] = [
     ("topomgr", "host/src"),
     ("topomgr-contract", "host/contract/src"),
     ("topomgr-client", "host/client/src"),
@@ -28,6 +28,7 @@ const HOST_CRATES: [(&str, &str); 13] = [
     ("topomgr-runtime", "host/runtime/src"),
     ("topomgr-oci-hook", "host/oci-hook/src"),
     ("topomgr-nri", "host/nri/src"),
+    ("topomgr-cri", "host/cri/src"),
 ];
 
 /// The other crates of the workspace whose module graphs are checked too.
@@ -585,7 +586,7 @@ fn host_crates_depend_only_on_the_crates_below_them() {
     let host = |p: &String| {
         p.starts_with("topomgr-") && p != "topomgr-sdk" && p != "topomgr-runtime-harness"
     };
-    let allowed: [(&str, &[&str]); 12] = [
+    let allowed: [(&str, &[&str]); 13] = [
         ("topomgr-contract", &[]),
         ("topomgr-client", &["topomgr-contract"]),
         ("topomgr-discovery", &[]),
@@ -606,6 +607,7 @@ fn host_crates_depend_only_on_the_crates_below_them() {
                 "topomgr-node",
                 "topomgr-runtime",
                 "topomgr-nri",
+                "topomgr-cri",
             ],
         ),
         // `run` talks to the daemon through the client; its local path
@@ -622,6 +624,7 @@ fn host_crates_depend_only_on_the_crates_below_them() {
         ),
         ("topomgr-runtime", &["topomgr-manifest"]),
         ("topomgr-nri", &[]),
+        ("topomgr-cri", &[]),
         (
             "topomgr-oci-hook",
             &[
@@ -652,7 +655,13 @@ fn host_crates_depend_only_on_the_crates_below_them() {
 #[test]
 fn the_client_faces_link_no_daemon() {
     let graph = lock_graph();
-    let server = ["topomgr-daemon", "topomgr-nri", "axum", "prometheus-client"];
+    let server = [
+        "topomgr-daemon",
+        "topomgr-nri",
+        "topomgr-cri",
+        "axum",
+        "prometheus-client",
+    ];
     let node = ["topomgr-node", "topomgr-engine", "toml", "sha2"];
     let faces: [(&str, &[&str]); 4] = [
         ("topomgr-contract", &["hyper", "tokio"]),

@@ -384,11 +384,10 @@ fn bursts_never_leave_a_shared_container_on_an_exclusive_cpu_on_containerd_2() {
 /// Guaranteed, five Burstable, four BestEffort): the Guaranteed one gets
 /// the exclusive CPU and no shared container is left on it.
 ///
-/// FAILS TODAY (left out of CI, issue 31 open): on both containerd lines,
-/// topomgr's follower sends unsolicited UpdateContainers while several of
-/// the ten containers are being started, after which no StartContainer or
-/// CreateContainer returns (containerd's NRI wedged); the follower re-sends
-/// every 6 s to no effect.
+/// Before topomgr sent its own cpuset changes through CRI (`nri/cri.rs`),
+/// NRI `UpdateContainers` sent while several of the ten containers were
+/// being started wedged containerd's NRI on both lines (containerd issue
+/// #13733): no StartContainer or CreateContainer returned again.
 fn bursts_of_ten(line: ContainerdLine) {
     let c = Cluster::start(line, KubeOptions::default());
     for round in 0..5 {
@@ -440,13 +439,11 @@ fn bursts_of_ten_mixed_pods_on_containerd_2() {
 /// pods run, nothing is held twice and nothing is held for a pod that is
 /// gone.
 ///
-/// FAILS SOMETIMES (left out of CI, issue 31 open): passed in every run by
-/// hand, failed in CI at 7e2c250 after the containerd restart on both
-/// lines: a container created but not started when containerd stopped is
-/// listed again at Synchronize and keeps the exclusive CPU, while the
-/// kubelet's retry of the Guaranteed pod (in a new sandbox) runs in the
-/// shared pool (`g-containerd` on `0`), and topomgr still held the stale
-/// container 30 s later.
+/// After the containerd restart, the Guaranteed container created but not
+/// started before it is listed again at Synchronize, holding the exclusive
+/// CPU, while the kubelet's retry (in a new sandbox) runs: the retry takes
+/// that CPU over (`followed::stale_siblings`), else it would run in the
+/// shared pool for good (seen in CI at 7e2c250).
 fn restarts_mid_burst(line: ContainerdLine) {
     let mut c = Cluster::start(line, KubeOptions::default());
     c.apply(&pod("steady", "burstable", 0));

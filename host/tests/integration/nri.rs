@@ -116,11 +116,12 @@ pub(crate) fn configure(tag: &str, containerd: &Containerd) -> (PathBuf, PathBuf
         etc.join("plugins.d/99-test.toml"),
         format!(
             "plugin_dirs = [\"{}\"]\nsysfs_root = \"/sys\"\ncgroup_root = \"/sys/fs/cgroup\"\nstate_dir = \"{}\"\n\
-             [daemon]\nsocket = \"{}\"\n[nri]\nsocket = \"{}\"\n",
+             [daemon]\nsocket = \"{}\"\n[nri]\nsocket = \"{}\"\ncri_socket = \"{}\"\n",
             plugin_dir.display(),
             dir.join("state").display(),
             socket.display(),
-            containerd.nri_socket().display()
+            containerd.nri_socket().display(),
+            containerd.socket().display()
         ),
     )
     .unwrap();

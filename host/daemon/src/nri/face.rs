@@ -22,6 +22,7 @@ use tracing::{debug, info, warn};
 
 use super::budget;
 use super::convert;
+use super::cri::{CriRoute, NoCri, Route};
 use super::kubelet::{self, kubelet_pinned, KubeletCheck};
 use super::status::{Condition, NriStatus};
 use crate::state_thread::{
@@ -49,6 +50,8 @@ pub struct Face {
     provider_timeout: Option<std::time::Duration>,
     /// Where the kubelet's manager state files are ([`super::kubelet`]).
     kubelet: KubeletCheck,
+    /// How the follower's cpusets reach the runtime ([`super::cri`]).
+    cri: CriRoute,
 }
 
 /// The NRI container owner of container `id`.
@@ -73,6 +76,9 @@ fn followed(pod: &PodSandbox, container: &Container) -> FollowedContainer {
             .map(|l| l.cgroups_path.clone())
             .filter(|p| !p.is_empty()),
         told: None,
+        pod_uid: pod.uid.clone(),
+        started: container.state == ContainerState::ContainerRunning as i32
+            || container.state == ContainerState::ContainerPaused as i32,
     }
 }
 
@@ -128,7 +134,16 @@ impl Face {
             lift_cpu_quota: true,
             provider_timeout: None,
             kubelet: KubeletCheck::default(),
+            cri: CriRoute::new(Route::Nri),
         }
+    }
+
+    /// Sends the follower's cpusets through the runtime's CRI socket
+    /// (`socket`, or the runtime's default one) instead of NRI
+    /// `UpdateContainers` ([`super::cri`]).
+    pub(crate) fn with_cri_socket(mut self, socket: Option<std::path::PathBuf>) -> Face {
+        self.cri = CriRoute::new(Route::Cri(socket));
+        self
     }
 
     /// Checks the kubelet's CPU and memory manager state files under
@@ -157,6 +172,7 @@ impl Face {
         info!(runtime = %request.runtime_name, version = %request.runtime_version, request_timeout_ms = timeout.as_millis() as u64, "configured by the runtime");
         self.status
             .runtime(&request.runtime_name, &request.runtime_version);
+        self.cri.runtime(&request.runtime_name);
         let note = self
             .provider_timeout
             .and_then(|p| budget::provider_note(p, request));
@@ -515,7 +531,12 @@ impl Face {
     /// `ignore_failure` to a container still in creation, and drops them):
     /// where what it has is not what it must have, the follower sends the
     /// correction at once.
-    pub async fn created(&self, pod: PodSandbox, container: Container) {
+    ///
+    /// At PostStart (`started`), a container followed in the shared pool
+    /// because it could not be admitted takes the place of a stale
+    /// instance of itself that never started
+    /// ([`topomgr_node::state::followed::stale_siblings`]).
+    pub async fn created(&self, pod: PodSandbox, container: Container, started: bool) {
         let cpuset = convert::linux_resources(container.resources())
             .cpu
             .and_then(|c| {
@@ -524,7 +545,36 @@ impl Face {
                 Some(topomgr_cgroup::Cpuset { cpus, mems })
             });
         let id = container.id.clone();
-        match self.ask(ContainerCommand::Created { id, cpuset }).await {
+        let started = started.then(|| {
+            // The cpuset it runs with is topomgr's (it is followed), not a
+            // user's pin: mapped as at its creation, without it.
+            let mut bare = container.clone();
+            if let Some(cpu) = bare
+                .linux
+                .as_mut()
+                .and_then(|l| l.resources.as_mut())
+                .and_then(|r| r.cpu.as_mut())
+            {
+                cpu.cpus.clear();
+                cpu.mems.clear();
+            }
+            match convert::map(&pod, &bare) {
+                Ok(Mapping::Admit(r)) => Some(Box::new((
+                    r.pod.view,
+                    owner(&container.id),
+                    convert::assigned(&r.devices),
+                ))),
+                _ => None,
+            }
+        });
+        match self
+            .ask(ContainerCommand::Created {
+                id,
+                cpuset,
+                started,
+            })
+            .await
+        {
             Ok(a) if a.again => {
                 info!(container = %who(&pod, &container), "created with another cpuset than it must have now; correcting it");
                 self.wake();
@@ -571,20 +621,16 @@ impl Face {
                     return;
                 }
             };
-            let ids: Vec<String> = updates.iter().map(|(id, _)| id.clone()).collect();
-            let (failed, retry) = match runtime
-                .update_containers(nri_updates(&updates, true), Vec::new())
-                .await
-            {
-                Ok(failed) => {
-                    for f in &failed {
-                        warn!(container = %f.container_id, "the runtime did not apply a cpuset update");
-                    }
-                    (failed.into_iter().map(|f| f.container_id).collect(), true)
+            let (failed, retry) = match self.cri.send(&updates).await {
+                Ok(Some(failed)) => {
+                    self.status.set_condition(Condition::CriRoute, Vec::new());
+                    (failed, true)
                 }
-                Err(e) => {
-                    warn!(error = %e, "cannot update the shared containers' cpusets; retrying after the next change");
-                    (ids, false)
+                Ok(None) => self.send_through_nri(&runtime, &updates).await,
+                Err(NoCri(note)) => {
+                    warn!("{note}");
+                    self.status.set_condition(Condition::CriRoute, vec![note]);
+                    self.send_through_nri(&runtime, &updates).await
                 }
             };
             match self.ask(ContainerCommand::FollowerSent { failed }).await {
@@ -594,6 +640,31 @@ impl Face {
                     warn!(error = %e, "cannot record the cpusets sent");
                     return;
                 }
+            }
+        }
+    }
+
+    /// Sends `updates` as NRI `UpdateContainers` (see [`super::cri`] for
+    /// why only where CRI cannot be used): the ids not applied, and
+    /// whether to compute again when cpusets changed meanwhile.
+    async fn send_through_nri(
+        &self,
+        runtime: &RuntimeClient,
+        updates: &[CpusetUpdate],
+    ) -> (Vec<String>, bool) {
+        match runtime
+            .update_containers(nri_updates(updates, true), Vec::new())
+            .await
+        {
+            Ok(failed) => {
+                for f in &failed {
+                    warn!(container = %f.container_id, "the runtime did not apply a cpuset update");
+                }
+                (failed.into_iter().map(|f| f.container_id).collect(), true)
+            }
+            Err(e) => {
+                warn!(error = %e, "cannot update the shared containers' cpusets; retrying after the next change");
+                (updates.iter().map(|(id, _)| id.clone()).collect(), false)
             }
         }
     }
@@ -631,7 +702,7 @@ impl Plugin for Face {
         pod: PodSandbox,
         container: Container,
     ) -> HandlerResult<()> {
-        self.created(pod, container).await;
+        self.created(pod, container, false).await;
         Ok(())
     }
 
@@ -640,7 +711,7 @@ impl Plugin for Face {
         pod: PodSandbox,
         container: Container,
     ) -> HandlerResult<()> {
-        self.created(pod, container).await;
+        self.created(pod, container, true).await;
         Ok(())
     }
 

@@ -43,7 +43,8 @@
 //! - **StopContainer** releases the container and gives the CPUs back to the
 //!   shared containers in its answer; **RemoveContainer** and
 //!   **RemovePodSandbox** release whatever is still held (the shared
-//!   containers get the CPUs back unsolicited, from the follower).
+//!   containers get the CPUs back from the follower, through the
+//!   runtime's CRI socket, `cri.rs`).
 //! - **UpdateContainer** (the kubelet's resource update) keeps the
 //!   container's cpuset; it is not admitted again.
 //! - **Synchronize** ([`Face::synchronize`]) lists every pod and container
@@ -82,6 +83,7 @@
 
 mod budget;
 mod convert;
+mod cri;
 mod face;
 mod kubelet;
 mod status;
@@ -128,6 +130,8 @@ pub struct NriSettings {
     /// The kubelet's root directory, where its CPU and memory managers'
     /// state files are checked.
     pub kubelet_root_dir: PathBuf,
+    /// The runtime's CRI socket (`None`: the registered runtime's default).
+    pub cri_socket: Option<PathBuf>,
 }
 
 /// Why the daemon refuses to start with `[nri] enabled`.

@@ -21,6 +21,8 @@ pub(crate) enum Condition {
     KubeletStateFiles,
     /// Containers of the kubelet arrived with a cpuset.
     KubeletPinned,
+    /// The follower cannot reach the runtime's CRI socket.
+    CriRoute,
 }
 
 /// The NRI plugin's state as the health endpoint shows it; shared by the

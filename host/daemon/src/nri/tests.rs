@@ -654,6 +654,7 @@ async fn a_shrink_lost_while_the_container_was_created_is_sent_again() {
     f.created(
         b.clone(),
         with_cpuset(container("b1", &b, 100, 500), "0-3", "0-1"),
+        false,
     )
     .await;
     assert_eq!(
@@ -664,6 +665,7 @@ async fn a_shrink_lost_while_the_container_was_created_is_sent_again() {
     f.created(
         b.clone(),
         with_cpuset(container("b1", &b, 100, 500), "0,2-3", "0-1"),
+        true,
     )
     .await;
     assert!(follower_round(f).await.is_empty());
@@ -878,6 +880,8 @@ async fn a_create_queued_past_its_deadline_admits_nothing() {
                 who: "team-a/pod-1/ctr-q1".into(),
                 cgroup: None,
                 told: None,
+                pod_uid: String::new(),
+                started: false,
             },
             deadline: Some(std::time::Instant::now()),
         })))
@@ -955,6 +959,8 @@ async fn an_admission_past_its_deadline_is_released_in_the_same_request() {
                 who: "team-a/pod-1/ctr-slow".into(),
                 cgroup: None,
                 told: None,
+                pod_uid: String::new(),
+                started: false,
             },
             deadline: Some(std::time::Instant::now() + std::time::Duration::from_millis(100)),
         })))
@@ -1207,4 +1213,68 @@ async fn a_pod_level_resources_container_gets_the_shared_pool() {
         .unwrap();
     assert_eq!(cpuset_of(&answer).0, "2-3");
     w.check();
+}
+
+/// The runtime went down while it created a Guaranteed container: the
+/// kubelet's retry (in a new sandbox of the same pod) runs while the first
+/// instance, which never started, still holds the CPU. The running one
+/// takes it over, at Synchronize when it is listed running, or at its
+/// PostStart when it was listed before it started.
+#[tokio::test]
+async fn a_running_retry_takes_the_cpus_of_an_instance_that_never_started() {
+    for at_start in [false, true] {
+        let w = world(&format!("stale-{at_start}"));
+        let f = &w.face;
+        let other = pod("2", "g");
+        f.create(other.clone(), container("big", &other, 2000, 2000))
+            .await
+            .unwrap();
+        let old = pod("1", "g");
+        let new = PodSandbox {
+            id: "sandbox-1-retry".into(),
+            ..pod("1", "g")
+        };
+        f.create(old.clone(), container("stale", &old, 1000, 1000))
+            .await
+            .unwrap();
+        let mut stale = container("stale", &old, 1000, 1000);
+        stale.state = ContainerState::ContainerCreated as i32;
+        let mut fresh = Container {
+            name: "ctr-stale".into(),
+            ..container("fresh", &new, 1000, 1000)
+        };
+        if at_start {
+            fresh.state = ContainerState::ContainerCreated as i32;
+        }
+        let listed = vec![container("big", &other, 2000, 2000), stale, fresh.clone()];
+        let ups = f
+            .synchronize(vec![other.clone(), old.clone(), new.clone()], listed)
+            .await
+            .unwrap();
+        let mut got = updates(&ups);
+        if at_start {
+            // Listed before it started: it cannot be admitted yet.
+            got.sort();
+            assert_eq!(
+                got,
+                [
+                    ("big".to_owned(), "2-3".to_owned()),
+                    ("fresh".to_owned(), "0".to_owned()),
+                    ("stale".to_owned(), "1".to_owned()),
+                ]
+            );
+            fresh.state = ContainerState::ContainerRunning as i32;
+            f.created(new.clone(), with_cpuset(fresh, "0", "0"), true)
+                .await;
+            got = follower_round(f).await;
+        }
+        got.sort();
+        let want_fresh = ("fresh".to_owned(), "1".to_owned());
+        let want_stale = ("stale".to_owned(), "0".to_owned());
+        assert!(got.contains(&want_fresh), "at_start {at_start}: {got:?}");
+        assert!(got.contains(&want_stale), "at_start {at_start}: {got:?}");
+        let pods: Vec<String> = w.state.read(|v| v.pods.keys().cloned().collect());
+        assert_eq!(pods, ["big", "fresh"], "at_start {at_start}");
+        w.check();
+    }
 }

@@ -243,6 +243,13 @@ pub struct NriConfig {
     /// directory).
     #[serde(default = "defaults::kubelet_root_dir")]
     pub kubelet_root_dir: PathBuf,
+    /// The runtime's CRI socket, through which topomgr changes the cpusets
+    /// of running containers (CRI `UpdateContainerResources`, as the
+    /// kubelet's CPU manager does); unset: the runtime's default socket,
+    /// chosen by the name it registers with (relative paths resolve
+    /// against the main file's directory).
+    #[serde(default)]
+    pub cri_socket: Option<PathBuf>,
 }
 
 impl Default for NriConfig {
@@ -392,6 +399,7 @@ impl HostConfig {
         join(&mut self.daemon.socket);
         join(&mut self.nri.socket);
         join(&mut self.nri.kubelet_root_dir);
+        self.nri.cri_socket.iter_mut().for_each(join);
         for p in self.providers.values_mut() {
             if is_path(&p.library) {
                 p.library = base.join(&p.library).to_string_lossy().into_owned();
@@ -1247,7 +1255,7 @@ nested = { a = 1, b = [1, 2] }
             ),
             (
                 "[nri]\nenable = true\n",
-                "line 2: nri.enable: unknown field `enable`, expected one of `enabled`, `socket`, `plugin_name`, `plugin_index`, `kubelet_root_dir`",
+                "line 2: nri.enable: unknown field `enable`, expected one of `enabled`, `socket`, `plugin_name`, `plugin_index`, `kubelet_root_dir`, `cri_socket`",
             ),
             ("policy = \n", "line 1: string values must be quoted, expected literal string"),
         ];
@@ -1578,11 +1586,12 @@ metrics_address = \"127.0.0.1:9337\"\n",
                 plugin_name: "topomgr".into(),
                 plugin_index: "50".into(),
                 kubelet_root_dir: PathBuf::from("/var/lib/kubelet"),
+                cri_socket: None,
             }
         );
         d.write(
             "topomgr.toml",
-            "[nri]\nsocket = \"run/nri.sock\"\nplugin_index = \"05\"\nkubelet_root_dir = \"kubelet\"\n",
+            "[nri]\nsocket = \"run/nri.sock\"\nplugin_index = \"05\"\nkubelet_root_dir = \"kubelet\"\ncri_socket = \"run/cri.sock\"\n",
         );
         d.write("plugins.d/50-nri.toml", "[nri]\nenabled = true\n");
         assert_eq!(
@@ -1593,6 +1602,7 @@ metrics_address = \"127.0.0.1:9337\"\n",
                 plugin_name: "topomgr".into(),
                 plugin_index: "05".into(),
                 kubelet_root_dir: d.0.join("kubelet"),
+                cri_socket: Some(d.0.join("run/cri.sock")),
             }
         );
     }

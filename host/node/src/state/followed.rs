@@ -18,9 +18,9 @@
 //!
 //! # The order of updates
 //!
-//! The runtime applies an event's answer and an unsolicited
-//! `UpdateContainers` each under its one lock, in the order it takes the
-//! lock. An answer computed while an unsolicited update is on its way may
+//! The runtime applies an event's answer and an update the follower sends
+//! (CRI `UpdateContainerResources`, or NRI `UpdateContainers`) each under
+//! its one lock, in the order it takes the lock. An answer computed while an unsolicited update is on its way may
 //! therefore be applied before it, and the older update after it. Every
 //! answer made while an update is in flight marks the book
 //! ([`Followed::sent`] answers it); the sender then computes again from
@@ -57,6 +57,10 @@ pub struct FollowedContainer {
     pub cgroup: Option<String>,
     /// The cpuset the runtime was last told (`None`: not known).
     pub told: Option<Cpuset>,
+    /// Its pod's uid as the kubelet knows it (the sandbox's `uid`).
+    pub pod_uid: String,
+    /// Whether the runtime started it (listed running, or PostStart).
+    pub started: bool,
 }
 
 /// An update of one container's cpuset: (container id, cpuset).
@@ -150,6 +154,13 @@ impl Followed {
             .filter(|(i, c)| i.as_str() != id && c.sandbox == sandbox && c.name == name)
             .map(|(i, _)| i.clone())
             .collect()
+    }
+
+    /// Container `id` was started.
+    pub fn started(&mut self, id: &str) {
+        if let Some(c) = self.containers.get_mut(id) {
+            c.started = true;
+        }
     }
 
     /// Whether container `id` holds exclusive CPUs.
@@ -281,6 +292,38 @@ impl Followed {
     }
 }
 
+/// The stale instances of kubelet container `c` (id `id`) among
+/// `candidates`: the same container of the same pod (pod uid and name)
+/// in another sandbox, never started, and holding a pod in `pods`.
+///
+/// The kubelet runs one instance of a container at a time and makes a new
+/// sandbox only when the old one is gone, so once `c` runs, an instance
+/// in another sandbox that never started never will: it was created when
+/// the runtime or topomgr went down mid-creation, and the kubelet's retry
+/// is `c`. Its CPUs are `c`'s (the kubelet counted them once).
+pub fn stale_siblings<'a>(
+    candidates: impl IntoIterator<Item = (&'a String, &'a FollowedContainer)>,
+    id: &str,
+    c: &FollowedContainer,
+    pods: &BTreeMap<String, AdmitResult>,
+) -> Vec<String> {
+    if c.pod_uid.is_empty() {
+        return Vec::new();
+    }
+    candidates
+        .into_iter()
+        .filter(|(i, f)| {
+            i.as_str() != id
+                && f.pod_uid == c.pod_uid
+                && f.name == c.name
+                && f.sandbox != c.sandbox
+                && !f.started
+                && pods.contains_key(i.as_str())
+        })
+        .map(|(i, _)| i.clone())
+        .collect()
+}
+
 /// The cgroup directory, relative to the hierarchy, of a container whose
 /// runtime names its cgroup `path`: a cgroupfs path (`/kubepods/…/<id>`)
 /// as it is, a systemd one (`<slice>:<prefix>:<name>`, runc's form) as
@@ -346,6 +389,8 @@ mod tests {
             who: format!("ns/{sandbox}/app"),
             cgroup: None,
             told: None,
+            pod_uid: format!("uid-{sandbox}"),
+            started: false,
         }
     }
 
@@ -506,5 +551,41 @@ mod tests {
         assert!(f.updates(&pods, &cpus("0"), nodes(), None).is_empty());
         assert!(!f.sent(&["b".to_owned()]), "nothing changed");
         assert!(f.get("b").unwrap().told.is_none(), "b failed: not known");
+    }
+
+    #[test]
+    fn a_stale_instance_is_one_that_never_started_in_another_sandbox() {
+        let one = |sandbox: &str, started: bool| FollowedContainer {
+            pod_uid: "uid-g".into(),
+            started,
+            ..followed(sandbox)
+        };
+        let new = one("sb-new", true);
+        let mut all = BTreeMap::from([
+            ("old".to_owned(), one("sb-old", false)),
+            ("new".to_owned(), new.clone()),
+        ]);
+        let held = BTreeMap::from([admitted("old", Allocation::default())]);
+        assert_eq!(stale_siblings(&all, "new", &new, &held), ["old"]);
+        // Nothing held for it: nothing to take over.
+        assert!(stale_siblings(&all, "new", &new, &BTreeMap::new()).is_empty());
+        // Started once: it is not stale (the kubelet runs it).
+        all.get_mut("old").unwrap().started = true;
+        assert!(stale_siblings(&all, "new", &new, &held).is_empty());
+        // The same sandbox (a restart of the container): not a sibling here.
+        all.insert("old".into(), one("sb-new", false));
+        assert!(stale_siblings(&all, "new", &new, &held).is_empty());
+        // Another container of the pod, or another pod: not it.
+        let other = FollowedContainer {
+            name: "sidecar".into(),
+            ..one("sb-old", false)
+        };
+        all.insert("old".into(), other);
+        assert!(stale_siblings(&all, "new", &new, &held).is_empty());
+        let unknown = FollowedContainer {
+            pod_uid: String::new(),
+            ..new.clone()
+        };
+        assert!(stale_siblings(&all, "new", &unknown, &held).is_empty());
     }
 }
