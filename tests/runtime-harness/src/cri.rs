@@ -11,33 +11,16 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
-use tokio::net::UnixStream;
-use tonic::codegen::http::uri::PathAndQuery;
-use tonic::transport::{Channel, Endpoint, Uri};
-
 use crate::HarnessError;
 
 /// Messages of `runtime.v1` that the client uses.
 pub mod v1 {
     use std::collections::BTreeMap;
 
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct VersionRequest {
-        #[prost(string, tag = "1")]
-        pub version: String,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct VersionResponse {
-        #[prost(string, tag = "1")]
-        pub version: String,
-        #[prost(string, tag = "2")]
-        pub runtime_name: String,
-        #[prost(string, tag = "3")]
-        pub runtime_version: String,
-        #[prost(string, tag = "4")]
-        pub runtime_api_version: String,
-    }
+    pub use topomgr_cri::v1::{
+        Empty, LinuxContainerResources, UpdateContainerResourcesRequest, VersionRequest,
+        VersionResponse,
+    };
 
     /// `NamespaceMode`: POD = 0, CONTAINER = 1, NODE = 2.
     pub const NAMESPACE_POD: i32 = 0;
@@ -108,8 +91,6 @@ pub mod v1 {
         #[prost(string, tag = "1")]
         pub pod_sandbox_id: String,
     }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Empty {}
 
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct ImageSpec {
@@ -122,23 +103,6 @@ pub mod v1 {
         pub key: String,
         #[prost(string, tag = "2")]
         pub value: String,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
-    pub struct LinuxContainerResources {
-        #[prost(int64, tag = "1")]
-        pub cpu_period: i64,
-        #[prost(int64, tag = "2")]
-        pub cpu_quota: i64,
-        #[prost(int64, tag = "3")]
-        pub cpu_shares: i64,
-        #[prost(int64, tag = "4")]
-        pub memory_limit_in_bytes: i64,
-        #[prost(int64, tag = "5")]
-        pub oom_score_adj: i64,
-        #[prost(string, tag = "6")]
-        pub cpuset_cpus: String,
-        #[prost(string, tag = "7")]
-        pub cpuset_mems: String,
     }
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct LinuxContainerSecurityContext {
@@ -261,13 +225,6 @@ pub mod v1 {
         pub info: BTreeMap<String, String>,
     }
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct UpdateContainerResourcesRequest {
-        #[prost(string, tag = "1")]
-        pub container_id: String,
-        #[prost(message, optional, tag = "2")]
-        pub linux: Option<LinuxContainerResources>,
-    }
-    #[derive(Clone, PartialEq, prost::Message)]
     pub struct ListPodSandboxRequest {}
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct PodSandbox {
@@ -362,32 +319,20 @@ pub struct Placement {
 
 /// A CRI client on the runtime's socket.
 pub struct CriClient {
-    grpc: tonic::client::Grpc<Channel>,
+    inner: topomgr_cri::CriClient,
 }
+
+/// How long one call may take (a container stop waits for its grace
+/// period).
+const CALL_TIMEOUT: Duration = Duration::from_secs(300);
 
 impl CriClient {
     /// Connects to the runtime's gRPC socket.
     pub async fn connect(socket: &Path) -> Result<Self, HarnessError> {
-        let path = socket.to_owned();
-        let channel =
-            Endpoint::from_static("http://localhost")
-                .connect_timeout(Duration::from_secs(5))
-                .connect_with_connector(tower::service_fn(move |_: Uri| {
-                    let path = path.clone();
-                    async move {
-                        Ok::<_, std::io::Error>(TokioIo::new(UnixStream::connect(path).await?))
-                    }
-                }))
-                .await
-                .map_err(|e| {
-                    HarnessError::new(format!(
-                        "cannot connect to CRI at {}: {e}",
-                        socket.display()
-                    ))
-                })?;
-        Ok(CriClient {
-            grpc: tonic::client::Grpc::new(channel),
-        })
+        let inner = topomgr_cri::CriClient::connect(socket, CALL_TIMEOUT)
+            .await
+            .map_err(|e| HarnessError::new(e.to_string()))?;
+        Ok(CriClient { inner })
     }
 
     async fn call<Req, Resp>(
@@ -399,19 +344,12 @@ impl CriClient {
         Req: prost::Message + Send + Sync + 'static,
         Resp: prost::Message + Default + Send + Sync + 'static,
     {
-        self.grpc
-            .ready()
-            .await
-            .map_err(|e| HarnessError::new(format!("CRI channel not ready for {method}: {e}")))?;
-        let path = PathAndQuery::from_static(method);
-        let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
-        match self.grpc.unary(tonic::Request::new(req), path, codec).await {
-            Ok(r) => Ok(r.into_inner()),
-            Err(status) => Err(HarnessError::Cri {
-                call: method.rsplit('/').next().unwrap_or(method),
-                message: status.message().to_owned(),
-            }),
-        }
+        self.inner.call(method, req).await.map_err(|e| match e {
+            topomgr_cri::CriError::Call { call, message, .. } => {
+                HarnessError::Cri { call, message }
+            }
+            e => HarnessError::new(e.to_string()),
+        })
     }
 
     /// The runtime's name and version.
