@@ -60,6 +60,9 @@
 //!   owns per NUMA node, for the NodeResourceTopology export and the host's
 //!   admission check of extended resources) have defaults for providers that
 //!   own no devices.
+//! * [`Provider::exclude_cpus`]: CPUs that containers topomgr does not
+//!   place are pinned to, which a provider handing out CPUs exclusively
+//!   must not give anyone until the next call; the default ignores them.
 //!
 //! The trait documentation covers re-admission, environment-variable
 //! conflicts between providers (the host refuses them) and why a device
@@ -130,7 +133,11 @@
 //!    `preferred_allocation`, `inventory` and `share_pod`; a later `0.3`
 //!    patch added `assigned_device_hints` ([`Provider::assigned_device_hints`]:
 //!    devices a container already holds from the kubelet's device plugins,
-//!    answered by the device toolkit).
+//!    answered by the device toolkit) and `exclude_cpus`
+//!    ([`Provider::exclude_cpus`]: CPUs pinned by others, kept out of
+//!    exclusive use). This round's provider-contract additions are all
+//!    named calls, so the binary interface (`SDK_ABI_VERSION` 3) is
+//!    unchanged.
 //!
 //! What does change the binary interface — the root module, the method
 //! table, the typed hint structures, any layout the loader checks, all in

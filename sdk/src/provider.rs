@@ -3,8 +3,8 @@
 use std::path::Path;
 
 use crate::{
-    Allocation, AssignedDeviceHints, AssignedDevicesRequest, ContainerView, Inventory, Machine,
-    PodView, PreferredAllocationRequest, ProviderHints, Reconciled, TopologyHint,
+    Allocation, AssignedDeviceHints, AssignedDevicesRequest, ContainerView, CpuSet, Inventory,
+    Machine, PodView, PreferredAllocationRequest, ProviderHints, Reconciled, TopologyHint,
 };
 
 /// An error from a provider, with a short machine-readable `reason` (shown as
@@ -326,6 +326,20 @@ pub trait Provider: Send + Sync + 'static {
     ) -> Result<AssignedDeviceHints, ProviderError> {
         let _ = request;
         Ok(AssignedDeviceHints::none())
+    }
+
+    /// The CPUs that containers topomgr does not place are pinned to (by
+    /// their user, another runtime plugin, the kubelet's own CPU manager):
+    /// a provider that hands out CPUs exclusively gives none of `cpus` to
+    /// anyone (neither in hints nor in allocations) until the next call,
+    /// which replaces the set; they stay in the shared pool, and what is
+    /// already assigned stays. The host calls it whenever the set changes
+    /// and after every [`restore`](Self::restore). Answer whether the
+    /// provider excludes them; the default (and a provider built before
+    /// the call) hands out no CPUs and ignores them.
+    fn exclude_cpus(&mut self, cpus: &CpuSet) -> Result<bool, ProviderError> {
+        let _ = cpus;
+        Ok(false)
     }
 }
 

@@ -28,7 +28,7 @@ mod boundary;
 pub use boundary::{load, through_boundary, Loaded};
 
 use crate::{
-    Allocation, AssignedDeviceHints, AssignedDevicesRequest, ContainerView, Cpu, HintSet,
+    Allocation, AssignedDeviceHints, AssignedDevicesRequest, ContainerView, Cpu, CpuSet, HintSet,
     Inventory, Machine, NumaMask, NumaNode, NumaNodeId, PciDevice, PodView,
     PreferredAllocationRequest, Provider, ProviderConfig, ProviderContext, ProviderError,
     ProviderHints, QosClass, Reconciled, ResourceList, TopologyHint,
@@ -193,6 +193,7 @@ type PreferredFn =
 type InventoryFn = dyn Fn() -> Result<Inventory, ProviderError> + Send + Sync;
 type AssignedFn =
     dyn FnMut(&AssignedDevicesRequest) -> Result<AssignedDeviceHints, ProviderError> + Send + Sync;
+type ExcludeFn = dyn FnMut(&CpuSet) -> Result<bool, ProviderError> + Send + Sync;
 
 /// A provider made of closures, for tests of code that drives providers
 /// (a host, a wrapper): each call runs its closure, and a call without one
@@ -241,6 +242,7 @@ pub struct FakeProvider {
     preferred: Option<Box<PreferredFn>>,
     inventory: Option<Box<InventoryFn>>,
     assigned: Option<Box<AssignedFn>>,
+    exclude: Option<Box<ExcludeFn>>,
 }
 
 impl std::fmt::Debug for FakeProvider {
@@ -347,6 +349,15 @@ impl FakeProvider {
         self.assigned = Some(Box::new(f));
         self
     }
+
+    /// CPUs excluded from exclusive use ([`Provider::exclude_cpus`]).
+    pub fn with_exclude_cpus(
+        mut self,
+        f: impl FnMut(&CpuSet) -> Result<bool, ProviderError> + Send + Sync + 'static,
+    ) -> Self {
+        self.exclude = Some(Box::new(f));
+        self
+    }
 }
 
 impl Provider for FakeProvider {
@@ -420,6 +431,10 @@ impl Provider for FakeProvider {
         self.assigned
             .as_mut()
             .map_or_else(|| Ok(AssignedDeviceHints::none()), |f| f(request))
+    }
+
+    fn exclude_cpus(&mut self, cpus: &CpuSet) -> Result<bool, ProviderError> {
+        self.exclude.as_mut().map_or(Ok(false), |f| f(cpus))
     }
 }
 

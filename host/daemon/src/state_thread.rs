@@ -117,9 +117,10 @@ pub(crate) enum ContainerCommand {
     /// leave no CPU to the shared pool while containers need it is
     /// refused here, before the commit.
     Create(Box<NewContainer>),
-    /// CreateContainer of a kubelet container left alone because it arrived
-    /// with a cpuset topomgr did not give it: kept in the book as pinned
-    /// (a health note) until it is removed.
+    /// CreateContainer of a container left alone because it arrived with a
+    /// cpuset topomgr did not give it: kept in the book as pinned (its
+    /// CPUs out of exclusive use; a kubelet pod's, a health note) until it
+    /// is removed.
     Pinned {
         /// The container id.
         id: String,
@@ -1285,6 +1286,11 @@ impl Worker {
             }
         }
         answer.followed = self.node.followed().len();
+        if answer.pinned.is_some() {
+            for e in self.node.exclude_pinned_cpus() {
+                warn!("{e}");
+            }
+        }
         Ok((answer, changed))
     }
 

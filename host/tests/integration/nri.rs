@@ -563,7 +563,7 @@ fn containers_get_their_cpus_through_nri_and_keep_them_across_restarts() {
 
     // An operator releases a running Guaranteed container through the API:
     // it keeps running, in the shared pool now, and every shared container
-    // gets CPU 1 back, through unsolicited NRI updates.
+    // gets CPU 1 back, through CRI updates from the follower.
     let again = cri.run(
         &g2,
         &ContainerSpec::sleeper("again", image).with_resources(1000, 1000, 64 << 20),
@@ -585,6 +585,64 @@ fn containers_get_their_cpus_through_nri_and_keep_them_across_restarts() {
     wait_until(&d, "every container released", |h, p| {
         p.pods.is_empty() && h.nri.containers == 0 && h.exclusive_cpus.is_empty()
     });
+    let log = d.stop();
+    assert!(!log.contains("panicked"), "{log}");
+}
+
+/// A container its user pinned to CPU 1 (a cpuset in its spec, outside a
+/// kubelet pod) is left alone, and CPU 1 is handed out exclusively to no
+/// one while it exists: a Guaranteed container is refused with the
+/// numbers, and gets CPU 1 once the pinned container is removed.
+#[test]
+#[ignore = "needs root, a cpuset cgroup and containerd 1.7"]
+fn cpus_a_user_pinned_a_container_to_are_not_handed_out_exclusively() {
+    require_machine();
+    let containerd = Containerd::start().unwrap_or_else(|e| panic!("{NEEDS}: {e}"));
+    let (topomgr_toml, socket) = configure("nri-user-pinned", &containerd);
+    let d = serve(&topomgr_toml, &socket);
+    wait_until(&d, "registered with containerd", |h, _| h.nri.connected);
+    let mut cri = Cri::connect(&containerd);
+    let image = containerd.image();
+    let kubepods = containerd.cgroup_parent(Qos::Guaranteed, "x");
+    let root = kubepods.strip_suffix("/kubepods/podx").unwrap();
+    let user = cri.run_pod(&PodSpec {
+        name: "by-hand".into(),
+        uid: "b0c0ffee-0000-4000-8000-000000000001".into(),
+        namespace: "default".into(),
+        cgroup_parent: format!("{root}/by-hand"),
+    });
+    let mut spec = ContainerSpec::sleeper("pinned", image).with_resources(1000, 1000, 0);
+    spec.resources.cpuset_cpus = "1".into();
+    let pinned = cri.run(&user, &spec);
+    assert_eq!(
+        inside(&mut cri, &pinned).0,
+        "1",
+        "left alone, on its own cpuset"
+    );
+    assert!(pods(&d).pods.is_empty(), "nothing held for it");
+
+    let gpod = cri.run_pod(&pod_spec(&containerd, "guaranteed", 7, Qos::Guaranteed));
+    let g = ContainerSpec::sleeper("exclusive", image).with_resources(1000, 1000, 64 << 20);
+    let err = cri.create(&gpod, &g).unwrap_err();
+    assert!(
+        err.contains("topomgr: TopologyAffinityError: ")
+            && err.contains("(requested 1; free/allocatable by NUMA node: 0: 0/1)"),
+        "{err}"
+    );
+    let h = health(&d);
+    assert!(
+        !format!("{:?}", h.notes).contains("by-hand"),
+        "a container pinned outside a kubelet pod is no health note: {h:?}"
+    );
+    check(&d, &mut cri, &[]);
+
+    cri.stop(&pinned);
+    cri.remove(&pinned);
+    let exclusive = cri.run(&gpod, &g);
+    assert_eq!(inside(&mut cri, &exclusive), ("1".into(), "0".into()));
+    check(&d, &mut cri, &[&exclusive]);
+    cri.remove_all_pods();
+    wait_until(&d, "every container released", |_, p| p.pods.is_empty());
     let log = d.stop();
     assert!(!log.contains("panicked"), "{log}");
 }

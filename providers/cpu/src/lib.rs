@@ -302,6 +302,17 @@ impl Provider for CpuManager {
         Ok(self.reconcile(saved)?.report)
     }
 
+    fn exclude_cpus(&mut self, cpus: &topomgr_sdk::CpuSet) -> Result<bool, ProviderError> {
+        match self {
+            // Hands out no CPUs.
+            CpuManager::None(_) => Ok(false),
+            CpuManager::Static(p) => {
+                p.exclude(from_cpuset(cpus));
+                Ok(true)
+            }
+        }
+    }
+
     fn inventory(&self) -> Result<Inventory, ProviderError> {
         Ok(match self {
             CpuManager::None(p) => {

@@ -42,6 +42,11 @@ pub struct StaticPolicy {
     /// The pod whose pod-scope hints were asked for last (see
     /// [`StaticPolicy::set_pod_scope`]).
     pub(crate) pod_scope: Option<String>,
+    /// CPUs that containers topomgr does not place are pinned to: in the
+    /// shared pool, never handed out exclusively (the host's
+    /// `exclude_cpus`; not saved, the host sends them again after every
+    /// restore).
+    pub(crate) excluded: Cpus,
 }
 
 /// Whole CPUs of a request in millicores; `None` when not integral.
@@ -130,6 +135,7 @@ impl StaticPolicy {
             pod_level_managers: false,
             pod_sets: BTreeMap::new(),
             pod_scope: None,
+            excluded: Cpus::new(),
         };
         p.default_set = p.initial_default_set();
         p
@@ -175,12 +181,20 @@ impl StaticPolicy {
         &self.default_set
     }
 
-    /// Free CPUs for exclusive use: the shared pool minus reserved CPUs.
+    /// Free CPUs for exclusive use: the shared pool minus reserved CPUs
+    /// and the CPUs others pinned containers to.
     pub fn available(&self) -> Cpus {
         self.default_set
-            .difference(&self.reserved)
+            .iter()
+            .filter(|c| !self.reserved.contains(c) && !self.excluded.contains(c))
             .copied()
             .collect()
+    }
+
+    /// Hand out none of `cpus` exclusively until the next call (they stay
+    /// in the shared pool; what is assigned stays).
+    pub fn exclude(&mut self, cpus: Cpus) {
+        self.excluded = cpus;
     }
 
     fn group_size(&self) -> usize {
@@ -403,7 +417,11 @@ impl StaticPolicy {
                 per_core,
             });
         }
-        let physical = self.default_set.difference(&self.reserved_physical).count();
+        let physical = self
+            .default_set
+            .iter()
+            .filter(|c| !self.reserved_physical.contains(c) && !self.excluded.contains(c))
+            .count();
         if num > physical {
             return Err(CpuError::SmtNotEnoughPhysical {
                 requested: num,

@@ -731,3 +731,56 @@ fn pod_level_resources_in_container_scope_and_an_empty_pod_pool() {
     odd.containers[0].limits.insert("memory".into(), 200 << 20);
     assert_eq!(hints(&mut p, &odd, "c"), None);
 }
+
+/// CPUs the host excludes (containers pinned there by others) are never
+/// hinted or handed out exclusively, stay in the shared pool, and come
+/// back when the host excludes them no more.
+#[test]
+fn excluded_cpus_are_not_handed_out_exclusively() {
+    let m = dual_socket_ht();
+    let mut p = provider(&m, json!({"reserved_cpus": "0"}));
+    let excluded = topomgr_sdk::CpuSet::parse("2,4,8,10").unwrap();
+    assert_eq!(p.exclude_cpus(&excluded), Ok(true));
+    let g = testkit::guaranteed_pod("g", &cpus(2));
+    // Node 0 has CPU 6 left: two CPUs fit only on node 1.
+    assert_eq!(
+        hints(&mut p, &g, "app"),
+        Some(vec!["1:true".into(), "0-1:false".into()])
+    );
+    assert_eq!(
+        alloc(&mut p, &g, "app", Some(&[1])),
+        Ok(("1,7".into(), true))
+    );
+    let shared = testkit::guaranteed_pod("s", &[("cpu", 1500), ("memory", 1 << 30)]);
+    assert_eq!(
+        alloc(&mut p, &shared, "app", None),
+        Ok(("0,2-6,8-11".into(), false)),
+        "excluded CPUs stay in the shared pool"
+    );
+    let node0 = |p: &CpuManager| {
+        let inv = p.inventory().unwrap();
+        inv.resources["cpu"]
+            .zones
+            .iter()
+            .find(|z| z.numa.is_some_and(|n| n.get() == 0))
+            .map(|z| z.amounts.available)
+            .unwrap()
+    };
+    let with_exclusion = node0(&p);
+    // No longer excluded: node 0 fits two CPUs again.
+    assert_eq!(p.exclude_cpus(&topomgr_sdk::CpuSet::new()), Ok(true));
+    // Free on node 0: CPU 6 alone, then 2, 4, 6, 8 and 10.
+    assert_eq!(
+        with_exclusion * 5,
+        node0(&p),
+        "the export's free amounts follow"
+    );
+    let g2 = testkit::guaranteed_pod("g2", &cpus(2));
+    assert_eq!(
+        hints(&mut p, &g2, "app"),
+        Some(vec!["0:true".into(), "1:true".into(), "0-1:false".into()])
+    );
+    // The none policy hands out no CPUs: nothing to exclude.
+    let mut none = provider(&m, json!({"policy": "none"}));
+    assert_eq!(none.exclude_cpus(&excluded), Ok(false));
+}

@@ -12,8 +12,8 @@
 //!
 //! The named calls of SDK 0.3: [`METHOD_PREFERRED_ALLOCATION`],
 //! [`METHOD_INVENTORY`], [`METHOD_SHARE_POD`] (0.3.0) and
-//! [`METHOD_ASSIGNED_DEVICE_HINTS`] (added in a patch release, as named
-//! calls may be).
+//! [`METHOD_ASSIGNED_DEVICE_HINTS`] and [`METHOD_EXCLUDE_CPUS`] (added in
+//! patch releases, as named calls may be).
 
 use abi_stable::library::RootModule;
 use abi_stable::sabi_types::VersionStrings;
@@ -42,6 +42,12 @@ pub const METHOD_SHARE_POD: &str = "share_pod";
 /// [`AssignedDeviceHints`](crate::AssignedDeviceHints). Default (a plugin without it): the
 /// provider knows none of the devices.
 pub const METHOD_ASSIGNED_DEVICE_HINTS: &str = "assigned_device_hints";
+
+/// Named call: [`Provider::exclude_cpus`](crate::Provider::exclude_cpus).
+/// Request: `{"cpus": "<Linux CPU list>"}`; answer: `{"excluded": bool}`.
+/// Default (a plugin without it): ignored, as by a provider that hands out
+/// no CPUs.
+pub const METHOD_EXCLUDE_CPUS: &str = "exclude_cpus";
 
 /// An error as it crosses the boundary; see [`ProviderError`](crate::ProviderError).
 #[repr(C)]

@@ -131,6 +131,17 @@ impl<P: Provider> Adapter<P> {
                 let req: AssignedDevicesRequest = from_host("request", request)?;
                 to_json(&self.inner.assigned_device_hints(&req)?).map(Some)
             }
+            METHOD_EXCLUDE_CPUS => {
+                let req: ExcludeCpus = from_host("request", request)?;
+                let cpus = crate::CpuSet::parse(&req.cpus).map_err(|e| {
+                    ProviderError::new(
+                        INVALID_INPUT_REASON,
+                        format!("the host sent CPUs to exclude that are not a Linux CPU list: {e}"),
+                    )
+                })?;
+                let excluded = self.inner.exclude_cpus(&cpus)?;
+                to_json(&Excluded { excluded }).map(Some)
+            }
             _ => Ok(None),
         }
     }

@@ -170,6 +170,20 @@ pub(super) struct PreferredAnswer {
     pub(super) devices: Vec<String>,
 }
 
+/// The request of [`METHOD_EXCLUDE_CPUS`](super::METHOD_EXCLUDE_CPUS).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(super) struct ExcludeCpus {
+    /// A Linux CPU list.
+    pub(super) cpus: String,
+}
+
+/// The answer of [`METHOD_EXCLUDE_CPUS`](super::METHOD_EXCLUDE_CPUS).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(super) struct Excluded {
+    #[serde(default)]
+    pub(super) excluded: bool,
+}
+
 /// The constructor's input as the plugin reads it (unknown keys ignored).
 #[derive(Deserialize)]
 pub(super) struct InitRequest {

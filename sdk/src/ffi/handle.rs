@@ -207,4 +207,16 @@ impl ProviderHandle {
             Some(json) => from_plugin("assigned device hints", &json),
         }
     }
+
+    /// See [`Provider::exclude_cpus`](crate::Provider::exclude_cpus); a
+    /// plugin that does not know the call ignores them (`false`).
+    pub fn exclude_cpus(&mut self, cpus: &crate::CpuSet) -> Result<bool, ProviderError> {
+        let request = ExcludeCpus {
+            cpus: cpus.to_string(),
+        };
+        match self.call(METHOD_EXCLUDE_CPUS, &to_json(&request)?)? {
+            None => Ok(false),
+            Some(json) => from_plugin::<Excluded>("exclude_cpus answer", &json).map(|a| a.excluded),
+        }
+    }
 }

@@ -156,6 +156,40 @@ fn panics_become_errors_and_the_object_keeps_working() {
         h.assigned_device_hints(&crate::AssignedDevicesRequest::default()),
         Ok(crate::AssignedDeviceHints::none())
     );
+    // One that hands out no CPUs ignores CPUs to exclude.
+    assert_eq!(
+        h.exclude_cpus(&crate::CpuSet::parse("1").unwrap()),
+        Ok(false)
+    );
+}
+
+#[test]
+fn cpus_to_exclude_cross_the_boundary_and_garbage_is_refused() {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = std::sync::Arc::clone(&seen);
+    let mut h = in_process(
+        crate::testkit::FakeProvider::new().with_exclude_cpus(move |c| {
+            log.lock().unwrap().push(c.to_string());
+            Ok(true)
+        }),
+    );
+    assert_eq!(
+        h.exclude_cpus(&crate::CpuSet::parse("1,3-4").unwrap()),
+        Ok(true)
+    );
+    assert_eq!(h.exclude_cpus(&crate::CpuSet::new()), Ok(true));
+    assert_eq!(*seen.lock().unwrap(), ["1,3-4", ""]);
+    let err = h
+        .call(super::METHOD_EXCLUDE_CPUS, r#"{"cpus": "3-1"}"#)
+        .unwrap_err();
+    assert_eq!(err.reason, "InvalidHostInput");
+    assert!(
+        err.message
+            .starts_with("the host sent CPUs to exclude that are not a Linux CPU list: "),
+        "{}",
+        err.message
+    );
+    assert_eq!(seen.lock().unwrap().len(), 2, "nothing called on garbage");
 }
 
 #[test]
@@ -267,6 +301,11 @@ fn named_calls_a_plugin_does_not_know_get_their_defaults() {
     let req = PreferredAllocationRequest::new("x/y", vec!["a".into()], vec![], 1);
     assert_eq!(h.preferred_allocation(&req), Ok(vec![]));
     assert_eq!(h.inventory(), Ok(Inventory::default()));
+    // CPUs to exclude are ignored by a plugin that does not know the call.
+    assert_eq!(
+        h.exclude_cpus(&crate::CpuSet::parse("1").unwrap()),
+        Ok(false)
+    );
     // An allocation without any field is the empty allocation.
     let pod = crate::testkit::guaranteed_pod("p", &[]);
     assert_eq!(

@@ -134,6 +134,11 @@ impl Loaded {
     ) -> Result<AssignedDeviceHints, ProviderError> {
         self.0.assigned_device_hints(request)
     }
+
+    /// [`Provider::exclude_cpus`] through the boundary.
+    pub fn exclude_cpus(&mut self, cpus: &crate::CpuSet) -> Result<bool, ProviderError> {
+        self.0.exclude_cpus(cpus)
+    }
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use tracing::{debug, info, warn};
 use super::budget;
 use super::convert;
 use super::cri::{CriRoute, NoCri, Route};
-use super::kubelet::{self, kubelet_pinned, KubeletCheck};
+use super::kubelet::{self, KubeletCheck};
 use super::status::{Condition, NriStatus};
 use crate::state_thread::{
     Command, ContainerAnswer, ContainerCommand, Late, ListedContainer, NewContainer, Reply,
@@ -268,11 +268,15 @@ impl Face {
         let request = match convert::map(&pod, &container) {
             Ok(Mapping::Admit(r)) => r,
             Ok(m @ Mapping::Leave(_)) => {
-                if let Some(pinned) = kubelet_pinned(&pod, &container, &m) {
-                    warn!(container = %name, what = %pinned.what, "a container of the kubelet arrived with a cpuset: the kubelet's CPU manager is not at policy none");
+                if let Some(pinned) = kubelet::pinned(&pod, &container, &m) {
+                    if pinned.kubelet {
+                        warn!(container = %name, what = %pinned.what, "a container of the kubelet arrived with a cpuset: the kubelet's CPU manager is not at policy none");
+                    } else {
+                        info!(container = %name, what = %pinned.what, "a container arrived pinned by its user: its CPUs are handed out exclusively to no one while it runs");
+                    }
                     let id = container.id.clone();
                     if let Err(e) = self.ask(ContainerCommand::Pinned { id, pinned }).await {
-                        warn!(container = %name, error = %e, "cannot note a container the kubelet pinned");
+                        warn!(container = %name, error = %e, "cannot note a pinned container");
                     }
                 }
                 debug!(container = %name, mapping = ?m, "left alone");
@@ -467,7 +471,7 @@ impl Face {
                     Some((r.pod.view, owner(&c.id), convert::assigned(&r.devices)))
                 }
                 Ok(m @ Mapping::Leave(_)) => {
-                    pinned = kubelet_pinned(pod, c, &m);
+                    pinned = kubelet::pinned(pod, c, &m);
                     debug!(container = %name, mapping = ?m, "left alone");
                     None
                 }

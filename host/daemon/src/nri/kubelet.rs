@@ -54,10 +54,12 @@ pub(super) struct KubeletCheck {
     root: Option<PathBuf>,
 }
 
-/// `Some` when `mapping` left `container` of `pod` alone as pinned, its
-/// pod's cgroup parent is the kubelet's and it does not carry topomgr's
-/// mark: what the book keeps of it (`namespace/pod/container (cpus)`).
-pub(super) fn kubelet_pinned(
+/// `Some` when `mapping` left `container` of `pod` alone as pinned and it
+/// does not carry topomgr's mark: what the book keeps of it (its CPUs,
+/// kept out of exclusive use while it runs; `namespace/pod/container
+/// (cpus)`; whether its pod's cgroup parent is the kubelet's, a health
+/// note).
+pub(super) fn pinned(
     pod: &PodSandbox,
     container: &Container,
     mapping: &Mapping,
@@ -68,10 +70,12 @@ pub(super) fn kubelet_pinned(
     if container.annotations.contains_key(PLACED_CPUS) {
         return None;
     }
-    let parent = pod.linux.as_ref().map(|l| l.cgroup_parent.as_str())?;
-    topomgr_runtime::is_kubelet_cgroup(parent).then(|| PinnedContainer {
+    let parent = pod.linux.as_ref().map_or("", |l| l.cgroup_parent.as_str());
+    Some(PinnedContainer {
         sandbox: container.pod_sandbox_id.clone(),
         what: format!("{}/{}/{} ({cpus})", pod.namespace, pod.name, container.name),
+        cpus: topomgr_sdk::CpuSet::parse(cpus).unwrap_or_default(),
+        kubelet: topomgr_runtime::is_kubelet_cgroup(parent),
     })
 }
 

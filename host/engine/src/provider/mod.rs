@@ -408,6 +408,30 @@ impl LoadedProvider {
     }
 }
 
+impl LoadedProvider {
+    /// CPUs not to hand out exclusively until the next call (see
+    /// [`topomgr_sdk::Provider::exclude_cpus`]): whether the provider
+    /// excludes them (a provider that hands out no CPUs, or one built
+    /// before the call, ignores them).
+    pub fn exclude_cpus(&mut self, cpus: &topomgr_sdk::CpuSet) -> Result<bool, ProviderError> {
+        let observer = self.observer.as_deref();
+        match &mut self.calls {
+            Calls::Direct(h) => timed(observer, &self.name, "exclude_cpus", || {
+                h.exclude_cpus(cpus)
+            }),
+            Calls::Deadline(d) => {
+                let cpus = cpus.clone();
+                d.call(
+                    "exclude_cpus",
+                    observer,
+                    move |h| h.exclude_cpus(&cpus),
+                    None,
+                )
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::mpsc;

@@ -119,5 +119,8 @@ pub fn reload(
     let state_file = state_dir.join(crate::persist::snapshot::STATE_FILE);
     let restored = image::install(&state_file, boot.clone(), body, node, &boot)
         .map_err(ReloadError::Installed)?;
+    for e in node.exclude_pinned_cpus() {
+        tracing::warn!("reload: {e}");
+    }
     Ok(Reloaded { restored, failures })
 }

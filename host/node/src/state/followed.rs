@@ -27,13 +27,16 @@
 //! the state as it is then and sends what differs, so the runtime ends with
 //! the newer cpusets one round trip later.
 //!
-//! # Containers the kubelet pinned
+//! # Containers pinned by others
 //!
-//! The book also keeps the containers it does *not* follow because the
-//! kubelet's own CPU manager pinned them (a container of a kubelet pod that
-//! arrived with a cpuset and without topomgr's mark): the NRI face notes
-//! them in `/v1/health` until they are removed or a Synchronize no longer
-//! lists them ([`Followed::pin`], [`Followed::pinned`]).
+//! The book also keeps the containers it does *not* follow because they
+//! arrived with a cpuset and without topomgr's mark (pinned by their user,
+//! another plugin, or the kubelet's own CPU manager): their CPUs are
+//! handed out exclusively to no one while they run
+//! ([`Followed::pinned_cpus`], sent to the providers by
+//! [`crate::state::NodeState::exclude_pinned_cpus`]), and those of kubelet
+//! pods are noted in `/v1/health` until they are removed or a Synchronize
+//! no longer lists them ([`Followed::pin`], [`Followed::pinned`]).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -86,6 +89,12 @@ pub struct PinnedContainer {
     pub sandbox: String,
     /// `namespace/pod/container (cpus)`, for the health note.
     pub what: String,
+    /// The CPUs it is pinned to: handed out exclusively to no one while
+    /// it runs ([`Followed::pinned_cpus`]).
+    pub cpus: CpuSet,
+    /// Pinned by the kubelet's own CPU manager (a kubelet pod): a health
+    /// note, since the kubelet's managers must be off beside topomgr.
+    pub kubelet: bool,
 }
 
 /// The allocation of container `id` (its one-container pod's), `None` when
@@ -266,7 +275,18 @@ impl Followed {
     /// What is known of the containers the kubelet pinned, in the order
     /// of their ids.
     pub fn pinned(&self) -> Vec<String> {
-        self.pinned.values().map(|c| c.what.clone()).collect()
+        self.pinned
+            .values()
+            .filter(|c| c.kubelet)
+            .map(|c| c.what.clone())
+            .collect()
+    }
+
+    /// Every CPU a container left alone as pinned is pinned to.
+    pub fn pinned_cpus(&self) -> CpuSet {
+        self.pinned
+            .values()
+            .fold(CpuSet::new(), |all, c| all.union(&c.cpus))
     }
 
     /// Whether an unsolicited update is on its way.
@@ -431,12 +451,24 @@ mod tests {
         let pin = |sandbox: &str, what: &str| PinnedContainer {
             sandbox: sandbox.into(),
             what: what.into(),
+            cpus: cpus(&what[what.find('(').unwrap() + 1..what.len() - 1]),
+            kubelet: true,
         };
         assert!(f.pin("b", pin("s1", "ns/p/b (2)")));
         assert!(!f.pin("b", pin("s1", "ns/p/b (2)")), "known already");
         assert!(f.pin("a", pin("s2", "ns/q/a (3)")));
         assert!(f.is_empty(), "not followed");
         assert_eq!(f.pinned(), ["ns/q/a (3)", "ns/p/b (2)"]);
+        assert_eq!(f.pinned_cpus(), cpus("2-3"));
+        // Pinned outside a kubelet pod: kept out of exclusive use, no note.
+        let user = PinnedContainer {
+            kubelet: false,
+            ..pin("s4", "crictl/u/u (5)")
+        };
+        assert!(f.pin("u", user));
+        assert_eq!(f.pinned(), ["ns/q/a (3)", "ns/p/b (2)"]);
+        assert_eq!(f.pinned_cpus(), cpus("2-3,5"));
+        assert!(f.unpin("u"));
         assert!(f.unpin("a"));
         assert!(!f.unpin("a"));
         assert!(!f.unpin_sandbox("s2"));

@@ -249,6 +249,9 @@ pub struct NodeState {
     /// The containers a runtime face follows (not saved: made anew from
     /// the runtime's list at each registration).
     followed: Followed,
+    /// The pinned CPUs last sent to the providers (`None`: to send again,
+    /// the providers are new).
+    excluded: Option<CpuSet>,
 }
 
 impl NodeState {
@@ -268,6 +271,7 @@ impl NodeState {
             boot_id: boot_id.to_owned(),
             lift_cpu_quota: true,
             followed: Followed::default(),
+            excluded: None,
         }
     }
 
@@ -331,7 +335,40 @@ impl NodeState {
     /// Put `admitter` in place of the current one, which is returned (a
     /// reload; the caller installs the state into the new one).
     pub(crate) fn swap_admitter(&mut self, admitter: Admitter) -> Admitter {
+        self.excluded = None;
         std::mem::replace(&mut self.admitter, admitter)
+    }
+
+    /// Tells every provider the CPUs that containers left alone as pinned
+    /// run on ([`Followed::pinned_cpus`]), when they changed since the last
+    /// call or the providers are new: none of them is handed out
+    /// exclusively while those containers run. What went wrong, per
+    /// provider (the exclusion stands where it was taken).
+    pub fn exclude_pinned_cpus(&mut self) -> Vec<String> {
+        let cpus = self.followed.pinned_cpus();
+        if self.excluded.as_ref() == Some(&cpus) {
+            return Vec::new();
+        }
+        let mut errors = Vec::new();
+        let mut taken = false;
+        for p in self.admitter.providers_mut() {
+            match p.exclude_cpus(&cpus) {
+                Ok(t) => taken |= t,
+                Err(e) => errors.push(format!(
+                    "provider {:?} cannot keep CPUs {cpus} of pinned containers out of exclusive use: {}: {}",
+                    p.name(),
+                    e.reason,
+                    e.message
+                )),
+            }
+        }
+        if !cpus.is_empty() && !taken && errors.is_empty() {
+            tracing::warn!(cpus = %cpus, "no provider keeps the CPUs of pinned containers out of exclusive use (none hands out CPUs, or it was built before SDK 0.3's exclude_cpus)");
+        }
+        if errors.is_empty() {
+            self.excluded = Some(cpus);
+        }
+        errors
     }
 
     /// Pod `uid`'s record changed outside an admission (a device it holds
