@@ -4,20 +4,34 @@
 //! idle timeout of a kept-alive connection: hyper starts it whenever the
 //! connection waits for the next request) and one for its body.
 //!
-//! At the cap, the loop stops accepting: further connections wait in the
-//! kernel's listen backlog, holding no file descriptor of ours, and are
-//! taken as slots free up. The caps come from the process's open-file
-//! limit (`Budget::of_process`): the admin socket's and the metrics
-//! listener's are separate and both fit under it with room for the state
-//! files, the plugins and the cgroup files, so idle connections to
-//! `metrics_address`, which anyone who can reach it may open, never make
-//! the admin socket unreachable.
+//! At the cap, a new connection is taken and an *idle* one is closed to
+//! make room for it: one that is not being served a request and whose last
+//! read found nothing to read (it waits for its client). The one closed is
+//! that of the peer holding the most connections (the uid of a socket
+//! peer, from `SO_PEERCRED`; the address of a TCP peer), and among those
+//! the one idle the longest. So a client that holds many idle connections,
+//! reconnecting as they are closed, loses its own, and a scrape or a health
+//! check, which sends its request as soon as it is connected, is served:
+//! it is never idle before its answer. Only when every connection is busy
+//! (or not yet read from) does the loop stop accepting until one ends or
+//! goes idle; further connections then wait in the kernel's listen backlog,
+//! holding no file descriptor of ours. (As with any idle timeout, a
+//! client reusing a kept-alive connection just as it is closed sees it
+//! closed; HTTP clients then retry on a new one.)
+//!
+//! The caps come from the process's open-file limit (`Budget::of_process`):
+//! the admin socket's and the metrics listener's are separate and both fit
+//! under it with room for the state files, the plugins and the cgroup
+//! files, so idle connections to `metrics_address`, which anyone who can
+//! reach it may open, never make the admin socket unreachable.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{ConnectInfo, Request};
@@ -29,7 +43,7 @@ use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinSet;
 use tracing::{debug, warn};
 
@@ -173,10 +187,294 @@ pub(crate) async fn body_deadline(req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
+/// Who a connection comes from, for fairness at the cap: the peer's uid on
+/// the admin socket, its address on TCP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum PeerKey {
+    /// A socket peer's effective uid (`SO_PEERCRED`).
+    Uid(u32),
+    /// A TCP peer's address.
+    Address(std::net::IpAddr),
+    /// The kernel did not say.
+    Unknown,
+}
+
+/// What one connection is doing, written by its task and read by the
+/// accept loop.
+#[derive(Debug)]
+struct Activity {
+    /// Requests being served (from the router's call to the end of the
+    /// response body).
+    busy: AtomicUsize,
+    /// When the last read found nothing to read (nanoseconds since
+    /// [`Book::epoch`], plus one); 0 while bytes are coming in.
+    waiting_since: AtomicU64,
+    epoch: Instant,
+    /// The book's: told when this connection may have become idle.
+    changed: Arc<Notify>,
+}
+
+impl Activity {
+    /// Idle: not served and waiting for its client.
+    fn idle_since(&self) -> Option<u64> {
+        match (
+            self.busy.load(Ordering::Acquire),
+            self.waiting_since.load(Ordering::Acquire),
+        ) {
+            (0, since) if since > 0 => Some(since),
+            _ => None,
+        }
+    }
+
+    /// A read found nothing to read.
+    fn waiting(&self) {
+        if self.waiting_since.load(Ordering::Relaxed) == 0 {
+            let now = u64::try_from(self.epoch.elapsed().as_nanos()).unwrap_or(u64::MAX - 1) + 1;
+            self.waiting_since.store(now, Ordering::Release);
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// A read brought bytes.
+    fn reading(&self) {
+        self.waiting_since.store(0, Ordering::Release);
+    }
+}
+
+/// One request being served; dropped with the response body (or the
+/// request, when the connection ends first).
+struct Busy(Arc<Activity>);
+
+impl Busy {
+    fn start(activity: &Arc<Activity>) -> Busy {
+        activity.busy.fetch_add(1, Ordering::AcqRel);
+        Busy(Arc::clone(activity))
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        if self.0.busy.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.changed.notify_waiters();
+        }
+    }
+}
+
+/// A response body that keeps its connection busy until it is sent.
+struct BusyBody {
+    inner: Body,
+    _busy: Busy,
+}
+
+impl hyper::body::Body for BusyBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A connection's stream, telling its [`Activity`] whether reads find
+/// bytes.
+struct Watched<Io> {
+    inner: Io,
+    activity: Arc<Activity>,
+}
+
+impl<Io: AsyncRead + Unpin> AsyncRead for Watched<Io> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        match &polled {
+            Poll::Pending => self.activity.waiting(),
+            Poll::Ready(Ok(())) if buf.filled().len() > before => self.activity.reading(),
+            Poll::Ready(_) => {}
+        }
+        polled
+    }
+}
+
+impl<Io: AsyncWrite + Unpin> AsyncWrite for Watched<Io> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// One open connection in the [`Book`].
+struct Open {
+    peer: PeerKey,
+    activity: Arc<Activity>,
+    /// Told when the connection is to be closed.
+    evict: Arc<Notify>,
+}
+
+/// The open connections of one listener.
+struct Book {
+    max: usize,
+    epoch: Instant,
+    /// Told when a connection ends or may have become idle.
+    changed: Arc<Notify>,
+    open: std::sync::Mutex<(u64, BTreeMap<u64, Open>)>,
+}
+
+impl Book {
+    fn new(max: usize) -> Book {
+        Book {
+            max: max.max(1),
+            epoch: Instant::now(),
+            changed: Arc::new(Notify::new()),
+            open: std::sync::Mutex::new((0, BTreeMap::new())),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (u64, BTreeMap<u64, Open>)> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The connection to close for a new one: an idle one of the peer
+    /// holding the most connections, the one idle the longest.
+    fn victim(open: &BTreeMap<u64, Open>) -> Option<u64> {
+        let mut held: BTreeMap<PeerKey, usize> = BTreeMap::new();
+        for o in open.values() {
+            *held.entry(o.peer).or_default() += 1;
+        }
+        open.iter()
+            .filter_map(|(id, o)| {
+                Some((
+                    held[&o.peer],
+                    std::cmp::Reverse(o.activity.idle_since()?),
+                    *id,
+                ))
+            })
+            .max()
+            .map(|(_, _, id)| id)
+    }
+
+    /// Whether a connection could be taken now: below the cap, or one to
+    /// close for it.
+    fn has_room(&self) -> bool {
+        let guard = self.lock();
+        guard.1.len() < self.max || Book::victim(&guard.1).is_some()
+    }
+
+    /// Below the cap, closing an idle connection if needed (the peer of the
+    /// one closed); `Err` when every connection is busy.
+    fn make_room(&self) -> Result<Option<PeerKey>, ()> {
+        let mut guard = self.lock();
+        if guard.1.len() < self.max {
+            return Ok(None);
+        }
+        let id = Book::victim(&guard.1).ok_or(())?;
+        let closed = guard.1.remove(&id).ok_or(())?;
+        closed.evict.notify_one();
+        Ok(Some(closed.peer))
+    }
+
+    /// A new connection from `peer`: its id, activity and eviction signal.
+    fn register(&self, peer: PeerKey) -> (u64, Arc<Activity>, Arc<Notify>) {
+        let activity = Arc::new(Activity {
+            busy: AtomicUsize::new(0),
+            waiting_since: AtomicU64::new(0),
+            epoch: self.epoch,
+            changed: Arc::clone(&self.changed),
+        });
+        let evict = Arc::new(Notify::new());
+        let mut guard = self.lock();
+        guard.0 += 1;
+        let id = guard.0;
+        guard.1.insert(
+            id,
+            Open {
+                peer,
+                activity: Arc::clone(&activity),
+                evict: Arc::clone(&evict),
+            },
+        );
+        (id, activity, evict)
+    }
+
+    fn len(&self) -> usize {
+        self.lock().1.len()
+    }
+}
+
+/// A connection's place in the [`Book`], given up when its task ends.
+struct Entry(Arc<Book>, u64);
+
+impl Drop for Entry {
+    fn drop(&mut self) {
+        self.0.lock().1.remove(&self.1);
+        self.0.changed.notify_waiters();
+    }
+}
+
+/// Wait until `ready` holds (checked again whenever the book changes) or
+/// `shutdown` completes (`false`).
+async fn until<T>(
+    book: &Book,
+    shutdown: &mut Pin<&mut impl Future<Output = ()>>,
+    mut ready: impl FnMut() -> Option<T>,
+) -> Option<T> {
+    loop {
+        let changed = book.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
+        if let Some(t) = ready() {
+            return Some(t);
+        }
+        tokio::select! {
+            biased;
+            () = shutdown.as_mut() => return None,
+            () = changed => {}
+        }
+    }
+}
+
 /// Accept connections with `accept` and serve `router` on each, within
 /// `limits`, until `shutdown` completes; then let the requests in flight
-/// finish. Each connection's `Info` (its peer) reaches the handlers as
-/// `ConnectInfo<Info>`. `name` names the listener in logs.
+/// finish. Each connection's `Info` reaches the handlers as
+/// `ConnectInfo<Info>`; its [`PeerKey`] decides whose idle connection is
+/// closed at the cap (module doc). `name` names the listener in logs.
 pub(crate) async fn serve<Io, Info, A, F>(
     name: &'static str,
     limits: Limits,
@@ -187,22 +485,20 @@ pub(crate) async fn serve<Io, Info, A, F>(
     Io: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     Info: Clone + Send + Sync + 'static,
     A: FnMut() -> F,
-    F: Future<Output = std::io::Result<(Io, Info)>>,
+    F: Future<Output = std::io::Result<(Io, Info, PeerKey)>>,
 {
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let book = Arc::new(Book::new(limits.max_connections));
     let (closing, closed) = watch::channel(false);
     let mut connections = JoinSet::new();
     tokio::pin!(shutdown);
     loop {
-        let slot = tokio::select! {
-            biased;
-            () = &mut shutdown => break,
-            slot = Arc::clone(&slots).acquire_owned() => match slot {
-                Ok(slot) => slot,
-                Err(_) => break,
-            },
-        };
-        let (io, info) = tokio::select! {
+        if until(&book, &mut shutdown, || book.has_room().then_some(()))
+            .await
+            .is_none()
+        {
+            break;
+        }
+        let (io, info, peer) = tokio::select! {
             biased;
             () = &mut shutdown => break,
             accepted = accept() => match accepted {
@@ -216,27 +512,52 @@ pub(crate) async fn serve<Io, Info, A, F>(
                 }
             },
         };
+        // The idle connection found above may have become busy meanwhile.
+        match until(&book, &mut shutdown, || book.make_room().ok()).await {
+            None => break,
+            Some(Some(closed)) => {
+                debug!(listener = name, ?closed, for_peer = ?peer, open = book.len(), "at the cap: closed an idle connection")
+            }
+            Some(None) => {}
+        }
         while connections.try_join_next().is_some() {}
-        let service = TowerToHyperService::new(tower::ServiceExt::map_request(
-            router.clone(),
-            move |mut req: Request<Incoming>| {
+        let (id, activity, evict) = book.register(peer);
+        let entry = Entry(Arc::clone(&book), id);
+        let router = router.clone();
+        let served = Arc::clone(&activity);
+        let service =
+            TowerToHyperService::new(tower::service_fn(move |mut req: Request<Incoming>| {
                 req.extensions_mut().insert(ConnectInfo(info.clone()));
-                req
-            },
-        ));
+                let busy = Busy::start(&served);
+                let answer = tower::ServiceExt::oneshot(router.clone(), req);
+                async move {
+                    let response = answer.await?;
+                    Ok::<_, std::convert::Infallible>(
+                        response.map(|inner| Body::new(BusyBody { inner, _busy: busy })),
+                    )
+                }
+            }));
         let mut closed = closed.clone();
         connections.spawn(async move {
-            let _slot = slot;
+            let _entry = entry;
             let conn = http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(limits.header_read_timeout)
-                .serve_connection(TokioIo::new(io), service);
+                .serve_connection(
+                    TokioIo::new(Watched {
+                        inner: io,
+                        activity,
+                    }),
+                    service,
+                );
             tokio::pin!(conn);
             let closing = async move {
                 let _ = closed.wait_for(|c| *c).await;
             };
             let result = tokio::select! {
                 result = conn.as_mut() => result,
+                // Idle (no request being served): dropped, which closes it.
+                () = evict.notified() => return,
                 () = closing => {
                     conn.as_mut().graceful_shutdown();
                     conn.await
@@ -254,6 +575,41 @@ pub(crate) async fn serve<Io, Info, A, F>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The one closed at the cap: idle (not busy, waiting), of the peer
+    /// holding the most, idle the longest.
+    #[test]
+    fn at_the_cap_the_longest_idle_connection_of_the_biggest_holder_goes() {
+        let book = Book::new(4);
+        let uid = PeerKey::Uid;
+        let (_, root, _) = book.register(uid(0));
+        let (_, a1, _) = book.register(uid(1000));
+        let (_, a2, _) = book.register(uid(1000));
+        let (_, a3, _) = book.register(uid(1000));
+        // Not read from yet, nobody idle: no room.
+        assert!(!book.has_room());
+        assert!(book.make_room().is_err());
+        root.waiting();
+        std::thread::sleep(Duration::from_millis(2));
+        a2.waiting();
+        std::thread::sleep(Duration::from_millis(2));
+        a1.waiting();
+        // uid 1000 holds three: its longest idle goes, not root's older one.
+        assert_eq!(book.make_room(), Ok(Some(uid(1000))));
+        assert_eq!(book.len(), 3);
+        assert!(book.make_room().unwrap().is_none(), "below the cap");
+        let (_, a4, _) = book.register(uid(1000));
+        // A busy one is never closed, whatever its reads found.
+        let busy = Busy::start(&a1);
+        a3.reading();
+        a4.reading();
+        assert_eq!(book.make_room(), Ok(Some(uid(0))));
+        let (_, b, _) = book.register(uid(2000));
+        b.reading();
+        assert!(book.make_room().is_err(), "everyone busy or reading");
+        drop(busy);
+        assert_eq!(book.make_room(), Ok(Some(uid(1000))));
+    }
 
     #[test]
     fn the_caps_fit_under_the_open_file_limit() {

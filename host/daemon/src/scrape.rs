@@ -69,7 +69,10 @@ pub(crate) async fn serve(
 ) -> std::io::Result<()> {
     let address = listener.local_addr()?;
     let listener = &listener;
-    let accept = move || async move { listener.accept().await };
+    let accept = move || async move {
+        let (stream, peer) = listener.accept().await?;
+        Ok((stream, peer, super::listener::PeerKey::Address(peer.ip())))
+    };
     let router = router(metrics).layer(axum::middleware::from_fn(super::listener::body_deadline));
     super::listener::serve("metrics", limits, accept, router, shutdown).await;
     info!(%address, "stopped serving metrics");

@@ -598,7 +598,10 @@ pub(crate) async fn serve(
     let accept = move || async move {
         let (stream, _) = listener.accept().await?;
         let peer = PeerConn::of(&stream);
-        Ok((stream, peer))
+        let key = peer.0.map_or(super::listener::PeerKey::Unknown, |p| {
+            super::listener::PeerKey::Uid(p.uid)
+        });
+        Ok((stream, peer, key))
     };
     super::listener::serve("socket", limits, accept, router(state), shutdown).await;
     if let Err(e) = std::fs::remove_file(&socket) {

@@ -43,11 +43,12 @@ use tracing::{error, info, warn};
 use super::metrics::Metrics;
 use topomgr_cgroup::Cpuset;
 use topomgr_engine::admission::{AdmissionError, AdmitResult, Admitter, UID_CONFLICT};
+use topomgr_engine::ledger::Finding;
 #[cfg(doc)]
 use topomgr_node::api::AdmissionRequest;
 use topomgr_node::api::OwnerSpec;
 use topomgr_node::api::{Attached, Attachments};
-use topomgr_node::persist::image::Restored;
+use topomgr_node::persist::image::{RestoreIssue, Restored};
 use topomgr_node::persist::snapshot;
 use topomgr_node::persist::store::Store;
 use topomgr_node::state::followed::{
@@ -423,8 +424,9 @@ pub(crate) struct View {
     pub shared_pool: CpuSet,
     /// Set while the last state write failed (or changes are refused).
     pub failure: Option<String>,
-    /// What the restore at start reported (reboot, vanished resources,
-    /// held providers, reclaimed pods).
+    /// What the restore at start or the last reload reported (reboot,
+    /// vanished resources, held providers, reclaimed pods) that still
+    /// stands: a finding about a pod ends with its release.
     pub restore_notes: Vec<String>,
     /// Decision traces of admitted and recently rejected pods.
     pub explains: topomgr_engine::explain::History,
@@ -475,6 +477,9 @@ struct Worker {
     state_dir: PathBuf,
     /// The cgroup root (the NRI containers' cgroups are read under it).
     cgroup_root: PathBuf,
+    /// What the restore at start or the last reload reported; shown while
+    /// it stands ([`Worker::standing_notes`]).
+    restore_notes: Vec<RestoreNote>,
     /// What the last reload and cgroup check could not do.
     reload_notes: Vec<String>,
     /// Cgroup problems found by the check (see `check_cgroups`).
@@ -511,7 +516,19 @@ impl From<snapshot::StateError> for StartError {
     }
 }
 
-fn notes_of(restored: &Restored, boot_id: &str) -> Vec<String> {
+/// A note of the last restore (at start or at a reload).
+#[derive(Debug, Clone)]
+enum RestoreNote {
+    /// About the node (a reboot, a held or missing provider, a pod
+    /// reclaimed): shown until the next restore.
+    Node(String),
+    /// What the ledger found about admitted pods (a vanished CPU, node or
+    /// device, something held twice): shown while it still holds, so a
+    /// release of the pod it names ends it.
+    Ledger(Finding),
+}
+
+fn notes_of(restored: &Restored, boot_id: &str) -> Vec<RestoreNote> {
     if restored.rebooted {
         let saved = restored.saved_boot_id.clone().unwrap_or_default();
         warn!(saved_boot_id = %saved, boot_id = %boot_id, pods = restored.pods, "state was saved before a reboot; its pods are kept until released");
@@ -519,7 +536,19 @@ fn notes_of(restored: &Restored, boot_id: &str) -> Vec<String> {
     for issue in &restored.issues {
         warn!(issue = %issue, "restored state does not match the machine or the config");
     }
-    restored.notes(boot_id)
+    // The reboot's note comes first, then one per issue (`Restored::notes`).
+    let all = restored.notes(boot_id);
+    let node_notes = all.len().saturating_sub(restored.issues.len());
+    let mut notes: Vec<RestoreNote> = all
+        .into_iter()
+        .take(node_notes)
+        .map(RestoreNote::Node)
+        .collect();
+    notes.extend(restored.issues.iter().map(|issue| match issue {
+        RestoreIssue::Ledger(finding) => RestoreNote::Ledger(finding.clone()),
+        other => RestoreNote::Node(other.to_string()),
+    }));
+    notes
 }
 
 impl StateThread {
@@ -555,6 +584,7 @@ impl StateThread {
             node,
             state_dir: settings.state_dir.clone(),
             cgroup_root: settings.cgroup_root.clone(),
+            restore_notes: Vec::new(),
             reload_notes: Vec::new(),
             cgroup_notes: Vec::new(),
             machine: machine.clone(),
@@ -568,7 +598,7 @@ impl StateThread {
             view: Arc::new(RwLock::new(View::default())),
         };
         let reclaimed = worker.reclaim();
-        notes.extend(reclaimed.iter().map(ToString::to_string));
+        notes.extend(reclaimed.iter().map(|r| RestoreNote::Node(r.to_string())));
         let released = reclaimed
             .iter()
             .any(|r| matches!(r, Reclaim::Released { .. }));
@@ -801,13 +831,44 @@ impl Worker {
                 self.failure = Some(msg);
             }
         }
-        let notes = self.read_notes();
+        let notes = std::mem::take(&mut self.restore_notes);
         self.rebuild_view(notes);
     }
 
-    fn read_notes(&self) -> Vec<String> {
-        let view = self.view.read().unwrap_or_else(|p| p.into_inner());
-        view.restore_notes.clone()
+    /// The restore's notes that still stand: those about the node, and
+    /// the ledger's findings that still hold. A vanished resource holds
+    /// while its pod is admitted; something held twice while the ledger
+    /// still finds it (a release may end it or leave fewer holders, which
+    /// is then shown as the ledger finds it now).
+    fn standing_notes(&self) -> Vec<String> {
+        let pods = self.node.pods();
+        let mut now: Option<Vec<Finding>> = None;
+        let mut shown = Vec::new();
+        let mut notes = Vec::new();
+        for note in &self.restore_notes {
+            match note {
+                RestoreNote::Node(text) => notes.push(text.clone()),
+                RestoreNote::Ledger(
+                    Finding::VanishedCpus { pod, .. }
+                    | Finding::VanishedNumaNodes { pod, .. }
+                    | Finding::VanishedDevices { pod, .. },
+                ) if !pods.contains_key(pod) => {}
+                RestoreNote::Ledger(conflict @ Finding::Conflict { .. }) => {
+                    let now = now.get_or_insert_with(|| self.node.admitter().ledger().conflicts());
+                    if now.contains(conflict) {
+                        notes.push(conflict.to_string());
+                        shown.push(conflict);
+                    }
+                }
+                RestoreNote::Ledger(finding) => notes.push(finding.to_string()),
+            }
+        }
+        for conflict in now.iter().flatten() {
+            if !shown.contains(&conflict) {
+                notes.push(conflict.to_string());
+            }
+        }
+        notes
     }
 
     /// The decision trace of `result`.
@@ -1476,7 +1537,8 @@ impl Worker {
     }
 
     /// The readers' view from scratch (at start and after a rollback).
-    fn rebuild_view(&mut self, notes: Vec<String>) {
+    fn rebuild_view(&mut self, notes: Vec<RestoreNote>) {
+        self.restore_notes = notes;
         let snap = View {
             pods: self
                 .node
@@ -1486,7 +1548,6 @@ impl Worker {
                 .collect(),
             attachments: self.node.records().attachments.clone(),
             owners: self.node.records().owners.clone(),
-            restore_notes: notes,
             machine: Arc::new(self.machine.clone()),
             // Traces outlive a rollback; those of pods it undid are dropped
             // at the next publish.
@@ -1513,6 +1574,7 @@ impl Worker {
         let conflicts = self.node.conflicts();
         self.metrics.conflicts(&conflicts.counts());
         let conflicts = conflicts.reports();
+        let restore_notes = self.standing_notes();
         let mut view = self.view.write().unwrap_or_else(|p| p.into_inner());
         let view = &mut *view;
         for change in committed {
@@ -1532,6 +1594,7 @@ impl Worker {
         view.shared_pool = shared;
         view.failure = self.failure.clone();
         view.conflicts = conflicts;
+        view.restore_notes = restore_notes;
         view.reload_notes = self
             .reload_notes
             .iter()

@@ -560,7 +560,7 @@ impl Ledger {
     }
 
     /// Everything held against the reuse rule (empty while the invariant holds).
-    pub(crate) fn conflicts(&self) -> Vec<Finding> {
+    pub fn conflicts(&self) -> Vec<Finding> {
         let bad = |claims: &[Claim]| {
             claims.iter().enumerate().any(|(i, later)| {
                 claims[..i]

@@ -818,7 +818,8 @@ fn machine_without(dir: &Path, offline: &topomgr_sdk::CpuSet) -> PathBuf {
 /// A CPU held by a pod goes offline: the daemon starts, keeps the pod and
 /// its CPU (reported in /v1/health), the CPU provider restores by
 /// reconciling (it is not held), a newcomer is admitted on other CPUs, the
-/// pod can be released, and once the CPU is back it is free again.
+/// pod can be released (and health is `ok` again at once: the note named
+/// it), and once the CPU is back it is free again.
 #[test]
 fn vanished_cpus_are_reported_and_the_pods_kept() {
     let dir = cpu_config("daemon-vanished");
@@ -858,6 +859,14 @@ fn vanished_cpus_are_reported_and_the_pods_kept() {
         "the offline CPU {cpu} stays the holder's, newcomer got {theirs}"
     );
     assert_eq!(c.release("holder").unwrap().status, 200);
+    // The note named the released pod: it goes with it, at once (it stayed
+    // until the next machine change before).
+    let health: Health = c.get("/v1/health").unwrap().parse().unwrap();
+    assert_eq!(
+        (health.status, health.notes.clone()),
+        (HealthStatus::Ok, Vec::<String>::new()),
+        "{health:?}"
+    );
     d.stop();
 
     // The CPU is back and free: the provider holds only the newcomer.

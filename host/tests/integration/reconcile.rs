@@ -1033,6 +1033,44 @@ fn the_machine_check_follows_a_cpu_going_offline() {
     );
 }
 
+/// The issue 37 case: a held CPU goes offline (the machine check finds
+/// it: `degraded`, a note naming the pod); the pod is released while the
+/// CPU is still offline: health is `ok` at once, without waiting for the
+/// next machine change (the note stayed until then before).
+#[test]
+fn releasing_a_pod_whose_cpu_vanished_ends_its_health_note() {
+    let n = Node::new("reconcile-stale-health");
+    let mut text = fs::read_to_string(n.config()).unwrap();
+    text = text.replacen(
+        "[providers.cpu]",
+        "[daemon]\nmachine_check_interval_ms = 100\n[providers.cpu]",
+        1,
+    );
+    fs::write(n.config(), text).unwrap();
+    let d = Daemon::start(&n.config(), &n.dir.join("t.sock"));
+    let mut c = d.client();
+    let held = common::admitted(&mut c, &pod_yaml("held", "2", "1Gi"));
+    let cpu = held.containers[0].cpus.iter().next().unwrap();
+    n.set_cpu_online(cpu, false);
+    wait_for(&d, |c| !health(c).notes.is_empty(), "the note");
+    let h = health(&mut c);
+    assert_eq!(h.status, HealthStatus::Degraded, "{h:?}");
+    assert!(
+        h.notes
+            .iter()
+            .any(|n| n.starts_with("pod \"held\" container \"app\": CPUs")),
+        "{h:?}"
+    );
+    assert_eq!(c.release("held").unwrap().status, 200);
+    let h = health(&mut c);
+    assert_eq!(
+        (h.status, h.notes.clone(), h.conflicts.len()),
+        (HealthStatus::Ok, Vec::<String>::new(), 0),
+        "{h:?}"
+    );
+    n.set_cpu_online(cpu, true);
+}
+
 /// Attached cgroups are verified by the machine check: a cpuset someone
 /// else changed is written back once and counted; changed again, it is
 /// reported instead of fought over; a cgroup that vanished is reported.

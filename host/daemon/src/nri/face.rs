@@ -24,7 +24,7 @@ use super::budget;
 use super::convert;
 use super::cri::{CriRoute, NoCri, Route};
 use super::kubelet::{self, KubeletCheck};
-use super::status::{Condition, NriStatus};
+use super::status::{Condition, ContainerNote, NriStatus};
 use crate::state_thread::{
     Command, ContainerAnswer, ContainerCommand, Late, ListedContainer, NewContainer, Reply,
     StateThread,
@@ -364,6 +364,9 @@ impl Face {
         pod: PodSandbox,
         container: Container,
     ) -> HandlerResult<Vec<ContainerUpdate>> {
+        // A note of the last Synchronize about it no longer holds, whatever
+        // the release says (it no longer runs in the shared pool).
+        self.status.forget_container(&container.id);
         let answer = self
             .ask(ContainerCommand::Stop {
                 id: container.id.clone(),
@@ -411,6 +414,7 @@ impl Face {
     /// RemoveContainer: release what is still held (a container removed
     /// without a stop); the follower gives the CPUs back.
     pub async fn remove(&self, container: Container) {
+        self.status.forget_container(&container.id);
         self.forget(ContainerCommand::Remove {
             id: container.id.clone(),
         })
@@ -419,6 +423,7 @@ impl Face {
 
     /// RemovePodSandbox: release every container of the pod still held.
     pub async fn remove_pod(&self, pod: PodSandbox) {
+        self.status.forget_sandbox(&pod.id);
         self.forget(ContainerCommand::RemoveSandbox {
             sandbox: pod.id.clone(),
         })
@@ -458,6 +463,7 @@ impl Face {
         self.check_kubelet_files();
         let mut notes = Vec::new();
         let mut names = BTreeMap::new();
+        let mut sandboxes = BTreeMap::new();
         let mut listed = Vec::new();
         for c in &live {
             let Some(pod) = pods.get(c.pod_sandbox_id.as_str()) else {
@@ -477,14 +483,19 @@ impl Face {
                 }
                 Err(e) => {
                     warn!(container = %name, error = %e, "cannot read a container the runtime has");
-                    notes.push(format!(
-                        "nri: container {name} ({}) cannot be read: {e}; it is left alone",
-                        c.id
-                    ));
+                    notes.push(ContainerNote {
+                        id: c.id.clone(),
+                        sandbox: c.pod_sandbox_id.clone(),
+                        text: format!(
+                            "nri: container {name} ({}) cannot be read: {e}; it is left alone",
+                            c.id
+                        ),
+                    });
                     None
                 }
             };
             names.insert(c.id.clone(), name);
+            sandboxes.insert(c.id.clone(), c.pod_sandbox_id.clone());
             listed.push(ListedContainer {
                 id: c.id.clone(),
                 follow: followed(pod, c),
@@ -505,6 +516,11 @@ impl Face {
         }
         for (id, outcome) in &answer.admitted {
             let name = names.get(id).map_or(id.as_str(), String::as_str);
+            let note = |text: String| ContainerNote {
+                id: id.clone(),
+                sandbox: sandboxes.get(id).cloned().unwrap_or_default(),
+                text,
+            };
             match outcome {
                 Ok(r) if r.admitted => {
                     info!(container = %name, id, "container created while topomgr was away admitted");
@@ -512,11 +528,11 @@ impl Face {
                 Ok(r) => {
                     let why = refusal(r);
                     warn!(container = %name, id, error = %why, "a container created while topomgr was away cannot be admitted; it runs in the shared pool");
-                    notes.push(format!("nri: container {name} ({id}) was created while topomgr was not connected and cannot be admitted ({why}); it runs in the shared pool"));
+                    notes.push(note(format!("nri: container {name} ({id}) was created while topomgr was not connected and cannot be admitted ({why}); it runs in the shared pool")));
                 }
                 Err(e) => {
                     warn!(container = %name, id, error = %e, "cannot admit a container created while topomgr was away; it runs in the shared pool");
-                    notes.push(format!("nri: container {name} ({id}) was created while topomgr was not connected and could not be admitted ({e}); it runs in the shared pool"));
+                    notes.push(note(format!("nri: container {name} ({id}) was created while topomgr was not connected and could not be admitted ({e}); it runs in the shared pool")));
                 }
             }
         }

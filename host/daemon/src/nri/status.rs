@@ -25,13 +25,27 @@ pub(crate) enum Condition {
     CriRoute,
 }
 
+/// A health note about one container the last Synchronize listed (one it
+/// could not read or admit): shown until the container stops or is
+/// removed, or its pod sandbox is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ContainerNote {
+    /// The container's id.
+    pub id: String,
+    /// Its pod sandbox's id.
+    pub sandbox: String,
+    /// The note.
+    pub text: String,
+}
+
 /// The NRI plugin's state as the health endpoint shows it; shared by the
 /// plugin (which updates it) and the HTTP server (which reads it).
 #[derive(Debug)]
 pub struct NriStatus {
     health: Mutex<NriHealth>,
-    /// Containers the last Synchronize could not admit (health notes).
-    notes: Mutex<Vec<String>>,
+    /// Containers the last Synchronize could not read or admit, still
+    /// there (health notes).
+    notes: Mutex<Vec<ContainerNote>>,
     /// Registered, no Synchronize yet after this long (a health note).
     awaiting_synchronize: Mutex<Option<std::time::Duration>>,
     /// The last cpusets repaired (health notes).
@@ -119,7 +133,7 @@ impl NriStatus {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .iter()
-                .cloned(),
+                .map(|n| n.text.clone()),
         );
         notes.extend(
             self.repairs
@@ -205,9 +219,27 @@ impl NriStatus {
         r.drain(..extra);
     }
 
-    /// The containers the last Synchronize could not admit.
-    pub(crate) fn set_notes(&self, notes: Vec<String>) {
+    /// The containers the last Synchronize could not read or admit.
+    pub(crate) fn set_notes(&self, notes: Vec<ContainerNote>) {
         *self.notes.lock().unwrap_or_else(|p| p.into_inner()) = notes;
+    }
+
+    /// Container `id` stopped or was removed: its note, if any, no longer
+    /// holds.
+    pub(crate) fn forget_container(&self, id: &str) {
+        self.notes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|n| n.id != id);
+    }
+
+    /// Pod sandbox `sandbox` was removed: the notes of its containers no
+    /// longer hold.
+    pub(crate) fn forget_sandbox(&self, sandbox: &str) {
+        self.notes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|n| n.sandbox != sandbox);
     }
 }
 
@@ -234,7 +266,20 @@ mod tests {
         assert!(h.error.is_none() && h.since.is_some());
         assert!(s.notes().is_empty());
         assert!(metrics.render().contains("topomgr_nri_connected 1"));
-        s.set_notes(vec!["container x".into()]);
+        s.set_notes(vec![
+            ContainerNote {
+                id: "x".into(),
+                sandbox: "s1".into(),
+                text: "container x".into(),
+            },
+            ContainerNote {
+                id: "y".into(),
+                sandbox: "s2".into(),
+                text: "container y".into(),
+            },
+        ]);
+        assert_eq!(s.notes(), ["container x", "container y"]);
+        s.forget_container("y");
         assert_eq!(s.notes(), ["container x"]);
         // A Synchronize the runtime holds is a note until it comes.
         s.awaiting_synchronize(Some(std::time::Duration::from_secs(15)));
@@ -251,6 +296,11 @@ mod tests {
         assert!(!s.health().connected);
         assert!(metrics.render().contains("topomgr_nri_connected 0"));
         assert_eq!(s.notes().len(), 2);
+        // Notes about containers go with their sandbox.
+        s.forget_sandbox("s2");
+        assert_eq!(s.notes().len(), 2);
+        s.forget_sandbox("s1");
+        assert_eq!(s.notes().len(), 1, "{:?}", s.notes());
         let off = NriStatus::disabled().health();
         assert_eq!(off, NriHealth::disabled());
     }

@@ -413,6 +413,64 @@ async fn sandboxes_pinned_and_opted_out_containers_are_left_alone() {
     );
 }
 
+/// The notes about containers created while topomgr was away that it
+/// could not admit (they run in the shared pool): each goes when its
+/// container stops or is removed, or its sandbox is, not at the next
+/// Synchronize (issue 37, item 9).
+#[tokio::test]
+async fn notes_about_containers_created_while_away_go_with_the_containers() {
+    let w = world("away-notes");
+    let f = &w.face;
+    let g = pod("1", "g");
+    let h = pod("2", "g");
+    // Four CPUs each, three to give: none can be admitted.
+    let listed = vec![
+        container("huge-a", &g, 4000, 4000),
+        container("huge-b", &g, 4000, 4000),
+        container("huge-c", &g, 4000, 4000),
+        container("huge-d", &h, 4000, 4000),
+    ];
+    f.synchronize(vec![g.clone(), h.clone()], listed.clone())
+        .await
+        .unwrap();
+    let away = |f: &Face| -> Vec<String> {
+        f.status()
+            .notes()
+            .into_iter()
+            .filter(|n| n.contains("was created while topomgr was not connected"))
+            .map(|n| n.split_whitespace().nth(2).unwrap_or_default().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        away(f),
+        [
+            "team-a/pod-1/ctr-huge-a",
+            "team-a/pod-1/ctr-huge-b",
+            "team-a/pod-1/ctr-huge-c",
+            "team-a/pod-2/ctr-huge-d"
+        ]
+    );
+    f.remove(listed[0].clone()).await;
+    assert_eq!(
+        away(f),
+        [
+            "team-a/pod-1/ctr-huge-b",
+            "team-a/pod-1/ctr-huge-c",
+            "team-a/pod-2/ctr-huge-d"
+        ]
+    );
+    f.stop(g.clone(), listed[1].clone()).await.unwrap();
+    assert_eq!(
+        away(f),
+        ["team-a/pod-1/ctr-huge-c", "team-a/pod-2/ctr-huge-d"]
+    );
+    f.remove_pod(h.clone()).await;
+    assert_eq!(away(f), ["team-a/pod-1/ctr-huge-c"]);
+    f.remove_pod(g.clone()).await;
+    assert!(away(f).is_empty(), "{:?}", f.status().notes());
+    w.check();
+}
+
 /// What the runtime lists at a (re)connection is the truth: pods of
 /// containers it no longer has are released, containers topomgr never saw
 /// are admitted (or followed in the shared pool when they cannot be),
