@@ -143,10 +143,15 @@ pub(crate) enum ContainerCommand {
         started: Option<Option<Box<(PodView, OwnerSpec, AssignedDevicesRequest)>>>,
     },
     /// UpdateContainer: the container keeps its cpuset; answer it and the
-    /// others whose cpuset differs.
+    /// others whose cpuset differs. A resize (`resized`: the container's
+    /// one-container pod with the update's resources) that topomgr would
+    /// have to re-allocate for is refused ([`resize_refusal`]).
     Update {
         /// The container id.
         id: String,
+        /// Its pod as the update would make it (`None`: the update carries
+        /// no resources, or they do not map).
+        resized: Option<Box<PodView>>,
     },
     /// StopContainer: release the container and stop following it; answer
     /// the others' cpusets (the CPUs it gave back).
@@ -267,6 +272,8 @@ pub(crate) struct ContainerAnswer {
     pub pinned: Option<Vec<String>>,
     /// Create, Update: the container's cpuset (marked told).
     pub cpuset: Option<Cpuset>,
+    /// Update: why the resize it asks is refused (nothing changed).
+    pub refusal: Option<String>,
     /// The other containers whose cpuset changes (marked told).
     pub updates: Vec<CpusetUpdate>,
     /// Create: stale instances released; Stop, Remove, RemoveSandbox: the
@@ -289,6 +296,78 @@ pub(crate) struct ContainerAnswer {
     pub book: Vec<(String, FollowedContainer, bool)>,
     /// What is left to do after the commit.
     finish: Finish,
+}
+
+/// Why topomgr refuses to resize the container of `held` (its admitted
+/// one-container pod) to `new` (the same pod with the update's
+/// resources), or `None` when the resize needs nothing of topomgr.
+///
+/// topomgr does not re-allocate a running container yet: a resize that
+/// changes its CPU or memory requests while it holds exclusive CPUs or
+/// NUMA-pinned memory, or that would make a shared container eligible for
+/// exclusive CPUs (fractional to whole CPUs of a Guaranteed pod), fails
+/// the update, so the kubelet reports the resize as not done instead of
+/// done with the old placement. Other resizes (a Burstable container's
+/// CPU request) need no re-allocation.
+fn resize_refusal(held: &AdmitResult, new: &PodView) -> Option<String> {
+    let old_pod = &held.pod;
+    let (old, now) = (old_pod.containers.first()?, new.containers.first()?);
+    let keys = |c: &topomgr_sdk::ContainerView| {
+        let mut k: Vec<(String, u64, u64)> = c
+            .requests
+            .keys()
+            .chain(c.limits.keys())
+            .filter(|n| *n == "cpu" || *n == "memory" || n.starts_with("hugepages-"))
+            .map(|n| {
+                (
+                    n.clone(),
+                    c.request(n),
+                    c.limits.get(n).copied().unwrap_or(0),
+                )
+            })
+            .collect();
+        k.sort();
+        k.dedup();
+        k
+    };
+    if keys(old) == keys(now) {
+        return None;
+    }
+    let allocation = &held.containers.first()?.allocation;
+    let cpu = |c: &topomgr_sdk::ContainerView| c.request("cpu");
+    let why = if !topomgr_cgroup::pool::is_shared(allocation) {
+        format!(
+            "it holds exclusive CPUs {} for a request of {} millicores",
+            allocation.cpus,
+            cpu(old)
+        )
+    } else if !allocation.mems.is_empty() && {
+        let memory = |c| -> Vec<(String, u64, u64)> {
+            keys(c).into_iter().filter(|k| k.0 != "cpu").collect()
+        };
+        memory(old) != memory(now)
+    } {
+        format!("its memory is pinned to NUMA nodes {}", allocation.mems)
+    } else if new.qos == topomgr_sdk::QosClass::Guaranteed
+        && cpu(now) > 0
+        && cpu(now) % 1000 == 0
+        && cpu(old) % 1000 != 0
+    {
+        "a Guaranteed container with whole CPUs would get exclusive CPUs".to_owned()
+    } else {
+        return None;
+    };
+    let memory = |c: &topomgr_sdk::ContainerView| c.limits.get("memory").copied().unwrap_or(0);
+    Some(format!(
+        "topomgr: ResizeNotSupported: container {:?} of pod {}/{} cannot be resized in place (CPU request {} to {} millicores, memory limit {} to {} bytes): {why}, and topomgr does not re-allocate a running container yet; it keeps what it has (recreate the pod to change it)",
+        old.name,
+        old_pod.namespace,
+        old_pod.name,
+        cpu(old),
+        cpu(now),
+        memory(old),
+        memory(now)
+    ))
 }
 
 /// Whether `deadline` has passed.
@@ -1246,7 +1325,16 @@ impl Worker {
                     self.node.followed_mut().1.runtime_has(&id, Some(now));
                 }
             }
-            ContainerCommand::Update { id } => answer.finish = Finish::Update(id),
+            ContainerCommand::Update { id, resized } => {
+                let refusal = resized.and_then(|new| {
+                    let held = self.node.pods().get(&id)?;
+                    resize_refusal(held, &new)
+                });
+                match refusal {
+                    Some(r) => answer.refusal = Some(r),
+                    None => answer.finish = Finish::Update(id),
+                }
+            }
             ContainerCommand::Stop { id } => {
                 let (was, released) = self.forget_container(&id);
                 changed = released;

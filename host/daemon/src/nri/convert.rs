@@ -88,6 +88,39 @@ pub(crate) fn map(
     })
 }
 
+/// `container` as an update with `update` would leave it: each CPU and
+/// memory value the update sets (non-zero, as the runtime applies them:
+/// containerd and CRI-O leave a zero field of an update as it is) and its
+/// hugepage limits replace the container's.
+pub(crate) fn overlay_resources(container: &mut api::Container, update: &api::LinuxResources) {
+    let r = container
+        .linux
+        .get_or_insert_with(Default::default)
+        .resources
+        .get_or_insert_with(Default::default);
+    if let Some(u) = &update.cpu {
+        let cpu = r.cpu.get_or_insert_with(Default::default);
+        if u.shares.as_ref().is_some_and(|v| v.value != 0) {
+            cpu.shares.clone_from(&u.shares);
+        }
+        if u.quota.as_ref().is_some_and(|v| v.value != 0) {
+            cpu.quota.clone_from(&u.quota);
+        }
+        if u.period.as_ref().is_some_and(|v| v.value != 0) {
+            cpu.period.clone_from(&u.period);
+        }
+    }
+    if let Some(u) = &update.memory {
+        let memory = r.memory.get_or_insert_with(Default::default);
+        if u.limit.as_ref().is_some_and(|v| v.value != 0) {
+            memory.limit.clone_from(&u.limit);
+        }
+    }
+    if !update.hugepage_limits.is_empty() {
+        r.hugepage_limits.clone_from(&update.hugepage_limits);
+    }
+}
+
 /// The devices a container's environment names, as the named call asks
 /// providers about them.
 pub(crate) fn assigned(devices: &[topomgr_runtime::AssignedDevices]) -> AssignedDevicesRequest {

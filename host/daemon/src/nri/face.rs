@@ -381,17 +381,30 @@ impl Face {
         Ok(nri_updates(&answer.updates, true))
     }
 
-    /// UpdateContainer (the kubelet's resource update): the container keeps
-    /// its cpuset whatever the update asks (the answer's update of the
-    /// container itself is merged into the request).
+    /// UpdateContainer (the kubelet's resource update, or topomgr's own
+    /// cpuset sent through CRI): the container keeps its cpuset whatever
+    /// the update asks (the answer's update of the container itself is
+    /// merged into the request); a resize topomgr would have to
+    /// re-allocate for fails with its reason (see the state thread's
+    /// `resize_refusal`).
     pub async fn update(
         &self,
         pod: PodSandbox,
         container: Container,
+        resources: Option<LinuxResources>,
     ) -> HandlerResult<UpdateContainerResponse> {
+        let resized = resources.and_then(|r| {
+            let mut next = container.clone();
+            convert::overlay_resources(&mut next, &r);
+            match convert::map(&pod, &next) {
+                Ok(Mapping::Admit(a)) => Some(Box::new(a.pod.view)),
+                _ => None,
+            }
+        });
         let answer = self
             .ask(ContainerCommand::Update {
                 id: container.id.clone(),
+                resized,
             })
             .await
             .map_err(|e| {
@@ -400,6 +413,10 @@ impl Face {
                     who(&pod, &container)
                 ))
             })?;
+        if let Some(why) = answer.refusal {
+            warn!(container = %who(&pod, &container), "{why}");
+            return Err(PluginError::new(why));
+        }
         let Some(set) = answer.cpuset else {
             return Ok(UpdateContainerResponse::default());
         };
@@ -739,9 +756,9 @@ impl Plugin for Face {
         &self,
         pod: PodSandbox,
         container: Container,
-        _resources: Option<LinuxResources>,
+        resources: Option<LinuxResources>,
     ) -> HandlerResult<UpdateContainerResponse> {
-        self.update(pod, container).await
+        self.update(pod, container, resources).await
     }
 
     async fn stop_container(

@@ -334,7 +334,7 @@ async fn guaranteed_burstable_refused_and_stopped_containers() {
 
     // The kubelet's resource update keeps g1's cpuset.
     let up = f
-        .update(g.clone(), container("g1", &g, 1000, 1000))
+        .update(g.clone(), container("g1", &g, 1000, 1000), None)
         .await
         .unwrap();
     assert_eq!(updates(&up.update), [("g1".to_owned(), "1".to_owned())]);
@@ -1335,4 +1335,97 @@ async fn a_running_retry_takes_the_cpus_of_an_instance_that_never_started() {
         assert_eq!(pods, ["big", "fresh"], "at_start {at_start}");
         w.check();
     }
+}
+
+/// The runtime's resources as an update of `cpu_m` millicores requested
+/// and `limit_m` as the limit (as the kubelet sends a resize).
+fn resize_to(cpu_m: u64, limit_m: i64) -> LinuxResources {
+    container("x", &pod("9", "g"), cpu_m, limit_m)
+        .linux
+        .unwrap()
+        .resources
+        .unwrap()
+}
+
+/// A resize topomgr would have to re-allocate for fails with its reason
+/// (the kubelet then reports it not done) and changes nothing; an update
+/// that only sets a cpuset (topomgr's own, through CRI) or a Burstable
+/// container's resize goes through.
+#[tokio::test]
+async fn a_resize_of_exclusive_cpus_is_refused_and_changes_nothing() {
+    let w = world("resize");
+    let f = &w.face;
+    let g = pod("1", "g");
+    let b = pod("2", "b");
+    f.create(g.clone(), container("g1", &g, 1000, 1000))
+        .await
+        .unwrap();
+    f.create(b.clone(), container("b1", &b, 100, 0))
+        .await
+        .unwrap();
+    let before: Vec<String> = w.state.read(|v| v.pods.keys().cloned().collect());
+
+    let err = f
+        .update(
+            g.clone(),
+            container("g1", &g, 1000, 1000),
+            Some(resize_to(2000, 2000)),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "topomgr: ResizeNotSupported: container \"ctr-g1\" of pod team-a/pod-1 cannot be resized in place \
+         (CPU request 1000 to 2000 millicores, memory limit 0 to 0 bytes): it holds exclusive CPUs 1 for a \
+         request of 1000 millicores, and topomgr does not re-allocate a running container yet; it keeps what \
+         it has (recreate the pod to change it)"
+    );
+    // Fractional to whole CPUs of a Guaranteed pod: it would need exclusive CPUs.
+    let h = pod("3", "g");
+    f.create(h.clone(), container("h1", &h, 500, 500))
+        .await
+        .unwrap();
+    let err = f
+        .update(
+            h.clone(),
+            container("h1", &h, 500, 500),
+            Some(resize_to(1000, 1000)),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("a Guaranteed container with whole CPUs would get exclusive CPUs"),
+        "{err}"
+    );
+
+    // topomgr's own cpuset update: every other field zero.
+    let mut only_cpuset = LinuxResources::cpuset("2-3", "0");
+    if let Some(c) = only_cpuset.cpu.as_mut() {
+        c.shares = Some(OptionalUInt64 { value: 0 });
+        c.quota = Some(OptionalInt64 { value: 0 });
+    }
+    let ok = f
+        .update(
+            g.clone(),
+            container("g1", &g, 1000, 1000),
+            Some(only_cpuset),
+        )
+        .await
+        .unwrap();
+    assert_eq!(updates(&ok.update)[0], ("g1".to_owned(), "1".to_owned()));
+    // A Burstable container's resize needs nothing of topomgr.
+    let ok = f
+        .update(
+            b.clone(),
+            container("b1", &b, 100, 0),
+            Some(resize_to(300, 0)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(updates(&ok.update)[0].0, "b1");
+    let mut after: Vec<String> = w.state.read(|v| v.pods.keys().cloned().collect());
+    after.retain(|p| p != "h1");
+    assert_eq!(before, after);
+    w.check();
 }
