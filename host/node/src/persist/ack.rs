@@ -145,8 +145,10 @@ pub fn acknowledged(bytes: &[u8], generation: u64) -> Result<Acked, String> {
         return Err(format!("neither slot reads (slot 0: {a}; slot 1: {b})"));
     }
     for ack in slots.iter().flatten() {
-        let newer =
-            ack.generation > generation + 1 || (ack.generation == generation + 1 && ack.seq > 0);
+        let newer = match generation.checked_add(1) {
+            Some(next) => ack.generation > next || (ack.generation == next && ack.seq > 0),
+            None => false,
+        };
         if newer {
             return Err(format!(
                 "it acknowledges record {} of snapshot generation {}, but the snapshot is generation {generation}: the snapshot is older than what was acknowledged",
@@ -335,6 +337,8 @@ mod tests {
             "it holds no acknowledgement of snapshot generation 1 (only of generation 0 and 0)"
         );
         assert_ne!(old, fs::read(&path).unwrap());
+        // A crafted generation does not overflow.
+        assert!(acknowledged(&fs::read(&path).unwrap(), u64::MAX).is_err());
         fs::remove_dir_all(dir).unwrap();
     }
 }
