@@ -173,8 +173,11 @@ pub fn check(dir: &Path) -> Result<Check, StateError> {
         });
     }
     let snapshot_bytes = read_optional(&dir.join(STATE_FILE))?;
-    let journal_bytes = read_optional(&dir.join(JOURNAL_FILE))?;
+    // The acknowledgements before the journal: an append of a running
+    // daemon in between then leaves the journal longer than they say, never
+    // shorter.
     let ack_bytes = read_optional(&dir.join(ACK_FILE))?;
+    let journal_bytes = read_optional(&dir.join(JOURNAL_FILE))?;
     let acks = ack_bytes.as_deref().map(describe_acks);
     let snapshot = match &snapshot_bytes {
         None => SnapshotFound::Absent,
