@@ -62,6 +62,7 @@ pub fn start_daemon(tag: &str, state_root: &Path, plugin: &Path) -> PathBuf {
         state_dir,
         cgroup_root: dir.join("cgroup"),
         lift_cpu_quota: true,
+        limits: cfg.limits.limits(),
         machine,
         policy: parts.policy,
         scope: parts.scope,

@@ -85,6 +85,8 @@ pub struct Daemon {
     /// `disable_cpu_quota_with_exclusive_cpus`): at `attach`, and in the NRI
     /// adjustment.
     pub lift_cpu_quota: bool,
+    /// How many pods and containers may be held (config `[limits]`).
+    pub limits: topomgr_node::state::limits::Limits,
     /// The discovered machine.
     pub machine: Machine,
     /// The Topology Manager policy.
@@ -238,6 +240,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
         state_dir: d.state_dir.clone(),
         cgroup_root: d.cgroup_root,
         lift_cpu_quota: d.lift_cpu_quota,
+        limits: d.limits,
         boot_id: topomgr_node::fsutil::boot_id(),
         export: d.export,
     };

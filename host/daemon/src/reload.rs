@@ -66,6 +66,7 @@ fn prepare(
         machine,
         policy,
         scope,
+        limits: cfg.limits.limits(),
         providers,
     })
 }

@@ -405,6 +405,8 @@ pub(crate) struct Prepared {
     pub policy: topomgr_engine::policy::Policy,
     /// The scope.
     pub scope: topomgr_engine::policy::Scope,
+    /// The config's `[limits]`.
+    pub limits: topomgr_node::state::limits::Limits,
     /// Every enabled provider built anew, or why it could not be.
     pub providers: Vec<(
         String,
@@ -539,6 +541,8 @@ pub(crate) struct StateThreadSettings {
     pub boot_id: String,
     /// The NodeResourceTopology export.
     pub export: topomgr_node::nrt::ExportSettings,
+    /// How many pods and containers may be held (config `[limits]`).
+    pub limits: topomgr_node::state::limits::Limits,
 }
 
 type Job = (Command, oneshot::Sender<Result<Reply, CommandError>>);
@@ -648,7 +652,8 @@ impl StateThread {
             &settings.cgroup_root,
             &settings.boot_id,
         )
-        .with_cpu_quota_lift(settings.lift_cpu_quota);
+        .with_cpu_quota_lift(settings.lift_cpu_quota)
+        .with_limits(settings.limits);
         let (store, restored) = Store::open(&settings.state_dir, &mut node, &settings.boot_id)?;
         let mut notes = notes_of(&restored, &settings.boot_id);
         if restored.found {
@@ -820,6 +825,7 @@ impl Worker {
             p.providers,
         ) {
             Ok(r) => {
+                self.node.set_limits(p.limits);
                 // Everything that shows the machine follows it: the
                 // per-NUMA-node metric series here, the readers' view (and
                 // so the NRI face's memory nodes) at `rebuild_view` below.

@@ -79,6 +79,7 @@ pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
         state_dir: cfg.state_dir.clone(),
         cgroup_root: cfg.cgroup_root.clone(),
         lift_cpu_quota: cfg.disable_cpu_quota_with_exclusive_cpus,
+        limits: cfg.limits.limits(),
         machine,
         policy: parts.policy,
         scope: parts.scope,

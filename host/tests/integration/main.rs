@@ -39,4 +39,5 @@ mod service_units;
 mod sriov;
 mod state;
 mod state_fixture;
+mod state_limits;
 mod validation;

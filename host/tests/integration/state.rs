@@ -190,3 +190,77 @@ fn a_damaged_journal_is_refused_everywhere_and_recover_keeps_what_is_intact() {
     assert_eq!(taken.len(), 8);
     d.stop();
 }
+
+/// Issue 37 item 6: an acknowledged release whose record was zeroed, and a
+/// deleted journal, used to be accepted (the release came back, the
+/// admissions vanished) with a WARN at most; now the daemon refuses to
+/// start naming the file, the offset, the record and `state recover`,
+/// `state check` exits 1, and the untouched directory starts as it was.
+#[test]
+fn acknowledged_records_zeroed_or_a_deleted_journal_are_refused_not_dropped() {
+    let dir = common::widgets_config("state-acked");
+    let config = dir.join("topomgr.toml");
+    let socket = dir.join("t.sock");
+    let state = dir.join("state");
+    let s = state.to_str().unwrap();
+    let d = Daemon::start(&config, &socket);
+    let mut c = d.client();
+    for uid in ["p0", "p1", "p2"] {
+        assert_eq!(c.admit(&pod(uid)).unwrap().status, 200);
+    }
+    assert_eq!(c.release("p1").unwrap().status, 200);
+    d.stop();
+
+    let path = state.join(journal::JOURNAL_FILE);
+    let good = fs::read(&path).unwrap();
+    let records = journal::parse(&path, &good).unwrap().records;
+    let last = records.last().unwrap().clone();
+    // The acknowledged release's record written as zeros.
+    let mut zeroed = good.clone();
+    zeroed[last.offset as usize..].fill(0);
+    fs::write(&path, &zeroed).unwrap();
+    let err = serve_refused(&config, &socket);
+    assert!(
+        err.contains(&format!(
+            "{}: record {} at byte {} is cut short or zeroed ({} bytes to the end of the file), but state.ack records that records 1-{} of generation ",
+            path.display(),
+            last.seq,
+            last.offset,
+            good.len() as u64 - last.offset,
+            last.seq
+        )) && err.contains(&format!("it is not a torn write. Nothing was changed; `topomgr state check --state-dir {s}` shows what the directory holds, and `topomgr state recover --state-dir {s}` keeps the snapshot")),
+        "{err}"
+    );
+    assert_eq!(fs::read(&path).unwrap(), zeroed, "nothing was changed");
+    let (code, out, _) = common::topomgr(&dir, &["state", "check", "--state-dir", s]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        out.contains(&format!(
+            "acknowledgements state.ack: generation 1, records 1-{} acknowledged (to byte {})",
+            last.seq,
+            good.len()
+        )),
+        "{out}"
+    );
+
+    // The journal deleted.
+    fs::remove_file(&path).unwrap();
+    let err = serve_refused(&config, &socket);
+    assert!(
+        err.contains(&format!(
+            "{}: the journal is missing, but state.ack records that records 1-{} of generation 1 were acknowledged",
+            path.display(),
+            last.seq
+        )),
+        "{err}"
+    );
+
+    // Untouched, it starts with the release kept.
+    fs::write(&path, &good).unwrap();
+    let d = Daemon::start(&config, &socket);
+    let mut c = d.client();
+    let listed: PodList = c.get("/v1/pods").unwrap().parse().unwrap();
+    let kept: Vec<&str> = listed.pods.iter().map(|p| p.uid.as_str()).collect();
+    assert_eq!(kept, ["p0", "p2"]);
+    d.stop();
+}

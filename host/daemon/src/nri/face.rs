@@ -116,6 +116,7 @@ impl Face {
             state_dir: state_dir.to_path_buf(),
             cgroup_root: cgroup_root.to_path_buf(),
             lift_cpu_quota: true,
+            limits: Default::default(),
             boot_id: topomgr_node::fsutil::boot_id(),
             export: Default::default(),
         };

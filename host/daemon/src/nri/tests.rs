@@ -138,6 +138,7 @@ fn world(tag: &str) -> World {
         state_dir: dir.join("state"),
         cgroup_root: dir.join("cgroup"),
         lift_cpu_quota: true,
+        limits: Default::default(),
         boot_id: "boot".into(),
         export: Default::default(),
     };
@@ -583,6 +584,7 @@ async fn the_face_follows_a_reload_onto_a_changed_machine() {
         machine,
         policy: Policy::new("single-numa-node", &BTreeMap::new(), numa).unwrap(),
         scope: Scope::Container,
+        limits: Default::default(),
         providers: vec![(
             "cpu".to_owned(),
             Ok(LoadedProvider::in_process("cpu", cpu_provider(&w.held))),

@@ -52,6 +52,11 @@
 //!    the frame's end; and a frame whose every byte is there has a block of
 //!    zeros in its payload (else its checksum would hold).
 //!
+//! The journal alone cannot tell such a tail from an acknowledged record that
+//! was later zeroed or cut: the store checks what is read here against how
+//! far the journal was acknowledged (`crate::persist::ack`), and refuses a
+//! "torn" record that was acknowledged.
+//!
 //! Only such a tail is cut off (it was never acknowledged). Anything else is
 //! damage to a complete record, and the journal is refused ([`End::Damaged`]):
 //! no single changed byte of a complete journal can look torn. A changed
@@ -235,7 +240,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// The first [`CHECK`] hex digits of the SHA-256 of `bytes`.
-fn check_of(bytes: &[u8]) -> String {
+pub(crate) fn check_of(bytes: &[u8]) -> String {
     let mut s = hex(&Sha256::digest(bytes)[..CHECK / 2]);
     s.truncate(CHECK);
     s
@@ -309,6 +314,13 @@ fn entry_at(bytes: &[u8], at: usize) -> Option<Entry> {
 /// Bytes of the frame of an entry.
 fn frame_len(e: &Entry) -> usize {
     HEADER + e.payload.len() + 1
+}
+
+impl Entry {
+    /// The byte after its frame.
+    pub fn end(&self) -> u64 {
+        self.offset + frame_len(self) as u64
+    }
 }
 
 /// Every intact record that starts after `from`, in order.
@@ -682,6 +694,20 @@ impl Journal {
                 })
             }
         }
+    }
+
+    /// Cut the journal back to `len` bytes (an append whose
+    /// acknowledgement could not be written), synced.
+    pub(crate) fn cut_back(&mut self, len: u64) -> Result<(), JournalError> {
+        self.file
+            .set_len(len)
+            .and_then(|()| self.file.sync_all())
+            .map_err(|cause| JournalError::Io {
+                path: self.path.clone(),
+                cause,
+            })?;
+        self.len = len;
+        Ok(())
     }
 
     /// Bytes in the journal (header and records).

@@ -1,7 +1,7 @@
 //! Persistence: the state directory and the formats of its files.
 //!
 //! Owns the snapshot ([`snapshot`]) and the journal ([`journal`]) with
-//! their envelopes, the store that pairs them ([`store`]), the node state
+//! their envelopes, how far the journal was acknowledged ([`ack`]), the store that pairs them ([`store`]), the node state
 //! as a snapshot body and its restore ([`image`]), the one-shot commands'
 //! use of a state directory ([`state_dir`]), the operator's `state check`
 //! and `state recover` ([`state_repair`]) and the record schema below.
@@ -25,12 +25,14 @@
 //!
 //! | schema | written in | read in |
 //! |---|---|---|
-//! | `v1` | state version 3, journal version 2 | state versions 1-3, journal versions 1-2 |
+//! | `v1` | state version 4, journal version 2 | state versions 1-4, journal versions 1-2 |
 //!
 //! Golden fixtures pin both directions: `tests/fixtures/state/v3` (written by
-//! main at 0af6219) opens with today's code, and the bytes written for a
-//! fixed state are compared with a committed file (`tests` below).
+//! main at 0af6219) and `v4` (with its acknowledgements, [`ack`]) open with
+//! today's code, and the bytes written for a fixed state are compared with a
+//! committed file (`tests` below).
 
+pub mod ack;
 pub mod image;
 pub mod journal;
 pub mod snapshot;

@@ -20,7 +20,7 @@
 //! CPU twice). The file is a versioned envelope:
 //!
 //! ```text
-//! {"format":"topomgr-state","version":3,"boot_id":"…","sha256":"<hex>","length":N}\n
+//! {"format":"topomgr-state","version":4,"boot_id":"…","sha256":"<hex>","length":N}\n
 //! <N bytes of body: {"pods": {uid: admitted pod}, "providers": {name: "<hex of checkpoint bytes>"},
 //!                    "attachments": {uid: {container: cgroup path}},
 //!                    "owners": {uid: {"kind": "process"|"container", ...}},
@@ -30,6 +30,12 @@
 //!
 //! The body is the record schema's `StateBody` (`crate::persist::v1`),
 //! never an engine or API type.
+//!
+//! Version 4 is version 3 whose directory keeps the acknowledgements of its
+//! journal (`crate::persist::ack`): the store checks the journal against
+//! them, and a journal they name must be there. Version 3 directories (no
+//! acknowledgements) are read as before and never appended to: the next
+//! change writes a version 4 snapshot.
 //!
 //! Version 1 files (without `owners`, `pending_releases`, `generation`) are
 //! read too, and so are owners saved without `kind` (process owners,
@@ -159,8 +165,11 @@ pub(crate) const STATE_FILE: &str = "state.ckpt";
 /// The `format` field of the state envelope.
 pub(crate) const STATE_FORMAT: &str = "topomgr-state";
 /// The envelope version this build writes (3: the checksum covers the boot
-/// id too).
-pub(crate) const STATE_VERSION: u32 = 3;
+/// id too; 4: the directory keeps `crate::persist::ack::ACK_FILE`, how far
+/// its journal was acknowledged, and a journal it names must be there).
+pub(crate) const STATE_VERSION: u32 = 4;
+/// The first envelope version whose directory keeps the acknowledgements.
+pub(crate) const ACKED_STATE_VERSION: u32 = 4;
 /// The oldest envelope version this build reads.
 pub(crate) const OLDEST_STATE_VERSION: u32 = 1;
 
@@ -250,15 +259,24 @@ pub(crate) fn provider_error(name: &str, e: &ProviderError, path: PathBuf) -> St
 /// The envelope: a header line (format, version, boot id, SHA-256, length)
 /// and the JSON body.
 pub(crate) fn encode(body: &Body, boot_id: &str) -> Result<Vec<u8>, StateError> {
+    encode_version(STATE_VERSION, body, boot_id)
+}
+
+/// The envelope of `version` (3 or later: an older one's checksum differs).
+pub(crate) fn encode_version(
+    version: u32,
+    body: &Body,
+    boot_id: &str,
+) -> Result<Vec<u8>, StateError> {
     let body = crate::persist::body_to_json(body).map_err(|e| StateError::Corrupt {
         path: PathBuf::from(STATE_FILE),
         reason: format!("cannot serialize the state: {e}"),
     })?;
     let header = Header {
         format: STATE_FORMAT.to_owned(),
-        version: STATE_VERSION,
+        version,
         boot_id: boot_id.to_owned(),
-        sha256: checksum(STATE_VERSION, boot_id, &body),
+        sha256: checksum(version, boot_id, &body),
         length: body.len() as u64,
     };
     let mut out = serde_json::to_vec(&header).map_err(|e| StateError::Corrupt {
@@ -287,6 +305,15 @@ pub(crate) fn read_snapshot(path: &Path) -> Result<Option<(String, Body, u64)>, 
 pub(crate) fn decode_snapshot(path: &Path, bytes: &[u8]) -> Result<(String, Body), StateError> {
     let (header, body) = decode(path, bytes)?;
     Ok((header.boot_id, body))
+}
+
+/// [`decode_snapshot`], with the envelope's version.
+pub(crate) fn decode_versioned(
+    path: &Path,
+    bytes: &[u8],
+) -> Result<(u32, String, Body), StateError> {
+    let (header, body) = decode(path, bytes)?;
+    Ok((header.version, header.boot_id, body))
 }
 
 /// The bytes of `path`; `None` when it is absent.
@@ -437,12 +464,12 @@ mod tests {
         let newer =
             String::from_utf8(good.clone())
                 .unwrap()
-                .replacen("\"version\":3", "\"version\":7", 1);
+                .replacen("\"version\":4", "\"version\":7", 1);
         fs::write(&path, newer).unwrap();
         assert_eq!(
             read_snapshot(&path).unwrap_err().to_string(),
             format!(
-                "{}: state version 7 is not supported by this topomgr (it reads versions 1 to 3); run the topomgr that wrote it",
+                "{}: state version 7 is not supported by this topomgr (it reads versions 1 to 4); run the topomgr that wrote it",
                 path.display()
             )
         );

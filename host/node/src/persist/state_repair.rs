@@ -11,6 +11,8 @@
 //! | damage | kept | dropped |
 //! |---|---|---|
 //! | a journal record (not a torn append) | the snapshot and the records before it | that record and every record after it, the intact ones listed with what they changed |
+//! | an acknowledged record cut short, zeroed or cut off ([`crate::persist::ack`]) | the snapshot and the records before it | that record |
+//! | the ack file (missing or unreadable beside a version 4 snapshot) | the snapshot and the journal's intact records | the acknowledgements, written anew |
 //! | the journal's header line, a journal of another generation | the snapshot | the journal |
 //! | a journal with records and no snapshot | nothing | the journal |
 //! | the snapshot | nothing | the snapshot (the pods it names, when its body still reads) and the journal |
@@ -33,11 +35,14 @@ use std::path::{Path, PathBuf};
 use crate::fsutil::{self, write_atomic};
 use crate::locks::lock_holder::{Holder, Role};
 use crate::locks::state_lock::{LockError, StateLock};
+use crate::persist::ack::{self, Ack, AckFile, ACK_FILE};
 use crate::persist::journal::{
     self, Contents, End, Entry, Journal, JournalHeader, Torn, JOURNAL_FILE,
 };
-use crate::persist::snapshot::{decode_snapshot, encode, Body, StateError, STATE_FILE};
-use crate::persist::store::{read_optional, recover_bytes, Record};
+use crate::persist::snapshot::{
+    decode_snapshot, decode_versioned, encode, Body, StateError, STATE_FILE,
+};
+use crate::persist::store::{acked_of, acknowledged_loss, read_optional, recover_bytes, Record};
 use crate::state::Change;
 
 /// What `state check` found.
@@ -49,6 +54,8 @@ pub struct Check {
     pub snapshot: SnapshotFound,
     /// The journal.
     pub journal: JournalFound,
+    /// The acknowledgements, in words (`None`: no ack file).
+    pub acks: Option<String>,
     /// What a daemon or a one-shot command would do: start on this state,
     /// or refuse.
     pub outcome: Result<Summary, StateError>,
@@ -131,6 +138,26 @@ impl Summary {
     }
 }
 
+/// The latest acknowledgement an ack file holds, in words.
+fn describe_acks(bytes: &[u8]) -> String {
+    let latest = ack::latest(bytes);
+    match latest {
+        Some(a) if a.seq == 0 => format!(
+            "generation {}, no record acknowledged yet, {} bytes",
+            a.generation,
+            bytes.len()
+        ),
+        Some(a) => format!(
+            "generation {}, records 1-{} acknowledged (to byte {}), {} bytes",
+            a.generation,
+            a.seq,
+            a.length,
+            bytes.len()
+        ),
+        None => format!("{} bytes, no slot reads", bytes.len()),
+    }
+}
+
 fn file_size(bytes: &Option<Vec<u8>>) -> u64 {
     bytes.as_ref().map_or(0, |b| b.len() as u64)
 }
@@ -146,7 +173,12 @@ pub fn check(dir: &Path) -> Result<Check, StateError> {
         });
     }
     let snapshot_bytes = read_optional(&dir.join(STATE_FILE))?;
+    // The acknowledgements before the journal: an append of a running
+    // daemon in between then leaves the journal longer than they say, never
+    // shorter.
+    let ack_bytes = read_optional(&dir.join(ACK_FILE))?;
     let journal_bytes = read_optional(&dir.join(JOURNAL_FILE))?;
+    let acks = ack_bytes.as_deref().map(describe_acks);
     let snapshot = match &snapshot_bytes {
         None => SnapshotFound::Absent,
         Some(b) => match decode_snapshot(&dir.join(STATE_FILE), b) {
@@ -165,8 +197,13 @@ pub fn check(dir: &Path) -> Result<Check, StateError> {
         Some(b) => journal::parse(&dir.join(JOURNAL_FILE), b)?,
         None => Contents::default(),
     };
-    let outcome = recover_bytes(dir, snapshot_bytes.as_deref(), journal_bytes.as_deref())
-        .map(|rec| Summary::of(&rec.body, rec.journal.map_or(0, |j| j.seq), rec.torn));
+    let outcome = recover_bytes(
+        dir,
+        snapshot_bytes.as_deref(),
+        journal_bytes.as_deref(),
+        ack_bytes.as_deref(),
+    )
+    .map(|rec| Summary::of(&rec.body, rec.journal.map_or(0, |j| j.seq), rec.torn));
     Ok(Check {
         dir: dir.to_path_buf(),
         snapshot,
@@ -174,6 +211,7 @@ pub fn check(dir: &Path) -> Result<Check, StateError> {
             contents,
             bytes: file_size(&journal_bytes),
         },
+        acks,
         outcome,
     })
 }
@@ -251,6 +289,9 @@ impl fmt::Display for Check {
                 }
             }
         }
+        if let Some(acks) = &self.acks {
+            writeln!(f, "acknowledgements {ACK_FILE}: {acks}")?;
+        }
         match &self.outcome {
             Ok(s) => {
                 writeln!(
@@ -308,6 +349,11 @@ pub enum Dropped {
         reason: String,
         /// The pods its body names, when it still reads.
         pods: Vec<String>,
+    },
+    /// The acknowledgements (they are written anew).
+    Acks {
+        /// Why they are refused.
+        reason: String,
     },
     /// A journal record.
     Record {
@@ -430,6 +476,7 @@ fn plan(
     dir: &Path,
     snapshot: Option<&[u8]>,
     journal_bytes: Option<&[u8]>,
+    ack_bytes: Option<&[u8]>,
 ) -> Result<Plan, StateError> {
     let jpath = dir.join(JOURNAL_FILE);
     let contents = match journal_bytes {
@@ -437,10 +484,14 @@ fn plan(
         None => Contents::default(),
     };
     let mut dropped = Vec::new();
+    let mut version = None;
     let (mut boot_id, mut body) = match snapshot {
         None => (None, Body::default()),
-        Some(b) => match decode_snapshot(&dir.join(STATE_FILE), b) {
-            Ok((boot, body)) => (Some(boot), body),
+        Some(b) => match decode_versioned(&dir.join(STATE_FILE), b) {
+            Ok((v, boot, body)) => {
+                version = Some(v);
+                (Some(boot), body)
+            }
             Err(e @ StateError::Unsupported { .. }) => return Err(e),
             Err(e) => {
                 dropped.push(Dropped::Snapshot {
@@ -464,6 +515,26 @@ fn plan(
     }
     let continues = kept_snapshot && header.is_some_and(|h| h.generation == body.generation);
     let obsolete = kept_snapshot && header.is_some_and(|h| h.generation + 1 == body.generation);
+    // Acknowledged records the journal lacks (a damaged record is listed
+    // below with its damage).
+    let mut lost = None;
+    match acked_of(dir, version, body.generation, ack_bytes) {
+        Err(StateError::JournalDamaged { what, .. }) => {
+            dropped.push(Dropped::Acks { reason: what })
+        }
+        Err(e) => return Err(e),
+        Ok(Some(a)) if damage.is_none() => {
+            if let Some((seq, offset, reason)) = acknowledged_loss(&contents, &a.ack, continues) {
+                let whole = !contents.exists || !continues;
+                lost = Some(Dropped::Record {
+                    seq: if whole { 0 } else { seq },
+                    offset,
+                    content: RecordContent::Unreadable { reason },
+                });
+            }
+        }
+        Ok(_) => {}
+    }
     let mut drop_from = 0;
     if continues {
         drop_from = contents.records.len();
@@ -483,6 +554,7 @@ fn plan(
             }
         }
     }
+    dropped.extend(lost);
     if !obsolete {
         for e in &contents.records[drop_from..] {
             dropped.push(Dropped::Record {
@@ -591,10 +663,21 @@ pub fn recover(dir: &Path, backup: &Path) -> Result<Recovery, RecoverError> {
     })?;
     let snapshot = read_optional(&dir.join(STATE_FILE))?;
     let journal_bytes = read_optional(&dir.join(JOURNAL_FILE))?;
-    let plan = plan(dir, snapshot.as_deref(), journal_bytes.as_deref())?;
+    let ack_bytes = read_optional(&dir.join(ACK_FILE))?;
+    let plan = plan(
+        dir,
+        snapshot.as_deref(),
+        journal_bytes.as_deref(),
+        ack_bytes.as_deref(),
+    )?;
     if plan.dropped.is_empty() {
         // Nothing damaged: what a start restores.
-        let rec = recover_bytes(dir, snapshot.as_deref(), journal_bytes.as_deref())?;
+        let rec = recover_bytes(
+            dir,
+            snapshot.as_deref(),
+            journal_bytes.as_deref(),
+            ack_bytes.as_deref(),
+        )?;
         return Ok(Recovery {
             dir: dir.to_path_buf(),
             backup: None,
@@ -604,11 +687,26 @@ pub fn recover(dir: &Path, backup: &Path) -> Result<Recovery, RecoverError> {
             written: None,
         });
     }
-    back_up(dir, backup, &[STATE_FILE, JOURNAL_FILE])?;
+    back_up(dir, backup, &[STATE_FILE, JOURNAL_FILE, ACK_FILE])?;
     let mut body = plan.body;
     let kept = Summary::of(&body, plan.records, None);
     body.generation = plan.generation + 1;
     let boot_id = plan.boot_id.unwrap_or_else(fsutil::boot_id);
+    // New acknowledgements first: were this cut short before the snapshot,
+    // a start refuses them and `state recover` runs again.
+    let ack_path = dir.join(ACK_FILE);
+    AckFile::create(
+        &ack_path,
+        &Ack {
+            generation: body.generation,
+            seq: 0,
+            length: 0,
+        },
+    )
+    .map_err(|cause| StateError::Io {
+        path: ack_path,
+        cause,
+    })?;
     write_atomic(&dir.join(STATE_FILE), &encode(&body, &boot_id)?).map_err(StateError::from)?;
     Journal::create(
         &dir.join(JOURNAL_FILE),
@@ -659,7 +757,7 @@ impl Recovery {
                         }
                     }
                 }
-                Dropped::Record { .. } => {}
+                Dropped::Record { .. } | Dropped::Acks { .. } => {}
             }
         }
         (forgotten.into_iter().collect(), back.into_iter().collect())
@@ -688,7 +786,7 @@ impl fmt::Display for Recovery {
         };
         writeln!(
             f,
-            "backup: {STATE_FILE} and {JOURNAL_FILE} of {dir} as they were, in {}",
+            "backup: {STATE_FILE}, {JOURNAL_FILE} and {ACK_FILE} of {dir} as they were, in {}",
             backup.display()
         )?;
         if self.kept_snapshot {
@@ -708,6 +806,10 @@ impl fmt::Display for Recovery {
         writeln!(f, "dropped:")?;
         for d in &self.dropped {
             match d {
+                Dropped::Acks { reason } => writeln!(
+                    f,
+                    "  the acknowledgements {ACK_FILE} (the journal's intact records are kept): {reason}"
+                )?,
                 Dropped::Snapshot { reason, pods } => {
                     writeln!(f, "  the snapshot {STATE_FILE}: {reason}")?;
                     for pod in pods {

@@ -17,7 +17,7 @@ use topomgr_sdk::{
 use super::*;
 use crate::persist::image::RestoreIssue;
 use crate::persist::journal::{self, JOURNAL_FILE};
-use crate::persist::snapshot::{decode_snapshot, encode, STATE_FILE};
+use crate::persist::snapshot::{decode_snapshot, encode, encode_version, STATE_FILE};
 use crate::persist::store::{recover_bytes, Store};
 use crate::state::pod_owner::{ContainerOwner, ContainerRuntime, Owner, ProcessOwner};
 use crate::state::{Change, NodeState, Records};
@@ -50,7 +50,7 @@ fn state_v3_written_by_0af6219_recovers_its_pods_owners_and_attachments() {
     let dir = fixtures().join("v3");
     let snapshot = read(&dir.join(STATE_FILE));
     let journal = read(&dir.join(JOURNAL_FILE));
-    let rec = recover_bytes(&dir, Some(&snapshot), Some(&journal)).unwrap();
+    let rec = recover_bytes(&dir, Some(&snapshot), Some(&journal), None).unwrap();
     assert_eq!(rec.boot_id.as_deref(), Some(BOOT));
     assert_eq!(rec.journal.as_ref().map(|j| j.seq), Some(5));
     let body = rec.body;
@@ -139,7 +139,9 @@ fn state_v3_written_by_0af6219_is_written_back_byte_for_byte() {
     let nl = snapshot.iter().position(|b| *b == b'\n').unwrap();
     let (boot, body) = decode_snapshot(&dir.join(STATE_FILE), &snapshot).unwrap();
     assert_eq!(body_to_json(&body).unwrap(), &snapshot[nl + 1..]);
-    assert_eq!(encode(&body, &boot).unwrap(), snapshot);
+    // Version 4 is version 3's envelope (the directory keeps its
+    // acknowledgements beside it).
+    assert_eq!(encode_version(3, &body, &boot).unwrap(), snapshot);
     let contents = journal::parse(&dir.join(JOURNAL_FILE), &read(&dir.join(JOURNAL_FILE))).unwrap();
     assert_eq!(contents.records.len(), 5);
     for e in &contents.records {
@@ -166,6 +168,9 @@ fn state_v3_written_by_0af6219_opens_with_a_held_provider() {
         &dir,
         Some(&read(&dir.join(STATE_FILE))),
         Some(&read(&dir.join(JOURNAL_FILE))),
+        std::fs::read(dir.join(crate::persist::ack::ACK_FILE))
+            .ok()
+            .as_deref(),
     )
     .unwrap()
     .body;
@@ -215,6 +220,9 @@ fn state_v3_written_by_0af6219_opens_with_a_held_provider() {
         &dir,
         Some(&read(&dir.join(STATE_FILE))),
         Some(&read(&dir.join(JOURNAL_FILE))),
+        std::fs::read(dir.join(crate::persist::ack::ACK_FILE))
+            .ok()
+            .as_deref(),
     )
     .unwrap()
     .body;

@@ -45,6 +45,10 @@
 //! reclaim_interval_ms = 10000  # how often pods of owners that are gone are released
 //! machine_check_interval_ms = 30000  # how often the machine is read again and reconciled
 //! metrics_address = "127.0.0.1:9337"  # also serve GET /metrics over TCP (default: off)
+//! [limits]                     # how much state the node holds; past a limit an admission is refused
+//! max_pods = 2048              # pods held at once (NRI and the OCI hook admit each container as a pod)
+//! max_containers = 4096        # containers of all pods held at once
+//! max_containers_per_pod = 256 # containers (init, app, sidecar) of one pod
 //! [providers.NAME]             # NAME: lowercase letters, digits, '-', '_'
 //! library = "topomgr_provider_cpu"   # -> libtopomgr_provider_cpu.so, or a path
 //! enabled = true               # default true; false: the provider is not loaded
@@ -83,6 +87,7 @@ use serde::de::{self, Deserializer};
 use serde::Deserialize;
 
 use crate::setup::trusted_file;
+use crate::state::limits;
 
 /// Where `topomgr` looks for its config when `--config` is not given.
 pub const DEFAULT_CONFIG_PATH: &str = "/etc/topomgr/topomgr.toml";
@@ -138,6 +143,9 @@ pub struct HostConfig {
     /// The `[nri]` table (`topomgr serve` as the runtime's NRI plugin).
     #[serde(default)]
     pub nri: NriConfig,
+    /// The `[limits]` table: how many pods and containers the node holds.
+    #[serde(default)]
+    pub limits: LimitsConfig,
     /// The files read, in the order they were applied.
     #[serde(skip)]
     pub files: Vec<PathBuf>,
@@ -203,6 +211,49 @@ pub struct DaemonConfig {
     /// access check (`None`: only on the socket).
     #[serde(default, deserialize_with = "listen_address")]
     pub metrics_address: Option<SocketAddr>,
+}
+
+/// The `[limits]` table: how much state the node holds (every face, the
+/// daemon and the one-shot commands alike). An admission past a limit is
+/// refused naming it and this key, and changes nothing; pods already held
+/// are kept when a limit is lowered.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// The most pods held at once (at least 1; default
+    /// [`limits::DEFAULT_MAX_PODS`]: the runtime faces admit every container
+    /// as a pod of its own).
+    #[serde(default = "defaults::max_pods", deserialize_with = "count")]
+    pub max_pods: usize,
+    /// The most containers (init, app, sidecar) of all pods held at once
+    /// (at least 1; default [`limits::DEFAULT_MAX_CONTAINERS`]).
+    #[serde(default = "defaults::max_containers", deserialize_with = "count")]
+    pub max_containers: usize,
+    /// The most containers of one pod (at least 1; default
+    /// [`limits::DEFAULT_MAX_CONTAINERS_PER_POD`]).
+    #[serde(
+        default = "defaults::max_containers_per_pod",
+        deserialize_with = "count"
+    )]
+    pub max_containers_per_pod: usize,
+}
+
+impl Default for LimitsConfig {
+    /// Every `[limits]` key at its default.
+    fn default() -> Self {
+        LimitsConfig::deserialize(toml::Table::new()).expect("every key has a default")
+    }
+}
+
+impl LimitsConfig {
+    /// The node state's limits.
+    pub fn limits(&self) -> limits::Limits {
+        limits::Limits {
+            max_pods: self.max_pods,
+            max_containers: self.max_containers,
+            max_containers_per_pod: self.max_containers_per_pod,
+        }
+    }
 }
 
 /// The runtime's default NRI socket.
@@ -337,6 +388,15 @@ mod defaults {
     }
     pub(super) fn nri_plugin_index() -> String {
         super::DEFAULT_NRI_PLUGIN_INDEX.to_owned()
+    }
+    pub(super) fn max_pods() -> usize {
+        crate::state::limits::DEFAULT_MAX_PODS
+    }
+    pub(super) fn max_containers() -> usize {
+        crate::state::limits::DEFAULT_MAX_CONTAINERS
+    }
+    pub(super) fn max_containers_per_pod() -> usize {
+        crate::state::limits::DEFAULT_MAX_CONTAINERS_PER_POD
     }
 }
 
@@ -1003,6 +1063,18 @@ fn millis<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
     }
 }
 
+/// A count of at least 1.
+fn count<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+    let v = i64::deserialize(d)?;
+    match usize::try_from(v) {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(de::Error::invalid_value(
+            de::Unexpected::Signed(v),
+            &"a count of at least 1",
+        )),
+    }
+}
+
 /// Policy options: string values, as the kubelet's options are.
 fn option_values<'de, D: Deserializer<'de>>(d: D) -> Result<BTreeMap<String, String>, D::Error> {
     /// One option's value.
@@ -1087,6 +1159,32 @@ mod tests {
             HostConfig {
                 files: vec![main],
                 ..HostConfig::default()
+            }
+        );
+    }
+
+    /// `[limits]`: the defaults, and a drop-in sets one key.
+    #[test]
+    fn limits_table_defaults_and_overrides() {
+        let d = Dir::new("limits");
+        let main = d.write("topomgr.toml", "");
+        let cfg = load_with_env(&main, &no_env).unwrap();
+        assert_eq!(cfg.limits.limits(), limits::Limits::default());
+        assert_eq!(
+            (
+                cfg.limits.max_pods,
+                cfg.limits.max_containers,
+                cfg.limits.max_containers_per_pod
+            ),
+            (2048, 4096, 256)
+        );
+        d.write("plugins.d/10-limits.toml", "[limits]\nmax_pods = 300\n");
+        let cfg = load_with_env(&main, &no_env).unwrap();
+        assert_eq!(
+            cfg.limits.limits(),
+            limits::Limits {
+                max_pods: 300,
+                ..limits::Limits::default()
             }
         );
     }
@@ -1203,7 +1301,7 @@ nested = { a = 1, b = [1, 2] }
             (
                 "polcy = \"none\"\n",
                 "line 1: polcy: unknown field `polcy`, expected one of `policy`, `scope`, `plugins_d`, `plugin_dirs`, \
-                 `sysfs_root`, `cgroup_root`, `state_dir`, `node_name`, `export_file`, `policy_options`, `disable_cpu_quota_with_exclusive_cpus`, `providers`, `daemon`, `nri`",
+                 `sysfs_root`, `cgroup_root`, `state_dir`, `node_name`, `export_file`, `policy_options`, `disable_cpu_quota_with_exclusive_cpus`, `providers`, `daemon`, `nri`, `limits`",
             ),
             (
                 "[policy_options]\nprefer-closest-numa-nodes = true\n",
@@ -1232,6 +1330,18 @@ nested = { a = 1, b = [1, 2] }
             (
                 "[daemon]\nreclaim_interval_ms = 0\n",
                 "line 2: daemon.reclaim_interval_ms: invalid value: integer `0`, expected a positive number of milliseconds",
+            ),
+            (
+                "[limits]\nmax_pods = 0\n",
+                "line 2: limits.max_pods: invalid value: integer `0`, expected a count of at least 1",
+            ),
+            (
+                "[limits]\nmax_containers_per_pod = -3\n",
+                "line 2: limits.max_containers_per_pod: invalid value: integer `-3`, expected a count of at least 1",
+            ),
+            (
+                "[limits]\nmax_pod = 10\n",
+                "line 2: limits.max_pod: unknown field `max_pod`, expected one of `max_pods`, `max_containers`, `max_containers_per_pod`",
             ),
             (
                 "[daemon]\nport = 1\n",

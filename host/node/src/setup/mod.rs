@@ -195,7 +195,8 @@ pub fn node_state(cfg: &HostConfig, machine: &Machine) -> Result<NodeState, Setu
         &cfg.cgroup_root,
         &crate::fsutil::boot_id(),
     )
-    .with_cpu_quota_lift(cfg.disable_cpu_quota_with_exclusive_cpus))
+    .with_cpu_quota_lift(cfg.disable_cpu_quota_with_exclusive_cpus)
+    .with_limits(cfg.limits.limits()))
 }
 
 /// Every enabled provider of `cfg` on `machine`, each loaded on its own

@@ -53,6 +53,24 @@ impl NodeState {
         trace: &mut Vec<topomgr_engine::admission::TraceStep>,
     ) -> AdmitResult {
         let known = self.admitter.pods().contains_key(&pod.uid);
+        if !known {
+            // Bounded state (issue 37 item 8): refused before any provider
+            // is asked, so nothing changes.
+            let held = self.admitter.pods();
+            let containers = held
+                .values()
+                .map(|r| r.pod.init_containers.len() + r.pod.containers.len())
+                .sum();
+            if let Some((reason, message)) = self.limits.refusal(pod, held.len(), containers) {
+                return AdmitResult {
+                    pod: pod.clone(),
+                    admitted: false,
+                    reason: Some(reason.to_owned()),
+                    message: Some(message),
+                    containers: Vec::new(),
+                };
+            }
+        }
         let result = self.admitter.admit_assigned(pod, assigned, trace);
         let exclusive = result
             .containers

@@ -81,6 +81,7 @@ use topomgr_engine::admission::{AdmitResult, Admitter};
 mod admission;
 mod attachment;
 pub mod followed;
+pub mod limits;
 pub mod pod_owner;
 pub(crate) mod provider_states;
 mod reclaim;
@@ -252,6 +253,8 @@ pub struct NodeState {
     /// The pinned CPUs last sent to the providers (`None`: to send again,
     /// the providers are new).
     excluded: Option<CpuSet>,
+    /// How many pods and containers may be held ([`NodeState::with_limits`]).
+    limits: limits::Limits,
 }
 
 impl NodeState {
@@ -272,6 +275,7 @@ impl NodeState {
             lift_cpu_quota: true,
             followed: Followed::default(),
             excluded: None,
+            limits: limits::Limits::default(),
         }
     }
 
@@ -282,6 +286,19 @@ impl NodeState {
     pub fn with_cpu_quota_lift(mut self, lift: bool) -> Self {
         self.lift_cpu_quota = lift;
         self
+    }
+
+    /// Hold at most what `limits` allows (config `[limits]`; default
+    /// [`limits::Limits::default`]): an admission past them is refused and
+    /// changes nothing. Pods already held are kept whatever the limits.
+    pub fn with_limits(mut self, limits: limits::Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Change the limits (a reload of the config).
+    pub fn set_limits(&mut self, limits: limits::Limits) {
+        self.limits = limits;
     }
 
     /// Apply through `cgroups` instead of detecting a hierarchy under the
@@ -533,6 +550,90 @@ mod tests {
     fn one_container(uid: &str) -> PodView {
         PodView::new(uid, uid, "t", QosClass::BestEffort)
             .with_containers(vec![topomgr_sdk::ContainerView::new("app")])
+    }
+
+    /// Issue 37 item 8: past `[limits]` an admission is refused naming the
+    /// limit and its key, and changes nothing; a retry of a held pod is
+    /// still answered; a release makes room again.
+    #[test]
+    fn admissions_past_the_limits_are_refused_and_change_nothing() {
+        let (node, root) = node("limits");
+        let mut node = node.with_limits(limits::Limits {
+            max_pods: 2,
+            max_containers: 3,
+            max_containers_per_pod: 2,
+        });
+        assert!(node.admit(&one_container("a")).admitted);
+        assert!(node.admit(&one_container("b")).admitted);
+        node.take_changes();
+        let r = node.admit(&one_container("c"));
+        assert!(!r.admitted);
+        assert_eq!(r.reason.as_deref(), Some("OutOfpods"));
+        assert!(
+            r.message.as_deref().unwrap().contains("[limits] max_pods"),
+            "{r:?}"
+        );
+        assert!(node.take_changes().is_empty(), "nothing changed");
+        assert_eq!(node.pods().len(), 2);
+        // A retry of a held pod is answered as before.
+        assert!(node.admit(&one_container("a")).admitted);
+        // Owned admissions (the runtime faces, `run`) are refused alike.
+        let owner = Owner::Process(pod_owner::ProcessOwner {
+            pid: 1,
+            start_time: 1,
+            boot_id: "b".to_owned(),
+        });
+        let r = node
+            .admit_owned(
+                &one_container("d"),
+                owner,
+                &AssignedDevices::new(),
+                &mut Vec::new(),
+            )
+            .unwrap();
+        assert_eq!(r.reason.as_deref(), Some("OutOfpods"));
+        assert!(!node.records().owners.contains_key("d"));
+        assert!(node.take_changes().is_empty());
+        // Too many containers for one pod, and for the node.
+        let three = PodView::new("e", "e", "t", QosClass::BestEffort).with_containers(
+            ["x", "y", "z"]
+                .iter()
+                .map(|n| topomgr_sdk::ContainerView::new(*n))
+                .collect(),
+        );
+        node.release("a").unwrap();
+        node.take_changes();
+        let r = node.admit(&three);
+        assert_eq!(r.reason.as_deref(), Some("TooManyContainers"));
+        assert!(r
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("max_containers_per_pod"));
+        let two = PodView::new("f", "f", "t", QosClass::BestEffort).with_containers(
+            ["x", "y"]
+                .iter()
+                .map(|n| topomgr_sdk::ContainerView::new(*n))
+                .collect(),
+        );
+        assert!(node.admit(&two).admitted, "1 + 2 containers fit in 3");
+        node.release("f").unwrap();
+        node.admit(&one_container("g"));
+        let r = node.admit(&two);
+        assert_eq!(r.reason.as_deref(), Some("OutOfpods"));
+        node.set_limits(limits::Limits {
+            max_pods: 3,
+            max_containers: 3,
+            max_containers_per_pod: 2,
+        });
+        let r = node.admit(&two);
+        assert_eq!(r.reason.as_deref(), Some("OutOfcontainers"));
+        assert!(r
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("[limits] max_containers;"));
+        std::fs::remove_dir_all(root).unwrap();
     }
 
     /// A cgroup directory with `pids` in its `cgroup.procs`.
