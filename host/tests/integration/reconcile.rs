@@ -630,7 +630,71 @@ const GPU_MATRIX: &[Case] = &[
             held_ids: Some("GPU-"),
         }],
     },
+    // Issue 37: a source without PCI addresses. The GPUs are the machine's
+    // by their sysfs addresses: the held pod keeps its GPUs as GPU-<i>,
+    // no conflict, none given again.
+    Case {
+        name: "device-rediscovered-from-a-capture",
+        before: nothing,
+        steps: &[Step {
+            change: |n, _| {
+                let file = n.dir.join("topo.txt");
+                fs::write(&file, smi_capture_of_the_example()).unwrap();
+                n.gpu = Some(format!("topology_file = {:?}", file.display().to_string()));
+                n.write_config();
+            },
+            conflict: None,
+            held_ids: Some("GPU-"),
+        }],
+    },
+    Case {
+        name: "device-rediscovered-from-json-without-pci",
+        before: nothing,
+        steps: &[Step {
+            change: |n, _| {
+                let example =
+                    common::workspace_root().join("examples/machines/2s8g/gpu-topology.json");
+                let mut t: Value =
+                    serde_json::from_str(&fs::read_to_string(example).unwrap()).unwrap();
+                for g in t["gpus"].as_array_mut().unwrap() {
+                    g.as_object_mut().unwrap().remove("pci");
+                }
+                let file = n.dir.join("topo.json");
+                fs::write(&file, t.to_string()).unwrap();
+                n.gpu = Some(format!("topology_file = {:?}", file.display().to_string()));
+                n.write_config();
+            },
+            conflict: None,
+            held_ids: Some("GPU-"),
+        }],
+    },
 ];
+
+/// An `nvidia-smi topo -m` capture of the example machine's 8 GPUs (4 on
+/// each of NUMA nodes 0 and 1): no PCI addresses, as nvidia-smi prints it.
+fn smi_capture_of_the_example() -> String {
+    let mut text = String::new();
+    for i in 0..8 {
+        text.push_str(&format!("\tGPU{i}"));
+    }
+    text.push_str("\tCPU Affinity\tNUMA Affinity\n");
+    for a in 0..8 {
+        text.push_str(&format!("GPU{a}"));
+        for b in 0..8 {
+            let cell = if a == b {
+                " X "
+            } else if a / 4 == b / 4 {
+                "NODE"
+            } else {
+                "SYS"
+            };
+            text.push_str(&format!("\t{cell}"));
+        }
+        let node = a / 4;
+        text.push_str(&format!("\t{}-{}\t{node}\n", node * 8, node * 8 + 7));
+    }
+    text
+}
 
 /// The NodeResourceTopology export never advertises a CPU that cannot be
 /// given: the CPUs it lists as available are at most the online CPUs no pod
