@@ -130,7 +130,10 @@
 //!    `preferred_allocation`, `inventory` and `share_pod`; a later `0.3`
 //!    patch added `assigned_device_hints` ([`Provider::assigned_device_hints`]:
 //!    devices a container already holds from the kubelet's device plugins,
-//!    answered by the device toolkit).
+//!    answered by the device toolkit), a later one `device_identities`
+//!    ([`Provider::device_identities`]: what each device physically is, so
+//!    that the host holds one physical device once whatever provider or
+//!    resource name it is allocated through).
 //!
 //! What does change the binary interface — the root module, the method
 //! table, the typed hint structures, any layout the loader checks, all in
@@ -205,6 +208,7 @@ pub mod ffi;
 mod gobool;
 mod hint;
 pub mod hintgen;
+mod identities;
 mod inventory;
 pub mod log;
 mod machine;
@@ -242,6 +246,7 @@ pub use hint::{
     for_each_mask_in_kubelet_order, no_hints, CompactHints, CompactHintsError, HintSet,
     HintsBuilder, ProviderHints, TopologyHint,
 };
+pub use identities::{DeviceIdentities, ServedDevice};
 pub use inventory::{Amounts, Inventory, ResourceInventory, Zone};
 pub use machine::{Cpu, HugePages, Machine, NumaNode, PciDevice, Sriov};
 pub use mask::{

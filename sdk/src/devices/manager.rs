@@ -223,6 +223,22 @@ impl DeviceManager {
         self.pools.get(resource).map(|p| p.devices.as_slice())
     }
 
+    /// Every device of every resource with its identities (the named call
+    /// [`Provider::device_identities`](crate::Provider::device_identities)).
+    pub fn device_identities(&self) -> crate::DeviceIdentities {
+        self.pools
+            .iter()
+            .fold(crate::DeviceIdentities::new(), |out, (resource, pool)| {
+                out.with_resource(
+                    resource.clone(),
+                    pool.devices
+                        .iter()
+                        .map(|d| crate::ServedDevice::new(d.id.clone(), d.identity.clone()))
+                        .collect(),
+                )
+            })
+    }
+
     /// The device ids of `resource` that (`pod_uid`, `container`) holds, in
     /// the order they were picked (empty when it holds none).
     pub fn held(&self, pod_uid: &str, container: &str, resource: &str) -> Vec<String> {

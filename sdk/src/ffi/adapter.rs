@@ -131,6 +131,7 @@ impl<P: Provider> Adapter<P> {
                 let req: AssignedDevicesRequest = from_host("request", request)?;
                 to_json(&self.inner.assigned_device_hints(&req)?).map(Some)
             }
+            METHOD_DEVICE_IDENTITIES => to_json(&self.inner.device_identities()?).map(Some),
             _ => Ok(None),
         }
     }
