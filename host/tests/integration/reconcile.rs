@@ -1565,3 +1565,79 @@ fn reserved_memory_on_a_node_that_is_gone_names_the_key_and_a_remedy_that_works(
     assert_eq!(pods.pods[1].containers[0].cpus, next.containers[0].cpus);
     assert_exclusive(&pods.pods, "after the remedy");
 }
+
+/// A JSON topology file of the example machine's 8 GPUs without `pci`
+/// whose NUMA nodes do not match the machine's GPUs (all on node 0): the
+/// GPUs cannot be matched with the machine's by address.
+fn unmatchable_topology_file(n: &Node) -> String {
+    let gpus: Vec<Value> = (0..8)
+        .map(|i| json!({"index": i, "id": format!("GPU-{i}"), "numa": 0}))
+        .collect();
+    let file = n.dir.join("unmatched.json");
+    fs::write(&file, json!({"gpus": gpus, "links": []}).to_string()).unwrap();
+    format!("topology_file = {:?}", file.display().to_string())
+}
+
+/// Issue 37 item 2, when the new source cannot be matched: a pod holds two
+/// GPUs known by their PCI addresses; the GPUs are then listed through a
+/// topology file without addresses that does not match the machine. The
+/// held GPUs are not freed: none of the GPUs listed without an address is
+/// handed out (any may be one of them) and health says why, under
+/// `admit --state-dir` and a daemon reload; once the pod is released the
+/// GPUs are given again.
+#[test]
+fn gpus_that_cannot_be_matched_after_a_source_change_stay_held() {
+    let refused = |a: &Admission, label: &str| {
+        assert!(!a.admitted, "{label}: {a:?}");
+        assert_eq!(
+            a.reason.as_deref(),
+            Some("UnexpectedAdmissionError"),
+            "{label}: {a:?}"
+        );
+    };
+    // admit --state-dir
+    let mut n = Node::on("rc-unmatched-cli", &GPUS_ON_PCI);
+    let (held, _) = n.cli_admit("held", &GPUS_ON_PCI.pod("held"));
+    assert!(held.containers[0].devices["nvidia.com/gpu"][0].starts_with("0000:"));
+    n.gpu = Some(unmatchable_topology_file(&n));
+    n.write_config();
+    let (next, err) = n.cli_admit("next", &GPUS_ON_PCI.pod("next"));
+    refused(&next, "cli");
+    assert!(
+        err.contains("not found by their PCI address or serial, and the devices listed without one (GPU-0, GPU-1, GPU-2, GPU-3, GPU-4, GPU-5, GPU-6, GPU-7) may be them"),
+        "{err}"
+    );
+    let state = n.dir.join("state");
+    let (code, out, err) = common::topomgr(
+        &n.dir,
+        &["release", "--state-dir", state.to_str().unwrap(), "held"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let (next, _) = n.cli_admit("next", &GPUS_ON_PCI.pod("next"));
+    assert!(next.admitted, "{next:?}");
+
+    // A daemon reload (SIGHUP).
+    let mut n = Node::on("rc-unmatched-hup", &GPUS_ON_PCI);
+    let socket = n.dir.join("t.sock");
+    let d = Daemon::start(&n.config(), &socket);
+    let mut c = d.client();
+    common::admitted(&mut c, &GPUS_ON_PCI.pod("held"));
+    n.gpu = Some(unmatchable_topology_file(&n));
+    n.write_config();
+    sighup_and_wait(&d, 1);
+    let h = health(&mut c);
+    assert_eq!(h.status, HealthStatus::Degraded, "{h:?}");
+    assert!(
+        h.conflicts
+            .iter()
+            .any(|c| c.pod == "held" && c.missing.contains("may be them")),
+        "{h:?}"
+    );
+    let r = c.admit(&GPUS_ON_PCI.pod("next")).unwrap();
+    assert_eq!(r.status, 200, "{}", r.error_message());
+    let v: Admissions = r.parse().unwrap();
+    refused(&v.pods[0], "sighup");
+    assert_eq!(c.release("held").unwrap().status, 200);
+    common::admitted(&mut c, &GPUS_ON_PCI.pod("next"));
+    drop(d);
+}
