@@ -1641,3 +1641,45 @@ fn gpus_that_cannot_be_matched_after_a_source_change_stay_held() {
     common::admitted(&mut c, &GPUS_ON_PCI.pod("next"));
     drop(d);
 }
+
+/// Issue 37 item 1 on a reload: a second GPU provider serving the same
+/// GPUs under another resource name, added to the config of a running
+/// daemon, is refused as at start; the reload changes nothing and says
+/// why, and the held GPU is never given under the new name.
+#[test]
+fn a_reload_that_adds_a_second_provider_of_the_same_gpus_changes_nothing() {
+    let n = Node::on("rc-two-gpu-reload", &GPUS_ON_PCI);
+    let d = Daemon::start(&n.config(), &n.dir.join("t.sock"));
+    let mut c = d.client();
+    common::admitted(&mut c, &GPUS_ON_PCI.pod("held"));
+    let mut text = fs::read_to_string(n.config()).unwrap();
+    text.push_str(&format!(
+        "[providers.gpu2]\nlibrary = \"{}\"\n[providers.gpu2.config]\nresource = \"example.com/gpu\"\n",
+        common::gpu_plugin().display()
+    ));
+    fs::write(n.config(), text).unwrap();
+    assert!(Command::new("kill")
+        .arg("-HUP")
+        .arg(d.child.id().to_string())
+        .status()
+        .unwrap()
+        .success());
+    wait_for(&d, |c| reload_counts(c).1 >= 1, "the failed reload");
+    let h = health(&mut c);
+    assert!(
+        h.notes.iter().any(|note| note.starts_with(
+            "SIGHUP: providers \"gpu\" and \"gpu2\" both serve PCI device 0000:17:00.0 (as nvidia.com/gpu device 0000:17:00.0 and as example.com/gpu device 0000:17:00.0)"
+        ) && note.ends_with("everything runs as before. Fix the config and reload again")),
+        "{h:?}"
+    );
+    let r = c
+        .admit(&format!(
+            "{}        example.com/gpu: 1\n",
+            pod_yaml("other", "2", "1Gi")
+        ))
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.error_message());
+    let v: Admissions = r.parse().unwrap();
+    assert!(!v.pods[0].admitted, "{v:?}");
+    common::admitted(&mut c, &GPUS_ON_PCI.pod("next"));
+}

@@ -168,8 +168,7 @@ impl AdmitterParts {
             .enabled_providers()
             .map(|(name, _)| load_direct(cfg, name, machine))
             .collect::<Result<Vec<_>, _>>()?;
-        one_owner_per_resource(cfg, &mut providers)?;
-        one_provider_per_device(cfg, &mut providers)?;
+        refuse_shared(cfg, &mut providers)?;
         Ok(AdmitterParts {
             policy,
             scope,
@@ -178,12 +177,24 @@ impl AdmitterParts {
     }
 }
 
+/// Refuse providers that would give one thing twice: two that own one
+/// resource, or two that serve one physical device (at start, and at a
+/// reload before anything changes).
+pub fn refuse_shared<'a>(
+    cfg: &HostConfig,
+    providers: impl IntoIterator<Item = &'a mut LoadedProvider>,
+) -> Result<(), SetupError> {
+    let mut providers: Vec<&mut LoadedProvider> = providers.into_iter().collect();
+    one_owner_per_resource(cfg, &mut providers)?;
+    one_provider_per_device(cfg, &mut providers)
+}
+
 /// Refuse two providers that own one resource: each provider's inventory
 /// (what it owns, per NUMA node) names the resources it allocates. A
 /// provider that cannot say owns nothing here.
 fn one_owner_per_resource(
     cfg: &HostConfig,
-    providers: &mut [LoadedProvider],
+    providers: &mut [&mut LoadedProvider],
 ) -> Result<(), SetupError> {
     let mut owners: std::collections::BTreeMap<String, String> = Default::default();
     for p in providers.iter_mut() {
@@ -222,7 +233,7 @@ fn one_owner_per_resource(
 /// cannot say is judged by its ids alone.
 fn one_provider_per_device(
     cfg: &HostConfig,
-    providers: &mut [LoadedProvider],
+    providers: &mut [&mut LoadedProvider],
 ) -> Result<(), SetupError> {
     use topomgr_engine::ledger::{describe_identity, physical_identities};
     // Identity -> (provider, name of the device there).
