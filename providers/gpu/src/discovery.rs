@@ -4,10 +4,10 @@
 //!
 //! A topology file may name GPUs without PCI addresses (an `nvidia-smi topo
 //! -m` capture never shows them; JSON's `pci` is optional). Such GPUs are
-//! given the addresses of the machine's own NVIDIA GPUs in sysfs
-//! ([`pci_from_sysfs`]), so that a GPU is the same device whichever source
-//! lists it; when that cannot be done unambiguously they stay without one
-//! (and the device toolkit holds what a pod held of them, see
+//! given the addresses of the machine's own NVIDIA GPUs in sysfs, in
+//! address order, so that a GPU is the same device whichever source lists
+//! it; when that cannot be done unambiguously they stay without one (and
+//! the device toolkit holds what a pod held of them, see
 //! `topomgr_sdk::devices`).
 //!
 //! NVML describes the host topomgr runs on. When the machine was read from
