@@ -133,11 +133,14 @@
 //!    `preferred_allocation`, `inventory` and `share_pod`; a later `0.3`
 //!    patch added `assigned_device_hints` ([`Provider::assigned_device_hints`]:
 //!    devices a container already holds from the kubelet's device plugins,
-//!    answered by the device toolkit) and `exclude_cpus`
+//!    answered by the device toolkit), `exclude_cpus`
 //!    ([`Provider::exclude_cpus`]: CPUs pinned by others, kept out of
-//!    exclusive use). This round's provider-contract additions are all
-//!    named calls, so the binary interface (`SDK_ABI_VERSION` 3) is
-//!    unchanged.
+//!    exclusive use) and `device_identities`
+//!    ([`Provider::device_identities`]: what each device physically is, so
+//!    that the host holds one physical device once whatever provider or
+//!    resource name it is allocated through). This round's
+//!    provider-contract additions are all named calls, so the binary
+//!    interface (`SDK_ABI_VERSION` 3) is unchanged.
 //!
 //! What does change the binary interface — the root module, the method
 //! table, the typed hint structures, any layout the loader checks, all in
@@ -212,6 +215,7 @@ pub mod ffi;
 mod gobool;
 mod hint;
 pub mod hintgen;
+mod identities;
 mod inventory;
 pub mod log;
 mod machine;
@@ -249,6 +253,7 @@ pub use hint::{
     for_each_mask_in_kubelet_order, no_hints, CompactHints, CompactHintsError, HintSet,
     HintsBuilder, ProviderHints, TopologyHint,
 };
+pub use identities::{DeviceIdentities, ServedDevice};
 pub use inventory::{Amounts, Inventory, ResourceInventory, Zone};
 pub use machine::{Cpu, HugePages, Machine, NumaNode, PciDevice, Sriov};
 pub use mask::{

@@ -3,8 +3,9 @@
 use std::path::Path;
 
 use crate::{
-    Allocation, AssignedDeviceHints, AssignedDevicesRequest, ContainerView, CpuSet, Inventory,
-    Machine, PodView, PreferredAllocationRequest, ProviderHints, Reconciled, TopologyHint,
+    Allocation, AssignedDeviceHints, AssignedDevicesRequest, ContainerView, CpuSet,
+    DeviceIdentities, Inventory, Machine, PodView, PreferredAllocationRequest, ProviderHints,
+    Reconciled, TopologyHint,
 };
 
 /// An error from a provider, with a short machine-readable `reason` (shown as
@@ -308,6 +309,19 @@ pub trait Provider: Send + Sync + 'static {
     /// extended resources). The default owns nothing.
     fn inventory(&self) -> Result<Inventory, ProviderError> {
         Ok(Inventory::default())
+    }
+
+    /// Every device this provider serves, by resource, with what it
+    /// physically is (its [identities](crate::devices::Device::identity):
+    /// PCI address, serial). The host holds a physical device once across
+    /// every provider and resource name: it refuses a configuration in
+    /// which two providers serve one device, and an allocation of a device
+    /// that another container holds under any name. The default serves no
+    /// listed devices (the host then knows a device by its id, and by its
+    /// PCI address when the id is one); the device toolkit answers it for
+    /// every [`DevicePlugin`](crate::devices::DevicePlugin).
+    fn device_identities(&self) -> Result<DeviceIdentities, ProviderError> {
+        Ok(DeviceIdentities::default())
     }
 
     /// Which of the devices a container already holds from outside topomgr

@@ -10,8 +10,9 @@
 //! running state into them and swaps
 //! ([`topomgr_node::setup::reload::reload`]): pods are kept, conflicts are
 //! reported, a provider that cannot start on the new config keeps running
-//! as it was. A config that cannot be read, or a policy that cannot be
-//! made from it, changes nothing; either is logged, counted
+//! as it was. A config that cannot be read, a policy that cannot be made
+//! from it, or two providers that would own one resource or serve one
+//! device (refused as at start), changes nothing; either is logged, counted
 //! (`topomgr_reload_failures_total`) and shown in `/v1/health` until a
 //! reload succeeds.
 
@@ -46,21 +47,32 @@ fn prepare(
 ) -> Result<Prepared, String> {
     let (policy, scope) =
         topomgr_node::setup::policy_of(cfg, &machine).map_err(|e| e.to_string())?;
-    let providers = topomgr_node::setup::load_each_provider(cfg, &machine)
-        .into_iter()
-        .map(|(name, built)| {
-            let built = built
-                .map(|p| {
-                    let mut p = p.with_observer(Arc::clone(metrics) as Arc<dyn ProviderObserver>);
-                    if let Ok(inventory) = p.inventory() {
-                        metrics.provider(&name, &inventory);
-                    }
-                    p
-                })
-                .map_err(|e| e.to_string());
-            (name, built)
-        })
-        .collect();
+    let mut providers: Vec<(String, Result<_, String>)> =
+        topomgr_node::setup::load_each_provider(cfg, &machine)
+            .into_iter()
+            .map(|(name, built)| {
+                let built = built
+                    .map(|p| {
+                        let mut p =
+                            p.with_observer(Arc::clone(metrics) as Arc<dyn ProviderObserver>);
+                        if let Ok(inventory) = p.inventory() {
+                            metrics.provider(&name, &inventory);
+                        }
+                        p
+                    })
+                    .map_err(|e| e.to_string());
+                (name, built)
+            })
+            .collect();
+    // Two new providers that own one resource or serve one device are
+    // refused as at start: nothing changes.
+    topomgr_node::setup::refuse_shared(
+        cfg,
+        providers
+            .iter_mut()
+            .filter_map(|(_, built)| built.as_mut().ok()),
+    )
+    .map_err(|e| e.to_string())?;
     Ok(Prepared {
         trigger,
         machine,

@@ -34,7 +34,7 @@ use topomgr_sdk::{
 };
 use tracing::{debug, info, warn};
 
-use crate::ledger::{Finding, Ledger};
+use crate::ledger::{Finding, IdentityBook, Ledger};
 use crate::merge::MergeOutcome;
 use crate::policy::{Decision, Policy, PolicyName, Scope};
 use crate::provider::LoadedProvider;
@@ -171,6 +171,30 @@ pub struct Admitter {
     violations: Vec<String>,
 }
 
+/// What every provider's devices physically are, for the ledger (see
+/// [`crate::ledger`]'s Device identity). A provider that cannot say is
+/// logged; its devices are known by their ids (and PCI addresses, where
+/// the ids are addresses).
+fn identity_book(providers: &mut [LoadedProvider]) -> IdentityBook {
+    let mut book = IdentityBook::new();
+    for p in providers.iter_mut() {
+        match p.device_identities() {
+            Ok(Some(served)) => {
+                for (resource, devices) in served.resources {
+                    for d in devices {
+                        book.insert((resource.clone(), d.id), d.identity);
+                    }
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                warn!(provider = p.name(), error = %e, "the provider cannot say what its devices are; they are known by their ids")
+            }
+        }
+    }
+    book
+}
+
 struct Rejection {
     reason: String,
     message: String,
@@ -191,15 +215,17 @@ impl Admitter {
         machine: &Machine,
         policy: Policy,
         scope: Scope,
-        providers: Vec<LoadedProvider>,
+        mut providers: Vec<LoadedProvider>,
     ) -> Self {
+        let mut ledger = Ledger::new(machine);
+        ledger.set_identities(identity_book(&mut providers));
         Admitter {
             policy,
             scope,
             held: vec![None; providers.len()],
             providers,
             pods: BTreeMap::new(),
-            ledger: Ledger::new(machine),
+            ledger,
             violations: Vec::new(),
         }
     }
@@ -232,7 +258,8 @@ impl Admitter {
 
     /// Call `providers` from now on (none held); the pods and the ledger
     /// are the caller's to install again ([`Admitter::set_pods`]).
-    pub fn set_providers(&mut self, providers: Vec<LoadedProvider>) {
+    pub fn set_providers(&mut self, mut providers: Vec<LoadedProvider>) {
+        self.ledger.set_identities(identity_book(&mut providers));
         self.held = vec![None; providers.len()];
         self.providers = providers;
     }
@@ -767,7 +794,7 @@ impl Admitter {
                         message,
                     });
                 }
-                Ok(a) => match self.judge(pod, container, i, &a) {
+                Ok(a) => match self.judge(pod, container, i, &a, &merged) {
                     Err(v) => {
                         info!(provider = %v.provider, pod = %pod.uid, container = %container.name, violation = %v.message, "allocation refused by the ledger");
                         let message = v.message.clone();
@@ -794,13 +821,15 @@ impl Admitter {
     /// Judge provider `i`'s allocation `a` for `container`: its devices
     /// against the request and the provider's inventory (asked only when the
     /// allocation names devices or the container requests an extended
-    /// resource), then everything against the ledger.
+    /// resource), then everything against the ledger and what earlier
+    /// providers `given` the container.
     fn judge(
         &mut self,
         pod: &PodView,
         container: &ContainerView,
         i: usize,
         a: &Allocation,
+        given: &Allocation,
     ) -> Result<(), crate::ledger::Violation> {
         let wants_devices = !a.devices.is_empty()
             || container
@@ -821,7 +850,7 @@ impl Admitter {
         let name = self.providers[i].name();
         self.ledger
             .check_devices(pod, &container.name, name, a, owns.as_ref())?;
-        self.ledger.check(pod, &container.name, name, a)
+        self.ledger.check(pod, &container.name, name, a, given)
     }
 
     /// Release `container` in the first `n` providers that are not held (a

@@ -7,8 +7,9 @@
 //! After every change (admission, release, restore at start):
 //! - every CPU of an allocation is an online CPU of the machine, and every
 //!   memory node (`mems`) is a NUMA node of the machine;
-//! - an exclusive CPU is held by one container only, and a device id of a
-//!   resource is held by one container only, except that a later container
+//! - an exclusive CPU is held by one container only, and a physical device
+//!   is held by one container only, whatever provider, resource name or id
+//!   it is given under (see Device identity below), except that a later container
 //!   of the **same pod** may reuse what an ordinary (non-restartable) init
 //!   container holds: init containers run to completion before the next
 //!   container starts, so the kubelet hands their CPUs and devices on
@@ -23,6 +24,17 @@
 //! rebuilds the ledger from a restored pod table and reports, never drops,
 //! what the machine lost or what two pods hold at once.
 //!
+//! # Device identity
+//!
+//! A device is what it physically is, not its (resource, id): the same GPU
+//! or VF may be served by two providers under two resource names (issue
+//! 37), or listed under another id after a reload. Each provider says what
+//! its devices are ([`LoadedProvider::device_identities`](crate::provider::LoadedProvider::device_identities):
+//! `pci:<address>`, `serial:<serial>`), and an id that is itself a PCI
+//! address is that PCI device (what a provider built before the call gets);
+//! a device with neither is known by its resource and id. The ledger holds
+//! every identity of a device, so two names of one device are one device.
+//!
 //! The cost of a check or a change is proportional to the CPUs and devices
 //! of the container concerned, not to the number of pods held.
 
@@ -30,6 +42,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
+use topomgr_sdk::devices::normalize_pci_address;
 use topomgr_sdk::{Allocation, CpuSet, Machine, NumaMask, PodView};
 
 /// What a container is to the reuse rule.
@@ -48,7 +61,68 @@ struct Claim {
     pod: Arc<str>,
     container: Arc<str>,
     role: Role,
+    /// For a device, the name it was given under: `<resource> device <id>`.
+    device: Option<Arc<str>>,
 }
+
+/// The device `id` of `resource` as messages name it.
+fn device_name(resource: &str, id: &str) -> String {
+    format!("{resource} device {id}")
+}
+
+/// Prefix of a PCI address identity (the SDK's).
+const PCI_IDENTITY: &str = "pci:";
+/// Prefix of a serial identity (the SDK's).
+const SERIAL_IDENTITY: &str = "serial:";
+/// Prefix of the key of a device known by its resource and id alone.
+const ID_KEY: &str = "id:";
+
+/// The keys a device is held under: the identities its provider lists
+/// (`listed`), `pci:<address>` when its id is a PCI address, and
+/// `id:<resource> <id>` when it has neither.
+pub fn physical_identities(resource: &str, id: &str, listed: &[String]) -> Vec<String> {
+    let mut keys: Vec<String> = Vec::with_capacity(listed.len() + 1);
+    for identity in listed {
+        let identity = match identity.strip_prefix(PCI_IDENTITY) {
+            Some(a) => normalize_pci_address(a)
+                .map_or_else(|| identity.clone(), |a| format!("{PCI_IDENTITY}{a}")),
+            None => identity.clone(),
+        };
+        if !keys.contains(&identity) {
+            keys.push(identity);
+        }
+    }
+    if let Some(a) = normalize_pci_address(id) {
+        let key = format!("{PCI_IDENTITY}{a}");
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    if keys.is_empty() {
+        keys.push(format!("{ID_KEY}{resource} {id}"));
+    }
+    keys
+}
+
+/// A physical identity in words: `PCI device 0000:17:00.0`.
+pub fn describe_identity(key: &str) -> String {
+    if let Some(a) = key.strip_prefix(PCI_IDENTITY) {
+        format!("PCI device {a}")
+    } else if let Some(s) = key.strip_prefix(SERIAL_IDENTITY) {
+        format!("the device with serial {s}")
+    } else if let Some(rest) = key.strip_prefix(ID_KEY) {
+        match rest.split_once(' ') {
+            Some((resource, id)) => device_name(resource, id),
+            None => rest.to_owned(),
+        }
+    } else {
+        format!("the device {key}")
+    }
+}
+
+/// What each device of each resource physically is, as the providers list
+/// them: (resource, id) -> identities.
+pub type IdentityBook = HashMap<(String, String), Vec<String>>;
 
 /// Who holds something: a pod and one of its containers.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -176,8 +250,10 @@ pub struct Ledger {
     cpus: HashMap<u32, Vec<Claim>>,
     /// The keys of `cpus`, as a set.
     exclusive: CpuSet,
-    /// (resource, device id) -> its claims.
-    devices: HashMap<(String, String), Vec<Claim>>,
+    /// What the providers' devices physically are.
+    identities: IdentityBook,
+    /// Physical identity (see [`physical_identities`]) -> its claims.
+    devices: HashMap<String, Vec<Claim>>,
     /// What each pod holds, to release it in time proportional to its size.
     pods: HashMap<String, PodHold>,
 }
@@ -186,7 +262,7 @@ pub struct Ledger {
 struct PodHold {
     label: String,
     cpus: BTreeSet<u32>,
-    devices: BTreeSet<(String, String)>,
+    devices: BTreeSet<String>,
 }
 
 /// The exclusive CPUs and device ids of one allocation.
@@ -261,9 +337,26 @@ impl Ledger {
                 .collect(),
             cpus: HashMap::new(),
             exclusive: CpuSet::new(),
+            identities: IdentityBook::new(),
             devices: HashMap::new(),
             pods: HashMap::new(),
         }
+    }
+
+    /// Know the providers' devices by `book` from now on. What is held
+    /// stays keyed as it was: [`Ledger::restore`] rebuilds it under the
+    /// new identities.
+    pub(crate) fn set_identities(&mut self, book: IdentityBook) {
+        self.identities = book;
+    }
+
+    /// The keys device `id` of `resource` is held under.
+    fn keys_of(&self, resource: &str, id: &str) -> Vec<String> {
+        let listed = self
+            .identities
+            .get(&(resource.to_owned(), id.to_owned()))
+            .map_or(&[][..], Vec::as_slice);
+        physical_identities(resource, id, listed)
     }
 
     /// CPUs held exclusively by some container.
@@ -316,14 +409,17 @@ impl Ledger {
         *existing.pod == *pod && (*existing.container == *container || existing.role == Role::Init)
     }
 
-    /// Judge `provider`'s allocation for `container` of `pod` against the
-    /// machine and everything held by other containers. Nothing changes.
+    /// Judge `provider`'s allocation `a` for `container` of `pod` against
+    /// the machine, everything held by other containers and what earlier
+    /// providers `given` this container (a device given twice under two
+    /// names is refused). Nothing changes.
     pub(crate) fn check(
         &self,
         pod: &PodView,
         container: &str,
         provider: &str,
         a: &Allocation,
+        given: &Allocation,
     ) -> Result<(), Violation> {
         let who = format!("pod {} container {container:?}", label(pod));
         let fail = |message: String| Violation {
@@ -363,19 +459,46 @@ impl Ledger {
                 parts.join("; ")
             )));
         }
+        // What this container already got from earlier providers, and
+        // from this allocation so far: one device under two names is
+        // given twice.
+        let mut mine: HashMap<String, String> = HashMap::new();
+        for (resource, id) in claimed(given).1 {
+            for key in self.keys_of(&resource, &id) {
+                mine.insert(key, device_name(&resource, &id));
+            }
+        }
         for (resource, id) in &devices {
-            let key = (resource.clone(), id.clone());
-            if let Some(c) = self
-                .devices
-                .get(&key)
-                .into_iter()
-                .flatten()
-                .find(|c| !Self::compatible(c, &pod.uid, container))
-            {
-                return Err(fail(format!(
-                    "provider {provider:?} gave {who} {resource} device {id}, but it is held by {}",
-                    self.holder(c)
-                )));
+            let name = device_name(resource, id);
+            for key in self.keys_of(resource, id) {
+                if let Some(c) = self
+                    .devices
+                    .get(&key)
+                    .into_iter()
+                    .flatten()
+                    .find(|c| !Self::compatible(c, &pod.uid, container))
+                {
+                    let message = match c.device.as_deref() {
+                        Some(other) if other != name => format!(
+                            "provider {provider:?} gave {who} {name}, but that is {}, held by {} as {other}; one physical device is given to one container",
+                            describe_identity(&key),
+                            self.holder(c)
+                        ),
+                        _ => format!(
+                            "provider {provider:?} gave {who} {name}, but it is held by {}",
+                            self.holder(c)
+                        ),
+                    };
+                    return Err(fail(message));
+                }
+                if let Some(other) = mine.insert(key.clone(), name.clone()) {
+                    if other != name {
+                        return Err(fail(format!(
+                            "provider {provider:?} gave {who} {name}, but that is {}, which the container is also given as {other}; one physical device is given once",
+                            describe_identity(&key)
+                        )));
+                    }
+                }
             }
         }
         Ok(())
@@ -451,6 +574,10 @@ impl Ledger {
     /// provider's part already [checked](Ledger::check)).
     pub(crate) fn hold(&mut self, pod: &PodView, container: &str, a: &Allocation) {
         let (cpus, devices) = claimed(a);
+        let devices: Vec<(String, Vec<String>)> = devices
+            .iter()
+            .map(|(resource, id)| (device_name(resource, id), self.keys_of(resource, id)))
+            .collect();
         let entry = self.pods.entry(pod.uid.clone()).or_insert_with(|| PodHold {
             label: label(pod),
             ..PodHold::default()
@@ -459,6 +586,7 @@ impl Ledger {
             pod: Arc::from(pod.uid.as_str()),
             container: Arc::from(container),
             role: role(pod, container),
+            device: None,
         };
         for cpu in cpus.iter() {
             let claims = self.cpus.entry(cpu).or_default();
@@ -468,12 +596,18 @@ impl Ledger {
             self.exclusive.insert(cpu);
             entry.cpus.insert(cpu);
         }
-        for key in devices {
-            let claims = self.devices.entry(key.clone()).or_default();
-            if !claims.contains(&claim) {
-                claims.push(claim.clone());
+        for (name, keys) in devices {
+            let claim = Claim {
+                device: Some(Arc::from(name)),
+                ..claim.clone()
+            };
+            for key in keys {
+                let claims = self.devices.entry(key.clone()).or_default();
+                if !claims.contains(&claim) {
+                    claims.push(claim.clone());
+                }
+                entry.devices.insert(key);
             }
-            entry.devices.insert(key);
         }
     }
 
@@ -582,16 +716,34 @@ impl Ledger {
                 holders,
             })
             .collect();
-        let mut devices: Vec<(&(String, String), &Vec<Claim>)> =
+        // One finding per device and holders, however many identities
+        // the device has: (names it is held under, holders) -> what.
+        let mut devices: BTreeMap<(BTreeSet<&str>, Vec<Holder>), String> = BTreeMap::new();
+        let mut keys: Vec<(&String, &Vec<Claim>)> =
             self.devices.iter().filter(|(_, c)| bad(c)).collect();
-        devices.sort_by(|a, b| a.0.cmp(b.0));
+        keys.sort_by(|a, b| a.0.cmp(b.0));
+        for (key, claims) in keys {
+            let names: BTreeSet<&str> = claims.iter().filter_map(|c| c.device.as_deref()).collect();
+            let what = match names.iter().next() {
+                Some(one) if names.len() == 1 => (*one).to_owned(),
+                _ => format!(
+                    "{} (as {})",
+                    describe_identity(key),
+                    names.iter().copied().collect::<Vec<_>>().join(" and ")
+                ),
+            };
+            let holders = claims.iter().map(|c| self.holder(c)).collect();
+            devices.entry((names, holders)).or_insert(what);
+        }
+        let mut devices: Vec<(Vec<Holder>, String)> = devices
+            .into_iter()
+            .map(|((_, h), what)| (h, what))
+            .collect();
+        devices.sort_by(|a, b| a.1.cmp(&b.1));
         out.extend(
             devices
                 .into_iter()
-                .map(|((r, id), claims)| Finding::Conflict {
-                    what: format!("{r} device {id}"),
-                    holders: claims.iter().map(|c| self.holder(c)).collect(),
-                }),
+                .map(|(holders, what)| Finding::Conflict { what, holders }),
         );
         out
     }
@@ -635,9 +787,12 @@ mod tests {
         let mut l = Ledger::new(&machine());
         let a = pod("a", &[], &["app"]);
         let b = pod("b", &[], &["app"]);
-        l.check(&a, "app", "mock", &excl("1-5")).unwrap();
+        l.check(&a, "app", "mock", &excl("1-5"), &Allocation::default())
+            .unwrap();
         l.hold(&a, "app", &excl("1-5"));
-        let v = l.check(&b, "app", "mock", &excl("4-7")).unwrap_err();
+        let v = l
+            .check(&b, "app", "mock", &excl("4-7"), &Allocation::default())
+            .unwrap_err();
         assert_eq!(v.provider, "mock");
         assert_eq!(
             v.message,
@@ -645,11 +800,13 @@ mod tests {
         );
         // Shared (non-exclusive) CPUs may overlap exclusive ones.
         let shared = Allocation::default().with_cpus(CpuSet::parse("0-7").unwrap(), false);
-        l.check(&b, "app", "cpu", &shared).unwrap();
+        l.check(&b, "app", "cpu", &shared, &Allocation::default())
+            .unwrap();
         assert_eq!(l.exclusive_cpus().to_string(), "1-5");
         l.release("a");
         assert!(l.exclusive_cpus().is_empty());
-        l.check(&b, "app", "mock", &excl("4-7")).unwrap();
+        l.check(&b, "app", "mock", &excl("4-7"), &Allocation::default())
+            .unwrap();
         assert_eq!(l.pods_holding(), 0);
     }
 
@@ -658,12 +815,12 @@ mod tests {
         let l = Ledger::new(&machine());
         let p = pod("a", &[], &["app"]);
         assert_eq!(
-            l.check(&p, "app", "mock", &excl("0-1000")).unwrap_err().message,
+            l.check(&p, "app", "mock", &excl("0-1000"), &Allocation::default()).unwrap_err().message,
             "provider \"mock\" gave pod ns/a-name container \"app\" CPUs 8-1000, which are not online CPUs of this machine (online: 0-7)"
         );
         let a = Allocation::default().with_mems(NumaMask::parse_list("2-3").unwrap());
         assert_eq!(
-            l.check(&p, "app", "memory", &a).unwrap_err().message,
+            l.check(&p, "app", "memory", &a, &Allocation::default()).unwrap_err().message,
             "provider \"memory\" gave pod ns/a-name container \"app\" memory on NUMA node(s) 2-3, which this machine does not have (its nodes: 0-1)"
         );
     }
@@ -673,28 +830,35 @@ mod tests {
         let mut l = Ledger::new(&machine());
         let p = pod("p", &[("init", false), ("side", true)], &["app", "app2"]);
         for (c, cpus) in [("init", "1-2"), ("side", "3")] {
-            l.check(&p, c, "cpu", &excl(cpus)).unwrap();
+            l.check(&p, c, "cpu", &excl(cpus), &Allocation::default())
+                .unwrap();
             l.hold(&p, c, &excl(cpus));
         }
         l.hold(&p, "init", &dev("foo-0"));
         // The app reuses the init container's CPU and device ...
-        l.check(&p, "app", "cpu", &excl("1")).unwrap();
+        l.check(&p, "app", "cpu", &excl("1"), &Allocation::default())
+            .unwrap();
         l.hold(&p, "app", &excl("1"));
-        l.check(&p, "app", "gpu", &dev("foo-0")).unwrap();
+        l.check(&p, "app", "gpu", &dev("foo-0"), &Allocation::default())
+            .unwrap();
         l.hold(&p, "app", &dev("foo-0"));
         // ... but not the sidecar's, and a second app not the first app's.
-        assert!(l.check(&p, "app2", "cpu", &excl("3")).is_err());
+        assert!(l
+            .check(&p, "app2", "cpu", &excl("3"), &Allocation::default())
+            .is_err());
         assert_eq!(
-            l.check(&p, "app2", "cpu", &excl("1")).unwrap_err().message,
+            l.check(&p, "app2", "cpu", &excl("1"), &Allocation::default()).unwrap_err().message,
             "provider \"cpu\" gave pod ns/p-name container \"app2\" CPUs 1 exclusively, but CPUs 1 are held by pod ns/p-name (uid p) container \"app\""
         );
         assert_eq!(
-            l.check(&p, "app2", "gpu", &dev("foo-0")).unwrap_err().message,
+            l.check(&p, "app2", "gpu", &dev("foo-0"), &Allocation::default()).unwrap_err().message,
             "provider \"gpu\" gave pod ns/p-name container \"app2\" example.com/foo device foo-0, but it is held by pod ns/p-name (uid p) container \"app\""
         );
         // Another pod may not reuse an init container's CPUs.
         let q = pod("q", &[], &["app"]);
-        assert!(l.check(&q, "app", "cpu", &excl("2")).is_err());
+        assert!(l
+            .check(&q, "app", "cpu", &excl("2"), &Allocation::default())
+            .is_err());
         assert!(l.conflicts().is_empty());
         assert_eq!(
             l.holders_of(&CpuSet::parse("1-4").unwrap())
@@ -767,13 +931,193 @@ mod tests {
                 .any(|f| matches!(f, Finding::VanishedCpus { .. })),
             "{found:?}"
         );
-        let v = l.check(&b, "app", "cpu", &excl("7")).unwrap_err();
+        let v = l
+            .check(&b, "app", "cpu", &excl("7"), &Allocation::default())
+            .unwrap_err();
         assert!(v.message.contains("CPUs 7"), "{}", v.message);
         let mut dev = Allocation::default();
         dev.devices
             .insert("nic".to_owned(), vec!["0000:3b:00.1".to_owned()]);
-        assert!(l.check(&b, "app", "nic", &dev).is_err());
+        assert!(l
+            .check(&b, "app", "nic", &dev, &Allocation::default())
+            .is_err());
         l.release("a");
-        l.check(&b, "app", "cpu", &excl("7")).unwrap();
+        l.check(&b, "app", "cpu", &excl("7"), &Allocation::default())
+            .unwrap();
+    }
+
+    fn device(resource: &str, id: &str) -> Allocation {
+        let mut a = Allocation::default();
+        a.devices.insert(resource.to_owned(), vec![id.to_owned()]);
+        a
+    }
+
+    /// Issue 37: one GPU served by two providers under two resource names
+    /// (`nvidia.com/gpu`, `example.com/gpu`) is one device: held by one pod
+    /// under one name, it is refused to another pod under the other, by
+    /// its PCI address whether the id is the address or the provider lists
+    /// the address as the device's identity.
+    #[test]
+    fn one_physical_device_under_two_resource_names_is_held_once() {
+        let a = pod("a", &[], &["app"]);
+        let b = pod("b", &[], &["app"]);
+        let none = Allocation::default();
+        // Ids that are PCI addresses (a provider built before the call).
+        let mut l = Ledger::new(&machine());
+        let first = device("nvidia.com/gpu", "0000:17:00.0");
+        l.check(&a, "app", "gpu", &first, &none).unwrap();
+        l.hold(&a, "app", &first);
+        let second = device("example.com/gpu", "0000:17:00.0");
+        let v = l.check(&b, "app", "gpu2", &second, &none).unwrap_err();
+        assert_eq!(v.provider, "gpu2");
+        assert_eq!(
+            v.message,
+            "provider \"gpu2\" gave pod ns/b-name container \"app\" example.com/gpu device 0000:17:00.0, but that is PCI device 0000:17:00.0, held by pod ns/a-name (uid a) container \"app\" as nvidia.com/gpu device 0000:17:00.0; one physical device is given to one container"
+        );
+        // A VF under two resource prefixes is one VF.
+        let vf = device("intel.com/vf", "0000:18:01.2");
+        l.check(&a, "app", "sriov", &vf, &none).unwrap();
+        l.hold(&a, "app", &vf);
+        assert!(l
+            .check(
+                &b,
+                "app",
+                "sriov2",
+                &device("example.org/vf", "0000:18:01.2"),
+                &none
+            )
+            .is_err());
+        l.release("a");
+        l.check(&b, "app", "gpu2", &second, &none).unwrap();
+
+        // Ids that are not addresses: the providers' identities say.
+        let mut l = Ledger::new(&machine());
+        l.set_identities(IdentityBook::from([
+            (
+                ("nvidia.com/gpu".to_owned(), "GPU-0".to_owned()),
+                vec!["pci:0000:17:00.0".to_owned(), "serial:GPU-8e2c".to_owned()],
+            ),
+            (
+                ("example.com/gpu".to_owned(), "gpu-a".to_owned()),
+                vec!["serial:GPU-8e2c".to_owned()],
+            ),
+        ]));
+        l.hold(&a, "app", &device("nvidia.com/gpu", "GPU-0"));
+        let v = l
+            .check(
+                &b,
+                "app",
+                "gpu2",
+                &device("example.com/gpu", "gpu-a"),
+                &none,
+            )
+            .unwrap_err();
+        assert!(
+            v.message.contains("but that is the device with serial GPU-8e2c, held by pod ns/a-name (uid a) container \"app\" as nvidia.com/gpu device GPU-0"),
+            "{}",
+            v.message
+        );
+        let v = l
+            .check(
+                &b,
+                "app",
+                "gpu2",
+                &device("example.com/gpu", "0000:17:00.0"),
+                &none,
+            )
+            .unwrap_err();
+        assert!(
+            v.message.contains("PCI device 0000:17:00.0"),
+            "{}",
+            v.message
+        );
+        // Another device of the same resources is free.
+        l.check(
+            &b,
+            "app",
+            "gpu2",
+            &device("example.com/gpu", "gpu-b"),
+            &none,
+        )
+        .unwrap();
+    }
+
+    /// One container given one device by two providers under two names is
+    /// refused too: the second provider's part is judged against the
+    /// first's.
+    #[test]
+    fn one_container_is_not_given_one_device_twice() {
+        let l = Ledger::new(&machine());
+        let a = pod("a", &[], &["app"]);
+        let given = device("nvidia.com/gpu", "0000:17:00.0");
+        let v = l
+            .check(
+                &a,
+                "app",
+                "gpu2",
+                &device("example.com/gpu", "0000:17:00.0"),
+                &given,
+            )
+            .unwrap_err();
+        assert_eq!(
+            v.message,
+            "provider \"gpu2\" gave pod ns/a-name container \"app\" example.com/gpu device 0000:17:00.0, but that is PCI device 0000:17:00.0, which the container is also given as nvidia.com/gpu device 0000:17:00.0; one physical device is given once"
+        );
+        // Two names of one device within one allocation.
+        let mut both = device("nvidia.com/gpu", "0000:17:00.0");
+        both.devices.insert(
+            "example.com/gpu".to_owned(),
+            vec!["0000:17:00.0".to_owned()],
+        );
+        assert!(l
+            .check(&a, "app", "gpu", &both, &Allocation::default())
+            .is_err());
+    }
+
+    /// A restored table in which two pods hold one device under two names
+    /// is one conflict naming the device and both names.
+    #[test]
+    fn restore_reports_one_device_held_under_two_names_once() {
+        let m = testkit::machine_with_devices(
+            2,
+            4,
+            vec![testkit::pci_device(
+                "0000:17:00.0",
+                "0x10de",
+                "0x030200",
+                Some(0),
+            )],
+        );
+        let mut l = Ledger::new(&m);
+        l.set_identities(IdentityBook::from([(
+            ("nvidia.com/gpu".to_owned(), "GPU-0".to_owned()),
+            vec!["pci:0000:17:00.0".to_owned(), "serial:GPU-8e2c".to_owned()],
+        )]));
+        let a = pod("a", &[], &["app"]);
+        let b = pod("b", &[], &["app"]);
+        let ca = vec![("app".to_owned(), device("nvidia.com/gpu", "GPU-0"))];
+        let cb = vec![("app".to_owned(), device("example.com/gpu", "0000:17:00.0"))];
+        let found = l.restore([(&a, ca.as_slice()), (&b, cb.as_slice())]);
+        let text: Vec<String> = found.iter().map(Finding::to_string).collect();
+        assert_eq!(
+            text,
+            ["PCI device 0000:17:00.0 (as example.com/gpu device 0000:17:00.0 and nvidia.com/gpu device GPU-0) held by more than one container at once: pod ns/a-name (uid a) container \"app\" and pod ns/b-name (uid b) container \"app\"; release all but one of these pods"]
+        );
+        l.release("b");
+        assert!(l.conflicts().is_empty());
+    }
+
+    #[test]
+    fn physical_identities_of_a_device() {
+        assert_eq!(
+            physical_identities("r", "00000000:17:00.0", &[]),
+            ["pci:0000:17:00.0"]
+        );
+        assert_eq!(physical_identities("r", "GPU-0", &[]), ["id:r GPU-0"]);
+        assert_eq!(
+            physical_identities("r", "GPU-0", &["pci:0000:B1:00.0".to_owned()]),
+            ["pci:0000:b1:00.0"]
+        );
+        assert_eq!(describe_identity("id:r GPU-0"), "r device GPU-0");
     }
 }

@@ -18,6 +18,7 @@ mod crash;
 mod daemon;
 mod daemon_limits;
 mod demo;
+mod device_identity;
 mod discovery;
 mod gpu;
 mod hotplug;

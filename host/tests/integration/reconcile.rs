@@ -630,7 +630,71 @@ const GPU_MATRIX: &[Case] = &[
             held_ids: Some("GPU-"),
         }],
     },
+    // Issue 37: a source without PCI addresses. The GPUs are the machine's
+    // by their sysfs addresses: the held pod keeps its GPUs as GPU-<i>,
+    // no conflict, none given again.
+    Case {
+        name: "device-rediscovered-from-a-capture",
+        before: nothing,
+        steps: &[Step {
+            change: |n, _| {
+                let file = n.dir.join("topo.txt");
+                fs::write(&file, smi_capture_of_the_example()).unwrap();
+                n.gpu = Some(format!("topology_file = {:?}", file.display().to_string()));
+                n.write_config();
+            },
+            conflict: None,
+            held_ids: Some("GPU-"),
+        }],
+    },
+    Case {
+        name: "device-rediscovered-from-json-without-pci",
+        before: nothing,
+        steps: &[Step {
+            change: |n, _| {
+                let example =
+                    common::workspace_root().join("examples/machines/2s8g/gpu-topology.json");
+                let mut t: Value =
+                    serde_json::from_str(&fs::read_to_string(example).unwrap()).unwrap();
+                for g in t["gpus"].as_array_mut().unwrap() {
+                    g.as_object_mut().unwrap().remove("pci");
+                }
+                let file = n.dir.join("topo.json");
+                fs::write(&file, t.to_string()).unwrap();
+                n.gpu = Some(format!("topology_file = {:?}", file.display().to_string()));
+                n.write_config();
+            },
+            conflict: None,
+            held_ids: Some("GPU-"),
+        }],
+    },
 ];
+
+/// An `nvidia-smi topo -m` capture of the example machine's 8 GPUs (4 on
+/// each of NUMA nodes 0 and 1): no PCI addresses, as nvidia-smi prints it.
+fn smi_capture_of_the_example() -> String {
+    let mut text = String::new();
+    for i in 0..8 {
+        text.push_str(&format!("\tGPU{i}"));
+    }
+    text.push_str("\tCPU Affinity\tNUMA Affinity\n");
+    for a in 0..8 {
+        text.push_str(&format!("GPU{a}"));
+        for b in 0..8 {
+            let cell = if a == b {
+                " X "
+            } else if a / 4 == b / 4 {
+                "NODE"
+            } else {
+                "SYS"
+            };
+            text.push_str(&format!("\t{cell}"));
+        }
+        let node = a / 4;
+        text.push_str(&format!("\t{}-{}\t{node}\n", node * 8, node * 8 + 7));
+    }
+    text
+}
 
 /// The NodeResourceTopology export never advertises a CPU that cannot be
 /// given: the CPUs it lists as available are at most the online CPUs no pod
@@ -1538,4 +1602,122 @@ fn reserved_memory_on_a_node_that_is_gone_names_the_key_and_a_remedy_that_works(
     assert_eq!(pods.pods[0].containers[0].cpus, held.containers[0].cpus);
     assert_eq!(pods.pods[1].containers[0].cpus, next.containers[0].cpus);
     assert_exclusive(&pods.pods, "after the remedy");
+}
+
+/// A JSON topology file of the example machine's 8 GPUs without `pci`
+/// whose NUMA nodes do not match the machine's GPUs (all on node 0): the
+/// GPUs cannot be matched with the machine's by address.
+fn unmatchable_topology_file(n: &Node) -> String {
+    let gpus: Vec<Value> = (0..8)
+        .map(|i| json!({"index": i, "id": format!("GPU-{i}"), "numa": 0}))
+        .collect();
+    let file = n.dir.join("unmatched.json");
+    fs::write(&file, json!({"gpus": gpus, "links": []}).to_string()).unwrap();
+    format!("topology_file = {:?}", file.display().to_string())
+}
+
+/// Issue 37 item 2, when the new source cannot be matched: a pod holds two
+/// GPUs known by their PCI addresses; the GPUs are then listed through a
+/// topology file without addresses that does not match the machine. The
+/// held GPUs are not freed: none of the GPUs listed without an address is
+/// handed out (any may be one of them) and health says why, under
+/// `admit --state-dir` and a daemon reload; once the pod is released the
+/// GPUs are given again.
+#[test]
+fn gpus_that_cannot_be_matched_after_a_source_change_stay_held() {
+    let refused = |a: &Admission, label: &str| {
+        assert!(!a.admitted, "{label}: {a:?}");
+        assert_eq!(
+            a.reason.as_deref(),
+            Some("UnexpectedAdmissionError"),
+            "{label}: {a:?}"
+        );
+    };
+    // admit --state-dir
+    let mut n = Node::on("rc-unmatched-cli", &GPUS_ON_PCI);
+    let (held, _) = n.cli_admit("held", &GPUS_ON_PCI.pod("held"));
+    assert!(held.containers[0].devices["nvidia.com/gpu"][0].starts_with("0000:"));
+    n.gpu = Some(unmatchable_topology_file(&n));
+    n.write_config();
+    let (next, err) = n.cli_admit("next", &GPUS_ON_PCI.pod("next"));
+    refused(&next, "cli");
+    assert!(
+        err.contains("not found by their PCI address or serial, and the devices listed without one (GPU-0, GPU-1, GPU-2, GPU-3, GPU-4, GPU-5, GPU-6, GPU-7) may be them"),
+        "{err}"
+    );
+    let state = n.dir.join("state");
+    let (code, out, err) = common::topomgr(
+        &n.dir,
+        &["release", "--state-dir", state.to_str().unwrap(), "held"],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let (next, _) = n.cli_admit("next", &GPUS_ON_PCI.pod("next"));
+    assert!(next.admitted, "{next:?}");
+
+    // A daemon reload (SIGHUP).
+    let mut n = Node::on("rc-unmatched-hup", &GPUS_ON_PCI);
+    let socket = n.dir.join("t.sock");
+    let d = Daemon::start(&n.config(), &socket);
+    let mut c = d.client();
+    common::admitted(&mut c, &GPUS_ON_PCI.pod("held"));
+    n.gpu = Some(unmatchable_topology_file(&n));
+    n.write_config();
+    sighup_and_wait(&d, 1);
+    let h = health(&mut c);
+    assert_eq!(h.status, HealthStatus::Degraded, "{h:?}");
+    assert!(
+        h.conflicts
+            .iter()
+            .any(|c| c.pod == "held" && c.missing.contains("may be them")),
+        "{h:?}"
+    );
+    let r = c.admit(&GPUS_ON_PCI.pod("next")).unwrap();
+    assert_eq!(r.status, 200, "{}", r.error_message());
+    let v: Admissions = r.parse().unwrap();
+    refused(&v.pods[0], "sighup");
+    assert_eq!(c.release("held").unwrap().status, 200);
+    common::admitted(&mut c, &GPUS_ON_PCI.pod("next"));
+    drop(d);
+}
+
+/// Issue 37 item 1 on a reload: a second GPU provider serving the same
+/// GPUs under another resource name, added to the config of a running
+/// daemon, is refused as at start; the reload changes nothing and says
+/// why, and the held GPU is never given under the new name.
+#[test]
+fn a_reload_that_adds_a_second_provider_of_the_same_gpus_changes_nothing() {
+    let n = Node::on("rc-two-gpu-reload", &GPUS_ON_PCI);
+    let d = Daemon::start(&n.config(), &n.dir.join("t.sock"));
+    let mut c = d.client();
+    common::admitted(&mut c, &GPUS_ON_PCI.pod("held"));
+    let mut text = fs::read_to_string(n.config()).unwrap();
+    text.push_str(&format!(
+        "[providers.gpu2]\nlibrary = \"{}\"\n[providers.gpu2.config]\nresource = \"example.com/gpu\"\n",
+        common::gpu_plugin().display()
+    ));
+    fs::write(n.config(), text).unwrap();
+    assert!(Command::new("kill")
+        .arg("-HUP")
+        .arg(d.child.id().to_string())
+        .status()
+        .unwrap()
+        .success());
+    wait_for(&d, |c| reload_counts(c).1 >= 1, "the failed reload");
+    let h = health(&mut c);
+    assert!(
+        h.notes.iter().any(|note| note.starts_with(
+            "SIGHUP: providers \"gpu\" and \"gpu2\" both serve PCI device 0000:17:00.0 (as nvidia.com/gpu device 0000:17:00.0 and as example.com/gpu device 0000:17:00.0)"
+        ) && note.ends_with("everything runs as before. Fix the config and reload again")),
+        "{h:?}"
+    );
+    let r = c
+        .admit(&format!(
+            "{}        example.com/gpu: 1\n",
+            pod_yaml("other", "2", "1Gi")
+        ))
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.error_message());
+    let v: Admissions = r.parse().unwrap();
+    assert!(!v.pods[0].admitted, "{v:?}");
+    common::admitted(&mut c, &GPUS_ON_PCI.pod("next"));
 }

@@ -2,6 +2,14 @@
 //! NVML, else the NVIDIA display controllers among the host's PCI devices
 //! (NUMA only, no links).
 //!
+//! A topology file may name GPUs without PCI addresses (an `nvidia-smi topo
+//! -m` capture never shows them; JSON's `pci` is optional). Such GPUs are
+//! given the addresses of the machine's own NVIDIA GPUs in sysfs, in
+//! address order, so that a GPU is the same device whichever source lists
+//! it; when that cannot be done unambiguously they stay without one (and
+//! the device toolkit holds what a pod held of them, see
+//! `topomgr_sdk::devices`).
+//!
 //! NVML describes the host topomgr runs on. When the machine was read from
 //! a recorded sysfs tree (`--sysfs-root`) that lists PCI devices but none of
 //! NVML's GPUs, NVML's answer is set aside (logged at info level) and the
@@ -87,6 +95,8 @@ pub fn discover(
                 });
             }
         }
+        let mut topology = topology;
+        pci_from_sysfs(&mut topology, machine, &path);
         return Ok((topology, Source::File(path)));
     }
     let library = config
@@ -121,6 +131,73 @@ pub fn discover(
         }
     }
     Ok((pci::from_machine(machine), Source::Pci))
+}
+
+/// Gives the GPUs of a topology file that has no PCI address the addresses
+/// of the machine's NVIDIA GPUs in sysfs that the file does not name: the
+/// file's GPUs without one, in index order, are the remaining NVIDIA GPUs
+/// in PCI address order (the order `nvidia-smi` and NVML number GPUs in,
+/// which a capture's `GPU<i>` rows follow). Done only when it is
+/// unambiguous: as many GPUs without an address as NVIDIA GPUs left, and
+/// each pair on the same NUMA node (the file's node, when it gives one).
+/// Otherwise nothing is given and a warning says why: those GPUs are known
+/// by their ids alone.
+fn pci_from_sysfs(topology: &mut GpuTopology, machine: &Machine, path: &Path) {
+    let unnamed: Vec<(usize, Option<NumaNodeId>)> = topology
+        .gpus()
+        .iter()
+        .filter(|g| g.pci.is_none())
+        .map(|g| (g.index, g.numa))
+        .collect();
+    if unnamed.is_empty() {
+        return;
+    }
+    let named: Vec<String> = topology
+        .gpus()
+        .iter()
+        .filter_map(|g| {
+            g.pci
+                .as_deref()
+                .and_then(topology_file::normalize_pci_address)
+        })
+        .collect();
+    let sysfs = pci::from_machine(machine);
+    let left: Vec<(&str, Option<NumaNodeId>)> = sysfs
+        .gpus()
+        .iter()
+        .filter_map(|g| g.pci.as_deref().map(|a| (a, g.numa)))
+        .filter(|(a, _)| !named.iter().any(|n| n == a))
+        .collect();
+    let why = if left.len() != unnamed.len() {
+        Some(format!(
+            "{} GPUs have no PCI address, but the machine has {} other NVIDIA GPUs",
+            unnamed.len(),
+            left.len()
+        ))
+    } else {
+        unnamed
+            .iter()
+            .zip(&left)
+            .find(|((_, numa), (_, node))| numa.is_some() && numa != node)
+            .map(|((index, numa), (address, node))| {
+                let node = node.map_or_else(|| "none".to_owned(), |n| n.to_string());
+                format!(
+                    "GPU {index} is on NUMA node {}, but the NVIDIA GPU it would be ({address}) is on node {node}",
+                    numa.map(|n| n.to_string()).unwrap_or_default()
+                )
+            })
+    };
+    if let Some(why) = why {
+        tracing::warn!(
+            file = %path.display(),
+            reason = %why,
+            "the topology file's GPUs without a PCI address cannot be matched with the machine's; they are known by their ids alone"
+        );
+        return;
+    }
+    for ((index, _), (address, _)) in unnamed.iter().zip(left) {
+        topology.set_pci(*index, address.to_owned());
+    }
 }
 
 /// Whether NVML's GPUs belong to another machine than the one discovered:
@@ -215,5 +292,92 @@ mod tests {
             "{err}"
         );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A machine with NVIDIA GPUs at `0000:07:00.0` (node 0), `0000:17:00.0`
+    /// (node 1) and `0000:b1:00.0` (node 1), listed out of order.
+    fn three_gpus() -> Machine {
+        let m = machine();
+        let gpu = |address: &str, node: u8| {
+            PciDevice::new(
+                address,
+                "0x10de",
+                "0x2330",
+                "0x030200",
+                Some(topomgr_sdk::NumaNodeId::from(node)),
+            )
+        };
+        Machine::new(
+            m.numa_nodes,
+            m.cpus,
+            vec![
+                gpu("0000:b1:00.0", 1),
+                gpu("0000:07:00.0", 0),
+                gpu("0000:17:00.0", 1),
+            ],
+        )
+    }
+
+    fn from_file(text: &str, machine: &Machine) -> Vec<(String, Option<String>)> {
+        let dir = std::env::temp_dir().join(format!(
+            "gpu-discovery-pci-{}-{}",
+            std::process::id(),
+            text.len()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("t"), text).unwrap();
+        let config = GpuConfig {
+            topology_file: Some("t".into()),
+            ..GpuConfig::default()
+        };
+        let (t, _) = discover(&config, Some(&dir), machine).unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+        t.gpus()
+            .iter()
+            .map(|g| (g.id.clone(), g.pci.clone()))
+            .collect()
+    }
+
+    /// A capture names no PCI address: its GPU<i> rows are the machine's
+    /// NVIDIA GPUs in address order, when the NUMA nodes agree.
+    #[test]
+    fn gpus_without_pci_addresses_get_the_machines_in_address_order() {
+        let capture = "\tGPU0\tGPU1\tGPU2\tCPU Affinity\tNUMA Affinity\n\
+                       GPU0\t X \tSYS\tSYS\t0-1\t0\n\
+                       GPU1\tSYS\t X \tNV2\t2-3\t1\n\
+                       GPU2\tSYS\tNV2\t X \t2-3\t1\n";
+        let pci = |a: &str| Some(a.to_owned());
+        assert_eq!(
+            from_file(capture, &three_gpus()),
+            [
+                ("GPU-0".to_owned(), pci("0000:07:00.0")),
+                ("GPU-1".to_owned(), pci("0000:17:00.0")),
+                ("GPU-2".to_owned(), pci("0000:b1:00.0")),
+            ]
+        );
+        // JSON naming one address: the others are the remaining GPUs.
+        let json = r#"{"gpus": [
+            {"index": 0, "id": "a", "numa": 1, "pci": "0000:B1:00.0"},
+            {"index": 1, "id": "b", "numa": 0},
+            {"index": 2, "id": "c"}], "links": []}"#;
+        assert_eq!(
+            from_file(json, &three_gpus()),
+            [
+                ("a".to_owned(), pci("0000:b1:00.0")),
+                ("b".to_owned(), pci("0000:07:00.0")),
+                ("c".to_owned(), pci("0000:17:00.0")),
+            ]
+        );
+        // Ambiguous: another count, or a GPU on another node than its match.
+        let two = r#"{"gpus": [{"index": 0, "id": "a", "numa": 0},
+            {"index": 1, "id": "b", "numa": 1}], "links": []}"#;
+        assert!(from_file(two, &three_gpus())
+            .iter()
+            .all(|(_, p)| p.is_none()));
+        let swapped = r#"{"gpus": [{"index": 0, "id": "a", "numa": 1},
+            {"index": 1, "id": "b", "numa": 0}, {"index": 2, "id": "c", "numa": 1}], "links": []}"#;
+        assert!(from_file(swapped, &three_gpus())
+            .iter()
+            .all(|(_, p)| p.is_none()));
     }
 }

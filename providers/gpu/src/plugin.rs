@@ -162,6 +162,20 @@ mod tests {
         testkit::assert_hints(&h, GPU, &[0, 1], Some(&["0-1:false"]));
     }
 
+    /// The named call `device_identities` through the boundary: each GPU
+    /// with its PCI address, so that the host knows it whatever resource
+    /// name or id it is given under.
+    #[test]
+    fn device_identities_name_each_gpu_by_its_pci_address() {
+        let mut p = example(json!({}));
+        let served = p.device_identities().unwrap().expect("the toolkit answers");
+        let gpus = &served.resources[GPU];
+        assert_eq!(gpus.len(), 8);
+        assert_eq!(gpus[0].id, "GPU-0");
+        assert_eq!(gpus[0].identity, ["pci:0000:17:00.0"]);
+        assert_eq!(gpus[7].identity, ["pci:0000:b0:00.0"]);
+    }
+
     #[test]
     fn preferred_runs_the_configured_policy() {
         let request = |available: &[&str], must: &[&str], size| {

@@ -232,6 +232,14 @@ impl GpuTopology {
         &self.gpus
     }
 
+    /// Gives GPU `index` the PCI address `pci` (found in sysfs for a GPU
+    /// its source named without one). An index out of range changes nothing.
+    pub(crate) fn set_pci(&mut self, index: usize, pci: String) {
+        if let Some(g) = self.gpus.get_mut(index) {
+            g.pci = Some(pci);
+        }
+    }
+
     /// Number of GPUs.
     pub fn len(&self) -> usize {
         self.gpus.len()

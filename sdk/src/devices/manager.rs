@@ -25,13 +25,26 @@ pub(super) struct Pool {
     pub(super) holders: Vec<u32>,
     /// The kubelet's `deviceHasTopologyAlignment`: some device names a node.
     pub(super) aligned: bool,
+    /// Restored devices of this resource, known by an identity, that no
+    /// device lists now while some devices are listed without an identity:
+    /// any of those may be one of them, so none of those is handed out
+    /// (see [`DeviceManager::restore`]).
+    pub(super) unmatched: usize,
 }
 
 impl Pool {
+    /// Whether device `i` may be handed out: healthy, held by nobody, and
+    /// not possibly a restored device that cannot be matched.
+    pub(super) fn is_free(&self, i: usize) -> bool {
+        self.devices[i].healthy
+            && self.holders[i] == 0
+            && !(self.unmatched > 0 && self.devices[i].identity.is_empty())
+    }
+
     /// Healthy devices nobody holds, in order.
     pub(super) fn available(&self) -> Vec<usize> {
         (0..self.devices.len())
-            .filter(|&i| self.devices[i].healthy && self.holders[i] == 0)
+            .filter(|&i| self.is_free(i))
             .collect()
     }
 
@@ -195,6 +208,7 @@ impl DeviceManager {
             let pool = Pool {
                 aligned: list.iter().any(Device::has_topology),
                 holders: vec![0; list.len()],
+                unmatched: 0,
                 devices: list,
                 index,
             };
@@ -221,6 +235,22 @@ impl DeviceManager {
     /// The devices of `resource`, in the provider's order.
     pub fn devices(&self, resource: &str) -> Option<&[Device]> {
         self.pools.get(resource).map(|p| p.devices.as_slice())
+    }
+
+    /// Every device of every resource with its identities (the named call
+    /// [`Provider::device_identities`](crate::Provider::device_identities)).
+    pub fn device_identities(&self) -> crate::DeviceIdentities {
+        self.pools
+            .iter()
+            .fold(crate::DeviceIdentities::new(), |out, (resource, pool)| {
+                out.with_resource(
+                    resource.clone(),
+                    pool.devices
+                        .iter()
+                        .map(|d| crate::ServedDevice::new(d.id.clone(), d.identity.clone()))
+                        .collect(),
+                )
+            })
     }
 
     /// The device ids of `resource` that (`pod_uid`, `container`) holds, in
@@ -290,7 +320,9 @@ impl DeviceManager {
     /// holds them.
     pub fn release(&mut self, pod_uid: &str, container: &str) {
         let key = (pod_uid.to_owned(), container.to_owned());
-        self.vanished.remove(&key);
+        if self.vanished.remove(&key).is_some() {
+            self.count_unmatched();
+        }
         let Some(by_resource) = self.assignments.remove(&key) else {
             return;
         };
@@ -333,11 +365,7 @@ impl DeviceManager {
             let mut total = Amounts::default();
             let mut zones: BTreeMap<Option<NumaNodeId>, Amounts> = BTreeMap::new();
             for (i, d) in pool.devices.iter().enumerate() {
-                let one = Amounts::new(
-                    1,
-                    u64::from(d.healthy),
-                    u64::from(d.healthy && pool.holders[i] == 0),
-                );
+                let one = Amounts::new(1, u64::from(d.healthy), u64::from(pool.is_free(i)));
                 total.add(one);
                 if d.has_topology() {
                     for n in d.numa {

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 
 use super::{Device, DeviceManager, Devices};
 use crate::{
-    Allocation, AssignedDeviceHints, AssignedDevicesRequest, ContainerView, Inventory, PodView,
-    PreferredAllocationRequest, Provider, ProviderContext, ProviderError, ProviderHints,
-    Reconciled, TopologyHint,
+    Allocation, AssignedDeviceHints, AssignedDevicesRequest, ContainerView, DeviceIdentities,
+    Inventory, PodView, PreferredAllocationRequest, Provider, ProviderContext, ProviderError,
+    ProviderHints, Reconciled, TopologyHint,
 };
 
 /// Where a device provider's own logic plugs into the [`DeviceManager`]:
@@ -220,6 +220,10 @@ impl<P: DevicePlugin> Provider for DeviceProvider<P> {
         request: &AssignedDevicesRequest,
     ) -> Result<AssignedDeviceHints, ProviderError> {
         self.manager.assigned_device_hints(request)
+    }
+
+    fn device_identities(&self) -> Result<DeviceIdentities, ProviderError> {
+        Ok(self.manager.device_identities())
     }
 }
 

@@ -16,8 +16,14 @@
 //! holds it under its new name, reported as a [`Move`]. A device not found
 //! stays the assignment's (saved again with its identity, so that when it
 //! comes back, it is the same container's), reported as a [`Conflict`],
-//! and is never handed out meanwhile since it is not there. A device two
-//! pods claim stays the first claimant's; the second claim is a conflict.
+//! and is never handed out meanwhile since it is not there. A device not
+//! found that has an identity, of a resource that now lists devices
+//! without one (a GPU first known by its PCI address, then through a
+//! topology file that names none), may be one of those: it cannot be
+//! matched, so none of the devices without an identity is handed out
+//! until the container that holds it is released (holding, never freeing,
+//! what cannot be matched). A device two pods claim stays the first
+//! claimant's; the second claim is a conflict.
 //! Only bytes that are not a checkpoint are an error.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -230,7 +236,33 @@ impl DeviceManager {
             }
         }
         for ((key, resource), ids) in gone {
-            let missing = if self.pools.contains_key(resource) {
+            let unsure: Vec<String> = self
+                .pools
+                .get(resource)
+                .map(|pool| {
+                    pool.devices
+                        .iter()
+                        .filter(|d| d.identity.is_empty())
+                        .map(|d| d.id.clone())
+                        .collect()
+                })
+                .unwrap_or_default();
+            let identified = vanished
+                .get(&key)
+                .and_then(|r| r.get(resource))
+                .is_some_and(|list| list.iter().any(|d| !d.identity.is_empty()));
+            let missing = if identified && !unsure.is_empty() {
+                format!(
+                    "{} {} not found by {} PCI address or serial, and {} listed without one ({}) may be {}: {} not handed out until this container is released",
+                    devices_phrase(&ids),
+                    verb(&ids),
+                    if ids.len() == 1 { "its" } else { "their" },
+                    if unsure.len() == 1 { "the device" } else { "the devices" },
+                    unsure.join(", "),
+                    if ids.len() == 1 { "it" } else { "them" },
+                    if unsure.len() == 1 { "it is" } else { "they are" },
+                )
+            } else if self.pools.contains_key(resource) {
                 format!("{} {} gone", devices_phrase(&ids), verb(&ids))
             } else {
                 format!(
@@ -286,7 +318,27 @@ impl DeviceManager {
         self.assignments = assignments;
         self.vanished = vanished;
         self.reuse = reuse;
+        self.count_unmatched();
         Ok(report)
+    }
+
+    /// Per pool, how many held devices that are not listed have an
+    /// identity, when the pool lists devices without one (0 otherwise):
+    /// while it is above 0 those devices are not handed out.
+    pub(super) fn count_unmatched(&mut self) {
+        for (resource, pool) in self.pools.iter_mut() {
+            let anonymous = pool.devices.iter().any(|d| d.identity.is_empty());
+            pool.unmatched = if anonymous {
+                self.vanished
+                    .values()
+                    .filter_map(|r| r.get(resource))
+                    .flatten()
+                    .filter(|d| !d.identity.is_empty())
+                    .count()
+            } else {
+                0
+            };
+        }
     }
 
     /// Where each saved device is now, and whether it was found by

@@ -12,8 +12,9 @@
 //!
 //! The named calls of SDK 0.3: [`METHOD_PREFERRED_ALLOCATION`],
 //! [`METHOD_INVENTORY`], [`METHOD_SHARE_POD`] (0.3.0) and
-//! [`METHOD_ASSIGNED_DEVICE_HINTS`] and [`METHOD_EXCLUDE_CPUS`] (added in
-//! patch releases, as named calls may be).
+//! [`METHOD_ASSIGNED_DEVICE_HINTS`], [`METHOD_EXCLUDE_CPUS`] and
+//! [`METHOD_DEVICE_IDENTITIES`] (added in patch releases, as named calls
+//! may be).
 
 use abi_stable::library::RootModule;
 use abi_stable::sabi_types::VersionStrings;
@@ -48,6 +49,12 @@ pub const METHOD_ASSIGNED_DEVICE_HINTS: &str = "assigned_device_hints";
 /// Default (a plugin without it): ignored, as by a provider that hands out
 /// no CPUs.
 pub const METHOD_EXCLUDE_CPUS: &str = "exclude_cpus";
+
+/// Named call: [`Provider::device_identities`](crate::Provider::device_identities).
+/// Request: `{}`; answer: a [`DeviceIdentities`](crate::DeviceIdentities). Default (a
+/// plugin without it): the host knows a device by its id, and by its PCI
+/// address when the id is one.
+pub const METHOD_DEVICE_IDENTITIES: &str = "device_identities";
 
 /// An error as it crosses the boundary; see [`ProviderError`](crate::ProviderError).
 #[repr(C)]

@@ -142,6 +142,7 @@ impl<P: Provider> Adapter<P> {
                 let excluded = self.inner.exclude_cpus(&cpus)?;
                 to_json(&Excluded { excluded }).map(Some)
             }
+            METHOD_DEVICE_IDENTITIES => to_json(&self.inner.device_identities()?).map(Some),
             _ => Ok(None),
         }
     }

@@ -9,8 +9,9 @@ use abi_stable::std_types::{RResult, RSlice, RStr, RString};
 use super::abi::*;
 use super::convert::*;
 use crate::{
-    Allocation, AssignedDeviceHints, AssignedDevicesRequest, ContainerView, Inventory, PodView,
-    PreferredAllocationRequest, ProviderError, ProviderHints, Reconciled, TopologyHint,
+    Allocation, AssignedDeviceHints, AssignedDevicesRequest, ContainerView, DeviceIdentities,
+    Inventory, PodView, PreferredAllocationRequest, ProviderError, ProviderHints, Reconciled,
+    TopologyHint,
 };
 
 /// Calls a root module's constructor and wraps the result.
@@ -193,6 +194,15 @@ impl ProviderHandle {
         match self.call(METHOD_INVENTORY, "{}")? {
             None => Ok(Inventory::default()),
             Some(json) => from_plugin("inventory", &json),
+        }
+    }
+
+    /// See [`Provider::device_identities`](crate::Provider::device_identities);
+    /// `None` when the plugin does not know the call (built before it).
+    pub fn device_identities(&mut self) -> Result<Option<DeviceIdentities>, ProviderError> {
+        match self.call(METHOD_DEVICE_IDENTITIES, "{}")? {
+            None => Ok(None),
+            Some(json) => from_plugin("device identities", &json).map(Some),
         }
     }
 

@@ -9,9 +9,9 @@ use super::unique_state_dir;
 #[cfg(feature = "plugin-abi")]
 use crate::ffi::{self, FfiInit};
 use crate::{
-    Allocation, AssignedDeviceHints, AssignedDevicesRequest, ContainerView, Inventory, Machine,
-    PodView, PreferredAllocationRequest, Provider, ProviderError, ProviderHints, Reconciled,
-    TopologyHint,
+    Allocation, AssignedDeviceHints, AssignedDevicesRequest, ContainerView, DeviceIdentities,
+    Inventory, Machine, PodView, PreferredAllocationRequest, Provider, ProviderError,
+    ProviderHints, Reconciled, TopologyHint,
 };
 
 /// What a [`Loaded`] holds: the host's handle on the boundary.
@@ -125,6 +125,12 @@ impl Loaded {
     /// [`Provider::inventory`] through the boundary.
     pub fn inventory(&mut self) -> Result<Inventory, ProviderError> {
         self.0.inventory()
+    }
+
+    /// [`Provider::device_identities`] through the boundary (`None`: the
+    /// plugin does not know the call).
+    pub fn device_identities(&mut self) -> Result<Option<DeviceIdentities>, ProviderError> {
+        self.0.device_identities()
     }
 
     /// [`Provider::assigned_device_hints`] through the boundary.

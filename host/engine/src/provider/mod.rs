@@ -25,8 +25,8 @@ use std::time::{Duration, Instant};
 
 use topomgr_sdk::ffi::{self, ProviderHandle};
 use topomgr_sdk::{
-    Allocation, AssignedDeviceHints, AssignedDevicesRequest, ContainerView, Inventory, PodView,
-    PreferredAllocationRequest, ProviderError, ProviderHints, TopologyHint,
+    Allocation, AssignedDeviceHints, AssignedDevicesRequest, ContainerView, DeviceIdentities,
+    Inventory, PodView, PreferredAllocationRequest, ProviderError, ProviderHints, TopologyHint,
 };
 use tracing::warn;
 
@@ -380,6 +380,24 @@ impl LoadedProvider {
         match &mut self.calls {
             Calls::Direct(h) => timed(observer, &self.name, "inventory", || h.inventory()),
             Calls::Deadline(d) => d.call("inventory", observer, |h| h.inventory(), None),
+        }
+    }
+
+    /// Every device the provider serves with what it physically is (see
+    /// [`topomgr_sdk::Provider::device_identities`]); `None` from a
+    /// provider built before the call.
+    pub fn device_identities(&mut self) -> Result<Option<DeviceIdentities>, ProviderError> {
+        let observer = self.observer.as_deref();
+        match &mut self.calls {
+            Calls::Direct(h) => timed(observer, &self.name, "device_identities", || {
+                h.device_identities()
+            }),
+            Calls::Deadline(d) => d.call(
+                "device_identities",
+                observer,
+                |h| h.device_identities(),
+                None,
+            ),
         }
     }
 

@@ -17,7 +17,10 @@
 //!   see [`topomgr_engine::policy`]), scope, and every enabled provider in name order,
 //!   each called directly (the daemon puts each on its own thread). Two
 //!   providers that own one resource (both list it in their inventory) are
-//!   refused: the admitter would combine their allocations.
+//!   refused: the admitter would combine their allocations. Two providers
+//!   that serve one physical device (their device identities, or ids that
+//!   are one PCI address) are refused too: one device would be given to
+//!   two pods.
 //! - [`node_state`]: the same with every provider called on
 //!   its own thread under the configured deadline (`[daemon]
 //!   provider_timeout_ms`), as one-shot commands use them.
@@ -87,6 +90,9 @@ pub enum SetupError {
         /// Where the other one is configured.
         file: String,
     },
+    /// Two enabled providers serve one physical device.
+    #[error("{0}")]
+    SharedDevice(Box<SharedDevice>),
     /// A provider's thread could not be started.
     #[error("cannot start the thread of provider {provider:?}: {cause}")]
     ProviderThread {
@@ -95,6 +101,40 @@ pub enum SetupError {
         /// The error.
         cause: std::io::Error,
     },
+}
+
+/// Two enabled providers that serve one physical device.
+#[derive(Debug)]
+pub struct SharedDevice {
+    /// The device in words (`PCI device 0000:17:00.0`).
+    pub device: String,
+    /// The provider that serves it first (in name order).
+    pub first: String,
+    /// The name it has there (`nvidia.com/gpu device 0000:17:00.0`).
+    pub first_as: String,
+    /// The other one.
+    pub second: String,
+    /// The name it has there.
+    pub second_as: String,
+    /// Where the other one is configured.
+    pub file: String,
+}
+
+impl std::fmt::Display for SharedDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let SharedDevice {
+            device,
+            first,
+            first_as,
+            second,
+            second_as,
+            file,
+        } = self;
+        write!(
+            f,
+            "providers {first:?} and {second:?} both serve {device} (as {first_as} and as {second_as}); one device would be given to two pods. Serve each device through one provider: set enabled = false in [providers.{second}] ({file}), or configure the two for different devices"
+        )
+    }
 }
 
 /// What an admitter is made of.
@@ -128,7 +168,7 @@ impl AdmitterParts {
             .enabled_providers()
             .map(|(name, _)| load_direct(cfg, name, machine))
             .collect::<Result<Vec<_>, _>>()?;
-        one_owner_per_resource(cfg, &mut providers)?;
+        refuse_shared(cfg, &mut providers)?;
         Ok(AdmitterParts {
             policy,
             scope,
@@ -137,12 +177,24 @@ impl AdmitterParts {
     }
 }
 
+/// Refuse providers that would give one thing twice: two that own one
+/// resource, or two that serve one physical device (at start, and at a
+/// reload before anything changes).
+pub fn refuse_shared<'a>(
+    cfg: &HostConfig,
+    providers: impl IntoIterator<Item = &'a mut LoadedProvider>,
+) -> Result<(), SetupError> {
+    let mut providers: Vec<&mut LoadedProvider> = providers.into_iter().collect();
+    one_owner_per_resource(cfg, &mut providers)?;
+    one_provider_per_device(cfg, &mut providers)
+}
+
 /// Refuse two providers that own one resource: each provider's inventory
 /// (what it owns, per NUMA node) names the resources it allocates. A
 /// provider that cannot say owns nothing here.
 fn one_owner_per_resource(
     cfg: &HostConfig,
-    providers: &mut [LoadedProvider],
+    providers: &mut [&mut LoadedProvider],
 ) -> Result<(), SetupError> {
     let mut owners: std::collections::BTreeMap<String, String> = Default::default();
     for p in providers.iter_mut() {
@@ -167,6 +219,60 @@ fn one_owner_per_resource(
                 });
             }
             owners.insert(resource, p.name().to_owned());
+        }
+    }
+    Ok(())
+}
+
+/// Refuse two providers that serve one physical device (issue 37: two GPU
+/// providers under `nvidia.com/gpu` and `example.com/gpu`, two SR-IOV
+/// providers under two prefixes, gave one device to two pods). What a
+/// device is comes from each provider's device identities, and from its id
+/// when the id is a PCI address
+/// ([`topomgr_engine::ledger::physical_identities`]); a provider that
+/// cannot say is judged by its ids alone.
+fn one_provider_per_device(
+    cfg: &HostConfig,
+    providers: &mut [&mut LoadedProvider],
+) -> Result<(), SetupError> {
+    use topomgr_engine::ledger::{describe_identity, physical_identities};
+    // Identity -> (provider, name of the device there).
+    let mut servers: std::collections::HashMap<String, (String, String)> = Default::default();
+    for p in providers.iter_mut() {
+        let served = match p.device_identities() {
+            Ok(Some(served)) => served,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::debug!(provider = p.name(), error = %e, "no device identities: its devices are not compared with other providers'");
+                continue;
+            }
+        };
+        for (resource, devices) in &served.resources {
+            for d in devices {
+                let name = format!("{resource} device {}", d.id);
+                for key in physical_identities(resource, &d.id, &d.identity) {
+                    match servers.get(&key) {
+                        Some((first, first_as)) if first != p.name() => {
+                            return Err(SetupError::SharedDevice(Box::new(SharedDevice {
+                                device: describe_identity(&key),
+                                first: first.clone(),
+                                first_as: first_as.clone(),
+                                second: p.name().to_owned(),
+                                second_as: name,
+                                file: cfg
+                                    .providers
+                                    .get(p.name())
+                                    .map(|e| e.defined_in.display().to_string())
+                                    .unwrap_or_default(),
+                            })));
+                        }
+                        Some(_) => {}
+                        None => {
+                            servers.insert(key, (p.name().to_owned(), name.clone()));
+                        }
+                    }
+                }
+            }
         }
     }
     Ok(())

@@ -414,3 +414,59 @@ fn devices_listed_twice_or_with_ids_that_split_are_refused() {
     )
     .is_ok());
 }
+
+/// Issue 37: devices first known by their PCI addresses, then listed by a
+/// source that names no address (GPU-0, GPU-1: a topology file without
+/// `pci`). The held devices cannot be matched: they are not freed, and no
+/// device without an identity is handed out (any of them may be one) until
+/// the pod is released; the conflict says so.
+#[test]
+fn held_devices_that_cannot_be_matched_hold_the_devices_without_identity() {
+    let machine = testkit::machine(2, 1);
+    let mut m = manager(
+        &machine,
+        vec![(
+            R,
+            vec![
+                gpu("0000:07:00.0", 0, "0000:07:00.0"),
+                gpu("0000:08:00.0", 0, "0000:08:00.0"),
+            ],
+        )],
+    );
+    assert_eq!(admit(&mut m, "p", R, 1, "0:true"), ["0000:07:00.0"]);
+    let saved = m.checkpoint().unwrap();
+    let anonymous = || {
+        vec![
+            Device::new("GPU-0", Some(NumaNodeId::from(0))),
+            Device::new("GPU-1", Some(NumaNodeId::from(0))),
+        ]
+    };
+    let mut now = manager(&machine, vec![(R, anonymous())]);
+    let report = now.restore(&saved).unwrap();
+    assert_eq!(
+        report.conflicts,
+        [Conflict::new(
+            "p-uid",
+            "app",
+            R,
+            "device 0000:07:00.0 is not found by its PCI address or serial, and the devices listed without one (GPU-0, GPU-1) may be it: they are not handed out until this container is released"
+        )
+        .with_ids(vec!["0000:07:00.0".to_owned()])]
+    );
+    assert_eq!(now.inventory().resources[R].total.available, 0);
+    let q = testkit::guaranteed_pod("q", &[(R, 1)]);
+    assert!(now
+        .allocate(&q, &q.containers[0], &hint("0:true"), &mut ())
+        .is_err());
+    // Saved again with its identity: a later source with addresses finds it.
+    assert_eq!(now.checkpoint().unwrap(), saved);
+    now.release("p-uid", "app");
+    assert_eq!(now.inventory().resources[R].total.available, 2);
+    assert_eq!(admit(&mut now, "q", R, 1, "0:true"), ["GPU-0"]);
+    assert_exclusive(&now);
+
+    // Devices that all have identities: a vanished one holds nothing else.
+    let mut other = manager(&machine, vec![(R, vec![gpu("b", 0, "0000:08:00.0")])]);
+    other.restore(&saved).unwrap();
+    assert_eq!(other.inventory().resources[R].total.available, 1);
+}
