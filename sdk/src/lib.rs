@@ -63,6 +63,9 @@
 //! * [`Provider::exclude_cpus`]: CPUs that containers topomgr does not
 //!   place are pinned to, which a provider handing out CPUs exclusively
 //!   must not give anyone until the next call; the default ignores them.
+//! * [`Provider::resize`]: an in-place resize of a container (its new
+//!   requests, its current allocation, its NUMA nodes); the default does
+//!   not resize.
 //!
 //! The trait documentation covers re-admission, environment-variable
 //! conflicts between providers (the host refuses them) and why a device
@@ -135,7 +138,8 @@
 //!    devices a container already holds from the kubelet's device plugins,
 //!    answered by the device toolkit) and `exclude_cpus`
 //!    ([`Provider::exclude_cpus`]: CPUs pinned by others, kept out of
-//!    exclusive use). This round's provider-contract additions are all
+//!    exclusive use) and `resize` ([`Provider::resize`]: in-place resize
+//!    of a container's allocation). This round's provider-contract additions are all
 //!    named calls, so the binary interface (`SDK_ABI_VERSION` 3) is
 //!    unchanged.
 //!
@@ -257,6 +261,6 @@ pub use mask::{
 };
 pub use pod::{ContainerView, PodResources, PodView, QosClass, ResourceList};
 pub use preferred::{PreferredAllocationRequest, INVALID_REQUEST_REASON};
-pub use provider::{Provider, ProviderConfig, ProviderContext, ProviderError};
+pub use provider::{Provider, ProviderConfig, ProviderContext, ProviderError, RESIZE_INFEASIBLE};
 pub use reconcile::{Conflict, Move, Reconciled, ResourceId};
 pub use version::{SDK_ABI_VERSION, SDK_VERSION};
