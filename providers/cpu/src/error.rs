@@ -6,6 +6,10 @@
 //!   could not complete (the kubelet's reason for allocation failures);
 //! - `EmptyPodSharedPoolError` — with `PodLevelResourceManagers`, a pod
 //!   whose pod-level CPUs leave its shared containers none;
+//! - `ResizeInfeasible` — an in-place resize the static policy refuses
+//!   (see [`crate::resize`]): a change of QoS class, between whole and
+//!   fractional CPUs, below the CPUs first allocated, or more CPUs than
+//!   are free on the container's NUMA nodes;
 //! - `InvalidConfig` — bad config or policy options;
 //! - `InvalidCheckpoint` — saved bytes that are not a checkpoint of this
 //!   provider (a checkpoint is never refused for not fitting the machine:
@@ -98,6 +102,69 @@ pub enum CpuError {
         /// What resolves it.
         remedy: String,
     },
+    /// A resize that would take a container holding exclusive CPUs to the
+    /// shared pool (fractional CPUs, another QoS class).
+    #[error("container {container:?} of pod {pod} holds {held} exclusive CPUs and cannot be resized to {to}: the static policy resizes exclusive CPUs only by whole CPUs in a Guaranteed pod, as the kubelet")]
+    ResizeToShared {
+        /// Pod uid.
+        pod: String,
+        /// Container name.
+        container: String,
+        /// Exclusive CPUs it holds.
+        held: usize,
+        /// What it was resized to, in words.
+        to: String,
+    },
+    /// A resize that would give exclusive CPUs to a container in the
+    /// shared pool.
+    #[error("container {container:?} of pod {pod} runs in the shared pool and cannot be resized to {requested} exclusive CPUs: only admission gives exclusive CPUs (the kubelet refuses this resize too); recreate the pod")]
+    ResizeToExclusive {
+        /// Pod uid.
+        pod: String,
+        /// Container name.
+        container: String,
+        /// Whole CPUs of the new request.
+        requested: usize,
+    },
+    /// A shrink below the CPUs the container was first allocated.
+    #[error("container {container:?} of pod {pod} cannot shrink to {requested} CPUs: it keeps the {} CPUs it was first allocated ({baseline}), as KEP-5554 proposes", .baseline.len())]
+    ResizeBelowBaseline {
+        /// Pod uid.
+        pod: String,
+        /// Container name.
+        container: String,
+        /// CPUs of the new request.
+        requested: usize,
+        /// The CPUs first allocated.
+        baseline: topomgr_sdk::CpuSet,
+    },
+    /// A grow that does not fit on the container's NUMA nodes.
+    #[error("container {container:?} of pod {pod} cannot grow from {held} to {requested} CPUs: it needs {} more{location} ({free} free there)", .requested - .held)]
+    ResizeNotEnough {
+        /// Pod uid.
+        pod: String,
+        /// Container name.
+        container: String,
+        /// CPUs it holds.
+        held: usize,
+        /// CPUs of the new request.
+        requested: usize,
+        /// Free CPUs there.
+        free: usize,
+        /// `" on NUMA node 1"`, `" on NUMA nodes 0-1"` or `" on the node"`.
+        location: String,
+    },
+    /// A container of a pod-level CPU set, or one whose exclusive CPUs are
+    /// kept under the `none` policy.
+    #[error("container {container:?} of pod {pod} cannot be resized: {why}")]
+    ResizeUnsupported {
+        /// Pod uid.
+        pod: String,
+        /// Container name.
+        container: String,
+        /// Why.
+        why: &'static str,
+    },
     /// Bad `[config]`.
     #[error("cpu provider config: {0}")]
     Config(String),
@@ -128,6 +195,11 @@ impl CpuError {
             | CpuError::NotInPodSet { .. }
             | CpuError::NoUsableCpus { .. } => UNEXPECTED_ADMISSION_ERROR,
             CpuError::EmptyPodSharedPool(_) => EMPTY_POD_SHARED_POOL_ERROR,
+            CpuError::ResizeToShared { .. }
+            | CpuError::ResizeToExclusive { .. }
+            | CpuError::ResizeBelowBaseline { .. }
+            | CpuError::ResizeNotEnough { .. }
+            | CpuError::ResizeUnsupported { .. } => topomgr_sdk::RESIZE_INFEASIBLE,
             CpuError::Config(_) | CpuError::Options(_) => "InvalidConfig",
             CpuError::Checkpoint(_) => "InvalidCheckpoint",
         }
