@@ -1077,3 +1077,90 @@ fn a_checkpoint_without_baselines_restores() {
          first allocated (5,11), as KEP-5554 proposes"
     );
 }
+
+/// A resize crosses the plugin boundary both ways: the new allocation,
+/// and a refusal's reason and message.
+#[test]
+fn resize_works_through_the_plugin_boundary() {
+    let m = dual_socket_ht();
+    let mut h = testkit::load::<CpuManager>(&m, json!({"reserved_cpus": "0"})).unwrap();
+    let one = testkit::guaranteed_pod("g", &cpus(1));
+    let a = h.allocate(&one, &one.containers[0], &hint(&[1])).unwrap();
+    assert_eq!(a.cpus.to_string(), "1");
+    let two = testkit::guaranteed_pod("g", &cpus(2));
+    let grown = h.resize(&two, &two.containers[0], &a, &hint(&[1])).unwrap();
+    assert_eq!(
+        grown,
+        Some(
+            topomgr_sdk::Allocation::default()
+                .with_cpus(topomgr_sdk::CpuSet::parse("1,7").unwrap(), true)
+        )
+    );
+    let seven = testkit::guaranteed_pod("g", &cpus(7));
+    let err = h
+        .resize(&seven, &seven.containers[0], &grown.unwrap(), &hint(&[1]))
+        .unwrap_err();
+    assert_eq!(err.reason, "ResizeInfeasible");
+    assert_eq!(
+        err.message,
+        "container \"app\" of pod g-uid cannot grow from 2 to 7 CPUs: it needs 5 more on NUMA \
+         node 1 (4 free there)"
+    );
+}
+
+/// With `distribute-cpus-across-numa` a grow over two NUMA nodes is
+/// spread evenly over them, and stays on them.
+#[test]
+fn resize_with_distribution_spreads_over_its_nodes() {
+    let m = dual_socket_multi_numa_ht();
+    let mut p = provider(
+        &m,
+        json!({"reserved_cpus": "0", "options": {"distribute-cpus-across-numa": "true"}}),
+    );
+    let four = testkit::guaranteed_pod("g", &cpus(4));
+    let (first, _) = alloc(&mut p, &four, "app", Some(&[0, 1])).unwrap();
+    let eight = testkit::guaranteed_pod("g", &cpus(8));
+    let (grown, exclusive) = resize(&mut p, &eight, "app", &[0, 1]).unwrap();
+    assert!(exclusive);
+    let first = topomgr_sdk::CpuSet::parse(&first).unwrap();
+    let grown = topomgr_sdk::CpuSet::parse(&grown).unwrap();
+    assert!(
+        first.iter().all(|c| grown.contains(c)),
+        "{first} kept in {grown}"
+    );
+    // Node 0 is CPUs 0-9,40-49, node 1 CPUs 10-19,50-59.
+    let on = |lo: u32, hi: u32| {
+        grown
+            .iter()
+            .filter(|c| (lo..=hi).contains(c) || (lo + 40..=hi + 40).contains(c))
+            .count()
+    };
+    assert_eq!((grown.len(), on(0, 9), on(10, 19)), (8, 4, 4), "{grown}");
+}
+
+/// The none policy keeps exclusive CPUs of the static policy until
+/// release but does not resize them; its shared containers stay shared.
+#[test]
+fn the_none_policy_does_not_resize_kept_exclusive_cpus() {
+    let m = dual_socket_ht();
+    let mut s = provider(&m, json!({}));
+    let one = testkit::guaranteed_pod("g", &cpus(1));
+    assert_eq!(
+        alloc(&mut s, &one, "app", Some(&[1])),
+        Ok(("1".into(), true))
+    );
+    let saved = s.checkpoint().unwrap();
+    let mut none = provider(&m, json!({"policy": "none"}));
+    none.restore(&saved).unwrap();
+    assert_eq!(resize(&mut none, &one, "app", &[1]), Ok(("1".into(), true)));
+    let two = testkit::guaranteed_pod("g", &cpus(2));
+    assert_eq!(
+        resize(&mut none, &two, "app", &[1]),
+        Err((
+            "ResizeInfeasible".into(),
+            "container \"app\" of pod g-uid cannot be resized: it keeps exclusive CPUs from the \
+             static policy, and the none policy does not resize them"
+                .into()
+        ))
+    );
+}

@@ -855,3 +855,43 @@ fn resize_that_does_not_fit_is_refused_and_others_are_unchanged() {
     assert_eq!(resize(&mut p, &other), Ok("".into()));
     assert_eq!(p.checkpoint().unwrap(), before, "nothing changed");
 }
+
+/// Memory on a group of NUMA nodes grows and shrinks on that group,
+/// lowest node first as allocation and release place it.
+#[test]
+fn resize_of_multi_node_memory_stays_on_its_nodes() {
+    let m = machine(2, 4 * GB, 2);
+    let mut p = provider(&m, reserved_512(2));
+    let g = pod("g", 2 * GB, 0);
+    let a = p
+        .allocate(
+            &g,
+            &g.containers[0],
+            &TopologyHint::new(mask(&[0, 1]), true),
+        )
+        .unwrap();
+    assert_eq!(a.mems, mask(&[0, 1]));
+    let grown = pod("g", 2 * GB + 512 * MB, 0);
+    assert_eq!(resize(&mut p, &grown), Ok("0-1".into()));
+    assert_eq!(
+        (free_on(&p, 0, "memory"), free_on(&p, 1, "memory")),
+        (0, 512 * MB)
+    );
+    let too_big = pod("g", 4 * GB, 0);
+    assert_eq!(
+        resize(&mut p, &too_big).unwrap_err().1,
+        "container \"app\" of pod default/g cannot grow its memory from 2560Mi to 4Gi on NUMA \
+         nodes 0-1: 1536Mi more needed, 512Mi free there"
+    );
+    let shrunk = pod("g", GB, 0);
+    assert_eq!(resize(&mut p, &shrunk), Ok("0-1".into()));
+    assert_eq!(
+        (free_on(&p, 0, "memory"), free_on(&p, 1, "memory")),
+        (1536 * MB, 512 * MB)
+    );
+    p.release("g-uid", "app").unwrap();
+    assert_eq!(
+        (free_on(&p, 0, "memory"), free_on(&p, 1, "memory")),
+        (1536 * MB, 1536 * MB)
+    );
+}
