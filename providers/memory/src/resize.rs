@@ -12,7 +12,9 @@
 //!
 //! Containers of pods the provider does not manage keep their (empty)
 //! allocation; one that holds blocks is not moved out of them (another QoS
-//! class) and pod-level memory (`PodLevelResourceManagers`) is not resized.
+//! class), pod-level memory (`PodLevelResourceManagers`) is not resized,
+//! and under the `none` policy memory kept from the static policy keeps
+//! its size (a resize that changes it is refused).
 
 use std::collections::BTreeMap;
 
@@ -20,6 +22,7 @@ use topomgr_sdk::quantity::BinarySi;
 use topomgr_sdk::{Allocation, ContainerView, NumaMask, PodView, ProviderError};
 
 use crate::allocate::allocation_of;
+use crate::config::Policy;
 use crate::hints::eligible_requests;
 use crate::state::{free, reserve, sum_over, unreserve, Block, MachineState};
 use crate::MemoryProvider;
@@ -108,6 +111,24 @@ impl MemoryProvider {
                  (PodLevelResourceManagers), which this provider does not resize"
             )));
         }
+        let requested = eligible_requests(pod, container, self.pod_level_managers);
+        let mut old: BTreeMap<&str, u64> = BTreeMap::new();
+        for b in &held {
+            *old.entry(b.resource.as_str()).or_default() += b.size;
+        }
+        let unchanged = requested.len() == old.len()
+            && requested
+                .iter()
+                .all(|(r, &want)| old.get(r.as_str()) == Some(&want));
+        if self.policy != Policy::Static {
+            if unchanged {
+                return Ok(allocation_of(&held));
+            }
+            return Err(ProviderError::resize_infeasible(format!(
+                "{who} keeps pinned memory from the static policy, and the none policy does not \
+                 resize it"
+            )));
+        }
         if !managed {
             return Err(ProviderError::resize_infeasible(format!(
                 "{who} holds pinned memory and cannot be resized into a {} pod (a change of \
@@ -115,14 +136,9 @@ impl MemoryProvider {
                 pod.qos.as_str()
             )));
         }
-        let requested = eligible_requests(pod, container, self.pod_level_managers);
         let mask = held
             .iter()
             .fold(NumaMask::EMPTY, |m, b| m.union(b.numa_affinity));
-        let mut old: BTreeMap<&str, u64> = BTreeMap::new();
-        for b in &held {
-            *old.entry(b.resource.as_str()).or_default() += b.size;
-        }
         // Check every growth first: a refusal changes nothing.
         for (resource, &want) in &requested {
             let had = old.get(resource.as_str()).copied().unwrap_or(0);

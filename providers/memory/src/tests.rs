@@ -895,3 +895,33 @@ fn resize_of_multi_node_memory_stays_on_its_nodes() {
         (1536 * MB, 1536 * MB)
     );
 }
+
+/// The none policy keeps memory pinned by the static policy until release:
+/// a resize that leaves its size alone keeps it, one that changes it is
+/// refused.
+#[test]
+fn the_none_policy_does_not_resize_kept_memory() {
+    let m = machine(2, 4 * GB, 2);
+    let mut s = provider(&m, reserved_512(2));
+    let g = pod("g", GB, 0);
+    s.allocate(&g, &g.containers[0], &TopologyHint::new(mask(&[1]), true))
+        .unwrap();
+    let saved = s.checkpoint().unwrap();
+    let mut none = provider(&m, json!({"policy": "none"}));
+    none.restore(&saved).unwrap();
+    let before = none.checkpoint().unwrap();
+    let mut cpu_only = g.clone();
+    cpu_only.containers[0].requests.insert("cpu".into(), 2000);
+    cpu_only.containers[0].limits.insert("cpu".into(), 2000);
+    assert_eq!(resize(&mut none, &cpu_only), Ok("1".into()));
+    assert_eq!(
+        resize(&mut none, &pod("g", 2 * GB, 0)),
+        Err((
+            "ResizeInfeasible".into(),
+            "container \"app\" of pod default/g keeps pinned memory from the static policy, and \
+             the none policy does not resize it"
+                .into()
+        ))
+    );
+    assert_eq!(none.checkpoint().unwrap(), before, "nothing changed");
+}
