@@ -6,10 +6,14 @@
 //!   could not complete (the kubelet's reason for allocation failures);
 //! - `EmptyPodSharedPoolError` — with `PodLevelResourceManagers`, a pod
 //!   whose pod-level CPUs leave its shared containers none;
-//! - `ResizeInfeasible` — an in-place resize the static policy refuses
-//!   (see [`crate::resize`]): a change of QoS class, between whole and
-//!   fractional CPUs, below the CPUs first allocated, or more CPUs than
-//!   are free on the container's NUMA nodes;
+//! - in-place resizes the static policy refuses (see [`crate::resize`]),
+//!   with the reasons KEP-5554 gives the kubelet:
+//!   `inconsistentCPUAllocationError` (between exclusive CPUs and the
+//!   shared pool: whole to fractional CPUs, another QoS class, fractional
+//!   to whole), `prohibitedCPUAllocationError` (below the CPUs first
+//!   allocated), `resizeAllocateCPUsError` (more CPUs than are free on the
+//!   container's NUMA nodes); `ResizeInfeasible` for what the KEP does not
+//!   cover (pod-level CPU sets, the `none` policy);
 //! - `InvalidConfig` — bad config or policy options;
 //! - `InvalidCheckpoint` — saved bytes that are not a checkpoint of this
 //!   provider (a checkpoint is never refused for not fitting the machine:
@@ -24,6 +28,12 @@ use crate::options::OptionsError;
 pub const SMT_ALIGNMENT_ERROR: &str = "SMTAlignmentError";
 /// The kubelet's reason for other allocation failures.
 pub const UNEXPECTED_ADMISSION_ERROR: &str = "UnexpectedAdmissionError";
+/// KEP-5554's reason for a resize between exclusive CPUs and the shared pool.
+pub const INCONSISTENT_CPU_ALLOCATION_ERROR: &str = "inconsistentCPUAllocationError";
+/// KEP-5554's reason for a shrink below the CPUs first allocated.
+pub const PROHIBITED_CPU_ALLOCATION_ERROR: &str = "prohibitedCPUAllocationError";
+/// KEP-5554's reason for a grow whose CPUs cannot be allocated.
+pub const RESIZE_ALLOCATE_CPUS_ERROR: &str = "resizeAllocateCPUsError";
 /// The kubelet's reason for a pod-level pod without CPUs for its shared containers.
 pub const EMPTY_POD_SHARED_POOL_ERROR: &str = "EmptyPodSharedPoolError";
 
@@ -195,11 +205,12 @@ impl CpuError {
             | CpuError::NotInPodSet { .. }
             | CpuError::NoUsableCpus { .. } => UNEXPECTED_ADMISSION_ERROR,
             CpuError::EmptyPodSharedPool(_) => EMPTY_POD_SHARED_POOL_ERROR,
-            CpuError::ResizeToShared { .. }
-            | CpuError::ResizeToExclusive { .. }
-            | CpuError::ResizeBelowBaseline { .. }
-            | CpuError::ResizeNotEnough { .. }
-            | CpuError::ResizeUnsupported { .. } => topomgr_sdk::RESIZE_INFEASIBLE,
+            CpuError::ResizeToShared { .. } | CpuError::ResizeToExclusive { .. } => {
+                INCONSISTENT_CPU_ALLOCATION_ERROR
+            }
+            CpuError::ResizeBelowBaseline { .. } => PROHIBITED_CPU_ALLOCATION_ERROR,
+            CpuError::ResizeNotEnough { .. } => RESIZE_ALLOCATE_CPUS_ERROR,
+            CpuError::ResizeUnsupported { .. } => topomgr_sdk::RESIZE_INFEASIBLE,
             CpuError::Config(_) | CpuError::Options(_) => "InvalidConfig",
             CpuError::Checkpoint(_) => "InvalidCheckpoint",
         }

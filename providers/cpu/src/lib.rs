@@ -28,7 +28,7 @@
 //! In-place resize ([`resize`], KEP-5554): a container with exclusive
 //! CPUs grows on its NUMA nodes keeping its CPUs, shrinks down to the CPUs
 //! it was first allocated; moves between the shared pool and exclusive
-//! CPUs are refused (`ResizeInfeasible`).
+//! CPUs are refused (reasons in [`error`]).
 //!
 //! Refusal reasons: `SMTAlignmentError` (full-pcpus-only),
 //! `UnexpectedAdmissionError` (not enough free CPUs),

@@ -18,7 +18,8 @@
 //!   the CPUs it was first allocated: KEP-5554's "baseline CPUs", which
 //!   every resized set is a superset of (kubernetes/enhancements #6330).
 //!   A shrink below the baseline's count is refused. The baseline is
-//!   recorded at the first resize and checkpointed (`baseline_entries`).
+//!   recorded at the first resize and checkpointed (`baseline_entries`;
+//!   the KEP's checkpoint v3 keeps an "original" set per entry instead).
 //!   CPUs given back are those of cores without a baseline CPU first (lone
 //!   threads before whole cores, highest core first), the siblings of its
 //!   first CPUs last.

@@ -892,7 +892,7 @@ fn resize_that_does_not_fit_on_its_node_is_refused_with_numbers() {
     assert_eq!(
         resize(&mut p, &three, "app", &[1]),
         Err((
-            "ResizeInfeasible".into(),
+            "resizeAllocateCPUsError".into(),
             "container \"app\" of pod g-uid cannot grow from 1 to 3 CPUs: it needs 2 more on \
              NUMA node 1 (1 free there)"
                 .into()
@@ -904,7 +904,7 @@ fn resize_that_does_not_fit_on_its_node_is_refused_with_numbers() {
     assert_eq!(
         resize(&mut p, &two, "app", &[1]),
         Err((
-            "ResizeInfeasible".into(),
+            "prohibitedCPUAllocationError".into(),
             "container \"app\" of pod o-uid cannot shrink to 2 CPUs: it keeps the 4 CPUs it \
              was first allocated (3,5,9,11), as KEP-5554 proposes"
                 .into()
@@ -930,7 +930,7 @@ fn resize_between_shared_and_exclusive_is_refused() {
     assert_eq!(
         resize(&mut p, &fractional, "app", &[0]),
         Err((
-            "ResizeInfeasible".into(),
+            "inconsistentCPUAllocationError".into(),
             "container \"app\" of pod g-uid holds 2 exclusive CPUs and cannot be resized to a \
              CPU request of 1500m: the static policy resizes exclusive CPUs only by whole CPUs \
              in a Guaranteed pod, as the kubelet"
@@ -940,6 +940,7 @@ fn resize_between_shared_and_exclusive_is_refused() {
     let mut burstable = two.clone();
     burstable.qos = QosClass::Burstable;
     let err = resize(&mut p, &burstable, "app", &[0]).unwrap_err();
+    assert_eq!(err.0, "inconsistentCPUAllocationError");
     assert!(
         err.1.contains("cannot be resized to a Burstable pod"),
         "{}",
@@ -955,7 +956,7 @@ fn resize_between_shared_and_exclusive_is_refused() {
     assert_eq!(
         resize(&mut p, &whole, "app", &[0]),
         Err((
-            "ResizeInfeasible".into(),
+            "inconsistentCPUAllocationError".into(),
             "container \"app\" of pod s-uid runs in the shared pool and cannot be resized to 2 \
              exclusive CPUs: only admission gives exclusive CPUs (the kubelet refuses this \
              resize too); recreate the pod"
@@ -1008,7 +1009,7 @@ fn resize_with_full_pcpus_only_takes_whole_cores() {
     assert_eq!(
         resize(&mut p, &six, "app", &[0]),
         Err((
-            "ResizeInfeasible".into(),
+            "resizeAllocateCPUsError".into(),
             "container \"app\" of pod g-uid cannot grow from 4 to 6 CPUs: it needs 2 more on \
              NUMA node 0 (0 free there)"
                 .into()
@@ -1100,7 +1101,7 @@ fn resize_works_through_the_plugin_boundary() {
     let err = h
         .resize(&seven, &seven.containers[0], &grown.unwrap(), &hint(&[1]))
         .unwrap_err();
-    assert_eq!(err.reason, "ResizeInfeasible");
+    assert_eq!(err.reason, "resizeAllocateCPUsError");
     assert_eq!(
         err.message,
         "container \"app\" of pod g-uid cannot grow from 2 to 7 CPUs: it needs 5 more on NUMA \
