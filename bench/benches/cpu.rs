@@ -60,6 +60,7 @@ fn policy_with_half_taken(topo: &CpuTopology) -> StaticPolicy {
         )]),
         cpus_to_reuse: BTreeMap::new(),
         pod_entries: BTreeMap::new(),
+        baseline_entries: BTreeMap::new(),
     };
     let out = p.reconcile(&cp);
     assert!(out.report.is_empty(), "bench state: {out:?}");

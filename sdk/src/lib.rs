@@ -63,6 +63,9 @@
 //! * [`Provider::exclude_cpus`]: CPUs that containers topomgr does not
 //!   place are pinned to, which a provider handing out CPUs exclusively
 //!   must not give anyone until the next call; the default ignores them.
+//! * [`Provider::resize`]: an in-place resize of a container (its new
+//!   requests, its current allocation, its NUMA nodes); the default does
+//!   not resize.
 //!
 //! The trait documentation covers re-admission, environment-variable
 //! conflicts between providers (the host refuses them) and why a device
@@ -135,12 +138,13 @@
 //!    devices a container already holds from the kubelet's device plugins,
 //!    answered by the device toolkit), `exclude_cpus`
 //!    ([`Provider::exclude_cpus`]: CPUs pinned by others, kept out of
-//!    exclusive use) and `device_identities`
+//!    exclusive use), `device_identities`
 //!    ([`Provider::device_identities`]: what each device physically is, so
 //!    that the host holds one physical device once whatever provider or
-//!    resource name it is allocated through). This round's
-//!    provider-contract additions are all named calls, so the binary
-//!    interface (`SDK_ABI_VERSION` 3) is unchanged.
+//!    resource name it is allocated through) and `resize`
+//!    ([`Provider::resize`]: in-place resize of a container's allocation).
+//!    This round's provider-contract additions are all named calls, so the
+//!    binary interface (`SDK_ABI_VERSION` 3) is unchanged.
 //!
 //! What does change the binary interface — the root module, the method
 //! table, the typed hint structures, any layout the loader checks, all in
@@ -262,6 +266,6 @@ pub use mask::{
 };
 pub use pod::{ContainerView, PodResources, PodView, QosClass, ResourceList};
 pub use preferred::{PreferredAllocationRequest, INVALID_REQUEST_REASON};
-pub use provider::{Provider, ProviderConfig, ProviderContext, ProviderError};
+pub use provider::{Provider, ProviderConfig, ProviderContext, ProviderError, RESIZE_INFEASIBLE};
 pub use reconcile::{Conflict, Move, Reconciled, ResourceId};
 pub use version::{SDK_ABI_VERSION, SDK_VERSION};

@@ -8,6 +8,10 @@ use crate::{
     Reconciled, TopologyHint,
 };
 
+/// The reason of a refused [`Provider::resize`] (the kubelet's resize
+/// status `Infeasible`) where no more precise reason applies.
+pub const RESIZE_INFEASIBLE: &str = "ResizeInfeasible";
+
 /// An error from a provider, with a short machine-readable `reason` (shown as
 /// the admission's `reason`, e.g. `"SMTAlignmentError"`) and a `message` for
 /// people that says what fell short and where.
@@ -42,6 +46,11 @@ impl ProviderError {
     /// A checkpoint that cannot be restored (reason `"InvalidCheckpoint"`).
     pub fn checkpoint(message: impl Into<String>) -> Self {
         Self::new("InvalidCheckpoint", message)
+    }
+
+    /// A resize the provider refuses (reason [`RESIZE_INFEASIBLE`]).
+    pub fn resize_infeasible(message: impl Into<String>) -> Self {
+        Self::new(RESIZE_INFEASIBLE, message)
     }
 }
 
@@ -354,6 +363,37 @@ pub trait Provider: Send + Sync + 'static {
     fn exclude_cpus(&mut self, cpus: &CpuSet) -> Result<bool, ProviderError> {
         let _ = cpus;
         Ok(false)
+    }
+
+    /// An in-place resize (Kubernetes' `--subresource resize`) of a
+    /// container this provider allocated for: `pod` and `container` carry
+    /// the new requests and limits, `current` is what
+    /// [`allocate`](Self::allocate) (or an earlier resize) answered, and
+    /// `hint` the NUMA nodes the container may use (its current affinity:
+    /// a resize never moves a container to other nodes).
+    ///
+    /// * `Ok(Some(new))`: the new allocation, already booked: what grew is
+    ///   taken from the free resources of `hint`'s nodes, what shrank is
+    ///   free again, exactly as `allocate` and `release` keep the books. A
+    ///   later [`checkpoint`](Self::checkpoint) holds it, and `release`
+    ///   frees all of it. An unchanged allocation (a container in a shared
+    ///   pool) is `Some` too.
+    /// * `Ok(None)`: the provider does not resize (the default, and a
+    ///   plugin built before the call). The host refuses the resize of a
+    ///   container this provider allocated something for, and lets
+    ///   through one it allocated nothing for.
+    /// * `Err`: a refusal that changed nothing, with a reason
+    ///   (`"ResizeInfeasible"`, or the kubelet's reason where it has one)
+    ///   and a message with the numbers (requested, free, where).
+    fn resize(
+        &mut self,
+        pod: &PodView,
+        container: &ContainerView,
+        current: &Allocation,
+        hint: &TopologyHint,
+    ) -> Result<Option<Allocation>, ProviderError> {
+        let _ = (pod, container, current, hint);
+        Ok(None)
     }
 }
 

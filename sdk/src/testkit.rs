@@ -194,6 +194,14 @@ type InventoryFn = dyn Fn() -> Result<Inventory, ProviderError> + Send + Sync;
 type AssignedFn =
     dyn FnMut(&AssignedDevicesRequest) -> Result<AssignedDeviceHints, ProviderError> + Send + Sync;
 type ExcludeFn = dyn FnMut(&CpuSet) -> Result<bool, ProviderError> + Send + Sync;
+type ResizeFn = dyn FnMut(
+        &PodView,
+        &ContainerView,
+        &Allocation,
+        &TopologyHint,
+    ) -> Result<Option<Allocation>, ProviderError>
+    + Send
+    + Sync;
 
 /// A provider made of closures, for tests of code that drives providers
 /// (a host, a wrapper): each call runs its closure, and a call without one
@@ -243,6 +251,7 @@ pub struct FakeProvider {
     inventory: Option<Box<InventoryFn>>,
     assigned: Option<Box<AssignedFn>>,
     exclude: Option<Box<ExcludeFn>>,
+    resize: Option<Box<ResizeFn>>,
 }
 
 impl std::fmt::Debug for FakeProvider {
@@ -358,6 +367,24 @@ impl FakeProvider {
         self.exclude = Some(Box::new(f));
         self
     }
+
+    /// In-place resize ([`Provider::resize`]); without it the fake does
+    /// not resize.
+    pub fn with_resize(
+        mut self,
+        f: impl FnMut(
+                &PodView,
+                &ContainerView,
+                &Allocation,
+                &TopologyHint,
+            ) -> Result<Option<Allocation>, ProviderError>
+            + Send
+            + Sync
+            + 'static,
+    ) -> Self {
+        self.resize = Some(Box::new(f));
+        self
+    }
 }
 
 impl Provider for FakeProvider {
@@ -435,6 +462,18 @@ impl Provider for FakeProvider {
 
     fn exclude_cpus(&mut self, cpus: &CpuSet) -> Result<bool, ProviderError> {
         self.exclude.as_mut().map_or(Ok(false), |f| f(cpus))
+    }
+
+    fn resize(
+        &mut self,
+        pod: &PodView,
+        container: &ContainerView,
+        current: &Allocation,
+        hint: &TopologyHint,
+    ) -> Result<Option<Allocation>, ProviderError> {
+        self.resize
+            .as_mut()
+            .map_or(Ok(None), |f| f(pod, container, current, hint))
     }
 }
 

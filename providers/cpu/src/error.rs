@@ -6,6 +6,14 @@
 //!   could not complete (the kubelet's reason for allocation failures);
 //! - `EmptyPodSharedPoolError` — with `PodLevelResourceManagers`, a pod
 //!   whose pod-level CPUs leave its shared containers none;
+//! - in-place resizes the static policy refuses (see [`crate::resize`]),
+//!   with the reasons KEP-5554 gives the kubelet:
+//!   `inconsistentCPUAllocationError` (between exclusive CPUs and the
+//!   shared pool: whole to fractional CPUs, another QoS class, fractional
+//!   to whole), `prohibitedCPUAllocationError` (below the CPUs first
+//!   allocated), `resizeAllocateCPUsError` (more CPUs than are free on the
+//!   container's NUMA nodes); `ResizeInfeasible` for what the KEP does not
+//!   cover (pod-level CPU sets, the `none` policy);
 //! - `InvalidConfig` — bad config or policy options;
 //! - `InvalidCheckpoint` — saved bytes that are not a checkpoint of this
 //!   provider (a checkpoint is never refused for not fitting the machine:
@@ -20,6 +28,12 @@ use crate::options::OptionsError;
 pub const SMT_ALIGNMENT_ERROR: &str = "SMTAlignmentError";
 /// The kubelet's reason for other allocation failures.
 pub const UNEXPECTED_ADMISSION_ERROR: &str = "UnexpectedAdmissionError";
+/// KEP-5554's reason for a resize between exclusive CPUs and the shared pool.
+pub const INCONSISTENT_CPU_ALLOCATION_ERROR: &str = "inconsistentCPUAllocationError";
+/// KEP-5554's reason for a shrink below the CPUs first allocated.
+pub const PROHIBITED_CPU_ALLOCATION_ERROR: &str = "prohibitedCPUAllocationError";
+/// KEP-5554's reason for a grow whose CPUs cannot be allocated.
+pub const RESIZE_ALLOCATE_CPUS_ERROR: &str = "resizeAllocateCPUsError";
 /// The kubelet's reason for a pod-level pod without CPUs for its shared containers.
 pub const EMPTY_POD_SHARED_POOL_ERROR: &str = "EmptyPodSharedPoolError";
 
@@ -98,6 +112,69 @@ pub enum CpuError {
         /// What resolves it.
         remedy: String,
     },
+    /// A resize that would take a container holding exclusive CPUs to the
+    /// shared pool (fractional CPUs, another QoS class).
+    #[error("container {container:?} of pod {pod} holds {held} exclusive CPUs and cannot be resized to {to}: the static policy resizes exclusive CPUs only by whole CPUs in a Guaranteed pod, as the kubelet")]
+    ResizeToShared {
+        /// Pod uid.
+        pod: String,
+        /// Container name.
+        container: String,
+        /// Exclusive CPUs it holds.
+        held: usize,
+        /// What it was resized to, in words.
+        to: String,
+    },
+    /// A resize that would give exclusive CPUs to a container in the
+    /// shared pool.
+    #[error("container {container:?} of pod {pod} runs in the shared pool and cannot be resized to {requested} exclusive CPUs: only admission gives exclusive CPUs (the kubelet refuses this resize too); recreate the pod")]
+    ResizeToExclusive {
+        /// Pod uid.
+        pod: String,
+        /// Container name.
+        container: String,
+        /// Whole CPUs of the new request.
+        requested: usize,
+    },
+    /// A shrink below the CPUs the container was first allocated.
+    #[error("container {container:?} of pod {pod} cannot shrink to {requested} CPUs: it keeps the {} CPUs it was first allocated ({baseline}), as KEP-5554 proposes", .baseline.len())]
+    ResizeBelowBaseline {
+        /// Pod uid.
+        pod: String,
+        /// Container name.
+        container: String,
+        /// CPUs of the new request.
+        requested: usize,
+        /// The CPUs first allocated.
+        baseline: topomgr_sdk::CpuSet,
+    },
+    /// A grow that does not fit on the container's NUMA nodes.
+    #[error("container {container:?} of pod {pod} cannot grow from {held} to {requested} CPUs: it needs {} more{location} ({free} free there)", .requested - .held)]
+    ResizeNotEnough {
+        /// Pod uid.
+        pod: String,
+        /// Container name.
+        container: String,
+        /// CPUs it holds.
+        held: usize,
+        /// CPUs of the new request.
+        requested: usize,
+        /// Free CPUs there.
+        free: usize,
+        /// `" on NUMA node 1"`, `" on NUMA nodes 0-1"` or `" on the node"`.
+        location: String,
+    },
+    /// A container of a pod-level CPU set, or one whose exclusive CPUs are
+    /// kept under the `none` policy.
+    #[error("container {container:?} of pod {pod} cannot be resized: {why}")]
+    ResizeUnsupported {
+        /// Pod uid.
+        pod: String,
+        /// Container name.
+        container: String,
+        /// Why.
+        why: &'static str,
+    },
     /// Bad `[config]`.
     #[error("cpu provider config: {0}")]
     Config(String),
@@ -128,6 +205,12 @@ impl CpuError {
             | CpuError::NotInPodSet { .. }
             | CpuError::NoUsableCpus { .. } => UNEXPECTED_ADMISSION_ERROR,
             CpuError::EmptyPodSharedPool(_) => EMPTY_POD_SHARED_POOL_ERROR,
+            CpuError::ResizeToShared { .. } | CpuError::ResizeToExclusive { .. } => {
+                INCONSISTENT_CPU_ALLOCATION_ERROR
+            }
+            CpuError::ResizeBelowBaseline { .. } => PROHIBITED_CPU_ALLOCATION_ERROR,
+            CpuError::ResizeNotEnough { .. } => RESIZE_ALLOCATE_CPUS_ERROR,
+            CpuError::ResizeUnsupported { .. } => topomgr_sdk::RESIZE_INFEASIBLE,
             CpuError::Config(_) | CpuError::Options(_) => "InvalidConfig",
             CpuError::Checkpoint(_) => "InvalidCheckpoint",
         }

@@ -25,6 +25,11 @@
 //! PodLevelResourceManagers = false   # the kubelet gate, off by default
 //! ```
 //!
+//! In-place resize ([`resize`], KEP-5554): a container with exclusive
+//! CPUs grows on its NUMA nodes keeping its CPUs, shrinks down to the CPUs
+//! it was first allocated; moves between the shared pool and exclusive
+//! CPUs are refused (reasons in [`error`]).
+//!
 //! Refusal reasons: `SMTAlignmentError` (full-pcpus-only),
 //! `UnexpectedAdmissionError` (not enough free CPUs),
 //! `EmptyPodSharedPoolError` (pod-level resources, see [`podlevel`]),
@@ -78,6 +83,7 @@ pub mod options;
 pub mod podlevel;
 pub mod policy;
 pub mod reconcile;
+pub mod resize;
 pub mod state;
 #[cfg(test)]
 mod testmachines;
@@ -300,6 +306,24 @@ impl Provider for CpuManager {
 
     fn restore(&mut self, saved: &[u8]) -> Result<Reconciled, ProviderError> {
         Ok(self.reconcile(saved)?.report)
+    }
+
+    /// See [`resize`]: the provider's own books are what it resizes
+    /// (`current` is what it answered before).
+    fn resize(
+        &mut self,
+        pod: &PodView,
+        container: &ContainerView,
+        _current: &Allocation,
+        hint: &TopologyHint,
+    ) -> Result<Option<Allocation>, ProviderError> {
+        let placed = match self {
+            CpuManager::None(p) => p.resize_unmanaged(pod, container)?,
+            CpuManager::Static(p) => p.resize(pod, container, hint.affinity)?,
+        };
+        Ok(Some(
+            Allocation::default().with_cpus(to_cpuset(&placed.cpus), placed.exclusive),
+        ))
     }
 
     fn exclude_cpus(&mut self, cpus: &topomgr_sdk::CpuSet) -> Result<bool, ProviderError> {

@@ -47,6 +47,10 @@ pub struct StaticPolicy {
     /// `exclude_cpus`; not saved, the host sends them again after every
     /// restore).
     pub(crate) excluded: Cpus,
+    /// The CPUs a resized container was first allocated (KEP-5554's
+    /// "baseline CPUs"), kept through every resize; a container that was
+    /// never resized has none here (its assignment is its baseline).
+    pub(crate) baselines: Assignments,
 }
 
 /// Whole CPUs of a request in millicores; `None` when not integral.
@@ -136,6 +140,7 @@ impl StaticPolicy {
             pod_sets: BTreeMap::new(),
             pod_scope: None,
             excluded: Cpus::new(),
+            baselines: Assignments::new(),
         };
         p.default_set = p.initial_default_set();
         p
@@ -197,11 +202,11 @@ impl StaticPolicy {
         self.excluded = cpus;
     }
 
-    fn group_size(&self) -> usize {
+    pub(crate) fn group_size(&self) -> usize {
         self.topo.cpus_per_core().max(1)
     }
 
-    fn assigned(&self, pod: &str, container: &str) -> Option<&Cpus> {
+    pub(crate) fn assigned(&self, pod: &str, container: &str) -> Option<&Cpus> {
         self.assignments.get(pod).and_then(|m| m.get(container))
     }
 
@@ -432,7 +437,7 @@ impl StaticPolicy {
         Ok(())
     }
 
-    fn aligned_cpus(&self, affinity: NumaMask, allocatable: &Cpus) -> Cpus {
+    pub(crate) fn aligned_cpus(&self, affinity: NumaMask, allocatable: &Cpus) -> Cpus {
         if self.options.align_by_socket {
             let sockets = self.topo.sockets_in_numa_nodes(affinity);
             return allocatable
@@ -540,6 +545,7 @@ impl StaticPolicy {
         if pod.is_empty() {
             self.assignments.remove(pod_uid);
         }
+        self.forget_baseline(pod_uid, container);
         if self.pod_sets.contains_key(pod_uid) {
             if self.assignments.contains_key(pod_uid) {
                 return;
@@ -557,7 +563,7 @@ impl StaticPolicy {
     /// Puts `cpus` back in the shared pool, except those still held by a
     /// container or pod-level set, those that cannot be handed out now,
     /// and reserved ones with `strict-cpu-reservation`.
-    fn return_to_pool(&mut self, cpus: &Cpus) {
+    pub(crate) fn return_to_pool(&mut self, cpus: &Cpus) {
         let held = self.held();
         let strict = self.options.strict_cpu_reservation;
         for &c in cpus {

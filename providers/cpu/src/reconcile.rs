@@ -4,7 +4,9 @@
 //! The provider was built (`new`) from the current machine and config, so
 //! the online CPUs, `reserved_cpus`, the policy and its options are the
 //! current ones. From the checkpoint it takes every exclusive assignment,
-//! pod-level CPU set and reusable init-container CPU set exactly as saved;
+//! pod-level CPU set and reusable init-container CPU set exactly as saved
+//! (and the CPUs resized containers were first allocated, as far as they
+//! still hold them);
 //! the saved shared pool is not read: it is recomputed as the online CPUs
 //! minus every CPU held exclusively (minus the reserved CPUs with
 //! `strict-cpu-reservation`).
@@ -142,6 +144,24 @@ impl StaticPolicy {
                 assignments.contains_key(p).then_some((p.clone(), keep))
             })
             .collect();
+        // A resized container's baseline: what of it the container still
+        // holds (it is always a subset of the assignment).
+        let mut baselines = Assignments::new();
+        for (pod, m) in &cp.baseline_entries {
+            for (c, s) in m {
+                let Some(held) = assignments.get(pod).and_then(|a| a.get(c)) else {
+                    continue;
+                };
+                let keep: Cpus = from_cpuset(s).intersection(held).copied().collect();
+                if !keep.is_empty() && keep != *held {
+                    baselines
+                        .entry(pod.clone())
+                        .or_default()
+                        .insert(c.clone(), keep);
+                }
+            }
+        }
+        self.baselines = baselines;
         self.assignments = assignments;
         self.pod_sets = pod_sets;
         self.cpus_to_reuse = cpus_to_reuse;

@@ -5,11 +5,15 @@
 //! {"policy_name": "static", "default_cpu_set": "0,3-11",
 //!  "entries": {"<pod uid>": {"<container>": "1-2"}},
 //!  "cpus_to_reuse": {"<pod uid>": "1-2"},
-//!  "pod_entries": {"<pod uid>": "1-2"}}
+//!  "pod_entries": {"<pod uid>": "1-2"},
+//!  "baseline_entries": {"<pod uid>": {"<container>": "1"}}}
 //! ```
 //!
 //! `pod_entries` (pod-level CPU sets of `PodLevelResourceManagers`) is
-//! written only when there are some. Under `policy = "none"` the
+//! written only when there are some; so is `baseline_entries`, the CPUs
+//! resized containers were first allocated (see [`crate::resize`]; a
+//! checkpoint without it, of a provider before resize, restores as one
+//! without resized containers). Under `policy = "none"` the
 //! `default_cpu_set` is empty, as the kubelet writes it, and `entries` are
 //! the exclusive assignments kept from the static policy until released.
 //!
@@ -45,6 +49,9 @@ pub struct Checkpoint {
     /// Pod-level CPU sets (`PodLevelResourceManagers`) per pod.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub pod_entries: BTreeMap<String, CpuSet>,
+    /// The CPUs resized containers were first allocated.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub baseline_entries: BTreeMap<String, BTreeMap<String, CpuSet>>,
 }
 
 impl Checkpoint {
@@ -90,6 +97,16 @@ impl StaticPolicy {
                 .pod_sets
                 .iter()
                 .map(|(p, s)| (p.clone(), to_cpuset(s)))
+                .collect(),
+            baseline_entries: self
+                .baselines
+                .iter()
+                .map(|(p, m)| {
+                    (
+                        p.clone(),
+                        m.iter().map(|(c, s)| (c.clone(), to_cpuset(s))).collect(),
+                    )
+                })
                 .collect(),
         }
     }

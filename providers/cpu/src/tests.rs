@@ -784,3 +784,384 @@ fn excluded_cpus_are_not_handed_out_exclusively() {
     let mut none = provider(&m, json!({"policy": "none"}));
     assert_eq!(none.exclude_cpus(&excluded), Ok(false));
 }
+
+/// A resize of `container` of `pod` (carrying its new requests) on `nodes`.
+fn resize(
+    p: &mut CpuManager,
+    pod: &PodView,
+    container: &str,
+    nodes: &[u32],
+) -> Result<(String, bool), (String, String)> {
+    let c = pod.container(container).unwrap().clone();
+    match p.resize(pod, &c, &topomgr_sdk::Allocation::default(), &hint(nodes)) {
+        Ok(Some(a)) => Ok((a.cpus.to_string(), a.exclusive)),
+        Ok(None) => panic!("the CPU provider resizes"),
+        Err(e) => Err((e.reason, e.message)),
+    }
+}
+
+/// Free CPUs (millicores) the inventory shows on NUMA node `node`.
+fn free_on(p: &CpuManager, node: u32) -> u64 {
+    let inv = p.inventory().unwrap();
+    inv.resources["cpu"]
+        .zones
+        .iter()
+        .find(|z| z.numa.is_some_and(|n| n.get() == node))
+        .map(|z| z.amounts.available)
+        .unwrap()
+}
+
+/// KEP-5554: a grow keeps the CPUs held and adds free ones of the same
+/// NUMA node (a free sibling of its own core first); the shared pool, the
+/// inventory and later hints follow; a shrink gives back the extra CPUs,
+/// never the original one.
+#[test]
+fn resize_grows_on_its_node_keeping_its_cpus_and_shrinks_to_them() {
+    let m = dual_socket_ht();
+    let mut p = provider(&m, json!({"reserved_cpus": "0"}));
+    let one = testkit::guaranteed_pod("g", &cpus(1));
+    assert_eq!(
+        alloc(&mut p, &one, "app", Some(&[1])),
+        Ok(("1".into(), true))
+    );
+    let node1 = free_on(&p, 1);
+    // Node 1 has 5 CPUs left: a pod of 5 fits on it.
+    let five = testkit::guaranteed_pod("f", &cpus(5));
+    assert_eq!(
+        hints(&mut p, &five, "app"),
+        Some(vec!["0:true".into(), "1:true".into(), "0-1:false".into()])
+    );
+    let two = testkit::guaranteed_pod("g", &cpus(2));
+    assert_eq!(resize(&mut p, &two, "app", &[1]), Ok(("1,7".into(), true)));
+    assert_eq!(free_on(&p, 1), node1 - 1000, "the inventory follows");
+    let shared = testkit::guaranteed_pod("s", &[("cpu", 1500), ("memory", 1 << 30)]);
+    assert_eq!(
+        alloc(&mut p, &shared, "app", None),
+        Ok(("0,2-6,8-11".into(), false)),
+        "the shared pool lost CPU 7"
+    );
+    // Node 1 has 4 CPUs left: later hints follow.
+    assert_eq!(
+        hints(&mut p, &five, "app"),
+        Some(vec!["0:true".into(), "0-1:false".into()])
+    );
+    // Growing again takes whole free cores of the node.
+    let four = testkit::guaranteed_pod("g", &cpus(4));
+    assert_eq!(
+        resize(&mut p, &four, "app", &[1]),
+        Ok(("1,3,7,9".into(), true))
+    );
+    // An unchanged CPU count (a memory-only resize) keeps them.
+    assert_eq!(
+        resize(&mut p, &four, "app", &[1]),
+        Ok(("1,3,7,9".into(), true))
+    );
+    // Shrinking gives back the extra CPUs, never the original one.
+    assert_eq!(resize(&mut p, &two, "app", &[1]), Ok(("1,7".into(), true)));
+    assert_eq!(resize(&mut p, &one, "app", &[1]), Ok(("1".into(), true)));
+    assert_eq!(free_on(&p, 1), node1, "every extra CPU is free again");
+    assert_eq!(
+        alloc(&mut p, &shared, "app", None),
+        Ok(("0,2-11".into(), false)),
+        "the shared pool has them back"
+    );
+    // Released, the container leaves no trace.
+    p.release("g-uid", "app").unwrap();
+    let cp: serde_json::Value = serde_json::from_slice(&p.checkpoint().unwrap()).unwrap();
+    assert_eq!(cp.get("baseline_entries"), None);
+}
+
+/// A grow that does not fit on the container's nodes is refused with the
+/// numbers, changing nothing; it never spills to another node.
+#[test]
+fn resize_that_does_not_fit_on_its_node_is_refused_with_numbers() {
+    let m = dual_socket_ht();
+    let mut p = provider(&m, json!({"reserved_cpus": "0"}));
+    let one = testkit::guaranteed_pod("g", &cpus(1));
+    assert_eq!(
+        alloc(&mut p, &one, "app", Some(&[1])),
+        Ok(("1".into(), true))
+    );
+    let other = testkit::guaranteed_pod("o", &cpus(4));
+    assert_eq!(
+        alloc(&mut p, &other, "app", Some(&[1])),
+        Ok(("3,5,9,11".into(), true))
+    );
+    let before = p.checkpoint().unwrap();
+    let three = testkit::guaranteed_pod("g", &cpus(3));
+    assert_eq!(
+        resize(&mut p, &three, "app", &[1]),
+        Err((
+            "resizeAllocateCPUsError".into(),
+            "container \"app\" of pod g-uid cannot grow from 1 to 3 CPUs: it needs 2 more on \
+             NUMA node 1 (1 free there)"
+                .into()
+        ))
+    );
+    assert_eq!(p.checkpoint().unwrap(), before, "nothing changed");
+    // Below the CPUs first allocated: refused.
+    let two = testkit::guaranteed_pod("o", &cpus(2));
+    assert_eq!(
+        resize(&mut p, &two, "app", &[1]),
+        Err((
+            "prohibitedCPUAllocationError".into(),
+            "container \"app\" of pod o-uid cannot shrink to 2 CPUs: it keeps the 4 CPUs it \
+             was first allocated (3,5,9,11), as KEP-5554 proposes"
+                .into()
+        ))
+    );
+    assert_eq!(p.checkpoint().unwrap(), before, "nothing changed");
+}
+
+/// Moves between exclusive CPUs and the shared pool are refused (the
+/// kubelet refuses them); a shared container that stays shared gets the
+/// shared pool.
+#[test]
+fn resize_between_shared_and_exclusive_is_refused() {
+    let m = dual_socket_ht();
+    let mut p = provider(&m, json!({"reserved_cpus": "0"}));
+    let two = testkit::guaranteed_pod("g", &cpus(2));
+    assert_eq!(
+        alloc(&mut p, &two, "app", Some(&[0])),
+        Ok(("2,8".into(), true))
+    );
+    let before = p.checkpoint().unwrap();
+    let fractional = testkit::guaranteed_pod("g", &[("cpu", 1500), ("memory", 1 << 30)]);
+    assert_eq!(
+        resize(&mut p, &fractional, "app", &[0]),
+        Err((
+            "inconsistentCPUAllocationError".into(),
+            "container \"app\" of pod g-uid holds 2 exclusive CPUs and cannot be resized to a \
+             CPU request of 1500m: the static policy resizes exclusive CPUs only by whole CPUs \
+             in a Guaranteed pod, as the kubelet"
+                .into()
+        ))
+    );
+    let mut burstable = two.clone();
+    burstable.qos = QosClass::Burstable;
+    let err = resize(&mut p, &burstable, "app", &[0]).unwrap_err();
+    assert_eq!(err.0, "inconsistentCPUAllocationError");
+    assert!(
+        err.1.contains("cannot be resized to a Burstable pod"),
+        "{}",
+        err.1
+    );
+    assert_eq!(p.checkpoint().unwrap(), before, "nothing changed");
+    let shared = testkit::guaranteed_pod("s", &[("cpu", 1500), ("memory", 1 << 30)]);
+    assert_eq!(
+        alloc(&mut p, &shared, "app", None),
+        Ok(("0-1,3-7,9-11".into(), false))
+    );
+    let whole = testkit::guaranteed_pod("s", &cpus(2));
+    assert_eq!(
+        resize(&mut p, &whole, "app", &[0]),
+        Err((
+            "inconsistentCPUAllocationError".into(),
+            "container \"app\" of pod s-uid runs in the shared pool and cannot be resized to 2 \
+             exclusive CPUs: only admission gives exclusive CPUs (the kubelet refuses this \
+             resize too); recreate the pod"
+                .into()
+        ))
+    );
+    let bigger = testkit::guaranteed_pod("s", &[("cpu", 2500), ("memory", 1 << 30)]);
+    assert_eq!(
+        resize(&mut p, &bigger, "app", &[0]),
+        Ok(("0-1,3-7,9-11".into(), false))
+    );
+    assert_eq!(p.checkpoint().unwrap(), before, "nothing changed");
+    // The none policy: shared stays shared.
+    let mut none = provider(&m, json!({"policy": "none"}));
+    assert_eq!(
+        resize(&mut none, &bigger, "app", &[0]),
+        Ok(("0-11".into(), false))
+    );
+}
+
+/// full-pcpus-only: a grow by part of a core is refused, a grow by whole
+/// cores takes a whole free core.
+#[test]
+fn resize_with_full_pcpus_only_takes_whole_cores() {
+    let m = dual_socket_ht();
+    let mut p = provider(
+        &m,
+        json!({"reserved_cpus": "0", "options": {"full-pcpus-only": "true"}}),
+    );
+    let two = testkit::guaranteed_pod("g", &cpus(2));
+    assert_eq!(
+        alloc(&mut p, &two, "app", Some(&[0])),
+        Ok(("2,8".into(), true))
+    );
+    let three = testkit::guaranteed_pod("g", &cpus(3));
+    assert_eq!(
+        resize(&mut p, &three, "app", &[0]),
+        Err((
+            "SMTAlignmentError".into(),
+            "SMT alignment: request of 3 CPUs is not a multiple of 2 threads per core".into()
+        ))
+    );
+    // Node 0 has one whole free core (4,10); CPU 6 shares reserved CPU 0's core.
+    let four = testkit::guaranteed_pod("g", &cpus(4));
+    assert_eq!(
+        resize(&mut p, &four, "app", &[0]),
+        Ok(("2,4,8,10".into(), true))
+    );
+    let six = testkit::guaranteed_pod("g", &cpus(6));
+    assert_eq!(
+        resize(&mut p, &six, "app", &[0]),
+        Err((
+            "resizeAllocateCPUsError".into(),
+            "container \"app\" of pod g-uid cannot grow from 4 to 6 CPUs: it needs 2 more on \
+             NUMA node 0 (0 free there)"
+                .into()
+        ))
+    );
+    assert_eq!(resize(&mut p, &two, "app", &[0]), Ok(("2,8".into(), true)));
+}
+
+/// The CPUs first allocated survive a checkpoint and restore: after it, a
+/// shrink still gives back only the extra CPUs.
+#[test]
+fn a_resized_container_keeps_its_first_cpus_through_checkpoint_and_restore() {
+    let m = dual_socket_ht();
+    let config = json!({"reserved_cpus": "0"});
+    let mut p = provider(&m, config.clone());
+    let one = testkit::guaranteed_pod("g", &cpus(1));
+    assert_eq!(
+        alloc(&mut p, &one, "app", Some(&[1])),
+        Ok(("1".into(), true))
+    );
+    let three = testkit::guaranteed_pod("g", &cpus(3));
+    assert_eq!(
+        resize(&mut p, &three, "app", &[1]),
+        Ok(("1,3,7".into(), true))
+    );
+    let saved = p.checkpoint().unwrap();
+    let cp: serde_json::Value = serde_json::from_slice(&saved).unwrap();
+    assert_eq!(cp["baseline_entries"], json!({"g-uid": {"app": "1"}}));
+    let mut q = provider(&m, config);
+    assert_eq!(q.restore(&saved), Ok(Default::default()));
+    assert_eq!(q.checkpoint().unwrap(), saved);
+    // Not the one it started with: 3 and 7 go back.
+    assert_eq!(resize(&mut q, &one, "app", &[1]), Ok(("1".into(), true)));
+    let shared = testkit::guaranteed_pod("s", &[("cpu", 1500), ("memory", 1 << 30)]);
+    assert_eq!(
+        alloc(&mut q, &shared, "app", None),
+        Ok(("0,2-11".into(), false))
+    );
+}
+
+/// A checkpoint of a provider before resize (no `baseline_entries`) still
+/// restores; its containers' CPUs are their first ones.
+#[test]
+fn a_checkpoint_without_baselines_restores() {
+    let m = dual_socket_ht();
+    let mut p = provider(&m, json!({"reserved_cpus": "0"}));
+    let old = json!({
+        "policy_name": "static",
+        "default_cpu_set": "0,2-4,6,8-10",
+        "entries": {"g-uid": {"app": "5,11"}},
+        "cpus_to_reuse": {"g-uid": ""}
+    });
+    assert_eq!(
+        p.restore(old.to_string().as_bytes()),
+        Ok(Default::default())
+    );
+    let four = testkit::guaranteed_pod("g", &cpus(4));
+    assert_eq!(
+        resize(&mut p, &four, "app", &[1]),
+        Ok(("1,5,7,11".into(), true))
+    );
+    let one = testkit::guaranteed_pod("g", &cpus(1));
+    assert_eq!(
+        resize(&mut p, &one, "app", &[1]).unwrap_err().1,
+        "container \"app\" of pod g-uid cannot shrink to 1 CPUs: it keeps the 2 CPUs it was \
+         first allocated (5,11), as KEP-5554 proposes"
+    );
+}
+
+/// A resize crosses the plugin boundary both ways: the new allocation,
+/// and a refusal's reason and message.
+#[test]
+fn resize_works_through_the_plugin_boundary() {
+    let m = dual_socket_ht();
+    let mut h = testkit::load::<CpuManager>(&m, json!({"reserved_cpus": "0"})).unwrap();
+    let one = testkit::guaranteed_pod("g", &cpus(1));
+    let a = h.allocate(&one, &one.containers[0], &hint(&[1])).unwrap();
+    assert_eq!(a.cpus.to_string(), "1");
+    let two = testkit::guaranteed_pod("g", &cpus(2));
+    let grown = h.resize(&two, &two.containers[0], &a, &hint(&[1])).unwrap();
+    assert_eq!(
+        grown,
+        Some(
+            topomgr_sdk::Allocation::default()
+                .with_cpus(topomgr_sdk::CpuSet::parse("1,7").unwrap(), true)
+        )
+    );
+    let seven = testkit::guaranteed_pod("g", &cpus(7));
+    let err = h
+        .resize(&seven, &seven.containers[0], &grown.unwrap(), &hint(&[1]))
+        .unwrap_err();
+    assert_eq!(err.reason, "resizeAllocateCPUsError");
+    assert_eq!(
+        err.message,
+        "container \"app\" of pod g-uid cannot grow from 2 to 7 CPUs: it needs 5 more on NUMA \
+         node 1 (4 free there)"
+    );
+}
+
+/// With `distribute-cpus-across-numa` a grow over two NUMA nodes is
+/// spread evenly over them, and stays on them.
+#[test]
+fn resize_with_distribution_spreads_over_its_nodes() {
+    let m = dual_socket_multi_numa_ht();
+    let mut p = provider(
+        &m,
+        json!({"reserved_cpus": "0", "options": {"distribute-cpus-across-numa": "true"}}),
+    );
+    let four = testkit::guaranteed_pod("g", &cpus(4));
+    let (first, _) = alloc(&mut p, &four, "app", Some(&[0, 1])).unwrap();
+    let eight = testkit::guaranteed_pod("g", &cpus(8));
+    let (grown, exclusive) = resize(&mut p, &eight, "app", &[0, 1]).unwrap();
+    assert!(exclusive);
+    let first = topomgr_sdk::CpuSet::parse(&first).unwrap();
+    let grown = topomgr_sdk::CpuSet::parse(&grown).unwrap();
+    assert!(
+        first.iter().all(|c| grown.contains(c)),
+        "{first} kept in {grown}"
+    );
+    // Node 0 is CPUs 0-9,40-49, node 1 CPUs 10-19,50-59.
+    let on = |lo: u32, hi: u32| {
+        grown
+            .iter()
+            .filter(|c| (lo..=hi).contains(c) || (lo + 40..=hi + 40).contains(c))
+            .count()
+    };
+    assert_eq!((grown.len(), on(0, 9), on(10, 19)), (8, 4, 4), "{grown}");
+}
+
+/// The none policy keeps exclusive CPUs of the static policy until
+/// release but does not resize them; its shared containers stay shared.
+#[test]
+fn the_none_policy_does_not_resize_kept_exclusive_cpus() {
+    let m = dual_socket_ht();
+    let mut s = provider(&m, json!({}));
+    let one = testkit::guaranteed_pod("g", &cpus(1));
+    assert_eq!(
+        alloc(&mut s, &one, "app", Some(&[1])),
+        Ok(("1".into(), true))
+    );
+    let saved = s.checkpoint().unwrap();
+    let mut none = provider(&m, json!({"policy": "none"}));
+    none.restore(&saved).unwrap();
+    assert_eq!(resize(&mut none, &one, "app", &[1]), Ok(("1".into(), true)));
+    let two = testkit::guaranteed_pod("g", &cpus(2));
+    assert_eq!(
+        resize(&mut none, &two, "app", &[1]),
+        Err((
+            "ResizeInfeasible".into(),
+            "container \"app\" of pod g-uid cannot be resized: it keeps exclusive CPUs from the \
+             static policy, and the none policy does not resize them"
+                .into()
+        ))
+    );
+}

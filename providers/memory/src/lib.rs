@@ -14,6 +14,10 @@
 //! * Hints, allocation, release and the multi-NUMA group rules follow the
 //!   kubelet (see [`hints`] and [`allocate`]); the allocation's `mems` is
 //!   the NUMA set of the container's memory.
+//! * In-place resize ([`resize`]): a Guaranteed container's memory and
+//!   hugepages are booked again on the NUMA nodes it holds memory on
+//!   (growth refused, `ResizeInfeasible`, with the amounts when it does not
+//!   fit there; a shrink gives the difference back).
 //! * State is checkpointed in the kubelet's `memory_manager_state` JSON shape
 //!   (plus reusable init-container memory). Restore is reconcile
 //!   ([`reconcile`]): unlike the kubelet's `validateState`, which refuses a
@@ -57,6 +61,7 @@ pub mod inventory;
 pub mod machine;
 pub mod podlevel;
 pub mod reconcile;
+pub mod resize;
 pub mod state;
 
 use topomgr_sdk::{
@@ -259,6 +264,19 @@ impl Provider for MemoryProvider {
     fn release(&mut self, pod_uid: &str, container: &str) -> Result<(), ProviderError> {
         self.release_static(pod_uid, container);
         Ok(())
+    }
+
+    /// See [`resize`]: memory is booked again on the NUMA nodes the
+    /// container holds memory on (its own blocks; `hint` and `current`
+    /// are what the host knows of them).
+    fn resize(
+        &mut self,
+        pod: &PodView,
+        container: &ContainerView,
+        _current: &Allocation,
+        _hint: &TopologyHint,
+    ) -> Result<Option<Allocation>, ProviderError> {
+        self.resize_static(pod, container).map(Some)
     }
 
     fn checkpoint(&self) -> Result<Vec<u8>, ProviderError> {

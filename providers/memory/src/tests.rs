@@ -749,3 +749,179 @@ fn pod_level_resources_without_memory_for_shared_containers_are_refused() {
         .unwrap();
     assert_eq!(a, Default::default());
 }
+
+/// A resize of `pod`'s container (carrying its new requests): its memory
+/// nodes, or the refusal's reason and message.
+fn resize(p: &mut MemoryProvider, pod: &PodView) -> Result<String, (String, String)> {
+    match p.resize(
+        pod,
+        &pod.containers[0],
+        &topomgr_sdk::Allocation::default(),
+        &TopologyHint::ANY,
+    ) {
+        Ok(Some(a)) => Ok(a.mems.to_string()),
+        Ok(None) => panic!("the memory provider resizes"),
+        Err(e) => Err((e.reason, e.message)),
+    }
+}
+
+/// Free bytes of `resource` on node `n`.
+fn free_on(p: &MemoryProvider, n: u8, resource: &str) -> u64 {
+    p.machine_state()[&NumaNodeId::from(n)].memory_map[resource].free
+}
+
+/// A Guaranteed container's memory and hugepages grow and shrink on the
+/// nodes it holds memory on; the books (free bytes, the inventory's
+/// source) follow; a release afterwards frees exactly what it holds.
+#[test]
+fn resize_books_memory_again_on_its_nodes() {
+    // Per node: 4Gi with two 1Gi pages, 512Mi reserved: 1.5Gi of memory
+    // and 2Gi of hugepages allocatable.
+    let m = machine(2, 4 * GB, 2);
+    let mut p = provider(&m, reserved_512(2));
+    let small = pod("g", 512 * MB, GB);
+    let a = p
+        .allocate(
+            &small,
+            &small.containers[0],
+            &TopologyHint::new(mask(&[0]), true),
+        )
+        .unwrap();
+    assert_eq!(a.mems, mask(&[0]));
+    assert_eq!(free_on(&p, 0, "memory"), GB);
+    assert_eq!(free_on(&p, 0, "hugepages-1Gi"), GB);
+    let big = pod("g", GB, 2 * GB);
+    assert_eq!(resize(&mut p, &big), Ok("0".into()));
+    assert_eq!(free_on(&p, 0, "memory"), 512 * MB);
+    assert_eq!(free_on(&p, 0, "hugepages-1Gi"), 0);
+    assert_eq!(free_on(&p, 1, "memory"), 1536 * MB, "node 1 untouched");
+    let shrunk = pod("g", 256 * MB, GB);
+    assert_eq!(resize(&mut p, &shrunk), Ok("0".into()));
+    assert_eq!(free_on(&p, 0, "memory"), 1280 * MB);
+    assert_eq!(free_on(&p, 0, "hugepages-1Gi"), GB);
+    // The books hold the new sizes: the checkpoint has them and a release
+    // gives back exactly them.
+    let blocks = &p.assignments()["g-uid"]["app"];
+    assert_eq!(
+        blocks
+            .iter()
+            .map(|b| (b.resource.as_str(), b.size, b.numa_affinity))
+            .collect::<Vec<_>>(),
+        [
+            ("hugepages-1Gi", GB, mask(&[0])),
+            ("memory", 256 * MB, mask(&[0]))
+        ]
+    );
+    p.release("g-uid", "app").unwrap();
+    assert_eq!(free_on(&p, 0, "memory"), 1536 * MB);
+    assert_eq!(free_on(&p, 0, "hugepages-1Gi"), 2 * GB);
+    assert_eq!(
+        p.machine_state()[&NumaNodeId::from(0u8)].number_of_assignments,
+        0
+    );
+}
+
+/// A growth that does not fit on the container's nodes is refused with
+/// the amounts and changes nothing; another QoS class is refused; pods
+/// the provider does not pin keep their empty allocation.
+#[test]
+fn resize_that_does_not_fit_is_refused_and_others_are_unchanged() {
+    let m = machine(2, 4 * GB, 2);
+    let mut p = provider(&m, reserved_512(2));
+    let g = pod("g", GB, 0);
+    p.allocate(&g, &g.containers[0], &TopologyHint::new(mask(&[1]), true))
+        .unwrap();
+    let before = p.checkpoint().unwrap();
+    let huge = pod("g", 2 * GB, 0);
+    assert_eq!(
+        resize(&mut p, &huge),
+        Err((
+            "ResizeInfeasible".into(),
+            "container \"app\" of pod default/g cannot grow its memory from 1Gi to 2Gi on NUMA \
+             node 1: 1Gi more needed, 512Mi free there"
+                .into()
+        ))
+    );
+    assert_eq!(p.checkpoint().unwrap(), before, "nothing changed");
+    let mut burstable = g.clone();
+    burstable.qos = QosClass::Burstable;
+    let err = resize(&mut p, &burstable).unwrap_err();
+    assert_eq!(err.0, "ResizeInfeasible");
+    assert!(err.1.contains("into a Burstable pod"), "{}", err.1);
+    assert_eq!(p.checkpoint().unwrap(), before, "nothing changed");
+    // A Burstable pod's container holds nothing and keeps nothing.
+    let mut other = pod("b", GB, 0);
+    other.qos = QosClass::Burstable;
+    assert_eq!(resize(&mut p, &other), Ok("".into()));
+    assert_eq!(p.checkpoint().unwrap(), before, "nothing changed");
+}
+
+/// Memory on a group of NUMA nodes grows and shrinks on that group,
+/// lowest node first as allocation and release place it.
+#[test]
+fn resize_of_multi_node_memory_stays_on_its_nodes() {
+    let m = machine(2, 4 * GB, 2);
+    let mut p = provider(&m, reserved_512(2));
+    let g = pod("g", 2 * GB, 0);
+    let a = p
+        .allocate(
+            &g,
+            &g.containers[0],
+            &TopologyHint::new(mask(&[0, 1]), true),
+        )
+        .unwrap();
+    assert_eq!(a.mems, mask(&[0, 1]));
+    let grown = pod("g", 2 * GB + 512 * MB, 0);
+    assert_eq!(resize(&mut p, &grown), Ok("0-1".into()));
+    assert_eq!(
+        (free_on(&p, 0, "memory"), free_on(&p, 1, "memory")),
+        (0, 512 * MB)
+    );
+    let too_big = pod("g", 4 * GB, 0);
+    assert_eq!(
+        resize(&mut p, &too_big).unwrap_err().1,
+        "container \"app\" of pod default/g cannot grow its memory from 2560Mi to 4Gi on NUMA \
+         nodes 0-1: 1536Mi more needed, 512Mi free there"
+    );
+    let shrunk = pod("g", GB, 0);
+    assert_eq!(resize(&mut p, &shrunk), Ok("0-1".into()));
+    assert_eq!(
+        (free_on(&p, 0, "memory"), free_on(&p, 1, "memory")),
+        (1536 * MB, 512 * MB)
+    );
+    p.release("g-uid", "app").unwrap();
+    assert_eq!(
+        (free_on(&p, 0, "memory"), free_on(&p, 1, "memory")),
+        (1536 * MB, 1536 * MB)
+    );
+}
+
+/// The none policy keeps memory pinned by the static policy until release:
+/// a resize that leaves its size alone keeps it, one that changes it is
+/// refused.
+#[test]
+fn the_none_policy_does_not_resize_kept_memory() {
+    let m = machine(2, 4 * GB, 2);
+    let mut s = provider(&m, reserved_512(2));
+    let g = pod("g", GB, 0);
+    s.allocate(&g, &g.containers[0], &TopologyHint::new(mask(&[1]), true))
+        .unwrap();
+    let saved = s.checkpoint().unwrap();
+    let mut none = provider(&m, json!({"policy": "none"}));
+    none.restore(&saved).unwrap();
+    let before = none.checkpoint().unwrap();
+    let mut cpu_only = g.clone();
+    cpu_only.containers[0].requests.insert("cpu".into(), 2000);
+    cpu_only.containers[0].limits.insert("cpu".into(), 2000);
+    assert_eq!(resize(&mut none, &cpu_only), Ok("1".into()));
+    assert_eq!(
+        resize(&mut none, &pod("g", 2 * GB, 0)),
+        Err((
+            "ResizeInfeasible".into(),
+            "container \"app\" of pod default/g keeps pinned memory from the static policy, and \
+             the none policy does not resize it"
+                .into()
+        ))
+    );
+    assert_eq!(none.checkpoint().unwrap(), before, "nothing changed");
+}

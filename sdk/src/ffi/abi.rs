@@ -12,9 +12,9 @@
 //!
 //! The named calls of SDK 0.3: [`METHOD_PREFERRED_ALLOCATION`],
 //! [`METHOD_INVENTORY`], [`METHOD_SHARE_POD`] (0.3.0) and
-//! [`METHOD_ASSIGNED_DEVICE_HINTS`], [`METHOD_EXCLUDE_CPUS`] and
-//! [`METHOD_DEVICE_IDENTITIES`] (added in patch releases, as named calls
-//! may be).
+//! [`METHOD_ASSIGNED_DEVICE_HINTS`], [`METHOD_EXCLUDE_CPUS`],
+//! [`METHOD_DEVICE_IDENTITIES`] and [`METHOD_RESIZE`] (added in patch
+//! releases, as named calls may be).
 
 use abi_stable::library::RootModule;
 use abi_stable::sabi_types::VersionStrings;
@@ -55,6 +55,18 @@ pub const METHOD_EXCLUDE_CPUS: &str = "exclude_cpus";
 /// plugin without it): the host knows a device by its id, and by its PCI
 /// address when the id is one.
 pub const METHOD_DEVICE_IDENTITIES: &str = "device_identities";
+
+/// Named call: [`Provider::resize`](crate::Provider::resize), an in-place
+/// resize of a container the provider already allocated for.
+/// Request: `{"pod": <PodView>, "container": <ContainerView>, "current":
+/// <Allocation>, "hint": <TopologyHint>}`: the pod and the container with
+/// their new requests and limits, the container's allocation before the
+/// resize, and the NUMA nodes it may use (`{"affinity": [0], "preferred":
+/// true}`; `"affinity": null` for any node). Answer: `{"allocation":
+/// <Allocation>}` with the new allocation, or `{"allocation": null}` when
+/// the provider does not resize; a refusal is the call's error (reason and
+/// message). Default (a plugin without it): does not resize, as `null`.
+pub const METHOD_RESIZE: &str = "resize";
 
 /// An error as it crosses the boundary; see [`ProviderError`](crate::ProviderError).
 #[repr(C)]

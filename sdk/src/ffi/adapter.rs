@@ -143,6 +143,13 @@ impl<P: Provider> Adapter<P> {
                 to_json(&Excluded { excluded }).map(Some)
             }
             METHOD_DEVICE_IDENTITIES => to_json(&self.inner.device_identities()?).map(Some),
+            METHOD_RESIZE => {
+                let req: ResizeRequest = from_host("resize request", request)?;
+                let allocation =
+                    self.inner
+                        .resize(&req.pod, &req.container, &req.current, &req.hint)?;
+                to_json(&Resized { allocation }).map(Some)
+            }
             _ => Ok(None),
         }
     }

@@ -184,6 +184,28 @@ pub(super) struct Excluded {
     pub(super) excluded: bool,
 }
 
+/// The request of [`METHOD_RESIZE`](super::METHOD_RESIZE).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct ResizeRequest {
+    /// The pod, its containers with their new requests and limits.
+    pub(super) pod: crate::PodView,
+    /// The container with its new requests and limits.
+    pub(super) container: crate::ContainerView,
+    /// The container's allocation before the resize.
+    #[serde(default)]
+    pub(super) current: crate::Allocation,
+    /// The NUMA nodes it may use.
+    pub(super) hint: TopologyHint,
+}
+
+/// The answer of [`METHOD_RESIZE`](super::METHOD_RESIZE).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub(super) struct Resized {
+    /// The new allocation; `None`: the provider does not resize.
+    #[serde(default)]
+    pub(super) allocation: Option<crate::Allocation>,
+}
+
 /// The constructor's input as the plugin reads it (unknown keys ignored).
 #[derive(Deserialize)]
 pub(super) struct InitRequest {

@@ -229,4 +229,25 @@ impl ProviderHandle {
             Some(json) => from_plugin::<Excluded>("exclude_cpus answer", &json).map(|a| a.excluded),
         }
     }
+
+    /// See [`Provider::resize`](crate::Provider::resize); a plugin that
+    /// does not know the call does not resize (`None`).
+    pub fn resize(
+        &mut self,
+        pod: &PodView,
+        container: &ContainerView,
+        current: &Allocation,
+        hint: &TopologyHint,
+    ) -> Result<Option<Allocation>, ProviderError> {
+        let request = ResizeRequest {
+            pod: pod.clone(),
+            container: container.clone(),
+            current: current.clone(),
+            hint: *hint,
+        };
+        match self.call(METHOD_RESIZE, &to_json(&request)?)? {
+            None => Ok(None),
+            Some(json) => from_plugin::<Resized>("resize answer", &json).map(|a| a.allocation),
+        }
+    }
 }

@@ -39,8 +39,8 @@
 //!   method existed answers `None`, and the host uses the method's documented
 //!   default. `0.3.0` has three: [`METHOD_PREFERRED_ALLOCATION`],
 //!   [`METHOD_INVENTORY`] and [`METHOD_SHARE_POD`]; later 0.3 patches
-//!   added [`METHOD_ASSIGNED_DEVICE_HINTS`], [`METHOD_EXCLUDE_CPUS`] and
-//!   [`METHOD_DEVICE_IDENTITIES`].
+//!   added [`METHOD_ASSIGNED_DEVICE_HINTS`], [`METHOD_EXCLUDE_CPUS`],
+//!   [`METHOD_DEVICE_IDENTITIES`] and [`METHOD_RESIZE`].
 //! * **Shared pod.** Sending the whole pod with every call makes admitting
 //!   a pod of N containers cost N² (2N calls, each carrying N containers).
 //!   A host that admits a pod first hands it to the plugin once with

@@ -193,6 +193,80 @@ fn cpus_to_exclude_cross_the_boundary_and_garbage_is_refused() {
 }
 
 #[test]
+fn a_resize_crosses_the_boundary_and_garbage_is_refused() {
+    type Seen = (String, String, u64, String, TopologyHint);
+    let seen: Arc<std::sync::Mutex<Vec<Seen>>> = Arc::default();
+    let log = Arc::clone(&seen);
+    let mut h = in_process(
+        FakeProvider::new().with_resize(move |pod, c, current, hint| {
+            log.lock().unwrap().push((
+                pod.uid.clone(),
+                c.name.clone(),
+                c.request("cpu"),
+                current.cpus.to_string(),
+                *hint,
+            ));
+            match c.request("cpu") {
+                2000 => Ok(Some(
+                    Allocation::default().with_cpus(CpuSet::parse("1,3").unwrap(), true),
+                )),
+                3000 => Ok(None),
+                _ => Err(ProviderError::resize_infeasible(
+                    "3 CPUs do not fit on node 0",
+                )),
+            }
+        }),
+    );
+    let current = Allocation::default().with_cpus(CpuSet::parse("1").unwrap(), true);
+    let hint = TopologyHint {
+        affinity: Some(mask(&[0])),
+        preferred: true,
+    };
+    let pod = |milli: u64| crate::testkit::guaranteed_pod("g", &[("cpu", milli)]);
+    let two = pod(2000);
+    assert_eq!(
+        h.resize(&two, &two.containers[0], &current, &hint),
+        Ok(Some(
+            Allocation::default().with_cpus(CpuSet::parse("1,3").unwrap(), true)
+        ))
+    );
+    let three = pod(3000);
+    assert_eq!(
+        h.resize(&three, &three.containers[0], &current, &hint),
+        Ok(None),
+        "`null` is: does not resize"
+    );
+    let four = pod(4000);
+    let err = h
+        .resize(&four, &four.containers[0], &current, &hint)
+        .unwrap_err();
+    assert_eq!(
+        (err.reason.as_str(), err.message.as_str()),
+        (crate::RESIZE_INFEASIBLE, "3 CPUs do not fit on node 0")
+    );
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [2000, 3000, 4000].map(|m| (
+            "g-uid".to_owned(),
+            "app".to_owned(),
+            m,
+            "1".to_owned(),
+            hint
+        ))
+    );
+    // Garbage from the host is refused before the provider sees it.
+    let err = h.call(super::METHOD_RESIZE, r#"{"pod": 1}"#).unwrap_err();
+    assert_eq!(err.reason, "InvalidHostInput");
+    assert!(
+        err.message
+            .starts_with("the host's resize request does not parse: "),
+        "{}",
+        err.message
+    );
+    assert_eq!(seen.lock().unwrap().len(), 3, "nothing called on garbage");
+}
+
+#[test]
 fn host_data_with_fields_from_a_later_sdk_is_read() {
     let mut h = in_process(panicky());
     let pod = r#"{"uid": "u", "name": "p", "namespace": "d", "qos": "Guaranteed",
@@ -305,6 +379,17 @@ fn named_calls_a_plugin_does_not_know_get_their_defaults() {
     assert_eq!(
         h.exclude_cpus(&crate::CpuSet::parse("1").unwrap()),
         Ok(false)
+    );
+    // A plugin that does not know resize does not resize.
+    let grown = crate::testkit::guaranteed_pod("p", &[("cpu", 2000)]);
+    assert_eq!(
+        h.resize(
+            &grown,
+            &grown.containers[0],
+            &Allocation::default(),
+            &TopologyHint::ANY
+        ),
+        Ok(None)
     );
     // An allocation without any field is the empty allocation.
     let pod = crate::testkit::guaranteed_pod("p", &[]);

@@ -145,6 +145,17 @@ impl Loaded {
     pub fn exclude_cpus(&mut self, cpus: &crate::CpuSet) -> Result<bool, ProviderError> {
         self.0.exclude_cpus(cpus)
     }
+
+    /// [`Provider::resize`] through the boundary.
+    pub fn resize(
+        &mut self,
+        pod: &PodView,
+        container: &ContainerView,
+        current: &Allocation,
+        hint: &TopologyHint,
+    ) -> Result<Option<Allocation>, ProviderError> {
+        self.0.resize(pod, container, current, hint)
+    }
 }
 
 #[cfg(test)]
