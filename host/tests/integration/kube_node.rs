@@ -284,6 +284,84 @@ fn guaranteed_and_shared_pods_on_containerd_2() {
     guaranteed_and_shared_pods(ContainerdLine::V2);
 }
 
+/// `kubectl patch --subresource resize` of a Guaranteed pod from half a
+/// CPU (the shared pool) to one whole CPU, which would need an exclusive
+/// CPU: the kubelet accepts it (one allocatable CPU), topomgr refuses the
+/// runtime's update, and the pod's resize is reported not done, with
+/// topomgr's reason; the container keeps its resources and its CPUs.
+fn resize_to_whole_cpus(line: ContainerdLine) {
+    let c = Cluster::start(line, KubeOptions::default());
+    let half = pod("half", "guaranteed", 1).replace("cpu: \"1\"", "cpu: 500m");
+    c.apply(&half);
+    c.wait_running("half");
+    c.check("a Guaranteed pod with half a CPU");
+    assert_eq!(c.placements()["half"].0, "0-1", "in the shared pool");
+    c.node
+        .kubectl(&[
+            "patch",
+            "pod",
+            "half",
+            "--subresource",
+            "resize",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"spec":{"containers":[{"name":"app","resources":{"requests":{"cpu":"1","memory":"64Mi"},"limits":{"cpu":"1","memory":"64Mi"}}}]}}"#,
+        ])
+        .unwrap();
+    let condition = c
+        .node
+        .wait(
+            "the resize reported failed",
+            Duration::from_secs(90),
+            || {
+                let p = c.node.get_json(&["pod", "half"])?;
+                p["status"]["conditions"]
+                    .as_array()?
+                    .iter()
+                    .find(|k| {
+                        k["type"] == "PodResizeInProgress"
+                            && k["message"]
+                                .as_str()
+                                .is_some_and(|m| m.contains("ResizeNotSupported"))
+                    })
+                    .cloned()
+            },
+        )
+        .unwrap();
+    assert_eq!(condition["reason"], "Error", "{condition}");
+    assert!(
+        condition["message"]
+            .as_str()
+            .unwrap()
+            .contains("a Guaranteed container with whole CPUs would get exclusive CPUs"),
+        "{condition}"
+    );
+    let p = c.node.get_json(&["pod", "half"]).unwrap();
+    assert_eq!(
+        p["status"]["containerStatuses"][0]["resources"]["requests"]["cpu"], "500m",
+        "the container keeps its resources: {}",
+        p["status"]["containerStatuses"][0]
+    );
+    assert_eq!(c.placements()["half"].0, "0-1", "and its CPUs");
+    c.check("after the refused resize");
+    c.delete(&["half"]);
+    c.wait_released();
+    c.check("deleting it");
+}
+
+#[test]
+#[ignore = "needs root, a cpuset cgroup, containerd 1.7 and the one-node Kubernetes of .ci/install-kubernetes"]
+fn a_resize_to_whole_cpus_is_reported_not_done_on_containerd_1_7() {
+    resize_to_whole_cpus(ContainerdLine::V1_7);
+}
+
+#[test]
+#[ignore = "needs root, a cpuset cgroup, containerd 2.x and the one-node Kubernetes of .ci/install-kubernetes"]
+fn a_resize_to_whole_cpus_is_reported_not_done_on_containerd_2() {
+    resize_to_whole_cpus(ContainerdLine::V2);
+}
+
 /// A kubelet that reserves no CPU admits a 2-CPU Guaranteed pod that
 /// topomgr (CPU 0 reserved) cannot place: `kubectl describe` shows
 /// topomgr's reason, and topomgr holds nothing for it.
