@@ -5,6 +5,8 @@
 //!   config-format or error-reporting crate, and no other host crate;
 //! - each host crate depends only on the host crates below it (the engine
 //!   never on the node or the daemon, the leaves on none);
+//! - the client faces (`run`, the OCI hook, the client) link no daemon,
+//!   NRI or plugin loading;
 //! - only the SDK and the plugin loader name `abi_stable` (tests aside).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,7 +16,7 @@ use std::path::{Path, PathBuf};
 use super::common::workspace_root;
 
 /// The host's crates: (package, source directory relative to the workspace).
-const HOST_CRATES: [(&str, &str); 13] = [
+const HOST_CRATES: [(&str, &str); 14] = [
     ("topomgr", "host/src"),
     ("topomgr-contract", "host/contract/src"),
     ("topomgr-client", "host/client/src"),
@@ -22,6 +24,7 @@ const HOST_CRATES: [(&str, &str); 13] = [
     ("topomgr-cgroup", "host/cgroup/src"),
     ("topomgr-manifest", "host/manifest/src"),
     ("topomgr-engine", "host/engine/src"),
+    ("topomgr-locks", "host/locks/src"),
     ("topomgr-node", "host/node/src"),
     ("topomgr-daemon", "host/daemon/src"),
     ("topomgr-run", "host/run/src"),
@@ -585,16 +588,22 @@ fn host_crates_depend_only_on_the_crates_below_them() {
     let host = |p: &String| {
         p.starts_with("topomgr-") && p != "topomgr-sdk" && p != "topomgr-runtime-harness"
     };
-    let allowed: [(&str, &[&str]); 12] = [
+    let allowed: [(&str, &[&str]); 13] = [
         ("topomgr-contract", &[]),
         ("topomgr-client", &["topomgr-contract"]),
         ("topomgr-discovery", &[]),
         ("topomgr-cgroup", &[]),
         ("topomgr-manifest", &[]),
         ("topomgr-engine", &["topomgr-contract"]),
+        ("topomgr-locks", &["topomgr-contract", "topomgr-cgroup"]),
         (
             "topomgr-node",
-            &["topomgr-contract", "topomgr-engine", "topomgr-cgroup"],
+            &[
+                "topomgr-contract",
+                "topomgr-engine",
+                "topomgr-cgroup",
+                "topomgr-locks",
+            ],
         ),
         (
             "topomgr-daemon",
@@ -602,22 +611,23 @@ fn host_crates_depend_only_on_the_crates_below_them() {
                 "topomgr-contract",
                 "topomgr-engine",
                 "topomgr-cgroup",
+                "topomgr-locks",
                 "topomgr-manifest",
                 "topomgr-node",
                 "topomgr-runtime",
                 "topomgr-nri",
             ],
         ),
-        // `run` talks to the daemon through the client; its local path
-        // (no daemon) admits with the node state itself.
+        // `run` talks to the daemon through the client and asks the node
+        // lock who places it; its local path (no daemon) is handed the
+        // node state by the binary (`LocalPlacement`).
         (
             "topomgr-run",
             &[
                 "topomgr-contract",
                 "topomgr-client",
-                "topomgr-engine",
                 "topomgr-cgroup",
-                "topomgr-node",
+                "topomgr-locks",
             ],
         ),
         ("topomgr-runtime", &["topomgr-manifest"]),
@@ -647,18 +657,20 @@ fn host_crates_depend_only_on_the_crates_below_them() {
 }
 
 /// The faces that only talk to the daemon link none of it: not its HTTP
-/// server, metrics or NRI plugin, and (the OCI hook and the client) not
-/// the node's plugin loading and state files either.
+/// server, metrics or NRI plugin, and not the node's plugin loading,
+/// engine and state files either (`run` and the hook: nor the SDK's
+/// plugin ABI); the OCI hook and the client not even the locks' hashing.
 #[test]
 fn the_client_faces_link_no_daemon() {
     let graph = lock_graph();
     let server = ["topomgr-daemon", "topomgr-nri", "axum", "prometheus-client"];
+    let loader = ["topomgr-node", "topomgr-engine", "toml"];
     let node = ["topomgr-node", "topomgr-engine", "toml", "sha2"];
     let faces: [(&str, &[&str]); 4] = [
         ("topomgr-contract", &["hyper", "tokio"]),
         ("topomgr-client", &node),
         ("topomgr-oci-hook", &node),
-        ("topomgr-run", &[]),
+        ("topomgr-run", &loader),
     ];
     for (face, more) in faces {
         let deps = closure(&graph, face);
@@ -668,6 +680,17 @@ fn the_client_faces_link_no_daemon() {
             .filter(|b| deps.contains(**b))
             .collect();
         assert!(linked.is_empty(), "{face} depends on {linked:?}");
+    }
+    // Cargo.lock lists the SDK's optional `abi_stable` whoever enables it:
+    // the faces' manifests must not (the plugin loader's feature).
+    let root = workspace_root();
+    for manifest in ["host/run/Cargo.toml", "host/oci-hook/Cargo.toml"] {
+        let text = fs::read_to_string(root.join(manifest)).unwrap();
+        let deps = text.split("[dependencies]").nth(1).unwrap_or("");
+        assert!(
+            !deps.contains("plugin-abi") && !deps.contains("abi_stable"),
+            "{manifest} enables the SDK's plugin ABI (the plugin loader's)"
+        );
     }
 }
 

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
-use crate::locks::lock_holder::{Holder, Role};
+use crate::lock_holder::{Holder, Role};
 
 /// File name of the lock inside the state directory.
 pub(crate) const LOCK_FILE: &str = "topomgr.lock";
@@ -112,7 +112,7 @@ impl StateLock {
                 let _ = file.read_to_string(&mut text);
                 let recorded = Holder::parse_all(&text).into_iter().next();
                 return Err(match recorded {
-                    Some(h) if h.role == Role::Serve && h.runs(&crate::fsutil::boot_id()) => {
+                    Some(h) if h.role == Role::Serve && h.runs(&crate::process::boot_id()) => {
                         let socket = h.socket.clone().unwrap_or_default();
                         LockError::Daemon {
                             dir: state_dir.to_path_buf(),
