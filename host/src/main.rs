@@ -1,7 +1,10 @@
 //! The `topomgr` binary: command-line parsing and dispatch.
 //!
-//! Everything substantial lives in the `topomgr` library; the modules under
-//! `cli/` only read input, call it, and print the documented JSON or tables.
+//! Everything substantial lives in the library crates under `host/` (the
+//! node, the daemon, `run`, the OCI hook, the client; ARCHITECTURE.md has
+//! the map); the modules under `cli/` read input, build what those crates
+//! are handed (the node state of a `run` without a daemon, `run_local.rs`),
+//! call them, and print the documented JSON or tables.
 //! Exit status: 0 success, 1 a provider refused (`provider ... allocate`)
 //! or a state directory is damaged (`state check`), 2 unusable input (bad JSON/manifest/config, unknown policy, ...).
 

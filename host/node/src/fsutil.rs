@@ -80,18 +80,9 @@ pub(crate) fn remove_stale_temps(dir: &Path, name: &str) {
     }
 }
 
-/// Where Linux publishes the id of the current boot.
-pub(crate) const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
-
-/// The id of the running boot (`BOOT_ID_PATH`), or `"unknown"` where the
-/// kernel does not publish one.
-pub fn boot_id() -> String {
-    fs::read_to_string(BOOT_ID_PATH)
-        .map(|s| s.trim().to_owned())
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "unknown".to_owned())
-}
+/// The id of the running boot, or `"unknown"` where the kernel does not
+/// publish one (the locks' probe: one boot id for locks and state).
+pub use topomgr_locks::process::boot_id;
 
 #[cfg(test)]
 mod tests {

@@ -2,7 +2,7 @@
 //! a command as a one-container Guaranteed pod. The binary parses the
 //! options and prints; this crate does the rest.
 //!
-//! One node has one owner ([`topomgr_node::locks::node_lock`]), and [`through`]
+//! One node has one owner ([`topomgr_locks::node_lock`]), and [`through`]
 //! asks who it is:
 //! - **a daemon** (`--socket PATH`, or the node lock says a daemon serves
 //!   the node: then the config's `[daemon] socket`): the daemon admits,
@@ -10,7 +10,10 @@
 //!   on its own beside it (a socket it cannot reach is an error naming it);
 //! - **nobody else**: `run` holds the node lock (shared with other runs of
 //!   the same state directory) for as long as it runs, and admits, places
-//!   and releases itself under the state directory's lock ([`Run::new`]).
+//!   and releases itself under the state directory's lock ([`Run::new`]
+//!   with a [`LocalPlacement`]: the node state, which the binary builds
+//!   and hands in, so that this crate never links the node's plugin
+//!   loading and persistence).
 //!
 //! Either way:
 //!
@@ -41,7 +44,6 @@
 //! [`Run::start_and_wait`] and, whatever happened, [`Run::teardown`].
 
 mod command;
-mod local;
 mod signals;
 mod via_daemon;
 
@@ -54,22 +56,17 @@ use nix::errno::Errno;
 use topomgr_cgroup::{Cgroup, CgroupError, CgroupManager};
 use topomgr_client::ClientError;
 use topomgr_contract::api::Admission;
-use topomgr_node::locks::lock_holder::{Holder, Role};
-use topomgr_node::locks::node_lock::{NodeLock, NodeLockError};
-use topomgr_node::persist::state_dir::StateDirError;
-use topomgr_node::setup::config::HostConfig;
-use topomgr_node::setup::SetupError;
-use topomgr_node::state::AttachError;
-use topomgr_sdk::{ContainerView, Machine, PodView, QosClass, ResourceList};
+use topomgr_locks::lock_holder::{Holder, Role};
+use topomgr_locks::node_lock::{NodeLock, NodeLockError};
+use topomgr_sdk::{ContainerView, PodView, QosClass, ResourceList};
 use tracing::info;
 
-use local::Local;
 use signals::lock_state;
 pub use signals::Signals;
 use via_daemon::ViaDaemon;
 
 /// The container name of a `topomgr run` pod.
-pub(crate) const CONTAINER: &str = "main";
+pub const CONTAINER: &str = "main";
 
 /// How long `run` waits for one answer of the daemon.
 pub const DAEMON_DEADLINE: Duration = Duration::from_secs(60);
@@ -80,9 +77,6 @@ pub enum RunError {
     /// The signal handlers could not be installed.
     #[error("cannot install handlers for SIGINT, SIGTERM and SIGHUP")]
     Signals(#[source] std::io::Error),
-    /// The configuration could not be turned into providers and a policy.
-    #[error(transparent)]
-    Setup(#[from] SetupError),
     /// The signal forwarding thread could not be started.
     #[error("cannot start the signal forwarding thread")]
     ForwarderThread(#[source] std::io::Error),
@@ -93,18 +87,16 @@ pub enum RunError {
     /// its lock could not be taken.
     #[error(transparent)]
     NodeLock(Box<NodeLockError>),
-    /// The state directory could not be opened or saved.
+    /// The run's own placement ([`LocalPlacement`]) failed: its state
+    /// directory, its node state or its cgroup.
     #[error(transparent)]
-    State(#[from] StateDirError),
+    Local(LocalError),
     /// This process's start time (part of its owner record) is unreadable.
     #[error("cannot read this process's start time from /proc/self/stat")]
     OwnerStartTime,
     /// The pod's cgroup could not be made.
     #[error(transparent)]
     Cgroup(#[from] CgroupError),
-    /// The container could not be attached to its cgroup.
-    #[error(transparent)]
-    Attach(#[from] AttachError),
     /// The daemon that owns the node cannot be reached.
     #[error("{daemon}, which manages this node's cpusets, does not answer at {}: {error}; topomgr run never places a command on its own beside a daemon{}", socket.display(), elsewhere(socket, daemon))]
     Unreachable {
@@ -166,16 +158,52 @@ fn elsewhere(tried: &Path, daemon: &Holder) -> String {
     }
 }
 
-/// `e` and its causes, joined by `: ` (as the binary prints errors).
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        text.push_str(": ");
-        text.push_str(&c.to_string());
-        cause = c.source();
-    }
-    text
+/// What a run needs of the configuration.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// The cgroup root the run's cgroup is made under (and whose node lock
+    /// says who places it).
+    pub cgroup_root: PathBuf,
+    /// The state directory a run that places itself uses.
+    pub state_dir: PathBuf,
+    /// The daemon's socket (`[daemon] socket`), asked when the node lock
+    /// says a daemon owns the node.
+    pub daemon_socket: PathBuf,
+}
+
+/// Why a run's own placement failed: any error of the node state that
+/// implements [`LocalPlacement`] (its message and causes are printed as
+/// they are).
+pub type LocalError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// The node state of a run that places itself (nobody else owns the
+/// node): implemented by the binary over the node crate, and handed to
+/// [`Run::new`]. Each change happens under the state directory's lock:
+/// restore, reclaim the pods of dead owners, change, save.
+pub trait LocalPlacement {
+    /// The state directory.
+    fn state_dir(&self) -> &Path;
+
+    /// Who holds exclusive CPUs, one line each, for a rejection's message.
+    fn exclusive_holders(&mut self) -> Vec<String>;
+
+    /// Admit `pod` owned by this process; when admitted, create the cgroup
+    /// `topomgr/<uid>/`[`CONTAINER`] with `cgroups` (stored in `cgroup` as
+    /// soon as it exists, so that teardown removes it), attach the
+    /// container to it (the shared pool shrinks first) and save.
+    fn admit(
+        &mut self,
+        pod: &PodView,
+        cgroups: &CgroupManager,
+        cgroup: &mut Option<Cgroup>,
+    ) -> Result<Admission, LocalError>;
+
+    /// If processes are left in the pod's cgroup keep everything held (set
+    /// `out.kept`); else remove the cgroups, release the pod, save and give
+    /// the CPUs back to the shared pool. Say in `out.release_later` who
+    /// releases a kept pod; push what failed to `out.errors`. Whether the
+    /// caller may remove the cgroup (nothing is kept).
+    fn release(&mut self, uid: &str, out: &mut Teardown) -> bool;
 }
 
 /// The one-container Guaranteed pod of a run requesting `resources`
@@ -210,8 +238,8 @@ pub enum Through {
 }
 
 /// Who places a run of `cfg`: the daemon at `socket` when one is given;
-/// else, when the node lock says a daemon owns the node, the daemon at the
-/// config's `[daemon] socket`; else this run, which then holds the node
+/// else, when the node lock says a daemon owns the node, the daemon at
+/// `cfg.daemon_socket`; else this run, which then holds the node
 /// lock. Another state directory owning the node is refused
 /// ([`NodeLockError`]).
 ///
@@ -219,7 +247,7 @@ pub enum Through {
 /// lock as an owner for that daemon's state directory while it runs
 /// ([`NodeLock::join`]): should the daemon stop meanwhile, no owner of
 /// another state directory gives its CPUs away.
-pub fn through(cfg: &HostConfig, socket: Option<&Path>) -> Result<Through, RunError> {
+pub fn through(cfg: &RunConfig, socket: Option<&Path>) -> Result<Through, RunError> {
     let lock_error = |e| RunError::NodeLock(Box::new(e));
     let join = |d: &Holder| {
         let me = Holder::current(Role::RunThroughDaemon, &d.state_dir, d.socket.as_deref());
@@ -240,10 +268,10 @@ pub fn through(cfg: &HostConfig, socket: Option<&Path>) -> Result<Through, RunEr
         Ok(lock) => Ok(Through::Itself(lock)),
         Err(e) => match e.daemon() {
             Some(d) => {
-                info!(daemon = %d, socket = %cfg.daemon.socket.display(), "a daemon owns the node; running through it");
+                info!(daemon = %d, socket = %cfg.daemon_socket.display(), "a daemon owns the node; running through it");
                 join(d)?;
                 Ok(Through::Daemon {
-                    socket: cfg.daemon.socket.clone(),
+                    socket: cfg.daemon_socket.clone(),
                     found: Some(Box::new(d.clone())),
                 })
             }
@@ -254,7 +282,13 @@ pub fn through(cfg: &HostConfig, socket: Option<&Path>) -> Result<Through, RunEr
 
 /// Who admits, places and releases.
 enum Placer {
-    Itself(Box<Local>),
+    /// This run, over the node state it was handed; the node lock is held
+    /// until the run is dropped (after the node state: fields drop in
+    /// order).
+    Itself {
+        node: Box<dyn LocalPlacement>,
+        _lock: NodeLock,
+    },
     Daemon(ViaDaemon),
 }
 
@@ -312,20 +346,19 @@ impl Ended {
 }
 
 impl Run {
-    /// A run of `pod` on `machine` placed by itself, as `cfg` configures
-    /// it: the cgroup hierarchy under its `cgroup_root`, every provider it
-    /// enables (the state is restored when the pod is admitted), holding
-    /// the node lock `node` until it ends.
+    /// A run of `pod` placed by itself over `node` (its state directory's
+    /// node state), its cgroup under `cfg`'s `cgroup_root`, holding the
+    /// node lock `lock` until it ends.
     pub fn new(
-        cfg: HostConfig,
-        machine: &Machine,
+        cfg: &RunConfig,
+        node: Box<dyn LocalPlacement>,
         pod: &PodView,
-        node: NodeLock,
+        lock: NodeLock,
     ) -> Result<Run, RunError> {
         let cgroups = CgroupManager::detect(&cfg.cgroup_root).map_err(RunError::CgroupRoot)?;
         Ok(Run {
             cgroup_root: cfg.cgroup_root.clone(),
-            placer: Placer::Itself(Box::new(Local::new(cfg, machine, node)?)),
+            placer: Placer::Itself { node, _lock: lock },
             cgroups,
             uid: pod.uid.clone(),
             cgroup: None,
@@ -336,7 +369,7 @@ impl Run {
     /// the node lock named), its cgroup under `cfg`'s `cgroup_root` (the
     /// daemon's: the same config).
     pub fn through_daemon(
-        cfg: &HostConfig,
+        cfg: &RunConfig,
         socket: &Path,
         found: Option<Box<Holder>>,
         pod: &PodView,
@@ -355,7 +388,7 @@ impl Run {
     /// message.
     pub fn exclusive_holders(&mut self) -> Vec<String> {
         match &mut self.placer {
-            Placer::Itself(l) => l.exclusive_holders(),
+            Placer::Itself { node, .. } => node.exclusive_holders(),
             Placer::Daemon(d) => d.exclusive_holders(),
         }
     }
@@ -365,7 +398,9 @@ impl Run {
     /// to it.
     pub fn admit(&mut self, pod: &PodView) -> Result<Admission, RunError> {
         match &mut self.placer {
-            Placer::Itself(l) => l.admit(pod, &self.cgroups, &mut self.cgroup),
+            Placer::Itself { node, .. } => node
+                .admit(pod, &self.cgroups, &mut self.cgroup)
+                .map_err(RunError::Local),
             Placer::Daemon(d) => d.admit(pod, &self.cgroups, &mut self.cgroup),
         }
     }
@@ -377,7 +412,7 @@ impl Run {
     pub fn teardown(mut self) -> Teardown {
         let mut out = Teardown::default();
         let remove = match &mut self.placer {
-            Placer::Itself(l) => l.release(&self.uid, &mut out),
+            Placer::Itself { node, .. } => node.release(&self.uid, &mut out),
             Placer::Daemon(d) => {
                 d.release(&self.uid, &self.cgroups, self.cgroup.as_ref(), &mut out)
             }
@@ -404,7 +439,7 @@ impl Run {
     /// another state directory may take the node while they live.
     fn leave_behind(&self, pids: &[u32], errors: &mut Vec<String>) {
         let (state_dir, socket) = match &self.placer {
-            Placer::Itself(l) => (l.state_dir().to_path_buf(), None),
+            Placer::Itself { node, .. } => (node.state_dir().to_path_buf(), None),
             Placer::Daemon(d) => match d.daemon() {
                 Some(h) => (h.state_dir.clone(), h.socket.clone()),
                 None => return,

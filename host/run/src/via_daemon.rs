@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use topomgr_cgroup::{Cgroup, CgroupManager, CgroupPath};
 use topomgr_client::{ClientError, Daemon, Reason};
 use topomgr_contract::api::{Admission, AdmissionRequest, AttachTo, OwnerKind, OwnerSpec};
-use topomgr_node::locks::lock_holder::Holder;
-use topomgr_node::state::pod_owner;
+use topomgr_locks::lock_holder::Holder;
+use topomgr_locks::process;
 use topomgr_sdk::PodView;
 use tracing::{info, warn};
 
@@ -78,7 +78,7 @@ impl ViaDaemon {
         cgroup: &mut Option<Cgroup>,
     ) -> Result<Admission, RunError> {
         let pid = std::process::id();
-        let start = pod_owner::start_time(pid).ok_or(RunError::OwnerStartTime)?;
+        let start = process::start_time(pid).ok_or(RunError::OwnerStartTime)?;
         let path = CgroupPath::container(&pod.uid, CONTAINER)?;
         let cg = cgroups.create(&path)?;
         *cgroup = Some(cg.clone());

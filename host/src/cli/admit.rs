@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
+use topomgr_contract::api::{Admission, Admissions, Explains};
 use topomgr_engine::admission::{AdmitResult, TraceStep};
-use topomgr_node::api::{Admission, Admissions, Explains};
 use topomgr_node::locks::lock_holder::Role;
 use topomgr_node::persist::state_dir::StateDir;
 use topomgr_sdk::HintSet;

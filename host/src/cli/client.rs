@@ -8,10 +8,10 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use topomgr_client::{ClientError, Daemon};
-use topomgr_manifest::STDIN_PATH;
-use topomgr_node::api::{
+use topomgr_contract::api::{
     Admission, Admissions, Attached, Attachments, Health, HealthStatus, NriHealth, PodList,
 };
+use topomgr_manifest::STDIN_PATH;
 use topomgr_node::locks::lock_holder::Role;
 use topomgr_node::persist::state_dir::StateDir;
 use topomgr_node::state::{pod_list, NodeState};

@@ -10,6 +10,7 @@ mod print;
 mod provider;
 mod release;
 mod run;
+mod run_local;
 mod serve;
 mod state;
 mod text;

@@ -2,7 +2,7 @@
 //! and JSON (every answer's contract form). Shared by the in-process
 //! commands and the daemon's client.
 
-use topomgr_node::api::{Admission, Attachments};
+use topomgr_contract::api::{Admission, Attachments};
 
 use super::text::{field, Columns};
 

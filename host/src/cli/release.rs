@@ -74,6 +74,6 @@ pub fn run(config: &Path, args: ReleaseArgs) -> anyhow::Result<ExitCode> {
             pids.join(",")
         );
     }
-    super::print::print_json(&topomgr_node::api::Admission::from(&released))?;
+    super::print::print_json(&topomgr_contract::api::Admission::from(&released))?;
     Ok(ExitCode::SUCCESS)
 }

@@ -8,11 +8,12 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 use clap::Args;
 use topomgr_manifest::quantity::parse_resource_amount;
-use topomgr_run::{Ended, Run, Signals, Teardown, Through};
+use topomgr_run::{Ended, Run, RunConfig, Signals, Teardown, Through};
 use topomgr_sdk::ResourceList;
 use tracing::{info, warn};
 
 use super::inputs;
+use super::run_local::Local;
 use super::text::field;
 
 /// Exit status when the pod is rejected.
@@ -78,13 +79,19 @@ pub fn run(config: &Path, args: RunArgs) -> anyhow::Result<ExitCode> {
     let signals = Signals::install()?;
     let pod = topomgr_run::pod(requests(&args)?);
     let cfg = inputs::load_config(config)?;
-    let mut run = match topomgr_run::through(&cfg, args.socket.as_deref())? {
+    let place = RunConfig {
+        cgroup_root: cfg.cgroup_root.clone(),
+        state_dir: cfg.state_dir.clone(),
+        daemon_socket: cfg.daemon.socket.clone(),
+    };
+    let mut run = match topomgr_run::through(&place, args.socket.as_deref())? {
         Through::Itself(node_lock) => {
             inputs::warn_without_config(config, &cfg);
             let machine = inputs::discover(&cfg, None)?;
-            Run::new(cfg, &machine, &pod, node_lock)?
+            let local = Local::new(cfg, &machine)?;
+            Run::new(&place, Box::new(local), &pod, node_lock)?
         }
-        Through::Daemon { socket, found } => Run::through_daemon(&cfg, &socket, found, &pod)?,
+        Through::Daemon { socket, found } => Run::through_daemon(&place, &socket, found, &pod)?,
     };
     let admission = match run.admit(&pod) {
         Ok(r) => r,

@@ -5,6 +5,8 @@
 //!   config-format or error-reporting crate, and no other host crate;
 //! - each host crate depends only on the host crates below it (the engine
 //!   never on the node or the daemon, the leaves on none);
+//! - the client faces (`run`, the OCI hook, the client) link no daemon,
+//!   NRI or plugin loading;
 //! - only the SDK and the plugin loader name `abi_stable` (tests aside).
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -14,7 +16,7 @@ use std::path::{Path, PathBuf};
 use super::common::workspace_root;
 
 /// The host's crates: (package, source directory relative to the workspace).
-const HOST_CRATES: [(&str, &str); 14] = [
+const HOST_CRATES: [(&str, &str); 15] = [
     ("topomgr", "host/src"),
     ("topomgr-contract", "host/contract/src"),
     ("topomgr-client", "host/client/src"),
@@ -22,6 +24,7 @@ const HOST_CRATES: [(&str, &str); 14] = [
     ("topomgr-cgroup", "host/cgroup/src"),
     ("topomgr-manifest", "host/manifest/src"),
     ("topomgr-engine", "host/engine/src"),
+    ("topomgr-locks", "host/locks/src"),
     ("topomgr-node", "host/node/src"),
     ("topomgr-daemon", "host/daemon/src"),
     ("topomgr-run", "host/run/src"),
@@ -544,13 +547,19 @@ fn closure(graph: &BTreeMap<String, BTreeSet<String>>, package: &str) -> BTreeSe
     let mut todo = vec![package.to_owned()];
     while let Some(p) = todo.pop() {
         for d in graph.get(&p).into_iter().flatten() {
-            if seen.insert(d.clone()) {
+            // The runtime test harness is a dev-dependency only (Cargo.lock
+            // does not tell dev-dependencies apart): what it links is not
+            // linked by the crates whose tests use it.
+            if seen.insert(d.clone()) && d != TEST_HARNESS {
                 todo.push(d.clone());
             }
         }
     }
     seen
 }
+
+/// The private containerd/Podman/Kubernetes harness of the runtime tests.
+const TEST_HARNESS: &str = "topomgr-runtime-harness";
 
 #[test]
 fn the_engine_depends_on_no_runtime_transport_cli_or_config_format() {
@@ -583,19 +592,23 @@ fn host_crates_depend_only_on_the_crates_below_them() {
     let graph = lock_graph();
     // Cargo.lock does not tell dev-dependencies apart: the runtime test
     // harness (a dev-dependency of the NRI crate's tests) is no host crate.
-    let host = |p: &String| {
-        p.starts_with("topomgr-") && p != "topomgr-sdk" && p != "topomgr-runtime-harness"
-    };
-    let allowed: [(&str, &[&str]); 13] = [
+    let host = |p: &String| p.starts_with("topomgr-") && p != "topomgr-sdk" && p != TEST_HARNESS;
+    let allowed: [(&str, &[&str]); 14] = [
         ("topomgr-contract", &[]),
         ("topomgr-client", &["topomgr-contract"]),
         ("topomgr-discovery", &[]),
         ("topomgr-cgroup", &[]),
         ("topomgr-manifest", &[]),
         ("topomgr-engine", &["topomgr-contract"]),
+        ("topomgr-locks", &["topomgr-contract", "topomgr-cgroup"]),
         (
             "topomgr-node",
-            &["topomgr-contract", "topomgr-engine", "topomgr-cgroup"],
+            &[
+                "topomgr-contract",
+                "topomgr-engine",
+                "topomgr-cgroup",
+                "topomgr-locks",
+            ],
         ),
         (
             "topomgr-daemon",
@@ -603,6 +616,7 @@ fn host_crates_depend_only_on_the_crates_below_them() {
                 "topomgr-contract",
                 "topomgr-engine",
                 "topomgr-cgroup",
+                "topomgr-locks",
                 "topomgr-manifest",
                 "topomgr-node",
                 "topomgr-runtime",
@@ -610,16 +624,16 @@ fn host_crates_depend_only_on_the_crates_below_them() {
                 "topomgr-cri",
             ],
         ),
-        // `run` talks to the daemon through the client; its local path
-        // (no daemon) admits with the node state itself.
+        // `run` talks to the daemon through the client and asks the node
+        // lock who places it; its local path (no daemon) is handed the
+        // node state by the binary (`LocalPlacement`).
         (
             "topomgr-run",
             &[
                 "topomgr-contract",
                 "topomgr-client",
-                "topomgr-engine",
                 "topomgr-cgroup",
-                "topomgr-node",
+                "topomgr-locks",
             ],
         ),
         ("topomgr-runtime", &["topomgr-manifest"]),
@@ -650,8 +664,9 @@ fn host_crates_depend_only_on_the_crates_below_them() {
 }
 
 /// The faces that only talk to the daemon link none of it: not its HTTP
-/// server, metrics or NRI plugin, and (the OCI hook and the client) not
-/// the node's plugin loading and state files either.
+/// server, metrics or NRI plugin, and not the node's plugin loading,
+/// engine and state files either (`run` and the hook: nor the SDK's
+/// plugin ABI); the OCI hook and the client not even the locks' hashing.
 #[test]
 fn the_client_faces_link_no_daemon() {
     let graph = lock_graph();
@@ -662,12 +677,13 @@ fn the_client_faces_link_no_daemon() {
         "axum",
         "prometheus-client",
     ];
+    let loader = ["topomgr-node", "topomgr-engine", "toml"];
     let node = ["topomgr-node", "topomgr-engine", "toml", "sha2"];
     let faces: [(&str, &[&str]); 4] = [
         ("topomgr-contract", &["hyper", "tokio"]),
         ("topomgr-client", &node),
         ("topomgr-oci-hook", &node),
-        ("topomgr-run", &[]),
+        ("topomgr-run", &loader),
     ];
     for (face, more) in faces {
         let deps = closure(&graph, face);
@@ -677,6 +693,17 @@ fn the_client_faces_link_no_daemon() {
             .filter(|b| deps.contains(**b))
             .collect();
         assert!(linked.is_empty(), "{face} depends on {linked:?}");
+    }
+    // Cargo.lock lists the SDK's optional `abi_stable` whoever enables it:
+    // the faces' manifests must not (the plugin loader's feature).
+    let root = workspace_root();
+    for manifest in ["host/run/Cargo.toml", "host/oci-hook/Cargo.toml"] {
+        let text = fs::read_to_string(root.join(manifest)).unwrap();
+        let deps = text.split("[dependencies]").nth(1).unwrap_or("");
+        assert!(
+            !deps.contains("plugin-abi") && !deps.contains("abi_stable"),
+            "{manifest} enables the SDK's plugin ABI (the plugin loader's)"
+        );
     }
 }
 

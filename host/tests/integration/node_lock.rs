@@ -12,19 +12,24 @@
 //!   its state directory (other runs of it share the node; a daemon or a
 //!   run of another state directory is refused naming it), and a killed
 //!   run left as an unreaped zombie owns nothing any more.
+//! - A one-shot command waiting for a state directory's lock says at once
+//!   whom it waits for (a stale record names no dead pid).
 
 use std::fs;
+use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::Instant;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
 use topomgr_cgroup::hierarchy::Hierarchy;
 use topomgr_node::api::{Admissions, Explains, Health};
+use topomgr_node::locks::lock_holder::{Holder, Role};
 use topomgr_node::persist::state_dir::STATE_LOCK_WAIT;
 
 use crate::common::{
     self, alive, command_of, daemon_named, machine, machine_config, refusal, run_topomgr, text,
-    wait_for,
+    wait_for, Leftover,
 };
 use crate::daemon::Daemon;
 
@@ -415,4 +420,138 @@ fn a_daemon_inside_the_hierarchy_of_another_is_refused() {
         )
     );
     assert!(!s2.exists());
+}
+
+/// A process of `flock -F` (no fork: the lock is the process's own, so a
+/// kill lets it go) holding `lock` exclusively while it sleeps, once it
+/// holds it and runs `sleep`. Killed when dropped.
+fn foreign_flock(lock: &Path) -> (std::process::Child, Leftover) {
+    let child = Command::new("flock")
+        .args(["-F", "-x"])
+        .arg(lock)
+        .args(["sleep", "60"])
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("flock(1) (util-linux)");
+    let pid = child.id();
+    wait_for("flock to hold the lock and run sleep", || {
+        fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == b"sleep\x0060\x00")
+    });
+    (child, Leftover(pid))
+}
+
+/// `topomgr ARGS` (no `-v`, no RUST_LOG) with its standard error read line
+/// by line as it comes.
+fn spawn_reading_stderr(args: &[&str]) -> (std::process::Child, mpsc::Receiver<String>) {
+    let mut child = Command::new(common::topomgr_bin())
+        .args(args)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    (child, rx)
+}
+
+/// The first line of `rx` holding `what`, within `within`.
+fn line_with(rx: &mpsc::Receiver<String>, what: &str, within: Duration) -> String {
+    let deadline = Instant::now() + within;
+    let mut seen = Vec::new();
+    while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+        match rx.recv_timeout(left) {
+            Ok(line) if line.contains(what) => return line,
+            Ok(line) => seen.push(line),
+            Err(_) => break,
+        }
+    }
+    panic!("no line with {what:?} within {within:?}; stderr so far: {seen:?}");
+}
+
+/// A one-shot command waiting for the state directory's lock says at once,
+/// on stderr and without `-v`, what it waits for: the holder as it
+/// recorded itself; over a record whose process is gone (the lock held by
+/// something that recorded nothing, here `flock(1)`), no holder and no
+/// dead pid. It goes on as soon as the holder lets go.
+#[test]
+fn a_one_shot_waiting_for_the_state_lock_says_at_once_what_it_waits_for() {
+    let dir = common::scratch_dir("nodelock-wait").canonicalize().unwrap();
+    let root = dir.join("cgroup");
+    let state = dir.join("state");
+    fs::create_dir_all(&state).unwrap();
+    let config = example_config(&dir, "topomgr.toml", &state, &root);
+    let lock = state.join("topomgr.lock");
+    let (cfg, st) = (config.to_string_lossy(), state.to_string_lossy());
+    let pods = ["--config", &cfg, "pods", "--state-dir", &st];
+
+    // The holder recorded itself: named, role, pid and command.
+    let (mut holder, _kill) = foreign_flock(&lock);
+    let recorded = Holder::process(holder.id(), Role::Admit, &state, None).unwrap();
+    fs::write(&lock, recorded.to_line() + "\n").unwrap();
+    let start = Instant::now();
+    let (mut waiting, rx) = spawn_reading_stderr(&pods);
+    let line = line_with(&rx, "waiting up to", Duration::from_secs(20));
+    assert!(
+        start.elapsed() < STATE_LOCK_WAIT / 2,
+        "said after {:?}",
+        start.elapsed()
+    );
+    assert!(
+        line.ends_with(&format!(
+            "waiting up to {} s for state directory {st}: it is in use by {recorded} (lock {})",
+            STATE_LOCK_WAIT.as_secs(),
+            lock.display()
+        )),
+        "{line}"
+    );
+    assert!(
+        line.contains(&format!(
+            "topomgr admit --state-dir (pid {}, command `sleep 60`",
+            holder.id()
+        )),
+        "{line}"
+    );
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    let status = waiting.wait().unwrap();
+    assert!(status.success(), "{status}");
+    assert!(
+        start.elapsed() < STATE_LOCK_WAIT,
+        "it waited its whole time"
+    );
+
+    // A record left by a process that is gone, under a foreign flock.
+    let mut gone = std::process::Command::new("true").spawn().unwrap();
+    let dead = gone.id();
+    gone.wait().unwrap();
+    let stale = Holder {
+        pid: dead,
+        start_time: 1,
+        ..recorded
+    };
+    let (mut holder, _kill) = foreign_flock(&lock);
+    fs::write(&lock, stale.to_line() + "\n").unwrap();
+    let (mut waiting, rx) = spawn_reading_stderr(&pods);
+    let line = line_with(&rx, "waiting up to", Duration::from_secs(20));
+    assert!(
+        line.ends_with(&format!(
+            "it is in use by a process that left no live holder record (the record is missing or stale; find the holder with `fuser -v {}`) (lock {})",
+            lock.display(),
+            lock.display()
+        )),
+        "{line}"
+    );
+    assert!(!line.contains(&format!("pid {dead}")), "{line}");
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+    assert!(waiting.wait().unwrap().success());
 }

@@ -7,7 +7,6 @@ use crate::common;
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use topomgr_cgroup::{directory_tree, CgroupPath};
 use topomgr_engine::admission::Admitter;
@@ -182,14 +181,11 @@ fn copy_of(fixture: &Path, tag: &str) -> PathBuf {
 }
 
 fn topomgr(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(common::topomgr_bin())
-        .args(args)
-        .output()
-        .unwrap();
+    let out = common::run_topomgr(args);
     (
         out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
+        common::text(&out.stdout),
+        common::text(&out.stderr),
     )
 }
 

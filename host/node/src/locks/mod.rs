@@ -1,14 +1,10 @@
 //! Locks: who may change this node and its state directory.
 //!
-//! Owns the node lock ([`node_lock`]: one owner of a machine's cpusets, the
-//! daemon or a one-shot command), the state directory's lock
-//! ([`state_lock`]) and the identity written into both ([`lock_holder`]:
-//! the holder's process, boot and start time, and whether it is alive).
+//! The locks are the `topomgr-locks` crate's (the node lock, the state
+//! directory's lock and their holder records), re-exported here under the
+//! names the node has always used: `topomgr run` links that crate without
+//! the node (see ARCHITECTURE.md, "One owner per node").
 //!
-//! May not touch: the node state or the state directory's files (it names
-//! only [`crate::state::pod_owner`], for a holder's process identity, and
-//! [`crate::fsutil`]); it answers who holds a lock, and the callers decide.
+//! May not touch: anything; it only names the crate.
 
-pub mod lock_holder;
-pub mod node_lock;
-pub mod state_lock;
+pub use topomgr_locks::{lock_holder, node_lock, state_lock};

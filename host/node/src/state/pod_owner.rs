@@ -21,29 +21,14 @@
 //! ([`to_owner`]). What makes an owner *gone* (and its pod reclaimable) is
 //! [`crate::state::NodeState::reclaim`]'s rule.
 
-use std::fs;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use topomgr_contract::api::{OwnerKind, OwnerSpec};
-use topomgr_contract::owner::ProcStat;
 pub use topomgr_contract::owner::{ContainerOwner, ContainerRuntime, Owner, ProcessOwner};
-
-fn stat(pid: u32) -> Option<ProcStat> {
-    ProcStat::parse(&fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
-}
-
-/// The start time of process `pid` (`None` when there is no such process
-/// or its stat file does not parse).
-pub fn start_time(pid: u32) -> Option<u64> {
-    stat(pid).map(|s| s.start_time)
-}
-
-/// Whether process `pid` with start time `start_time` runs in boot
-/// `boot_id`, as seen from boot `now_boot`: same boot, a process with that
-/// pid and start time, not a zombie.
-pub(crate) fn process_runs(pid: u32, start_time: u64, boot_id: &str, now_boot: &str) -> bool {
-    boot_id == now_boot && stat(pid).is_some_and(|s| s.start_time == start_time && !s.exited)
-}
+// The process probes are the locks', so that a lock's holder and a
+// pod's owner are judged alike.
+use topomgr_locks::process::process_runs;
+pub use topomgr_locks::process::start_time;
 
 /// Seconds since the Unix epoch now (0 before it).
 pub fn unix_now() -> u64 {

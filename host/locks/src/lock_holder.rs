@@ -1,4 +1,4 @@
-//! Who holds a lock ([`crate::locks::state_lock`], [`crate::locks::node_lock`]): the
+//! Who holds a lock ([`crate::state_lock`], [`crate::node_lock`]): the
 //! daemon or a one-shot command, recorded in the lock file so that a
 //! process refused can name it and say what to do instead.
 
@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::state::pod_owner;
+use crate::process;
 
 /// What a lock holder is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -125,8 +125,8 @@ impl Holder {
         Holder {
             role,
             pid,
-            start_time: pod_owner::start_time(pid).unwrap_or(0),
-            boot_id: crate::fsutil::boot_id(),
+            start_time: process::start_time(pid).unwrap_or(0),
+            boot_id: crate::process::boot_id(),
             command: command_line(pid),
             state_dir: absolute(state_dir),
             socket: socket.map(absolute),
@@ -142,7 +142,7 @@ impl Holder {
         socket: Option<&Path>,
     ) -> Option<Holder> {
         Some(Holder {
-            start_time: pod_owner::start_time(pid)?,
+            start_time: process::start_time(pid)?,
             pid,
             command: command_line(pid),
             ..Holder::current(role, state_dir, socket)
@@ -152,7 +152,7 @@ impl Holder {
     /// Whether the holder still runs (same boot, pid and start time, not
     /// a zombie).
     pub fn runs(&self, boot_id: &str) -> bool {
-        pod_owner::process_runs(self.pid, self.start_time, &self.boot_id, boot_id)
+        process::process_runs(self.pid, self.start_time, &self.boot_id, boot_id)
     }
 
     /// The holder with the command line its process has now. A process
@@ -263,8 +263,8 @@ mod tests {
         let me = Holder::current(Role::Run, Path::new("/nonexistent/x/../state"), None);
         assert_eq!(me.pid, std::process::id());
         assert_eq!(me.state_dir, PathBuf::from("/nonexistent/state"));
-        assert!(me.command.contains("topomgr_node"), "{}", me.command);
-        assert!(me.runs(&crate::fsutil::boot_id()));
+        assert!(me.command.contains("topomgr_locks"), "{}", me.command);
+        assert!(me.runs(&crate::process::boot_id()));
         assert!(!me.runs("another boot"));
         // Recorded mid-exec (an empty command line, or the shell's before
         // it ran its program): named by what runs now.

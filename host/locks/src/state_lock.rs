@@ -9,6 +9,13 @@
 //! it. The kernel drops the lock when its holder dies (kill -9 included), so
 //! a crash never leaves a stale lock. The holder records itself in the file
 //! ([`Holder`]) so a refused process can say who holds it.
+//!
+//! A command that waits says so at once, naming the holder as it recorded
+//! itself ([`StateLock::acquire_within`] logs it as a warning, shown
+//! without `-v`). A record whose process no longer runs (the lock is held
+//! by something that did not record itself, e.g. a `flock(1)`) names no
+//! holder: its pid is dead or reused, so the message says the record is
+//! stale and how to find the holder.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
@@ -18,7 +25,7 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
-use crate::locks::lock_holder::{Holder, Role};
+use crate::lock_holder::{Holder, Role};
 
 /// File name of the lock inside the state directory.
 pub(crate) const LOCK_FILE: &str = "topomgr.lock";
@@ -27,13 +34,14 @@ pub(crate) const LOCK_FILE: &str = "topomgr.lock";
 #[derive(Debug, thiserror::Error)]
 pub enum LockError {
     /// Another process holds the lock.
-    #[error("state directory {} is in use by {} (lock {}); if a daemon serves it, use the daemon (--socket) or stop it; otherwise give this one another state_dir", dir.display(), holder.as_deref().unwrap_or("another topomgr process"), path.display())]
+    #[error("state directory {} is in use by {} (lock {}); if a daemon serves it, use the daemon (--socket) or stop it; otherwise give this one another state_dir", dir.display(), holder_text(holder.as_deref(), path), path.display())]
     Busy {
         /// The state directory.
         dir: PathBuf,
         /// The lock file.
         path: PathBuf,
-        /// Who holds it, as it recorded itself.
+        /// Who holds it, as it recorded itself (`None` when the record is
+        /// missing or names a process that no longer runs).
         holder: Option<String>,
     },
     /// The daemon holds the lock (for as long as it runs).
@@ -62,6 +70,35 @@ pub enum LockError {
     },
 }
 
+/// Who holds a busy lock, for a message: the holder as it recorded itself,
+/// or (no record of a live process) a pointer to find it.
+fn holder_text(holder: Option<&str>, path: &Path) -> String {
+    match holder {
+        Some(h) => h.to_owned(),
+        None => format!(
+            "a process that left no live holder record (the record is missing or stale; find the holder with `fuser -v {}`)",
+            path.display()
+        ),
+    }
+}
+
+impl LockError {
+    /// What a command waiting on this lock waits for, in one line
+    /// (`wait`: how long it waits at most); `None` unless it is busy.
+    pub fn waiting_for(&self, wait: Duration) -> Option<String> {
+        match self {
+            LockError::Busy { dir, path, holder } => Some(format!(
+                "waiting up to {} s for state directory {}: it is in use by {} (lock {})",
+                wait.as_secs(),
+                dir.display(),
+                holder_text(holder.as_deref(), path),
+                path.display()
+            )),
+            _ => None,
+        }
+    }
+}
+
 /// The held lock; dropping it releases the lock.
 #[derive(Debug)]
 pub struct StateLock {
@@ -72,20 +109,42 @@ pub struct StateLock {
 impl StateLock {
     /// Take the lock of `state_dir` for `me`, retrying while another
     /// command holds it, for at most `wait`; then fail naming the holder.
-    /// A daemon holding it fails at once ([`LockError::Daemon`]).
+    /// A daemon holding it fails at once ([`LockError::Daemon`]). While it
+    /// waits it says so at once, as a warning naming the holder
+    /// ([`LockError::waiting_for`]).
     pub fn acquire_within(
         state_dir: &Path,
         me: &Holder,
         wait: Duration,
     ) -> Result<StateLock, LockError> {
+        Self::acquire_reporting(state_dir, me, wait, |line| tracing::warn!("{line}"))
+    }
+
+    /// [`StateLock::acquire_within`], telling `waiting` what it waits for
+    /// when it starts to wait, and again when the holder changes.
+    pub fn acquire_reporting(
+        state_dir: &Path,
+        me: &Holder,
+        wait: Duration,
+        mut waiting: impl FnMut(&str),
+    ) -> Result<StateLock, LockError> {
         let deadline = Instant::now() + wait;
+        let mut told: Option<Option<String>> = None;
         loop {
-            match Self::acquire(state_dir, me) {
-                Err(LockError::Busy { .. }) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                other => return other,
+            let result = Self::acquire(state_dir, me);
+            let Err(busy @ LockError::Busy { holder, .. }) = &result else {
+                return result;
+            };
+            if Instant::now() >= deadline {
+                return result;
             }
+            if told.as_ref() != Some(holder) {
+                if let Some(line) = busy.waiting_for(wait) {
+                    waiting(&line);
+                }
+                told = Some(holder.clone());
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 
@@ -111,8 +170,9 @@ impl StateLock {
                 let mut text = String::new();
                 let _ = file.read_to_string(&mut text);
                 let recorded = Holder::parse_all(&text).into_iter().next();
+                let boot = crate::process::boot_id();
                 return Err(match recorded {
-                    Some(h) if h.role == Role::Serve && h.runs(&crate::fsutil::boot_id()) => {
+                    Some(h) if h.role == Role::Serve && h.runs(&boot) => {
                         let socket = h.socket.clone().unwrap_or_default();
                         LockError::Daemon {
                             dir: state_dir.to_path_buf(),
@@ -122,12 +182,16 @@ impl StateLock {
                             holder: Box::new(h),
                         }
                     }
+                    // Named only while the recorded process runs: else the
+                    // lock is held by something that did not record itself
+                    // and the record's pid is dead (or another process's).
                     Some(h) => LockError::Busy {
                         dir: state_dir.to_path_buf(),
                         path,
-                        holder: Some(h.to_string()),
+                        holder: h.runs(&boot).then(|| h.with_current_command().to_string()),
                     },
-                    // A file of an older version: its pid only.
+                    // A file of an older version: its pid only, while a
+                    // process of that pid runs.
                     None => LockError::Busy {
                         dir: state_dir.to_path_buf(),
                         path,
@@ -135,6 +199,7 @@ impl StateLock {
                             .trim()
                             .parse::<u32>()
                             .ok()
+                            .filter(|p| crate::process::start_time(*p).is_some())
                             .map(|p| format!("another topomgr process (pid {p})")),
                     },
                 });
@@ -191,6 +256,81 @@ mod tests {
         let again = StateLock::acquire_within(&dir, &admit, Duration::from_secs(1)).unwrap();
         assert_eq!(again.path(), dir.join(LOCK_FILE));
         drop(again);
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_wait_says_at_once_whom_it_waits_for() {
+        let dir = std::env::temp_dir().join(format!("topomgr-lock-w-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let admit = Holder::current(Role::Admit, &dir, None);
+        let held = StateLock::acquire(&dir, &admit).unwrap();
+        let release = Holder::current(Role::Release, &dir, None);
+        let start = Instant::now();
+        let mut told = Vec::new();
+        let err = StateLock::acquire_reporting(&dir, &release, Duration::from_millis(300), |l| {
+            told.push((start.elapsed(), l.to_owned()))
+        })
+        .unwrap_err();
+        assert!(matches!(err, LockError::Busy { .. }), "{err}");
+        // Once (the holder did not change), at the first attempt.
+        assert_eq!(told.len(), 1, "{told:?}");
+        assert!(told[0].0 < Duration::from_secs(1), "{told:?}");
+        assert_eq!(
+            told[0].1,
+            format!(
+                "waiting up to 0 s for state directory {}: it is in use by {admit} (lock {})",
+                dir.display(),
+                dir.join(LOCK_FILE).display()
+            )
+        );
+        drop(held);
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_stale_record_names_no_dead_pid_as_the_holder() {
+        let dir = std::env::temp_dir().join(format!("topomgr-lock-s-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(LOCK_FILE);
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let gone = Holder {
+            pid: dead,
+            start_time: 1,
+            ..Holder::current(Role::Admit, &dir, None)
+        };
+        let release = Holder::current(Role::Release, &dir, None);
+        // Held by something that records nothing (as `flock(1)` does),
+        // over a record left by a process that is gone, or over an older
+        // version's bare pid of it.
+        for record in [gone.to_line(), dead.to_string()] {
+            fs::write(&path, format!("{record}\n")).unwrap();
+            let file = OpenOptions::new().read(true).open(&path).unwrap();
+            let foreign = Flock::lock(file, FlockArg::LockExclusiveNonblock).unwrap();
+            let mut told = Vec::new();
+            let err = StateLock::acquire_reporting(&dir, &release, Duration::ZERO, |l| {
+                told.push(l.to_owned())
+            })
+            .unwrap_err();
+            let unknown = format!(
+                "a process that left no live holder record (the record is missing or stale; find the holder with `fuser -v {}`)",
+                path.display()
+            );
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "state directory {} is in use by {unknown} (lock {}); if a daemon serves it, use the daemon (--socket) or stop it; otherwise give this one another state_dir",
+                    dir.display(),
+                    path.display()
+                )
+            );
+            assert!(!err.to_string().contains(&format!("pid {dead}")), "{err}");
+            assert!(told.is_empty(), "no wait: {told:?}");
+            drop(foreign);
+        }
         fs::remove_dir_all(dir).unwrap();
     }
 

@@ -50,7 +50,7 @@ use nix::fcntl::{Flock, FlockArg};
 use sha2::{Digest as _, Sha256};
 use topomgr_cgroup::hierarchy::Hierarchy;
 
-use crate::locks::lock_holder::{describe, Holder, Role};
+use crate::lock_holder::{describe, Holder, Role};
 
 /// Where root keeps node locks (the daemon's runtime directory; it must
 /// outlive a stop of the daemon: `RuntimeDirectoryPreserve=yes`).
@@ -333,7 +333,7 @@ impl Drop for NodeLock {
         {
             return;
         }
-        let boot = crate::fsutil::boot_id();
+        let boot = crate::process::boot_id();
         let members = Holder::parse_all(&text)
             .into_iter()
             .any(|h| h.role.is_member() && h.runs(&boot));
@@ -367,7 +367,7 @@ impl Node {
         let mut text = String::new();
         file.read_to_string(&mut text)
             .map_err(io("read the node lock", &path))?;
-        let boot = crate::fsutil::boot_id();
+        let boot = crate::process::boot_id();
         let live = Holder::parse_all(&text)
             .into_iter()
             .filter(|h| h.runs(&boot))
@@ -390,7 +390,7 @@ fn sweep(dir: &Path) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;
     };
-    let boot = crate::fsutil::boot_id();
+    let boot = crate::process::boot_id();
     for e in entries.filter_map(Result::ok) {
         let name = e.file_name();
         let name = name.to_string_lossy();
@@ -536,7 +536,7 @@ mod tests {
         let pid = std::os::unix::process::parent_id();
         let mut h = Holder::current(role, state_dir, None);
         h.pid = pid;
-        h.start_time = crate::state::pod_owner::start_time(pid).unwrap();
+        h.start_time = crate::process::start_time(pid).unwrap();
         h.command = format!("other {}", role.command());
         if role == Role::Serve {
             h.socket = Some(PathBuf::from("/run/topomgr/topomgr.sock"));

@@ -1,59 +1,60 @@
-//! A run that places itself (no daemon owns the node): admission under the
-//! state directory's lock, the cpuset written here, the node lock held for
-//! as long as the run lasts.
+//! A run that places itself (no daemon owns the node): `topomgr_run`'s
+//! [`LocalPlacement`] over the node state of the run's state directory,
+//! admission under the state directory's lock, the cpuset written here.
+//! In the binary, not in `topomgr-run`, so that the run crate never links
+//! the node's plugin loading and persistence (ARCHITECTURE.md).
+
+use std::path::Path;
 
 use topomgr_cgroup::{Cgroup, CgroupManager, CgroupPath};
 use topomgr_contract::api::Admission;
 use topomgr_node::locks::lock_holder::Role;
-use topomgr_node::locks::node_lock::NodeLock;
 use topomgr_node::persist::state_dir::StateDir;
 use topomgr_node::setup::config::HostConfig;
 use topomgr_node::state::NodeState;
+use topomgr_run::{LocalError, LocalPlacement, RunError, Teardown, CONTAINER};
 use topomgr_sdk::{Machine, PodView};
 use tracing::info;
 
-use crate::{chain, RunError, Teardown, CONTAINER};
-
-/// The node state of this run's state directory, and the node lock.
+/// The node state of this run's state directory.
 pub(crate) struct Local {
     cfg: HostConfig,
     node: NodeState,
-    _node_lock: NodeLock,
 }
 
 impl Local {
-    pub(crate) fn new(
-        cfg: HostConfig,
-        machine: &Machine,
-        node_lock: NodeLock,
-    ) -> Result<Local, RunError> {
+    /// The node of `cfg` on `machine` (every provider it enables; the
+    /// state is restored when the pod is admitted).
+    pub(crate) fn new(cfg: HostConfig, machine: &Machine) -> anyhow::Result<Local> {
         let node = topomgr_node::setup::node_state(&cfg, machine)?;
-        Ok(Local {
-            cfg,
-            node,
-            _node_lock: node_lock,
-        })
+        Ok(Local { cfg, node })
     }
+}
 
-    /// The state directory.
-    pub(crate) fn state_dir(&self) -> &std::path::Path {
+/// `e` and its causes, joined by `: ` (as `main` prints errors).
+fn chain(e: impl std::error::Error + Send + Sync + 'static) -> String {
+    format!("{:#}", anyhow::Error::new(e))
+}
+
+impl LocalPlacement for Local {
+    fn state_dir(&self) -> &Path {
         &self.cfg.state_dir
     }
 
     /// [`NodeState::exclusive_holders`].
-    pub(crate) fn exclusive_holders(&mut self) -> Vec<String> {
+    fn exclusive_holders(&mut self) -> Vec<String> {
         self.node.exclusive_holders()
     }
 
     /// Under the lock: restore, reclaim pods of dead runs, admit, record
     /// this process as the owner, create the cgroup and attach the
     /// container to it (the shared pool shrinks first), save.
-    pub(crate) fn admit(
+    fn admit(
         &mut self,
         pod: &PodView,
         cgroups: &CgroupManager,
         cgroup: &mut Option<Cgroup>,
-    ) -> Result<Admission, RunError> {
+    ) -> Result<Admission, LocalError> {
         let mut held = StateDir::open(&self.cfg.state_dir, &mut self.node, Role::Run)?;
         held.reclaim(&mut self.node);
         let result = self.node.admit(pod);
@@ -79,13 +80,11 @@ impl Local {
     /// everything held; else remove the cgroup, release the pod, save and
     /// give the CPUs back to the shared pool. Whether the caller may remove
     /// the cgroup (nothing is kept).
-    pub(crate) fn release(&mut self, uid: &str, out: &mut Teardown) -> bool {
+    fn release(&mut self, uid: &str, out: &mut Teardown) -> bool {
         // The release must read the config this run read (its providers
         // restore the state directory).
         let config = match self.cfg.files.first() {
-            Some(f)
-                if f != std::path::Path::new(topomgr_node::setup::config::DEFAULT_CONFIG_PATH) =>
-            {
+            Some(f) if f != Path::new(topomgr_node::setup::config::DEFAULT_CONFIG_PATH) => {
                 format!(" --config {}", f.display())
             }
             _ => String::new(),
@@ -100,7 +99,7 @@ impl Local {
         let mut held = match StateDir::open(&self.cfg.state_dir, &mut self.node, Role::Run) {
             Ok(h) => h,
             Err(e) => {
-                out.errors.push(chain(&e));
+                out.errors.push(chain(e));
                 return true;
             }
         };
@@ -112,7 +111,7 @@ impl Local {
                         out.errors.push(format!("releasing the pod: {e}"));
                     }
                     if let Err(e) = held.save(&mut self.node) {
-                        out.errors.push(chain(&e));
+                        out.errors.push(chain(e));
                     }
                 }
                 Some(pids) => {
