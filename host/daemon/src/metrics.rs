@@ -34,6 +34,7 @@
 //! | `topomgr_reloads_total` | counter | — | reconciles with the machine and config as they are now (on SIGHUP, or when the machine check found the machine changed) |
 //! | `topomgr_reload_failures_total` | counter | — | reloads (SIGHUP, machine check) that kept the running providers because the new config or machine could not be taken |
 //! | `topomgr_nri_cpuset_repairs_total` | counter | — | containers followed through NRI whose cgroup was found with another cpuset than the runtime was told (an update lost, a change behind topomgr's back), sent again |
+//! | `topomgr_resizes_total{result}` | counter | — | in-place resizes asked through NRI UpdateContainer (`result`: `done`, or `refused` with the reason in the runtime's error) |
 //! | `topomgr_cpuset_drift_total` | counter | — | attached cgroups whose cpuset or memory nodes someone else changed, found by the machine check (each restored once; one whose change comes back is reported in health instead of rewritten) |
 //!
 //! Every counter is exported from the start, at 0; labelled series are
@@ -131,6 +132,12 @@ pub(crate) const PROVIDER_CALLS: [&str; 9] = [
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabel {
     reason: String,
+}
+
+/// Label set `{result}`.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: String,
 }
 
 /// Label set `{provider}`.
@@ -278,6 +285,7 @@ pub struct Metrics {
     reload_failures: Counter,
     cpuset_drift: Counter,
     nri_cpuset_repairs: Counter,
+    resizes: Family<ResultLabel, Counter>,
     /// The machine's NUMA nodes, for `cpu_manager_allocation_per_numa`
     /// (replaced at a reload, [`Metrics::machine`]).
     numa: RwLock<NumaLayout>,
@@ -347,6 +355,7 @@ impl Metrics {
             reload_failures: Counter::default(),
             cpuset_drift: Counter::default(),
             nri_cpuset_repairs: Counter::default(),
+            resizes: Family::default(),
             numa: RwLock::new(NumaLayout::default()),
             owners: RwLock::new(BTreeMap::new()),
             registry: Registry::default(),
@@ -484,6 +493,16 @@ impl Metrics {
             "nri_cpuset_repairs",
             "Containers followed through NRI found with another cpuset than the runtime was told, sent again",
             m.nri_cpuset_repairs.clone(),
+        );
+        for result in ["done", "refused"] {
+            let _ = m.resizes.get_or_create(&ResultLabel {
+                result: result.to_owned(),
+            });
+        }
+        own.register(
+            "resizes",
+            "In-place resizes asked through NRI UpdateContainer, by result",
+            m.resizes.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -665,6 +684,15 @@ impl Metrics {
     /// An attached cgroup's cpuset or memory nodes were found changed.
     pub(crate) fn cpuset_drifted(&self) {
         self.cpuset_drift.inc();
+    }
+
+    /// An in-place resize: `done` or `refused`.
+    pub(crate) fn resize(&self, result: &str) {
+        self.resizes
+            .get_or_create(&ResultLabel {
+                result: result.to_owned(),
+            })
+            .inc();
     }
 
     /// A container followed through NRI was found with another cpuset

@@ -142,10 +142,11 @@ pub(crate) enum ContainerCommand {
         /// [`topomgr_node::state::followed::stale_siblings`]).
         started: Option<Option<Box<(PodView, OwnerSpec, AssignedDevicesRequest)>>>,
     },
-    /// UpdateContainer: the container keeps its cpuset; answer it and the
-    /// others whose cpuset differs. A resize (`resized`: the container's
-    /// one-container pod with the update's resources) that topomgr would
-    /// have to re-allocate for is refused ([`resize_refusal`]).
+    /// UpdateContainer: answer the container's cpuset and the others whose
+    /// cpuset differs. A resize (`resized`: the container's one-container
+    /// pod with the update's resources, changing its CPU or memory) is
+    /// done in place first ([`NodeState::resize`]), or refused with its
+    /// reason, changing nothing.
     Update {
         /// The container id.
         id: String,
@@ -298,76 +299,27 @@ pub(crate) struct ContainerAnswer {
     finish: Finish,
 }
 
-/// Why topomgr refuses to resize the container of `held` (its admitted
-/// one-container pod) to `new` (the same pod with the update's
-/// resources), or `None` when the resize needs nothing of topomgr.
-///
-/// topomgr does not re-allocate a running container yet: a resize that
-/// changes its CPU or memory requests while it holds exclusive CPUs or
-/// NUMA-pinned memory, or that would make a shared container eligible for
-/// exclusive CPUs (fractional to whole CPUs of a Guaranteed pod), fails
-/// the update, so the kubelet reports the resize as not done instead of
-/// done with the old placement. Other resizes (a Burstable container's
-/// CPU request) need no re-allocation.
-fn resize_refusal(held: &AdmitResult, new: &PodView) -> Option<String> {
-    let old_pod = &held.pod;
-    let (old, now) = (old_pod.containers.first()?, new.containers.first()?);
-    let keys = |c: &topomgr_sdk::ContainerView| {
-        let mut k: Vec<(String, u64, u64)> = c
+/// Whether `new` (the admitted one-container pod `held` with an update's
+/// resources) changes the container's CPU, memory or hugepage requests or
+/// limits: an in-place resize (an update that sets only a cpuset, as
+/// topomgr's own through CRI, does not).
+fn resizes(held: &AdmitResult, new: &PodView) -> bool {
+    let (Some(old), Some(now)) = (held.pod.containers.first(), new.containers.first()) else {
+        return false;
+    };
+    let amounts = |c: &topomgr_sdk::ContainerView| -> Vec<(String, u64, Option<u64>)> {
+        let mut k: Vec<(String, u64, Option<u64>)> = c
             .requests
             .keys()
             .chain(c.limits.keys())
             .filter(|n| *n == "cpu" || *n == "memory" || n.starts_with("hugepages-"))
-            .map(|n| {
-                (
-                    n.clone(),
-                    c.request(n),
-                    c.limits.get(n).copied().unwrap_or(0),
-                )
-            })
+            .map(|n| (n.clone(), c.request(n), c.limits.get(n).copied()))
             .collect();
         k.sort();
         k.dedup();
         k
     };
-    if keys(old) == keys(now) {
-        return None;
-    }
-    let allocation = &held.containers.first()?.allocation;
-    let cpu = |c: &topomgr_sdk::ContainerView| c.request("cpu");
-    let why = if !topomgr_cgroup::pool::is_shared(allocation) {
-        format!(
-            "it holds exclusive CPUs {} for a request of {} millicores",
-            allocation.cpus,
-            cpu(old)
-        )
-    } else if !allocation.mems.is_empty() && {
-        let memory = |c| -> Vec<(String, u64, u64)> {
-            keys(c).into_iter().filter(|k| k.0 != "cpu").collect()
-        };
-        memory(old) != memory(now)
-    } {
-        format!("its memory is pinned to NUMA nodes {}", allocation.mems)
-    } else if new.qos == topomgr_sdk::QosClass::Guaranteed
-        && cpu(now) > 0
-        && cpu(now) % 1000 == 0
-        && cpu(old) % 1000 != 0
-    {
-        "a Guaranteed container with whole CPUs would get exclusive CPUs".to_owned()
-    } else {
-        return None;
-    };
-    let memory = |c: &topomgr_sdk::ContainerView| c.limits.get("memory").copied().unwrap_or(0);
-    Some(format!(
-        "topomgr: ResizeNotSupported: container {:?} of pod {}/{} cannot be resized in place (CPU request {} to {} millicores, memory limit {} to {} bytes): {why}, and topomgr does not re-allocate a running container yet; it keeps what it has (recreate the pod to change it)",
-        old.name,
-        old_pod.namespace,
-        old_pod.name,
-        cpu(old),
-        cpu(now),
-        memory(old),
-        memory(now)
-    ))
+    amounts(old) != amounts(now)
 }
 
 /// Whether `deadline` has passed.
@@ -1332,13 +1284,34 @@ impl Worker {
                 }
             }
             ContainerCommand::Update { id, resized } => {
-                let refusal = resized.and_then(|new| {
-                    let held = self.node.pods().get(&id)?;
-                    resize_refusal(held, &new)
+                let asked = resized.filter(|new| {
+                    self.node
+                        .pods()
+                        .get(&id)
+                        .is_some_and(|held| resizes(held, new))
                 });
-                match refusal {
-                    Some(r) => answer.refusal = Some(r),
+                match asked {
                     None => answer.finish = Finish::Update(id),
+                    Some(new) => {
+                        let name = new
+                            .containers
+                            .first()
+                            .map(|c| c.name.clone())
+                            .unwrap_or_default();
+                        match self.node.resize(&id, &name, *new) {
+                            Ok(r) => {
+                                info!(container = %id, cpus = %r.containers.first().map(|c| c.allocation.cpus.to_string()).unwrap_or_default(), "resized in place");
+                                self.metrics.resize("done");
+                                changed = true;
+                                answer.finish = Finish::Update(id);
+                            }
+                            Err(r) => {
+                                self.metrics.resize("refused");
+                                answer.refusal =
+                                    Some(format!("topomgr: {}: {}", r.reason, r.message));
+                            }
+                        }
+                    }
                 }
             }
             ContainerCommand::Stop { id } => {

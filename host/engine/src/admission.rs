@@ -904,6 +904,171 @@ impl Admitter {
     }
 }
 
+/// Why an in-place resize was refused ([`Admitter::resize`]): nothing
+/// changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResizeRefusal {
+    /// Short machine-readable reason (the provider's, or
+    /// `UnexpectedAdmissionError`).
+    pub reason: String,
+    /// What fell short, naming the provider.
+    pub message: String,
+}
+
+impl Admitter {
+    /// Resize container `name` of admitted pod `uid` in place to its
+    /// requests and limits in `pod` (the pod as admitted, with the new
+    /// resources; kubernetes KEP-5554, issue 33). Every provider that is
+    /// not held is asked with the container's merged allocation and hint
+    /// ([`LoadedProvider::resize`]); the parts of a new allocation it
+    /// answers (CPUs, memory nodes) replace the container's, judged by the
+    /// ledger; one that does not resize keeps its part. A refusal asks the
+    /// providers that resized already to resize back, and nothing changes.
+    /// Extended resources (devices) cannot be resized, as in the kubelet.
+    pub fn resize(
+        &mut self,
+        uid: &str,
+        name: &str,
+        pod: PodView,
+    ) -> Result<AdmitResult, ResizeRefusal> {
+        let refuse = |reason: &str, message: String| ResizeRefusal {
+            reason: reason.to_owned(),
+            message,
+        };
+        let held = self.pods.get(uid).cloned().ok_or_else(|| {
+            refuse(
+                UNEXPECTED_ADMISSION_ERROR,
+                format!("pod {uid} is not admitted: nothing to resize"),
+            )
+        })?;
+        let index = held
+            .containers
+            .iter()
+            .position(|c| c.name == name)
+            .ok_or_else(|| {
+                refuse(
+                    UNEXPECTED_ADMISSION_ERROR,
+                    format!("pod {uid} has no container {name:?} admitted"),
+                )
+            })?;
+        let (old, new) = match (held.pod.container(name), pod.container(name)) {
+            (Some(o), Some(n)) => (o.clone(), n.clone()),
+            _ => {
+                return Err(refuse(
+                    UNEXPECTED_ADMISSION_ERROR,
+                    format!("container {name:?} is not in pod {uid}'s spec"),
+                ))
+            }
+        };
+        let extended = |c: &ContainerView| -> Vec<(String, u64)> {
+            c.requests
+                .iter()
+                .chain(&c.limits)
+                .filter(|(r, _)| crate::extended::is_extended(r))
+                .map(|(r, n)| (r.clone(), *n))
+                .collect()
+        };
+        if extended(&old) != extended(&new) {
+            return Err(refuse(
+                UNEXPECTED_ADMISSION_ERROR,
+                format!("container {name:?} of pod {uid}: extended resources (devices) cannot be resized in place"),
+            ));
+        }
+        let current = held.containers[index].allocation.clone();
+        let hint = held.containers[index].hint;
+        let mut merged = current.clone();
+        let mut resized: Vec<(usize, Allocation)> = Vec::new();
+        let mut failure = None;
+        for (i, p) in self.providers.iter_mut().enumerate() {
+            if self.held[i].is_some() {
+                continue;
+            }
+            match p.resize(&pod, &new, &current, &hint) {
+                Ok(None) => {}
+                Ok(Some(a)) => {
+                    if a.devices != current.devices && !a.devices.is_empty() {
+                        failure = Some(refuse(
+                            UNEXPECTED_ADMISSION_ERROR,
+                            format!("provider {:?} changed the devices of container {name:?} in a resize; devices cannot be resized", p.name()),
+                        ));
+                        resized.push((i, a));
+                        break;
+                    }
+                    if let Err(v) =
+                        self.ledger
+                            .check(&pod, name, p.name(), &a, &Allocation::default())
+                    {
+                        failure = Some(refuse(UNEXPECTED_ADMISSION_ERROR, v.message));
+                        resized.push((i, a));
+                        break;
+                    }
+                    if !a.cpus.is_empty() {
+                        merged.cpus = a.cpus.clone();
+                        merged.exclusive = a.exclusive;
+                    }
+                    if !a.mems.is_empty() {
+                        merged.mems = a.mems;
+                    }
+                    resized.push((i, a));
+                }
+                Err(e) => {
+                    failure = Some(refuse(
+                        &e.reason,
+                        format!("provider {:?}: {}", p.name(), e.message),
+                    ));
+                    break;
+                }
+            }
+        }
+        // A provider that does not resize refuses a resize of what it
+        // allocated: exclusive CPUs or pinned memory whose request changed
+        // and that no provider resized stay as they are, so the resize is
+        // refused rather than reported done on the old placement.
+        if failure.is_none() {
+            let amount = |c: &ContainerView, r: &str| (c.request(r), c.limits.get(r).copied());
+            let cpus_resized = resized.iter().any(|(_, a)| !a.cpus.is_empty());
+            let mems_resized = resized.iter().any(|(_, a)| !a.mems.is_empty());
+            let memory_changed = old
+                .requests
+                .keys()
+                .chain(old.limits.keys())
+                .chain(new.requests.keys())
+                .chain(new.limits.keys())
+                .filter(|r| *r == "memory" || r.starts_with("hugepages-"))
+                .any(|r| amount(&old, r) != amount(&new, r));
+            if current.exclusive && amount(&old, "cpu") != amount(&new, "cpu") && !cpus_resized {
+                failure = Some(refuse(
+                    topomgr_sdk::RESIZE_INFEASIBLE,
+                    format!("container {name:?} of pod {uid} holds exclusive CPUs {}, and no provider resizes them", current.cpus),
+                ));
+            } else if !current.mems.is_empty() && memory_changed && !mems_resized {
+                failure = Some(refuse(
+                    topomgr_sdk::RESIZE_INFEASIBLE,
+                    format!("container {name:?} of pod {uid} has its memory pinned to NUMA nodes {}, and no provider resizes it", current.mems),
+                ));
+            }
+        }
+        if let Some(f) = failure {
+            for (i, a) in resized.iter().rev() {
+                let p = &mut self.providers[*i];
+                if let Err(e) = p.resize(&held.pod, &old, a, &hint) {
+                    warn!(provider = p.name(), pod = %uid, container = name, error = %e, "resizing back after a refused resize failed");
+                }
+            }
+            return Err(f);
+        }
+        let mut record = held;
+        record.pod = pod;
+        record.containers[index].allocation = merged;
+        self.ledger.release(uid);
+        for c in &record.containers {
+            self.ledger.hold(&record.pod, &c.name, &c.allocation);
+        }
+        self.pods.insert(uid.to_owned(), record.clone());
+        Ok(record)
+    }
+}
+
 /// The providers that are not held (`held`: per provider, why it is), in
 /// call order.
 fn live<'a>(

@@ -286,9 +286,13 @@ fn guaranteed_and_shared_pods_on_containerd_2() {
 
 /// `kubectl patch --subresource resize` of a Guaranteed pod from half a
 /// CPU (the shared pool) to one whole CPU, which would need an exclusive
-/// CPU: the kubelet accepts it (one allocatable CPU), topomgr refuses the
-/// runtime's update, and the pod's resize is reported not done, with
-/// topomgr's reason; the container keeps its resources and its CPUs.
+/// CPU: the kubelet accepts it (one allocatable CPU), topomgr's CPU
+/// provider refuses it as the kubelet's static policy would (KEP-5554:
+/// only admission gives exclusive CPUs), the runtime's update fails, and
+/// the pod's resize is reported not done with topomgr's reason; the
+/// container keeps its resources and its CPUs. (Grows and shrinks of
+/// exclusive CPUs need more than this node's one exclusive CPU: see
+/// `resize::` on a recorded machine.)
 fn resize_to_whole_cpus(line: ContainerdLine) {
     let c = Cluster::start(line, KubeOptions::default());
     let half = pod("half", "guaranteed", 1).replace("cpu: \"1\"", "cpu: 500m");
@@ -321,9 +325,9 @@ fn resize_to_whole_cpus(line: ContainerdLine) {
                     .iter()
                     .find(|k| {
                         k["type"] == "PodResizeInProgress"
-                            && k["message"]
-                                .as_str()
-                                .is_some_and(|m| m.contains("ResizeNotSupported"))
+                            && k["message"].as_str().is_some_and(|m| {
+                                m.contains("topomgr: inconsistentCPUAllocationError")
+                            })
                     })
                     .cloned()
             },
@@ -334,7 +338,7 @@ fn resize_to_whole_cpus(line: ContainerdLine) {
         condition["message"]
             .as_str()
             .unwrap()
-            .contains("a Guaranteed container with whole CPUs would get exclusive CPUs"),
+            .contains("runs in the shared pool and cannot be resized to 1 exclusive CPUs"),
         "{condition}"
     );
     let p = c.node.get_json(&["pod", "half"]).unwrap();

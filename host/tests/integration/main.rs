@@ -34,6 +34,7 @@ mod owners;
 mod plugins;
 mod podman;
 mod reconcile;
+mod resize;
 mod run;
 mod run_daemon;
 mod service_units;

@@ -383,11 +383,11 @@ impl Face {
     }
 
     /// UpdateContainer (the kubelet's resource update, or topomgr's own
-    /// cpuset sent through CRI): the container keeps its cpuset whatever
-    /// the update asks (the answer's update of the container itself is
-    /// merged into the request); a resize topomgr would have to
-    /// re-allocate for fails with its reason (see the state thread's
-    /// `resize_refusal`).
+    /// cpuset sent through CRI): a resize of the container's CPU or memory
+    /// is done in place by the state thread (`NodeState::resize`) or fails
+    /// with its reason, changing nothing; the answer sets the container's
+    /// cpuset as the state gives it (merged into the request) and the
+    /// shared containers whose cpuset changed.
     pub async fn update(
         &self,
         pod: PodSandbox,

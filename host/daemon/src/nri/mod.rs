@@ -45,8 +45,12 @@
 //!   **RemovePodSandbox** release whatever is still held (the shared
 //!   containers get the CPUs back from the follower, through the
 //!   runtime's CRI socket, `cri.rs`).
-//! - **UpdateContainer** (the kubelet's resource update) keeps the
-//!   container's cpuset; it is not admitted again.
+//! - **UpdateContainer**: a resize (the kubelet's, changing the
+//!   container's CPU or memory) is done in place through the providers'
+//!   `resize` or refused with its reason ([`Face::update`]); an update that
+//!   only sets a cpuset (topomgr's own, through CRI) is answered with the
+//!   container's cpuset. Either way the answer carries the shared
+//!   containers whose cpuset changed.
 //! - **Synchronize** ([`Face::synchronize`]) lists every pod and container
 //!   the runtime has: pods of containers it no longer has (or that stopped)
 //!   are released; containers it has that topomgr does not know (created

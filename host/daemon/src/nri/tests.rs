@@ -52,8 +52,10 @@ fn cpu_provider(held: &Held) -> FakeProvider {
         (pod.qos == QosClass::Guaranteed && cpu % 1000 == 0).then_some((cpu / 1000) as usize)
     };
     let hints_free = free_on.clone();
+    let resize_free = free_on.clone();
     let held_alloc = Arc::clone(held);
     let held_release = Arc::clone(held);
+    let held_resize = Arc::clone(held);
     FakeProvider::new()
         .with_hints(move |pod, c| {
             let Some(n) = whole(pod, c) else {
@@ -96,6 +98,50 @@ fn cpu_provider(held: &Held) -> FakeProvider {
             Ok(Allocation::default()
                 .with_cpus(cpus, true)
                 .with_mems(NumaMask::single(NumaNodeId::from(node as u8))))
+        })
+        .with_resize(move |pod, c, _current, _hint| {
+            // Grows on the node it is on, shrinks keeping its first CPUs; a
+            // shared container stays shared; "ctr-stubborn" does not resize.
+            if c.name == "ctr-stubborn" {
+                return Ok(None);
+            }
+            let key = (pod.uid.clone(), c.name.clone());
+            let mut held = held_resize.lock().unwrap();
+            let Some(now) = held.get(&key).cloned() else {
+                return match whole(pod, c) {
+                    Some(_) => Err(ProviderError::resize_infeasible(
+                        "a shared container cannot get exclusive CPUs in a resize",
+                    )),
+                    None => Ok(Some(Allocation::default())),
+                };
+            };
+            let Some(n) = whole(pod, c) else {
+                return Err(ProviderError::resize_infeasible(
+                    "exclusive CPUs resize by whole CPUs",
+                ));
+            };
+            let node = if now.iter().any(|c| c >= 2) { 1 } else { 0 };
+            let cpus: CpuSet = if n <= now.len() {
+                now.iter().take(n).collect()
+            } else {
+                drop(held);
+                let free = resize_free(node);
+                held = held_resize.lock().unwrap();
+                if free.len() < n - now.len() {
+                    return Err(ProviderError::resize_infeasible(format!(
+                        "needs {} more CPUs on node {node}, {} free",
+                        n - now.len(),
+                        free.len()
+                    )));
+                }
+                now.union(&free.iter().take(n - now.len()).collect())
+            };
+            held.insert(key, cpus.clone());
+            Ok(Some(
+                Allocation::default()
+                    .with_cpus(cpus, true)
+                    .with_mems(NumaMask::single(NumaNodeId::from(node as u8))),
+            ))
         })
         .with_release(move |uid, c| {
             held_release
@@ -1349,60 +1395,95 @@ fn resize_to(cpu_m: u64, limit_m: i64) -> LinuxResources {
         .unwrap()
 }
 
-/// A resize topomgr would have to re-allocate for fails with its reason
-/// (the kubelet then reports it not done) and changes nothing; an update
-/// that only sets a cpuset (topomgr's own, through CRI) or a Burstable
-/// container's resize goes through.
+/// An in-place resize through UpdateContainer: a grow that does not fit
+/// on the container's node is refused with the provider's reason and
+/// changes nothing; a shrink keeps the first CPUs and gives the others to
+/// the shared containers in the same answer; exclusive CPUs no provider
+/// resizes are refused; an update that only sets a cpuset (topomgr's own,
+/// through CRI) and a Burstable container's resize change nothing.
 #[tokio::test]
-async fn a_resize_of_exclusive_cpus_is_refused_and_changes_nothing() {
+async fn resizes_are_done_in_place_or_refused_changing_nothing() {
     let w = world("resize");
     let f = &w.face;
-    let g = pod("1", "g");
     let b = pod("2", "b");
-    f.create(g.clone(), container("g1", &g, 1000, 1000))
-        .await
-        .unwrap();
     f.create(b.clone(), container("b1", &b, 100, 0))
         .await
         .unwrap();
-    let before: Vec<String> = w.state.read(|v| v.pods.keys().cloned().collect());
+    let g = pod("1", "g");
+    let created = f
+        .create(g.clone(), container("g2", &g, 2000, 2000))
+        .await
+        .unwrap();
+    assert_eq!(
+        updates(&created.update),
+        [("b1".to_owned(), "0-1".to_owned())]
+    );
+    let cpus_of = |w: &World, id: &str| {
+        w.state
+            .read(|v| v.pods[id].containers[0].allocation.cpus.to_string())
+    };
 
+    // 2 -> 3 CPUs: node 1 has none left.
     let err = f
         .update(
             g.clone(),
-            container("g1", &g, 1000, 1000),
+            container("g2", &g, 2000, 2000),
+            Some(resize_to(3000, 3000)),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "topomgr: ResizeInfeasible: provider \"cpu\": needs 1 more CPUs on node 1, 0 free"
+    );
+    assert_eq!(cpus_of(&w, "g2"), "2-3", "nothing changed");
+    w.check();
+
+    // 2 -> 1 CPU: CPU 3 goes back to b1 in the same answer.
+    let shrunk = f
+        .update(
+            g.clone(),
+            container("g2", &g, 2000, 2000),
+            Some(resize_to(1000, 1000)),
+        )
+        .await
+        .unwrap();
+    let mut got = updates(&shrunk.update);
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("b1".to_owned(), "0-1,3".to_owned()),
+            ("g2".to_owned(), "2".to_owned())
+        ]
+    );
+    assert_eq!(cpus_of(&w, "g2"), "2");
+    let request = w
+        .state
+        .read(|v| v.pods["g2"].pod.containers[0].request("cpu"));
+    assert_eq!(request, 1000, "the books follow");
+    w.check();
+
+    // Exclusive CPUs that no provider resizes.
+    let s = pod("3", "g");
+    f.create(s.clone(), container("stubborn", &s, 1000, 1000))
+        .await
+        .unwrap();
+    let err = f
+        .update(
+            s.clone(),
+            container("stubborn", &s, 1000, 1000),
             Some(resize_to(2000, 2000)),
         )
         .await
         .unwrap_err();
     assert_eq!(
         err.to_string(),
-        "topomgr: ResizeNotSupported: container \"ctr-g1\" of pod team-a/pod-1 cannot be resized in place \
-         (CPU request 1000 to 2000 millicores, memory limit 0 to 0 bytes): it holds exclusive CPUs 1 for a \
-         request of 1000 millicores, and topomgr does not re-allocate a running container yet; it keeps what \
-         it has (recreate the pod to change it)"
-    );
-    // Fractional to whole CPUs of a Guaranteed pod: it would need exclusive CPUs.
-    let h = pod("3", "g");
-    f.create(h.clone(), container("h1", &h, 500, 500))
-        .await
-        .unwrap();
-    let err = f
-        .update(
-            h.clone(),
-            container("h1", &h, 500, 500),
-            Some(resize_to(1000, 1000)),
-        )
-        .await
-        .unwrap_err();
-    assert!(
-        err.to_string()
-            .contains("a Guaranteed container with whole CPUs would get exclusive CPUs"),
-        "{err}"
+        "topomgr: ResizeInfeasible: container \"ctr-stubborn\" of pod stubborn holds exclusive CPUs 1, and no provider resizes them"
     );
 
     // topomgr's own cpuset update: every other field zero.
-    let mut only_cpuset = LinuxResources::cpuset("2-3", "0");
+    let mut only_cpuset = LinuxResources::cpuset("0", "0");
     if let Some(c) = only_cpuset.cpu.as_mut() {
         c.shares = Some(OptionalUInt64 { value: 0 });
         c.quota = Some(OptionalInt64 { value: 0 });
@@ -1410,13 +1491,13 @@ async fn a_resize_of_exclusive_cpus_is_refused_and_changes_nothing() {
     let ok = f
         .update(
             g.clone(),
-            container("g1", &g, 1000, 1000),
+            container("g2", &g, 1000, 1000),
             Some(only_cpuset),
         )
         .await
         .unwrap();
-    assert_eq!(updates(&ok.update)[0], ("g1".to_owned(), "1".to_owned()));
-    // A Burstable container's resize needs nothing of topomgr.
+    assert_eq!(updates(&ok.update)[0], ("g2".to_owned(), "2".to_owned()));
+    // A Burstable container's resize: still in the shared pool.
     let ok = f
         .update(
             b.clone(),
@@ -1425,9 +1506,6 @@ async fn a_resize_of_exclusive_cpus_is_refused_and_changes_nothing() {
         )
         .await
         .unwrap();
-    assert_eq!(updates(&ok.update)[0].0, "b1");
-    let mut after: Vec<String> = w.state.read(|v| v.pods.keys().cloned().collect());
-    after.retain(|p| p != "h1");
-    assert_eq!(before, after);
+    assert_eq!(updates(&ok.update)[0], ("b1".to_owned(), "0,3".to_owned()));
     w.check();
 }

@@ -427,6 +427,35 @@ impl LoadedProvider {
 }
 
 impl LoadedProvider {
+    /// Resize a container it allocated for in place (see
+    /// [`topomgr_sdk::Provider::resize`]): the new allocation, `None` when
+    /// the provider does not resize.
+    pub fn resize(
+        &mut self,
+        pod: &PodView,
+        container: &ContainerView,
+        current: &Allocation,
+        hint: &TopologyHint,
+    ) -> Result<Option<Allocation>, ProviderError> {
+        self.state_changes += 1;
+        let observer = self.observer.as_deref();
+        match &mut self.calls {
+            Calls::Direct(h) => timed(observer, &self.name, "resize", || {
+                h.resize(pod, container, current, hint)
+            }),
+            Calls::Deadline(d) => {
+                let (pod, container, current, hint) =
+                    (pod.clone(), container.clone(), current.clone(), *hint);
+                d.call(
+                    "resize",
+                    observer,
+                    move |h| h.resize(&pod, &container, &current, &hint),
+                    None,
+                )
+            }
+        }
+    }
+
     /// CPUs not to hand out exclusively until the next call (see
     /// [`topomgr_sdk::Provider::exclude_cpus`]): whether the provider
     /// excludes them (a provider that hands out no CPUs, or one built

@@ -112,6 +112,45 @@ impl NodeState {
         }
     }
 
+    /// Resize container `name` of admitted pod `uid` in place to its
+    /// resources in `pod` ([`topomgr_engine::admission::Admitter::resize`]).
+    /// CPUs it takes leave the attached shared-pool cgroups before the
+    /// answer (else the resize is undone); CPUs it gives back join the
+    /// pool at [`NodeState::settle_pool`], after the commit. The new
+    /// record is journaled. A refusal changes nothing.
+    pub fn resize(
+        &mut self,
+        uid: &str,
+        name: &str,
+        pod: PodView,
+    ) -> Result<AdmitResult, topomgr_engine::admission::ResizeRefusal> {
+        let before = self
+            .admitter
+            .pods()
+            .get(uid)
+            .map(|r| r.pod.clone())
+            .ok_or_else(|| topomgr_engine::admission::ResizeRefusal {
+                reason: UNEXPECTED_ADMISSION_ERROR.to_owned(),
+                message: format!("pod {uid} is not admitted: nothing to resize"),
+            })?;
+        let result = self.admitter.resize(uid, name, pod)?;
+        if let Err(e) = self.sync_pool(PoolMode::Shrink) {
+            warn!(pod = %uid, error = %e, "cannot shrink the shared pool for a resize; resizing back");
+            if let Err(back) = self.admitter.resize(uid, name, before) {
+                warn!(pod = %uid, error = %back.message, "resizing back failed");
+            }
+            return Err(topomgr_engine::admission::ResizeRefusal {
+                reason: UNEXPECTED_ADMISSION_ERROR.to_owned(),
+                message: format!(
+                    "the CPUs of container {name:?} could not be taken out of the shared pool before it runs on them: {e}"
+                ),
+            });
+        }
+        self.changes
+            .push(Change::Admitted(Box::new(result.clone())));
+        Ok(result)
+    }
+
     /// Release pod `uid`: providers, ledger, its attachments and owner. The
     /// shared pool grows only at [`NodeState::settle_pool`], after the
     /// caller made the release durable.
