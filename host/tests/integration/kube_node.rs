@@ -284,55 +284,80 @@ fn guaranteed_and_shared_pods_on_containerd_2() {
     guaranteed_and_shared_pods(ContainerdLine::V2);
 }
 
-/// `kubectl patch --subresource resize` of a Guaranteed pod from half a
-/// CPU (the shared pool) to one whole CPU, which would need an exclusive
-/// CPU: the kubelet accepts it (one allocatable CPU), topomgr's CPU
-/// provider refuses it as the kubelet's static policy would (KEP-5554:
-/// only admission gives exclusive CPUs), the runtime's update fails, and
-/// the pod's resize is reported not done with topomgr's reason; the
-/// container keeps its resources and its CPUs. (Grows and shrinks of
-/// exclusive CPUs need more than this node's one exclusive CPU: see
-/// `resize::` on a recorded machine.)
-fn resize_to_whole_cpus(line: ContainerdLine) {
-    let c = Cluster::start(line, KubeOptions::default());
-    let half = pod("half", "guaranteed", 1).replace("cpu: \"1\"", "cpu: 500m");
-    c.apply(&half);
-    c.wait_running("half");
-    c.check("a Guaranteed pod with half a CPU");
-    assert_eq!(c.placements()["half"].0, "0-1", "in the shared pool");
+/// `kubectl patch --subresource resize` of container `app` of pod `name`
+/// to `cpu` (requests = limits, memory 64Mi).
+fn resize(c: &Cluster, name: &str, cpu: &str) {
+    let patch = format!(
+        r#"{{"spec":{{"containers":[{{"name":"app","resources":{{"requests":{{"cpu":"{cpu}","memory":"64Mi"}},"limits":{{"cpu":"{cpu}","memory":"64Mi"}}}}}}]}}}}"#
+    );
     c.node
         .kubectl(&[
             "patch",
             "pod",
-            "half",
+            name,
             "--subresource",
             "resize",
             "--type",
             "merge",
             "-p",
-            r#"{"spec":{"containers":[{"name":"app","resources":{"requests":{"cpu":"1","memory":"64Mi"},"limits":{"cpu":"1","memory":"64Mi"}}}]}}"#,
+            &patch,
         ])
         .unwrap();
-    let condition = c
-        .node
+}
+
+/// Waits until pod `name` reports its resize failed with a message
+/// containing `needs`; the condition.
+fn resize_failed(c: &Cluster, name: &str, needs: &str) -> serde_json::Value {
+    c.node
         .wait(
-            "the resize reported failed",
+            &format!("the resize of {name} reported failed"),
             Duration::from_secs(90),
             || {
-                let p = c.node.get_json(&["pod", "half"])?;
+                let p = c.node.get_json(&["pod", name])?;
                 p["status"]["conditions"]
                     .as_array()?
                     .iter()
                     .find(|k| {
                         k["type"] == "PodResizeInProgress"
-                            && k["message"].as_str().is_some_and(|m| {
-                                m.contains("topomgr: inconsistentCPUAllocationError")
-                            })
+                            && k["message"].as_str().is_some_and(|m| m.contains(needs))
                     })
                     .cloned()
             },
         )
-        .unwrap();
+        .unwrap()
+}
+
+/// The CPU request pod `name`'s container runs with, as the kubelet
+/// reports it.
+fn running_cpu(c: &Cluster, name: &str) -> serde_json::Value {
+    let p = c.node.get_json(&["pod", name]).unwrap();
+    p["status"]["containerStatuses"][0]["resources"]["requests"]["cpu"].clone()
+}
+
+/// `kubectl patch --subresource resize` on the test node, whose kubelet
+/// reserves no CPU (so it accepts what topomgr, with CPU 0 reserved,
+/// cannot do): a Guaranteed pod from half a CPU (the shared pool) to one
+/// whole CPU is refused as the kubelet's static policy would (KEP-5554:
+/// only admission gives exclusive CPUs); a Guaranteed pod on exclusive
+/// CPU 1 grown to 2 CPUs is refused (no free CPU on its node). Each time
+/// the runtime's update fails, the pod's resize is reported not done with
+/// topomgr's reason, and the container keeps its resources and its CPUs.
+/// (Feasible grows and shrinks need more CPUs than this node has: see
+/// `resize::` on a recorded machine.)
+fn resizes_topomgr_cannot_do(line: ContainerdLine) {
+    let c = Cluster::start(
+        line,
+        KubeOptions {
+            system_reserved_cpu: "0".to_owned(),
+        },
+    );
+    let half = pod("half", "guaranteed", 1).replace("cpu: \"1\"", "cpu: 500m");
+    c.apply(&half);
+    c.wait_running("half");
+    c.check("a Guaranteed pod with half a CPU");
+    assert_eq!(c.placements()["half"].0, "0-1", "in the shared pool");
+    resize(&c, "half", "1");
+    let condition = resize_failed(&c, "half", "topomgr: inconsistentCPUAllocationError");
     assert_eq!(condition["reason"], "Error", "{condition}");
     assert!(
         condition["message"]
@@ -341,29 +366,50 @@ fn resize_to_whole_cpus(line: ContainerdLine) {
             .contains("runs in the shared pool and cannot be resized to 1 exclusive CPUs"),
         "{condition}"
     );
-    let p = c.node.get_json(&["pod", "half"]).unwrap();
     assert_eq!(
-        p["status"]["containerStatuses"][0]["resources"]["requests"]["cpu"], "500m",
-        "the container keeps its resources: {}",
-        p["status"]["containerStatuses"][0]
+        running_cpu(&c, "half"),
+        "500m",
+        "the container keeps its resources"
     );
     assert_eq!(c.placements()["half"].0, "0-1", "and its CPUs");
-    c.check("after the refused resize");
+    c.check("after the refused resize to whole CPUs");
     c.delete(&["half"]);
+    c.wait_released();
+
+    c.apply(&pod("one", "guaranteed", 1));
+    c.wait_running("one");
+    assert_eq!(c.placements()["one"].0, "1");
+    resize(&c, "one", "2");
+    let condition = resize_failed(&c, "one", "topomgr: resizeAllocateCPUsError");
+    assert!(
+        condition["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot grow from 1 to 2 CPUs"),
+        "{condition}"
+    );
+    assert_eq!(
+        running_cpu(&c, "one"),
+        "1",
+        "the container keeps its resources"
+    );
+    assert_eq!(c.placements()["one"].0, "1", "and its CPU");
+    c.check("after the refused grow");
+    c.delete(&["one"]);
     c.wait_released();
     c.check("deleting it");
 }
 
 #[test]
 #[ignore = "needs root, a cpuset cgroup, containerd 1.7 and the one-node Kubernetes of .ci/install-kubernetes"]
-fn a_resize_to_whole_cpus_is_reported_not_done_on_containerd_1_7() {
-    resize_to_whole_cpus(ContainerdLine::V1_7);
+fn resizes_topomgr_cannot_do_are_reported_not_done_on_containerd_1_7() {
+    resizes_topomgr_cannot_do(ContainerdLine::V1_7);
 }
 
 #[test]
 #[ignore = "needs root, a cpuset cgroup, containerd 2.x and the one-node Kubernetes of .ci/install-kubernetes"]
-fn a_resize_to_whole_cpus_is_reported_not_done_on_containerd_2() {
-    resize_to_whole_cpus(ContainerdLine::V2);
+fn resizes_topomgr_cannot_do_are_reported_not_done_on_containerd_2() {
+    resizes_topomgr_cannot_do(ContainerdLine::V2);
 }
 
 /// A kubelet that reserves no CPU admits a 2-CPU Guaranteed pod that
