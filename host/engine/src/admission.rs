@@ -941,6 +941,12 @@ impl Admitter {
                 format!("pod {uid} is not admitted: nothing to resize"),
             )
         })?;
+        if pod.uid != uid {
+            return Err(refuse(
+                UNEXPECTED_ADMISSION_ERROR,
+                format!("the resized pod {} is not pod {uid}", pod.uid),
+            ));
+        }
         let index = held
             .containers
             .iter()
@@ -1910,6 +1916,109 @@ mod tests {
         assert_eq!(
             r.message.as_deref(),
             Some("provider \"mock\" gave pod default/c container \"app\" CPUs 8-1000, which are not online CPUs of this machine (online: 0-7)")
+        );
+    }
+
+    /// A resize: the providers' new parts replace the container's, judged
+    /// by the ledger; a provider's refusal resizes back those that resized
+    /// already and changes nothing; devices cannot be resized.
+    #[test]
+    fn a_resize_is_judged_by_the_ledger_and_rolled_back_on_refusal() {
+        let calls: Arc<Mutex<Vec<String>>> = Default::default();
+        let cpu_log = Arc::clone(&calls);
+        let cpu = FakeProvider::new()
+            .with_allocate(|_, _, _| Ok(exclusive("1")))
+            .with_resize(move |_, c, _, _| {
+                let n = c.request("cpu") / 1000;
+                cpu_log.lock().unwrap().push(format!("cpu:{n}"));
+                Ok(Some(exclusive(if n == 2 {
+                    "1-2"
+                } else if n == 3 {
+                    "1-3"
+                } else {
+                    "1"
+                })))
+            });
+        let mem_log = Arc::clone(&calls);
+        let memory = FakeProvider::new().with_resize(move |_, c, _, _| {
+            let n = c.request("cpu") / 1000;
+            mem_log.lock().unwrap().push(format!("memory:{n}"));
+            if n == 3 {
+                return Err(ProviderError::resize_infeasible("no memory for 3"));
+            }
+            Ok(None)
+        });
+        let mut adm = admitter(
+            "none",
+            Scope::Container,
+            vec![
+                LoadedProvider::in_process("cpu", cpu),
+                LoadedProvider::in_process("memory", memory),
+            ],
+        );
+        assert!(adm.admit(&other_pod("a")).admitted);
+        let sized = |uid: &str, n: u64| {
+            let c = ContainerView::new("app")
+                .with_requests(BTreeMap::from([("cpu".to_string(), n * 1000)]))
+                .with_limits(BTreeMap::from([("cpu".to_string(), n * 1000)]));
+            PodView::new(uid, uid, "default", QosClass::Guaranteed).with_containers(vec![c])
+        };
+        let r = adm.resize("a", "app", sized("a", 2)).unwrap();
+        assert_eq!(r.containers[0].allocation.cpus.to_string(), "1-2");
+        assert_eq!(adm.ledger().exclusive_cpus().to_string(), "1-2");
+        assert_eq!(adm.pods()["a"].pod.containers[0].request("cpu"), 2000);
+
+        // The memory provider refuses 3: the CPU provider is resized back.
+        calls.lock().unwrap().clear();
+        let err = adm.resize("a", "app", sized("a", 3)).unwrap_err();
+        assert_eq!(
+            (err.reason.as_str(), err.message.as_str()),
+            ("ResizeInfeasible", "provider \"memory\": no memory for 3")
+        );
+        assert_eq!(*calls.lock().unwrap(), ["cpu:3", "memory:3", "cpu:2"]);
+        assert_eq!(adm.ledger().exclusive_cpus().to_string(), "1-2");
+        assert_eq!(adm.pods()["a"].pod.containers[0].request("cpu"), 2000);
+
+        // CPUs another pod holds: the ledger refuses, nothing changes.
+        let mut adm = admitter(
+            "none",
+            Scope::Container,
+            vec![LoadedProvider::in_process(
+                "cpu",
+                FakeProvider::new()
+                    .with_allocate(|pod, _, _| {
+                        Ok(exclusive(if pod.uid == "a" { "1" } else { "2" }))
+                    })
+                    .with_resize(|_, _, _, _| Ok(Some(exclusive("1-2")))),
+            )],
+        );
+        assert!(adm.admit(&other_pod("a")).admitted);
+        assert!(adm.admit(&other_pod("b")).admitted);
+        let err = adm.resize("a", "app", sized("a", 2)).unwrap_err();
+        assert_eq!(
+            err.message,
+            "provider \"cpu\" gave pod default/a container \"app\" CPUs 1-2 exclusively, but CPUs 2 are held by pod default/b (uid b) container \"app\""
+        );
+        assert_eq!(
+            adm.pods()["a"].containers[0].allocation.cpus.to_string(),
+            "1"
+        );
+        // A pod of another uid is not this pod's resize.
+        let err = adm.resize("a", "app", sized("b", 1)).unwrap_err();
+        assert!(err.message.contains("is not pod a"), "{err:?}");
+
+        // Devices cannot be resized.
+        let with_gpu = |n: u64| {
+            let c = ContainerView::new("app")
+                .with_requests(BTreeMap::from([("example.com/gpu".to_string(), n)]))
+                .with_limits(BTreeMap::from([("example.com/gpu".to_string(), n)]));
+            PodView::new("a", "a", "default", QosClass::Guaranteed).with_containers(vec![c])
+        };
+        let err = adm.resize("a", "app", with_gpu(1)).unwrap_err();
+        assert!(
+            err.message
+                .contains("extended resources (devices) cannot be resized"),
+            "{err:?}"
         );
     }
 
