@@ -1035,7 +1035,10 @@ fn a_full_disk_refuses_changes_until_space_is_freed() {
         .filter(|n| n != "filler")
         .collect();
     names.sort();
-    assert_eq!(names, ["state.ack", "state.ckpt", "state.journal", "topomgr.lock"]);
+    assert_eq!(
+        names,
+        ["state.ack", "state.ckpt", "state.journal", "topomgr.lock"]
+    );
     let health = c.get("/v1/health").unwrap();
     assert_eq!(health.status, 503);
     let listed: PodList = c.get("/v1/pods").unwrap().parse().unwrap();
