@@ -241,6 +241,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
         cgroup_root: d.cgroup_root,
         lift_cpu_quota: d.lift_cpu_quota,
         limits: d.limits,
+        members: Some(d.socket.clone()),
         boot_id: topomgr_node::fsutil::boot_id(),
         export: d.export,
     };

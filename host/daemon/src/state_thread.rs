@@ -136,6 +136,9 @@ pub(crate) enum ContainerCommand {
         id: String,
         /// Its cpuset as the runtime has it.
         cpuset: Option<Cpuset>,
+        /// Its init process (PostStart; 0: not known), recorded as an owner
+        /// of the node ([`Worker::record_member`]) while it holds CPUs.
+        pid: u32,
         /// PostStartContainer (not PostCreate): the container runs, and
         /// its pod and owner as at Create when topomgr places it (to
         /// admit it in place of a stale instance that never started,
@@ -495,6 +498,11 @@ pub(crate) struct StateThreadSettings {
     pub export: topomgr_node::nrt::ExportSettings,
     /// How many pods and containers may be held (config `[limits]`).
     pub limits: topomgr_node::state::limits::Limits,
+    /// The daemon's socket, when it holds the node lock: the init process
+    /// of every container it places is recorded as an owner of the node
+    /// for its state directory ([`Worker::record_member`]). `None` (a face
+    /// in process, tests): nothing is recorded.
+    pub members: Option<PathBuf>,
 }
 
 type Job = (Command, oneshot::Sender<Result<Reply, CommandError>>);
@@ -512,6 +520,8 @@ struct Worker {
     state_dir: PathBuf,
     /// The cgroup root (the NRI containers' cgroups are read under it).
     cgroup_root: PathBuf,
+    /// See [`StateThreadSettings::members`].
+    members: Option<PathBuf>,
     /// What the restore at start or the last reload reported; shown while
     /// it stands ([`Worker::standing_notes`]).
     restore_notes: Vec<RestoreNote>,
@@ -620,6 +630,7 @@ impl StateThread {
             node,
             state_dir: settings.state_dir.clone(),
             cgroup_root: settings.cgroup_root.clone(),
+            members: settings.members.clone(),
             restore_notes: Vec::new(),
             reload_notes: Vec::new(),
             cgroup_notes: Vec::new(),
@@ -1037,7 +1048,16 @@ impl Worker {
                 container,
                 cgroup,
             } => match self.node.attach(&uid, &container, &cgroup) {
-                Ok(a) => (Ok(Reply::Attached(a)), true),
+                Ok(a) => {
+                    let pid = match self.node.records().owners.get(&uid) {
+                        Some(topomgr_node::state::pod_owner::Owner::Container(c)) => c.pid,
+                        _ => None,
+                    };
+                    if let Some(pid) = pid {
+                        self.record_member(pid);
+                    }
+                    (Ok(Reply::Attached(a)), true)
+                }
                 Err(AttachError::UnknownPod(u)) => (Err(CommandError::UnknownPod(u)), false),
                 Err(AttachError::UnknownContainer(e)) => {
                     (Err(CommandError::UnknownContainer(e)), false)
@@ -1150,6 +1170,29 @@ impl Worker {
         let was = self.node.followed_mut().1.unfollow(id).is_some();
         let changed = was && self.release_container(id);
         (was, changed)
+    }
+
+    /// Records the init process `pid` of a container this daemon placed as
+    /// an owner of the node for its state directory (a member of the node
+    /// lock, [`topomgr_node::locks::node_lock`]): should the daemon stop,
+    /// another state directory cannot take the node while the container
+    /// keeps its CPUs (issue 37 item 3). Dead members are dropped at the
+    /// next look at the lock.
+    fn record_member(&self, pid: u32) {
+        let Some(socket) = &self.members else {
+            return;
+        };
+        let Some(me) = topomgr_node::locks::lock_holder::Holder::process(
+            pid,
+            topomgr_node::locks::lock_holder::Role::Container,
+            &self.state_dir,
+            Some(socket),
+        ) else {
+            return;
+        };
+        if let Err(e) = topomgr_node::locks::node_lock::NodeLock::join(&self.cgroup_root, &me) {
+            warn!(pid, error = %e, "cannot record a container as an owner of the node");
+        }
     }
 
     /// Container `id` started, followed in the shared pool because it
@@ -1267,8 +1310,12 @@ impl Worker {
             ContainerCommand::Created {
                 id,
                 cpuset,
+                pid,
                 started,
             } => {
+                if pid != 0 && self.node.pods().contains_key(&id) {
+                    self.record_member(pid);
+                }
                 if let Some(admit) = started {
                     self.node.followed_mut().1.started(&id);
                     if let Some(admit) = admit {

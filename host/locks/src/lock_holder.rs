@@ -22,6 +22,11 @@ pub enum Role {
     /// A process a run left in its pod's cgroup (it keeps the pod's CPUs,
     /// so it owns the node for that state directory while it lives).
     LeftBehind,
+    /// The init process of a container the daemon placed (through the OCI
+    /// hook or NRI; holding no lock): it keeps its CPUs, so it owns the
+    /// node for the daemon's state directory while it lives, also after
+    /// the daemon stopped.
+    Container,
     /// `topomgr admit --state-dir`.
     Admit,
     /// `topomgr admit --state-dir --dry-run`.
@@ -46,7 +51,10 @@ impl Role {
     /// An owner recorded in the node lock without holding it (a run placed
     /// by the daemon, a process a run left behind).
     pub fn is_member(self) -> bool {
-        matches!(self, Role::RunThroughDaemon | Role::LeftBehind)
+        matches!(
+            self,
+            Role::RunThroughDaemon | Role::LeftBehind | Role::Container
+        )
     }
 
     /// The command, as people type it.
@@ -56,6 +64,7 @@ impl Role {
             Role::Run => "topomgr run",
             Role::RunThroughDaemon => "topomgr run (through the daemon)",
             Role::LeftBehind => "a process left in the cgroup of a topomgr run",
+            Role::Container => "a container placed by topomgr serve (OCI hook or NRI)",
             Role::Admit => "topomgr admit --state-dir",
             Role::AdmitDryRun => "topomgr admit --state-dir --dry-run",
             Role::Release => "topomgr release --state-dir",
@@ -76,7 +85,7 @@ impl Role {
             Role::Serve => format!(
                 "stop that daemon first, or use it (its socket is {s})"
             ),
-            Role::Run | Role::RunThroughDaemon | Role::LeftBehind => {
+            Role::Run | Role::RunThroughDaemon | Role::LeftBehind | Role::Container => {
                 format!("run through it: `topomgr run --socket {s} [OPTIONS] -- CMD...`")
             }
             Role::Admit => format!("admit through it: `topomgr admit --socket {s} POD...`"),

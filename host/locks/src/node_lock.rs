@@ -19,10 +19,12 @@
 //!   refused, and so is every one-shot while a daemon holds it.
 //!
 //! - *Members* own the node without holding the lock: a run placed by the
-//!   daemon (for the daemon's state directory: a daemon restart does not
-//!   open the node to another one) and a process a run left in its pod's
-//!   cgroup (it keeps the pod's CPUs after the run ended), recorded by
-//!   [`NodeLock::join`] for as long as they live.
+//!   daemon and the init process of a container the daemon placed through
+//!   the OCI hook or NRI (for the daemon's state directory: a daemon stop
+//!   does not open the node to another one while they keep their CPUs), and
+//!   a process a run left in its pod's cgroup (it keeps the pod's CPUs
+//!   after the run ended), recorded by [`NodeLock::join`] for as long as
+//!   they live.
 //!
 //! Every holder records itself in the file ([`Holder`]: role, pid, start
 //! time, command line, state directory, the daemon's socket); a refusal

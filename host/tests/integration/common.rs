@@ -784,7 +784,19 @@ impl Drop for TestCgroups {
 /// directory, and any one-shot command beside a daemon), so such tests run
 /// one at a time, in this process and across test processes (a lock file
 /// in the temporary directory). A thread that holds it may take it again.
+///
+/// A test keeps it until it ends (its thread exits), not only while the
+/// value lives: a test that stops its daemon mid-way still has containers
+/// or runs that own the node (members of the node lock), and another test
+/// starting a daemon then would be refused.
 pub struct NodeGuard(());
+
+thread_local! {
+    /// The guard this thread took first, dropped when the thread (the test)
+    /// ends; see [`NodeGuard`].
+    static KEPT_UNTIL_THE_TEST_ENDS: std::cell::RefCell<Option<NodeGuard>> =
+        const { std::cell::RefCell::new(None) };
+}
 
 struct NodeGuardState {
     owner: Option<std::thread::ThreadId>,
@@ -832,8 +844,10 @@ pub fn node_guard() -> NodeGuard {
         std::io::Error::last_os_error()
     );
     st.owner = Some(me);
-    st.depth = 1;
+    st.depth = 2;
     st.file = Some(file);
+    drop(st);
+    KEPT_UNTIL_THE_TEST_ENDS.with(|k| *k.borrow_mut() = Some(NodeGuard(())));
     NodeGuard(())
 }
 

@@ -361,6 +361,36 @@ fn podman_containers_are_placed_refused_and_released() {
     s.restart_daemon();
     s.check(&[&burstable, &guaranteed]);
 
+    // Stopped, the daemon leaves its containers owning the node: a daemon
+    // of another state directory is refused while they hold their CPUs
+    // (one node has one owner, across stops); its own starts again.
+    let log = s.daemon.take().unwrap().stop();
+    assert!(!log.contains("ERROR"), "{log}");
+    let other = s.config.with_file_name("other.toml");
+    fs::write(
+        &other,
+        fs::read_to_string(&s.config)
+            .unwrap()
+            .replace("state_dir = \"state\"", "state_dir = \"other-state\""),
+    )
+    .unwrap();
+    let out = common::run_topomgr(&[
+        "--config",
+        &other.to_string_lossy(),
+        "serve",
+        "--socket",
+        &s.socket.with_file_name("other.sock").to_string_lossy(),
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("a container placed by topomgr serve (OCI hook or NRI)")
+            && err.contains(&format!("{}", s.config.with_file_name("state").display())),
+        "{err}"
+    );
+    s.daemon = Some(Daemon::start(&s.config, &s.socket));
+    s.check(&[&burstable, &guaranteed]);
+
     // podman rm -f releases at poststop; the pool grows back.
     let out = s.podman.output(&["rm", "-f", &guaranteed]).unwrap();
     assert!(out.status.success(), "{}", text(&out));

@@ -117,6 +117,7 @@ impl Face {
             cgroup_root: cgroup_root.to_path_buf(),
             lift_cpu_quota: true,
             limits: Default::default(),
+            members: None,
             boot_id: topomgr_node::fsutil::boot_id(),
             export: Default::default(),
         };
@@ -609,6 +610,7 @@ impl Face {
             .ask(ContainerCommand::Created {
                 id,
                 cpuset,
+                pid: if started.is_some() { container.pid } else { 0 },
                 started,
             })
             .await

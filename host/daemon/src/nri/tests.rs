@@ -185,6 +185,7 @@ fn world(tag: &str) -> World {
         cgroup_root: dir.join("cgroup"),
         lift_cpu_quota: true,
         limits: Default::default(),
+        members: None,
         boot_id: "boot".into(),
         export: Default::default(),
     };
