@@ -82,7 +82,7 @@ pub fn lock_dir() -> PathBuf {
 #[derive(Debug, thiserror::Error)]
 pub enum NodeLockError {
     /// The daemon owns the node.
-    #[error("{hierarchy} is managed by {holder}{}: {remedy} (node lock {})", if *role == Role::Serve { ", and one node has one owner".to_owned() } else { format!("; {} does not change its cpusets beside it", role.command()) }, lock.display())]
+    #[error("{hierarchy} is managed by {holder}{}: {remedy} (node lock {})", if *role == Role::Serve { ", and one node has one owner".to_owned() } else { format!("; {} does not book or change its CPUs beside it", role.command()) }, lock.display())]
     Daemon {
         /// The hierarchy.
         hierarchy: String,
@@ -617,7 +617,7 @@ mod tests {
         assert_eq!(
             err.to_string(),
             format!(
-                "the directory {} (not a cgroup filesystem) is managed by {daemon}; topomgr run does not change its cpusets beside it: run through it: `topomgr run --socket /run/topomgr/topomgr.sock [OPTIONS] -- CMD...` (node lock {})",
+                "the directory {} (not a cgroup filesystem) is managed by {daemon}; topomgr run does not book or change its CPUs beside it: run through it: `topomgr run --socket /run/topomgr/topomgr.sock [OPTIONS] -- CMD...` (node lock {})",
                 root.display(),
                 held.path().display()
             )

@@ -84,10 +84,11 @@ pub fn run(config: &Path, args: AdmitArgs) -> anyhow::Result<ExitCode> {
     };
     let results: Vec<AdmitResult> = match (held.as_mut(), args.dry_run) {
         (Some(held), false) => {
-            // With cgroups in the state, admitting writes cpusets (the
-            // shared pool): only while this command may own the node.
+            // Booking CPUs of the node (and, with cgroups in the state,
+            // writing the shared pool's cpusets): only while this command
+            // may own the node.
             let dir = args.state_dir.as_deref().unwrap_or(&cfg.state_dir);
-            let _node = inputs::node_lock_for(&cfg, dir, Role::Admit, &node)?;
+            let _node = inputs::node_lock(&cfg, dir, Role::Admit)?;
             held.reclaim(&mut node);
             let results = pods.iter().map(|p| node.admit(p)).collect();
             held.save(&mut node)?;

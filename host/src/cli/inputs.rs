@@ -64,9 +64,8 @@ pub fn discover(cfg: &HostConfig, sysfs_root: Option<&Path>) -> anyhow::Result<M
 
 /// For a one-shot command of `role` on `state_dir` whose `node` (restored)
 /// records cgroups, so that its changes may write cpusets: the node lock of
-/// the configured cgroup root (refused at once while a daemon or another
-/// state directory owns the node: `topomgr_node::locks::node_lock`). `None` when
-/// the state has no cgroup to write.
+/// the configured cgroup root ([`node_lock`]). `None` when the state has no
+/// cgroup to write.
 pub fn node_lock_for(
     cfg: &HostConfig,
     state_dir: &Path,
@@ -76,8 +75,18 @@ pub fn node_lock_for(
     if !node.has_cgroups() {
         return Ok(None);
     }
+    node_lock(cfg, state_dir, role).map(Some)
+}
+
+/// The node lock of the configured cgroup root for a one-shot command of
+/// `role` on `state_dir`, refused at once while a daemon or another state
+/// directory owns the node (`topomgr_node::locks::node_lock`). `admit
+/// --state-dir` takes it even when its state records no cgroups: the CPUs
+/// it books are the node's, and a daemon, a live container it placed or
+/// another state directory may hold them (issue 37 item 3).
+pub fn node_lock(cfg: &HostConfig, state_dir: &Path, role: Role) -> anyhow::Result<NodeLock> {
     let me = Holder::current(role, state_dir, None);
-    Ok(Some(NodeLock::acquire(&cfg.cgroup_root, &me)?))
+    Ok(NodeLock::acquire(&cfg.cgroup_root, &me)?)
 }
 
 #[cfg(test)]

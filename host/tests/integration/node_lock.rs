@@ -263,6 +263,64 @@ fn one_shot_commands_on_a_daemons_state_directory_fail_at_once_with_the_form_tha
     assert_eq!(health.pods, 0, "{health:?}");
 }
 
+/// Issue 37 item 3: `admit --state-dir` of another state directory books
+/// the node's CPUs even when its state records no cgroups, so beside a
+/// daemon it is refused at once with the form that works, and books
+/// nothing; `--dry-run` (which books nothing) still answers.
+#[test]
+fn admit_with_another_state_directory_beside_a_daemon_is_refused_and_books_nothing() {
+    let dir = common::scratch_dir("nodelock-admit-beside")
+        .canonicalize()
+        .unwrap();
+    let root = dir.join("cgroup");
+    let (state_a, state_b) = (dir.join("state-a"), dir.join("state-b"));
+    let a = example_config(&dir, "a.toml", &state_a, &root);
+    let socket = dir.join("a.sock");
+    let d = Daemon::start(&a, &socket);
+    let named = daemon_named(&a, &socket, &state_a, d.child.id());
+    let pod = dir.join("pod.yaml");
+    fs::write(&pod, two_cpus("u-beside")).unwrap();
+    let (cfg, b, p) = (
+        a.to_string_lossy(),
+        state_b.to_string_lossy(),
+        pod.to_string_lossy(),
+    );
+    let start = Instant::now();
+    let out = run_topomgr(&["--config", &cfg, "admit", "--state-dir", &b, &p]);
+    assert!(start.elapsed() < STATE_LOCK_WAIT, "it waited");
+    let message = refusal(&out);
+    assert_eq!(
+        message,
+        format!(
+            "topomgr: error: the directory {} (not a cgroup filesystem) is managed by {named}; topomgr admit --state-dir does not book or change its CPUs beside it: admit through it: `topomgr admit --socket {} POD...`",
+            root.display(),
+            socket.display()
+        )
+    );
+    assert!(
+        !state_b.join("state.ckpt").exists() && !state_b.join("state.journal").exists(),
+        "the refused admission booked something in {}",
+        state_b.display()
+    );
+    // What if: nothing is booked, so it answers.
+    let out = run_topomgr(&[
+        "--config",
+        &cfg,
+        "admit",
+        "--state-dir",
+        &b,
+        "--dry-run",
+        &p,
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // The remedy works: the daemon admits it.
+    let remedy = message.rsplit_once("beside it: ").unwrap().1;
+    let out = run_suggested(&suggested(remedy).replace("POD...", &p));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let health: Health = d.client().get("/v1/health").unwrap().parse().unwrap();
+    assert_eq!(health.pods, 1, "{health:?}");
+}
+
 #[test]
 #[ignore = "needs root and a cpuset cgroup"]
 fn a_run_without_a_daemon_owns_the_node_for_its_state_directory() {
