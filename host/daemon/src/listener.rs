@@ -12,7 +12,10 @@
 //! the one idle the longest. So a client that holds many idle connections,
 //! reconnecting as they are closed, loses its own, and a scrape or a health
 //! check, which sends its request as soon as it is connected, is served:
-//! it is never idle before its answer. Only when every connection is busy
+//! it is never idle before its answer. (A connection whose last read found
+//! nothing is idle only while the kernel holds no unread byte of it: a
+//! client whose request arrived after that read, while its task waits to
+//! run, is not waiting for anything.) Only when every connection is busy
 //! (or not yet read from) does the loop stop accepting until one ends or
 //! goes idle; further connections then wait in the kernel's listen backlog,
 //! holding no file descriptor of ours. (As with any idle timeout, a
@@ -27,8 +30,9 @@
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::os::fd::{AsRawFd, RawFd};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -212,16 +216,21 @@ struct Activity {
     epoch: Instant,
     /// The book's: told when this connection may have become idle.
     changed: Arc<Notify>,
+    /// The connection's socket (-1: none, or closed).
+    fd: AtomicI32,
 }
 
 impl Activity {
-    /// Idle: not served and waiting for its client.
+    /// Idle: not served and waiting for its client (no unread byte in the
+    /// kernel, [`unread_bytes`]).
     fn idle_since(&self) -> Option<u64> {
         match (
             self.busy.load(Ordering::Acquire),
             self.waiting_since.load(Ordering::Acquire),
         ) {
-            (0, since) if since > 0 => Some(since),
+            (0, since) if since > 0 && !unread_bytes(self.fd.load(Ordering::Acquire)) => {
+                Some(since)
+            }
             _ => None,
         }
     }
@@ -239,6 +248,23 @@ impl Activity {
     fn reading(&self) {
         self.waiting_since.store(0, Ordering::Release);
     }
+}
+
+/// Whether socket `fd` has bytes the kernel received and nobody read yet.
+/// (The fd is the connection's for as long as its task holds the stream;
+/// should the task close it between the load and this call and the number
+/// be reused, the answer is about another file: at worst one eviction
+/// decision is wrong, which eviction tolerates anyway.)
+fn unread_bytes(fd: RawFd) -> bool {
+    if fd < 0 {
+        return false;
+    }
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one c_int through the pointer, which points
+    // to a live local; an fd that is not a socket (or not open) gives an
+    // error, read as no bytes.
+    let rc = unsafe { libc::ioctl(fd, libc::FIONREAD, &mut n) };
+    rc == 0 && n > 0
 }
 
 /// One request being served; dropped with the response body (or the
@@ -291,6 +317,13 @@ impl hyper::body::Body for BusyBody {
 struct Watched<Io> {
     inner: Io,
     activity: Arc<Activity>,
+}
+
+impl<Io> Drop for Watched<Io> {
+    /// Before the stream closes: the fd is no longer the connection's.
+    fn drop(&mut self) {
+        self.activity.fd.store(-1, Ordering::Release);
+    }
 }
 
 impl<Io: AsyncRead + Unpin> AsyncRead for Watched<Io> {
@@ -410,13 +443,15 @@ impl Book {
         Ok(Some(closed.peer))
     }
 
-    /// A new connection from `peer`: its id, activity and eviction signal.
-    fn register(&self, peer: PeerKey) -> (u64, Arc<Activity>, Arc<Notify>) {
+    /// A new connection from `peer` on socket `fd` (-1: none): its id,
+    /// activity and eviction signal.
+    fn register(&self, peer: PeerKey, fd: RawFd) -> (u64, Arc<Activity>, Arc<Notify>) {
         let activity = Arc::new(Activity {
             busy: AtomicUsize::new(0),
             waiting_since: AtomicU64::new(0),
             epoch: self.epoch,
             changed: Arc::clone(&self.changed),
+            fd: AtomicI32::new(fd),
         });
         let evict = Arc::new(Notify::new());
         let mut guard = self.lock();
@@ -482,7 +517,7 @@ pub(crate) async fn serve<Io, Info, A, F>(
     router: Router,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) where
-    Io: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    Io: AsyncRead + AsyncWrite + AsRawFd + Unpin + Send + 'static,
     Info: Clone + Send + Sync + 'static,
     A: FnMut() -> F,
     F: Future<Output = std::io::Result<(Io, Info, PeerKey)>>,
@@ -521,7 +556,7 @@ pub(crate) async fn serve<Io, Info, A, F>(
             Some(None) => {}
         }
         while connections.try_join_next().is_some() {}
-        let (id, activity, evict) = book.register(peer);
+        let (id, activity, evict) = book.register(peer, io.as_raw_fd());
         let entry = Entry(Arc::clone(&book), id);
         let router = router.clone();
         let served = Arc::clone(&activity);
@@ -582,10 +617,10 @@ mod tests {
     fn at_the_cap_the_longest_idle_connection_of_the_biggest_holder_goes() {
         let book = Book::new(4);
         let uid = PeerKey::Uid;
-        let (_, root, _) = book.register(uid(0));
-        let (_, a1, _) = book.register(uid(1000));
-        let (_, a2, _) = book.register(uid(1000));
-        let (_, a3, _) = book.register(uid(1000));
+        let (_, root, _) = book.register(uid(0), -1);
+        let (_, a1, _) = book.register(uid(1000), -1);
+        let (_, a2, _) = book.register(uid(1000), -1);
+        let (_, a3, _) = book.register(uid(1000), -1);
         // Not read from yet, nobody idle: no room.
         assert!(!book.has_room());
         assert!(book.make_room().is_err());
@@ -598,17 +633,37 @@ mod tests {
         assert_eq!(book.make_room(), Ok(Some(uid(1000))));
         assert_eq!(book.len(), 3);
         assert!(book.make_room().unwrap().is_none(), "below the cap");
-        let (_, a4, _) = book.register(uid(1000));
+        let (_, a4, _) = book.register(uid(1000), -1);
         // A busy one is never closed, whatever its reads found.
         let busy = Busy::start(&a1);
         a3.reading();
         a4.reading();
         assert_eq!(book.make_room(), Ok(Some(uid(0))));
-        let (_, b, _) = book.register(uid(2000));
+        let (_, b, _) = book.register(uid(2000), -1);
         b.reading();
         assert!(book.make_room().is_err(), "everyone busy or reading");
         drop(busy);
         assert_eq!(book.make_room(), Ok(Some(uid(1000))));
+    }
+
+    /// Issue 37 item 4: a connection whose request arrived after its last
+    /// read found nothing (its task has not run since) is not idle, so a
+    /// scrape is not closed for another peer's connection before it is
+    /// read.
+    #[test]
+    fn a_connection_with_unread_bytes_is_not_idle() {
+        use std::io::Write as _;
+        let book = Book::new(1);
+        let (mut client, server) = std::os::unix::net::UnixStream::pair().unwrap();
+        let (_, conn, _) = book.register(PeerKey::Uid(0), server.as_raw_fd());
+        conn.waiting();
+        assert!(conn.idle_since().is_some(), "nothing sent: idle");
+        client.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+        assert_eq!(conn.idle_since(), None, "its request waits to be read");
+        assert!(book.make_room().is_err(), "not closed for a newcomer");
+        drop(server);
+        conn.fd.store(-1, Ordering::Release);
+        assert!(conn.idle_since().is_some(), "closed: no bytes to count");
     }
 
     #[test]
