@@ -486,6 +486,36 @@ fn containers_get_their_cpus_through_nri_and_keep_them_across_restarts() {
     check(&d, &mut cri, &[&shared, &exclusive, &ephemeral]);
     let log = d.stop();
     assert!(!log.contains("panicked"), "{log}");
+
+    // Stopped, the daemon leaves its containers owning the node: a daemon
+    // of another state directory is refused while they keep their CPUs,
+    // naming them (issue 37 item 3).
+    let other = topomgr_toml.with_file_name("plugins.d/99-zz-other-state.toml");
+    let other_state = socket.with_file_name("other-state");
+    fs::write(
+        &other,
+        format!("state_dir = \"{}\"\n", other_state.display()),
+    )
+    .unwrap();
+    let out = common::run_topomgr(&[
+        "--config",
+        &topomgr_toml.to_string_lossy(),
+        "serve",
+        "--socket",
+        &socket.with_file_name("other.sock").to_string_lossy(),
+    ]);
+    fs::remove_file(&other).unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("a container placed by topomgr serve (OCI hook or NRI)")
+            && err.contains(&format!(
+                "state directory {}",
+                socket.with_file_name("state").display()
+            )),
+        "{err}"
+    );
+    assert!(!other_state.exists(), "the refused daemon made its state");
     cri.stop(&ephemeral);
     cri.remove(&ephemeral);
     let late = cri.run(
