@@ -11,6 +11,15 @@
 //! exactly those devices' hints to the merge, as the kubelet's Device
 //! Manager does for a container that already holds devices.
 //!
+//! Devices that container device interface (CDI) specs inject, as DRA
+//! drivers do, arrive as device nodes: the host maps those it can to their
+//! PCI address through sysfs ([`DeviceRef::PciAddress`], for every
+//! resource), and names every node too ([`AssignedDevices::nodes`]), for a
+//! provider whose devices have no sysfs link but whose driver knows their
+//! nodes (NVIDIA's `/dev/nvidiaN`: the device toolkit matches a node to a
+//! device whose [`DEVICE_NODE_ATTRIBUTE`](crate::devices::DEVICE_NODE_ATTRIBUTE)
+//! names it).
+//!
 //! A provider that does not answer the call (built with an SDK before it,
 //! or not a device provider) knows none of them. The device toolkit answers
 //! it for every [`DevicePlugin`](crate::devices::DevicePlugin)
@@ -38,7 +47,9 @@ impl AssignedDevicesRequest {
 
     /// Whether it names no device.
     pub fn is_empty(&self) -> bool {
-        self.devices.iter().all(|d| d.ids.is_empty())
+        self.devices
+            .iter()
+            .all(|d| d.ids.is_empty() && d.nodes.is_empty())
     }
 }
 
@@ -52,6 +63,46 @@ pub struct AssignedDevices {
     pub resource: ResourceMatch,
     /// The devices, in the source's order.
     pub ids: Vec<DeviceRef>,
+    /// Device nodes the source gives the container (a CDI device's
+    /// `deviceNodes`), for providers that know their devices by node.
+    /// Added in a 0.3 patch: a provider built before reads none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<DeviceNode>,
+}
+
+/// A device node (`/dev/nvidia0`, character device 195:0).
+///
+/// JSON: `{"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0}`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct DeviceNode {
+    /// Its path in the container (`/dev/nvidia0`).
+    pub path: String,
+    /// `c` (character) or `b` (block).
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Major number.
+    pub major: u32,
+    /// Minor number.
+    pub minor: u32,
+}
+
+impl DeviceNode {
+    /// Node `path`, of `kind` (`c`, `b`), `major:minor`.
+    pub fn new(path: impl Into<String>, kind: impl Into<String>, major: u32, minor: u32) -> Self {
+        DeviceNode {
+            path: path.into(),
+            kind: kind.into(),
+            major,
+            minor,
+        }
+    }
+
+    /// The form [`DEVICE_NODE_ATTRIBUTE`](crate::devices::DEVICE_NODE_ATTRIBUTE)
+    /// holds: `c 195:0`.
+    pub fn number(&self) -> String {
+        format!("{} {}:{}", self.kind, self.major, self.minor)
+    }
 }
 
 impl AssignedDevices {
@@ -61,7 +112,14 @@ impl AssignedDevices {
             source: source.into(),
             resource,
             ids,
+            nodes: Vec::new(),
         }
+    }
+
+    /// With the device nodes `nodes` (see [`AssignedDevices::nodes`]).
+    pub fn with_nodes(mut self, nodes: Vec<DeviceNode>) -> Self {
+        self.nodes = nodes;
+        self
     }
 }
 

@@ -136,7 +136,9 @@
 //!    `preferred_allocation`, `inventory` and `share_pod`; a later `0.3`
 //!    patch added `assigned_device_hints` ([`Provider::assigned_device_hints`]:
 //!    devices a container already holds from the kubelet's device plugins,
-//!    answered by the device toolkit), `exclude_cpus`
+//!    answered by the device toolkit; a later patch added device nodes to
+//!    its request, [`AssignedDevices::nodes`], for devices CDI injects),
+//!    `exclude_cpus`
 //!    ([`Provider::exclude_cpus`]: CPUs pinned by others, kept out of
 //!    exclusive use), `device_identities`
 //!    ([`Provider::device_identities`]: what each device physically is, so
@@ -247,8 +249,8 @@ pub use tracing;
 
 pub use allocation::Allocation;
 pub use assigned::{
-    AssignedDeviceHints, AssignedDevices, AssignedDevicesRequest, AssignedResource, DeviceRef,
-    ResourceMatch,
+    AssignedDeviceHints, AssignedDevices, AssignedDevicesRequest, AssignedResource, DeviceNode,
+    DeviceRef, ResourceMatch,
 };
 pub use cpuset::{CpuSet, ListParseError, MAX_CPU_ID};
 pub use export::ROOT_MODULE_SYMBOL;

@@ -219,6 +219,13 @@ impl DeviceManager {
 /// `NVIDIA_VISIBLE_DEVICES=0,1` names); a [`DeviceRef::Index`] matches it.
 pub const INDEX_ATTRIBUTE: &str = "index";
 
+/// The attribute a device provider sets to the device nodes of a device
+/// that sysfs does not link to its PCI device (NVIDIA's `/dev/nvidiaN`):
+/// `c 195:0`, several separated by `,`; a node of
+/// [`AssignedDevices::nodes`](crate::AssignedDevices::nodes) with that type
+/// and number matches it.
+pub const DEVICE_NODE_ATTRIBUTE: &str = "device_node";
+
 impl DeviceManager {
     /// The named call [`Provider::assigned_device_hints`](crate::Provider::assigned_device_hints):
     /// for each resource that a group of `request` may belong to
@@ -231,7 +238,9 @@ impl DeviceManager {
     /// to its [`INDEX_ATTRIBUTE`], or a PCI address equal (in the sysfs
     /// form) to its PCI identity
     /// ([`Device::with_pci_address`](super::Device::with_pci_address)) or
-    /// its id. The hints are those of a container that holds exactly the
+    /// its id; a device node names it when the device's
+    /// [`DEVICE_NODE_ATTRIBUTE`] lists the node's type and number (matched:
+    /// the node's path). The hints are those of a container that holds exactly the
     /// named devices (as the kubelet's `GetTopologyHints` gives a container
     /// its allocated devices' hints): every mask that touches each of them,
     /// preferred at the narrowest width that devices of the resource could
@@ -247,13 +256,24 @@ impl DeviceManager {
                 if !group.resource.matches(resource) {
                     continue;
                 }
-                for r in &group.ids {
-                    let Some(i) = pool.devices.iter().position(|d| names(r, d)) else {
+                let by_ref = group
+                    .ids
+                    .iter()
+                    .map(|r| (pool.devices.iter().position(|d| names(r, d)), r.to_string()));
+                let by_node = group.nodes.iter().map(|n| {
+                    let number = n.number();
+                    let has = |d: &super::Device| {
+                        d.attribute(DEVICE_NODE_ATTRIBUTE)
+                            .is_some_and(|a| a.split(',').any(|x| x.trim() == number))
+                    };
+                    (pool.devices.iter().position(has), n.path.clone())
+                });
+                for (i, text) in by_ref.chain(by_node) {
+                    let Some(i) = i else {
                         continue;
                     };
                     let entry = found.entry(resource).or_default();
                     entry.0.insert(i);
-                    let text = r.to_string();
                     if !entry.1.contains(&text) {
                         entry.1.push(text);
                     }

@@ -75,6 +75,6 @@ mod saved;
 mod tests;
 
 pub use device::{normalize_pci_address, Device, Devices};
-pub use hints::INDEX_ATTRIBUTE;
+pub use hints::{DEVICE_NODE_ATTRIBUTE, INDEX_ATTRIBUTE};
 pub use manager::DeviceManager;
 pub use plugin::{DeviceHooks, DevicePlugin, DeviceProvider};

@@ -1610,3 +1610,56 @@ fn assigned_devices_fix_the_hints_of_exactly_those_devices() {
         .unwrap();
     assert_eq!(a.resources["nvidia.com/gpu"].hints, None);
 }
+
+/// Devices injected as device nodes (a CDI spec's `deviceNodes`, as DRA
+/// drivers give them): a node matches the device whose
+/// `DEVICE_NODE_ATTRIBUTE` lists its type and number, through any
+/// resource; `matched` names the node by its path; a provider built before
+/// the field reads the request without it.
+#[test]
+fn assigned_device_nodes_match_the_device_that_lists_them() {
+    use crate::{AssignedDevices, AssignedDevicesRequest, DeviceNode, ResourceMatch};
+    let machine = testkit::machine(2, 2);
+    let gpu = |i: u8, node: u8| {
+        dev(&format!("GPU-{i}"), node).with_attribute(DEVICE_NODE_ATTRIBUTE, format!("c 195:{i}"))
+    };
+    let m = manager(
+        &machine,
+        vec![("nvidia.com/gpu", vec![gpu(0, 0), gpu(1, 1)])],
+    );
+    let group = AssignedDevices::new(
+        "CDI device nvidia.com/gpu=1",
+        ResourceMatch::Prefix(String::new()),
+        vec![],
+    )
+    .with_nodes(vec![
+        DeviceNode::new("/dev/nvidia1", "c", 195, 1),
+        DeviceNode::new("/dev/nvidiactl", "c", 195, 255),
+        // A block device with the same numbers is not the GPU.
+        DeviceNode::new("/dev/sdq", "b", 195, 0),
+    ]);
+    let request = AssignedDevicesRequest::new(vec![group]);
+    assert!(!request.is_empty());
+    let a = m.assigned_device_hints(&request).unwrap();
+    assert_eq!(a.resources["nvidia.com/gpu"].devices, ["GPU-1"]);
+    assert_eq!(a.resources["nvidia.com/gpu"].matched, ["/dev/nvidia1"]);
+    let text = serde_json::to_string(&request).unwrap();
+    assert!(
+        text.contains(r#""nodes":[{"path":"/dev/nvidia1","type":"c","major":195,"minor":1}"#),
+        "{text}"
+    );
+    // An older reader (no `nodes` field) ignores it.
+    #[derive(serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Older {
+        devices: Vec<OlderGroup>,
+    }
+    #[derive(serde::Deserialize)]
+    #[allow(dead_code)]
+    struct OlderGroup {
+        source: String,
+        ids: Vec<crate::DeviceRef>,
+    }
+    let older: Older = serde_json::from_str(&text).unwrap();
+    assert!(older.devices[0].ids.is_empty());
+}
