@@ -16,15 +16,19 @@
 
 use super::MappingError;
 
-/// One variable's devices.
+/// One variable's devices, or one CDI device's.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AssignedDevices {
-    /// The variable (`NVIDIA_VISIBLE_DEVICES`, `PCIDEVICE_…`).
+    /// The variable (`NVIDIA_VISIBLE_DEVICES`, `PCIDEVICE_…`), or `CDI
+    /// device <name>`.
     pub variable: String,
     /// Which resource the devices belong to.
     pub resource: ResourceHint,
     /// The devices, in the variable's order.
     pub ids: Vec<DeviceId>,
+    /// A CDI device's nodes (for providers that know their devices by
+    /// node); empty for a variable.
+    pub nodes: Vec<topomgr_sdk::DeviceNode>,
 }
 
 /// The resource of [`AssignedDevices`].
@@ -37,6 +41,8 @@ pub enum ResourceHint {
         /// The name after `PCIDEVICE_`.
         env_name: String,
     },
+    /// A CDI device: whichever resource its devices are listed under.
+    Cdi,
 }
 
 impl ResourceHint {
@@ -46,6 +52,7 @@ impl ResourceHint {
     pub(crate) fn matches(&self, resource: &str) -> bool {
         match self {
             ResourceHint::NvidiaGpu => resource.starts_with("nvidia.com/"),
+            ResourceHint::Cdi => true,
             ResourceHint::PciDevice { env_name } => {
                 let mangled: String = resource
                     .chars()
@@ -86,6 +93,7 @@ pub(crate) fn assigned_devices(env: &[String]) -> Result<Vec<AssignedDevices>, M
                     variable: key.to_owned(),
                     resource: ResourceHint::NvidiaGpu,
                     ids,
+                    nodes: Vec::new(),
                 });
             }
         } else if let Some(name) = key.strip_prefix("PCIDEVICE_") {
@@ -115,6 +123,7 @@ pub(crate) fn assigned_devices(env: &[String]) -> Result<Vec<AssignedDevices>, M
                         env_name: name.to_owned(),
                     },
                     ids,
+                    nodes: Vec::new(),
                 });
             }
         }
@@ -191,6 +200,7 @@ mod tests {
                         DeviceId::Uuid("MIG-1f2e".into()),
                         DeviceId::Index(3),
                     ],
+                    nodes: Vec::new(),
                 },
                 AssignedDevices {
                     variable: "PCIDEVICE_INTEL_COM_INTEL_SRIOV_NETDEVICE".into(),
@@ -201,6 +211,7 @@ mod tests {
                         DeviceId::PciAddress("0000:3b:02.1".into()),
                         DeviceId::PciAddress("0000:3b:02.2".into()),
                     ],
+                    nodes: Vec::new(),
                 },
             ]
         );

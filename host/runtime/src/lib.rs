@@ -32,13 +32,18 @@
 //!   container's requests and limits as Kubernetes derives it
 //!   (`pkg/apis/core/v1/helper/qos`, [`topomgr_manifest::one_container_qos`]);
 //! - **devices** the device plugins already assigned, from its
-//!   environment (`devices.rs`), for the providers that know them.
+//!   environment (`devices.rs`), for the providers that know them; and,
+//!   found apart by [`cdi_devices`] (it reads files), the CDI devices it
+//!   was given (`cdi.rs`), each with its nodes and the PCI devices sysfs
+//!   says they are (`device_node.rs`).
 //!
 //! A container whose spec sets `linux.resources.cpu.cpus` was pinned by
 //! its user (`podman run --cpuset-cpus`) and is left alone.
 
 mod annotations;
+pub mod cdi;
 mod cgroup_parent;
+pub mod device_node;
 mod devices;
 mod resources;
 
@@ -174,6 +179,75 @@ pub struct ContainerRequest {
     pub qos_source: QosSource,
     /// Devices its device plugins already assigned.
     pub devices: Vec<AssignedDevices>,
+}
+
+/// The device nodes that tell a privileged container: it is given every
+/// node of the host, so its nodes say nothing of the devices it uses.
+const PRIVILEGED_NODES: [&str; 2] = ["/dev/kmsg", "/dev/mem"];
+
+/// The CDI devices of a container with `annotations` and device nodes
+/// `nodes` (its `linux.devices`), as the specs `specs` define them, each
+/// with the PCI devices sysfs under `sysfs_root` says its nodes are (see
+/// [`cdi`]); and notes on what could not be used (a name no spec defines,
+/// a malformed annotation, a privileged container's nodes). A node of no
+/// CDI device is not used: the runtime gives every container some nodes
+/// (a privileged one all of them), and only a CDI device says a workload
+/// asked for one.
+pub fn cdi_devices(
+    annotations: &BTreeMap<String, String>,
+    nodes: &[topomgr_sdk::DeviceNode],
+    specs: &cdi::CdiSpecs,
+    sysfs_root: &std::path::Path,
+) -> (Vec<AssignedDevices>, Vec<String>) {
+    let (names, mut notes) = cdi::annotated_names(annotations);
+    let mut found: Vec<&cdi::CdiDevice> = Vec::new();
+    for name in &names {
+        match specs.device(name) {
+            Some(d) => found.push(d),
+            None => notes.push(format!(
+                "CDI device {name} (annotation {}*) is defined by no spec in the CDI directories",
+                cdi::ANNOTATION_PREFIX
+            )),
+        }
+    }
+    if nodes
+        .iter()
+        .any(|n| PRIVILEGED_NODES.contains(&n.path.as_str()))
+    {
+        notes.push(format!(
+            "the container has {} (privileged: every host device): its device nodes are not taken for CDI devices",
+            PRIVILEGED_NODES.join(" or ")
+        ));
+    } else {
+        for n in nodes {
+            if let Some(d) = specs.device_with_node(n) {
+                if !found.iter().any(|f| f.name == d.name) {
+                    found.push(d);
+                }
+            }
+        }
+    }
+    let out = found
+        .into_iter()
+        .map(|d| {
+            let mut ids: Vec<DeviceId> = Vec::new();
+            for n in &d.nodes {
+                for a in device_node::pci_addresses(sysfs_root, n) {
+                    let id = DeviceId::PciAddress(a);
+                    if !ids.contains(&id) {
+                        ids.push(id);
+                    }
+                }
+            }
+            AssignedDevices {
+                variable: format!("CDI device {}", d.name),
+                resource: ResourceHint::Cdi,
+                ids,
+                nodes: d.nodes.clone(),
+            }
+        })
+        .collect();
+    (out, notes)
 }
 
 /// Whether `path` is a pod cgroup parent (or a container's cgroups path)

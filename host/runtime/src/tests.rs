@@ -515,3 +515,59 @@ fn pod_level_resources_are_skipped_as_the_kubelets_static_managers_do() {
         (QosClass::Burstable, QosSource::CgroupParent)
     );
 }
+
+/// A container's CDI devices: named by its annotations or found by its
+/// device nodes, each with its nodes and (where sysfs says) PCI devices;
+/// a privileged container's nodes, other nodes and unknown names are not
+/// taken, and the notes say why.
+#[test]
+fn cdi_devices_by_annotation_and_by_node() {
+    use crate::cdi::CdiSpecs;
+    use topomgr_sdk::DeviceNode;
+    let dir = std::env::temp_dir().join(format!("topomgr-cdi-devices-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (specs_dir, sys) = (dir.join("cdi"), dir.join("sys"));
+    std::fs::create_dir_all(&specs_dir).unwrap();
+    std::fs::write(
+        specs_dir.join("vf.yaml"),
+        "cdiVersion: 0.6.0\nkind: example.org/vf\ndevices:\n- name: a\n  containerEdits:\n    deviceNodes:\n    - {path: /dev/vfio/71, major: 243, minor: 5}\n- name: b\n  containerEdits:\n    deviceNodes:\n    - {path: /dev/vfio/72, major: 243, minor: 6}\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(sys.join("kernel/iommu_groups/71/devices/0000:3b:02.1")).unwrap();
+    let (specs, problems) = CdiSpecs::load(&[specs_dir]);
+    assert!(problems.is_empty(), "{problems:?}");
+    let annotations = BTreeMap::from([(
+        "cdi.k8s.io/claim".to_owned(),
+        "example.org/vf=a,example.org/vf=zz".to_owned(),
+    )]);
+    let b = DeviceNode::new("/dev/vfio/72", "c", 243, 6);
+    let other = DeviceNode::new("/dev/fuse", "c", 10, 229);
+    let (devices, notes) =
+        crate::cdi_devices(&annotations, &[b.clone(), other.clone()], &specs, &sys);
+    assert_eq!(devices.len(), 2, "{devices:?}");
+    assert_eq!(devices[0].variable, "CDI device example.org/vf=a");
+    assert_eq!(
+        devices[0].ids,
+        [DeviceId::PciAddress("0000:3b:02.1".into())]
+    );
+    assert_eq!(
+        devices[0].nodes,
+        [DeviceNode::new("/dev/vfio/71", "c", 243, 5)]
+    );
+    assert_eq!(devices[1].variable, "CDI device example.org/vf=b");
+    assert!(devices[1].ids.is_empty(), "no IOMMU group 72 in sysfs");
+    assert_eq!(devices[1].nodes, [b.clone()]);
+    assert_eq!(
+        notes,
+        ["CDI device example.org/vf=zz (annotation cdi.k8s.io/*) is defined by no spec in the CDI directories"]
+    );
+    // Privileged: every node of the host; only the annotation counts.
+    let kmsg = DeviceNode::new("/dev/kmsg", "c", 1, 11);
+    let (devices, notes) = crate::cdi_devices(&BTreeMap::new(), &[b, kmsg, other], &specs, &sys);
+    assert!(devices.is_empty(), "{devices:?}");
+    assert_eq!(
+        notes,
+        ["the container has /dev/kmsg or /dev/mem (privileged: every host device): its device nodes are not taken for CDI devices"]
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
