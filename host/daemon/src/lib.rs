@@ -320,7 +320,8 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
                     .with_cpu_quota_lift(d.lift_cpu_quota)
                     .with_provider_timeout(d.provider_timeout)
                     .with_kubelet_root(settings.kubelet_root_dir.clone())
-                    .with_cri_socket(settings.cri_socket.clone()),
+                    .with_cri_socket(settings.cri_socket.clone())
+                    .with_cdi(settings.cdi_spec_dirs.clone(), settings.sysfs_root.clone()),
             );
             tokio::spawn(nri::serve(face, settings, stopped(stop_rx.clone())));
         }

@@ -79,6 +79,7 @@ fn prepare(
         policy,
         scope,
         limits: cfg.limits.limits(),
+        align_unknown_devices: cfg.cdi.align_unknown_devices,
         providers,
     })
 }

@@ -362,6 +362,8 @@ pub(crate) struct Prepared {
     pub scope: topomgr_engine::policy::Scope,
     /// The config's `[limits]`.
     pub limits: topomgr_node::state::limits::Limits,
+    /// The config's `cdi.align_unknown_devices`.
+    pub align_unknown_devices: bool,
     /// Every enabled provider built anew, or why it could not be.
     pub providers: Vec<(
         String,
@@ -789,6 +791,9 @@ impl Worker {
         ) {
             Ok(r) => {
                 self.node.set_limits(p.limits);
+                self.node
+                    .admitter_mut()
+                    .set_align_unknown_devices(p.align_unknown_devices);
                 // Everything that shows the machine follows it: the
                 // per-NUMA-node metric series here, the readers' view (and
                 // so the NRI face's memory nodes) at `rebuild_view` below.

@@ -29,8 +29,8 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use topomgr_sdk::{
-    Allocation, AssignedDevicesRequest, ContainerView, HintSet, Machine, PodView, ProviderHints,
-    TopologyHint,
+    Allocation, AssignedDevicesRequest, ContainerView, HintSet, Machine, NumaMask, NumaNodeId,
+    PodView, ProviderHints, ResourceMatch, TopologyHint,
 };
 use tracing::{debug, info, warn};
 
@@ -169,7 +169,18 @@ pub struct Admitter {
     pods: BTreeMap<String, AdmitResult>,
     ledger: Ledger,
     violations: Vec<String>,
+    /// The NUMA node of each PCI device of the machine that has one, for
+    /// CDI devices no provider lists ([`Admitter::add_assigned`]).
+    pci_numa: BTreeMap<String, NumaNodeId>,
+    /// Whether such devices count in the merge (config
+    /// `cdi.align_unknown_devices`; default true).
+    align_unknown_devices: bool,
 }
+
+/// The name under which the hints of CDI devices that no provider lists
+/// enter the merge (not a provider's: names in the config are single
+/// words).
+pub const UNKNOWN_DEVICES: &str = "CDI devices";
 
 /// What every provider's devices physically are, for the ledger (see
 /// [`crate::ledger`]'s Device identity). A provider that cannot say is
@@ -227,7 +238,19 @@ impl Admitter {
             pods: BTreeMap::new(),
             ledger,
             violations: Vec::new(),
+            pci_numa: machine
+                .pci_devices
+                .iter()
+                .filter_map(|d| Some((d.address.clone(), d.numa?)))
+                .collect(),
+            align_unknown_devices: true,
         }
+    }
+
+    /// Whether a CDI device that no provider lists counts in the merge by
+    /// its PCI device's NUMA node (config `cdi.align_unknown_devices`).
+    pub fn set_align_unknown_devices(&mut self, on: bool) {
+        self.align_unknown_devices = on;
     }
 
     /// The policy.
@@ -600,9 +623,17 @@ impl Admitter {
     /// Adds to `hints` (one entry per provider, in order) the hints of the
     /// devices of `request` each provider knows (see
     /// [`Admitter::admit_assigned`]).
+    ///
+    /// A CDI device (a group for every resource, `ResourceMatch::Prefix("")`,
+    /// as the runtime faces make them) that no provider knows counts, when
+    /// [`Admitter::set_align_unknown_devices`] is on, as a device of its own
+    /// under [`UNKNOWN_DEVICES`]: every mask that holds the NUMA nodes of its
+    /// PCI devices, preferred at their number (the kubelet's hints for a
+    /// container that holds exactly those devices). Without a NUMA node it
+    /// says nothing, as a device without topology.
     fn add_assigned(
         &mut self,
-        hints: &mut [(String, ProviderHints)],
+        hints: &mut Vec<(String, ProviderHints)>,
         request: &AssignedDevicesRequest,
     ) -> Result<(), Rejection> {
         if request.is_empty() {
@@ -625,11 +656,44 @@ impl Admitter {
                     .insert(resource, found.hints);
             }
         }
+        let any = ResourceMatch::Prefix(String::new());
+        let mut unknown: BTreeMap<String, Option<HintSet>> = BTreeMap::new();
         for group in &request.devices {
+            if group.resource == any {
+                let named = group
+                    .ids
+                    .iter()
+                    .map(ToString::to_string)
+                    .chain(group.nodes.iter().map(|n| n.path.clone()));
+                if named.clone().any(|n| known.contains(&n)) {
+                    continue;
+                }
+                let addresses: Vec<String> = group.ids.iter().map(ToString::to_string).collect();
+                let mask: NumaMask = addresses
+                    .iter()
+                    .filter_map(|a| self.pci_numa.get(a).copied())
+                    .collect();
+                if self.align_unknown_devices && !mask.is_empty() {
+                    info!(source = %group.source, devices = %addresses.join(","), numa = %mask,
+                        "no provider lists this CDI device; aligning with the NUMA node of its PCI device");
+                    unknown.insert(
+                        format!("{} ({})", group.source, addresses.join(", ")),
+                        Some(HintSet::upward_closed(vec![mask], mask.len() as u32)),
+                    );
+                } else {
+                    warn!(source = %group.source, devices = %named.collect::<Vec<_>>().join(","),
+                        align_unknown_devices = self.align_unknown_devices,
+                        "no provider lists this CDI device and it is not aligned with (no PCI device with a NUMA node, or cdi.align_unknown_devices = false)");
+                }
+                continue;
+            }
             for r in group.ids.iter().filter(|r| !known.contains(&r.to_string())) {
                 warn!(source = %group.source, device = %r,
                     "no provider knows this device the container holds; its CPUs and memory are not aligned with it");
             }
+        }
+        if !unknown.is_empty() {
+            hints.push((UNKNOWN_DEVICES.to_owned(), Some(unknown)));
         }
         Ok(())
     }
@@ -1700,6 +1764,131 @@ mod tests {
             asked.lock().unwrap().len(),
             1,
             "no assigned devices, no call"
+        );
+    }
+
+    /// CDI devices (DRA) that no provider lists count by their PCI
+    /// device's NUMA node: a container with one on node 1 gets node 1; one
+    /// whose devices span both nodes is refused under single-numa-node,
+    /// the message naming the devices; with the switch off they are only
+    /// logged; a device a provider lists is the provider's alone.
+    #[test]
+    fn cdi_devices_no_provider_lists_count_by_their_pci_numa_node() {
+        use topomgr_sdk::{AssignedDevices as Group, DeviceNode, DeviceRef, PciDevice};
+        let base = topomgr_sdk::testkit::machine(2, 4);
+        let machine = Machine::new(
+            base.numa_nodes.clone(),
+            base.cpus.clone(),
+            vec![
+                PciDevice::new(
+                    "0000:17:00.0",
+                    "0x15b3",
+                    "0x101d",
+                    "0x020000",
+                    Some(0.into()),
+                ),
+                PciDevice::new(
+                    "0000:af:00.0",
+                    "0x15b3",
+                    "0x101d",
+                    "0x020000",
+                    Some(1.into()),
+                ),
+            ],
+        );
+        let log: Log = Default::default();
+        let cpu = fake(
+            "cpu",
+            &[(
+                "app",
+                hints(&[(&[0], true), (&[1], true), (&[0, 1], false)]),
+            )],
+            None,
+            &log,
+        );
+        let numa = NumaInfo::new(vec![0, 1], None).unwrap();
+        let mut adm = Admitter::new(
+            &machine,
+            Policy::new("single-numa-node", &BTreeMap::new(), numa).unwrap(),
+            Scope::Container,
+            vec![cpu],
+        );
+        let cdi = |name: &str, addresses: &[&str]| {
+            Group::new(
+                format!("CDI device example.org/nic={name}"),
+                ResourceMatch::Prefix(String::new()),
+                addresses
+                    .iter()
+                    .map(|a| DeviceRef::PciAddress((*a).to_owned()))
+                    .collect(),
+            )
+            .with_nodes(vec![DeviceNode::new(
+                format!("/dev/infiniband/{name}"),
+                "c",
+                231,
+                1,
+            )])
+        };
+        let pod = |uid: &str| {
+            PodView::new(uid, uid, "default", QosClass::Guaranteed)
+                .with_containers(vec![container("app", false)])
+        };
+        let with = |groups: Vec<Group>| {
+            AssignedDevices::from([("app".to_owned(), AssignedDevicesRequest::new(groups))])
+        };
+        let mut trace = Vec::new();
+        let r = adm.admit_assigned(
+            &pod("on-1"),
+            &with(vec![cdi("a", &["0000:af:00.0"])]),
+            &mut trace,
+        );
+        assert!(r.admitted, "{r:?}");
+        assert_eq!(
+            r.containers[0].hint,
+            TopologyHint::new(NumaMask::single(1.into()), true)
+        );
+        assert_eq!(trace[0].hints[1].0, UNKNOWN_DEVICES);
+        assert!(trace[0].hints[1]
+            .1
+            .as_ref()
+            .unwrap()
+            .contains_key("CDI device example.org/nic=a (0000:af:00.0)"));
+
+        let r = adm.admit_assigned(
+            &pod("spans"),
+            &with(vec![
+                cdi("a", &["0000:af:00.0"]),
+                cdi("b", &["0000:17:00.0"]),
+            ]),
+            &mut Vec::new(),
+        );
+        assert!(!r.admitted);
+        let message = r.message.clone().unwrap_or_default();
+        assert_eq!(
+            r.reason.as_deref(),
+            Some(TOPOLOGY_AFFINITY_ERROR),
+            "{message}"
+        );
+        assert!(
+            message.contains("CDI device example.org/nic=a (0000:af:00.0)")
+                && message.contains("CDI device example.org/nic=b (0000:17:00.0)"),
+            "{message}"
+        );
+
+        adm.set_align_unknown_devices(false);
+        let r = adm.admit_assigned(
+            &pod("off"),
+            &with(vec![
+                cdi("a", &["0000:af:00.0"]),
+                cdi("b", &["0000:17:00.0"]),
+            ]),
+            &mut Vec::new(),
+        );
+        assert!(r.admitted, "{r:?}");
+        assert_eq!(
+            r.containers[0].hint,
+            TopologyHint::new(NumaMask::single(0.into()), true),
+            "the CPU provider alone decides"
         );
     }
 

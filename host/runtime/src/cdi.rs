@@ -40,10 +40,6 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use topomgr_sdk::DeviceNode;
 
-/// The directories the CDI registry reads by default, lowest priority
-/// first.
-pub const DEFAULT_SPEC_DIRS: [&str; 2] = ["/etc/cdi", "/var/run/cdi"];
-
 /// The prefix of the annotations that name a container's CDI devices.
 pub const ANNOTATION_PREFIX: &str = "cdi.k8s.io/";
 

@@ -96,6 +96,8 @@ pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
             plugin_index: cfg.nri.plugin_index.clone(),
             kubelet_root_dir: cfg.nri.kubelet_root_dir.clone(),
             cri_socket: cfg.nri.cri_socket.clone(),
+            cdi_spec_dirs: cfg.cdi.spec_dirs.clone(),
+            sysfs_root: cfg.sysfs_root.clone(),
         }),
         reload: Some(daemon::Reload {
             source: std::sync::Arc::new(Reread {

@@ -9,6 +9,63 @@ use topomgr_nri::api;
 use topomgr_runtime::{self as resources, ContainerSpec, Mapping, MappingError};
 use topomgr_sdk::{AssignedDevices, AssignedDevicesRequest, DeviceRef, ResourceMatch};
 
+/// Where a container's CDI devices are found: the CDI spec directories
+/// (none: CDI devices are not looked for) and the sysfs root their nodes
+/// are mapped to PCI devices under ([`topomgr_runtime::cdi_devices`]).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CdiSource {
+    pub spec_dirs: Vec<std::path::PathBuf>,
+    pub sysfs_root: std::path::PathBuf,
+}
+
+impl CdiSource {
+    /// The CDI devices of `container` (`who` names it in logs). The specs
+    /// are read at each call: DRA drivers write a claim's spec just before
+    /// its containers are created.
+    pub(crate) fn devices(
+        &self,
+        who: &str,
+        container: &api::Container,
+    ) -> Vec<topomgr_runtime::AssignedDevices> {
+        if self.spec_dirs.is_empty() {
+            return Vec::new();
+        }
+        let nodes: Vec<topomgr_sdk::DeviceNode> = container
+            .linux
+            .iter()
+            .flat_map(|l| &l.devices)
+            .filter_map(|d| {
+                Some(topomgr_sdk::DeviceNode::new(
+                    d.path.clone(),
+                    d.r#type.clone(),
+                    u32::try_from(d.major).ok()?,
+                    u32::try_from(d.minor).ok()?,
+                ))
+            })
+            .collect();
+        let names_cdi = container
+            .annotations
+            .keys()
+            .any(|k| k.starts_with(topomgr_runtime::cdi::ANNOTATION_PREFIX));
+        if nodes.is_empty() && !names_cdi {
+            return Vec::new();
+        }
+        let (specs, problems) = topomgr_runtime::cdi::CdiSpecs::load(&self.spec_dirs);
+        for p in problems {
+            tracing::warn!(container = %who, "{p}");
+        }
+        let (devices, notes) =
+            topomgr_runtime::cdi_devices(&container.annotations, &nodes, &specs, &self.sysfs_root);
+        for n in notes {
+            tracing::warn!(container = %who, "{n}");
+        }
+        for d in &devices {
+            tracing::info!(container = %who, device = %d.variable, pci = ?d.ids, nodes = d.nodes.len(), "the container was given a CDI device");
+        }
+        devices
+    }
+}
+
 /// The pod as `topomgr_runtime` reads it.
 pub(crate) fn sandbox(pod: &api::PodSandbox) -> topomgr_runtime::PodSandbox {
     topomgr_runtime::PodSandbox {
@@ -135,6 +192,10 @@ pub(crate) fn assigned(devices: &[topomgr_runtime::AssignedDevices]) -> Assigned
                     topomgr_runtime::ResourceHint::PciDevice { env_name } => {
                         ResourceMatch::EnvName(env_name.clone())
                     }
+                    // Every resource: whichever provider lists the device
+                    // (the engine's fallback for CDI devices no provider
+                    // lists keys on this).
+                    topomgr_runtime::ResourceHint::Cdi => ResourceMatch::Prefix(String::new()),
                 };
                 let ids = d
                     .ids
@@ -147,7 +208,7 @@ pub(crate) fn assigned(devices: &[topomgr_runtime::AssignedDevices]) -> Assigned
                         }
                     })
                     .collect();
-                AssignedDevices::new(d.variable.clone(), resource, ids)
+                AssignedDevices::new(d.variable.clone(), resource, ids).with_nodes(d.nodes.clone())
             })
             .collect(),
     )

@@ -17,7 +17,7 @@ use topomgr_nri::api::{
     LinuxResources, PodSandbox, UpdateContainerResponse,
 };
 use topomgr_nri::{HandlerResult, Plugin, PluginError, RuntimeClient};
-use topomgr_runtime::Mapping;
+use topomgr_runtime::{Mapping, MappingError};
 use tracing::{debug, info, warn};
 
 use super::budget;
@@ -52,6 +52,8 @@ pub struct Face {
     kubelet: KubeletCheck,
     /// How the follower's cpusets reach the runtime ([`super::cri`]).
     cri: CriRoute,
+    /// Where containers' CDI devices are found ([`Face::with_cdi`]).
+    cdi: convert::CdiSource,
 }
 
 /// The NRI container owner of container `id`.
@@ -137,7 +139,34 @@ impl Face {
             provider_timeout: None,
             kubelet: KubeletCheck::default(),
             cri: CriRoute::new(Route::Nri),
+            cdi: convert::CdiSource::default(),
         }
+    }
+
+    /// Looks for each container's CDI devices through the spec files of
+    /// `spec_dirs`, their nodes mapped to PCI devices under `sysfs_root`
+    /// (config `[cdi] spec_dirs`, `sysfs_root`).
+    pub(crate) fn with_cdi(
+        mut self,
+        spec_dirs: Vec<std::path::PathBuf>,
+        sysfs_root: std::path::PathBuf,
+    ) -> Face {
+        self.cdi = convert::CdiSource {
+            spec_dirs,
+            sysfs_root,
+        };
+        self
+    }
+
+    /// What topomgr does with `container` of `pod`: [`convert::map`], and
+    /// for a container to admit, its CDI devices too.
+    fn map(&self, pod: &PodSandbox, container: &Container) -> Result<Mapping, MappingError> {
+        let mut mapping = convert::map(pod, container)?;
+        if let Mapping::Admit(r) = &mut mapping {
+            r.devices
+                .extend(self.cdi.devices(&who(pod, container), container));
+        }
+        Ok(mapping)
     }
 
     /// Sends the follower's cpusets through the runtime's CRI socket
@@ -267,7 +296,7 @@ impl Face {
         container: Container,
     ) -> HandlerResult<CreateContainerResponse> {
         let name = who(&pod, &container);
-        let request = match convert::map(&pod, &container) {
+        let request = match self.map(&pod, &container) {
             Ok(Mapping::Admit(r)) => r,
             Ok(m @ Mapping::Leave(_)) => {
                 if let Some(pinned) = kubelet::pinned(&pod, &container, &m) {
@@ -398,7 +427,7 @@ impl Face {
         let resized = resources.and_then(|r| {
             let mut next = container.clone();
             convert::overlay_resources(&mut next, &r);
-            match convert::map(&pod, &next) {
+            match self.map(&pod, &next) {
                 Ok(Mapping::Admit(a)) => Some(Box::new(a.pod.view)),
                 _ => None,
             }
@@ -491,7 +520,7 @@ impl Face {
             };
             let name = who(pod, c);
             let mut pinned = None;
-            let admit = match convert::map(pod, c) {
+            let admit = match self.map(pod, c) {
                 Ok(Mapping::Admit(r)) => {
                     Some((r.pod.view, owner(&c.id), convert::assigned(&r.devices)))
                 }
@@ -597,7 +626,7 @@ impl Face {
                 cpu.cpus.clear();
                 cpu.mems.clear();
             }
-            match convert::map(&pod, &bare) {
+            match self.map(&pod, &bare) {
                 Ok(Mapping::Admit(r)) => Some(Box::new((
                     r.pod.view,
                     owner(&container.id),

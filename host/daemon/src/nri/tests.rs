@@ -167,10 +167,19 @@ impl Drop for World {
 }
 
 fn world(tag: &str) -> World {
+    world_with(tag, topomgr_sdk::testkit::machine(2, 2), |f, _| f)
+}
+
+/// [`world`] on `machine`, its face set up by `face` (given the world's
+/// directory).
+fn world_with(
+    tag: &str,
+    machine: topomgr_sdk::Machine,
+    face: impl FnOnce(Face, &std::path::Path) -> Face,
+) -> World {
     let dir = std::env::temp_dir().join(format!("topomgr-nri-face-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let machine = topomgr_sdk::testkit::machine(2, 2);
     let held = Held::default();
     let numa = NumaInfo::new(vec![0, 1], None).unwrap();
     let policy = Policy::new("single-numa-node", &BTreeMap::new(), numa).unwrap();
@@ -192,9 +201,12 @@ fn world(tag: &str) -> World {
     let metrics = Arc::new(Metrics::new());
     let (state, _) =
         StateThread::start(admitter, &machine, settings, Arc::clone(&metrics)).unwrap();
-    let face = Arc::new(Face::new(
-        state.clone(),
-        NriStatus::enabled("/run/nri.sock".as_ref(), None),
+    let face = Arc::new(face(
+        Face::new(
+            state.clone(),
+            NriStatus::enabled("/run/nri.sock".as_ref(), None),
+        ),
+        &dir,
     ));
     World {
         face,
@@ -411,6 +423,106 @@ async fn guaranteed_burstable_refused_and_stopped_containers() {
     assert!(!w.state.read(|v| v.pods.contains_key("g2")));
     assert!(w.held.lock().unwrap().is_empty());
     assert_eq!(w.face.status().health().containers, 1);
+}
+
+/// Issue 35: CDI devices (a DRA driver's) on node 1 of a two-node machine,
+/// found by the container's device nodes through the CDI specs and sysfs,
+/// put its CPUs on node 1; devices on both nodes are refused under
+/// single-numa-node, the message naming them. No provider lists them: the
+/// PCI devices' NUMA nodes count.
+#[tokio::test]
+async fn cdi_devices_put_a_container_on_their_numa_node() {
+    use topomgr_nri::api::LinuxDevice;
+    use topomgr_sdk::PciDevice;
+    let base = topomgr_sdk::testkit::machine(2, 2);
+    let machine = topomgr_sdk::Machine::new(
+        base.numa_nodes.clone(),
+        base.cpus.clone(),
+        vec![
+            PciDevice::new(
+                "0000:17:00.0",
+                "0x15b3",
+                "0x101d",
+                "0x020000",
+                Some(0.into()),
+            ),
+            PciDevice::new(
+                "0000:af:00.0",
+                "0x15b3",
+                "0x101d",
+                "0x020000",
+                Some(1.into()),
+            ),
+        ],
+    );
+    let w = world_with("cdi", machine, |f, dir| {
+        let (cdi, sys) = (dir.join("cdi"), dir.join("sys"));
+        std::fs::create_dir_all(&cdi).unwrap();
+        std::fs::write(
+            cdi.join("nic.yaml"),
+            "cdiVersion: 0.6.0\nkind: example.org/nic\ndevices:\n\
+             - name: a\n  containerEdits:\n    deviceNodes:\n    - {path: /dev/infiniband/uverbs0, major: 231, minor: 192}\n\
+             - name: b\n  containerEdits:\n    deviceNodes:\n    - {path: /dev/infiniband/uverbs1, major: 231, minor: 193}\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(sys.join("dev/char")).unwrap();
+        for (minor, pci) in [(192, "0000:af:00.0"), (193, "0000:17:00.0")] {
+            let class = sys.join(format!(
+                "devices/pci0000:00/{pci}/infiniband_verbs/uverbs{minor}"
+            ));
+            std::fs::create_dir_all(&class).unwrap();
+            std::os::unix::fs::symlink(&class, sys.join(format!("dev/char/231:{minor}"))).unwrap();
+        }
+        f.with_cdi(vec![dir.join("absent"), cdi], sys)
+    });
+    let g = pod("1", "g");
+    let node = |minor: i64| LinuxDevice {
+        path: format!("/dev/infiniband/uverbs{}", minor - 192),
+        r#type: "c".into(),
+        major: 231,
+        minor,
+        ..Default::default()
+    };
+    let with_devices = |id: &str, minors: &[i64]| {
+        let mut c = container(id, &g, 1000, 1000);
+        c.linux.as_mut().unwrap().devices = minors.iter().map(|&m| node(m)).collect();
+        c
+    };
+    // Without devices the CPU provider's first choice: node 0 (CPU 1).
+    // With device a (node 1): CPU 2 or 3, memory node 1.
+    let on_1 = w
+        .face
+        .create(g.clone(), with_devices("g1", &[192]))
+        .await
+        .unwrap();
+    assert_eq!(cpuset_of(&on_1), ("2", "1"));
+    w.check();
+    // Devices a and b span both nodes: refused, naming them.
+    let err = w
+        .face
+        .create(g.clone(), with_devices("g2", &[192, 193]))
+        .await
+        .unwrap_err();
+    let message = err.message();
+    assert!(
+        message.starts_with("topomgr: TopologyAffinityError: ")
+            && message.contains("CDI device example.org/nic=a (0000:af:00.0)")
+            && message.contains("CDI device example.org/nic=b (0000:17:00.0)"),
+        "{message}"
+    );
+    assert!(!w.state.read(|v| v.pods.contains_key("g2")), "nothing held");
+    // A node of no CDI device says nothing: node 0 as without devices.
+    let mut other = with_devices("g3", &[]);
+    other.linux.as_mut().unwrap().devices = vec![LinuxDevice {
+        path: "/dev/fuse".into(),
+        r#type: "c".into(),
+        major: 10,
+        minor: 229,
+        ..Default::default()
+    }];
+    let plain = w.face.create(g.clone(), other).await.unwrap();
+    assert_eq!(cpuset_of(&plain).0, "1");
+    w.check();
 }
 
 #[tokio::test]
@@ -632,6 +744,7 @@ async fn the_face_follows_a_reload_onto_a_changed_machine() {
         policy: Policy::new("single-numa-node", &BTreeMap::new(), numa).unwrap(),
         scope: Scope::Container,
         limits: Default::default(),
+        align_unknown_devices: true,
         providers: vec![(
             "cpu".to_owned(),
             Ok(LoadedProvider::in_process("cpu", cpu_provider(&w.held))),

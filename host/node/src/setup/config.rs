@@ -146,6 +146,9 @@ pub struct HostConfig {
     /// The `[limits]` table: how many pods and containers the node holds.
     #[serde(default)]
     pub limits: LimitsConfig,
+    /// The `[cdi]` table: the devices CDI gives containers (runtime faces).
+    #[serde(default)]
+    pub cdi: CdiConfig,
     /// The files read, in the order they were applied.
     #[serde(skip)]
     pub files: Vec<PathBuf>,
@@ -236,6 +239,32 @@ pub struct LimitsConfig {
         deserialize_with = "count"
     )]
     pub max_containers_per_pod: usize,
+}
+
+/// The `[cdi]` table: where the runtime faces (NRI, the OCI hook) find the
+/// CDI devices a container was given (DRA drivers, CDI-enabled device
+/// plugins), to align its CPUs and memory with them
+/// (`topomgr_runtime::cdi`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CdiConfig {
+    /// The CDI spec directories the runtime reads, lowest priority first
+    /// (default `/etc/cdi`, `/var/run/cdi`, as containerd, CRI-O and
+    /// Podman; relative paths resolve against the main file's directory).
+    #[serde(default = "defaults::cdi_spec_dirs")]
+    pub spec_dirs: Vec<PathBuf>,
+    /// Whether a CDI device that no provider lists still counts in the
+    /// merge, by the NUMA node sysfs gives its PCI device (default true);
+    /// false: only the providers' devices count, the others are logged.
+    #[serde(default = "defaults::yes")]
+    pub align_unknown_devices: bool,
+}
+
+impl Default for CdiConfig {
+    /// Every `[cdi]` key at its default.
+    fn default() -> Self {
+        CdiConfig::deserialize(toml::Table::new()).expect("every key has a default")
+    }
 }
 
 impl Default for LimitsConfig {
@@ -383,6 +412,13 @@ mod defaults {
     pub(super) fn nri_plugin_name() -> String {
         super::DEFAULT_NRI_PLUGIN_NAME.to_owned()
     }
+    pub(super) fn cdi_spec_dirs() -> Vec<PathBuf> {
+        ["/etc/cdi", "/var/run/cdi"]
+            .iter()
+            .map(PathBuf::from)
+            .collect()
+    }
+
     pub(super) fn kubelet_root_dir() -> PathBuf {
         PathBuf::from("/var/lib/kubelet")
     }
@@ -460,6 +496,7 @@ impl HostConfig {
         join(&mut self.nri.socket);
         join(&mut self.nri.kubelet_root_dir);
         self.nri.cri_socket.iter_mut().for_each(join);
+        self.cdi.spec_dirs.iter_mut().for_each(join);
         for p in self.providers.values_mut() {
             if is_path(&p.library) {
                 p.library = base.join(&p.library).to_string_lossy().into_owned();
@@ -1301,7 +1338,7 @@ nested = { a = 1, b = [1, 2] }
             (
                 "polcy = \"none\"\n",
                 "line 1: polcy: unknown field `polcy`, expected one of `policy`, `scope`, `plugins_d`, `plugin_dirs`, \
-                 `sysfs_root`, `cgroup_root`, `state_dir`, `node_name`, `export_file`, `policy_options`, `disable_cpu_quota_with_exclusive_cpus`, `providers`, `daemon`, `nri`, `limits`",
+                 `sysfs_root`, `cgroup_root`, `state_dir`, `node_name`, `export_file`, `policy_options`, `disable_cpu_quota_with_exclusive_cpus`, `providers`, `daemon`, `nri`, `limits`, `cdi`",
             ),
             (
                 "[policy_options]\nprefer-closest-numa-nodes = true\n",
@@ -1715,5 +1752,34 @@ metrics_address = \"127.0.0.1:9337\"\n",
                 cri_socket: Some(d.0.join("run/cri.sock")),
             }
         );
+    }
+
+    #[test]
+    fn the_cdi_table_has_the_runtimes_directories_by_default() {
+        let d = Dir::new("cdi");
+        let main = d.write("topomgr.toml", "");
+        assert_eq!(
+            load_with_env(&main, &no_env).unwrap().cdi,
+            CdiConfig {
+                spec_dirs: vec![PathBuf::from("/etc/cdi"), PathBuf::from("/var/run/cdi")],
+                align_unknown_devices: true,
+            }
+        );
+        d.write(
+            "topomgr.toml",
+            "[cdi]\nspec_dirs = [\"cdi\", \"/run/cdi\"]\nalign_unknown_devices = false\n",
+        );
+        assert_eq!(
+            load_with_env(&main, &no_env).unwrap().cdi,
+            CdiConfig {
+                spec_dirs: vec![d.0.join("cdi"), PathBuf::from("/run/cdi")],
+                align_unknown_devices: false,
+            }
+        );
+        d.write("topomgr.toml", "[cdi]\nspec_dir = \"/etc/cdi\"\n");
+        assert!(load_with_env(&main, &no_env)
+            .unwrap_err()
+            .to_string()
+            .contains("cdi.spec_dir: unknown field `spec_dir`, expected `spec_dirs` or `align_unknown_devices`"));
     }
 }

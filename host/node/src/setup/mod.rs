@@ -287,7 +287,9 @@ fn admitter_from_config(cfg: &HostConfig, machine: &Machine) -> Result<Admitter,
         .into_iter()
         .map(|p| with_deadline(cfg, p))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Admitter::new(machine, parts.policy, parts.scope, providers))
+    let mut admitter = Admitter::new(machine, parts.policy, parts.scope, providers);
+    admitter.set_align_unknown_devices(cfg.cdi.align_unknown_devices);
+    Ok(admitter)
 }
 
 /// A node state over an admitter of [`AdmitterParts::from_config`] whose
