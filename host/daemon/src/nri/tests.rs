@@ -504,11 +504,13 @@ async fn cdi_devices_put_a_container_on_their_numa_node() {
         .await
         .unwrap_err();
     let message = err.message();
-    assert!(
-        message.starts_with("topomgr: TopologyAffinityError: ")
-            && message.contains("CDI device example.org/nic=a (0000:af:00.0)")
-            && message.contains("CDI device example.org/nic=b (0000:17:00.0)"),
-        "{message}"
+    assert_eq!(
+        message,
+        "topomgr: TopologyAffinityError: Resources cannot be allocated with Topology Locality: \
+         container \"ctr-g2\" needs every resource on one common NUMA node (policy single-numa-node); \
+         cpu (cpu): preferred on {0} or {1}; \
+         CDI device example.org/nic=a (0000:af:00.0) (CDI devices): fits on {1} or larger (preferred at 1 node(s)); \
+         CDI device example.org/nic=b (0000:17:00.0) (CDI devices): fits on {0} or larger (preferred at 1 node(s))"
     );
     assert!(!w.state.read(|v| v.pods.contains_key("g2")), "nothing held");
     // A node of no CDI device says nothing: node 0 as without devices.
