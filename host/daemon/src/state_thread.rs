@@ -1310,6 +1310,7 @@ impl Worker {
                             .first()
                             .map(|c| c.name.clone())
                             .unwrap_or_default();
+                        self.trace_untraced(&id);
                         let mut trace = topomgr_engine::admission::ResizeTrace::default();
                         let outcome = self.node.resize_traced(&id, &name, *new, &mut trace);
                         self.resize_traces.push((
@@ -1559,6 +1560,28 @@ impl Worker {
             .admission(r, policy, scope, start.elapsed(), known);
         for provider in self.node.admitter_mut().take_violations() {
             self.metrics.ledger_violation(&provider);
+        }
+    }
+
+    /// Pod `uid` is admitted without a kept trace (before this daemon
+    /// started): keep one without decisions (no steps, as a what-if answers
+    /// it), so that its resizes can be shown.
+    fn trace_untraced(&mut self, uid: &str) {
+        if self.traces.iter().any(|t| t.result.pod.uid == uid) {
+            return;
+        }
+        let kept = self
+            .view
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .explains
+            .has_admission(uid);
+        if let (false, Some(held)) = (kept, self.node.pods().get(uid)) {
+            self.traces.push(topomgr_engine::explain::Traced {
+                setting: Arc::clone(&self.setting),
+                result: held.clone(),
+                trace: Vec::new(),
+            });
         }
     }
 

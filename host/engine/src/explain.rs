@@ -374,6 +374,12 @@ impl History {
         }
     }
 
+    /// Whether admitted pod `uid`'s admission trace is kept (not: it was
+    /// admitted before the daemon started).
+    pub fn has_admission(&self, uid: &str) -> bool {
+        self.admitted.contains_key(uid)
+    }
+
     /// Remember one resize (done or refused) of admitted pod `uid`,
     /// shown with its admission's trace; the oldest beyond
     /// [`RESIZES_KEPT`] is dropped.
