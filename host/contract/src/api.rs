@@ -36,7 +36,10 @@ use topomgr_sdk::{CpuSet, NumaMask, PodView, ProviderHints, QosClass};
 
 use crate::owner::{ContainerRuntime, Owner};
 
-pub use crate::explain::{Explain, ExplainStep, MergeSummary};
+pub use crate::explain::{
+    Amount, CpuChange, Explain, ExplainResize, ExplainStep, MergeSummary, Placement,
+    ProviderResize, ResizeAnswer, ResourceChange,
+};
 pub use crate::nrt::NodeResourceTopology;
 pub use topomgr_sdk::Machine;
 

@@ -537,6 +537,8 @@ struct Worker {
     setting: Arc<topomgr_engine::explain::Setting>,
     /// Traces of this batch, published with it.
     traces: Vec<topomgr_engine::explain::Traced>,
+    /// Traces of this batch's resizes (pod uid, trace), published with it.
+    resize_traces: Vec<(String, topomgr_engine::explain::ExplainResize)>,
     store: Store,
     metrics: Arc<Metrics>,
     failure: Option<String>,
@@ -640,6 +642,7 @@ impl StateThread {
             export: settings.export.clone(),
             setting,
             traces: Vec::new(),
+            resize_traces: Vec::new(),
             store,
             metrics,
             failure: None,
@@ -734,6 +737,15 @@ impl Worker {
                         for (_, result, changed) in &mut answers {
                             if *changed {
                                 *result = Err(CommandError::Unavailable(msg.clone()));
+                            }
+                        }
+                        // The batch's resizes are undone with it.
+                        for (_, r) in &mut self.resize_traces {
+                            if r.done {
+                                r.done = false;
+                                r.after = None;
+                                r.reason = Some("StateNotSaved".to_owned());
+                                r.message = Some(msg.clone());
                             }
                         }
                         self.rollback();
@@ -1350,7 +1362,14 @@ impl Worker {
                             .first()
                             .map(|c| c.name.clone())
                             .unwrap_or_default();
-                        match self.node.resize(&id, &name, *new) {
+                        self.trace_untraced(&id);
+                        let mut trace = topomgr_engine::admission::ResizeTrace::default();
+                        let outcome = self.node.resize_traced(&id, &name, *new, &mut trace);
+                        self.resize_traces.push((
+                            id.clone(),
+                            topomgr_engine::explain::resize(&trace, outcome.as_ref()),
+                        ));
+                        match outcome {
                             Ok(r) => {
                                 info!(container = %id, cpus = %r.containers.first().map(|c| c.allocation.cpus.to_string()).unwrap_or_default(), "resized in place");
                                 self.metrics.resize("done");
@@ -1596,6 +1615,28 @@ impl Worker {
         }
     }
 
+    /// Pod `uid` is admitted without a kept trace (before this daemon
+    /// started): keep one without decisions (no steps, as a what-if answers
+    /// it), so that its resizes can be shown.
+    fn trace_untraced(&mut self, uid: &str) {
+        if self.traces.iter().any(|t| t.result.pod.uid == uid) {
+            return;
+        }
+        let kept = self
+            .view
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .explains
+            .has_admission(uid);
+        if let (false, Some(held)) = (kept, self.node.pods().get(uid)) {
+            self.traces.push(topomgr_engine::explain::Traced {
+                setting: Arc::clone(&self.setting),
+                result: held.clone(),
+                trace: Vec::new(),
+            });
+        }
+    }
+
     /// Release the pods owned by containers of `runtime` that `existing`
     /// lacks; (released container ids, kept container ids).
     fn reconcile_containers(
@@ -1706,6 +1747,9 @@ impl Worker {
         }
         for traced in self.traces.drain(..) {
             view.explains.record(traced);
+        }
+        for (uid, resize) in self.resize_traces.drain(..) {
+            view.explains.record_resize(&uid, resize);
         }
         let pods = &view.pods;
         view.explains.retain_admitted(|uid| pods.contains_key(uid));

@@ -968,6 +968,44 @@ impl Admitter {
     }
 }
 
+/// What one provider answered to a resize ([`ResizeTrace`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResizeStep {
+    /// Its new allocation.
+    Resized(Allocation),
+    /// `None`: it does not resize and keeps its part.
+    DoesNotResize,
+    /// It refused.
+    Refused {
+        /// Its reason.
+        reason: String,
+        /// Its message.
+        message: String,
+    },
+    /// Not asked: an earlier provider refused.
+    NotAsked,
+    /// Not asked: the provider is held.
+    Held,
+}
+
+/// The trace of one resize ([`Admitter::resize_traced`]): the container,
+/// its resources before and after, what it held, each provider's answer
+/// in provider order. Left at what it got when the resize is refused
+/// before the providers are asked.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResizeTrace {
+    /// The container.
+    pub container: String,
+    /// The container as admitted (or last resized).
+    pub before: Option<ContainerView>,
+    /// The container as asked.
+    pub after: Option<ContainerView>,
+    /// What it held.
+    pub current: Allocation,
+    /// (provider, its answer), in provider order.
+    pub providers: Vec<(String, ResizeStep)>,
+}
+
 /// Why an in-place resize was refused ([`Admitter::resize`]): nothing
 /// changed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -995,6 +1033,20 @@ impl Admitter {
         name: &str,
         pod: PodView,
     ) -> Result<AdmitResult, ResizeRefusal> {
+        self.resize_traced(uid, name, pod, &mut ResizeTrace::default())
+    }
+
+    /// [`Admitter::resize`], recording into `trace` what was asked and
+    /// what each provider answered (for `explain`, issue 33).
+    pub fn resize_traced(
+        &mut self,
+        uid: &str,
+        name: &str,
+        pod: PodView,
+        trace: &mut ResizeTrace,
+    ) -> Result<AdmitResult, ResizeRefusal> {
+        trace.container = name.to_owned();
+        trace.providers.clear();
         let refuse = |reason: &str, message: String| ResizeRefusal {
             reason: reason.to_owned(),
             message,
@@ -1030,6 +1082,9 @@ impl Admitter {
                 ))
             }
         };
+        trace.before = Some(old.clone());
+        trace.after = Some(new.clone());
+        trace.current = held.containers[index].allocation.clone();
         let extended = |c: &ContainerView| -> Vec<(String, u64)> {
             c.requests
                 .iter()
@@ -1051,9 +1106,30 @@ impl Admitter {
         let mut failure = None;
         for (i, p) in self.providers.iter_mut().enumerate() {
             if self.held[i].is_some() {
+                trace
+                    .providers
+                    .push((p.name().to_owned(), ResizeStep::Held));
                 continue;
             }
-            match p.resize(&pod, &new, &current, &hint) {
+            if failure.is_some() {
+                trace
+                    .providers
+                    .push((p.name().to_owned(), ResizeStep::NotAsked));
+                continue;
+            }
+            let answer = p.resize(&pod, &new, &current, &hint);
+            trace.providers.push((
+                p.name().to_owned(),
+                match &answer {
+                    Ok(None) => ResizeStep::DoesNotResize,
+                    Ok(Some(a)) => ResizeStep::Resized(a.clone()),
+                    Err(e) => ResizeStep::Refused {
+                        reason: e.reason.clone(),
+                        message: e.message.clone(),
+                    },
+                },
+            ));
+            match answer {
                 Ok(None) => {}
                 Ok(Some(a)) => {
                     if a.devices != current.devices && !a.devices.is_empty() {
@@ -1062,7 +1138,7 @@ impl Admitter {
                             format!("provider {:?} changed the devices of container {name:?} in a resize; devices cannot be resized", p.name()),
                         ));
                         resized.push((i, a));
-                        break;
+                        continue;
                     }
                     if let Err(v) =
                         self.ledger
@@ -1070,7 +1146,7 @@ impl Admitter {
                     {
                         failure = Some(refuse(UNEXPECTED_ADMISSION_ERROR, v.message));
                         resized.push((i, a));
-                        break;
+                        continue;
                     }
                     if !a.cpus.is_empty() {
                         merged.cpus = a.cpus.clone();
@@ -1086,7 +1162,6 @@ impl Admitter {
                         &e.reason,
                         format!("provider {:?}: {}", p.name(), e.message),
                     ));
-                    break;
                 }
             }
         }
@@ -2209,6 +2284,127 @@ mod tests {
                 .contains("extended resources (devices) cannot be resized"),
             "{err:?}"
         );
+    }
+
+    /// A resize's trace (issue 33, `explain`): what was asked, each
+    /// provider's answer with the CPUs kept, added and given back, and the
+    /// outcome; a refusal names the refusing provider, those after it are
+    /// not asked, and the container keeps what it held.
+    #[test]
+    fn a_resize_is_traced_with_each_providers_answer() {
+        use topomgr_contract::explain::ResizeAnswer;
+        let node0 = NumaMask::from(topomgr_sdk::NumaNodeId::from(0u8));
+        let cpu = FakeProvider::new()
+            .with_allocate(|_, _, _| Ok(exclusive("1-2")))
+            .with_resize(|_, c, _, _| {
+                Ok(Some(exclusive(match c.request("cpu") / 1000 {
+                    3 => "1-3",
+                    _ => "1",
+                })))
+            });
+        let memory = FakeProvider::new()
+            .with_allocate(move |_, _, _| Ok(Allocation::default().with_mems(node0)))
+            .with_resize(move |_, c, _, _| {
+                if c.request("cpu") == 3000 {
+                    return Err(ProviderError::resize_infeasible("no memory for 3"));
+                }
+                Ok(Some(Allocation::default().with_mems(node0)))
+            });
+        let mut adm = admitter(
+            "none",
+            Scope::Container,
+            vec![
+                LoadedProvider::in_process("cpu", cpu),
+                LoadedProvider::in_process("memory", memory),
+                LoadedProvider::in_process("quiet", FakeProvider::new()),
+            ],
+        );
+        let sized = |n: u64| {
+            let c = ContainerView::new("app")
+                .with_requests(BTreeMap::from([("cpu".to_string(), n * 1000)]))
+                .with_limits(BTreeMap::from([("cpu".to_string(), n * 1000)]));
+            PodView::new("a", "a", "default", QosClass::Guaranteed).with_containers(vec![c])
+        };
+        assert!(adm.admit(&sized(2)).admitted);
+
+        // 2 -> 1: CPU 1 kept, CPU 2 given back.
+        let mut trace = ResizeTrace::default();
+        let done = adm.resize_traced("a", "app", sized(1), &mut trace);
+        let e = crate::explain::resize(&trace, done.as_ref());
+        assert!(e.done && e.reason.is_none(), "{e:?}");
+        assert_eq!(e.container, "app");
+        let cpu = &e.resources["cpu"];
+        assert_eq!((cpu.before.request, cpu.after.request), (2000, 1000));
+        assert_eq!(
+            (cpu.before.limit, cpu.after.limit),
+            (Some(2000), Some(1000))
+        );
+        assert_eq!(e.before.cpus.to_string(), "1-2");
+        let after = e.after.as_ref().unwrap();
+        assert_eq!((after.cpus.to_string(), after.mems), ("1".into(), node0));
+        let answers: Vec<(&str, ResizeAnswer)> = e
+            .providers
+            .iter()
+            .map(|(n, a)| (n.as_str(), a.answer))
+            .collect();
+        assert_eq!(
+            answers,
+            [
+                ("cpu", ResizeAnswer::Resized),
+                ("memory", ResizeAnswer::Resized),
+                ("quiet", ResizeAnswer::DoesNotResize)
+            ]
+        );
+        let c = e.providers["cpu"].cpus.as_ref().unwrap();
+        assert_eq!(
+            (
+                c.kept.to_string(),
+                c.added.to_string(),
+                c.returned.to_string()
+            ),
+            ("1".into(), "".into(), "2".into())
+        );
+        assert!(c.exclusive);
+        assert_eq!(e.providers["memory"].mems, Some(node0));
+        assert!(e.providers["memory"].cpus.is_none());
+
+        // 1 -> 3: the memory provider refuses; the quiet one is not asked.
+        let mut trace = ResizeTrace::default();
+        let refused = adm.resize_traced("a", "app", sized(3), &mut trace);
+        let e = crate::explain::resize(&trace, refused.as_ref());
+        assert!(!e.done && e.after.is_none(), "{e:?}");
+        assert_eq!(e.reason.as_deref(), Some("ResizeInfeasible"));
+        assert_eq!(
+            e.message.as_deref(),
+            Some("provider \"memory\": no memory for 3")
+        );
+        assert_eq!(e.before.cpus.to_string(), "1");
+        let c = e.providers["cpu"].cpus.as_ref().unwrap();
+        assert_eq!(
+            (
+                c.kept.to_string(),
+                c.added.to_string(),
+                c.returned.to_string()
+            ),
+            ("1".into(), "2-3".into(), "".into())
+        );
+        let memory = &e.providers["memory"];
+        assert_eq!(memory.answer, ResizeAnswer::Refused);
+        assert_eq!(memory.reason.as_deref(), Some("ResizeInfeasible"));
+        assert_eq!(memory.message.as_deref(), Some("no memory for 3"));
+        assert_eq!(e.providers["quiet"].answer, ResizeAnswer::NotAsked);
+        assert_eq!(
+            adm.pods()["a"].containers[0].allocation.cpus.to_string(),
+            "1",
+            "nothing changed"
+        );
+
+        // Refused before any provider is asked: the reason, no answers.
+        let mut trace = ResizeTrace::default();
+        let refused = adm.resize_traced("a", "nope", sized(1), &mut trace);
+        let e = crate::explain::resize(&trace, refused.as_ref());
+        assert!(!e.done && e.providers.is_empty(), "{e:?}");
+        assert_eq!(e.reason.as_deref(), Some(UNEXPECTED_ADMISSION_ERROR));
     }
 
     #[test]

@@ -26,11 +26,13 @@
 use topomgr_contract::explain;
 use topomgr_sdk::{HintSet, NumaMask, NumaNodeId, ProviderHints, TopologyHint};
 
-use crate::admission::{AdmitResult, TraceStep};
+use crate::admission::{AdmitResult, ResizeRefusal, ResizeStep, ResizeTrace, TraceStep};
 use crate::merge::MergeRule;
 use crate::policy::{PolicyName, Scope};
 
-pub use topomgr_contract::explain::{Explain, ExplainStep, MergeSummary};
+pub use topomgr_contract::explain::{
+    Explain, ExplainResize, ExplainStep, MergeSummary, RESIZES_KEPT,
+};
 
 /// The wire spelling of a policy.
 fn wire_policy(p: PolicyName) -> explain::Policy {
@@ -170,6 +172,100 @@ pub fn explain(
         message: result.message.clone(),
         unaligned,
         steps: trace.iter().map(|s| step(s, nodes)).collect(),
+        resizes: Vec::new(),
+    }
+}
+
+/// What `allocation` holds.
+fn placement(a: &topomgr_sdk::Allocation) -> explain::Placement {
+    explain::Placement {
+        cpus: a.cpus.clone(),
+        exclusive: a.exclusive,
+        mems: a.mems,
+    }
+}
+
+/// The trace of one in-place resize: `trace` as recorded by
+/// [`crate::admission::Admitter::resize_traced`], `outcome` the resized
+/// pod (its container's new placement) or the refusal.
+pub fn resize(trace: &ResizeTrace, outcome: Result<&AdmitResult, &ResizeRefusal>) -> ExplainResize {
+    let amount = |c: Option<&topomgr_sdk::ContainerView>, r: &str| explain::Amount {
+        request: c.map_or(0, |c| c.request(r)),
+        limit: c.and_then(|c| c.limits.get(r).copied()),
+    };
+    let (before, after) = (trace.before.as_ref(), trace.after.as_ref());
+    let names: std::collections::BTreeSet<&String> = [before, after]
+        .into_iter()
+        .flatten()
+        .flat_map(|c| c.requests.keys().chain(c.limits.keys()))
+        .collect();
+    let resources = names
+        .into_iter()
+        .map(|r| {
+            (
+                r.clone(),
+                explain::ResourceChange {
+                    before: amount(before, r),
+                    after: amount(after, r),
+                },
+            )
+        })
+        .collect();
+    let held = &trace.current.cpus;
+    let providers = trace
+        .providers
+        .iter()
+        .map(|(name, step)| {
+            let mut answer = explain::ProviderResize {
+                answer: explain::ResizeAnswer::Resized,
+                cpus: None,
+                mems: None,
+                reason: None,
+                message: None,
+            };
+            match step {
+                ResizeStep::Resized(a) => {
+                    answer.cpus = (!a.cpus.is_empty()).then(|| explain::CpuChange {
+                        cpus: a.cpus.clone(),
+                        exclusive: a.exclusive,
+                        kept: a.cpus.intersection(held),
+                        added: a.cpus.difference(held),
+                        returned: held.difference(&a.cpus),
+                    });
+                    answer.mems = (!a.mems.is_empty()).then_some(a.mems);
+                }
+                ResizeStep::DoesNotResize => answer.answer = explain::ResizeAnswer::DoesNotResize,
+                ResizeStep::Refused { reason, message } => {
+                    answer.answer = explain::ResizeAnswer::Refused;
+                    answer.reason = Some(reason.clone());
+                    answer.message = Some(message.clone());
+                }
+                ResizeStep::NotAsked => answer.answer = explain::ResizeAnswer::NotAsked,
+                ResizeStep::Held => answer.answer = explain::ResizeAnswer::Held,
+            }
+            (name.clone(), answer)
+        })
+        .collect();
+    let (reason, message, after) = match outcome {
+        Ok(r) => (
+            None,
+            None,
+            r.containers
+                .iter()
+                .find(|c| c.name == trace.container)
+                .map(|c| placement(&c.allocation)),
+        ),
+        Err(e) => (Some(e.reason.clone()), Some(e.message.clone()), None),
+    };
+    ExplainResize {
+        container: trace.container.clone(),
+        done: outcome.is_ok(),
+        reason,
+        message,
+        resources,
+        before: placement(&trace.current),
+        after,
+        providers,
     }
 }
 
@@ -233,6 +329,8 @@ pub struct History {
     admitted: std::collections::BTreeMap<String, std::sync::Arc<Traced>>,
     rejected: std::collections::VecDeque<Rejected>,
     rejected_bytes: usize,
+    /// The last [`RESIZES_KEPT`] resizes of each admitted pod.
+    resizes: std::collections::BTreeMap<String, std::collections::VecDeque<ExplainResize>>,
 }
 
 /// One kept rejection.
@@ -248,6 +346,8 @@ impl History {
     pub fn record(&mut self, traced: Traced) {
         let uid = traced.result.pod.uid.clone();
         if traced.result.admitted {
+            // A new admission under this uid: the resizes were another's.
+            self.resizes.remove(&uid);
             self.admitted.insert(uid, std::sync::Arc::new(traced));
             return;
         }
@@ -274,17 +374,41 @@ impl History {
         }
     }
 
-    /// Forget the admitted pods `keep` says are gone (released, or never
-    /// saved).
-    pub fn retain_admitted(&mut self, keep: impl Fn(&str) -> bool) {
-        self.admitted.retain(|uid, _| keep(uid));
+    /// Whether admitted pod `uid`'s admission trace is kept (not: it was
+    /// admitted before the daemon started).
+    pub fn has_admission(&self, uid: &str) -> bool {
+        self.admitted.contains_key(uid)
     }
 
-    /// The trace of `uid`: its admission while it is admitted, else its
-    /// latest rejection if still kept.
+    /// Remember one resize (done or refused) of admitted pod `uid`,
+    /// shown with its admission's trace; the oldest beyond
+    /// [`RESIZES_KEPT`] is dropped.
+    pub fn record_resize(&mut self, uid: &str, resize: ExplainResize) {
+        let kept = self.resizes.entry(uid.to_owned()).or_default();
+        kept.push_back(resize);
+        while kept.len() > RESIZES_KEPT {
+            kept.pop_front();
+        }
+    }
+
+    /// Forget the admitted pods `keep` says are gone (released, or never
+    /// saved), and their resizes.
+    pub fn retain_admitted(&mut self, keep: impl Fn(&str) -> bool) {
+        self.admitted.retain(|uid, _| keep(uid));
+        self.resizes.retain(|uid, _| keep(uid));
+    }
+
+    /// The trace of `uid`: its admission while it is admitted (with its
+    /// resizes since), else its latest rejection if still kept.
     pub fn get(&self, uid: &str) -> Option<Explain> {
         if let Some(traced) = self.admitted.get(uid) {
-            return Some(traced.explain());
+            let mut explain = traced.explain();
+            explain.resizes = self
+                .resizes
+                .get(uid)
+                .map(|r| r.iter().cloned().collect())
+                .unwrap_or_default();
+            return Some(explain);
         }
         self.rejected
             .iter()
@@ -326,8 +450,11 @@ mod tests {
     fn every_form_of_hints_in_a_trace_reads_back_as_written() {
         // Provider order kept; no map, a resource without preference, an
         // explicit list and a compact set (machines above 8 nodes).
-        let text = r#"{"uid":"u","name":"p","namespace":"d","qos":"Burstable","policy":"single-numa-node","scope":"pod","admitted":false,"reason":"TopologyAffinityError","message":"m","unaligned":["cpu"],"steps":[{"container":null,"hints":{"widgets":null,"cpu":{"cpu":{"minimal":[[0],[1,2]],"preferred_width":1},"example.com/x":null,"memory":[{"affinity":[0],"preferred":true},{"affinity":null,"preferred":false}]}},"merge":{"rule":"NonPreferredAtBestCount","lists":2,"best_non_preferred_count":2},"affinity":null,"preferred":false,"admit":false}]}"#;
+        let text = r#"{"uid":"u","name":"p","namespace":"d","qos":"Burstable","policy":"single-numa-node","scope":"pod","admitted":false,"reason":"TopologyAffinityError","message":"m","unaligned":["cpu"],"steps":[{"container":null,"hints":{"widgets":null,"cpu":{"cpu":{"minimal":[[0],[1,2]],"preferred_width":1},"example.com/x":null,"memory":[{"affinity":[0],"preferred":true},{"affinity":null,"preferred":false}]}},"merge":{"rule":"NonPreferredAtBestCount","lists":2,"best_non_preferred_count":2},"affinity":null,"preferred":false,"admit":false}],"resizes":[]}"#;
         let trace: Explain = serde_json::from_str(text).unwrap();
+        // An older daemon's trace, without resizes, reads as none.
+        let older = text.replace(r#","resizes":[]"#, "");
+        assert_eq!(serde_json::from_str::<Explain>(&older).unwrap(), trace);
         assert_eq!(trace.policy, explain::Policy::SingleNumaNode);
         assert_eq!(trace.scope, explain::Scope::Pod);
         let step = &trace.steps[0];
@@ -355,6 +482,54 @@ mod tests {
         h.record(traced("r5", false, 99));
         assert_eq!(h.get("r5").unwrap().name, "p99");
         assert_eq!(h.rejected.len(), REJECTED_KEPT);
+    }
+
+    fn resize_of(container: &str, done: bool) -> ExplainResize {
+        ExplainResize {
+            container: container.to_owned(),
+            done,
+            reason: None,
+            message: None,
+            resources: Default::default(),
+            before: explain::Placement {
+                cpus: Default::default(),
+                exclusive: false,
+                mems: Default::default(),
+            },
+            after: None,
+            providers: Default::default(),
+        }
+    }
+
+    /// A pod's resizes are shown with its admission's trace, the last
+    /// [`RESIZES_KEPT`] of them, while it is admitted; a new admission
+    /// under its uid starts without them.
+    #[test]
+    fn resizes_are_shown_with_the_admission_while_it_stands() {
+        let mut h = History::default();
+        h.record(traced("a", true, 0));
+        assert!(h.get("a").unwrap().resizes.is_empty());
+        for i in 0..RESIZES_KEPT + 2 {
+            h.record_resize("a", resize_of(&format!("c{i}"), i % 2 == 0));
+        }
+        let shown = h.get("a").unwrap().resizes;
+        assert_eq!(shown.len(), RESIZES_KEPT);
+        assert_eq!(shown[0].container, "c2", "the oldest are dropped");
+        assert_eq!(
+            shown.last().unwrap().container,
+            format!("c{}", RESIZES_KEPT + 1)
+        );
+        h.retain_admitted(|_| true);
+        assert_eq!(h.get("a").unwrap().resizes.len(), RESIZES_KEPT);
+        // Admitted again under the same uid: a new pod, no resizes yet.
+        h.retain_admitted(|u| u != "a");
+        assert!(h.resizes.is_empty(), "released with the pod");
+        h.record_resize("a", resize_of("x", true));
+        h.record(traced("a", true, 1));
+        assert!(h.get("a").unwrap().resizes.is_empty());
+        // A rejection has none.
+        h.record(traced("r", false, 2));
+        assert!(h.get("r").unwrap().resizes.is_empty());
     }
 
     /// Rejections are kept as their traces, bounded by bytes too: a pod

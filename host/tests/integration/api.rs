@@ -250,7 +250,7 @@ type Check = fn(&Value, &str, &str) -> Vec<String>;
 
 /// Every object schema of the document (its name, a nested one's path
 /// after a dot; its place under `/components/schemas/`) with its type.
-const SCHEMAS: [(&str, &str, Check); 33] = [
+const SCHEMAS: [(&str, &str, Check); 39] = [
     ("Error", "Error", check::<api::ErrorBody>),
     (
         "AdmissionRequest",
@@ -308,6 +308,28 @@ const SCHEMAS: [(&str, &str, Check); 33] = [
         "Explain/properties/steps/items/properties/merge",
         check::<api::MergeSummary>,
     ),
+    (
+        "Explain.resizes",
+        "Explain/properties/resizes/items",
+        check::<api::ExplainResize>,
+    ),
+    (
+        "Explain.resizes.resources",
+        "Explain/properties/resizes/items/properties/resources/additionalProperties",
+        check::<api::ResourceChange>,
+    ),
+    (
+        "Explain.resizes.providers",
+        "Explain/properties/resizes/items/properties/providers/additionalProperties",
+        check::<api::ProviderResize>,
+    ),
+    (
+        "Explain.resizes.providers.cpus",
+        "Explain/properties/resizes/items/properties/providers/additionalProperties/properties/cpus",
+        check::<api::CpuChange>,
+    ),
+    ("Amount", "Amount", check::<api::Amount>),
+    ("Placement", "Placement", check::<api::Placement>),
     ("Machine", "Machine", check::<api::Machine>),
     (
         "Machine.numa_nodes",

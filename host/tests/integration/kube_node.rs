@@ -758,3 +758,353 @@ fn a_synchronize_held_by_a_long_stop_is_awaited_on_containerd_2() {
     );
     c.check("a synchronize held by a long stop");
 }
+
+/// A Burstable pod whose container requests 32Mi of memory with a limit
+/// of 64Mi and no CPU (the kubelet counts no CPU for it).
+fn shared_pod(name: &str) -> String {
+    pod(name, "burstable", 0).replace(
+        "requests: {memory: 32Mi}",
+        "requests: {memory: 32Mi}\n        limits: {memory: 64Mi}",
+    )
+}
+
+/// `kubectl patch --subresource resize` of a [`shared_pod`]'s container
+/// to a memory limit of `memory` (what the runtime, and so topomgr, sees
+/// of it: a Burstable container's requests reach neither).
+fn resize_limit(c: &Cluster, name: &str, memory: &str) {
+    let patch = format!(
+        r#"{{"spec":{{"containers":[{{"name":"app","resources":{{"requests":{{"memory":"32Mi"}},"limits":{{"memory":"{memory}"}}}}}}]}}}}"#
+    );
+    c.node
+        .kubectl(&[
+            "patch",
+            "pod",
+            name,
+            "--subresource",
+            "resize",
+            "--type",
+            "merge",
+            "-p",
+            &patch,
+        ])
+        .unwrap();
+}
+
+/// Waits until pod `name` runs with `resource` (`cpu`, `memory`) of `kind`
+/// (`requests`, `limits`) at `amount`, the kubelet having seen the patch
+/// (a patch back to what runs shows nothing else; requests: allocated so),
+/// with no resize in progress or pending: the kubelet reports it done.
+fn resize_done(c: &Cluster, name: &str, kind: &str, resource: &str, amount: &str) {
+    c.node
+        .wait(
+            &format!("the resize of {name} to {kind} {resource} {amount} done"),
+            Duration::from_secs(90),
+            || {
+                let p = c.node.get_json(&["pod", name])?;
+                let busy = p["status"]["conditions"]
+                    .as_array()?
+                    .iter()
+                    .any(|k| k["type"] == "PodResizeInProgress" || k["type"] == "PodResizePending");
+                let status = &p["status"]["containerStatuses"][0];
+                let observed = p["status"]["observedGeneration"] == p["metadata"]["generation"];
+                let allocated =
+                    kind != "requests" || status["allocatedResources"][resource] == amount;
+                (observed && allocated && !busy && status["resources"][kind][resource] == amount)
+                    .then_some(())
+            },
+        )
+        .unwrap();
+}
+
+/// The runtime's id of pod `name`'s running container.
+fn container_id(c: &Cluster, name: &str) -> String {
+    c.node
+        .running_containers("default")
+        .into_iter()
+        .find(|r| r.pod == name)
+        .unwrap_or_else(|| panic!("pod {name} runs no container"))
+        .id
+}
+
+/// `GET /v1/pods/{id}/explain` on topomgr's socket.
+fn explain(c: &Cluster, id: &str) -> topomgr_node::api::Explain {
+    let r = c
+        .topomgr()
+        .client()
+        .get(&format!("/v1/pods/{id}/explain"))
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", r.error_message());
+    r.parse().unwrap()
+}
+
+/// kill -9 of topomgr, then `topomgr serve` again on the same state, until
+/// it is registered and follows `containers` containers again.
+fn kill_9_and_restart(c: &mut Cluster, containers: usize) {
+    if let Some(mut d) = c.daemon.take() {
+        d.child.kill().unwrap();
+        d.child.wait().unwrap();
+    }
+    let d = nri::serve(&c.config, &c.socket);
+    nri::wait_until(&d, "registered and synchronized after kill -9", |h, _| {
+        h.nri.connected && h.nri.containers == containers
+    });
+    c.daemon = Some(d);
+}
+
+/// Every running pod of the cluster agrees three ways: the CPUs the kubelet
+/// reports it runs with (`containerStatuses[].resources`), what topomgr
+/// holds for its container (`/v1/pods`: exclusive CPUs for whole CPUs with
+/// limits equal to requests, else the shared pool) and its real cgroup.
+fn consistent(c: &Cluster, step: &str) {
+    let list = c.pods();
+    let live = c.node.running_containers("default");
+    let placements = placements_of(&live);
+    for r in &live {
+        let p = c.node.get_json(&["pod", &r.pod]).unwrap();
+        let res = &p["status"]["containerStatuses"][0]["resources"];
+        let (request, limit) = (
+            res["requests"]["cpu"].as_str(),
+            res["limits"]["cpu"].as_str(),
+        );
+        let whole = request
+            .filter(|q| Some(*q) == limit)
+            .and_then(|q| q.parse::<usize>().ok());
+        let held = list.pods.iter().find(|a| a.uid == r.id);
+        let held = held.and_then(|a| a.containers.first()).unwrap_or_else(|| {
+            panic!(
+                "after {step}: topomgr holds nothing for pod {}: {list:?}",
+                r.pod
+            )
+        });
+        let cgroup = &placements[&r.pod].0;
+        match whole {
+            Some(n) => {
+                assert!(
+                    held.exclusive && held.cpus.len() == n && held.cpus.to_string() == *cgroup,
+                    "after {step}: pod {} runs with {n} CPUs (status) on {cgroup} (cgroup), topomgr holds {held:?}",
+                    r.pod
+                );
+            }
+            None => assert!(
+                !held.exclusive,
+                "after {step}: pod {} runs with {request:?} (status) but topomgr holds {held:?}",
+                r.pod
+            ),
+        }
+    }
+}
+
+/// On a node whose kubelet reserves no CPU: an infeasible grow (refused,
+/// then patched back) and a shared container's resize (its memory limit:
+/// done), each in the container's trace on topomgr's explain endpoint;
+/// then kill -9 of topomgr and a restart: the books after recovery hold
+/// exactly what they held before (`/v1/pods`, the shared pool, the
+/// exclusive CPUs), every container's cpuset seen from inside is
+/// unchanged, the invariants hold, and the next resize of the shared
+/// container starts from the resized limit (the journal replayed it).
+fn resizes_survive_kill_9(line: ContainerdLine) {
+    let mut c = Cluster::start(
+        line,
+        KubeOptions {
+            system_reserved_cpu: "0".to_owned(),
+        },
+    );
+    c.apply(&shared_pod("shared"));
+    c.apply(&pod("one", "guaranteed", 1));
+    c.wait_running("shared");
+    c.wait_running("one");
+    c.check("a shared and a Guaranteed pod");
+    let (shared, one) = (container_id(&c, "shared"), container_id(&c, "one"));
+
+    // The infeasible grow (the kubelet, reserving no CPU and counting no
+    // CPU request of the shared pod, accepts it): refused with topomgr's
+    // reason, traced.
+    resize(&c, "one", "2");
+    resize_failed(&c, "one", "topomgr: resizeAllocateCPUsError");
+    let trace = explain(&c, &one);
+    let last = trace.resizes.last().expect("the refusal is traced");
+    assert!(!last.done && last.after.is_none(), "{last:?}");
+    assert_eq!(last.reason.as_deref(), Some("resizeAllocateCPUsError"));
+    assert_eq!(last.before.cpus.to_string(), "1");
+    assert_eq!(last.resources["cpu"].after.request, 2000);
+    assert_eq!(
+        last.providers["cpu"].answer,
+        topomgr_node::api::ResizeAnswer::Refused
+    );
+    assert_eq!(c.placements()["one"].0, "1", "it keeps its CPU");
+    // Patched back, so that the kubelet retries nothing while topomgr is
+    // away (without an NRI plugin containerd applies any update as it is).
+    resize(&c, "one", "1");
+    resize_done(&c, "one", "requests", "cpu", "1");
+    c.check("the refused grow");
+
+    // A shared container's memory limit: done, nothing else changes.
+    resize_limit(&c, "shared", "96Mi");
+    resize_done(&c, "shared", "limits", "memory", "96Mi");
+    let trace = explain(&c, &shared);
+    let last = trace.resizes.last().expect("the resize is traced");
+    assert!(last.done, "{last:?}");
+    let memory = last.resources["memory"];
+    assert_eq!(
+        (memory.before.limit, memory.after.limit),
+        (Some(64 << 20), Some(96 << 20))
+    );
+    assert!(!last.after.as_ref().unwrap().exclusive, "{last:?}");
+    c.check("the shared container's resize");
+    consistent(&c, "the resizes");
+
+    let (books, health, placements) = (c.pods(), c.health(), c.placements());
+    kill_9_and_restart(&mut c, 2);
+    assert_eq!(c.pods(), books, "the books after recovery");
+    let after = c.health();
+    assert_eq!(
+        (after.exclusive_cpus, after.shared_pool),
+        (health.exclusive_cpus, health.shared_pool)
+    );
+    assert_eq!(c.placements(), placements, "seen from inside, unchanged");
+    c.check("kill -9 and restart");
+    consistent(&c, "kill -9 and restart");
+
+    // The books held the resized limit: the next resize starts there.
+    resize_limit(&c, "shared", "128Mi");
+    resize_done(&c, "shared", "limits", "memory", "128Mi");
+    let trace = explain(&c, &shared);
+    assert!(
+        trace.steps.is_empty(),
+        "admitted before the restart: {trace:?}"
+    );
+    let last = trace.resizes.last().unwrap();
+    assert!(last.done, "{last:?}");
+    assert_eq!(
+        last.resources["memory"].before.limit,
+        Some(96 << 20),
+        "{last:?}"
+    );
+    c.check("a resize after the restart");
+    c.delete(&["shared", "one"]);
+    c.wait_released();
+    c.check("deleting them");
+}
+
+#[test]
+#[ignore = "needs root, a cpuset cgroup, containerd 1.7 and the one-node Kubernetes of .ci/install-kubernetes"]
+fn resizes_survive_kill_9_of_topomgr_on_containerd_1_7() {
+    resizes_survive_kill_9(ContainerdLine::V1_7);
+}
+
+#[test]
+#[ignore = "needs root, a cpuset cgroup, containerd 2.x and the one-node Kubernetes of .ci/install-kubernetes"]
+fn resizes_survive_kill_9_of_topomgr_on_containerd_2() {
+    resizes_survive_kill_9(ContainerdLine::V2);
+}
+
+/// Resizes racing a new Guaranteed pod's creation (both issued at once by
+/// two kubectl processes, the creation 0-150 ms after the resize), on a
+/// node whose kubelet reserves no CPU. Even rounds: a shared container's
+/// memory limit grows while a Guaranteed pod takes CPU 1: both are done,
+/// the shared container ends off CPU 1 and its trace shows the resize. Odd rounds: the Guaranteed pod on
+/// CPU 1 asks to grow while a second Guaranteed pod is created: whoever
+/// comes first (topomgr refusing the grow, or the kubelet finding no room),
+/// the grow is not done and the second pod gets no CPU topomgr cannot
+/// give. After each round no CPU is held twice and every pod's status,
+/// topomgr's `/v1/pods` and its real cgroup agree.
+fn resizes_racing_a_new_pod(line: ContainerdLine) {
+    let c = Cluster::start(
+        line,
+        KubeOptions {
+            system_reserved_cpu: "0".to_owned(),
+        },
+    );
+    for round in 0..4u64 {
+        let gap = Duration::from_millis(round * 50);
+        let (s, g, h) = (
+            format!("s{round}"),
+            format!("g{round}"),
+            format!("h{round}"),
+        );
+        if round % 2 == 0 {
+            c.apply(&shared_pod(&s));
+            c.wait_running(&s);
+            let gy = pod(&g, "guaranteed", 1);
+            std::thread::scope(|scope| {
+                scope.spawn(|| resize_limit(&c, &s, "96Mi"));
+                scope.spawn(|| {
+                    std::thread::sleep(gap);
+                    c.apply(&gy)
+                });
+            });
+            c.wait_running(&g);
+            resize_done(&c, &s, "limits", "memory", "96Mi");
+            c.check(&format!("round {round}: a shared resize racing {g}"));
+            consistent(&c, &format!("round {round}"));
+            let p = c.placements();
+            assert_eq!(
+                (p[&g].0.as_str(), p[&s].0.as_str()),
+                ("1", "0"),
+                "round {round}: {p:?}"
+            );
+            let last = explain(&c, &container_id(&c, &s)).resizes.pop().unwrap();
+            assert!(
+                last.done && last.resources["memory"].after.limit == Some(96 << 20),
+                "{last:?}"
+            );
+            c.delete(&[&s, &g]);
+        } else {
+            c.apply(&pod(&g, "guaranteed", 1));
+            c.wait_running(&g);
+            let hy = pod(&h, "guaranteed", 1);
+            std::thread::scope(|scope| {
+                scope.spawn(|| resize(&c, &g, "2"));
+                scope.spawn(|| {
+                    std::thread::sleep(gap);
+                    c.apply(&hy)
+                });
+            });
+            // The grow is not done: refused by topomgr, or not admitted by
+            // the kubelet (no room beside the second pod).
+            c.node
+                .wait(
+                    &format!("round {round}: the grow of {g} reported not done"),
+                    Duration::from_secs(90),
+                    || {
+                        let p = c.node.get_json(&["pod", &g])?;
+                        p["status"]["conditions"]
+                            .as_array()?
+                            .iter()
+                            .any(|k| {
+                                k["type"] == "PodResizePending"
+                                    || (k["type"] == "PodResizeInProgress"
+                                        && k["reason"] == "Error")
+                            })
+                            .then_some(())
+                    },
+                )
+                .unwrap();
+            assert_eq!(running_cpu(&c, &g), "1", "round {round}: {g} keeps its CPU");
+            c.check(&format!("round {round}: a grow racing {h}"));
+            consistent(&c, &format!("round {round}"));
+            assert_eq!(c.placements()[&g].0, "1", "round {round}");
+            // The second pod never runs: CPU 1 is the only exclusive CPU.
+            assert!(
+                !c.placements().contains_key(&h),
+                "round {round}: {h} runs: {:?}",
+                c.placements()
+            );
+            c.delete(&[&g, &h]);
+        }
+        c.wait_released();
+        c.check(&format!("round {round} deleted"));
+    }
+}
+
+#[test]
+#[ignore = "needs root, a cpuset cgroup, containerd 1.7 and the one-node Kubernetes of .ci/install-kubernetes"]
+fn resizes_racing_a_new_guaranteed_pod_on_containerd_1_7() {
+    resizes_racing_a_new_pod(ContainerdLine::V1_7);
+}
+
+#[test]
+#[ignore = "needs root, a cpuset cgroup, containerd 2.x and the one-node Kubernetes of .ci/install-kubernetes"]
+fn resizes_racing_a_new_guaranteed_pod_on_containerd_2() {
+    resizes_racing_a_new_pod(ContainerdLine::V2);
+}

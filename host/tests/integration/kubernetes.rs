@@ -414,6 +414,8 @@ fn too_wide_trace() -> Value {
             "merge": {"rule": "NoCandidate", "lists": 3, "best_non_preferred_count": 0},
             "affinity": null, "preferred": false, "admit": false,
         }],
+        // In-place resizes since the admission: none in a what-if.
+        "resizes": [],
     })
 }
 

@@ -226,6 +226,10 @@ fn a_grow_keeps_its_cpus_on_its_node_and_a_shrink_gives_them_to_the_shared_pool(
             .await
             .unwrap();
         assert_eq!(cpus(&sync)["g1"], grown, "the grow survived the restart");
+        assert!(
+            f.explain("g1").is_none(),
+            "admitted before this start: no trace kept"
+        );
 
         // 2 -> 1 CPU: the original CPU kept, the other back to b1.
         let down = f
@@ -241,6 +245,31 @@ fn a_grow_keeps_its_cpus_on_its_node_and_a_shrink_gives_them_to_the_shared_pool(
         );
         // A CPU is never both exclusive and shared.
         assert!(got["b1"].intersection(&got["g1"]).is_empty(), "{got:?}");
+
+        // Its trace (the explain endpoint's): no admission steps (admitted
+        // before this start), the shrink with the CPU provider's answer and
+        // the memory provider's nodes.
+        let e = f.explain("g1").expect("a resized container has a trace");
+        assert!(e.admitted && e.steps.is_empty(), "{e:?}");
+        assert_eq!(e.resizes.len(), 1, "{e:?}");
+        let r = &e.resizes[0];
+        assert!(r.done, "{r:?}");
+        assert_eq!(r.container, "app");
+        let cpu = &r.resources["cpu"];
+        assert_eq!((cpu.before.request, cpu.after.request), (2000, 1000));
+        assert_eq!(r.before.cpus, grown);
+        let c = r.providers["cpu"].cpus.as_ref().unwrap();
+        assert_eq!((&c.kept, &c.returned), (&got["g1"], &given_back));
+        assert!(c.added.is_empty(), "{c:?}");
+        let node = node_of(original);
+        let memory = &r.providers["memory"];
+        assert_eq!(memory.answer, topomgr_node::api::ResizeAnswer::Resized);
+        assert_eq!(
+            memory.mems.map(|m| m.iter().collect::<Vec<_>>()),
+            node.map(|n| vec![n]),
+            "memory booked again on its node"
+        );
+        assert_eq!(r.after.as_ref().unwrap().cpus, got["g1"]);
     });
     let _ = std::fs::remove_dir_all(&dir);
 }

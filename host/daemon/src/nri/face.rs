@@ -228,6 +228,13 @@ impl Face {
         &self.status
     }
 
+    /// The decision trace of the container of id `id` (its one-container
+    /// pod's uid) with its resizes, as `GET /v1/pods/{uid}/explain`
+    /// answers it (`None`: the endpoint's 404).
+    pub fn explain(&self, id: &str) -> Option<topomgr_node::api::Explain> {
+        self.state.read(|v| v.explains.get(id))
+    }
+
     /// The machine's NUMA nodes as the state thread last read them.
     #[cfg(test)]
     pub(crate) fn nodes(&self) -> topomgr_sdk::NumaMask {

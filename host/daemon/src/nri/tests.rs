@@ -1625,3 +1625,116 @@ async fn resizes_are_done_in_place_or_refused_changing_nothing() {
     assert_eq!(updates(&ok.update)[0], ("b1".to_owned(), "0,3".to_owned()));
     w.check();
 }
+
+/// `GET /v1/pods/{uid}/explain` through the daemon's HTTP router (as a
+/// root peer): (status, body).
+async fn explain_over_http(w: &World, uid: &str) -> (u16, serde_json::Value) {
+    let app = crate::server::router(crate::server::AppState {
+        state_thread: w.state.clone(),
+        metrics: Arc::clone(&w.metrics),
+        access: Arc::new(crate::access::AccessPolicy::for_group("topomgr")),
+        nri: NriStatus::enabled("/run/nri.sock".as_ref(), None),
+    });
+    let mut req = axum::http::Request::get(format!("/v1/pods/{uid}/explain"))
+        .body(axum::body::Body::empty())
+        .unwrap();
+    req.extensions_mut()
+        .insert(axum::extract::ConnectInfo(crate::server::PeerConn(Some(
+            crate::access::Peer {
+                uid: 0,
+                gid: 0,
+                pid: None,
+            },
+        ))));
+    let res = tower::ServiceExt::oneshot(app, req).await.unwrap();
+    let status = res.status().as_u16();
+    let body = axum::body::to_bytes(res.into_body(), 1 << 20)
+        .await
+        .unwrap();
+    (status, serde_json::from_slice(&body).unwrap())
+}
+
+/// Each resize, done or refused, is in the container's trace at the
+/// daemon's explain endpoint (issue 33): the old and new request, each
+/// provider's answer (the CPUs kept, added, given back) or its refusal
+/// with the reason, and what the container holds after.
+#[tokio::test]
+async fn the_explain_endpoint_shows_each_resize_done_or_refused() {
+    let w = world("resize-explain");
+    let f = &w.face;
+    let b = pod("2", "b");
+    f.create(b.clone(), container("b1", &b, 100, 0))
+        .await
+        .unwrap();
+    let g = pod("1", "g");
+    f.create(g.clone(), container("g2", &g, 2000, 2000))
+        .await
+        .unwrap();
+    let (status, before) = explain_over_http(&w, "g2").await;
+    assert_eq!(status, 200, "{before}");
+    assert_eq!(before["resizes"], serde_json::json!([]));
+
+    // 2 -> 3 refused, then 2 -> 1 done.
+    f.update(
+        g.clone(),
+        container("g2", &g, 2000, 2000),
+        Some(resize_to(3000, 3000)),
+    )
+    .await
+    .unwrap_err();
+    f.update(
+        g.clone(),
+        container("g2", &g, 2000, 2000),
+        Some(resize_to(1000, 1000)),
+    )
+    .await
+    .unwrap();
+
+    let (status, e) = explain_over_http(&w, "g2").await;
+    assert_eq!(status, 200, "{e}");
+    assert_eq!(e["admitted"], true, "the admission's trace is kept: {e}");
+    let resizes = e["resizes"].as_array().unwrap();
+    assert_eq!(resizes.len(), 2, "{e}");
+    let refused = &resizes[0];
+    assert_eq!(refused["done"], false);
+    assert_eq!(refused["reason"], "ResizeInfeasible");
+    assert_eq!(
+        refused["message"],
+        "provider \"cpu\": needs 1 more CPUs on node 1, 0 free"
+    );
+    assert_eq!(
+        refused["resources"]["cpu"],
+        serde_json::json!({"before": {"request": 2000, "limit": 2000}, "after": {"request": 3000, "limit": 3000}})
+    );
+    assert_eq!(refused["before"]["cpus"], "2-3");
+    assert_eq!(refused["after"], serde_json::Value::Null);
+    assert_eq!(refused["providers"]["cpu"]["answer"], "refused");
+    assert_eq!(
+        refused["providers"]["cpu"]["message"],
+        "needs 1 more CPUs on node 1, 0 free"
+    );
+
+    let done = &resizes[1];
+    assert_eq!(done["done"], true, "{done}");
+    assert_eq!(done["reason"], serde_json::Value::Null);
+    assert_eq!(done["resources"]["cpu"]["after"]["request"], 1000);
+    assert_eq!(done["after"]["cpus"], "2");
+    assert_eq!(done["after"]["exclusive"], true);
+    let cpu = &done["providers"]["cpu"];
+    assert_eq!(cpu["answer"], "resized");
+    assert_eq!(
+        cpu["cpus"],
+        serde_json::json!({"cpus": "2", "exclusive": true, "kept": "2", "added": "", "returned": "3"})
+    );
+
+    // The trace goes with the container.
+    f.stop(g.clone(), container("g2", &g, 1000, 1000))
+        .await
+        .unwrap();
+    let (status, gone) = explain_over_http(&w, "g2").await;
+    assert_eq!(
+        (status, &gone["reason"]),
+        (404, &serde_json::json!("UnknownPod"))
+    );
+    w.check();
+}

@@ -124,6 +124,19 @@ impl NodeState {
         name: &str,
         pod: PodView,
     ) -> Result<AdmitResult, topomgr_engine::admission::ResizeRefusal> {
+        self.resize_traced(uid, name, pod, &mut Default::default())
+    }
+
+    /// [`NodeState::resize`], recording what was asked and each
+    /// provider's answer into `trace`
+    /// ([`topomgr_engine::admission::Admitter::resize_traced`]).
+    pub fn resize_traced(
+        &mut self,
+        uid: &str,
+        name: &str,
+        pod: PodView,
+        trace: &mut topomgr_engine::admission::ResizeTrace,
+    ) -> Result<AdmitResult, topomgr_engine::admission::ResizeRefusal> {
         let before = self
             .admitter
             .pods()
@@ -133,7 +146,7 @@ impl NodeState {
                 reason: UNEXPECTED_ADMISSION_ERROR.to_owned(),
                 message: format!("pod {uid} is not admitted: nothing to resize"),
             })?;
-        let result = self.admitter.resize(uid, name, pod)?;
+        let result = self.admitter.resize_traced(uid, name, pod, trace)?;
         if let Err(e) = self.sync_pool(PoolMode::Shrink) {
             warn!(pod = %uid, error = %e, "cannot shrink the shared pool for a resize; resizing back");
             if let Err(back) = self.admitter.resize(uid, name, before) {
