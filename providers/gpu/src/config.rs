@@ -5,10 +5,15 @@
 //! allocation_policy = "best-effort"     # or "simple"
 //! topology_file = "gpu-topology.json"   # optional; JSON or `nvidia-smi topo -m`
 //! nvml_library = "/run/nvidia/driver/usr/lib64/libnvidia-ml.so.1"  # optional
+//! proc_root = "/proc"                   # default
 //! ```
 //!
-//! `topology_file` is relative to the config file's directory (the
-//! directory is passed to [`GpuConfig::topology_path`]). `nvml_library`
+//! `topology_file` and `proc_root` are relative to the config file's
+//! directory (the directory is passed to [`GpuConfig::topology_path`] and
+//! [`GpuConfig::proc_path`]). `proc_root` is where the NVIDIA driver's
+//! `driver/nvidia/gpus/<pci>/information` files are read when NVML gives
+//! no device minor (see [`crate::driver`]); a recorded tree may be given
+//! there as a recorded sysfs tree is given to the host. `nvml_library`
 //! (an extension of the documented keys) names the NVML library when the
 //! driver's is not on the loader's path, as with containerised drivers.
 //! Unknown keys and wrong types are errors naming the key.
@@ -38,6 +43,10 @@ pub struct GpuConfig {
     /// The NVML library to load (default `libnvidia-ml.so.1`).
     #[serde(default)]
     pub nvml_library: Option<PathBuf>,
+    /// The proc file system holding the driver's GPU information files
+    /// (default `/proc`).
+    #[serde(default)]
+    pub proc_root: Option<PathBuf>,
 }
 
 fn default_resource() -> String {
@@ -51,6 +60,7 @@ impl Default for GpuConfig {
             allocation_policy: Policy::default(),
             topology_file: None,
             nvml_library: None,
+            proc_root: None,
         }
     }
 }
@@ -91,6 +101,7 @@ impl GpuConfig {
         for (key, path) in [
             ("topology_file", &config.topology_file),
             ("nvml_library", &config.nvml_library),
+            ("proc_root", &config.proc_root),
         ] {
             if path.as_ref().is_some_and(|p| p.as_os_str().is_empty()) {
                 return Err(ConfigError {
@@ -111,6 +122,16 @@ impl GpuConfig {
             Some(dir) if file.is_relative() => dir.join(file),
             _ => file.clone(),
         })
+    }
+
+    /// `proc_root`, resolved as [`topology_path`](Self::topology_path)
+    /// resolves its file; `/proc` when not set.
+    pub fn proc_path(&self, config_dir: Option<&Path>) -> PathBuf {
+        match (&self.proc_root, config_dir) {
+            (None, _) => PathBuf::from(crate::driver::DEFAULT_PROC_ROOT),
+            (Some(root), Some(dir)) if root.is_relative() => dir.join(root),
+            (Some(root), _) => root.clone(),
+        }
     }
 }
 
@@ -176,8 +197,17 @@ mod tests {
             "allocation_policy": "simple",
             "topology_file": "topo.json",
             "nvml_library": "/opt/nvidia/libnvidia-ml.so.1",
+            "proc_root": "recorded/proc",
         }))
         .unwrap();
+        assert_eq!(
+            c.proc_path(Some(Path::new("/etc/topomgr"))),
+            PathBuf::from("/etc/topomgr/recorded/proc")
+        );
+        assert_eq!(
+            GpuConfig::default().proc_path(Some(Path::new("/etc/topomgr"))),
+            PathBuf::from("/proc")
+        );
         assert_eq!(c.resource, "example.com/accel");
         assert_eq!(c.allocation_policy, Policy::Simple);
         assert_eq!(
@@ -199,7 +229,7 @@ mod tests {
     fn bad_config_names_the_key() {
         let cases = [
             (json!([]), "config: must be a table, found []"),
-            (json!({"colour": 1}), "colour: unknown field `colour`, expected one of `resource`, `allocation_policy`, `topology_file`, `nvml_library`"),
+            (json!({"colour": 1}), "colour: unknown field `colour`, expected one of `resource`, `allocation_policy`, `topology_file`, `nvml_library`, `proc_root`"),
             (json!({"allocation_policy": "fast"}), "allocation_policy: unknown policy `fast` (known: best-effort, simple)"),
             (json!({"resource": 3}), "resource: invalid type: integer `3`, expected a string"),
             (json!({"resource": "gpu"}), "resource: `gpu` is not an extended resource name (<domain>/<name>, e.g. nvidia.com/gpu): no `/`"),
@@ -207,6 +237,7 @@ mod tests {
             (json!({"resource": "nvidia.com/-gpu"}), "resource: `nvidia.com/-gpu` is not an extended resource name (<domain>/<name>, e.g. nvidia.com/gpu): the name must be 1-63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"),
             (json!({"topology_file": ""}), "topology_file: empty path"),
             (json!({"topology_file": 5}), "topology_file: invalid type: integer `5`, expected path string"),
+            (json!({"proc_root": ""}), "proc_root: empty path"),
         ];
         for (v, msg) in cases {
             assert_eq!(

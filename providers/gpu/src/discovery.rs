@@ -15,6 +15,12 @@
 //! NVML's GPUs, NVML's answer is set aside (logged at info level) and the
 //! tree's own NVIDIA PCI devices are the GPUs, so what-if runs on recorded
 //! machines give the same answers on hosts with and without GPUs.
+//!
+//! Beside the topology, each GPU's device minor, UUID and MIG devices
+//! ([`crate::driver`]): from NVML where it lists the GPUs, the driver's
+//! proc files under `proc_root` for GPUs NVML gives no minor and for the
+//! other sources. When NVML was set aside as another machine's, the host's
+//! `/proc` is too (it is read then only from a configured `proc_root`).
 
 use std::ffi::OsStr;
 use std::fmt;
@@ -23,6 +29,7 @@ use std::path::{Path, PathBuf};
 use topomgr_sdk::{Machine, NumaNodeId};
 
 use crate::config::GpuConfig;
+use crate::driver::{self, DriverInfo};
 use crate::nvml;
 use crate::pci;
 use crate::topology::GpuTopology;
@@ -71,12 +78,72 @@ pub enum DiscoveryError {
     },
 }
 
-/// The machine's GPUs and where they came from.
+/// What discovery found.
+#[derive(Debug, Clone)]
+pub struct Discovered {
+    /// The GPUs and their links.
+    pub topology: GpuTopology,
+    /// Where they came from.
+    pub source: Source,
+    /// Each GPU's device minor, UUID and MIG devices, by index, without
+    /// any that two GPUs would share ([`driver::sanitize`]).
+    pub driver: Vec<DriverInfo>,
+}
+
+/// The machine's GPUs, where they came from, and what the driver says of
+/// each.
 pub fn discover(
     config: &GpuConfig,
     config_dir: Option<&Path>,
     machine: &Machine,
-) -> Result<(GpuTopology, Source), DiscoveryError> {
+) -> Result<Discovered, DiscoveryError> {
+    let proc_root = config.proc_path(config_dir);
+    let proc_of = |topology: &GpuTopology| driver::from_proc(&proc_root, topology.gpus());
+    let done = |topology: GpuTopology, source: Source, mut driver: Vec<DriverInfo>| {
+        driver::sanitize(topology.gpus(), &mut driver);
+        Ok(Discovered {
+            topology,
+            source,
+            driver,
+        })
+    };
+    match found(config, config_dir, machine)? {
+        Found::Nvml(gpus, library) => {
+            let mut info = gpus.driver;
+            if info.iter().any(|i| i.minor.is_none()) {
+                driver::merge_minors(&mut info, &proc_of(&gpus.topology));
+            }
+            done(gpus.topology, Source::Nvml(library), info)
+        }
+        Found::File(topology, path) => {
+            let info = proc_of(&topology);
+            done(topology, Source::File(path), info)
+        }
+        Found::Pci(topology, another_machine) => {
+            let info = if another_machine && config.proc_root.is_none() {
+                vec![DriverInfo::default(); topology.len()]
+            } else {
+                proc_of(&topology)
+            };
+            done(topology, Source::Pci, info)
+        }
+    }
+}
+
+/// What [`found`] found: NVML's GPUs (and the library), a topology file's
+/// (and the file), or the PCI devices' (and whether NVML described another
+/// machine than the one discovered).
+enum Found {
+    Nvml(nvml::NvmlGpus, String),
+    File(GpuTopology, PathBuf),
+    Pci(GpuTopology, bool),
+}
+
+fn found(
+    config: &GpuConfig,
+    config_dir: Option<&Path>,
+    machine: &Machine,
+) -> Result<Found, DiscoveryError> {
     if let Some(path) = config.topology_path(config_dir) {
         let topology = topology_file::load(&path)?;
         let nodes = machine.numa_ids();
@@ -97,7 +164,7 @@ pub fn discover(
         }
         let mut topology = topology;
         pci_from_sysfs(&mut topology, machine, &path);
-        return Ok((topology, Source::File(path)));
+        return Ok(Found::File(topology, path));
     }
     let library = config
         .nvml_library
@@ -110,27 +177,26 @@ pub fn discover(
             .find(|d| d.address == address)
             .and_then(|d| d.numa)
     };
-    match nvml::discover(library, &numa_of) {
-        Ok(Some(topology)) if describes_another_machine(&topology, machine) => {
+    let mut another_machine = false;
+    match nvml::discover_gpus(library, &numa_of) {
+        Ok(Some(gpus)) if describes_another_machine(&gpus.topology, machine) => {
             tracing::info!(
                 library = %library.to_string_lossy(),
-                gpus = topology.len(),
+                gpus = gpus.topology.len(),
                 "none of NVML's GPUs is among the machine's PCI devices (a recorded sysfs \
                  tree?); using the machine's own NVIDIA PCI devices"
             );
+            another_machine = true;
         }
-        Ok(Some(topology)) => {
-            return Ok((
-                topology,
-                Source::Nvml(library.to_string_lossy().into_owned()),
-            ));
+        Ok(Some(gpus)) => {
+            return Ok(Found::Nvml(gpus, library.to_string_lossy().into_owned()));
         }
         Ok(None) => {}
         Err(e) => {
             tracing::warn!(error = %e, "NVML discovery failed; using PCI devices (no link information)")
         }
     }
-    Ok((pci::from_machine(machine), Source::Pci))
+    Ok(Found::Pci(pci::from_machine(machine), another_machine))
 }
 
 /// Gives the GPUs of a topology file that has no PCI address the addresses
@@ -251,7 +317,11 @@ mod tests {
             nvml_library: Some("/nonexistent/libnvidia-ml.so.1".into()),
             ..GpuConfig::default()
         };
-        let (t, source) = discover(&config, None, &machine()).unwrap();
+        let Discovered {
+            topology: t,
+            source,
+            ..
+        } = discover(&config, None, &machine()).unwrap();
         assert_eq!(source, Source::Pci);
         assert_eq!(t.gpus()[0].id, "0000:07:00.0");
         assert_eq!(t.gpus()[0].numa, Some(NumaNodeId::from(1u8)));
@@ -275,7 +345,11 @@ mod tests {
             topology_file: Some(f.into()),
             ..GpuConfig::default()
         };
-        let (t, source) = discover(&config("ok.json"), Some(&dir), &machine()).unwrap();
+        let Discovered {
+            topology: t,
+            source,
+            ..
+        } = discover(&config("ok.json"), Some(&dir), &machine()).unwrap();
         assert_eq!(source, Source::File(dir.join("ok.json")));
         assert_eq!(t.gpus()[0].id, "GPU-x");
         let err = discover(&config("far.json"), Some(&dir), &machine()).unwrap_err();
@@ -330,7 +404,7 @@ mod tests {
             topology_file: Some("t".into()),
             ..GpuConfig::default()
         };
-        let (t, _) = discover(&config, Some(&dir), machine).unwrap();
+        let t = discover(&config, Some(&dir), machine).unwrap().topology;
         let _ = std::fs::remove_dir_all(&dir);
         t.gpus()
             .iter()

@@ -10,6 +10,7 @@ use topomgr_sdk::{Machine, NumaNodeId};
 use crate::choice::Chooser;
 use crate::config::{ConfigError, GpuConfig};
 use crate::discovery::{self, DiscoveryError, Source};
+use crate::driver::DriverInfo;
 use crate::topology::Gpu;
 
 /// The environment variable NVIDIA's container runtime reads.
@@ -38,6 +39,7 @@ pub struct Gpus {
     resource: String,
     source: Source,
     chooser: Chooser,
+    driver: Vec<DriverInfo>,
 }
 
 impl Gpus {
@@ -50,18 +52,21 @@ impl Gpus {
         machine: &Machine,
     ) -> Result<Self, SetupError> {
         let config = GpuConfig::from_json(config)?;
-        let (topology, source) = discovery::discover(&config, config_dir, machine)?;
+        let found = discovery::discover(&config, config_dir, machine)?;
         tracing::info!(
             resource = %config.resource,
-            gpus = topology.len(),
-            source = %source,
+            gpus = found.topology.len(),
+            source = %found.source,
             policy = %config.allocation_policy,
+            device_nodes = found.driver.iter().filter(|d| d.minor.is_some()).count(),
+            mig_devices = found.driver.iter().map(|d| d.mig.len()).sum::<usize>(),
             "GPUs found"
         );
         Ok(Gpus {
             resource: config.resource,
-            source,
-            chooser: Chooser::new(topology, config.allocation_policy),
+            source: found.source,
+            chooser: Chooser::new(found.topology, config.allocation_policy),
+            driver: found.driver,
         })
     }
 
@@ -78,6 +83,12 @@ impl Gpus {
     /// The GPUs, by index.
     pub fn gpus(&self) -> &[Gpu] {
         self.chooser.topology().gpus()
+    }
+
+    /// What the driver says of the GPU of index `index` (device minor,
+    /// UUID, MIG devices; see [`crate::driver`]).
+    pub fn driver_info(&self, index: usize) -> Option<&DriverInfo> {
+        self.driver.get(index)
     }
 
     /// Every GPU's device id and NUMA node, by index.

@@ -12,8 +12,11 @@
 //!   partition search, in bounded time) and `simple` policies, by device
 //!   id: [`choice::Chooser::choose`] is the device plugin's
 //!   `GetPreferredAllocation`.
+//! * [`driver`]: each GPU's device minor (`/dev/nvidiaN`), UUID and MIG
+//!   device UUIDs, from NVML or the driver's `/proc/driver/nvidia` files,
+//!   so that CDI device nodes and `MIG-…` UUIDs name their GPU.
 //! * [`config`]: `resource`, `allocation_policy`, `topology_file`,
-//!   `nvml_library`.
+//!   `nvml_library`, `proc_root`.
 //! * [`gpus::Gpus`]: all of the above from the config table and the
 //!   machine: the resource, the devices (id, NUMA node) and the choice,
 //!   plus the allocation's `NVIDIA_VISIBLE_DEVICES`.
@@ -32,6 +35,7 @@
 pub mod choice;
 pub mod config;
 pub mod discovery;
+pub mod driver;
 #[cfg(any(test, feature = "oracles"))]
 pub mod fixtures;
 pub mod gpus;

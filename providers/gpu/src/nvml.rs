@@ -17,6 +17,15 @@
 //!   upstream) whose remote PCI bus id (`nvmlDeviceGetNvLinkRemotePciInfo`)
 //!   is the other GPU's, at most 18.
 //!
+//! Beyond upstream, for [`crate::driver`]: each GPU's device minor
+//! (`nvmlDeviceGetMinorNumber`) and, where its MIG mode is enabled
+//! (`nvmlDeviceGetMigMode`), the UUIDs of its MIG devices
+//! (`nvmlDeviceGetMaxMigDeviceCount`, then
+//! `nvmlDeviceGetMigDeviceHandleByIndex` for each index, skipping those
+//! without a device, and `nvmlDeviceGetUUID` on each MIG handle). These
+//! never fail discovery: a GPU whose driver does not answer gets none
+//! (logged), as they only add ways to name a GPU.
+//!
 //! # NVSwitch
 //!
 //! On NVSwitch machines (DGX-2, HGX A100/H100/H200) NVML reports a link's
@@ -43,6 +52,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 use topomgr_sdk::NumaNodeId;
 
+use crate::driver::DriverInfo;
 use crate::link::{Link, PcieLevel, MAX_NVLINKS};
 use crate::topology::{Gpu, GpuTopology};
 use crate::topology_file::normalize_pci_address;
@@ -100,6 +110,23 @@ pub fn discover(
     library: &OsStr,
     numa_of: &dyn Fn(&str) -> Option<NumaNodeId>,
 ) -> Result<Option<GpuTopology>, NvmlDiscoveryError> {
+    Ok(discover_gpus(library, numa_of)?.map(|g| g.topology))
+}
+
+/// What NVML says of the machine's GPUs.
+#[derive(Debug, Clone)]
+pub struct NvmlGpus {
+    /// The GPUs and their links.
+    pub topology: GpuTopology,
+    /// Each GPU's device minor and MIG devices, by index.
+    pub driver: Vec<DriverInfo>,
+}
+
+/// [`discover`], with each GPU's device minor and MIG device UUIDs.
+pub fn discover_gpus(
+    library: &OsStr,
+    numa_of: &dyn Fn(&str) -> Option<NumaNodeId>,
+) -> Result<Option<NvmlGpus>, NvmlDiscoveryError> {
     let library_name = library.to_string_lossy().into_owned();
     let nvml = match Nvml::builder().lib_path(library).init() {
         Ok(nvml) => nvml,
@@ -148,6 +175,12 @@ pub fn discover(
         .map(|(i, d)| nvlinks_of(&nvml, d).map_err(err(format!("NVLinks of GPU {i}"))))
         .collect::<Result<_, _>>()?;
 
+    let driver: Vec<DriverInfo> = devices
+        .iter()
+        .enumerate()
+        .map(|(i, d)| driver_info(i, d))
+        .collect();
+
     let mut topology = GpuTopology::new(gpus.clone()).map_err(|e| NvmlDiscoveryError::Invalid {
         library: library_name.clone(),
         message: e.to_string(),
@@ -169,7 +202,54 @@ pub fn discover(
             }
         }
     }
-    Ok(Some(topology))
+    Ok(Some(NvmlGpus { topology, driver }))
+}
+
+/// `nvmlDeviceGetMigMode`'s `NVML_DEVICE_MIG_ENABLE`.
+const MIG_ENABLED: u32 = 1;
+
+/// GPU `index`'s device minor and MIG device UUIDs; what the driver does
+/// not answer is left out (logged at debug level when unsupported, warn
+/// otherwise).
+fn driver_info(index: usize, device: &Device<'_>) -> DriverInfo {
+    let log = |what: &str, e: &NvmlError| {
+        if absent(e) {
+            tracing::debug!(gpu = index, error = %e, "NVML: no {what}");
+        } else {
+            tracing::warn!(gpu = index, error = %e, "NVML: {what} not read");
+        }
+    };
+    let minor = device
+        .minor_number()
+        .map_err(|e| log("device minor", &e))
+        .ok();
+    let mut mig = Vec::new();
+    match device.mig_mode() {
+        Ok(mode) if mode.current == MIG_ENABLED => match device.mig_device_count() {
+            Ok(max) => {
+                for m in 0..max {
+                    let uuid = device.mig_device_by_index(m).and_then(|h| h.uuid());
+                    match uuid {
+                        Ok(uuid) => mig.push(uuid),
+                        // An index without a MIG device.
+                        Err(NvmlError::NotFound) => {}
+                        Err(e) => {
+                            log(&format!("MIG device {m}"), &e);
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(e) => log("MIG device count", &e),
+        },
+        Ok(_) => {}
+        Err(e) => log("MIG mode", &e),
+    }
+    DriverInfo {
+        minor,
+        uuid: None,
+        mig,
+    }
 }
 
 /// A NUMA lookup reading `<root>/bus/pci/devices/<address>/numa_node`

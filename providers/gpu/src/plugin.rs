@@ -28,6 +28,7 @@ use std::collections::BTreeMap;
 use topomgr_sdk::devices::{Device, DeviceHooks, DevicePlugin, Devices};
 use topomgr_sdk::{ProviderContext, ProviderError, INVALID_REQUEST_REASON};
 
+use crate::driver::DriverInfo;
 use crate::gpus::{Gpus, SetupError};
 use crate::topology::Gpu;
 
@@ -50,7 +51,11 @@ impl DevicePlugin for GpuPlugin {
             SetupError::Config(e) => ProviderError::config(e.to_string()),
             SetupError::Discovery(e) => ProviderError::config(e.to_string()),
         })?;
-        let devices = gpus.gpus().iter().map(device).collect();
+        let devices = gpus
+            .gpus()
+            .iter()
+            .map(|g| device(g, gpus.driver_info(g.index)))
+            .collect();
         let devices = Devices::new().resource(gpus.resource(), devices);
         Ok((GpuPlugin { gpus }, devices))
     }
@@ -65,7 +70,15 @@ impl DevicePlugin for GpuPlugin {
 /// Its index (NVML's) is the device's `index` attribute, so that a
 /// container whose `NVIDIA_VISIBLE_DEVICES` names GPUs by index is aligned
 /// with them ([`topomgr_sdk::devices::DeviceManager::assigned_device_hints`]).
-fn device(g: &Gpu) -> Device {
+///
+/// What the driver says of it ([`crate::driver`]): its device node
+/// `c 195:<minor>` is the device's
+/// [`DEVICE_NODE_ATTRIBUTE`](topomgr_sdk::devices::DEVICE_NODE_ATTRIBUTE)
+/// (a CDI device's `/dev/nvidiaN` names it), and its UUID (from the proc
+/// file, where its id is a PCI address) and its MIG devices' UUIDs are
+/// serial identities (a `MIG-…` in `NVIDIA_VISIBLE_DEVICES` names its
+/// parent GPU; why identities, see [`crate::driver`]).
+fn device(g: &Gpu, driver: Option<&DriverInfo>) -> Device {
     let mut d = Device::new(&g.id, g.numa)
         .with_attribute(topomgr_sdk::devices::INDEX_ATTRIBUTE, g.index.to_string());
     if let Some(pci) = &g.pci {
@@ -73,6 +86,14 @@ fn device(g: &Gpu) -> Device {
     }
     if crate::nvml::is_uuid(&g.id) {
         d = d.with_serial(&g.id);
+    }
+    if let Some(info) = driver {
+        if let Some(node) = info.device_node() {
+            d = d.with_attribute(topomgr_sdk::devices::DEVICE_NODE_ATTRIBUTE, node);
+        }
+        for uuid in info.uuid.iter().chain(&info.mig) {
+            d = d.with_serial(uuid);
+        }
     }
     d
 }

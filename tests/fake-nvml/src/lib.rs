@@ -9,8 +9,9 @@
 //! ```json
 //! {"init": 0,
 //!  "driver_version": "550.54.15",
-//!  "gpus": [{"uuid": "GPU-0", "bus_id": "00000000:07:00.0",
-//!            "nvlinks": [{"active": true, "remote_bus_id": "00000000:0F:00.0", "remote_type": 0}]}],
+//!  "gpus": [{"uuid": "GPU-0", "bus_id": "00000000:07:00.0", "minor": 0,
+//!            "nvlinks": [{"active": true, "remote_bus_id": "00000000:0F:00.0", "remote_type": 0}],
+//!            "mig": {"current": 1, "pending": 1, "max": 7, "devices": ["MIG-…", null, "MIG-…"]}}],
 //!  "common_ancestor": [[0, 10], [10, 0]],
 //!  "fail": {"nvmlDeviceGetUUID": 999}}
 //! ```
@@ -21,14 +22,24 @@
 //! * `gpus`: one entry per GPU in NVML index order; `nvlinks[l]` describes
 //!   link `l` (`remote_type`: 0 GPU, 1 IBM NPU, 2 NVSwitch, 255 unknown);
 //!   links past the list answer `NVML_ERROR_INVALID_ARGUMENT`.
+//!   `minor`: the number of its device node `/dev/nvidia<minor>`
+//!   (`nvmlDeviceGetMinorNumber`; absent: `NVML_ERROR_NOT_SUPPORTED`).
+//!   `mig`: its MIG mode (`nvmlDeviceGetMigMode`: `current`, `pending`, 1
+//!   enabled; absent: `NVML_ERROR_NOT_SUPPORTED`, a GPU without MIG), the
+//!   maximum number of MIG devices (`nvmlDeviceGetMaxMigDeviceCount`;
+//!   default: the length of `devices`) and the MIG devices by index
+//!   (`nvmlDeviceGetMigDeviceHandleByIndex`: a UUID, or `null` for an index
+//!   without one, which answers `NVML_ERROR_NOT_FOUND` as NVML does).
 //! * `common_ancestor[i][j]`: the `nvmlGpuTopologyLevel_t` of the pair
 //!   (0 internal, 10 single switch, 20 multiple switches, 30 host bridge,
 //!   40 node, 50 system).
 //! * `fail`: a return code that every call of the named function answers
 //!   instead of its data (e.g. 13, `NVML_ERROR_FUNCTION_NOT_FOUND`).
 //!
-//! Device handles are the GPU's index plus one, cast to a pointer; they are
-//! never dereferenced.
+//! Device handles are the GPU's index plus one, cast to a pointer; a MIG
+//! device's handle adds its index plus one times [`MIG_HANDLE`]. Handles
+//! are never dereferenced. `nvmlDeviceGetUUID` answers a MIG device's
+//! UUID for its handle; the other functions know GPUs only.
 
 use std::collections::BTreeMap;
 use std::ffi::{c_char, c_uint, c_void};
@@ -42,6 +53,12 @@ const ERROR_INVALID_ARGUMENT: Ret = 2;
 const ERROR_DRIVER_NOT_LOADED: Ret = 9;
 const ERROR_INSUFFICIENT_SIZE: Ret = 7;
 const ERROR_UNINITIALIZED: Ret = 1;
+const ERROR_NOT_SUPPORTED: Ret = 3;
+const ERROR_NOT_FOUND: Ret = 6;
+
+/// The step between the handles of a GPU's MIG devices (see the crate
+/// docs): handle = GPU index + 1 + (MIG index + 1) × `MIG_HANDLE`.
+pub const MIG_HANDLE: usize = 1 << 16;
 
 #[derive(Debug, Deserialize, Default)]
 #[serde(deny_unknown_fields)]
@@ -65,6 +82,23 @@ struct Gpu {
     bus_id: String,
     #[serde(default)]
     nvlinks: Vec<NvLink>,
+    #[serde(default)]
+    minor: Option<c_uint>,
+    #[serde(default)]
+    mig: Option<Mig>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Mig {
+    #[serde(default)]
+    current: c_uint,
+    #[serde(default)]
+    pending: c_uint,
+    #[serde(default)]
+    max: Option<c_uint>,
+    #[serde(default)]
+    devices: Vec<Option<String>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -108,6 +142,20 @@ fn with_script(func: &str, f: impl FnOnce(&Script) -> Ret) -> Ret {
 fn gpu_of(s: &Script, device: *mut c_void) -> Option<(usize, &Gpu)> {
     let i = (device as usize).checked_sub(1)?;
     s.gpus.get(i).map(|g| (i, g))
+}
+
+/// The UUID of the MIG device whose handle is `device`.
+fn mig_of(s: &Script, device: *mut c_void) -> Option<&str> {
+    let handle = device as usize;
+    let gpu = (handle % MIG_HANDLE).checked_sub(1)?;
+    let index = (handle / MIG_HANDLE).checked_sub(1)?;
+    s.gpus
+        .get(gpu)?
+        .mig
+        .as_ref()?
+        .devices
+        .get(index)?
+        .as_deref()
 }
 
 /// Copies `text` NUL-terminated into `buf` of `len` bytes.
@@ -250,10 +298,16 @@ pub unsafe extern "C" fn nvmlDeviceGetUUID(
     uuid: *mut c_char,
     length: c_uint,
 ) -> Ret {
-    with_script("nvmlDeviceGetUUID", |s| match gpu_of(s, device) {
+    with_script("nvmlDeviceGetUUID", |s| {
+        let text = match gpu_of(s, device) {
+            Some((_, g)) => g.uuid.as_str(),
+            None => match mig_of(s, device) {
+                Some(u) => u,
+                None => return ERROR_INVALID_ARGUMENT,
+            },
+        };
         // SAFETY: forwarded from the caller's contract.
-        Some((_, g)) => unsafe { write_c_string(&g.uuid, uuid, length as usize) },
-        None => ERROR_INVALID_ARGUMENT,
+        unsafe { write_c_string(text, uuid, length as usize) }
     })
 }
 
@@ -359,6 +413,117 @@ pub unsafe extern "C" fn nvmlDeviceGetNvLinkRemoteDeviceType(
                 SUCCESS
             }
             _ => ERROR_INVALID_ARGUMENT,
+        }
+    })
+}
+
+/// `nvmlDeviceGetMinorNumber`.
+///
+/// # Safety
+/// `minor` must point to a writable `unsigned int`.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMinorNumber(device: *mut c_void, minor: *mut c_uint) -> Ret {
+    with_script("nvmlDeviceGetMinorNumber", |s| {
+        let Some((_, g)) = gpu_of(s, device) else {
+            return ERROR_INVALID_ARGUMENT;
+        };
+        let Some(m) = g.minor else {
+            return ERROR_NOT_SUPPORTED;
+        };
+        if minor.is_null() {
+            return ERROR_INVALID_ARGUMENT;
+        }
+        // SAFETY: non-null and writable per the caller's contract.
+        unsafe { *minor = m };
+        SUCCESS
+    })
+}
+
+/// `nvmlDeviceGetMigMode`.
+///
+/// # Safety
+/// `current` and `pending` must point to writable `unsigned int`s.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMigMode(
+    device: *mut c_void,
+    current: *mut c_uint,
+    pending: *mut c_uint,
+) -> Ret {
+    with_script("nvmlDeviceGetMigMode", |s| {
+        let Some((_, g)) = gpu_of(s, device) else {
+            return ERROR_INVALID_ARGUMENT;
+        };
+        let Some(mig) = &g.mig else {
+            return ERROR_NOT_SUPPORTED;
+        };
+        if current.is_null() || pending.is_null() {
+            return ERROR_INVALID_ARGUMENT;
+        }
+        // SAFETY: non-null and writable per the caller's contract.
+        unsafe {
+            *current = mig.current;
+            *pending = mig.pending;
+        }
+        SUCCESS
+    })
+}
+
+/// `nvmlDeviceGetMaxMigDeviceCount`.
+///
+/// # Safety
+/// `count` must point to a writable `unsigned int`.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMaxMigDeviceCount(
+    device: *mut c_void,
+    count: *mut c_uint,
+) -> Ret {
+    with_script("nvmlDeviceGetMaxMigDeviceCount", |s| {
+        let Some((_, g)) = gpu_of(s, device) else {
+            return ERROR_INVALID_ARGUMENT;
+        };
+        let Some(mig) = &g.mig else {
+            return ERROR_NOT_SUPPORTED;
+        };
+        if count.is_null() {
+            return ERROR_INVALID_ARGUMENT;
+        }
+        let max = mig.max.unwrap_or(mig.devices.len() as c_uint);
+        // SAFETY: non-null and writable per the caller's contract.
+        unsafe { *count = max };
+        SUCCESS
+    })
+}
+
+/// `nvmlDeviceGetMigDeviceHandleByIndex`: `NVML_ERROR_NOT_FOUND` for an
+/// index below the maximum without a MIG device, as NVML answers.
+///
+/// # Safety
+/// `mig_device` must point to a writable handle.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetMigDeviceHandleByIndex(
+    device: *mut c_void,
+    index: c_uint,
+    mig_device: *mut *mut c_void,
+) -> Ret {
+    with_script("nvmlDeviceGetMigDeviceHandleByIndex", |s| {
+        let Some((gpu, g)) = gpu_of(s, device) else {
+            return ERROR_INVALID_ARGUMENT;
+        };
+        let Some(mig) = &g.mig else {
+            return ERROR_NOT_SUPPORTED;
+        };
+        let max = mig.max.unwrap_or(mig.devices.len() as c_uint);
+        if mig_device.is_null() || index >= max {
+            return ERROR_INVALID_ARGUMENT;
+        }
+        match mig.devices.get(index as usize) {
+            Some(Some(_)) => {
+                let handle = gpu + 1 + (index as usize + 1) * MIG_HANDLE;
+                // SAFETY: non-null and writable per the caller's contract.
+                unsafe { *mig_device = handle as *mut c_void };
+                SUCCESS
+            }
+            _ => ERROR_NOT_FOUND,
         }
     })
 }

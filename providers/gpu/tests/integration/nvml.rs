@@ -11,7 +11,7 @@ use std::sync::{Mutex, OnceLock};
 
 use serde_json::{json, Value};
 use topomgr_provider_gpu::config::GpuConfig;
-use topomgr_provider_gpu::discovery::{self, Source};
+use topomgr_provider_gpu::discovery::{self, Discovered, Source};
 use topomgr_provider_gpu::link::PcieLevel;
 use topomgr_provider_gpu::nvml::{self, NvmlDiscoveryError};
 use topomgr_provider_gpu::topology::GpuTopology;
@@ -68,8 +68,8 @@ fn scratch(tag: &str) -> PathBuf {
     d
 }
 
-/// Runs `f` (given a scratch directory) with the fake answering `script`;
-/// one scenario at a time.
+/// Runs `f` (given a scratch directory, removed after it) with the fake
+/// answering `script`; one scenario at a time.
 pub(crate) fn with_script<T>(tag: &str, script: &Value, f: impl FnOnce(&Path) -> T) -> T {
     static LOCK: Mutex<()> = Mutex::new(());
     let _guard = LOCK.lock().unwrap_or_else(|p| p.into_inner());
@@ -77,7 +77,10 @@ pub(crate) fn with_script<T>(tag: &str, script: &Value, f: impl FnOnce(&Path) ->
     let script_path = dir.join("script.json");
     std::fs::write(&script_path, script.to_string()).unwrap();
     std::env::set_var("FAKE_NVML_SCRIPT", &script_path);
-    f(&dir)
+    let out = f(&dir);
+    // Its scratch directory goes (a failing scenario's stays, to look at).
+    let _ = std::fs::remove_dir_all(&dir);
+    out
 }
 
 /// Runs NVML discovery with `script`, NUMA nodes read from a sysfs tree
@@ -342,7 +345,11 @@ fn the_provider_discovery_takes_numa_from_the_machine_and_falls_back_to_pci() {
     let result = with_script("provider", &script, |_| {
         discovery::discover(&config, None, &machine)
     });
-    let (t, source) = result.unwrap();
+    let Discovered {
+        topology: t,
+        source,
+        ..
+    } = result.unwrap();
     assert_eq!(source, Source::Nvml(fake_library().display().to_string()));
     assert_eq!(
         t.gpus()[0].numa,
@@ -355,7 +362,11 @@ fn the_provider_discovery_takes_numa_from_the_machine_and_falls_back_to_pci() {
     // NVML failing after init: PCI devices, NUMA only.
     let mut broken = script.clone();
     broken["fail"] = json!({"nvmlDeviceGetTopologyCommonAncestor": 999});
-    let (t, source) = with_script("broken", &broken, |_| {
+    let Discovered {
+        topology: t,
+        source,
+        ..
+    } = with_script("broken", &broken, |_| {
         discovery::discover(&config, None, &machine)
     })
     .unwrap();
@@ -376,7 +387,11 @@ fn the_provider_discovery_takes_numa_from_the_machine_and_falls_back_to_pci() {
             Some(NumaNodeId::from(0u8)),
         )],
     );
-    let (t, source) = with_script("recorded", &script, |_| {
+    let Discovered {
+        topology: t,
+        source,
+        ..
+    } = with_script("recorded", &script, |_| {
         discovery::discover(&config, None, &recorded)
     })
     .unwrap();
@@ -385,7 +400,11 @@ fn the_provider_discovery_takes_numa_from_the_machine_and_falls_back_to_pci() {
     assert_eq!(ids, ["0000:b1:00.0"]);
     // A machine without PCI devices at all (nothing to tell): NVML's GPUs.
     let bare = Machine::new(Vec::new(), Vec::new(), Vec::new());
-    let (t, source) = with_script("bare", &script, |_| {
+    let Discovered {
+        topology: t,
+        source,
+        ..
+    } = with_script("bare", &script, |_| {
         discovery::discover(&config, None, &bare)
     })
     .unwrap();
