@@ -678,7 +678,7 @@ impl Admitter {
                         "no provider lists this CDI device; aligning with the NUMA node of its PCI device");
                     unknown.insert(
                         format!("{} ({})", group.source, addresses.join(", ")),
-                        Some(HintSet::upward_closed(vec![mask], mask.len() as u32)),
+                        Some(HintSet::upward_closed(vec![mask], mask.len())),
                     );
                 } else {
                     warn!(source = %group.source, devices = %named.collect::<Vec<_>>().join(","),

@@ -222,12 +222,15 @@ fn read_spec(file: &Path) -> Result<Vec<CdiDevice>, String> {
     parse_spec(&text, file, &|p| host_node(Path::new(p)))
 }
 
+/// A host node's type (`c`, `b`) and major and minor numbers.
+type HostNode = (String, u32, u32);
+
 /// The devices of spec `text` (from `file`); `host` reads the type and
 /// numbers of a host node a spec node leaves them out of.
 fn parse_spec(
     text: &str,
     file: &Path,
-    host: &dyn Fn(&str) -> Option<(String, u32, u32)>,
+    host: &dyn Fn(&str) -> Option<HostNode>,
 ) -> Result<Vec<CdiDevice>, String> {
     let spec: Spec = if text.trim_start().starts_with('{') {
         serde_json::from_str(text).map_err(|e| e.to_string())?
@@ -295,7 +298,7 @@ fn parse_spec(
 }
 
 /// The type (`c`, `b`) and numbers of the host's device node at `path`.
-pub(crate) fn host_node(path: &Path) -> Option<(String, u32, u32)> {
+pub(crate) fn host_node(path: &Path) -> Option<HostNode> {
     let meta = std::fs::metadata(path).ok()?;
     let kind = if meta.file_type().is_char_device() {
         "c"
@@ -325,7 +328,7 @@ fn one_line(s: &str) -> String {
 mod tests {
     use super::*;
 
-    fn no_host(_: &str) -> Option<(String, u32, u32)> {
+    fn no_host(_: &str) -> Option<HostNode> {
         None
     }
 

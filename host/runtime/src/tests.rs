@@ -556,7 +556,7 @@ fn cdi_devices_by_annotation_and_by_node() {
     );
     assert_eq!(devices[1].variable, "CDI device example.org/vf=b");
     assert!(devices[1].ids.is_empty(), "no IOMMU group 72 in sysfs");
-    assert_eq!(devices[1].nodes, [b.clone()]);
+    assert_eq!(devices[1].nodes, std::slice::from_ref(&b));
     assert_eq!(
         notes,
         ["CDI device example.org/vf=zz (annotation cdi.k8s.io/*) is defined by no spec in the CDI directories"]
