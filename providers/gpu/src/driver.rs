@@ -56,7 +56,6 @@ use std::path::{Path, PathBuf};
 
 use topomgr_sdk::devices::normalize_pci_address;
 
-use crate::nvml::is_uuid;
 use crate::topology::Gpu;
 
 /// The character device major the NVIDIA driver reserves for its GPUs.
@@ -330,6 +329,20 @@ pub fn sanitize(gpus: &[Gpu], infos: &mut [DriverInfo]) {
             true
         });
     }
+}
+
+/// Whether `id` is an NVML UUID: `GPU-` (or `MIG-` for a MIG instance)
+/// and a UUID in its canonical form (8-4-4-4-12 hexadecimal digits).
+pub fn is_uuid(id: &str) -> bool {
+    let Some(uuid) = id.strip_prefix("GPU-").or_else(|| id.strip_prefix("MIG-")) else {
+        return false;
+    };
+    let groups: Vec<&str> = uuid.split('-').collect();
+    groups.len() == 5
+        && groups
+            .iter()
+            .zip([8, 4, 4, 4, 12])
+            .all(|(g, len)| g.len() == len && g.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 #[cfg(test)]

@@ -52,7 +52,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 use topomgr_sdk::NumaNodeId;
 
-use crate::driver::DriverInfo;
+use crate::driver::{is_uuid, DriverInfo};
 use crate::link::{Link, PcieLevel, MAX_NVLINKS};
 use crate::topology::{Gpu, GpuTopology};
 use crate::topology_file::normalize_pci_address;
@@ -65,20 +65,6 @@ const MAX_LINKS: u32 = 18;
 
 /// `NVML_NVLINK_DEVICE_TYPE_SWITCH`.
 const REMOTE_SWITCH: c_uint = 2;
-
-/// Whether `id` is an NVML UUID: `GPU-` (or `MIG-` for a MIG instance)
-/// and a UUID in its canonical form (8-4-4-4-12 hexadecimal digits).
-pub fn is_uuid(id: &str) -> bool {
-    let Some(uuid) = id.strip_prefix("GPU-").or_else(|| id.strip_prefix("MIG-")) else {
-        return false;
-    };
-    let groups: Vec<&str> = uuid.split('-').collect();
-    groups.len() == 5
-        && groups
-            .iter()
-            .zip([8, 4, 4, 4, 12])
-            .all(|(g, len)| g.len() == len && g.bytes().all(|b| b.is_ascii_hexdigit()))
-}
 
 /// NVML answered, but not well enough to build a topology.
 #[derive(Debug, thiserror::Error)]

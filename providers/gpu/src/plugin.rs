@@ -84,7 +84,7 @@ fn device(g: &Gpu, driver: Option<&DriverInfo>) -> Device {
     if let Some(pci) = &g.pci {
         d = d.with_pci_address(pci);
     }
-    if crate::nvml::is_uuid(&g.id) {
+    if crate::driver::is_uuid(&g.id) {
         d = d.with_serial(&g.id);
     }
     if let Some(info) = driver {
