@@ -148,6 +148,24 @@ spec:
         example.com/widget: \"1\"
 ";
 
+/// The podfingerprint library's `Sign` of `pods` (namespace, name),
+/// written here from its specification (github.com/
+/// k8stopologyawareschedwg/podfingerprint, `podfingerprint.go`) over an
+/// XXH64 of another crate, to check topomgr's own port.
+fn pod_fingerprint(pods: &[(&str, &str)]) -> String {
+    use twox_hash::XxHash64;
+    let mut hashes: Vec<u64> = pods
+        .iter()
+        .map(|(ns, name)| XxHash64::oneshot(XxHash64::oneshot(0, ns.as_bytes()), name.as_bytes()))
+        .collect();
+    hashes.sort();
+    let mut bytes = Vec::new();
+    for h in hashes {
+        bytes.extend_from_slice(&h.to_le_bytes());
+    }
+    format!("pfp0v001{:016x}", XxHash64::oneshot(0, &bytes))
+}
+
 /// (name, capacity, allocatable, available) of every resource of every
 /// zone, for comparisons.
 fn table(object: &Value) -> Vec<(String, String, [String; 3])> {
@@ -212,7 +230,9 @@ fn daemon_export_follows_admission_and_release() {
     assert_eq!(
         before["attributes"],
         json!([{"name": "topologyManagerPolicy", "value": "single-numa-node"},
-               {"name": "topologyManagerScope", "value": "container"}])
+               {"name": "topologyManagerScope", "value": "container"},
+               {"name": "nodeTopologyPodsFingerprint", "value": pod_fingerprint(&[])},
+               {"name": "nodeTopologyPodsFingerprintMethod", "value": "with-exclusive-resources"}])
     );
     assert_eq!(
         before["zones"][1]["costs"],
@@ -252,6 +272,11 @@ fn daemon_export_follows_admission_and_release() {
         };
     }
     assert_eq!(table(&after), want);
+    assert_eq!(
+        after["attributes"][2]["value"],
+        pod_fingerprint(&[("ml", "trainer")]),
+        "the pod holding exclusive CPUs is in the fingerprint"
+    );
     assert_eq!(file(), after, "the export file follows the admission");
 
     // `topomgr export nrt` asks the daemon; YAML is the same object.
@@ -267,7 +292,12 @@ fn daemon_export_follows_admission_and_release() {
     // Release: everything is available again.
     let r = c.release(UID).unwrap();
     assert_eq!(r.status, 200, "{}", r.error_message());
-    assert_eq!(table(&get(&mut c)), idle());
+    let released = get(&mut c);
+    assert_eq!(table(&released), idle());
+    assert_eq!(
+        released["attributes"], before["attributes"],
+        "the fingerprint too"
+    );
     assert_eq!(table(&file()), idle());
 
     // Admit again and stop: `export nrt --state-dir` reads the same from the
