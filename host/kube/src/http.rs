@@ -155,6 +155,17 @@ impl ApiClient {
         })
     }
 
+    /// Another client of the same server and credentials, with a
+    /// connection of its own (one per task).
+    pub fn fresh(&self) -> ApiClient {
+        ApiClient {
+            access: Arc::clone(&self.access),
+            tls: self.tls.clone(),
+            sender: None,
+            timeout: self.timeout,
+        }
+    }
+
     /// The server, for messages.
     pub fn server(&self) -> String {
         self.access.server()

@@ -52,6 +52,8 @@ pub struct Face {
     kubelet: KubeletCheck,
     /// How the follower's cpusets reach the runtime ([`super::cri`]).
     cri: CriRoute,
+    /// Where refusals go as Events on the pod (`[kubernetes] events`).
+    events: Option<topomgr_kube::events::EventRecorder>,
 }
 
 /// The NRI container owner of container `id`.
@@ -93,6 +95,18 @@ fn refusal(r: &AdmitResult) -> PluginError {
     ))
 }
 
+/// The Event of a refusal of a container of `pod`: the reason and the
+/// message as `topomgr admit` gives them.
+fn event_of(pod: &PodSandbox, r: &AdmitResult) -> topomgr_kube::events::Refusal {
+    topomgr_kube::events::Refusal {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        uid: pod.uid.clone(),
+        reason: r.reason.clone().unwrap_or_else(|| "Rejected".to_owned()),
+        message: r.message.clone().unwrap_or_else(|| "no message".to_owned()),
+    }
+}
+
 /// The updates of an answer as NRI's messages.
 fn nri_updates(updates: &[CpusetUpdate], ignore_failure: bool) -> Vec<ContainerUpdate> {
     updates
@@ -119,6 +133,7 @@ impl Face {
             limits: Default::default(),
             boot_id: topomgr_node::fsutil::boot_id(),
             export: Default::default(),
+            nrt_push: None,
         };
         let metrics = Arc::new(crate::metrics::Metrics::new());
         let (state, _) = StateThread::start(admitter, machine, settings, metrics)?;
@@ -136,7 +151,14 @@ impl Face {
             provider_timeout: None,
             kubelet: KubeletCheck::default(),
             cri: CriRoute::new(Route::Nri),
+            events: None,
         }
+    }
+
+    /// Records each refusal of a container as an Event on its pod.
+    pub(crate) fn with_events(mut self, events: topomgr_kube::events::EventRecorder) -> Face {
+        self.events = Some(events);
+        self
     }
 
     /// Sends the follower's cpusets through the runtime's CRI socket
@@ -335,6 +357,9 @@ impl Face {
         }
         if !result.admitted {
             info!(container = %name, reason = ?result.reason, "container refused");
+            if let Some(events) = &self.events {
+                events.record(event_of(&pod, &result));
+            }
             return Err(refusal(&result));
         }
         let Some(set) = answer.cpuset else {

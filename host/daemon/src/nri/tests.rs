@@ -187,6 +187,7 @@ fn world(tag: &str) -> World {
         limits: Default::default(),
         boot_id: "boot".into(),
         export: Default::default(),
+        nrt_push: None,
     };
     let metrics = Arc::new(Metrics::new());
     let (state, _) =
