@@ -20,4 +20,4 @@ pub mod http;
 pub mod nrt_push;
 
 pub use access::{Access, AccessError, Source};
-pub use http::{ApiClient, ApiError};
+pub use http::{ApiClient, ApiError, Method};

@@ -92,7 +92,7 @@ fn the_schema_refuses_what_the_api_server_would() {
 
 /// A config with the CPU, memory and widget providers on the example
 /// machine, the node name set and an export file.
-fn config(tag: &str) -> PathBuf {
+pub(crate) fn config(tag: &str) -> PathBuf {
     let dir = common::scratch_dir(tag);
     let p = common::plugins();
     fs::write(
@@ -132,7 +132,7 @@ widgets_per_node = 2
 
 const UID: &str = "6f1c2a3e-0014-4c8e-9a51-000000000001";
 
-const POD: &str = "apiVersion: v1
+pub(crate) const POD: &str = "apiVersion: v1
 kind: Pod
 metadata:
   name: trainer
@@ -152,7 +152,7 @@ spec:
 /// written here from its specification (github.com/
 /// k8stopologyawareschedwg/podfingerprint, `podfingerprint.go`) over an
 /// XXH64 of another crate, to check topomgr's own port.
-fn pod_fingerprint(pods: &[(&str, &str)]) -> String {
+pub(crate) fn pod_fingerprint(pods: &[(&str, &str)]) -> String {
     use twox_hash::XxHash64;
     let mut hashes: Vec<u64> = pods
         .iter()
