@@ -23,7 +23,7 @@ use serde_json::Value;
 
 use crate::common;
 use crate::daemon::Daemon;
-use crate::kubernetes::{config, pod_fingerprint, POD};
+use crate::kubernetes::{config, pod_fingerprint, POD, UID};
 
 const NEEDS: &str = "needs etcd, kube-apiserver and kubectl of .ci/install-kubernetes (/opt/topomgr-ci/kubernetes/bin, or TOPOMGR_KUBE_DIR) and openssl";
 
@@ -399,6 +399,35 @@ fn nrt_is_pushed_follows_admissions_and_survives_an_api_server_restart() {
         (!h["notes"].to_string().contains("cannot be pushed")).then_some(())
     });
     assert!(healthy.is_some(), "the note goes once the push works");
+
+    // A burst of 21 changes (release and admit again, 10 times, then
+    // release) is a few applies: the object's generation counts those that
+    // changed it (an apply of what is stored changes nothing), and the
+    // last state, unlike the first, is on the API server.
+    let generation = |o: &Value| o["metadata"]["generation"].as_i64().unwrap();
+    let before = generation(&reader.get(NRT).unwrap());
+    let start = Instant::now();
+    for _ in 0..10 {
+        assert_eq!(c.release(UID).unwrap().status, 200);
+        assert_eq!(c.admit(POD).unwrap().status, 200);
+    }
+    assert_eq!(c.release(UID).unwrap().status, 200);
+    let burst = start.elapsed();
+    std::thread::sleep(Duration::from_millis(600));
+    let object = reader.get(NRT).unwrap();
+    let applies = generation(&object) - before;
+    eprintln!("21 changes in {burst:?}: {applies} applies changed the object");
+    let bound = i64::try_from(burst.as_millis() / 200).unwrap() + 2;
+    assert!(
+        applies >= 1 && applies <= bound,
+        "{applies} applies for 21 changes in {burst:?}"
+    );
+    let served: Value = c.get("/v1/noderesourcetopology").unwrap().json().unwrap();
+    assert_eq!(
+        object["zones"], served["zones"],
+        "the last change is on the API server"
+    );
+    assert_eq!(object["attributes"], served["attributes"]);
 }
 
 #[test]

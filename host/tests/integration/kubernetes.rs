@@ -130,7 +130,7 @@ widgets_per_node = 2
     dir
 }
 
-const UID: &str = "6f1c2a3e-0014-4c8e-9a51-000000000001";
+pub(crate) const UID: &str = "6f1c2a3e-0014-4c8e-9a51-000000000001";
 
 pub(crate) const POD: &str = "apiVersion: v1
 kind: Pod
