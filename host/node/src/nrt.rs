@@ -230,8 +230,10 @@ pub(crate) fn build(
 
 /// The pods `admitter` holds that count in the pod fingerprint (method
 /// `with-exclusive-resources`): those with a container holding exclusive
-/// CPUs, pinned memory nodes or devices, by namespace and name.
-pub fn exclusive_pods(admitter: &Admitter) -> Vec<(&str, &str)> {
+/// CPUs, pinned memory nodes or devices, by namespace and name, each once
+/// (the NRI face and the OCI hook admit each container as a pod of its
+/// own, named as its Kubernetes pod; the scheduler counts the pod once).
+pub fn exclusive_pods(admitter: &Admitter) -> std::collections::BTreeSet<(&str, &str)> {
     admitter
         .pods()
         .values()

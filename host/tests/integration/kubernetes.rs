@@ -311,6 +311,29 @@ fn daemon_export_follows_admission_and_release() {
     assert_eq!(serde_json::from_str::<Value>(&out).unwrap(), served);
 }
 
+/// The NRI face admits each container as a pod of its own with the
+/// Kubernetes pod's name: two containers of one pod holding exclusive
+/// CPUs are one pod in the fingerprint, as the scheduler counts it.
+#[test]
+fn the_fingerprint_counts_a_pod_once() {
+    let dir = config("nrt-once");
+    let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
+    let mut c = d.client();
+    let second = POD
+        .replace("000000000001", "000000000009")
+        .replace("cpu: \"2\"", "cpu: \"1\"");
+    for pod in [POD, second.as_str()] {
+        let r = c.admit(pod).unwrap();
+        assert_eq!(r.status, 200, "{}", r.error_message());
+        assert!(r.parse::<api::Admissions>().unwrap().pods[0].admitted);
+    }
+    let object: Value = c.get("/v1/noderesourcetopology").unwrap().json().unwrap();
+    assert_eq!(
+        object["attributes"][2]["value"],
+        pod_fingerprint(&[("ml", "trainer")])
+    );
+}
+
 #[test]
 fn export_without_a_daemon_names_the_socket() {
     let dir = config("nrt-nodaemon");
