@@ -229,23 +229,16 @@ pub(crate) fn build(
 }
 
 /// The pods `admitter` holds that count in the pod fingerprint (method
-/// `with-exclusive-resources`): those with a container holding exclusive
-/// CPUs, pinned memory nodes or devices, by namespace and name, each once
-/// (the NRI face and the OCI hook admit each container as a pod of its
-/// own, named as its Kubernetes pod; the scheduler counts the pod once).
+/// `with-exclusive-resources`): those the scheduler deems exclusive
+/// ([`fingerprint::holds_exclusive_resources`]), by namespace and name,
+/// each once (the NRI face and the OCI hook admit each container as a pod
+/// of its own, named as its Kubernetes pod; the scheduler counts the pod
+/// once).
 pub fn exclusive_pods(admitter: &Admitter) -> std::collections::BTreeSet<(&str, &str)> {
     admitter
         .pods()
         .values()
-        .filter(|r| {
-            r.admitted
-                && r.containers.iter().any(|c| {
-                    let a = &c.allocation;
-                    (a.exclusive && !a.cpus.is_empty())
-                        || !a.mems.is_empty()
-                        || a.devices.values().any(|d| !d.is_empty())
-                })
-        })
+        .filter(|r| r.admitted && fingerprint::holds_exclusive_resources(&r.pod))
         .map(|r| (r.pod.namespace.as_str(), r.pod.name.as_str()))
         .collect()
 }

@@ -10,14 +10,17 @@
 //! when the fingerprint of the object equals the one it computes from the
 //! pods it sees running there; with the method `with-exclusive-resources`
 //! it counts only the pods holding exclusive resources. topomgr knows the
-//! pods it admitted, so it declares that method and counts the pods that
-//! hold exclusive CPUs, pinned memory or devices.
+//! pods it admitted, so it declares that method and counts, among them,
+//! the pods the scheduler deems exclusive ([`holds_exclusive_resources`],
+//! scheduler-plugins' `resourcerequests.AreExclusiveForPod`), each once.
 //!
 //! The algorithm: each pod is `xxh64(name, seed = xxh64(namespace, 0))`;
 //! the values are sorted, written little-endian into one XXH64 (seed 0),
 //! and the digest, big-endian hex, follows `pfp0` (prefix) and `v001`
 //! (version). The port is tested against the library's own test vector
 //! (`nrt/testdata`).
+
+use topomgr_sdk::{PodView, QosClass};
 
 /// The attribute naming the fingerprint (the library's `Attribute`).
 pub const ATTRIBUTE: &str = "nodeTopologyPodsFingerprint";
@@ -26,6 +29,38 @@ pub const ATTRIBUTE_METHOD: &str = "nodeTopologyPodsFingerprintMethod";
 /// Only the pods holding exclusive resources are counted
 /// (`MethodWithExclusiveResources`).
 pub const METHOD_WITH_EXCLUSIVE_RESOURCES: &str = "with-exclusive-resources";
+
+/// Whether the scheduler counts `pod` under `with-exclusive-resources`:
+/// scheduler-plugins' `resourcerequests.AreExclusiveForPod` and
+/// `IsExclusive` (`pkg/noderesourcetopology/resourcerequests`), whose rule
+/// is followed here: a request of an extended resource (a name with a `/`
+/// outside `kubernetes.io/`) in any container, or, in a Guaranteed pod, an
+/// integral CPU request or a memory or hugepages request; over the app
+/// containers and the sidecars (init containers that keep running), not
+/// the init containers that finish.
+pub fn holds_exclusive_resources(pod: &PodView) -> bool {
+    let native = |name: &str| !name.contains('/') || name.contains("kubernetes.io/");
+    let exclusive = |name: &str, quantity: u64| {
+        if !native(name) {
+            return true;
+        }
+        if pod.qos != QosClass::Guaranteed {
+            return false;
+        }
+        match name {
+            // Millicores: whole CPUs.
+            "cpu" => quantity > 0 && quantity.is_multiple_of(1000),
+            "memory" => quantity > 0,
+            n if n.starts_with("hugepages-") => quantity > 0,
+            _ => false,
+        }
+    };
+    pod.init_containers
+        .iter()
+        .filter(|c| c.sidecar)
+        .chain(&pod.containers)
+        .any(|c| c.requests.iter().any(|(n, q)| exclusive(n, *q)))
+}
 
 const PREFIX: &str = "pfp0";
 const VERSION: &str = "v001";
@@ -183,6 +218,62 @@ mod tests {
                 let want = twox_hash::XxHash64::oneshot(seed, &long[..len]);
                 assert_eq!(xxh64(&long[..len], seed), want, "len {len} seed {seed}");
             }
+        }
+    }
+
+    #[test]
+    fn exclusive_pods_are_those_the_scheduler_counts() {
+        use topomgr_sdk::ContainerView;
+        let pod = |qos, init: Vec<ContainerView>, app: Vec<ContainerView>| {
+            PodView::new("u", "p", "ns", qos)
+                .with_init_containers(init)
+                .with_containers(app)
+        };
+        let c = |reqs: &[(&str, u64)]| {
+            ContainerView::new("c")
+                .with_requests(reqs.iter().map(|(n, q)| ((*n).to_owned(), *q)).collect())
+        };
+        let g = QosClass::Guaranteed;
+        let b = QosClass::Burstable;
+        let cases = [
+            (
+                pod(g, vec![], vec![c(&[("cpu", 2000), ("memory", 1 << 30)])]),
+                true,
+            ),
+            // Guaranteed memory alone is exclusive (the Memory Manager's).
+            (
+                pod(g, vec![], vec![c(&[("cpu", 500), ("memory", 1 << 30)])]),
+                true,
+            ),
+            (pod(g, vec![], vec![c(&[("cpu", 1500)])]), false),
+            (pod(g, vec![], vec![c(&[("cpu", 1000)])]), true),
+            (pod(g, vec![], vec![c(&[("hugepages-2Mi", 1 << 21)])]), true),
+            (
+                pod(b, vec![], vec![c(&[("cpu", 2000), ("memory", 1 << 30)])]),
+                false,
+            ),
+            // Devices in any QoS; not a kubernetes.io/ name.
+            (pod(b, vec![], vec![c(&[("example.com/gpu", 1)])]), true),
+            (
+                pod(b, vec![], vec![c(&[("kubernetes.io/batch-cpu", 1)])]),
+                false,
+            ),
+            // An init container that finishes does not count; a sidecar does.
+            (
+                pod(b, vec![c(&[("example.com/gpu", 1)])], vec![c(&[])]),
+                false,
+            ),
+            (
+                pod(
+                    b,
+                    vec![c(&[("example.com/gpu", 1)]).with_sidecar(true)],
+                    vec![c(&[])],
+                ),
+                true,
+            ),
+        ];
+        for (i, (p, want)) in cases.iter().enumerate() {
+            assert_eq!(holds_exclusive_resources(p), *want, "case {i}");
         }
     }
 
