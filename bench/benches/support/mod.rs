@@ -71,6 +71,7 @@ pub fn start_daemon(tag: &str, state_root: &Path, plugin: &Path) -> PathBuf {
         node_lock,
         export: Default::default(),
         nri: None,
+        kubernetes: None,
         reload: None,
     };
     std::thread::spawn(move || daemon::run(d));

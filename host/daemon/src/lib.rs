@@ -103,8 +103,20 @@ pub struct Daemon {
     pub export: topomgr_node::nrt::ExportSettings,
     /// The runtime's NRI socket and registration, when `[nri] enabled`.
     pub nri: Option<nri::NriSettings>,
+    /// The API server, when `[kubernetes] enabled`.
+    pub kubernetes: Option<KubeSettings>,
     /// Live reconciliation (SIGHUP and the machine check), when given.
     pub reload: Option<Reload>,
+}
+
+/// What the daemon does on the API server (`[kubernetes]`).
+pub struct KubeSettings {
+    /// The client (each task gets its own connection).
+    pub client: topomgr_kube::ApiClient,
+    /// Push the NodeResourceTopology object, so.
+    pub push: Option<topomgr_kube::nrt_push::PushSettings>,
+    /// Record the NRI face's refusals as Events.
+    pub events: bool,
 }
 
 /// How the daemon follows its machine and config ([`reload`]).
@@ -236,15 +248,25 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
         providers.push(p);
     }
     let admitter = Admitter::new(&d.machine, d.policy, d.scope, providers);
+    let kube = d.kubernetes;
+    let (nrt_publisher, nrt_feed) = match kube.as_ref().and_then(|k| k.push.as_ref()) {
+        Some(_) => {
+            let (p, f) = topomgr_kube::nrt_push::channel();
+            (Some(p), Some(f))
+        }
+        None => (None, None),
+    };
     let settings = StateThreadSettings {
+        nrt_push: nrt_publisher,
         state_dir: d.state_dir.clone(),
         cgroup_root: d.cgroup_root,
         lift_cpu_quota: d.lift_cpu_quota,
         limits: d.limits,
         members: Some(d.socket.clone()),
         boot_id: topomgr_node::fsutil::boot_id(),
-        export: d.export,
+        export: d.export.clone(),
     };
+    let export_node = d.export.node_name.clone();
     let (state_thread, restored) =
         StateThread::start(admitter, &d.machine, settings, Arc::clone(&metrics))?;
     let access = Arc::new(AccessPolicy::for_group(&d.group));
@@ -314,15 +336,27 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
                 stop_rx.clone(),
             ));
         }
+        let pusher = match (&kube, nrt_feed) {
+            (Some(k), Some(feed)) => k.push.clone().map(|push| {
+                info!(server = %k.client.server(), node = %push.node_name, "pushing the NodeResourceTopology object to the API server");
+                topomgr_kube::nrt_push::NrtPusher::start(k.client.fresh(), push, feed)
+            }),
+            _ => None,
+        };
+        let events = kube.as_ref().filter(|k| k.events).map(|k| {
+            topomgr_kube::events::EventRecorder::start(k.client.fresh(), export_node.clone())
+        });
         if let Some(settings) = nri_settings {
-            let face = Arc::new(
-                nri::Face::new(state_thread.clone(), Arc::clone(&nri_status))
-                    .with_cpu_quota_lift(d.lift_cpu_quota)
-                    .with_provider_timeout(d.provider_timeout)
-                    .with_kubelet_root(settings.kubelet_root_dir.clone())
-                    .with_cri_socket(settings.cri_socket.clone())
-                    .with_cdi(settings.cdi_spec_dirs.clone(), settings.sysfs_root.clone()),
-            );
+            let mut face = nri::Face::new(state_thread.clone(), Arc::clone(&nri_status))
+                .with_cpu_quota_lift(d.lift_cpu_quota)
+                .with_provider_timeout(d.provider_timeout)
+                .with_kubelet_root(settings.kubelet_root_dir.clone())
+                .with_cri_socket(settings.cri_socket.clone())
+                .with_cdi(settings.cdi_spec_dirs.clone(), settings.sysfs_root.clone());
+            if let Some(events) = events {
+                face = face.with_events(events);
+            }
+            let face = Arc::new(face);
             tokio::spawn(nri::serve(face, settings, stopped(stop_rx.clone())));
         }
         let state = AppState {
@@ -330,6 +364,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
             metrics,
             access,
             nri: nri_status,
+            nrt_push: pusher.as_ref().map(|p| p.status_handle()),
         };
         systemd::ready(&format!(
             "serving {} pod(s) on {}",
@@ -341,6 +376,9 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
             Some(task) => task.await.unwrap_or_else(|e| Err(std::io::Error::other(e))),
             None => Ok(()),
         };
+        if let Some(p) = pusher {
+            p.shutdown().await;
+        }
         served.and(scraped).map_err(|source| DaemonError::Runtime {
             what: "serving failed",
             cause: source,

@@ -63,6 +63,8 @@ pub(crate) struct AppState {
     pub access: Arc<AccessPolicy>,
     /// The NRI plugin's status.
     pub nri: Arc<crate::nri::NriStatus>,
+    /// The NodeResourceTopology push's status (`[kubernetes]`).
+    pub nrt_push: Option<topomgr_kube::nrt_push::PushStatusHandle>,
 }
 
 /// Credentials of the peer of one connection, taken at accept.
@@ -241,7 +243,8 @@ async fn check_peer(
 
 async fn health(State(state): State<AppState>) -> Response {
     let nri = state.nri.health();
-    let nri_notes = state.nri.notes();
+    let mut nri_notes = state.nri.notes();
+    nri_notes.extend(state.nrt_push.as_ref().and_then(|p| p.note()));
     let body = state.state_thread.read(|snap| {
         Health::new(
             snap.pods.len(),

@@ -498,6 +498,9 @@ pub(crate) struct StateThreadSettings {
     pub boot_id: String,
     /// The NodeResourceTopology export.
     pub export: topomgr_node::nrt::ExportSettings,
+    /// Where each new NodeResourceTopology object goes for the push to the
+    /// API server (`[kubernetes]`; never waits).
+    pub nrt_push: Option<topomgr_kube::nrt_push::NrtPublisher>,
     /// How many pods and containers may be held (config `[limits]`).
     pub limits: topomgr_node::state::limits::Limits,
     /// The daemon's socket, when it holds the node lock: the init process
@@ -533,6 +536,7 @@ struct Worker {
     cgroup_notes: Vec<String>,
     machine: Machine,
     export: topomgr_node::nrt::ExportSettings,
+    nrt_push: Option<topomgr_kube::nrt_push::NrtPublisher>,
     /// Policy, scope and nodes of every trace.
     setting: Arc<topomgr_engine::explain::Setting>,
     /// Traces of this batch, published with it.
@@ -640,6 +644,7 @@ impl StateThread {
             cgroup_notes: Vec::new(),
             machine: machine.clone(),
             export: settings.export.clone(),
+            nrt_push: settings.nrt_push.clone(),
             setting,
             traces: Vec::new(),
             resize_traces: Vec::new(),
@@ -988,16 +993,27 @@ impl Worker {
         )
     }
 
-    /// Rewrite the export file, when one is configured (a failure is
-    /// logged: the change it follows is saved and stays).
+    /// Rewrite the export file and hand the object to the push to the
+    /// API server, when they are configured (a failure is logged: the
+    /// change it follows is saved and stays).
     fn write_export(&mut self) {
+        if self.export.file.is_none() && self.nrt_push.is_none() {
+            return;
+        }
+        let object = match self.nrt() {
+            Ok(o) => o,
+            Err(e) => {
+                error!(error = %e, "cannot build the NodeResourceTopology export");
+                return;
+            }
+        };
+        if let Some(push) = &self.nrt_push {
+            push.publish(&object);
+        }
         let Some(path) = self.export.file.clone() else {
             return;
         };
-        match self
-            .nrt()
-            .and_then(|object| topomgr_node::nrt::write(&path, &object))
-        {
+        match topomgr_node::nrt::write(&path, &object) {
             Ok(()) => {
                 tracing::debug!(path = %path.display(), "NodeResourceTopology export written")
             }

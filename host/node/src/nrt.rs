@@ -19,6 +19,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+pub mod fingerprint;
+
 use topomgr_sdk::{Amounts, Inventory, Machine, NumaNodeId};
 
 use topomgr_engine::admission::Admitter;
@@ -226,7 +228,24 @@ pub(crate) fn build(
     })
 }
 
-/// The export of `admitter`'s providers on `machine` as `node_name`.
+/// The pods `admitter` holds that count in the pod fingerprint (method
+/// `with-exclusive-resources`): those the scheduler deems exclusive
+/// ([`fingerprint::holds_exclusive_resources`]), by namespace and name,
+/// each once (the NRI face and the OCI hook admit each container as a pod
+/// of its own, named as its Kubernetes pod; the scheduler counts the pod
+/// once).
+pub fn exclusive_pods(admitter: &Admitter) -> std::collections::BTreeSet<(&str, &str)> {
+    admitter
+        .pods()
+        .values()
+        .filter(|r| r.admitted && fingerprint::holds_exclusive_resources(&r.pod))
+        .map(|r| (r.pod.namespace.as_str(), r.pod.name.as_str()))
+        .collect()
+}
+
+/// The export of `admitter`'s providers on `machine` as `node_name`, with
+/// the fingerprint of the pods holding exclusive resources
+/// ([`fingerprint`]).
 pub fn of_admitter(
     node_name: &str,
     machine: &Machine,
@@ -238,7 +257,17 @@ pub fn of_admitter(
         scope: admitter.scope(),
     };
     let inv = inventories(admitter)?;
-    build(&id, machine, &inv)
+    let mut object = build(&id, machine, &inv)?;
+    let signature = fingerprint::sign(exclusive_pods(admitter));
+    object.attributes.push(Attribute {
+        name: fingerprint::ATTRIBUTE.to_owned(),
+        value: signature,
+    });
+    object.attributes.push(Attribute {
+        name: fingerprint::ATTRIBUTE_METHOD.to_owned(),
+        value: fingerprint::METHOD_WITH_EXCLUSIVE_RESOURCES.to_owned(),
+    });
+    Ok(object)
 }
 
 /// Write `object` to `path` atomically (pretty JSON), for an agent that

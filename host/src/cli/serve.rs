@@ -90,6 +90,7 @@ pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
             node_name: topomgr_node::nrt::node_name(&cfg)?,
             file: cfg.export_file.clone(),
         },
+        kubernetes: kubernetes(&cfg)?,
         nri: cfg.nri.enabled.then(|| daemon::nri::NriSettings {
             socket: cfg.nri.socket.clone(),
             plugin_name: cfg.nri.plugin_name.clone(),
@@ -110,4 +111,36 @@ pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
         }),
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The daemon's `[kubernetes]` settings: the access is loaded (and a bad
+/// kubeconfig refused) before the daemon starts.
+fn kubernetes(
+    cfg: &topomgr_node::setup::config::HostConfig,
+) -> anyhow::Result<Option<daemon::KubeSettings>> {
+    let k = &cfg.kubernetes;
+    if !k.enabled {
+        return Ok(None);
+    }
+    let source = match &k.kubeconfig {
+        Some(path) => topomgr_kube::Source::Kubeconfig(path.clone()),
+        None => topomgr_kube::Source::InCluster,
+    };
+    let access =
+        topomgr_kube::Access::load(&source).map_err(|e| anyhow::anyhow!("[kubernetes]: {e}"))?;
+    let client =
+        topomgr_kube::ApiClient::new(access).map_err(|e| anyhow::anyhow!("[kubernetes]: {e}"))?;
+    let node_name = topomgr_node::nrt::node_name(cfg)?;
+    let push = k.push_nrt.then(|| topomgr_kube::nrt_push::PushSettings {
+        node_name,
+        min_interval: Duration::from_millis(k.nrt_min_interval_ms),
+        retry_min: Duration::from_millis(200),
+        retry_max: Duration::from_millis(k.nrt_retry_max_ms),
+        delete_on_shutdown: k.delete_nrt_on_shutdown,
+    });
+    Ok(Some(daemon::KubeSettings {
+        client,
+        push,
+        events: k.events,
+    }))
 }

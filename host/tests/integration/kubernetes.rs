@@ -92,7 +92,7 @@ fn the_schema_refuses_what_the_api_server_would() {
 
 /// A config with the CPU, memory and widget providers on the example
 /// machine, the node name set and an export file.
-fn config(tag: &str) -> PathBuf {
+pub(crate) fn config(tag: &str) -> PathBuf {
     let dir = common::scratch_dir(tag);
     let p = common::plugins();
     fs::write(
@@ -130,9 +130,9 @@ widgets_per_node = 2
     dir
 }
 
-const UID: &str = "6f1c2a3e-0014-4c8e-9a51-000000000001";
+pub(crate) const UID: &str = "6f1c2a3e-0014-4c8e-9a51-000000000001";
 
-const POD: &str = "apiVersion: v1
+pub(crate) const POD: &str = "apiVersion: v1
 kind: Pod
 metadata:
   name: trainer
@@ -147,6 +147,24 @@ spec:
         memory: 1Gi
         example.com/widget: \"1\"
 ";
+
+/// The podfingerprint library's `Sign` of `pods` (namespace, name),
+/// written here from its specification (github.com/
+/// k8stopologyawareschedwg/podfingerprint, `podfingerprint.go`) over an
+/// XXH64 of another crate, to check topomgr's own port.
+pub(crate) fn pod_fingerprint(pods: &[(&str, &str)]) -> String {
+    use twox_hash::XxHash64;
+    let mut hashes: Vec<u64> = pods
+        .iter()
+        .map(|(ns, name)| XxHash64::oneshot(XxHash64::oneshot(0, ns.as_bytes()), name.as_bytes()))
+        .collect();
+    hashes.sort();
+    let mut bytes = Vec::new();
+    for h in hashes {
+        bytes.extend_from_slice(&h.to_le_bytes());
+    }
+    format!("pfp0v001{:016x}", XxHash64::oneshot(0, &bytes))
+}
 
 /// (name, capacity, allocatable, available) of every resource of every
 /// zone, for comparisons.
@@ -212,7 +230,9 @@ fn daemon_export_follows_admission_and_release() {
     assert_eq!(
         before["attributes"],
         json!([{"name": "topologyManagerPolicy", "value": "single-numa-node"},
-               {"name": "topologyManagerScope", "value": "container"}])
+               {"name": "topologyManagerScope", "value": "container"},
+               {"name": "nodeTopologyPodsFingerprint", "value": pod_fingerprint(&[])},
+               {"name": "nodeTopologyPodsFingerprintMethod", "value": "with-exclusive-resources"}])
     );
     assert_eq!(
         before["zones"][1]["costs"],
@@ -252,6 +272,11 @@ fn daemon_export_follows_admission_and_release() {
         };
     }
     assert_eq!(table(&after), want);
+    assert_eq!(
+        after["attributes"][2]["value"],
+        pod_fingerprint(&[("ml", "trainer")]),
+        "the pod holding exclusive CPUs is in the fingerprint"
+    );
     assert_eq!(file(), after, "the export file follows the admission");
 
     // `topomgr export nrt` asks the daemon; YAML is the same object.
@@ -267,7 +292,12 @@ fn daemon_export_follows_admission_and_release() {
     // Release: everything is available again.
     let r = c.release(UID).unwrap();
     assert_eq!(r.status, 200, "{}", r.error_message());
-    assert_eq!(table(&get(&mut c)), idle());
+    let released = get(&mut c);
+    assert_eq!(table(&released), idle());
+    assert_eq!(
+        released["attributes"], before["attributes"],
+        "the fingerprint too"
+    );
     assert_eq!(table(&file()), idle());
 
     // Admit again and stop: `export nrt --state-dir` reads the same from the
@@ -279,6 +309,29 @@ fn daemon_export_follows_admission_and_release() {
     let (code, out, err) = common::topomgr(&dir, &["export", "nrt", "--state-dir", &state]);
     assert_eq!(code, 0, "{err}");
     assert_eq!(serde_json::from_str::<Value>(&out).unwrap(), served);
+}
+
+/// The NRI face admits each container as a pod of its own with the
+/// Kubernetes pod's name: two containers of one pod holding exclusive
+/// CPUs are one pod in the fingerprint, as the scheduler counts it.
+#[test]
+fn the_fingerprint_counts_a_pod_once() {
+    let dir = config("nrt-once");
+    let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
+    let mut c = d.client();
+    let second = POD
+        .replace("000000000001", "000000000009")
+        .replace("cpu: \"2\"", "cpu: \"1\"");
+    for pod in [POD, second.as_str()] {
+        let r = c.admit(pod).unwrap();
+        assert_eq!(r.status, 200, "{}", r.error_message());
+        assert!(r.parse::<api::Admissions>().unwrap().pods[0].admitted);
+    }
+    let object: Value = c.get("/v1/noderesourcetopology").unwrap().json().unwrap();
+    assert_eq!(
+        object["attributes"][2]["value"],
+        pod_fingerprint(&[("ml", "trainer")])
+    );
 }
 
 #[test]
@@ -718,5 +771,187 @@ fn daemon_answers_match_the_openapi_document() {
     assert!(
         missing.is_empty(),
         "not in openapi.yaml's /metrics list: {missing:?}"
+    );
+}
+
+/// Requests a [`FakeApiServer`] got: (method, path, body).
+type Requests = std::sync::Arc<std::sync::Mutex<Vec<(String, String, Vec<u8>)>>>;
+
+/// A stand-in for the API server over plain HTTP: records every request
+/// (method, path, body) and answers each with `status` and `{}`.
+struct FakeApiServer {
+    port: u16,
+    requests: Requests,
+}
+
+impl FakeApiServer {
+    fn start(status: u16) -> FakeApiServer {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let requests = Requests::default();
+        let seen = requests.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { return };
+                let seen = seen.clone();
+                std::thread::spawn(move || {
+                    let mut reader = BufReader::new(conn.try_clone().unwrap());
+                    let mut conn = conn;
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let mut parts = line.split_whitespace();
+                        let method = parts.next().unwrap_or_default().to_owned();
+                        let path = parts.next().unwrap_or_default().to_owned();
+                        let mut length = 0usize;
+                        loop {
+                            let mut h = String::new();
+                            if reader.read_line(&mut h).unwrap_or(0) == 0 {
+                                return;
+                            }
+                            if h == "\r\n" {
+                                break;
+                            }
+                            if let Some((k, v)) = h.split_once(':') {
+                                if k.eq_ignore_ascii_case("content-length") {
+                                    length = v.trim().parse().unwrap();
+                                }
+                            }
+                        }
+                        let mut body = vec![0; length];
+                        reader.read_exact(&mut body).unwrap();
+                        seen.lock().unwrap().push((method, path, body));
+                        let answer = format!(
+                            "HTTP/1.1 {status} X\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{{}}"
+                        );
+                        if conn.write_all(answer.as_bytes()).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        FakeApiServer { port, requests }
+    }
+
+    fn kubeconfig(&self, dir: &Path) {
+        fs::write(
+            dir.join("kubeconfig"),
+            format!(
+                "apiVersion: v1\nkind: Config\ncurrent-context: t\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:{}\nusers:\n- name: u\n  user:\n    token: secret\ncontexts:\n- name: t\n  context:\n    cluster: c\n    user: u\n",
+                self.port
+            ),
+        )
+        .unwrap();
+        let mut toml = fs::read_to_string(dir.join("topomgr.toml")).unwrap();
+        toml.push_str("[kubernetes]\nenabled = true\nkubeconfig = \"kubeconfig\"\nnrt_min_interval_ms = 100\nnrt_retry_max_ms = 500\n");
+        fs::write(dir.join("topomgr.toml"), toml).unwrap();
+    }
+
+    /// The bodies of the applies so far.
+    fn applies(&self) -> Vec<Value> {
+        self.requests
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(m, p, _)| {
+                m == "PATCH"
+                    && p == "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/worker-1?fieldManager=topomgr&force=true"
+            })
+            .map(|(_, _, b)| serde_json::from_slice(b).unwrap())
+            .collect()
+    }
+}
+
+/// Polls `f` for up to `limit`.
+fn within<T>(limit: std::time::Duration, mut f: impl FnMut() -> Option<T>) -> Option<T> {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return Some(v);
+        }
+        if start.elapsed() > limit {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// `[kubernetes]`: the daemon applies its object at start and again within
+/// a second of an admission, with the pod in the fingerprint; the object
+/// is the one it serves.
+#[test]
+fn daemon_pushes_the_object_after_each_change() {
+    let api = FakeApiServer::start(200);
+    let dir = config("nrt-push");
+    api.kubeconfig(&dir);
+    let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
+    let mut c = d.client();
+    let second = std::time::Duration::from_secs(1);
+    let first = within(second * 5, || api.applies().first().cloned()).expect("applied at start");
+    assert_eq!(first["attributes"][2]["value"], pod_fingerprint(&[]));
+    assert_eq!(first["kind"], "NodeResourceTopology");
+    let r = c.admit(POD).unwrap();
+    assert_eq!(r.status, 200, "{}", r.error_message());
+    let after = within(second, || {
+        api.applies()
+            .into_iter()
+            .find(|a| a["attributes"][2]["value"] == pod_fingerprint(&[("ml", "trainer")]))
+    })
+    .expect("the admission is pushed within 1 s");
+    let served = c.get("/v1/noderesourcetopology").unwrap().json().unwrap();
+    assert_eq!(after, served);
+    let token = api
+        .requests
+        .lock()
+        .unwrap()
+        .iter()
+        .all(|(m, _, _)| m == "PATCH");
+    assert!(token, "only applies");
+}
+
+/// An API server without the CRD (404 on the apply) is a health note, not
+/// a failure of the daemon; admissions go on.
+#[test]
+fn a_missing_crd_is_a_health_note() {
+    let api = FakeApiServer::start(404);
+    let dir = config("nrt-nocrd");
+    api.kubeconfig(&dir);
+    let d = Daemon::start(&dir.join("topomgr.toml"), &dir.join("t.sock"));
+    let mut c = d.client();
+    let note = within(std::time::Duration::from_secs(5), || {
+        let h: Value = c.get("/v1/health").unwrap().json().unwrap();
+        h["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|n| n.contains("install the NodeResourceTopology CRD"))
+            .map(str::to_owned)
+    });
+    assert!(note.is_some(), "no note");
+    assert_eq!(c.admit(POD).unwrap().status, 200);
+}
+
+/// A kubeconfig that gives no usable access stops `serve` at start with
+/// a message naming it.
+#[test]
+fn a_bad_kubeconfig_stops_serve() {
+    let dir = config("nrt-badkube");
+    fs::write(dir.join("kubeconfig"), "current-context: nowhere\n").unwrap();
+    let mut toml = fs::read_to_string(dir.join("topomgr.toml")).unwrap();
+    toml.push_str("[kubernetes]\nenabled = true\nkubeconfig = \"kubeconfig\"\n");
+    fs::write(dir.join("topomgr.toml"), toml).unwrap();
+    let (code, _, err) = common::topomgr(
+        &dir,
+        &["serve", "--socket", &dir.join("t.sock").to_string_lossy()],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("current-context \"nowhere\" is not among its contexts"),
+        "{err}"
     );
 }

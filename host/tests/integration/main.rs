@@ -22,6 +22,7 @@ mod device_identity;
 mod discovery;
 mod gpu;
 mod hotplug;
+mod kube_api;
 mod kube_node;
 mod kubernetes;
 mod manifests;

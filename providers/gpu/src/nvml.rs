@@ -52,7 +52,7 @@ use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::{Device, Nvml};
 use topomgr_sdk::NumaNodeId;
 
-use crate::driver::{is_uuid, DriverInfo};
+use crate::driver::DriverInfo;
 use crate::link::{Link, PcieLevel, MAX_NVLINKS};
 use crate::topology::{Gpu, GpuTopology};
 use crate::topology_file::normalize_pci_address;
@@ -350,7 +350,7 @@ fn direct_links(links: &[NvLinks], gpus: &[Gpu], a: usize, b: usize) -> u32 {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use crate::driver::is_uuid;
 
     #[test]
     fn uuids_in_their_canonical_form() {

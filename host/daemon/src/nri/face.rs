@@ -54,6 +54,8 @@ pub struct Face {
     cri: CriRoute,
     /// Where containers' CDI devices are found ([`Face::with_cdi`]).
     cdi: convert::CdiSource,
+    /// Where refusals go as Events on the pod (`[kubernetes] events`).
+    events: Option<topomgr_kube::events::EventRecorder>,
 }
 
 /// The NRI container owner of container `id`.
@@ -95,6 +97,18 @@ fn refusal(r: &AdmitResult) -> PluginError {
     ))
 }
 
+/// The Event of a refusal of a container of `pod`: the reason and the
+/// message as `topomgr admit` gives them.
+fn event_of(pod: &PodSandbox, r: &AdmitResult) -> topomgr_kube::events::Refusal {
+    topomgr_kube::events::Refusal {
+        namespace: pod.namespace.clone(),
+        name: pod.name.clone(),
+        uid: pod.uid.clone(),
+        reason: r.reason.clone().unwrap_or_else(|| "Rejected".to_owned()),
+        message: r.message.clone().unwrap_or_else(|| "no message".to_owned()),
+    }
+}
+
 /// The updates of an answer as NRI's messages.
 fn nri_updates(updates: &[CpusetUpdate], ignore_failure: bool) -> Vec<ContainerUpdate> {
     updates
@@ -122,6 +136,7 @@ impl Face {
             members: None,
             boot_id: topomgr_node::fsutil::boot_id(),
             export: Default::default(),
+            nrt_push: None,
         };
         let metrics = Arc::new(crate::metrics::Metrics::new());
         let (state, _) = StateThread::start(admitter, machine, settings, metrics)?;
@@ -140,6 +155,7 @@ impl Face {
             kubelet: KubeletCheck::default(),
             cri: CriRoute::new(Route::Nri),
             cdi: convert::CdiSource::default(),
+            events: None,
         }
     }
 
@@ -167,6 +183,12 @@ impl Face {
                 .extend(self.cdi.devices(&who(pod, container), container));
         }
         Ok(mapping)
+    }
+
+    /// Records each refusal of a container as an Event on its pod.
+    pub(crate) fn with_events(mut self, events: topomgr_kube::events::EventRecorder) -> Face {
+        self.events = Some(events);
+        self
     }
 
     /// Sends the follower's cpusets through the runtime's CRI socket
@@ -372,6 +394,9 @@ impl Face {
         }
         if !result.admitted {
             info!(container = %name, reason = ?result.reason, "container refused");
+            if let Some(events) = &self.events {
+                events.record(event_of(&pod, &result));
+            }
             return Err(refusal(&result));
         }
         let Some(set) = answer.cpuset else {

@@ -197,6 +197,7 @@ fn world_with(
         members: None,
         boot_id: "boot".into(),
         export: Default::default(),
+        nrt_push: None,
     };
     let metrics = Arc::new(Metrics::new());
     let (state, _) =
@@ -1634,6 +1635,7 @@ async fn explain_over_http(w: &World, uid: &str) -> (u16, serde_json::Value) {
         metrics: Arc::clone(&w.metrics),
         access: Arc::new(crate::access::AccessPolicy::for_group("topomgr")),
         nri: NriStatus::enabled("/run/nri.sock".as_ref(), None),
+        nrt_push: None,
     });
     let mut req = axum::http::Request::get(format!("/v1/pods/{uid}/explain"))
         .body(axum::body::Body::empty())
@@ -1737,4 +1739,95 @@ async fn the_explain_endpoint_shows_each_resize_done_or_refused() {
         (404, &serde_json::json!("UnknownPod"))
     );
     w.check();
+}
+
+/// Requests a fake API server got: (method, path and query, JSON body).
+type Seen = Arc<Mutex<Vec<(String, String, serde_json::Value)>>>;
+
+/// A stand-in for the API server over plain HTTP answering every request
+/// `201 {}`; its port and what it got.
+async fn fake_api_server() -> (u16, Seen) {
+    let seen = Seen::default();
+    let record = Arc::clone(&seen);
+    let app = axum::Router::new().fallback(
+        move |method: axum::http::Method, uri: axum::http::Uri, body: axum::body::Bytes| {
+            let record = Arc::clone(&record);
+            async move {
+                let json = serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null);
+                record
+                    .lock()
+                    .unwrap()
+                    .push((method.to_string(), uri.to_string(), json));
+                (axum::http::StatusCode::CREATED, "{}")
+            }
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (port, seen)
+}
+
+/// `[kubernetes] events`: each refusal of a container is recorded on its
+/// pod, the kubelet's retries counting up the first Event (one POST, then
+/// PATCHes of the same Event); the refusal answers as before.
+#[tokio::test]
+async fn refusals_are_recorded_as_events_on_the_pod() {
+    let w = world("events");
+    let (port, seen) = fake_api_server().await;
+    let kubeconfig = w.dir.join("kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "current-context: t\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:{port}\nusers:\n- name: u\n  user:\n    token: x\ncontexts:\n- name: t\n  context:\n    cluster: c\n    user: u\n"
+        ),
+    )
+    .unwrap();
+    let access = topomgr_kube::Access::load(&topomgr_kube::Source::Kubeconfig(kubeconfig)).unwrap();
+    let client = topomgr_kube::ApiClient::new(access).unwrap();
+    let recorder = topomgr_kube::events::EventRecorder::start(client, "worker-1".into());
+    let face = Face::new(
+        w.state.clone(),
+        NriStatus::enabled("/run/nri.sock".as_ref(), None),
+    )
+    .with_events(recorder);
+    let g = pod("1", "g");
+    for _ in 0..3 {
+        let err = face
+            .create(g.clone(), container("g3", &g, 3000, 3000))
+            .await
+            .unwrap_err();
+        assert!(err
+            .message()
+            .starts_with("topomgr: TopologyAffinityError: "));
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    // An admitted container makes no Event.
+    face.create(g.clone(), container("g1", &g, 1000, 1000))
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let seen = seen.lock().unwrap().clone();
+    let methods: Vec<&str> = seen.iter().map(|(m, _, _)| m.as_str()).collect();
+    assert_eq!(methods, ["POST", "PATCH", "PATCH"], "{seen:#?}");
+    let (_, path, event) = &seen[0];
+    assert_eq!(path, "/api/v1/namespaces/team-a/events");
+    assert_eq!(event["reason"], "TopologyAffinityError");
+    assert!(
+        event["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Resources cannot be allocated with Topology Locality"),
+        "{event}"
+    );
+    assert_eq!(event["involvedObject"]["uid"], g.uid.as_str());
+    assert_eq!(event["involvedObject"]["name"], "pod-1");
+    assert_eq!(event["source"]["component"], "topomgr");
+    let name = event["metadata"]["name"].as_str().unwrap();
+    assert_eq!(
+        seen[1].1,
+        format!("/api/v1/namespaces/team-a/events/{name}")
+    );
+    assert_eq!(seen[1].2["count"], 2);
+    assert_eq!(seen[2].2["count"], 3);
 }

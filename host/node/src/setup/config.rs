@@ -49,6 +49,14 @@
 //! max_pods = 2048              # pods held at once (NRI and the OCI hook admit each container as a pod)
 //! max_containers = 4096        # containers of all pods held at once
 //! max_containers_per_pod = 256 # containers (init, app, sidecar) of one pod
+//! [kubernetes]                 # `topomgr serve` on the API server (docs/kubernetes.md)
+//! enabled = false              # push the NRT object, record refusals as Events
+//! kubeconfig = "/etc/topomgr/kubeconfig"  # unset: the pod's service account (in-cluster)
+//! push_nrt = true
+//! nrt_min_interval_ms = 200    # at most one push per interval; changes coalesce
+//! nrt_retry_max_ms = 30000     # longest wait between retries while the API server fails
+//! delete_nrt_on_shutdown = false  # default: the object stays, as NFD's topology-updater leaves it
+//! events = true                # refusals of the NRI face as Events on the pod
 //! [providers.NAME]             # NAME: lowercase letters, digits, '-', '_'
 //! library = "topomgr_provider_cpu"   # -> libtopomgr_provider_cpu.so, or a path
 //! enabled = true               # default true; false: the provider is not loaded
@@ -149,6 +157,9 @@ pub struct HostConfig {
     /// The `[cdi]` table: the devices CDI gives containers (runtime faces).
     #[serde(default)]
     pub cdi: CdiConfig,
+    /// The `[kubernetes]` table: `topomgr serve` on the API server.
+    #[serde(default)]
+    pub kubernetes: KubernetesConfig,
     /// The files read, in the order they were applied.
     #[serde(skip)]
     pub files: Vec<PathBuf>,
@@ -332,6 +343,47 @@ pub struct NriConfig {
     pub cri_socket: Option<PathBuf>,
 }
 
+/// The `[kubernetes]` table: `topomgr serve` pushes the node's
+/// NodeResourceTopology object to the API server and records refusals as
+/// Events on the pods (docs/kubernetes.md).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KubernetesConfig {
+    /// Whether `serve` talks to the API server (default false).
+    #[serde(default)]
+    pub enabled: bool,
+    /// The kubeconfig file (its current context); unset: the pod's service
+    /// account (in-cluster). Relative paths resolve against the main
+    /// file's directory.
+    #[serde(default)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Push the NodeResourceTopology object (default true).
+    #[serde(default = "defaults::yes")]
+    pub push_nrt: bool,
+    /// At most one push per this many milliseconds; changes in between
+    /// coalesce (default 200).
+    #[serde(default = "defaults::nrt_min_interval_ms")]
+    pub nrt_min_interval_ms: u64,
+    /// The longest wait between retries while the API server fails
+    /// (default 30000).
+    #[serde(default = "defaults::nrt_retry_max_ms")]
+    pub nrt_retry_max_ms: u64,
+    /// Delete the object at shutdown (default false: it stays, as
+    /// node-feature-discovery's topology-updater leaves it).
+    #[serde(default)]
+    pub delete_nrt_on_shutdown: bool,
+    /// Record refusals of the NRI face as Events on the pods (default true).
+    #[serde(default = "defaults::yes")]
+    pub events: bool,
+}
+
+impl Default for KubernetesConfig {
+    /// Every `[kubernetes]` key at its default.
+    fn default() -> Self {
+        KubernetesConfig::deserialize(toml::Table::new()).expect("every key has a default")
+    }
+}
+
 impl Default for NriConfig {
     /// Every `[nri]` key at its default.
     fn default() -> Self {
@@ -373,6 +425,14 @@ mod defaults {
     pub(super) fn policy() -> String {
         "best-effort".to_owned()
     }
+    pub(super) fn nrt_min_interval_ms() -> u64 {
+        200
+    }
+
+    pub(super) fn nrt_retry_max_ms() -> u64 {
+        30_000
+    }
+
     pub(super) fn yes() -> bool {
         true
     }
@@ -497,6 +557,7 @@ impl HostConfig {
         join(&mut self.nri.kubelet_root_dir);
         self.nri.cri_socket.iter_mut().for_each(join);
         self.cdi.spec_dirs.iter_mut().for_each(join);
+        self.kubernetes.kubeconfig.iter_mut().for_each(join);
         for p in self.providers.values_mut() {
             if is_path(&p.library) {
                 p.library = base.join(&p.library).to_string_lossy().into_owned();
@@ -1338,7 +1399,7 @@ nested = { a = 1, b = [1, 2] }
             (
                 "polcy = \"none\"\n",
                 "line 1: polcy: unknown field `polcy`, expected one of `policy`, `scope`, `plugins_d`, `plugin_dirs`, \
-                 `sysfs_root`, `cgroup_root`, `state_dir`, `node_name`, `export_file`, `policy_options`, `disable_cpu_quota_with_exclusive_cpus`, `providers`, `daemon`, `nri`, `limits`, `cdi`",
+                 `sysfs_root`, `cgroup_root`, `state_dir`, `node_name`, `export_file`, `policy_options`, `disable_cpu_quota_with_exclusive_cpus`, `providers`, `daemon`, `nri`, `limits`, `cdi`, `kubernetes`",
             ),
             (
                 "[policy_options]\nprefer-closest-numa-nodes = true\n",
