@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use super::common::workspace_root;
 
 /// The host's crates: (package, source directory relative to the workspace).
-const HOST_CRATES: [(&str, &str); 15] = [
+const HOST_CRATES: [(&str, &str); 16] = [
     ("topomgr", "host/src"),
     ("topomgr-contract", "host/contract/src"),
     ("topomgr-client", "host/client/src"),
@@ -32,6 +32,7 @@ const HOST_CRATES: [(&str, &str); 15] = [
     ("topomgr-oci-hook", "host/oci-hook/src"),
     ("topomgr-nri", "host/nri/src"),
     ("topomgr-cri", "host/cri/src"),
+    ("topomgr-podresources", "host/podresources/src"),
 ];
 
 /// The other crates of the workspace whose module graphs are checked too.
@@ -593,7 +594,7 @@ fn host_crates_depend_only_on_the_crates_below_them() {
     // Cargo.lock does not tell dev-dependencies apart: the runtime test
     // harness (a dev-dependency of the NRI crate's tests) is no host crate.
     let host = |p: &String| p.starts_with("topomgr-") && p != "topomgr-sdk" && p != TEST_HARNESS;
-    let allowed: [(&str, &[&str]); 14] = [
+    let allowed: [(&str, &[&str]); 15] = [
         ("topomgr-contract", &[]),
         ("topomgr-client", &["topomgr-contract"]),
         ("topomgr-discovery", &[]),
@@ -622,6 +623,7 @@ fn host_crates_depend_only_on_the_crates_below_them() {
                 "topomgr-runtime",
                 "topomgr-nri",
                 "topomgr-cri",
+                "topomgr-podresources",
             ],
         ),
         // `run` talks to the daemon through the client and asks the node
@@ -639,6 +641,7 @@ fn host_crates_depend_only_on_the_crates_below_them() {
         ("topomgr-runtime", &["topomgr-manifest"]),
         ("topomgr-nri", &[]),
         ("topomgr-cri", &[]),
+        ("topomgr-podresources", &[]),
         (
             "topomgr-oci-hook",
             &[
@@ -674,6 +677,7 @@ fn the_client_faces_link_no_daemon() {
         "topomgr-daemon",
         "topomgr-nri",
         "topomgr-cri",
+        "topomgr-podresources",
         "axum",
         "prometheus-client",
     ];
