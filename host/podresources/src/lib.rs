@@ -33,6 +33,9 @@ use tonic::codegen::http::uri::PathAndQuery;
 use tonic::codegen::{http, BoxFuture, Service, StdError};
 use tonic::transport::{Channel, Endpoint, Uri};
 
+/// gRPC status codes, as [`ClientError::Call`] carries them.
+pub use tonic::Code;
+
 /// The service's name in the proto.
 pub const SERVICE: &str = "v1.PodResourcesLister";
 const LIST: &str = "/v1.PodResourcesLister/List";
@@ -165,17 +168,37 @@ where
 #[error("the PodResources server failed: {0}")]
 pub struct ServeError(String);
 
-/// Serves `lister` on `listener` until `shutdown` completes.
+/// Serves `lister` on `listener` until `shutdown` completes, then lets
+/// open connections finish for at most `grace`: a client that does not
+/// answer the server's goodbye (HTTP/2 GOAWAY and its PING) would
+/// otherwise hold the server, and the daemon's exit, forever.
 pub async fn serve<L: Lister>(
     listener: UnixListener,
     lister: Arc<L>,
     shutdown: impl Future<Output = ()>,
+    grace: Duration,
 ) -> Result<(), ServeError> {
     let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
-    tonic::transport::Server::builder()
-        .serve_with_incoming_shutdown(PodResourcesServer::new(lister), incoming, shutdown)
-        .await
-        .map_err(|e| ServeError(error_chain(&e)))
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tonic::transport::Server::builder().serve_with_incoming_shutdown(
+        PodResourcesServer::new(lister),
+        incoming,
+        async {
+            let _ = stopped.await;
+        },
+    );
+    tokio::pin!(server);
+    tokio::pin!(shutdown);
+    tokio::select! {
+        served = &mut server => return served.map_err(|e| ServeError(error_chain(&e))),
+        () = &mut shutdown => {}
+    }
+    let _ = stop.send(());
+    match tokio::time::timeout(grace, server).await {
+        Ok(served) => served.map_err(|e| ServeError(error_chain(&e))),
+        // Connections still open end with the runtime.
+        Err(_) => Ok(()),
+    }
 }
 
 /// How long connecting to the socket may take.

@@ -46,9 +46,14 @@ async fn a_client_lists_gets_and_reads_the_allocatable_resources_over_the_socket
     let socket = dir.join("kubelet.sock");
     let listener = UnixListener::bind(&socket).unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(serve(listener, Arc::new(Fixed), async {
-        let _ = stopped.await;
-    }));
+    let server = tokio::spawn(serve(
+        listener,
+        Arc::new(Fixed),
+        async {
+            let _ = stopped.await;
+        },
+        Duration::from_secs(5),
+    ));
     let mut c = PodResourcesClient::connect(&socket, Duration::from_secs(5))
         .await
         .unwrap();
@@ -128,4 +133,39 @@ fn messages_encode_with_upstream_field_numbers() {
         ..Default::default()
     };
     assert_eq!(p.encode_to_vec(), [0x22, 1, 5]);
+}
+
+#[tokio::test]
+async fn a_silent_client_holds_the_shutdown_for_the_grace_period_only() {
+    use tokio::io::AsyncWriteExt as _;
+    let dir = std::env::temp_dir().join(format!("topomgr-podres-grace-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let socket = dir.join("kubelet.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(serve(
+        listener,
+        Arc::new(Fixed),
+        async {
+            let _ = stopped.await;
+        },
+        Duration::from_millis(300),
+    ));
+    // An HTTP/2 client that says hello (preface, empty SETTINGS), then
+    // never reads: it never acknowledges the server's goodbye.
+    let mut silent = UnixStream::connect(&socket).await.unwrap();
+    silent
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stop.send(()).unwrap();
+    let done = tokio::time::timeout(Duration::from_secs(5), server).await;
+    assert!(
+        matches!(done, Ok(Ok(Ok(())))),
+        "the server did not stop within its grace period: {done:?}"
+    );
+    drop(silent);
+    std::fs::remove_dir_all(dir).unwrap();
 }

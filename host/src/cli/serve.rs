@@ -97,6 +97,7 @@ pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
             kubelet_root_dir: cfg.nri.kubelet_root_dir.clone(),
             cri_socket: cfg.nri.cri_socket.clone(),
         }),
+        podresources_socket: cfg.podresources.socket.clone(),
         reload: Some(daemon::Reload {
             source: std::sync::Arc::new(Reread {
                 config: config.to_path_buf(),

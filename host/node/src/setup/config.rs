@@ -146,6 +146,10 @@ pub struct HostConfig {
     /// The `[limits]` table: how many pods and containers the node holds.
     #[serde(default)]
     pub limits: LimitsConfig,
+    /// The `[podresources]` table: the kubelet's PodResources API served
+    /// by `topomgr serve`.
+    #[serde(default)]
+    pub podresources: PodResourcesConfig,
     /// The files read, in the order they were applied.
     #[serde(skip)]
     pub files: Vec<PathBuf>,
@@ -301,6 +305,21 @@ pub struct NriConfig {
     /// against the main file's directory).
     #[serde(default)]
     pub cri_socket: Option<PathBuf>,
+}
+
+/// The `[podresources]` table: `topomgr serve` answers the kubelet's
+/// PodResources v1 API (List, GetAllocatableResources, Get) on its own
+/// socket, for node agents pointed at it. Off unless `socket` is set: the
+/// kubelet serves the same API at `/var/lib/kubelet/pod-resources/kubelet.sock`,
+/// which topomgr never takes over.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PodResourcesConfig {
+    /// The socket (e.g. `/var/lib/topomgr/pod-resources/kubelet.sock`;
+    /// relative paths resolve against the main file's directory); unset:
+    /// the API is not served.
+    #[serde(default)]
+    pub socket: Option<PathBuf>,
 }
 
 impl Default for NriConfig {
@@ -460,6 +479,7 @@ impl HostConfig {
         join(&mut self.nri.socket);
         join(&mut self.nri.kubelet_root_dir);
         self.nri.cri_socket.iter_mut().for_each(join);
+        self.podresources.socket.iter_mut().for_each(join);
         for p in self.providers.values_mut() {
             if is_path(&p.library) {
                 p.library = base.join(&p.library).to_string_lossy().into_owned();
@@ -1301,7 +1321,7 @@ nested = { a = 1, b = [1, 2] }
             (
                 "polcy = \"none\"\n",
                 "line 1: polcy: unknown field `polcy`, expected one of `policy`, `scope`, `plugins_d`, `plugin_dirs`, \
-                 `sysfs_root`, `cgroup_root`, `state_dir`, `node_name`, `export_file`, `policy_options`, `disable_cpu_quota_with_exclusive_cpus`, `providers`, `daemon`, `nri`, `limits`",
+                 `sysfs_root`, `cgroup_root`, `state_dir`, `node_name`, `export_file`, `policy_options`, `disable_cpu_quota_with_exclusive_cpus`, `providers`, `daemon`, `nri`, `limits`, `podresources`",
             ),
             (
                 "[policy_options]\nprefer-closest-numa-nodes = true\n",
@@ -1366,6 +1386,14 @@ nested = { a = 1, b = [1, 2] }
             (
                 "[nri]\nenable = true\n",
                 "line 2: nri.enable: unknown field `enable`, expected one of `enabled`, `socket`, `plugin_name`, `plugin_index`, `kubelet_root_dir`, `cri_socket`",
+            ),
+            (
+                "[podresources]\nsocket = 5\n",
+                "line 2: podresources.socket: invalid type: integer `5`, expected path string",
+            ),
+            (
+                "[podresources]\nenabled = true\n",
+                "line 2: podresources.enabled: unknown field `enabled`, expected `socket`",
             ),
             ("policy = \n", "line 1: string values must be quoted, expected literal string"),
         ];
@@ -1714,6 +1742,24 @@ metrics_address = \"127.0.0.1:9337\"\n",
                 kubelet_root_dir: d.0.join("kubelet"),
                 cri_socket: Some(d.0.join("run/cri.sock")),
             }
+        );
+    }
+
+    #[test]
+    fn the_podresources_socket_is_off_by_default_and_resolves_against_the_main_file() {
+        let d = Dir::new("podresources");
+        let main = d.write("topomgr.toml", "");
+        assert_eq!(
+            load_with_env(&main, &no_env).unwrap().podresources.socket,
+            None
+        );
+        d.write(
+            "topomgr.toml",
+            "[podresources]\nsocket = \"pod-resources/kubelet.sock\"\n",
+        );
+        assert_eq!(
+            load_with_env(&main, &no_env).unwrap().podresources.socket,
+            Some(d.0.join("pod-resources/kubelet.sock"))
         );
     }
 }
