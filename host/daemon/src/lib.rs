@@ -234,12 +234,18 @@ struct PodResourcesLister {
     state_thread: StateThread,
 }
 
+// Each answer takes what it needs from the view (reference-counted
+// admissions) and converts them after the lock is let go: the state thread
+// waits for readers when it publishes a commit.
 impl topomgr_podresources::Lister for PodResourcesLister {
     fn list(&self) -> topomgr_podresources::v1::ListPodResourcesResponse {
+        let (admitted, allocatable) = self.state_thread.read(|v| {
+            let admitted: Vec<Arc<topomgr_engine::admission::AdmitResult>> =
+                v.pods.values().cloned().collect();
+            (admitted, Arc::clone(&v.podresources))
+        });
         topomgr_podresources::v1::ListPodResourcesResponse {
-            pod_resources: self
-                .state_thread
-                .read(|v| podresources::pods(&v.pods, &v.podresources)),
+            pod_resources: podresources::pods(admitted.iter().map(AsRef::as_ref), &allocatable),
         }
     }
 
@@ -249,8 +255,15 @@ impl topomgr_podresources::Lister for PodResourcesLister {
     }
 
     fn get(&self, namespace: &str, name: &str) -> Option<topomgr_podresources::v1::PodResources> {
-        self.state_thread
-            .read(|v| podresources::pod(&v.pods, &v.podresources, namespace, name))
+        let (admitted, allocatable) = self.state_thread.read(|v| {
+            (
+                podresources::admissions_of(v.pods.values(), namespace, name),
+                Arc::clone(&v.podresources),
+            )
+        });
+        podresources::pods(admitted.iter().map(AsRef::as_ref), &allocatable)
+            .into_iter()
+            .next()
     }
 }
 

@@ -194,14 +194,15 @@ fn containers(r: &AdmitResult, allocatable: &Allocatable) -> Vec<v1::ContainerRe
         .collect()
 }
 
-/// The admitted pods by uid, as the state thread's view holds them.
-pub(crate) type Pods = BTreeMap<String, Arc<AdmitResult>>;
-
 /// Every pod of `admitted`, one entry per namespace and name (the
-/// containers of its admissions in uid order).
-pub(crate) fn pods(admitted: &Pods, allocatable: &Allocatable) -> Vec<v1::PodResources> {
+/// containers of its admissions in the order given: uid order from the
+/// view).
+pub(crate) fn pods<'a>(
+    admitted: impl IntoIterator<Item = &'a AdmitResult>,
+    allocatable: &Allocatable,
+) -> Vec<v1::PodResources> {
     let mut by_name: BTreeMap<(&str, &str), v1::PodResources> = BTreeMap::new();
-    for r in admitted.values() {
+    for r in admitted {
         let entry = by_name
             .entry((r.pod.namespace.as_str(), r.pod.name.as_str()))
             .or_insert_with(|| v1::PodResources {
@@ -214,28 +215,18 @@ pub(crate) fn pods(admitted: &Pods, allocatable: &Allocatable) -> Vec<v1::PodRes
     by_name.into_values().collect()
 }
 
-/// The pod `name` of `namespace` among `admitted`.
-pub(crate) fn pod(
-    admitted: &Pods,
-    allocatable: &Allocatable,
+/// The admissions of pod `name` in `namespace` among `admitted` (several
+/// when its containers were admitted one by one).
+pub(crate) fn admissions_of<'a>(
+    admitted: impl IntoIterator<Item = &'a Arc<AdmitResult>>,
     namespace: &str,
     name: &str,
-) -> Option<v1::PodResources> {
-    let mut found: Option<v1::PodResources> = None;
-    for r in admitted
-        .values()
+) -> Vec<Arc<AdmitResult>> {
+    admitted
+        .into_iter()
         .filter(|r| r.pod.namespace == namespace && r.pod.name == name)
-    {
-        found
-            .get_or_insert_with(|| v1::PodResources {
-                name: name.to_owned(),
-                namespace: namespace.to_owned(),
-                ..Default::default()
-            })
-            .containers
-            .extend(containers(r, allocatable));
-    }
-    found
+        .cloned()
+        .collect()
 }
 
 /// Why the PodResources socket could not be set up.

@@ -120,7 +120,7 @@ fn requests(list: &[(&str, u64)]) -> topomgr_sdk::ResourceList {
 /// A manifest pod (a sidecar, an init container, an app container with
 /// CPUs 2-3, pinned memory and GPU-1) and two NRI one-container pods of one
 /// Kubernetes pod (one exclusive, one in the shared pool).
-fn view() -> (Pods, Allocatable) {
+fn view() -> (BTreeMap<String, Arc<AdmitResult>>, Allocatable) {
     let app = ContainerView::new("app").with_requests(requests(&[
         ("cpu", 2000),
         ("memory", 1 << 30),
@@ -172,7 +172,7 @@ fn view() -> (Pods, Allocatable) {
 #[test]
 fn list_gives_exclusive_cpus_pinned_memory_and_devices_with_their_nodes_one_entry_per_pod() {
     let (admitted, allocatable) = view();
-    let listed = pods(&admitted, &allocatable);
+    let listed = pods(admitted.values().map(AsRef::as_ref), &allocatable);
     let names: Vec<(&str, &str)> = listed
         .iter()
         .map(|p| (p.namespace.as_str(), p.name.as_str()))
@@ -211,10 +211,17 @@ fn list_gives_exclusive_cpus_pinned_memory_and_devices_with_their_nodes_one_entr
 #[test]
 fn get_finds_a_pod_by_namespace_and_name_only() {
     let (p, a) = view();
-    assert_eq!(pod(&p, &a, "prod", "web").unwrap().containers.len(), 2);
-    assert_eq!(pod(&p, &a, "prod", "db"), pods(&p, &a).into_iter().next());
-    assert_eq!(pod(&p, &a, "dev", "web"), None);
-    assert_eq!(pod(&p, &a, "prod", "u1"), None);
+    let of = |ns: &str, name: &str| {
+        let found = admissions_of(p.values(), ns, name);
+        pods(found.iter().map(AsRef::as_ref), &a)
+    };
+    assert_eq!(of("prod", "web")[0].containers.len(), 2);
+    assert_eq!(
+        of("prod", "db")[..],
+        pods(p.values().map(AsRef::as_ref), &a)[..1]
+    );
+    assert_eq!(of("dev", "web"), []);
+    assert_eq!(of("prod", "u1"), []);
 }
 
 #[test]
