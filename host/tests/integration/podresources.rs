@@ -270,3 +270,39 @@ fn an_unusable_socket_path_is_refused_at_start_naming_it() {
         "not a socket"
     );
 }
+
+#[test]
+fn allocatable_follows_a_reload() {
+    let dir = config("podresources-reload");
+    let config = dir.join("topomgr.toml");
+    let d = Daemon::start(&config, &dir.join("topomgr.sock"));
+    let rt = runtime();
+    let mut c = client(&rt, &dir.join("pod-resources/kubelet.sock"));
+    let before = rt.block_on(c.allocatable()).unwrap().cpu_ids;
+    assert!(before.contains(&1), "{before:?}");
+    // CPU 1 reserved too, then SIGHUP: the allocatable CPUs follow.
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &config,
+        text.replace("reserved_cpus = \"0\"", "reserved_cpus = \"0,1\""),
+    )
+    .unwrap();
+    let status = Command::new("kill")
+        .arg("-HUP")
+        .arg(d.child.id().to_string())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut after = Vec::new();
+    let reloaded = common::poll(Duration::from_secs(20), || {
+        after = rt.block_on(c.allocatable()).unwrap().cpu_ids;
+        !after.contains(&1)
+    });
+    assert!(
+        reloaded,
+        "CPU 1 is still allocatable after the reload: {after:?}"
+    );
+    assert_eq!(after.len(), before.len() - 1, "{before:?} -> {after:?}");
+    drop(c);
+    d.stop();
+}
