@@ -74,12 +74,56 @@ pub struct ResourceInventory {
     pub total: Amounts,
     /// Per NUMA zone, ascending by node, "no NUMA node" last.
     pub zones: Vec<Zone>,
+    /// What is allocatable, one by one, when the provider names it: the
+    /// CPUs of `cpu` (reserved ones left out), the healthy devices of a
+    /// device resource, each with its NUMA nodes. Empty when the provider
+    /// does not name units (amounts such as memory, or an older plugin;
+    /// JSON: absent). The daemon's PodResources API answers
+    /// `GetAllocatableResources` with them and gives an allocated device
+    /// the NUMA nodes listed here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub units: Vec<InventoryUnit>,
 }
 
 impl ResourceInventory {
     /// A resource with these totals and zones.
     pub fn new(total: Amounts, zones: Vec<Zone>) -> Self {
-        ResourceInventory { total, zones }
+        ResourceInventory {
+            total,
+            zones,
+            units: Vec::new(),
+        }
+    }
+
+    /// With the allocatable `units` ([`ResourceInventory::units`]).
+    pub fn with_units(mut self, units: Vec<InventoryUnit>) -> Self {
+        self.units = units;
+        self
+    }
+}
+
+/// One allocatable unit of a resource: a CPU or a device, by the id
+/// allocations name it with, and its NUMA nodes.
+///
+/// JSON: `{"id": "GPU-0", "numa": [0]}`; `numa` empty (or absent) for a
+/// unit attached to no NUMA node.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct InventoryUnit {
+    /// The id (a CPU's number, a device id).
+    pub id: String,
+    /// Its NUMA nodes, ascending; empty: none.
+    #[serde(default)]
+    pub numa: Vec<NumaNodeId>,
+}
+
+impl InventoryUnit {
+    /// Unit `id` on the nodes `numa`.
+    pub fn new(id: impl Into<String>, numa: Vec<NumaNodeId>) -> Self {
+        InventoryUnit {
+            id: id.into(),
+            numa,
+        }
     }
 }
 

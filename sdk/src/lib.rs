@@ -260,7 +260,7 @@ pub use hint::{
     HintsBuilder, ProviderHints, TopologyHint,
 };
 pub use identities::{DeviceIdentities, ServedDevice};
-pub use inventory::{Amounts, Inventory, ResourceInventory, Zone};
+pub use inventory::{Amounts, Inventory, InventoryUnit, ResourceInventory, Zone};
 pub use machine::{Cpu, HugePages, Machine, NumaNode, PciDevice, Sriov};
 pub use mask::{
     NodeOutOfRange, NodePositions, NumaMask, NumaMaskIter, NumaNodeId, TooManyNodes,

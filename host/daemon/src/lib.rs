@@ -19,7 +19,9 @@
 //!   request's headers (and a kept-alive connection's idle time) and body;
 //! - `systemd`: readiness and stopping notifications (`Type=notify`);
 //! - [`nri`]: the container runtime's NRI plugin (`[nri] enabled`), admitting
-//!   through the state thread.
+//!   through the state thread;
+//! - `podresources`: the kubelet's PodResources API on its own socket
+//!   (`[podresources] socket`), answered from the state thread's view.
 //!
 //! Start-up order matters: the caller takes the
 //! [`topomgr_node::locks::node_lock::NodeLock`] and the [`topomgr_node::locks::state_lock::StateLock`] before
@@ -37,12 +39,14 @@ mod access;
 pub mod listener;
 pub mod metrics;
 pub mod nri;
+mod podresources;
 pub mod reload;
 mod scrape;
 mod server;
 mod state_thread;
 mod systemd;
 
+pub use podresources::SocketError as PodResourcesSocketError;
 pub use state_thread::StartError;
 
 use std::net::SocketAddr;
@@ -107,6 +111,9 @@ pub struct Daemon {
     pub kubernetes: Option<KubeSettings>,
     /// Live reconciliation (SIGHUP and the machine check), when given.
     pub reload: Option<Reload>,
+    /// Where the kubelet's PodResources API is served (`[podresources]
+    /// socket`; `None`: not served).
+    pub podresources_socket: Option<PathBuf>,
 }
 
 /// What the daemon does on the API server (`[kubernetes]`).
@@ -160,6 +167,9 @@ pub enum DaemonError {
         /// The error.
         cause: std::io::Error,
     },
+    /// The PodResources socket could not be set up.
+    #[error(transparent)]
+    PodResources(#[from] podresources::SocketError),
     /// `[nri] enabled` under pod scope.
     #[error(transparent)]
     NriScope(#[from] nri::PodScopeUnderNri),
@@ -227,6 +237,48 @@ fn inventory_of(p: &mut LoadedProvider) -> Inventory {
     })
 }
 
+/// How long PodResources clients may take to close at shutdown.
+const PODRESOURCES_GRACE: Duration = Duration::from_secs(1);
+
+/// The PodResources API's [`topomgr_podresources::Lister`]: the state
+/// thread's published view ([`podresources`]), never a request to it.
+struct PodResourcesLister {
+    state_thread: StateThread,
+}
+
+// Each answer takes what it needs from the view (reference-counted
+// admissions) and converts them after the lock is let go: the state thread
+// waits for readers when it publishes a commit.
+impl topomgr_podresources::Lister for PodResourcesLister {
+    fn list(&self) -> topomgr_podresources::v1::ListPodResourcesResponse {
+        let (admitted, allocatable) = self.state_thread.read(|v| {
+            let admitted: Vec<Arc<topomgr_engine::admission::AdmitResult>> =
+                v.pods.values().cloned().collect();
+            (admitted, Arc::clone(&v.podresources))
+        });
+        topomgr_podresources::v1::ListPodResourcesResponse {
+            pod_resources: podresources::pods(admitted.iter().map(AsRef::as_ref), &allocatable),
+        }
+    }
+
+    fn allocatable(&self) -> topomgr_podresources::v1::AllocatableResourcesResponse {
+        let allocatable = self.state_thread.read(|v| Arc::clone(&v.podresources));
+        allocatable.response()
+    }
+
+    fn get(&self, namespace: &str, name: &str) -> Option<topomgr_podresources::v1::PodResources> {
+        let (admitted, allocatable) = self.state_thread.read(|v| {
+            (
+                podresources::admissions_of(v.pods.values(), namespace, name),
+                Arc::clone(&v.podresources),
+            )
+        });
+        podresources::pods(admitted.iter().map(AsRef::as_ref), &allocatable)
+            .into_iter()
+            .next()
+    }
+}
+
 /// Restore state, bind the socket and serve until SIGTERM/SIGINT.
 pub fn run(d: Daemon) -> Result<(), DaemonError> {
     if d.nri.is_some() {
@@ -289,6 +341,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
     let reclaim_interval = d.reclaim_interval;
     let nri_settings = d.nri;
     let reload = d.reload;
+    let podresources_socket = d.podresources_socket;
     let nri_status = match &nri_settings {
         Some(s) => nri::NriStatus::enabled(&s.socket, Some(Arc::clone(&metrics))),
         None => nri::NriStatus::disabled(),
@@ -300,6 +353,10 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
             cause: source,
         })?;
         access::secure_socket(&socket, &access)?;
+        let podresources_listener = match &podresources_socket {
+            Some(path) => Some((path.clone(), podresources::bind(path)?)),
+            None => None,
+        };
         let scrape_listener = match metrics_address {
             Some(address) => Some(scrape::bind(address).await?),
             None => None,
@@ -359,6 +416,18 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
             let face = Arc::new(face);
             tokio::spawn(nri::serve(face, settings, stopped(stop_rx.clone())));
         }
+        let podresources_task = podresources_listener.map(|(path, listener)| {
+            info!(socket = %path.display(), "serving the kubelet's PodResources API");
+            let lister = Arc::new(PodResourcesLister {
+                state_thread: state_thread.clone(),
+            });
+            tokio::spawn(topomgr_podresources::serve(
+                listener,
+                lister,
+                stopped(stop_rx.clone()),
+                PODRESOURCES_GRACE,
+            ))
+        });
         let state = AppState {
             state_thread,
             metrics,
@@ -372,6 +441,13 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
             socket.display()
         ));
         let served = server::serve(listener, socket, state, budget.socket, stopped(stop_rx)).await;
+        if let Some(task) = podresources_task {
+            match task.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => warn!(error = %e, "the PodResources API stopped with an error"),
+                Err(e) => warn!(error = %e, "the PodResources API's task failed"),
+            }
+        }
         let scraped = match scraping {
             Some(task) => task.await.unwrap_or_else(|e| Err(std::io::Error::other(e))),
             None => Ok(()),

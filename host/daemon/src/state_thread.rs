@@ -474,6 +474,10 @@ pub(crate) struct View {
     pub reload_notes: Vec<String>,
     /// The machine as last read (at start, at the last reload).
     pub machine: Arc<Machine>,
+    /// What the PodResources API lists as allocatable, and the NUMA nodes
+    /// of each device: the providers' inventories at start and at the last
+    /// reload ([`crate::podresources`]).
+    pub podresources: Arc<crate::podresources::Allocatable>,
 }
 
 impl View {
@@ -1712,6 +1716,26 @@ impl Worker {
         None
     }
 
+    /// What the providers' inventories make allocatable, for the
+    /// PodResources API; a provider that cannot answer adds nothing (it is
+    /// logged; the NodeResourceTopology export reports the same failure).
+    fn allocatable(&mut self) -> crate::podresources::Allocatable {
+        let inventories: Vec<topomgr_sdk::Inventory> = self
+            .node
+            .admitter_mut()
+            .providers_mut()
+            .iter_mut()
+            .filter_map(|p| match p.inventory() {
+                Ok(inv) => Some(inv),
+                Err(e) => {
+                    warn!(provider = p.name(), error = %e, "no inventory: the PodResources API lists none of its allocatable resources");
+                    None
+                }
+            })
+            .collect();
+        crate::podresources::Allocatable::of(&inventories)
+    }
+
     /// The readers' view from scratch (at start and after a rollback).
     fn rebuild_view(&mut self, notes: Vec<RestoreNote>) {
         self.restore_notes = notes;
@@ -1725,6 +1749,7 @@ impl Worker {
             attachments: self.node.records().attachments.clone(),
             owners: self.node.records().owners.clone(),
             machine: Arc::new(self.machine.clone()),
+            podresources: Arc::new(self.allocatable()),
             // Traces outlive a rollback; those of pods it undid are dropped
             // at the next publish.
             explains: std::mem::take(

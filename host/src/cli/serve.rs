@@ -100,6 +100,7 @@ pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
             cdi_spec_dirs: cfg.cdi.spec_dirs.clone(),
             sysfs_root: cfg.sysfs_root.clone(),
         }),
+        podresources_socket: cfg.podresources.socket.clone(),
         reload: Some(daemon::Reload {
             source: std::sync::Arc::new(Reread {
                 config: config.to_path_buf(),

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use super::common::workspace_root;
 
 /// The host's crates: (package, source directory relative to the workspace).
-const HOST_CRATES: [(&str, &str); 16] = [
+const HOST_CRATES: [(&str, &str); 17] = [
     ("topomgr", "host/src"),
     ("topomgr-contract", "host/contract/src"),
     ("topomgr-client", "host/client/src"),
@@ -33,6 +33,7 @@ const HOST_CRATES: [(&str, &str); 16] = [
     ("topomgr-nri", "host/nri/src"),
     ("topomgr-cri", "host/cri/src"),
     ("topomgr-kube", "host/kube/src"),
+    ("topomgr-podresources", "host/podresources/src"),
 ];
 
 /// The other crates of the workspace whose module graphs are checked too.
@@ -594,7 +595,7 @@ fn host_crates_depend_only_on_the_crates_below_them() {
     // Cargo.lock does not tell dev-dependencies apart: the runtime test
     // harness (a dev-dependency of the NRI crate's tests) is no host crate.
     let host = |p: &String| p.starts_with("topomgr-") && p != "topomgr-sdk" && p != TEST_HARNESS;
-    let allowed: [(&str, &[&str]); 15] = [
+    let allowed: [(&str, &[&str]); 16] = [
         ("topomgr-contract", &[]),
         ("topomgr-client", &["topomgr-contract"]),
         ("topomgr-discovery", &[]),
@@ -624,6 +625,7 @@ fn host_crates_depend_only_on_the_crates_below_them() {
                 "topomgr-nri",
                 "topomgr-cri",
                 "topomgr-kube",
+                "topomgr-podresources",
             ],
         ),
         // `run` talks to the daemon through the client and asks the node
@@ -642,6 +644,7 @@ fn host_crates_depend_only_on_the_crates_below_them() {
         ("topomgr-nri", &[]),
         ("topomgr-cri", &[]),
         ("topomgr-kube", &[]),
+        ("topomgr-podresources", &[]),
         (
             "topomgr-oci-hook",
             &[
@@ -679,6 +682,7 @@ fn the_client_faces_link_no_daemon() {
         "topomgr-cri",
         "topomgr-kube",
         "rustls",
+        "topomgr-podresources",
         "axum",
         "prometheus-client",
     ];

@@ -34,6 +34,7 @@ mod oci_hook;
 mod owners;
 mod plugins;
 mod podman;
+mod podresources;
 mod reconcile;
 mod resize;
 mod run;

@@ -16,13 +16,18 @@
 //!   pod-level CPU sets included); shared-pool use is not counted, as the
 //!   exporters do not count it.
 //!
+//! The allocatable CPUs are also named one by one, each with its node
+//! ([`ResourceInventory::units`]): the daemon's PodResources API lists them
+//! as `GetAllocatableResources`' `cpu_ids`, as the kubelet lists its static
+//! policy's allocatable CPUs.
+//!
 //! Every NUMA node of the machine is a zone (a CPU-less node reports
 //! zero). Online CPUs that no node lists are a "no NUMA node" zone with
 //! capacity only: they are never handed out. Under `policy = "none"`
 //! nothing is allocatable (the kubelet's none policy has no allocatable
 //! CPUs).
 
-use topomgr_sdk::{Amounts, Inventory, ResourceInventory, Zone};
+use topomgr_sdk::{Amounts, Inventory, InventoryUnit, ResourceInventory, Zone};
 
 use crate::topology::{CpuTopology, Cpus, Level};
 use crate::RESOURCE;
@@ -60,5 +65,19 @@ pub fn cpu_inventory(topo: &CpuTopology, allocatable: &Cpus, available: &Cpus) -
     for z in &zones {
         total.add(z.amounts);
     }
-    Inventory::new().with_resource(RESOURCE, ResourceInventory::new(total, zones))
+    // The allocatable CPUs one by one, each on its node (the kubelet's
+    // `GetAllocatableCPUs`, which the PodResources API lists).
+    let units = topo
+        .machine_nodes()
+        .iter()
+        .flat_map(|&node| {
+            topo.cpus_in(allocatable, Level::Numa, node.get())
+                .into_iter()
+                .map(move |cpu| (cpu, InventoryUnit::new(cpu.to_string(), vec![node])))
+        })
+        .collect::<std::collections::BTreeMap<u32, InventoryUnit>>();
+    Inventory::new().with_resource(
+        RESOURCE,
+        ResourceInventory::new(total, zones).with_units(units.into_values().collect()),
+    )
 }

@@ -499,6 +499,16 @@ fn inventory_counts_reserved_and_exclusive_cpus_per_node() {
         cpu_zones(&p.inventory().unwrap()),
         [(0, 6, 5, 5), (1, 6, 5, 5)]
     );
+    // The allocatable CPUs one by one, each on its node: reserved ones left out.
+    let units: Vec<(String, Vec<u32>)> = p.inventory().unwrap().resources["cpu"]
+        .units
+        .iter()
+        .map(|u| (u.id.clone(), u.numa.iter().map(|n| n.get()).collect()))
+        .collect();
+    let expected: Vec<(String, Vec<u32>)> = (2..12)
+        .map(|cpu: u32| (cpu.to_string(), vec![cpu % 2]))
+        .collect();
+    assert_eq!(units, expected);
     let a = testkit::guaranteed_pod("a", &cpus(4));
     assert_eq!(
         alloc(&mut p, &a, "app", Some(&[0])),

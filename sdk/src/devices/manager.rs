@@ -7,8 +7,8 @@ use super::device::{normalize_pci_address, PCI_IDENTITY, SERIAL_IDENTITY};
 use super::saved::SavedDevice;
 use super::{Device, DeviceHooks, Devices};
 use crate::{
-    Amounts, Inventory, Machine, NumaNodeId, PreferredAllocationRequest, ProviderError,
-    ResourceInventory, Zone,
+    Amounts, Inventory, InventoryUnit, Machine, NumaNodeId, PreferredAllocationRequest,
+    ProviderError, ResourceInventory, Zone,
 };
 
 use crate::INVALID_REQUEST_REASON as INVALID_REQUEST;
@@ -384,7 +384,23 @@ impl DeviceManager {
             if let Some(a) = zones.get(&None) {
                 list.push(Zone::new(None, *a));
             }
-            inv = inv.with_resource(resource.clone(), ResourceInventory::new(total, list));
+            let units = pool
+                .devices
+                .iter()
+                .filter(|d| d.healthy)
+                .map(|d| {
+                    let numa = if d.has_topology() {
+                        d.numa.iter().collect()
+                    } else {
+                        Vec::new()
+                    };
+                    InventoryUnit::new(d.id.clone(), numa)
+                })
+                .collect();
+            inv = inv.with_resource(
+                resource.clone(),
+                ResourceInventory::new(total, list).with_units(units),
+            );
         }
         inv
     }

@@ -1412,7 +1412,7 @@ fn inventory_per_zone_follows_allocations() {
     let text = |m: &DeviceManager| serde_json::to_string(&m.inventory()).unwrap();
     assert_eq!(
         text(&m),
-        r#"{"resources":{"r":{"total":{"capacity":5,"allocatable":4,"available":4},"zones":[{"numa":0,"capacity":3,"allocatable":2,"available":2},{"numa":1,"capacity":2,"allocatable":2,"available":2},{"numa":null,"capacity":1,"allocatable":1,"available":1}]}}}"#
+        r#"{"resources":{"r":{"total":{"capacity":5,"allocatable":4,"available":4},"zones":[{"numa":0,"capacity":3,"allocatable":2,"available":2},{"numa":1,"capacity":2,"allocatable":2,"available":2},{"numa":null,"capacity":1,"allocatable":1,"available":1}],"units":[{"id":"a","numa":[0]},{"id":"c","numa":[1]},{"id":"d","numa":[]},{"id":"e","numa":[0,1]}]}}}"#
     );
     let pod = one_pod("p", container("x", &[("r", 2)]));
     m.allocate(&pod, &pod.containers[0], &hint("0:true"), &mut ())
@@ -1420,6 +1420,8 @@ fn inventory_per_zone_follows_allocations() {
     let inv = m.inventory();
     assert_eq!(inv.resources["r"].total.available, 2);
     assert_eq!(inv.resources["r"].zones[0].amounts.available, 0);
+    // The units name what is allocatable, held or not (the unhealthy "b" never).
+    assert_eq!(inv.resources["r"].units.len(), 4);
     m.release("p", "x");
     assert_eq!(m.inventory().resources["r"].total.available, 4);
 }

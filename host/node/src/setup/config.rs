@@ -160,6 +160,10 @@ pub struct HostConfig {
     /// The `[kubernetes]` table: `topomgr serve` on the API server.
     #[serde(default)]
     pub kubernetes: KubernetesConfig,
+    /// The `[podresources]` table: the kubelet's PodResources API served
+    /// by `topomgr serve`.
+    #[serde(default)]
+    pub podresources: PodResourcesConfig,
     /// The files read, in the order they were applied.
     #[serde(skip)]
     pub files: Vec<PathBuf>,
@@ -384,6 +388,21 @@ impl Default for KubernetesConfig {
     }
 }
 
+/// The `[podresources]` table: `topomgr serve` answers the kubelet's
+/// PodResources v1 API (List, GetAllocatableResources, Get) on its own
+/// socket, for node agents pointed at it. Off unless `socket` is set: the
+/// kubelet serves the same API at `/var/lib/kubelet/pod-resources/kubelet.sock`,
+/// which topomgr never takes over.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PodResourcesConfig {
+    /// The socket (e.g. `/var/lib/topomgr/pod-resources/kubelet.sock`;
+    /// relative paths resolve against the main file's directory); unset:
+    /// the API is not served.
+    #[serde(default)]
+    pub socket: Option<PathBuf>,
+}
+
 impl Default for NriConfig {
     /// Every `[nri]` key at its default.
     fn default() -> Self {
@@ -558,6 +577,7 @@ impl HostConfig {
         self.nri.cri_socket.iter_mut().for_each(join);
         self.cdi.spec_dirs.iter_mut().for_each(join);
         self.kubernetes.kubeconfig.iter_mut().for_each(join);
+        self.podresources.socket.iter_mut().for_each(join);
         for p in self.providers.values_mut() {
             if is_path(&p.library) {
                 p.library = base.join(&p.library).to_string_lossy().into_owned();
@@ -1399,7 +1419,7 @@ nested = { a = 1, b = [1, 2] }
             (
                 "polcy = \"none\"\n",
                 "line 1: polcy: unknown field `polcy`, expected one of `policy`, `scope`, `plugins_d`, `plugin_dirs`, \
-                 `sysfs_root`, `cgroup_root`, `state_dir`, `node_name`, `export_file`, `policy_options`, `disable_cpu_quota_with_exclusive_cpus`, `providers`, `daemon`, `nri`, `limits`, `cdi`, `kubernetes`",
+                 `sysfs_root`, `cgroup_root`, `state_dir`, `node_name`, `export_file`, `policy_options`, `disable_cpu_quota_with_exclusive_cpus`, `providers`, `daemon`, `nri`, `limits`, `cdi`, `kubernetes`, `podresources`",
             ),
             (
                 "[policy_options]\nprefer-closest-numa-nodes = true\n",
@@ -1464,6 +1484,14 @@ nested = { a = 1, b = [1, 2] }
             (
                 "[nri]\nenable = true\n",
                 "line 2: nri.enable: unknown field `enable`, expected one of `enabled`, `socket`, `plugin_name`, `plugin_index`, `kubelet_root_dir`, `cri_socket`",
+            ),
+            (
+                "[podresources]\nsocket = 5\n",
+                "line 2: podresources.socket: invalid type: integer `5`, expected path string",
+            ),
+            (
+                "[podresources]\nenabled = true\n",
+                "line 2: podresources.enabled: unknown field `enabled`, expected `socket`",
             ),
             ("policy = \n", "line 1: string values must be quoted, expected literal string"),
         ];
@@ -1842,5 +1870,23 @@ metrics_address = \"127.0.0.1:9337\"\n",
             .unwrap_err()
             .to_string()
             .contains("cdi.spec_dir: unknown field `spec_dir`, expected `spec_dirs` or `align_unknown_devices`"));
+    }
+
+    #[test]
+    fn the_podresources_socket_is_off_by_default_and_resolves_against_the_main_file() {
+        let d = Dir::new("podresources");
+        let main = d.write("topomgr.toml", "");
+        assert_eq!(
+            load_with_env(&main, &no_env).unwrap().podresources.socket,
+            None
+        );
+        d.write(
+            "topomgr.toml",
+            "[podresources]\nsocket = \"pod-resources/kubelet.sock\"\n",
+        );
+        assert_eq!(
+            load_with_env(&main, &no_env).unwrap().podresources.socket,
+            Some(d.0.join("pod-resources/kubelet.sock"))
+        );
     }
 }
