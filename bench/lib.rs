@@ -15,13 +15,18 @@ pub fn workspace_root() -> PathBuf {
 /// `cargo build --release -p <packages>`; returns every built `.so` by
 /// target name (e.g. `topomgr_provider_cpu`), as the host would load them.
 pub fn build_release_plugins(packages: &[&str]) -> BTreeMap<String, PathBuf> {
+    build_plugins(packages, true)
+}
+
+/// `cargo build -p <packages>` (`--release` when `release`); returns every
+/// built `.so` by target name.
+pub fn build_plugins(packages: &[&str], release: bool) -> BTreeMap<String, PathBuf> {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
     let mut cmd = Command::new(cargo);
-    cmd.args([
-        "build",
-        "--release",
-        "--message-format=json-render-diagnostics",
-    ]);
+    cmd.args(["build", "--message-format=json-render-diagnostics"]);
+    if release {
+        cmd.arg("--release");
+    }
     for p in packages {
         cmd.args(["-p", p]);
     }

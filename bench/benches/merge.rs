@@ -56,8 +56,8 @@ fn bench(c: &mut Criterion) {
         b.iter(|| merge(black_box(&numa8), black_box(&nopref_refs), md))
     });
     let closest = MergeMode {
-        single_numa_node: false,
         prefer_closest: true,
+        ..MergeMode::default()
     };
     let dist: Vec<Vec<u64>> = (0..8u64)
         .map(|i| {

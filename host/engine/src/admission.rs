@@ -38,6 +38,7 @@ use crate::ledger::{Finding, IdentityBook, Ledger};
 use crate::merge::MergeOutcome;
 use crate::policy::{Decision, Policy, PolicyName, Scope};
 use crate::provider::LoadedProvider;
+use crate::strategy::{AllocationStrategy, Occupancy};
 
 /// The kubelet's reason for a topology rejection.
 pub const TOPOLOGY_AFFINITY_ERROR: &str = "TopologyAffinityError";
@@ -707,10 +708,14 @@ impl Admitter {
     ) -> Result<Decision, Rejection> {
         let refs: Vec<(&str, &ProviderHints)> =
             hints.iter().map(|(n, h)| (n.as_str(), h)).collect();
-        let (decision, merge) = self.policy.decide_traced(&refs).map_err(|e| Rejection {
-            reason: UNEXPECTED_ADMISSION_ERROR.to_string(),
-            message: e.to_string(),
-        })?;
+        let occupancy = self.occupancy(&hints);
+        let (decision, merge) = self
+            .policy
+            .decide_traced(&refs, occupancy.as_ref())
+            .map_err(|e| Rejection {
+                reason: UNEXPECTED_ADMISSION_ERROR.to_string(),
+                message: e.to_string(),
+            })?;
         debug!(container = container.unwrap_or("<pod>"), affinity = ?decision.hint.affinity, preferred = decision.hint.preferred, admit = decision.admit, "merged hint");
         let rejection = if decision.admit {
             None
@@ -731,6 +736,36 @@ impl Admitter {
             Some(r) => Err(r),
             None => Ok(decision),
         }
+    }
+
+    /// What the resources `hints` ask for with a topology have allocatable
+    /// and available per NUMA node, from each provider's inventory, when
+    /// the policy ranks by `numa-allocation-strategy` (`None` otherwise).
+    /// A provider whose inventory cannot be read, or does not list a
+    /// resource, leaves it out: not contended (see [`crate::strategy`]).
+    fn occupancy(&mut self, hints: &[(String, ProviderHints)]) -> Option<Occupancy> {
+        if self.policy.allocation_strategy() == AllocationStrategy::LowestIndex {
+            return None;
+        }
+        let mut occupancy = Occupancy::new();
+        for (p, (_, h)) in live(&mut self.providers, &self.held).zip(hints) {
+            let Some(map) = h else { continue };
+            let asked: Vec<&str> = map
+                .iter()
+                .filter(|(_, set)| set.is_some())
+                .map(|(r, _)| r.as_str())
+                .collect();
+            if asked.is_empty() {
+                continue;
+            }
+            match p.inventory() {
+                Ok(inventory) => occupancy.add_from_inventory(&inventory, asked),
+                Err(e) => {
+                    debug!(provider = p.name(), error = %e, "no inventory: its resources are not contended for numa-allocation-strategy")
+                }
+            }
+        }
+        Some(occupancy)
     }
 
     /// For each resource a provider says no NUMA placement can satisfy (an
@@ -2053,6 +2088,71 @@ mod tests {
                         ),
                     ))
             })
+    }
+
+    /// `numa-allocation-strategy` reads the providers' inventories: node 1
+    /// is the busier, so packing places there and the default does not; a
+    /// provider whose inventory fails leaves its resources uncontended.
+    #[test]
+    fn the_allocation_strategy_ranks_by_the_providers_inventories() {
+        let provider = |inventory_fails: bool| {
+            let both = || {
+                Ok(Some(BTreeMap::from([(
+                    "cpu".to_string(),
+                    Some(HintSet::Explicit(vec![
+                        TopologyHint::new(NumaMask::from_nodes([0]).unwrap(), true),
+                        TopologyHint::new(NumaMask::from_nodes([1]).unwrap(), true),
+                    ])),
+                )])))
+            };
+            FakeProvider::new()
+                .with_hints(move |_, _| both())
+                .with_pod_hints(move |_| both())
+                .with_allocate(|_, _, _| Ok(Allocation::default()))
+                .with_inventory(move || {
+                    use topomgr_sdk::{Amounts, Inventory, ResourceInventory, Zone};
+                    if inventory_fails {
+                        return Err(ProviderError::new("InventoryError", "broken"));
+                    }
+                    let zone = |n: u8, free: u64| {
+                        Zone::new(Some(n.into()), Amounts::new(4000, 4000, free))
+                    };
+                    Ok(Inventory::new().with_resource(
+                        "cpu",
+                        ResourceInventory::new(
+                            Amounts::new(8000, 8000, 4000),
+                            vec![zone(0, 3000), zone(1, 1000)],
+                        ),
+                    ))
+                })
+        };
+        let numa = || NumaInfo::new(vec![0, 1], None).unwrap();
+        for (strategy, fails, want) in [
+            ("lowest-index", false, 0),
+            ("most-allocated", false, 1),
+            ("least-allocated", false, 0),
+            ("most-allocated", true, 0),
+        ] {
+            for scope in [Scope::Container, Scope::Pod] {
+                let options = BTreeMap::from([(
+                    "numa-allocation-strategy".to_string(),
+                    strategy.to_string(),
+                )]);
+                let mut adm = Admitter::new(
+                    &topomgr_sdk::testkit::machine(2, 4),
+                    Policy::new("single-numa-node", &options, numa()).unwrap(),
+                    scope,
+                    vec![LoadedProvider::in_process("cpu", provider(fails))],
+                );
+                let r = adm.admit(&other_pod("u1"));
+                assert!(r.admitted, "{strategy} {scope:?}: {:?}", r.message);
+                assert_eq!(
+                    r.containers[0].hint.affinity,
+                    Some(NumaMask::from_nodes([want]).unwrap()),
+                    "{strategy} {scope:?} (inventory fails: {fails})"
+                );
+            }
+        }
     }
 
     /// A request no NUMA placement satisfies says the numbers: requested,

@@ -16,3 +16,4 @@ pub mod merge;
 pub mod numa;
 pub mod policy;
 pub mod provider;
+pub mod strategy;

@@ -38,6 +38,14 @@
 //! ids for the default comparator; an enumeration of the free nodes for
 //! prefer-closest).
 //!
+//! `numa-allocation-strategy` ([`crate::strategy`]) adds one criterion to
+//! the comparator, after the width and the distance and before the mask
+//! value: the allocation score of the mask's nodes. The comparator stays a
+//! total order over masks (a mask's score depends on the mask alone), so the
+//! facts above still hold; only the shortcut that takes the lowest extra
+//! positions of an interval gives way to an enumeration, as for
+//! prefer-closest.
+//!
 //! Node ids go up to 255, but a machine has at most 64 nodes: the merge
 //! works on 64-bit masks over the machine's node *positions*
 //! ([`NodePositions`], ascending ids), which order exactly like the id
@@ -51,6 +59,7 @@ use topomgr_sdk::{
 };
 
 use crate::numa::NumaInfo;
+use crate::strategy::{AllocationStrategy, Occupancy, PositionOccupancy};
 
 #[cfg(any(test, feature = "test-oracle"))]
 pub mod oracle;
@@ -90,6 +99,9 @@ pub struct MergeMode {
     pub single_numa_node: bool,
     /// Rank masks of equal width by average NUMA distance first.
     pub prefer_closest: bool,
+    /// Then (masks of equal width and distance) by allocation score, with
+    /// the [`Occupancy`] given to [`merge_with`].
+    pub strategy: AllocationStrategy,
 }
 
 /// Which rule chose the merged hint (for explanations; serialized as the
@@ -283,11 +295,14 @@ fn best_non_preferred_count(lists: &[List]) -> u32 {
 }
 
 /// The comparator: fewer nodes first; then (prefer-closest) smaller average
-/// distance; then the smaller numeric value (of the position mask, which
-/// orders like the node-id mask).
+/// distance; then (numa-allocation-strategy) the better allocation score, a
+/// scored mask before an unscored one; then the smaller numeric value (of
+/// the position mask, which orders like the node-id mask).
 struct Ranker<'a> {
     numa: &'a NumaInfo,
     closest: bool,
+    /// The strategy (never `LowestIndex`) and the scores it ranks by.
+    scores: Option<(AllocationStrategy, PositionOccupancy)>,
 }
 
 impl Ranker<'_> {
@@ -306,7 +321,28 @@ impl Ranker<'_> {
                 }
             }
         }
+        if let Some((strategy, occupancy)) = &self.scores {
+            // kubernetes/kubernetes #142226 (KEP-6007): the score decides
+            // only between masks the structural comparison finds equal.
+            match (occupancy.score(a), occupancy.score(b)) {
+                (Some(sa), Some(sb)) if sa != sb => {
+                    return match strategy {
+                        AllocationStrategy::MostAllocated => sa > sb,
+                        _ => sa < sb,
+                    };
+                }
+                (Some(_), None) => return true,
+                (None, Some(_)) => return false,
+                _ => {}
+            }
+        }
         a < b
+    }
+
+    /// Whether the best of several masks of one width (and, without
+    /// distances, one distance) is always the smallest value.
+    fn ranks_by_value(&self) -> bool {
+        (!self.closest || !self.numa.has_distances()) && self.scores.is_none()
     }
 
     fn offer(&self, best: &mut Option<u64>, m: u64) {
@@ -323,9 +359,10 @@ impl Ranker<'_> {
         }
         let free = hi & !lo;
         let extra = w - nlo;
-        if !self.closest || !self.numa.has_distances() || extra == 0 || extra == width(free) {
+        if self.ranks_by_value() || extra == 0 || extra == width(free) {
             // Lowest extra positions give the smallest value; without
-            // distances (or with nothing to choose) that is also the best.
+            // distances and scores (or with nothing to choose) that is
+            // also the best.
             let mut add = 0u64;
             let mut rest = free;
             for _ in 0..extra {
@@ -580,8 +617,22 @@ fn best_non_preferred(
 /// Merge the providers' hints into the kubelet's merged hint.
 ///
 /// Callers must have run `validate`; masks outside the machine are not
-/// expected here (they would be AND-ed away as the kubelet does).
+/// expected here (they would be AND-ed away as the kubelet does). Without
+/// an [`Occupancy`] every mask is unscored, so `mode.strategy` changes
+/// nothing (see [`merge_with`]).
 pub fn merge(numa: &NumaInfo, providers: &[&ProviderHints], mode: MergeMode) -> MergeOutcome {
+    merge_with(numa, providers, mode, None)
+}
+
+/// [`merge`], ranking masks the kubelet finds equally good by
+/// `mode.strategy` over `occupancy` (ignored under
+/// [`AllocationStrategy::LowestIndex`]).
+pub fn merge_with(
+    numa: &NumaInfo,
+    providers: &[&ProviderHints],
+    mode: MergeMode,
+    occupancy: Option<&Occupancy>,
+) -> MergeOutcome {
     let pos = numa.positions();
     let machine = pos.all();
     let mut lists = filter_providers(providers, pos);
@@ -589,9 +640,15 @@ pub fn merge(numa: &NumaInfo, providers: &[&ProviderHints], mode: MergeMode) -> 
         lists = filter_single_numa(lists, machine);
     }
     let b = best_non_preferred_count(&lists);
+    let scores = match (mode.strategy, occupancy) {
+        (AllocationStrategy::LowestIndex, _) | (_, None) => None,
+        (_, Some(o)) if o.is_empty() => None,
+        (strategy, Some(o)) => Some((strategy, o.by_position(pos))),
+    };
     let ranker = Ranker {
         numa,
         closest: mode.prefer_closest,
+        scores,
     };
     let outcome = |mask: u64, preferred, rule| MergeOutcome {
         hint: TopologyHint::new(pos.to_mask(mask), preferred),
@@ -892,6 +949,7 @@ mod tests {
         let mode = MergeMode {
             single_numa_node,
             prefer_closest,
+            ..MergeMode::default()
         };
         let refs: Vec<&ProviderHints> = providers.iter().collect();
         proptest::prop_assert_eq!(
@@ -992,7 +1050,7 @@ mod tests {
             MergeMode::default(),
             MergeMode {
                 single_numa_node: true,
-                prefer_closest: false,
+                ..MergeMode::default()
             },
         ] {
             let a: Vec<&ProviderHints> = compact.iter().collect();

@@ -17,6 +17,10 @@
 //!    a missing distance table is an error, for every policy
 //!    (`single-numa-node` included, although it never ranks by distance).
 //! 4. A machine with more NUMA nodes than `max-allowable-numa-nodes` is refused.
+//!
+//! `numa-allocation-strategy` (KEP-6007, kubernetes/kubernetes #142226) is
+//! validated with the other options; its semantics are in
+//! [`crate::strategy`].
 //! 5. Only then is an unknown policy name an error, and after it an unknown scope.
 //!
 //! Deliberate differences from the kubelet (documented in ARCHITECTURE.md):
@@ -33,11 +37,14 @@ use topomgr_sdk::{parse_go_bool, ProviderHints, TopologyHint, MAX_NUMA_NODES};
 
 use crate::merge::{self, MergeError, MergeOutcome};
 use crate::numa::{NumaError, NumaInfo};
+use crate::strategy::{AllocationStrategy, Occupancy};
 
 /// Option name: prefer the set of NUMA nodes with the smallest average distance.
 pub(crate) const PREFER_CLOSEST_NUMA_NODES: &str = "prefer-closest-numa-nodes";
 /// Option name: the largest number of NUMA nodes the policy accepts.
 pub(crate) const MAX_ALLOWABLE_NUMA_NODES: &str = "max-allowable-numa-nodes";
+/// Option name: how to choose among equally good hints (KEP-6007).
+pub(crate) const NUMA_ALLOCATION_STRATEGY: &str = "numa-allocation-strategy";
 /// The kubelet's floor for `max-allowable-numa-nodes`.
 pub(crate) const MIN_MAX_ALLOWABLE_NUMA_NODES: i64 = 8;
 /// topomgr's default `max-allowable-numa-nodes` (the kubelet's is 8).
@@ -53,7 +60,7 @@ pub enum PolicyError {
     #[error("unknown scope: {0:?} (expected container or pod)")]
     UnknownScope(String),
     /// An option name the Topology Manager does not have.
-    #[error("unknown Topology Manager Policy option: {0:?} (known: prefer-closest-numa-nodes, max-allowable-numa-nodes)")]
+    #[error("unknown Topology Manager Policy option: {0:?} (known: prefer-closest-numa-nodes, max-allowable-numa-nodes, numa-allocation-strategy)")]
     UnknownOption(String),
     /// A boolean option with a value that is not a boolean.
     #[error("bad value for option {name:?}: {value:?} is not a boolean (use true or false)")]
@@ -66,6 +73,14 @@ pub enum PolicyError {
     /// An integer option with a value that is not an integer.
     #[error("unable to convert policy option to integer {name:?}: {value:?} is not an integer")]
     BadInt {
+        /// Option name.
+        name: String,
+        /// The value given.
+        value: String,
+    },
+    /// `numa-allocation-strategy` with a value that is not a strategy.
+    #[error("bad value for option {name:?}: {value:?} (expected {allowed})", allowed = AllocationStrategy::ALLOWED)]
+    BadStrategy {
         /// Option name.
         name: String,
         /// The value given.
@@ -185,6 +200,8 @@ pub(crate) struct PolicyOptions {
     pub prefer_closest_numa: bool,
     /// `max-allowable-numa-nodes`.
     pub max_allowable_numa_nodes: i64,
+    /// `numa-allocation-strategy`.
+    pub allocation_strategy: AllocationStrategy,
 }
 
 impl Default for PolicyOptions {
@@ -192,6 +209,7 @@ impl Default for PolicyOptions {
         PolicyOptions {
             prefer_closest_numa: false,
             max_allowable_numa_nodes: DEFAULT_MAX_ALLOWABLE_NUMA_NODES,
+            allocation_strategy: AllocationStrategy::LowestIndex,
         }
     }
 }
@@ -223,6 +241,15 @@ impl PolicyOptions {
                         });
                     }
                     opts.max_allowable_numa_nodes = v;
+                }
+                NUMA_ALLOCATION_STRATEGY => {
+                    opts.allocation_strategy =
+                        AllocationStrategy::parse(value).ok_or_else(|| {
+                            PolicyError::BadStrategy {
+                                name: name.clone(),
+                                value: value.clone(),
+                            }
+                        })?;
                 }
                 _ => return Err(PolicyError::UnknownOption(name.clone())),
             }
@@ -324,16 +351,36 @@ impl Policy {
         &self.numa
     }
 
-    /// Merge the providers' hints and decide admission. Each provider is
-    /// given with a name used in errors (hints naming unknown nodes are refused).
-    pub fn decide(&self, providers: &[(&str, &ProviderHints)]) -> Result<Decision, MergeError> {
-        Ok(self.decide_traced(providers)?.0)
+    /// `numa-allocation-strategy` (always `lowest-index` under `none`).
+    pub fn allocation_strategy(&self) -> AllocationStrategy {
+        self.options.allocation_strategy
     }
 
-    /// [`Policy::decide`] plus the merge's explanation.
+    /// Merge the providers' hints and decide admission. Each provider is
+    /// given with a name used in errors (hints naming unknown nodes are
+    /// refused). No allocation state: under a strategy other than
+    /// `lowest-index` every mask is unscored, so it decides as
+    /// `lowest-index` (see [`Policy::decide_with`]).
+    pub fn decide(&self, providers: &[(&str, &ProviderHints)]) -> Result<Decision, MergeError> {
+        Ok(self.decide_traced(providers, None)?.0)
+    }
+
+    /// [`Policy::decide`], breaking ties among equally good masks by the
+    /// allocation strategy over `occupancy` (what the contended resources
+    /// have allocatable and available per NUMA node).
+    pub fn decide_with(
+        &self,
+        providers: &[(&str, &ProviderHints)],
+        occupancy: &Occupancy,
+    ) -> Result<Decision, MergeError> {
+        Ok(self.decide_traced(providers, Some(occupancy))?.0)
+    }
+
+    /// [`Policy::decide_with`] plus the merge's explanation.
     pub(crate) fn decide_traced(
         &self,
         providers: &[(&str, &ProviderHints)],
+        occupancy: Option<&Occupancy>,
     ) -> Result<(Decision, Option<MergeOutcome>), MergeError> {
         merge::validate(&self.numa, providers)?;
         if self.name == PolicyName::None {
@@ -350,13 +397,15 @@ impl Policy {
         }
         let single = self.name == PolicyName::SingleNumaNode;
         let hints: Vec<&ProviderHints> = providers.iter().map(|(_, h)| *h).collect();
-        let outcome = merge::merge(
+        let outcome = merge::merge_with(
             &self.numa,
             &hints,
             merge::MergeMode {
                 single_numa_node: single,
                 prefer_closest: self.options.prefer_closest_numa && !single,
+                strategy: self.options.allocation_strategy,
             },
+            occupancy,
         );
         let mut hint = outcome.hint;
         if single && hint.affinity == Some(self.numa.default_mask()) {
@@ -405,7 +454,7 @@ mod tests {
             PolicyOptions::parse(&opts(&[("prefer-foo", "true")]))
                 .unwrap_err()
                 .to_string(),
-            "unknown Topology Manager Policy option: \"prefer-foo\" (known: prefer-closest-numa-nodes, max-allowable-numa-nodes)"
+            "unknown Topology Manager Policy option: \"prefer-foo\" (known: prefer-closest-numa-nodes, max-allowable-numa-nodes, numa-allocation-strategy)"
         );
         assert_eq!(
             PolicyOptions::parse(&opts(&[(MAX_ALLOWABLE_NUMA_NODES, "7")]))
@@ -759,7 +808,8 @@ mod tests {
                 PolicyOptions::parse(&opts(o)).unwrap(),
                 PolicyOptions {
                     prefer_closest_numa: closest,
-                    max_allowable_numa_nodes: max
+                    max_allowable_numa_nodes: max,
+                    allocation_strategy: AllocationStrategy::LowestIndex,
                 },
                 "{o:?}"
             );
@@ -790,6 +840,260 @@ mod tests {
             &[("this-option-does-not-exist", "true")],
             "unknown Topology Manager Policy option",
         );
+    }
+
+    #[test]
+    fn numa_allocation_strategy_is_parsed_and_unknown_values_are_refused() {
+        for (value, want) in [
+            ("lowest-index", AllocationStrategy::LowestIndex),
+            ("none", AllocationStrategy::LowestIndex),
+            ("most-allocated", AllocationStrategy::MostAllocated),
+            ("least-allocated", AllocationStrategy::LeastAllocated),
+        ] {
+            let o = PolicyOptions::parse(&opts(&[(NUMA_ALLOCATION_STRATEGY, value)])).unwrap();
+            assert_eq!(o.allocation_strategy, want, "{value}");
+        }
+        assert_eq!(
+            PolicyOptions::default().allocation_strategy,
+            AllocationStrategy::LowestIndex
+        );
+        let e = Policy::new(
+            "single-numa-node",
+            &opts(&[(NUMA_ALLOCATION_STRATEGY, "packed")]),
+            NumaInfo::new(vec![0, 1], None).unwrap(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "bad value for option \"numa-allocation-strategy\": \"packed\" (expected \
+             lowest-index, most-allocated or least-allocated (none is accepted as upstream's \
+             spelling of lowest-index))"
+        );
+        // `none` ignores it, as every option.
+        let p = Policy::new(
+            "none",
+            &opts(&[(NUMA_ALLOCATION_STRATEGY, "packed")]),
+            NumaInfo::new(vec![0, 1], None).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(p.allocation_strategy(), AllocationStrategy::LowestIndex);
+    }
+
+    /// The allocation strategy on hand-made machines whose answer is known.
+    mod strategy {
+        use super::*;
+        use crate::strategy::Occupancy;
+        use topomgr_sdk::{CompactHints, HintSet};
+
+        fn mask(nodes: &[u32]) -> NumaMask {
+            NumaMask::from_nodes(nodes.iter().map(|&n| i64::from(n))).unwrap()
+        }
+        fn hints(resource: &str, list: &[(&[u32], bool)]) -> ProviderHints {
+            Some(BTreeMap::from([(
+                resource.to_string(),
+                Some(HintSet::Explicit(
+                    list.iter()
+                        .map(|(n, p)| TopologyHint::new(mask(n), *p))
+                        .collect(),
+                )),
+            )]))
+        }
+        /// `cpu` with 16 allocatable CPUs per node and `used[i]` of node i taken.
+        fn cpus_used(used: &[u64]) -> Occupancy {
+            let mut o = Occupancy::new();
+            o.add(
+                "cpu",
+                used.iter()
+                    .enumerate()
+                    .map(|(n, u)| (NumaNodeId::from(n as u8), 16_000, 16_000 - u * 1000)),
+            );
+            o
+        }
+        fn decide(
+            policy: &str,
+            options: &[(&str, &str)],
+            numa: NumaInfo,
+            providers: &[&ProviderHints],
+            occupancy: &Occupancy,
+        ) -> Decision {
+            let p = Policy::new(policy, &opts(options), numa).unwrap();
+            let named: Vec<(&str, &ProviderHints)> = providers.iter().map(|h| ("p", *h)).collect();
+            p.decide_with(&named, occupancy).unwrap()
+        }
+        fn each_strategy(
+            policy: &str,
+            extra: &[(&str, &str)],
+            numa: &NumaInfo,
+            providers: &[&ProviderHints],
+            occupancy: &Occupancy,
+        ) -> [Decision; 3] {
+            ["lowest-index", "most-allocated", "least-allocated"].map(|s| {
+                let mut o = extra.to_vec();
+                o.push((NUMA_ALLOCATION_STRATEGY, s));
+                decide(policy, &o, numa.clone(), providers, occupancy)
+            })
+        }
+
+        #[test]
+        fn two_nodes_pack_and_spread() {
+            let numa = NumaInfo::new(vec![0, 1], None).unwrap();
+            let cpu = hints("cpu", &[(&[0], true), (&[1], true), (&[0, 1], false)]);
+            for policy in ["single-numa-node", "restricted", "best-effort"] {
+                // Node 1 is the busier: packing moves off the lowest index.
+                let [low, most, least] =
+                    each_strategy(policy, &[], &numa, &[&cpu], &cpus_used(&[2, 10]));
+                assert_eq!(low.hint, TopologyHint::new(mask(&[0]), true), "{policy}");
+                assert_eq!(most.hint, TopologyHint::new(mask(&[1]), true), "{policy}");
+                assert_eq!(least.hint, TopologyHint::new(mask(&[0]), true), "{policy}");
+                // Node 0 is the busier: spreading does.
+                let [low, most, least] =
+                    each_strategy(policy, &[], &numa, &[&cpu], &cpus_used(&[10, 2]));
+                assert_eq!(low.hint.affinity, Some(mask(&[0])), "{policy}");
+                assert_eq!(most.hint.affinity, Some(mask(&[0])), "{policy}");
+                assert_eq!(least.hint.affinity, Some(mask(&[1])), "{policy}");
+                // Equal scores: the lowest index.
+                for d in each_strategy(policy, &[], &numa, &[&cpu], &cpus_used(&[4, 4])) {
+                    assert_eq!(d.hint.affinity, Some(mask(&[0])), "{policy}");
+                }
+            }
+        }
+
+        #[test]
+        fn four_nodes_single_numa_node_among_the_nodes_that_fit() {
+            let numa = NumaInfo::new(vec![0, 1, 2, 3], None).unwrap();
+            // Node 0 cannot hold the request; 1, 2 and 3 can.
+            let cpu = hints(
+                "cpu",
+                &[(&[1], true), (&[2], true), (&[3], true), (&[0, 1], false)],
+            );
+            let occupancy = cpus_used(&[15, 8, 12, 4]);
+            let [low, most, least] =
+                each_strategy("single-numa-node", &[], &numa, &[&cpu], &occupancy);
+            assert_eq!(low.hint.affinity, Some(mask(&[1])));
+            // Node 0 is the busiest but offers no hint: never chosen.
+            assert_eq!(most.hint.affinity, Some(mask(&[2])));
+            assert_eq!(least.hint.affinity, Some(mask(&[3])));
+            assert!(low.admit && most.admit && least.admit);
+        }
+
+        #[test]
+        fn the_score_averages_the_contended_resources() {
+            let numa = NumaInfo::new(vec![0, 1], None).unwrap();
+            let cpu = hints("cpu", &[(&[0], true), (&[1], true)]);
+            let mem = hints("memory", &[(&[0], true), (&[1], true)]);
+            // cpu: node 0 at 62%, node 1 at 6%; memory: node 0 empty, node
+            // 1 full. Averages: node 0 (62+1)/2 = 31, node 1 (6+100)/2 = 53.
+            let mut o = cpus_used(&[10, 1]);
+            o.add(
+                "memory",
+                [
+                    (NumaNodeId::from(0), 1 << 30, 1 << 30),
+                    (NumaNodeId::from(1), 1 << 30, 0),
+                ],
+            );
+            let [_, most, least] = each_strategy("restricted", &[], &numa, &[&cpu, &mem], &o);
+            assert_eq!(most.hint.affinity, Some(mask(&[1])));
+            assert_eq!(least.hint.affinity, Some(mask(&[0])));
+            // With cpu alone contended, the other way round.
+            let [_, most, least] = each_strategy(
+                "restricted",
+                &[],
+                &numa,
+                &[&cpu, &mem],
+                &cpus_used(&[10, 1]),
+            );
+            assert_eq!(most.hint.affinity, Some(mask(&[0])));
+            assert_eq!(least.hint.affinity, Some(mask(&[1])));
+        }
+
+        #[test]
+        fn the_strategy_never_beats_the_preferred_flag_the_width_or_the_distance() {
+            let distances = vec![
+                vec![10, 11, 20, 20],
+                vec![11, 10, 20, 20],
+                vec![20, 20, 10, 11],
+                vec![20, 20, 11, 10],
+            ];
+            let numa = NumaInfo::new(vec![0, 1, 2, 3], Some(distances)).unwrap();
+            // Preferred {0} against a busier, wider preferred {2, 3}, and a
+            // busier non-preferred {3}: {0} whatever the strategy.
+            let cpu = hints("cpu", &[(&[0], true), (&[2, 3], true), (&[3], false)]);
+            let gpu = hints("gpu", &[(&[0], true), (&[2, 3], true), (&[3], true)]);
+            for d in each_strategy(
+                "best-effort",
+                &[],
+                &numa,
+                &[&cpu, &gpu],
+                &cpus_used(&[0, 0, 15, 15]),
+            ) {
+                assert_eq!(d.hint, TopologyHint::new(mask(&[0]), true));
+            }
+            // prefer-closest: {0, 1} (distance 10.5) beats the busier
+            // {0, 2} (15); among {0, 1} and {2, 3}, both 10.5, the score.
+            let wide = hints("cpu", &[(&[0, 1], true), (&[0, 2], true), (&[2, 3], true)]);
+            let closest = [(PREFER_CLOSEST_NUMA_NODES, "true")];
+            let [low, most, least] = each_strategy(
+                "restricted",
+                &closest,
+                &numa,
+                &[&wide],
+                &cpus_used(&[1, 1, 10, 1]),
+            );
+            assert_eq!(low.hint.affinity, Some(mask(&[0, 1])));
+            assert_eq!(most.hint.affinity, Some(mask(&[2, 3])));
+            assert_eq!(least.hint.affinity, Some(mask(&[0, 1])));
+            // A request nothing on one node can hold is refused by every
+            // strategy alike (restricted: no preferred hint).
+            let none_fit = hints("cpu", &[(&[0, 1], false), (&[2, 3], false)]);
+            for d in each_strategy("restricted", &[], &numa, &[&none_fit], &cpus_used(&[0; 4])) {
+                assert!(!d.admit);
+            }
+        }
+
+        #[test]
+        fn compact_sets_are_ranked_by_enumeration() {
+            let numa = NumaInfo::new(vec![0, 1, 2, 3], None).unwrap();
+            // Every pair of nodes is preferred.
+            let cpu: ProviderHints = Some(BTreeMap::from([(
+                "cpu".to_string(),
+                Some(HintSet::Compact(CompactHints {
+                    minimal: vec![mask(&[0]), mask(&[1]), mask(&[2]), mask(&[3])],
+                    within: vec![],
+                    preferred_width: 2,
+                })),
+            )]));
+            let [low, most, least] = each_strategy(
+                "restricted",
+                &[],
+                &numa,
+                &[&cpu],
+                &cpus_used(&[1, 9, 3, 12]),
+            );
+            assert_eq!(low.hint.affinity, Some(mask(&[0, 1])));
+            assert_eq!(most.hint.affinity, Some(mask(&[1, 3])));
+            assert_eq!(least.hint.affinity, Some(mask(&[0, 2])));
+        }
+
+        #[test]
+        fn without_occupancy_or_contended_resources_it_is_lowest_index() {
+            let numa = NumaInfo::new(vec![0, 1], None).unwrap();
+            let cpu = hints("cpu", &[(&[0], true), (&[1], true)]);
+            let p = Policy::new(
+                "restricted",
+                &opts(&[(NUMA_ALLOCATION_STRATEGY, "most-allocated")]),
+                numa,
+            )
+            .unwrap();
+            let named = [("p", &cpu)];
+            assert_eq!(p.decide(&named).unwrap().hint.affinity, Some(mask(&[0])));
+            assert_eq!(
+                p.decide_with(&named, &Occupancy::new())
+                    .unwrap()
+                    .hint
+                    .affinity,
+                Some(mask(&[0]))
+            );
+        }
     }
 
     #[test]

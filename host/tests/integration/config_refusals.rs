@@ -149,3 +149,34 @@ fn a_bad_policy_value_names_the_file_or_variable_that_set_it() {
         "topomgr: error: cannot create the Topology Manager policy: unknown scope: \"node\" (expected container or pod) (`scope` from environment variable TOPOMGR_SCOPE)\n"
     );
 }
+
+/// An unknown `numa-allocation-strategy` is refused at start, naming the
+/// value, the allowed ones and the key with the file that set it; a known
+/// one is taken.
+#[test]
+fn an_unknown_numa_allocation_strategy_is_refused_naming_key_value_and_the_allowed_ones() {
+    let dir = config("refuse-strategy", "");
+    let pod = pod_file(&dir, "cpu: 2, memory: 1Gi");
+    let dropin = dir.join("plugins.d/10-strategy.toml");
+    fs::write(
+        &dropin,
+        "[policy_options]\nnuma-allocation-strategy = \"pack\"\n",
+    )
+    .unwrap();
+    let (code, _, err) = common::topomgr(&dir, &["admit", &pod]);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(
+        err,
+        format!(
+            "topomgr: error: cannot create the Topology Manager policy: bad value for option \"numa-allocation-strategy\": \"pack\" (expected lowest-index, most-allocated or least-allocated (none is accepted as upstream's spelling of lowest-index)) (`policy_options.numa-allocation-strategy` in {})\n",
+            dropin.display()
+        )
+    );
+    fs::write(
+        &dropin,
+        "[policy_options]\nnuma-allocation-strategy = \"most-allocated\"\n",
+    )
+    .unwrap();
+    let (code, out, err) = common::topomgr(&dir, &["admit", &pod]);
+    assert_eq!(code, 0, "{out}{err}");
+}

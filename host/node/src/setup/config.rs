@@ -541,6 +541,7 @@ impl HostConfig {
             E::UnknownOption(name)
             | E::BadBool { name, .. }
             | E::BadInt { name, .. }
+            | E::BadStrategy { name, .. }
             | E::BelowMinimum { name, .. } => format!("policy_options.{name}"),
             E::TooManyNodes { .. } => "policy_options.max-allowable-numa-nodes".to_owned(),
             E::MissingDistances => "policy_options.prefer-closest-numa-nodes".to_owned(),
