@@ -72,6 +72,7 @@ pub fn start_daemon(tag: &str, state_root: &Path, plugin: &Path) -> PathBuf {
         export: Default::default(),
         nri: None,
         kubernetes: None,
+        podresources_socket: None,
         reload: None,
     };
     std::thread::spawn(move || daemon::run(d));
