@@ -8,7 +8,10 @@
 //!   minus reserved and excluded CPUs) of the NUMA nodes it may use (the
 //!   host's hint: its current affinity); with `align-by-socket` from the
 //!   sockets of those nodes. Free sibling threads of its own cores come
-//!   first (unless `distribute-cpus-across-cores`), then the policy's
+//!   first (unless `distribute-cpus-across-cores`); with
+//!   `prefer-align-cpus-by-uncorecache`, then free CPUs of the uncore (L3)
+//!   caches it already uses (whole free cores first, lowest core first),
+//!   so that a grown container stays in its caches; then the policy's
 //!   topology-aware take (packed or `distribute-cpus-across-numa`,
 //!   `prefer-align-cpus-by-uncorecache`). With `full-pcpus-only` the new
 //!   request must be whole cores and the extra CPUs are whole free cores.
@@ -225,6 +228,9 @@ impl StaticPolicy {
                 }
             }
         }
+        if self.options.prefer_align_by_uncore_cache && taken.len() < more {
+            self.take_from_own_uncores(held, &candidates, more, &mut taken);
+        }
         if taken.len() < more {
             let rest: Cpus = candidates.difference(&taken).copied().collect();
             let numas = affinity.map_or(0, |m| m.len() as usize);
@@ -238,6 +244,46 @@ impl StaticPolicy {
         new.extend(taken.iter().copied());
         self.set_resized(pod, container, baseline, new.clone());
         Ok(new)
+    }
+
+    /// Adds to `taken`, up to `more` CPUs, free `candidates` of the uncore
+    /// caches the `held` CPUs are in: whole free cores that fit first, then
+    /// single threads, lowest core first (`prefer-align-cpus-by-uncorecache`
+    /// for a grow: the extra CPUs share the container's caches where they
+    /// can).
+    fn take_from_own_uncores(&self, held: &Cpus, candidates: &Cpus, more: usize, taken: &mut Cpus) {
+        let uncores: Vec<u32> = held
+            .iter()
+            .filter_map(|c| self.topo.info(*c).map(|i| i.uncore))
+            .collect();
+        let own: Cpus = candidates
+            .iter()
+            .copied()
+            .filter(|c| !taken.contains(c))
+            .filter(|c| {
+                self.topo
+                    .info(*c)
+                    .is_some_and(|i| uncores.contains(&i.uncore))
+            })
+            .collect();
+        let mut cores: BTreeMap<u32, Vec<u32>> = BTreeMap::new();
+        for c in &own {
+            if let Some(i) = self.topo.info(*c) {
+                cores.entry(i.core).or_default().push(*c);
+            }
+        }
+        let whole = self.whole_cores(&own);
+        for threads in cores.values() {
+            if threads.iter().all(|c| whole.contains(c)) && taken.len() + threads.len() <= more {
+                taken.extend(threads.iter().copied());
+            }
+        }
+        for c in &own {
+            if taken.len() == more {
+                break;
+            }
+            taken.insert(*c);
+        }
     }
 
     /// The CPUs of `cpus` whose every thread is in `cpus`.

@@ -1175,3 +1175,31 @@ fn the_none_policy_does_not_resize_kept_exclusive_cpus() {
         ))
     );
 }
+
+/// With `prefer-align-cpus-by-uncorecache` a grow takes free CPUs of the
+/// uncore (L3) caches the container already uses before any other (issue
+/// 33: KEP-5554's grow follows the policy's options); without the option
+/// the policy's packed take picks the lowest free CPUs.
+#[test]
+fn a_grow_stays_in_the_containers_uncore_cache_when_the_option_is_set() {
+    use crate::testmachines::{cpu_l3, finish};
+    // One socket, one NUMA node, no SMT: L3 0 has CPUs 0-3, L3 1 CPUs 4-7;
+    // CPU 0 reserved.
+    let m = finish((0..8).map(|id| cpu_l3(id, 0, id, 0, id / 4)).collect(), 1);
+    let grown = |options: serde_json::Value| {
+        let mut p = provider(&m, json!({"reserved_cpus": "0", "options": options}));
+        // A pod takes L3 0's CPUs 1-3, the app CPU 4 of L3 1; once the pod
+        // is gone, CPUs 1-3 are the lowest free ones.
+        let three = testkit::guaranteed_pod("w", &cpus(3));
+        let first = alloc(&mut p, &three, "app", Some(&[0])).unwrap().0;
+        let one = testkit::guaranteed_pod("g", &cpus(1));
+        let app = alloc(&mut p, &one, "app", Some(&[0])).unwrap().0;
+        p.release("w-uid", "app").unwrap();
+        let two = testkit::guaranteed_pod("g", &cpus(2));
+        (first, app, resize(&mut p, &two, "app", &[0]).unwrap().0)
+    };
+    let with = grown(json!({"prefer-align-cpus-by-uncorecache": "true"}));
+    assert_eq!(with, ("1-3".into(), "4".into(), "4-5".into()));
+    let without = grown(json!({}));
+    assert_eq!(without, ("1-3".into(), "4".into(), "1,4".into()));
+}
