@@ -325,6 +325,38 @@ fn resizes(held: &AdmitResult, new: &PodView) -> bool {
     amounts(old) != amounts(now)
 }
 
+/// The resources of `listed` (a container as the runtime lists it at
+/// Synchronize) as a resize would ask them, when its requests differ from
+/// those of `held`; `None` when they do not. The runtime lists the CFS
+/// quota topomgr lifted for exclusive CPUs (no CPU limit): where the books
+/// had a CPU limit and the listing has none, the limit is the request again,
+/// as the kubelet asked it.
+fn resized_requests(held: &AdmitResult, mut listed: PodView) -> Option<PodView> {
+    let (Some(old), Some(now)) = (held.pod.containers.first(), listed.containers.first()) else {
+        return None;
+    };
+    let requests = |c: &topomgr_sdk::ContainerView| -> Vec<(String, u64)> {
+        let mut k: Vec<(String, u64)> = c
+            .requests
+            .keys()
+            .filter(|n| *n == "cpu" || *n == "memory" || n.starts_with("hugepages-"))
+            .map(|n| (n.clone(), c.request(n)))
+            .collect();
+        k.sort();
+        k
+    };
+    if requests(old) == requests(now) {
+        return None;
+    }
+    let lifted = old.limits.contains_key("cpu") && !now.limits.contains_key("cpu");
+    if lifted {
+        let c = &mut listed.containers[0];
+        let cpu = c.request("cpu");
+        c.limits.insert("cpu".to_owned(), cpu);
+    }
+    Some(listed)
+}
+
 /// Whether `deadline` has passed.
 fn past(deadline: Option<std::time::Instant>) -> bool {
     deadline.is_some_and(|d| std::time::Instant::now() >= d)
@@ -538,6 +570,9 @@ struct Worker {
     reload_notes: Vec<String>,
     /// Cgroup problems found by the check (see `check_cgroups`).
     cgroup_notes: Vec<String>,
+    /// Containers resized while topomgr was away that it could not resize
+    /// in its books (found at Synchronize), by id: shown while held.
+    away_resizes: BTreeMap<String, String>,
     machine: Machine,
     export: topomgr_node::nrt::ExportSettings,
     nrt_push: Option<topomgr_kube::nrt_push::NrtPublisher>,
@@ -646,6 +681,7 @@ impl StateThread {
             restore_notes: Vec::new(),
             reload_notes: Vec::new(),
             cgroup_notes: Vec::new(),
+            away_resizes: BTreeMap::new(),
             machine: machine.clone(),
             export: settings.export.clone(),
             nrt_push: settings.nrt_push.clone(),
@@ -942,7 +978,54 @@ impl Worker {
                 notes.push(conflict.to_string());
             }
         }
+        notes.extend(
+            self.away_resizes
+                .iter()
+                .filter(|(id, _)| pods.contains_key(*id))
+                .map(|(_, note)| note.clone()),
+        );
         notes
+    }
+
+    /// Container `id`, held, was listed at Synchronize with resources
+    /// other than its books' (`now`): resized while topomgr was away (the
+    /// runtime applied it; the kubelet reported it done). Resized in the
+    /// books as an update would be; where topomgr cannot do it, the
+    /// container keeps its CPUs and a health note says so and what to do.
+    /// Whether the books changed.
+    fn resized_while_away(&mut self, id: &str, now: PodView) -> bool {
+        let name = now
+            .containers
+            .first()
+            .map(|c| c.name.clone())
+            .unwrap_or_default();
+        self.trace_untraced(id);
+        let mut trace = topomgr_engine::admission::ResizeTrace::default();
+        let outcome = self.node.resize_traced(id, &name, now, &mut trace);
+        self.resize_traces.push((
+            id.to_owned(),
+            topomgr_engine::explain::resize(&trace, outcome.as_ref()),
+        ));
+        match outcome {
+            Ok(_) => {
+                info!(container = %id, "resized while topomgr was away: resized in place now");
+                self.metrics.resize("done");
+                self.away_resizes.remove(id);
+                true
+            }
+            Err(r) => {
+                warn!(container = %id, reason = %r.reason, "resized while topomgr was away, and topomgr cannot do it: {}", r.message);
+                self.metrics.resize("refused");
+                self.away_resizes.insert(
+                    id.to_owned(),
+                    format!(
+                        "container {id} was resized while topomgr was away and topomgr cannot do it ({}: {}): it keeps the CPUs and memory it held; resize its pod back (kubectl patch --subresource resize) or recreate it",
+                        r.reason, r.message
+                    ),
+                );
+                false
+            }
+        }
     }
 
     /// The decision trace of `result`.
@@ -1446,6 +1529,16 @@ impl Worker {
                     .collect();
                 for l in listed {
                     if kept.contains(&l.id) {
+                        let away = l.admit.and_then(|(pod, _, _)| {
+                            resized_requests(self.node.pods().get(&l.id)?, pod)
+                        });
+                        match away {
+                            Some(pod) => changed |= self.resized_while_away(&l.id, pod),
+                            // As the books hold it (again): nothing to say.
+                            None => {
+                                self.away_resizes.remove(&l.id);
+                            }
+                        }
                         table.insert(l.id, l.follow);
                         continue;
                     }

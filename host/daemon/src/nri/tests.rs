@@ -1512,6 +1512,57 @@ fn resize_to(cpu_m: u64, limit_m: i64) -> LinuxResources {
         .unwrap()
 }
 
+/// Issue 33: a container resized while topomgr was away (the runtime
+/// applied it, the kubelet reported it done) is resized in the books at
+/// Synchronize; one topomgr cannot resize keeps what it held and a health
+/// note says so until the container is as the books hold it again. The
+/// quota topomgr lifted (the listing shows no CPU limit) is no resize.
+#[tokio::test]
+async fn resizes_while_away_are_caught_up_at_synchronize() {
+    let w = world("resize-away");
+    let f = &w.face;
+    let g = pod("1", "g");
+    f.create(g.clone(), container("g2", &g, 2000, 2000))
+        .await
+        .unwrap();
+    let held = |w: &World| {
+        w.state
+            .read(|v| v.pods["g2"].containers[0].allocation.cpus.to_string())
+    };
+    let notes = |w: &World| w.state.read(|v| v.restore_notes.clone());
+    assert_eq!(held(&w), "2-3");
+    // Listed as it is, its quota lifted: nothing changes.
+    f.synchronize(vec![g.clone()], vec![container("g2", &g, 2000, 0)])
+        .await
+        .unwrap();
+    assert_eq!(held(&w), "2-3");
+    assert!(notes(&w).is_empty(), "{:?}", notes(&w));
+    // Shrunk to 1 CPU while away: the books follow.
+    f.synchronize(vec![g.clone()], vec![container("g2", &g, 1000, 0)])
+        .await
+        .unwrap();
+    assert_eq!(held(&w), "2");
+    w.check();
+    // Grown to 3 while away: no room on its node; it keeps CPU 2.
+    f.synchronize(vec![g.clone()], vec![container("g2", &g, 3000, 0)])
+        .await
+        .unwrap();
+    assert_eq!(held(&w), "2");
+    let n = notes(&w);
+    assert_eq!(n.len(), 1, "{n:?}");
+    assert!(
+        n[0].starts_with("container g2 was resized while topomgr was away and topomgr cannot do it (ResizeInfeasible: ")
+            && n[0].ends_with("resize its pod back (kubectl patch --subresource resize) or recreate it"),
+        "{n:?}"
+    );
+    // Patched back: the note goes.
+    f.synchronize(vec![g.clone()], vec![container("g2", &g, 1000, 0)])
+        .await
+        .unwrap();
+    assert!(notes(&w).is_empty(), "{:?}", notes(&w));
+    w.check();
+}
+
 /// An in-place resize through UpdateContainer: a grow that does not fit
 /// on the container's node is refused with the provider's reason and
 /// changes nothing; a shrink keeps the first CPUs and gives the others to
