@@ -28,7 +28,9 @@
 //! In-place resize ([`resize`], KEP-5554): a container with exclusive
 //! CPUs grows on its NUMA nodes keeping its CPUs, shrinks down to the CPUs
 //! it was first allocated; moves between the shared pool and exclusive
-//! CPUs are refused (reasons in [`error`]).
+//! CPUs are refused (reasons in [`error`]). The kubelet's resize tables
+//! (kubernetes #140629, v1.37) are ported in `upstream_resize_tables`,
+//! with where topomgr's choice of CPUs differs and why.
 //!
 //! Refusal reasons: `SMTAlignmentError` (full-pcpus-only),
 //! `UnexpectedAdmissionError` (not enough free CPUs),
@@ -358,5 +360,7 @@ mod reconcile_tests;
 mod tests;
 #[cfg(test)]
 mod upstream_policy_tables;
+#[cfg(test)]
+mod upstream_resize_tables;
 #[cfg(test)]
 mod upstream_tables;
