@@ -677,6 +677,103 @@ fn cpus_a_user_pinned_a_container_to_are_not_handed_out_exclusively() {
     assert!(!log.contains("panicked"), "{log}");
 }
 
+/// Issue 35: CDI devices a container gets through containerd's CDI
+/// (`enable_cdi`), asked for as the kubelet asks for DRA's (CRI
+/// `CDIDevices`) or through a `cdi.k8s.io/*` annotation, reach topomgr as
+/// the runtime injected them: the device node is in the container, and
+/// topomgr finds the CDI device by its node and by its name through the
+/// same spec files, and says so; this device (the host's `/dev/null`) is
+/// no PCI device, so nothing is aligned with it and the container is
+/// placed as without it. A name no spec defines is refused by containerd.
+/// On containerd 1.7 and 2.x.
+#[test]
+#[ignore = "needs root, a cpuset cgroup and containerd 1.7 and 2.x"]
+fn cdi_devices_reach_topomgr_as_containerd_injected_them() {
+    require_machine();
+    for line in [
+        topomgr_runtime_harness::ContainerdLine::V1_7,
+        topomgr_runtime_harness::ContainerdLine::V2,
+    ] {
+        let containerd = Containerd::start_line(line).unwrap_or_else(|e| panic!("{NEEDS}: {e}"));
+        fs::write(
+            containerd.cdi_dir().join("testdev.yaml"),
+            "cdiVersion: 0.5.0\nkind: example.org/testdev\ndevices:\n\
+             - name: \"null\"\n  containerEdits:\n    deviceNodes:\n\
+             \x20   - {path: /dev/topomgr-null, hostPath: /dev/null, type: c, major: 1, minor: 3, permissions: rw}\n",
+        )
+        .unwrap();
+        let (topomgr_toml, socket) = configure(&format!("nri-cdi-{line:?}"), &containerd);
+        fs::write(
+            topomgr_toml.with_file_name("plugins.d/99-zz-cdi.toml"),
+            format!(
+                "[cdi]\nspec_dirs = [\"{}\"]\n",
+                containerd.cdi_dir().display()
+            ),
+        )
+        .unwrap();
+        let d = serve(&topomgr_toml, &socket);
+        wait_until(&d, "registered with containerd", |h, _| h.nri.connected);
+        let mut cri = Cri::connect(&containerd);
+        let image = containerd.image();
+        let gpod = cri.run_pod(&pod_spec(&containerd, "dra", 11, Qos::Guaranteed));
+        let by_cri = cri.run(
+            &gpod,
+            &ContainerSpec::sleeper("claimed", image)
+                .with_resources(1000, 1000, 64 << 20)
+                .with_cdi_device("example.org/testdev=null"),
+        );
+        let bpod = cri.run_pod(&pod_spec(&containerd, "annotated", 12, Qos::Burstable));
+        let by_annotation = cri.run(
+            &bpod,
+            &ContainerSpec::sleeper("annotated", image)
+                .with_resources(100, 0, 0)
+                .with_annotation("cdi.k8s.io/test", "example.org/testdev=null"),
+        );
+        for id in [&by_cri, &by_annotation] {
+            cri.rt
+                .block_on(cri.client.exec(id, &["cat", "/dev/topomgr-null"]))
+                .unwrap_or_else(|e| {
+                    panic!("{line:?}: containerd did not inject the CDI device into {id}: {e}")
+                });
+        }
+        assert_eq!(
+            inside(&mut cri, &by_cri),
+            ("1".into(), "0".into()),
+            "{line:?}"
+        );
+        assert_eq!(inside(&mut cri, &by_annotation).0, "0", "{line:?}");
+        check(&d, &mut cri, &[&by_cri, &by_annotation]);
+        let unknown = cri
+            .create(
+                &gpod,
+                &ContainerSpec::sleeper("unknown", image)
+                    .with_resources(1000, 1000, 64 << 20)
+                    .with_cdi_device("example.org/testdev=absent"),
+            )
+            .unwrap_err();
+        assert!(
+            unknown.contains("example.org/testdev=absent"),
+            "{line:?}: {unknown}"
+        );
+        cri.remove_all_pods();
+        wait_until(&d, "every container released", |_, p| p.pods.is_empty());
+        let log = d.stop();
+        assert!(!log.contains("panicked"), "{log}");
+        // One for each container (the first by its node, the second by its
+        // annotation), each by the CDI device's name.
+        let found = log
+            .lines()
+            .filter(|l| {
+                l.contains("no provider lists this CDI device and it is not aligned with")
+                    && l.contains(
+                        "source=CDI device example.org/testdev=null devices=/dev/topomgr-null",
+                    )
+            })
+            .count();
+        assert_eq!(found, 2, "{line:?}: {log}");
+    }
+}
+
 /// Wall time of CRI CreateContainer of a Guaranteed 1-CPU container without
 /// and with topomgr registered (admission, exclusive CPU, journal commit),
 /// printed for BENCHMARKS.md; nothing is asserted about speed.

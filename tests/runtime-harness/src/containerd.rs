@@ -47,7 +47,7 @@ impl Containerd {
         if dir.exists() {
             fs::remove_dir_all(&dir).map_err(|e| HarnessError::io("remove stale", &dir, e))?;
         }
-        for sub in ["cni", "nri-plugins", "nri-conf", "runc"] {
+        for sub in ["cni", "nri-plugins", "nri-conf", "runc", "cdi"] {
             fs::create_dir_all(dir.join(sub))
                 .map_err(|e| HarnessError::io("create", &dir.join(sub), e))?;
         }
@@ -73,6 +73,12 @@ impl Containerd {
     /// The NRI socket plugins connect to.
     pub fn nri_socket(&self) -> PathBuf {
         self.dir.join("nri.sock")
+    }
+
+    /// The CDI spec directory this containerd reads (`enable_cdi`): a test
+    /// writes specs there before it asks for their devices.
+    pub fn cdi_dir(&self) -> PathBuf {
+        self.dir.join("cdi")
     }
 
     /// Which containerd this is.
@@ -153,6 +159,8 @@ state = "{d}/state"
 [plugins.'io.containerd.cri.v1.runtime']
   # No CAP_SYS_RESOURCE in every machine this runs on.
   restrict_oom_score_adj = true
+  enable_cdi = true
+  cdi_spec_dirs = ["{d}/cdi"]
   [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = "runc"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
@@ -192,6 +200,8 @@ state = "{d}/state"
   sandbox_image = "{IMAGE}"
   # No CAP_SYS_RESOURCE in every machine this runs on.
   restrict_oom_score_adj = true
+  enable_cdi = true
+  cdi_spec_dirs = ["{d}/cdi"]
   [plugins."io.containerd.grpc.v1.cri".containerd]
     default_runtime_name = "runc"
     [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]

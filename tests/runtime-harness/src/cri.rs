@@ -143,6 +143,14 @@ pub mod v1 {
         pub log_path: String,
         #[prost(message, optional, tag = "15")]
         pub linux: Option<LinuxContainerConfig>,
+        #[prost(message, repeated, tag = "17")]
+        pub cdi_devices: Vec<CdiDevice>,
+    }
+    /// A CDI device by its fully qualified name (DRA's way, CRI field 17).
+    #[derive(Clone, PartialEq, prost::Message)]
+    pub struct CdiDevice {
+        #[prost(string, tag = "1")]
+        pub name: String,
     }
     #[derive(Clone, PartialEq, prost::Message)]
     pub struct CreateContainerRequest {
@@ -273,6 +281,10 @@ pub struct ContainerSpec {
     pub image: String,
     pub command: Vec<String>,
     pub resources: v1::LinuxContainerResources,
+    /// CDI devices by fully qualified name (CRI `CDIDevices`, as the
+    /// kubelet passes DRA's).
+    pub cdi_devices: Vec<String>,
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// The kubelet's default CFS period (µs).
@@ -286,7 +298,21 @@ impl ContainerSpec {
             image: image.to_owned(),
             command: ["sleep", "1000000"].map(String::from).to_vec(),
             resources: v1::LinuxContainerResources::default(),
+            cdi_devices: Vec::new(),
+            annotations: BTreeMap::new(),
         }
+    }
+
+    /// With the CDI device `name` (`vendor.com/class=name`).
+    pub fn with_cdi_device(mut self, name: &str) -> Self {
+        self.cdi_devices.push(name.to_owned());
+        self
+    }
+
+    /// With the annotation `key: value`.
+    pub fn with_annotation(mut self, key: &str, value: &str) -> Self {
+        self.annotations.insert(key.to_owned(), value.to_owned());
+        self
     }
 
     /// Sets CPU request and limit in millicores as the kubelet converts them
@@ -430,6 +456,12 @@ impl CriClient {
                     namespace_options: ns,
                 }),
             }),
+            annotations: spec.annotations.clone(),
+            cdi_devices: spec
+                .cdi_devices
+                .iter()
+                .map(|name| v1::CdiDevice { name: name.clone() })
+                .collect(),
             ..Default::default()
         };
         let r: v1::CreateContainerResponse = self
