@@ -53,12 +53,38 @@ pub struct Zone {
     /// The amounts in this zone.
     #[serde(flatten)]
     pub amounts: Amounts,
+    /// The largest amount one request aligned to this zone alone would be
+    /// given now, when the provider knows it to be less than `available`
+    /// (the CPU provider with `full-pcpus-only`: the CPUs of the zone's
+    /// wholly free cores). `None` (JSON: absent): `available` is what fits.
+    /// The host never advertises more than `available`. Exported per zone
+    /// as the `topomgr.io/max-admissible-<resource>` attribute.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admissible: Option<u64>,
 }
 
 impl Zone {
     /// The amounts of zone `numa`.
     pub fn new(numa: Option<NumaNodeId>, amounts: Amounts) -> Self {
-        Zone { numa, amounts }
+        Zone {
+            numa,
+            amounts,
+            admissible: None,
+        }
+    }
+
+    /// With the largest admissible request `amount` (see
+    /// [`Zone::admissible`]).
+    pub fn with_admissible(mut self, amount: u64) -> Self {
+        self.admissible = Some(amount);
+        self
+    }
+
+    /// The largest request aligned to this zone that would be given now:
+    /// `admissible`, never more than `available`.
+    pub fn max_admissible(&self) -> u64 {
+        self.admissible
+            .map_or(self.amounts.available, |a| a.min(self.amounts.available))
     }
 }
 
@@ -154,5 +180,28 @@ impl Inventory {
     pub fn with_resource(mut self, name: impl Into<String>, resource: ResourceInventory) -> Self {
         self.resources.insert(name.into(), resource);
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zone_admissible_is_optional_on_the_wire_and_capped_by_available() {
+        // An older plugin's zone (no `admissible`): what is available fits.
+        let old: Zone =
+            serde_json::from_str(r#"{"numa": 0, "capacity": 8, "allocatable": 6, "available": 5}"#)
+                .unwrap();
+        assert_eq!(old.admissible, None);
+        assert_eq!(old.max_admissible(), 5);
+        assert!(!serde_json::to_string(&old).unwrap().contains("admissible"));
+        let z = Zone::new(Some(NumaNodeId::from(1)), Amounts::new(8, 6, 5)).with_admissible(4);
+        let json = serde_json::to_string(&z).unwrap();
+        assert_eq!(serde_json::from_str::<Zone>(&json).unwrap(), z);
+        assert_eq!(z.max_admissible(), 4);
+        // A plugin claiming more than is available is not believed.
+        let over = Zone::new(None, Amounts::new(8, 6, 5)).with_admissible(7);
+        assert_eq!(over.max_admissible(), 5);
     }
 }

@@ -15,6 +15,12 @@ pub const KIND: &str = "NodeResourceTopology";
 pub const ATTRIBUTE_POLICY: &str = "topologyManagerPolicy";
 /// Attribute naming the Topology Manager scope.
 pub const ATTRIBUTE_SCOPE: &str = "topologyManagerScope";
+/// Prefix of a zone attribute naming the largest request of one resource
+/// that topomgr would admit aligned to that zone alone now
+/// (`topomgr.io/max-admissible-cpu`, `…-memory`, `…-hugepages-2Mi`,
+/// `…-nvidia.com/gpu`); the value is a Kubernetes quantity as in
+/// `ResourceInfo`.
+pub const ZONE_ATTRIBUTE_MAX_ADMISSIBLE: &str = "topomgr.io/max-admissible-";
 
 /// The exported object (the fields of the v1alpha2 CRD that topomgr sets;
 /// reading ignores the others).
@@ -65,6 +71,10 @@ pub struct NrtZone {
     /// The resources of the zone (absent when none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resources: Vec<ResourceInfo>,
+    /// Per resource of the zone, `ZONE_ATTRIBUTE_MAX_ADMISSIBLE` + its
+    /// name (absent when the zone has no resources).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attributes: Vec<Attribute>,
 }
 
 /// The distance to a zone.

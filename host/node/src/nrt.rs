@@ -12,6 +12,19 @@
 //! `allocatable`, `available`). Resources of a device attached to no NUMA
 //! node have no zone to go in and are left out, as topology exporters do.
 //!
+//! Each zone also carries, per resource, the largest request topomgr would
+//! admit aligned to that zone alone now, as the zone attribute
+//! `topomgr.io/max-admissible-<resource>` (v1alpha2 zones have free-form
+//! `attributes`; the value is a quantity as in `resources`). It comes from
+//! the same inventories, not from probing the merge: a provider's
+//! [`Zone::max_admissible`](topomgr_sdk::Zone::max_admissible) — what is
+//! available, or less where the provider knows better (the CPU provider
+//! with `full-pcpus-only`: the CPUs of wholly free cores, never reserved or
+//! excluded ones). Probing would call every provider's hints for a
+//! binary search of probe requests per zone and resource after every
+//! change; the inventories are already read for `available`, so the
+//! attributes cost one addition per zone and resource.
+//!
 //! The daemon serves it (`GET /v1/noderesourcetopology`, and the
 //! `export_file` it rewrites after each change) and `topomgr export nrt`
 //! prints it; this module is the one place that builds it.
@@ -29,7 +42,9 @@ use topomgr_engine::policy::{PolicyName, Scope};
 pub use topomgr_contract::nrt::{
     Attribute, Cost, NodeResourceTopology, NrtZone, ObjectMeta, ResourceInfo,
 };
-use topomgr_contract::nrt::{API_VERSION, ATTRIBUTE_POLICY, ATTRIBUTE_SCOPE, KIND};
+use topomgr_contract::nrt::{
+    API_VERSION, ATTRIBUTE_POLICY, ATTRIBUTE_SCOPE, KIND, ZONE_ATTRIBUTE_MAX_ADMISSIBLE,
+};
 
 /// What identifies the node and its alignment rules in the export.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -167,17 +182,17 @@ pub(crate) fn build(
     inventories: &[(String, Inventory)],
 ) -> Result<NodeResourceTopology, NrtError> {
     owners(inventories)?;
-    let mut per_zone: BTreeMap<NumaNodeId, BTreeMap<&str, Amounts>> = BTreeMap::new();
+    // Per zone and resource: the amounts, and the largest request aligned
+    // to the zone alone that the provider would satisfy now.
+    let mut per_zone: BTreeMap<NumaNodeId, BTreeMap<&str, (Amounts, u64)>> = BTreeMap::new();
     for (_, inv) in inventories {
         for (name, r) in &inv.resources {
             for zone in &r.zones {
                 if let Some(numa) = zone.numa {
-                    per_zone
-                        .entry(numa)
-                        .or_default()
-                        .entry(name)
-                        .or_default()
-                        .add(zone.amounts);
+                    let (amounts, admissible) =
+                        per_zone.entry(numa).or_default().entry(name).or_default();
+                    amounts.add(zone.amounts);
+                    *admissible = admissible.saturating_add(zone.max_admissible());
                 }
             }
         }
@@ -200,11 +215,20 @@ pub(crate) fn build(
                 .get(&node.id)
                 .into_iter()
                 .flatten()
-                .map(|(name, a)| ResourceInfo {
+                .map(|(name, (a, _))| ResourceInfo {
                     name: (*name).to_owned(),
                     capacity: quantity(name, a.capacity),
                     allocatable: quantity(name, a.allocatable),
                     available: quantity(name, a.available),
+                })
+                .collect(),
+            attributes: per_zone
+                .get(&node.id)
+                .into_iter()
+                .flatten()
+                .map(|(name, (_, admissible))| Attribute {
+                    name: format!("{ZONE_ATTRIBUTE_MAX_ADMISSIBLE}{name}"),
+                    value: quantity(name, *admissible),
                 })
                 .collect(),
         })
@@ -405,16 +429,131 @@ mod tests {
             "zones": [
                 {"name": "node-0", "type": "Node",
                  "costs": [{"name": "node-0", "value": 10}, {"name": "node-1", "value": 21}],
-                 "resources": [{"name": "cpu", "capacity": "4", "allocatable": "3", "available": "2"}]},
+                 "resources": [{"name": "cpu", "capacity": "4", "allocatable": "3", "available": "2"}],
+                 "attributes": [{"name": "topomgr.io/max-admissible-cpu", "value": "2"}]},
                 {"name": "node-1", "type": "Node",
                  "costs": [{"name": "node-0", "value": 21}, {"name": "node-1", "value": 10}],
                  "resources": [
                     {"name": "cpu", "capacity": "4", "allocatable": "4", "available": "4"},
                     {"name": "example.com/widget", "capacity": "2", "allocatable": "2", "available": "1"},
+                 ],
+                 "attributes": [
+                    {"name": "topomgr.io/max-admissible-cpu", "value": "4"},
+                    {"name": "topomgr.io/max-admissible-example.com/widget", "value": "1"},
                  ]},
             ],
         });
         assert_eq!(got, want);
+    }
+
+    /// The zone's `max-admissible` attributes, `resource=value`.
+    fn admissible(object: &NodeResourceTopology) -> Vec<Vec<String>> {
+        object
+            .zones
+            .iter()
+            .map(|z| {
+                z.attributes
+                    .iter()
+                    .map(|a| {
+                        let name = a.name.strip_prefix(ZONE_ATTRIBUTE_MAX_ADMISSIBLE).unwrap();
+                        format!("{name}={}", a.value)
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// Per zone and resource, what one aligned request may get: what is
+    /// available, or what the provider says is less (whole cores), never
+    /// more than available; memory and hugepages per size as quantities,
+    /// devices as counts (one on several nodes counts in each; one on no
+    /// node in none).
+    #[test]
+    fn zones_carry_the_largest_admissible_request_per_resource() {
+        let zone = |n: u8, [c, al, av]: [u64; 3]| {
+            Zone::new(Some(NumaNodeId::from(n)), Amounts::new(c, al, av))
+        };
+        let resource = |zones: Vec<Zone>| {
+            let mut total = Amounts::default();
+            zones.iter().for_each(|z| total.add(z.amounts));
+            ResourceInventory::new(total, zones)
+        };
+        // Node 0: 6 CPUs free, of which 4 on whole free cores; node 1: 8
+        // free, a plugin's claim of 9 is capped to them.
+        let cpu = Inventory::new().with_resource(
+            "cpu",
+            resource(vec![
+                zone(0, [8000, 7000, 6000]).with_admissible(4000),
+                zone(1, [8000, 8000, 8000]).with_admissible(9000),
+            ]),
+        );
+        let memory = Inventory::new()
+            .with_resource(
+                "memory",
+                resource(vec![
+                    zone(0, [16 << 30, 15 << 30, 3 << 30]),
+                    zone(1, [16 << 30, 16 << 30, (1 << 30) + (512 << 20)]),
+                ]),
+            )
+            .with_resource(
+                "hugepages-1Gi",
+                resource(vec![
+                    zone(0, [4 << 30, 4 << 30, 0]),
+                    zone(1, [4 << 30, 4 << 30, 2 << 30]),
+                ]),
+            )
+            .with_resource(
+                "hugepages-2Mi",
+                resource(vec![
+                    zone(0, [1 << 30, 1 << 30, 6 << 20]),
+                    zone(1, [0, 0, 0]),
+                ]),
+            );
+        let gpus = Inventory::new().with_resource(
+            "nvidia.com/gpu",
+            resource(vec![
+                zone(0, [2, 2, 1]),
+                zone(1, [3, 3, 2]),
+                Zone::new(None, Amounts::new(1, 1, 1)),
+            ]),
+        );
+        let inv = vec![
+            ("cpu".to_owned(), cpu),
+            ("memory".to_owned(), memory),
+            ("gpu".to_owned(), gpus),
+        ];
+        let got = build(&id(), &machine(), &inv).unwrap();
+        assert_eq!(
+            admissible(&got),
+            [
+                vec![
+                    "cpu=4",
+                    "hugepages-1Gi=0",
+                    "hugepages-2Mi=6Mi",
+                    "memory=3Gi",
+                    "nvidia.com/gpu=1"
+                ],
+                vec![
+                    "cpu=8",
+                    "hugepages-1Gi=2Gi",
+                    "hugepages-2Mi=0",
+                    "memory=1536Mi",
+                    "nvidia.com/gpu=2"
+                ],
+            ]
+        );
+        // The attributes are zone attributes of the CRD (v1alpha2 `Zone`
+        // has `attributes`, name-value pairs).
+        let json = serde_json::to_value(&got).unwrap();
+        assert_eq!(
+            json["zones"][0]["attributes"][0],
+            serde_json::json!({"name": "topomgr.io/max-admissible-cpu", "value": "4"})
+        );
+        // A zone without resources has no attributes (absent).
+        let bare = build(&id(), &machine(), &[]).unwrap();
+        assert!(serde_json::to_value(&bare).unwrap()["zones"][0]
+            .get("attributes")
+            .is_none());
     }
 
     #[test]
@@ -498,7 +637,22 @@ mod tests {
                 "node-1:nvidia.com/gpu=2/1/1"
             ]
         );
+        assert_eq!(
+            admissible(&of_admitter("n", &m, &mut adm).unwrap()),
+            [
+                ["example.com/widget=1", "nvidia.com/gpu=1"],
+                ["example.com/widget=2", "nvidia.com/gpu=1"]
+            ]
+        );
         adm.hold("gpu", "unreadable".to_owned());
+        // Nothing of a held provider is admissible either.
+        assert_eq!(
+            admissible(&of_admitter("n", &m, &mut adm).unwrap()),
+            [
+                ["example.com/widget=1", "nvidia.com/gpu=0"],
+                ["example.com/widget=2", "nvidia.com/gpu=0"]
+            ]
+        );
         assert_eq!(
             available(&mut adm),
             [

@@ -16,6 +16,16 @@
 //!   pod-level CPU sets included); shared-pool use is not counted, as the
 //!   exporters do not count it.
 //!
+//! Each zone also says the largest CPU request one container aligned to
+//! that node alone would be given now ([`Zone::admissible`], exported as
+//! `topomgr.io/max-admissible-cpu`): its available CPUs, or with
+//! `full-pcpus-only` the CPUs of its cores whose every thread is available
+//! (a core with a reserved or excluded thread, or one partly held, does not
+//! count). That is stricter than the kubelet's `enforceSMTAlignment`, which
+//! counts free CPUs outside reserved cores, because the export promises
+//! whole cores; under `full-pcpus-only` every exclusive allocation is whole
+//! cores, so the two differ only where excluded CPUs split a core.
+//!
 //! The allocatable CPUs are also named one by one, each with its node
 //! ([`ResourceInventory::units`]): the daemon's PodResources API lists them
 //! as `GetAllocatableResources`' `cpu_ids`, as the kubelet lists its static
@@ -30,6 +40,16 @@
 use topomgr_sdk::{Amounts, Inventory, InventoryUnit, ResourceInventory, Zone};
 
 use crate::topology::{CpuTopology, Cpus, Level};
+
+/// The CPUs of `available` on cores whose every CPU is in `available`.
+pub fn on_full_cores(topo: &CpuTopology, available: &Cpus) -> Cpus {
+    topo.groups_of(available, Level::Core)
+        .into_iter()
+        .map(|core| topo.all_cpus_in(Level::Core, core))
+        .filter(|core| core.iter().all(|c| available.contains(c)))
+        .flatten()
+        .collect()
+}
 use crate::RESOURCE;
 
 /// CPUs as millicores.
@@ -38,8 +58,14 @@ fn millis(cpus: usize) -> u64 {
 }
 
 /// The `cpu` inventory of `topo` with `allocatable` CPUs of which
-/// `available` are free.
-pub fn cpu_inventory(topo: &CpuTopology, allocatable: &Cpus, available: &Cpus) -> Inventory {
+/// `available` are free and `admissible` (a subset of `available`) may be
+/// handed to one request.
+pub fn cpu_inventory(
+    topo: &CpuTopology,
+    allocatable: &Cpus,
+    available: &Cpus,
+    admissible: &Cpus,
+) -> Inventory {
     let mut zones: Vec<Zone> = topo
         .machine_nodes()
         .iter()
@@ -53,6 +79,7 @@ pub fn cpu_inventory(topo: &CpuTopology, allocatable: &Cpus, available: &Cpus) -
                     millis(on(available)),
                 ),
             )
+            .with_admissible(millis(on(admissible)))
         })
         .collect();
     if !topo.unplaced().is_empty() {

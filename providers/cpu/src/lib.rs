@@ -342,11 +342,18 @@ impl Provider for CpuManager {
     fn inventory(&self) -> Result<Inventory, ProviderError> {
         Ok(match self {
             CpuManager::None(p) => {
-                inventory::cpu_inventory(&p.topo, &Default::default(), &Default::default())
+                let none = Default::default();
+                inventory::cpu_inventory(&p.topo, &none, &none, &none)
             }
             CpuManager::Static(p) => {
                 let allocatable = p.topo.all_cpus().difference(&p.reserved).copied().collect();
-                inventory::cpu_inventory(&p.topo, &allocatable, &p.available())
+                let available = p.available();
+                let admissible = if p.options.full_pcpus_only {
+                    inventory::on_full_cores(&p.topo, &available)
+                } else {
+                    available.clone()
+                };
+                inventory::cpu_inventory(&p.topo, &allocatable, &available, &admissible)
             }
         })
     }

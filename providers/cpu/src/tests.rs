@@ -1203,3 +1203,62 @@ fn a_grow_stays_in_the_containers_uncore_cache_when_the_option_is_set() {
     let without = grown(json!({}));
     assert_eq!(without, ("1-3".into(), "4".into(), "1,4".into()));
 }
+
+/// Per zone, the CPUs one request aligned to that node alone would get now.
+fn admissible(p: &CpuManager) -> Vec<u64> {
+    p.inventory().unwrap().resources["cpu"]
+        .zones
+        .iter()
+        .map(|z| z.max_admissible() / 1000)
+        .collect()
+}
+
+/// Without `full-pcpus-only` every available CPU of a node is admissible;
+/// with it only the CPUs of wholly free cores, so a reserved CPU takes its
+/// sibling out too. What is advertised is then actually given, one more
+/// core is not.
+#[test]
+fn admissible_cpus_per_zone_follow_full_pcpus_only_and_reserved_cpus() {
+    let m = dual_socket_ht();
+    // Node 0: cores 0,6 / 2,8 / 4,10; node 1: cores 1,7 / 3,9 / 5,11.
+    let mut plain = provider(&m, json!({"reserved_cpus": "0"}));
+    assert_eq!(admissible(&plain), [5, 6]);
+    let one = testkit::guaranteed_pod("one", &cpus(1));
+    alloc(&mut plain, &one, "app", Some(&[1])).unwrap();
+    assert_eq!(admissible(&plain), [5, 5]);
+    let five = testkit::guaranteed_pod("five", &cpus(5));
+    assert_eq!(
+        alloc(&mut plain, &five, "app", Some(&[0])).map(|(_, aligned)| aligned),
+        Ok(true)
+    );
+    assert_eq!(admissible(&plain), [0, 5]);
+
+    let mut full = provider(
+        &m,
+        json!({"reserved_cpus": "0", "options": {"full-pcpus-only": "true"}}),
+    );
+    // CPU 6 is free but its core holds reserved CPU 0.
+    assert_eq!(
+        cpu_zones(&full.inventory().unwrap()),
+        [(0, 6, 5, 5), (1, 6, 6, 6)]
+    );
+    assert_eq!(admissible(&full), [4, 6]);
+    let two = testkit::guaranteed_pod("two", &cpus(2));
+    assert_eq!(
+        alloc(&mut full, &two, "app", Some(&[1])),
+        Ok(("1,7".into(), true))
+    );
+    assert_eq!(admissible(&full), [4, 4]);
+    // An excluded CPU splits its core: neither thread is admissible.
+    let excluded = topomgr_sdk::CpuSet::parse("3").unwrap();
+    assert_eq!(full.exclude_cpus(&excluded), Ok(true));
+    assert_eq!(admissible(&full), [4, 2]);
+    assert_eq!(full.exclude_cpus(&topomgr_sdk::CpuSet::new()), Ok(true));
+    // The advertised 4 on node 0 are given there, aligned, as whole cores.
+    let four = testkit::guaranteed_pod("four", &cpus(4));
+    assert_eq!(
+        alloc(&mut full, &four, "app", Some(&[0])),
+        Ok(("2,4,8,10".into(), true))
+    );
+    assert_eq!(admissible(&full), [0, 4]);
+}
