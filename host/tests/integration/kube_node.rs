@@ -57,9 +57,24 @@ struct Cluster {
 
 impl Cluster {
     fn start(line: ContainerdLine, options: KubeOptions) -> Cluster {
+        Cluster::start_with(line, options, |_, _| String::new())
+    }
+
+    /// [`Cluster::start`], with `prepare` run once the cluster is up and
+    /// before topomgr starts (given the node and topomgr's config
+    /// directory), its answer a config drop-in for topomgr.
+    fn start_with(
+        line: ContainerdLine,
+        options: KubeOptions,
+        prepare: impl FnOnce(&KubeNode, &std::path::Path) -> String,
+    ) -> Cluster {
         nri::require_machine();
         let node = KubeNode::start(line, options).unwrap_or_else(|e| panic!("{NEEDS}: {e}"));
         let (config, socket) = nri::configure(&format!("kube-{line:?}"), node.containerd());
+        let extra = prepare(&node, config.parent().unwrap());
+        if !extra.is_empty() {
+            std::fs::write(config.with_file_name("plugins.d/98-cluster.toml"), extra).unwrap();
+        }
         let topomgr = nri::serve(&config, &socket);
         // The documented setup is healthy once registered: no note.
         nri::wait_until(&topomgr, "registered with containerd, healthy", |h, _| {
@@ -1107,4 +1122,165 @@ fn resizes_racing_a_new_guaranteed_pod_on_containerd_1_7() {
 #[ignore = "needs root, a cpuset cgroup, containerd 2.x and the one-node Kubernetes of .ci/install-kubernetes"]
 fn resizes_racing_a_new_guaranteed_pod_on_containerd_2() {
     resizes_racing_a_new_pod(ContainerdLine::V2);
+}
+
+/// Issue 34 on the real cluster: with `[kubernetes]` (the API server's
+/// address and CA, a token) and `[podresources]` set, topomgr pushes the
+/// node's NodeResourceTopology object with the pod fingerprint and follows
+/// an admission; a refusal is an Event on the pod (reason, topomgr as its
+/// source, one Event counted up over the kubelet's retries); the kubelet's
+/// own PodResources client sees the exclusive CPU.
+fn cluster_face(line: ContainerdLine) {
+    let mut podres = PathBuf::new();
+    let c = Cluster::start_with(
+        line,
+        KubeOptions {
+            system_reserved_cpu: "0".to_owned(),
+        },
+        |node, etc| {
+            let crd = crate::common::workspace_root().join("tests/fixtures/nrt/crd.yaml");
+            node.kubectl(&["apply", "-f", &crd.to_string_lossy()])
+                .unwrap();
+            node.kubectl(&[
+                "wait",
+                "--for=condition=established",
+                "--timeout=60s",
+                "crd/noderesourcetopologies.topology.node.k8s.io",
+            ])
+            .unwrap();
+            let admin = std::fs::read_to_string(node.kubeconfig()).unwrap();
+            let server = admin
+                .lines()
+                .find_map(|l| l.trim().strip_prefix("server: "))
+                .unwrap()
+                .to_owned();
+            let ca = node.kubeconfig().with_file_name("pki/apiserver.crt");
+            let kubeconfig = etc.join("topomgr.kubeconfig");
+            std::fs::write(
+                &kubeconfig,
+                format!(
+                    "apiVersion: v1\nkind: Config\nclusters:\n- name: t\n  cluster:\n    server: {server}\n    certificate-authority: {}\nusers:\n- name: topomgr\n  user:\n    token: admin-token\ncontexts:\n- name: t\n  context:\n    cluster: t\n    user: topomgr\ncurrent-context: t\n",
+                    ca.display()
+                ),
+            )
+            .unwrap();
+            podres = etc.join("pod-resources/kubelet.sock");
+            format!(
+                "node_name = \"{NODE_NAME}\"\n[kubernetes]\nenabled = true\nkubeconfig = \"{}\"\n[podresources]\nsocket = \"{}\"\n",
+                kubeconfig.display(),
+                podres.display()
+            )
+        },
+    );
+    let nrt = |c: &Cluster| {
+        c.node
+            .get_json(&["noderesourcetopologies", NODE_NAME])
+            .filter(|o| o["zones"].is_array())
+    };
+    let fingerprint = |o: &serde_json::Value| {
+        o["attributes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|a| a["name"] == "nodeTopologyPodsFingerprint")
+            .map(|a| a["value"].as_str().unwrap_or_default().to_owned())
+    };
+    let before = c
+        .node
+        .wait("the NRT object pushed", Duration::from_secs(30), || nrt(&c))
+        .unwrap();
+    let empty = fingerprint(&before).expect("the pod fingerprint");
+
+    c.apply(&pod("pinned", "guaranteed", 1));
+    c.wait_running("pinned");
+    c.check("a Guaranteed pod");
+    let cpus = c.pods().pods[0].containers[0].cpus.to_string();
+    assert_eq!(cpus, "1", "{line:?}");
+    // The object follows: another fingerprint, the one topomgr exports.
+    let after = c
+        .node
+        .wait(
+            "the NRT object follows the admission",
+            Duration::from_secs(30),
+            || nrt(&c).filter(|o| fingerprint(o).is_some_and(|f| f != empty)),
+        )
+        .unwrap();
+    let exported: serde_json::Value = c
+        .topomgr()
+        .client()
+        .get("/v1/noderesourcetopology")
+        .unwrap()
+        .json()
+        .unwrap();
+    assert_eq!(fingerprint(&after), fingerprint(&exported), "{line:?}");
+    assert_eq!(after["zones"], exported["zones"], "{line:?}");
+
+    // The kubelet's own PodResources client sees the exclusive CPU.
+    let go = crate::podresources::go_client_binary()
+        .expect("the kubelet-proto client that .ci/install-kubernetes builds");
+    let out = std::process::Command::new(&go)
+        .arg("-socket")
+        .arg(&podres)
+        .args(["get", "default", "pinned"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids: Vec<String> = got["pod_resources"]["containers"][0]["cpu_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.to_string().trim_matches('"').to_owned())
+        .collect();
+    assert_eq!(ids, ["1"], "{line:?}: {got}");
+
+    // A refusal is an Event on the pod, counted up over the retries (the
+    // kubelet admits 2 CPUs on its 2; topomgr keeps CPU 0 reserved).
+    c.delete(&["pinned"]);
+    c.wait_released();
+    c.apply(&pod("too-big", "guaranteed", 2));
+    let event = c
+        .node
+        .wait(
+            "topomgr's Event on the refused pod",
+            Duration::from_secs(60),
+            || {
+                let list = c.node.get_json(&[
+                    "events",
+                    "--field-selector",
+                    "involvedObject.name=too-big,reason=TopologyAffinityError",
+                ])?;
+                let items = list["items"].as_array()?.clone();
+                (items.len() == 1 && items[0]["count"].as_i64().unwrap_or(0) >= 2)
+                    .then(|| items[0].clone())
+            },
+        )
+        .unwrap();
+    assert_eq!(event["source"]["component"], "topomgr", "{event}");
+    assert_eq!(event["type"], "Warning", "{event}");
+    assert!(
+        event["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("requested 2; free/allocatable by NUMA node: 0: 1/1"),
+        "{event}"
+    );
+    c.delete(&["too-big"]);
+    c.wait_released();
+}
+
+#[test]
+#[ignore = "needs root, a cpuset cgroup, containerd 1.7 and the one-node Kubernetes of .ci/install-kubernetes"]
+fn nrt_events_and_podresources_on_the_cluster_on_containerd_1_7() {
+    cluster_face(ContainerdLine::V1_7);
+}
+
+#[test]
+#[ignore = "needs root, a cpuset cgroup, containerd 2.x and the one-node Kubernetes of .ci/install-kubernetes"]
+fn nrt_events_and_podresources_on_the_cluster_on_containerd_2() {
+    cluster_face(ContainerdLine::V2);
 }

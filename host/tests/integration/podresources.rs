@@ -29,7 +29,7 @@ const GO_CLIENT: &str = "TOPOMGR_PODRESOURCES_CLIENT";
 /// The Go client: [`GO_CLIENT`], else `podresources-client` beside the
 /// Kubernetes binaries of `.ci/install-kubernetes` (`TOPOMGR_KUBE_DIR`, or
 /// its default directory).
-fn go_client_binary() -> Option<PathBuf> {
+pub(crate) fn go_client_binary() -> Option<PathBuf> {
     if let Some(p) = std::env::var_os(GO_CLIENT) {
         return Some(PathBuf::from(p));
     }
