@@ -409,7 +409,16 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
                 .with_provider_timeout(d.provider_timeout)
                 .with_kubelet_root(settings.kubelet_root_dir.clone())
                 .with_cri_socket(settings.cri_socket.clone())
-                .with_cdi(settings.cdi_spec_dirs.clone(), settings.sysfs_root.clone());
+                .with_cdi(
+                    settings.cdi_spec_dirs.clone(),
+                    settings.sysfs_root.clone(),
+                    settings.kubelet_pod_resources_socket.clone().map(|socket| {
+                        nri::KubeletClaims {
+                            socket,
+                            timeout: nri::KUBELET_CLAIMS_TIMEOUT,
+                        }
+                    }),
+                );
             if let Some(events) = events {
                 face = face.with_events(events);
             }

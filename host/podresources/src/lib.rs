@@ -226,7 +226,7 @@ pub enum ClientError {
         message: String,
     },
     /// The call did not come back in time.
-    #[error("the PodResources server did not answer {call} within {}s", timeout.as_secs())]
+    #[error("the PodResources server did not answer {call} within {} ms", timeout.as_millis())]
     Timeout {
         /// The method.
         call: &'static str,

@@ -68,7 +68,8 @@ pub struct ContainerResources {
     /// Its memory blocks.
     #[prost(message, repeated, tag = "4")]
     pub memory: Vec<ContainerMemory>,
-    /// Its DRA devices (topomgr has none).
+    /// Its DRA devices (the kubelet's answer; topomgr's own server has
+    /// none). topomgr's NRI face reads their CDI device names.
     #[prost(message, repeated, tag = "5")]
     pub dynamic_resources: Vec<DynamicResource>,
 }
@@ -117,8 +118,9 @@ pub struct NumaNode {
     pub id: i64,
 }
 
-/// `DynamicResource` (DRA; never filled by topomgr, declared so that the
-/// message is complete).
+/// `DynamicResource`: one DRA claim of a container (the kubelet fills it;
+/// topomgr's server never does). Field 1 (`class_name`) is retired
+/// upstream.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct DynamicResource {
     /// The claim's name.

@@ -157,7 +157,7 @@ pub fn annotated_names(annotations: &BTreeMap<String, String>) -> (Vec<String>, 
 }
 
 /// `vendor.com/class=name`: a kind with one `/`, a non-empty device name.
-fn is_qualified(name: &str) -> bool {
+pub(crate) fn is_qualified(name: &str) -> bool {
     let Some((kind, device)) = name.split_once('=') else {
         return false;
     };

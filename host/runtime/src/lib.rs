@@ -185,8 +185,10 @@ pub struct ContainerRequest {
 /// node of the host, so its nodes say nothing of the devices it uses.
 const PRIVILEGED_NODES: [&str; 2] = ["/dev/kmsg", "/dev/mem"];
 
-/// The CDI devices of a container with `annotations` and device nodes
-/// `nodes` (its `linux.devices`), as the specs `specs` define them, each
+/// The CDI devices of a container with `annotations`, device nodes
+/// `nodes` (its `linux.devices`) and the CDI device names `claimed` of its
+/// DRA claims (the kubelet's PodResources `Get`; empty where not asked),
+/// as the specs `specs` define them, each
 /// with the PCI devices sysfs under `sysfs_root` says its nodes are (see
 /// [`cdi`]); and notes on what could not be used (a name no spec defines,
 /// a malformed annotation, a privileged container's nodes). A node of no
@@ -196,6 +198,7 @@ const PRIVILEGED_NODES: [&str; 2] = ["/dev/kmsg", "/dev/mem"];
 pub fn cdi_devices(
     annotations: &BTreeMap<String, String>,
     nodes: &[topomgr_sdk::DeviceNode],
+    claimed: &[String],
     specs: &cdi::CdiSpecs,
     sysfs_root: &std::path::Path,
 ) -> (Vec<AssignedDevices>, Vec<String>) {
@@ -207,6 +210,21 @@ pub fn cdi_devices(
             None => notes.push(format!(
                 "CDI device {name} (annotation {}*) is defined by no spec in the CDI directories",
                 cdi::ANNOTATION_PREFIX
+            )),
+        }
+    }
+    for name in claimed {
+        if !cdi::is_qualified(name) {
+            notes.push(format!(
+                "the kubelet's DRA claim gives {name:?}, not a qualified CDI device name (vendor.com/class=name)"
+            ));
+            continue;
+        }
+        match specs.device(name) {
+            Some(d) if found.iter().any(|f| f.name == d.name) => {}
+            Some(d) => found.push(d),
+            None => notes.push(format!(
+                "CDI device {name} (the kubelet's DRA claim) is defined by no spec in the CDI directories"
             )),
         }
     }

@@ -543,7 +543,7 @@ fn cdi_devices_by_annotation_and_by_node() {
     let b = DeviceNode::new("/dev/vfio/72", "c", 243, 6);
     let other = DeviceNode::new("/dev/fuse", "c", 10, 229);
     let (devices, notes) =
-        crate::cdi_devices(&annotations, &[b.clone(), other.clone()], &specs, &sys);
+        crate::cdi_devices(&annotations, &[b.clone(), other.clone()], &[], &specs, &sys);
     assert_eq!(devices.len(), 2, "{devices:?}");
     assert_eq!(devices[0].variable, "CDI device example.org/vf=a");
     assert_eq!(
@@ -563,11 +563,40 @@ fn cdi_devices_by_annotation_and_by_node() {
     );
     // Privileged: every node of the host; only the annotation counts.
     let kmsg = DeviceNode::new("/dev/kmsg", "c", 1, 11);
-    let (devices, notes) = crate::cdi_devices(&BTreeMap::new(), &[b, kmsg, other], &specs, &sys);
+    let (devices, notes) =
+        crate::cdi_devices(&BTreeMap::new(), &[b, kmsg, other], &[], &specs, &sys);
     assert!(devices.is_empty(), "{devices:?}");
     assert_eq!(
         notes,
         ["the container has /dev/kmsg or /dev/mem (privileged: every host device): its device nodes are not taken for CDI devices"]
+    );
+    // The kubelet's DRA claims (issue 35 item 2): names as the annotations'
+    // are, one already found by an annotation counted once; an unknown or
+    // malformed name is noted, not taken.
+    let claimed = [
+        "example.org/vf=a".to_owned(),
+        "example.org/vf=b".to_owned(),
+        "example.org/vf=zz".to_owned(),
+        "not-a-cdi-name".to_owned(),
+    ];
+    let annotations =
+        BTreeMap::from([("cdi.k8s.io/claim".to_owned(), "example.org/vf=a".to_owned())]);
+    let (devices, notes) = crate::cdi_devices(&annotations, &[], &claimed, &specs, &sys);
+    let names: Vec<&str> = devices.iter().map(|d| d.variable.as_str()).collect();
+    assert_eq!(
+        names,
+        ["CDI device example.org/vf=a", "CDI device example.org/vf=b"]
+    );
+    assert_eq!(
+        devices[0].ids,
+        [DeviceId::PciAddress("0000:3b:02.1".into())]
+    );
+    assert_eq!(
+        notes,
+        [
+            "CDI device example.org/vf=zz (the kubelet's DRA claim) is defined by no spec in the CDI directories",
+            "the kubelet's DRA claim gives \"not-a-cdi-name\", not a qualified CDI device name (vendor.com/class=name)",
+        ]
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }

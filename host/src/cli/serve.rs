@@ -99,6 +99,7 @@ pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
             cri_socket: cfg.nri.cri_socket.clone(),
             cdi_spec_dirs: cfg.cdi.spec_dirs.clone(),
             sysfs_root: cfg.sysfs_root.clone(),
+            kubelet_pod_resources_socket: cfg.cdi.kubelet_pod_resources_socket.clone(),
         }),
         podresources_socket: cfg.podresources.socket.clone(),
         reload: Some(daemon::Reload {

@@ -10,25 +10,108 @@ use topomgr_runtime::{self as resources, ContainerSpec, Mapping, MappingError};
 use topomgr_sdk::{AssignedDevices, AssignedDevicesRequest, DeviceRef, ResourceMatch};
 
 /// Where a container's CDI devices are found: the CDI spec directories
-/// (none: CDI devices are not looked for) and the sysfs root their nodes
-/// are mapped to PCI devices under ([`topomgr_runtime::cdi_devices`]).
+/// (none: CDI devices are not looked for), the sysfs root their nodes
+/// are mapped to PCI devices under ([`topomgr_runtime::cdi_devices`]) and
+/// the kubelet's PodResources socket its DRA claims are asked of (none:
+/// not asked).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct CdiSource {
     pub spec_dirs: Vec<std::path::PathBuf>,
     pub sysfs_root: std::path::PathBuf,
+    pub kubelet: Option<KubeletClaims>,
+}
+
+/// The kubelet's PodResources socket (config `[cdi]
+/// kubelet_pod_resources_socket`), asked for a container's DRA claims.
+#[derive(Debug, Clone)]
+pub(crate) struct KubeletClaims {
+    pub socket: std::path::PathBuf,
+    /// How long connecting and `Get` may take together: the answer holds
+    /// up the container's creation.
+    pub timeout: std::time::Duration,
+}
+
+/// How long the kubelet's `Get` may hold up a container's creation.
+pub(crate) const KUBELET_CLAIMS_TIMEOUT: std::time::Duration =
+    std::time::Duration::from_millis(200);
+
+impl KubeletClaims {
+    /// The CDI device names of the DRA claims of container `container` of
+    /// pod `name` in `namespace`, as the kubelet's PodResources `Get`
+    /// answers them (`dynamic_resources[].claim_resources[].cdi_devices`,
+    /// filled by the kubelet's DRA manager since KEP-3695,
+    /// kubernetes/kubernetes#115847; `Get` is GA in 1.36), in order,
+    /// each once. A pod or container the kubelet does not list has none.
+    pub(crate) async fn cdi_names(
+        &self,
+        namespace: &str,
+        name: &str,
+        container: &str,
+    ) -> Result<Vec<String>, String> {
+        let ask = async {
+            let mut client =
+                topomgr_podresources::PodResourcesClient::connect(&self.socket, self.timeout)
+                    .await?;
+            client.get(namespace, name).await
+        };
+        let answer = match tokio::time::timeout(self.timeout, ask).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(e)) => return Err(e.to_string()),
+            Err(_) => {
+                return Err(format!(
+                    "the kubelet's PodResources socket {} did not answer Get within {} ms",
+                    self.socket.display(),
+                    self.timeout.as_millis()
+                ))
+            }
+        };
+        let mut names: Vec<String> = Vec::new();
+        let claimed = answer
+            .pod_resources
+            .iter()
+            .flat_map(|p| &p.containers)
+            .filter(|c| c.name == container)
+            .flat_map(|c| &c.dynamic_resources)
+            .flat_map(|r| &r.claim_resources)
+            .flat_map(|r| &r.cdi_devices);
+        for d in claimed {
+            if !names.contains(&d.name) {
+                names.push(d.name.clone());
+            }
+        }
+        Ok(names)
+    }
 }
 
 impl CdiSource {
-    /// The CDI devices of `container` (`who` names it in logs). The specs
-    /// are read at each call: DRA drivers write a claim's spec just before
-    /// its containers are created.
-    pub(crate) fn devices(
+    /// The CDI devices of `container` of `pod` (`who` names it in logs).
+    /// The specs are read at each call: DRA drivers write a claim's spec
+    /// just before its containers are created. With `ask_kubelet` and a
+    /// kubelet socket, the kubelet's DRA claims count too; the kubelet not
+    /// answering in time is logged, and the other sources still count.
+    pub(crate) async fn devices(
         &self,
         who: &str,
+        pod: &api::PodSandbox,
         container: &api::Container,
+        ask_kubelet: bool,
     ) -> Vec<topomgr_runtime::AssignedDevices> {
         if self.spec_dirs.is_empty() {
             return Vec::new();
+        }
+        let mut claimed = Vec::new();
+        if let Some(kubelet) = self.kubelet.as_ref().filter(|_| ask_kubelet) {
+            if !pod.name.is_empty() && !pod.namespace.is_empty() {
+                match kubelet
+                    .cdi_names(&pod.namespace, &pod.name, &container.name)
+                    .await
+                {
+                    Ok(names) => claimed = names,
+                    Err(e) => {
+                        tracing::warn!(container = %who, error = %e, "cannot read the container's DRA claims from the kubelet; its other CDI devices still count")
+                    }
+                }
+            }
         }
         let nodes: Vec<topomgr_sdk::DeviceNode> = container
             .linux
@@ -47,15 +130,20 @@ impl CdiSource {
             .annotations
             .keys()
             .any(|k| k.starts_with(topomgr_runtime::cdi::ANNOTATION_PREFIX));
-        if nodes.is_empty() && !names_cdi {
+        if nodes.is_empty() && !names_cdi && claimed.is_empty() {
             return Vec::new();
         }
         let (specs, problems) = topomgr_runtime::cdi::CdiSpecs::load(&self.spec_dirs);
         for p in problems {
             tracing::warn!(container = %who, "{p}");
         }
-        let (devices, notes) =
-            topomgr_runtime::cdi_devices(&container.annotations, &nodes, &specs, &self.sysfs_root);
+        let (devices, notes) = topomgr_runtime::cdi_devices(
+            &container.annotations,
+            &nodes,
+            &claimed,
+            &specs,
+            &self.sysfs_root,
+        );
         for n in notes {
             tracing::warn!(container = %who, "{n}");
         }

@@ -161,26 +161,39 @@ impl Face {
 
     /// Looks for each container's CDI devices through the spec files of
     /// `spec_dirs`, their nodes mapped to PCI devices under `sysfs_root`
-    /// (config `[cdi] spec_dirs`, `sysfs_root`).
+    /// (config `[cdi] spec_dirs`, `sysfs_root`), and, with `kubelet`, in
+    /// the DRA claims the kubelet's PodResources socket gives it (config
+    /// `[cdi] kubelet_pod_resources_socket`).
     pub(crate) fn with_cdi(
         mut self,
         spec_dirs: Vec<std::path::PathBuf>,
         sysfs_root: std::path::PathBuf,
+        kubelet: Option<convert::KubeletClaims>,
     ) -> Face {
         self.cdi = convert::CdiSource {
             spec_dirs,
             sysfs_root,
+            kubelet,
         };
         self
     }
 
     /// What topomgr does with `container` of `pod`: [`convert::map`], and
-    /// for a container to admit, its CDI devices too.
-    fn map(&self, pod: &PodSandbox, container: &Container) -> Result<Mapping, MappingError> {
+    /// for a container to admit, its CDI devices too (the kubelet's DRA
+    /// claims asked for with `ask_kubelet`).
+    async fn map(
+        &self,
+        pod: &PodSandbox,
+        container: &Container,
+        ask_kubelet: bool,
+    ) -> Result<Mapping, MappingError> {
         let mut mapping = convert::map(pod, container)?;
         if let Mapping::Admit(r) = &mut mapping {
-            r.devices
-                .extend(self.cdi.devices(&who(pod, container), container));
+            r.devices.extend(
+                self.cdi
+                    .devices(&who(pod, container), pod, container, ask_kubelet)
+                    .await,
+            );
         }
         Ok(mapping)
     }
@@ -325,7 +338,7 @@ impl Face {
         container: Container,
     ) -> HandlerResult<CreateContainerResponse> {
         let name = who(&pod, &container);
-        let request = match self.map(&pod, &container) {
+        let request = match self.map(&pod, &container, true).await {
             Ok(Mapping::Admit(r)) => r,
             Ok(m @ Mapping::Leave(_)) => {
                 if let Some(pinned) = kubelet::pinned(&pod, &container, &m) {
@@ -456,14 +469,19 @@ impl Face {
         container: Container,
         resources: Option<LinuxResources>,
     ) -> HandlerResult<UpdateContainerResponse> {
-        let resized = resources.and_then(|r| {
-            let mut next = container.clone();
-            convert::overlay_resources(&mut next, &r);
-            match self.map(&pod, &next) {
-                Ok(Mapping::Admit(a)) => Some(Box::new(a.pod.view)),
-                _ => None,
+        // Only the pod view counts for a resize: the kubelet is not asked
+        // for the container's devices.
+        let resized = match resources {
+            Some(r) => {
+                let mut next = container.clone();
+                convert::overlay_resources(&mut next, &r);
+                match self.map(&pod, &next, false).await {
+                    Ok(Mapping::Admit(a)) => Some(Box::new(a.pod.view)),
+                    _ => None,
+                }
             }
-        });
+            None => None,
+        };
         let answer = self
             .ask(ContainerCommand::Update {
                 id: container.id.clone(),
@@ -552,7 +570,7 @@ impl Face {
             };
             let name = who(pod, c);
             let mut pinned = None;
-            let admit = match self.map(pod, c) {
+            let admit = match self.map(pod, c, true).await {
                 Ok(Mapping::Admit(r)) => {
                     Some((r.pod.view, owner(&c.id), convert::assigned(&r.devices)))
                 }
@@ -645,7 +663,7 @@ impl Face {
                 Some(topomgr_cgroup::Cpuset { cpus, mems })
             });
         let id = container.id.clone();
-        let started = started.then(|| {
+        let started = if started {
             // The cpuset it runs with is topomgr's (it is followed), not a
             // user's pin: mapped as at its creation, without it.
             let mut bare = container.clone();
@@ -658,15 +676,17 @@ impl Face {
                 cpu.cpus.clear();
                 cpu.mems.clear();
             }
-            match self.map(&pod, &bare) {
+            Some(match self.map(&pod, &bare, true).await {
                 Ok(Mapping::Admit(r)) => Some(Box::new((
                     r.pod.view,
                     owner(&container.id),
                     convert::assigned(&r.devices),
                 ))),
                 _ => None,
-            }
-        });
+            })
+        } else {
+            None
+        };
         match self
             .ask(ContainerCommand::Created {
                 id,

@@ -100,6 +100,7 @@ use topomgr_engine::policy::Scope;
 use topomgr_nri::{serve_with_reconnect, Backoff, ConnectionStatus, Event, EventMask};
 use tracing::{error, info};
 
+pub(crate) use convert::{KubeletClaims, KUBELET_CLAIMS_TIMEOUT};
 pub use face::Face;
 pub use status::NriStatus;
 
@@ -140,6 +141,10 @@ pub struct NriSettings {
     pub cdi_spec_dirs: Vec<PathBuf>,
     /// The sysfs root CDI device nodes are mapped to PCI devices under.
     pub sysfs_root: PathBuf,
+    /// The kubelet's PodResources socket, asked for each container's DRA
+    /// claims (config `[cdi] kubelet_pod_resources_socket`; `None`: not
+    /// asked).
+    pub kubelet_pod_resources_socket: Option<PathBuf>,
 }
 
 /// Why the daemon refuses to start with `[nri] enabled`.

@@ -474,7 +474,7 @@ async fn cdi_devices_put_a_container_on_their_numa_node() {
             std::fs::create_dir_all(&class).unwrap();
             std::os::unix::fs::symlink(&class, sys.join(format!("dev/char/231:{minor}"))).unwrap();
         }
-        f.with_cdi(vec![dir.join("absent"), cdi], sys)
+        f.with_cdi(vec![dir.join("absent"), cdi], sys, None)
     });
     let g = pod("1", "g");
     let node = |minor: i64| LinuxDevice {
@@ -526,6 +526,194 @@ async fn cdi_devices_put_a_container_on_their_numa_node() {
     let plain = w.face.create(g.clone(), other).await.unwrap();
     assert_eq!(cpuset_of(&plain).0, "1");
     w.check();
+}
+
+/// A fake kubelet's PodResources: pod `pod-1` of `team-a`, its container
+/// `ctr-k1` holding a DRA claim whose device is CDI device `device`.
+struct FakeKubelet {
+    device: String,
+}
+
+impl topomgr_podresources::Lister for FakeKubelet {
+    fn list(&self) -> topomgr_podresources::v1::ListPodResourcesResponse {
+        Default::default()
+    }
+    fn allocatable(&self) -> topomgr_podresources::v1::AllocatableResourcesResponse {
+        Default::default()
+    }
+    fn get(&self, namespace: &str, name: &str) -> Option<topomgr_podresources::v1::PodResources> {
+        use topomgr_podresources::v1;
+        (namespace == "team-a" && name == "pod-1").then(|| v1::PodResources {
+            name: name.into(),
+            namespace: namespace.into(),
+            containers: vec![v1::ContainerResources {
+                name: "ctr-k1".into(),
+                dynamic_resources: vec![v1::DynamicResource {
+                    claim_name: "nic".into(),
+                    claim_namespace: namespace.into(),
+                    claim_resources: vec![v1::ClaimResource {
+                        cdi_devices: vec![
+                            v1::CdiDevice {
+                                name: self.device.clone(),
+                            },
+                            v1::CdiDevice {
+                                name: self.device.clone(),
+                            },
+                        ],
+                        driver_name: "nic.example.org".into(),
+                        pool_name: "node-a".into(),
+                        device_name: "nic-1".into(),
+                        share_id: None,
+                    }],
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+    }
+}
+
+/// Issue 35 item 2: with `[cdi] kubelet_pod_resources_socket`, the CDI
+/// devices of the container's DRA claims (the kubelet's PodResources
+/// `Get`) count like those its annotations name: a container without
+/// device nodes or annotations whose claim holds NIC a (node 1) gets CPUs
+/// of node 1. A kubelet socket that is absent or does not answer in time
+/// is an error (logged) and the container is placed as without devices,
+/// its creation held up no longer than the timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kubelets_dra_claims_put_a_container_on_their_numa_node() {
+    use std::time::{Duration, Instant};
+    use topomgr_sdk::PciDevice;
+    let machine = || {
+        let base = topomgr_sdk::testkit::machine(2, 2);
+        topomgr_sdk::Machine::new(
+            base.numa_nodes.clone(),
+            base.cpus.clone(),
+            vec![PciDevice::new(
+                "0000:af:00.0",
+                "0x15b3",
+                "0x101d",
+                "0x020000",
+                Some(1.into()),
+            )],
+        )
+    };
+    let specs_and_sysfs = |dir: &std::path::Path| {
+        let (cdi, sys) = (dir.join("cdi"), dir.join("sys"));
+        std::fs::create_dir_all(&cdi).unwrap();
+        std::fs::write(
+            cdi.join("nic.yaml"),
+            "cdiVersion: 0.6.0\nkind: example.org/nic\ndevices:\n\
+             - name: a\n  containerEdits:\n    deviceNodes:\n    - {path: /dev/infiniband/uverbs0, major: 231, minor: 192}\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(sys.join("dev/char")).unwrap();
+        let class = sys.join("devices/pci0000:00/0000:af:00.0/infiniband_verbs/uverbs0");
+        std::fs::create_dir_all(&class).unwrap();
+        std::os::unix::fs::symlink(&class, sys.join("dev/char/231:192")).unwrap();
+        (cdi, sys)
+    };
+    let claims = |socket: PathBuf| convert::KubeletClaims {
+        socket,
+        timeout: Duration::from_millis(200),
+    };
+
+    // The kubelet answers: NIC a, on node 1.
+    let w = world_with("kubelet-dra", machine(), |f, dir| {
+        let (cdi, sys) = specs_and_sysfs(dir);
+        let socket = dir.join("kubelet.sock");
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        tokio::spawn(topomgr_podresources::serve(
+            listener,
+            Arc::new(FakeKubelet {
+                device: "example.org/nic=a".into(),
+            }),
+            std::future::pending(),
+            Duration::from_millis(10),
+        ));
+        f.with_cdi(vec![cdi], sys, Some(claims(socket)))
+    });
+    let g = pod("1", "g");
+    let created = w
+        .face
+        .create(g.clone(), container("k1", &g, 1000, 1000))
+        .await
+        .unwrap();
+    assert_eq!(cpuset_of(&created), ("2", "1"));
+    w.check();
+    // Another container of the pod holds no claim: node 0 (CPU 1).
+    let plain = w
+        .face
+        .create(g.clone(), container("k2", &g, 1000, 1000))
+        .await
+        .unwrap();
+    assert_eq!(cpuset_of(&plain).0, "1");
+    w.check();
+
+    // A claim naming a device no spec defines: noted, placed as without.
+    let dir = w.dir.clone();
+    let unknown = FakeKubelet {
+        device: "example.org/nic=zz".into(),
+    };
+    let socket = dir.join("kubelet-unknown.sock");
+    let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+    tokio::spawn(topomgr_podresources::serve(
+        listener,
+        Arc::new(unknown),
+        std::future::pending(),
+        Duration::from_millis(10),
+    ));
+    assert_eq!(
+        claims(socket)
+            .cdi_names("team-a", "pod-1", "ctr-k1")
+            .await
+            .unwrap(),
+        ["example.org/nic=zz"],
+        "each name once"
+    );
+
+    // The kubelet's socket absent, or not answering: logged, placed as
+    // without devices, creation held up at most about the timeout.
+    let absent = dir.join("absent.sock");
+    let err = claims(absent.clone())
+        .cdi_names("team-a", "pod-1", "ctr-k1")
+        .await
+        .unwrap_err();
+    assert!(
+        err.starts_with(&format!(
+            "cannot connect to the PodResources socket {}",
+            absent.display()
+        )),
+        "{err}"
+    );
+    let slow = dir.join("slow.sock");
+    // Bound, never accepted: the connection waits in the backlog.
+    let _never = std::os::unix::net::UnixListener::bind(&slow).unwrap();
+    let err = claims(slow.clone())
+        .cdi_names("team-a", "pod-1", "ctr-k1")
+        .await
+        .unwrap_err();
+    assert!(err.contains("within 200 ms"), "{err}");
+    for (tag, socket) in [("absent", absent), ("slow", slow)] {
+        let w = world_with(&format!("kubelet-dra-{tag}"), machine(), |f, dir| {
+            let (cdi, sys) = specs_and_sysfs(dir);
+            f.with_cdi(vec![cdi], sys, Some(claims(socket.clone())))
+        });
+        let g = pod("1", "g");
+        let started = Instant::now();
+        let created = w
+            .face
+            .create(g.clone(), container("k1", &g, 1000, 1000))
+            .await
+            .unwrap();
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{tag}: held up {:?}",
+            started.elapsed()
+        );
+        assert_eq!(cpuset_of(&created).0, "1", "{tag}: as without devices");
+        w.check();
+    }
 }
 
 #[tokio::test]

@@ -273,6 +273,13 @@ pub struct CdiConfig {
     /// false: only the providers' devices count, the others are logged.
     #[serde(default = "defaults::yes")]
     pub align_unknown_devices: bool,
+    /// The kubelet's PodResources socket (its own is
+    /// `/var/lib/kubelet/pod-resources/kubelet.sock`; relative paths
+    /// resolve against the main file's directory), asked by the NRI face
+    /// for the CDI devices of each container's DRA claims (`Get`, its
+    /// `dynamic_resources`); unset (default): not asked.
+    #[serde(default)]
+    pub kubelet_pod_resources_socket: Option<PathBuf>,
 }
 
 impl Default for CdiConfig {
@@ -577,6 +584,10 @@ impl HostConfig {
         join(&mut self.nri.kubelet_root_dir);
         self.nri.cri_socket.iter_mut().for_each(join);
         self.cdi.spec_dirs.iter_mut().for_each(join);
+        self.cdi
+            .kubelet_pod_resources_socket
+            .iter_mut()
+            .for_each(join);
         self.kubernetes.kubeconfig.iter_mut().for_each(join);
         self.podresources.socket.iter_mut().for_each(join);
         for p in self.providers.values_mut() {
@@ -1853,24 +1864,41 @@ metrics_address = \"127.0.0.1:9337\"\n",
             CdiConfig {
                 spec_dirs: vec![PathBuf::from("/etc/cdi"), PathBuf::from("/var/run/cdi")],
                 align_unknown_devices: true,
+                kubelet_pod_resources_socket: None,
             }
         );
         d.write(
             "topomgr.toml",
-            "[cdi]\nspec_dirs = [\"cdi\", \"/run/cdi\"]\nalign_unknown_devices = false\n",
+            "[cdi]\nspec_dirs = [\"cdi\", \"/run/cdi\"]\nalign_unknown_devices = false\n\
+             kubelet_pod_resources_socket = \"kubelet.sock\"\n",
         );
         assert_eq!(
             load_with_env(&main, &no_env).unwrap().cdi,
             CdiConfig {
                 spec_dirs: vec![d.0.join("cdi"), PathBuf::from("/run/cdi")],
                 align_unknown_devices: false,
+                kubelet_pod_resources_socket: Some(d.0.join("kubelet.sock")),
             }
         );
+        d.write(
+            "topomgr.toml",
+            "[cdi]\nkubelet_pod_resources_socket = \"/var/lib/kubelet/pod-resources/kubelet.sock\"\n",
+        );
+        assert_eq!(
+            load_with_env(&main, &no_env)
+                .unwrap()
+                .cdi
+                .kubelet_pod_resources_socket,
+            Some(PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock"))
+        );
+        d.write("topomgr.toml", "[cdi]\nkubelet_pod_resources_socket = 7\n");
+        let err = load_with_env(&main, &no_env).unwrap_err().to_string();
+        assert!(err.contains("cdi.kubelet_pod_resources_socket"), "{err}");
         d.write("topomgr.toml", "[cdi]\nspec_dir = \"/etc/cdi\"\n");
         assert!(load_with_env(&main, &no_env)
             .unwrap_err()
             .to_string()
-            .contains("cdi.spec_dir: unknown field `spec_dir`, expected `spec_dirs` or `align_unknown_devices`"));
+            .contains("cdi.spec_dir: unknown field `spec_dir`, expected one of `spec_dirs`, `align_unknown_devices`, `kubelet_pod_resources_socket`"));
     }
 
     #[test]
