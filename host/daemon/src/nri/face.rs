@@ -570,7 +570,10 @@ impl Face {
             };
             let name = who(pod, c);
             let mut pinned = None;
-            let admit = match self.map(pod, c, true).await {
+            // The kubelet is not asked here: one call per listed container
+            // would bound Synchronize by the kubelet's latency; the nodes
+            // of a DRA claim's CDI devices are in the container already.
+            let admit = match self.map(pod, c, false).await {
                 Ok(Mapping::Admit(r)) => {
                     Some((r.pod.view, owner(&c.id), convert::assigned(&r.devices)))
                 }
