@@ -41,7 +41,11 @@ fn config_dir(tag: &str, policy: &str, scope: &str, mocks: &[(&str, &str)]) -> P
         .collect();
     common::config_dir(
         tag,
-        &format!("policy = \"{policy}\"\nscope = \"{scope}\"\nplugin_dirs = []\n"),
+        // A cgroup root of its own: `admit --state-dir` takes the node
+        // lock of its cgroup root, and these tests run side by side.
+        &format!(
+            "policy = \"{policy}\"\nscope = \"{scope}\"\nplugin_dirs = []\ncgroup_root = \"cgroup\"\n"
+        ),
         &dropins,
     )
 }

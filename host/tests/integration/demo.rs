@@ -155,6 +155,9 @@ fn pod_scope_example_aligns_cpus_and_memory_on_one_node() {
 /// were never on) and completely.
 #[test]
 fn getting_started_state_dir_admit_then_release_on_the_example_machine() {
+    // The repository's config: `admit --state-dir` takes the node lock of
+    // the machine's cgroup hierarchy, as other tests on it do.
+    let _node = common::node_guard();
     let _ = common::plugins();
     common::repository_plugins();
     let root = common::workspace_root();

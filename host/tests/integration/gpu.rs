@@ -467,6 +467,8 @@ fn preferred_on_the_real_nvidia_smi_captures() {
 
 #[test]
 fn state_chains_through_the_state_dir_and_held_gpus_are_kept() {
+    // `admit --state-dir` takes the node lock of the real hierarchy.
+    let _node = common::node_guard();
     let dir = example_gpu_only("gpu-state", "best-effort");
     let state = dir.join("state");
     let pod = |name: &str| format!("examples/gpu/{name}.yaml");

@@ -661,6 +661,9 @@ fn a_refused_allocation_never_reaches_a_cgroup() {
 /// `topomgr release --state-dir DIR UID` releases without a daemon.
 #[test]
 fn release_from_a_state_directory() {
+    // `admit --state-dir` books the machine's cgroup hierarchy's CPUs: it
+    // takes the node lock, as other tests on the real hierarchy do.
+    let _node = common::node_guard();
     // The mock owns the pod's widget (a resource nobody serves is refused).
     let dir = config_dir(
         "run-release",
