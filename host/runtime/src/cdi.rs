@@ -73,39 +73,16 @@ impl CdiSpecs {
     /// earlier one of the same name. Returns the specs and, for each file
     /// that could not be used, why (the file is skipped).
     pub fn load(dirs: &[PathBuf]) -> (CdiSpecs, Vec<String>) {
+        let (files, mut problems) = spec_files(dirs);
         let mut specs = CdiSpecs::default();
-        let mut problems = Vec::new();
-        for dir in dirs {
-            let entries = match std::fs::read_dir(dir) {
-                Ok(e) => e,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => {
-                    problems.push(format!("CDI spec directory {}: {e}", dir.display()));
-                    continue;
-                }
-            };
-            let mut files: Vec<PathBuf> = entries
-                .filter_map(Result::ok)
-                .map(|e| e.path())
-                .filter(|p| {
-                    matches!(
-                        p.extension().and_then(|e| e.to_str()),
-                        Some("json" | "yaml" | "yml")
-                    )
-                })
-                .collect();
-            files.sort();
-            for file in files {
-                match read_spec(&file) {
-                    Ok(devices) => {
-                        for d in devices {
-                            specs.devices.insert(d.name.clone(), d);
-                        }
-                    }
-                    Err(problem) => {
-                        problems.push(format!("CDI spec {}: {problem}", file.display()))
+        for file in files {
+            match read_spec(&file) {
+                Ok(devices) => {
+                    for d in devices {
+                        specs.devices.insert(d.name.clone(), d);
                     }
                 }
+                Err(problem) => problems.push(format!("CDI spec {}: {problem}", file.display())),
             }
         }
         (specs, problems)
@@ -128,6 +105,91 @@ impl CdiSpecs {
     /// Whether no spec defines a device.
     pub fn is_empty(&self) -> bool {
         self.devices.is_empty()
+    }
+}
+
+/// The spec files of `dirs`, in the order they apply (directories in
+/// order, files by name in each), and why a directory could not be read.
+fn spec_files(dirs: &[PathBuf]) -> (Vec<PathBuf>, Vec<String>) {
+    let mut out = Vec::new();
+    let mut problems = Vec::new();
+    for dir in dirs {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                problems.push(format!("CDI spec directory {}: {e}", dir.display()));
+                continue;
+            }
+        };
+        let mut files: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| {
+                matches!(
+                    p.extension().and_then(|e| e.to_str()),
+                    Some("json" | "yaml" | "yml")
+                )
+            })
+            .collect();
+        files.sort();
+        out.extend(files);
+    }
+    (out, problems)
+}
+
+/// What a spec file is now: its path, modification time and length.
+type FileStamp = (PathBuf, Option<std::time::SystemTime>, u64);
+
+/// The specs of a list of directories, read again only when a spec file
+/// was added, removed or changed (its modification time or length): a
+/// container's creation looks them up, and a node's specs (NVIDIA's for a
+/// machine of 8 GPUs with MIG: hundreds of KiB of YAML) change only when a
+/// driver writes one, as a DRA driver does just before a claim's
+/// containers are created.
+#[derive(Debug, Default)]
+pub struct CdiCache {
+    dirs: Vec<PathBuf>,
+    read: std::sync::Mutex<Option<(Vec<FileStamp>, std::sync::Arc<CdiSpecs>)>>,
+}
+
+impl CdiCache {
+    /// The specs of `dirs` ([`CdiSpecs::load`]); none are read yet.
+    pub fn new(dirs: Vec<PathBuf>) -> CdiCache {
+        CdiCache {
+            dirs,
+            read: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Whether it has no directory to read.
+    pub fn is_off(&self) -> bool {
+        self.dirs.is_empty()
+    }
+
+    /// The specs as the files are now, and the problems of a fresh read
+    /// (none when nothing changed since the last one, which reported them).
+    pub fn specs(&self) -> (std::sync::Arc<CdiSpecs>, Vec<String>) {
+        let (files, _) = spec_files(&self.dirs);
+        let stamps: Vec<FileStamp> = files
+            .into_iter()
+            .map(|f| {
+                let meta = std::fs::metadata(&f).ok();
+                let modified = meta.as_ref().and_then(|m| m.modified().ok());
+                let len = meta.map_or(0, |m| m.len());
+                (f, modified, len)
+            })
+            .collect();
+        let mut read = self.read.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((seen, specs)) = read.as_ref() {
+            if *seen == stamps {
+                return (std::sync::Arc::clone(specs), Vec::new());
+            }
+        }
+        let (specs, problems) = CdiSpecs::load(&self.dirs);
+        let specs = std::sync::Arc::new(specs);
+        *read = Some((stamps, std::sync::Arc::clone(&specs)));
+        (specs, problems)
     }
 }
 
@@ -443,6 +505,35 @@ devices:
             specs.device_with_node(&DeviceNode::new("/dev/nvidiactl", "c", 195, 255)),
             None
         );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The cache reads the specs again only when a spec file was added,
+    /// changed or removed, and reports a bad file when it reads it.
+    #[test]
+    fn the_cache_reads_again_when_a_spec_file_changes() {
+        let dir = std::env::temp_dir().join(format!("topomgr-cdi-cache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let cache = CdiCache::new(vec![dir.clone()]);
+        assert!(!cache.is_off() && CdiCache::new(Vec::new()).is_off());
+        let (empty, problems) = cache.specs();
+        assert!(empty.is_empty() && problems.is_empty());
+        std::fs::write(dir.join("nvidia.yaml"), NVIDIA).unwrap();
+        let (first, _) = cache.specs();
+        assert!(first.device("nvidia.com/gpu=0").is_some());
+        let (again, _) = cache.specs();
+        assert!(
+            std::sync::Arc::ptr_eq(&first, &again),
+            "unchanged: not read again"
+        );
+        std::fs::write(dir.join("broken.json"), "{").unwrap();
+        let (with_broken, problems) = cache.specs();
+        assert!(!std::sync::Arc::ptr_eq(&first, &with_broken));
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(cache.specs().1.is_empty(), "reported when read");
+        std::fs::remove_file(dir.join("nvidia.yaml")).unwrap();
+        assert!(cache.specs().0.device("nvidia.com/gpu=0").is_none());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

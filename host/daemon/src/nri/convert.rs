@@ -16,7 +16,7 @@ use topomgr_sdk::{AssignedDevices, AssignedDevicesRequest, DeviceRef, ResourceMa
 /// not asked).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct CdiSource {
-    pub spec_dirs: Vec<std::path::PathBuf>,
+    pub specs: std::sync::Arc<topomgr_runtime::cdi::CdiCache>,
     pub sysfs_root: std::path::PathBuf,
     pub kubelet: Option<KubeletClaims>,
 }
@@ -85,8 +85,9 @@ impl KubeletClaims {
 
 impl CdiSource {
     /// The CDI devices of `container` of `pod` (`who` names it in logs).
-    /// The specs are read at each call: DRA drivers write a claim's spec
-    /// just before its containers are created. With `ask_kubelet` and a
+    /// The spec files are looked at each call and read again when one
+    /// changed ([`topomgr_runtime::cdi::CdiCache`]): DRA drivers write a
+    /// claim's spec just before its containers are created. With `ask_kubelet` and a
     /// kubelet socket, the kubelet's DRA claims count too; the kubelet not
     /// answering in time is logged, and the other sources still count.
     pub(crate) async fn devices(
@@ -96,7 +97,7 @@ impl CdiSource {
         container: &api::Container,
         ask_kubelet: bool,
     ) -> Vec<topomgr_runtime::AssignedDevices> {
-        if self.spec_dirs.is_empty() {
+        if self.specs.is_off() {
             return Vec::new();
         }
         let mut claimed = Vec::new();
@@ -133,7 +134,7 @@ impl CdiSource {
         if nodes.is_empty() && !names_cdi && claimed.is_empty() {
             return Vec::new();
         }
-        let (specs, problems) = topomgr_runtime::cdi::CdiSpecs::load(&self.spec_dirs);
+        let (specs, problems) = self.specs.specs();
         for p in problems {
             tracing::warn!(container = %who, "{p}");
         }

@@ -171,7 +171,7 @@ impl Face {
         kubelet: Option<convert::KubeletClaims>,
     ) -> Face {
         self.cdi = convert::CdiSource {
-            spec_dirs,
+            specs: std::sync::Arc::new(topomgr_runtime::cdi::CdiCache::new(spec_dirs)),
             sysfs_root,
             kubelet,
         };
