@@ -310,19 +310,27 @@ fn resizes(held: &AdmitResult, new: &PodView) -> bool {
     let (Some(old), Some(now)) = (held.pod.containers.first(), new.containers.first()) else {
         return false;
     };
-    let amounts = |c: &topomgr_sdk::ContainerView| -> Vec<(String, u64, Option<u64>)> {
-        let mut k: Vec<(String, u64, Option<u64>)> = c
-            .requests
-            .keys()
-            .chain(c.limits.keys())
-            .filter(|n| *n == "cpu" || *n == "memory" || n.starts_with("hugepages-"))
-            .map(|n| (n.clone(), c.request(n), c.limits.get(n).copied()))
-            .collect();
-        k.sort();
-        k.dedup();
-        k
-    };
-    amounts(old) != amounts(now)
+    amounts(old, true) != amounts(now, true)
+}
+
+/// A container's CPU, memory and hugepage amounts, by name: its request and,
+/// with `limits`, its limit (a name only limited counts too); without, the
+/// requests alone.
+fn amounts(c: &topomgr_sdk::ContainerView, limits: bool) -> Vec<(String, u64, Option<u64>)> {
+    let limited = c.limits.keys().filter(|_| limits);
+    let mut k: Vec<(String, u64, Option<u64>)> = c
+        .requests
+        .keys()
+        .chain(limited)
+        .filter(|n| *n == "cpu" || *n == "memory" || n.starts_with("hugepages-"))
+        .map(|n| {
+            let limit = c.limits.get(n).copied().filter(|_| limits);
+            (n.clone(), c.request(n), limit)
+        })
+        .collect();
+    k.sort();
+    k.dedup();
+    k
 }
 
 /// The resources of `listed` (a container as the runtime lists it at
@@ -335,17 +343,7 @@ fn resized_requests(held: &AdmitResult, mut listed: PodView) -> Option<PodView> 
     let (Some(old), Some(now)) = (held.pod.containers.first(), listed.containers.first()) else {
         return None;
     };
-    let requests = |c: &topomgr_sdk::ContainerView| -> Vec<(String, u64)> {
-        let mut k: Vec<(String, u64)> = c
-            .requests
-            .keys()
-            .filter(|n| *n == "cpu" || *n == "memory" || n.starts_with("hugepages-"))
-            .map(|n| (n.clone(), c.request(n)))
-            .collect();
-        k.sort();
-        k
-    };
-    if requests(old) == requests(now) {
+    if amounts(old, false) == amounts(now, false) {
         return None;
     }
     let lifted = old.limits.contains_key("cpu") && !now.limits.contains_key("cpu");
