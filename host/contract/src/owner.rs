@@ -53,25 +53,34 @@ pub enum ContainerRuntime {
     OciHook,
     /// A CRI runtime's NRI plugin: the runtime applies the placement.
     Nri,
+    /// A CRI runtime's NRI plugin, for a pod admitted whole under pod
+    /// scope at its first container: the owner's `id` is the runtime's
+    /// pod sandbox id, and the pod is held until that sandbox stops.
+    NriSandbox,
 }
 
 impl ContainerRuntime {
-    /// The spelling of the API and the state (`"oci-hook"`, `"nri"`).
+    /// The spelling of the API and the state (`"oci-hook"`, `"nri"`,
+    /// `"nri-sandbox"`).
     pub fn as_str(self) -> &'static str {
         match self {
             ContainerRuntime::OciHook => "oci-hook",
             ContainerRuntime::Nri => "nri",
+            ContainerRuntime::NriSandbox => "nri-sandbox",
         }
     }
 }
 
-/// A container that owns a pod (the pod is that one container).
+/// A container that owns a pod (the pod is that one container), or, for
+/// [`ContainerRuntime::NriSandbox`], the pod sandbox a pod admitted whole
+/// belongs to.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ContainerOwner {
     /// The runtime face that admitted it.
     pub runtime: ContainerRuntime,
-    /// The runtime's container id.
+    /// The runtime's container id (the sandbox id for
+    /// [`ContainerRuntime::NriSandbox`]).
     pub id: String,
     /// Its init process, once known (an NRI container has none at
     /// CreateContainer).
@@ -140,6 +149,9 @@ impl std::fmt::Display for Owner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Owner::Process(p) => write!(f, "process {} (start time {})", p.pid, p.start_time),
+            Owner::Container(c) if c.runtime == ContainerRuntime::NriSandbox => {
+                write!(f, "nri pod sandbox {}", c.id)
+            }
             Owner::Container(c) => {
                 write!(f, "{} container {}", c.runtime.as_str(), c.id)?;
                 if let Some(pid) = c.pid {

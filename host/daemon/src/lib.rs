@@ -282,7 +282,7 @@ impl topomgr_podresources::Lister for PodResourcesLister {
 /// Restore state, bind the socket and serve until SIGTERM/SIGINT.
 pub fn run(d: Daemon) -> Result<(), DaemonError> {
     if d.nri.is_some() {
-        nri::check_scope(d.scope)?;
+        nri::check_scope(d.scope, d.kubernetes.is_some())?;
     }
     let budget = listener::Budget::of_process()?;
     let metrics = Arc::new(Metrics::for_machine(&d.machine));
@@ -421,6 +421,13 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
                 );
             if let Some(events) = events {
                 face = face.with_events(events);
+            }
+            if let (Scope::Pod, Some(k)) = (d.scope, &kube) {
+                info!(server = %k.client.server(), "pod scope: each pod is read from the API server and admitted whole at its first container");
+                face = face.with_pod_scope(nri::PodSpecs::new(
+                    k.client.fresh(),
+                    topomgr_kube::pods::READ_TIMEOUT,
+                ));
             }
             let face = Arc::new(face);
             tokio::spawn(nri::serve(face, settings, stopped(stop_rx.clone())));

@@ -52,7 +52,7 @@ use topomgr_node::persist::image::{RestoreIssue, Restored};
 use topomgr_node::persist::snapshot;
 use topomgr_node::persist::store::Store;
 use topomgr_node::state::followed::{
-    self, stale_siblings, CpusetUpdate, Followed, FollowedContainer, PinnedContainer,
+    self, stale_siblings, CpusetUpdate, FollowedContainer, PinnedContainer,
 };
 use topomgr_node::state::pod_owner::{ContainerRuntime, Owner};
 use topomgr_node::state::{
@@ -171,7 +171,8 @@ pub(crate) enum ContainerCommand {
         /// The container id.
         id: String,
     },
-    /// RemovePodSandbox: release every container of the sandbox still held.
+    /// StopPodSandbox, RemovePodSandbox: release every container of the
+    /// sandbox still held, and the sandbox's pod admitted whole (pod scope).
     RemoveSandbox {
         /// The runtime's sandbox id.
         sandbox: String,
@@ -184,6 +185,9 @@ pub(crate) enum ContainerCommand {
     Synchronize {
         /// The ids of the containers the runtime runs.
         existing: BTreeSet<String>,
+        /// The ids of the pod sandboxes the runtime has (pods admitted
+        /// whole of the others are released).
+        sandboxes: BTreeSet<String>,
         /// The containers listed (running, with their pod).
         listed: Vec<ListedContainer>,
     },
@@ -311,6 +315,36 @@ fn resizes(held: &AdmitResult, new: &PodView) -> bool {
         return false;
     };
     amounts(old, true) != amounts(now, true)
+}
+
+/// Container `name` of `pod` (an init, sidecar or app container).
+fn container_named<'a>(pod: &'a PodView, name: &str) -> Option<&'a topomgr_sdk::ContainerView> {
+    pod.init_containers
+        .iter()
+        .chain(&pod.containers)
+        .find(|c| c.name == name)
+}
+
+/// The pod `held` (admitted whole, pod scope) with its container of the
+/// name of `one`'s container given `one`'s requests and limits (`one`:
+/// that container as a one-container pod, as the runtime's update makes
+/// it), when they differ from what is held; `None` when they do not, or
+/// the pod has no container of that name.
+fn whole_resized(held: &AdmitResult, one: &PodView) -> Option<PodView> {
+    let now = one.containers.first()?;
+    let old = container_named(&held.pod, &now.name)?;
+    if amounts(old, true) == amounts(now, true) {
+        return None;
+    }
+    let mut pod = held.pod.clone();
+    let c = pod
+        .init_containers
+        .iter_mut()
+        .chain(pod.containers.iter_mut())
+        .find(|c| c.name == now.name)?;
+    c.requests.clone_from(&now.requests);
+    c.limits.clone_from(&now.limits);
+    Some(pod)
 }
 
 /// A container's CPU, memory and hugepage amounts, by name: its request and,
@@ -1329,7 +1363,8 @@ impl Worker {
         let Some(c) = book.get(id) else {
             return false;
         };
-        if pods.contains_key(id) {
+        // A container of a pod admitted whole has its part of that pod.
+        if pods.contains_key(id) || c.held_by.is_some() {
             return false;
         }
         let stale = stale_siblings(book.iter(), id, c, pods);
@@ -1388,13 +1423,19 @@ impl Worker {
                     answer.released.push(old);
                 }
                 let new = *new;
-                let known = self.node.pods().contains_key(&new.id);
-                let (mut r, admitted) = self
-                    .admit_owned(new.pod, new.owner, new.assigned)
-                    .map_err(|e| (e, changed))?;
+                let uid = new.follow.pod_uid_in(&new.id).to_owned();
+                let known = self.node.pods().contains_key(&uid);
+                let (mut r, admitted) = match (&new.follow.held_by, self.node.pods().get(&uid)) {
+                    // Pod scope: its pod was admitted whole at an earlier
+                    // container; nothing is decided for this one.
+                    (Some(_), Some(held)) => (held.clone(), false),
+                    _ => self
+                        .admit_owned(new.pod, new.owner, new.assigned)
+                        .map_err(|e| (e, changed))?,
+                };
                 changed |= admitted;
-                if r.admitted && !known && self.empties_the_pool(&new.id) {
-                    self.release_container(&new.id);
+                if r.admitted && !known && self.empties_the_pool(&new.id, &new.follow) {
+                    self.release_container(&uid);
                     info!(container = %new.follow.who, "refused: it would leave no CPU in the shared pool");
                     r = AdmitResult {
                         admitted: false,
@@ -1409,9 +1450,12 @@ impl Worker {
                 }
                 if r.admitted && past(new.deadline) {
                     // Admitted too late: the runtime already has an error
-                    // answer, so nothing may stay held for the container.
+                    // answer, so nothing may stay held for the container
+                    // (a pod admitted whole at an earlier container stays).
                     self.node.followed_mut().1.unfollow(&new.id);
-                    changed |= self.release_container(&new.id);
+                    if new.follow.held_by.is_none() || !known {
+                        changed |= self.release_container(&uid);
+                    }
                     info!(container = %new.follow.who, id = %new.id, "admitted past the runtime's request deadline: released again");
                     answer.late = Some(Late::AfterAdmission);
                 } else if r.admitted {
@@ -1431,7 +1475,12 @@ impl Worker {
                 pid,
                 started,
             } => {
-                if pid != 0 && self.node.pods().contains_key(&id) {
+                let holds = self
+                    .node
+                    .followed()
+                    .get(&id)
+                    .is_some_and(|c| self.node.pods().contains_key(c.pod_uid_in(&id)));
+                if pid != 0 && holds {
                     self.record_member(pid);
                 }
                 if let Some(admit) = started {
@@ -1441,33 +1490,38 @@ impl Worker {
                         changed |= self.take_over_stale(&id, pod, owner, assigned);
                     }
                 }
-                if let (Some(now), true) = (cpuset, self.node.followed().get(&id).is_some()) {
+                if let (Some(now), Some(c)) = (cpuset, self.node.followed().get(&id)) {
                     let pool = self.node.shared_pool();
-                    let want = Followed::desired(self.node.pods(), &id, &pool, self.nodes());
+                    let want = c.desired(self.node.pods(), &id, &pool, self.nodes());
                     answer.again = want.is_some_and(|w| w != now);
                     self.node.followed_mut().1.runtime_has(&id, Some(now));
                 }
             }
             ContainerCommand::Update { id, resized } => {
-                let asked = resized.filter(|new| {
-                    self.node
-                        .pods()
-                        .get(&id)
-                        .is_some_and(|held| resizes(held, new))
+                // Pod scope: the container's part of the pod admitted whole
+                // is resized (its name in that pod).
+                let held_by = self
+                    .node
+                    .followed()
+                    .get(&id)
+                    .and_then(|c| c.held_by.clone());
+                let uid = held_by.clone().unwrap_or_else(|| id.clone());
+                let asked = resized.and_then(|new| {
+                    let name = new.containers.first()?.name.clone();
+                    let held = self.node.pods().get(&uid)?;
+                    match held_by {
+                        Some(_) => whole_resized(held, &new).map(|pod| (name, pod)),
+                        None => resizes(held, &new).then_some((name, *new)),
+                    }
                 });
                 match asked {
                     None => answer.finish = Finish::Update(id),
-                    Some(new) => {
-                        let name = new
-                            .containers
-                            .first()
-                            .map(|c| c.name.clone())
-                            .unwrap_or_default();
-                        self.trace_untraced(&id);
+                    Some((name, new)) => {
+                        self.trace_untraced(&uid);
                         let mut trace = topomgr_engine::admission::ResizeTrace::default();
-                        let outcome = self.node.resize_traced(&id, &name, *new, &mut trace);
+                        let outcome = self.node.resize_traced(&uid, &name, new, &mut trace);
                         self.resize_traces.push((
-                            id.clone(),
+                            uid.clone(),
                             topomgr_engine::explain::resize(&trace, outcome.as_ref()),
                         ));
                         match outcome {
@@ -1510,15 +1564,27 @@ impl Worker {
                     changed |= self.forget_container(&id).1;
                     answer.released.push(id);
                 }
+                if self.is_sandbox_pod(&sandbox) {
+                    info!(sandbox = %sandbox, "pod sandbox stopped: the pod admitted whole is released");
+                    changed |= self.release_container(&sandbox);
+                }
                 let book = self.node.followed_mut().1;
                 if book.unpin_sandbox(&sandbox) {
                     answer.pinned = Some(book.pinned());
                 }
             }
-            ContainerCommand::Synchronize { existing, listed } => {
+            ContainerCommand::Synchronize {
+                existing,
+                sandboxes,
+                listed,
+            } => {
                 let (released, kept) = self.reconcile_containers(ContainerRuntime::Nri, &existing);
-                changed = !released.is_empty();
+                let (gone, _) = self.reconcile_containers(ContainerRuntime::NriSandbox, &sandboxes);
+                changed = !released.is_empty() || !gone.is_empty();
                 answer.released = released;
+                // Pod scope: each pod admitted whole at most once here (a
+                // refusal answers each of its containers).
+                let mut whole: BTreeMap<String, Result<AdmitResult, String>> = BTreeMap::new();
                 let mut table = BTreeMap::new();
                 let mut pinned = BTreeMap::new();
                 let all: BTreeMap<String, FollowedContainer> = listed
@@ -1526,6 +1592,29 @@ impl Worker {
                     .map(|l| (l.id.clone(), l.follow.clone()))
                     .collect();
                 for l in listed {
+                    if let Some(uid) = l.follow.held_by.clone() {
+                        if !self.node.pods().contains_key(&uid) {
+                            if let Some((pod, owner, assigned)) = l.admit {
+                                let outcome = match whole.get(&uid) {
+                                    Some(o) => o.clone(),
+                                    None => {
+                                        let o = match self.admit_owned(pod, owner, assigned) {
+                                            Ok((r, admitted)) => {
+                                                changed |= admitted;
+                                                Ok(r)
+                                            }
+                                            Err(e) => Err(e.to_string()),
+                                        };
+                                        whole.insert(uid.clone(), o.clone());
+                                        o
+                                    }
+                                };
+                                answer.admitted.push((l.id.clone(), outcome));
+                            }
+                        }
+                        table.insert(l.id, l.follow);
+                        continue;
+                    }
                     if kept.contains(&l.id) {
                         let away = l.admit.and_then(|(pod, _, _)| {
                             resized_requests(self.node.pods().get(&l.id)?, pod)
@@ -1591,7 +1680,7 @@ impl Worker {
                     .node
                     .followed()
                     .iter()
-                    .map(|(id, c)| (id.clone(), c.clone(), Followed::is_exclusive(pods, id)))
+                    .map(|(id, c)| (id.clone(), c.clone(), c.is_exclusive(pods, id)))
                     .collect();
             }
         }
@@ -1604,12 +1693,30 @@ impl Worker {
         Ok((answer, changed))
     }
 
-    /// Whether container `id`, just admitted, leaves the shared pool empty
-    /// while it or another container followed needs it.
-    fn empties_the_pool(&self, id: &str) -> bool {
+    /// Whether container `id` (kept as `c`), just admitted, leaves the
+    /// shared pool empty while it, another container of its pod admitted
+    /// whole, or another container followed needs it.
+    fn empties_the_pool(&self, id: &str, c: &FollowedContainer) -> bool {
         let pods = self.node.pods();
-        let needed = !Followed::is_exclusive(pods, id) || self.node.followed().any_shared(pods, id);
+        let pod_shares = c.held_by.as_ref().is_some_and(|uid| {
+            pods.get(uid).is_some_and(|r| {
+                r.containers
+                    .iter()
+                    .any(|x| topomgr_cgroup::pool::is_shared(&x.allocation))
+            })
+        });
+        let needed =
+            !c.is_exclusive(pods, id) || pod_shares || self.node.followed().any_shared(pods, id);
         needed && self.node.shared_pool().is_empty()
+    }
+
+    /// Whether `sandbox` is the id of a pod sandbox whose pod is admitted
+    /// whole (pod scope under NRI).
+    fn is_sandbox_pod(&self, sandbox: &str) -> bool {
+        matches!(
+            self.node.records().owners.get(sandbox),
+            Some(Owner::Container(c)) if c.runtime == ContainerRuntime::NriSandbox && c.id == sandbox
+        )
     }
 
     /// Read back the cgroups of the containers followed whose cpuset the
@@ -1627,7 +1734,7 @@ impl Worker {
             let (Some(cgroup), Some(told)) = (&c.cgroup, &c.told) else {
                 continue;
             };
-            let Some(want) = Followed::desired(pods, id, &pool, nodes) else {
+            let Some(want) = c.desired(pods, id, &pool, nodes) else {
                 continue;
             };
             if *told != want {
@@ -1664,7 +1771,7 @@ impl Worker {
         match finish {
             Finish::Nothing => {}
             Finish::Create(id, follow) => {
-                if pods.contains_key(&id) {
+                if pods.contains_key(follow.pod_uid_in(&id)) {
                     book.follow(&id, *follow);
                     answer.cpuset = book.tell(pods, &id, pool, nodes);
                     answer.updates = book.updates(pods, pool, nodes, Some(&id));

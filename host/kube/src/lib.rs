@@ -8,7 +8,8 @@
 //!   retried with backoff in a task of its own, so the state thread only
 //!   hands over the latest object and never waits;
 //! - [`events`]: a refused pod's `Event`, counted up across the kubelet's
-//!   retries as client-go's event recorder does.
+//!   retries as client-go's event recorder does;
+//! - [`pods`]: a pod's object read, for the NRI face's pod scope.
 //!
 //! The daemon (`topomgr-daemon`) builds the objects; this crate only
 //! carries them.
@@ -18,6 +19,7 @@ mod backoff;
 pub mod events;
 pub mod http;
 pub mod nrt_push;
+pub mod pods;
 
 pub use access::{Access, AccessError, Source};
 pub use http::{ApiClient, ApiError, Method};

@@ -161,21 +161,35 @@ impl Cluster {
         let (h, list) = (self.health(), self.pods());
         // One look at what the kubelet runs serves every check below.
         let live = self.node.running_containers("default");
-        let running = running_of(&live);
-        let mut exclusive: BTreeMap<String, CpuSet> = BTreeMap::new();
+        let running: BTreeMap<&str, &RunningContainer> =
+            live.iter().map(|c| (c.id.as_str(), c)).collect();
+        // Exclusive CPUs by (pod name, container name).
+        let mut exclusive: BTreeMap<(String, String), CpuSet> = BTreeMap::new();
         let mut all = CpuSet::new();
         for pod in &list.pods {
-            let Some(name) = running.get(&pod.uid) else {
+            // A pod admitted whole (pod scope): each of its containers,
+            // created yet or not, holds its part.
+            let whole = is_whole(&list, &pod.uid);
+            let of = |c: &topomgr_node::api::ContainerAdmission| match running.get(pod.uid.as_str())
+            {
+                _ if whole => Some((pod.name.clone(), c.name.clone())),
+                Some(r) => Some((r.pod.clone(), r.container.clone())),
                 // A container the runtime is still creating or stopping.
-                continue;
+                None => None,
             };
+            // Within a pod, an init container's CPUs go on to its app
+            // containers (as the kubelet reuses them); across pods no CPU
+            // is held twice.
+            let mut of_pod = CpuSet::new();
             for c in pod.containers.iter().filter(|c| c.exclusive) {
-                if !all.intersection(&c.cpus).is_empty() {
-                    return Some(format!("CPUs {} held twice: {list:?}", c.cpus));
-                }
-                all = all.union(&c.cpus);
-                exclusive.insert(name.clone(), c.cpus.clone());
+                let Some(key) = of(c) else { continue };
+                of_pod = of_pod.union(&c.cpus);
+                exclusive.insert(key, c.cpus.clone());
             }
+            if !all.intersection(&of_pod).is_empty() {
+                return Some(format!("CPUs {of_pod} held twice: {list:?}"));
+            }
+            all = all.union(&of_pod);
         }
         if !h.shared_pool.intersection(&all).is_empty() {
             return Some(format!(
@@ -183,9 +197,13 @@ impl Cluster {
                 h.shared_pool
             ));
         }
-        for (name, (cgroup, inside, _)) in placements_of(&live) {
+        for r in &live {
+            let Some((cgroup, inside, _)) = r.cpus() else {
+                continue;
+            };
+            let name = format!("{}/{}", r.pod, r.container);
             let want = exclusive
-                .get(&name)
+                .get(&(r.pod.clone(), r.container.clone()))
                 .cloned()
                 .unwrap_or_else(|| h.shared_pool.clone())
                 .to_string();
@@ -224,15 +242,56 @@ impl Cluster {
                 "topomgr holds only the running containers",
                 Duration::from_secs(30),
                 || {
-                    let held: Vec<String> = self.pods().pods.into_iter().map(|p| p.uid).collect();
-                    let running: Vec<String> = running_of(&self.node.running_containers("default"))
-                        .into_keys()
+                    let list = self.pods();
+                    let live = self.node.running_containers("default");
+                    // Pods admitted whole: only pods with a running container.
+                    let (whole, own): (Vec<_>, Vec<_>) =
+                        list.pods.iter().partition(|p| is_whole(&list, &p.uid));
+                    let held: Vec<&str> = own.iter().map(|p| p.uid.as_str()).collect();
+                    let running = running_of(&live);
+                    let pods: Vec<&str> = running.values().map(String::as_str).collect();
+                    // The others: one admission per container.
+                    let ids: Vec<&str> = running
+                        .iter()
+                        .filter(|(_, pod)| !whole.iter().any(|p| &p.name == *pod))
+                        .map(|(id, _)| id.as_str())
                         .collect();
-                    (held == running).then_some(())
+                    (held == ids && whole.iter().all(|p| pods.contains(&p.name.as_str())))
+                        .then_some(())
                 },
             )
             .unwrap();
     }
+}
+
+/// A kubeconfig for topomgr in `etc`, with the test cluster's admin
+/// token; its path.
+fn topomgr_kubeconfig(node: &KubeNode, etc: &std::path::Path) -> PathBuf {
+    let admin = std::fs::read_to_string(node.kubeconfig()).unwrap();
+    let server = admin
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .unwrap()
+        .to_owned();
+    let ca = node.kubeconfig().with_file_name("pki/apiserver.crt");
+    let kubeconfig = etc.join("topomgr.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: t\n  cluster:\n    server: {server}\n    certificate-authority: {}\nusers:\n- name: topomgr\n  user:\n    token: admin-token\ncontexts:\n- name: t\n  context:\n    cluster: t\n    user: topomgr\ncurrent-context: t\n",
+            ca.display()
+        ),
+    )
+    .unwrap();
+    kubeconfig
+}
+
+/// Whether pod `uid` of `list` is a pod admitted whole (pod scope, owned
+/// by its sandbox).
+fn is_whole(list: &PodList, uid: &str) -> bool {
+    list.owners.get(uid).is_some_and(|o| {
+        o.runtime == Some(topomgr_node::state::pod_owner::ContainerRuntime::NriSandbox)
+    })
 }
 
 /// Container id -> pod name, of the containers the kubelet runs.
@@ -1148,22 +1207,7 @@ fn cluster_face(line: ContainerdLine) {
                 "crd/noderesourcetopologies.topology.node.k8s.io",
             ])
             .unwrap();
-            let admin = std::fs::read_to_string(node.kubeconfig()).unwrap();
-            let server = admin
-                .lines()
-                .find_map(|l| l.trim().strip_prefix("server: "))
-                .unwrap()
-                .to_owned();
-            let ca = node.kubeconfig().with_file_name("pki/apiserver.crt");
-            let kubeconfig = etc.join("topomgr.kubeconfig");
-            std::fs::write(
-                &kubeconfig,
-                format!(
-                    "apiVersion: v1\nkind: Config\nclusters:\n- name: t\n  cluster:\n    server: {server}\n    certificate-authority: {}\nusers:\n- name: topomgr\n  user:\n    token: admin-token\ncontexts:\n- name: t\n  context:\n    cluster: t\n    user: topomgr\ncurrent-context: t\n",
-                    ca.display()
-                ),
-            )
-            .unwrap();
+            let kubeconfig = topomgr_kubeconfig(node, etc);
             podres = etc.join("pod-resources/kubelet.sock");
             format!(
                 "node_name = \"{NODE_NAME}\"\n[kubernetes]\nenabled = true\nkubeconfig = \"{}\"\n[podresources]\nsocket = \"{}\"\n",
@@ -1283,4 +1327,193 @@ fn nrt_events_and_podresources_on_the_cluster_on_containerd_1_7() {
 #[ignore = "needs root, a cpuset cgroup, containerd 2.x and the one-node Kubernetes of .ci/install-kubernetes"]
 fn nrt_events_and_podresources_on_the_cluster_on_containerd_2() {
     cluster_face(ContainerdLine::V2);
+}
+
+/// A Guaranteed pod of an init container (`setup`, 1 CPU, alive for
+/// `init_s` seconds), an app container (`app`, 1 CPU) and a helper
+/// (`helper`, 500m: the shared pool).
+fn duo(name: &str, init_s: u32) -> String {
+    let container = |name: &str, cpu: &str, command: &str| {
+        format!(
+            "    - name: {name}\n      image: {IMAGE}\n      imagePullPolicy: Never\n      command: [\"sh\", \"-c\", \"{command}\"]\n      resources:\n        requests: {{cpu: \"{cpu}\", memory: 32Mi}}\n        limits: {{cpu: \"{cpu}\", memory: 32Mi}}\n"
+        )
+    };
+    let forever = "trap 'exit 0' TERM; while true; do sleep 1; done";
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  nodeName: {NODE_NAME}\n  hostNetwork: true\n  terminationGracePeriodSeconds: 2\n  initContainers:\n{}  containers:\n{}{}",
+        container("setup", "1", &format!("sleep {init_s}")),
+        container("app", "1", forever),
+        container("helper", "500m", forever),
+    )
+}
+
+/// Pod scope under NRI with API access (issue 34 item 4): topomgr reads
+/// the pod from the real API server at its first container (the init
+/// container) and admits it whole there, so the app container's CPU is
+/// held while only the init container runs; each container gets its part
+/// (init and app CPU 1, the helper the shared pool), seen from inside; a
+/// pod whose two containers need two exclusive CPUs, of which the node
+/// has one, is refused at its first container with an Event, holding
+/// nothing; deleting the pod releases it whole. The invariants hold after
+/// each step. The machine has one NUMA node: both containers on one node
+/// across two is the daemon's test on a recorded machine
+/// (`nri::tests::pod_scope_admits_the_whole_pod_at_its_first_container`).
+fn pod_scope(line: ContainerdLine) {
+    let c = Cluster::start_with(
+        line,
+        KubeOptions {
+            system_reserved_cpu: "0".to_owned(),
+        },
+        |node, etc| {
+            let kubeconfig = topomgr_kubeconfig(node, etc);
+            format!(
+                "node_name = \"{NODE_NAME}\"\nscope = \"pod\"\n[kubernetes]\nenabled = true\npush_nrt = false\nkubeconfig = \"{}\"\n",
+                kubeconfig.display()
+            )
+        },
+    );
+    c.apply(&pod("shared", "burstable", 0));
+    c.wait_running("shared");
+    c.apply(&duo("duo", 8));
+    // The init container runs; the whole pod is held already.
+    let held = c
+        .node
+        .wait(
+            "the pod held whole while its init container runs",
+            Duration::from_secs(60),
+            || {
+                let live = c.node.running_containers("default");
+                live.iter()
+                    .any(|r| r.pod == "duo" && r.container == "setup")
+                    .then_some(())?;
+                let list = c.pods();
+                list.pods.into_iter().find(|p| p.name == "duo")
+            },
+        )
+        .unwrap();
+    let parts: BTreeMap<String, (String, bool)> = held
+        .containers
+        .iter()
+        .map(|x| (x.name.clone(), (x.cpus.to_string(), x.exclusive)))
+        .collect();
+    assert_eq!(
+        parts,
+        BTreeMap::from([
+            ("setup".to_owned(), ("1".to_owned(), true)),
+            ("app".to_owned(), ("1".to_owned(), true)),
+            ("helper".to_owned(), ("0".to_owned(), false)),
+        ]),
+        "{line:?}: {held:?}"
+    );
+    assert!(
+        is_whole(&c.pods(), &held.uid),
+        "{line:?}: owned by its sandbox"
+    );
+    c.check("the init container of a pod admitted whole");
+    let setup = c
+        .node
+        .running_containers("default")
+        .into_iter()
+        .find(|r| r.pod == "duo" && r.container == "setup");
+    if let Some(setup) = setup.and_then(|r| r.cpus()) {
+        assert_eq!(
+            setup.1, "1",
+            "{line:?}: the init container runs on CPU 1 (inside)"
+        );
+    }
+    // Then the app containers, each with its part.
+    c.node
+        .wait("app and helper running", Duration::from_secs(60), || {
+            let live = c.node.running_containers("default");
+            let n = live
+                .iter()
+                .filter(|r| r.pod == "duo" && r.container != "setup")
+                .count();
+            (n == 2).then_some(())
+        })
+        .unwrap();
+    c.check("the app containers of a pod admitted whole");
+    let live = c.node.running_containers("default");
+    let inside = |name: &str| {
+        live.iter()
+            .find(|r| r.pod == "duo" && r.container == name)
+            .and_then(RunningContainer::cpus)
+            .unwrap()
+            .1
+    };
+    assert_eq!(inside("app"), "1", "{line:?}");
+    assert_eq!(inside("helper"), "0", "{line:?}");
+    let list = c.pods();
+    let names: Vec<&str> = list.pods.iter().map(|p| p.name.as_str()).collect();
+    let mut sorted = names.clone();
+    sorted.sort_unstable();
+    assert_eq!(
+        sorted,
+        ["duo", "shared"],
+        "{line:?}: one admission for each pod, the burstable one admitted whole too"
+    );
+
+    // Two containers of one exclusive CPU each: refused at the first.
+    c.delete(&["duo"]);
+    c.wait_released();
+    c.check("deleting the pod admitted whole");
+    assert!(
+        c.pods().pods.iter().all(|p| p.name != "duo"),
+        "{line:?}: released with its sandbox"
+    );
+    let pair = pod("pair", "guaranteed", 1).replace(
+        "    - name: app\n",
+        &format!("    - name: first\n      image: {IMAGE}\n      imagePullPolicy: Never\n      command: [\"sh\", \"-c\", \"trap 'exit 0' TERM; while true; do sleep 1; done\"]\n      resources:\n        requests: {{cpu: \"1\", memory: 64Mi}}\n        limits: {{cpu: \"1\", memory: 64Mi}}\n    - name: app\n"),
+    );
+    c.apply(&pair);
+    let event = c
+        .node
+        .wait(
+            "topomgr's Event on the pod refused whole",
+            Duration::from_secs(60),
+            || {
+                let list = c.node.get_json(&[
+                    "events",
+                    "--field-selector",
+                    "involvedObject.name=pair,reason=TopologyAffinityError",
+                ])?;
+                list["items"].as_array()?.first().cloned()
+            },
+        )
+        .unwrap();
+    assert_eq!(event["source"]["component"], "topomgr", "{event}");
+    assert!(
+        event["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("requested 2"),
+        "{line:?}: the pod's two CPUs: {event}"
+    );
+    assert!(
+        c.pods().pods.iter().all(|p| p.name != "pair"),
+        "{line:?}: nothing held for it"
+    );
+    assert!(
+        !c.node
+            .running_containers("default")
+            .iter()
+            .any(|r| r.pod == "pair"),
+        "{line:?}: not even its first container runs"
+    );
+    c.check("a pod refused whole");
+    c.delete(&["pair", "shared"]);
+    c.wait_released();
+    c.check("deleting every pod");
+}
+
+#[test]
+#[ignore = "needs root, a cpuset cgroup, containerd 1.7 and the one-node Kubernetes of .ci/install-kubernetes"]
+fn pod_scope_admits_a_pod_whole_at_its_first_container_on_containerd_1_7() {
+    pod_scope(ContainerdLine::V1_7);
+}
+
+#[test]
+#[ignore = "needs root, a cpuset cgroup, containerd 2.x and the one-node Kubernetes of .ci/install-kubernetes"]
+fn pod_scope_admits_a_pod_whole_at_its_first_container_on_containerd_2() {
+    pod_scope(ContainerdLine::V2);
 }

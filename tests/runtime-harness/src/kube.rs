@@ -350,8 +350,9 @@ impl KubeNode {
         fs::read_to_string(self.dir.join(format!("{component}.log"))).unwrap_or_default()
     }
 
-    /// The running containers of every pod in `namespace`, from one
-    /// `kubectl get pods` (their ids and cpuset cgroups).
+    /// The running containers (init, sidecar and app) of every pod in
+    /// `namespace`, from one `kubectl get pods` (their ids and cpuset
+    /// cgroups).
     pub fn running_containers(&self, namespace: &str) -> Vec<RunningContainer> {
         let Some(list) = self.get_json(&["pods", "-n", namespace]) else {
             return Vec::new();
@@ -361,10 +362,9 @@ impl KubeNode {
         };
         pods.iter()
             .flat_map(|p| {
-                p["status"]["containerStatuses"]
-                    .as_array()
+                ["initContainerStatuses", "containerStatuses"]
                     .into_iter()
-                    .flatten()
+                    .flat_map(move |key| p["status"][key].as_array().into_iter().flatten())
                     .filter_map(move |c| self.running_container(p, c["name"].as_str()?))
             })
             .collect()
@@ -384,9 +384,9 @@ impl KubeNode {
             "Burstable" => "burstable/",
             _ => "besteffort/",
         };
-        let id = pod["status"]["containerStatuses"]
-            .as_array()?
-            .iter()
+        let id = ["initContainerStatuses", "containerStatuses"]
+            .into_iter()
+            .flat_map(|key| pod["status"][key].as_array().into_iter().flatten())
             .find(|c| c["name"] == container && c["state"]["running"].is_object())?["containerID"]
             .as_str()?
             .split_once("://")?

@@ -24,6 +24,7 @@ use super::budget;
 use super::convert;
 use super::cri::{CriRoute, NoCri, Route};
 use super::kubelet::{self, KubeletCheck};
+use super::pod_scope::{PodSpecs, Whole};
 use super::status::{Condition, ContainerNote, NriStatus};
 use crate::state_thread::{
     Command, ContainerAnswer, ContainerCommand, Late, ListedContainer, NewContainer, Reply,
@@ -56,11 +57,18 @@ pub struct Face {
     cdi: convert::CdiSource,
     /// Where refusals go as Events on the pod (`[kubernetes] events`).
     events: Option<topomgr_kube::events::EventRecorder>,
+    /// Pod scope: where whole pods are read ([`super::pod_scope`]).
+    pod_scope: Option<PodSpecs>,
 }
 
 /// The NRI container owner of container `id`.
 fn owner(id: &str) -> OwnerSpec {
     OwnerSpec::container(ContainerRuntime::Nri, id)
+}
+
+/// The owner of a pod admitted whole under pod scope: its sandbox.
+fn sandbox_owner(pod: &PodSandbox) -> OwnerSpec {
+    OwnerSpec::container(ContainerRuntime::NriSandbox, &pod.id)
 }
 
 /// `namespace/pod/container`.
@@ -83,6 +91,7 @@ fn followed(pod: &PodSandbox, container: &Container) -> FollowedContainer {
         pod_uid: pod.uid.clone(),
         started: container.state == ContainerState::ContainerRunning as i32
             || container.state == ContainerState::ContainerPaused as i32,
+        held_by: None,
     }
 }
 
@@ -107,6 +116,27 @@ fn event_of(pod: &PodSandbox, r: &AdmitResult) -> topomgr_kube::events::Refusal 
         reason: r.reason.clone().unwrap_or_else(|| "Rejected".to_owned()),
         message: r.message.clone().unwrap_or_else(|| "no message".to_owned()),
     }
+}
+
+/// What pod scope does with the containers of one sandbox at a
+/// Synchronize.
+#[derive(Debug, Clone)]
+enum SandboxScope {
+    /// Each is admitted on its own (no pod scope, or a pod the API server
+    /// does not have).
+    Own,
+    /// Its pod, admitted whole: to admit now (`Some`), or held already.
+    Whole(Option<Box<topomgr_sdk::PodView>>),
+    /// Its pod cannot be read: its containers run in the shared pool.
+    Failed(String),
+}
+
+/// The [`SandboxScope`] of each sandbox seen at one Synchronize.
+#[derive(Debug, Default)]
+struct SandboxScopes {
+    of: BTreeMap<String, SandboxScope>,
+    /// Why a read failed, once one did.
+    api_down: Option<String>,
 }
 
 /// The updates of an answer as NRI's messages.
@@ -156,7 +186,80 @@ impl Face {
             cri: CriRoute::new(Route::Nri),
             cdi: convert::CdiSource::default(),
             events: None,
+            pod_scope: None,
         }
+    }
+
+    /// Admits each pod whole at its first container, read from the API
+    /// server through `specs` (`scope = "pod"`, [`super::pod_scope`]).
+    pub(crate) fn with_pod_scope(mut self, specs: PodSpecs) -> Face {
+        self.pod_scope = Some(specs);
+        self
+    }
+
+    /// At a Synchronize, what pod scope does with container `c` of `pod`
+    /// (each sandbox's pod read once; once a read failed, the API server
+    /// is not asked again, so that Synchronize stays inside the runtime's
+    /// budget).
+    async fn sandbox_scope(
+        &self,
+        scopes: &mut SandboxScopes,
+        pod: &PodSandbox,
+        c: &Container,
+    ) -> SandboxScope {
+        let Some(specs) = &self.pod_scope else {
+            return SandboxScope::Own;
+        };
+        let held = |uid: &str| self.state.read(|v| v.pods.contains_key(uid));
+        if held(&c.id) {
+            return SandboxScope::Own;
+        }
+        if let Some(s) = scopes.of.get(&pod.id) {
+            return s.clone();
+        }
+        let s = match &scopes.api_down {
+            Some(e) => SandboxScope::Failed(e.clone()),
+            None => match specs.whole(pod, held).await {
+                Ok(Whole::Held(_)) => SandboxScope::Whole(None),
+                Ok(Whole::Read(v)) => SandboxScope::Whole(Some(v)),
+                Ok(Whole::NotInApi) => SandboxScope::Own,
+                Err(e) => {
+                    scopes.api_down = Some(e.to_string());
+                    SandboxScope::Failed(e.to_string())
+                }
+            },
+        };
+        scopes.of.insert(pod.id.clone(), s.clone());
+        s
+    }
+
+    /// Under pod scope, what is admitted for a container of `pod` whose
+    /// own one-container pod is `own`: (the pod to admit, its owner, the
+    /// pod that holds the container's allocation); without pod scope, or
+    /// for a pod the API server does not have, `own` as it is.
+    async fn pod_to_admit(
+        &self,
+        pod: &PodSandbox,
+        container: &Container,
+        own: topomgr_sdk::PodView,
+    ) -> Result<(topomgr_sdk::PodView, OwnerSpec, Option<String>), super::pod_scope::Unreadable>
+    {
+        let Some(specs) = &self.pod_scope else {
+            return Ok((own, owner(&container.id), None));
+        };
+        let held = |uid: &str| self.state.read(|v| v.pods.contains_key(uid));
+        if held(&container.id) {
+            // Admitted on its own before (a pod the API server lacked).
+            return Ok((own, owner(&container.id), None));
+        }
+        Ok(match specs.whole(pod, held).await? {
+            Whole::Held(uid) => (own, sandbox_owner(pod), Some(uid)),
+            Whole::Read(whole) => (*whole, sandbox_owner(pod), Some(pod.id.clone())),
+            Whole::NotInApi => {
+                info!(container = %who(pod, container), "pod scope: the API server has no such pod; the container is admitted on its own");
+                (own, owner(&container.id), None)
+            }
+        })
     }
 
     /// Looks for each container's CDI devices through the spec files of
@@ -366,13 +469,23 @@ impl Face {
             return Err(e);
         }
         let id = container.id.clone();
+        let (admit, admit_owner, held_by) = self
+            .pod_to_admit(&pod, &container, request.pod.view)
+            .await
+            .map_err(|e| {
+                warn!(container = %name, "{e}");
+                PluginError::new(format!("topomgr: {e}"))
+            })?;
         let answer = self
             .ask(ContainerCommand::Create(Box::new(NewContainer {
                 id: id.clone(),
-                pod: request.pod.view,
-                owner: owner(&id),
+                pod: admit,
+                owner: admit_owner,
                 assigned: convert::assigned(&request.devices),
-                follow: followed(&pod, &container),
+                follow: FollowedContainer {
+                    held_by,
+                    ..followed(&pod, &container)
+                },
                 deadline: topomgr_nri::answer_deadline().map(tokio::time::Instant::into_std),
             })))
             .await
@@ -417,7 +530,12 @@ impl Face {
                 "topomgr could not place container {name}: it is admitted but has no cpuset (the shared pool is empty)"
             )));
         };
-        let allocation = result.containers.first().map(|c| &c.allocation);
+        let allocation = result
+            .containers
+            .iter()
+            .find(|c| c.name == container.name)
+            .or(result.containers.first())
+            .map(|c| &c.allocation);
         let env = allocation.map(|a| a.env.clone()).unwrap_or_default();
         let unlimited_quota =
             self.lift_cpu_quota && allocation.is_some_and(|a| a.exclusive && !a.cpus.is_empty());
@@ -519,7 +637,8 @@ impl Face {
         .await;
     }
 
-    /// RemovePodSandbox: release every container of the pod still held.
+    /// StopPodSandbox, RemovePodSandbox: release every container of the
+    /// pod still held, and the pod when it is admitted whole (pod scope).
     pub async fn remove_pod(&self, pod: PodSandbox) {
         self.status.forget_sandbox(&pod.id);
         self.forget(ContainerCommand::RemoveSandbox {
@@ -563,6 +682,8 @@ impl Face {
         let mut names = BTreeMap::new();
         let mut sandboxes = BTreeMap::new();
         let mut listed = Vec::new();
+        // Pod scope: what each sandbox's pod is, read at most once here.
+        let mut scopes = SandboxScopes::default();
         for c in &live {
             let Some(pod) = pods.get(c.pod_sandbox_id.as_str()) else {
                 warn!(container = %c.id, sandbox = %c.pod_sandbox_id, "the runtime lists a container without its pod; left alone");
@@ -573,9 +694,30 @@ impl Face {
             // The kubelet is not asked here: one call per listed container
             // would bound Synchronize by the kubelet's latency; the nodes
             // of a DRA claim's CDI devices are in the container already.
+            let mut held_by = None;
             let admit = match self.map(pod, c, false).await {
                 Ok(Mapping::Admit(r)) => {
-                    Some((r.pod.view, owner(&c.id), convert::assigned(&r.devices)))
+                    let assigned = convert::assigned(&r.devices);
+                    match self.sandbox_scope(&mut scopes, pod, c).await {
+                        SandboxScope::Own => Some((r.pod.view, owner(&c.id), assigned)),
+                        SandboxScope::Whole(view) => {
+                            held_by = Some(pod.id.clone());
+                            view.map(|v| (*v, sandbox_owner(pod), assigned))
+                        }
+                        SandboxScope::Failed(e) => {
+                            warn!(container = %name, "{e}; it runs in the shared pool until the next registration");
+                            notes.push(ContainerNote {
+                                id: c.id.clone(),
+                                sandbox: c.pod_sandbox_id.clone(),
+                                text: format!(
+                                    "nri: container {name} ({}) runs in the shared pool: {e}",
+                                    c.id
+                                ),
+                            });
+                            held_by = Some(pod.id.clone());
+                            None
+                        }
+                    }
                 }
                 Ok(m @ Mapping::Leave(_)) => {
                     pinned = kubelet::pinned(pod, c, &m);
@@ -599,13 +741,20 @@ impl Face {
             sandboxes.insert(c.id.clone(), c.pod_sandbox_id.clone());
             listed.push(ListedContainer {
                 id: c.id.clone(),
-                follow: followed(pod, c),
+                follow: FollowedContainer {
+                    held_by,
+                    ..followed(pod, c)
+                },
                 admit,
                 pinned,
             });
         }
         let answer = self
-            .ask(ContainerCommand::Synchronize { existing, listed })
+            .ask(ContainerCommand::Synchronize {
+                existing,
+                sandboxes: pods.keys().map(|s| (*s).to_owned()).collect(),
+                listed,
+            })
             .await
             .map_err(|e| {
                 PluginError::new(format!(
@@ -858,6 +1007,11 @@ impl Plugin for Face {
 
     async fn remove_container(&self, _pod: PodSandbox, container: Container) -> HandlerResult<()> {
         self.remove(container).await;
+        Ok(())
+    }
+
+    async fn stop_pod_sandbox(&self, pod: PodSandbox) -> HandlerResult<()> {
+        self.remove_pod(pod).await;
         Ok(())
     }
 

@@ -7,8 +7,8 @@
 //! # Events
 //!
 //! topomgr subscribes to CreateContainer, PostCreateContainer,
-//! PostStartContainer, UpdateContainer, StopContainer, RemoveContainer and
-//! RemovePodSandbox ([`EVENTS`]); the runtime sends Configure and
+//! PostStartContainer, UpdateContainer, StopContainer, RemoveContainer,
+//! StopPodSandbox and RemovePodSandbox ([`EVENTS`]); the runtime sends Configure and
 //! Synchronize at every registration. Every event is one request to the
 //! state thread, answered with the placement computed there from the
 //! committed state; the containers followed, and what the runtime was told
@@ -44,7 +44,8 @@
 //!   shared containers in its answer; **RemoveContainer** and
 //!   **RemovePodSandbox** release whatever is still held (the shared
 //!   containers get the CPUs back from the follower, through the
-//!   runtime's CRI socket, `cri.rs`).
+//!   runtime's CRI socket, `cri.rs`); **StopPodSandbox** does the same,
+//!   and releases a pod admitted whole under pod scope.
 //! - **UpdateContainer**: a resize (the kubelet's, changing the
 //!   container's CPU or memory) is done in place through the providers'
 //!   `resize` or refused with its reason ([`Face::update`]); an update that
@@ -81,15 +82,18 @@
 //!
 //! # Scope
 //!
-//! NRI tells one container at a time, never the whole pod, so `scope =
-//! "pod"` cannot decide for a pod: `serve` refuses to start with `[nri]
-//! enabled` under pod scope ([`check_scope`]).
+//! NRI tells one container at a time, never the whole pod. Under `scope =
+//! "pod"` the face reads the whole pod from the API server at its first
+//! container and admits it there, as the kubelet's pod scope does
+//! ([`pod_scope`]); without `[kubernetes] enabled` there is nowhere to
+//! read it, and `serve` refuses to start ([`check_scope`]).
 
 mod budget;
 mod convert;
 mod cri;
 mod face;
 mod kubelet;
+mod pod_scope;
 mod status;
 
 use std::path::PathBuf;
@@ -102,6 +106,7 @@ use tracing::{error, info};
 
 pub(crate) use convert::{KubeletClaims, KUBELET_CLAIMS_TIMEOUT};
 pub use face::Face;
+pub(crate) use pod_scope::PodSpecs;
 pub use status::NriStatus;
 
 /// How often the follower looks for cpusets the runtime was not told
@@ -113,13 +118,14 @@ const FOLLOW_INTERVAL: Duration = Duration::from_secs(1);
 const CHECK_EVERY: u32 = 10;
 
 /// The events topomgr subscribes to.
-pub const EVENTS: [Event; 7] = [
+pub const EVENTS: [Event; 8] = [
     Event::CreateContainer,
     Event::PostCreateContainer,
     Event::PostStartContainer,
     Event::UpdateContainer,
     Event::StopContainer,
     Event::RemoveContainer,
+    Event::StopPodSandbox,
     Event::RemovePodSandbox,
 ];
 
@@ -149,14 +155,15 @@ pub struct NriSettings {
 
 /// Why the daemon refuses to start with `[nri] enabled`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("[nri] enabled needs scope = \"container\" (the config says \"pod\"): the runtime tells topomgr one container at a time through NRI, never the whole pod, so pod scope cannot decide; set scope = \"container\", or set enabled = false in [nri]")]
+#[error("[nri] enabled with scope = \"pod\" needs [kubernetes] enabled: the runtime tells topomgr one container at a time through NRI, so pod scope reads the whole pod from the API server; set enabled = true in [kubernetes] (with its kubeconfig, or in-cluster), or set scope = \"container\"")]
 pub struct PodScopeUnderNri;
 
-/// Refuses pod scope under NRI (see the module docs).
-pub fn check_scope(scope: Scope) -> Result<(), PodScopeUnderNri> {
+/// Refuses pod scope under NRI without access to the API server
+/// (`api`: `[kubernetes] enabled`; see the module docs).
+pub fn check_scope(scope: Scope, api: bool) -> Result<(), PodScopeUnderNri> {
     match scope {
-        Scope::Pod => Err(PodScopeUnderNri),
-        Scope::Container => Ok(()),
+        Scope::Pod if !api => Err(PodScopeUnderNri),
+        _ => Ok(()),
     }
 }
 

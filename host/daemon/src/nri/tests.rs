@@ -6,7 +6,7 @@
 //! two containers, no container holds what the state does not, and each
 //! container's cpuset as the runtime was told it matches the state.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
@@ -52,11 +52,38 @@ fn cpu_provider(held: &Held) -> FakeProvider {
         (pod.qos == QosClass::Guaranteed && cpu % 1000 == 0).then_some((cpu / 1000) as usize)
     };
     let hints_free = free_on.clone();
+    let pod_free = free_on.clone();
     let resize_free = free_on.clone();
     let held_alloc = Arc::clone(held);
     let held_release = Arc::clone(held);
     let held_resize = Arc::clone(held);
     FakeProvider::new()
+        .with_pod_hints(move |pod| {
+            // Pod scope: the pod's whole CPUs (its largest init container,
+            // or all its app containers together) on one node.
+            let apps: usize = pod.containers.iter().filter_map(|c| whole(pod, c)).sum();
+            let inits = pod
+                .init_containers
+                .iter()
+                .filter_map(|c| whole(pod, c))
+                .max();
+            let n = inits.unwrap_or(0).max(apps);
+            if n == 0 {
+                return Ok(None);
+            }
+            let hints: Vec<TopologyHint> = (0..2)
+                .filter(|&node| pod_free(node).len() >= n)
+                .map(|node| TopologyHint::new(NumaMask::single(NumaNodeId::from(node as u8)), true))
+                .collect();
+            Ok(Some(BTreeMap::from([(
+                "cpu".to_owned(),
+                Some(if hints.is_empty() {
+                    HintSet::unsatisfiable()
+                } else {
+                    HintSet::Explicit(hints)
+                }),
+            )])))
+        })
         .with_hints(move |pod, c| {
             let Some(n) = whole(pod, c) else {
                 return Ok(None);
@@ -177,6 +204,16 @@ fn world_with(
     machine: topomgr_sdk::Machine,
     face: impl FnOnce(Face, &std::path::Path) -> Face,
 ) -> World {
+    world_in(tag, machine, Scope::Container, face)
+}
+
+/// [`world_with`] under `scope`.
+fn world_in(
+    tag: &str,
+    machine: topomgr_sdk::Machine,
+    scope: Scope,
+    face: impl FnOnce(Face, &std::path::Path) -> Face,
+) -> World {
     let dir = std::env::temp_dir().join(format!("topomgr-nri-face-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -186,7 +223,7 @@ fn world_with(
     let admitter = Admitter::new(
         &machine,
         policy,
-        Scope::Container,
+        scope,
         vec![LoadedProvider::in_process("cpu", cpu_provider(&held))],
     );
     let settings = StateThreadSettings {
@@ -308,7 +345,8 @@ impl World {
         for (id, c, exclusive) in self.book() {
             let told = c.told.clone().expect("every container was told");
             if exclusive {
-                assert_eq!(told.cpus, held[&(id.clone(), c.name.clone())]);
+                let uid = c.pod_uid_in(&id).to_owned();
+                assert_eq!(told.cpus, held[&(uid, c.name.clone())]);
             } else {
                 assert_eq!(told.cpus, pool, "{id} is told the pool");
             }
@@ -904,10 +942,11 @@ async fn the_health_of_a_face_follows_its_connection() {
     w.face.disconnected("cannot connect".into());
     assert_eq!(s.health().error.as_deref(), Some("cannot connect"));
     assert!(w.face.runtime_client().is_none());
-    assert_eq!(check_scope(Scope::Container), Ok(()));
+    assert_eq!(check_scope(Scope::Container, false), Ok(()));
+    assert_eq!(check_scope(Scope::Pod, true), Ok(()));
     assert_eq!(
-        check_scope(Scope::Pod).unwrap_err().to_string(),
-        "[nri] enabled needs scope = \"container\" (the config says \"pod\"): the runtime tells topomgr one container at a time through NRI, never the whole pod, so pod scope cannot decide; set scope = \"container\", or set enabled = false in [nri]"
+        check_scope(Scope::Pod, false).unwrap_err().to_string(),
+        "[nri] enabled with scope = \"pod\" needs [kubernetes] enabled: the runtime tells topomgr one container at a time through NRI, so pod scope reads the whole pod from the API server; set enabled = true in [kubernetes] (with its kubeconfig, or in-cluster), or set scope = \"container\""
     );
 }
 
@@ -1293,6 +1332,7 @@ async fn a_create_queued_past_its_deadline_admits_nothing() {
                 told: None,
                 pod_uid: String::new(),
                 started: false,
+                held_by: None,
             },
             deadline: Some(std::time::Instant::now()),
         })))
@@ -1372,6 +1412,7 @@ async fn an_admission_past_its_deadline_is_released_in_the_same_request() {
                 told: None,
                 pod_uid: String::new(),
                 started: false,
+                held_by: None,
             },
             deadline: Some(std::time::Instant::now() + std::time::Duration::from_millis(100)),
         })))
@@ -2069,4 +2110,396 @@ async fn refusals_are_recorded_as_events_on_the_pod() {
     );
     assert_eq!(seen[1].2["count"], 2);
     assert_eq!(seen[2].2["count"], 3);
+}
+
+/// A stand-in for the API server over plain HTTP that has the pods of
+/// `pods` (by name, in namespace `team-a`) and answers 404 for any other;
+/// its port and how many pods it was asked for.
+async fn fake_pod_api(pods: Vec<serde_json::Value>) -> (u16, Arc<Mutex<Vec<String>>>) {
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let record = Arc::clone(&asked);
+    let pods: BTreeMap<String, serde_json::Value> = pods
+        .into_iter()
+        .map(|p| (p["metadata"]["name"].as_str().unwrap().to_owned(), p))
+        .collect();
+    let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
+        let record = Arc::clone(&record);
+        let pods = pods.clone();
+        async move {
+            let path = uri.path().to_owned();
+            record.lock().unwrap().push(path.clone());
+            let name = path
+                .strip_prefix("/api/v1/namespaces/team-a/pods/")
+                .unwrap_or_default();
+            match pods.get(name) {
+                Some(p) => (axum::http::StatusCode::OK, p.to_string()),
+                None => (
+                    axum::http::StatusCode::NOT_FOUND,
+                    r#"{"kind":"Status","message":"not found"}"#.to_owned(),
+                ),
+            }
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (port, asked)
+}
+
+/// A client of the API server at `port` (plain HTTP), its kubeconfig
+/// written under `dir`.
+fn api_client(dir: &std::path::Path, port: u16) -> topomgr_kube::ApiClient {
+    let kubeconfig = dir.join(format!("kubeconfig-{port}"));
+    std::fs::write(
+        &kubeconfig,
+        format!(
+            "current-context: t\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:{port}\nusers:\n- name: u\n  user:\n    token: x\ncontexts:\n- name: t\n  context:\n    cluster: c\n    user: u\n"
+        ),
+    )
+    .unwrap();
+    let access = topomgr_kube::Access::load(&topomgr_kube::Source::Kubeconfig(kubeconfig)).unwrap();
+    topomgr_kube::ApiClient::new(access).unwrap()
+}
+
+/// Pod `id` as the API server has it (uid as [`pod`] gives it): a
+/// Guaranteed pod of one app container per `(container id, whole CPUs)`.
+fn api_pod(id: &str, containers: &[(&str, u32)]) -> serde_json::Value {
+    let containers: Vec<serde_json::Value> = containers
+        .iter()
+        .map(|(c, cpus)| {
+            serde_json::json!({
+                "name": format!("ctr-{c}"),
+                "image": "busybox",
+                "resources": {"limits": {"cpu": cpus.to_string(), "memory": "64Mi"}},
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": format!("pod-{id}"), "namespace": "team-a", "uid": pod(id, "g").uid},
+        "spec": {"nodeName": "worker-1", "containers": containers},
+        "status": {"phase": "Pending"},
+    })
+}
+
+/// A container of the API pod `api_pod` gives: `cpus` whole CPUs.
+fn whole_container(id: &str, pod: &PodSandbox, cpus: u64) -> Container {
+    let mut c = container(id, pod, cpus * 1000, cpus as i64 * 1000);
+    c.linux.as_mut().unwrap().resources.as_mut().unwrap().memory = Some(LinuxMemory {
+        limit: Some(OptionalInt64 { value: 64 << 20 }),
+        ..Default::default()
+    });
+    c
+}
+
+/// Pod scope under NRI (issue 34 item 4): at its first container the pod
+/// is read from the API server and admitted whole, so its two one-CPU
+/// containers land together on node 1, the only node with two free CPUs
+/// (in container scope the first would take CPU 1 of node 0). Its second
+/// container and a restarted one get their part without a second read;
+/// a pod too large for one node is refused at its first container with
+/// nothing held; StopPodSandbox releases the pod; a pod the API server
+/// lacks is admitted container by container; an API server that cannot be
+/// reached refuses the creation with the reason, holding nothing.
+#[tokio::test]
+async fn pod_scope_admits_the_whole_pod_at_its_first_container() {
+    let (port, asked) = fake_pod_api(vec![
+        api_pod("1", &[("a", 1), ("b", 1)]),
+        api_pod("2", &[("c", 1)]),
+        api_pod("3", &[("d", 1), ("e", 1)]),
+    ])
+    .await;
+    let w = world_in(
+        "pod-scope",
+        topomgr_sdk::testkit::machine(2, 2),
+        Scope::Pod,
+        |f, dir| {
+            f.with_pod_scope(PodSpecs::new(
+                api_client(dir, port),
+                std::time::Duration::from_secs(1),
+            ))
+        },
+    );
+    let cpuset = |r: &CreateContainerResponse| {
+        r.adjust
+            .as_ref()
+            .and_then(|a| a.linux.as_ref())
+            .and_then(|l| l.resources.as_ref())
+            .and_then(|r| r.cpu.as_ref())
+            .map(|c| c.cpus.clone())
+            .unwrap()
+    };
+    let p1 = pod("1", "g");
+    let a = w
+        .face
+        .create(p1.clone(), whole_container("a", &p1, 1))
+        .await
+        .unwrap();
+    // Both containers are held on node 1 before the second one exists.
+    let held = w.held.lock().unwrap().clone();
+    let of = |c: &str| held[&("sandbox-1".to_owned(), format!("ctr-{c}"))].clone();
+    assert_eq!(
+        of("a").union(&of("b")),
+        CpuSet::parse("2-3").unwrap(),
+        "{held:?}"
+    );
+    assert_eq!(cpuset(&a), of("a").to_string());
+    w.check();
+    let b = w
+        .face
+        .create(p1.clone(), whole_container("b", &p1, 1))
+        .await
+        .unwrap();
+    assert_eq!(cpuset(&b), of("b").to_string());
+    assert_eq!(
+        asked.lock().unwrap().len(),
+        1,
+        "read once: {:?}",
+        asked.lock().unwrap()
+    );
+    let pods = w.state.read(|v| v.pods.clone());
+    let whole = &pods["sandbox-1"];
+    assert_eq!(whole.containers.len(), 2);
+    assert!(!pods.contains_key("a") && !pods.contains_key("b"));
+    w.check();
+    // A restart of container a (a new id) gets a's CPUs back.
+    w.face
+        .stop(p1.clone(), whole_container("a", &p1, 1))
+        .await
+        .unwrap();
+    assert_eq!(w.held.lock().unwrap().len(), 2, "the pod stays held");
+    let a2 = w
+        .face
+        .create(p1.clone(), {
+            let mut c = whole_container("a2", &p1, 1);
+            c.name = "ctr-a".into();
+            c
+        })
+        .await
+        .unwrap();
+    assert_eq!(cpuset(&a2), of("a").to_string());
+    w.check();
+
+    // Pod 3 needs two CPUs of one node; only CPU 1 is free: refused at
+    // its first container, nothing held.
+    let p3 = pod("3", "g");
+    let err = w
+        .face
+        .create(p3.clone(), whole_container("d", &p3, 1))
+        .await
+        .unwrap_err();
+    assert!(
+        err.message()
+            .starts_with("topomgr: TopologyAffinityError: "),
+        "{}",
+        err.message()
+    );
+    assert!(!w.state.read(|v| v.pods.contains_key("sandbox-3")));
+    assert_eq!(w.held.lock().unwrap().len(), 2);
+    w.check();
+
+    // StopPodSandbox of pod 1 releases it whole.
+    w.face
+        .stop(p1.clone(), whole_container("b", &p1, 1))
+        .await
+        .unwrap();
+    topomgr_nri::Plugin::stop_pod_sandbox(&*w.face, p1.clone())
+        .await
+        .unwrap();
+    assert!(w.held.lock().unwrap().is_empty());
+    assert!(w.state.read(|v| v.pods.is_empty()));
+    w.check();
+
+    // Pod 3 fits now (node 1), both of its containers there.
+    w.face
+        .create(p3.clone(), whole_container("d", &p3, 1))
+        .await
+        .unwrap();
+    w.face
+        .create(p3.clone(), whole_container("e", &p3, 1))
+        .await
+        .unwrap();
+    assert_eq!(
+        w.held
+            .lock()
+            .unwrap()
+            .values()
+            .fold(CpuSet::new(), |a, c| a.union(c)),
+        CpuSet::parse("2-3").unwrap()
+    );
+    w.check();
+
+    // A pod the API server does not have: the container on its own.
+    let p9 = pod("9", "g");
+    w.face
+        .create(p9.clone(), whole_container("z", &p9, 1))
+        .await
+        .unwrap();
+    assert!(w.state.read(|v| v.pods.contains_key("z")));
+    w.check();
+
+    // No API server: refused with the reason, nothing held.
+    let down = world_in(
+        "pod-scope-down",
+        topomgr_sdk::testkit::machine(2, 2),
+        Scope::Pod,
+        |f, dir| {
+            let closed = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            f.with_pod_scope(PodSpecs::new(
+                api_client(dir, closed),
+                std::time::Duration::from_secs(1),
+            ))
+        },
+    );
+    let err = down
+        .face
+        .create(p1.clone(), whole_container("a", &p1, 1))
+        .await
+        .unwrap_err();
+    assert!(
+        err.message().starts_with("topomgr: pod scope needs the whole pod team-a/pod-1 from the API server and cannot have it: cannot connect to the API server http://127.0.0.1:"),
+        "{}",
+        err.message()
+    );
+    assert!(
+        err.message()
+            .ends_with("; the kubelet retries the container"),
+        "{}",
+        err.message()
+    );
+    assert!(down.state.read(|v| v.pods.is_empty()));
+    assert!(down.book().is_empty());
+}
+
+/// Pod scope at a Synchronize: a pod created while topomgr was away is
+/// read and admitted whole once for all its containers; a pod admitted
+/// whole keeps its containers' parts; a pod whose sandbox the runtime no
+/// longer lists is released.
+#[tokio::test]
+async fn pod_scope_at_synchronize_admits_whole_pods_and_releases_gone_sandboxes() {
+    let (port, asked) = fake_pod_api(vec![
+        api_pod("1", &[("a", 1)]),
+        api_pod("2", &[("c", 1), ("d", 1)]),
+    ])
+    .await;
+    let w = world_in(
+        "pod-scope-sync",
+        topomgr_sdk::testkit::machine(2, 2),
+        Scope::Pod,
+        |f, dir| {
+            f.with_pod_scope(PodSpecs::new(
+                api_client(dir, port),
+                std::time::Duration::from_secs(1),
+            ))
+        },
+    );
+    let p1 = pod("1", "g");
+    w.face
+        .create(p1.clone(), whole_container("a", &p1, 1))
+        .await
+        .unwrap();
+    assert!(w.state.read(|v| v.pods.contains_key("sandbox-1")));
+    // Pod 1's sandbox is gone; pod 2 came while topomgr was away.
+    let p2 = pod("2", "g");
+    let containers = vec![whole_container("c", &p2, 1), whole_container("d", &p2, 1)];
+    let updates = w
+        .face
+        .synchronize(vec![p2.clone()], containers)
+        .await
+        .unwrap();
+    let pods = w.state.read(|v| v.pods.clone());
+    assert!(!pods.contains_key("sandbox-1"), "released with its sandbox");
+    assert_eq!(pods["sandbox-2"].containers.len(), 2);
+    assert_eq!(
+        updates
+            .iter()
+            .map(|u| cpus_of(u).1)
+            .collect::<BTreeSet<_>>(),
+        BTreeSet::from(["2".to_owned(), "3".to_owned()]),
+        "both on node 1"
+    );
+    let reads = asked.lock().unwrap().clone();
+    assert_eq!(
+        reads.iter().filter(|p| p.ends_with("/pod-2")).count(),
+        1,
+        "{reads:?}"
+    );
+    w.check();
+    // Listed again: kept as it is, not read again.
+    let containers = vec![whole_container("c", &p2, 1), whole_container("d", &p2, 1)];
+    w.face
+        .synchronize(vec![p2.clone()], containers)
+        .await
+        .unwrap();
+    assert_eq!(asked.lock().unwrap().len(), reads.len());
+    assert_eq!(w.state.read(|v| v.pods.len()), 1);
+    w.check();
+}
+
+/// Pod scope: a container's resize resizes its part of the pod admitted
+/// whole, in place (its name in that pod); the other container's part and
+/// the pod's admission stay; an infeasible one changes nothing.
+#[tokio::test]
+async fn pod_scope_resizes_a_containers_part_of_the_pod() {
+    let (port, _) = fake_pod_api(vec![api_pod("6", &[("w", 2)])]).await;
+    let w = world_in(
+        "pod-scope-resize",
+        topomgr_sdk::testkit::machine(2, 2),
+        Scope::Pod,
+        |f, dir| {
+            f.with_pod_scope(PodSpecs::new(
+                api_client(dir, port),
+                std::time::Duration::from_secs(1),
+            ))
+        },
+    );
+    let p6 = pod("6", "g");
+    w.face
+        .create(p6.clone(), whole_container("w", &p6, 2))
+        .await
+        .unwrap();
+    let part = |w: &World| {
+        w.state.read(|v| {
+            let r = &v.pods["sandbox-6"];
+            (
+                r.containers[0].allocation.cpus.to_string(),
+                r.pod.containers[0].request("cpu"),
+            )
+        })
+    };
+    assert_eq!(part(&w), ("2-3".to_owned(), 2000));
+    let err = w
+        .face
+        .update(
+            p6.clone(),
+            whole_container("w", &p6, 2),
+            Some(resize_to(3000, 3000)),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "topomgr: ResizeInfeasible: provider \"cpu\": needs 1 more CPUs on node 1, 0 free"
+    );
+    assert_eq!(part(&w), ("2-3".to_owned(), 2000), "nothing changed");
+    let shrunk = w
+        .face
+        .update(
+            p6.clone(),
+            whole_container("w", &p6, 2),
+            Some(resize_to(1000, 1000)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(updates(&shrunk.update), [("w".to_owned(), "2".to_owned())]);
+    assert_eq!(part(&w), ("2".to_owned(), 1000));
+    assert_eq!(
+        w.state.read(|v| v.pods.keys().cloned().collect::<Vec<_>>()),
+        ["sandbox-6"]
+    );
+    w.check();
 }

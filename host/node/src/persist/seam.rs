@@ -296,6 +296,7 @@ impl From<&Owner> for v1::OwnerRecord {
                 runtime: match c.runtime {
                     ContainerRuntime::OciHook => v1::RuntimeRecord::OciHook,
                     ContainerRuntime::Nri => v1::RuntimeRecord::Nri,
+                    ContainerRuntime::NriSandbox => v1::RuntimeRecord::NriSandbox,
                 },
                 id: c.id.clone(),
                 pid: c.pid,
@@ -320,6 +321,7 @@ impl From<v1::OwnerRecord> for Owner {
                 runtime: match c.runtime {
                     v1::RuntimeRecord::OciHook => ContainerRuntime::OciHook,
                     v1::RuntimeRecord::Nri => ContainerRuntime::Nri,
+                    v1::RuntimeRecord::NriSandbox => ContainerRuntime::NriSandbox,
                 },
                 id: c.id,
                 pid: c.pid,

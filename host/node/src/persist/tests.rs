@@ -384,6 +384,20 @@ fn owners_of_older_records_read_and_unknown_ones_are_refused() {
             boot_id: "b".to_owned(),
         })
     );
+    // A pod admitted whole under pod scope, owned by its NRI sandbox.
+    let sandbox = Owner::Container(ContainerOwner {
+        runtime: ContainerRuntime::NriSandbox,
+        id: "s1".to_owned(),
+        pid: None,
+        start_time: None,
+        boot_id: "b".to_owned(),
+        cgroup: None,
+        admitted_at: 3,
+    });
+    let json = serde_json::to_string(&v1::OwnerRecord::from(&sandbox)).unwrap();
+    assert!(json.contains(r#""runtime":"nri-sandbox""#), "{json}");
+    let back: v1::OwnerRecord = serde_json::from_str(&json).unwrap();
+    assert_eq!(Owner::from(back), sandbox);
     let err = serde_json::from_str::<v1::OwnerRecord>(r#"{"kind":"vm","id":"x"}"#).unwrap_err();
     assert!(err.to_string().contains("unknown variant `vm`"), "{err}");
     let err =

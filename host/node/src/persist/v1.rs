@@ -202,6 +202,10 @@ pub(crate) struct ContainerOwnerRecord {
 pub(crate) enum RuntimeRecord {
     OciHook,
     Nri,
+    /// Added with pod scope under NRI: an addition, not a change, so v1
+    /// still reads every state written before it; a topomgr older than it
+    /// refuses a state that holds one, naming the unknown variant.
+    NriSandbox,
 }
 
 /// The two shapes an owner is read in, tagged.

@@ -5,7 +5,9 @@
 //!
 //! This is the node's one book of those containers, kept beside its pods
 //! ([`crate::state::NodeState::followed`]): a container's allocation
-//! is never copied here, it is read from the admitted pod whose uid is the
+//! is never copied here, it is read from the pod admitted whole that
+//! holds it under pod scope ([`FollowedContainer::held_by`], by its name),
+//! or else from the admitted pod whose uid is the
 //! container id (a container whose pod is not admitted, or was released by
 //! other means while it runs, gets the shared pool), so every answer is
 //! computed from the one state. It is not saved: the runtime lists every
@@ -64,6 +66,55 @@ pub struct FollowedContainer {
     pub pod_uid: String,
     /// Whether the runtime started it (listed running, or PostStart).
     pub started: bool,
+    /// The uid of the pod admitted whole that holds its allocation (pod
+    /// scope: its sandbox's pod, read from the API server and admitted at
+    /// its first container); `None`: its own one-container pod, whose uid
+    /// is the container id.
+    pub held_by: Option<String>,
+}
+
+impl FollowedContainer {
+    /// The uid of the admitted pod its allocation is read from: the pod
+    /// it is held by, or its own (`id`, the container id).
+    pub fn pod_uid_in<'a>(&'a self, id: &'a str) -> &'a str {
+        self.held_by.as_deref().unwrap_or(id)
+    }
+
+    /// Its allocation (container `id`): the one of its name in the pod
+    /// admitted whole that holds it, or its one-container pod's; `None`
+    /// when that pod is not admitted (or, admitted whole, has no
+    /// container of its name: an ephemeral container).
+    pub fn allocation<'a>(
+        &self,
+        pods: &'a BTreeMap<String, AdmitResult>,
+        id: &str,
+    ) -> Option<&'a Allocation> {
+        let r = pods.get(self.pod_uid_in(id))?;
+        match self.held_by {
+            None => r.containers.first(),
+            Some(_) => r.containers.iter().find(|c| c.name == self.name),
+        }
+        .map(|c| &c.allocation)
+    }
+
+    /// Whether it holds exclusive CPUs.
+    pub fn is_exclusive(&self, pods: &BTreeMap<String, AdmitResult>, id: &str) -> bool {
+        self.allocation(pods, id).is_some_and(|a| !is_shared(a))
+    }
+
+    /// The cpuset it should have with `pool` as the shared pool on a
+    /// machine of `nodes`; `None` when the shared pool is empty and it is
+    /// a member.
+    pub fn desired(
+        &self,
+        pods: &BTreeMap<String, AdmitResult>,
+        id: &str,
+        pool: &CpuSet,
+        nodes: NumaMask,
+    ) -> Option<Cpuset> {
+        let shared = Allocation::default();
+        container_cpuset(self.allocation(pods, id).unwrap_or(&shared), pool, nodes).ok()
+    }
 }
 
 /// An update of one container's cpuset: (container id, cpuset).
@@ -95,14 +146,6 @@ pub struct PinnedContainer {
     /// Pinned by the kubelet's own CPU manager (a kubelet pod): a health
     /// note, since the kubelet's managers must be off beside topomgr.
     pub kubelet: bool,
-}
-
-/// The allocation of container `id` (its one-container pod's), `None` when
-/// no pod of that uid is admitted.
-fn allocation_of<'a>(pods: &'a BTreeMap<String, AdmitResult>, id: &str) -> Option<&'a Allocation> {
-    pods.get(id)
-        .and_then(|r| r.containers.first())
-        .map(|c| &c.allocation)
 }
 
 impl Followed {
@@ -172,29 +215,21 @@ impl Followed {
         }
     }
 
-    /// Whether container `id` holds exclusive CPUs.
-    pub fn is_exclusive(pods: &BTreeMap<String, AdmitResult>, id: &str) -> bool {
-        allocation_of(pods, id).is_some_and(|a| !is_shared(a))
-    }
-
     /// Whether any container followed but `except` runs in the shared pool.
     pub fn any_shared(&self, pods: &BTreeMap<String, AdmitResult>, except: &str) -> bool {
         self.containers
-            .keys()
-            .any(|id| id != except && !Followed::is_exclusive(pods, id))
+            .iter()
+            .any(|(id, c)| id != except && !c.is_exclusive(pods, id))
     }
 
-    /// The cpuset container `id` should have with `pool` as the shared
-    /// pool on a machine of `nodes`; `None` when the shared pool is empty
-    /// and it is a member.
-    pub fn desired(
-        pods: &BTreeMap<String, AdmitResult>,
-        id: &str,
-        pool: &CpuSet,
-        nodes: NumaMask,
-    ) -> Option<Cpuset> {
-        let shared = Allocation::default();
-        container_cpuset(allocation_of(pods, id).unwrap_or(&shared), pool, nodes).ok()
+    /// The ids of the containers followed whose allocation pod `uid`
+    /// holds (admitted whole, pod scope).
+    pub fn held_by(&self, uid: &str) -> Vec<String> {
+        self.containers
+            .iter()
+            .filter(|(_, c)| c.held_by.as_deref() == Some(uid))
+            .map(|(id, _)| id.clone())
+            .collect()
     }
 
     /// Container `id`'s cpuset, marked told (`None`: not followed, or no
@@ -207,7 +242,7 @@ impl Followed {
         nodes: NumaMask,
     ) -> Option<Cpuset> {
         let c = self.containers.get_mut(id)?;
-        let want = Followed::desired(pods, id, pool, nodes)?;
+        let want = c.desired(pods, id, pool, nodes)?;
         c.told = Some(want.clone());
         Some(want)
     }
@@ -227,7 +262,7 @@ impl Followed {
             if Some(id.as_str()) == except {
                 continue;
             }
-            let Some(want) = Followed::desired(pods, id, pool, nodes) else {
+            let Some(want) = c.desired(pods, id, pool, nodes) else {
                 continue;
             };
             if c.told.as_ref() != Some(&want) {
@@ -411,6 +446,7 @@ mod tests {
             told: None,
             pod_uid: format!("uid-{sandbox}"),
             started: false,
+            held_by: None,
         }
     }
 
@@ -502,8 +538,8 @@ mod tests {
         );
         assert_eq!(told(&f, "b"), "0-2/0-1");
         assert!(f.get("g").unwrap().told.is_none());
-        assert!(Followed::is_exclusive(&pods, "g"));
-        assert!(!Followed::is_exclusive(&pods, "x"));
+        assert!(f.get("g").unwrap().is_exclusive(&pods, "g"));
+        assert!(!f.get("x").unwrap().is_exclusive(&pods, "x"));
         assert!(f.any_shared(&pods, "b"), "x is shared");
         let ups = f.updates(&pods, &cpus("0-2"), nodes(), None);
         assert_eq!(cpus_of(&ups), [("g".into(), "3".into())]);
@@ -569,6 +605,59 @@ mod tests {
             "{err}"
         );
         let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// Pod scope: the containers of a pod admitted whole read their
+    /// allocation from it by name, whatever their own id; one the pod has
+    /// no container of (an ephemeral container) runs in the shared pool.
+    #[test]
+    fn containers_of_a_pod_admitted_whole_read_their_allocation_by_name() {
+        let (uid, mut whole) = admitted("sandbox-1", Allocation::default());
+        whole.containers.push(ContainerResult {
+            name: "gpu".into(),
+            hint: TopologyHint::new(NumaMask::single(1.into()), true),
+            allocation: Allocation::default()
+                .with_cpus(cpus("3"), true)
+                .with_mems(NumaMask::single(1.into())),
+        });
+        let pods = BTreeMap::from([(uid.clone(), whole)]);
+        let of_pod = |name: &str| FollowedContainer {
+            name: name.into(),
+            held_by: Some(uid.clone()),
+            ..followed("sandbox-1")
+        };
+        let mut f = Followed::default();
+        f.follow("c-gpu", of_pod("gpu"));
+        f.follow("c-app", of_pod("app"));
+        f.follow("c-debug", of_pod("debugger"));
+        f.follow("own", followed("s2"));
+        let gpu = f.get("c-gpu").unwrap();
+        assert_eq!(gpu.pod_uid_in("c-gpu"), "sandbox-1");
+        assert!(gpu.is_exclusive(&pods, "c-gpu"));
+        assert_eq!(
+            gpu.desired(&pods, "c-gpu", &cpus("0-2"), nodes()),
+            Some(Cpuset {
+                cpus: cpus("3"),
+                mems: NumaMask::single(1.into())
+            })
+        );
+        assert!(!f.get("c-app").unwrap().is_exclusive(&pods, "c-app"));
+        assert!(f
+            .get("c-debug")
+            .unwrap()
+            .allocation(&pods, "c-debug")
+            .is_none());
+        assert_eq!(f.held_by("sandbox-1"), ["c-app", "c-debug", "c-gpu"]);
+        let ups = f.updates(&pods, &cpus("0-2"), nodes(), None);
+        assert_eq!(
+            cpus_of(&ups),
+            [
+                ("c-app".into(), "0-2".into()),
+                ("c-debug".into(), "0-2".into()),
+                ("c-gpu".into(), "3".into()),
+                ("own".into(), "0-2".into())
+            ]
+        );
     }
 
     #[test]
