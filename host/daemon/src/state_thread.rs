@@ -1168,7 +1168,7 @@ impl Worker {
                 (Ok(Reply::Admitted(results)), changed)
             }
             Command::AdmitOwned { pod, owner } => {
-                match self.admit_owned(pod, owner, AssignedDevicesRequest::default()) {
+                match self.admit_owned(pod, owner, AssignedDevicesRequest::default(), None) {
                     Ok((r, changed)) => (Ok(Reply::Admitted(vec![r])), changed),
                     Err(e) => (Err(e), false),
                 }
@@ -1243,14 +1243,16 @@ impl Worker {
         }
     }
 
-    /// Admit `pod` for `owner`, aligned with the devices of `assigned` (its
-    /// containers hold them all): [`Command::AdmitOwned`],
+    /// Admit `pod` for `owner`, aligned with the devices of `assigned`,
+    /// which container `holder` holds (`None`: every container, the one of
+    /// a one-container pod): [`Command::AdmitOwned`],
     /// [`ContainerCommand::Create`]; (its result, whether the state changed).
     fn admit_owned(
         &mut self,
         pod: PodView,
         owner: OwnerSpec,
         assigned: AssignedDevicesRequest,
+        holder: Option<&str>,
     ) -> Result<(AdmitResult, bool), CommandError> {
         if let Some(conflict) = self.conflict(std::slice::from_ref(&pod)) {
             self.metrics.request_refused(UID_CONFLICT);
@@ -1275,6 +1277,7 @@ impl Worker {
             pod.init_containers
                 .iter()
                 .chain(&pod.containers)
+                .filter(|c| holder.is_none_or(|h| h == c.name))
                 .map(|c| (c.name.clone(), assigned.clone()))
                 .collect()
         };
@@ -1377,7 +1380,7 @@ impl Worker {
             info!(container = %who, stale = %s, "a started container takes over from an instance that never started");
             changed |= self.release_container(s);
         }
-        match self.admit_owned(pod, owner, assigned) {
+        match self.admit_owned(pod, owner, assigned, None) {
             Ok((r, admitted)) => {
                 if !r.admitted {
                     warn!(container = %who, reason = ?r.reason, message = ?r.message, "still cannot be admitted after its stale instance released its CPUs; it runs in the shared pool");
@@ -1429,8 +1432,17 @@ impl Worker {
                     // Pod scope: its pod was admitted whole at an earlier
                     // container; nothing is decided for this one.
                     (Some(_), Some(held)) => (held.clone(), false),
+                    // Pod scope: the devices are the creating container's.
                     _ => self
-                        .admit_owned(new.pod, new.owner, new.assigned)
+                        .admit_owned(
+                            new.pod,
+                            new.owner,
+                            new.assigned,
+                            new.follow
+                                .held_by
+                                .as_ref()
+                                .map(|_| new.follow.name.as_str()),
+                        )
                         .map_err(|e| (e, changed))?,
                 };
                 changed |= admitted;
@@ -1598,7 +1610,9 @@ impl Worker {
                                 let outcome = match whole.get(&uid) {
                                     Some(o) => o.clone(),
                                     None => {
-                                        let o = match self.admit_owned(pod, owner, assigned) {
+                                        let holder = Some(l.follow.name.as_str());
+                                        let o = match self.admit_owned(pod, owner, assigned, holder)
+                                        {
                                             Ok((r, admitted)) => {
                                                 changed |= admitted;
                                                 Ok(r)
@@ -1639,7 +1653,7 @@ impl Worker {
                         .follow
                         .started
                         .then(|| (pod.clone(), owner.clone(), assigned.clone()));
-                    let mut outcome = self.admit_owned(pod, owner, assigned);
+                    let mut outcome = self.admit_owned(pod, owner, assigned, None);
                     // A running container refused while a stale instance
                     // of it (another sandbox, never started) holds its
                     // CPUs: the stale one gives them up.
@@ -1650,7 +1664,7 @@ impl Worker {
                                 info!(container = %l.follow.who, stale = %s, "a running container takes over from an instance that never started");
                                 changed |= self.release_container(s);
                             }
-                            outcome = self.admit_owned(pod, owner, assigned);
+                            outcome = self.admit_owned(pod, owner, assigned, None);
                         }
                     }
                     let outcome = match outcome {

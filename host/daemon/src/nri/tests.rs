@@ -464,17 +464,12 @@ async fn guaranteed_burstable_refused_and_stopped_containers() {
     assert_eq!(w.face.status().health().containers, 1);
 }
 
-/// Issue 35: CDI devices (a DRA driver's) on node 1 of a two-node machine,
-/// found by the container's device nodes through the CDI specs and sysfs,
-/// put its CPUs on node 1; devices on both nodes are refused under
-/// single-numa-node, the message naming them. No provider lists them: the
-/// PCI devices' NUMA nodes count.
-#[tokio::test]
-async fn cdi_devices_put_a_container_on_their_numa_node() {
-    use topomgr_nri::api::LinuxDevice;
+/// A recorded two-node machine with a NIC on each node: `0000:17:00.0`
+/// on node 0, `0000:af:00.0` on node 1.
+fn nic_machine() -> topomgr_sdk::Machine {
     use topomgr_sdk::PciDevice;
     let base = topomgr_sdk::testkit::machine(2, 2);
-    let machine = topomgr_sdk::Machine::new(
+    topomgr_sdk::Machine::new(
         base.numa_nodes.clone(),
         base.cpus.clone(),
         vec![
@@ -493,27 +488,42 @@ async fn cdi_devices_put_a_container_on_their_numa_node() {
                 Some(1.into()),
             ),
         ],
-    );
-    let w = world_with("cdi", machine, |f, dir| {
-        let (cdi, sys) = (dir.join("cdi"), dir.join("sys"));
-        std::fs::create_dir_all(&cdi).unwrap();
-        std::fs::write(
-            cdi.join("nic.yaml"),
-            "cdiVersion: 0.6.0\nkind: example.org/nic\ndevices:\n\
-             - name: a\n  containerEdits:\n    deviceNodes:\n    - {path: /dev/infiniband/uverbs0, major: 231, minor: 192}\n\
-             - name: b\n  containerEdits:\n    deviceNodes:\n    - {path: /dev/infiniband/uverbs1, major: 231, minor: 193}\n",
-        )
-        .unwrap();
-        std::fs::create_dir_all(sys.join("dev/char")).unwrap();
-        for (minor, pci) in [(192, "0000:af:00.0"), (193, "0000:17:00.0")] {
-            let class = sys.join(format!(
-                "devices/pci0000:00/{pci}/infiniband_verbs/uverbs{minor}"
-            ));
-            std::fs::create_dir_all(&class).unwrap();
-            std::os::unix::fs::symlink(&class, sys.join(format!("dev/char/231:{minor}"))).unwrap();
-        }
-        f.with_cdi(vec![dir.join("absent"), cdi], sys, None)
-    });
+    )
+}
+
+/// `f` with CDI specs of the two NICs of [`nic_machine`] under `dir`
+/// (`example.org/nic=a`: node 1, `=b`: node 0) and their device nodes in a
+/// recorded sysfs.
+fn with_nic_specs(f: Face, dir: &std::path::Path) -> Face {
+    let (cdi, sys) = (dir.join("cdi"), dir.join("sys"));
+    std::fs::create_dir_all(&cdi).unwrap();
+    std::fs::write(
+        cdi.join("nic.yaml"),
+        "cdiVersion: 0.6.0\nkind: example.org/nic\ndevices:\n\
+         - name: a\n  containerEdits:\n    deviceNodes:\n    - {path: /dev/infiniband/uverbs0, major: 231, minor: 192}\n\
+         - name: b\n  containerEdits:\n    deviceNodes:\n    - {path: /dev/infiniband/uverbs1, major: 231, minor: 193}\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(sys.join("dev/char")).unwrap();
+    for (minor, pci) in [(192, "0000:af:00.0"), (193, "0000:17:00.0")] {
+        let class = sys.join(format!(
+            "devices/pci0000:00/{pci}/infiniband_verbs/uverbs{minor}"
+        ));
+        std::fs::create_dir_all(&class).unwrap();
+        std::os::unix::fs::symlink(&class, sys.join(format!("dev/char/231:{minor}"))).unwrap();
+    }
+    f.with_cdi(vec![dir.join("absent"), cdi], sys, None)
+}
+
+/// Issue 35: CDI devices (a DRA driver's) on node 1 of a two-node machine,
+/// found by the container's device nodes through the CDI specs and sysfs,
+/// put its CPUs on node 1; devices on both nodes are refused under
+/// single-numa-node, the message naming them. No provider lists them: the
+/// PCI devices' NUMA nodes count.
+#[tokio::test]
+async fn cdi_devices_put_a_container_on_their_numa_node() {
+    use topomgr_nri::api::LinuxDevice;
+    let w = world_with("cdi", nic_machine(), with_nic_specs);
     let g = pod("1", "g");
     let node = |minor: i64| LinuxDevice {
         path: format!("/dev/infiniband/uverbs{}", minor - 192),
@@ -2501,5 +2511,58 @@ async fn pod_scope_resizes_a_containers_part_of_the_pod() {
         w.state.read(|v| v.pods.keys().cloned().collect::<Vec<_>>()),
         ["sandbox-6"]
     );
+    w.check();
+}
+
+/// Pod scope with devices: the first container's CDI device (a NIC on node
+/// 1) puts the whole pod on node 1 (without it, node 0's CPU 1 would be
+/// the pod's): one hint for the pod, node 1, and the pod's other
+/// container, created next, gets the shared pool.
+#[tokio::test]
+async fn pod_scope_aligns_the_pod_with_its_first_containers_devices() {
+    use topomgr_nri::api::LinuxDevice;
+    let mut api = api_pod("7", &[("n", 1)]);
+    api["spec"]["containers"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({
+            "name": "ctr-m",
+            "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}},
+        }));
+    let (port, _) = fake_pod_api(vec![api]).await;
+    let w = world_in("pod-scope-cdi", nic_machine(), Scope::Pod, |f, dir| {
+        with_nic_specs(f, dir).with_pod_scope(PodSpecs::new(
+            api_client(dir, port),
+            std::time::Duration::from_secs(1),
+        ))
+    });
+    let p7 = pod("7", "g");
+    let mut n = whole_container("n", &p7, 1);
+    n.linux.as_mut().unwrap().devices = vec![LinuxDevice {
+        path: "/dev/infiniband/uverbs0".into(),
+        r#type: "c".into(),
+        major: 231,
+        minor: 192,
+        ..Default::default()
+    }];
+    let placed = w.face.create(p7.clone(), n).await.unwrap();
+    assert_eq!(cpuset_of(&placed), ("2", "1"));
+    let mut m = container("m", &p7, 500, 500);
+    m.linux.as_mut().unwrap().resources.as_mut().unwrap().memory = Some(LinuxMemory {
+        limit: Some(OptionalInt64 { value: 64 << 20 }),
+        ..Default::default()
+    });
+    let shared = w.face.create(p7.clone(), m).await.unwrap();
+    assert_eq!(cpuset_of(&shared).0, "0-1,3", "the shared pool");
+    let pods = w.state.read(|v| v.pods.clone());
+    let whole = &pods["sandbox-7"];
+    // One hint for the pod: node 1, for both containers.
+    let hints: Vec<(&str, Option<NumaMask>)> = whole
+        .containers
+        .iter()
+        .map(|c| (c.name.as_str(), c.hint.affinity))
+        .collect();
+    let one = Some(NumaMask::single(NumaNodeId::from(1)));
+    assert_eq!(hints, [("ctr-n", one), ("ctr-m", one)], "{whole:?}");
     w.check();
 }
