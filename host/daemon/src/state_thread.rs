@@ -220,13 +220,46 @@ pub(crate) struct NewContainer {
     /// The container as owner.
     pub owner: OwnerSpec,
     /// Devices the container was given outside topomgr.
-    pub assigned: AssignedDevicesRequest,
+    pub assigned: Given,
     /// What the book keeps of it.
     pub follow: FollowedContainer,
     /// Its answer deadline ([`topomgr_nri::answer_deadline`]): past it
     /// when the state thread takes the request, nothing is admitted;
     /// admitted past it, it is released again in the same request.
     pub deadline: Option<std::time::Instant>,
+}
+
+/// The devices the containers of a pod to admit were given outside
+/// topomgr (by the kubelet's device plugins, DRA, CDI).
+#[derive(Debug, Clone)]
+pub(crate) enum Given {
+    /// Every container of the pod holds these (a one-container pod).
+    Every(AssignedDevicesRequest),
+    /// By container name (a pod admitted whole under pod scope: the
+    /// creating container's own, the others' as the kubelet lists them).
+    ByName(BTreeMap<String, AssignedDevicesRequest>),
+}
+
+impl Default for Given {
+    fn default() -> Given {
+        Given::Every(AssignedDevicesRequest::default())
+    }
+}
+
+impl Given {
+    /// By container name, for `pod`.
+    fn by_container(self, pod: &PodView) -> topomgr_engine::admission::AssignedDevices {
+        match self {
+            Given::Every(a) if a.is_empty() => BTreeMap::new(),
+            Given::Every(a) => pod
+                .init_containers
+                .iter()
+                .chain(&pod.containers)
+                .map(|c| (c.name.clone(), a.clone()))
+                .collect(),
+            Given::ByName(m) => m.into_iter().filter(|(_, a)| !a.is_empty()).collect(),
+        }
+    }
 }
 
 /// A container the runtime lists at Synchronize.
@@ -238,7 +271,7 @@ pub(crate) struct ListedContainer {
     pub follow: FollowedContainer,
     /// Its pod and owner when topomgr places it (`None`: left alone, or not
     /// readable; followed only while its pod is admitted).
-    pub admit: Option<(PodView, OwnerSpec, AssignedDevicesRequest)>,
+    pub admit: Option<(PodView, OwnerSpec, Given)>,
     /// Left alone as a kubelet container that arrived with a cpuset and
     /// without topomgr's mark: kept as pinned unless topomgr holds its pod.
     pub pinned: Option<PinnedContainer>,
@@ -1168,7 +1201,7 @@ impl Worker {
                 (Ok(Reply::Admitted(results)), changed)
             }
             Command::AdmitOwned { pod, owner } => {
-                match self.admit_owned(pod, owner, AssignedDevicesRequest::default(), None) {
+                match self.admit_owned(pod, owner, Given::default()) {
                     Ok((r, changed)) => (Ok(Reply::Admitted(vec![r])), changed),
                     Err(e) => (Err(e), false),
                 }
@@ -1243,16 +1276,14 @@ impl Worker {
         }
     }
 
-    /// Admit `pod` for `owner`, aligned with the devices of `assigned`,
-    /// which container `holder` holds (`None`: every container, the one of
-    /// a one-container pod): [`Command::AdmitOwned`],
-    /// [`ContainerCommand::Create`]; (its result, whether the state changed).
+    /// Admit `pod` for `owner`, aligned with the devices its containers
+    /// were given: [`Command::AdmitOwned`], [`ContainerCommand::Create`];
+    /// (its result, whether the state changed).
     fn admit_owned(
         &mut self,
         pod: PodView,
         owner: OwnerSpec,
-        assigned: AssignedDevicesRequest,
-        holder: Option<&str>,
+        assigned: Given,
     ) -> Result<(AdmitResult, bool), CommandError> {
         if let Some(conflict) = self.conflict(std::slice::from_ref(&pod)) {
             self.metrics.request_refused(UID_CONFLICT);
@@ -1271,16 +1302,7 @@ impl Worker {
             Ok(o) => o,
             Err(e) => return Err(CommandError::BadOwner(e)),
         };
-        let assigned: topomgr_engine::admission::AssignedDevices = if assigned.is_empty() {
-            BTreeMap::new()
-        } else {
-            pod.init_containers
-                .iter()
-                .chain(&pod.containers)
-                .filter(|c| holder.is_none_or(|h| h == c.name))
-                .map(|c| (c.name.clone(), assigned.clone()))
-                .collect()
-        };
+        let assigned = assigned.by_container(&pod);
         let start = Instant::now();
         let mut trace = Vec::new();
         let r = match self.node.admit_owned(&pod, owner, &assigned, &mut trace) {
@@ -1380,7 +1402,7 @@ impl Worker {
             info!(container = %who, stale = %s, "a started container takes over from an instance that never started");
             changed |= self.release_container(s);
         }
-        match self.admit_owned(pod, owner, assigned, None) {
+        match self.admit_owned(pod, owner, Given::Every(assigned)) {
             Ok((r, admitted)) => {
                 if !r.admitted {
                     warn!(container = %who, reason = ?r.reason, message = ?r.message, "still cannot be admitted after its stale instance released its CPUs; it runs in the shared pool");
@@ -1432,17 +1454,8 @@ impl Worker {
                     // Pod scope: its pod was admitted whole at an earlier
                     // container; nothing is decided for this one.
                     (Some(_), Some(held)) => (held.clone(), false),
-                    // Pod scope: the devices are the creating container's.
                     _ => self
-                        .admit_owned(
-                            new.pod,
-                            new.owner,
-                            new.assigned,
-                            new.follow
-                                .held_by
-                                .as_ref()
-                                .map(|_| new.follow.name.as_str()),
-                        )
+                        .admit_owned(new.pod, new.owner, new.assigned)
                         .map_err(|e| (e, changed))?,
                 };
                 changed |= admitted;
@@ -1610,9 +1623,7 @@ impl Worker {
                                 let outcome = match whole.get(&uid) {
                                     Some(o) => o.clone(),
                                     None => {
-                                        let holder = Some(l.follow.name.as_str());
-                                        let o = match self.admit_owned(pod, owner, assigned, holder)
-                                        {
+                                        let o = match self.admit_owned(pod, owner, assigned) {
                                             Ok((r, admitted)) => {
                                                 changed |= admitted;
                                                 Ok(r)
@@ -1653,7 +1664,7 @@ impl Worker {
                         .follow
                         .started
                         .then(|| (pod.clone(), owner.clone(), assigned.clone()));
-                    let mut outcome = self.admit_owned(pod, owner, assigned, None);
+                    let mut outcome = self.admit_owned(pod, owner, assigned);
                     // A running container refused while a stale instance
                     // of it (another sandbox, never started) holds its
                     // CPUs: the stale one gives them up.
@@ -1664,7 +1675,7 @@ impl Worker {
                                 info!(container = %l.follow.who, stale = %s, "a running container takes over from an instance that never started");
                                 changed |= self.release_container(s);
                             }
-                            outcome = self.admit_owned(pod, owner, assigned, None);
+                            outcome = self.admit_owned(pod, owner, assigned);
                         }
                     }
                     let outcome = match outcome {

@@ -131,6 +131,61 @@ pub(crate) fn assigned_devices(env: &[String]) -> Result<Vec<AssignedDevices>, M
     Ok(out)
 }
 
+/// The devices a kubelet device plugin gave a container, as the kubelet's
+/// PodResources API lists them (`resource_name`, `device_ids`): NVIDIA's
+/// (`nvidia.com/…`) by UUID or index, any other resource's by PCI address
+/// (the SR-IOV device plugin's ids), as the container's environment would
+/// name them. Ids neither form can be are left out, each with a note
+/// (topomgr cannot tell where such a device is).
+pub fn kubelet_devices(resource: &str, ids: &[String]) -> (Option<AssignedDevices>, Vec<String>) {
+    let mut notes = Vec::new();
+    let nvidia = resource.starts_with("nvidia.com/");
+    let known: Vec<DeviceId> = ids
+        .iter()
+        .filter_map(|id| {
+            let got = if nvidia {
+                nvidia_ids(resource, id).ok().and_then(|mut v| v.pop())
+            } else {
+                pci_address(id).map(DeviceId::PciAddress)
+            };
+            if got.is_none() {
+                notes.push(format!(
+                    "device {id:?} of resource {resource} is {}: it is not aligned with",
+                    if nvidia {
+                        "neither a GPU UUID (GPU-…, MIG-…) nor an index"
+                    } else {
+                        "not a PCI address"
+                    }
+                ));
+            }
+            got
+        })
+        .collect();
+    if known.is_empty() {
+        return (None, notes);
+    }
+    let resource_hint = if nvidia {
+        ResourceHint::NvidiaGpu
+    } else {
+        ResourceHint::PciDevice {
+            env_name: resource
+                .chars()
+                .map(|c| match c {
+                    '.' | '/' => '_',
+                    c => c.to_ascii_uppercase(),
+                })
+                .collect(),
+        }
+    };
+    let devices = AssignedDevices {
+        variable: format!("the kubelet's {resource}"),
+        resource: resource_hint,
+        ids: known,
+        nodes: Vec::new(),
+    };
+    (Some(devices), notes)
+}
+
 fn nvidia_ids(key: &str, value: &str) -> Result<Vec<DeviceId>, MappingError> {
     if matches!(value.trim(), "" | "all" | "none" | "void") {
         return Ok(Vec::new());
@@ -177,6 +232,43 @@ mod tests {
 
     fn env(entries: &[&str]) -> Vec<String> {
         entries.iter().map(|e| e.to_string()).collect()
+    }
+
+    /// The kubelet's PodResources ids name the same devices the
+    /// environment would: GPUs by UUID or index, SR-IOV VFs by PCI
+    /// address under the resource's `PCIDEVICE_` name.
+    #[test]
+    fn devices_of_the_kubelets_device_plugins() {
+        let ids = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let (gpus, notes) = kubelet_devices("nvidia.com/gpu", &ids(&["GPU-1a", "2", "weird"]));
+        let gpus = gpus.unwrap();
+        assert_eq!(gpus.resource, ResourceHint::NvidiaGpu);
+        assert_eq!(
+            gpus.ids,
+            [DeviceId::Uuid("GPU-1a".into()), DeviceId::Index(2)]
+        );
+        assert_eq!(gpus.variable, "the kubelet's nvidia.com/gpu");
+        assert_eq!(
+            notes,
+            ["device \"weird\" of resource nvidia.com/gpu is neither a GPU UUID (GPU-…, MIG-…) nor an index: it is not aligned with"]
+        );
+        let (vfs, notes) =
+            kubelet_devices("intel.com/intel_sriov_netdevice", &ids(&["0000:3B:02.1"]));
+        let vfs = vfs.unwrap();
+        assert_eq!(
+            vfs.resource,
+            ResourceHint::PciDevice {
+                env_name: "INTEL_COM_INTEL_SRIOV_NETDEVICE".into()
+            }
+        );
+        assert_eq!(vfs.ids, [DeviceId::PciAddress("0000:3b:02.1".into())]);
+        assert!(notes.is_empty());
+        let (none, notes) = kubelet_devices("example.com/dongle", &ids(&["dongle-7"]));
+        assert!(none.is_none());
+        assert_eq!(
+            notes,
+            ["device \"dongle-7\" of resource example.com/dongle is not a PCI address: it is not aligned with"]
+        );
     }
 
     #[test]

@@ -53,7 +53,7 @@ use topomgr_manifest::Pod;
 use topomgr_sdk::{ContainerView, PodResources, PodView, QosClass, ResourceList};
 
 pub use annotations::{Identity, IdentitySource, PodSandbox};
-pub use devices::{AssignedDevices, DeviceId, ResourceHint};
+pub use devices::{kubelet_devices, AssignedDevices, DeviceId, ResourceHint};
 pub use resources::{HugepageLimit, LinuxCpu, LinuxMemory, LinuxResources};
 
 /// Why a container's spec cannot be mapped.

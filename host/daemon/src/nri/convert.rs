@@ -48,42 +48,121 @@ impl KubeletClaims {
         name: &str,
         container: &str,
     ) -> Result<Vec<String>, String> {
+        let answer = self.get(namespace, name).await?;
+        Ok(claimed_cdi_names(&answer, container))
+    }
+
+    /// The kubelet's PodResources `Get` of pod `name` in `namespace`,
+    /// bounded by the timeout.
+    async fn get(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<topomgr_podresources::v1::GetPodResourcesResponse, String> {
         let ask = async {
             let mut client =
                 topomgr_podresources::PodResourcesClient::connect(&self.socket, self.timeout)
                     .await?;
             client.get(namespace, name).await
         };
-        let answer = match tokio::time::timeout(self.timeout, ask).await {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(e)) => return Err(e.to_string()),
-            Err(_) => {
-                return Err(format!(
-                    "the kubelet's PodResources socket {} did not answer Get within {} ms",
-                    self.socket.display(),
-                    self.timeout.as_millis()
-                ))
-            }
-        };
-        let mut names: Vec<String> = Vec::new();
-        let claimed = answer
-            .pod_resources
-            .iter()
-            .flat_map(|p| &p.containers)
-            .filter(|c| c.name == container)
-            .flat_map(|c| &c.dynamic_resources)
-            .flat_map(|r| &r.claim_resources)
-            .flat_map(|r| &r.cdi_devices);
-        for d in claimed {
-            if !names.contains(&d.name) {
-                names.push(d.name.clone());
-            }
+        match tokio::time::timeout(self.timeout, ask).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!(
+                "the kubelet's PodResources socket {} did not answer Get within {} ms",
+                self.socket.display(),
+                self.timeout.as_millis()
+            )),
         }
-        Ok(names)
     }
 }
 
+/// The CDI device names of the DRA claims of container `container` in the
+/// kubelet's answer, in order, each once.
+fn claimed_cdi_names(
+    answer: &topomgr_podresources::v1::GetPodResourcesResponse,
+    container: &str,
+) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    let claimed = answer
+        .pod_resources
+        .iter()
+        .flat_map(|p| &p.containers)
+        .filter(|c| c.name == container)
+        .flat_map(|c| &c.dynamic_resources)
+        .flat_map(|r| &r.claim_resources)
+        .flat_map(|r| &r.cdi_devices);
+    for d in claimed {
+        if !names.contains(&d.name) {
+            names.push(d.name.clone());
+        }
+    }
+    names
+}
+
 impl CdiSource {
+    /// Pod scope: the devices the kubelet lists for each container of
+    /// `pod` but `except` (the container being created, whose own sources
+    /// count) — its device plugins' devices
+    /// ([`topomgr_runtime::kubelet_devices`]) and, with CDI spec
+    /// directories, its DRA claims' CDI devices — by container name. The
+    /// kubelet allocates both before the pod's first container is
+    /// created. Without a kubelet socket, none; the kubelet not answering
+    /// is logged and counts as none.
+    pub(crate) async fn pod_devices(
+        &self,
+        who: &str,
+        pod: &api::PodSandbox,
+        except: &str,
+    ) -> BTreeMap<String, Vec<topomgr_runtime::AssignedDevices>> {
+        let mut out = BTreeMap::new();
+        let Some(kubelet) = &self.kubelet else {
+            return out;
+        };
+        let answer = match kubelet.get(&pod.namespace, &pod.name).await {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(pod = %who, error = %e, "pod scope: cannot read the devices of the pod's other containers from the kubelet; the pod is aligned with the first container's");
+                return out;
+            }
+        };
+        let (specs, _) = self.specs.specs();
+        for c in answer
+            .pod_resources
+            .iter()
+            .flat_map(|p| &p.containers)
+            .filter(|c| c.name != except)
+        {
+            let mut devices = Vec::new();
+            for d in &c.devices {
+                let (given, notes) =
+                    topomgr_runtime::kubelet_devices(&d.resource_name, &d.device_ids);
+                for n in notes {
+                    tracing::warn!(pod = %who, container = %c.name, "{n}");
+                }
+                devices.extend(given);
+            }
+            let names = claimed_cdi_names(&answer, &c.name);
+            if !names.is_empty() && !self.specs.is_off() {
+                let (cdi, notes) = topomgr_runtime::cdi_devices(
+                    &BTreeMap::new(),
+                    &[],
+                    &names,
+                    &specs,
+                    &self.sysfs_root,
+                );
+                for n in notes {
+                    tracing::warn!(pod = %who, container = %c.name, "{n}");
+                }
+                devices.extend(cdi);
+            }
+            if !devices.is_empty() {
+                out.insert(c.name.clone(), devices);
+            }
+        }
+        out
+    }
+
     /// The CDI devices of `container` of `pod` (`who` names it in logs).
     /// The spec files are looked at each call and read again when one
     /// changed ([`topomgr_runtime::cdi::CdiCache`]): DRA drivers write a

@@ -27,10 +27,11 @@ use super::kubelet::{self, KubeletCheck};
 use super::pod_scope::{PodSpecs, Whole};
 use super::status::{Condition, ContainerNote, NriStatus};
 use crate::state_thread::{
-    Command, ContainerAnswer, ContainerCommand, Late, ListedContainer, NewContainer, Reply,
+    Command, ContainerAnswer, ContainerCommand, Given, Late, ListedContainer, NewContainer, Reply,
     StateThread,
 };
 use topomgr_engine::admission::AdmitResult;
+use topomgr_sdk::AssignedDevicesRequest;
 
 /// topomgr as the runtime's NRI plugin: every CreateContainer is a
 /// container-scope admission through the daemon's state thread (the same
@@ -116,6 +117,18 @@ fn event_of(pod: &PodSandbox, r: &AdmitResult) -> topomgr_kube::events::Refusal 
         reason: r.reason.clone().unwrap_or_else(|| "Rejected".to_owned()),
         message: r.message.clone().unwrap_or_else(|| "no message".to_owned()),
     }
+}
+
+/// What a container's creation admits ([`Face::pod_to_admit`]).
+struct ToAdmit {
+    /// The pod: the container's own, or its whole pod (pod scope).
+    pod: topomgr_sdk::PodView,
+    /// Its owner: the container, or its sandbox.
+    owner: OwnerSpec,
+    /// The pod admitted whole that holds the container's allocation.
+    held_by: Option<String>,
+    /// The devices its containers were given.
+    given: Given,
 }
 
 /// What pod scope does with the containers of one sandbox at a
@@ -233,31 +246,59 @@ impl Face {
         s
     }
 
-    /// Under pod scope, what is admitted for a container of `pod` whose
-    /// own one-container pod is `own`: (the pod to admit, its owner, the
-    /// pod that holds the container's allocation); without pod scope, or
-    /// for a pod the API server does not have, `own` as it is.
+    /// What is admitted for a container of `pod` whose own one-container
+    /// pod is `own`, given `devices`: under pod scope the whole pod, its
+    /// other containers' devices as the kubelet lists them
+    /// ([`convert::CdiSource::pod_devices`]); without pod scope, or for a
+    /// pod the API server does not have, `own` as it is.
     async fn pod_to_admit(
         &self,
         pod: &PodSandbox,
         container: &Container,
         own: topomgr_sdk::PodView,
-    ) -> Result<(topomgr_sdk::PodView, OwnerSpec, Option<String>), super::pod_scope::Unreadable>
-    {
+        devices: AssignedDevicesRequest,
+    ) -> Result<ToAdmit, super::pod_scope::Unreadable> {
+        let alone = |own| ToAdmit {
+            pod: own,
+            owner: owner(&container.id),
+            held_by: None,
+            given: Given::Every(devices.clone()),
+        };
         let Some(specs) = &self.pod_scope else {
-            return Ok((own, owner(&container.id), None));
+            return Ok(alone(own));
         };
         let held = |uid: &str| self.state.read(|v| v.pods.contains_key(uid));
         if held(&container.id) {
             // Admitted on its own before (a pod the API server lacked).
-            return Ok((own, owner(&container.id), None));
+            return Ok(alone(own));
         }
         Ok(match specs.whole(pod, held).await? {
-            Whole::Held(uid) => (own, sandbox_owner(pod), Some(uid)),
-            Whole::Read(whole) => (*whole, sandbox_owner(pod), Some(pod.id.clone())),
+            Whole::Held(uid) => ToAdmit {
+                pod: own,
+                owner: sandbox_owner(pod),
+                held_by: Some(uid),
+                given: Given::Every(devices),
+            },
+            Whole::Read(whole) => {
+                let name = who(pod, container);
+                let mut given: BTreeMap<String, AssignedDevicesRequest> = self
+                    .cdi
+                    .pod_devices(&name, pod, &container.name)
+                    .await
+                    .into_iter()
+                    .map(|(c, d)| (c, convert::assigned(&d)))
+                    .collect();
+                given.insert(container.name.clone(), devices);
+                ToAdmit {
+                    pod: *whole,
+                    owner: sandbox_owner(pod),
+                    held_by: Some(pod.id.clone()),
+                    given: Given::ByName(given),
+                }
+            }
             Whole::NotInApi => {
                 info!(container = %who(pod, container), "pod scope: the API server has no such pod; the container is admitted on its own");
-                (own, owner(&container.id), None)
+                alone(own)
             }
         })
     }
@@ -469,8 +510,13 @@ impl Face {
             return Err(e);
         }
         let id = container.id.clone();
-        let (admit, admit_owner, held_by) = self
-            .pod_to_admit(&pod, &container, request.pod.view)
+        let admit = self
+            .pod_to_admit(
+                &pod,
+                &container,
+                request.pod.view,
+                convert::assigned(&request.devices),
+            )
             .await
             .map_err(|e| {
                 warn!(container = %name, "{e}");
@@ -479,11 +525,11 @@ impl Face {
         let answer = self
             .ask(ContainerCommand::Create(Box::new(NewContainer {
                 id: id.clone(),
-                pod: admit,
-                owner: admit_owner,
-                assigned: convert::assigned(&request.devices),
+                pod: admit.pod,
+                owner: admit.owner,
+                assigned: admit.given,
                 follow: FollowedContainer {
-                    held_by,
+                    held_by: admit.held_by,
                     ..followed(&pod, &container)
                 },
                 deadline: topomgr_nri::answer_deadline().map(tokio::time::Instant::into_std),
@@ -682,8 +728,11 @@ impl Face {
         let mut names = BTreeMap::new();
         let mut sandboxes = BTreeMap::new();
         let mut listed = Vec::new();
-        // Pod scope: what each sandbox's pod is, read at most once here.
+        // Pod scope: what each sandbox's pod is, read at most once here,
+        // and the devices of each of its containers listed.
         let mut scopes = SandboxScopes::default();
+        let mut pod_devices: BTreeMap<String, BTreeMap<String, AssignedDevicesRequest>> =
+            BTreeMap::new();
         for c in &live {
             let Some(pod) = pods.get(c.pod_sandbox_id.as_str()) else {
                 warn!(container = %c.id, sandbox = %c.pod_sandbox_id, "the runtime lists a container without its pod; left alone");
@@ -699,10 +748,17 @@ impl Face {
                 Ok(Mapping::Admit(r)) => {
                     let assigned = convert::assigned(&r.devices);
                     match self.sandbox_scope(&mut scopes, pod, c).await {
-                        SandboxScope::Own => Some((r.pod.view, owner(&c.id), assigned)),
+                        SandboxScope::Own => {
+                            Some((r.pod.view, owner(&c.id), Given::Every(assigned)))
+                        }
                         SandboxScope::Whole(view) => {
                             held_by = Some(pod.id.clone());
-                            view.map(|v| (*v, sandbox_owner(pod), assigned))
+                            pod_devices
+                                .entry(pod.id.clone())
+                                .or_default()
+                                .insert(c.name.clone(), assigned);
+                            // Its devices: every listed container's, below.
+                            view.map(|v| (*v, sandbox_owner(pod), Given::default()))
                         }
                         SandboxScope::Failed(e) => {
                             warn!(container = %name, "{e}; it runs in the shared pool until the next registration");
@@ -748,6 +804,11 @@ impl Face {
                 admit,
                 pinned,
             });
+        }
+        for l in &mut listed {
+            if let (Some(uid), Some(admit)) = (&l.follow.held_by, &mut l.admit) {
+                admit.2 = Given::ByName(pod_devices.get(uid).cloned().unwrap_or_default());
+            }
         }
         let answer = self
             .ask(ContainerCommand::Synchronize {

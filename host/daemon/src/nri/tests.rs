@@ -2566,3 +2566,64 @@ async fn pod_scope_aligns_the_pod_with_its_first_containers_devices() {
     assert_eq!(hints, [("ctr-n", one), ("ctr-m", one)], "{whole:?}");
     w.check();
 }
+
+/// Pod scope with the kubelet's PodResources socket: the pod's first
+/// container (an init container, no devices) is created before the
+/// container whose DRA claim holds NIC a (node 1); the kubelet lists that
+/// claim already, so the whole pod, its init container included, lands
+/// on node 1 (without it, node 0's CPU 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_scope_aligns_the_pod_with_the_devices_the_kubelet_lists_for_later_containers() {
+    let mut api = api_pod("1", &[("k1", 1)]);
+    api["spec"]["initContainers"] = serde_json::json!([{
+        "name": "ctr-i",
+        "resources": {"limits": {"cpu": "1", "memory": "64Mi"}},
+    }]);
+    let (port, _) = fake_pod_api(vec![api]).await;
+    let w = world_in("pod-scope-kubelet", nic_machine(), Scope::Pod, |f, dir| {
+        let socket = dir.join("kubelet.sock");
+        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+        tokio::spawn(topomgr_podresources::serve(
+            listener,
+            Arc::new(FakeKubelet {
+                device: "example.org/nic=a".into(),
+            }),
+            std::future::pending(),
+            std::time::Duration::from_millis(10),
+        ));
+        let with_specs = with_nic_specs(f, dir);
+        let (cdi, sys) = (dir.join("cdi"), dir.join("sys"));
+        with_specs
+            .with_cdi(
+                vec![cdi],
+                sys,
+                Some(convert::KubeletClaims {
+                    socket,
+                    timeout: std::time::Duration::from_millis(500),
+                }),
+            )
+            .with_pod_scope(PodSpecs::new(
+                api_client(dir, port),
+                std::time::Duration::from_secs(1),
+            ))
+    });
+    let p1 = pod("1", "g");
+    let init = w
+        .face
+        .create(p1.clone(), whole_container("i", &p1, 1))
+        .await
+        .unwrap();
+    assert_eq!(cpuset_of(&init).1, "1", "memory node 1");
+    assert!(
+        ["2", "3"].contains(&cpuset_of(&init).0),
+        "{:?}",
+        cpuset_of(&init)
+    );
+    let whole = w.state.read(|v| v.pods["sandbox-1"].clone());
+    let one = Some(NumaMask::single(NumaNodeId::from(1)));
+    assert!(
+        whole.containers.iter().all(|c| c.hint.affinity == one),
+        "{whole:?}"
+    );
+    w.check();
+}
