@@ -327,8 +327,9 @@ pub(crate) struct ContainerAnswer {
     /// CheckCpusets: the cgroups found wrong.
     pub repairs: Vec<Repair>,
     /// Created: the runtime has another cpuset than the container must
-    /// have; FollowerSent: cpusets changed while the update was on its way.
-    /// The follower sends again.
+    /// have; FollowerSent: cpusets changed while the update was on its way;
+    /// RemoveSandbox: a pod admitted whole was released. The follower
+    /// sends again.
     pub again: bool,
     /// The containers followed after this.
     pub followed: usize,
@@ -1592,6 +1593,8 @@ impl Worker {
                 if self.is_sandbox_pod(&sandbox) {
                     info!(sandbox = %sandbox, "pod sandbox stopped: the pod admitted whole is released");
                     changed |= self.release_container(&sandbox);
+                    // The shared containers get its CPUs from the follower.
+                    answer.again = true;
                 }
                 let book = self.node.followed_mut().1;
                 if book.unpin_sandbox(&sandbox) {

@@ -1354,12 +1354,13 @@ fn duo(name: &str, init_s: u32) -> String {
 /// (init and app CPU 1, the helper the shared pool), seen from inside; a
 /// pod whose two containers need two exclusive CPUs, of which the node
 /// has one, is refused at its first container with an Event, holding
-/// nothing; deleting the pod releases it whole. The invariants hold after
-/// each step. The machine has one NUMA node: both containers on one node
+/// nothing; a restart of topomgr keeps the pod's admission and parts;
+/// deleting the pod releases it whole. The invariants hold after each
+/// step. The machine has one NUMA node: both containers on one node
 /// across two is the daemon's test on a recorded machine
 /// (`nri::tests::pod_scope_admits_the_whole_pod_at_its_first_container`).
 fn pod_scope(line: ContainerdLine) {
-    let c = Cluster::start_with(
+    let mut c = Cluster::start_with(
         line,
         KubeOptions {
             system_reserved_cpu: "0".to_owned(),
@@ -1452,6 +1453,14 @@ fn pod_scope(line: ContainerdLine) {
         ["duo", "shared"],
         "{line:?}: one admission for each pod, the burstable one admitted whole too"
     );
+
+    // topomgr restarts: the pod is found whole in its state, its
+    // containers are given their parts again at the Synchronize.
+    c.restart_topomgr();
+    c.check("a restart of topomgr");
+    let again = c.pods().pods.into_iter().find(|p| p.name == "duo").unwrap();
+    assert_eq!(again.uid, held.uid, "{line:?}: the same admission");
+    assert_eq!(again.containers, held.containers, "{line:?}");
 
     // Two containers of one exclusive CPU each: refused at the first.
     c.delete(&["duo"]);

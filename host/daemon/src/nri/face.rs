@@ -700,6 +700,7 @@ impl Face {
                 info!(containers = %a.released.join(","), "containers removed: no longer followed");
                 self.wake();
             }
+            Ok(a) if a.again => self.wake(),
             Ok(_) => {}
             Err(e) => {
                 warn!(request = ?cmd, error = %e, "cannot release removed containers; the next Synchronize does")
