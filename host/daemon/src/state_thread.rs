@@ -270,7 +270,10 @@ pub(crate) struct ListedContainer {
     /// What the book keeps of it.
     pub follow: FollowedContainer,
     /// Its pod and owner when topomgr places it (`None`: left alone, or not
-    /// readable; followed only while its pod is admitted).
+    /// readable; followed only while its pod is admitted). Held by a pod
+    /// admitted whole (`follow.held_by`): that whole pod to admit (its uid
+    /// the pod's), or, when it is held already, the container's own
+    /// one-container pod (to catch up a resize done while away).
     pub admit: Option<(PodView, OwnerSpec, Given)>,
     /// Left alone as a kubelet container that arrived with a cpuset and
     /// without topomgr's mark: kept as pinned unless topomgr holds its pod.
@@ -370,14 +373,20 @@ fn whole_resized(held: &AdmitResult, one: &PodView) -> Option<PodView> {
     if amounts(old, true) == amounts(now, true) {
         return None;
     }
-    let mut pod = held.pod.clone();
+    with_part(&held.pod, now)
+}
+
+/// `pod` with its container of `part`'s name given `part`'s requests and
+/// limits; `None` when it has no container of that name.
+fn with_part(pod: &PodView, part: &topomgr_sdk::ContainerView) -> Option<PodView> {
+    let mut pod = pod.clone();
     let c = pod
         .init_containers
         .iter_mut()
         .chain(pod.containers.iter_mut())
-        .find(|c| c.name == now.name)?;
-    c.requests.clone_from(&now.requests);
-    c.limits.clone_from(&now.limits);
+        .find(|c| c.name == part.name)?;
+    c.requests.clone_from(&part.requests);
+    c.limits.clone_from(&part.limits);
     Some(pod)
 }
 
@@ -407,10 +416,13 @@ fn amounts(c: &topomgr_sdk::ContainerView, limits: bool) -> Vec<(String, u64, Op
 /// quota topomgr lifted for exclusive CPUs (no CPU limit): where the books
 /// had a CPU limit and the listing has none, the limit is the request again,
 /// as the kubelet asked it.
-fn resized_requests(held: &AdmitResult, mut listed: PodView) -> Option<PodView> {
-    let (Some(old), Some(now)) = (held.pod.containers.first(), listed.containers.first()) else {
-        return None;
-    };
+fn resized_requests(held: &AdmitResult, listed: PodView) -> Option<PodView> {
+    resized_part(held.pod.containers.first()?, listed)
+}
+
+/// [`resized_requests`] of the container `old` of the books.
+fn resized_part(old: &topomgr_sdk::ContainerView, mut listed: PodView) -> Option<PodView> {
+    let now = listed.containers.first()?;
     if amounts(old, false) == amounts(now, false) {
         return None;
     }
@@ -1044,10 +1056,15 @@ impl Worker {
                 notes.push(conflict.to_string());
             }
         }
+        let book = self.node.followed();
         notes.extend(
             self.away_resizes
                 .iter()
-                .filter(|(id, _)| pods.contains_key(*id))
+                .filter(|(id, _)| {
+                    book.get(id).map_or(pods.contains_key(*id), |c| {
+                        pods.contains_key(c.pod_uid_in(id))
+                    })
+                })
                 .map(|(_, note)| note.clone()),
         );
         notes
@@ -1065,11 +1082,19 @@ impl Worker {
             .first()
             .map(|c| c.name.clone())
             .unwrap_or_default();
-        self.trace_untraced(id);
+        self.resized_part_while_away(id, id, &name, now)
+    }
+
+    /// [`Worker::resized_while_away`] of container `id`, whose part is
+    /// container `name` of pod `uid` (its own one-container pod, or the
+    /// pod admitted whole that holds it), resized to `now` (that pod with
+    /// the container's new resources).
+    fn resized_part_while_away(&mut self, id: &str, uid: &str, name: &str, now: PodView) -> bool {
+        self.trace_untraced(uid);
         let mut trace = topomgr_engine::admission::ResizeTrace::default();
-        let outcome = self.node.resize_traced(id, &name, now, &mut trace);
+        let outcome = self.node.resize_traced(uid, name, now, &mut trace);
         self.resize_traces.push((
-            id.to_owned(),
+            uid.to_owned(),
             topomgr_engine::explain::resize(&trace, outcome.as_ref()),
         ));
         match outcome {
@@ -1621,8 +1646,31 @@ impl Worker {
                     .collect();
                 for l in listed {
                     if let Some(uid) = l.follow.held_by.clone() {
+                        // Held already, its part resized while away: the
+                        // container as listed (its own view) says so.
+                        let away = match (self.node.pods().get(&uid), &l.admit) {
+                            (Some(held), Some((own, _, _))) if own.uid != uid => {
+                                own.containers.first().and_then(|c| {
+                                    let old = container_named(&held.pod, &c.name)?;
+                                    let part = resized_part(old, own.clone())?;
+                                    with_part(&held.pod, part.containers.first()?)
+                                })
+                            }
+                            _ => None,
+                        };
+                        match away {
+                            Some(pod) => {
+                                let name = l.follow.name.clone();
+                                changed |= self.resized_part_while_away(&l.id, &uid, &name, pod);
+                            }
+                            None => {
+                                self.away_resizes.remove(&l.id);
+                            }
+                        }
                         if !self.node.pods().contains_key(&uid) {
-                            if let Some((pod, owner, assigned)) = l.admit {
+                            if let Some((pod, owner, assigned)) =
+                                l.admit.filter(|(pod, _, _)| pod.uid == uid)
+                            {
                                 let outcome = match whole.get(&uid) {
                                     Some(o) => o.clone(),
                                     None => {

@@ -759,7 +759,10 @@ impl Face {
                                 .or_default()
                                 .insert(c.name.clone(), assigned);
                             // Its devices: every listed container's, below.
-                            view.map(|v| (*v, sandbox_owner(pod), Given::default()))
+                            // Held already: its own view, for a resize
+                            // done while topomgr was away.
+                            let v = view.map_or(r.pod.view, |v| *v);
+                            Some((v, sandbox_owner(pod), Given::default()))
                         }
                         SandboxScope::Failed(e) => {
                             warn!(container = %name, "{e}; it runs in the shared pool until the next registration");

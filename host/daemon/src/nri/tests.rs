@@ -2627,3 +2627,82 @@ async fn pod_scope_aligns_the_pod_with_the_devices_the_kubelet_lists_for_later_c
     );
     w.check();
 }
+
+/// Pod scope: a container's part resized while topomgr was away is
+/// caught up at the Synchronize, as in container scope (quota lifted: not
+/// a resize; a shrink followed; a grow that does not fit noted until the
+/// pod is patched back), and the pod stays one admission.
+#[tokio::test]
+async fn pod_scope_catches_up_a_part_resized_while_away() {
+    let (port, asked) = fake_pod_api(vec![api_pod("6", &[("w", 2)])]).await;
+    let w = world_in(
+        "pod-scope-away",
+        topomgr_sdk::testkit::machine(2, 2),
+        Scope::Pod,
+        |f, dir| {
+            f.with_pod_scope(PodSpecs::new(
+                api_client(dir, port),
+                std::time::Duration::from_secs(1),
+            ))
+        },
+    );
+    let f = &w.face;
+    let p6 = pod("6", "g");
+    f.create(p6.clone(), whole_container("w", &p6, 2))
+        .await
+        .unwrap();
+    let held = |w: &World| {
+        w.state.read(|v| {
+            v.pods["sandbox-6"].containers[0]
+                .allocation
+                .cpus
+                .to_string()
+        })
+    };
+    let notes = |w: &World| w.state.read(|v| v.restore_notes.clone());
+    let listed = |cpus: u64| {
+        let mut c = whole_container("w", &p6, cpus);
+        let cpu = c
+            .linux
+            .as_mut()
+            .unwrap()
+            .resources
+            .as_mut()
+            .unwrap()
+            .cpu
+            .as_mut()
+            .unwrap();
+        cpu.quota = None;
+        c
+    };
+    f.synchronize(vec![p6.clone()], vec![listed(2)])
+        .await
+        .unwrap();
+    assert_eq!(held(&w), "2-3");
+    assert!(notes(&w).is_empty(), "{:?}", notes(&w));
+    f.synchronize(vec![p6.clone()], vec![listed(1)])
+        .await
+        .unwrap();
+    assert_eq!(held(&w), "2");
+    w.check();
+    f.synchronize(vec![p6.clone()], vec![listed(3)])
+        .await
+        .unwrap();
+    assert_eq!(held(&w), "2");
+    let n = notes(&w);
+    assert_eq!(n.len(), 1, "{n:?}");
+    assert!(
+        n[0].starts_with("container w was resized while topomgr was away and topomgr cannot do it (ResizeInfeasible: "),
+        "{n:?}"
+    );
+    f.synchronize(vec![p6.clone()], vec![listed(1)])
+        .await
+        .unwrap();
+    assert!(notes(&w).is_empty(), "{:?}", notes(&w));
+    assert_eq!(
+        w.state.read(|v| v.pods.keys().cloned().collect::<Vec<_>>()),
+        ["sandbox-6"]
+    );
+    assert_eq!(asked.lock().unwrap().len(), 1, "read once");
+    w.check();
+}
