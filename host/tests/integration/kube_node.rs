@@ -1284,3 +1284,5 @@ fn nrt_events_and_podresources_on_the_cluster_on_containerd_1_7() {
 fn nrt_events_and_podresources_on_the_cluster_on_containerd_2() {
     cluster_face(ContainerdLine::V2);
 }
+
+mod dra;

@@ -107,7 +107,12 @@ impl CdiSource {
                     .cdi_names(&pod.namespace, &pod.name, &container.name)
                     .await
                 {
-                    Ok(names) => claimed = names,
+                    Ok(names) => {
+                        if !names.is_empty() {
+                            tracing::info!(container = %who, devices = %names.join(","), "the kubelet's DRA claims give the container these CDI devices");
+                        }
+                        claimed = names
+                    }
                     Err(e) => {
                         tracing::warn!(container = %who, error = %e, "cannot read the container's DRA claims from the kubelet; its other CDI devices still count")
                     }
