@@ -8,7 +8,9 @@
 //!   retried with backoff in a task of its own, so the state thread only
 //!   hands over the latest object and never waits;
 //! - [`events`]: a refused pod's `Event`, counted up across the kubelet's
-//!   retries as client-go's event recorder does.
+//!   retries as client-go's event recorder does;
+//! - [`resource_slices`]: the devices of a DRA driver's pool as its
+//!   ResourceSlices publish them (read, for the NRI face's claims).
 //!
 //! The daemon (`topomgr-daemon`) builds the objects; this crate only
 //! carries them.
@@ -18,6 +20,7 @@ mod backoff;
 pub mod events;
 pub mod http;
 pub mod nrt_push;
+pub mod resource_slices;
 
 pub use access::{Access, AccessError, Source};
 pub use http::{ApiClient, ApiError, Method};

@@ -6,8 +6,9 @@
 //! `resource.kubernetes.io/pciBusID` attribute), and at
 //! NodePrepareResources writes a CDI spec into the node's containerd's
 //! CDI directory whose device `<DRIVER>/dev=<claim uid>-<device>` injects
-//! `/dev/topomgr-dra-<device>` (char 1:3, /dev/null's numbers). Stopped
-//! (SIGTERM) when dropped.
+//! `/dev/topomgr-dra-<device>` (char 1:3, /dev/null's numbers), except
+//! for the devices it is told to prepare without one. Stopped (SIGTERM)
+//! when dropped.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -27,9 +28,14 @@ pub struct DraDriver {
 }
 
 impl DraDriver {
-    /// Starts the driver for `node`, one device per address of `pci`, and
-    /// waits (60 s) until the kubelet accepted its registration.
-    pub fn start(node: &KubeNode, pci: &[String]) -> Result<DraDriver, HarnessError> {
+    /// Starts the driver for `node`, one device per address of `pci`
+    /// (those named in `no_cdi` prepared without a CDI device), and waits
+    /// (60 s) until the kubelet accepted its registration.
+    pub fn start(
+        node: &KubeNode,
+        pci: &[String],
+        no_cdi: &[&str],
+    ) -> Result<DraDriver, HarnessError> {
         let bin = kube_dir().join("dra-test-driver");
         if !bin.is_file() {
             return Err(HarnessError::new(format!(
@@ -49,6 +55,8 @@ impl DraDriver {
             .arg(node.containerd().cdi_dir())
             .arg("-pci")
             .arg(pci.join(","))
+            .arg("-no-cdi")
+            .arg(no_cdi.join(","))
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)

@@ -8,7 +8,11 @@
 //! (a CDI spec in containerd's CDI directory, `enable_cdi`), containerd
 //! injects the CDI device, and topomgr, with `[cdi]
 //! kubelet_pod_resources_socket` set to the real kubelet's socket, takes
-//! the claim's CDI device name from the kubelet's PodResources `Get`.
+//! the claim's CDI device name from the kubelet's PodResources `Get`; a
+//! second claim, whose device the driver prepares without a CDI device,
+//! reaches topomgr by driver, pool and device name and is matched, with
+//! `[kubernetes]` API access, to its PCI device through the driver's
+//! ResourceSlice (the standard `pciBusID` attribute).
 
 use std::os::unix::fs::{FileTypeExt as _, MetadataExt as _};
 use std::path::{Path, PathBuf};
@@ -22,18 +26,19 @@ use super::Cluster;
 use crate::daemon::Daemon;
 use crate::nri;
 
-/// The DeviceClass of the driver's devices and a claim of one device.
-fn class_and_claim() -> String {
+/// The DeviceClass of the driver's devices and a claim `claim` of one
+/// device.
+fn class_and_claim(claim: &str) -> String {
     format!(
         "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata:\n  name: topomgr-test\nspec:\n  selectors:\n    - cel:\n        expression: 'device.driver == \"{DRA_DRIVER}\"'\n---\n\
-         apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata:\n  name: claim\n  namespace: default\nspec:\n  devices:\n    requests:\n      - name: dev\n        exactly:\n          deviceClassName: topomgr-test\n"
+         apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata:\n  name: {claim}\n  namespace: default\nspec:\n  devices:\n    requests:\n      - name: dev\n        exactly:\n          deviceClassName: topomgr-test\n"
     )
 }
 
 /// A Guaranteed 1-CPU pod whose container uses the claim `claim`.
-fn claiming_pod(name: &str) -> String {
+fn claiming_pod(name: &str, claim: &str) -> String {
     format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  nodeName: {NODE_NAME}\n  hostNetwork: true\n  terminationGracePeriodSeconds: 2\n  resourceClaims:\n    - name: dev\n      resourceClaimName: claim\n  containers:\n    - name: app\n      image: {IMAGE}\n      imagePullPolicy: Never\n      command: [\"sh\", \"-c\", \"trap 'exit 0' TERM; while true; do sleep 1; done\"]\n      resources:\n        requests: {{cpu: \"1\", memory: 64Mi}}\n        limits: {{cpu: \"1\", memory: 64Mi}}\n        claims:\n          - name: dev\n"
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  nodeName: {NODE_NAME}\n  hostNetwork: true\n  terminationGracePeriodSeconds: 2\n  resourceClaims:\n    - name: dev\n      resourceClaimName: {claim}\n  containers:\n    - name: app\n      image: {IMAGE}\n      imagePullPolicy: Never\n      command: [\"sh\", \"-c\", \"trap 'exit 0' TERM; while true; do sleep 1; done\"]\n      resources:\n        requests: {{cpu: \"1\", memory: 64Mi}}\n        limits: {{cpu: \"1\", memory: 64Mi}}\n        claims:\n          - name: dev\n"
     )
 }
 
@@ -50,14 +55,90 @@ fn restart_topomgr_verbose(c: &mut Cluster) {
     c.daemon = Some(d);
 }
 
+/// Writes what the scheduler would (there is none): claim `claim`
+/// allocated to device `device` of the driver's pool, and reserved for pod
+/// `pod`. Its uid.
+fn allocate(c: &Cluster, claim: &str, pod: &str, device: &str) -> String {
+    let pod_uid = c.node.get_json(&["pod", pod]).unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let status = serde_json::json!({"status": {
+        "allocation": {
+            "devices": {"results": [{
+                "request": "dev", "driver": DRA_DRIVER, "pool": NODE_NAME, "device": device
+            }]},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{
+                "key": "metadata.name", "operator": "In", "values": [NODE_NAME]
+            }]}]}
+        },
+        "reservedFor": [{"resource": "pods", "name": pod, "uid": pod_uid}]
+    }});
+    c.node
+        .kubectl(&[
+            "patch",
+            "resourceclaim",
+            claim,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &status.to_string(),
+        ])
+        .unwrap();
+    c.node.get_json(&["resourceclaim", claim]).unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// The kubelet's PodResources `Get` of pod `pod` (its own socket, through
+/// the kubelet-proto client).
+fn kubelet_get(socket: &Path, pod: &str) -> serde_json::Value {
+    let go = crate::podresources::go_client_binary()
+        .expect("the kubelet-proto client that .ci/install-kubernetes builds");
+    let out = std::process::Command::new(&go)
+        .arg("-socket")
+        .arg(socket)
+        .args(["get", "default", pod])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 fn dra_claim(line: ContainerdLine) {
     let mut kubelet_socket = PathBuf::new();
     let mut cdi_dir = PathBuf::new();
-    let mut c = Cluster::start_with(line, KubeOptions::default(), |node, _| {
+    let mut c = Cluster::start_with(line, KubeOptions::default(), |node, etc| {
         kubelet_socket = node.kubelet_root().join("pod-resources/kubelet.sock");
         cdi_dir = node.containerd().cdi_dir();
+        // API access (the admin's token, the API server's own CA) for the
+        // ResourceSlices of devices the kubelet names without a CDI device;
+        // no NodeResourceTopology push (no CRD here), no Events.
+        let admin = std::fs::read_to_string(node.kubeconfig()).unwrap();
+        let server = admin
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("server: "))
+            .unwrap()
+            .to_owned();
+        let ca = node.kubeconfig().with_file_name("pki/apiserver.crt");
+        let kubeconfig = etc.join("topomgr.kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: t\n  cluster:\n    server: {server}\n    certificate-authority: {}\nusers:\n- name: topomgr\n  user:\n    token: admin-token\ncontexts:\n- name: t\n  context:\n    cluster: t\n    user: topomgr\ncurrent-context: t\n",
+                ca.display()
+            ),
+        )
+        .unwrap();
         format!(
-            "[cdi]\nspec_dirs = [\"{}\"]\nkubelet_pod_resources_socket = \"{}\"\n",
+            "node_name = \"{NODE_NAME}\"\n[kubernetes]\nenabled = true\nkubeconfig = \"{}\"\npush_nrt = false\nevents = false\n\
+             [cdi]\nspec_dirs = [\"{}\"]\nkubelet_pod_resources_socket = \"{}\"\n",
+            kubeconfig.display(),
             cdi_dir.display(),
             kubelet_socket.display()
         )
@@ -65,7 +146,8 @@ fn dra_claim(line: ContainerdLine) {
     restart_topomgr_verbose(&mut c);
     let pci: Vec<String> = pci_addresses().into_iter().take(2).collect();
     assert_eq!(pci.len(), 2, "the test needs two PCI devices: {pci:?}");
-    let driver = DraDriver::start(&c.node, &pci).unwrap();
+    // dev-0 is prepared without a CDI device, dev-1 with one.
+    let driver = DraDriver::start(&c.node, &pci, &["dev-0"]).unwrap();
 
     // The driver's ResourceSlice: a device per PCI address, each with the
     // standard PCI bus id attribute.
@@ -111,38 +193,9 @@ fn dra_claim(line: ContainerdLine) {
 
     // The claim, allocated to dev-1 and reserved for the pod, as the
     // scheduler would write it.
-    c.apply(&class_and_claim());
-    c.apply(&claiming_pod("claimed"));
-    let pod_uid = c.node.get_json(&["pod", "claimed"]).unwrap()["metadata"]["uid"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let status = serde_json::json!({"status": {
-        "allocation": {
-            "devices": {"results": [{
-                "request": "dev", "driver": DRA_DRIVER, "pool": NODE_NAME, "device": "dev-1"
-            }]},
-            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [{
-                "key": "metadata.name", "operator": "In", "values": [NODE_NAME]
-            }]}]}
-        },
-        "reservedFor": [{"resource": "pods", "name": "claimed", "uid": pod_uid}]
-    }});
-    c.node
-        .kubectl(&[
-            "patch",
-            "resourceclaim",
-            "claim",
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            &status.to_string(),
-        ])
-        .unwrap();
-    let claim_uid = c.node.get_json(&["resourceclaim", "claim"]).unwrap()["metadata"]["uid"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    c.apply(&class_and_claim("claim"));
+    c.apply(&claiming_pod("claimed", "claim"));
+    let claim_uid = allocate(&c, "claim", "claimed", "dev-1");
     let cdi_name = format!("{DRA_DRIVER}/dev={claim_uid}-dev-1");
 
     c.wait_running("claimed");
@@ -172,20 +225,7 @@ fn dra_claim(line: ContainerdLine) {
     );
 
     // The real kubelet's PodResources lists the claim with its CDI device.
-    let go = crate::podresources::go_client_binary()
-        .expect("the kubelet-proto client that .ci/install-kubernetes builds");
-    let out = std::process::Command::new(&go)
-        .arg("-socket")
-        .arg(&kubelet_socket)
-        .args(["get", "default", "claimed"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let got = kubelet_get(&kubelet_socket, "claimed");
     let dynamic = &got["pod_resources"]["containers"][0]["dynamic_resources"];
     assert_eq!(dynamic[0]["claim_name"], "claim", "{line:?}: {got}");
     assert_eq!(dynamic[0]["claim_namespace"], "default", "{line:?}: {got}");
@@ -209,6 +249,29 @@ fn dra_claim(line: ContainerdLine) {
             || (!spec.exists()).then_some(()),
         )
         .unwrap();
+
+    // A claim of dev-0, which the driver prepares without a CDI device: the
+    // kubelet names it by driver, pool and device only, and topomgr finds
+    // its PCI device through the driver's ResourceSlice.
+    c.apply(&class_and_claim("by-name"));
+    c.apply(&claiming_pod("by-name", "by-name"));
+    allocate(&c, "by-name", "by-name", "dev-0");
+    c.wait_running("by-name");
+    c.check("a Guaranteed pod with a claim without a CDI device");
+    let p = c.placements();
+    assert_eq!(p["by-name"].0, "1", "{line:?}: {p:?}");
+    let got = kubelet_get(&kubelet_socket, "by-name");
+    let resource =
+        &got["pod_resources"]["containers"][0]["dynamic_resources"][0]["claim_resources"][0];
+    assert_eq!(resource["device_name"], "dev-0", "{line:?}: {got}");
+    assert_eq!(
+        resource["cdi_devices"],
+        serde_json::json!([]),
+        "{line:?}: {got}"
+    );
+    c.delete(&["by-name"]);
+    c.wait_released();
+    c.check("deleting the pod with the claim without a CDI device");
     drop(driver);
 
     // topomgr took the claim's CDI device name from the kubelet (not only
@@ -233,6 +296,26 @@ fn dra_claim(line: ContainerdLine) {
             && l.contains(&format!(
                 "source=CDI device {cdi_name} devices=/dev/topomgr-dra-dev-1"
             ))),
+        "{line:?}: {log}"
+    );
+    // dev-0 by its ResourceSlice's pciBusID: the machine's PCI device
+    // (attached to no NUMA node here, so not aligned with, and logged).
+    let by_name = format!("DRA device {DRA_DRIVER}/{NODE_NAME}/dev-0");
+    assert!(
+        !log.contains("cannot read the ResourceSlices"),
+        "{line:?}: {log}"
+    );
+    assert!(
+        log.lines().any(|l| l
+            .contains("the container was given a DRA device, matched by its ResourceSlice")
+            && l.contains(&format!("device={by_name}"))
+            && l.contains(&pci[0])),
+        "{line:?}: {log}"
+    );
+    assert!(
+        log.lines().any(|l| l
+            .contains("no provider lists this CDI device and it is not aligned with")
+            && l.contains(&format!("source={by_name} devices={}", pci[0]))),
         "{line:?}: {log}"
     );
 }

@@ -8,12 +8,14 @@
 // where the machine's sysfs has them), and at NodePrepareResources writes
 // one CDI spec per claim into -cdi-dir whose devices each inject a
 // character device node (/dev/null's numbers, at
-// /dev/topomgr-dra-<device>), answering those CDI names to the kubelet;
-// NodeUnprepareResources removes the claim's spec.
+// /dev/topomgr-dra-<device>), answering those CDI names to the kubelet
+// (the devices of -no-cdi get none: the kubelet then names them by
+// driver, pool and device only); NodeUnprepareResources removes the
+// claim's spec.
 //
 // Usage:
 //
-//	dra-test-driver -kubeconfig PATH -node NAME -kubelet-dir DIR -cdi-dir DIR -pci ADDR[,ADDR...]
+//	dra-test-driver -kubeconfig PATH -node NAME -kubelet-dir DIR -cdi-dir DIR -pci ADDR[,ADDR...] [-no-cdi dev-N,...]
 //
 // Runs until SIGTERM or SIGINT; a bad flag or a failed start exits 1 with
 // the reason on stderr.
@@ -52,6 +54,9 @@ type driver struct {
 	cdiDir string
 	// Device name -> PCI address, as published.
 	devices map[string]string
+	// Devices prepared without a CDI device (the kubelet then names them
+	// by driver, pool and device only).
+	noCDI map[string]bool
 }
 
 // cdiKind is the CDI kind of the driver's devices: <driver>/dev.
@@ -112,6 +117,12 @@ func (d *driver) prepare(claim *resourceapi.ResourceClaim) kubeletplugin.Prepare
 			return kubeletplugin.PrepareResult{Err: fmt.Errorf("claim %s/%s: device %s/%s is not one this driver published (pool %s, devices %v)",
 				claim.Namespace, claim.Name, r.Pool, r.Device, d.pool, d.devices)}
 		}
+		if d.noCDI[r.Device] {
+			devices = append(devices, kubeletplugin.Device{
+				Requests: []string{r.Request}, PoolName: r.Pool, DeviceName: r.Device,
+			})
+			continue
+		}
 		name := fmt.Sprintf("%s-%s", claim.UID, r.Device)
 		spec.Devices = append(spec.Devices, cdiDevice{
 			Name: name,
@@ -129,6 +140,10 @@ func (d *driver) prepare(claim *resourceapi.ResourceClaim) kubeletplugin.Prepare
 			DeviceName:   r.Device,
 			CDIDeviceIDs: []string{d.cdiKind() + "=" + name},
 		})
+	}
+	if len(spec.Devices) == 0 {
+		// A spec without devices is invalid: none is written.
+		return kubeletplugin.PrepareResult{Devices: devices}
 	}
 	data, err := json.MarshalIndent(spec, "", "  ")
 	if err != nil {
@@ -193,12 +208,13 @@ func run() error {
 	kubeletDir := flag.String("kubelet-dir", "/var/lib/kubelet", "the kubelet's root directory (plugins_registry and plugins/ under it)")
 	cdiDir := flag.String("cdi-dir", "/var/run/cdi", "where the runtime reads CDI specs")
 	pcis := flag.String("pci", "", "PCI addresses of this machine, one device each (dev-0, dev-1, ...)")
+	noCDI := flag.String("no-cdi", "", "devices (dev-N, comma-separated) prepared without a CDI device")
 	klog.InitFlags(nil)
 	flag.Parse()
 	if *kubeconfig == "" || *node == "" || *pcis == "" || flag.NArg() != 0 {
 		return errors.New("usage: dra-test-driver -kubeconfig PATH -node NAME -kubelet-dir DIR -cdi-dir DIR -pci ADDR[,ADDR...]")
 	}
-	d := &driver{name: *name, pool: *node, cdiDir: *cdiDir, devices: map[string]string{}}
+	d := &driver{name: *name, pool: *node, cdiDir: *cdiDir, devices: map[string]string{}, noCDI: map[string]bool{}}
 	var published []resourceapi.Device
 	for i, pci := range strings.Split(*pcis, ",") {
 		devName := fmt.Sprintf("dev-%d", i)
@@ -208,6 +224,15 @@ func run() error {
 		}
 		d.devices[devName] = pci
 		published = append(published, dev)
+	}
+	for _, n := range strings.Split(*noCDI, ",") {
+		if n == "" {
+			continue
+		}
+		if _, ok := d.devices[n]; !ok {
+			return fmt.Errorf("-no-cdi %s: no such device (there are %d, dev-0 to dev-%d)", n, len(d.devices), len(d.devices)-1)
+		}
+		d.noCDI[n] = true
 	}
 	pluginDir := filepath.Join(*kubeletDir, "plugins", *name)
 	for _, dir := range []string{*cdiDir, pluginDir} {
