@@ -2,9 +2,11 @@
 //! only (its PodResources `Get` gives no CDI device for it: the driver's
 //! NodePrepareResources answered none), matched to its PCI device through
 //! the standard `resource.kubernetes.io/pciBusID` attribute its driver
-//! published in the pool's ResourceSlice (`k8s.io/dynamic-resource-allocation/deviceattribute`,
-//! KEP-4381's standard attributes). The ResourceSlice is read by the
-//! caller (`topomgr-kube`); this module only maps.
+//! published in the pool's ResourceSlice (one of KEP-4381's standard
+//! attributes, kubernetes/enhancements#5669; drivers set it with
+//! `GetPCIBusIDAttribute` of `k8s.io/dynamic-resource-allocation/deviceattribute`,
+//! kubernetes/kubernetes#134607). The ResourceSlice is read by the caller
+//! (`topomgr-kube`); this module only maps.
 
 use std::collections::BTreeMap;
 

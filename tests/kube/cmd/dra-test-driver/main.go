@@ -8,7 +8,8 @@
 // where the machine's sysfs has them), and at NodePrepareResources writes
 // one CDI spec per claim into -cdi-dir whose devices each inject a
 // character device node (/dev/null's numbers, at
-// /dev/topomgr-dra-<device>), answering those CDI names to the kubelet
+// /dev/topomgr-dra-<device>) and TOPOMGR_DRA_PCI_<DEVICE>=<its PCI
+// address> into the container, answering those CDI names to the kubelet
 // (the devices of -no-cdi get none: the kubelet then names them by
 // driver, pool and device only); NodeUnprepareResources removes the
 // claim's spec.
