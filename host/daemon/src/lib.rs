@@ -416,6 +416,9 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
                         nri::KubeletClaims {
                             socket,
                             timeout: nri::KUBELET_CLAIMS_TIMEOUT,
+                            slices: kube.as_ref().map(|k| {
+                                nri::SliceReader::new(k.client.fresh(), nri::SLICES_TIMEOUT)
+                            }),
                         }
                     }),
                 );

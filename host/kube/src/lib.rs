@@ -9,7 +9,9 @@
 //!   hands over the latest object and never waits;
 //! - [`events`]: a refused pod's `Event`, counted up across the kubelet's
 //!   retries as client-go's event recorder does;
-//! - [`pods`]: a pod's object read, for the NRI face's pod scope.
+//! - [`pods`]: a pod's object read, for the NRI face's pod scope;
+//! - [`resource_slices`]: the devices of a DRA driver's pool as its
+//!   ResourceSlices publish them (read, for the NRI face's claims).
 //!
 //! The daemon (`topomgr-daemon`) builds the objects; this crate only
 //! carries them.
@@ -20,6 +22,7 @@ pub mod events;
 pub mod http;
 pub mod nrt_push;
 pub mod pods;
+pub mod resource_slices;
 
 pub use access::{Access, AccessError, Source};
 pub use http::{ApiClient, ApiError, Method};

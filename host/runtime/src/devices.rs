@@ -210,7 +210,7 @@ fn nvidia_ids(key: &str, value: &str) -> Result<Vec<DeviceId>, MappingError> {
 }
 
 /// `dddd:bb:dd.f` or `bb:dd.f` (domain 0000), hex digits; lower-cased.
-fn pci_address(a: &str) -> Option<String> {
+pub(crate) fn pci_address(a: &str) -> Option<String> {
     let a = a.to_ascii_lowercase();
     let full = if a.matches(':').count() == 1 {
         format!("0000:{a}")

@@ -45,6 +45,7 @@ pub mod cdi;
 mod cgroup_parent;
 pub mod device_node;
 mod devices;
+pub mod dra;
 mod resources;
 
 use std::collections::BTreeMap;

@@ -1526,3 +1526,5 @@ fn pod_scope_admits_a_pod_whole_at_its_first_container_on_containerd_1_7() {
 fn pod_scope_admits_a_pod_whole_at_its_first_container_on_containerd_2() {
     pod_scope(ContainerdLine::V2);
 }
+
+mod dra;

@@ -83,9 +83,7 @@ pub struct KubeBinaries {
 /// Checks for the binaries of `.ci/install-kubernetes` (or
 /// `TOPOMGR_KUBE_DIR`); the error says how to build them.
 pub fn require_kubernetes() -> Result<KubeBinaries, HarnessError> {
-    let dir = std::env::var_os("TOPOMGR_KUBE_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(DEFAULT_KUBE_DIR));
+    let dir = kube_dir();
     let b = KubeBinaries {
         etcd: dir.join("etcd"),
         apiserver: dir.join("kube-apiserver"),
@@ -107,6 +105,14 @@ pub fn require_kubernetes() -> Result<KubeBinaries, HarnessError> {
         )));
     }
     Ok(b)
+}
+
+/// Where the binaries of `.ci/install-kubernetes` are: `TOPOMGR_KUBE_DIR`,
+/// or [`DEFAULT_KUBE_DIR`].
+pub(crate) fn kube_dir() -> PathBuf {
+    std::env::var_os("TOPOMGR_KUBE_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_KUBE_DIR))
 }
 
 struct Ports {

@@ -13,6 +13,7 @@
 mod cleanup;
 mod containerd;
 pub mod cri;
+mod dra;
 mod image;
 mod kube;
 mod podman;
@@ -22,6 +23,7 @@ use std::path::{Path, PathBuf};
 
 pub use containerd::Containerd;
 pub use cri::{ContainerSpec, CriClient, Placement, Pod, PodSpec, Qos};
+pub use dra::{pci_addresses, DraDriver, DRA_DRIVER};
 pub use image::IMAGE;
 pub use kube::{
     require_kubernetes, KubeBinaries, KubeNode, KubeOptions, RunningContainer, DEFAULT_KUBE_DIR,

@@ -29,6 +29,104 @@ pub(crate) struct KubeletClaims {
     /// How long connecting and `Get` may take together: the answer holds
     /// up the container's creation.
     pub timeout: std::time::Duration,
+    /// Where a claim's device that the kubelet gives without a CDI name is
+    /// looked up (`[kubernetes]` configured), else such devices are only
+    /// logged.
+    pub slices: Option<SliceReader>,
+}
+
+/// What the kubelet's `Get` says a container's DRA claims hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Claimed {
+    /// Their CDI device names, in order, each once.
+    pub cdi: Vec<String>,
+    /// Their devices the driver gave no CDI device for, by driver, pool and
+    /// device name, each once.
+    pub by_name: Vec<topomgr_runtime::dra::DraDevice>,
+}
+
+/// The API server's ResourceSlices, read to match a claim's device the
+/// kubelet names by driver, pool and device only to its PCI device
+/// (`[kubernetes]` API access).
+#[derive(Clone)]
+pub(crate) struct SliceReader {
+    client: std::sync::Arc<tokio::sync::Mutex<topomgr_kube::ApiClient>>,
+    timeout: std::time::Duration,
+}
+
+impl std::fmt::Debug for SliceReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SliceReader")
+            .field("timeout", &self.timeout)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How long reading a pool's ResourceSlices may hold up a container's
+/// creation.
+pub(crate) const SLICES_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl SliceReader {
+    /// A reader on `client` (a connection of its own), each pool's read
+    /// bounded by `timeout`.
+    pub(crate) fn new(client: topomgr_kube::ApiClient, timeout: std::time::Duration) -> Self {
+        SliceReader {
+            client: std::sync::Arc::new(tokio::sync::Mutex::new(client)),
+            timeout,
+        }
+    }
+
+    /// The PCI devices of `devices`, by their pools' ResourceSlices
+    /// ([`topomgr_runtime::dra::dra_device`]), and notes on those that
+    /// could not be matched.
+    pub(crate) async fn devices(
+        &self,
+        devices: &[topomgr_runtime::dra::DraDevice],
+    ) -> (Vec<topomgr_runtime::AssignedDevices>, Vec<String>) {
+        let mut pools: BTreeMap<(&str, &str), Option<topomgr_kube::resource_slices::PoolDevices>> =
+            BTreeMap::new();
+        let mut notes = Vec::new();
+        for d in devices {
+            let key = (d.driver.as_str(), d.pool.as_str());
+            if pools.contains_key(&key) {
+                continue;
+            }
+            let read = async {
+                let mut client = self.client.lock().await;
+                topomgr_kube::resource_slices::pool_devices(&mut client, &d.driver, &d.pool).await
+            };
+            let found = match tokio::time::timeout(self.timeout, read).await {
+                Ok(Ok(p)) => Some(p),
+                Ok(Err(e)) => {
+                    notes.push(format!(
+                        "cannot read the ResourceSlices of DRA driver {} pool {}: {e}; its claimed devices are not aligned with",
+                        d.driver, d.pool
+                    ));
+                    None
+                }
+                Err(_) => {
+                    notes.push(format!(
+                        "the API server did not list the ResourceSlices of DRA driver {} within {} ms; its claimed devices are not aligned with",
+                        d.driver,
+                        self.timeout.as_millis()
+                    ));
+                    None
+                }
+            };
+            pools.insert(key, found);
+        }
+        let mut out = Vec::new();
+        for d in devices {
+            let Some(pool) = &pools[&(d.driver.as_str(), d.pool.as_str())] else {
+                continue;
+            };
+            match topomgr_runtime::dra::dra_device(d, pool.get(&d.device)) {
+                Ok(a) => out.push(a),
+                Err(note) => notes.push(note),
+            }
+        }
+        (out, notes)
+    }
 }
 
 /// How long the kubelet's `Get` may hold up a container's creation.
@@ -36,20 +134,20 @@ pub(crate) const KUBELET_CLAIMS_TIMEOUT: std::time::Duration =
     std::time::Duration::from_millis(200);
 
 impl KubeletClaims {
-    /// The CDI device names of the DRA claims of container `container` of
-    /// pod `name` in `namespace`, as the kubelet's PodResources `Get`
-    /// answers them (`dynamic_resources[].claim_resources[].cdi_devices`,
-    /// filled by the kubelet's DRA manager since KEP-3695,
-    /// kubernetes/kubernetes#115847; `Get` is GA in 1.36), in order,
-    /// each once. A pod or container the kubelet does not list has none.
-    pub(crate) async fn cdi_names(
+    /// The devices of the DRA claims of container `container` of pod
+    /// `name` in `namespace`, as the kubelet's PodResources `Get` answers
+    /// them (`dynamic_resources[].claim_resources[]`, filled by the
+    /// kubelet's DRA manager since KEP-3695, kubernetes/kubernetes#115847;
+    /// `Get` is GA in 1.36): their CDI device names, and the devices with
+    /// none by driver, pool and device name. A pod or container the
+    /// kubelet does not list has none.
+    pub(crate) async fn claims(
         &self,
         namespace: &str,
         name: &str,
         container: &str,
-    ) -> Result<Vec<String>, String> {
-        let answer = self.get(namespace, name).await?;
-        Ok(claimed_cdi_names(&answer, container))
+    ) -> Result<Claimed, String> {
+        Ok(claimed(&self.get(namespace, name).await?, container))
     }
 
     /// The kubelet's PodResources `Get` of pod `name` in `namespace`,
@@ -77,27 +175,66 @@ impl KubeletClaims {
     }
 }
 
-/// The CDI device names of the DRA claims of container `container` in the
-/// kubelet's answer, in order, each once.
-fn claimed_cdi_names(
-    answer: &topomgr_podresources::v1::GetPodResourcesResponse,
-    container: &str,
-) -> Vec<String> {
-    let mut names: Vec<String> = Vec::new();
+/// What the kubelet's `answer` says the DRA claims of container
+/// `container` hold.
+fn claimed(answer: &topomgr_podresources::v1::GetPodResourcesResponse, container: &str) -> Claimed {
+    let mut out = Claimed::default();
     let claimed = answer
         .pod_resources
         .iter()
         .flat_map(|p| &p.containers)
         .filter(|c| c.name == container)
         .flat_map(|c| &c.dynamic_resources)
-        .flat_map(|r| &r.claim_resources)
-        .flat_map(|r| &r.cdi_devices);
-    for d in claimed {
-        if !names.contains(&d.name) {
-            names.push(d.name.clone());
+        .flat_map(|r| &r.claim_resources);
+    for r in claimed {
+        // Only a device listed with no CDI device is taken by name: the
+        // kubelet (1.37, `GetDynamicResources` in
+        // pkg/kubelet/cm/container_manager_linux.go) lists a driver's
+        // devices with the CDI devices of that device and of the
+        // driver's devices before it, so a later device without any
+        // of its own may still carry some.
+        if r.cdi_devices.is_empty() {
+            let d = topomgr_runtime::dra::DraDevice {
+                driver: r.driver_name.clone(),
+                pool: r.pool_name.clone(),
+                device: r.device_name.clone(),
+            };
+            if !d.device.is_empty() && !out.by_name.contains(&d) {
+                out.by_name.push(d);
+            }
+        }
+        for d in &r.cdi_devices {
+            if !out.cdi.contains(&d.name) {
+                out.cdi.push(d.name.clone());
+            }
         }
     }
-    names
+    out
+}
+
+impl KubeletClaims {
+    /// The PCI devices of the claims' devices the kubelet gave without a
+    /// CDI name, matched through their ResourceSlices where the API server
+    /// is configured; each one not matched is logged.
+    async fn devices_by_name(
+        &self,
+        who: &str,
+        devices: &[topomgr_runtime::dra::DraDevice],
+    ) -> Vec<topomgr_runtime::AssignedDevices> {
+        let Some(slices) = &self.slices else {
+            let names: Vec<String> = devices.iter().map(ToString::to_string).collect();
+            tracing::warn!(container = %who, devices = %names.join(","), "the kubelet gives these DRA devices without a CDI device; with [kubernetes] API access they are matched to PCI devices by their ResourceSlices, without it they are not aligned with");
+            return Vec::new();
+        };
+        let (found, notes) = slices.devices(devices).await;
+        for n in notes {
+            tracing::warn!(container = %who, "{n}");
+        }
+        for d in &found {
+            tracing::info!(container = %who, device = %d.variable, pci = ?d.ids, "the container was given a DRA device, matched by its ResourceSlice");
+        }
+        found
+    }
 }
 
 impl CdiSource {
@@ -105,7 +242,7 @@ impl CdiSource {
     /// `pod` but `except` (the container being created, whose own sources
     /// count) — its device plugins' devices
     /// ([`topomgr_runtime::kubelet_devices`]) and, with CDI spec
-    /// directories, its DRA claims' CDI devices — by container name. The
+    /// directories, its DRA claims' devices — by container name. The
     /// kubelet allocates both before the pod's first container is
     /// created. Without a kubelet socket, none; the kubelet not answering
     /// is logged and counts as none.
@@ -142,19 +279,25 @@ impl CdiSource {
                 }
                 devices.extend(given);
             }
-            let names = claimed_cdi_names(&answer, &c.name);
-            if !names.is_empty() && !self.specs.is_off() {
-                let (cdi, notes) = topomgr_runtime::cdi_devices(
-                    &BTreeMap::new(),
-                    &[],
-                    &names,
-                    &specs,
-                    &self.sysfs_root,
-                );
-                for n in notes {
-                    tracing::warn!(pod = %who, container = %c.name, "{n}");
+            if !self.specs.is_off() {
+                let claims = claimed(&answer, &c.name);
+                if !claims.cdi.is_empty() {
+                    let (cdi, notes) = topomgr_runtime::cdi_devices(
+                        &BTreeMap::new(),
+                        &[],
+                        &claims.cdi,
+                        &specs,
+                        &self.sysfs_root,
+                    );
+                    for n in notes {
+                        tracing::warn!(pod = %who, container = %c.name, "{n}");
+                    }
+                    devices.extend(cdi);
                 }
-                devices.extend(cdi);
+                if !claims.by_name.is_empty() {
+                    let who = format!("{who} ({})", c.name);
+                    devices.extend(kubelet.devices_by_name(&who, &claims.by_name).await);
+                }
             }
             if !devices.is_empty() {
                 out.insert(c.name.clone(), devices);
@@ -180,13 +323,22 @@ impl CdiSource {
             return Vec::new();
         }
         let mut claimed = Vec::new();
+        let mut by_name = Vec::new();
         if let Some(kubelet) = self.kubelet.as_ref().filter(|_| ask_kubelet) {
             if !pod.name.is_empty() && !pod.namespace.is_empty() {
                 match kubelet
-                    .cdi_names(&pod.namespace, &pod.name, &container.name)
+                    .claims(&pod.namespace, &pod.name, &container.name)
                     .await
                 {
-                    Ok(names) => claimed = names,
+                    Ok(c) => {
+                        if !c.cdi.is_empty() {
+                            tracing::info!(container = %who, devices = %c.cdi.join(","), "the kubelet's DRA claims give the container these CDI devices");
+                        }
+                        if !c.by_name.is_empty() {
+                            by_name = kubelet.devices_by_name(who, &c.by_name).await;
+                        }
+                        claimed = c.cdi
+                    }
                     Err(e) => {
                         tracing::warn!(container = %who, error = %e, "cannot read the container's DRA claims from the kubelet; its other CDI devices still count")
                     }
@@ -211,7 +363,7 @@ impl CdiSource {
             .keys()
             .any(|k| k.starts_with(topomgr_runtime::cdi::ANNOTATION_PREFIX));
         if nodes.is_empty() && !names_cdi && claimed.is_empty() {
-            return Vec::new();
+            return by_name;
         }
         let (specs, problems) = self.specs.specs();
         for p in problems {
@@ -230,7 +382,7 @@ impl CdiSource {
         for d in &devices {
             tracing::info!(container = %who, device = %d.variable, pci = ?d.ids, nodes = d.nodes.len(), "the container was given a CDI device");
         }
-        devices
+        devices.into_iter().chain(by_name).collect()
     }
 }
 

@@ -104,7 +104,7 @@ use topomgr_engine::policy::Scope;
 use topomgr_nri::{serve_with_reconnect, Backoff, ConnectionStatus, Event, EventMask};
 use tracing::{error, info};
 
-pub(crate) use convert::{KubeletClaims, KUBELET_CLAIMS_TIMEOUT};
+pub(crate) use convert::{KubeletClaims, SliceReader, KUBELET_CLAIMS_TIMEOUT, SLICES_TIMEOUT};
 pub use face::Face;
 pub(crate) use pod_scope::PodSpecs;
 pub use status::NriStatus;

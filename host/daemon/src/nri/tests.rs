@@ -664,6 +664,7 @@ async fn the_kubelets_dra_claims_put_a_container_on_their_numa_node() {
     let claims = |socket: PathBuf| convert::KubeletClaims {
         socket,
         timeout: Duration::from_millis(200),
+        slices: None,
     };
 
     // The kubelet answers: NIC a, on node 1.
@@ -713,9 +714,10 @@ async fn the_kubelets_dra_claims_put_a_container_on_their_numa_node() {
     ));
     assert_eq!(
         claims(socket)
-            .cdi_names("team-a", "pod-1", "ctr-k1")
+            .claims("team-a", "pod-1", "ctr-k1")
             .await
-            .unwrap(),
+            .unwrap()
+            .cdi,
         ["example.org/nic=zz"],
         "each name once"
     );
@@ -724,7 +726,7 @@ async fn the_kubelets_dra_claims_put_a_container_on_their_numa_node() {
     // without devices, creation held up at most about the timeout.
     let absent = dir.join("absent.sock");
     let err = claims(absent.clone())
-        .cdi_names("team-a", "pod-1", "ctr-k1")
+        .claims("team-a", "pod-1", "ctr-k1")
         .await
         .unwrap_err();
     assert!(
@@ -738,7 +740,7 @@ async fn the_kubelets_dra_claims_put_a_container_on_their_numa_node() {
     // Bound, never accepted: the connection waits in the backlog.
     let _never = std::os::unix::net::UnixListener::bind(&slow).unwrap();
     let err = claims(slow.clone())
-        .cdi_names("team-a", "pod-1", "ctr-k1")
+        .claims("team-a", "pod-1", "ctr-k1")
         .await
         .unwrap_err();
     assert!(err.contains("within 200 ms"), "{err}");
@@ -762,6 +764,168 @@ async fn the_kubelets_dra_claims_put_a_container_on_their_numa_node() {
         assert_eq!(cpuset_of(&created).0, "1", "{tag}: as without devices");
         w.check();
     }
+}
+
+/// A fake kubelet whose pod `pod-1` of `team-a` has container `ctr-k1`
+/// holding a DRA claim on device `nic-1` of pool `node-a` of driver
+/// `nic.example.org`, with no CDI device (the driver answered none).
+struct NoCdiKubelet;
+
+impl topomgr_podresources::Lister for NoCdiKubelet {
+    fn list(&self) -> topomgr_podresources::v1::ListPodResourcesResponse {
+        Default::default()
+    }
+    fn allocatable(&self) -> topomgr_podresources::v1::AllocatableResourcesResponse {
+        Default::default()
+    }
+    fn get(&self, namespace: &str, name: &str) -> Option<topomgr_podresources::v1::PodResources> {
+        use topomgr_podresources::v1;
+        (namespace == "team-a" && name == "pod-1").then(|| v1::PodResources {
+            name: name.into(),
+            namespace: namespace.into(),
+            containers: vec![v1::ContainerResources {
+                name: "ctr-k1".into(),
+                dynamic_resources: vec![v1::DynamicResource {
+                    claim_name: "nic".into(),
+                    claim_namespace: namespace.into(),
+                    claim_resources: vec![v1::ClaimResource {
+                        cdi_devices: vec![],
+                        driver_name: "nic.example.org".into(),
+                        pool_name: "node-a".into(),
+                        device_name: "nic-1".into(),
+                        share_id: None,
+                    }],
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+    }
+}
+
+/// Issue 35 item 2: a claim's device the kubelet gives by driver, pool and
+/// device name only (no CDI device) is matched, with `[kubernetes]` API
+/// access, through its pool's ResourceSlice and the standard
+/// `resource.kubernetes.io/pciBusID` attribute to PCI device 0000:af:00.0
+/// (node 1): the container gets CPUs of node 1. Without API access, or
+/// when the slice does not name the device, it is placed as without.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dra_device_without_a_cdi_name_is_matched_by_its_resource_slice() {
+    use topomgr_sdk::PciDevice;
+    let machine = || {
+        let base = topomgr_sdk::testkit::machine(2, 2);
+        topomgr_sdk::Machine::new(
+            base.numa_nodes.clone(),
+            base.cpus.clone(),
+            vec![PciDevice::new(
+                "0000:af:00.0",
+                "0x15b3",
+                "0x101d",
+                "0x020000",
+                Some(1.into()),
+            )],
+        )
+    };
+    // The API server: the driver's ResourceSlices, and who asked what.
+    let asked: Seen = Seen::default();
+    let record = Arc::clone(&asked);
+    let slices = |device: &'static str| {
+        format!(
+            r#"{{"items":[{{"spec":{{"driver":"nic.example.org","nodeName":"n","pool":{{"name":"node-a","generation":1,"resourceSliceCount":1}},"devices":[{{"name":"{device}","attributes":{{"resource.kubernetes.io/pciBusID":{{"string":"0000:AF:00.0"}}}}}}]}}}}]}}"#
+        )
+    };
+    let body = Arc::new(std::sync::Mutex::new(slices("nic-1")));
+    let answer = Arc::clone(&body);
+    let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
+        let (record, answer) = (Arc::clone(&record), Arc::clone(&answer));
+        async move {
+            record
+                .lock()
+                .unwrap()
+                .push(("GET".into(), uri.to_string(), serde_json::Value::Null));
+            let body = answer.lock().unwrap().clone();
+            (axum::http::StatusCode::OK, body)
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let client = |dir: &std::path::Path| {
+        let kubeconfig = dir.join("kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            format!(
+                "current-context: t\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:{port}\nusers:\n- name: u\n  user:\n    token: x\ncontexts:\n- name: t\n  context:\n    cluster: c\n    user: u\n"
+            ),
+        )
+        .unwrap();
+        let access =
+            topomgr_kube::Access::load(&topomgr_kube::Source::Kubeconfig(kubeconfig)).unwrap();
+        topomgr_kube::ApiClient::new(access).unwrap()
+    };
+    let world = |tag: &str, api: bool| {
+        world_with(tag, machine(), |f, dir| {
+            let cdi = dir.join("cdi");
+            std::fs::create_dir_all(&cdi).unwrap();
+            let socket = dir.join("kubelet.sock");
+            let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+            tokio::spawn(topomgr_podresources::serve(
+                listener,
+                Arc::new(NoCdiKubelet),
+                std::future::pending(),
+                Duration::from_millis(10),
+            ));
+            f.with_cdi(
+                vec![cdi],
+                dir.join("sys"),
+                Some(convert::KubeletClaims {
+                    socket,
+                    timeout: Duration::from_millis(200),
+                    slices: api
+                        .then(|| convert::SliceReader::new(client(dir), Duration::from_secs(1))),
+                }),
+            )
+        })
+    };
+
+    let w = world("dra-by-name", true);
+    let g = pod("1", "g");
+    let created = w
+        .face
+        .create(g.clone(), container("k1", &g, 1000, 1000))
+        .await
+        .unwrap();
+    assert_eq!(cpuset_of(&created), ("2", "1"), "on the NIC's node 1");
+    w.check();
+    assert_eq!(
+        asked
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, u, _)| u.as_str())
+            .collect::<Vec<_>>(),
+        ["/apis/resource.k8s.io/v1/resourceslices?fieldSelector=spec.driver%3Dnic.example.org"]
+    );
+    // The slice does not name the device: placed as without (CPU 1).
+    *body.lock().unwrap() = slices("nic-0");
+    let w = world("dra-by-name-unlisted", true);
+    let other = w
+        .face
+        .create(g.clone(), container("k1", &g, 1000, 1000))
+        .await
+        .unwrap();
+    assert_eq!(cpuset_of(&other).0, "1", "as without devices");
+    w.check();
+
+    // Without API access: placed as without devices.
+    let w = world("dra-by-name-no-api", false);
+    let created = w
+        .face
+        .create(g.clone(), container("k1", &g, 1000, 1000))
+        .await
+        .unwrap();
+    assert_eq!(cpuset_of(&created).0, "1", "as without devices");
+    w.check();
 }
 
 #[tokio::test]
@@ -2600,6 +2764,7 @@ async fn pod_scope_aligns_the_pod_with_the_devices_the_kubelet_lists_for_later_c
                 Some(convert::KubeletClaims {
                     socket,
                     timeout: std::time::Duration::from_millis(500),
+                    slices: None,
                 }),
             )
             .with_pod_scope(PodSpecs::new(
