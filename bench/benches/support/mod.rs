@@ -74,6 +74,8 @@ pub fn start_daemon(tag: &str, state_root: &Path, plugin: &Path) -> PathBuf {
         kubernetes: None,
         podresources_socket: None,
         reload: None,
+        cdi_spec_dirs: Vec::new(),
+        sysfs_root: "/sys".into(),
     };
     std::thread::spawn(move || daemon::run(d));
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -65,6 +65,8 @@ pub(crate) struct AppState {
     pub nri: Arc<crate::nri::NriStatus>,
     /// The NodeResourceTopology push's status (`[kubernetes]`).
     pub nrt_push: Option<topomgr_kube::nrt_push::PushStatusHandle>,
+    /// Where the CDI devices of an owned admission's devices are found.
+    pub cdi: crate::cdi::Resolver,
 }
 
 /// Credentials of the peer of one connection, taken at accept.
@@ -304,9 +306,22 @@ async fn admit_owned(state: &AppState, body: &[u8]) -> Result<Response, ApiError
     })?;
     debug!(pod = %request.pod.uid, owner = ?request.owner.kind, "owned admission requested");
     let uid = request.pod.uid.clone();
+    // The container's devices as the NRI face finds them (one resolver
+    // for both faces): its CDI devices, by annotation and by node.
+    let assigned = match &request.devices {
+        Some(d) if !d.is_empty() => {
+            let who = match &request.owner.id {
+                Some(id) => format!("container {id}"),
+                None => format!("pod {uid}"),
+            };
+            crate::cdi::assigned(&state.cdi.resolve(&who, &d.cdi_annotations, &d.nodes, &[]))
+        }
+        _ => Default::default(),
+    };
     let cmd = Command::AdmitOwned {
         pod: request.pod,
         owner: request.owner,
+        assigned,
     };
     let pods: Vec<Admission> = match state.state_thread.submit(cmd).await? {
         Reply::Admitted(results) => results.iter().map(Admission::from).collect(),

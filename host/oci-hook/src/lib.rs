@@ -15,7 +15,10 @@
 //!   daemon), find its cgroup from `/proc/<pid>/cgroup` relative to the
 //!   cgroup root, admit it as an owned admission whose owner is the
 //!   container (runtime `oci-hook`, its id, init pid and start time,
-//!   cgroup) and attached in the same request (`attach`): the daemon
+//!   cgroup), with its devices (the bundle's `linux.devices` and
+//!   `cdi.k8s.io/*` annotations: the daemon aligns the container with the
+//!   CDI devices among them, as under NRI), and attached in the same
+//!   request (`attach`): the daemon
 //!   writes its cpuset and memory nodes into the cgroup before its first
 //!   instruction. A rejection is an
 //!   error with topomgr's reason and message ([`HookError::Rejected`]), so
@@ -203,6 +206,8 @@ impl Hook {
         let config = spec::read_config(&state.bundle)?;
         let annotations = config.annotations.unwrap_or_default();
         let linux = config.linux.unwrap_or_default();
+        let devices =
+            spec::container_devices(linux.devices.as_deref().unwrap_or_default(), &annotations);
         let resources = linux.resources.unwrap_or_default();
         let env = config.process.and_then(|p| p.env).unwrap_or_default();
         let mapping = map_container(&ContainerSpec {
@@ -251,6 +256,7 @@ impl Hook {
             pod,
             owner,
             attach: Some(AttachTo { container, cgroup }),
+            devices,
         };
         // Admitted and attached in one request; an attach that fails is
         // released again by the daemon (nothing is held for a container

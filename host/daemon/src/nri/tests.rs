@@ -431,50 +431,52 @@ async fn guaranteed_burstable_refused_and_stopped_containers() {
 /// put its CPUs on node 1; devices on both nodes are refused under
 /// single-numa-node, the message naming them. No provider lists them: the
 /// PCI devices' NUMA nodes count.
+/// A recorded two-node machine with two NICs, 0000:17:00.0 on node 0 and
+/// 0000:af:00.0 on node 1.
+fn two_node_nic_machine() -> topomgr_sdk::Machine {
+    use topomgr_sdk::PciDevice;
+    let base = topomgr_sdk::testkit::machine(2, 2);
+    let nic = |address: &str, node: u8| {
+        PciDevice::new(address, "0x15b3", "0x101d", "0x020000", Some(node.into()))
+    };
+    topomgr_sdk::Machine::new(
+        base.numa_nodes.clone(),
+        base.cpus.clone(),
+        vec![nic("0000:17:00.0", 0), nic("0000:af:00.0", 1)],
+    )
+}
+
+/// Under `dir`, the CDI spec of [`two_node_nic_machine`]'s NICs (device
+/// `example.org/nic=a`, node `/dev/infiniband/uverbs0` 231:192, the NIC on
+/// node 1; `b`, `uverbs1` 231:193, the one on node 0) and a recorded sysfs
+/// that maps the nodes to the NICs; the resolver that reads them (with a
+/// spec directory that does not exist first).
+fn record_nic_cdi(dir: &std::path::Path) -> crate::cdi::Resolver {
+    let (cdi, sys) = (dir.join("cdi"), dir.join("sys"));
+    std::fs::create_dir_all(&cdi).unwrap();
+    std::fs::write(
+        cdi.join("nic.yaml"),
+        "cdiVersion: 0.6.0\nkind: example.org/nic\ndevices:\n\
+         - name: a\n  containerEdits:\n    deviceNodes:\n    - {path: /dev/infiniband/uverbs0, major: 231, minor: 192}\n\
+         - name: b\n  containerEdits:\n    deviceNodes:\n    - {path: /dev/infiniband/uverbs1, major: 231, minor: 193}\n",
+    )
+    .unwrap();
+    std::fs::create_dir_all(sys.join("dev/char")).unwrap();
+    for (minor, pci) in [(192, "0000:af:00.0"), (193, "0000:17:00.0")] {
+        let class = sys.join(format!(
+            "devices/pci0000:00/{pci}/infiniband_verbs/uverbs{minor}"
+        ));
+        std::fs::create_dir_all(&class).unwrap();
+        std::os::unix::fs::symlink(&class, sys.join(format!("dev/char/231:{minor}"))).unwrap();
+    }
+    crate::cdi::Resolver::new(vec![dir.join("absent"), cdi], sys)
+}
+
 #[tokio::test]
 async fn cdi_devices_put_a_container_on_their_numa_node() {
     use topomgr_nri::api::LinuxDevice;
-    use topomgr_sdk::PciDevice;
-    let base = topomgr_sdk::testkit::machine(2, 2);
-    let machine = topomgr_sdk::Machine::new(
-        base.numa_nodes.clone(),
-        base.cpus.clone(),
-        vec![
-            PciDevice::new(
-                "0000:17:00.0",
-                "0x15b3",
-                "0x101d",
-                "0x020000",
-                Some(0.into()),
-            ),
-            PciDevice::new(
-                "0000:af:00.0",
-                "0x15b3",
-                "0x101d",
-                "0x020000",
-                Some(1.into()),
-            ),
-        ],
-    );
-    let w = world_with("cdi", machine, |f, dir| {
-        let (cdi, sys) = (dir.join("cdi"), dir.join("sys"));
-        std::fs::create_dir_all(&cdi).unwrap();
-        std::fs::write(
-            cdi.join("nic.yaml"),
-            "cdiVersion: 0.6.0\nkind: example.org/nic\ndevices:\n\
-             - name: a\n  containerEdits:\n    deviceNodes:\n    - {path: /dev/infiniband/uverbs0, major: 231, minor: 192}\n\
-             - name: b\n  containerEdits:\n    deviceNodes:\n    - {path: /dev/infiniband/uverbs1, major: 231, minor: 193}\n",
-        )
-        .unwrap();
-        std::fs::create_dir_all(sys.join("dev/char")).unwrap();
-        for (minor, pci) in [(192, "0000:af:00.0"), (193, "0000:17:00.0")] {
-            let class = sys.join(format!(
-                "devices/pci0000:00/{pci}/infiniband_verbs/uverbs{minor}"
-            ));
-            std::fs::create_dir_all(&class).unwrap();
-            std::os::unix::fs::symlink(&class, sys.join(format!("dev/char/231:{minor}"))).unwrap();
-        }
-        f.with_cdi(vec![dir.join("absent"), cdi], sys, None)
+    let w = world_with("cdi", two_node_nic_machine(), |f, dir| {
+        f.with_cdi(record_nic_cdi(dir), None)
     });
     let g = pod("1", "g");
     let node = |minor: i64| LinuxDevice {
@@ -525,6 +527,108 @@ async fn cdi_devices_put_a_container_on_their_numa_node() {
     }];
     let plain = w.face.create(g.clone(), other).await.unwrap();
     assert_eq!(cpuset_of(&plain).0, "1");
+    w.check();
+}
+
+/// Issue 35, the OCI hook's face: an owned admission carrying the
+/// container's device nodes (as the hook reads them from Podman's
+/// `linux.devices`) or its `cdi.k8s.io/*` annotation is aligned with its
+/// CDI devices exactly as the NRI face is (the same resolver): on node 1
+/// for the NIC on node 1; refused under single-numa-node, naming both, for
+/// devices on both nodes; nothing held then. A request without devices
+/// (an older client) is placed as before, and bad devices are a 400 that
+/// names the field.
+#[tokio::test]
+async fn an_owned_admissions_cdi_devices_put_it_on_their_numa_node() {
+    use topomgr_node::api::{AdmissionRequest, ContainerDevices, DeviceNode, OwnerSpec};
+    let w = world_with("cdi-http", two_node_nic_machine(), |f, _| f);
+    let cdi = record_nic_cdi(&w.dir);
+    let admit = |id: &str, devices: Option<ContainerDevices>| {
+        let pod = topomgr_sdk::PodView::new(id, id, "podman", topomgr_sdk::QosClass::Guaranteed)
+            .with_containers(vec![topomgr_sdk::ContainerView::new(id)
+                .with_requests(topomgr_sdk::ResourceList::from([("cpu".to_owned(), 1000)]))
+                .with_limits(topomgr_sdk::ResourceList::from([(
+                    "cpu".to_owned(),
+                    1000,
+                )]))]);
+        let body = AdmissionRequest {
+            pod,
+            owner: OwnerSpec::container(
+                topomgr_node::state::pod_owner::ContainerRuntime::OciHook,
+                id,
+            ),
+            attach: None,
+            devices,
+        };
+        axum::http::Request::post("/v1/pods")
+            .header("content-type", topomgr_node::api::OWNED_ADMISSION)
+            .body(axum::body::Body::from(serde_json::to_vec(&body).unwrap()))
+            .unwrap()
+    };
+    let nodes = |minors: &[u32]| ContainerDevices {
+        nodes: minors
+            .iter()
+            .map(|m| DeviceNode::new(format!("/dev/infiniband/uverbs{}", m - 192), "c", 231, *m))
+            .collect(),
+        ..Default::default()
+    };
+    let placed = |answer: &serde_json::Value| {
+        let c = &answer["pods"][0]["containers"][0];
+        (
+            c["cpus"].as_str().unwrap().to_owned(),
+            c["mems"].as_str().unwrap().to_owned(),
+        )
+    };
+    // By its node: device a, on node 1.
+    let (status, on_1) = over_http(&w, cdi.clone(), admit("h1", Some(nodes(&[192])))).await;
+    assert_eq!(status, 200, "{on_1}");
+    assert_eq!(on_1["pods"][0]["admitted"], true, "{on_1}");
+    assert_eq!(placed(&on_1), ("2".to_owned(), "1".to_owned()));
+    // By its annotation: device a again, its node not given.
+    let annotated = ContainerDevices {
+        cdi_annotations: BTreeMap::from([(
+            "cdi.k8s.io/nic".to_owned(),
+            "example.org/nic=a".to_owned(),
+        )]),
+        ..Default::default()
+    };
+    let (status, by_name) = over_http(&w, cdi.clone(), admit("h2", Some(annotated))).await;
+    assert_eq!(status, 200, "{by_name}");
+    assert_eq!(placed(&by_name), ("3".to_owned(), "1".to_owned()));
+    // Devices a and b span both nodes: refused, naming them (node 1's
+    // CPUs are h1's and h2's now).
+    let (status, spans) = over_http(&w, cdi.clone(), admit("h3", Some(nodes(&[192, 193])))).await;
+    assert_eq!(status, 200, "{spans}");
+    let refused = &spans["pods"][0];
+    assert_eq!(refused["admitted"], false, "{spans}");
+    assert_eq!(refused["reason"], "TopologyAffinityError");
+    assert_eq!(
+        refused["message"],
+        "Resources cannot be allocated with Topology Locality: \
+         container \"h3\" needs every resource on one common NUMA node (policy single-numa-node); \
+         cpu (cpu): preferred on {0}; \
+         CDI device example.org/nic=a (0000:af:00.0) (CDI devices): fits on {1} or larger (preferred at 1 node(s)); \
+         CDI device example.org/nic=b (0000:17:00.0) (CDI devices): fits on {0} or larger (preferred at 1 node(s))"
+    );
+    assert!(!w.state.read(|v| v.pods.contains_key("h3")), "nothing held");
+    // Without devices (an older client): the CPU provider's first choice,
+    // node 0.
+    let (status, plain) = over_http(&w, cdi.clone(), admit("h4", None)).await;
+    assert_eq!(status, 200, "{plain}");
+    assert_eq!(placed(&plain), ("1".to_owned(), "0".to_owned()));
+    // A bad node: refused before anything is asked, naming the field.
+    let mut bad = nodes(&[192]);
+    bad.nodes[0].kind = "x".into();
+    let (status, refused) = over_http(&w, cdi, admit("h5", Some(bad))).await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(
+        (&refused["reason"], &refused["error"]),
+        (
+            &serde_json::json!("BadManifest"),
+            &serde_json::json!("devices.nodes[0].type: \"x\" is not c, b, u or p")
+        )
+    );
+    assert!(!w.state.read(|v| v.pods.contains_key("h5")), "nothing held");
     w.check();
 }
 
@@ -631,7 +735,10 @@ async fn the_kubelets_dra_claims_put_a_container_on_their_numa_node() {
             std::future::pending(),
             Duration::from_millis(10),
         ));
-        f.with_cdi(vec![cdi], sys, Some(claims(socket)))
+        f.with_cdi(
+            crate::cdi::Resolver::new(vec![cdi], sys),
+            Some(claims(socket)),
+        )
     });
     let g = pod("1", "g");
     let created = w
@@ -697,7 +804,10 @@ async fn the_kubelets_dra_claims_put_a_container_on_their_numa_node() {
     for (tag, socket) in [("absent", absent), ("slow", slow)] {
         let w = world_with(&format!("kubelet-dra-{tag}"), machine(), |f, dir| {
             let (cdi, sys) = specs_and_sysfs(dir);
-            f.with_cdi(vec![cdi], sys, Some(claims(socket.clone())))
+            f.with_cdi(
+                crate::cdi::Resolver::new(vec![cdi], sys),
+                Some(claims(socket.clone())),
+            )
         });
         let g = pod("1", "g");
         let started = Instant::now();
@@ -1869,16 +1979,27 @@ async fn resizes_are_done_in_place_or_refused_changing_nothing() {
 /// `GET /v1/pods/{uid}/explain` through the daemon's HTTP router (as a
 /// root peer): (status, body).
 async fn explain_over_http(w: &World, uid: &str) -> (u16, serde_json::Value) {
+    let req = axum::http::Request::get(format!("/v1/pods/{uid}/explain"))
+        .body(axum::body::Body::empty())
+        .unwrap();
+    over_http(w, crate::cdi::Resolver::default(), req).await
+}
+
+/// `req` through the daemon's HTTP router on `w`'s state thread, CDI
+/// devices found by `cdi` (as a root peer): (status, body).
+async fn over_http(
+    w: &World,
+    cdi: crate::cdi::Resolver,
+    mut req: axum::http::Request<axum::body::Body>,
+) -> (u16, serde_json::Value) {
     let app = crate::server::router(crate::server::AppState {
         state_thread: w.state.clone(),
         metrics: Arc::clone(&w.metrics),
         access: Arc::new(crate::access::AccessPolicy::for_group("topomgr")),
         nri: NriStatus::enabled("/run/nri.sock".as_ref(), None),
         nrt_push: None,
+        cdi,
     });
-    let mut req = axum::http::Request::get(format!("/v1/pods/{uid}/explain"))
-        .body(axum::body::Body::empty())
-        .unwrap();
     req.extensions_mut()
         .insert(axum::extract::ConnectInfo(crate::server::PeerConn(Some(
             crate::access::Peer {
