@@ -7,8 +7,9 @@
 //! `packaging/kubernetes/rbac.yaml` (a static token claiming its name), so
 //! the documented RBAC is what is tested.
 //!
-//! Checked: the object appears with its zones and the pod fingerprint
-//! (computed independently, `kubernetes::pod_fingerprint`); it follows an
+//! Checked: the object appears with its zones, the pod fingerprint
+//! (computed independently, `kubernetes::pod_fingerprint`) and the Node's
+//! uid as its owner reference; it follows an
 //! admission within 1 s; with the API server stopped admissions keep
 //! their speed, health notes the failing push, and the object catches up
 //! when the API server returns; a refusal recorded three times (the
@@ -318,6 +319,19 @@ fn second_pod() -> String {
 fn nrt_is_pushed_follows_admissions_and_survives_an_api_server_restart() {
     let mut api = ApiServer::start("kube-api-nrt");
     let mut reader = Reader::new(&api);
+    // The node's Node object (a kubelet would register it): the object's
+    // owner.
+    let node = api.dir.join("node.yaml");
+    fs::write(
+        &node,
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: worker-1\n",
+    )
+    .unwrap();
+    api.kubectl(&["apply", "-f", &node.to_string_lossy()]);
+    let node_uid = reader.get("/api/v1/nodes/worker-1").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let dir = config("kube-api-nrt-topomgr");
     let mut toml = fs::read_to_string(dir.join("topomgr.toml")).unwrap();
     toml.push_str(&format!(
@@ -345,6 +359,13 @@ fn nrt_is_pushed_follows_admissions_and_survives_an_api_server_restart() {
         Some("with-exclusive-resources")
     );
     assert_eq!(object["metadata"]["managedFields"][0]["manager"], "topomgr");
+    // Owned by the Node (read with the RBAC's `get nodes`), so the API
+    // server's garbage collector deletes it with the Node.
+    assert_eq!(
+        object["metadata"]["ownerReferences"],
+        serde_json::json!([{"apiVersion": "v1", "kind": "Node", "name": "worker-1", "uid": node_uid}]),
+        "{object:#}"
+    );
 
     // An admission is on the API server within 1 s, zones included.
     let r = c.admit(POD).unwrap();
