@@ -297,6 +297,11 @@ pub struct ContainerDevices {
     /// device names, `vendor.com/class=name`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub cdi_annotations: BTreeMap<String, String>,
+    /// The device plugins' variables of its environment (`KEY=VALUE`:
+    /// `NVIDIA_VISIBLE_DEVICES`, `PCIDEVICE_*`), the devices the kubelet's
+    /// device plugins assigned it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
 }
 
 /// The prefix of the annotations that name a container's CDI devices
@@ -306,12 +311,13 @@ pub const CDI_ANNOTATION_PREFIX: &str = "cdi.k8s.io/";
 impl ContainerDevices {
     /// Whether it names no device.
     pub fn is_empty(&self) -> bool {
-        self.nodes.is_empty() && self.cdi_annotations.is_empty()
+        self.nodes.is_empty() && self.cdi_annotations.is_empty() && self.env.is_empty()
     }
 
     /// What is wrong, naming the field (`devices.nodes[1].type: ...`): a
     /// node with an empty or relative path or a type other than `c`, `b`,
-    /// `u`, `p`; an annotation whose key is not `cdi.k8s.io/<key>`.
+    /// `u`, `p`; an annotation whose key is not `cdi.k8s.io/<key>`; an
+    /// environment entry that is not `KEY=VALUE`.
     pub fn check(&self) -> Result<(), String> {
         for (i, n) in self.nodes.iter().enumerate() {
             if !n.path.starts_with('/') {
@@ -333,6 +339,11 @@ impl ContainerDevices {
                 return Err(format!(
                     "devices.cdi_annotations: key {key:?} is not {CDI_ANNOTATION_PREFIX}<key>"
                 ));
+            }
+        }
+        for (i, entry) in self.env.iter().enumerate() {
+            if entry.split_once('=').is_none_or(|(k, _)| k.is_empty()) {
+                return Err(format!("devices.env[{i}]: {entry:?} is not KEY=VALUE"));
             }
         }
         Ok(())
@@ -697,6 +708,13 @@ mod tests {
         assert_eq!(
             r.check_pod().unwrap_err(),
             "devices.nodes[0].path: \"dev/x\" is not an absolute path"
+        );
+        let mut bad = d.clone();
+        bad.env.push("=x".into());
+        r.devices = Some(bad);
+        assert_eq!(
+            r.check_pod().unwrap_err(),
+            "devices.env[0]: \"=x\" is not KEY=VALUE"
         );
         let mut bad = d;
         bad.cdi_annotations

@@ -306,15 +306,25 @@ async fn admit_owned(state: &AppState, body: &[u8]) -> Result<Response, ApiError
     })?;
     debug!(pod = %request.pod.uid, owner = ?request.owner.kind, "owned admission requested");
     let uid = request.pod.uid.clone();
-    // The container's devices as the NRI face finds them (one resolver
-    // for both faces): its CDI devices, by annotation and by node.
+    // The container's devices as the NRI face finds them: those its
+    // environment's device-plugin variables name, and its CDI devices by
+    // annotation and by node (one resolver for both faces).
     let assigned = match &request.devices {
         Some(d) if !d.is_empty() => {
+            let mut devices = topomgr_runtime::env_devices(&d.env).map_err(|e| {
+                state.metrics.request_refused(BAD_MANIFEST);
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    BAD_MANIFEST,
+                    format!("devices.env: {e}"),
+                )
+            })?;
             let who = match &request.owner.id {
                 Some(id) => format!("container {id}"),
                 None => format!("pod {uid}"),
             };
-            crate::cdi::assigned(&state.cdi.resolve(&who, &d.cdi_annotations, &d.nodes, &[]))
+            devices.extend(state.cdi.resolve(&who, &d.cdi_annotations, &d.nodes, &[]));
+            crate::cdi::assigned(&devices)
         }
         _ => Default::default(),
     };

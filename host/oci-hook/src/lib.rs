@@ -206,8 +206,6 @@ impl Hook {
         let config = spec::read_config(&state.bundle)?;
         let annotations = config.annotations.unwrap_or_default();
         let linux = config.linux.unwrap_or_default();
-        let devices =
-            spec::container_devices(linux.devices.as_deref().unwrap_or_default(), &annotations);
         let resources = linux.resources.unwrap_or_default();
         let env = config.process.and_then(|p| p.env).unwrap_or_default();
         let mapping = map_container(&ContainerSpec {
@@ -230,6 +228,21 @@ impl Hook {
             }
             Mapping::Admit(r) => r,
         };
+        // The variables the device plugins' devices were read from go
+        // with the admission, for the daemon to read them again.
+        let device_env: Vec<String> = env
+            .iter()
+            .filter(|e| {
+                e.split_once('=')
+                    .is_some_and(|(k, _)| request.devices.iter().any(|d| d.variable == k))
+            })
+            .cloned()
+            .collect();
+        let devices = spec::container_devices(
+            linux.devices.as_deref().unwrap_or_default(),
+            &annotations,
+            device_env,
+        );
         let pid = state
             .pid
             .filter(|p| *p > 0)

@@ -77,14 +77,17 @@ pub(crate) struct LinuxDevice {
     pub minor: Option<i64>,
 }
 
-/// The devices of a container with `linux.devices` `devices` and
-/// `annotations`, as the daemon's admission takes them: every node with
-/// numbers (a FIFO has none; numbers out of range are no device node of
-/// a device), the `cdi.k8s.io/*` annotations; `None` when there are none
-/// (the request then reads as an older client's).
+/// The devices of a container with `linux.devices` `devices`,
+/// `annotations` and the device plugins' variables `env` (the `KEY=VALUE`
+/// entries of its environment that name devices), as the daemon's
+/// admission takes them: every node with numbers (a FIFO has none; numbers
+/// out of range are no device node of a device), the `cdi.k8s.io/*`
+/// annotations, the variables; `None` when there are none (the request
+/// then reads as an older client's).
 pub(crate) fn container_devices(
     devices: &[LinuxDevice],
     annotations: &BTreeMap<String, String>,
+    env: Vec<String>,
 ) -> Option<ContainerDevices> {
     let nodes = devices
         .iter()
@@ -109,6 +112,7 @@ pub(crate) fn container_devices(
     Some(ContainerDevices {
         nodes,
         cdi_annotations,
+        env,
     })
     .filter(|d| !d.is_empty())
 }
@@ -245,7 +249,7 @@ mod tests {
         .unwrap();
         let annotations = config.annotations.unwrap();
         let devices = config.linux.unwrap().devices.unwrap();
-        let d = container_devices(&devices, &annotations).unwrap();
+        let d = container_devices(&devices, &annotations, Vec::new()).unwrap();
         assert_eq!(
             d.nodes,
             [DeviceNode::new("/dev/infiniband/uverbs0", "c", 231, 192)]
@@ -254,6 +258,12 @@ mod tests {
             d.cdi_annotations,
             BTreeMap::from([("cdi.k8s.io/nic".to_owned(), "example.org/nic=b".to_owned())])
         );
-        assert_eq!(container_devices(&devices[1..], &BTreeMap::new()), None);
+        assert_eq!(
+            container_devices(&devices[1..], &BTreeMap::new(), Vec::new()),
+            None
+        );
+        let env = vec!["PCIDEVICE_EXAMPLE_COM_NIC=0000:af:00.0".to_owned()];
+        let d = container_devices(&[], &BTreeMap::new(), env.clone()).unwrap();
+        assert_eq!((d.nodes.len(), d.env), (0, env));
     }
 }

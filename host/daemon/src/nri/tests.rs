@@ -177,6 +177,16 @@ fn world_with(
     machine: topomgr_sdk::Machine,
     face: impl FnOnce(Face, &std::path::Path) -> Face,
 ) -> World {
+    world_with_providers(tag, machine, Vec::new(), face)
+}
+
+/// [`world_with`] with `more` providers after the CPU provider.
+fn world_with_providers(
+    tag: &str,
+    machine: topomgr_sdk::Machine,
+    more: Vec<LoadedProvider>,
+    face: impl FnOnce(Face, &std::path::Path) -> Face,
+) -> World {
     let dir = std::env::temp_dir().join(format!("topomgr-nri-face-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
@@ -187,7 +197,9 @@ fn world_with(
         &machine,
         policy,
         Scope::Container,
-        vec![LoadedProvider::in_process("cpu", cpu_provider(&held))],
+        std::iter::once(LoadedProvider::in_process("cpu", cpu_provider(&held)))
+            .chain(more)
+            .collect(),
     );
     let settings = StateThreadSettings {
         state_dir: dir.join("state"),
@@ -629,6 +641,101 @@ async fn an_owned_admissions_cdi_devices_put_it_on_their_numa_node() {
         )
     );
     assert!(!w.state.read(|v| v.pods.contains_key("h5")), "nothing held");
+    w.check();
+}
+
+/// The OCI hook's face, device plugins: an owned admission carrying the
+/// container's device-plugin variable (`PCIDEVICE_*`, as the hook reads it
+/// from `process.env`) is aligned with the device a provider recognises in
+/// it, as under NRI: the NIC on node 1 puts the container on node 1. A
+/// value that is not a PCI address is a 400 naming the variable.
+#[tokio::test]
+async fn an_owned_admissions_device_plugin_variables_put_it_on_their_numa_node() {
+    use topomgr_node::api::{AdmissionRequest, ContainerDevices, OwnerSpec};
+    use topomgr_sdk::{AssignedDeviceHints, AssignedResource, HintSet};
+    let nic = FakeProvider::new().with_assigned_device_hints(|request| {
+        let found = request.devices.iter().any(|d| {
+            d.source == "PCIDEVICE_EXAMPLE_COM_NIC"
+                && d.ids.iter().any(|id| id.to_string() == "0000:af:00.0")
+        });
+        Ok(if found {
+            AssignedDeviceHints::none().with(
+                "example.com/nic",
+                AssignedResource::new(
+                    vec!["0000:af:00.0".into()],
+                    vec!["0000:af:00.0".into()],
+                    Some(HintSet::upward_closed(
+                        vec![NumaMask::single(NumaNodeId::from(1u8))],
+                        1,
+                    )),
+                ),
+            )
+        } else {
+            AssignedDeviceHints::none()
+        })
+    });
+    let w = world_with_providers(
+        "env-http",
+        two_node_nic_machine(),
+        vec![LoadedProvider::in_process("nic", nic)],
+        |f, _| f,
+    );
+    let admit = |id: &str, env: &str| {
+        let pod =
+            topomgr_sdk::PodView::new(id, id, "podman", QosClass::Guaranteed).with_containers(
+                vec![topomgr_sdk::ContainerView::new(id)
+                    .with_requests(topomgr_sdk::ResourceList::from([("cpu".to_owned(), 1000)]))
+                    .with_limits(topomgr_sdk::ResourceList::from([("cpu".to_owned(), 1000)]))],
+            );
+        let body = AdmissionRequest {
+            pod,
+            owner: OwnerSpec::container(
+                topomgr_node::state::pod_owner::ContainerRuntime::OciHook,
+                id,
+            ),
+            attach: None,
+            devices: Some(ContainerDevices {
+                env: vec![env.to_owned()],
+                ..Default::default()
+            }),
+        };
+        axum::http::Request::post("/v1/pods")
+            .header("content-type", topomgr_node::api::OWNED_ADMISSION)
+            .body(axum::body::Body::from(serde_json::to_vec(&body).unwrap()))
+            .unwrap()
+    };
+    let cdi = crate::cdi::Resolver::default();
+    let (status, on_1) = over_http(
+        &w,
+        cdi.clone(),
+        admit("e1", "PCIDEVICE_EXAMPLE_COM_NIC=0000:af:00.0"),
+    )
+    .await;
+    assert_eq!(status, 200, "{on_1}");
+    let c = &on_1["pods"][0]["containers"][0];
+    assert_eq!(
+        (&c["cpus"], &c["mems"]),
+        (&serde_json::json!("2"), &serde_json::json!("1")),
+        "{on_1}"
+    );
+    // Another NIC's variable: no provider knows it, the CPU provider's
+    // first choice (node 0).
+    let (status, plain) = over_http(
+        &w,
+        cdi.clone(),
+        admit("e2", "PCIDEVICE_EXAMPLE_COM_NIC=0000:17:00.0"),
+    )
+    .await;
+    assert_eq!(status, 200, "{plain}");
+    assert_eq!(plain["pods"][0]["containers"][0]["cpus"], "1", "{plain}");
+    let (status, refused) =
+        over_http(&w, cdi, admit("e3", "PCIDEVICE_EXAMPLE_COM_NIC=af:00")).await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(
+        refused["error"],
+        "devices.env: environment variable PCIDEVICE_EXAMPLE_COM_NIC=\"af:00\": \"af:00\" is not a PCI address (domain:bus:device.function, e.g. 0000:3b:02.1)"
+    );
+    assert!(!w.state.read(|v| v.pods.contains_key("e3")), "nothing held");
     w.check();
 }
 
