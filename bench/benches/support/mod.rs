@@ -25,6 +25,17 @@ pub fn cpu_plugin() -> PathBuf {
 
 /// Start a daemon with its state under `state_root`; returns its socket.
 pub fn start_daemon(tag: &str, state_root: &Path, plugin: &Path) -> PathBuf {
+    start_daemon_with(tag, state_root, plugin, None)
+}
+
+/// [`start_daemon`] with `[kubernetes]` settings (`node`: the node's name,
+/// the NodeResourceTopology object's).
+pub fn start_daemon_with(
+    tag: &str,
+    state_root: &Path,
+    plugin: &Path,
+    kubernetes: Option<(daemon::KubeSettings, String)>,
+) -> PathBuf {
     let dir = state_root.join(format!("topomgr-bench-daemon-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("create bench dir");
@@ -69,11 +80,19 @@ pub fn start_daemon(tag: &str, state_root: &Path, plugin: &Path) -> PathBuf {
         providers: parts.providers,
         lock,
         node_lock,
-        export: Default::default(),
+        export: topomgr_node::nrt::ExportSettings {
+            node_name: kubernetes
+                .as_ref()
+                .map(|(_, node)| node.clone())
+                .unwrap_or_default(),
+            file: None,
+        },
         nri: None,
-        kubernetes: None,
+        kubernetes: kubernetes.map(|(k, _)| k),
         podresources_socket: None,
         reload: None,
+        cdi_spec_dirs: Vec::new(),
+        sysfs_root: "/sys".into(),
     };
     std::thread::spawn(move || daemon::run(d));
     let deadline = Instant::now() + Duration::from_secs(20);

@@ -12,7 +12,7 @@
 //! | answer | type |
 //! |---|---|
 //! | `topomgr admit`, `POST /v1/pods` | [`Admissions`] of [`Admission`] |
-//! | `POST /v1/pods` with [`OWNED_ADMISSION`] | [`AdmissionRequest`] (a [`PodView`], its [`OwnerSpec`], optionally a container to attach) → [`Admissions`] |
+//! | `POST /v1/pods` with [`OWNED_ADMISSION`] | [`AdmissionRequest`] (a [`PodView`], its [`OwnerSpec`], optionally a container to attach and its devices) → [`Admissions`] |
 //! | `GET /v1/pods` (`topomgr pods`) | [`PodList`] |
 //! | `GET`/`DELETE /v1/pods/{uid}`, `topomgr release` | [`Admission`] |
 //! | `topomgr explain -o json`, `POST /v1/pods?dry_run=true&explain=true` | [`Explains`] of [`Explain`] |
@@ -41,7 +41,7 @@ pub use crate::explain::{
     ProviderResize, ResizeAnswer, ResourceChange,
 };
 pub use crate::nrt::NodeResourceTopology;
-pub use topomgr_sdk::Machine;
+pub use topomgr_sdk::{DeviceNode, Machine};
 
 /// One pod's admission (schema `Admission`): what `topomgr admit` prints
 /// per pod and what the daemon answers for it.
@@ -276,6 +276,78 @@ pub struct AdmissionRequest {
     /// answer's error.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attach: Option<AttachTo>,
+    /// The devices the runtime gave the pod's container (the OCI hook: the
+    /// bundle's `linux.devices` and `cdi.k8s.io/*` annotations). The daemon
+    /// finds the CDI devices among them as the NRI face does and aligns the
+    /// pod with their NUMA nodes. Absent (an older client): no devices.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub devices: Option<ContainerDevices>,
+}
+
+/// [`AdmissionRequest::devices`] (schema `AdmissionRequest.devices`): what
+/// a runtime gave a container, as its OCI config says it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContainerDevices {
+    /// Its device nodes (`linux.devices`: path, type, major, minor); a
+    /// node that is a CDI device's node is that device.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<DeviceNode>,
+    /// Its `cdi.k8s.io/<key>` annotations (comma-separated qualified CDI
+    /// device names, `vendor.com/class=name`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub cdi_annotations: BTreeMap<String, String>,
+    /// The device plugins' variables of its environment (`KEY=VALUE`:
+    /// `NVIDIA_VISIBLE_DEVICES`, `PCIDEVICE_*`), the devices the kubelet's
+    /// device plugins assigned it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
+}
+
+/// The prefix of the annotations that name a container's CDI devices
+/// ([`ContainerDevices::cdi_annotations`]).
+pub const CDI_ANNOTATION_PREFIX: &str = "cdi.k8s.io/";
+
+impl ContainerDevices {
+    /// Whether it names no device.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty() && self.cdi_annotations.is_empty() && self.env.is_empty()
+    }
+
+    /// What is wrong, naming the field (`devices.nodes[1].type: ...`): a
+    /// node with an empty or relative path or a type other than `c`, `b`,
+    /// `u`, `p`; an annotation whose key is not `cdi.k8s.io/<key>`; an
+    /// environment entry that is not `KEY=VALUE`.
+    pub fn check(&self) -> Result<(), String> {
+        for (i, n) in self.nodes.iter().enumerate() {
+            if !n.path.starts_with('/') {
+                return Err(format!(
+                    "devices.nodes[{i}].path: {:?} is not an absolute path",
+                    n.path
+                ));
+            }
+            if !matches!(n.kind.as_str(), "c" | "b" | "u" | "p") {
+                return Err(format!(
+                    "devices.nodes[{i}].type: {:?} is not c, b, u or p",
+                    n.kind
+                ));
+            }
+        }
+        for key in self.cdi_annotations.keys() {
+            let name = key.strip_prefix(CDI_ANNOTATION_PREFIX).unwrap_or("");
+            if name.is_empty() {
+                return Err(format!(
+                    "devices.cdi_annotations: key {key:?} is not {CDI_ANNOTATION_PREFIX}<key>"
+                ));
+            }
+        }
+        for (i, entry) in self.env.iter().enumerate() {
+            if entry.split_once('=').is_none_or(|(k, _)| k.is_empty()) {
+                return Err(format!("devices.env[{i}]: {entry:?} is not KEY=VALUE"));
+            }
+        }
+        Ok(())
+    }
 }
 
 /// [`AdmissionRequest::attach`]: which container, into which cgroup.
@@ -389,7 +461,7 @@ impl AdmissionRequest {
     /// What is wrong with the pod, naming the field (`pod.containers[1].name:
     /// ...`): empty uid, name or namespace, no app container, an empty or
     /// repeated container name, a sidecar among the app containers, a
-    /// request above its limit.
+    /// request above its limit, devices [`ContainerDevices::check`] refuses.
     pub fn check_pod(&self) -> Result<(), String> {
         let pod = &self.pod;
         for (field, value) in [
@@ -403,6 +475,9 @@ impl AdmissionRequest {
         }
         if pod.containers.is_empty() {
             return Err("pod.containers: the pod needs at least one container".into());
+        }
+        if let Some(d) = &self.devices {
+            d.check()?;
         }
         if let Some(a) = &self.attach {
             if !pod.containers.iter().any(|c| c.name == a.container) {
@@ -589,5 +664,65 @@ mod tests {
         let bad = text.replace("0-1,3", "0-x");
         let err = serde_json::from_str::<ContainerAdmission>(&bad).unwrap_err();
         assert!(err.to_string().contains("0-x"), "{err}");
+    }
+
+    /// An owned admission of an older client (no `devices`) still reads;
+    /// devices read, write back, and bad ones are refused naming the field.
+    #[test]
+    fn an_owned_admissions_devices_are_optional_and_checked() {
+        let pod = PodView::new("c1", "c1", "podman", QosClass::Guaranteed)
+            .with_containers(vec![topomgr_sdk::ContainerView::new("c1")]);
+        let r = AdmissionRequest {
+            pod,
+            owner: OwnerSpec::process(1, 2),
+            attach: None,
+            devices: None,
+        };
+        let old = serde_json::to_string(&r).unwrap();
+        assert!(!old.contains("devices"), "{old}");
+        assert_eq!(serde_json::from_str::<AdmissionRequest>(&old).unwrap(), r);
+        r.check_pod().unwrap();
+        let with = format!(
+            "{},{}}}",
+            old.strip_suffix('}').unwrap(),
+            r#""devices":{"nodes":[{"path":"/dev/infiniband/uverbs0","type":"c","major":231,"minor":192}],"cdi_annotations":{"cdi.k8s.io/test":"example.org/nic=a"}}"#
+        );
+        let mut r: AdmissionRequest = serde_json::from_str(&with).unwrap();
+        let d = r.devices.clone().unwrap();
+        assert_eq!(
+            d.nodes,
+            [DeviceNode::new("/dev/infiniband/uverbs0", "c", 231, 192)]
+        );
+        assert_eq!(serde_json::to_string(&r).unwrap(), with);
+        r.check_pod().unwrap();
+        let mut bad = d.clone();
+        bad.nodes.push(DeviceNode::new("/dev/x", "z", 1, 3));
+        r.devices = Some(bad);
+        assert_eq!(
+            r.check_pod().unwrap_err(),
+            "devices.nodes[1].type: \"z\" is not c, b, u or p"
+        );
+        let mut bad = d.clone();
+        bad.nodes[0].path = "dev/x".into();
+        r.devices = Some(bad);
+        assert_eq!(
+            r.check_pod().unwrap_err(),
+            "devices.nodes[0].path: \"dev/x\" is not an absolute path"
+        );
+        let mut bad = d.clone();
+        bad.env.push("=x".into());
+        r.devices = Some(bad);
+        assert_eq!(
+            r.check_pod().unwrap_err(),
+            "devices.env[0]: \"=x\" is not KEY=VALUE"
+        );
+        let mut bad = d;
+        bad.cdi_annotations
+            .insert("vendor/x".into(), "a/b=c".into());
+        r.devices = Some(bad);
+        assert_eq!(
+            r.check_pod().unwrap_err(),
+            "devices.cdi_annotations: key \"vendor/x\" is not cdi.k8s.io/<key>"
+        );
     }
 }

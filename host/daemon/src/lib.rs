@@ -36,6 +36,7 @@
 //! is restored, and keeps re-registering while it serves.
 
 mod access;
+mod cdi;
 pub mod listener;
 pub mod metrics;
 pub mod nri;
@@ -114,6 +115,12 @@ pub struct Daemon {
     /// Where the kubelet's PodResources API is served (`[podresources]
     /// socket`; `None`: not served).
     pub podresources_socket: Option<PathBuf>,
+    /// The CDI spec directories (config `[cdi] spec_dirs`; empty: CDI
+    /// devices are not looked for), for the NRI face and the devices of
+    /// owned admissions (the OCI hook's).
+    pub cdi_spec_dirs: Vec<PathBuf>,
+    /// The sysfs root CDI device nodes are mapped to PCI devices under.
+    pub sysfs_root: PathBuf,
 }
 
 /// What the daemon does on the API server (`[kubernetes]`).
@@ -340,6 +347,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
     let metrics_address = d.metrics_address;
     let reclaim_interval = d.reclaim_interval;
     let nri_settings = d.nri;
+    let cdi = cdi::Resolver::new(d.cdi_spec_dirs, d.sysfs_root);
     let reload = d.reload;
     let podresources_socket = d.podresources_socket;
     let nri_status = match &nri_settings {
@@ -410,8 +418,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
                 .with_kubelet_root(settings.kubelet_root_dir.clone())
                 .with_cri_socket(settings.cri_socket.clone())
                 .with_cdi(
-                    settings.cdi_spec_dirs.clone(),
-                    settings.sysfs_root.clone(),
+                    cdi.clone(),
                     settings.kubelet_pod_resources_socket.clone().map(|socket| {
                         nri::KubeletClaims {
                             socket,
@@ -453,6 +460,7 @@ pub fn run(d: Daemon) -> Result<(), DaemonError> {
             access,
             nri: nri_status,
             nrt_push: pusher.as_ref().map(|p| p.status_handle()),
+            cdi,
         };
         systemd::ready(&format!(
             "serving {} pod(s) on {}",

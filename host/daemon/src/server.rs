@@ -65,6 +65,8 @@ pub(crate) struct AppState {
     pub nri: Arc<crate::nri::NriStatus>,
     /// The NodeResourceTopology push's status (`[kubernetes]`).
     pub nrt_push: Option<topomgr_kube::nrt_push::PushStatusHandle>,
+    /// Where the CDI devices of an owned admission's devices are found.
+    pub cdi: crate::cdi::Resolver,
 }
 
 /// Credentials of the peer of one connection, taken at accept.
@@ -304,9 +306,32 @@ async fn admit_owned(state: &AppState, body: &[u8]) -> Result<Response, ApiError
     })?;
     debug!(pod = %request.pod.uid, owner = ?request.owner.kind, "owned admission requested");
     let uid = request.pod.uid.clone();
+    // The container's devices as the NRI face finds them: those its
+    // environment's device-plugin variables name, and its CDI devices by
+    // annotation and by node (one resolver for both faces).
+    let assigned = match &request.devices {
+        Some(d) if !d.is_empty() => {
+            let mut devices = topomgr_runtime::env_devices(&d.env).map_err(|e| {
+                state.metrics.request_refused(BAD_MANIFEST);
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    BAD_MANIFEST,
+                    format!("devices.env: {e}"),
+                )
+            })?;
+            let who = match &request.owner.id {
+                Some(id) => format!("container {id}"),
+                None => format!("pod {uid}"),
+            };
+            devices.extend(state.cdi.resolve(&who, &d.cdi_annotations, &d.nodes, &[]));
+            crate::cdi::assigned(&devices)
+        }
+        _ => Default::default(),
+    };
     let cmd = Command::AdmitOwned {
         pod: request.pod,
         owner: request.owner,
+        assigned,
     };
     let pods: Vec<Admission> = match state.state_thread.submit(cmd).await? {
         Reply::Admitted(results) => results.iter().map(Admission::from).collect(),

@@ -74,6 +74,9 @@ pub(crate) enum Command {
         /// Its owner as the client told it (checked here, where the boot
         /// id and the time of the admission are known).
         owner: OwnerSpec,
+        /// The devices its containers were given (the OCI hook's CDI
+        /// devices), aligned with as the NRI face's.
+        assigned: AssignedDevicesRequest,
     },
     /// What the NRI face asks at one of the runtime's events.
     Container(ContainerCommand),
@@ -1226,12 +1229,14 @@ impl Worker {
                 }
                 (Ok(Reply::Admitted(results)), changed)
             }
-            Command::AdmitOwned { pod, owner } => {
-                match self.admit_owned(pod, owner, Given::default()) {
-                    Ok((r, changed)) => (Ok(Reply::Admitted(vec![r])), changed),
-                    Err(e) => (Err(e), false),
-                }
-            }
+            Command::AdmitOwned {
+                pod,
+                owner,
+                assigned,
+            } => match self.admit_owned(pod, owner, Given::Every(assigned)) {
+                Ok((r, changed)) => (Ok(Reply::Admitted(vec![r])), changed),
+                Err(e) => (Err(e), false),
+            },
             Command::Container(cmd) => match self.container(cmd) {
                 Ok((answer, changed)) => (Ok(Reply::Container(Box::new(answer))), changed),
                 Err((e, changed)) => (Err(e), changed),

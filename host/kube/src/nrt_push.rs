@@ -16,6 +16,17 @@
 //! nodes that are gone are removed by nfd-topology-gc); the next start
 //! applies the current object. `delete_on_shutdown` deletes it instead.
 //!
+//! The object is owned by the node's `Node` object (`metadata.ownerReferences`:
+//! `v1`, `Node`, its name and uid), so that the API server's garbage
+//! collector deletes it with the Node. NFD's topology-updater gives its
+//! objects an owner the same way (`updateNodeResourceTopology` in
+//! `pkg/nfd-topology-updater`: the owner's uid read from the API before an
+//! update, the object written without an owner while that read fails, the
+//! read tried again at the next update); its owner is its own Namespace,
+//! topomgr's the Node, whose deletion is what ends the node's object. The
+//! Node is read (`get nodes`) before the first apply and, while it cannot
+//! be read, again at most every [`OWNER_RETRY`].
+//!
 //! The CRD is not installed by topomgr: an apply answered 404 means the
 //! `noderesourcetopologies.topology.node.k8s.io` resource is missing, a
 //! health note ([`NrtPusher::note`]), retried at the backoff's pace.
@@ -37,6 +48,9 @@ pub const GROUP_VERSION: &str = "topology.node.k8s.io/v1alpha2";
 pub const FIELD_MANAGER: &str = "topomgr";
 /// How long the shutdown waits for a last apply or the delete.
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long after a failed read of the Node (the object's owner) it is
+/// read again; the object is applied without an owner meanwhile.
+pub const OWNER_RETRY: Duration = Duration::from_secs(30);
 
 /// How the object is pushed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,12 +100,15 @@ pub(crate) trait Target: Send + 'static {
     fn apply(&mut self, body: &[u8]) -> impl Future<Output = Result<(), PushFailure>> + Send;
     /// Delete the object.
     fn delete(&mut self) -> impl Future<Output = Result<(), PushFailure>> + Send;
+    /// The uid of the node's `Node` object (the object's owner).
+    fn node_uid(&mut self) -> impl Future<Output = Result<String, PushFailure>> + Send;
 }
 
 /// The API server as a [`Target`].
 struct ApiTarget {
     client: ApiClient,
     path: String,
+    node_name: String,
 }
 
 fn failure(status: u16, message: String) -> PushFailure {
@@ -134,6 +151,106 @@ impl Target for ApiTarget {
             404 => Ok(()),
             s => Err(failure(s, r.message())),
         }
+    }
+
+    async fn node_uid(&mut self) -> Result<String, PushFailure> {
+        let path = format!("/api/v1/nodes/{}", self.node_name);
+        let r = self
+            .client
+            .send(Method::GET, &path, None, Vec::new())
+            .await
+            .map_err(|e| PushFailure::Unreachable(e.to_string()))?;
+        if !r.is_success() {
+            return Err(failure(r.status, r.message()));
+        }
+        let node: serde_json::Value =
+            serde_json::from_slice(&r.body).map_err(|e| PushFailure::Rejected {
+                status: r.status,
+                message: format!("the Node {} is not JSON: {e}", self.node_name),
+            })?;
+        node["metadata"]["uid"]
+            .as_str()
+            .filter(|u| !u.is_empty())
+            .map(str::to_owned)
+            .ok_or_else(|| PushFailure::Rejected {
+                status: r.status,
+                message: format!("the Node {} has no metadata.uid", self.node_name),
+            })
+    }
+}
+
+/// The node's `Node` object as the owner of its NodeResourceTopology
+/// object: found once, then kept.
+struct Owner {
+    node_name: String,
+    /// The `ownerReferences` entry, once the Node was read.
+    reference: Option<serde_json::Value>,
+    /// When the Node may be read again after a failure (`None`: now).
+    next_try: Option<tokio::time::Instant>,
+}
+
+impl Owner {
+    fn new(node_name: &str) -> Owner {
+        Owner {
+            node_name: node_name.to_owned(),
+            reference: None,
+            next_try: None,
+        }
+    }
+
+    /// Read the Node where its reference is not known and the last failed
+    /// read is [`OWNER_RETRY`] ago.
+    async fn find<T: Target>(&mut self, target: &mut T) {
+        if self.reference.is_some()
+            || self
+                .next_try
+                .is_some_and(|t| tokio::time::Instant::now() < t)
+        {
+            return;
+        }
+        match target.node_uid().await {
+            Ok(uid) => {
+                debug!(node = %self.node_name, %uid, "the NodeResourceTopology object is owned by the Node");
+                self.reference = Some(serde_json::json!({
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "name": self.node_name,
+                    "uid": uid,
+                }));
+            }
+            Err(e) => {
+                if self.next_try.is_none() {
+                    warn!(node = %self.node_name, error = %e, retry = ?OWNER_RETRY,
+                        "cannot read the Node that owns the NodeResourceTopology object; it is pushed without an owner until the Node can be read");
+                } else {
+                    debug!(node = %self.node_name, error = %e, "the Node still cannot be read");
+                }
+                self.next_try = Some(tokio::time::Instant::now() + OWNER_RETRY);
+            }
+        }
+    }
+
+    /// `body` (the object as JSON) with `metadata.ownerReferences` naming
+    /// the Node, once known; as it is otherwise (and when it is not an
+    /// object with `metadata`).
+    fn apply_to(&self, body: &[u8]) -> Vec<u8> {
+        let Some(reference) = &self.reference else {
+            return body.to_vec();
+        };
+        let Ok(mut object) = serde_json::from_slice::<serde_json::Value>(body) else {
+            return body.to_vec();
+        };
+        let Some(metadata) = object
+            .get_mut("metadata")
+            .and_then(serde_json::Value::as_object_mut)
+        else {
+            return body.to_vec();
+        };
+        metadata.insert(
+            "ownerReferences".to_owned(),
+            serde_json::Value::Array(vec![reference.clone()]),
+        );
+        serde_json::to_vec(&object).unwrap_or_else(|_| body.to_vec())
     }
 }
 
@@ -227,7 +344,16 @@ impl NrtPusher {
             "/apis/{GROUP_VERSION}/noderesourcetopologies/{}",
             settings.node_name
         );
-        NrtPusher::start_with(ApiTarget { client, path }, settings, feed)
+        let node_name = settings.node_name.clone();
+        NrtPusher::start_with(
+            ApiTarget {
+                client,
+                path,
+                node_name,
+            },
+            settings,
+            feed,
+        )
     }
 
     pub(crate) fn start_with<T: Target>(
@@ -304,6 +430,7 @@ async fn run<T: Target>(
     settings: PushSettings,
 ) {
     let mut backoff = Backoff::new(settings.retry_min, settings.retry_max);
+    let mut owner = Owner::new(&settings.node_name);
     'push: loop {
         tokio::select! {
             biased;
@@ -314,7 +441,8 @@ async fn run<T: Target>(
             let Some(body) = latest.borrow_and_update().clone() else {
                 break;
             };
-            let result = target.apply(&body).await;
+            owner.find(&mut target).await;
+            let result = target.apply(&owner.apply_to(&body)).await;
             let was_failing = set_status(&status, &result);
             match result {
                 Ok(()) => {
@@ -348,7 +476,7 @@ async fn run<T: Target>(
             _ = tokio::time::sleep(settings.min_interval) => {}
         }
     }
-    finish(&mut target, &mut latest, &status, &settings).await;
+    finish(&mut target, &mut latest, &status, &settings, &owner).await;
 }
 
 async fn finish<T: Target>(
@@ -356,6 +484,7 @@ async fn finish<T: Target>(
     latest: &mut watch::Receiver<Latest>,
     status: &Mutex<PushStatus>,
     settings: &PushSettings,
+    owner: &Owner,
 ) {
     if settings.delete_on_shutdown {
         match tokio::time::timeout(SHUTDOWN_TIMEOUT, target.delete()).await {
@@ -371,7 +500,7 @@ async fn finish<T: Target>(
         || status.lock().map(|s| s.failing.is_some()).unwrap_or(false);
     let body = latest.borrow_and_update().clone();
     if let (true, Some(body)) = (pending, body) {
-        match tokio::time::timeout(SHUTDOWN_TIMEOUT, target.apply(&body)).await {
+        match tokio::time::timeout(SHUTDOWN_TIMEOUT, target.apply(&owner.apply_to(&body))).await {
             Ok(r) => {
                 set_status(status, &r);
                 if let Err(e) = r {
@@ -397,6 +526,9 @@ mod tests {
         attempts: Arc<Mutex<Vec<Instant>>>,
         failures: Arc<Mutex<VecDeque<PushFailure>>>,
         deleted: Arc<Mutex<u32>>,
+        /// The Node's uid (`None`: no such Node) and the reads of it.
+        node: Arc<Mutex<Option<String>>>,
+        node_reads: Arc<Mutex<Vec<Instant>>>,
     }
 
     impl Target for Recorder {
@@ -413,6 +545,17 @@ mod tests {
             *self.deleted.lock().unwrap() += 1;
             Ok(())
         }
+        async fn node_uid(&mut self) -> Result<String, PushFailure> {
+            self.node_reads.lock().unwrap().push(Instant::now());
+            self.node
+                .lock()
+                .unwrap()
+                .clone()
+                .ok_or(PushFailure::Rejected {
+                    status: 404,
+                    message: "nodes \"n\" not found".into(),
+                })
+        }
     }
 
     fn settings() -> PushSettings {
@@ -427,6 +570,51 @@ mod tests {
 
     async fn settle() {
         tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+
+    /// The object names the Node as its owner once the Node is read; while
+    /// it cannot be read the object is still applied, without an owner, and
+    /// the Node is read again at most every `OWNER_RETRY`.
+    #[tokio::test(start_paused = true)]
+    async fn the_object_is_owned_by_its_node_once_the_node_is_read() {
+        let rec = Recorder::default();
+        let (tx, feed) = channel();
+        let p = NrtPusher::start_with(rec.clone(), settings(), feed);
+        let object = |n: u32| serde_json::json!({ "metadata": { "name": "n" }, "n": n });
+        tx.publish(&object(0));
+        settle().await;
+        tx.publish(&object(1));
+        settle().await;
+        assert_eq!(
+            rec.applied
+                .lock()
+                .unwrap()
+                .iter()
+                .map(|(_, v)| v.clone())
+                .collect::<Vec<_>>(),
+            [object(0), object(1)],
+            "no Node: applied without an owner"
+        );
+        assert_eq!(
+            rec.node_reads.lock().unwrap().len(),
+            1,
+            "read once per OWNER_RETRY"
+        );
+        *rec.node.lock().unwrap() = Some("0b3f-uid".into());
+        tokio::time::sleep(OWNER_RETRY).await;
+        tx.publish(&object(2));
+        settle().await;
+        tx.publish(&object(3));
+        settle().await;
+        let applied = rec.applied.lock().unwrap().clone();
+        let owned = serde_json::json!([{ "apiVersion": "v1", "kind": "Node", "name": "n", "uid": "0b3f-uid" }]);
+        for (_, v) in &applied[2..] {
+            assert_eq!(v["metadata"]["ownerReferences"], owned, "{v}");
+            assert_eq!(v["metadata"]["name"], "n");
+        }
+        assert_eq!(applied.len(), 4);
+        assert_eq!(rec.node_reads.lock().unwrap().len(), 2, "kept once read");
+        p.shutdown().await;
     }
 
     /// A burst of 1000 changes is at most a handful of applies, one per
@@ -516,6 +704,9 @@ mod tests {
             }
             async fn delete(&mut self) -> Result<(), PushFailure> {
                 Ok(())
+            }
+            async fn node_uid(&mut self) -> Result<String, PushFailure> {
+                Ok("uid".into())
             }
         }
         let (tx, feed) = channel();

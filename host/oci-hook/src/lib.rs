@@ -15,7 +15,10 @@
 //!   daemon), find its cgroup from `/proc/<pid>/cgroup` relative to the
 //!   cgroup root, admit it as an owned admission whose owner is the
 //!   container (runtime `oci-hook`, its id, init pid and start time,
-//!   cgroup) and attached in the same request (`attach`): the daemon
+//!   cgroup), with its devices (the bundle's `linux.devices` and
+//!   `cdi.k8s.io/*` annotations: the daemon aligns the container with the
+//!   CDI devices among them, as under NRI), and attached in the same
+//!   request (`attach`): the daemon
 //!   writes its cpuset and memory nodes into the cgroup before its first
 //!   instruction. A rejection is an
 //!   error with topomgr's reason and message ([`HookError::Rejected`]), so
@@ -225,6 +228,21 @@ impl Hook {
             }
             Mapping::Admit(r) => r,
         };
+        // The variables the device plugins' devices were read from go
+        // with the admission, for the daemon to read them again.
+        let device_env: Vec<String> = env
+            .iter()
+            .filter(|e| {
+                e.split_once('=')
+                    .is_some_and(|(k, _)| request.devices.iter().any(|d| d.variable == k))
+            })
+            .cloned()
+            .collect();
+        let devices = spec::container_devices(
+            linux.devices.as_deref().unwrap_or_default(),
+            &annotations,
+            device_env,
+        );
         let pid = state
             .pid
             .filter(|p| *p > 0)
@@ -251,6 +269,7 @@ impl Hook {
             pod,
             owner,
             attach: Some(AttachTo { container, cgroup }),
+            devices,
         };
         // Admitted and attached in one request; an attach that fails is
         // released again by the daemon (nothing is held for a container

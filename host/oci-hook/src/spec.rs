@@ -7,6 +7,7 @@ use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+use topomgr_contract::api::{ContainerDevices, DeviceNode, CDI_ANNOTATION_PREFIX};
 use topomgr_runtime::LinuxResources;
 
 use super::HookError;
@@ -54,6 +55,66 @@ pub(crate) struct Linux {
     /// `linux.cgroupsPath`.
     #[serde(default)]
     pub cgroups_path: Option<String>,
+    /// `linux.devices`: the device nodes created in the container (Podman
+    /// writes those of the CDI devices it resolved here).
+    #[serde(default)]
+    pub devices: Option<Vec<LinuxDevice>>,
+}
+
+/// One entry of `linux.devices`.
+#[derive(Debug, Clone, Deserialize)]
+pub(crate) struct LinuxDevice {
+    /// Its path in the container.
+    pub path: String,
+    /// `c`, `b`, `u` or `p`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Major number (absent for `p`).
+    #[serde(default)]
+    pub major: Option<i64>,
+    /// Minor number (absent for `p`).
+    #[serde(default)]
+    pub minor: Option<i64>,
+}
+
+/// The devices of a container with `linux.devices` `devices`,
+/// `annotations` and the device plugins' variables `env` (the `KEY=VALUE`
+/// entries of its environment that name devices), as the daemon's
+/// admission takes them: every node with numbers (a FIFO has none; numbers
+/// out of range are no device node of a device), the `cdi.k8s.io/*`
+/// annotations, the variables; `None` when there are none (the request
+/// then reads as an older client's).
+pub(crate) fn container_devices(
+    devices: &[LinuxDevice],
+    annotations: &BTreeMap<String, String>,
+    env: Vec<String>,
+) -> Option<ContainerDevices> {
+    let nodes = devices
+        .iter()
+        .filter_map(|d| {
+            let number = |v: Option<i64>| v.and_then(|v| u32::try_from(v).ok());
+            Some(DeviceNode::new(
+                d.path.clone(),
+                d.kind.clone(),
+                number(d.major)?,
+                number(d.minor)?,
+            ))
+        })
+        .collect();
+    let cdi_annotations = annotations
+        .iter()
+        .filter(|(k, _)| {
+            k.strip_prefix(CDI_ANNOTATION_PREFIX)
+                .is_some_and(|n| !n.is_empty())
+        })
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    Some(ContainerDevices {
+        nodes,
+        cdi_annotations,
+        env,
+    })
+    .filter(|d| !d.is_empty())
 }
 
 /// `process` of `config.json`.
@@ -171,5 +232,38 @@ mod tests {
             )
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// What Podman writes for `--device example.org/nic=a` (the CDI
+    /// device's node in `linux.devices`) and a `cdi.k8s.io/*` annotation
+    /// become the admission's devices; a FIFO without numbers and other
+    /// annotations are left out; a container with neither sends none.
+    #[test]
+    fn device_nodes_and_cdi_annotations_become_the_requests_devices() {
+        let config: Config = serde_json::from_str(
+            r#"{"annotations":{"io.container.manager":"libpod","cdi.k8s.io/nic":"example.org/nic=b","cdi.k8s.io/":"x"},
+                "linux":{"devices":[{"path":"/dev/infiniband/uverbs0","type":"c","major":231,"minor":192,"fileMode":8630,"uid":0,"gid":0},
+                                    {"path":"/dev/fifo","type":"p"},
+                                    {"path":"/dev/bad","type":"c","major":-1,"minor":3}]}}"#,
+        )
+        .unwrap();
+        let annotations = config.annotations.unwrap();
+        let devices = config.linux.unwrap().devices.unwrap();
+        let d = container_devices(&devices, &annotations, Vec::new()).unwrap();
+        assert_eq!(
+            d.nodes,
+            [DeviceNode::new("/dev/infiniband/uverbs0", "c", 231, 192)]
+        );
+        assert_eq!(
+            d.cdi_annotations,
+            BTreeMap::from([("cdi.k8s.io/nic".to_owned(), "example.org/nic=b".to_owned())])
+        );
+        assert_eq!(
+            container_devices(&devices[1..], &BTreeMap::new(), Vec::new()),
+            None
+        );
+        let env = vec!["PCIDEVICE_EXAMPLE_COM_NIC=0000:af:00.0".to_owned()];
+        let d = container_devices(&[], &BTreeMap::new(), env.clone()).unwrap();
+        assert_eq!((d.nodes.len(), d.env), (0, env));
     }
 }

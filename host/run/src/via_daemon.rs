@@ -89,6 +89,7 @@ impl ViaDaemon {
                 container: CONTAINER.to_owned(),
                 cgroup: path.as_path().to_string_lossy().into_owned(),
             }),
+            devices: None,
         };
         // Admitted and attached in one request (the daemon releases the
         // admission again when the attach fails).

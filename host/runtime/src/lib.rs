@@ -269,6 +269,14 @@ pub fn cdi_devices(
     (out, notes)
 }
 
+/// The devices the device plugins' variables of `env` (`KEY=VALUE`:
+/// `NVIDIA_VISIBLE_DEVICES`, `PCIDEVICE_*`) name, as [`map_container`]
+/// reads them into [`ContainerRequest::devices`]; for a face that is
+/// handed the variables apart (the daemon's owned admissions).
+pub fn env_devices(env: &[String]) -> Result<Vec<AssignedDevices>, MappingError> {
+    devices::assigned_devices(env)
+}
+
 /// Whether `path` is a pod cgroup parent (or a container's cgroups path)
 /// of the kubelet, of either cgroup driver.
 pub fn is_kubelet_cgroup(path: &str) -> bool {

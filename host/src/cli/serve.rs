@@ -97,11 +97,14 @@ pub fn run(config: &Path, args: ServeArgs) -> anyhow::Result<ExitCode> {
             plugin_index: cfg.nri.plugin_index.clone(),
             kubelet_root_dir: cfg.nri.kubelet_root_dir.clone(),
             cri_socket: cfg.nri.cri_socket.clone(),
-            cdi_spec_dirs: cfg.cdi.spec_dirs.clone(),
-            sysfs_root: cfg.sysfs_root.clone(),
             kubelet_pod_resources_socket: cfg.cdi.kubelet_pod_resources_socket.clone(),
         }),
         podresources_socket: cfg.podresources.socket.clone(),
+        cdi_spec_dirs: cfg.cdi.spec_dirs.clone(),
+        sysfs_root: args
+            .sysfs_root
+            .clone()
+            .unwrap_or_else(|| cfg.sysfs_root.clone()),
         reload: Some(daemon::Reload {
             source: std::sync::Arc::new(Reread {
                 config: config.to_path_buf(),

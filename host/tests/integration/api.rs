@@ -155,6 +155,12 @@ fn instance(doc: &Value, schema: &Value, max: bool) -> Value {
                     out.insert(name.clone(), instance(doc, prop, max));
                 }
             }
+            // A map of strings (no properties of its own): one entry in the
+            // maximal document, as a map the type leaves out when empty.
+            let values = &schema["additionalProperties"];
+            if max && schema.get("properties").is_none() && values["type"] == "string" {
+                out.insert("key".to_owned(), instance(doc, values, max));
+            }
             Value::Object(out)
         }
         Some(other) => panic!("no instance for type {other}"),
@@ -250,7 +256,7 @@ type Check = fn(&Value, &str, &str) -> Vec<String>;
 
 /// Every object schema of the document (its name, a nested one's path
 /// after a dot; its place under `/components/schemas/`) with its type.
-const SCHEMAS: [(&str, &str, Check); 39] = [
+const SCHEMAS: [(&str, &str, Check); 41] = [
     ("Error", "Error", check::<api::ErrorBody>),
     (
         "AdmissionRequest",
@@ -261,6 +267,16 @@ const SCHEMAS: [(&str, &str, Check); 39] = [
         "AdmissionRequest.attach",
         "AdmissionRequest/properties/attach",
         check::<api::AttachTo>,
+    ),
+    (
+        "AdmissionRequest.devices",
+        "AdmissionRequest/properties/devices",
+        check::<api::ContainerDevices>,
+    ),
+    (
+        "AdmissionRequest.devices.nodes",
+        "AdmissionRequest/properties/devices/properties/nodes/items",
+        check::<api::DeviceNode>,
     ),
     ("OwnerSpec", "OwnerSpec", check::<api::OwnerSpec>),
     ("PodView", "PodView", check::<sdk::PodView>),

@@ -7,16 +7,15 @@
 //! `packaging/kubernetes/rbac.yaml` (a static token claiming its name), so
 //! the documented RBAC is what is tested.
 //!
-//! Checked: the object appears with its zones and the pod fingerprint
-//! (computed independently, `kubernetes::pod_fingerprint`); it follows an
+//! Checked: the object appears with its zones, the pod fingerprint
+//! (computed independently, `kubernetes::pod_fingerprint`) and the Node's
+//! uid as its owner reference; it follows an
 //! admission within 1 s; with the API server stopped admissions keep
 //! their speed, health notes the failing push, and the object catches up
 //! when the API server returns; a refusal recorded three times (the
 //! kubelet's retries) is one Event with count 3.
 
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -24,233 +23,23 @@ use serde_json::Value;
 use crate::common;
 use crate::daemon::Daemon;
 use crate::kubernetes::{config, pod_fingerprint, POD, UID};
+use topomgr_runtime_harness::ApiServer;
 
-const NEEDS: &str = "needs etcd, kube-apiserver and kubectl of .ci/install-kubernetes (/opt/topomgr-ci/kubernetes/bin, or TOPOMGR_KUBE_DIR) and openssl";
+/// etcd and an API server (`topomgr_runtime_harness::ApiServer`) with the
+/// vendored NRT CRD and the documented RBAC applied.
+fn api_server(tag: &str) -> ApiServer {
+    let root = common::workspace_root();
+    ApiServer::start(
+        common::scratch_dir(tag),
+        &[
+            &root.join("tests/fixtures/nrt/crd.yaml"),
+            &root.join("packaging/kubernetes/rbac.yaml"),
+        ],
+    )
+}
 
 /// The NRT object's path on the API server.
 const NRT: &str = "/apis/topology.node.k8s.io/v1alpha2/noderesourcetopologies/worker-1";
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// etcd and an API server on loopback, under one scratch directory.
-struct ApiServer {
-    dir: PathBuf,
-    bins: topomgr_runtime_harness::KubeBinaries,
-    etcd: Option<Child>,
-    apiserver: Option<Child>,
-    etcd_port: u16,
-    port: u16,
-}
-
-impl ApiServer {
-    fn start(tag: &str) -> ApiServer {
-        let bins = topomgr_runtime_harness::require_kubernetes()
-            .unwrap_or_else(|e| panic!("{NEEDS}: {e}"));
-        let dir = common::scratch_dir(tag);
-        let pki = dir.join("pki");
-        fs::create_dir_all(&pki).unwrap();
-        for args in [
-            &["genrsa", "-out", "sa.key", "2048"][..],
-            &["rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub"][..],
-        ] {
-            let out = Command::new("openssl")
-                .args(args)
-                .current_dir(&pki)
-                .output();
-            assert!(
-                out.as_ref().is_ok_and(|o| o.status.success()),
-                "{NEEDS}: openssl {args:?}: {out:?}"
-            );
-        }
-        fs::write(
-            dir.join("tokens.csv"),
-            "admin-token,admin,admin,\"system:masters\"\n\
-             topomgr-token,system:serviceaccount:kube-system:topomgr,topomgr,\"system:serviceaccounts\"\n",
-        )
-        .unwrap();
-        let mut s = ApiServer {
-            dir,
-            bins,
-            etcd: None,
-            apiserver: None,
-            etcd_port: free_port(),
-            port: free_port(),
-        };
-        let peer = free_port();
-        let c = s.etcd_port;
-        let etcd = s.spawn(
-            "etcd",
-            &s.bins.etcd.clone(),
-            &[
-                "--name=test".to_owned(),
-                format!("--data-dir={}", s.dir.join("etcd").display()),
-                format!("--listen-client-urls=http://127.0.0.1:{c}"),
-                format!("--advertise-client-urls=http://127.0.0.1:{c}"),
-                format!("--listen-peer-urls=http://127.0.0.1:{peer}"),
-                format!("--initial-advertise-peer-urls=http://127.0.0.1:{peer}"),
-                format!("--initial-cluster=test=http://127.0.0.1:{peer}"),
-                "--log-level=warn".to_owned(),
-            ],
-        );
-        s.etcd = Some(etcd);
-        fs::write(
-            s.dir.join("admin.kubeconfig"),
-            format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: t\n  cluster:\n    server: https://127.0.0.1:{}\n    insecure-skip-tls-verify: true\nusers:\n- name: admin\n  user:\n    token: admin-token\ncontexts:\n- name: t\n  context:\n    cluster: t\n    user: admin\n    namespace: default\ncurrent-context: t\n",
-                s.port
-            ),
-        )
-        .unwrap();
-        s.start_apiserver();
-        // topomgr's own kubeconfig: the API server's self-signed serving
-        // certificate chain as its CA, the service account's token.
-        fs::write(
-            s.dir.join("topomgr.kubeconfig"),
-            format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: t\n  cluster:\n    server: https://127.0.0.1:{}\n    certificate-authority: pki/apiserver.crt\nusers:\n- name: topomgr\n  user:\n    token: topomgr-token\ncontexts:\n- name: t\n  context:\n    cluster: t\n    user: topomgr\ncurrent-context: t\n",
-                s.port
-            ),
-        )
-        .unwrap();
-        let crd = common::workspace_root().join("tests/fixtures/nrt/crd.yaml");
-        let rbac = common::workspace_root().join("packaging/kubernetes/rbac.yaml");
-        for f in [&crd, &rbac] {
-            s.kubectl(&["apply", "-f", &f.to_string_lossy()]);
-        }
-        s.kubectl(&[
-            "wait",
-            "--for=condition=established",
-            "--timeout=60s",
-            "crd/noderesourcetopologies.topology.node.k8s.io",
-        ]);
-        s
-    }
-
-    fn spawn(&self, name: &str, bin: &Path, args: &[String]) -> Child {
-        let log = fs::File::create(self.dir.join(format!("{name}.log"))).unwrap();
-        Command::new(bin)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap_or_else(|e| panic!("{NEEDS}: cannot start {}: {e}", bin.display()))
-    }
-
-    fn start_apiserver(&mut self) {
-        let pki = self.dir.join("pki");
-        let args = vec![
-            format!("--etcd-servers=http://127.0.0.1:{}", self.etcd_port),
-            "--bind-address=127.0.0.1".to_owned(),
-            "--advertise-address=127.0.0.1".to_owned(),
-            format!("--secure-port={}", self.port),
-            format!("--cert-dir={}", pki.display()),
-            format!(
-                "--service-account-key-file={}",
-                pki.join("sa.pub").display()
-            ),
-            format!(
-                "--service-account-signing-key-file={}",
-                pki.join("sa.key").display()
-            ),
-            "--service-account-issuer=https://kubernetes.default.svc".to_owned(),
-            format!(
-                "--token-auth-file={}",
-                self.dir.join("tokens.csv").display()
-            ),
-            "--authorization-mode=RBAC".to_owned(),
-            "--disable-admission-plugins=ServiceAccount".to_owned(),
-            "--service-cluster-ip-range=10.96.0.0/24".to_owned(),
-            "--endpoint-reconciler-type=none".to_owned(),
-        ];
-        let child = self.spawn("apiserver", &self.bins.apiserver.clone(), &args);
-        self.apiserver = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(90);
-        while !self
-            .kubectl_output(&["get", "--raw=/readyz"])
-            .status
-            .success()
-        {
-            if let Some(status) = self
-                .apiserver
-                .as_mut()
-                .and_then(|c| c.try_wait().ok().flatten())
-            {
-                panic!(
-                    "kube-apiserver exited ({status}): {}",
-                    self.log("apiserver")
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "kube-apiserver not ready: {}",
-                self.log("apiserver")
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-
-    /// Kill the API server (as a crash would).
-    fn stop_apiserver(&mut self) {
-        if let Some(mut c) = self.apiserver.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    fn log(&self, name: &str) -> String {
-        let text = fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
-    }
-
-    fn kubectl_output(&self, args: &[&str]) -> Output {
-        Command::new(&self.bins.kubectl)
-            .arg(format!(
-                "--kubeconfig={}",
-                self.dir.join("admin.kubeconfig").display()
-            ))
-            .args(args)
-            .output()
-            .unwrap()
-    }
-
-    fn kubectl(&self, args: &[&str]) -> String {
-        let out = self.kubectl_output(args);
-        assert!(
-            out.status.success(),
-            "kubectl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn kubeconfig(&self) -> PathBuf {
-        self.dir.join("topomgr.kubeconfig")
-    }
-}
-
-impl Drop for ApiServer {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            eprintln!("kube-apiserver's log ends:\n{}", self.log("apiserver"));
-        }
-        for c in [self.apiserver.take(), self.etcd.take()]
-            .into_iter()
-            .flatten()
-        {
-            let mut c = c;
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
 
 /// An admin client of the API server (topomgr's own client, with the
 /// admin's token), for reading what topomgr wrote.
@@ -316,8 +105,21 @@ fn second_pod() -> String {
 #[test]
 #[ignore = "needs etcd, kube-apiserver and kubectl of .ci/install-kubernetes and openssl"]
 fn nrt_is_pushed_follows_admissions_and_survives_an_api_server_restart() {
-    let mut api = ApiServer::start("kube-api-nrt");
+    let mut api = api_server("kube-api-nrt");
     let mut reader = Reader::new(&api);
+    // The node's Node object (a kubelet would register it): the object's
+    // owner.
+    let node = api.dir.join("node.yaml");
+    fs::write(
+        &node,
+        "apiVersion: v1\nkind: Node\nmetadata:\n  name: worker-1\n",
+    )
+    .unwrap();
+    api.kubectl(&["apply", "-f", &node.to_string_lossy()]);
+    let node_uid = reader.get("/api/v1/nodes/worker-1").unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     let dir = config("kube-api-nrt-topomgr");
     let mut toml = fs::read_to_string(dir.join("topomgr.toml")).unwrap();
     toml.push_str(&format!(
@@ -345,6 +147,13 @@ fn nrt_is_pushed_follows_admissions_and_survives_an_api_server_restart() {
         Some("with-exclusive-resources")
     );
     assert_eq!(object["metadata"]["managedFields"][0]["manager"], "topomgr");
+    // Owned by the Node (read with the RBAC's `get nodes`), so the API
+    // server's garbage collector deletes it with the Node.
+    assert_eq!(
+        object["metadata"]["ownerReferences"],
+        serde_json::json!([{"apiVersion": "v1", "kind": "Node", "name": "worker-1", "uid": node_uid}]),
+        "{object:#}"
+    );
 
     // An admission is on the API server within 1 s, zones included.
     let r = c.admit(POD).unwrap();
@@ -433,7 +242,7 @@ fn nrt_is_pushed_follows_admissions_and_survives_an_api_server_restart() {
 #[test]
 #[ignore = "needs etcd, kube-apiserver and kubectl of .ci/install-kubernetes and openssl"]
 fn a_refusal_retried_is_one_event_counted_up() {
-    let api = ApiServer::start("kube-api-events");
+    let api = api_server("kube-api-events");
     let access =
         topomgr_kube::Access::load(&topomgr_kube::Source::Kubeconfig(api.kubeconfig())).unwrap();
     let client = topomgr_kube::ApiClient::new(access).unwrap();

@@ -904,13 +904,21 @@ fn daemon_pushes_the_object_after_each_change() {
     .expect("the admission is pushed within 1 s");
     let served = c.get("/v1/noderesourcetopology").unwrap().json().unwrap();
     assert_eq!(after, served);
-    let token = api
-        .requests
-        .lock()
-        .unwrap()
+    // Besides the applies, one read of the Node (the object's owner; this
+    // server's `{}` has no uid, so the object goes without an owner and
+    // the Node is read again only after OWNER_RETRY, 30 s).
+    let requests = api.requests.lock().unwrap().clone();
+    let node_reads = requests
         .iter()
-        .all(|(m, _, _)| m == "PATCH");
-    assert!(token, "only applies");
+        .filter(|(m, p, _)| m == "GET" && p == "/api/v1/nodes/worker-1")
+        .count();
+    assert_eq!(node_reads, 1, "{requests:?}");
+    assert!(
+        requests
+            .iter()
+            .all(|(m, p, _)| m == "PATCH" || (m == "GET" && p == "/api/v1/nodes/worker-1")),
+        "only applies and the Node's read: {requests:?}"
+    );
 }
 
 /// An API server without the CRD (404 on the apply) is a health note, not

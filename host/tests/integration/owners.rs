@@ -66,6 +66,7 @@ fn admit(c: &mut Client, pod: PodView, owner: OwnerSpec) -> topomgr_client::http
         pod,
         owner,
         attach: None,
+        devices: None,
     })
     .unwrap()
 }
@@ -352,6 +353,7 @@ fn an_admission_whose_attach_fails_is_released_in_the_same_request() {
             container: container.to_owned(),
             cgroup: "pods/a1/app".to_owned(),
         }),
+        devices: None,
     };
 
     let err = c.admit_and_attach(&request("nope")).unwrap_err();

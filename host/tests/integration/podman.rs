@@ -38,6 +38,11 @@ struct Setup {
 
 impl Setup {
     fn new(tag: &str) -> Setup {
+        Setup::with_config(tag, "")
+    }
+
+    /// [`Setup::new`] with `extra` TOML appended to the daemon's config.
+    fn with_config(tag: &str, extra: &str) -> Setup {
         let podman = Podman::new().unwrap_or_else(|e| panic!("{e}"));
         let dir = common::scratch_dir(tag);
         let socket = dir.join("topomgr.sock");
@@ -49,7 +54,7 @@ impl Setup {
                  [daemon]\nsocket = \"{}\"\nreclaim_interval_ms = 200\n\
                  [providers.cpu]\nlibrary = \"{}\"\n[providers.cpu.config]\npolicy = \"static\"\nreserved_cpus = \"0\"\n\
                  [providers.memory]\nlibrary = \"{}\"\n[providers.memory.config]\npolicy = \"static\"\n\
-                 [providers.memory.config.reserved_memory.0]\nmemory = \"512Mi\"\n",
+                 [providers.memory.config.reserved_memory.0]\nmemory = \"512Mi\"\n{extra}",
                 podman.cpuset_dir().display(),
                 socket.display(),
                 common::cpu_plugin().display(),
@@ -498,4 +503,74 @@ fn podman_containers_without_poststop_are_reclaimed() {
     let again = s.start(&["--cpus", "1", "--memory", "256m"]).unwrap();
     assert_eq!(s.placement(&again).0, "1");
     s.check(&[&again]);
+}
+
+/// Issue 35: a CDI device given with `podman run --device
+/// example.org/testdev=null` (Podman resolves it from the spec in
+/// `/var/run/cdi`, one of its default spec directories, and writes its node
+/// into the bundle's `linux.devices`) reaches the daemon through the hook:
+/// the node is in the container, and the daemon found the CDI device by
+/// that node through the same spec (its `[cdi] spec_dirs`). The device
+/// (the host's `/dev/null`) is no PCI device, so the container is placed as
+/// without it.
+#[test]
+#[ignore = "needs root, a cpuset cgroup and podman"]
+fn cdi_devices_of_podman_reach_topomgr() {
+    let spec_dir = Path::new("/var/run/cdi");
+    fs::create_dir_all(spec_dir).unwrap();
+    // A file of this test's own, removed when it ends however it ends.
+    struct Spec(PathBuf);
+    impl Drop for Spec {
+        fn drop(&mut self) {
+            let _ = fs::remove_file(&self.0);
+        }
+    }
+    let spec = Spec(spec_dir.join(format!("topomgr-test-{}.yaml", std::process::id())));
+    let kind = format!("example.org/testdev{}", std::process::id());
+    fs::write(
+        &spec.0,
+        format!(
+            "cdiVersion: 0.5.0\nkind: {kind}\ndevices:\n\
+             - name: \"null\"\n  containerEdits:\n    deviceNodes:\n\
+             \x20   - {{path: /dev/topomgr-null, hostPath: /dev/null, type: c, major: 1, minor: 3, permissions: rw}}\n"
+        ),
+    )
+    .unwrap();
+    let mut s = Setup::with_config(
+        "podman-cdi",
+        &format!("[cdi]\nspec_dirs = [\"{}\"]\n", spec_dir.display()),
+    );
+    s.install_hook("packaging/oci-hooks.d/topomgr.json", "topomgr.json");
+    let device = format!("{kind}=null");
+    let with_device = s
+        .start(&["--cpus", "1", "--memory", "256m", "--device", &device])
+        .unwrap_or_else(|out| panic!("podman run --device {device}: {}", text(&out)));
+    let out = s
+        .podman
+        .output(&["exec", &with_device, "cat", "/dev/topomgr-null"])
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "Podman did not inject the CDI device: {}",
+        text(&out)
+    );
+    assert_eq!(s.placement(&with_device), ("1".to_owned(), "0".to_owned()));
+    s.check(&[&with_device]);
+    let _ = s.podman.output(&["rm", "-f", &with_device]).unwrap();
+    s.wait_for_pods(&[]);
+    let log = s.daemon.take().unwrap().stop();
+    assert!(!log.contains("panicked"), "{log}");
+    // The daemon found the CDI device of this container (the only one
+    // given this test's kind) by its node, and said it is not aligned
+    // with (no PCI device).
+    let found = log
+        .lines()
+        .filter(|l| {
+            l.contains("no provider lists this CDI device and it is not aligned with")
+                && l.contains(&format!(
+                    "source=CDI device {device} devices=/dev/topomgr-null"
+                ))
+        })
+        .count();
+    assert_eq!(found, 1, "{log}");
 }

@@ -3,13 +3,15 @@
 //! with NRI enabled, an image built locally from busybox-static, and a
 //! [`CriClient`] that runs pods and containers as the kubelet does and
 //! looks inside them; a private [`Podman`] running containers from a
-//! busybox-static root filesystem.
+//! busybox-static root filesystem; an [`ApiServer`] (etcd and
+//! kube-apiserver, no kubelet).
 //!
 //! Every test that uses it is `#[ignore = "needs root, a cpuset cgroup and
 //! containerd 1.7"]` (or `... and podman`); run explicitly without the
 //! prerequisites, it fails with what is missing ([`Containerd::start`],
 //! [`Podman::new`]). CI installs the runtimes with `.ci/install-runtimes`.
 
+mod apiserver;
 mod cleanup;
 mod containerd;
 pub mod cri;
@@ -21,6 +23,7 @@ mod prereq;
 
 use std::path::{Path, PathBuf};
 
+pub use apiserver::{ApiServer, NEEDS as API_SERVER_NEEDS};
 pub use containerd::Containerd;
 pub use cri::{ContainerSpec, CriClient, Placement, Pod, PodSpec, Qos};
 pub use dra::{pci_addresses, DraDriver, DRA_DRIVER};

@@ -7,17 +7,14 @@ use std::collections::BTreeMap;
 use topomgr_cgroup::Cpuset;
 use topomgr_nri::api;
 use topomgr_runtime::{self as resources, ContainerSpec, Mapping, MappingError};
-use topomgr_sdk::{AssignedDevices, AssignedDevicesRequest, DeviceRef, ResourceMatch};
 
-/// Where a container's CDI devices are found: the CDI spec directories
-/// (none: CDI devices are not looked for), the sysfs root their nodes
-/// are mapped to PCI devices under ([`topomgr_runtime::cdi_devices`]) and
-/// the kubelet's PodResources socket its DRA claims are asked of (none:
-/// not asked).
+/// Where a container's CDI devices are found: the daemon's
+/// [`crate::cdi::Resolver`] (spec directories and sysfs root) and the
+/// kubelet's PodResources socket its DRA claims are asked of (none: not
+/// asked).
 #[derive(Debug, Clone, Default)]
 pub(crate) struct CdiSource {
-    pub specs: std::sync::Arc<topomgr_runtime::cdi::CdiCache>,
-    pub sysfs_root: std::path::PathBuf,
+    pub resolver: crate::cdi::Resolver,
     pub kubelet: Option<KubeletClaims>,
 }
 
@@ -263,7 +260,6 @@ impl CdiSource {
                 return out;
             }
         };
-        let (specs, _) = self.specs.specs();
         for c in answer
             .pod_resources
             .iter()
@@ -279,23 +275,14 @@ impl CdiSource {
                 }
                 devices.extend(given);
             }
-            if !self.specs.is_off() {
+            if !self.resolver.is_off() {
                 let claims = claimed(&answer, &c.name);
-                if !claims.cdi.is_empty() {
-                    let (cdi, notes) = topomgr_runtime::cdi_devices(
-                        &BTreeMap::new(),
-                        &[],
-                        &claims.cdi,
-                        &specs,
-                        &self.sysfs_root,
-                    );
-                    for n in notes {
-                        tracing::warn!(pod = %who, container = %c.name, "{n}");
-                    }
-                    devices.extend(cdi);
-                }
+                let who = format!("{who} ({})", c.name);
+                devices.extend(
+                    self.resolver
+                        .resolve(&who, &BTreeMap::new(), &[], &claims.cdi),
+                );
                 if !claims.by_name.is_empty() {
-                    let who = format!("{who} ({})", c.name);
                     devices.extend(kubelet.devices_by_name(&who, &claims.by_name).await);
                 }
             }
@@ -319,7 +306,7 @@ impl CdiSource {
         container: &api::Container,
         ask_kubelet: bool,
     ) -> Vec<topomgr_runtime::AssignedDevices> {
-        if self.specs.is_off() {
+        if self.resolver.is_off() {
             return Vec::new();
         }
         let mut claimed = Vec::new();
@@ -358,31 +345,11 @@ impl CdiSource {
                 ))
             })
             .collect();
-        let names_cdi = container
-            .annotations
-            .keys()
-            .any(|k| k.starts_with(topomgr_runtime::cdi::ANNOTATION_PREFIX));
-        if nodes.is_empty() && !names_cdi && claimed.is_empty() {
-            return by_name;
-        }
-        let (specs, problems) = self.specs.specs();
-        for p in problems {
-            tracing::warn!(container = %who, "{p}");
-        }
-        let (devices, notes) = topomgr_runtime::cdi_devices(
-            &container.annotations,
-            &nodes,
-            &claimed,
-            &specs,
-            &self.sysfs_root,
-        );
-        for n in notes {
-            tracing::warn!(container = %who, "{n}");
-        }
-        for d in &devices {
-            tracing::info!(container = %who, device = %d.variable, pci = ?d.ids, nodes = d.nodes.len(), "the container was given a CDI device");
-        }
-        devices.into_iter().chain(by_name).collect()
+        self.resolver
+            .resolve(who, &container.annotations, &nodes, &claimed)
+            .into_iter()
+            .chain(by_name)
+            .collect()
     }
 }
 
@@ -498,41 +465,7 @@ pub(crate) fn overlay_resources(container: &mut api::Container, update: &api::Li
     }
 }
 
-/// The devices a container's environment names, as the named call asks
-/// providers about them.
-pub(crate) fn assigned(devices: &[topomgr_runtime::AssignedDevices]) -> AssignedDevicesRequest {
-    AssignedDevicesRequest::new(
-        devices
-            .iter()
-            .map(|d| {
-                let resource = match &d.resource {
-                    topomgr_runtime::ResourceHint::NvidiaGpu => {
-                        ResourceMatch::Prefix("nvidia.com/".to_owned())
-                    }
-                    topomgr_runtime::ResourceHint::PciDevice { env_name } => {
-                        ResourceMatch::EnvName(env_name.clone())
-                    }
-                    // Every resource: whichever provider lists the device
-                    // (the engine's fallback for CDI devices no provider
-                    // lists keys on this).
-                    topomgr_runtime::ResourceHint::Cdi => ResourceMatch::Prefix(String::new()),
-                };
-                let ids = d
-                    .ids
-                    .iter()
-                    .map(|id| match id {
-                        topomgr_runtime::DeviceId::Uuid(u) => DeviceRef::Uuid(u.clone()),
-                        topomgr_runtime::DeviceId::Index(i) => DeviceRef::Index(*i),
-                        topomgr_runtime::DeviceId::PciAddress(a) => {
-                            DeviceRef::PciAddress(a.clone())
-                        }
-                    })
-                    .collect();
-                AssignedDevices::new(d.variable.clone(), resource, ids).with_nodes(d.nodes.clone())
-            })
-            .collect(),
-    )
-}
+pub(crate) use crate::cdi::assigned;
 
 /// Resources that set a container's cpuset (CPUs and memory nodes) only.
 pub(crate) fn cpuset_resources(set: &Cpuset) -> api::LinuxResources {

@@ -303,22 +303,16 @@ impl Face {
         })
     }
 
-    /// Looks for each container's CDI devices through the spec files of
-    /// `spec_dirs`, their nodes mapped to PCI devices under `sysfs_root`
-    /// (config `[cdi] spec_dirs`, `sysfs_root`), and, with `kubelet`, in
-    /// the DRA claims the kubelet's PodResources socket gives it (config
-    /// `[cdi] kubelet_pod_resources_socket`).
+    /// Looks for each container's CDI devices with `resolver` (the
+    /// daemon's, config `[cdi] spec_dirs`, `sysfs_root`), and, with
+    /// `kubelet`, in the DRA claims the kubelet's PodResources socket
+    /// gives it (config `[cdi] kubelet_pod_resources_socket`).
     pub(crate) fn with_cdi(
         mut self,
-        spec_dirs: Vec<std::path::PathBuf>,
-        sysfs_root: std::path::PathBuf,
+        resolver: crate::cdi::Resolver,
         kubelet: Option<convert::KubeletClaims>,
     ) -> Face {
-        self.cdi = convert::CdiSource {
-            specs: std::sync::Arc::new(topomgr_runtime::cdi::CdiCache::new(spec_dirs)),
-            sysfs_root,
-            kubelet,
-        };
+        self.cdi = convert::CdiSource { resolver, kubelet };
         self
     }
 

@@ -143,10 +143,6 @@ pub struct NriSettings {
     pub kubelet_root_dir: PathBuf,
     /// The runtime's CRI socket (`None`: the registered runtime's default).
     pub cri_socket: Option<PathBuf>,
-    /// The CDI spec directories (config `[cdi] spec_dirs`).
-    pub cdi_spec_dirs: Vec<PathBuf>,
-    /// The sysfs root CDI device nodes are mapped to PCI devices under.
-    pub sysfs_root: PathBuf,
     /// The kubelet's PodResources socket, asked for each container's DRA
     /// claims (config `[cdi] kubelet_pod_resources_socket`; `None`: not
     /// asked).

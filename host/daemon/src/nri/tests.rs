@@ -204,7 +204,7 @@ fn world_with(
     machine: topomgr_sdk::Machine,
     face: impl FnOnce(Face, &std::path::Path) -> Face,
 ) -> World {
-    world_in(tag, machine, Scope::Container, face)
+    world_full(tag, machine, Scope::Container, Vec::new(), face)
 }
 
 /// [`world_with`] under `scope`.
@@ -212,6 +212,28 @@ fn world_in(
     tag: &str,
     machine: topomgr_sdk::Machine,
     scope: Scope,
+    face: impl FnOnce(Face, &std::path::Path) -> Face,
+) -> World {
+    world_full(tag, machine, scope, Vec::new(), face)
+}
+
+/// [`world_with`] with `more` providers after the CPU provider.
+fn world_with_providers(
+    tag: &str,
+    machine: topomgr_sdk::Machine,
+    more: Vec<LoadedProvider>,
+    face: impl FnOnce(Face, &std::path::Path) -> Face,
+) -> World {
+    world_full(tag, machine, Scope::Container, more, face)
+}
+
+/// [`world_with`] under `scope`, with `more` providers after the CPU
+/// provider.
+fn world_full(
+    tag: &str,
+    machine: topomgr_sdk::Machine,
+    scope: Scope,
+    more: Vec<LoadedProvider>,
     face: impl FnOnce(Face, &std::path::Path) -> Face,
 ) -> World {
     let dir = std::env::temp_dir().join(format!("topomgr-nri-face-{tag}-{}", std::process::id()));
@@ -224,7 +246,9 @@ fn world_in(
         &machine,
         policy,
         scope,
-        vec![LoadedProvider::in_process("cpu", cpu_provider(&held))],
+        std::iter::once(LoadedProvider::in_process("cpu", cpu_provider(&held)))
+            .chain(more)
+            .collect(),
     );
     let settings = StateThreadSettings {
         state_dir: dir.join("state"),
@@ -464,37 +488,27 @@ async fn guaranteed_burstable_refused_and_stopped_containers() {
     assert_eq!(w.face.status().health().containers, 1);
 }
 
-/// A recorded two-node machine with a NIC on each node: `0000:17:00.0`
-/// on node 0, `0000:af:00.0` on node 1.
-fn nic_machine() -> topomgr_sdk::Machine {
+/// A recorded two-node machine with two NICs, 0000:17:00.0 on node 0 and
+/// 0000:af:00.0 on node 1.
+fn two_node_nic_machine() -> topomgr_sdk::Machine {
     use topomgr_sdk::PciDevice;
     let base = topomgr_sdk::testkit::machine(2, 2);
+    let nic = |address: &str, node: u8| {
+        PciDevice::new(address, "0x15b3", "0x101d", "0x020000", Some(node.into()))
+    };
     topomgr_sdk::Machine::new(
         base.numa_nodes.clone(),
         base.cpus.clone(),
-        vec![
-            PciDevice::new(
-                "0000:17:00.0",
-                "0x15b3",
-                "0x101d",
-                "0x020000",
-                Some(0.into()),
-            ),
-            PciDevice::new(
-                "0000:af:00.0",
-                "0x15b3",
-                "0x101d",
-                "0x020000",
-                Some(1.into()),
-            ),
-        ],
+        vec![nic("0000:17:00.0", 0), nic("0000:af:00.0", 1)],
     )
 }
 
-/// `f` with CDI specs of the two NICs of [`nic_machine`] under `dir`
-/// (`example.org/nic=a`: node 1, `=b`: node 0) and their device nodes in a
-/// recorded sysfs.
-fn with_nic_specs(f: Face, dir: &std::path::Path) -> Face {
+/// Under `dir`, the CDI spec of [`two_node_nic_machine`]'s NICs (device
+/// `example.org/nic=a`, node `/dev/infiniband/uverbs0` 231:192, the NIC on
+/// node 1; `b`, `uverbs1` 231:193, the one on node 0) and a recorded sysfs
+/// that maps the nodes to the NICs; the resolver that reads them (with a
+/// spec directory that does not exist first).
+fn record_nic_cdi(dir: &std::path::Path) -> crate::cdi::Resolver {
     let (cdi, sys) = (dir.join("cdi"), dir.join("sys"));
     std::fs::create_dir_all(&cdi).unwrap();
     std::fs::write(
@@ -512,7 +526,7 @@ fn with_nic_specs(f: Face, dir: &std::path::Path) -> Face {
         std::fs::create_dir_all(&class).unwrap();
         std::os::unix::fs::symlink(&class, sys.join(format!("dev/char/231:{minor}"))).unwrap();
     }
-    f.with_cdi(vec![dir.join("absent"), cdi], sys, None)
+    crate::cdi::Resolver::new(vec![dir.join("absent"), cdi], sys)
 }
 
 /// Issue 35: CDI devices (a DRA driver's) on node 1 of a two-node machine,
@@ -523,7 +537,9 @@ fn with_nic_specs(f: Face, dir: &std::path::Path) -> Face {
 #[tokio::test]
 async fn cdi_devices_put_a_container_on_their_numa_node() {
     use topomgr_nri::api::LinuxDevice;
-    let w = world_with("cdi", nic_machine(), with_nic_specs);
+    let w = world_with("cdi", two_node_nic_machine(), |f, dir| {
+        f.with_cdi(record_nic_cdi(dir), None)
+    });
     let g = pod("1", "g");
     let node = |minor: i64| LinuxDevice {
         path: format!("/dev/infiniband/uverbs{}", minor - 192),
@@ -573,6 +589,203 @@ async fn cdi_devices_put_a_container_on_their_numa_node() {
     }];
     let plain = w.face.create(g.clone(), other).await.unwrap();
     assert_eq!(cpuset_of(&plain).0, "1");
+    w.check();
+}
+
+/// Issue 35, the OCI hook's face: an owned admission carrying the
+/// container's device nodes (as the hook reads them from Podman's
+/// `linux.devices`) or its `cdi.k8s.io/*` annotation is aligned with its
+/// CDI devices exactly as the NRI face is (the same resolver): on node 1
+/// for the NIC on node 1; refused under single-numa-node, naming both, for
+/// devices on both nodes; nothing held then. A request without devices
+/// (an older client) is placed as before, and bad devices are a 400 that
+/// names the field.
+#[tokio::test]
+async fn an_owned_admissions_cdi_devices_put_it_on_their_numa_node() {
+    use topomgr_node::api::{AdmissionRequest, ContainerDevices, DeviceNode, OwnerSpec};
+    let w = world_with("cdi-http", two_node_nic_machine(), |f, _| f);
+    let cdi = record_nic_cdi(&w.dir);
+    let admit = |id: &str, devices: Option<ContainerDevices>| {
+        let pod = topomgr_sdk::PodView::new(id, id, "podman", topomgr_sdk::QosClass::Guaranteed)
+            .with_containers(vec![topomgr_sdk::ContainerView::new(id)
+                .with_requests(topomgr_sdk::ResourceList::from([("cpu".to_owned(), 1000)]))
+                .with_limits(topomgr_sdk::ResourceList::from([(
+                    "cpu".to_owned(),
+                    1000,
+                )]))]);
+        let body = AdmissionRequest {
+            pod,
+            owner: OwnerSpec::container(
+                topomgr_node::state::pod_owner::ContainerRuntime::OciHook,
+                id,
+            ),
+            attach: None,
+            devices,
+        };
+        axum::http::Request::post("/v1/pods")
+            .header("content-type", topomgr_node::api::OWNED_ADMISSION)
+            .body(axum::body::Body::from(serde_json::to_vec(&body).unwrap()))
+            .unwrap()
+    };
+    let nodes = |minors: &[u32]| ContainerDevices {
+        nodes: minors
+            .iter()
+            .map(|m| DeviceNode::new(format!("/dev/infiniband/uverbs{}", m - 192), "c", 231, *m))
+            .collect(),
+        ..Default::default()
+    };
+    let placed = |answer: &serde_json::Value| {
+        let c = &answer["pods"][0]["containers"][0];
+        (
+            c["cpus"].as_str().unwrap().to_owned(),
+            c["mems"].as_str().unwrap().to_owned(),
+        )
+    };
+    // By its node: device a, on node 1.
+    let (status, on_1) = over_http(&w, cdi.clone(), admit("h1", Some(nodes(&[192])))).await;
+    assert_eq!(status, 200, "{on_1}");
+    assert_eq!(on_1["pods"][0]["admitted"], true, "{on_1}");
+    assert_eq!(placed(&on_1), ("2".to_owned(), "1".to_owned()));
+    // By its annotation: device a again, its node not given.
+    let annotated = ContainerDevices {
+        cdi_annotations: BTreeMap::from([(
+            "cdi.k8s.io/nic".to_owned(),
+            "example.org/nic=a".to_owned(),
+        )]),
+        ..Default::default()
+    };
+    let (status, by_name) = over_http(&w, cdi.clone(), admit("h2", Some(annotated))).await;
+    assert_eq!(status, 200, "{by_name}");
+    assert_eq!(placed(&by_name), ("3".to_owned(), "1".to_owned()));
+    // Devices a and b span both nodes: refused, naming them (node 1's
+    // CPUs are h1's and h2's now).
+    let (status, spans) = over_http(&w, cdi.clone(), admit("h3", Some(nodes(&[192, 193])))).await;
+    assert_eq!(status, 200, "{spans}");
+    let refused = &spans["pods"][0];
+    assert_eq!(refused["admitted"], false, "{spans}");
+    assert_eq!(refused["reason"], "TopologyAffinityError");
+    assert_eq!(
+        refused["message"],
+        "Resources cannot be allocated with Topology Locality: \
+         container \"h3\" needs every resource on one common NUMA node (policy single-numa-node); \
+         cpu (cpu): preferred on {0}; \
+         CDI device example.org/nic=a (0000:af:00.0) (CDI devices): fits on {1} or larger (preferred at 1 node(s)); \
+         CDI device example.org/nic=b (0000:17:00.0) (CDI devices): fits on {0} or larger (preferred at 1 node(s))"
+    );
+    assert!(!w.state.read(|v| v.pods.contains_key("h3")), "nothing held");
+    // Without devices (an older client): the CPU provider's first choice,
+    // node 0.
+    let (status, plain) = over_http(&w, cdi.clone(), admit("h4", None)).await;
+    assert_eq!(status, 200, "{plain}");
+    assert_eq!(placed(&plain), ("1".to_owned(), "0".to_owned()));
+    // A bad node: refused before anything is asked, naming the field.
+    let mut bad = nodes(&[192]);
+    bad.nodes[0].kind = "x".into();
+    let (status, refused) = over_http(&w, cdi, admit("h5", Some(bad))).await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(
+        (&refused["reason"], &refused["error"]),
+        (
+            &serde_json::json!("BadManifest"),
+            &serde_json::json!("devices.nodes[0].type: \"x\" is not c, b, u or p")
+        )
+    );
+    assert!(!w.state.read(|v| v.pods.contains_key("h5")), "nothing held");
+    w.check();
+}
+
+/// The OCI hook's face, device plugins: an owned admission carrying the
+/// container's device-plugin variable (`PCIDEVICE_*`, as the hook reads it
+/// from `process.env`) is aligned with the device a provider recognises in
+/// it, as under NRI: the NIC on node 1 puts the container on node 1. A
+/// value that is not a PCI address is a 400 naming the variable.
+#[tokio::test]
+async fn an_owned_admissions_device_plugin_variables_put_it_on_their_numa_node() {
+    use topomgr_node::api::{AdmissionRequest, ContainerDevices, OwnerSpec};
+    use topomgr_sdk::{AssignedDeviceHints, AssignedResource, HintSet};
+    let nic = FakeProvider::new().with_assigned_device_hints(|request| {
+        let found = request.devices.iter().any(|d| {
+            d.source == "PCIDEVICE_EXAMPLE_COM_NIC"
+                && d.ids.iter().any(|id| id.to_string() == "0000:af:00.0")
+        });
+        Ok(if found {
+            AssignedDeviceHints::none().with(
+                "example.com/nic",
+                AssignedResource::new(
+                    vec!["0000:af:00.0".into()],
+                    vec!["0000:af:00.0".into()],
+                    Some(HintSet::upward_closed(
+                        vec![NumaMask::single(NumaNodeId::from(1u8))],
+                        1,
+                    )),
+                ),
+            )
+        } else {
+            AssignedDeviceHints::none()
+        })
+    });
+    let w = world_with_providers(
+        "env-http",
+        two_node_nic_machine(),
+        vec![LoadedProvider::in_process("nic", nic)],
+        |f, _| f,
+    );
+    let admit = |id: &str, env: &str| {
+        let pod =
+            topomgr_sdk::PodView::new(id, id, "podman", QosClass::Guaranteed).with_containers(
+                vec![topomgr_sdk::ContainerView::new(id)
+                    .with_requests(topomgr_sdk::ResourceList::from([("cpu".to_owned(), 1000)]))
+                    .with_limits(topomgr_sdk::ResourceList::from([("cpu".to_owned(), 1000)]))],
+            );
+        let body = AdmissionRequest {
+            pod,
+            owner: OwnerSpec::container(
+                topomgr_node::state::pod_owner::ContainerRuntime::OciHook,
+                id,
+            ),
+            attach: None,
+            devices: Some(ContainerDevices {
+                env: vec![env.to_owned()],
+                ..Default::default()
+            }),
+        };
+        axum::http::Request::post("/v1/pods")
+            .header("content-type", topomgr_node::api::OWNED_ADMISSION)
+            .body(axum::body::Body::from(serde_json::to_vec(&body).unwrap()))
+            .unwrap()
+    };
+    let cdi = crate::cdi::Resolver::default();
+    let (status, on_1) = over_http(
+        &w,
+        cdi.clone(),
+        admit("e1", "PCIDEVICE_EXAMPLE_COM_NIC=0000:af:00.0"),
+    )
+    .await;
+    assert_eq!(status, 200, "{on_1}");
+    let c = &on_1["pods"][0]["containers"][0];
+    assert_eq!(
+        (&c["cpus"], &c["mems"]),
+        (&serde_json::json!("2"), &serde_json::json!("1")),
+        "{on_1}"
+    );
+    // Another NIC's variable: no provider knows it, the CPU provider's
+    // first choice (node 0).
+    let (status, plain) = over_http(
+        &w,
+        cdi.clone(),
+        admit("e2", "PCIDEVICE_EXAMPLE_COM_NIC=0000:17:00.0"),
+    )
+    .await;
+    assert_eq!(status, 200, "{plain}");
+    assert_eq!(plain["pods"][0]["containers"][0]["cpus"], "1", "{plain}");
+    let (status, refused) =
+        over_http(&w, cdi, admit("e3", "PCIDEVICE_EXAMPLE_COM_NIC=af:00")).await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(
+        refused["error"],
+        "devices.env: environment variable PCIDEVICE_EXAMPLE_COM_NIC=\"af:00\": \"af:00\" is not a PCI address (domain:bus:device.function, e.g. 0000:3b:02.1)"
+    );
+    assert!(!w.state.read(|v| v.pods.contains_key("e3")), "nothing held");
     w.check();
 }
 
@@ -680,7 +893,10 @@ async fn the_kubelets_dra_claims_put_a_container_on_their_numa_node() {
             std::future::pending(),
             Duration::from_millis(10),
         ));
-        f.with_cdi(vec![cdi], sys, Some(claims(socket)))
+        f.with_cdi(
+            crate::cdi::Resolver::new(vec![cdi], sys),
+            Some(claims(socket)),
+        )
     });
     let g = pod("1", "g");
     let created = w
@@ -747,7 +963,10 @@ async fn the_kubelets_dra_claims_put_a_container_on_their_numa_node() {
     for (tag, socket) in [("absent", absent), ("slow", slow)] {
         let w = world_with(&format!("kubelet-dra-{tag}"), machine(), |f, dir| {
             let (cdi, sys) = specs_and_sysfs(dir);
-            f.with_cdi(vec![cdi], sys, Some(claims(socket.clone())))
+            f.with_cdi(
+                crate::cdi::Resolver::new(vec![cdi], sys),
+                Some(claims(socket.clone())),
+            )
         });
         let g = pod("1", "g");
         let started = Instant::now();
@@ -876,8 +1095,7 @@ async fn a_dra_device_without_a_cdi_name_is_matched_by_its_resource_slice() {
                 Duration::from_millis(10),
             ));
             f.with_cdi(
-                vec![cdi],
-                dir.join("sys"),
+                crate::cdi::Resolver::new(vec![cdi], dir.join("sys")),
                 Some(convert::KubeletClaims {
                     socket,
                     timeout: Duration::from_millis(200),
@@ -2084,16 +2302,27 @@ async fn resizes_are_done_in_place_or_refused_changing_nothing() {
 /// `GET /v1/pods/{uid}/explain` through the daemon's HTTP router (as a
 /// root peer): (status, body).
 async fn explain_over_http(w: &World, uid: &str) -> (u16, serde_json::Value) {
+    let req = axum::http::Request::get(format!("/v1/pods/{uid}/explain"))
+        .body(axum::body::Body::empty())
+        .unwrap();
+    over_http(w, crate::cdi::Resolver::default(), req).await
+}
+
+/// `req` through the daemon's HTTP router on `w`'s state thread, CDI
+/// devices found by `cdi` (as a root peer): (status, body).
+async fn over_http(
+    w: &World,
+    cdi: crate::cdi::Resolver,
+    mut req: axum::http::Request<axum::body::Body>,
+) -> (u16, serde_json::Value) {
     let app = crate::server::router(crate::server::AppState {
         state_thread: w.state.clone(),
         metrics: Arc::clone(&w.metrics),
         access: Arc::new(crate::access::AccessPolicy::for_group("topomgr")),
         nri: NriStatus::enabled("/run/nri.sock".as_ref(), None),
         nrt_push: None,
+        cdi,
     });
-    let mut req = axum::http::Request::get(format!("/v1/pods/{uid}/explain"))
-        .body(axum::body::Body::empty())
-        .unwrap();
     req.extensions_mut()
         .insert(axum::extract::ConnectInfo(crate::server::PeerConn(Some(
             crate::access::Peer {
@@ -2694,12 +2923,18 @@ async fn pod_scope_aligns_the_pod_with_its_first_containers_devices() {
             "resources": {"limits": {"cpu": "500m", "memory": "64Mi"}},
         }));
     let (port, _) = fake_pod_api(vec![api]).await;
-    let w = world_in("pod-scope-cdi", nic_machine(), Scope::Pod, |f, dir| {
-        with_nic_specs(f, dir).with_pod_scope(PodSpecs::new(
-            api_client(dir, port),
-            std::time::Duration::from_secs(1),
-        ))
-    });
+    let w = world_in(
+        "pod-scope-cdi",
+        two_node_nic_machine(),
+        Scope::Pod,
+        |f, dir| {
+            f.with_cdi(record_nic_cdi(dir), None)
+                .with_pod_scope(PodSpecs::new(
+                    api_client(dir, port),
+                    std::time::Duration::from_secs(1),
+                ))
+        },
+    );
     let p7 = pod("7", "g");
     let mut n = whole_container("n", &p7, 1);
     n.linux.as_mut().unwrap().devices = vec![LinuxDevice {
@@ -2744,23 +2979,23 @@ async fn pod_scope_aligns_the_pod_with_the_devices_the_kubelet_lists_for_later_c
         "resources": {"limits": {"cpu": "1", "memory": "64Mi"}},
     }]);
     let (port, _) = fake_pod_api(vec![api]).await;
-    let w = world_in("pod-scope-kubelet", nic_machine(), Scope::Pod, |f, dir| {
-        let socket = dir.join("kubelet.sock");
-        let listener = tokio::net::UnixListener::bind(&socket).unwrap();
-        tokio::spawn(topomgr_podresources::serve(
-            listener,
-            Arc::new(FakeKubelet {
-                device: "example.org/nic=a".into(),
-            }),
-            std::future::pending(),
-            std::time::Duration::from_millis(10),
-        ));
-        let with_specs = with_nic_specs(f, dir);
-        let (cdi, sys) = (dir.join("cdi"), dir.join("sys"));
-        with_specs
-            .with_cdi(
-                vec![cdi],
-                sys,
+    let w = world_in(
+        "pod-scope-kubelet",
+        two_node_nic_machine(),
+        Scope::Pod,
+        |f, dir| {
+            let socket = dir.join("kubelet.sock");
+            let listener = tokio::net::UnixListener::bind(&socket).unwrap();
+            tokio::spawn(topomgr_podresources::serve(
+                listener,
+                Arc::new(FakeKubelet {
+                    device: "example.org/nic=a".into(),
+                }),
+                std::future::pending(),
+                std::time::Duration::from_millis(10),
+            ));
+            f.with_cdi(
+                record_nic_cdi(dir),
                 Some(convert::KubeletClaims {
                     socket,
                     timeout: std::time::Duration::from_millis(500),
@@ -2771,7 +3006,8 @@ async fn pod_scope_aligns_the_pod_with_the_devices_the_kubelet_lists_for_later_c
                 api_client(dir, port),
                 std::time::Duration::from_secs(1),
             ))
-    });
+        },
+    );
     let p1 = pod("1", "g");
     let init = w
         .face
