@@ -119,22 +119,7 @@ fn dra_claim(line: ContainerdLine) {
         // API access (the admin's token, the API server's own CA) for the
         // ResourceSlices of devices the kubelet names without a CDI device;
         // no NodeResourceTopology push (no CRD here), no Events.
-        let admin = std::fs::read_to_string(node.kubeconfig()).unwrap();
-        let server = admin
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("server: "))
-            .unwrap()
-            .to_owned();
-        let ca = node.kubeconfig().with_file_name("pki/apiserver.crt");
-        let kubeconfig = etc.join("topomgr.kubeconfig");
-        std::fs::write(
-            &kubeconfig,
-            format!(
-                "apiVersion: v1\nkind: Config\nclusters:\n- name: t\n  cluster:\n    server: {server}\n    certificate-authority: {}\nusers:\n- name: topomgr\n  user:\n    token: admin-token\ncontexts:\n- name: t\n  context:\n    cluster: t\n    user: topomgr\ncurrent-context: t\n",
-                ca.display()
-            ),
-        )
-        .unwrap();
+        let kubeconfig = super::topomgr_kubeconfig(node, etc);
         format!(
             "node_name = \"{NODE_NAME}\"\n[kubernetes]\nenabled = true\nkubeconfig = \"{}\"\npush_nrt = false\nevents = false\n\
              [cdi]\nspec_dirs = [\"{}\"]\nkubelet_pod_resources_socket = \"{}\"\n",
