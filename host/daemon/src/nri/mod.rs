@@ -85,7 +85,7 @@
 //! NRI tells one container at a time, never the whole pod. Under `scope =
 //! "pod"` the face reads the whole pod from the API server at its first
 //! container and admits it there, as the kubelet's pod scope does
-//! ([`pod_scope`]); without `[kubernetes] enabled` there is nowhere to
+//! (`pod_scope.rs`); without `[kubernetes] enabled` there is nowhere to
 //! read it, and `serve` refuses to start ([`check_scope`]).
 
 mod budget;
