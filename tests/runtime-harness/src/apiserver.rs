@@ -18,11 +18,7 @@ use crate::kube::require_kubernetes;
 pub const NEEDS: &str = "needs etcd, kube-apiserver and kubectl of .ci/install-kubernetes (/opt/topomgr-ci/kubernetes/bin, or TOPOMGR_KUBE_DIR) and openssl";
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    crate::ports::free_port().expect("a free loopback port")
 }
 
 /// etcd and an API server on loopback, under one scratch directory;

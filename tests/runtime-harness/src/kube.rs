@@ -22,9 +22,9 @@
 //! removed with the containerd's). One node runs at a time on a machine
 //! (a lock file), since those are machine-wide.
 
+use crate::ports::free_port;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write as _;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -179,13 +179,6 @@ pub struct KubeNode {
     // Dropped after the components, so the pods go last.
     containerd: Option<Containerd>,
     _lock: File,
-}
-
-fn free_port() -> Result<u16, HarnessError> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .map_err(|e| HarnessError::new(format!("no free port on 127.0.0.1: {e}")))
 }
 
 fn write(path: &Path, text: &str) -> Result<(), HarnessError> {

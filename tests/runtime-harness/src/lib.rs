@@ -19,6 +19,7 @@ mod dra;
 mod image;
 mod kube;
 mod podman;
+mod ports;
 mod prereq;
 
 use std::path::{Path, PathBuf};
