@@ -1485,6 +1485,23 @@ impl Worker {
                     // Pod scope: its pod was admitted whole at an earlier
                     // container; nothing is decided for this one.
                     (Some(_), Some(held)) => (held.clone(), false),
+                    // The face saw its pod held, and the pod was released
+                    // since (its sandbox stopped): nothing to place it in.
+                    (Some(_), None) if new.pod.uid != uid => (
+                        AdmitResult {
+                            admitted: false,
+                            reason: Some(
+                                topomgr_engine::admission::UNEXPECTED_ADMISSION_ERROR.to_owned(),
+                            ),
+                            message: Some(format!(
+                                "container {}: its pod, admitted whole, was released (its sandbox {uid} stopped)",
+                                new.follow.who
+                            )),
+                            containers: Vec::new(),
+                            pod: new.pod,
+                        },
+                        false,
+                    ),
                     _ => self
                         .admit_owned(new.pod, new.owner, new.assigned)
                         .map_err(|e| (e, changed))?,

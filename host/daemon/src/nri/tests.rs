@@ -2732,6 +2732,49 @@ async fn pod_scope_admits_the_whole_pod_at_its_first_container() {
     );
     w.check();
 
+    // A container whose pod the face saw held, released since (its
+    // sandbox stopped meanwhile): refused, nothing held or followed.
+    let gone = pod("8", "g");
+    let late = whole_container("y", &gone, 1);
+    let answer = w
+        .face
+        .ask(ContainerCommand::Create(Box::new(NewContainer {
+            id: "y".into(),
+            pod: match convert::map(&gone, &late).unwrap() {
+                topomgr_runtime::Mapping::Admit(r) => r.pod.view,
+                m => panic!("{m:?}"),
+            },
+            owner: topomgr_node::api::OwnerSpec::container(
+                topomgr_node::state::pod_owner::ContainerRuntime::NriSandbox,
+                "sandbox-8",
+            ),
+            assigned: Default::default(),
+            follow: FollowedContainer {
+                sandbox: gone.id.clone(),
+                name: late.name.clone(),
+                who: "team-a/pod-8/ctr-y".into(),
+                cgroup: None,
+                told: None,
+                pod_uid: gone.uid.clone(),
+                started: false,
+                held_by: Some("sandbox-8".into()),
+            },
+            deadline: None,
+        })))
+        .await
+        .unwrap();
+    let refused = answer.admission.unwrap();
+    assert!(!refused.admitted);
+    assert_eq!(
+        refused.message.as_deref(),
+        Some("container team-a/pod-8/ctr-y: its pod, admitted whole, was released (its sandbox sandbox-8 stopped)")
+    );
+    assert!(!w
+        .state
+        .read(|v| v.pods.contains_key("y") || v.pods.contains_key("sandbox-8")));
+    assert!(w.book().iter().all(|(id, _, _)| id != "y"));
+    w.check();
+
     // A pod the API server does not have: the container on its own.
     let p9 = pod("9", "g");
     w.face
